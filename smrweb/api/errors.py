@@ -1,0 +1,54 @@
+"""Every API error is JSON: `{"code", "message", "errors": [{"index", "field", "message"}]}`."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from smrweb.tracking.errors import TrackingError
+
+
+def _flatten(detail, prefix: str = "") -> list[dict]:
+    """DRF's nested error detail as a flat list of {index, field, message}."""
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = "" if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else str(key))
+            out += _flatten(value, name)
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(d, (dict, list)) for d in detail):
+            return [{"index": None, "field": prefix, "message": str(d)} for d in detail]
+        out = []
+        for i, value in enumerate(detail):
+            out += _flatten(value, f"{prefix}.{i}" if prefix else str(i))
+        return out
+    return [{"index": None, "field": prefix, "message": str(detail)}]
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, TrackingError):
+        return Response(exc.as_dict(), status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        body = {"code": "invalid", "message": "The request has invalid fields.", "errors": _flatten(exc.detail)}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        code = getattr(detail, "code", None) or getattr(exc, "default_code", "error")
+        body = {"code": code, "message": str(detail), "errors": []}
+    response.data = body
+    return response
+
+
+def json_error(status: int, code: str, message: str) -> JsonResponse:
+    """For failures outside DRF views (404/500 handlers under /api/)."""
+    return JsonResponse({"code": code, "message": message, "errors": []}, status=status)

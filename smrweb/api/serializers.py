@@ -1,0 +1,187 @@
+"""Serializers shape answers and validate non-event input; writes go through tracking.services."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from smrweb.tracking.models import (
+    AgentTurn,
+    Artifact,
+    ArtifactKind,
+    Project,
+    Run,
+    Scenario,
+    SourceKind,
+    Submission,
+)
+
+
+class ScenarioSerializer(serializers.ModelSerializer):
+    validator_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
+    scoring_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
+    required_toolchains = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+
+    class Meta:
+        model = Scenario
+        fields = ["key", "name", "description", "harness_id", "artifact_path", "artifact_kind", "score_metric",
+                  "direction", "score_min", "score_max", "validator_command", "scoring_command",
+                  "required_toolchains", "arena_name", "arena_url", "created", "updated"]
+        read_only_fields = ["created", "updated"]
+
+    def validate(self, attrs):
+        lo, hi = attrs.get("score_min"), attrs.get("score_max")
+        if lo is not None and hi is not None and lo > hi:
+            raise serializers.ValidationError({"score_min": "Must not be above score_max."})
+        return attrs
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    scenario = serializers.SlugRelatedField(slug_field="key", queryset=Scenario.objects.all(), required=False)
+    stall_after_seconds = serializers.SerializerMethodField()
+    smr_project_id = serializers.CharField(source="source_settings.smr_project_id", required=False, read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["slug", "name", "scenario", "source", "smr_project_id", "stall_after_seconds", "created"]
+        read_only_fields = ["source", "created"]
+
+    def get_stall_after_seconds(self, project: Project) -> int:
+        return int(project.stall_after.total_seconds())
+
+
+class ProjectCreateSerializer(serializers.Serializer):
+    slug = serializers.SlugField(max_length=100)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    scenario = serializers.SlugRelatedField(slug_field="key", queryset=Scenario.objects.all(), required=False)
+    source = serializers.ChoiceField(choices=SourceKind.choices, default=SourceKind.PUSH)
+    smr_project_id = serializers.CharField(max_length=200, required=False, default="")
+
+
+class SpendPartSerializer(serializers.Serializer):
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    usd = serializers.DecimalField(max_digits=18, decimal_places=6)
+
+
+class SpendSerializer(SpendPartSerializer):
+    driver_inference = SpendPartSerializer()
+    child_work = SpendPartSerializer()
+
+
+class FailureSerializer(serializers.Serializer):
+    family = serializers.CharField()
+    detail = serializers.CharField()
+    source = serializers.CharField()
+
+
+class RunSerializer(serializers.ModelSerializer):
+    stalled = serializers.BooleanField(source="is_stalled")
+    downgraded = serializers.BooleanField(source="is_downgraded")
+    failure = serializers.SerializerMethodField()
+    spend = serializers.SerializerMethodField()
+    budget_used_fraction = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        model = Run
+        fields = ["external_id", "state", "stalled", "stalled_since", "failure", "requested_profile",
+                  "actual_profile", "downgraded", "budget_usd", "budget_tokens", "budget_used_fraction", "spend",
+                  "turn_count", "best_score", "latest_score", "score_count", "git_branch", "git_commit",
+                  "started_at", "finished_at", "last_progress_at", "last_polled_at"]
+
+    def get_failure(self, run: Run) -> FailureSerializer(allow_null=True):  # type: ignore[valid-type]
+        if not run.failure_family and not run.failure_detail:
+            return None
+        return {"family": run.failure_family, "detail": run.failure_detail, "source": run.failure_source}
+
+    def get_spend(self, run: Run) -> SpendSerializer:  # type: ignore[valid-type]
+        def part(prefix: str) -> dict:
+            return {"tokens_in": getattr(run, f"{prefix}tokens_in"), "tokens_out": getattr(run, f"{prefix}tokens_out"),
+                    "usd": str(getattr(run, f"{prefix}cost_usd"))}
+
+        return {**part(""), "driver_inference": part("driver_"), "child_work": part("child_")}
+
+
+class RunSettingsSerializer(serializers.Serializer):
+    budget_usd = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, required=False,
+                                          allow_null=True)
+    budget_tokens = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    requested_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    actual_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    git_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    git_commit = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
+class IngestResultSerializer(serializers.Serializer):
+    run = serializers.CharField()
+    accepted = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+
+
+class TurnSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AgentTurn
+        fields = ["event_id", "turn", "actor", "parent_actor", "kind", "model", "tokens_in", "tokens_out",
+                  "cost_usd", "tool_calls", "duration_ms", "ts"]
+
+
+class ArtifactSerializer(serializers.ModelSerializer):
+    sha256 = serializers.CharField(source="blob.sha256")
+    size = serializers.IntegerField(source="blob.size")
+    download_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Artifact
+        fields = ["id", "path", "kind", "sha256", "size", "content_type", "commit", "created", "download_url"]
+
+    def get_download_url(self, artifact: Artifact) -> str:
+        request = self.context.get("request")
+        path = (f"/api/v1/projects/{artifact.run.project.slug}/runs/{artifact.run.external_id}"
+                f"/artifacts/{artifact.pk}/download")
+        return request.build_absolute_uri(path) if request else path
+
+
+class ArtifactUploadSerializer(serializers.Serializer):
+    file = serializers.FileField()
+    path = serializers.CharField(max_length=500, required=False)
+    kind = serializers.ChoiceField(choices=ArtifactKind.choices, default=ArtifactKind.FILE)
+    sha256 = serializers.RegexField(r"^[0-9a-fA-F]{64}$", required=False,
+                                    error_messages={"invalid": "Expected 64 hexadecimal characters."})
+    commit = serializers.CharField(max_length=64, required=False, default="")
+
+
+class ArtifactUploadResultSerializer(ArtifactSerializer):
+    created_now = serializers.BooleanField()
+
+    class Meta(ArtifactSerializer.Meta):
+        fields = [*ArtifactSerializer.Meta.fields, "created_now"]
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.external_id")
+    artifact_sha256 = serializers.CharField(source="artifact.blob.sha256", allow_null=True, default=None)
+    experiment = serializers.CharField(source="experiment.external_id", allow_null=True, default=None)
+
+    class Meta:
+        model = Submission
+        fields = ["id", "run", "harness_id", "score", "status", "artifact_ref", "artifact_sha256", "experiment",
+                  "commit", "details", "ts"]
+
+
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField()
+    min = serializers.FloatField()
+    max = serializers.FloatField()
+    count = serializers.IntegerField()
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    total_points = serializers.IntegerField()
+    downsampled = serializers.BooleanField()
+    points = MetricPointSerializer(many=True)
+
+
+class MetricKeysSerializer(serializers.Serializer):
+    keys = serializers.ListField(child=serializers.CharField())
+

@@ -1,0 +1,22 @@
+from django.urls import path
+
+from smrweb.api import views
+
+app_name = "api"
+
+run = "projects/<slug:slug>/runs/<str:run_id>"
+urlpatterns = [
+    path("health", views.Health.as_view(), name="health"),
+    path("scenarios/", views.ScenarioList.as_view(), name="scenario-list"),
+    path("scenarios/<slug:key>/", views.ScenarioDetail.as_view(), name="scenario-detail"),
+    path("projects/", views.ProjectList.as_view(), name="project-list"),
+    path("projects/<slug:slug>/", views.ProjectDetail.as_view(), name="project-detail"),
+    path("projects/<slug:slug>/runs", views.RunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/submissions", views.SubmissionList.as_view(), name="submission-list"),
+    path(f"{run}", views.RunDetail.as_view(), name="run-detail"),
+    path(f"{run}/events", views.RunEvents.as_view(), name="run-events"),
+    path(f"{run}/turns", views.RunTurns.as_view(), name="run-turns"),
+    path(f"{run}/metrics", views.RunMetrics.as_view(), name="run-metrics"),
+    path(f"{run}/artifacts", views.RunArtifacts.as_view(), name="run-artifacts"),
+    path(f"{run}/artifacts/<int:artifact_id>/download", views.ArtifactDownload.as_view(), name="artifact-download"),
+]

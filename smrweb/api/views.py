@@ -1,0 +1,300 @@
+"""REST API views: access check first, then a service call (writes) or a query (reads)."""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+
+import django_filters
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import Q
+from django.http import FileResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.parsers import MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from smrweb.api import serializers as s
+from smrweb.tracking import queries, services
+from smrweb.tracking.errors import BatchTooLarge, InvalidInput
+from smrweb.tracking.events import batch_json_schema, parse_events
+from smrweb.tracking.models import AgentTurn, ApiToken, Artifact, Project, Role, Run, RunState, Scenario
+
+ERROR = inline_serializer(
+    "Error",
+    {
+        "code": serializers.CharField(),
+        "message": serializers.CharField(),
+        "errors": inline_serializer(
+            "FieldError",
+            {"index": serializers.IntegerField(allow_null=True), "field": serializers.CharField(),
+             "message": serializers.CharField()},
+            many=True,
+        ),
+    },
+)
+ERRORS = {code: OpenApiResponse(ERROR) for code in (400, 401, 403, 404)}
+
+
+def actor_of(request):
+    """Who the audit trail names: the token for token requests, else the user."""
+    return request.auth if isinstance(request.auth, ApiToken) else request.user
+
+
+def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
+    """The project named in the URL, if this request may act on it with `role`; 403/404 otherwise."""
+    token = request.auth if isinstance(request.auth, ApiToken) else None
+    if token is not None:
+        # A project's token may do everything the API offers within that project, nothing outside it.
+        if token.project.slug != slug:
+            raise PermissionDenied(f"This token is scoped to project {token.project.slug!r}, not {slug!r}.")
+        return Project.objects.select_related("scenario").get(pk=token.project_id)
+    project = get_object_or_404(Project.objects.select_related("scenario").visible_to(request.user), slug=slug)
+    if not project.allows(request.user, role):
+        raise PermissionDenied(f"This needs the {role} role in project {slug!r}.")
+    return project
+
+
+def run_for(project: Project, run_id: str) -> Run:
+    return get_object_or_404(Run.objects.select_related("project__scenario"), project=project, external_id=run_id)
+
+
+# --- scenarios and projects -------------------------------------------------------------------
+
+
+class ScenarioList(generics.ListCreateAPIView):
+    """Scenario presets. Anyone signed in may read them; staff users create them."""
+
+    serializer_class = s.ScenarioSerializer
+    queryset = Scenario.objects.all()
+
+    def perform_create(self, serializer):
+        if not self.request.user.is_staff:
+            raise PermissionDenied("Only staff users create scenarios.")
+        serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
+
+
+class ScenarioDetail(generics.RetrieveAPIView):
+    serializer_class = s.ScenarioSerializer
+    queryset = Scenario.objects.all()
+    lookup_field = "key"
+
+
+class ProjectList(APIView):
+    """Projects you can see (a token sees its own). Signed-in users create projects and become their admin."""
+
+    @extend_schema(responses={200: s.ProjectSerializer(many=True), **ERRORS})
+    def get(self, request):
+        if isinstance(request.auth, ApiToken):
+            projects = Project.objects.filter(pk=request.auth.project_id)
+        else:
+            projects = Project.objects.visible_to(request.user)
+        return Response(s.ProjectSerializer(projects.select_related("scenario"), many=True).data)
+
+    @extend_schema(request=s.ProjectCreateSerializer, responses={201: s.ProjectSerializer, **ERRORS})
+    def post(self, request):
+        if isinstance(request.auth, ApiToken):
+            raise PermissionDenied("Project tokens cannot create projects; sign in as a user.")
+        form = s.ProjectCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        project = services.create_project(by=request.user, **form.validated_data)
+        return Response(s.ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
+
+
+class ProjectDetail(APIView):
+    @extend_schema(responses={200: s.ProjectSerializer, **ERRORS})
+    def get(self, request, slug: str):
+        return Response(s.ProjectSerializer(project_for(request, slug)).data)
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+class RunFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=RunState.choices)
+    stalled = django_filters.BooleanFilter(field_name="stalled_since", lookup_expr="isnull", exclude=True)
+    failed = django_filters.BooleanFilter(method="filter_failed")
+    q = django_filters.CharFilter(method="filter_text", help_text="Substring of the run id or failure detail.")
+
+    class Meta:
+        model = Run
+        fields = ["state", "stalled", "failed", "q"]
+
+    def filter_failed(self, queryset, name, value):
+        return queryset.filter(state=RunState.FAILED) if value else queryset.exclude(state=RunState.FAILED)
+
+    def filter_text(self, queryset, name, value):
+        return queryset.filter(Q(external_id__icontains=value) | Q(failure_detail__icontains=value))
+
+
+class RunList(generics.ListAPIView):
+    """A project's runs, most recently active first, with filters."""
+
+    serializer_class = s.RunSerializer
+    filterset_class = RunFilter
+
+    def get_queryset(self):
+        project = project_for(self.request, self.kwargs["slug"])
+        return Run.objects.filter(project=project).select_related("project__scenario").order_by("-last_progress_at", "-id")
+
+
+class RunDetail(APIView):
+    @extend_schema(responses={200: s.RunSerializer, **ERRORS})
+    def get(self, request, slug: str, run_id: str):
+        return Response(s.RunSerializer(run_for(project_for(request, slug), run_id)).data)
+
+    @extend_schema(request=s.RunSettingsSerializer, responses={200: s.RunSerializer, **ERRORS},
+                   description="Set a run's budget, model profiles or git position; creates the run if new.")
+    def patch(self, request, slug: str, run_id: str):
+        project = project_for(request, slug, role=Role.ADMIN)
+        form = s.RunSettingsSerializer(data=request.data, partial=True)
+        form.is_valid(raise_exception=True)
+        run = services.update_run_settings(project, run_id, by=actor_of(request), **form.validated_data)
+        return Response(s.RunSerializer(run).data)
+
+
+class RunEvents(APIView):
+    """The push ingest contract: a JSON list of at most 5,000 events, applied all-or-nothing."""
+
+    parser_classes = []  # the body is validated straight from bytes by pydantic-core
+
+    @extend_schema(
+        request={"application/json": batch_json_schema()},
+        responses={200: s.IngestResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
+    )
+    def post(self, request, slug: str, run_id: str):
+        project = project_for(request, slug, role=Role.ADMIN)
+        if len(run_id) > 200:
+            raise InvalidInput("run", "Run ids are at most 200 characters.")
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise BatchTooLarge("The request body is over 10 MB; send smaller batches.") from None
+        result = services.ingest_events(project, run_id, parse_events(body))
+        return Response({"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates})
+
+
+class RunTurns(generics.ListAPIView):
+    """A run's agent turns in time order."""
+
+    serializer_class = s.TurnSerializer
+
+    def get_queryset(self):
+        run = run_for(project_for(self.request, self.kwargs["slug"]), self.kwargs["run_id"])
+        return AgentTurn.objects.filter(run=run).order_by("ts", "id")
+
+
+class RunMetrics(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."),
+            OpenApiParameter("points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."),
+        ],
+        responses={200: s.MetricSeriesSerializer, **ERRORS},
+    )
+    def get(self, request, slug: str, run_id: str):
+        run = run_for(project_for(request, slug), run_id)
+        key = request.query_params.get("key")
+        if not key:
+            return Response({"keys": queries.metric_keys(run)})
+        try:
+            points = int(request.query_params.get("points", 1000))
+        except ValueError:
+            raise InvalidInput("points", "Expected an integer.") from None
+        if not 2 <= points <= 10000:
+            raise InvalidInput("points", "Must be between 2 and 10000.")
+        total, series = queries.metric_series(run, key, points)
+        return Response({
+            "key": key, "total_points": total, "downsampled": total > len(series),
+            "points": [p.__dict__ for p in series],
+        })
+
+
+# --- artifacts --------------------------------------------------------------------------------
+
+
+class RunArtifacts(APIView):
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(responses={200: s.ArtifactSerializer(many=True), **ERRORS})
+    def get(self, request, slug: str, run_id: str):
+        run = run_for(project_for(request, slug), run_id)
+        artifacts = Artifact.objects.filter(run=run).select_related("blob", "run__project")
+        return Response(s.ArtifactSerializer(artifacts, many=True, context={"request": request}).data)
+
+    @extend_schema(
+        request={"multipart/form-data": s.ArtifactUploadSerializer},
+        responses={201: s.ArtifactUploadResultSerializer, 200: s.ArtifactUploadResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
+        description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a mismatch. "
+                    "The same bytes at the same path are stored once (200); new content answers 201.",
+    )
+    def post(self, request, slug: str, run_id: str):
+        project = project_for(request, slug, role=Role.ADMIN)
+        form = s.ArtifactUploadSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        upload = form.validated_data["file"]
+        artifact, created = services.store_artifact(
+            project, run_id,
+            path=form.validated_data.get("path") or upload.name,
+            content=upload,
+            kind=form.validated_data["kind"],
+            content_type=upload.content_type or "application/octet-stream",
+            claimed_sha256=form.validated_data.get("sha256"),
+            commit=form.validated_data["commit"],
+            by=actor_of(request),
+        )
+        artifact.created_now = created
+        data = s.ArtifactUploadResultSerializer(artifact, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+@extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **ERRORS})
+class ArtifactDownload(APIView):
+    def get(self, request, slug: str, run_id: str, artifact_id: int):
+        run = run_for(project_for(request, slug), run_id)
+        artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
+        return artifact_response(artifact)
+
+
+def artifact_response(artifact: Artifact) -> FileResponse:
+    """The artifact's exact bytes, named after its path, with the digest in the headers."""
+    response = FileResponse(
+        services.open_blob(artifact.blob),
+        as_attachment=True,
+        filename=posixpath.basename(artifact.path) or "artifact",
+        content_type=artifact.content_type,
+    )
+    digest = bytes.fromhex(artifact.blob.sha256)
+    response["X-Content-SHA256"] = artifact.blob.sha256
+    response["Repr-Digest"] = f"sha-256=:{base64.b64encode(digest).decode()}:"  # RFC 9530
+    response["Content-Length"] = str(artifact.blob.size)
+    return response
+
+
+# --- submissions ------------------------------------------------------------------------------
+
+
+class SubmissionList(generics.ListAPIView):
+    """A project's submissions, best first in its scenario's direction."""
+
+    serializer_class = s.SubmissionSerializer
+
+    def get_queryset(self):
+        return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))
+
+
+class Health(APIView):
+    """Liveness for load balancers and compose: the database answers."""
+
+    permission_classes = []
+    authentication_classes = []
+
+    @extend_schema(responses={200: inline_serializer("Health", {"status": serializers.CharField()})})
+    def get(self, request):
+        Project.objects.exists()
+        return Response({"status": "ok"})
+

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from smrweb.dashboard.views import projects, runs, tokens
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", projects.project_list, name="project-list"),
+    path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
+    path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
+    path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
+    path("projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download", runs.download_artifact,
+         name="artifact-download"),
+]

@@ -1,0 +1,43 @@
+"""The run page and artifact downloads for signed-in users."""
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from smrweb.api.views import artifact_response
+from smrweb.dashboard.access import run_for_user
+from smrweb.dashboard.views.projects import _fragment
+from smrweb.tracking import queries
+from smrweb.tracking.models import Artifact
+
+RECENT_TURNS = 50
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def run_detail(request, slug: str, run_id: str):
+    run = run_for_user(request, slug, run_id)
+    turns = list(run.turns.order_by("-ts", "-id")[:RECENT_TURNS])
+    context = {
+        "project": run.project,
+        "run": run,
+        "history": queries.score_histories([run.pk], per_run=200).get(run.pk, []),
+        "turns": turns,
+        "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
+        "artifacts": run.artifacts.select_related("blob")[:50],
+        "checkpoints": run.checkpoints.order_by("-ts", "-id")[:20],
+        "messages": run.messages.order_by("-seq")[:20],
+        "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
+        "stalled_for": queries.stalled_for(run),
+    }
+    return render(request, _fragment(request, "dashboard/run_detail.html", "run-live"), context)
+
+
+@require_GET
+@login_required
+def download_artifact(request, slug: str, run_id: str, artifact_id: int):
+    run = run_for_user(request, slug, run_id)
+    artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
+    return artifact_response(artifact)

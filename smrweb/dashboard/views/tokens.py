@@ -1,0 +1,35 @@
+"""API tokens of a project: list, create (the secret is shown once), revoke. Admins only."""
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from smrweb.dashboard.access import project_for_user
+from smrweb.tracking import services
+from smrweb.tracking.models import ApiToken, Role
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=200, help_text="What will use it, e.g. “ci-harness”.")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def project_tokens(request, slug: str):
+    project = project_for_user(request, slug, role=Role.ADMIN)
+    form, new_token = TokenForm(request.POST or None), None
+    if request.method == "POST" and form.is_valid():
+        _, new_token = services.create_api_token(project, name=form.cleaned_data["name"], by=request.user)
+        form = TokenForm()
+    context = {"project": project, "form": form, "new_token": new_token,
+               "tokens": ApiToken.objects.filter(project=project).select_related("created_by")}
+    return render(request, "dashboard/project_tokens.html", context)
+
+
+@require_POST
+@login_required
+def revoke_token(request, slug: str, token_id: int):
+    project = project_for_user(request, slug, role=Role.ADMIN)
+    services.revoke_api_token(get_object_or_404(ApiToken, project=project, pk=token_id), by=request.user)
+    return redirect("dashboard:project-tokens", slug=project.slug)

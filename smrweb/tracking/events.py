@@ -1,0 +1,165 @@
+"""The ingest contract's event shapes, validated in one pass by pydantic-core straight from JSON bytes.
+
+Every source (REST push, the SMR poller, importers) turns what it receives into these events and
+hands them to `services.ingest_events`, so the contract is enforced in exactly one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from smrweb.tracking.errors import EventError, InvalidEvents
+from smrweb.tracking.models import RunState, TurnKind
+
+MAX_EVENTS = 5000
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+NonNegative = Annotated[int, Field(ge=0, le=2**62)]
+Text = Annotated[str, Field(max_length=200)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="Client idempotency key, unique per run: a replay is a no-op."
+    )
+    ts: datetime | None = Field(default=None, description="ISO 8601; default: when the server receives it.")
+
+    @field_validator("ts")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        # A timestamp without a zone is taken as UTC rather than the server's local time.
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+    def idempotency_key(self) -> str:
+        """The client's id, or a digest of the event's content when it sent none."""
+        if self.id is not None:
+            return self.id
+        body = json.dumps(self.model_dump(mode="json", exclude_unset=True), sort_keys=True, default=str)
+        return "h:" + hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+class MetricEvent(_Event):
+    type: Literal["metric"]
+    key: Annotated[str, Field(min_length=1, max_length=200)]
+    value: Finite
+    step: NonNegative = 0
+
+
+class ScoreEvent(_Event):
+    type: Literal["score"]
+    score: Finite
+    harness_id: Text = ""
+    artifact: Annotated[str, Field(max_length=500)] | None = Field(
+        default=None, description="The artifact's sha256, or its path in the run (latest version)."
+    )
+    experiment: Text | None = Field(default=None, description="External id of the experiment that produced it.")
+    commit: Annotated[str, Field(max_length=64)] = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    family: Annotated[str, Field(max_length=100)] = ""
+    detail: Annotated[str, Field(max_length=20000)] = ""
+    source: Text = ""
+
+
+class TurnEvent(_Event):
+    type: Literal["agent.turn"]
+    turn: NonNegative
+    actor: Annotated[str, Field(min_length=1, max_length=200)] = "driver"
+    parent_actor: Text | None = None
+    kind: TurnKind | None = Field(
+        default=None,
+        description="Default: driver_inference for a root actor (no parent_actor), child_work otherwise.",
+    )
+    model: Text = ""
+    tokens_in: NonNegative = 0
+    tokens_out: NonNegative = 0
+    cost_usd: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] = 0.0
+    tool_calls: list[str | dict[str, Any]] = Field(default_factory=list, max_length=1000)
+    duration_ms: NonNegative | None = None
+
+    @property
+    def resolved_kind(self) -> TurnKind:
+        if self.kind is not None:
+            return TurnKind(self.kind)
+        return TurnKind.DRIVER_INFERENCE if not self.parent_actor else TurnKind.CHILD_WORK
+
+    @property
+    def cost_decimal(self) -> Decimal:
+        # Through str() so 0.1 stays 0.1, then to the column's 6 places.
+        return Decimal(str(self.cost_usd)).quantize(Decimal("0.000001"))
+
+
+class StateEvent(_Event):
+    type: Literal["state"]
+    state: RunState
+    failure: Failure | None = None
+
+
+class MessageEvent(_Event):
+    type: Literal["message"]
+    body: Annotated[str, Field(min_length=1, max_length=100_000)]
+    topic: Text = ""
+    target: Text = ""
+    mode: Annotated[str, Field(max_length=50)] = ""
+
+
+class CheckpointEvent(_Event):
+    type: Literal["checkpoint"]
+    label: Annotated[str, Field(max_length=500)] = ""
+    commit: Annotated[str, Field(max_length=64)] = ""
+    restorable: bool = True
+    failure_reason: Annotated[str, Field(max_length=20000)] = ""
+
+
+Event = Annotated[
+    MetricEvent | ScoreEvent | TurnEvent | StateEvent | MessageEvent | CheckpointEvent,
+    Field(discriminator="type"),
+]
+EVENT_TYPES = {"metric": MetricEvent, "score": ScoreEvent, "agent.turn": TurnEvent, "state": StateEvent,
+               "message": MessageEvent, "checkpoint": CheckpointEvent}
+_batch = TypeAdapter(Annotated[list[Event], Field(max_length=MAX_EVENTS)])
+
+
+def parse_events(body: bytes | str) -> list[_Event]:
+    """Validate a JSON batch; raise InvalidEvents listing every offending event index and field."""
+    try:
+        return _batch.validate_json(body)
+    except ValidationError as exc:
+        raise InvalidEvents([_event_error(err) for err in exc.errors(include_url=False)]) from None
+
+
+def _event_error(err: dict[str, Any]) -> EventError:
+    loc = list(err["loc"])
+    if err["type"] == "json_invalid":
+        return EventError(None, "", f"Malformed JSON: {err['ctx'].get('error', err['msg'])}")
+    if not loc:
+        if err["type"] in ("too_long", "list_type"):
+            msg = f"A batch holds at most {MAX_EVENTS} events." if err["type"] == "too_long" else err["msg"]
+            return EventError(None, "", msg.rstrip(".") + ". Send a JSON list of event objects.")
+        return EventError(None, "", err["msg"])
+    index = loc.pop(0)
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        expected = ", ".join(EVENT_TYPES)
+        got = err.get("input", {}).get("type") if isinstance(err.get("input"), dict) else None
+        what = f"Unknown event type {got!r}" if got is not None else "Missing event type"
+        return EventError(index, "type", f"{what}; expected one of: {expected}.")
+    if loc and loc[0] in EVENT_TYPES:
+        loc.pop(0)  # the discriminator tag pydantic puts in front of the field
+    field = ".".join(str(part) for part in loc)
+    return EventError(index, field, err["msg"])
+
+
+def batch_json_schema() -> dict[str, Any]:
+    """The request schema of the events endpoint, for the OpenAPI document."""
+    return _batch.json_schema(ref_template="#/components/schemas/{model}")

@@ -1,0 +1,30 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from smrweb.tracking import services
+from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.models import Scenario, SourceKind
+
+
+class Command(BaseCommand):
+    help = "Create a project. Without --scenario it gets the built-in generic scenario (maximize `score`)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--name", default="")
+        parser.add_argument("--scenario", help="Key of an existing scenario")
+        parser.add_argument("--source", choices=SourceKind.values, default=SourceKind.PUSH)
+        parser.add_argument("--smr-project-id", default="")
+
+    def handle(self, *args, slug, name, scenario, source, smr_project_id, **options):
+        found = None
+        if scenario:
+            found = Scenario.objects.filter(key=scenario).first()
+            if found is None:
+                keys = ", ".join(Scenario.objects.values_list("key", flat=True))
+                raise CommandError(f"No scenario {scenario!r}. Known: {keys}")
+        try:
+            project = services.create_project(slug, name=name, scenario=found, source=source,
+                                              smr_project_id=smr_project_id)
+        except TrackingError as exc:
+            raise CommandError(exc.message) from None
+        self.stdout.write(f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})")

@@ -1,0 +1,605 @@
+"""The core data model of DESIGN.md. Methods answer questions about one row; writes across rows live
+in `tracking.services` (the one write path)."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+FLOAT_MAX = sys.float_info.max
+USD = {"max_digits": 18, "decimal_places": 6}
+
+
+def finite(field: str) -> Q:
+    """A CHECK that a float column holds a finite number (PostgreSQL sorts NaN above +inf)."""
+    return Q(**{f"{field}__gte": -FLOAT_MAX, f"{field}__lte": FLOAT_MAX})
+
+
+class Direction(models.TextChoices):
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
+class ArtifactKind(models.TextChoices):
+    FILE = "file"
+    PYTHON_SOURCE = "python_source"
+    ONNX_MODEL = "onnx_model"
+    ARCHIVE = "archive"
+    LOG = "log"
+    OTHER = "other"
+
+
+class Scenario(models.Model):
+    """A benchmark: what a run's submission is, how it is scored and where it is uploaded."""
+
+    GENERIC_KEY = "generic"
+
+    key = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    harness_id = models.CharField(max_length=200, blank=True)
+    artifact_path = models.CharField(max_length=500, blank=True)
+    artifact_kind = models.CharField(max_length=20, choices=ArtifactKind, default=ArtifactKind.FILE)
+    score_metric = models.CharField(max_length=200, default="score")
+    direction = models.CharField(max_length=10, choices=Direction, default=Direction.MAXIMIZE)
+    score_min = models.FloatField(null=True, blank=True)
+    score_max = models.FloatField(null=True, blank=True)
+    # Argument lists, never shell strings: they are executed without a shell.
+    validator_command = models.JSONField(default=list, blank=True)
+    scoring_command = models.JSONField(default=list, blank=True)
+    required_toolchains = models.JSONField(default=list, blank=True)
+    arena_name = models.CharField(max_length=200, blank=True)
+    arena_url = models.URLField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(score_min__isnull=True) | Q(score_max__isnull=True) | Q(score_min__lte=models.F("score_max")),
+                name="scenario_bounds_ordered",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == Direction.MAXIMIZE
+
+    def better(self, a: float | None, b: float | None) -> bool:
+        """Is score `a` better than `b` in this scenario's direction?"""
+        if a is None:
+            return False
+        if b is None:
+            return True
+        return a > b if self.maximize else a < b
+
+
+class SourceKind(models.TextChoices):
+    PUSH = "push", "REST push"
+    SMR = "smr", "Managed Research"
+    WORKSPACE = "workspace", "Git workspace"
+
+
+class ProjectQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "ProjectQuerySet":
+        """Projects a user may see: all for superusers, else those they are a member of."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(memberships__user=user)
+
+
+class Project(models.Model):
+    objects = ProjectQuerySet.as_manager()
+
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    scenario = models.ForeignKey(Scenario, models.PROTECT, related_name="projects")
+    source = models.CharField(max_length=20, choices=SourceKind, default=SourceKind.PUSH)
+    source_settings = models.JSONField(default=dict, blank=True)
+    stall_after = models.DurationField(default=timedelta(seconds=settings.DEFAULT_STALL_AFTER_SECONDS))
+    knowledge = models.TextField(blank=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def get_absolute_url(self) -> str:
+        return reverse("dashboard:project-detail", args=[self.slug])
+
+    def role_of(self, user) -> str | None:
+        """The user's role here (superusers are admins everywhere), or None for outsiders."""
+        if not getattr(user, "is_authenticated", False):
+            return None
+        if user.is_superuser:
+            return Role.ADMIN
+        return self.memberships.filter(user=user).values_list("role", flat=True).first()
+
+    def allows(self, user, role: str) -> bool:
+        have = self.role_of(user)
+        return have is not None and Role.rank(have) >= Role.rank(role)
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer"
+    REVIEWER = "reviewer"
+    ADMIN = "admin"
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        return [cls.VIEWER, cls.REVIEWER, cls.ADMIN].index(role)
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role, default=Role.VIEWER)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.project}"
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    PLANNING = "planning"
+    RUNNING = "running"
+    EXECUTING = "executing"
+    REVIEWING = "reviewing"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    FINALIZING = "finalizing"
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    CANCELED = "canceled"
+
+
+TERMINAL_STATES = frozenset({RunState.DONE, RunState.FAILED, RunState.STOPPED, RunState.CANCELED})
+
+
+class Run(models.Model):
+    project = models.ForeignKey(Project, models.CASCADE, related_name="runs")
+    external_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=RunState, default=RunState.RUNNING)
+    failure_family = models.CharField(max_length=100, blank=True)
+    failure_detail = models.TextField(blank=True)
+    failure_source = models.CharField(max_length=200, blank=True)
+    stalled_since = models.DateTimeField(null=True, blank=True)
+    requested_profile = models.CharField(max_length=200, blank=True)
+    actual_profile = models.CharField(max_length=200, blank=True)
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    budget_usd = models.DecimalField(null=True, blank=True, **USD)
+    # Spend, recomputed from agent turns by the write path: total == driver + child == sum(turns).
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    driver_tokens_in = models.PositiveBigIntegerField(default=0)
+    driver_tokens_out = models.PositiveBigIntegerField(default=0)
+    driver_cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    child_tokens_in = models.PositiveBigIntegerField(default=0)
+    child_tokens_out = models.PositiveBigIntegerField(default=0)
+    child_cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    turn_count = models.PositiveIntegerField(default=0)
+    # Score summary, recomputed from submissions by the write path.
+    best_score = models.FloatField(null=True, blank=True)
+    latest_score = models.FloatField(null=True, blank=True)
+    score_count = models.PositiveIntegerField(default=0)
+    git_branch = models.CharField(max_length=200, blank=True)
+    git_commit = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_progress_at = models.DateTimeField(default=timezone.now)
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-last_progress_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="run_project_external_id_uniq"),
+            models.CheckConstraint(condition=Q(cost_usd__gte=0), name="run_cost_nonnegative"),
+        ]
+        indexes = [
+            # The runs table and the overview counts: a project's runs by state and recency.
+            models.Index(fields=["project", "state"], name="run_project_state_idx"),
+            models.Index(fields=["project", "-last_progress_at"], name="run_project_progress_idx"),
+            # flag_stalled_runs: non-terminal runs whose progress is old.
+            models.Index(fields=["state", "last_progress_at"], name="run_state_progress_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.external_id}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("dashboard:run-detail", args=[self.project.slug, self.external_id])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def is_stalled(self) -> bool:
+        return self.stalled_since is not None and not self.is_terminal
+
+    @property
+    def is_downgraded(self) -> bool:
+        return bool(self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile)
+
+    @property
+    def budget_used_fraction(self) -> float | None:
+        """The larger of USD and token budget use, as a fraction (None when no budget is set)."""
+        parts = []
+        if self.budget_usd:
+            parts.append(float(self.cost_usd / self.budget_usd))
+        if self.budget_tokens:
+            parts.append((self.tokens_in + self.tokens_out) / self.budget_tokens)
+        return max(parts) if parts else None
+
+
+class StateChange(models.Model):
+    """One `state` event. The run's state is the latest of these by timestamp, whatever the arrival order."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="state_changes")
+    event_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=RunState)
+    failure_family = models.CharField(max_length=100, blank=True)
+    failure_detail = models.TextField(blank=True)
+    failure_source = models.CharField(max_length=200, blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "event_id"], name="statechange_run_event_uniq")]
+
+
+class Experiment(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="experiments")
+    external_id = models.CharField(max_length=200)
+    parent = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="children")
+    title = models.CharField(max_length=500, blank=True)
+    hypothesis = models.TextField(blank=True)
+    status = models.CharField(max_length=50, blank=True)
+    verdict = models.CharField(max_length=50, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    metrics_before = models.JSONField(default=dict, blank=True)
+    metrics_after = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created"]
+        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="experiment_run_external_id_uniq")]
+
+    def __str__(self) -> str:
+        return self.title or self.external_id
+
+
+class MetricPoint(models.Model):
+    """The high-volume table; read through downsampling."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="metric_points")
+    key = models.CharField(max_length=200)
+    step = models.PositiveBigIntegerField()
+    value = models.FloatField()
+    ts = models.DateTimeField()
+    event_id = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="metric_run_event_uniq"),
+            models.CheckConstraint(condition=finite("value"), name="metric_value_finite"),
+        ]
+        indexes = [
+            # Series reads: one run's key in step order (downsampled charts, the metrics API).
+            models.Index(fields=["run", "key", "step"], name="metric_run_key_step_idx"),
+        ]
+
+
+class TurnKind(models.TextChoices):
+    DRIVER_INFERENCE = "driver_inference"
+    CHILD_WORK = "child_work"
+
+
+class AgentTurn(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="turns")
+    event_id = models.CharField(max_length=200)
+    turn = models.PositiveIntegerField()
+    actor = models.CharField(max_length=200, default="driver")
+    parent_actor = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=20, choices=TurnKind, default=TurnKind.DRIVER_INFERENCE)
+    model = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    tool_calls = models.JSONField(default=list, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="turn_run_event_uniq"),
+            # An actor's turn happens once: a re-sent turn under a new id is still a duplicate.
+            models.UniqueConstraint(fields=["run", "actor", "turn"], name="turn_run_actor_turn_uniq"),
+            models.CheckConstraint(condition=Q(cost_usd__gte=0), name="turn_cost_nonnegative"),
+        ]
+        indexes = [
+            # The turn timeline: one run's turns in time order.
+            models.Index(fields=["run", "ts"], name="turn_run_ts_idx"),
+        ]
+
+
+def blob_storage_name(sha256: str) -> str:
+    return f"blobs/{sha256[:2]}/{sha256[2:4]}/{sha256}"
+
+
+class ArtifactBlob(models.Model):
+    """Stored bytes, addressed by content: the same bytes are stored once whatever the run or path."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.PositiveBigIntegerField()
+    storage_name = models.CharField(max_length=300)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256
+
+
+class Artifact(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="artifacts")
+    path = models.CharField(max_length=500)
+    kind = models.CharField(max_length=20, choices=ArtifactKind, default=ArtifactKind.FILE)
+    blob = models.ForeignKey(ArtifactBlob, models.PROTECT, related_name="artifacts")
+    content_type = models.CharField(max_length=200, default="application/octet-stream")
+    commit = models.CharField(max_length=64, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [models.UniqueConstraint(fields=["run", "path", "blob"], name="artifact_run_path_blob_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.path}@{self.blob.sha256[:12]}"
+
+    @property
+    def sha256(self) -> str:
+        return self.blob.sha256
+
+    @property
+    def size(self) -> int:
+        return self.blob.size
+
+
+class SubmissionStatus(models.TextChoices):
+    CANDIDATE = "candidate"
+    VERIFYING = "verifying"
+    VERIFIED = "verified"
+    INVALID = "invalid"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    UPLOADED = "uploaded"
+    RANKED = "ranked"
+
+
+class Submission(models.Model):
+    """A scored artifact: `{harness_id, score, artifact, timestamp}` — the point of a run."""
+
+    project = models.ForeignKey(Project, models.CASCADE, related_name="submissions")
+    run = models.ForeignKey(Run, models.CASCADE, related_name="submissions")
+    event_id = models.CharField(max_length=200)
+    experiment = models.ForeignKey(Experiment, models.SET_NULL, null=True, blank=True, related_name="submissions")
+    artifact = models.ForeignKey(Artifact, models.SET_NULL, null=True, blank=True, related_name="submissions")
+    # What the score event named (a sha256 or a path); linked to `artifact` once that is uploaded.
+    artifact_ref = models.CharField(max_length=500, blank=True)
+    harness_id = models.CharField(max_length=200, blank=True)
+    score = models.FloatField()
+    details = models.JSONField(default=dict, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=20, choices=SubmissionStatus, default=SubmissionStatus.CANDIDATE)
+    ts = models.DateTimeField()
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-ts", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="submission_run_event_uniq"),
+            models.CheckConstraint(condition=finite("score"), name="submission_score_finite"),
+        ]
+        indexes = [
+            # The leaderboard: a project's submissions by score.
+            models.Index(fields=["project", "score"], name="submission_project_score_idx"),
+            # Sparklines and the score-over-time chart: a run's scores in time order.
+            models.Index(fields=["run", "ts"], name="submission_run_ts_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.score:g} ({self.run.external_id})"
+
+
+class Verdict(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class Review(models.Model):
+    submission = models.ForeignKey(Submission, models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="reviews")
+    verdict = models.CharField(max_length=10, choices=Verdict)
+    comment = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+
+class ArenaResult(models.Model):
+    submission = models.ForeignKey(Submission, models.CASCADE, related_name="arena_results")
+    arena = models.CharField(max_length=200)
+    rank = models.PositiveIntegerField(null=True, blank=True)
+    arena_score = models.FloatField(null=True, blank=True)
+    delta = models.FloatField(null=True, blank=True)
+    recorded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="arena_results")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(arena_score__isnull=True) | finite("arena_score"), name="arena_score_finite"
+            )
+        ]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="checkpoints")
+    external_id = models.CharField(max_length=200)
+    label = models.CharField(max_length=500, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    restorable = models.BooleanField(default=True)
+    failure_reason = models.TextField(blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="checkpoint_run_external_id_uniq")]
+
+    def __str__(self) -> str:
+        return self.label or self.external_id
+
+
+class RuntimeMessage(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    event_id = models.CharField(max_length=200)
+    topic = models.CharField(max_length=200, blank=True)
+    target = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=50, blank=True)
+    body = models.TextField()
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="message_run_event_uniq"),
+            models.UniqueConstraint(fields=["run", "seq"], name="message_run_seq_uniq"),
+        ]
+
+
+class RollbackStatus(models.TextChoices):
+    REQUESTED = "requested"
+    DISPATCHED = "dispatched"
+    APPLIED = "applied"
+    FAILED = "failed"
+
+
+class Rollback(models.Model):
+    """A typed, audited rollback to an earlier submission or checkpoint (exactly one target)."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="rollbacks")
+    target_submission = models.ForeignKey(Submission, models.PROTECT, null=True, blank=True, related_name="+")
+    target_checkpoint = models.ForeignKey(Checkpoint, models.PROTECT, null=True, blank=True, related_name="+")
+    reason = models.TextField()
+    status = models.CharField(max_length=20, choices=RollbackStatus, default=RollbackStatus.REQUESTED)
+    detail = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="rollbacks")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(target_submission__isnull=False) & Q(target_checkpoint__isnull=True))
+                | (Q(target_submission__isnull=True) & Q(target_checkpoint__isnull=False)),
+                name="rollback_exactly_one_target",
+            )
+        ]
+
+
+class KnowledgeKind(models.TextChoices):
+    NOTE = "note"
+    FAILED_APPROACH = "failed_approach"
+    ARENA_DELTA = "arena_delta"
+
+
+class KnowledgeEntry(models.Model):
+    project = models.ForeignKey(Project, models.CASCADE, related_name="knowledge_entries")
+    kind = models.CharField(max_length=20, choices=KnowledgeKind, default=KnowledgeKind.NOTE)
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True)
+    submission = models.ForeignKey(Submission, models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name_plural = "knowledge entries"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens are 256-bit random strings, so a fast unsalted digest is enough to make the stored
+    # value useless to a reader of the database while keeping lookup a single indexed query.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A project-scoped bearer token. Only its sha256 is stored; the token is shown once."""
+
+    PREFIX = "smr_"
+
+    project = models.ForeignKey(Project, models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=200)
+    token_hash = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=16)  # the first characters, to tell tokens apart in lists
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(models.Model):
+    """Who did what to which object, and when. Written by services, never edited."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
+    actor_label = models.CharField(max_length=200)  # "alice", "token:ci-harness", "system"
+    verb = models.CharField(max_length=100)
+    project = models.ForeignKey(Project, models.CASCADE, null=True, blank=True, related_name="audit_events")
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=200)
+    detail = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["project", "-created"], name="audit_project_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label} {self.verb} {self.object_type}:{self.object_id}"

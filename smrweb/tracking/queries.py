@@ -1,0 +1,164 @@
+"""Read-side queries shared by the API and the dashboard. Each answers in a fixed number of queries,
+whatever the number of runs or points."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Sum, Window
+from django.db.models.functions import Cast, RowNumber
+from django.utils import timezone
+
+from smrweb.tracking.models import TERMINAL_STATES, MetricPoint, Project, Run, Submission
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    step: int
+    value: float  # the bucket's mean when downsampled
+    min: float
+    max: float
+    count: int
+
+
+def metric_keys(run: Run) -> list[str]:
+    return list(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct().order_by("key"))
+
+
+def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoint]]:
+    """A run's series for `key`, at most `points` long: min/mean/max per step bucket, computed in SQL.
+
+    Returns (total points stored, the points). Buckets split the step range evenly, so a chart keeps
+    the series' shape (its extremes survive as min/max) without shipping every point.
+    """
+    rows = MetricPoint.objects.filter(run=run, key=key)
+    span = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"))
+    total = span["n"]
+    if total == 0:
+        return 0, []
+    if total <= points:
+        return total, [SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")]
+    lo, width = span["lo"], span["hi"] - span["lo"] + 1
+    # Integer arithmetic on both backends: bucket = (step - lo) * points / width, in [0, points).
+    bucket = Cast((F("step") - lo) * points / width, IntegerField())
+    buckets = (
+        rows.annotate(bucket=bucket)
+        .values("bucket")
+        .annotate(step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id"))
+        .order_by("bucket")
+    )
+    return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
+
+
+def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[float]]:
+    """The last `per_run` scores of each run in time order, in one query (for sparklines)."""
+    run_ids = list(run_ids)
+    if not run_ids:
+        return {}
+    ranked = (
+        Submission.objects.filter(run_id__in=run_ids)
+        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=[F("ts").desc(), F("id").desc()]))
+        .filter(rn__lte=per_run)  # filtered in SQL (Django wraps the window query)
+        .values_list("run_id", "score", "rn")
+    )
+    history: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for run_id, score, rn in ranked:
+        history[run_id].append((rn, score))
+    return {run_id: [s for _, s in sorted(pairs, reverse=True)] for run_id, pairs in history.items()}
+
+
+def project_score_histories(projects: Iterable[Project], *, per_project: int = 60) -> dict[int, list[float]]:
+    """Each project's last `per_project` scores across all its runs, in time order, in one query."""
+    ids = [p.pk for p in projects]
+    if not ids:
+        return {}
+    ranked = (
+        Submission.objects.filter(project_id__in=ids)
+        .annotate(rn=Window(RowNumber(), partition_by=[F("project_id")], order_by=[F("ts").desc(), F("id").desc()]))
+        .filter(rn__lte=per_project)
+        .values_list("project_id", "score", "rn")
+    )
+    history: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for project_id, score, rn in ranked:
+        history[project_id].append((rn, score))
+    return {pid: [s for _, s in sorted(pairs, reverse=True)] for pid, pairs in history.items()}
+
+
+@dataclass
+class ProjectSummary:
+    project: Project
+    best_score: float | None
+    active: int
+    stalled: int
+    failed: int
+    runs: int
+    spend_usd: Decimal
+    spend_today_usd: Decimal
+    last_activity: datetime | None
+    history: list[float]
+
+
+def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
+    """Per project: best score in its direction, run counts by condition, spend — in three queries."""
+    projects = list(projects)
+    ids = [p.pk for p in projects]
+    live = ~Q(runs__state__in=TERMINAL_STATES)
+    counts = {
+        row["pk"]: row
+        for row in Project.objects.filter(pk__in=ids).values("pk").annotate(
+            runs_n=Count("runs"),
+            active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
+            stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
+            failed=Count("runs", filter=Q(runs__state="failed")),
+            spend=Sum("runs__cost_usd"),
+            best_max=Max("runs__best_score"),
+            best_min=Min("runs__best_score"),
+            last=Max("runs__last_progress_at"),
+        )
+    }
+    since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    today = dict(
+        Project.objects.filter(pk__in=ids, runs__turns__ts__gte=since)
+        .values("pk")
+        .annotate(usd=Sum("runs__turns__cost_usd"))
+        .values_list("pk", "usd")
+    )
+    histories = project_score_histories(projects)
+    out = []
+    for p in projects:
+        c = counts.get(p.pk, {})
+        out.append(
+            ProjectSummary(
+                project=p,
+                best_score=c.get("best_max") if p.scenario.maximize else c.get("best_min"),
+                active=c.get("active", 0),
+                stalled=c.get("stalled", 0),
+                failed=c.get("failed", 0),
+                runs=c.get("runs_n", 0),
+                spend_usd=c.get("spend") or Decimal(0),
+                spend_today_usd=today.get(p.pk) or Decimal(0),
+                last_activity=c.get("last"),
+                history=histories.get(p.pk, []),
+            )
+        )
+    return out
+
+
+def leaderboard(project: Project):
+    """A project's submissions, best first in the scenario's direction."""
+    order = "-score" if project.scenario.maximize else "score"
+    return (
+        Submission.objects.filter(project=project)
+        .select_related("run", "artifact__blob", "experiment")
+        .order_by(order, "ts", "id")
+    )
+
+
+def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
+    if not run.is_stalled:
+        return None
+    return (now or timezone.now()) - run.last_progress_at

@@ -1,0 +1,542 @@
+"""The one write path. The REST API, the pollers, the demo and the management commands call these
+functions; none writes tracked data another way. Services own their transaction and audit trail,
+raise `tracking.errors.*`, and know nothing of HTTP or Celery."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import storages
+from django.db import IntegrityError, transaction
+from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min, Q, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from smrweb.tracking import events as ev
+from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, EventError, InvalidEvents, InvalidInput
+from smrweb.tracking.models import (
+    TERMINAL_STATES,
+    AgentTurn,
+    ApiToken,
+    Artifact,
+    ArtifactBlob,
+    ArtifactKind,
+    AuditEvent,
+    Checkpoint,
+    Experiment,
+    Membership,
+    MetricPoint,
+    Project,
+    Role,
+    Run,
+    RuntimeMessage,
+    Scenario,
+    SourceKind,
+    StateChange,
+    Submission,
+    TurnKind,
+    blob_storage_name,
+    hash_token,
+)
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+# --- audit ------------------------------------------------------------------------------------
+
+
+def record_audit(actor: Any, verb: str, obj: Any, *, project: Project | None = None, **detail: Any) -> AuditEvent:
+    """Append an audit row. `actor` is a user, an ApiToken or None (the system)."""
+    user, label = None, "system"
+    if isinstance(actor, ApiToken):
+        label = f"token:{actor.name}"
+    elif actor is not None and getattr(actor, "is_authenticated", False):
+        user, label = actor, actor.get_username()
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_label=label,
+        verb=verb,
+        project=project,
+        object_type=type(obj).__name__.lower(),
+        object_id=str(getattr(obj, "pk", obj)),
+        detail=detail,
+    )
+
+
+# --- scenarios, projects, tokens ----------------------------------------------------------------
+
+
+def generic_scenario() -> Scenario:
+    """The built-in scenario for projects created without one: maximize `score`."""
+    scenario, _ = Scenario.objects.get_or_create(
+        key=Scenario.GENERIC_KEY,
+        defaults={"name": "Generic (maximize score)", "score_metric": "score", "direction": "maximize"},
+    )
+    return scenario
+
+
+def create_scenario(*, by: Any = None, **fields: Any) -> Scenario:
+    """Create a scenario preset from validated fields."""
+    with transaction.atomic():
+        scenario = Scenario.objects.create(**fields)
+        record_audit(by, "scenario.created", scenario, key=scenario.key)
+    return scenario
+
+
+def create_project(
+    slug: str,
+    *,
+    name: str = "",
+    scenario: Scenario | None = None,
+    source: str = SourceKind.PUSH,
+    smr_project_id: str = "",
+    by: Any = None,
+) -> Project:
+    """Create a project; the creating user (if any) becomes its admin."""
+    if source == SourceKind.SMR and not smr_project_id:
+        raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
+    if Project.objects.filter(slug=slug).exists():
+        raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
+    source_settings = {"smr_project_id": smr_project_id} if smr_project_id else {}
+    with transaction.atomic():
+        project = Project.objects.create(
+            slug=slug,
+            name=name or slug,
+            scenario=scenario or generic_scenario(),
+            source=source,
+            source_settings=source_settings,
+        )
+        if by is not None and getattr(by, "is_authenticated", False):
+            Membership.objects.create(project=project, user=by, role=Role.ADMIN)
+        record_audit(by, "project.created", project, project=project, scenario=project.scenario.key)
+    return project
+
+
+def add_member(project: Project, user: Any, *, role: str, by: Any = None) -> Membership:
+    """Give a user a role in a project (or change it)."""
+    with transaction.atomic():
+        membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+        record_audit(by, "member.set", membership, project=project, user=user.get_username(), role=role)
+    return membership
+
+
+def create_api_token(project: Project, *, name: str, by: Any = None) -> tuple[ApiToken, str]:
+    """Create a project-scoped token. Returns the row and the raw token, which is never stored."""
+    raw = ApiToken.PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            project=project,
+            name=name,
+            token_hash=hash_token(raw),
+            hint=raw[:10],
+            created_by=by if getattr(by, "is_authenticated", False) else None,
+        )
+        record_audit(by, "token.created", token, project=project, name=name)
+    return token, raw
+
+
+def revoke_api_token(token: ApiToken, *, by: Any = None) -> ApiToken:
+    """Revoke a token; requests bearing it are refused from now on."""
+    with transaction.atomic():
+        if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+            record_audit(by, "token.revoked", token, project=token.project, name=token.name)
+    token.refresh_from_db()
+    return token
+
+
+def authenticate_token(raw: str) -> ApiToken | None:
+    """The active token matching `raw`, with its last-used time refreshed (at most once a minute)."""
+    token = ApiToken.objects.select_related("project").filter(token_hash=hash_token(raw)).first()
+    if token is None or not token.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
+    """Get or create the run and lock its row for this transaction (one writer per run at a time)."""
+    run = Run.objects.select_for_update().filter(project=project, external_id=external_id).first()
+    if run is not None:
+        return run
+    try:
+        with transaction.atomic():  # savepoint: a concurrent creator may win the unique constraint
+            Run.objects.create(project=project, external_id=external_id, started_at=first_seen,
+                               last_progress_at=timezone.now())
+    except IntegrityError:
+        pass
+    return Run.objects.select_for_update().get(project=project, external_id=external_id)
+
+
+RUN_SETTINGS = ("budget_usd", "budget_tokens", "requested_profile", "actual_profile", "git_branch", "git_commit")
+
+
+def update_run_settings(project: Project, external_id: str, *, by: Any = None, **changes: Any) -> Run:
+    """Set a run's budget, model profiles or git position (creating the run on first sight)."""
+    unknown = set(changes) - set(RUN_SETTINGS)
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "Not a run setting.")
+    with transaction.atomic():
+        run = _locked_run(project, external_id, timezone.now())
+        for field, value in changes.items():
+            setattr(run, field, value)
+        run.save(update_fields=[*changes, "updated"])
+        record_audit(by, "run.settings_changed", run, project=project,
+                     **{k: str(v) for k, v in changes.items()})
+    return run
+
+
+# --- event ingest -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    run: Run
+    accepted: int
+    duplicates: int
+
+
+_EVENT_MODELS = {
+    "metric": MetricPoint,
+    "score": Submission,
+    "agent.turn": AgentTurn,
+    "state": StateChange,
+    "message": RuntimeMessage,
+}
+
+
+def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._Event]) -> IngestResult:
+    """Apply a validated batch to one run: all of it or nothing, replays counted as duplicates.
+
+    Each event is keyed by its client id (or a digest of its content); a key the run already has,
+    or one repeated inside the batch, is a duplicate and writes nothing. Agent turns are also keyed
+    by (actor, turn). Summaries (spend, scores, state) are recomputed from rows, so the result is
+    the same whatever order, retries or duplicates the events arrive with.
+    """
+    _check_scores_in_bounds(project.scenario, events)
+    now = timezone.now()
+    with transaction.atomic():
+        first_seen = min((e.ts for e in events if e.ts is not None), default=now)
+        run = _locked_run(project, run_external_id, first_seen)
+        fresh = _new_events(run, events)
+        by_type: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        for key, event in fresh:
+            by_type[event.type].append((key, event))
+        changed: list[str] = []
+        if by_type["metric"]:
+            _insert_metrics(run, by_type["metric"], now)
+        if by_type["agent.turn"]:
+            _insert_turns(run, by_type["agent.turn"], now)
+            changed += recompute_spend(run)
+        if by_type["checkpoint"]:
+            _insert_checkpoints(run, by_type["checkpoint"], now)
+        if by_type["message"]:
+            _insert_messages(run, by_type["message"], now)
+        if by_type["score"]:
+            _insert_scores(run, by_type["score"], now)
+            changed += recompute_scores(run)
+        if by_type["state"]:
+            _insert_states(run, by_type["state"], now)
+            changed += recompute_state(run)
+        if fresh:
+            run.last_progress_at = now
+            run.stalled_since = None  # news arrived: not stalled any more
+            changed += ["last_progress_at", "stalled_since"]
+        if changed:
+            run.save(update_fields=[*dict.fromkeys(changed), "updated"])
+    return IngestResult(run=run, accepted=len(fresh), duplicates=len(events) - len(fresh))
+
+
+def _check_scores_in_bounds(scenario: Scenario, events: Sequence[ev._Event]) -> None:
+    errors = []
+    for index, event in enumerate(events):
+        if event.type != "score":
+            continue
+        if scenario.score_min is not None and event.score < scenario.score_min:
+            errors.append(EventError(index, "score", f"Below the scenario's minimum of {scenario.score_min:g}."))
+        if scenario.score_max is not None and event.score > scenario.score_max:
+            errors.append(EventError(index, "score", f"Above the scenario's maximum of {scenario.score_max:g}."))
+    if errors:
+        raise InvalidEvents(errors)
+
+
+def _new_events(run: Run, events: Sequence[ev._Event]) -> list[tuple[str, Any]]:
+    """The events of the batch that the run has not seen, each with its idempotency key."""
+    keyed = [(e.idempotency_key(), e) for e in events]
+    keys_by_type: dict[str, set[str]] = defaultdict(set)
+    for key, event in keyed:
+        keys_by_type[event.type].add(key)
+    known: set[tuple[str, str]] = set()
+    for etype, keys in keys_by_type.items():
+        if etype == "checkpoint":
+            rows = Checkpoint.objects.filter(run=run, external_id__in=keys).values_list("external_id", flat=True)
+        else:
+            rows = _EVENT_MODELS[etype].objects.filter(run=run, event_id__in=keys).values_list("event_id", flat=True)
+        known.update((etype, k) for k in rows)
+    turn_numbers = {e.turn for _, e in keyed if e.type == "agent.turn"}
+    known_turns = set(
+        AgentTurn.objects.filter(run=run, turn__in=turn_numbers).values_list("actor", "turn")
+    ) if turn_numbers else set()
+
+    fresh = []
+    for key, event in keyed:
+        if (event.type, key) in known:
+            continue
+        known.add((event.type, key))
+        if event.type == "agent.turn":
+            if (event.actor, event.turn) in known_turns:
+                continue
+            known_turns.add((event.actor, event.turn))
+        fresh.append((key, event))
+    return fresh
+
+
+def _insert_metrics(run: Run, items: list[tuple[str, ev.MetricEvent]], now: datetime) -> None:
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run=run, key=e.key, step=e.step, value=e.value, ts=e.ts or now, event_id=k) for k, e in items],
+        batch_size=2000,
+    )
+
+
+def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> None:
+    AgentTurn.objects.bulk_create(
+        [
+            AgentTurn(
+                run=run, event_id=k, turn=e.turn, actor=e.actor, parent_actor=e.parent_actor or "",
+                kind=e.resolved_kind, model=e.model, tokens_in=e.tokens_in, tokens_out=e.tokens_out,
+                cost_usd=e.cost_decimal, tool_calls=list(e.tool_calls), duration_ms=e.duration_ms, ts=e.ts or now,
+            )
+            for k, e in items
+        ],
+        batch_size=1000,
+    )
+
+
+def _insert_checkpoints(run: Run, items: list[tuple[str, ev.CheckpointEvent]], now: datetime) -> None:
+    Checkpoint.objects.bulk_create(
+        [
+            Checkpoint(run=run, external_id=k, label=e.label, commit=e.commit, restorable=e.restorable,
+                       failure_reason=e.failure_reason, ts=e.ts or now)
+            for k, e in items
+        ]
+    )
+
+
+def _insert_messages(run: Run, items: list[tuple[str, ev.MessageEvent]], now: datetime) -> None:
+    # The run row is locked, so max(seq)+1 cannot race with another batch.
+    start = (RuntimeMessage.objects.filter(run=run).aggregate(m=Max("seq"))["m"] or 0) + 1
+    RuntimeMessage.objects.bulk_create(
+        [
+            RuntimeMessage(run=run, seq=start + i, event_id=k, topic=e.topic, target=e.target, mode=e.mode,
+                           body=e.body, ts=e.ts or now)
+            for i, (k, e) in enumerate(items)
+        ]
+    )
+
+
+def _insert_states(run: Run, items: list[tuple[str, ev.StateEvent]], now: datetime) -> None:
+    StateChange.objects.bulk_create(
+        [
+            StateChange(
+                run=run, event_id=k, state=e.state, ts=e.ts or now,
+                failure_family=e.failure.family if e.failure else "",
+                failure_detail=e.failure.detail if e.failure else "",
+                failure_source=e.failure.source if e.failure else "",
+            )
+            for k, e in items
+        ]
+    )
+
+
+def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: datetime) -> None:
+    experiment_ids = {e.experiment for _, e in items if e.experiment}
+    experiments = {x.external_id: x for x in Experiment.objects.filter(run=run, external_id__in=experiment_ids)}
+    for external_id in experiment_ids - experiments.keys():
+        experiments[external_id] = Experiment.objects.create(run=run, external_id=external_id)
+    Submission.objects.bulk_create(
+        [
+            Submission(
+                project_id=run.project_id, run=run, event_id=k, score=e.score, harness_id=e.harness_id,
+                artifact_ref=e.artifact or "", artifact=_find_artifact(run, e.artifact),
+                experiment=experiments.get(e.experiment) if e.experiment else None,
+                commit=e.commit, details=dict(e.details), ts=e.ts or now,
+            )
+            for k, e in items
+        ]
+    )
+
+
+def _find_artifact(run: Run, ref: str | None) -> Artifact | None:
+    if not ref:
+        return None
+    artifacts = Artifact.objects.filter(run=run).select_related("blob")
+    if SHA256_RE.match(ref):
+        return artifacts.filter(blob__sha256=ref).first()
+    return artifacts.filter(path=ref).order_by("-created", "-id").first()
+
+
+_ZERO_USD = Value(Decimal(0), output_field=DecimalField(max_digits=18, decimal_places=6))
+
+
+def recompute_spend(run: Run) -> list[str]:
+    """Set the run's spend totals to the sum of its turns, split by kind. Returns changed fields."""
+    def total(field: str, kind: str | None = None):
+        zero = _ZERO_USD if field == "cost_usd" else Value(0)
+        return Coalesce(Sum(field, filter=Q(kind=kind) if kind else None), zero)
+
+    sums = AgentTurn.objects.filter(run=run).aggregate(
+        turn_count=Count("id"),
+        driver_tokens_in=total("tokens_in", TurnKind.DRIVER_INFERENCE),
+        driver_tokens_out=total("tokens_out", TurnKind.DRIVER_INFERENCE),
+        driver_cost_usd=total("cost_usd", TurnKind.DRIVER_INFERENCE),
+        child_tokens_in=total("tokens_in", TurnKind.CHILD_WORK),
+        child_tokens_out=total("tokens_out", TurnKind.CHILD_WORK),
+        child_cost_usd=total("cost_usd", TurnKind.CHILD_WORK),
+    )
+    # Totals are the sum of the two parts, so the invariant holds by construction.
+    sums["tokens_in"] = sums["driver_tokens_in"] + sums["child_tokens_in"]
+    sums["tokens_out"] = sums["driver_tokens_out"] + sums["child_tokens_out"]
+    sums["cost_usd"] = Decimal(sums["driver_cost_usd"]) + Decimal(sums["child_cost_usd"])
+    for field, value in sums.items():
+        setattr(run, field, value)
+    return list(sums)
+
+
+def recompute_scores(run: Run) -> list[str]:
+    """Set the run's best, latest and count of scores from its submissions."""
+    maximize = run.project.scenario.maximize
+    agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=Max("score") if maximize else Min("score"))
+    latest = Submission.objects.filter(run=run).order_by("-ts", "-id").values_list("score", flat=True).first()
+    run.score_count, run.best_score, run.latest_score = agg["n"], agg["best"], latest
+    return ["score_count", "best_score", "latest_score"]
+
+
+def recompute_state(run: Run) -> list[str]:
+    """Set the run's state and failure from its latest state change by timestamp."""
+    change = StateChange.objects.filter(run=run).order_by("-ts", "-id").first()
+    if change is None:
+        return []
+    run.state = change.state
+    run.failure_family, run.failure_detail, run.failure_source = (
+        change.failure_family, change.failure_detail, change.failure_source,
+    )
+    run.finished_at = change.ts if change.state in TERMINAL_STATES else None
+    return ["state", "failure_family", "failure_detail", "failure_source", "finished_at"]
+
+
+# --- artifacts --------------------------------------------------------------------------------
+
+
+def artifact_storage():
+    return storages["artifacts"]
+
+
+def store_artifact(
+    project: Project,
+    run_external_id: str,
+    *,
+    path: str,
+    content: IO[bytes],
+    kind: str = ArtifactKind.FILE,
+    content_type: str = "application/octet-stream",
+    claimed_sha256: str | None = None,
+    commit: str = "",
+    by: Any = None,
+) -> tuple[Artifact, bool]:
+    """Store an artifact content-addressed: hash it, verify the client's digest, keep the bytes once.
+
+    Returns (artifact, created). The same bytes at the same path of the same run are one artifact;
+    score events that named this artifact before it arrived are linked to it now.
+    """
+    if not path or len(path) > 500:
+        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters.")
+    if claimed_sha256 is not None and not SHA256_RE.match(claimed_sha256.lower()):
+        raise InvalidInput("sha256", "Expected 64 hexadecimal characters.")
+    digest, size = hashlib.sha256(), 0
+    with tempfile.TemporaryFile() as spool:
+        for chunk in iter(lambda: content.read(1024 * 1024), b""):
+            size += len(chunk)
+            if size > settings.MAX_ARTIFACT_BYTES:
+                raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
+            digest.update(chunk)
+            spool.write(chunk)
+        sha256 = digest.hexdigest()
+        if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
+            raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
+        spool.seek(0)
+        blob = _save_blob(sha256, size, spool)
+    with transaction.atomic():
+        run = _locked_run(project, run_external_id, timezone.now())
+        artifact, created = Artifact.objects.get_or_create(
+            run=run, path=path, blob=blob, defaults={"kind": kind, "content_type": content_type, "commit": commit}
+        )
+        if created:
+            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
+                artifact=artifact
+            )
+            run.last_progress_at, run.stalled_since = timezone.now(), None
+            run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
+            record_audit(by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size)
+    return artifact, created
+
+
+def _save_blob(sha256: str, size: int, spool: IO[bytes]) -> ArtifactBlob:
+    blob = ArtifactBlob.objects.filter(sha256=sha256).first()
+    if blob is not None:
+        return blob  # same bytes already stored: keep one copy
+    storage, name = artifact_storage(), blob_storage_name(sha256)
+    if not storage.exists(name):
+        saved = storage.save(name, File(spool))
+        if saved != name:  # another writer stored the same bytes a moment earlier
+            storage.delete(saved)
+    blob, _ = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    return blob
+
+
+def open_blob(blob: ArtifactBlob) -> IO[bytes]:
+    """Open a stored blob for reading."""
+    return artifact_storage().open(blob.storage_name, "rb")
+
+
+# --- stalled runs -----------------------------------------------------------------------------
+
+
+def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
+    """Mark live runs with no progress for their project's stall_after as stalled; return them."""
+    now = now or timezone.now()
+    deadline = ExpressionWrapper(Value(now) - F("project__stall_after"), output_field=Run._meta.get_field("last_progress_at"))
+    candidates = list(
+        Run.objects.select_related("project")
+        .exclude(state__in=TERMINAL_STATES)
+        .filter(stalled_since__isnull=True, last_progress_at__lt=deadline)
+    )
+    flagged = []
+    for run in candidates:
+        with transaction.atomic():
+            # Claim the row: ingest may have brought news since the query above.
+            claimed = Run.objects.filter(
+                pk=run.pk, stalled_since__isnull=True, last_progress_at=run.last_progress_at
+            ).update(stalled_since=now)
+            if claimed:
+                run.stalled_since = now
+                record_audit(None, "run.stalled", run, project=run.project,
+                             last_progress_at=run.last_progress_at.isoformat())
+                flagged.append(run)
+    return flagged
+
