@@ -70,7 +70,7 @@ class Command(BaseCommand):
         finally:
             self.stop_children()
             if redis is not None:
-                redis.shutdown(save=True, now=True)
+                redis.shutdown(save=True)
             self.stdout.write("stopped.")
 
     def spawn(self, name: str, argv: list[str]) -> None:

