@@ -4,6 +4,7 @@ Defaults run with nothing installed: SQLite (WAL) and an embedded Redis (redisli
 SMRWEB_DATA_DIR. `SMRWEB_PRODUCTION=true` turns on the hardening `manage.py check --deploy` asks for.
 """
 
+import os
 import secrets
 from pathlib import Path
 
@@ -105,8 +106,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": env.int("SMRWEB_SQLITE_BUSY_TIMEOUT", default=30),
         }
     )
-    # A file (not :memory:) so that a Celery worker subprocess sees the same test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    # A file (not :memory:) so that a Celery worker subprocess sees the same test database; one per
+    # test session so that two sessions on one machine never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "tmp" / f"test-{os.getpid()}.sqlite3")}
+    (DATA_DIR / "tmp").mkdir(exist_ok=True)
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -179,6 +182,7 @@ def _celery_url(redis_url: str) -> str:
 
 CELERY_BROKER_URL = _celery_url(REDIS_URL)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = env.str("SMRWEB_CELERY_QUEUE", default="celery")
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"

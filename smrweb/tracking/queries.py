@@ -153,7 +153,7 @@ def leaderboard(project: Project):
     order = "-score" if project.scenario.maximize else "score"
     return (
         Submission.objects.filter(project=project)
-        .select_related("run", "artifact__blob", "experiment")
+        .select_related("run__project", "artifact__blob", "experiment")
         .order_by(order, "ts", "id")
     )
 

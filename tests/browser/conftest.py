@@ -1,0 +1,125 @@
+"""Browser fixtures: one headless Chromium for the session, a fresh context (cookies, storage) per test,
+sign-in by session cookie, and small helpers that write tracked data through the services only.
+
+Tests here use pytest-django's `live_server` (a real HTTP server on the test database) and the
+Playwright sync API against the system Chromium; they never download a browser.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from smrweb.tracking import services
+from smrweb.tracking.events import parse_events
+
+# Playwright's sync API keeps an asyncio loop on the main thread between calls, which trips Django's
+# async-safety guard for the ORM calls the tests make to set up data; those calls are plain sync code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = os.environ.get("SMRWEB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+DEFAULT_TIMEOUT_MS = 10_000
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the whole session (launching costs ~1 s)."""
+    executable = shutil.which(CHROMIUM) or CHROMIUM
+    if not Path(executable).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (set SMRWEB_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def context(browser, live_server):
+    """A fresh browser context (no cookies) whose relative URLs resolve against the live server."""
+    ctx = browser.new_context(base_url=live_server.url, viewport=VIEWPORT, accept_downloads=True)
+    ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    ctx.set_default_navigation_timeout(DEFAULT_TIMEOUT_MS)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def sign_in(context, live_server) -> Callable:
+    """sign_in(user): put a signed-in session cookie for `user` into the test's browser context."""
+
+    def _sign_in(user) -> None:
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie.value, "url": live_server.url}])
+
+    return _sign_in
+
+
+# --- data, through the services only ------------------------------------------------------------
+
+
+def push(project, run_id: str, *events: dict):
+    """Ingest events into a run exactly as the REST endpoint does: JSON bytes → parse_events → services."""
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
+
+
+def store(project, run_id: str, path: str, content: bytes, **kwargs):
+    artifact, _ = services.store_artifact(project, run_id, path=path, content=io.BytesIO(content), **kwargs)
+    return artifact
+
+
+def turn(n: int, *, actor: str = "driver", parent: str | None = None, model: str = "gpt-5.4-medium",
+         tokens_in: int = 4000, tokens_out: int = 600, cost_usd: float = 0.011, **extra) -> dict:
+    event = {"type": "agent.turn", "turn": n, "actor": actor, "model": model, "tokens_in": tokens_in,
+             "tokens_out": tokens_out, "cost_usd": cost_usd, **extra}
+    if parent:
+        event["parent_actor"] = parent
+    return event
+
+
+def score(value: float, **extra) -> dict:
+    return {"type": "score", "score": value, "harness_id": "bench-v1", **extra}
+
+
+def state(name: str, **failure) -> dict:
+    event = {"type": "state", "state": name}
+    if failure:
+        event["failure"] = failure
+    return event
+
+
+@pytest.fixture
+def screenshot_dir() -> Iterator[Path]:
+    out = Path(settings.BASE_DIR) / "screenshots"
+    out.mkdir(exist_ok=True)
+    yield out

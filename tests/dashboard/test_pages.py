@@ -1,0 +1,198 @@
+"""Server-rendered pages and their htmx partials: access, content, fragments, flat query counts."""
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from smrweb.dashboard.templatetags.smrweb import sparkline
+from smrweb.tracking import services
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import ApiToken, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def push(project, run_id, *events):
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def scores(project, run_id, *values):
+    push(project, run_id, *[{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)])
+
+
+@pytest.fixture
+def artifact_dir(settings, tmp_path):
+    from django.core.files.storage import storages
+
+    settings.STORAGES = {**settings.STORAGES, "artifacts": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}}}
+    storages._storages.pop("artifacts", None)
+    yield tmp_path
+    storages._storages.pop("artifacts", None)
+
+
+def test_pages_require_login(client, project):
+    for url in ["/", "/projects/hill/", "/projects/hill/runs/r1/", "/projects/hill/tokens/"]:
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+
+
+def test_login_page_renders_a_form(client):
+    response = client.get("/login/")
+    assert response.status_code == 200
+    assert b'name="password"' in response.content
+
+
+def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
+    scores(project, "r1", 0.2, 0.5, 0.4)
+    push(project, "r2", {"type": "state", "state": "failed", "failure": {"family": "runtime", "detail": "boom"}})
+    response = client_alice.get("/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Hill climb" in body
+    assert ">0.5<" in body  # best of a maximize scenario
+    assert "<svg class=\"spark\"" in body
+    assert "<b>1</b> failed" in body
+
+
+def test_overview_poll_returns_only_the_cards_fragment(client_alice, project):
+    response = client_alice.get("/", headers={"HX-Request": "true"})
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="project-cards"')
+    assert "<html" not in body
+    assert "HX-Request" in response["Vary"]
+
+
+def test_outsider_gets_404_and_sees_no_projects(client, carol, project):
+    client.force_login(carol)
+    assert client.get("/projects/hill/").status_code == 404
+    assert client.get("/projects/hill/runs/r1/").status_code == 404
+    assert "Hill climb" not in client.get("/").content.decode()
+
+
+def test_project_page_lists_runs_with_badges_and_leaderboard_by_direction(client_alice, project):
+    scores(project, "good", 0.9)
+    scores(project, "meh", 0.3)
+    push(project, "broken", {"type": "state", "state": "failed",
+                             "failure": {"family": "runtime", "detail": "repo_like_task_count_mismatch"}})
+    services.update_run_settings(project, "meh", requested_profile="big", actual_profile="mini")
+    body = client_alice.get("/projects/hill/").content.decode()
+    assert 'title="runtime · repo_like_task_count_mismatch"' in body
+    assert "downgraded" in body
+    board = body.split("<h2>Leaderboard</h2>")[1]
+    assert board.index(">0.9<") < board.index(">0.3<")
+
+
+def test_project_page_filters_runs(client_alice, project):
+    push(project, "ok-run", {"type": "state", "state": "running"})
+    push(project, "bad-run", {"type": "state", "state": "failed"})
+    body = client_alice.get("/projects/hill/?failed=1").content.decode()
+    assert 'data-run="bad-run"' in body and 'data-run="ok-run"' not in body
+    body = client_alice.get("/projects/hill/?q=ok-").content.decode()
+    assert 'data-run="ok-run"' in body and 'data-run="bad-run"' not in body
+    body = client_alice.get("/projects/hill/?state=live").content.decode()
+    assert 'data-run="ok-run"' in body and 'data-run="bad-run"' not in body
+
+
+def test_stalled_run_shows_badge_with_evidence(client_alice, project):
+    push(project, "quiet", {"type": "metric", "key": "loss", "value": 1})
+    Run.objects.filter(external_id="quiet").update(last_progress_at=timezone.now() - timedelta(hours=2))
+    services.flag_stalled_runs()
+    body = client_alice.get("/projects/hill/").content.decode()
+    assert "badge-stalled" in body and "No progress for 2h" in body
+    run_page = client_alice.get("/projects/hill/runs/quiet/").content.decode()
+    assert "Stalled:" in run_page
+
+
+def test_runs_partial_is_a_fragment_that_keeps_the_filters(client_alice, project):
+    push(project, "r1", {"type": "state", "state": "failed"})
+    body = client_alice.get("/projects/hill/?failed=1", headers={"HX-Request": "true"}).content.decode()
+    assert body.lstrip().startswith('<div id="project-live"')
+    assert 'hx-get="/projects/hill/?failed=1"' in body
+
+
+def test_project_page_queries_stay_flat_as_runs_grow(client_alice, project, django_assert_max_num_queries):
+    for i in range(3):
+        scores(project, f"r{i}", 0.1 * i, 0.2 * i)
+    with django_assert_max_num_queries(20) as small:
+        client_alice.get("/projects/hill/")
+    for i in range(3, 40):
+        scores(project, f"r{i}", 0.1, 0.2)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        client_alice.get("/projects/hill/")
+
+
+def test_overview_queries_stay_flat_as_projects_grow(client_alice, alice, project, django_assert_max_num_queries):
+    with django_assert_max_num_queries(20) as small:
+        client_alice.get("/")
+    for i in range(10):
+        p = services.create_project(f"p{i}", by=alice)
+        scores(p, "r", 0.5)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        client_alice.get("/")
+
+
+def test_run_page_shows_spend_split_turns_and_failure(client_alice, project):
+    push(project, "r1",
+         {"type": "agent.turn", "turn": 0, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.25},
+         {"type": "agent.turn", "turn": 0, "actor": "w1", "parent_actor": "driver", "tokens_in": 10, "cost_usd": 0.5},
+         {"type": "state", "state": "failed", "failure": {"family": "runtime", "detail": "workspace does not exist"}})
+    body = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    assert "$0.75" in body and "$0.25" in body and "$0.50" in body
+    assert "workspace does not exist" in body
+    assert "hx-trigger" not in body.split('id="run-live"')[1].split(">")[0]  # finished runs stop polling
+
+
+def test_live_run_page_polls_itself(client_alice, project):
+    push(project, "r1", {"type": "state", "state": "running"})
+    body = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    assert 'hx-get="/projects/hill/runs/r1/"' in body
+
+
+def test_artifact_download_from_the_dashboard_returns_exact_bytes(client_alice, project, artifact_dir):
+    artifact, _ = services.store_artifact(project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"LR = 3e-4\n"))
+    response = client_alice.get(f"/projects/hill/runs/r1/artifacts/{artifact.pk}/download")
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == b"LR = 3e-4\n"
+    assert response["X-Content-SHA256"] == artifact.blob.sha256
+
+
+def test_tokens_page_is_for_admins_only(client, bob, project):
+    client.force_login(bob)
+    assert client.get("/projects/hill/tokens/").status_code == 403
+
+
+def test_admin_creates_a_token_shown_once_and_revokes_it(client_alice, project):
+    response = client_alice.post("/projects/hill/tokens/", {"name": "harness"})
+    raw = response.context["new_token"]
+    assert raw.startswith("smr_") and raw in response.content.decode()
+    token = ApiToken.objects.get(name="harness")
+    assert raw not in client_alice.get("/projects/hill/tokens/").content.decode()
+    client_alice.post(f"/projects/hill/tokens/{token.pk}/revoke")
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert services.authenticate_token(raw) is None
+
+
+def test_token_form_without_a_name_shows_a_form_error(client_alice, project):
+    response = client_alice.post("/projects/hill/tokens/", {"name": ""})
+    assert response.status_code == 200
+    assert "This field is required" in response.content.decode()
+    assert not ApiToken.objects.filter(project=project).exists()
+
+
+def test_sparkline_marks_the_best_point_in_the_scenario_direction():
+    up = str(sparkline([1.0, 3.0, 2.0], maximize=True))
+    down = str(sparkline([1.0, 3.0, 2.0], maximize=False))
+    assert "best 3" in up and "best 1" in down
+    assert "—" in str(sparkline([]))
+
+
+def test_unknown_api_path_answers_json_404(client):
+    response = client.get("/api/v1/nope/nothing")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
