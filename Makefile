@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install migrate demo serve test lock clean check-python
+.PHONY: install migrate demo serve test bench browser-deps lock clean check-python
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "smrweb needs Python 3.11 or newer")'
@@ -27,8 +27,19 @@ demo: migrate
 serve: migrate
 	$(BIN)/python manage.py runstack
 
-test: install
+# Browser tests need Debian's Chromium: installed here when we may (root or sudo), else they skip.
+browser-deps:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium not installed and no root: browser tests will be skipped"; fi; } || true
+
+test: install browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
+bench: migrate
+	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
 
 # Re-pin every dependency (with hashes) after editing pyproject.toml.
 lock:

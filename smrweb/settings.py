@@ -136,6 +136,9 @@ LOGOUT_REDIRECT_URL = "login"
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env.str("SMRWEB_STATIC_ROOT", default=str(DATA_DIR / "static")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Outside production, serve straight from static/ so a checkout works before collectstatic.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 ARTIFACT_ROOT = Path(env.str("SMRWEB_ARTIFACT_ROOT", default=str(DATA_DIR / "artifacts")))
 
 _artifact_storage = {
@@ -149,6 +152,8 @@ if bucket := env.str("SMRWEB_ARTIFACT_S3_BUCKET", default=""):
         "OPTIONS": {
             "bucket_name": bucket,
             "endpoint_url": env.str("SMRWEB_ARTIFACT_S3_ENDPOINT", default="") or None,
+            "region_name": env.str("AWS_S3_REGION_NAME", default="us-east-1"),
+            "addressing_style": "path",  # MinIO and most S3-compatible servers want path-style URLs
             "location": "artifacts",
             "file_overwrite": False,
             "querystring_auth": True,

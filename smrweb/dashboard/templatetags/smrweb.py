@@ -1,4 +1,5 @@
-"""Template helpers: server-rendered SVG sparklines, state badges, money and time formatting."""
+"""Template helpers: server-rendered SVG sparklines and score charts, state badges, the budget bar,
+money, token, id and time formatting. Presentation only: no queries, no business rules."""
 
 from __future__ import annotations
 
@@ -7,9 +8,19 @@ from decimal import Decimal
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 register = template.Library()
+
+
+def _best_index(values: list[float], maximize: bool) -> int:
+    n = len(values)
+    return max(range(n), key=lambda i: values[i]) if maximize else min(range(n), key=lambda i: values[i])
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
 
 
 @register.simple_tag
@@ -17,7 +28,7 @@ def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = Tr
     """An inline SVG polyline of `values` with the best point marked; a dash when there are none."""
     values = [float(v) for v in values or [] if v is not None]
     if not values:
-        return format_html('<span class="spark-empty" title="no scores yet">—</span>')
+        return mark_safe('<span class="spark-empty" title="no scores yet">—</span>')
     pad = 3
     lo, hi = min(values), max(values)
     span = (hi - lo) or 1.0
@@ -28,18 +39,82 @@ def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = Tr
         y = height - pad - (height - 2 * pad) * ((v - lo) / span if hi != lo else 0.5)
         return round(x, 1), round(y, 1)
 
-    points = " ".join(f"{x},{y}" for x, y in (xy(i, v) for i, v in enumerate(values)))
-    best_i = max(range(n), key=lambda i: values[i]) if maximize else min(range(n), key=lambda i: values[i])
-    bx, by = xy(best_i, values[best_i])
-    lx, ly = xy(n - 1, values[-1])
-    title = f"{n} scores · latest {values[-1]:.4g} · best {values[best_i]:.4g}"
+    coords = [xy(i, v) for i, v in enumerate(values)]
+    points = " ".join(f"{x},{y}" for x, y in coords)
+    # The area under the line, closed along the bottom edge: a faint fill that reads as a trend at a glance.
+    area = f"{coords[0][0]},{height - pad} {points} {coords[-1][0]},{height - pad}"
+    best_i = _best_index(values, maximize)
+    bx, by = coords[best_i]
+    lx, ly = coords[-1]
+    title = f"{n} scores · latest {_fmt(values[-1])} · best {_fmt(values[best_i])}"
     return format_html(
         '<svg class="spark" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
         "<title>{}</title>"
-        '<polyline points="{}" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round"/>'
-        '<circle class="spark-best" cx="{}" cy="{}" r="2.5"/>'
-        '<circle class="spark-last" cx="{}" cy="{}" r="2"/></svg>',
-        width, height, width, height, title, title, points, bx, by, lx, ly,
+        '<polygon class="spark-area" points="{}"/>'
+        '<polyline points="{}" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round" '
+        'stroke-linecap="round"/>'
+        '<circle class="spark-last" cx="{}" cy="{}" r="2"/>'
+        '<circle class="spark-best" cx="{}" cy="{}" r="2.75"/></svg>',
+        width, height, width, height, title, title, area, points, lx, ly, bx, by,
+    )
+
+
+@register.simple_tag
+def score_chart(values, *, maximize: bool = True, metric: str = "score", height: int = 200):
+    """A responsive score-over-time chart: every score as a point, the best-so-far frontier as a step
+    line (the hill being climbed), the best score marked, y-axis labels. Coordinates are percentages,
+    so it fills any width without stretching its dots or text; no JavaScript."""
+    values = [float(v) for v in values or [] if v is not None]
+    if not values:
+        return format_html(
+            '<div class="chart-empty" style="height:{}px"><span>No scores yet — a <code>score</code> event '
+            "adds the first point.</span></div>",
+            height // 2,
+        )
+    n = len(values)
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        lo, hi = lo - (abs(lo) * 0.05 or 1), hi + (abs(hi) * 0.05 or 1)
+    span = hi - lo
+
+    def x(i: int) -> float:
+        return round(2 + 96 * (i / (n - 1) if n > 1 else 0.5), 3)
+
+    def y(v: float) -> float:
+        return round(6 + 88 * (1 - (v - lo) / span), 3)
+
+    better = (lambda a, b: a > b) if maximize else (lambda a, b: a < b)
+    frontier, best = [], None
+    for v in values:
+        best = v if best is None or better(v, best) else best
+        frontier.append(best)
+    best_i = _best_index(values, maximize)
+
+    ticks = [hi, lo + span / 2, lo]
+    grid = format_html_join("", '<line class="chart-grid" x1="0" x2="100%" y1="{}%" y2="{}%"/>',
+                            ((y(t), y(t)) for t in ticks))
+    labels = format_html_join("", '<span style="top:{}%">{}</span>', ((y(t), _fmt(t)) for t in ticks))
+    steps = []
+    for i in range(1, n):  # the best-so-far frontier as horizontal-then-vertical steps
+        steps.append((x(i - 1), y(frontier[i - 1]), x(i), y(frontier[i - 1])))
+        if frontier[i] != frontier[i - 1]:
+            steps.append((x(i), y(frontier[i - 1]), x(i), y(frontier[i])))
+    frontier_svg = format_html_join(
+        "", '<line class="chart-frontier" x1="{}%" y1="{}%" x2="{}%" y2="{}%"/>', steps)
+    segments = format_html_join(
+        "", '<line class="chart-line" x1="{}%" y1="{}%" x2="{}%" y2="{}%"/>',
+        ((x(i - 1), y(values[i - 1]), x(i), y(values[i])) for i in range(1, n)))
+    dots = format_html_join(
+        "", '<circle class="chart-dot" cx="{}%" cy="{}%" r="3"><title>#{} · {} {}</title></circle>',
+        ((x(i), y(v), i + 1, metric, _fmt(v)) for i, v in enumerate(values)))
+    return format_html(
+        '<div class="chart" style="height:{}px" role="img" aria-label="{} scores, best {}">'
+        '<div class="chart-y">{}</div>'
+        '<svg class="chart-plot" width="100%" height="100%">{}{}{}{}'
+        '<circle class="chart-best" cx="{}%" cy="{}%" r="5"><title>best {} {}</title></circle></svg>'
+        '<div class="chart-x"><span>first</span><span>latest</span></div></div>',
+        height, n, _fmt(values[best_i]), labels, grid, frontier_svg, segments, dots,
+        x(best_i), y(values[best_i]), metric, _fmt(values[best_i]),
     )
 
 
@@ -59,6 +134,40 @@ def state_badge(run):
     return format_html('<span class="badge badge-{}">{}</span>', run.state, run.state)
 
 
+@register.simple_tag
+def budget_meter(run):
+    """A small inline meter of budget use for tables; a dash when the run has no budget."""
+    fraction = run.budget_used_fraction
+    if fraction is None:
+        return mark_safe('<span class="muted" title="no budget set">—</span>')
+    level = "over" if fraction >= 1 else "high" if fraction >= 0.8 else ""
+    return format_html(
+        '<span class="meter {}" title="{} of the budget used"><span style="width:{}%"></span></span>'
+        '<span class="meter-pct">{}</span>',
+        level, percent(fraction), round(min(fraction, 1) * 100, 1), percent(fraction),
+    )
+
+
+@register.simple_tag
+def budget_bar(run):
+    """Spend as a bar split into driver inference and child work, against the USD budget when set."""
+    driver, child = Decimal(run.driver_cost_usd), Decimal(run.child_cost_usd)
+    total = driver + child
+    budget = Decimal(run.budget_usd) if run.budget_usd else None
+    scale = max(budget or Decimal(0), total) or Decimal(1)
+    d_pct, c_pct = float(driver / scale * 100), float(child / scale * 100)
+    over = budget is not None and total > budget
+    return format_html(
+        '<div class="budget{}" role="img" aria-label="driver {} and child {}{}">'
+        '<div class="budget-part driver" style="width:{}%"></div>'
+        '<div class="budget-part child" style="width:{}%"></div>{}</div>',
+        " over" if over else "", usd(driver), usd(child), format_html(" of {}", usd(budget)) if budget else "",
+        round(d_pct, 2), round(c_pct, 2),
+        format_html('<div class="budget-limit" style="left:{}%" title="budget {}"></div>',
+                    round(float(budget / scale * 100), 2), usd(budget)) if over else "",
+    )
+
+
 @register.filter
 def usd(value) -> str:
     if value is None:
@@ -73,7 +182,7 @@ def usd(value) -> str:
 
 @register.filter
 def score(value) -> str:
-    return "—" if value is None else f"{value:.4g}"
+    return "—" if value is None else _fmt(value)
 
 
 @register.filter
@@ -89,16 +198,32 @@ def tokens(value) -> str:
 
 @register.filter
 def duration(value: timedelta | None) -> str:
+    """Two units at most, dropping a zero second one: 45s, 3m 20s, 15m, 2h 5m, 5h, 3d 4h."""
     if value is None:
         return "—"
-    seconds = int(value.total_seconds())
+    seconds = max(0, int(value.total_seconds()))
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+        big, small, units = seconds // 60, seconds % 60, ("m", "s")
+    elif seconds < 86400:
+        big, small, units = seconds // 3600, seconds % 3600 // 60, ("h", "m")
+    else:
+        big, small, units = seconds // 86400, seconds % 86400 // 3600, ("d", "h")
+    return f"{big}{units[0]} {small}{units[1]}" if small else f"{big}{units[0]}"
+
+
+@register.filter
+def ms(value) -> str:
+    """A duration in milliseconds: 850 ms, 12.3 s, 4m 10s."""
+    if value is None:
+        return "—"
+    value = int(value)
+    if value < 1000:
+        return f"{value} ms"
+    if value < 60_000:
+        return f"{value / 1000:.1f} s"
+    return duration(timedelta(milliseconds=value))
 
 
 @register.filter
@@ -111,3 +236,20 @@ def ago(value: datetime | None) -> str:
 @register.filter
 def percent(value) -> str:
     return "—" if value is None else f"{value * 100:.0f}%"
+
+
+@register.filter
+def midtrunc(value, length: int = 24) -> str:
+    """Shorten a long id in the middle, keeping its head and its distinguishing tail: run-2026-…89ab."""
+    value = str(value or "")
+    length = int(length)
+    if len(value) <= length:
+        return value
+    head = (length - 1) * 3 // 5
+    tail = length - 1 - head
+    return f"{value[:head]}…{value[-tail:]}"
+
+
+@register.filter
+def basename(value) -> str:
+    return str(value or "").rstrip("/").rsplit("/", 1)[-1]

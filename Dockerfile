@@ -1,0 +1,22 @@
+# One image for web, worker and beat (docker-compose.yml picks the command).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
+    SMRWEB_DATA_DIR=/var/lib/smrweb SMRWEB_STATIC_ROOT=/app/staticfiles
+WORKDIR /app
+
+COPY requirements.lock pyproject.toml ./
+RUN pip install --require-hashes -r requirements.lock
+
+COPY manage.py ./
+COPY smrweb ./smrweb
+COPY templates ./templates
+COPY static ./static
+# Static files are collected at build time; the key only exists for this one command.
+RUN SMRWEB_PRODUCTION=true SECRET_KEY=collectstatic-only-build-key-not-used-at-runtime-0123456789 \
+    python manage.py collectstatic --noinput \
+ && useradd --system --home /var/lib/smrweb smrweb && mkdir -p /var/lib/smrweb && chown smrweb /var/lib/smrweb
+USER smrweb
+
+EXPOSE 8000
+CMD ["gunicorn", "smrweb.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]

@@ -1,0 +1,132 @@
+"""Ingest through the REST API, end to end: a fresh data dir, migrations, gunicorn, one keep-alive
+client. Pushes N mixed events (agent turns, metrics, scores) over R runs in batches of B, replays
+every batch, and checks through the read API that each event is stored exactly once and that spend
+equals the sum of turns.
+
+    .venv/bin/python bench/ingest.py --events 10000 --batch 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_events(n: int, runs: int, rng: random.Random) -> dict[str, list[dict]]:
+    per_run: dict[str, list[dict]] = {f"bench-{r}": [] for r in range(runs)}
+    names = list(per_run)
+    for i in range(n):
+        run = names[i % runs]
+        events = per_run[run]
+        k = len(events)
+        kind = k % 10
+        if kind < 5:
+            events.append({"id": f"m{k}", "type": "metric", "key": f"loss/{k % 5}", "value": rng.random(), "step": k})
+        elif kind < 9:
+            events.append({"id": f"t{k}", "type": "agent.turn", "turn": k, "actor": "driver" if k % 3 else "worker-1",
+                           "parent_actor": None if k % 3 else "driver", "model": "m", "tokens_in": rng.randint(1, 9000),
+                           "tokens_out": rng.randint(1, 900), "cost_usd": round(rng.random() / 100, 6),
+                           "tool_calls": ["read_file"]})
+        else:
+            events.append({"id": f"s{k}", "type": "score", "score": rng.random(), "harness_id": "bench"})
+    return per_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--port", type=int, default=8799)
+    parser.add_argument("--database-url", default="", help="default: SQLite in a fresh data dir")
+    args = parser.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="smrweb-bench-"))
+    env = {**os.environ, "SMRWEB_DATA_DIR": str(data), "DEBUG": "false"}
+    env.pop("DATABASE_URL", None)
+    if args.database_url:
+        env["DATABASE_URL"] = args.database_url
+    py = sys.executable
+    run = lambda *a: subprocess.run([py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True)  # noqa: E731
+    run("migrate", "--noinput")
+    slug = f"bench-{int(time.time())}"  # a fresh project, also when --database-url names a used database
+    run("create_project", slug)
+    token = run("create_api_token", slug).stdout.strip().splitlines()[-1]
+    web = subprocess.Popen([str(Path(py).parent / "gunicorn"), "smrweb.wsgi", "--bind", f"127.0.0.1:{args.port}",
+                            "--workers", "1", "--threads", "1", "--log-level", "warning"], cwd=ROOT, env=env)
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120)
+        for _ in range(100):
+            try:
+                if client.get("/api/v1/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        per_run = make_events(args.events, args.runs, random.Random(7))
+        batches = [(run_id, json.dumps(evs[i:i + args.batch]).encode())
+                   for run_id, evs in per_run.items() for i in range(0, len(evs), args.batch)]
+
+        def push_all() -> tuple[float, int, int, list[float]]:
+            accepted = duplicates = 0
+            latencies = []
+            start = time.perf_counter()
+            for run_id, body in batches:
+                t = time.perf_counter()
+                r = client.post(f"/api/v1/projects/{slug}/runs/{run_id}/events", content=body,
+                                headers={"Content-Type": "application/json"})
+                latencies.append(time.perf_counter() - t)
+                r.raise_for_status()
+                accepted += r.json()["accepted"]
+                duplicates += r.json()["duplicates"]
+            return time.perf_counter() - start, accepted, duplicates, latencies
+
+        first, acc1, dup1, lat = push_all()
+        second, acc2, dup2, _ = push_all()
+        # Check exactly-once through the read API.
+        stored = 0
+        for run_id, evs in per_run.items():
+            detail = client.get(f"/api/v1/projects/{slug}/runs/{run_id}").json()
+            turns = [e for e in evs if e["type"] == "agent.turn"]
+            assert detail["turn_count"] == len(turns), detail
+            usd = sum(Decimal(str(e["cost_usd"])) for e in turns)
+            assert Decimal(detail["spend"]["usd"]) == usd, (detail["spend"], usd)
+            assert detail["spend"]["tokens_in"] == sum(e["tokens_in"] for e in turns)
+            parts = detail["spend"]["driver_inference"], detail["spend"]["child_work"]
+            assert Decimal(parts[0]["usd"]) + Decimal(parts[1]["usd"]) == usd
+            metrics = client.get(f"/api/v1/projects/{slug}/runs/{run_id}/metrics",
+                                 params={"key": "loss/0", "points": 10000}).json()
+            assert metrics["total_points"] == sum(1 for e in evs if e.get("key") == "loss/0")
+            stored += len(turns)
+        subs = client.get(f"/api/v1/projects/{slug}/submissions", params={"page_size": 1}).json()["count"]
+        assert subs == sum(1 for evs in per_run.values() for e in evs if e["type"] == "score")
+        assert (acc1, dup1) == (args.events, 0) and (acc2, dup2) == (0, args.events), (acc1, dup1, acc2, dup2)
+        print(json.dumps({
+            "database": "postgresql" if args.database_url else "sqlite",
+            "events": args.events, "batch": args.batch, "runs": args.runs,
+            "first_push_s": round(first, 3), "events_per_s": round(args.events / first),
+            "replay_s": round(second, 3), "replay_events_per_s": round(args.events / second),
+            "batch_latency_median_ms": round(statistics.median(lat) * 1000, 1),
+            "batch_latency_max_ms": round(max(lat) * 1000, 1),
+            "exactly_once": True, "submissions": subs,
+        }, indent=2))
+    finally:
+        web.terminate()
+        web.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Read-side queries: downsampled metric series, score histories and project summaries, each in a
+fixed number of queries."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from smrweb.tracking import events as ev
+from smrweb.tracking import queries, services
+from smrweb.tracking.models import Project, Run
+
+T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def ingest(project, run_id: str, *events: dict) -> services.IngestResult:
+    return services.ingest_events(project, run_id, ev.parse_events(json.dumps(list(events))))
+
+
+def metrics(project, run_id: str, key: str, values: list[float], first_step: int = 0) -> Run:
+    """Store a series through the write path, in batches of the contract's maximum."""
+    batch = [ev.MetricEvent(type="metric", id=f"{key}-{i}", key=key, value=v, step=first_step + i)
+             for i, v in enumerate(values)]
+    for start in range(0, len(batch), ev.MAX_EVENTS):
+        services.ingest_events(project, run_id, batch[start:start + ev.MAX_EVENTS])
+    return Run.objects.get(project=project, external_id=run_id)
+
+
+# --- metric series --------------------------------------------------------------------------------
+
+
+def test_metric_series_downsamples_10000_points_to_at_most_the_asked_number(project):
+    values = [float(i % 97) for i in range(10_000)]
+    values[4321], values[777] = -1000.0, 1000.0  # spikes a chart must not lose
+    run = metrics(project, "r1", "loss", values)
+    total, series = queries.metric_series(run, "loss", 100)
+    assert total == 10_000
+    assert 50 <= len(series) <= 100
+    assert min(p.min for p in series) == -1000.0
+    assert max(p.max for p in series) == 1000.0
+    assert sum(p.count for p in series) == 10_000
+    steps = [p.step for p in series]
+    assert steps == sorted(steps) and steps[0] == 0
+    for p in series:
+        assert p.min <= p.value <= p.max
+
+
+def test_downsampled_buckets_hold_the_mean_of_their_points(project):
+    run = metrics(project, "r1", "acc", [float(i) for i in range(1000)])
+    total, series = queries.metric_series(run, "acc", 10)
+    assert total == 1000 and len(series) == 10
+    first = series[0]
+    assert (first.step, first.count, first.min, first.max) == (0, 100, 0.0, 99.0)
+    assert first.value == pytest.approx(49.5)
+
+
+def test_a_series_with_at_most_the_asked_points_is_returned_raw(project):
+    values = [0.5, -2.0, 3.25, 1.0]
+    run = metrics(project, "r1", "loss", values, first_step=10)
+    total, series = queries.metric_series(run, "loss", 4)
+    assert total == 4
+    assert [(p.step, p.value, p.min, p.max, p.count) for p in series] == [
+        (10 + i, v, v, v, 1) for i, v in enumerate(values)]
+
+
+def test_metric_series_of_a_missing_key_is_empty(project):
+    run = metrics(project, "r1", "loss", [1.0])
+    assert queries.metric_series(run, "nope", 100) == (0, [])
+
+
+def test_metric_series_reads_only_its_run_and_key(project):
+    metrics(project, "r1", "loss", [1.0, 2.0])
+    metrics(project, "r1", "acc", [9.0])
+    run2 = metrics(project, "r2", "loss", [5.0, 6.0, 7.0])
+    total, series = queries.metric_series(run2, "loss", 100)
+    assert total == 3 and [p.value for p in series] == [5.0, 6.0, 7.0]
+
+
+def test_metric_series_is_a_fixed_number_of_queries(project, django_assert_max_num_queries):
+    run = metrics(project, "r1", "loss", [float(i) for i in range(3000)])
+    with django_assert_max_num_queries(2):
+        total, series = queries.metric_series(run, "loss", 50)
+    assert total == 3000 and len(series) == 50
+
+
+def test_metric_keys_are_distinct_and_sorted(project):
+    run = metrics(project, "r1", "loss", [1.0, 2.0])
+    metrics(project, "r1", "accuracy", [1.0])
+    metrics(project, "r2", "other", [1.0])
+    assert queries.metric_keys(run) == ["accuracy", "loss"]
+
+
+# --- score histories ------------------------------------------------------------------------------
+
+
+def scores(project, run_id: str, values: list[float]) -> Run:
+    """Scores at increasing timestamps, sent in reverse so arrival order is not time order."""
+    events = [{"type": "score", "id": f"{run_id}-{i}", "score": v, "ts": (T0 + timedelta(minutes=i)).isoformat()}
+              for i, v in enumerate(values)]
+    ingest(project, run_id, *reversed(events))
+    return Run.objects.get(project=project, external_id=run_id)
+
+
+def test_score_histories_return_the_last_n_scores_per_run_in_time_order_in_one_query(
+    project, django_assert_num_queries
+):
+    a = scores(project, "a", [1, 2, 3, 4, 5, 6])
+    b = scores(project, "b", [10, 20])
+    c = Run.objects.create(project=project, external_id="c")
+    with django_assert_num_queries(1):
+        history = queries.score_histories([a.pk, b.pk, c.pk], per_run=4)
+    assert history == {a.pk: [3, 4, 5, 6], b.pk: [10, 20]}
+
+
+def test_score_histories_of_no_runs_make_no_query(django_assert_num_queries, db):
+    with django_assert_num_queries(0):
+        assert queries.score_histories([]) == {}
+
+
+def test_project_score_histories_span_all_runs_in_time_order(project, other_project):
+    scores(project, "a", [1, 2])
+    ingest(project, "b", {"type": "score", "id": "x", "score": 9, "ts": (T0 + timedelta(seconds=30)).isoformat()})
+    scores(other_project, "z", [100])
+    history = queries.project_score_histories([project, other_project], per_project=2)
+    assert history == {project.pk: [9, 2], other_project.pk: [100]}
+
+
+# --- project summaries ----------------------------------------------------------------------------
+
+
+def test_project_summaries_count_runs_by_condition(project):
+    ingest(project, "live", {"type": "state", "id": "s", "state": "running"})
+    ingest(project, "failed", {"type": "state", "id": "s", "state": "failed"})
+    ingest(project, "done", {"type": "state", "id": "s", "state": "done"})
+    ingest(project, "quiet", {"type": "state", "id": "s", "state": "executing"},
+           {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 1.25},
+           {"type": "agent.turn", "id": "t2", "turn": 2, "cost_usd": 0.5, "ts": "2001-01-01T00:00:00Z"})
+    Run.objects.filter(external_id="quiet").update(last_progress_at=T0)
+    services.flag_stalled_runs(now=T0 + timedelta(days=1))
+    [summary] = queries.project_summaries([project])
+    assert (summary.runs, summary.active, summary.stalled, summary.failed) == (4, 1, 1, 1)
+    assert summary.spend_usd == Decimal("1.75")
+    assert summary.spend_today_usd == Decimal("1.25")  # the 2001 turn is not today's
+
+
+def test_project_summaries_pick_the_best_score_in_each_scenarios_direction(project, alice):
+    low = services.create_scenario(key="lower", name="Lower is better", direction="minimize")
+    fast = services.create_project("fast", scenario=low, by=alice)
+    for p in (project, fast):
+        scores(p, "r1", [5.0, 2.0])
+        scores(p, "r2", [7.0, 9.0])
+    by_slug = {s.project.slug: s for s in queries.project_summaries([project, fast])}
+    assert by_slug["hill"].best_score == 9.0
+    assert by_slug["fast"].best_score == 2.0
+
+
+def test_an_empty_project_summary_has_zeros(project):
+    [summary] = queries.project_summaries([project])
+    assert (summary.runs, summary.active, summary.best_score, summary.spend_usd, summary.history) == (
+        0, 0, None, Decimal(0), [])
+
+
+def _summaries_query_count(projects) -> int:
+    projects = list(projects)  # the caller's own query, as the overview page evaluates it
+    with CaptureQueriesContext(connection) as captured:
+        summaries = queries.project_summaries(projects)
+        [(s.best_score, s.runs, s.history) for s in summaries]
+    return len(captured.captured_queries)
+
+
+def test_project_summaries_take_the_same_number_of_queries_for_1_or_20_projects(alice):
+    for i in range(20):
+        p = services.create_project(f"p{i:02}", by=alice)
+        scores(p, "r", [float(i), float(i + 1)])
+        ingest(p, "r", {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 0.5})
+    qs = Project.objects.select_related("scenario").order_by("slug")
+    one, twenty = _summaries_query_count(qs[:1]), _summaries_query_count(qs)
+    assert one == twenty == 3
+    assert [s.best_score for s in queries.project_summaries(qs)] == [float(i + 1) for i in range(20)]
+
+
+# --- leaderboard ----------------------------------------------------------------------------------
+
+
+def test_leaderboard_orders_by_the_scenario_direction(project, alice):
+    low = services.create_scenario(key="lower", name="Lower is better", direction="minimize")
+    fast = services.create_project("fast", scenario=low, by=alice)
+    for p in (project, fast):
+        scores(p, "r1", [3.0, 1.0, 2.0])
+    assert [s.score for s in queries.leaderboard(project)] == [3.0, 2.0, 1.0]
+    assert [s.score for s in queries.leaderboard(fast)] == [1.0, 2.0, 3.0]
