@@ -168,8 +168,6 @@ class RunEvents(APIView):
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
-        if len(run_id) > 200:
-            raise InvalidInput("run", "Run ids are at most 200 characters.")
         try:
             body = request.body
         except RequestDataTooBig:

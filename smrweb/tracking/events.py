@@ -20,7 +20,10 @@ from smrweb.tracking.models import RunState, TurnKind
 MAX_EVENTS = 5000
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+# Upper bounds keep every value, and every per-run sum of them, inside its database column.
 NonNegative = Annotated[int, Field(ge=0, le=2**62)]
+Int32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+TokenCount = Annotated[int, Field(ge=0, le=10**12)]
 Text = Annotated[str, Field(max_length=200)]
 
 
@@ -74,7 +77,7 @@ class Failure(BaseModel):
 
 class TurnEvent(_Event):
     type: Literal["agent.turn"]
-    turn: NonNegative
+    turn: Int32
     actor: Annotated[str, Field(min_length=1, max_length=200)] = "driver"
     parent_actor: Text | None = None
     kind: TurnKind | None = Field(
@@ -82,11 +85,11 @@ class TurnEvent(_Event):
         description="Default: driver_inference for a root actor (no parent_actor), child_work otherwise.",
     )
     model: Text = ""
-    tokens_in: NonNegative = 0
-    tokens_out: NonNegative = 0
-    cost_usd: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] = 0.0
+    tokens_in: TokenCount = 0
+    tokens_out: TokenCount = 0
+    cost_usd: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)] = 0.0
     tool_calls: list[str | dict[str, Any]] = Field(default_factory=list, max_length=1000)
-    duration_ms: NonNegative | None = None
+    duration_ms: Int32 | None = None
 
     @property
     def resolved_kind(self) -> TurnKind:
@@ -134,9 +137,35 @@ _batch = TypeAdapter(Annotated[list[Event], Field(max_length=MAX_EVENTS)])
 def parse_events(body: bytes | str) -> list[_Event]:
     """Validate a JSON batch; raise InvalidEvents listing every offending event index and field."""
     try:
-        return _batch.validate_json(body)
+        events = _batch.validate_json(body)
     except ValidationError as exc:
         raise InvalidEvents([_event_error(err) for err in exc.errors(include_url=False)]) from None
+    if b"\\u0000" in (body if isinstance(body, bytes) else body.encode()):
+        _refuse_nul_characters(events)
+    return events
+
+
+def _refuse_nul_characters(events: list[_Event]) -> None:
+    """PostgreSQL cannot store U+0000 in text or jsonb; refuse it with its place instead of failing later."""
+    def has_nul(value: Any) -> bool:
+        if isinstance(value, str):
+            return "\x00" in value
+        if isinstance(value, dict):
+            return any(has_nul(k) or has_nul(v) for k, v in value.items())
+        if isinstance(value, (list, tuple)):
+            return any(has_nul(v) for v in value)
+        if isinstance(value, BaseModel):
+            return any(has_nul(getattr(value, name)) for name in type(value).model_fields)
+        return False
+
+    errors = [
+        EventError(index, name, "Text must not contain the NUL character (\\u0000).")
+        for index, event in enumerate(events)
+        for name in type(event).model_fields
+        if has_nul(getattr(event, name))
+    ]
+    if errors:
+        raise InvalidEvents(errors)
 
 
 def _event_error(err: dict[str, Any]) -> EventError:

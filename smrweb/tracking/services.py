@@ -172,6 +172,8 @@ def authenticate_token(raw: str) -> ApiToken | None:
 
 def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
     """Get or create the run and lock its row for this transaction (one writer per run at a time)."""
+    if not external_id or len(external_id) > 200 or "\x00" in external_id:
+        raise InvalidInput("run", "A run id is 1 to 200 characters, without NUL.")
     run = Run.objects.select_for_update().filter(project=project, external_id=external_id).first()
     if run is not None:
         return run
