@@ -223,6 +223,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "smrweb API",
     "DESCRIPTION": "Push agent-run events (turns, metrics, scores, artifacts) and read runs back.",
     "VERSION": "1",
+    # The event components come from pydantic as JSON Schema 2020-12 (`type: null`), which is OpenAPI 3.1.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
@@ -230,6 +232,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two choice sets share the field name `kind`: name each after its model enum.
+    "ENUM_NAME_OVERRIDES": {
+        "ArtifactKindEnum": "smrweb.tracking.models.ArtifactKind",
+        "TurnKindEnum": "smrweb.tracking.models.TurnKind",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "smrweb.api.schema.add_event_components",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -48,3 +50,13 @@ class ApiTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="smrweb"'
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """Describes the bearer token in the OpenAPI document (registered by being defined)."""
+
+    target_class = ApiTokenAuthentication
+    name = "projectToken"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(header_name="AUTHORIZATION", token_prefix="Bearer")

@@ -31,7 +31,9 @@ def _flatten(detail, prefix: str = "") -> list[dict]:
 
 def exception_handler(exc, context):
     if isinstance(exc, TrackingError):
-        return Response(exc.as_dict(), status=exc.status)
+        body = exc.as_dict()
+        body.setdefault("errors", [])  # errors without field detail (too large, digest mismatch) too
+        return Response(body, status=exc.status)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, DjangoPermissionDenied):

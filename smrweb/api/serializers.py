@@ -68,7 +68,7 @@ class SpendSerializer(SpendPartSerializer):
     child_work = SpendPartSerializer()
 
 
-class FailureSerializer(serializers.Serializer):
+class RunFailureSerializer(serializers.Serializer):
     family = serializers.CharField()
     detail = serializers.CharField()
     source = serializers.CharField()
@@ -88,7 +88,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "turn_count", "best_score", "latest_score", "score_count", "git_branch", "git_commit",
                   "started_at", "finished_at", "last_progress_at", "last_polled_at"]
 
-    def get_failure(self, run: Run) -> FailureSerializer(allow_null=True):  # type: ignore[valid-type]
+    def get_failure(self, run: Run) -> RunFailureSerializer(allow_null=True):  # type: ignore[valid-type]
         if not run.failure_family and not run.failure_detail:
             return None
         return {"family": run.failure_family, "detail": run.failure_detail, "source": run.failure_source}

@@ -22,7 +22,17 @@ from smrweb.api import serializers as s
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import BatchTooLarge, InvalidInput
 from smrweb.tracking.events import batch_json_schema, parse_events
-from smrweb.tracking.models import AgentTurn, ApiToken, Artifact, Project, Role, Run, RunState, Scenario
+from smrweb.tracking.models import (
+    AgentTurn,
+    ApiToken,
+    Artifact,
+    Project,
+    Role,
+    Run,
+    RunState,
+    Scenario,
+    Submission,
+)
 
 ERROR = inline_serializer(
     "Error",
@@ -135,6 +145,7 @@ class RunList(generics.ListAPIView):
     """A project's runs, most recently active first, with filters."""
 
     serializer_class = s.RunSerializer
+    queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
     filterset_class = RunFilter
 
     def get_queryset(self):
@@ -180,6 +191,7 @@ class RunTurns(generics.ListAPIView):
     """A run's agent turns in time order."""
 
     serializer_class = s.TurnSerializer
+    queryset = AgentTurn.objects.none()  # the model, for the schema; get_queryset scopes it
 
     def get_queryset(self):
         run = run_for(project_for(self.request, self.kwargs["slug"]), self.kwargs["run_id"])
@@ -280,6 +292,7 @@ class SubmissionList(generics.ListAPIView):
     """A project's submissions, best first in its scenario's direction."""
 
     serializer_class = s.SubmissionSerializer
+    queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it
 
     def get_queryset(self):
         return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))

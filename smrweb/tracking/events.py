@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -142,7 +143,29 @@ def parse_events(body: bytes | str) -> list[_Event]:
         raise InvalidEvents([_event_error(err) for err in exc.errors(include_url=False)]) from None
     if b"\\u0000" in (body if isinstance(body, bytes) else body.encode()):
         _refuse_nul_characters(events)
+    _refuse_non_finite_json(events)
     return events
+
+
+def _refuse_non_finite_json(events: list[_Event]) -> None:
+    """Free-form JSON (details, tool_calls) may not hold NaN or Infinity either: no database stores them."""
+    def non_finite(value: Any) -> bool:
+        if isinstance(value, float):
+            return not math.isfinite(value)
+        if isinstance(value, dict):
+            return any(non_finite(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(non_finite(v) for v in value)
+        return False
+
+    errors = [
+        EventError(index, name, "Numbers must be finite (no NaN or Infinity).")
+        for index, event in enumerate(events)
+        for name in type(event).model_fields
+        if isinstance(getattr(event, name), (dict, list)) and non_finite(getattr(event, name))
+    ]
+    if errors:
+        raise InvalidEvents(errors)
 
 
 def _refuse_nul_characters(events: list[_Event]) -> None:

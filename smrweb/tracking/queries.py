@@ -43,8 +43,10 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     if total <= points:
         return total, [SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")]
     lo, width = span["lo"], span["hi"] - span["lo"] + 1
-    # Integer arithmetic on both backends: bucket = (step - lo) * points / width, in [0, points).
-    bucket = Cast((F("step") - lo) * points / width, IntegerField())
+    # Integer arithmetic on both backends: bucket = (step - lo) // steps_per_bucket, in [0, points).
+    # No multiplication, so steps near the contract's 2**62 cannot overflow bigint.
+    steps_per_bucket = -(-width // points)
+    bucket = Cast((F("step") - lo) / steps_per_bucket, IntegerField())
     buckets = (
         rows.annotate(bucket=bucket)
         .values("bucket")

@@ -51,6 +51,7 @@ from smrweb.tracking.models import (
 )
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+SLUG_RE = re.compile(r"^[-a-zA-Z0-9_]+\Z")  # what the <slug:…> URL converter routes
 
 
 # --- audit ------------------------------------------------------------------------------------
@@ -104,6 +105,8 @@ def create_project(
     by: Any = None,
 ) -> Project:
     """Create a project; the creating user (if any) becomes its admin."""
+    if not slug or len(slug) > 100 or not SLUG_RE.match(slug):
+        raise InvalidInput("slug", "A slug is 1 to 100 letters, digits, hyphens or underscores.")
     if source == SourceKind.SMR and not smr_project_id:
         raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
     if Project.objects.filter(slug=slug).exists():
@@ -170,10 +173,15 @@ def authenticate_token(raw: str) -> ApiToken | None:
 # --- runs -------------------------------------------------------------------------------------
 
 
+def _check_run_id(external_id: str) -> None:
+    # "/" would make the run unreachable by URL (the <str:run_id> converter stops at it).
+    if not external_id or len(external_id) > 200 or "\x00" in external_id or "/" in external_id:
+        raise InvalidInput("run", "A run id is 1 to 200 characters, without '/' or NUL.")
+
+
 def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
     """Get or create the run and lock its row for this transaction (one writer per run at a time)."""
-    if not external_id or len(external_id) > 200 or "\x00" in external_id:
-        raise InvalidInput("run", "A run id is 1 to 200 characters, without NUL.")
+    _check_run_id(external_id)
     run = Run.objects.select_for_update().filter(project=project, external_id=external_id).first()
     if run is not None:
         return run
@@ -375,7 +383,7 @@ def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: dateti
         [
             Submission(
                 project_id=run.project_id, run=run, event_id=k, score=e.score, harness_id=e.harness_id,
-                artifact_ref=e.artifact or "", artifact=_find_artifact(run, e.artifact),
+                artifact_ref=_normal_ref(e.artifact), artifact=_find_artifact(run, e.artifact),
                 experiment=experiments.get(e.experiment) if e.experiment else None,
                 commit=e.commit, details=dict(e.details), ts=e.ts or now,
             )
@@ -384,12 +392,17 @@ def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: dateti
     )
 
 
+def _normal_ref(ref: str | None) -> str:
+    """Digests compare in lower case (uploads accept either); paths as given."""
+    return ref.lower() if ref and SHA256_RE.match(ref.lower()) else (ref or "")
+
+
 def _find_artifact(run: Run, ref: str | None) -> Artifact | None:
     if not ref:
         return None
     artifacts = Artifact.objects.filter(run=run).select_related("blob")
-    if SHA256_RE.match(ref):
-        return artifacts.filter(blob__sha256=ref).first()
+    if SHA256_RE.match(ref.lower()):
+        return artifacts.filter(blob__sha256=ref.lower()).first()
     return artifacts.filter(path=ref).order_by("-created", "-id").first()
 
 
@@ -466,6 +479,7 @@ def store_artifact(
     Returns (artifact, created). The same bytes at the same path of the same run are one artifact;
     score events that named this artifact before it arrived are linked to it now.
     """
+    _check_run_id(run_external_id)  # before any bytes are stored
     if not path or len(path) > 500:
         raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters.")
     if claimed_sha256 is not None and not SHA256_RE.match(claimed_sha256.lower()):

@@ -102,6 +102,9 @@ INVALID = {
     "1e999": (b'[{"type": "metric", "key": "loss", "value": 1e999}]', 0, "value"),
     "negative tokens": (json.dumps([METRIC, {**TURN, "tokens_out": -1}]).encode(), 1, "tokens_out"),
     "extra field": (json.dumps([{**TURN, "price": 3}]).encode(), 0, "price"),
+    "NaN in details": (b'[{"type": "score", "score": 1, "details": {"loss": NaN}}]', 0, "details"),
+    "Infinity in tool calls": (b'[{"type": "agent.turn", "turn": 1, "tool_calls": [{"ms": Infinity}]}]', 0,
+                               "tool_calls"),
 }
 
 

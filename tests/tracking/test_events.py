@@ -125,6 +125,11 @@ def test_an_empty_list_is_a_valid_batch():
     assert ev.parse_events(b"[]") == []
 
 
+def test_a_timestamp_with_an_offset_keeps_its_instant():
+    [event] = ev.parse_events(body({**METRIC, "ts": "2024-05-01T14:00:00+02:00"}))
+    assert event.ts == datetime(2024, 5, 1, 12, tzinfo=UTC)
+
+
 def test_a_timestamp_without_zone_is_taken_as_utc():
     [event] = ev.parse_events(body({**METRIC, "ts": "2024-05-01T12:00:00"}))
     assert event.ts == datetime(2024, 5, 1, 12, tzinfo=UTC)
@@ -238,6 +243,27 @@ def test_non_finite_scores_and_costs_are_refused(literal):
            f'{{"type": "agent.turn", "turn": 1, "cost_usd": {literal}}}]')
     errors = errors_of(raw.encode())
     assert {(e["index"], e["field"]) for e in errors} == {(0, "score"), (1, "cost_usd")}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'[{"type": "score", "score": 1, "details": {"loss": NaN}}]', "details"),
+        (b'[{"type": "score", "score": 1, "details": {"runs": [1, {"x": -Infinity}]}}]', "details"),
+        (b'[{"type": "score", "score": 1, "details": {"x": 1e999}}]', "details"),
+        (b'[{"type": "agent.turn", "turn": 1, "tool_calls": [{"name": "t", "ms": Infinity}]}]', "tool_calls"),
+    ],
+)
+def test_non_finite_numbers_inside_free_form_json_are_refused(raw, field):
+    # No database stores them in JSON: accepting them would fail at write time instead.
+    [error] = errors_of(raw)
+    assert (error["index"], error["field"]) == (0, field)
+    assert "finite" in error["message"]
+
+
+def test_finite_numbers_inside_free_form_json_are_kept():
+    [event] = ev.parse_events(b'[{"type": "score", "score": 1, "details": {"x": 1e308, "n": [0.5, -2]}}]')
+    assert event.details == {"x": 1e308, "n": [0.5, -2]}
 
 
 @pytest.mark.parametrize("field", ["tokens_in", "tokens_out", "turn", "duration_ms", "cost_usd"])

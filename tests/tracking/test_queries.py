@@ -68,6 +68,21 @@ def test_a_series_with_at_most_the_asked_points_is_returned_raw(project):
         (10 + i, v, v, v, 1) for i, v in enumerate(values)]
 
 
+@pytest.mark.parametrize("points", [2, 10, 10_000])
+def test_downsampling_survives_steps_near_the_contracts_maximum(project, points):
+    # Nanosecond timestamps as steps, and the contract's largest step: no bigint overflow (PostgreSQL).
+    steps = [1_700_000_000_000_000_000 + i * 1_000_000_000 for i in range(points + 5)] + [2**62]
+    batch = [ev.MetricEvent(type="metric", key="t", value=float(i), step=s) for i, s in enumerate(steps)]
+    services.ingest_events(project, "r1", batch)
+    run = Run.objects.get(external_id="r1")
+    total, series = queries.metric_series(run, "t", points)
+    assert total == len(steps)
+    assert len(series) <= points
+    assert sum(p.count for p in series) == len(steps)
+    assert (series[0].step, series[0].min) == (steps[0], 0.0)
+    assert series[-1].max == float(len(steps) - 1)
+
+
 def test_metric_series_of_a_missing_key_is_empty(project):
     run = metrics(project, "r1", "loss", [1.0])
     assert queries.metric_series(run, "nope", 100) == (0, [])

@@ -551,6 +551,14 @@ def test_an_artifact_path_must_be_1_to_500_characters(project, path):
     assert caught.value.field == "path"
 
 
+def test_an_artifact_for_an_invalid_run_id_is_refused_before_anything_is_stored(project, artifact_root):
+    with pytest.raises(InvalidInput) as caught:
+        store(project, "r" * 201, b"orphan?")
+    assert caught.value.field == "run"
+    assert not ArtifactBlob.objects.exists() and not Run.objects.exists()
+    assert files_under(artifact_root) == []
+
+
 def test_an_artifact_over_the_size_limit_is_refused_and_not_stored(project, settings, artifact_root):
     settings.MAX_ARTIFACT_BYTES = 16
     artifact, _ = store(project, "r1", b"x" * 16)  # exactly the limit is fine
@@ -616,3 +624,18 @@ def test_each_project_uses_its_own_stall_after(project, other_project):
     flagged = services.flag_stalled_runs(now=T0 + timedelta(minutes=5))
     assert [r.external_id for r in flagged] == ["short"]
     assert other_project.stall_after > timedelta(minutes=5)
+
+
+def test_a_score_naming_its_artifact_by_an_uppercase_digest_is_linked(project):
+    import hashlib
+
+    content = b"weights"
+    digest = hashlib.sha256(content).hexdigest()
+    services.ingest_events(project, "up", ev.parse_events(json.dumps([{"type": "score", "score": 1, "artifact": digest.upper()}])))
+    artifact, _ = services.store_artifact(project, "up", path="m.onnx", content=io.BytesIO(content))
+    assert Submission.objects.get(run__external_id="up").artifact == artifact
+
+
+def test_run_ids_with_a_slash_are_refused(project):
+    with pytest.raises(InvalidInput):
+        services.ingest_events(project, "a/b", ev.parse_events(b'[{"type": "metric", "key": "k", "value": 1}]'))

@@ -253,3 +253,23 @@ def midtrunc(value, length: int = 24) -> str:
 @register.filter
 def basename(value) -> str:
     return str(value or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+@register.filter
+def tool_names(calls) -> str:
+    """The names of a turn's tool calls (strings, or objects with a name), for hover text."""
+    names = []
+    for call in calls or []:
+        if isinstance(call, dict):
+            names.append(str(call.get("name") or call.get("tool") or call.get("type") or "call"))
+        else:
+            names.append(str(call))
+    return ", ".join(names)
+
+
+@register.filter
+def ago_short(value: datetime | None) -> str:
+    """The largest unit only, for tight spots: 40s ago, 12m ago, 3h ago, 2d ago."""
+    if value is None:
+        return "never"
+    return duration(timezone.now() - value).split(" ")[0] + " ago"
