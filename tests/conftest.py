@@ -182,3 +182,9 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.2):
             return result
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def pytest_collection_modifyitems(config, items):
+    # Browser tests last: Playwright leaves an event loop on the main thread, and Django's
+    # async-safety guard would otherwise refuse database calls in the tests that follow.
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

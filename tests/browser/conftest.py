@@ -21,10 +21,6 @@ from django.test import Client
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 
-# Playwright's sync API keeps an asyncio loop on the main thread between calls, which trips Django's
-# async-safety guard for the ORM calls the tests make to set up data; those calls are plain sync code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM = os.environ.get("SMRWEB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -47,10 +43,22 @@ def browser():
         pytest.skip(f"no Chromium at {CHROMIUM} (set SMRWEB_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    # Playwright's sync API keeps an asyncio event loop on the main thread from here to the end of the
+    # session, which trips Django's async-safety guard for every ORM call made afterwards, here and in
+    # test modules that run later. Those calls are plain synchronous code, so the guard is lifted while
+    # the browser lives.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture
@@ -61,6 +69,19 @@ def context(browser, live_server):
     ctx.set_default_navigation_timeout(DEFAULT_TIMEOUT_MS)
     yield ctx
     ctx.close()
+
+
+@pytest.fixture(autouse=True)
+def artifact_dir(settings, tmp_path):
+    """Artifacts of browser tests go to a temporary directory, never to the data directory."""
+    from django.core.files.storage import storages
+
+    location = tmp_path / "artifacts"
+    settings.STORAGES = {**settings.STORAGES, "artifacts": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(location)}}}
+    storages._storages.pop("artifacts", None)
+    yield location
+    storages._storages.pop("artifacts", None)
 
 
 @pytest.fixture

@@ -101,6 +101,7 @@ def _seed_run(project: Project, spec: RunSpec, scenario_path: str, now: datetime
     art_left = spec.artifacts
     msg_at = {round((i + 1) * steps / (len(spec.messages) + 1)): m for i, m in enumerate(spec.messages)}
     events: list[dict] = []
+    ckpt_i = 0
     for n in range(spec.driver_turns):
         minutes = start - (start - end) * (n + 1) / steps
         ts = _ts(minutes, now)
@@ -123,7 +124,8 @@ def _seed_run(project: Project, spec: RunSpec, scenario_path: str, now: datetime
             events.append({"type": "score", "score": value, "harness_id": project.scenario.harness_id or "bench-v1",
                            "artifact": ref, "commit": f"{n:07x}", "details": {"turn": n}, "ts": ts.isoformat()})
         if n in ckpt_at:
-            failed = len([e for e in events if e["type"] == "checkpoint"]) == 1 and spec.fate == "running"
+            ckpt_i += 1
+            failed = ckpt_i == 2 and spec.fate == "running"  # the second checkpoint of a live run failed
             events.append({"type": "checkpoint", "id": f"ckpt-{n}", "label": f"after turn {n}",
                            "commit": hashlib.sha1(f"{spec.run_id}{n}".encode()).hexdigest()[:12], "restorable": not failed,
                            "failure_reason": ("Runtime checkpoint failed (before_actor:orchestrator): workspace snapshot "
@@ -176,7 +178,7 @@ def seed(alice, bob=None, *, seed_value: int = 7) -> Seeded:
     elo = [1012, 1034, 1029, 1061, 1088, 1079, 1112, 1140, 1133, 1167, 1189, 1176, 1214, 1238]
     plan = {
         "dogfight": [
-            RunSpec("run-7f3a2c", "running", 185, 0.3, 150, elo, budget_usd="25.00", artifacts=5, checkpoints=4,
+            RunSpec("run-7f3a2c", "running", 185, 0.3, 150, elo, budget_usd="25.00", artifacts=14, checkpoints=4,
                     messages=["Focus on the value head; the policy head is saturated.",
                               "Stop tuning the learning rate, try a frozen-opponent curriculum instead.",
                               "Keep the parameter count under 250K — the validator rejects bigger models."]),

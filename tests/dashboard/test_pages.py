@@ -196,3 +196,12 @@ def test_unknown_api_path_answers_json_404(client):
     response = client.get("/api/v1/nope/nothing")
     assert response.status_code == 404
     assert response["Content-Type"].startswith("application/json")
+
+
+def test_pager_links_do_not_pile_up_page_parameters_and_the_poll_keeps_the_page(client_alice, project):
+    for i in range(120):
+        push(project, f"r{i:03d}", {"type": "metric", "key": "k", "value": 1})
+    body = client_alice.get("/projects/hill/?page=2&state=live").content.decode()
+    assert 'href="?state=live&page=3"' in body or 'href="?state=live&amp;page=3"' in body
+    assert "page=2&page=" not in body and "page=2&amp;page=" not in body
+    assert 'hx-get="/projects/hill/?page=2&amp;state=live"' in body

@@ -47,6 +47,13 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     return runs.order_by("-last_progress_at", "-id"), filters
 
 
+def _without(params, key: str) -> str:
+    """The query string minus one parameter (so pager links do not pile up `page=`)."""
+    params = params.copy()
+    params.pop(key, None)
+    return params.urlencode()
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
@@ -63,6 +70,7 @@ def project_detail(request, slug: str):
         "filters": filters,
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
-        "query": request.GET.urlencode(),
+        "query": _without(request.GET, "page"),  # for pager links
+        "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
     }
     return render(request, _fragment(request, "dashboard/project_detail.html", "project-live"), context)
