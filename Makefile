@@ -2,49 +2,60 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+# Runtime pins (also what the Docker image installs) and runtime + test pins, both with hashes.
+LOCK      := requirements.lock
+TEST_LOCK := requirements-test.lock
+STAMP      = $(VENV)/.installed-$(notdir $(1))-$(shell cat $(1) pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install migrate demo serve test bench browser-deps lock clean check-python
+.PHONY: install install-test demo serve test bench fuzz browser-deps lock clean distclean check-python
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "smrweb needs Python 3.11 or newer")'
 
-$(STAMP): requirements.lock pyproject.toml | check-python
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python: | check-python
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
-	@rm -f $(VENV)/.installed-*
-	@touch $(STAMP)
 
-install: $(STAMP)
+$(call STAMP,$(LOCK)): $(LOCK) pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	@rm -f $(VENV)/.installed-$(LOCK)-* && touch $@
 
-migrate: install
-	$(BIN)/python manage.py migrate --noinput
+$(call STAMP,$(TEST_LOCK)): $(TEST_LOCK) pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(TEST_LOCK)
+	@rm -f $(VENV)/.installed-$(TEST_LOCK)-* && touch $@
 
-demo: migrate
-	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py runstack --demo
+install: $(call STAMP,$(LOCK))
+install-test: $(call STAMP,$(TEST_LOCK))
 
-serve: migrate
+# The demo keeps its data (and its demo login) apart from what `make serve` runs on.
+demo: install
+	DEBUG=$${DEBUG:-true} SMRWEB_DATA_DIR=$${SMRWEB_DATA_DIR:-var/demo} $(BIN)/python manage.py runstack --demo
+
+serve: install
 	$(BIN)/python manage.py runstack
 
 # Browser tests need Debian's Chromium: installed here when we may (root or sudo), else they skip.
 browser-deps:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium not installed and no root: browser tests will be skipped"; fi; } || true
 
-test: install browser-deps
+test: install-test browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
-bench: migrate
+bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
 
 # Re-pin every dependency (with hashes) after editing pyproject.toml.
-lock:
+lock: | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet uv
-	$(BIN)/python -m uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
+	$(BIN)/python -m uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -o $(LOCK)
+	$(BIN)/python -m uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o $(TEST_LOCK)
 
+# Removes the virtualenv only; `distclean` also removes var/ (the database, artifacts and secret key).
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) .pytest_cache
+distclean: clean
+	rm -rf var

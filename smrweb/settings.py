@@ -27,9 +27,11 @@ def _secret_key() -> str:
     if PRODUCTION:
         raise environ.ImproperlyConfigured("SECRET_KEY must be set when SMRWEB_PRODUCTION is on")
     key_file = DATA_DIR / "secret_key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+    try:  # created readable by the owner only, and by exactly one of several starting processes
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(secrets.token_urlsafe(50))
+    except FileExistsError:
+        pass
     return key_file.read_text().strip()
 
 
@@ -61,6 +63,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "smrweb.core.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -202,6 +205,8 @@ CELERY_BEAT_SCHEDULE = {
     "flag-stalled-runs": {
         "task": "smrweb.sources.tasks.flag_stalled_runs",
         "schedule": env.float("SMRWEB_STALL_CHECK_SECONDS", default=30.0),
+        # A worker that was down should not come back to a backlog of identical checks.
+        "options": {"expires": env.float("SMRWEB_STALL_CHECK_SECONDS", default=30.0)},
     },
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -34,6 +35,12 @@ def exception_handler(exc, context):
         body = exc.as_dict()
         body.setdefault("errors", [])  # errors without field detail (too large, digest mismatch) too
         return Response(body, status=exc.status)
+    if isinstance(exc, OperationalError) and "locked" in str(exc):
+        # SQLite's busy timeout ran out under write load: a retryable condition, not a server bug.
+        response = Response({"code": "busy", "message": "The database is busy; retry shortly.", "errors": []},
+                            status=503)
+        response["Retry-After"] = "2"
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, DjangoPermissionDenied):
@@ -52,5 +59,5 @@ def exception_handler(exc, context):
 
 
 def json_error(status: int, code: str, message: str) -> JsonResponse:
-    """For failures outside DRF views (404/500 handlers under /api/)."""
+    """For failures outside DRF views (the 400/403/404/500 handlers under /api/)."""
     return JsonResponse({"code": code, "message": message, "errors": []}, status=status)

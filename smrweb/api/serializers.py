@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.urls import reverse
 from rest_framework import serializers
 
 from smrweb.tracking.models import (
@@ -102,9 +103,9 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunSettingsSerializer(serializers.Serializer):
-    budget_usd = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, required=False,
-                                          allow_null=True)
-    budget_tokens = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    budget_usd = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, max_value=10**12 - 1,
+                                          required=False, allow_null=True)
+    budget_tokens = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False, allow_null=True)
     requested_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
     actual_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
     git_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
@@ -135,8 +136,7 @@ class ArtifactSerializer(serializers.ModelSerializer):
 
     def get_download_url(self, artifact: Artifact) -> str:
         request = self.context.get("request")
-        path = (f"/api/v1/projects/{artifact.run.project.slug}/runs/{artifact.run.external_id}"
-                f"/artifacts/{artifact.pk}/download")
+        path = reverse("api:artifact-download", args=[artifact.run.project.slug, artifact.run.external_id, artifact.pk])
         return request.build_absolute_uri(path) if request else path
 
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import posixpath
-
-import django_filters
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db.models import Q
-from django.http import FileResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.parsers import MultiPartParser
@@ -19,9 +20,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import serializers as s
+from smrweb.core.downloads import artifact_response
 from smrweb.tracking import queries, services
-from smrweb.tracking.errors import BatchTooLarge, InvalidInput
+from smrweb.tracking.errors import ArtifactTooLarge, BatchTooLarge, InvalidInput
 from smrweb.tracking.events import batch_json_schema, parse_events
+from smrweb.tracking.filters import RunFilter
 from smrweb.tracking.models import (
     AgentTurn,
     ApiToken,
@@ -29,7 +32,6 @@ from smrweb.tracking.models import (
     Project,
     Role,
     Run,
-    RunState,
     Scenario,
     Submission,
 )
@@ -82,9 +84,12 @@ class ScenarioList(generics.ListCreateAPIView):
     serializer_class = s.ScenarioSerializer
     queryset = Scenario.objects.all()
 
-    def perform_create(self, serializer):
-        if not self.request.user.is_staff:
+    def create(self, request, *args, **kwargs):
+        if not request.user.is_staff:  # before validation: a non-staff user learns nothing from field errors
             raise PermissionDenied("Only staff users create scenarios.")
+        return super().create(request, *args, **kwargs)
+
+    def perform_create(self, serializer):
         serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
 
 
@@ -122,23 +127,6 @@ class ProjectDetail(APIView):
 
 
 # --- runs -------------------------------------------------------------------------------------
-
-
-class RunFilter(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=RunState.choices)
-    stalled = django_filters.BooleanFilter(field_name="stalled_since", lookup_expr="isnull", exclude=True)
-    failed = django_filters.BooleanFilter(method="filter_failed")
-    q = django_filters.CharFilter(method="filter_text", help_text="Substring of the run id or failure detail.")
-
-    class Meta:
-        model = Run
-        fields = ["state", "stalled", "failed", "q"]
-
-    def filter_failed(self, queryset, name, value):
-        return queryset.filter(state=RunState.FAILED) if value else queryset.exclude(state=RunState.FAILED)
-
-    def filter_text(self, queryset, name, value):
-        return queryset.filter(Q(external_id__icontains=value) | Q(failure_detail__icontains=value))
 
 
 class RunList(generics.ListAPIView):
@@ -204,7 +192,9 @@ class RunMetrics(APIView):
             OpenApiParameter("key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."),
             OpenApiParameter("points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."),
         ],
-        responses={200: s.MetricSeriesSerializer, **ERRORS},
+        responses={200: PolymorphicProxySerializer(
+            component_name="MetricsAnswer", serializers=[s.MetricKeysSerializer, s.MetricSeriesSerializer],
+            resource_type_field_name=None), **ERRORS},
     )
     def get(self, request, slug: str, run_id: str):
         run = run_for(project_for(request, slug), run_id)
@@ -244,6 +234,9 @@ class RunArtifacts(APIView):
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
+        # Refuse an announced oversize body before Django spools it to disk.
+        if int(request.META.get("CONTENT_LENGTH") or 0) > settings.MAX_ARTIFACT_BYTES + 1024 * 1024:
+            raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
         form = s.ArtifactUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data["file"]
@@ -268,21 +261,6 @@ class ArtifactDownload(APIView):
         run = run_for(project_for(request, slug), run_id)
         artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
         return artifact_response(artifact)
-
-
-def artifact_response(artifact: Artifact) -> FileResponse:
-    """The artifact's exact bytes, named after its path, with the digest in the headers."""
-    response = FileResponse(
-        services.open_blob(artifact.blob),
-        as_attachment=True,
-        filename=posixpath.basename(artifact.path) or "artifact",
-        content_type=artifact.content_type,
-    )
-    digest = bytes.fromhex(artifact.blob.sha256)
-    response["X-Content-SHA256"] = artifact.blob.sha256
-    response["Repr-Digest"] = f"sha-256=:{base64.b64encode(digest).decode()}:"  # RFC 9530
-    response["Content-Length"] = str(artifact.blob.size)
-    return response
 
 
 # --- submissions ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Access checks for pages and partials: the first line of every dashboard view."""
+"""Access checks for pages and partials (the first line of every dashboard view), and fragment choice."""
 
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404
@@ -17,3 +17,10 @@ def project_for_user(request, slug: str, *, role: str = Role.VIEWER) -> Project:
 def run_for_user(request, slug: str, run_id: str, *, role: str = Role.VIEWER) -> Run:
     project = project_for_user(request, slug, role=role)
     return get_object_or_404(Run.objects.select_related("project__scenario"), project=project, external_id=run_id)
+
+
+def fragment_template(request, template: str, fragment: str) -> str:
+    """One URL, one view: htmx polls get the named partial, everything else the full page."""
+    if request.htmx and not request.htmx.history_restore_request:
+        return f"{template}#{fragment}"
+    return template

@@ -1,8 +1,32 @@
-"""Django admin for every tracking model. Token secrets are never shown: only their hint."""
+"""Django admin for every tracking model. Token secrets are never shown: only their hint.
+
+Rows that the ingest write path derives from events (turns, metrics, scores, state changes, messages,
+checkpoints) and the run summaries computed from them are read-only here: editing them by hand would
+break the invariants the services keep (spend == sum of turns, state == latest state change).
+Deleting them is allowed and recomputes the summaries.
+"""
 
 from django.contrib import admin
 
 from smrweb.tracking import models as m
+from smrweb.tracking import services
+from smrweb.tracking.services import RUN_SETTINGS
+
+
+class EventRowAdmin(admin.ModelAdmin):
+    """Browse and delete only. Deleting goes through the service, which recomputes the runs' summaries."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def delete_model(self, request, obj):
+        services.delete_event_rows(type(obj).objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        services.delete_event_rows(queryset)
 
 
 @admin.register(m.Scenario)
@@ -37,33 +61,40 @@ class RunAdmin(admin.ModelAdmin):
                     "last_progress_at"]
     list_filter = ["state", "project"]
     search_fields = ["external_id"]
-    readonly_fields = ["tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
-                       "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd", "turn_count",
-                       "best_score", "latest_score", "score_count"]
+    # Only the settings a person may set are editable; everything else is derived from events.
+    fields = ["project", "external_id", "budget_usd", "budget_tokens", "requested_profile", "actual_profile",
+              "git_branch", "git_commit", "state", "failure_family", "failure_detail", "failure_source",
+              "stalled_since", "tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
+              "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd", "turn_count",
+              "best_score", "latest_score", "score_count", "started_at", "finished_at", "last_progress_at"]
+    readonly_fields = [f for f in fields if f not in RUN_SETTINGS]
+
+    def has_add_permission(self, request):
+        return False  # runs appear with their first event
 
 
 @admin.register(m.StateChange)
-class StateChangeAdmin(admin.ModelAdmin):
+class StateChangeAdmin(EventRowAdmin):
     list_display = ["run", "state", "failure_family", "ts"]
     list_filter = ["state"]
     raw_id_fields = ["run"]
 
 
 @admin.register(m.Experiment)
-class ExperimentAdmin(admin.ModelAdmin):
+class ExperimentAdmin(EventRowAdmin):
     list_display = ["external_id", "run", "title", "status", "verdict"]
     raw_id_fields = ["run", "parent"]
 
 
 @admin.register(m.MetricPoint)
-class MetricPointAdmin(admin.ModelAdmin):
+class MetricPointAdmin(EventRowAdmin):
     list_display = ["run", "key", "step", "value", "ts"]
     raw_id_fields = ["run"]
     show_full_result_count = False  # the table is large: skip the COUNT(*)
 
 
 @admin.register(m.AgentTurn)
-class AgentTurnAdmin(admin.ModelAdmin):
+class AgentTurnAdmin(EventRowAdmin):
     list_display = ["run", "actor", "turn", "kind", "model", "tokens_in", "tokens_out", "cost_usd", "ts"]
     list_filter = ["kind"]
     raw_id_fields = ["run"]
@@ -71,19 +102,19 @@ class AgentTurnAdmin(admin.ModelAdmin):
 
 
 @admin.register(m.ArtifactBlob)
-class ArtifactBlobAdmin(admin.ModelAdmin):
+class ArtifactBlobAdmin(EventRowAdmin):
     list_display = ["sha256", "size", "created"]
     search_fields = ["sha256"]
 
 
 @admin.register(m.Artifact)
-class ArtifactAdmin(admin.ModelAdmin):
+class ArtifactAdmin(EventRowAdmin):
     list_display = ["path", "run", "kind", "blob", "created"]
     raw_id_fields = ["run", "blob"]
 
 
 @admin.register(m.Submission)
-class SubmissionAdmin(admin.ModelAdmin):
+class SubmissionAdmin(EventRowAdmin):
     list_display = ["project", "run", "score", "harness_id", "status", "ts"]
     list_filter = ["status", "project"]
     raw_id_fields = ["run", "experiment", "artifact"]
@@ -102,13 +133,13 @@ class ArenaResultAdmin(admin.ModelAdmin):
 
 
 @admin.register(m.Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
+class CheckpointAdmin(EventRowAdmin):
     list_display = ["external_id", "run", "label", "restorable", "failure_reason", "ts"]
     raw_id_fields = ["run"]
 
 
 @admin.register(m.RuntimeMessage)
-class RuntimeMessageAdmin(admin.ModelAdmin):
+class RuntimeMessageAdmin(EventRowAdmin):
     list_display = ["run", "seq", "topic", "target", "mode", "ts"]
     raw_id_fields = ["run"]
 
@@ -131,6 +162,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ["project", "name", "hint", "created_by", "created", "last_used_at", "revoked_at"]
     readonly_fields = ["hint", "created", "last_used_at", "created_by"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # Moving a live secret to another project would silently widen what it can reach.
+        return [*self.readonly_fields, "project", "name"] if obj else self.readonly_fields
+
     def has_add_permission(self, request):
         return False  # tokens are created by the service (UI or command), which shows the secret once
 
@@ -144,4 +179,7 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
     def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

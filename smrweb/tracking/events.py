@@ -20,6 +20,8 @@ from smrweb.tracking.models import RunState, TurnKind
 
 MAX_EVENTS = 5000
 
+TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TS_MAX = datetime(9999, 1, 1, tzinfo=UTC)
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 # Upper bounds keep every value, and every per-run sum of them, inside its database column.
 NonNegative = Annotated[int, Field(ge=0, le=2**62)]
@@ -39,8 +41,14 @@ class _Event(BaseModel):
     @field_validator("ts")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
         # A timestamp without a zone is taken as UTC rather than the server's local time.
-        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        if not TS_MIN <= value <= TS_MAX:  # also keeps the UTC conversion inside datetime's range
+            raise ValueError("Timestamp must be between 1970-01-01 and 9999-01-01 (UTC).")
+        return value.astimezone(UTC)
 
     def idempotency_key(self) -> str:
         """The client's id, or a digest of the event's content when it sent none."""

@@ -351,8 +351,9 @@ class AgentTurn(models.Model):
         ]
 
 
-def blob_storage_name(sha256: str) -> str:
-    return f"blobs/{sha256[:2]}/{sha256[2:4]}/{sha256}"
+def blob_storage_name(sha256: str, *, unique: str) -> str:
+    """Where a blob's bytes live: fanned out by digest, with a per-write suffix (see services._save_blob)."""
+    return f"blobs/{sha256[:2]}/{sha256[2:4]}/{sha256}-{unique}"
 
 
 class ArtifactBlob(models.Model):

@@ -8,8 +8,10 @@ import hashlib
 import re
 import secrets
 import tempfile
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -40,6 +42,7 @@ from smrweb.tracking.models import (
     Project,
     Role,
     Run,
+    RunState,
     RuntimeMessage,
     Scenario,
     SourceKind,
@@ -126,6 +129,24 @@ def create_project(
     return project
 
 
+PROJECT_SETTINGS = ("name", "stall_after", "knowledge")
+
+
+def update_project(project: Project, *, by: Any = None, **changes: Any) -> Project:
+    """Change a project's name, stall_after or knowledge."""
+    unknown = set(changes) - set(PROJECT_SETTINGS)
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "Not a project setting.")
+    if "stall_after" in changes and changes["stall_after"].total_seconds() < 1:
+        raise InvalidInput("stall_after", "Must be at least one second.")
+    with transaction.atomic():
+        for field, value in changes.items():
+            setattr(project, field, value)
+        project.save(update_fields=[*changes, "updated"])
+        record_audit(by, "project.settings_changed", project, project=project, **{k: str(v) for k, v in changes.items()})
+    return project
+
+
 def add_member(project: Project, user: Any, *, role: str, by: Any = None) -> Membership:
     """Give a user a role in a project (or change it)."""
     with transaction.atomic():
@@ -173,10 +194,14 @@ def authenticate_token(raw: str) -> ApiToken | None:
 # --- runs -------------------------------------------------------------------------------------
 
 
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}\Z")
+
+
 def _check_run_id(external_id: str) -> None:
-    # "/" would make the run unreachable by URL (the <str:run_id> converter stops at it).
-    if not external_id or len(external_id) > 200 or "\x00" in external_id or "/" in external_id:
-        raise InvalidInput("run", "A run id is 1 to 200 characters, without '/' or NUL.")
+    # A run id goes into URLs as one path segment: no "/", "?", "#", spaces, or "."/".." tricks.
+    if not RUN_ID_RE.match(external_id or ""):
+        raise InvalidInput("run", "A run id is 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, starting with a letter, "
+                                  "digit or underscore.")
 
 
 def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
@@ -217,7 +242,7 @@ def update_run_settings(project: Project, external_id: str, *, by: Any = None, *
 
 @dataclass(frozen=True)
 class IngestResult:
-    run: Run
+    run: Run | None  # None for an empty batch
     accepted: int
     duplicates: int
 
@@ -240,6 +265,9 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
     the same whatever order, retries or duplicates the events arrive with.
     """
     _check_scores_in_bounds(project.scenario, events)
+    _check_run_id(run_external_id)
+    if not events:
+        return IngestResult(run=None, accepted=0, duplicates=0)  # nothing to do: not even create the run
     now = timezone.now()
     with transaction.atomic():
         first_seen = min((e.ts for e in events if e.ts is not None), default=now)
@@ -379,11 +407,12 @@ def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: dateti
     experiments = {x.external_id: x for x in Experiment.objects.filter(run=run, external_id__in=experiment_ids)}
     for external_id in experiment_ids - experiments.keys():
         experiments[external_id] = Experiment.objects.create(run=run, external_id=external_id)
+    artifacts = _artifacts_by_ref(run, {_normal_ref(e.artifact) for _, e in items if e.artifact})
     Submission.objects.bulk_create(
         [
             Submission(
                 project_id=run.project_id, run=run, event_id=k, score=e.score, harness_id=e.harness_id,
-                artifact_ref=_normal_ref(e.artifact), artifact=_find_artifact(run, e.artifact),
+                artifact_ref=_normal_ref(e.artifact), artifact=artifacts.get(_normal_ref(e.artifact)),
                 experiment=experiments.get(e.experiment) if e.experiment else None,
                 commit=e.commit, details=dict(e.details), ts=e.ts or now,
             )
@@ -397,13 +426,18 @@ def _normal_ref(ref: str | None) -> str:
     return ref.lower() if ref and SHA256_RE.match(ref.lower()) else (ref or "")
 
 
-def _find_artifact(run: Run, ref: str | None) -> Artifact | None:
-    if not ref:
-        return None
-    artifacts = Artifact.objects.filter(run=run).select_related("blob")
-    if SHA256_RE.match(ref.lower()):
-        return artifacts.filter(blob__sha256=ref.lower()).first()
-    return artifacts.filter(path=ref).order_by("-created", "-id").first()
+def _artifacts_by_ref(run: Run, refs: set[str]) -> dict[str, Artifact]:
+    """The run's artifacts named by digest or path (a path means its latest version), in two queries."""
+    digests = {r for r in refs if SHA256_RE.match(r)}
+    paths = refs - digests
+    found: dict[str, Artifact] = {}
+    if digests:
+        for artifact in Artifact.objects.filter(run=run, blob__sha256__in=digests).select_related("blob"):
+            found.setdefault(artifact.blob.sha256, artifact)
+    if paths:
+        for artifact in Artifact.objects.filter(run=run, path__in=paths).order_by("created", "id"):
+            found[artifact.path] = artifact  # later versions overwrite earlier ones
+    return found
 
 
 _ZERO_USD = Value(Decimal(0), output_field=DecimalField(max_digits=18, decimal_places=6))
@@ -455,6 +489,17 @@ def recompute_state(run: Run) -> list[str]:
     return ["state", "failure_family", "failure_detail", "failure_source", "finished_at"]
 
 
+def delete_event_rows(rows) -> int:
+    """Delete event-derived rows (turns, scores, state changes, …) and recompute their runs' summaries."""
+    with transaction.atomic():
+        run_ids = set(rows.values_list("run_id", flat=True))
+        deleted, _ = rows.delete()
+        for run in Run.objects.select_for_update().select_related("project__scenario").filter(pk__in=run_ids):
+            fields = recompute_spend(run) + recompute_scores(run) + recompute_state(run)
+            run.save(update_fields=[*fields, "updated"])
+    return deleted
+
+
 # --- artifacts --------------------------------------------------------------------------------
 
 
@@ -479,24 +524,22 @@ def store_artifact(
     Returns (artifact, created). The same bytes at the same path of the same run are one artifact;
     score events that named this artifact before it arrived are linked to it now.
     """
-    _check_run_id(run_external_id)  # before any bytes are stored
-    if not path or len(path) > 500:
-        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters.")
+    _check_run_id(run_external_id)  # every column is checked before any bytes are stored
+    if not path or len(path) > 500 or "\x00" in path:
+        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters, without NUL.")
+    if kind not in ArtifactKind.values:
+        raise InvalidInput("kind", f"Expected one of: {', '.join(ArtifactKind.values)}.")
+    if not content_type or len(content_type) > 200 or "\x00" in content_type:
+        raise InvalidInput("file", "The file's content type must be 1 to 200 characters.")
+    if len(commit) > 64 or "\x00" in commit:
+        raise InvalidInput("commit", "A commit is at most 64 characters.")
     if claimed_sha256 is not None and not SHA256_RE.match(claimed_sha256.lower()):
         raise InvalidInput("sha256", "Expected 64 hexadecimal characters.")
-    digest, size = hashlib.sha256(), 0
-    with tempfile.TemporaryFile() as spool:
-        for chunk in iter(lambda: content.read(1024 * 1024), b""):
-            size += len(chunk)
-            if size > settings.MAX_ARTIFACT_BYTES:
-                raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
-            digest.update(chunk)
-            spool.write(chunk)
-        sha256 = digest.hexdigest()
+    with ExitStack() as stack:
+        sha256, size, readable = _hash_upload(content, stack)
         if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
             raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
-        spool.seek(0)
-        blob = _save_blob(sha256, size, spool)
+        blob = _save_blob(sha256, size, readable)
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
@@ -512,16 +555,41 @@ def store_artifact(
     return artifact, created
 
 
-def _save_blob(sha256: str, size: int, spool: IO[bytes]) -> ArtifactBlob:
+def _hash_upload(content: IO[bytes], stack: ExitStack) -> tuple[str, int, IO[bytes]]:
+    """sha256 and size of the upload, and something to read its bytes from again.
+
+    Uploads Django already spooled to disk are read twice in place; only unseekable streams are copied.
+    """
+    seekable = getattr(content, "seekable", lambda: False)()
+    spool = None if seekable else stack.enter_context(tempfile.TemporaryFile())
+    digest, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: content.read(1024 * 1024), b""):
+        size += len(chunk)
+        if size > settings.MAX_ARTIFACT_BYTES:
+            raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
+        digest.update(chunk)
+        if spool is not None:
+            spool.write(chunk)
+    readable = content if spool is None else spool
+    readable.seek(0)
+    return digest.hexdigest(), size, readable
+
+
+def _save_blob(sha256: str, size: int, readable: IO[bytes]) -> ArtifactBlob:
+    """The blob for these bytes, storing them if they are new.
+
+    Bytes go under a name of their own and the row is created only once they are complete, so a
+    crash mid-write leaves an unreferenced file, never a row pointing at partial bytes; when two
+    writers race on new bytes, the loser deletes its copy.
+    """
     blob = ArtifactBlob.objects.filter(sha256=sha256).first()
     if blob is not None:
         return blob  # same bytes already stored: keep one copy
-    storage, name = artifact_storage(), blob_storage_name(sha256)
-    if not storage.exists(name):
-        saved = storage.save(name, File(spool))
-        if saved != name:  # another writer stored the same bytes a moment earlier
-            storage.delete(saved)
-    blob, _ = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    storage = artifact_storage()
+    name = storage.save(blob_storage_name(sha256, unique=uuid.uuid4().hex[:12]), File(readable))
+    blob, created = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    if not created:
+        storage.delete(name)
     return blob
 
 
@@ -539,7 +607,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
     deadline = ExpressionWrapper(Value(now) - F("project__stall_after"), output_field=Run._meta.get_field("last_progress_at"))
     candidates = list(
         Run.objects.select_related("project")
-        .exclude(state__in=TERMINAL_STATES)
+        .exclude(state__in=[*TERMINAL_STATES, RunState.PAUSED])  # a paused run is quiet on purpose
         .filter(stalled_since__isnull=True, last_progress_at__lt=deadline)
     )
     flagged = []

@@ -167,7 +167,9 @@ def test_tokens_page_is_for_admins_only(client, bob, project):
 
 
 def test_admin_creates_a_token_shown_once_and_revokes_it(client_alice, project):
-    response = client_alice.post("/projects/hill/tokens/", {"name": "harness"})
+    response = client_alice.post("/projects/hill/tokens/", {"name": "harness"}, follow=True)
+    assert response.redirect_chain == [("/projects/hill/tokens/", 302)]  # a reload cannot mint another
+    assert "no-store" in response["Cache-Control"]
     raw = response.context["new_token"]
     assert raw.startswith("smr_") and raw in response.content.decode()
     token = ApiToken.objects.get(name="harness")

@@ -55,3 +55,31 @@ def test_api_token_secrets_are_never_shown_in_the_admin(admin_client, project):
     page = admin_client.get(f"/admin/tracking/apitoken/{token.pk}/change/").content.decode()
     assert raw not in page and token.token_hash not in page
     assert admin_client.get("/admin/tracking/apitoken/add/").status_code == 403
+
+
+def test_deleting_a_turn_in_the_admin_keeps_spend_equal_to_the_sum_of_turns(admin_client, project):
+    from smrweb.tracking.models import AgentTurn, Run
+
+    turn = AgentTurn.objects.get()
+    assert admin_client.post(f"/admin/tracking/agentturn/{turn.pk}/delete/", {"post": "yes"}).status_code == 302
+    run = Run.objects.get(external_id="r1")
+    assert not AgentTurn.objects.exists()
+    assert (run.turn_count, run.cost_usd, run.driver_cost_usd) == (0, 0, 0)
+
+
+def test_event_derived_run_fields_cannot_be_edited_in_the_admin(admin_client, project):
+    from smrweb.tracking.models import Run
+
+    run = Run.objects.get(external_id="r1")
+    admin_client.post(f"/admin/tracking/run/{run.pk}/change/", {"budget_usd": "5", "state": "done", "turn_count": 99})
+    run.refresh_from_db()
+    assert run.state == "running" and run.turn_count == 1
+
+
+def test_deleting_a_run_in_the_admin_cascades_through_its_events(admin_client):
+    from smrweb.tracking.models import AgentTurn, Run
+
+    run = Run.objects.get(external_id="r1")
+    response = admin_client.post(f"/admin/tracking/run/{run.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not Run.objects.filter(pk=run.pk).exists() and not AgentTurn.objects.exists()

@@ -502,7 +502,8 @@ def test_the_same_bytes_are_stored_once_across_runs(project, artifact_root):
     assert ArtifactBlob.objects.count() == 1
     [stored] = files_under(artifact_root)
     assert stored.read_bytes() == data
-    assert stored.name == a1.sha256 == services.hashlib.sha256(data).hexdigest()
+    assert stored.name.startswith(a1.sha256 + "-")
+    assert a1.sha256 == services.hashlib.sha256(data).hexdigest()
     assert a1.size == len(data)
 
 
@@ -639,3 +640,22 @@ def test_a_score_naming_its_artifact_by_an_uppercase_digest_is_linked(project):
 def test_run_ids_with_a_slash_are_refused(project):
     with pytest.raises(InvalidInput):
         services.ingest_events(project, "a/b", ev.parse_events(b'[{"type": "metric", "key": "k", "value": 1}]'))
+
+
+def test_a_crashed_write_never_leaves_a_blob_row_pointing_at_partial_bytes(project, artifact_root, monkeypatch):
+    storage = services.artifact_storage()
+    real_save = storage.save
+
+    def save_half_then_crash(name, content, **kwargs):
+        real_save(name, io.BytesIO(content.read(3)))
+        raise OSError("disk full")
+
+    monkeypatch.setattr(storage, "save", save_half_then_crash)
+    with pytest.raises(OSError):
+        store(project, "r1", b"complete bytes", path="m.bin")
+    assert not ArtifactBlob.objects.exists()
+    monkeypatch.setattr(storage, "save", real_save)
+
+    artifact, _ = store(project, "r1", b"complete bytes", path="m.bin")
+    with services.open_blob(artifact.blob) as f:
+        assert f.read() == b"complete bytes"

@@ -5,9 +5,8 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from smrweb.api.views import artifact_response
-from smrweb.dashboard.access import run_for_user
-from smrweb.dashboard.views.projects import _fragment
+from smrweb.core.downloads import artifact_response
+from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.tracking import queries
 from smrweb.tracking.models import Artifact
 
@@ -32,7 +31,7 @@ def run_detail(request, slug: str, run_id: str):
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
         "stalled_for": queries.stalled_for(run),
     }
-    return render(request, _fragment(request, "dashboard/run_detail.html", "run-live"), context)
+    return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
 
 
 @require_GET

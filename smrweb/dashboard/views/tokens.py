@@ -3,11 +3,14 @@
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from smrweb.dashboard.access import project_for_user
 from smrweb.tracking import services
 from smrweb.tracking.models import ApiToken, Role
+
+NEW_TOKEN_KEY = "smrweb.new_token"
 
 
 class TokenForm(forms.Form):
@@ -16,13 +19,17 @@ class TokenForm(forms.Form):
 
 @require_http_methods(["GET", "POST"])
 @login_required
+@never_cache
 def project_tokens(request, slug: str):
     project = project_for_user(request, slug, role=Role.ADMIN)
-    form, new_token = TokenForm(request.POST or None), None
+    form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        _, new_token = services.create_api_token(project, name=form.cleaned_data["name"], by=request.user)
-        form = TokenForm()
-    context = {"project": project, "form": form, "new_token": new_token,
+        _, raw = services.create_api_token(project, name=form.cleaned_data["name"], by=request.user)
+        # Post/redirect/get: a reload must not mint a second token; the secret rides in the
+        # session for exactly one page view.
+        request.session[NEW_TOKEN_KEY] = raw
+        return redirect("dashboard:project-tokens", slug=project.slug)
+    context = {"project": project, "form": form, "new_token": request.session.pop(NEW_TOKEN_KEY, None),
                "tokens": ApiToken.objects.filter(project=project).select_related("created_by")}
     return render(request, "dashboard/project_tokens.html", context)
 

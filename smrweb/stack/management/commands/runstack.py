@@ -37,9 +37,10 @@ class Command(BaseCommand):
             nonlocal stopping
             stopping = True
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # HUP: the terminal closed
+            signal.signal(signum, stop)
         try:
+            call_command("migrate", interactive=False, verbosity=0)
             call_command("collectstatic", interactive=False, verbosity=0)
             python = sys.executable
             bindir = Path(python).parent
@@ -120,7 +121,7 @@ def seed_demo() -> str:
     """Demo login, scenarios and projects; returns the path of a file holding fresh project tokens."""
     from smrweb.stack.harness import DEMO_PROJECTS
     from smrweb.tracking import services
-    from smrweb.tracking.models import Project, Role, Scenario
+    from smrweb.tracking.models import ApiToken, Project, Role, Scenario
 
     User = get_user_model()
     user = User.objects.filter(username=DEMO_USER).first()
@@ -128,16 +129,18 @@ def seed_demo() -> str:
         user = User.objects.create_superuser(DEMO_USER, "demo@localhost", DEMO_PASSWORD)
     lines = []
     for spec in DEMO_PROJECTS:
-        scenario, _ = Scenario.objects.update_or_create(key=spec["scenario"]["key"], defaults=spec["scenario"]["fields"])
+        scenario = Scenario.objects.filter(key=spec["scenario"]["key"]).first() or services.create_scenario(
+            key=spec["scenario"]["key"], **spec["scenario"]["fields"])
         project = Project.objects.filter(slug=spec["slug"]).first()
         if project is None:
             project = services.create_project(spec["slug"], name=spec["name"], scenario=scenario, by=user)
-        project.stall_after = spec["stall_after"]
-        project.save(update_fields=["stall_after"])
+        services.update_project(project, stall_after=spec["stall_after"])
         services.add_member(project, user, role=Role.ADMIN)
+        for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
+            services.revoke_api_token(stale)  # one live harness token per project, whatever the restarts
         _, raw = services.create_api_token(project, name="demo-harness")
         lines.append(f"{project.slug} {raw}")
     token_file = settings.DATA_DIR / "demo-tokens"
-    token_file.write_text("\n".join(lines) + "\n")
-    token_file.chmod(0o600)
+    with os.fdopen(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write("\n".join(lines) + "\n")
     return str(token_file)
