@@ -77,14 +77,6 @@ class Scenario(models.Model):
     def maximize(self) -> bool:
         return self.direction == Direction.MAXIMIZE
 
-    def better(self, a: float | None, b: float | None) -> bool:
-        """Is score `a` better than `b` in this scenario's direction?"""
-        if a is None:
-            return False
-        if b is None:
-            return True
-        return a > b if self.maximize else a < b
-
 
 class SourceKind(models.TextChoices):
     PUSH = "push", "REST push"

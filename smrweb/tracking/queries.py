@@ -56,38 +56,30 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
 
 
-def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[float]]:
-    """The last `per_run` scores of each run in time order, in one query (for sparklines)."""
-    run_ids = list(run_ids)
-    if not run_ids:
-        return {}
-    ranked = (
-        Submission.objects.filter(run_id__in=run_ids)
-        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=[F("ts").desc(), F("id").desc()]))
-        .filter(rn__lte=per_run)  # filtered in SQL (Django wraps the window query)
-        .values_list("run_id", "score", "rn")
-    )
-    history: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for run_id, score, rn in ranked:
-        history[run_id].append((rn, score))
-    return {run_id: [s for _, s in sorted(pairs, reverse=True)] for run_id, pairs in history.items()}
-
-
-def project_score_histories(projects: Iterable[Project], *, per_project: int = 60) -> dict[int, list[float]]:
-    """Each project's last `per_project` scores across all its runs, in time order, in one query."""
-    ids = [p.pk for p in projects]
+def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[float]]:
+    """The last `limit` scores per `group_by` value, oldest first, in one window-function query."""
     if not ids:
         return {}
     ranked = (
-        Submission.objects.filter(project_id__in=ids)
-        .annotate(rn=Window(RowNumber(), partition_by=[F("project_id")], order_by=[F("ts").desc(), F("id").desc()]))
-        .filter(rn__lte=per_project)
-        .values_list("project_id", "score", "rn")
+        Submission.objects.filter(**{f"{group_by}__in": ids})
+        .annotate(rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()]))
+        .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
+        .values_list(group_by, "score", "rn")
     )
     history: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for project_id, score, rn in ranked:
-        history[project_id].append((rn, score))
-    return {pid: [s for _, s in sorted(pairs, reverse=True)] for pid, pairs in history.items()}
+    for key, score, rn in ranked:
+        history[key].append((rn, score))
+    return {key: [s for _, s in sorted(pairs, reverse=True)] for key, pairs in history.items()}
+
+
+def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[float]]:
+    """The last `per_run` scores of each run in time order (for sparklines)."""
+    return _latest_scores("run_id", list(run_ids), per_run)
+
+
+def project_score_histories(projects: Iterable[Project], *, per_project: int = 60) -> dict[int, list[float]]:
+    """Each project's last `per_project` scores across all its runs, in time order."""
+    return _latest_scores("project_id", [p.pk for p in projects], per_project)
 
 
 @dataclass
