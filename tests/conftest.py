@@ -27,6 +27,19 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def artifact_root(settings, tmp_path):
+    """Artifacts of every test go to a temporary directory, never to the data directory. Assigning
+    STORAGES fires setting_changed, which makes Django drop its cached storage backends."""
+    root = tmp_path / "artifacts"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                      "OPTIONS": {"location": str(root), "base_url": None}},
+    }
+    return root
+
+
 @pytest.fixture
 def alice(db):
     return UserFactory(username="alice")

@@ -71,19 +71,6 @@ def context(browser, live_server):
     ctx.close()
 
 
-@pytest.fixture(autouse=True)
-def artifact_dir(settings, tmp_path):
-    """Artifacts of browser tests go to a temporary directory, never to the data directory."""
-    from django.core.files.storage import storages
-
-    location = tmp_path / "artifacts"
-    settings.STORAGES = {**settings.STORAGES, "artifacts": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(location)}}}
-    storages._storages.pop("artifacts", None)
-    yield location
-    storages._storages.pop("artifacts", None)
-
-
 @pytest.fixture
 def page(context):
     page = context.new_page()

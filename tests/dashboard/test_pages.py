@@ -23,17 +23,6 @@ def scores(project, run_id, *values):
     push(project, run_id, *[{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)])
 
 
-@pytest.fixture
-def artifact_dir(settings, tmp_path):
-    from django.core.files.storage import storages
-
-    settings.STORAGES = {**settings.STORAGES, "artifacts": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}}}
-    storages._storages.pop("artifacts", None)
-    yield tmp_path
-    storages._storages.pop("artifacts", None)
-
-
 def test_pages_require_login(client, project):
     for url in ["/", "/projects/hill/", "/projects/hill/runs/r1/", "/projects/hill/tokens/"]:
         response = client.get(url)
@@ -153,7 +142,7 @@ def test_live_run_page_polls_itself(client_alice, project):
     assert 'hx-get="/projects/hill/runs/r1/"' in body
 
 
-def test_artifact_download_from_the_dashboard_returns_exact_bytes(client_alice, project, artifact_dir):
+def test_artifact_download_from_the_dashboard_returns_exact_bytes(client_alice, project):
     artifact, _ = services.store_artifact(project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"LR = 3e-4\n"))
     response = client_alice.get(f"/projects/hill/runs/r1/artifacts/{artifact.pk}/download")
     assert response.status_code == 200

@@ -14,12 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_client(client, project, tmp_path, settings):
-    from django.core.files.storage import storages
-
-    settings.STORAGES = {**settings.STORAGES, "artifacts": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}}}
-    storages._storages.pop("artifacts", None)
+def admin_client(client, project):
     events = [{"type": "agent.turn", "turn": 1, "cost_usd": 0.1}, {"type": "metric", "key": "k", "value": 1},
               {"type": "score", "score": 1.0}, {"type": "state", "state": "running"},
               {"type": "message", "body": "hi"}, {"type": "checkpoint", "id": "c1"}]
@@ -27,8 +22,7 @@ def admin_client(client, project, tmp_path, settings):
     services.store_artifact(project, "r1", path="a.txt", content=io.BytesIO(b"x"))
     services.create_api_token(project, name="t")
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    yield client
-    storages._storages.pop("artifacts", None)
+    return client
 
 
 def test_every_tracking_model_is_registered_in_the_admin():
