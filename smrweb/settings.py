@@ -202,6 +202,11 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
+    "poll-due-projects": {
+        "task": "smrweb.sources.tasks.poll_due_projects",
+        "schedule": env.float("SMRWEB_POLL_TICK_SECONDS", default=2.0),
+        "options": {"expires": 10},
+    },
     "flag-stalled-runs": {
         "task": "smrweb.sources.tasks.flag_stalled_runs",
         "schedule": env.float("SMRWEB_STALL_CHECK_SECONDS", default=30.0),
@@ -266,6 +271,17 @@ if PRODUCTION:
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
 DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
 MAX_EVENTS_PER_BATCH = 5000
+
+# Managed Research (SMR) polling. A project may override the address and key (sealed at rest).
+SMR_BACKEND_BASE = env.str("SMRWEB_SMR_BACKEND_BASE", default="")
+SMR_API_KEY = env.str("SMRWEB_SMR_API_KEY", default="")
+SMR_TIMEOUT = env.float("SMRWEB_SMR_TIMEOUT", default=30.0)
+SMR_FIRST_CALL_TIMEOUT = env.float("SMRWEB_SMR_FIRST_CALL_TIMEOUT", default=120.0)  # a cold backend is slow
+SMR_ACTIVE_INTERVAL = env.float("SMRWEB_SMR_ACTIVE_INTERVAL", default=10.0)  # a project with live runs
+SMR_IDLE_INTERVAL = env.float("SMRWEB_SMR_IDLE_INTERVAL", default=180.0)  # a project with none
+SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
+SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
+SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
 
 LOGGING = {
     "version": 1,

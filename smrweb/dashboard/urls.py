@@ -10,6 +10,7 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
+    path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download", runs.download_artifact,
          name="artifact-download"),
 ]

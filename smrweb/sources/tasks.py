@@ -1,18 +1,59 @@
-"""Celery tasks: thin wrappers that load by id and call one tracking service."""
+"""Celery tasks: thin wrappers that load by id and call one service. All are safe to repeat."""
 
 import logging
+import uuid
 
 from celery import shared_task
+from django.conf import settings
 
+from smrweb.sources import sync
+from smrweb.sources.base import SourceError
+from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
+from smrweb.tracking.models import Project, Run
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
 def flag_stalled_runs() -> int:
-    """Flag live runs with no progress for their project's stall_after. Safe to repeat."""
+    """Flag live runs with no progress for their project's stall_after."""
     flagged = services.flag_stalled_runs()
     if flagged:
         log.info("flagged %d stalled run(s): %s", len(flagged), ", ".join(str(r) for r in flagged))
     return len(flagged)
+
+
+@shared_task(acks_late=True, soft_time_limit=30, time_limit=45)
+def poll_due_projects() -> int:
+    """Beat's tick: enqueue a sync for every polled project that is due."""
+    due = services.claim_due_projects(hold_seconds=settings.SMR_LEASE_SECONDS)
+    for project_id in due:
+        sync_project.delay(project_id)
+    return len(due)
+
+
+@shared_task(acks_late=True, soft_time_limit=settings.SMR_LEASE_SECONDS - 10, time_limit=settings.SMR_LEASE_SECONDS)
+def sync_project(project_id: int) -> dict:
+    """List one project's runs and bring its live or changed runs up to date."""
+    project = Project.objects.select_related("scenario").filter(pk=project_id).first()
+    if project is None:
+        return {}  # deleted after enqueue
+    # When another worker holds the lease (or a killed worker's lease has not expired yet) this
+    # returns at once; the holder schedules the next attempt, or beat does once the lease lapses.
+    return sync.sync_project(project, owner=uuid.uuid4().hex).__dict__
+
+
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
+def stop_run(run_id: int) -> None:
+    """Ask the run's source to stop it, audit the answer, and re-sync the project."""
+    run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
+    if run is None or run.is_terminal:
+        return
+    try:
+        connector_for(run.project).stop_run(run.external_id)
+    except SourceError as exc:
+        services.record_stop_result(run, ok=False, detail=f"{exc.kind}: {exc}")
+        return
+    services.record_stop_result(run, ok=True, detail="accepted by the source")
+    sync_project.delay(run.project_id)

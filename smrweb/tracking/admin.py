@@ -47,6 +47,7 @@ class ProjectAdmin(admin.ModelAdmin):
     list_filter = ["source", "scenario"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+    exclude = ["source_settings"]  # holds the sealed SMR key; set it with `create_project`, never shown
 
 
 @admin.register(m.Membership)

@@ -200,6 +200,13 @@ class Run(models.Model):
     score_count = models.PositiveIntegerField(default=0)
     git_branch = models.CharField(max_length=200, blank=True)
     git_commit = models.CharField(max_length=64, blank=True)
+    # Filled by polled sources (SMR): the backend's own view of the run.
+    live_phase = models.CharField(max_length=100, blank=True)
+    terminal_outcome = models.CharField(max_length=50, blank=True)
+    other_meters_usd = models.DecimalField(default=Decimal(0), **USD)  # sandbox time etc., not agent turns
+    source_total_usd = models.DecimalField(null=True, blank=True, **USD)  # what the backend bills in all
+    source_updated_at = models.DateTimeField(null=True, blank=True)
+    source_cursor = models.JSONField(default=dict, blank=True)  # per kind of data: what a sync has seen
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_progress_at = models.DateTimeField(default=timezone.now)
@@ -248,6 +255,31 @@ class Run(models.Model):
         if self.budget_tokens:
             parts.append((self.tokens_in + self.tokens_out) / self.budget_tokens)
         return max(parts) if parts else None
+
+
+class SourceHealth(models.Model):
+    """How polling a project's source goes: shown on the project page, drives the next attempt."""
+
+    project = models.OneToOneField(Project, models.CASCADE, related_name="source_health")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_kind = models.CharField(max_length=50, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    # A lease, so one worker at a time lists a project's runs (a killed worker's lease just expires).
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    active_runs = models.PositiveIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["next_attempt_at"], name="health_next_attempt_idx")]
+
+    @property
+    def ok(self) -> bool:
+        return self.consecutive_failures == 0 and self.last_success_at is not None
 
 
 class StateChange(models.Model):

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import IO, Any
 
@@ -105,6 +105,8 @@ def create_project(
     scenario: Scenario | None = None,
     source: str = SourceKind.PUSH,
     smr_project_id: str = "",
+    smr_backend_base: str = "",
+    smr_api_key: str = "",
     by: Any = None,
 ) -> Project:
     """Create a project; the creating user (if any) becomes its admin."""
@@ -114,7 +116,13 @@ def create_project(
         raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
     if Project.objects.filter(slug=slug).exists():
         raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
-    source_settings = {"smr_project_id": smr_project_id} if smr_project_id else {}
+    source_settings: dict[str, str] = {"smr_project_id": smr_project_id} if smr_project_id else {}
+    if smr_backend_base:
+        source_settings["backend_base"] = smr_backend_base
+    if smr_api_key:
+        from smrweb.core.secrets import seal
+
+        source_settings["api_key_sealed"] = seal(smr_api_key)  # never stored or shown in clear
     with transaction.atomic():
         project = Project.objects.create(
             slug=slug,
@@ -624,3 +632,127 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
                 flagged.append(run)
     return flagged
 
+
+
+# --- polled sources (SMR) ---------------------------------------------------------------------
+
+
+POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_profile", "budget_usd",
+               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor")
+
+
+def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
+    """Store what a poll saw of a run beyond its events: phase, profiles, budget, meters, cursor."""
+    unknown = set(fields) - set(POLL_FIELDS)
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "Not a polled run field.")
+    with transaction.atomic():
+        run = _locked_run(project, external_id, timezone.now())
+        for field, value in fields.items():
+            setattr(run, field, value)
+        run.last_polled_at = timezone.now()
+        run.save(update_fields=[*fields, "last_polled_at", "updated"])
+    return run
+
+
+def source_health(project: Project):
+    """The project's source-health row (created on first use)."""
+    from smrweb.tracking.models import SourceHealth
+
+    health, _ = SourceHealth.objects.get_or_create(project=project)
+    return health
+
+
+def claim_source_lease(project: Project, *, owner: str, seconds: float) -> bool:
+    """Take the project's polling lease unless another worker holds a live one."""
+    from smrweb.tracking.models import SourceHealth
+
+    source_health(project)
+    now = timezone.now()
+    claimed = (
+        SourceHealth.objects.filter(project=project)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
+        .update(lease_until=now + timedelta(seconds=seconds), lease_owner=owner, last_attempt_at=now)
+    )
+    return claimed == 1
+
+
+def release_source_lease(project: Project, *, owner: str) -> None:
+    from smrweb.tracking.models import SourceHealth
+
+    SourceHealth.objects.filter(project=project, lease_owner=owner).update(lease_until=None, lease_owner="")
+
+
+def record_source_success(project: Project, *, active_runs: int, next_in: float) -> None:
+    """A sync worked: clear the failure streak and schedule the next one."""
+    from smrweb.tracking.models import SourceHealth
+
+    now = timezone.now()
+    SourceHealth.objects.filter(project=project).update(
+        last_success_at=now, consecutive_failures=0, active_runs=active_runs,
+        next_attempt_at=now + timedelta(seconds=next_in),
+    )
+
+
+def record_source_failure(project: Project, *, kind: str, message: str, retry_in: float) -> None:
+    """A sync failed: keep the error for the page and push the next attempt back."""
+    from smrweb.tracking.models import SourceHealth
+
+    now = timezone.now()
+    with transaction.atomic():
+        health = SourceHealth.objects.select_for_update().get(project=project)
+        health.last_error_at, health.last_error, health.last_error_kind = now, message[:2000], kind
+        health.consecutive_failures += 1
+        health.next_attempt_at = now + timedelta(seconds=retry_in)
+        health.save()
+
+
+def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> list[int]:
+    """Ids of polled projects whose next attempt is due, each pushed `hold_seconds` ahead so that the
+    next beat tick does not enqueue it again while its sync is queued or running."""
+    from smrweb.tracking.models import SourceHealth
+
+    now = now or timezone.now()
+    for project in Project.objects.filter(source=SourceKind.SMR, source_health__isnull=True):
+        source_health(project)
+    claimed = []
+    for pk in SourceHealth.objects.filter(project__source=SourceKind.SMR, next_attempt_at__lte=now).values_list(
+        "project_id", flat=True
+    ):
+        if SourceHealth.objects.filter(project_id=pk, next_attempt_at__lte=now).update(
+            next_attempt_at=now + timedelta(seconds=hold_seconds)
+        ):
+            claimed.append(pk)
+    return claimed
+
+
+def store_known_artifact(project: Project, run_external_id: str, *, sha256: str, path: str, kind: str,
+                         content_type: str, commit: str = "") -> Artifact | None:
+    """Record an artifact whose bytes are already stored (same digest): no download needed.
+
+    Returns None when the bytes are not known yet, so the caller pulls them once.
+    """
+    blob = ArtifactBlob.objects.filter(sha256=sha256).first()
+    if blob is None:
+        return None
+    with transaction.atomic():
+        run = _locked_run(project, run_external_id, timezone.now())
+        artifact, created = Artifact.objects.get_or_create(
+            run=run, path=path, blob=blob, defaults={"kind": kind, "content_type": content_type[:200], "commit": commit}
+        )
+        if created:
+            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
+                artifact=artifact
+            )
+    return artifact
+
+
+def request_stop(run: Run, *, by: Any) -> AuditEvent:
+    """Record that someone asked to stop a run; the caller dispatches the stop after commit."""
+    if run.is_terminal:
+        raise InvalidInput("run", f"The run is already {run.state}.")
+    return record_audit(by, "run.stop_requested", run, project=run.project)
+
+
+def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
+    return record_audit(None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail)

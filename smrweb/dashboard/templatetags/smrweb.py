@@ -268,6 +268,15 @@ def tool_names(calls) -> str:
 
 
 @register.filter
+def until(value: datetime | None) -> str:
+    """'in 8s' for a future time, 'now' for a past one."""
+    if value is None:
+        return "—"
+    delta = value - timezone.now()
+    return "now" if delta.total_seconds() <= 0 else "in " + duration(delta)
+
+
+@register.filter
 def ago_short(value: datetime | None) -> str:
     """The largest unit only, for tight spots: 40s ago, 12m ago, 3h ago, 2d ago."""
     if value is None:

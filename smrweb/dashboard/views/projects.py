@@ -57,6 +57,7 @@ def project_detail(request, slug: str):
         "filters": filters,
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
+        "health": getattr(project, "source_health", None) if project.source != "push" else None,
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
     }

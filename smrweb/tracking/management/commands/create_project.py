@@ -14,8 +14,18 @@ class Command(BaseCommand):
         parser.add_argument("--scenario", help="Key of an existing scenario")
         parser.add_argument("--source", choices=SourceKind.values, default=SourceKind.PUSH)
         parser.add_argument("--smr-project-id", default="")
+        parser.add_argument("--smr-backend-base", default="", help="override SMRWEB_SMR_BACKEND_BASE for this project")
+        parser.add_argument("--smr-api-key-env", default="",
+                            help="name of an environment variable holding this project's SMR API key "
+                                 "(stored sealed; never printed)")
 
-    def handle(self, *args, slug, name, scenario, source, smr_project_id, **options):
+    def handle(self, *args, slug, name, scenario, source, smr_project_id, smr_backend_base, smr_api_key_env,
+               **options):
+        import os
+
+        api_key = os.environ.get(smr_api_key_env, "") if smr_api_key_env else ""
+        if smr_api_key_env and not api_key:
+            raise CommandError(f"The environment variable {smr_api_key_env} is empty or unset.")
         found = None
         if scenario:
             found = Scenario.objects.filter(key=scenario).first()
@@ -24,7 +34,8 @@ class Command(BaseCommand):
                 raise CommandError(f"No scenario {scenario!r}. Known: {keys}")
         try:
             project = services.create_project(slug, name=name, scenario=found, source=source,
-                                              smr_project_id=smr_project_id)
+                                              smr_project_id=smr_project_id, smr_backend_base=smr_backend_base,
+                                              smr_api_key=api_key)
         except TrackingError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})")
