@@ -74,6 +74,14 @@ class RunAdmin(admin.ModelAdmin):
         return False  # runs appear with their first event
 
 
+@admin.register(m.SourceHealth)
+class SourceHealthAdmin(admin.ModelAdmin):
+    list_display = ["project", "last_success_at", "consecutive_failures", "last_error_kind", "next_attempt_at",
+                    "active_runs"]
+    readonly_fields = ["last_attempt_at", "last_success_at", "last_error_at", "last_error", "last_error_kind",
+                       "consecutive_failures", "lease_until", "lease_owner", "active_runs"]
+
+
 @admin.register(m.StateChange)
 class StateChangeAdmin(EventRowAdmin):
     list_display = ["run", "state", "failure_family", "ts"]
