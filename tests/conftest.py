@@ -139,8 +139,17 @@ def _database_url() -> str:
     return f"postgres://{auth}{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
+# Short timeouts, intervals and leases so that polling tests run in seconds, not minutes.
+FAST_POLLING = {
+    "SMRWEB_SMR_TIMEOUT": "2", "SMRWEB_SMR_FIRST_CALL_TIMEOUT": "2", "SMRWEB_SMR_ACTIVE_INTERVAL": "0.5",
+    "SMRWEB_SMR_IDLE_INTERVAL": "1", "SMRWEB_SMR_BACKOFF_BASE": "0.2", "SMRWEB_SMR_BACKOFF_MAX": "1",
+    "SMRWEB_SMR_LEASE_SECONDS": "20", "SMRWEB_POLL_TICK_SECONDS": "0.5",
+}
+
+
 def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL, **extra_env}
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL, **FAST_POLLING,
+           **extra_env}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 

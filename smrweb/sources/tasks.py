@@ -33,7 +33,9 @@ def poll_due_projects() -> int:
     return len(due)
 
 
-@shared_task(acks_late=True, soft_time_limit=settings.SMR_LEASE_SECONDS - 10, time_limit=settings.SMR_LEASE_SECONDS)
+# The hard limit equals the lease: a sync that overruns is killed as its lease lapses, so two workers
+# never sync one project at once.
+@shared_task(acks_late=True, soft_time_limit=settings.SMR_LEASE_SECONDS * 0.9, time_limit=settings.SMR_LEASE_SECONDS)
 def sync_project(project_id: int) -> dict:
     """List one project's runs and bring its live or changed runs up to date."""
     project = Project.objects.select_related("scenario").filter(pk=project_id).first()

@@ -155,6 +155,21 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
     return project
 
 
+def set_source_backend(project: Project, *, backend_base: str, api_key: str = "", by: Any = None) -> Project:
+    """Point a polled project at its own backend address (and key, sealed at rest)."""
+    from smrweb.core.secrets import seal
+
+    with transaction.atomic():
+        settings_ = {**project.source_settings, "backend_base": backend_base}
+        if api_key:
+            settings_["api_key_sealed"] = seal(api_key)
+        project.source_settings = settings_
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(by, "project.source_changed", project, project=project, backend_base=backend_base,
+                     key_changed=bool(api_key))  # the key itself is never recorded
+    return project
+
+
 def add_member(project: Project, user: Any, *, role: str, by: Any = None) -> Membership:
     """Give a user a role in a project (or change it)."""
     with transaction.atomic():
