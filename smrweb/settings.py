@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "smrweb.dashboard",
     "smrweb.sources",
     "smrweb.stack",
+    "smrweb.simulator",
 ]
 
 MIDDLEWARE = [
@@ -281,6 +282,7 @@ SMR_ACTIVE_INTERVAL = env.float("SMRWEB_SMR_ACTIVE_INTERVAL", default=10.0)  # a
 SMR_IDLE_INTERVAL = env.float("SMRWEB_SMR_IDLE_INTERVAL", default=180.0)  # a project with none
 SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
 SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
+SMR_RETRY_AFTER_MAX = env.float("SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0)  # trust a server's hint up to this
 SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
 
 LOGGING = {

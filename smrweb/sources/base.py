@@ -1,7 +1,7 @@
 """What a source can do for smrweb, independent of any one backend.
 
-A connector answers in plain data (`RunSnapshot`, `RunData`); `sources.sync` turns that into events
-and hands them to the tracking services, so a connector never writes to the database.
+A connector answers in plain data (`RunSnapshot`, `ArtifactRef`, ingest-contract event dicts);
+`sources.sync` hands them to the tracking services, so a connector never writes to the database.
 """
 
 from __future__ import annotations
@@ -106,22 +106,24 @@ class ArtifactRef:
     experiment_id: str = ""
 
 
-@dataclass
-class RunData:
-    """Everything a sync brings in for one run, already converted to ingest events where it can be."""
-
-    snapshot: RunSnapshot
-    events: list[dict[str, Any]]  # ingest-contract events (agent.turn, metric, score, checkpoint, message)
-    artifacts: list[ArtifactRef]
-    other_meters_usd: Decimal
-    total_usd: Decimal | None  # what the backend bills for the run, all meters included
-    cursor: dict[str, Any]
-
-
 class Connector(Protocol):
+    """Reads come one kind of data per call, each returning ingest-contract events and the cursor
+    values to save once they are applied."""
+
     def list_runs(self) -> list[RunSnapshot]: ...
 
-    def fetch_run(self, snapshot: RunSnapshot, cursor: dict[str, Any]) -> RunData: ...
+    def fetch_turns(self, external_id: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
+
+    def fetch_meters(self, external_id: str) -> tuple[Decimal, Decimal]: ...
+
+    def fetch_artifacts(self, external_id: str) -> list[ArtifactRef]: ...
+
+    def fetch_results(self, external_id: str, artifacts: list[ArtifactRef],
+                      cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
+
+    def fetch_checkpoints(self, external_id: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
+
+    def fetch_messages(self, external_id: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
 
     def pull_artifact(self, artifact: ArtifactRef) -> bytes: ...
 

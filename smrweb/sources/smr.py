@@ -34,7 +34,6 @@ from smrweb.sources.base import (
     Malformed,
     NotPossible,
     RateLimited,
-    RunData,
     RunGone,
     RunSnapshot,
     ServerError,
@@ -174,36 +173,45 @@ class SmrConnector:
             raw=row,
         )
 
-    def fetch_run(self, snapshot: RunSnapshot, cursor: dict[str, Any]) -> RunData:
-        """Everything new for one run since `cursor` (six requests; artifact bytes are pulled apart)."""
-        rid = snapshot.external_id
-        usage = _call("usage", self.client.runs.get_usage, rid)
-        cost = _call("cost summary", self.client.runs.cost_summary, rid)
-        manifest = _call("artifact manifest", self.client.runs.artifact_manifest, rid, project_id=self.pid)
-        checkpoints = _call("checkpoints", self.client.runs.list_checkpoints, rid, project_id=self.pid)
-        messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid,
-                         limit=1000)
-        results = _call("experiment results", self.client._request_json, "GET",
-                        f"/smr/projects/{self.pid}/experiment-results", params={"limit": 1000})
-        if not isinstance(results, list):
-            raise Malformed("experiment results: expected a list")
-        self._mark_warm()
+    # One method per kind of data, each one request: a sync applies each as soon as it arrives, so a
+    # fault in one request costs only that kind's news, not the whole run's.
 
-        new_cursor = dict(cursor)
-        artifacts = self._artifacts(manifest)
-        events = (
-            self._turns(usage.entries, cursor, new_cursor)
-            + self._results([r for r in results if isinstance(r, dict) and r.get("run_id") == rid], artifacts,
-                            cursor, new_cursor)
-            + self._checkpoints(checkpoints, cursor, new_cursor)
-            + self._messages(messages, cursor, new_cursor)
-        )
+    def fetch_turns(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        usage = _call("usage", self.client.runs.get_usage, rid)
+        new_cursor: dict[str, Any] = {}
+        return self._turns(usage.entries, cursor, new_cursor), new_cursor
+
+    def fetch_meters(self, rid: str) -> tuple[Decimal, Decimal]:
+        """(other meters, billed total) in USD: sandbox time and the like apart from inference."""
+        cost = _call("cost summary", self.client.runs.cost_summary, rid)
         other = sum((Decimal(m.billed_amount_pico_usd) for m in cost.by_meter if m.meter_kind != "inference"),
                     Decimal(0)) / PICO
         total = Decimal(cost.total_pico_usd) / PICO if cost.total_pico_usd else Decimal(cost.total_cents) / 100
-        return RunData(snapshot=snapshot, events=events, artifacts=artifacts,
-                       other_meters_usd=other.quantize(Decimal("0.000001")),
-                       total_usd=total.quantize(Decimal("0.000001")), cursor=new_cursor)
+        return other.quantize(Decimal("0.000001")), total.quantize(Decimal("0.000001"))
+
+    def fetch_artifacts(self, rid: str) -> list[ArtifactRef]:
+        manifest = _call("artifact manifest", self.client.runs.artifact_manifest, rid, project_id=self.pid)
+        return self._artifacts(manifest)
+
+    def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any]) -> tuple[list[dict], dict]:
+        results = _call("experiment results", self.client._request_json, "GET",
+                        f"/smr/projects/{self.pid}/experiment-results", params={"limit": 500})  # the spec's cap
+        if not isinstance(results, list):
+            raise Malformed("experiment results: expected a list")
+        new_cursor: dict[str, Any] = {}
+        mine = [r for r in results if isinstance(r, dict) and r.get("run_id") == rid]
+        return self._results(mine, artifacts, cursor, new_cursor), new_cursor
+
+    def fetch_checkpoints(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
+        checkpoints = _call("checkpoints", self.client.runs.list_checkpoints, rid, project_id=self.pid)
+        new_cursor: dict[str, Any] = {}
+        return self._checkpoints(checkpoints, cursor, new_cursor), new_cursor
+
+    def fetch_messages(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
+        messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid, limit=1000)
+        self._mark_warm()
+        new_cursor: dict[str, Any] = {}
+        return self._messages(messages, cursor, new_cursor), new_cursor
 
     @staticmethod
     def _since(items: list, key, cursor: dict, name: str, new_cursor: dict) -> list:
@@ -239,7 +247,6 @@ class SmrConnector:
     def _results(self, results: list[dict], artifacts: list[ArtifactRef], cursor: dict,
                  new_cursor: dict) -> list[dict]:
         ordered = sorted(results, key=lambda r: (str(r.get("created_at") or ""), str(r.get("result_id") or "")))
-        step = {str(r.get("result_id")): i for i, r in enumerate(ordered)}  # stable: results are append-only
         by_experiment = {a.experiment_id: a for a in artifacts if a.experiment_id}
         score_metric = self.project.scenario.score_metric
         events = []
@@ -247,8 +254,12 @@ class SmrConnector:
             rid, metric, value = str(r.get("result_id") or ""), str(r.get("metric") or ""), r.get("value")
             if not rid or not metric or not isinstance(value, (int, float)):
                 raise Malformed("experiment results: a result without result_id, metric or value")
+            # The step is the result's time in milliseconds: stable whatever window of results a poll
+            # sees (the endpoint returns only the newest 500 of the whole project).
+            created = _when(r.get("created_at"))
+            step = int(created.timestamp() * 1000) if created else 0
             events.append({"id": f"result:{rid}", "type": "metric", "key": metric, "value": value,
-                           "step": step[rid], "ts": r.get("created_at")})
+                           "step": max(step, 0), "ts": r.get("created_at")})
             if metric == score_metric:
                 artifact = by_experiment.get(str(r.get("experiment_id") or ""))
                 events.append({

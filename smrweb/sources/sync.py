@@ -7,6 +7,7 @@ runs are synced one after another, which also makes "pull each artifact digest o
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import random
@@ -35,38 +36,54 @@ class SyncReport:
 
 
 def sync_project(project: Project, *, owner: str, connector: Connector | None = None) -> SyncReport:
-    """List the project's runs and sync every run that is live or changed since the last sync."""
+    """List the project's runs and sync every run that is live or changed since the last sync.
+
+    A fault while syncing one run is recorded and the next run is synced all the same; the failed
+    run resumes from its saved cursor next cycle.
+    """
     report = SyncReport()
     if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
         report.busy = True
         return report
     try:
-        connector = connector or connector_for(project)
-        snapshots = connector.list_runs()
+        errors: list[SourceError] = []
+        try:
+            connector = connector or connector_for(project)
+            snapshots = connector.list_runs()
+        except SourceError as exc:
+            errors.append(exc)
+            snapshots = []
         report.listed = len(snapshots)
         known = {r.external_id: r for r in Run.objects.filter(project=project)}
         for snapshot in snapshots:
             run = known.get(snapshot.external_id)
             if run is not None and snapshot.is_terminal and run.is_terminal and run.source_updated_at == snapshot.updated_at:
-                continue  # finished and unchanged: nothing to fetch
-            sync_run(project, snapshot, connector=connector, run=run, report=report)
-            report.synced += 1
-        active = sum(not s.is_terminal for s in snapshots)
-        interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
-        services.record_source_success(project, active_runs=active, next_in=interval)
-    except SourceError as exc:
-        report.error = f"{exc.kind}: {exc}"
-        services.record_source_failure(project, kind=exc.kind, message=str(exc), retry_in=_backoff(project, exc))
-        log.warning("sync of %s failed (%s): %s", project.slug, exc.kind, exc)
+                continue  # finished and unchanged since its last complete sync
+            try:
+                sync_run(project, snapshot, connector=connector, run=run, report=report)
+                report.synced += 1
+            except SourceError as exc:
+                errors.append(exc)
+        if errors:
+            first = errors[0]
+            report.error = f"{first.kind}: {first}"
+            detail = str(first) + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+            services.record_source_failure(project, kind=first.kind, message=detail, retry_in=_backoff(project, errors))
+            log.warning("sync of %s: %d fault(s), first %s: %s", project.slug, len(errors), first.kind, first)
+        else:
+            active = sum(not s.is_terminal for s in snapshots)
+            interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
+            services.record_source_success(project, active_runs=active, next_in=interval)
     finally:
         services.release_source_lease(project, owner=owner)
     return report
 
 
-def _backoff(project: Project, exc: SourceError) -> float:
-    """The server's Retry-After when it gave one, else exponential backoff with jitter."""
-    if exc.retry_after is not None:
-        return exc.retry_after
+def _backoff(project: Project, errors: list[SourceError]) -> float:
+    """The server's retry hint when it gave one (capped), else exponential backoff with jitter."""
+    hints = [e.retry_after for e in errors if e.retry_after is not None]
+    if hints:
+        return min(max(hints), settings.SMR_RETRY_AFTER_MAX)
     failures = SourceHealth.objects.filter(project=project).values_list("consecutive_failures", flat=True).first() or 0
     delay = min(settings.SMR_BACKOFF_MAX, settings.SMR_BACKOFF_BASE * 2 ** min(failures, 10))
     return delay * random.uniform(0.5, 1.5)
@@ -74,41 +91,59 @@ def _backoff(project: Project, exc: SourceError) -> float:
 
 def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, run: Run | None,
              report: SyncReport) -> None:
-    """Fetch what is new for one run and apply it; the cursor is saved last, so a sync cut short
-    is simply repeated (every event has an id, every artifact a digest)."""
+    """Bring one run up to date, one kind of data per request; each kind is applied and its cursor
+    saved as soon as it arrives, so a fault costs only what was not fetched yet (and a repeat of a
+    step writes nothing twice: every event has an id, every artifact a digest)."""
+    rid = snapshot.external_id
     cursor = dict(run.source_cursor) if run else {}
-    data = connector.fetch_run(snapshot, cursor)
-    events = list(data.events)
-    if state_event := _state_event(snapshot, run):
-        events.append(state_event)
-    for start in range(0, len(events), MAX_EVENTS):
-        try:
-            batch = parse_events(json.dumps(events[start:start + MAX_EVENTS], default=str))
-        except InvalidEvents as exc:
-            raise Malformed(f"run {snapshot.external_id}: the source sent data outside the contract: "
-                            f"{exc.errors[:3]}") from exc
-        report.events_accepted += services.ingest_events(project, snapshot.external_id, batch).accepted
-    pulled = set(cursor.get("artifacts", []))
-    for ref in data.artifacts:
-        if ref.artifact_id in pulled:
+
+    def apply(events: list[dict], cursor_part: dict) -> None:
+        for start in range(0, len(events), MAX_EVENTS):
+            try:
+                batch = parse_events(json.dumps(events[start:start + MAX_EVENTS], default=str))
+            except InvalidEvents as exc:
+                raise Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}") from exc
+            report.events_accepted += services.ingest_events(project, rid, batch).accepted
+        if cursor_part:
+            cursor.update(cursor_part)
+            services.record_poll(project, rid, source_cursor=dict(cursor))
+
+    apply([e for e in [_state_event(snapshot, run)] if e], {})
+    services.record_poll(
+        project, rid, live_phase=snapshot.live_phase[:100], terminal_outcome=snapshot.terminal_outcome[:50],
+        requested_profile=snapshot.requested_profile[:200], actual_profile=snapshot.actual_profile[:200],
+        budget_usd=snapshot.budget_usd,
+    )
+    apply(*connector.fetch_turns(rid, cursor))
+    other, total = connector.fetch_meters(rid)
+    services.record_poll(project, rid, other_meters_usd=other, source_total_usd=total)
+    artifacts = connector.fetch_artifacts(rid)
+    _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
+    apply(*connector.fetch_results(rid, artifacts, cursor))
+    apply(*connector.fetch_checkpoints(rid, cursor))
+    apply(*connector.fetch_messages(rid, cursor))
+    # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
+    services.record_poll(project, rid, source_updated_at=snapshot.updated_at)
+
+
+def _store_artifacts(project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict,
+                     report: SyncReport) -> None:
+    handled = set(cursor.get("artifacts", []))
+    for ref in artifacts:
+        if ref.artifact_id in handled:
             continue
-        if services.store_known_artifact(project, snapshot.external_id, sha256=ref.sha256, path=ref.path,
-                                         kind=ref.kind, content_type=ref.content_type) is None:
+        if services.store_known_artifact(project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind,
+                                         content_type=ref.content_type) is None:
             content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of this digest
             report.artifacts_pulled += 1
             try:
-                services.store_artifact(project, snapshot.external_id, path=ref.path, content=_bytes_io(content),
-                                        kind=ref.kind, content_type=ref.content_type, claimed_sha256=ref.sha256)
+                services.store_artifact(project, rid, path=ref.path, content=io.BytesIO(content), kind=ref.kind,
+                                        content_type=ref.content_type, claimed_sha256=ref.sha256)
             except DigestMismatch as exc:
                 raise Malformed(f"artifact {ref.artifact_id}: {exc.message}") from exc
-        pulled.add(ref.artifact_id)
-    services.record_poll(
-        project, snapshot.external_id,
-        live_phase=snapshot.live_phase[:100], terminal_outcome=snapshot.terminal_outcome[:50],
-        requested_profile=snapshot.requested_profile[:200], actual_profile=snapshot.actual_profile[:200],
-        budget_usd=snapshot.budget_usd, other_meters_usd=data.other_meters_usd, source_total_usd=data.total_usd,
-        source_updated_at=snapshot.updated_at, source_cursor={**data.cursor, "artifacts": sorted(pulled)},
-    )
+        handled.add(ref.artifact_id)
+        cursor["artifacts"] = sorted(handled)
+        services.record_poll(project, rid, source_cursor=dict(cursor))
 
 
 def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:
@@ -128,8 +163,3 @@ def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:
         event["failure"] = {"family": failure.family[:100], "detail": failure.detail[:20000], "source": failure.source[:200]}
     return event
 
-
-def _bytes_io(content: bytes):
-    import io
-
-    return io.BytesIO(content)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 DEMO_USER, DEMO_PASSWORD = "demo", "smrweb-demo"
+DEMO_SMR_KEY, DEMO_SMR_PROJECT = "demo-simulator-key", "smr-demo-project"
 
 
 class Command(BaseCommand):
@@ -56,6 +58,12 @@ class Command(BaseCommand):
             if demo:
                 token = seed_demo()
                 self.spawn("harness", [python, "-m", "smrweb.stack.harness", "--url", base_url, "--token-file", token])
+                # An SMR-compatible backend with a living world, polled by the worker like a real one.
+                sim_port = port + 1
+                self.spawn("simulator", [python, "manage.py", "simulate_smr", "--port", str(sim_port),
+                                         "--api-key", DEMO_SMR_KEY, "--project-id", DEMO_SMR_PROJECT,
+                                         "--runs", "6", "--tick", "1.5"])
+                seed_smr_demo(f"http://{host}:{sim_port}")
                 self.stdout.write(self.style.SUCCESS(
                     f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
                     f"  API docs:   {base_url}/api/docs/\n  Ctrl-C stops everything.\n"))
@@ -144,3 +152,24 @@ def seed_demo() -> str:
     with os.fdopen(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         out.write("\n".join(lines) + "\n")
     return str(token_file)
+
+
+def seed_smr_demo(backend_base: str) -> None:
+    """A demo project whose runs come from the SMR simulator through the poller."""
+    from smrweb.tracking import services
+    from smrweb.tracking.models import Project, Role, Scenario
+
+    user = get_user_model().objects.get(username=DEMO_USER)
+    scenario = Scenario.objects.filter(key="demo-smr-optimizer").first() or services.create_scenario(
+        key="demo-smr-optimizer", name="Optimizer hill-climb on SMR (demo)", harness_id="smr-simulator",
+        artifact_path="submission/optimizer.py", artifact_kind="python_source", score_metric="val_loss",
+        direction="minimize", score_min=0, description="Runs polled from the bundled SMR simulator.")
+    project = Project.objects.filter(slug="demo-smr").first()
+    if project is None:
+        project = services.create_project(
+            "demo-smr", name="Managed Research runs (demo)", scenario=scenario, source="smr",
+            smr_project_id=DEMO_SMR_PROJECT, smr_backend_base=backend_base, smr_api_key=DEMO_SMR_KEY, by=user)
+    if project.source_settings.get("backend_base") != backend_base:  # PORT may differ from last time
+        services.set_source_backend(project, backend_base=backend_base, api_key=DEMO_SMR_KEY)
+    services.update_project(project, stall_after=timedelta(seconds=45))
+    services.add_member(project, user, role=Role.ADMIN)
