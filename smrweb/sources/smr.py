@@ -7,7 +7,7 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   runs.artifact_manifest(rid)    → artifacts with their digests; bytes via get_artifact_content
   runs.list_checkpoints(rid)     → checkpoints with their failure reasons
   list_project_run_runtime_messages(pid, rid) → runtime messages, the kickoff included
-  GET …/experiment-results (no SDK method: the SDK's own transport) → metric points and scores
+  GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle) → metric points, scores
   runs.stop / runs.restore_checkpoint → actions
 
 The SDK never retries and drops Retry-After; its parsers raise ValueError on bad shapes. Every
@@ -131,6 +131,7 @@ class SmrConnector:
         # The first call after a (backend or worker) restart may be slow: give it longer.
         timeout = settings.SMR_TIMEOUT if backend_base in _warm_backends else settings.SMR_FIRST_CALL_TIMEOUT
         self.client = ManagedResearchClient(api_key=api_key, backend_base=backend_base, timeout_seconds=timeout)
+        self._results_by_run: dict[str, list[dict]] | None = None
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
@@ -194,13 +195,24 @@ class SmrConnector:
         return self._artifacts(manifest)
 
     def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any]) -> tuple[list[dict], dict]:
-        results = _call("experiment results", self.client._request_json, "GET",
-                        f"/smr/projects/{self.pid}/experiment-results", params={"limit": 500})  # the spec's cap
-        if not isinstance(results, list):
-            raise Malformed("experiment results: expected a list")
         new_cursor: dict[str, Any] = {}
-        mine = [r for r in results if isinstance(r, dict) and r.get("run_id") == rid]
+        mine = self._project_results().get(rid, [])
         return self._results(mine, artifacts, cursor, new_cursor), new_cursor
+
+    def _project_results(self) -> dict[str, list[dict]]:
+        """The project's newest results, fetched once per connector (one sync cycle) and split by run:
+        the endpoint has no run filter, so one request serves every run of the cycle."""
+        if self._results_by_run is None:
+            results = _call("experiment results", self.client._request_json, "GET",
+                            f"/smr/projects/{self.pid}/experiment-results", params={"limit": 500})  # the spec's cap
+            if not isinstance(results, list):
+                raise Malformed("experiment results: expected a list")
+            by_run: dict[str, list[dict]] = {}
+            for r in results:
+                if isinstance(r, dict) and r.get("run_id"):
+                    by_run.setdefault(str(r["run_id"]), []).append(r)
+            self._results_by_run = by_run
+        return self._results_by_run
 
     def fetch_checkpoints(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
         checkpoints = _call("checkpoints", self.client.runs.list_checkpoints, rid, project_id=self.pid)

@@ -62,7 +62,7 @@ class Command(BaseCommand):
                 sim_port = port + 1
                 self.spawn("simulator", [python, "manage.py", "simulate_smr", "--port", str(sim_port),
                                          "--api-key", DEMO_SMR_KEY, "--project-id", DEMO_SMR_PROJECT,
-                                         "--runs", "6", "--tick", "1.5"])
+                                         "--runs", "6", "--tick", "1.5", "--warmup", "40"])
                 seed_smr_demo(f"http://{host}:{sim_port}")
                 self.stdout.write(self.style.SUCCESS(
                     f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
