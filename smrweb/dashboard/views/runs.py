@@ -31,7 +31,7 @@ def run_detail(request, slug: str, run_id: str):
         "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
         "artifacts": run.artifacts.select_related("blob")[:50],
         "checkpoints": run.checkpoints.order_by("-ts", "-id")[:20],
-        "messages": run.messages.order_by("-seq")[:20],
+        "runtime_messages": run.messages.order_by("-seq")[:20],  # not "messages": that is Django's flash messages
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
         "stalled_for": queries.stalled_for(run),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
