@@ -185,7 +185,25 @@ def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
 
 
 @pytest.fixture
-def celery_beat_process(celery_worker_process, celery_queue, tmp_path):
+def celery_worker(celery_worker_process, celery_queue, redis_server):
+    """The session's worker for one test; on teardown the test's leftover tasks are dropped and the
+    worker is waited on until idle, so no task of this test runs while the database is flushed
+    (on PostgreSQL a flush racing a task's transaction deadlocks)."""
+    yield celery_worker_process
+    from smrweb.celery import app
+
+    redis_server.delete(celery_queue)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        active = app.control.inspect(timeout=1.0).active() or {}
+        if not any(active.values()):
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"the worker is still busy after the test: {active}")
+
+
+@pytest.fixture
+def celery_beat_process(celery_worker, celery_queue, tmp_path):
     """A real `celery beat` subprocess that sends flag_stalled_runs every second."""
     log = tmp_path / "beat.log"
     proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "beat", "--loglevel", "INFO",

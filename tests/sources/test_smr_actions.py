@@ -42,7 +42,7 @@ def live_run(project) -> Run:
 
 @pytest.mark.integration
 def test_a_reviewer_stops_a_live_run_through_the_worker_and_the_stop_is_audited(client, bob, smr_project, simulator,
-                                                                                celery_worker_process):
+                                                                                celery_worker):
     run = live_run(smr_project)
     client.force_login(bob)
     response = client.post(f"/projects/smr-act/runs/{run.external_id}/stop")

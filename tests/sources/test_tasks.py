@@ -20,7 +20,7 @@ def _run_with_progress(project, external_id: str, ago: timedelta) -> Run:
     return Run.objects.get(project=project, external_id=external_id)
 
 
-def test_worker_flags_a_silent_run_stalled_and_leaves_fresh_and_finished_runs_alone(project, celery_worker_process):
+def test_worker_flags_a_silent_run_stalled_and_leaves_fresh_and_finished_runs_alone(project, celery_worker):
     project.stall_after = timedelta(minutes=5)
     project.save()
     silent = _run_with_progress(project, "silent", timedelta(minutes=6))
@@ -37,7 +37,7 @@ def test_worker_flags_a_silent_run_stalled_and_leaves_fresh_and_finished_runs_al
     assert AuditEvent.objects.filter(verb="run.stalled", object_id=str(silent.pk)).count() == 1
 
 
-def test_new_events_clear_the_stalled_flag(project, celery_worker_process):
+def test_new_events_clear_the_stalled_flag(project, celery_worker):
     project.stall_after = timedelta(seconds=30)
     project.save()
     run = _run_with_progress(project, "r1", timedelta(minutes=2))
