@@ -172,13 +172,16 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+WORKER_NAME = f"smrweb-test-{os.getpid()}@localhost"  # unique: other sessions' workers share the broker
+
+
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
                    "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat"], log, {"SMRWEB_CELERY_QUEUE": celery_queue})
+                   "--without-heartbeat", "-n", WORKER_NAME], log, {"SMRWEB_CELERY_QUEUE": celery_queue})
     _wait_for_line(proc, log, "ready.")
     yield proc, log
     _stop(proc)
@@ -195,8 +198,9 @@ def celery_worker(celery_worker_process, celery_queue, redis_server):
     redis_server.delete(celery_queue)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        active = app.control.inspect(timeout=1.0).active() or {}
-        if not any(active.values()):
+        # A solo-pool worker answers only between tasks, so no answer means busy.
+        active = app.control.inspect(destination=[WORKER_NAME], timeout=1.0).active()
+        if active and not any(active.values()):
             return
         time.sleep(0.3)
     raise RuntimeError(f"the worker is still busy after the test: {active}")
