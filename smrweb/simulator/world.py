@@ -823,15 +823,7 @@ class World:
             "totals": {"input_tokens": in_tok, "output_tokens": out_tok, "total_tokens": in_tok + out_tok},
             "by_model": by_model,
         }
-        by_role: dict[str, dict[str, int]] = {}
-        for e in run.entries:
-            row = by_role.setdefault(e["actor_role"], {"cost_pico_usd": 0, "input_tokens": 0,
-                                                       "output_tokens": 0, "turns": 0, "events": 0})
-            row["cost_pico_usd"] += e["cost_pico_usd"]
-            row["input_tokens"] += e["input_tokens"]
-            row["output_tokens"] += e["output_tokens"]
-            row["turns"] += 1 if e["meter_kind"] == "inference" else 0
-            row["events"] += 1
+        by_role = _usage_by_role(run.entries)
         cost = {
             "total_cents": cents,
             "charged_cents": cents,
@@ -1063,15 +1055,7 @@ class World:
     def _truth(self, run: SimRun) -> dict[str, Any]:
         total = sum(run.pico_by_kind.values())
         inference = [e for e in run.entries if e["meter_kind"] == "inference"]
-        by_role: dict[str, dict[str, int]] = {}
-        for e in run.entries:
-            row = by_role.setdefault(e["actor_role"], {"cost_pico_usd": 0, "input_tokens": 0,
-                                                       "output_tokens": 0, "turns": 0, "events": 0})
-            row["cost_pico_usd"] += e["cost_pico_usd"]
-            row["input_tokens"] += e["input_tokens"]
-            row["output_tokens"] += e["output_tokens"]
-            row["turns"] += 1 if e["meter_kind"] == "inference" else 0
-            row["events"] += 1
+        by_role = _usage_by_role(run.entries)
         return {
             "run_id": run.run_id,
             "project_id": run.project_id,
@@ -1133,6 +1117,20 @@ class World:
             "restores": [dict(r) for r in run.restores],
             "control_intents": [dict(c) for c in run.control_intents],
         }
+
+
+def _usage_by_role(entries: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Cost, tokens, turns and events of a run's usage entries, per actor role."""
+    by_role: dict[str, dict[str, int]] = {}
+    for e in entries:
+        row = by_role.setdefault(e["actor_role"], {"cost_pico_usd": 0, "input_tokens": 0,
+                                                   "output_tokens": 0, "turns": 0, "events": 0})
+        row["cost_pico_usd"] += e["cost_pico_usd"]
+        row["input_tokens"] += e["input_tokens"]
+        row["output_tokens"] += e["output_tokens"]
+        row["turns"] += 1 if e["meter_kind"] == "inference" else 0
+        row["events"] += 1
+    return by_role
 
 
 def _copy_artifact(a: dict[str, Any]) -> dict[str, Any]:
