@@ -785,10 +785,7 @@ class World:
             "state_reason": run.state_reason,
             "state_authority": "backend_public_run_state_projection.v1",
             "work_completed": run.state == "done",
-            "created_at": iso(run.created_at),
-            "started_at": iso(run.started_at) if run.started_at else None,
-            "finished_at": iso(run.finished_at) if run.finished_at else None,
-            "updated_at": iso(run.updated_at),
+            **_run_timestamps(run),
             "stop_reason": run.stop_reason,
             "stop_reason_message": run.stop_reason_message,
             "host_kind": "docker",
@@ -1068,10 +1065,7 @@ class World:
             "wedged": run.wedged,
             "wedged_at": iso(run.wedged_at) if run.wedged_at else None,
             "stop_reason": run.stop_reason,
-            "created_at": iso(run.created_at),
-            "started_at": iso(run.started_at) if run.started_at else None,
-            "finished_at": iso(run.finished_at) if run.finished_at else None,
-            "updated_at": iso(run.updated_at),
+            **_run_timestamps(run),
             "requested_profile_id": run.requested_profile,
             "resolved_profile_id": run.resolved_profile,
             "downgraded": run.requested_profile != run.resolved_profile,
@@ -1117,6 +1111,16 @@ class World:
             "restores": [dict(r) for r in run.restores],
             "control_intents": [dict(c) for c in run.control_intents],
         }
+
+
+def _run_timestamps(run: SimRun) -> dict[str, str | None]:
+    """The run's lifecycle times as the wire shows them (ISO, None when not reached)."""
+    return {
+        "created_at": iso(run.created_at),
+        "started_at": iso(run.started_at) if run.started_at else None,
+        "finished_at": iso(run.finished_at) if run.finished_at else None,
+        "updated_at": iso(run.updated_at),
+    }
 
 
 def _usage_by_role(entries: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

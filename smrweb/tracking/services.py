@@ -78,6 +78,13 @@ def record_audit(actor: Any, verb: str, obj: Any, *, project: Project | None = N
     )
 
 
+def _only(changes: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
+    """Refuse a change to a field outside `allowed`, naming it."""
+    unknown = set(changes) - set(allowed)
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], f"Not {what}.")
+
+
 # --- scenarios, projects, tokens ----------------------------------------------------------------
 
 
@@ -142,9 +149,7 @@ PROJECT_SETTINGS = ("name", "stall_after", "knowledge")
 
 def update_project(project: Project, *, by: Any = None, **changes: Any) -> Project:
     """Change a project's name, stall_after or knowledge."""
-    unknown = set(changes) - set(PROJECT_SETTINGS)
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "Not a project setting.")
+    _only(changes, PROJECT_SETTINGS, "a project setting")
     if "stall_after" in changes and changes["stall_after"].total_seconds() < 1:
         raise InvalidInput("stall_after", "Must be at least one second.")
     with transaction.atomic():
@@ -245,16 +250,20 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
 RUN_SETTINGS = ("budget_usd", "budget_tokens", "requested_profile", "actual_profile", "git_branch", "git_commit")
 
 
+def _set_run_fields(project: Project, external_id: str, changes: dict[str, Any]) -> Run:
+    """Write some fields of a run (created on first sight) under its row lock; call inside atomic()."""
+    run = _locked_run(project, external_id, timezone.now())
+    for field, value in changes.items():
+        setattr(run, field, value)
+    run.save(update_fields=[*changes, "updated"])
+    return run
+
+
 def update_run_settings(project: Project, external_id: str, *, by: Any = None, **changes: Any) -> Run:
     """Set a run's budget, model profiles or git position (creating the run on first sight)."""
-    unknown = set(changes) - set(RUN_SETTINGS)
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "Not a run setting.")
+    _only(changes, RUN_SETTINGS, "a run setting")
     with transaction.atomic():
-        run = _locked_run(project, external_id, timezone.now())
-        for field, value in changes.items():
-            setattr(run, field, value)
-        run.save(update_fields=[*changes, "updated"])
+        run = _set_run_fields(project, external_id, changes)
         record_audit(by, "run.settings_changed", run, project=project,
                      **{k: str(v) for k, v in changes.items()})
     return run
@@ -658,16 +667,9 @@ POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_pr
 
 def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
     """Store what a poll saw of a run beyond its events: phase, profiles, budget, meters, cursor."""
-    unknown = set(fields) - set(POLL_FIELDS)
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "Not a polled run field.")
+    _only(fields, POLL_FIELDS, "a polled run field")
     with transaction.atomic():
-        run = _locked_run(project, external_id, timezone.now())
-        for field, value in fields.items():
-            setattr(run, field, value)
-        run.last_polled_at = timezone.now()
-        run.save(update_fields=[*fields, "last_polled_at", "updated"])
-    return run
+        return _set_run_fields(project, external_id, {**fields, "last_polled_at": timezone.now()})
 
 
 def source_health(project: Project):

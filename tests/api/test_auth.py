@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from smrweb.tracking import services
 from smrweb.tracking.models import ApiToken, AuditEvent, hash_token
+from tests.api.helpers import assert_json_error, session_client
 
 READS = [
     "/api/v1/projects/",
@@ -36,17 +37,9 @@ def bearer(raw: str) -> APIClient:
 
 
 def as_user(username: str) -> APIClient:
-    client = APIClient()
-    client.force_login(get_user_model().objects.get(username=username))
-    return client
+    return session_client(get_user_model().objects.get(username=username))
 
 
-def assert_json_error(response, status: int) -> dict:
-    assert response.status_code == status, response.content[:300]
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"code", "message", "errors"}
-    return body
 
 
 @pytest.mark.parametrize("url", READS)

@@ -12,6 +12,7 @@ from django.db.models import Sum
 
 from smrweb.tracking import services
 from smrweb.tracking.models import AgentTurn, AuditEvent, MetricPoint, Run, Submission
+from tests.api.helpers import assert_json_error
 
 EVENTS_URL = "/api/v1/projects/{slug}/runs/{run}/events"
 
@@ -28,15 +29,6 @@ def post(client, events: list, run: str = "r1", slug: str = "hill"):
     return post_raw(client, json.dumps(events), run, slug)
 
 
-def assert_json_error(response, status: int, code: str | None = None) -> dict:
-    assert response.status_code == status, response.content[:500]
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"code", "message", "errors"}
-    assert body["message"]
-    if code is not None:
-        assert body["code"] == code
-    return body
 
 
 def nothing_written() -> bool:

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from rest_framework.test import APIClient
 
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import Membership, Project, Role, Run, Scenario
+from tests.api.helpers import assert_json_error, session_client
 from tests.factories import UserFactory
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
@@ -25,18 +25,8 @@ def ingest(project, run_id: str, *events: dict) -> Run:
     return services.ingest_events(project, run_id, ev.parse_events(json.dumps(list(events)))).run
 
 
-def session(user) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
 
 
-def json_error(response, status: int) -> dict:
-    assert response.status_code == status, response.content[:300]
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"code", "message", "errors"}
-    return body
 
 
 # --- projects -----------------------------------------------------------------------------------------
@@ -49,14 +39,14 @@ def test_a_token_lists_only_its_own_project(api, project, other_project):
 
 
 def test_a_session_user_lists_the_projects_they_are_a_member_of(project, other_project, alice, bob, carol):
-    assert [p["slug"] for p in session(alice).get("/api/v1/projects/").json()] == ["hill"]
-    assert [p["slug"] for p in session(bob).get("/api/v1/projects/").json()] == ["hill"]
-    assert [p["slug"] for p in session(carol).get("/api/v1/projects/").json()] == ["other"]
+    assert [p["slug"] for p in session_client(alice).get("/api/v1/projects/").json()] == ["hill"]
+    assert [p["slug"] for p in session_client(bob).get("/api/v1/projects/").json()] == ["hill"]
+    assert [p["slug"] for p in session_client(carol).get("/api/v1/projects/").json()] == ["other"]
 
 
 def test_a_superuser_lists_every_project(project, other_project):
     root = UserFactory(username="root", is_superuser=True, is_staff=True)
-    assert [p["slug"] for p in session(root).get("/api/v1/projects/").json()] == ["hill", "other"]
+    assert [p["slug"] for p in session_client(root).get("/api/v1/projects/").json()] == ["hill", "other"]
 
 
 def test_a_project_is_described_with_its_scenario_and_source(api, project):
@@ -66,12 +56,12 @@ def test_a_project_is_described_with_its_scenario_and_source(api, project):
 
 
 def test_an_outsider_gets_404_json_for_a_project(project, carol):
-    body = json_error(session(carol).get("/api/v1/projects/hill/"), 404)
+    body = assert_json_error(session_client(carol).get("/api/v1/projects/hill/"), 404)
     assert body["code"] == "not_found"
 
 
 def test_a_session_user_creates_a_project_and_becomes_its_admin(carol):
-    response = session(carol).post("/api/v1/projects/", {"slug": "new-one", "name": "New"}, format="json")
+    response = session_client(carol).post("/api/v1/projects/", {"slug": "new-one", "name": "New"}, format="json")
     assert response.status_code == 201
     assert response.json()["slug"] == "new-one" and response.json()["scenario"] == "generic"
     project = Project.objects.get(slug="new-one")
@@ -80,7 +70,7 @@ def test_a_session_user_creates_a_project_and_becomes_its_admin(carol):
 
 def test_a_project_is_created_with_a_scenario_and_an_smr_source(carol):
     services.create_scenario(key="tsp", name="TSP", direction="minimize")
-    response = session(carol).post("/api/v1/projects/", {"slug": "tour", "scenario": "tsp", "source": "smr",
+    response = session_client(carol).post("/api/v1/projects/", {"slug": "tour", "scenario": "tsp", "source": "smr",
                                                           "smr_project_id": "p-42"}, format="json")
     assert response.status_code == 201
     assert (response.json()["scenario"], response.json()["smr_project_id"]) == ("tsp", "p-42")
@@ -98,13 +88,13 @@ def test_a_project_is_created_with_a_scenario_and_an_smr_source(carol):
     ],
 )
 def test_invalid_project_creation_is_refused_with_a_field_error(project, alice, payload, field):
-    body = json_error(session(alice).post("/api/v1/projects/", payload, format="json"), 400)
+    body = assert_json_error(session_client(alice).post("/api/v1/projects/", payload, format="json"), 400)
     assert [e["field"] for e in body["errors"]] == [field]
     assert Project.objects.count() == 1
 
 
 def test_a_token_cannot_create_a_project(api):
-    body = json_error(api.post("/api/v1/projects/", {"slug": "sneaky"}, format="json"), 403)
+    body = assert_json_error(api.post("/api/v1/projects/", {"slug": "sneaky"}, format="json"), 403)
     assert "token" in body["message"].lower()
     assert not Project.objects.filter(slug="sneaky").exists()
 
@@ -114,7 +104,7 @@ def test_a_token_cannot_create_a_project(api):
 
 def test_scenarios_are_listed_for_tokens_and_users(api, carol):
     services.create_scenario(key="tsp", name="TSP", direction="minimize")
-    for client in (api, session(carol)):
+    for client in (api, session_client(carol)):
         data = client.get("/api/v1/scenarios/").json()
         keys = [s["key"] for s in data["results"]]
         assert keys == ["generic", "tsp"]
@@ -126,7 +116,7 @@ def test_staff_create_scenarios(db):
     staff = UserFactory(username="sam", is_staff=True)
     payload = {"key": "sort", "name": "Sorting", "direction": "minimize", "score_min": 0, "score_max": 100,
                "scoring_command": ["python", "score.py"], "required_toolchains": ["python3.12"]}
-    response = session(staff).post("/api/v1/scenarios/", payload, format="json")
+    response = session_client(staff).post("/api/v1/scenarios/", payload, format="json")
     assert response.status_code == 201, response.content
     scenario = Scenario.objects.get(key="sort")
     assert (scenario.direction, scenario.score_max, scenario.scoring_command) == ("minimize", 100, ["python", "score.py"])
@@ -134,8 +124,8 @@ def test_staff_create_scenarios(db):
 
 def test_non_staff_users_and_tokens_cannot_create_scenarios(api, alice):
     payload = {"key": "sort", "name": "Sorting"}
-    for client in (api, session(alice)):
-        json_error(client.post("/api/v1/scenarios/", payload, format="json"), 403)
+    for client in (api, session_client(alice)):
+        assert_json_error(client.post("/api/v1/scenarios/", payload, format="json"), 403)
     assert not Scenario.objects.filter(key="sort").exists()
 
 
@@ -150,7 +140,7 @@ def test_non_staff_users_and_tokens_cannot_create_scenarios(api, alice):
 )
 def test_invalid_scenarios_are_refused_with_field_errors(db, payload, field):
     staff = UserFactory(username="sam", is_staff=True)
-    body = json_error(session(staff).post("/api/v1/scenarios/", payload, format="json"), 400)
+    body = assert_json_error(session_client(staff).post("/api/v1/scenarios/", payload, format="json"), 400)
     assert [e["field"] for e in body["errors"]] == [field]
     assert not Scenario.objects.filter(key="bad").exists()
 
@@ -190,7 +180,7 @@ def test_runs_are_listed_with_filters(api, runs):
 
 
 def test_an_invalid_state_filter_is_refused(api, runs):
-    body = json_error(api.get("/api/v1/projects/hill/runs", {"state": "exploded"}), 400)
+    body = assert_json_error(api.get("/api/v1/projects/hill/runs", {"state": "exploded"}), 400)
     assert body["errors"][0]["field"] == "state"
 
 
@@ -238,12 +228,12 @@ def test_a_run_without_failure_has_a_null_failure(api, project):
 
 
 def test_unknown_runs_and_projects_are_404_json_not_html(api, project, alice):
-    assert json_error(api.get("/api/v1/projects/hill/runs/nope"), 404)["code"] == "not_found"
-    assert json_error(api.get("/api/v1/projects/hill/runs/nope/turns"), 404)["code"] == "not_found"
-    assert json_error(api.get("/api/v1/projects/hill/runs/nope/metrics"), 404)["code"] == "not_found"
-    assert json_error(session(alice).get("/api/v1/projects/nope/runs"), 404)["code"] == "not_found"
-    assert json_error(session(alice).get("/api/v1/projects/nope/"), 404)["code"] == "not_found"
-    assert json_error(api.get("/api/v1/no-such-endpoint"), 404)["code"] == "not_found"
+    assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope"), 404)["code"] == "not_found"
+    assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope/turns"), 404)["code"] == "not_found"
+    assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope/metrics"), 404)["code"] == "not_found"
+    assert assert_json_error(session_client(alice).get("/api/v1/projects/nope/runs"), 404)["code"] == "not_found"
+    assert assert_json_error(session_client(alice).get("/api/v1/projects/nope/"), 404)["code"] == "not_found"
+    assert assert_json_error(api.get("/api/v1/no-such-endpoint"), 404)["code"] == "not_found"
 
 
 # --- turns ----------------------------------------------------------------------------------------------
@@ -299,7 +289,7 @@ def test_the_default_points_cap_is_1000(api, metric_run):
 
 @pytest.mark.parametrize("points", ["abc", "1", "0", "-5", "10001", "2.5"])
 def test_bad_points_are_refused(api, metric_run, points):
-    body = json_error(api.get("/api/v1/projects/hill/runs/r1/metrics", {"key": "loss", "points": points}), 400)
+    body = assert_json_error(api.get("/api/v1/projects/hill/runs/r1/metrics", {"key": "loss", "points": points}), 400)
     assert body["errors"][0]["field"] == "points"
 
 
@@ -317,7 +307,7 @@ def test_submissions_are_sorted_best_first_for_a_minimize_scenario(alice):
     scenario = services.create_scenario(key="speed", name="Speed", direction="minimize")
     project = services.create_project("speedy", scenario=scenario, by=alice)
     ingest(project, "r1", *[{"type": "score", "id": f"s{v}", "score": v} for v in (3.0, 1.5, 9.0)])
-    data = session(alice).get("/api/v1/projects/speedy/submissions").json()
+    data = session_client(alice).get("/api/v1/projects/speedy/submissions").json()
     assert [s["score"] for s in data["results"]] == [1.5, 3.0, 9.0]
 
 

@@ -1,9 +1,8 @@
 """The run page and artifact downloads for signed-in users."""
 
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import get_object_or_404, render
 from django.contrib import messages
-from django.shortcuts import redirect
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
