@@ -1,6 +1,6 @@
 from django.urls import path
 
-from smrweb.dashboard.views import projects, runs, tokens
+from smrweb.dashboard.views import compare, projects, runs, tokens
 
 app_name = "dashboard"
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
+    path("projects/<slug:slug>/compare/", compare.compare_runs, name="compare-runs"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download", runs.download_artifact,

@@ -1,0 +1,155 @@
+/* smrweb page behaviour: plotly charts fed by server-rendered JSON, copy buttons, confirmations,
+   the compare selection, and polling that catches up when a hidden tab becomes visible again.
+   No inline scripts anywhere: templates declare behaviour with data- attributes and this file acts. */
+(function () {
+  "use strict";
+
+  var PLOT_CONFIG = { displaylogo: false, responsive: true,
+                      modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"] };
+
+  // --- charts -------------------------------------------------------------------------------------
+  // <div data-plot="ID" data-click-target="#panel"></div> + {{ figure|json_script:"ID" }}.
+  // The figure is {data, layout}; re-rendered with Plotly.react only when its JSON text changed, so
+  // a polled partial that brings the same data costs nothing and a changed one updates in place
+  // (zoom kept via layout.uirevision).
+  function renderPlots(root) {
+    if (typeof window.Plotly === "undefined") return;
+    (root || document).querySelectorAll("[data-plot]").forEach(function (el) {
+      var source = document.getElementById(el.dataset.plot);
+      if (!source) return;
+      var text = source.textContent;
+      if (el._smrwebFigure === text) return;
+      el._smrwebFigure = text;
+      var figure = JSON.parse(text);
+      el.classList.toggle("plot-empty", !figure.data || figure.data.length === 0);
+      window.Plotly.react(el, figure.data, figure.layout, Object.assign({}, PLOT_CONFIG, figure.config || {}));
+      if (!el._smrwebClickBound && el.dataset.clickTarget) {
+        el._smrwebClickBound = true;
+        el.on("plotly_click", function (event) {
+          var point = event.points && event.points[0];
+          var url = point && point.customdata && (Array.isArray(point.customdata) ? point.customdata[0] : point.customdata);
+          if (typeof url === "string" && url.charAt(0) === "/") {
+            window.htmx.ajax("GET", url, { target: el.dataset.clickTarget, swap: "innerHTML" });
+          }
+        });
+      }
+    });
+  }
+
+  // --- copy to clipboard ------------------------------------------------------------------------------
+  // <button data-copy="text" data-copy-label="link">: copies, then says so for two seconds.
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+    return new Promise(function (resolve, reject) {
+      var area = document.createElement("textarea");
+      area.value = text; area.setAttribute("readonly", ""); area.style.position = "fixed"; area.style.opacity = "0";
+      document.body.appendChild(area); area.select();
+      var ok = document.execCommand("copy");
+      document.body.removeChild(area);
+      ok ? resolve() : reject(new Error("copy refused"));
+    });
+  }
+
+  function onCopy(button) {
+    var text = button.dataset.copy;
+    if (text.charAt(0) === "/") text = window.location.origin + text;  // links are copied absolute
+    var label = button.dataset.copyLabel || "text";
+    var original = button.dataset.copyOriginal || button.textContent;
+    button.dataset.copyOriginal = original;
+    copyText(text).then(function () {
+      button.textContent = "Copied";
+      button.classList.add("copied");
+      announce("Copied the " + label + " to the clipboard.");
+    }, function () {
+      button.textContent = "Copy failed";
+      announce("Could not copy the " + label + "; select it by hand: " + text);
+    }).then(function () {
+      setTimeout(function () { button.textContent = original; button.classList.remove("copied"); }, 2000);
+    });
+  }
+
+  function announce(message) {
+    var live = document.getElementById("announcer");
+    if (live) { live.textContent = ""; setTimeout(function () { live.textContent = message; }, 30); }
+  }
+
+  // --- compare selection --------------------------------------------------------------------------------
+  // Checkboxes <input data-pick="RUN_ID"> inside [data-pick-scope="PROJECT"]; the choice survives
+  // polling swaps and paging (sessionStorage) and feeds the [data-compare-link] button.
+  var PICK_LIMIT = 50;
+
+  function pickKey(scope) { return "smrweb.pick." + scope; }
+
+  function loadPicks(scope) {
+    try { return JSON.parse(sessionStorage.getItem(pickKey(scope)) || "[]"); } catch (e) { return []; }
+  }
+
+  function savePicks(scope, picks) { sessionStorage.setItem(pickKey(scope), JSON.stringify(picks)); }
+
+  function syncPicks(root) {
+    (root || document).querySelectorAll("[data-pick-scope]").forEach(function (scopeEl) {
+      var scope = scopeEl.dataset.pickScope;
+      var picks = loadPicks(scope);
+      var full = picks.length >= PICK_LIMIT;
+      document.querySelectorAll('[data-pick-scope="' + scope + '"] input[data-pick]').forEach(function (box) {
+        box.checked = picks.indexOf(box.dataset.pick) !== -1;
+        box.disabled = full && !box.checked;
+      });
+      document.querySelectorAll('[data-compare-link="' + scope + '"]').forEach(function (link) {
+        var base = link.dataset.href;
+        var query = picks.map(function (id) { return "runs=" + encodeURIComponent(id); }).join("&");
+        link.setAttribute("href", base + (query ? "?" + query : ""));
+        link.classList.toggle("disabled", picks.length < 2);
+        link.setAttribute("aria-disabled", picks.length < 2 ? "true" : "false");
+        var count = link.querySelector("[data-pick-count]");
+        if (count) count.textContent = picks.length;
+      });
+      document.querySelectorAll('[data-pick-clear="' + scope + '"]').forEach(function (btn) {
+        btn.hidden = picks.length === 0;
+      });
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.matches || !box.matches("input[data-pick]")) return;
+    var scope = box.closest("[data-pick-scope]").dataset.pickScope;
+    var picks = loadPicks(scope).filter(function (id) { return id !== box.dataset.pick; });
+    if (box.checked) picks.push(box.dataset.pick);
+    savePicks(scope, picks.slice(0, PICK_LIMIT));
+    syncPicks();
+  });
+
+  document.addEventListener("click", function (event) {
+    var copy = event.target.closest && event.target.closest("[data-copy]");
+    if (copy) { event.preventDefault(); onCopy(copy); return; }
+    var clear = event.target.closest && event.target.closest("[data-pick-clear]");
+    if (clear) { savePicks(clear.dataset.pickClear, []); syncPicks(); return; }
+    var link = event.target.closest && event.target.closest("[data-compare-link]");
+    if (link && link.getAttribute("aria-disabled") === "true") {
+      event.preventDefault();
+      announce("Pick at least two runs to compare.");
+    }
+  });
+
+  // --- confirmations ----------------------------------------------------------------------------------
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  }, true);
+
+  // --- live polling -----------------------------------------------------------------------------------
+  // Polled elements skip their interval while the tab is hidden (see their hx-trigger); when it
+  // becomes visible again they refresh at once rather than up to one period later.
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState !== "visible" || !window.htmx) return;
+    document.querySelectorAll("[data-live]").forEach(function (el) { window.htmx.trigger(el, "smrweb:visible"); });
+  });
+
+  function refresh(root) { renderPlots(root); syncPicks(); }
+
+  document.addEventListener("htmx:afterSettle", function () { refresh(document); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { refresh(document); });
+  else refresh(document);
+  window.smrweb = { renderPlots: renderPlots, syncPicks: syncPicks };
+})();
