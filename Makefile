@@ -48,6 +48,7 @@ test: install-test browser-deps
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
 	$(BIN)/python bench/smr_poll.py --runs 50 100 150 200 --cycles 3
+	$(BIN)/python bench/pages.py --append
 
 # Re-pin every dependency (with hashes) after editing pyproject.toml.
 lock: | $(VENV)/bin/python

@@ -23,17 +23,29 @@
       var figure = JSON.parse(text);
       el.classList.toggle("plot-empty", !figure.data || figure.data.length === 0);
       window.Plotly.react(el, figure.data, figure.layout, Object.assign({}, PLOT_CONFIG, figure.config || {}));
-      if (!el._smrwebClickBound && el.dataset.clickTarget) {
+      if (!el._smrwebClickBound && (el.dataset.clickTarget || el.hasAttribute("data-click-navigate"))) {
         el._smrwebClickBound = true;
-        el.on("plotly_click", function (event) {
-          var point = event.points && event.points[0];
-          var url = point && point.customdata && (Array.isArray(point.customdata) ? point.customdata[0] : point.customdata);
-          if (typeof url === "string" && url.charAt(0) === "/") {
-            window.htmx.ajax("GET", url, { target: el.dataset.clickTarget, swap: "innerHTML" });
-          }
-        });
+        el.on("plotly_click", function (event) { onPlotClick(el, event); });
       }
     });
+  }
+
+  // A bar carries [bin, kind, ...] as customdata and the element a data-click-url to ask for that
+  // bin's turns; a run's trace carries meta.url and data-click-navigate opens it.
+  function onPlotClick(el, event) {
+    var point = event.points && event.points[0];
+    if (!point) return;
+    if (el.hasAttribute("data-click-navigate")) {
+      var meta = point.data && point.data.meta;
+      if (meta && typeof meta.url === "string" && meta.url.charAt(0) === "/") window.location.assign(meta.url);
+      return;
+    }
+    var cd = point.customdata;
+    if (!el.dataset.clickUrl || !Array.isArray(cd)) return;
+    var url = el.dataset.clickUrl + "&bin=" + encodeURIComponent(cd[0]) + "&kind=" + encodeURIComponent(cd[1] || "");
+    window.htmx.ajax("GET", url, { target: el.dataset.clickTarget, swap: "innerHTML" });
+    var target = document.querySelector(el.dataset.clickTarget);
+    if (target && target.scrollIntoView) target.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }
 
   // --- copy to clipboard ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ reloaded where the point is that htmx brings the change in by itself."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -230,13 +231,16 @@ def test_run_page_shows_stats_spend_split_turns_and_downloads_exact_bytes(page, 
     expect(stat["turns"]).to_contain_text("budget used 45%")
     split = page.locator("table.split tbody tr")
     expect(split.nth(2).locator("td.num").last).to_have_text("$0.90")  # total == driver + child
-    expect(page.locator(".budget")).to_have_attribute("aria-label", "driver $0.40 and child $0.50 of $2.00")
+    expect(page.locator(".budget").first).to_have_attribute("aria-label", "USD: driver $0.40 and child $0.50 of $2.00")
 
     turns = page.locator("table.turns tbody tr")
     expect(turns).to_have_count(3)
     expect(turns.locator(".kind")).to_have_text(["driver", "child", "driver"])
     expect(page.locator("table.turns td", has_text="worker-1")).to_contain_text("← driver")
-    expect(page.locator(".chart")).to_have_attribute("aria-label", "2 scores, best 0.61")
+    expect(page.locator("#run-timeline .main-svg").first).to_be_visible()  # plotly drew the timeline
+    figure = json.loads(page.locator("#run-timeline-data").text_content())
+    scores = next(t for t in figure["data"] if t["yaxis"] == "y" and t["mode"] == "markers")
+    assert scores["y"] == [0.42, 0.61]
 
     download_link = page.locator("table.artifacts a", has_text="Download")
     expect(download_link).to_have_count(1)

@@ -42,7 +42,7 @@ EXPECTED = {
     "overview": ['[data-project="dogfight"] svg.spark', '[data-project="dogfight"] .count.warn', '[data-project="dogfight"] .count.bad'],
     "project-dogfight": ["tr[data-run] svg.spark", ".badge-stalled[title]", ".badge-failed[title]", ".badge-warn", "table.leaderboard tr.top"],
     "project-failed-filter": ['tr[data-run="run-c04d17"] .failure-line'],
-    "run-running": [".chart .chart-best", ".budget .budget-part.driver", "table.turns tbody tr", "table.artifacts a.btn",
+    "run-running": ["#run-timeline .main-svg", "#budget .forecast", ".budget .budget-part.driver", "table.turns tbody tr", "table.artifacts a.btn",
                     ".timeline .detail.bad", ".timeline .body"],
     "run-failed": [".alert.bad"],
     "run-stalled-downgraded": [".alert.warn", "h1 .badge-stalled", "h1 .badge-warn"],

@@ -149,22 +149,31 @@ def budget_meter(run):
 
 
 @register.simple_tag
-def budget_bar(run):
-    """Spend as a bar split into driver inference and child work, against the USD budget when set."""
-    driver, child = Decimal(run.driver_cost_usd), Decimal(run.child_cost_usd)
+def budget_bar(run, unit: str = "usd"):
+    """Spend as a bar split into driver inference and child work, against the budget when set: USD
+    against `budget_usd`, or tokens (in + out) against `budget_tokens`."""
+    if unit == "tokens":
+        driver = Decimal(run.driver_tokens_in + run.driver_tokens_out)
+        child = Decimal(run.child_tokens_in + run.child_tokens_out)
+        budget = Decimal(run.budget_tokens) if run.budget_tokens else None
+        fmt = tokens
+    else:
+        driver, child = Decimal(run.driver_cost_usd), Decimal(run.child_cost_usd)
+        budget = Decimal(run.budget_usd) if run.budget_usd else None
+        fmt = usd
     total = driver + child
-    budget = Decimal(run.budget_usd) if run.budget_usd else None
     scale = max(budget or Decimal(0), total) or Decimal(1)
     d_pct, c_pct = float(driver / scale * 100), float(child / scale * 100)
     over = budget is not None and total > budget
     return format_html(
-        '<div class="budget{}" role="img" aria-label="driver {} and child {}{}">'
+        '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}">'
         '<div class="budget-part driver" style="width:{}%"></div>'
         '<div class="budget-part child" style="width:{}%"></div>{}</div>',
-        " over" if over else "", usd(driver), usd(child), format_html(" of {}", usd(budget)) if budget else "",
+        " over" if over else "", "tokens" if unit == "tokens" else "USD", fmt(driver), fmt(child),
+        format_html(" of {}", fmt(budget)) if budget else "",
         round(d_pct, 2), round(c_pct, 2),
         format_html('<div class="budget-limit" style="left:{}%" title="budget {}"></div>',
-                    round(float(budget / scale * 100), 2), usd(budget)) if over else "",
+                    round(float(budget / scale * 100), 2), fmt(budget)) if over else "",
     )
 
 
@@ -282,3 +291,36 @@ def ago_short(value: datetime | None) -> str:
     if value is None:
         return "never"
     return duration(timezone.now() - value).split(" ")[0] + " ago"
+
+
+@register.filter
+def signed(value) -> str:
+    """A rate or delta with its sign and four significant digits: +0.0123, −4.5, 0."""
+    if value is None:
+        return "—"
+    value = float(value)
+    if value == 0:
+        return "0"
+    return f"{'+' if value > 0 else '−'}{abs(value):.4g}"
+
+
+@register.filter
+def tool_calls_view(calls) -> list[dict]:
+    """A turn's tool calls as (name, arguments as indented JSON) for the turn panel."""
+    import json
+
+    out = []
+    for call in calls or []:
+        if isinstance(call, dict):
+            name = str(call.get("name") or call.get("tool") or call.get("type") or "call")
+            rest = {k: v for k, v in call.items() if k not in ("name", "tool")}
+            args = json.dumps(rest, indent=2, ensure_ascii=False, sort_keys=True) if rest else ""
+        else:
+            name, args = str(call), ""
+        out.append({"name": name, "args": args[:4000] + ("\n…" if len(args) > 4000 else "")})
+    return out
+
+
+@register.filter
+def get_item(mapping, key):
+    return mapping.get(key) if isinstance(mapping, dict) else None

@@ -1,14 +1,38 @@
-"""Compare up to 50 runs of a project side by side (being built)."""
+"""Compare up to 50 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from smrweb.dashboard import compare_charts
 from smrweb.dashboard.access import project_for_user
+from smrweb.tracking import compare
+
+MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 
 
 @require_GET
 @login_required
 def compare_runs(request, slug: str):
-    project_for_user(request, slug)
-    return HttpResponse("compare: not built yet", status=501)
+    project = project_for_user(request, slug)
+    requested = compare.parse_run_ids(request.GET.getlist("runs"))
+    context = {"project": project, "requested": requested, "max_runs": compare.MAX_RUNS}
+    status = 200
+    if len(requested) > compare.MAX_RUNS:
+        # Refused before any lookup: the limit is what keeps the page fast.
+        context["error"] = (f"{len(requested)} runs were picked; Compare takes at most {compare.MAX_RUNS}. "
+                            "Untick some and compare again.")
+        status, selected = 400, []
+    else:
+        comparison = compare.compare(project, requested)
+        selected = [s.run for s in comparison.runs]
+        context["comparison"] = comparison
+        context["missing"] = comparison.missing[:MISSING_SHOWN]
+        context["missing_more"] = max(len(comparison.missing) - MISSING_SHOWN, 0)
+        if len(comparison.runs) >= 2:
+            context.update(compare_charts.build(comparison))
+    # The picker: the compared runs first (their order is the comparison's), then recent ones.
+    chosen = {run.external_id for run in selected} or set(requested)
+    recent = [r for r in compare.recent_runs(project) if r.external_id not in {s.external_id for s in selected}]
+    context["picker"] = [(run, run.external_id in chosen) for run in [*selected, *recent]]
+    return render(request, "dashboard/compare.html", context, status=status)

@@ -2,24 +2,36 @@
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Count, Max
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.tracking import queries
 from smrweb.tracking.filters import RunFilter
-from smrweb.tracking.models import Project, Run, RunState
+from smrweb.tracking.models import Project, Run, RunState, SourceHealth
 
 RUNS_PER_PAGE = 50
+
+
+def _projects_version(project_ids: list[int]) -> str:
+    """Changes whenever any run of these projects or their source health is written (one query each)."""
+    runs = Run.objects.filter(project_id__in=project_ids).aggregate(n=Count("id"), last=Max("updated"))
+    health = SourceHealth.objects.filter(project_id__in=project_ids).aggregate(last=Max("updated"))
+    return live.version(sorted(project_ids), runs["n"], runs["last"], health["last"])
 
 
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
 def project_list(request):
-    projects = Project.objects.visible_to(request.user).select_related("scenario").order_by("slug")
-    context = {"summaries": queries.project_summaries(projects)}
+    projects = list(Project.objects.visible_to(request.user).select_related("scenario").order_by("slug"))
+    version = _projects_version([p.pk for p in projects])
+    if live.unchanged(request, version):
+        return live.no_change()
+    context = {"summaries": queries.project_summaries(projects), "version": version}
     return render(request, fragment_template(request, "dashboard/project_list.html", "project-cards"), context)
 
 
@@ -46,6 +58,10 @@ def _without(params, key: str) -> str:
 @vary_on_headers("HX-Request")
 def project_detail(request, slug: str):
     project = project_for_user(request, slug)
+    base = _projects_version([project.pk])
+    version = live.version(base, request.GET.urlencode())
+    if live.unchanged(request, version):
+        return live.no_change()
     runs, filters = filter_runs(project, request.GET)
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
@@ -60,5 +76,34 @@ def project_detail(request, slug: str):
         "health": getattr(project, "source_health", None) if project.source != "push" else None,
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
+        "version": version,
     }
+    if not request.htmx:
+        context.update(_chart_context(project), chart_version=live.version(base, "chart"))
     return render(request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context)
+
+
+def _chart_context(project: Project) -> dict:
+    scores = queries.project_scores(project)
+    if not scores.total:
+        return {"chart_total": 0}
+    runs = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
+    series = [(runs[pk], Run(project=project, external_id=runs[pk]).get_absolute_url(), points)
+              for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])]
+    figure = charts.project_scores_figure(
+        series, scores.frontier, maximize=project.scenario.maximize, metric=project.scenario.score_metric,
+        start=scores.start, end=scores.end, uirevision=f"project-{project.pk}")
+    shown = sum(len(points) for _, _, points in series)
+    return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series)}
+
+
+@require_GET
+@login_required
+def project_chart(request, slug: str):
+    """The score-over-time chart of every run, polled on its own (slower than the runs table)."""
+    project = project_for_user(request, slug)
+    version = live.version(_projects_version([project.pk]), "chart")
+    if live.unchanged(request, version):
+        return live.no_change()
+    context = {"project": project, "chart_version": version, **_chart_context(project)}
+    return render(request, "dashboard/project_detail.html#project-chart", context)

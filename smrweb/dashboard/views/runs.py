@@ -1,19 +1,30 @@
-"""The run page and artifact downloads for signed-in users."""
+"""The run page, its polled partials (turn details, metric charts) and artifact downloads."""
+
+from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.core.downloads import artifact_response
+from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.sources import tasks
-from smrweb.tracking import queries, services
+from smrweb.tracking import queries, services, timeline
 from smrweb.tracking.errors import TrackingError
-from smrweb.tracking.models import Artifact, Role, SourceKind
+from smrweb.tracking.models import AgentTurn, Artifact, Role, SourceKind, TurnKind
 
-RECENT_TURNS = 50
+RECENT_TURNS = 25
+RECENT_ARTIFACTS = 10
+METRIC_POINTS = 1000
+
+
+def _run_version(run) -> str:
+    return live.version(run.pk, run.updated.timestamp())
 
 
 @require_GET
@@ -21,21 +32,106 @@ RECENT_TURNS = 50
 @vary_on_headers("HX-Request")
 def run_detail(request, slug: str, run_id: str):
     run = run_for_user(request, slug, run_id)
-    turns = list(run.turns.order_by("-ts", "-id")[:RECENT_TURNS])
+    version = _run_version(run)
+    if live.unchanged(request, version):
+        return live.no_change()
+    now = timezone.now()
+    scenario = run.project.scenario
+    tl = timeline.run_timeline(run, now=now)
+    burn = timeline.burn_forecast(run, now=now)
+    actors = timeline.actor_tree(run)
+    keys = queries.metric_keys(run)
     context = {
         "project": run.project,
         "run": run,
-        "history": queries.score_histories([run.pk], per_run=200).get(run.pk, []),
-        "turns": turns,
+        "version": version,
+        "timeline": tl,
+        "timeline_figure": charts.run_timeline_figure(
+            tl, maximize=scenario.maximize, metric=scenario.score_metric, budget_usd=run.budget_usd, burn=burn,
+            now=now, uirevision=f"run-{run.pk}"),
+        "burn": burn,
+        "efficiency": timeline.efficiency(run),
+        "actors": actors if len(actors) > 1 else [],
+        "turns": list(run.turns.order_by("-ts", "-id")[:RECENT_TURNS]),
+        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[:30],
         "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
-        "artifacts": run.artifacts.select_related("blob")[:50],
+        "artifacts": run.artifacts.select_related("blob")[:RECENT_ARTIFACTS],
+        "artifact_count": run.artifacts.count(),
         "checkpoints": run.checkpoints.order_by("-ts", "-id")[:20],
-        "runtime_messages": run.messages.order_by("-seq")[:20],  # not "messages": that is Django's flash messages
+        **_runtime_messages(run),
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
-        "stalled_for": queries.stalled_for(run),
+        "stalled_for": queries.stalled_for(run, now),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
+        "metric_keys": keys,
+        **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
     }
     return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
+
+
+def _runtime_messages(run, limit: int = 20) -> dict:
+    """The latest messages, newest first, and always the kickoff (the run's first message) last."""
+    latest = list(run.messages.order_by("-seq")[:limit])  # not "messages": that is Django's flash messages
+    kickoff = run.messages.order_by("seq").first() if len(latest) == limit else (latest[-1] if latest else None)
+    if kickoff is not None and kickoff not in latest:
+        latest.append(kickoff)
+    return {"runtime_messages": latest, "kickoff_seq": kickoff.seq if kickoff else None}
+
+
+def _metric_context(run, key: str) -> dict:
+    total, points = queries.metric_series(run, key, METRIC_POINTS)
+    return {"metric_key": key, "metric_total": total, "metric_shown": len(points),
+            "metric_figure": charts.metric_figure(key, points, total=total, uirevision=f"metric-{run.pk}-{key}")}
+
+
+@require_GET
+@login_required
+def run_metric(request, slug: str, run_id: str):
+    """The metric chart panel for one key (the key picker swaps it; it polls itself while the run lives)."""
+    run = run_for_user(request, slug, run_id)
+    keys = queries.metric_keys(run)
+    key = request.GET.get("key", "")
+    if key not in keys:
+        return render(request, "dashboard/run_detail.html#metric-panel",
+                      {"project": run.project, "run": run, "metric_keys": keys, "metric_error": key}, status=404)
+    version = live.version(_run_version(run), key)
+    if live.unchanged(request, version):
+        return live.no_change()
+    context = {"project": run.project, "run": run, "metric_keys": keys, "metric_version": version,
+               **_metric_context(run, key)}
+    return render(request, "dashboard/run_detail.html#metric-panel", context)
+
+
+@require_GET
+@login_required
+def turn_detail(request, slug: str, run_id: str, turn_id: int):
+    run = run_for_user(request, slug, run_id)
+    turn = get_object_or_404(AgentTurn, run=run, pk=turn_id)
+    return render(request, "dashboard/_turns_panel.html", {"project": run.project, "run": run, "turns": [turn],
+                                                             "count": 1})
+
+
+@require_GET
+@login_required
+def turns_in_bar(request, slug: str, run_id: str):
+    """The turns behind one bar of the timeline: bin `bin` of width `width_us` from `origin`, one kind."""
+    run = run_for_user(request, slug, run_id)
+    origin = parse_datetime(request.GET.get("origin", ""))
+    try:
+        width = timedelta(microseconds=int(request.GET.get("width_us", "")))
+        index = int(request.GET.get("bin", ""))
+    except ValueError:
+        width = index = None
+    if origin is None or width is None or width <= timedelta(0) or not 0 <= index <= 10_000_000:
+        return render(request, "dashboard/_turns_panel.html",
+                      {"project": run.project, "run": run, "error": "That bar could not be read; click it again."},
+                      status=400)
+    kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK}.get(request.GET.get("kind", ""))
+    start = origin + width * index
+    end = start + width
+    turns, count = timeline.turns_between(run, start, end, kind)
+    return render(request, "dashboard/_turns_panel.html", {
+        "project": run.project, "run": run, "turns": turns, "count": count, "start": start, "end": end,
+        "kind": kind})
 
 
 @require_GET
@@ -59,3 +155,5 @@ def stop_run(request, slug: str, run_id: str):
         tasks.stop_run.delay_on_commit(run.pk)
         messages.success(request, f"Asked the source to stop {run.external_id}.")
     return redirect(run.get_absolute_url())
+
+

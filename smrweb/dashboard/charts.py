@@ -1,0 +1,162 @@
+"""Plotly figures as plain dicts (plotly.graph_objects validates every attribute and costs more than
+the queries). Times are epoch milliseconds, which plotly shows as UTC dates; the page script renders
+each figure from a `json_script` element with Plotly.react."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from smrweb.tracking.models import TurnKind
+from smrweb.tracking.timeline import Burn, Timeline
+
+DRIVER, CHILD = "#7c3aed", "#0891b2"
+SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#eef1f4"
+# Distinct, readable on white; runs beyond the palette reuse it (their hover names tell them apart).
+PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#65a30d", "#dc2626",
+           "#4f46e5", "#0d9488", "#ca8a04", "#9333ea"]
+FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
+        "size": 11, "color": INK}
+
+
+def ms(ts: datetime) -> int:
+    return int(ts.timestamp() * 1000)
+
+
+def _axis(title: str, domain: tuple[float, float], **extra) -> dict:
+    return {"title": {"text": title, "font": {"size": 11}}, "domain": list(domain), "gridcolor": GRID,
+            "zeroline": False, "automargin": True, "fixedrange": True, **extra}
+
+
+def base_layout(height: int, *, uirevision: str, **extra) -> dict:
+    return {
+        "height": height, "margin": {"l": 8, "r": 12, "t": 8, "b": 8}, "font": FONT,
+        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#fff", "uirevision": uirevision,
+        "hoverlabel": {"font": {"size": 11}}, "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        **extra,
+    }
+
+
+def time_axis(start: datetime, end: datetime) -> dict:
+    return {"type": "date", "range": [ms(start), ms(end)], "gridcolor": GRID, "automargin": True,
+            "showspikes": True, "spikemode": "across", "spikesnap": "cursor", "spikethickness": 1,
+            "spikecolor": "#98a2b0", "hoverformat": "%b %d, %H:%M:%S UTC", "title": {"text": "time (UTC)"}}
+
+
+def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd: Decimal | None,
+                        burn: Burn | None, now: datetime, uirevision: str) -> dict:
+    """Scores, per-bin tokens, per-bin cost and cumulative USD against the budget, on one time axis.
+
+    Bars carry `[bin index, kind initial, turns, tokens in, tokens out]` as customdata: the page turns
+    a click into the turns of that bin, and the hover reads its figures from it.
+    """
+    data: list[dict] = []
+    if tl.scores:
+        data.append({"type": "scattergl" if len(tl.scores) > 1000 else "scatter", "mode": "markers",
+                     "name": metric, "x": [ms(t) for t, _ in tl.scores], "y": [v for _, v in tl.scores],
+                     "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
+                     "hovertemplate": f"{metric} %{{y:.6g}}<extra></extra>", "yaxis": "y", "legendgroup": "score"})
+        frontier = tl.frontier + [(tl.end, tl.frontier[-1][1])]
+        data.append({"type": "scatter", "mode": "lines", "name": "best so far", "line": {"shape": "hv", "color": BEST,
+                     "width": 2}, "x": [ms(t) for t, _ in frontier], "y": [v for _, v in frontier],
+                     "hovertemplate": "best %{y:.6g}<extra></extra>", "yaxis": "y"})
+    width_ms = tl.bin_width.total_seconds() * 1000
+    for kind, colour, label, initial in ((TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
+                                         (TurnKind.CHILD_WORK, CHILD, "child work", "c")):
+        bins = [b for b in tl.bins if b.kind == kind]
+        if not bins:
+            continue
+        x = [ms(b.start) + width_ms / 2 for b in bins]
+        custom = [[(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out]
+                  for b in bins]
+        text = [f"turn {b.first_turn} · {b.actor}{' · ' + b.model if b.model else ''}" if b.count == 1
+                else f"{b.count} turns (#{b.first_turn}–#{b.last_turn})" for b in bins]
+        data.append({"type": "bar", "name": label, "legendgroup": kind, "x": x,
+                     "y": [b.tokens_in + b.tokens_out for b in bins], "width": width_ms * 0.9, "customdata": custom,
+                     "text": text, "textposition": "none", "marker": {"color": colour}, "yaxis": "y2",
+                     "hovertemplate": "%{text}<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
+                                      f"<extra>{label}</extra>"})
+        data.append({"type": "bar", "name": label, "legendgroup": kind, "showlegend": False, "x": x,
+                     "y": [round(float(b.cost_usd), 6) for b in bins], "width": width_ms * 0.9, "customdata": custom,
+                     "marker": {"color": colour}, "yaxis": "y3",
+                     "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>"})
+    if tl.cumulative:
+        xs = [ms(tl.start)] + [ms(t) for t, _, _ in tl.cumulative]
+        data.append({"type": "scatter", "mode": "lines", "name": "total USD", "x": xs, "yaxis": "y4",
+                     "y": [0.0] + [round(float(total), 6) for _, total, _ in tl.cumulative],
+                     "line": {"color": INK, "width": 2, "shape": "hv"}, "hovertemplate": "total $%{y:.4f}<extra></extra>"})
+        data.append({"type": "scatter", "mode": "lines", "name": "driver USD", "x": xs, "yaxis": "y4",
+                     "y": [0.0] + [round(float(drv), 6) for _, _, drv in tl.cumulative],
+                     "line": {"color": DRIVER, "width": 1.5, "shape": "hv", "dash": "dot"},
+                     "hovertemplate": "driver $%{y:.4f}<extra></extra>"})
+    if budget_usd:
+        data.append({"type": "scatter", "mode": "lines", "name": f"budget ${budget_usd:,.2f}", "yaxis": "y4",
+                     "x": [ms(tl.start), ms(tl.end)], "y": [float(budget_usd)] * 2,
+                     "line": {"color": BUDGET, "width": 1.5, "dash": "dash"},
+                     "hovertemplate": "budget $%{y:.2f}<extra></extra>"})
+        spent = float(tl.cumulative[-1][1]) if tl.cumulative else 0.0
+        if burn and burn.runs_out_at and burn.runs_out_on == "USD" and burn.runs_out_at - now <= tl.end - tl.start:
+            data.append({"type": "scatter", "mode": "lines", "name": "forecast", "yaxis": "y4",
+                         "x": [ms(now), ms(burn.runs_out_at)], "y": [spent, float(budget_usd)],
+                         "line": {"color": BUDGET, "width": 1, "dash": "dot"},
+                         "hovertemplate": "budget runs out ~%{x|%H:%M UTC}<extra>forecast</extra>"})
+    end = max([tl.end] + ([burn.runs_out_at] if burn and burn.runs_out_at and any(
+        d.get("name") == "forecast" for d in data) else []))
+    layout = base_layout(
+        560, uirevision=uirevision, barmode="stack", bargap=0, hovermode="closest", showlegend=True,
+        xaxis={**time_axis(tl.start, end), "anchor": "y4", "fixedrange": False},
+        yaxis=_axis(f"{metric} {'↑' if maximize else '↓'}", (0.74, 1.0)),
+        yaxis2=_axis("tokens", (0.50, 0.70), rangemode="tozero", tickformat="~s"),
+        yaxis3=_axis("USD / bar", (0.27, 0.46), rangemode="tozero", tickprefix="$"),
+        yaxis4=_axis("USD total", (0.0, 0.23), rangemode="tozero", tickprefix="$"),
+    )
+    return {"data": data, "layout": layout}
+
+
+def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dict:
+    """One metric by step: the bucket mean as a line, with a min–max band when downsampled."""
+    xs = [p.step for p in points]
+    data = []
+    if total > len(points):
+        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": [p.max for p in points], "line": {"width": 0},
+                     "hoverinfo": "skip", "showlegend": False})
+        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": [p.min for p in points], "line": {"width": 0},
+                     "fill": "tonexty", "fillcolor": "rgba(37,99,235,.15)", "name": "min–max per bucket",
+                     "hoverinfo": "skip"})
+    data.append({"type": "scattergl" if len(points) > 1000 else "scatter", "mode": "lines", "name": key,
+                 "x": xs, "y": [p.value for p in points], "line": {"color": PALETTE[0], "width": 1.5},
+                 "hovertemplate": "step %{x:,}<br>" + key + " %{y:.6g}<extra></extra>"})
+    layout = base_layout(260, uirevision=uirevision, showlegend=total > len(points), hovermode="closest",
+                         xaxis={"title": {"text": "step"}, "gridcolor": GRID, "automargin": True},
+                         yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True})
+    return {"data": data, "layout": layout}
+
+
+def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, float]]]],
+                          frontier: list[tuple[datetime, float]], *, maximize: bool, metric: str,
+                          start: datetime, end: datetime, uirevision: str) -> dict:
+    """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
+
+    `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
+    """
+    data = []
+    many = len(series) > 12
+    for i, (run_id, url, points) in enumerate(series):
+        data.append({"type": "scattergl" if len(points) > 1000 else "scatter", "mode": "lines+markers",
+                     "name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
+                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
+                     "meta": {"url": url}, "showlegend": not many,
+                     "line": {"color": PALETTE[i % len(PALETTE)], "width": 1}, "marker": {"size": 4},
+                     "opacity": 0.55 if many else 0.85,
+                     "hovertemplate": f"{run_id}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}}<extra></extra>"})
+    if frontier:
+        points = frontier + [(end, frontier[-1][1])]
+        data.append({"type": "scatter", "mode": "lines", "name": "project best so far",
+                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
+                     "line": {"color": BEST, "width": 3, "shape": "hv"},
+                     "hovertemplate": "best %{y:.6g}<extra></extra>"})
+    layout = base_layout(320, uirevision=uirevision, hovermode="closest", showlegend=True,
+                         xaxis=time_axis(start, end),
+                         yaxis={"title": {"text": f"{metric} {'↑' if maximize else '↓'}"}, "gridcolor": GRID,
+                                "automargin": True, "zeroline": False})
+    return {"data": data, "layout": layout}

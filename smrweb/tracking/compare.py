@@ -1,0 +1,272 @@
+"""Reads for the Compare page: up to MAX_RUNS runs of one project side by side.
+
+Five queries whatever the number of runs or rows: the runs, their score series, their cumulative
+spend series, one aggregate of turn statistics, and the picker's recent runs. Series are thinned in
+SQL (a row-number stride per run, so 50 runs × 10,000 turns never come back whole) and then
+downsampled with LTTB, so a chart holds at most POINTS_PER_CHART points however long the runs are.
+Totals come from the run's maintained summary columns, which the write path keeps exact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Avg, Count, F, Func, IntegerField, Max, Min, Q, Sum, Window
+from django.db.models.expressions import RowRange
+from django.db.models.functions import Mod, RowNumber
+
+from smrweb.tracking.downsample import lttb
+from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
+
+MAX_RUNS = 50
+POINTS_PER_CHART = 4000  # per figure, all runs together
+# Rows read from SQL per point LTTB keeps: room to choose the points that keep a noisy score series'
+# shape. Cumulative spend only rises, so an even stride already keeps its shape.
+SCORE_OVERSAMPLE, SPEND_OVERSAMPLE = 4, 2
+RECENT_RUNS = 200
+
+DELTA_FIELDS = ("final", "best", "turns", "tokens", "usd", "gain_per_usd", "duration")
+
+
+class JSONArrayLength(Func):
+    """The length of a JSON array column; 0 for anything that is not an array (both backends)."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = IntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        # jsonb_array_length raises on a non-array, so guard it rather than fail the whole page.
+        return self.as_sql(compiler, connection, template=(
+            "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) ELSE 0 END"
+        ), **extra)
+
+
+@dataclass
+class RunSeries:
+    """One run of a comparison: its summary row, its downsampled series and its deltas to the baseline.
+
+    Series x values are seconds since the run's start, so runs started at different times line up.
+    """
+
+    run: Run
+    start: datetime
+    duration: timedelta
+    first_score: float | None = None
+    scores: list[tuple[float, float]] = field(default_factory=list)  # (seconds, score)
+    frontier: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best so far), at changes
+    spend: list[tuple[float, float]] = field(default_factory=list)  # (seconds, cumulative USD)
+    best_at: float | None = None  # seconds to the first score equal to the best
+    driver_turns: int = 0
+    child_turns: int = 0
+    actors: int = 0
+    tool_calls: int = 0
+    mean_turn_ms: float | None = None
+    deltas: dict[str, float | timedelta | None] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return self.run.tokens_in + self.run.tokens_out
+
+    @property
+    def gain(self) -> float | None:
+        """Score gained from the run's first score to its best, in the scenario's direction (never negative)."""
+        if self.first_score is None or self.run.best_score is None:
+            return None
+        gain = self.run.best_score - self.first_score
+        return gain if self.run.project.scenario.maximize else -gain
+
+    @property
+    def gain_per_usd(self) -> float | None:
+        """`gain` per USD of agent spend; None without scores or without spend."""
+        if self.gain is None or not self.run.cost_usd:
+            return None
+        return self.gain / float(self.run.cost_usd)
+
+    @property
+    def tokens_per_turn(self) -> float | None:
+        return self.tokens / self.run.turn_count if self.run.turn_count else None
+
+    @property
+    def usd_per_turn(self) -> Decimal | None:
+        return self.run.cost_usd / self.run.turn_count if self.run.turn_count else None
+
+    def values(self) -> dict[str, float | timedelta | None]:
+        """The compared figures by name (the table's columns, the deltas' keys)."""
+        return {"final": self.run.latest_score, "best": self.run.best_score, "turns": self.run.turn_count,
+                "tokens": self.tokens, "usd": float(self.run.cost_usd), "gain_per_usd": self.gain_per_usd,
+                "duration": self.duration}
+
+
+@dataclass
+class Comparison:
+    project: Project
+    runs: list[RunSeries]
+    missing: list[str]  # requested ids the project does not have, in the order given
+
+    @property
+    def maximize(self) -> bool:
+        return self.project.scenario.maximize
+
+    @property
+    def baseline(self) -> RunSeries | None:
+        return self.runs[0] if self.runs else None
+
+
+def compare(project: Project, external_ids: list[str], *, points: int = POINTS_PER_CHART) -> Comparison:
+    """The runs named by `external_ids` (order kept, first = baseline) with series and deltas.
+
+    Series are read only when at least two runs are found: there is nothing to compare otherwise.
+    """
+    found = {r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids)}
+    missing = [rid for rid in external_ids if rid not in found]
+    runs = [found[rid] for rid in external_ids if rid in found]
+    for run in runs:
+        run.project = project  # already loaded, with its scenario: no query per row
+    series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
+    if len(series) >= 2:
+        per_run = max(points // len(series), 8)
+        by_pk = {s.run.pk: s for s in series}
+        _add_turn_stats(by_pk)
+        _add_scores(by_pk, maximize=project.scenario.maximize, per_run=per_run)
+        _add_spend(by_pk, per_run=per_run)
+    for s in series:
+        end = s.run.finished_at or s.run.last_progress_at
+        s.duration = max(end - s.start, timedelta(0))
+    _add_deltas(series)
+    return Comparison(project=project, runs=series, missing=missing)
+
+
+def recent_runs(project: Project, *, limit: int = RECENT_RUNS) -> list[Run]:
+    """The project's most recently active runs, for the picker."""
+    return list(
+        Run.objects.filter(project=project)
+        .order_by("-last_progress_at", "-id")
+        .only("external_id", "state", "best_score", "last_progress_at", "stalled_since", "turn_count")[:limit]
+    )
+
+
+def _thinned(rows, per_run: int, **windows):
+    """`rows` (one model's rows of several runs) annotated with `windows` and thinned in SQL: per run
+    the first and last rows and every k-th between, k chosen so about `per_run` rows remain.
+
+    The stride is computed in SQL from the partition's size, so it needs no per-run parameters and
+    works the same on SQLite and PostgreSQL (integer division, MOD).
+    """
+    by_run, in_order = [F("run_id")], [F("ts").asc(), F("id").asc()]
+    stride = (F("n") + (per_run - 1)) / per_run  # ceil(n / per_run), at least 1
+    return (
+        rows.annotate(
+            rn=Window(RowNumber(), partition_by=by_run, order_by=in_order),
+            n=Window(Count("id"), partition_by=by_run),
+            **{name: Window(fn, partition_by=by_run, order_by=in_order, frame=RowRange(start=None, end=0))
+               for name, fn in windows.items()},
+        )
+        .annotate(phase=Mod(F("rn") - 1, stride))
+    )
+
+
+def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
+    """What the summary columns do not hold, per run, in one aggregate: turns by kind, distinct actors,
+    tool calls, mean turn duration, first turn time."""
+    stats = (
+        AgentTurn.objects.filter(run_id__in=by_pk)
+        .values("run_id")
+        .annotate(
+            driver=Count("id", filter=Q(kind=TurnKind.DRIVER_INFERENCE)),
+            child=Count("id", filter=Q(kind=TurnKind.CHILD_WORK)),
+            actors=Count("actor", distinct=True),
+            tools=Sum(JSONArrayLength("tool_calls")),
+            mean_ms=Avg("duration_ms"),
+            first=Min("ts"),
+        )
+        .order_by()  # no Meta ordering: it would join the GROUP BY
+    )
+    for row in stats:
+        s = by_pk[row["run_id"]]
+        s.driver_turns, s.child_turns, s.actors = row["driver"], row["child"], row["actors"]
+        s.tool_calls, s.mean_turn_ms = row["tools"] or 0, row["mean_ms"]
+        s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
+
+
+def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> None:
+    """Score series: thinned in SQL (keeping each run's first, last and best score, and the exact
+    best-so-far at every kept row), then LTTB; the best-so-far frontier as its change points."""
+    best = Max if maximize else Min
+    rows = (
+        _thinned(Submission.objects.filter(run_id__in=by_pk), per_run * SCORE_OVERSAMPLE, so_far=best("score"))
+        .annotate(
+            run_best=Window(best("score"), partition_by=[F("run_id")]),
+            nth_of_score=Window(RowNumber(), partition_by=[F("run_id"), F("score")],
+                                order_by=[F("ts").asc(), F("id").asc()]),
+        )
+        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0) | (Q(score=F("run_best")) & Q(nth_of_score=1)))
+        .order_by("run_id", "rn")
+        .values_list("run_id", "ts", "score", "so_far", "rn", "run_best", "nth_of_score")
+    )
+    kept: dict[int, list[tuple]] = defaultdict(list)
+    for run_id, ts, score, so_far, rn, run_best, nth in rows:
+        kept[run_id].append((ts, score, so_far, rn, score == run_best and nth == 1))
+    for run_id, items in kept.items():
+        s = by_pk[run_id]
+        s.start = min(s.start, items[0][0])
+    for run_id, items in kept.items():
+        s = by_pk[run_id]
+        s.first_score = items[0][1]
+        pts = [((ts - s.start).total_seconds(), score, flag) for ts, score, _, _, flag in items]
+        frontier = _changes([(x, so_far) for (x, _, _), (_, _, so_far, _, _) in zip(pts, items)])
+        if len(frontier) > per_run // 4:
+            frontier = lttb(frontier, max(per_run // 4, 3))
+        s.frontier = frontier
+        best_pt = next(p for p in pts if p[2])
+        s.best_at = best_pt[0]
+        sampled = lttb(pts, max(per_run - len(frontier) - 2, 3))
+        if best_pt not in sampled:  # the best score is the point of the chart: never downsample it away
+            sampled = sorted([*lttb(pts, max(per_run - len(frontier) - 3, 3)), best_pt], key=lambda p: p[0])
+        s.scores = [(x, y) for x, y, _ in sampled]
+
+
+def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A step series reduced to the points where its value changes, plus its last point."""
+    out = [p for i, p in enumerate(points) if i == 0 or p[1] != points[i - 1][1]]
+    if points and out[-1] != points[-1]:
+        out.append(points[-1])
+    return out
+
+
+def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
+    """Cumulative USD of agent turns over time: running sums in SQL, thinned there, then LTTB."""
+    rows = (
+        _thinned(AgentTurn.objects.filter(run_id__in=by_pk), per_run * SPEND_OVERSAMPLE, total=Sum("cost_usd"))
+        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0))
+        .order_by("run_id", "rn")
+        .values_list("run_id", "ts", "total")
+    )
+    kept: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for run_id, ts, total in rows:
+        kept[run_id].append(((ts - by_pk[run_id].start).total_seconds(), float(total)))
+    for run_id, pts in kept.items():
+        by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))
+
+
+def _add_deltas(series: list[RunSeries]) -> None:
+    """Each run's figures minus the baseline's (the first run); None where either side has none."""
+    if not series:
+        return
+    base = series[0].values()
+    for s in series:
+        mine = s.values()
+        s.deltas = {k: None if mine[k] is None or base[k] is None else mine[k] - base[k] for k in DELTA_FIELDS}
+
+
+def parse_run_ids(values: Iterable[str]) -> list[str]:
+    """Run ids from `runs=` parameters (repeated, or comma-separated): stripped, deduplicated, in order."""
+    seen: dict[str, None] = {}
+    for value in values:
+        for rid in value.split(","):
+            if rid := rid.strip():
+                seen.setdefault(rid, None)
+    return list(seen)

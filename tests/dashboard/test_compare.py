@@ -1,0 +1,280 @@
+"""The Compare page: values and deltas, chart JSON, downsampling caps, flat query counts, access and
+the designed states (too many, unknown, too few, hostile ids)."""
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from html import unescape
+
+import pytest
+
+from smrweb.dashboard import compare_charts
+from smrweb.tracking import compare, services
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Direction
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+URL = "/projects/hill/compare/"
+
+
+def push(project, run_id, *events):
+    """Ingest events exactly as the REST endpoint does: JSON bytes → parse_events → services."""
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
+
+
+def at(**delta) -> str:
+    return (T0 + timedelta(**delta)).isoformat()
+
+
+def score(value, **delta):
+    return {"type": "score", "score": value, "ts": at(**delta)}
+
+
+def turn(n, cost, *, actor="driver", tokens_in=1000, tokens_out=100, **delta):
+    event = {"type": "agent.turn", "turn": n, "actor": actor, "cost_usd": cost, "tokens_in": tokens_in,
+             "tokens_out": tokens_out, "ts": at(**delta)}
+    if actor != "driver":
+        event["parent_actor"] = "driver"
+    return event
+
+
+def done(**delta):
+    return {"type": "state", "state": "done", "ts": at(**delta)}
+
+
+def query(*ids) -> str:
+    return URL + "?" + "&".join(f"runs={i}" for i in ids)
+
+
+def figure(body: str, name: str) -> dict:
+    match = re.search(rf'<script id="{name}" type="application/json">(.*?)</script>', body, re.S)
+    assert match, f"no {name} in the page"
+    return json.loads(match.group(1))
+
+
+def row(body: str, run_id: str) -> str:
+    """The side-by-side table's row of one run."""
+    return body.split(f'<tr data-run="{run_id}"')[1].split("</tr>")[0]
+
+
+@pytest.fixture
+def two_runs(project):
+    # a (baseline): scores 0.2 → 0.5 → 0.4, a driver and a child turn ($0.75), done after 2 h.
+    push(project, "a", score(0.2, minutes=0), score(0.5, minutes=30), score(0.4, minutes=60),
+         turn(0, 0.25, tokens_in=1000, tokens_out=100, minutes=1),
+         turn(0, 0.5, actor="w1", tokens_in=10, tokens_out=0, minutes=2), done(hours=2))
+    # b: scores 0.1 → 0.9, one turn ($0.10), done after 30 min.
+    push(project, "b", score(0.1, minutes=0), score(0.9, minutes=20), turn(0, 0.1, tokens_in=500, tokens_out=50, minutes=1),
+         done(minutes=30))
+
+
+def test_two_runs_show_values_and_deltas_against_the_first(client_alice, two_runs):
+    response = client_alice.get(query("a", "b"))
+    assert response.status_code == 200
+    a, b = response.context["comparison"].runs
+    assert (a.first_score, a.run.best_score, a.run.latest_score) == (0.2, 0.5, 0.4)
+    assert a.gain_per_usd == pytest.approx(0.3 / 0.75)  # (best − first) / USD
+    assert b.gain_per_usd == pytest.approx(0.8 / 0.1)
+    assert (a.duration, b.duration) == (timedelta(hours=2), timedelta(minutes=30))
+    assert a.deltas["final"] == 0 and b.deltas["final"] == pytest.approx(0.5)
+    assert b.deltas["best"] == pytest.approx(0.4)
+    assert b.deltas["turns"] == -1
+    assert b.deltas["tokens"] == 550 - 1110
+    assert b.deltas["usd"] == pytest.approx(-0.65)
+    assert b.deltas["gain_per_usd"] == pytest.approx(8 - 0.4)
+    assert b.deltas["duration"] == timedelta(minutes=-90)
+
+    body = response.content.decode()
+    base = row(body, "a")
+    assert "baseline" in base and 'class="delta' not in base  # the baseline has no deltas
+    assert ">0.4<" in base and "<b>0.5</b>" in base and "$0.75" in base and ">2h<" in base and ">0.4</span>" in base
+    other = row(body, "b")
+    for text in ('<span class="delta good" title="+0.5 (+125%) against a">+0.5</span>',
+                 '<span class="delta good" title="+0.4 (+80%) against a">+0.4</span>',
+                 ">−1<", ">−560<", ">−$0.65<", ">+7.6<", ">−1h 30m<", ">30m<", ">8</span>"):
+        assert text in other, text
+
+
+def test_minimize_scenario_turns_gain_and_tones_around(client, alice, django_user_model):
+    scenario = services.create_scenario(key="latency", name="Latency", direction=Direction.MINIMIZE)
+    project = services.create_project("fast", scenario=scenario, by=alice)
+    push(project, "a", score(10, minutes=0), score(4, minutes=5), turn(0, 1.0, minutes=1))
+    push(project, "b", score(10, minutes=0), score(6, minutes=5), turn(0, 1.0, minutes=1))
+    client.force_login(alice)
+    response = client.get("/projects/fast/compare/?runs=a&runs=b")
+    a, b = response.context["comparison"].runs
+    assert a.gain_per_usd == 6.0 and b.gain_per_usd == 4.0  # first − best when lower is better
+    assert '<span class="delta bad" title="+2 (+50%) against a">+2</span>' in row(response.content.decode(), "b")
+
+
+def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alice, two_runs, project):
+    push(project, "quiet", {"type": "state", "state": "running", "ts": at()})  # no scores, no turns
+    body = client_alice.get(query("a", "b", "quiet")).content.decode()
+    scores = figure(body, "compare-score-data")
+    assert [t["name"] for t in scores["data"]] == ["a", "a", "b", "b"]  # dots + best-so-far per scored run
+    dots, frontier = scores["data"][2], scores["data"][3]
+    assert dots["y"] == [0.1, 0.9]
+    assert frontier["line"]["shape"] == "hv" and frontier["y"] == [0.1, 0.9, 0.9]  # extended to the run's end
+    assert frontier["x"] == [0, 20, 30]  # minutes since the run's start
+    assert scores["layout"]["xaxis"]["title"]["text"].startswith("minutes")
+    spend = figure(body, "compare-spend-data")
+    assert [t["name"] for t in spend["data"]] == ["a", "b"]
+    assert spend["data"][0]["y"] == [0, 0.25, 0.75, 0.75]  # from zero, cumulative, held to the run's end
+    turns = figure(body, "compare-turns-data")
+    assert [t["name"] for t in turns["data"]] == ["driver inference USD", "child work USD", "tokens in / turn",
+                                                  "tokens out / turn"]
+    assert turns["data"][0]["y"] == ["a", "b"] and turns["data"][0]["x"] == [0.25, 0.1]
+    assert turns["data"][1]["x"] == [0.5, 0]
+    assert all(f["layout"]["uirevision"] == scores["layout"]["uirevision"] for f in (spend, turns))
+    # The same colour for a run in every chart and in the table's swatch.
+    colour_b = frontier["line"]["color"]
+    assert spend["data"][1]["line"]["color"] == colour_b
+    assert f'fill="{colour_b}"' in row(body, "b")
+    assert colour_b != scores["data"][1]["line"]["color"]
+    assert 'data-plot="compare-score-data" role="img" aria-label=' in body
+    assert "vendor/plotly.min.js" in body and "cdn" not in body.lower()
+
+
+def test_charts_without_scores_or_turns_show_designed_empty_states(client_alice, project):
+    push(project, "x", {"type": "state", "state": "running"})
+    push(project, "y", {"type": "state", "state": "queued"})
+    body = client_alice.get(query("x", "y")).content.decode()
+    assert "None of these runs has a score yet" in body
+    assert "None of these runs has an agent turn yet" in body
+    assert 'id="compare-score-data"' not in body and 'id="compare-spend-data"' not in body
+
+
+def test_long_series_are_downsampled_under_the_cap_and_keep_the_best(client_alice, project):
+    n = 20_000
+    spike = 12_345
+    values = [round((i * 7919 % 1000) / 1000, 3) for i in range(n)]
+    values[spike] = 9.5  # the best score, buried in the middle
+    for lo in range(0, n, 5000):
+        push(project, "long", *[score(values[i], seconds=i) for i in range(lo, lo + 5000)])
+        push(project, "long", *[turn(i, 0.001, seconds=i) for i in range(lo, lo + 5000)])
+    push(project, "short", score(0.5, seconds=0), turn(0, 0.01, seconds=1))
+    body = client_alice.get(query("long", "short")).content.decode()
+    scores, spend = figure(body, "compare-score-data"), figure(body, "compare-spend-data")
+    cap = compare.POINTS_PER_CHART
+    assert 100 < compare_charts.points(scores) <= cap
+    assert 100 < compare_charts.points(spend) <= cap
+    long_dots, long_frontier = scores["data"][0], scores["data"][1]
+    assert 9.5 in long_dots["y"]
+    assert long_dots["x"][long_dots["y"].index(9.5)] == pytest.approx(spike / 3600, abs=1e-4)  # hours
+    assert max(long_frontier["y"]) == 9.5 and long_frontier["y"] == sorted(long_frontier["y"])
+    assert long_dots["y"][0] == values[0] and long_dots["y"][-1] == values[-1]  # first and last kept
+    assert spend["data"][0]["y"][-1] == pytest.approx(n * 0.001)  # the total is exact, not sampled
+    assert spend["data"][0]["line"]["shape"] == "linear"
+
+
+def test_sql_thinning_keeps_first_last_and_best_and_an_exact_frontier(project):
+    values = [0.3, 0.1, 0.8, 0.2, 0.2, 0.5, 0.8, 0.4, 0.9, 0.1, 0.6, 0.7] * 50  # 600 scores
+    values[301] = 2.0
+    push(project, "a", *[score(v, seconds=i) for i, v in enumerate(values)])
+    push(project, "b", score(1.0))
+    c = compare.compare(project, ["a", "b"], points=60)  # 30 points per run
+    a = c.runs[0]
+    assert a.first_score == 0.3
+    assert len(a.scores) <= 30 and (301.0, 2.0) in a.scores
+    assert a.scores[0] == (0.0, 0.3) and a.scores[-1] == (599.0, 0.7)
+    assert a.frontier[0] == (0.0, 0.3) and (301.0, 2.0) in a.frontier
+    assert [y for _, y in a.frontier] == sorted(y for _, y in a.frontier)
+
+
+def test_query_count_does_not_grow_with_runs(client_alice, project, django_assert_max_num_queries):
+    for i in range(50):
+        push(project, f"r{i:02d}", score(0.1 * (i % 10), minutes=0), score(0.5, minutes=5),
+             turn(0, 0.01, minutes=1), turn(1, 0.02, actor="w", minutes=2))
+    with django_assert_max_num_queries(12) as two:
+        assert client_alice.get(query("r00", "r01")).status_code == 200
+    with django_assert_max_num_queries(len(two.captured_queries)):
+        response = client_alice.get(query(*[f"r{i:02d}" for i in range(50)]))
+    assert len(response.context["rows"]) == 50
+    assert response.context["points"]["score_figure"] == 50 * (2 + 3)  # 2 dots + frontier (2 + end) each
+
+
+def test_outsiders_get_404_and_members_of_any_role_may_compare(client, carol, victor, two_runs):
+    client.force_login(carol)
+    assert client.get(query("a", "b")).status_code == 404
+    client.force_login(victor)
+    assert client.get(query("a", "b")).status_code == 200
+
+
+def test_login_required(client, project):
+    response = client.get(query("a", "b"))
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_more_than_fifty_runs_are_refused_with_a_message(client_alice, project, django_assert_max_num_queries):
+    with django_assert_max_num_queries(8):
+        response = client_alice.get(query(*[f"r{i}" for i in range(51)]))
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert '<div class="alert bad" role="alert" id="compare-error">51 runs were picked; Compare takes at most 50.' in body
+    assert "compare-score-data" not in body
+
+
+def test_fifty_distinct_runs_are_allowed_and_duplicates_do_not_count(client_alice, project):
+    ids = [f"r{i}" for i in range(50)]
+    response = client_alice.get(query(*ids, *ids[:5]))
+    assert response.status_code == 200
+    assert len(response.context["missing"]) == 20 and response.context["missing_more"] == 30
+
+
+def test_unknown_run_ids_are_listed_and_the_rest_compared(client_alice, two_runs):
+    response = client_alice.get(query("a", "nope", "b", "gone"))
+    assert response.status_code == 200
+    assert [s.run.external_id for s in response.context["comparison"].runs] == ["a", "b"]
+    body = response.content.decode()
+    missing = body.split('id="compare-missing"')[1].split("</div>")[0]
+    assert '<code title="nope">nope</code>, <code title="gone">gone</code>' in missing
+    assert "compare-score-data" in body
+
+
+def test_fewer_than_two_runs_show_the_empty_state_and_the_picker(client_alice, two_runs):
+    body = client_alice.get(URL).content.decode()
+    assert "Pick two or more runs to compare" in body
+    assert 'href="/projects/hill/"' in body
+    assert "vendor/plotly.min.js" not in body  # nothing to chart: plotly is not even loaded
+    picker = body.split('id="pick"')[1]
+    assert 'name="runs" value="a"' in picker and 'name="runs" value="b"' in picker and "checked" not in picker
+
+    body = client_alice.get(query("b", "missing")).content.decode()
+    assert "One run is not a comparison yet" in body and "missing" in body
+    picker = body.split('id="pick"')[1]
+    assert picker.index('value="b" checked') < picker.index('value="a"')  # the picked run first, ticked
+
+
+def test_run_ids_are_deduplicated_in_order_and_may_be_comma_separated(client_alice, two_runs):
+    response = client_alice.get(URL + "?runs=b,a&runs=b&runs=%20a%20")
+    assert [s.run.external_id for s in response.context["comparison"].runs] == ["b", "a"]
+    assert compare.parse_run_ids(["b,a", "b", " a ", ",,"]) == ["b", "a"]
+
+
+def test_row_links_make_a_baseline_or_drop_a_run(client_alice, two_runs):
+    body = client_alice.get(query("a", "b")).content.decode()
+    b = row(body, "b")
+    assert 'href="/projects/hill/compare/?runs=b&amp;runs=a" aria-label="Make b the baseline"' in b
+    assert 'href="/projects/hill/compare/?runs=a" aria-label="Remove b from the comparison"' in b
+
+
+def test_hostile_run_ids_are_escaped(client_alice, two_runs):
+    hostile = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>']
+    response = client_alice.get(URL, {"runs": ["a", "b", *hostile]})
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "<script>alert(1)" not in body and "<img src=x" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in body
+    assert unescape(body).count("onerror=alert(2)") == 2  # the listed id and its title, both as text
+
+
+def test_score_per_dollar_is_empty_without_spend_or_scores(project):
+    push(project, "free", score(0.1), score(0.3, minutes=1))
+    push(project, "unscored", turn(0, 0.5))
+    free, unscored = compare.compare(project, ["free", "unscored"]).runs
+    assert free.gain == pytest.approx(0.2) and free.gain_per_usd is None
+    assert unscored.gain is None and unscored.gain_per_usd is None
+    assert unscored.deltas["gain_per_usd"] is None and unscored.deltas["usd"] == 0.5
