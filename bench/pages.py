@@ -914,7 +914,8 @@ def section(info: dict, results: list[Result], skipped: list[str], repeat: int, 
               + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s)"
               + (", in an earlier run (`--keep`, measured again with `--reuse`)" if reused else "") + ".")
     lines = [
-        f"## Dashboard pages at scale ({date.today().isoformat()})",
+        (f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a {cfg['long_turns']:,}-turn run "
+         f"({date.today().isoformat()})"),
         "",
         f"Machine: {machine(db_version())}; other processes kept {noise} busy while measuring.",
         f"Command: `{command_line()}`: a fresh data dir and database, {seeded}",

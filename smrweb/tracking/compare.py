@@ -59,7 +59,7 @@ class RunSeries:
     scores: list[tuple[float, float]] = field(default_factory=list)  # (seconds, score)
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best so far), at changes
     spend: list[tuple[float, float]] = field(default_factory=list)  # (seconds, cumulative USD)
-    best_at: float | None = None  # seconds to the first score equal to the best
+    best_after: timedelta | None = None  # from the start to the first score equal to the best
     driver_turns: int = 0
     child_turns: int = 0
     actors: int = 0
@@ -150,11 +150,13 @@ def recent_runs(project: Project, *, limit: int = RECENT_RUNS) -> list[Run]:
 
 
 def _thinned(rows, per_run: int, **windows):
-    """`rows` (one model's rows of several runs) annotated with `windows` and thinned in SQL: per run
-    the first and last rows and every k-th between, k chosen so about `per_run` rows remain.
+    """`rows` (one model's rows of several runs) annotated for thinning in SQL: `rn` (position in the
+    run by time), `n` (the run's row count), `phase` (0 on every k-th row, k = ceil(n / per_run)) and
+    the running `windows` (aggregates over the run's rows up to this one). Callers keep rn = 1,
+    rn = n and phase = 0: about `per_run` rows per run.
 
-    The stride is computed in SQL from the partition's size, so it needs no per-run parameters and
-    works the same on SQLite and PostgreSQL (integer division, MOD).
+    The stride comes from the partition's size in SQL, so it needs no per-run parameters, and
+    integer division and MOD behave the same on SQLite and PostgreSQL.
     """
     by_run, in_order = [F("run_id")], [F("ts").asc(), F("id").asc()]
     stride = (F("n") + (per_run - 1)) / per_run  # ceil(n / per_run), at least 1
@@ -192,40 +194,48 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
         s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
 
 
-def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> None:
-    """Score series: thinned in SQL (keeping each run's first, last and best score, and the exact
-    best-so-far at every kept row), then LTTB; the best-so-far frontier as its change points."""
+def score_rows(run_pks, *, maximize: bool, per_run: int):
+    """(run, ts, score, best so far, is the run's best) rows of the runs' scores, about `per_run` per
+    run: each run's first, last and (first) best score, and every k-th between. The best so far is
+    computed over all rows before thinning, so it is exact at every row kept."""
     best = Max if maximize else Min
-    rows = (
-        _thinned(Submission.objects.filter(run_id__in=by_pk), per_run * SCORE_OVERSAMPLE, so_far=best("score"))
+    is_best = Q(score=F("run_best")) & Q(nth_of_score=1)
+    return (
+        _thinned(Submission.objects.filter(run_id__in=run_pks), per_run, so_far=best("score"))
         .annotate(
             run_best=Window(best("score"), partition_by=[F("run_id")]),
             nth_of_score=Window(RowNumber(), partition_by=[F("run_id"), F("score")],
                                 order_by=[F("ts").asc(), F("id").asc()]),
         )
-        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0) | (Q(score=F("run_best")) & Q(nth_of_score=1)))
+        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0) | is_best)
         .order_by("run_id", "rn")
-        .values_list("run_id", "ts", "score", "so_far", "rn", "run_best", "nth_of_score")
+        .values_list("run_id", "ts", "score", "so_far", "run_best", "nth_of_score")
     )
+
+
+def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> None:
+    """Score series: thinned in SQL, then LTTB (the best score always kept); the best-so-far frontier
+    as its change points. Per run at most `per_run` points with the frontier and its end point."""
     kept: dict[int, list[tuple]] = defaultdict(list)
-    for run_id, ts, score, so_far, rn, run_best, nth in rows:
-        kept[run_id].append((ts, score, so_far, rn, score == run_best and nth == 1))
+    for run_id, ts, score, so_far, run_best, nth in score_rows(by_pk, maximize=maximize,
+                                                                per_run=per_run * SCORE_OVERSAMPLE):
+        kept[run_id].append((ts, score, so_far, score == run_best and nth == 1))
     for run_id, items in kept.items():
         s = by_pk[run_id]
-        s.start = min(s.start, items[0][0])
-    for run_id, items in kept.items():
-        s = by_pk[run_id]
+        s.start = min(s.start, items[0][0])  # a late batch may carry earlier scores than the first one
         s.first_score = items[0][1]
-        pts = [((ts - s.start).total_seconds(), score, flag) for ts, score, _, _, flag in items]
-        frontier = _changes([(x, so_far) for (x, _, _), (_, _, so_far, _, _) in zip(pts, items)])
+        pts = [((ts - s.start).total_seconds(), score, flag) for ts, score, _, flag in items]
+        frontier = _changes([(x, so_far) for (x, _, _), (_, _, so_far, _) in zip(pts, items)])
         if len(frontier) > per_run // 4:
             frontier = lttb(frontier, max(per_run // 4, 3))
         s.frontier = frontier
-        best_pt = next(p for p in pts if p[2])
-        s.best_at = best_pt[0]
-        sampled = lttb(pts, max(per_run - len(frontier) - 2, 3))
-        if best_pt not in sampled:  # the best score is the point of the chart: never downsample it away
-            sampled = sorted([*lttb(pts, max(per_run - len(frontier) - 3, 3)), best_pt], key=lambda p: p[0])
+        budget = max(per_run - len(frontier) - 1, 3)  # the chart adds one point: the frontier held to the end
+        best_pt = next((p for p in pts if p[2]), None)
+        sampled = lttb(pts, budget - 1)
+        if best_pt is not None:
+            s.best_after = timedelta(seconds=best_pt[0])
+            if best_pt not in sampled:  # the best score is the point of the chart: never sample it away
+                sampled = sorted([*sampled, best_pt], key=lambda p: p[0])
         s.scores = [(x, y) for x, y, _ in sampled]
 
 
@@ -237,19 +247,24 @@ def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
-    """Cumulative USD of agent turns over time: running sums in SQL, thinned there, then LTTB."""
-    rows = (
-        _thinned(AgentTurn.objects.filter(run_id__in=by_pk), per_run * SPEND_OVERSAMPLE, total=Sum("cost_usd"))
+def spend_rows(run_pks, *, per_run: int):
+    """(run, ts, cumulative USD) rows of the runs' agent turns, about `per_run` per run: running sums
+    over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
+    return (
+        _thinned(AgentTurn.objects.filter(run_id__in=run_pks), per_run, total=Sum("cost_usd"))
         .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0))
         .order_by("run_id", "rn")
         .values_list("run_id", "ts", "total")
     )
+
+
+def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
+    """Cumulative USD over time since each run's start: thinned in SQL, then LTTB."""
     kept: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for run_id, ts, total in rows:
+    for run_id, ts, total in spend_rows(by_pk, per_run=per_run * SPEND_OVERSAMPLE):
         kept[run_id].append(((ts - by_pk[run_id].start).total_seconds(), float(total)))
     for run_id, pts in kept.items():
-        by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))
+        by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))  # the chart adds the origin and the end
 
 
 def _add_deltas(series: list[RunSeries]) -> None:

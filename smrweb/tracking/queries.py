@@ -161,7 +161,7 @@ def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
 
 @dataclass
 class ProjectScores:
-    series: dict[int, list[tuple[datetime, float]]]  # run pk -> (ts, score), downsampled
+    series: dict[int, list[tuple[datetime, float]]]  # run pk -> (ts, score), downsampled, records kept
     frontier: list[tuple[datetime, float]]  # the project's best so far, one point per improvement
     total: int  # scores stored
     start: datetime | None
@@ -189,14 +189,16 @@ def project_scores(project: Project, *, max_points: int = 5000) -> ProjectScores
     for run_id, ts, value in rows.order_by("ts", "id").values_list("run_id", "ts", "score"):
         by_run[run_id].append((ts.timestamp(), value, ts))
     share = max(10, max_points // max(len(by_run), 1))
-    series = {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()}
+    series = defaultdict(list, {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()})
     running = Max("score") if project.scenario.maximize else Min("score")
     records = subs.annotate(best=Window(running, order_by=order))
     records = records.filter(score__gte=F("best")) if project.scenario.maximize else records.filter(score__lte=F("best"))
     frontier, best = [], None
-    for ts, value in records.order_by("ts", "id").values_list("ts", "score"):
+    for run_id, ts, value in records.order_by("ts", "id").values_list("run_id", "ts", "score"):
         if best is None or value != best:  # ties with the record are not new records
             frontier.append((ts, value))
             best = value
+            if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
+                series[run_id] = sorted([*series[run_id], (ts, value)])
     span = subs.aggregate(lo=Min("ts"), hi=Max("ts"))
-    return ProjectScores(series, frontier, total, span["lo"], span["hi"])
+    return ProjectScores(dict(series), frontier, total, span["lo"], span["hi"])

@@ -49,7 +49,7 @@ def query(*ids) -> str:
 
 
 def figure(body: str, name: str) -> dict:
-    match = re.search(rf'<script id="{name}" type="application/json">(.*?)</script>', body, re.S)
+    match = re.search(rf'<script id="{name}" type="application/json">(.*?)</script>', body, re.DOTALL)
     assert match, f"no {name} in the page"
     return json.loads(match.group(1))
 
@@ -61,10 +61,10 @@ def row(body: str, run_id: str) -> str:
 
 @pytest.fixture
 def two_runs(project):
-    # a (baseline): scores 0.2 → 0.5 → 0.4, a driver and a child turn ($0.75), done after 2 h.
+    # a (baseline): scores 0.2 → 0.5 → 0.4, a driver and a child turn ($0.75), done after 1.5 h.
     push(project, "a", score(0.2, minutes=0), score(0.5, minutes=30), score(0.4, minutes=60),
          turn(0, 0.25, tokens_in=1000, tokens_out=100, minutes=1),
-         turn(0, 0.5, actor="w1", tokens_in=10, tokens_out=0, minutes=2), done(hours=2))
+         turn(0, 0.5, actor="w1", tokens_in=10, tokens_out=0, minutes=2), done(minutes=90))
     # b: scores 0.1 → 0.9, one turn ($0.10), done after 30 min.
     push(project, "b", score(0.1, minutes=0), score(0.9, minutes=20), turn(0, 0.1, tokens_in=500, tokens_out=50, minutes=1),
          done(minutes=30))
@@ -77,23 +77,23 @@ def test_two_runs_show_values_and_deltas_against_the_first(client_alice, two_run
     assert (a.first_score, a.run.best_score, a.run.latest_score) == (0.2, 0.5, 0.4)
     assert a.gain_per_usd == pytest.approx(0.3 / 0.75)  # (best − first) / USD
     assert b.gain_per_usd == pytest.approx(0.8 / 0.1)
-    assert (a.duration, b.duration) == (timedelta(hours=2), timedelta(minutes=30))
+    assert (a.duration, b.duration) == (timedelta(minutes=90), timedelta(minutes=30))
     assert a.deltas["final"] == 0 and b.deltas["final"] == pytest.approx(0.5)
     assert b.deltas["best"] == pytest.approx(0.4)
     assert b.deltas["turns"] == -1
     assert b.deltas["tokens"] == 550 - 1110
     assert b.deltas["usd"] == pytest.approx(-0.65)
     assert b.deltas["gain_per_usd"] == pytest.approx(8 - 0.4)
-    assert b.deltas["duration"] == timedelta(minutes=-90)
+    assert b.deltas["duration"] == timedelta(minutes=-60)
 
     body = response.content.decode()
     base = row(body, "a")
     assert "baseline" in base and 'class="delta' not in base  # the baseline has no deltas
-    assert ">0.4<" in base and "<b>0.5</b>" in base and "$0.75" in base and ">2h<" in base and ">0.4</span>" in base
+    assert ">0.4<" in base and '<b title="reached 30m after the start">0.5</b>' in base and "$0.75" in base and ">1h 30m<" in base and ">0.4</span>" in base
     other = row(body, "b")
     for text in ('<span class="delta good" title="+0.5 (+125%) against a">+0.5</span>',
                  '<span class="delta good" title="+0.4 (+80%) against a">+0.4</span>',
-                 ">−1<", ">−560<", ">−$0.65<", ">+7.6<", ">−1h 30m<", ">30m<", ">8</span>"):
+                 ">−1<", ">−560<", ">−$0.65<", ">+7.6<", ">−1h<", ">30m<", ">8</span>"):
         assert text in other, text
 
 
@@ -110,7 +110,7 @@ def test_minimize_scenario_turns_gain_and_tones_around(client, alice, django_use
 
 
 def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alice, two_runs, project):
-    push(project, "quiet", {"type": "state", "state": "running", "ts": at()})  # no scores, no turns
+    push(project, "quiet", done(minutes=5))  # no scores, no turns
     body = client_alice.get(query("a", "b", "quiet")).content.decode()
     scores = figure(body, "compare-score-data")
     assert [t["name"] for t in scores["data"]] == ["a", "a", "b", "b"]  # dots + best-so-far per scored run
@@ -122,6 +122,7 @@ def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alic
     spend = figure(body, "compare-spend-data")
     assert [t["name"] for t in spend["data"]] == ["a", "b"]
     assert spend["data"][0]["y"] == [0, 0.25, 0.75, 0.75]  # from zero, cumulative, held to the run's end
+    assert spend["data"][0]["x"] == [0, 1, 2, 90]
     turns = figure(body, "compare-turns-data")
     assert [t["name"] for t in turns["data"]] == ["driver inference USD", "child work USD", "tokens in / turn",
                                                   "tokens out / turn"]
@@ -133,7 +134,7 @@ def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alic
     assert spend["data"][1]["line"]["color"] == colour_b
     assert f'fill="{colour_b}"' in row(body, "b")
     assert colour_b != scores["data"][1]["line"]["color"]
-    assert 'data-plot="compare-score-data" role="img" aria-label=' in body
+    assert re.search(r'<div class="plot" data-plot="compare-score-data" role="img"\s+aria-label="score of 3 runs', body)
     assert "vendor/plotly.min.js" in body and "cdn" not in body.lower()
 
 
@@ -154,7 +155,8 @@ def test_long_series_are_downsampled_under_the_cap_and_keep_the_best(client_alic
     for lo in range(0, n, 5000):
         push(project, "long", *[score(values[i], seconds=i) for i in range(lo, lo + 5000)])
         push(project, "long", *[turn(i, 0.001, seconds=i) for i in range(lo, lo + 5000)])
-    push(project, "short", score(0.5, seconds=0), turn(0, 0.01, seconds=1))
+    push(project, "long", done(seconds=n))
+    push(project, "short", score(0.5, seconds=0), turn(0, 0.01, seconds=1), done(seconds=2))
     body = client_alice.get(query("long", "short")).content.decode()
     scores, spend = figure(body, "compare-score-data"), figure(body, "compare-spend-data")
     cap = compare.POINTS_PER_CHART
@@ -278,3 +280,18 @@ def test_score_per_dollar_is_empty_without_spend_or_scores(project):
     assert free.gain == pytest.approx(0.2) and free.gain_per_usd is None
     assert unscored.gain is None and unscored.gain_per_usd is None
     assert unscored.deltas["gain_per_usd"] is None and unscored.deltas["usd"] == 0.5
+
+
+def test_series_are_thinned_in_sql_not_in_python(project):
+    """50 runs × 10,000 turns must not come back whole: the database returns about `per_run` rows a run."""
+    push(project, "a", *[turn(i, 0.01, seconds=i) for i in range(1000)])
+    push(project, "a", *[score(i / 1000, seconds=i) for i in range(1000)])
+    push(project, "b", turn(0, 0.5))
+    run_pks = [r.pk for r in project.runs.order_by("external_id")]
+    rows = list(compare.spend_rows(run_pks, per_run=50))
+    a_rows = [r for r in rows if r[0] == run_pks[0]]
+    assert len(a_rows) == 51  # turns 1, 21, …, 981 and the last
+    assert float(a_rows[-1][2]) == pytest.approx(10.0) and float(a_rows[1][2]) == pytest.approx(0.21)
+    assert [float(r[2]) for r in rows if r[0] == run_pks[1]] == [0.5]
+    rows = list(compare.score_rows(run_pks, maximize=True, per_run=50))
+    assert len(rows) == 51 and rows[-1][2:5] == (0.999, 0.999, 0.999)

@@ -1,0 +1,328 @@
+"""The run page's read side and partials: the one-clock timeline (binned, downsampled), the burn
+forecast, efficiency, the actor tree, turn details, metric charts, cheap polls, empty and huge runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import quote
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+
+from smrweb.dashboard.live import VERSION_HEADER
+from smrweb.tracking import services, timeline
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Run
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def push(project, run_id, *events):
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def at(minutes: float) -> str:
+    return (T0 + timedelta(minutes=minutes)).isoformat()
+
+
+def turn(n, minutes, *, actor="driver", parent=None, cost=0.01, tin=1000, tout=100, **extra):
+    event = {"type": "agent.turn", "turn": n, "actor": actor, "tokens_in": tin, "tokens_out": tout,
+             "cost_usd": cost, "ts": at(minutes), **extra}
+    if parent:
+        event["parent_actor"] = parent
+    return event
+
+
+def score(value, minutes):
+    return {"type": "score", "score": value, "ts": at(minutes)}
+
+
+def figure(body: str, script_id: str) -> dict:
+    match = re.search(rf'<script id="{script_id}" type="application/json">(.*?)</script>', body, re.S)
+    assert match, f"no {script_id} on the page"
+    return json.loads(match.group(1))
+
+
+def points_in(fig: dict) -> int:
+    return sum(len(trace.get("x", [])) for trace in fig["data"])
+
+
+# --- timeline ----------------------------------------------------------------------------------------
+
+
+def test_timeline_puts_scores_and_turns_on_one_clock_with_cumulative_spend(project):
+    push(project, "r1", turn(0, 0, cost=0.5), turn(1, 10, cost=0.25), turn(0, 20, actor="w", parent="driver", cost=1.0),
+         score(0.3, 5), score(0.2, 15), score(0.7, 25))
+    run = Run.objects.get(external_id="r1")
+    with time_machine.travel(T0 + timedelta(minutes=30), tick=False):
+        tl = timeline.run_timeline(run)
+    assert tl.turn_total == 3 and tl.score_total == 3
+    assert tl.start == T0
+    assert [v for _, v in tl.scores] == [0.3, 0.2, 0.7]
+    assert tl.frontier == [(T0 + timedelta(minutes=5), 0.3), (T0 + timedelta(minutes=25), 0.7)]
+    assert sum(b.count for b in tl.bins) == 3
+    assert sum(b.cost_usd for b in tl.bins) == Decimal("1.75")
+    assert tl.cumulative[-1][1:] == (Decimal("1.75"), Decimal("0.75"))  # total, driver
+    totals = [total for _, total, _ in tl.cumulative]
+    assert totals == sorted(totals)
+
+
+def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(client_alice, project, django_assert_max_num_queries):
+    events = [turn(i, i * 0.05, actor="driver" if i % 3 else "w", parent=None if i % 3 else "driver",
+                   cost=0.001 * (i % 7)) for i in range(10_000)]
+    events += [score(i / 100, i * 5) for i in range(100)]
+    for start in range(0, len(events), 5000):
+        push(project, "big", *events[start:start + 5000])
+    run = Run.objects.get(external_id="big")
+    assert run.turn_count == 10_000
+    with django_assert_max_num_queries(30):
+        response = client_alice.get("/projects/hill/runs/big/")
+    assert response.status_code == 200
+    fig = figure(response.content.decode(), "run-timeline-data")
+    bars = [t for t in fig["data"] if t["type"] == "bar"]
+    assert {t["yaxis"] for t in bars} == {"y2", "y3"}
+    assert all(len(t["x"]) <= timeline.MAX_BINS for t in bars)
+    assert points_in(fig) < 5000
+    tokens_drawn = sum(sum(t["y"]) for t in bars if t["yaxis"] == "y2")
+    assert tokens_drawn == run.tokens_in + run.tokens_out  # binning loses no tokens
+    cumulative = next(t for t in fig["data"] if t["name"] == "total USD")
+    assert cumulative["y"][-1] == pytest.approx(float(run.cost_usd))
+
+
+def test_run_page_query_count_does_not_grow_with_turns(client_alice, project, django_assert_max_num_queries):
+    push(project, "small", turn(0, 0), score(0.1, 1))
+    push(project, "large", *[turn(i, i) for i in range(400)], *[score(i / 10, i) for i in range(40)])
+    with django_assert_max_num_queries(30) as small:
+        client_alice.get("/projects/hill/runs/small/")
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        client_alice.get("/projects/hill/runs/large/")
+
+
+def test_empty_run_shows_designed_empty_states(client_alice, project):
+    push(project, "quiet", {"type": "state", "state": "queued"})
+    body = client_alice.get("/projects/hill/runs/quiet/").content.decode()
+    assert "Nothing to plot yet" in body
+    assert "run-timeline-data" not in body
+    assert "No agent turns yet" in body
+    assert "No metrics yet" in body
+    assert "No experiments" in body
+    assert "needs a first score" in body
+
+
+# --- budget forecast and efficiency ------------------------------------------------------------------
+
+
+def test_burn_rate_and_forecast_of_when_the_budget_runs_out(project):
+    with time_machine.travel(T0, tick=False):  # the run starts at T0
+        services.update_run_settings(project, "r1", budget_usd=Decimal("10"), budget_tokens=1_000_000)
+    # $1 in the last 30 minutes → $2/h; $9 left → 4.5 h. Tokens: 11k/30 min → 22k/h, 989k left → ~45 h.
+    push(project, "r1", turn(0, 40, cost=0.5, tin=5000, tout=500), turn(1, 55, cost=0.5, tin=5000, tout=500))
+    run = Run.objects.get(external_id="r1")
+    now = T0 + timedelta(minutes=60)
+    burn = timeline.burn_forecast(run, now=now)
+    assert burn.window == timedelta(minutes=30)
+    assert burn.usd_per_hour == Decimal("2")
+    assert burn.tokens_per_hour == 22_000
+    assert burn.usd_left == Decimal("9")
+    assert burn.runs_out_on == "USD"
+    assert burn.runs_out_at == now + timedelta(hours=4.5)
+    assert not burn.exceeded
+
+
+def test_forecast_says_exceeded_and_finished_runs_burn_nothing(project):
+    services.update_run_settings(project, "r1", budget_usd=Decimal("0.5"))
+    push(project, "r1", turn(0, 0, cost=0.75))
+    run = Run.objects.get(external_id="r1")
+    assert timeline.burn_forecast(run, now=T0 + timedelta(minutes=1)).exceeded
+    push(project, "r1", {"type": "state", "state": "done", "ts": at(2)})
+    assert timeline.burn_forecast(Run.objects.get(external_id="r1")) is None
+
+
+def test_efficiency_counts_score_gained_since_the_first_score_per_dollar_and_tokens(project):
+    push(project, "r1", turn(0, 0, cost=1.0, tin=10_000, tout=0), score(0.2, 1),
+         turn(1, 2, cost=0.5, tin=4000, tout=1000), score(0.7, 3), turn(2, 4, cost=0.5, tin=5000, tout=0))
+    eff = timeline.efficiency(Run.objects.get(external_id="r1"))
+    assert eff.gained == pytest.approx(0.5)
+    assert eff.usd_since == Decimal("1.0")
+    assert eff.tokens_since == 10_000
+    assert eff.per_usd == pytest.approx(0.5)
+    assert eff.per_1k_tokens == pytest.approx(0.05)
+
+
+def test_efficiency_of_a_minimize_scenario_counts_going_down_as_gain(project):
+    project.scenario.direction = "minimize"
+    project.scenario.save()
+    push(project, "r1", score(10.0, 0), turn(0, 1, cost=2.0), score(4.0, 2))
+    eff = timeline.efficiency(Run.objects.get(external_id="r1"))
+    assert eff.gained == pytest.approx(6.0)
+    assert eff.per_usd == pytest.approx(3.0)
+
+
+# --- actors and turn details -------------------------------------------------------------------------
+
+
+def test_actor_tree_nests_children_under_parents_depth_first(project):
+    push(project, "r1", turn(0, 0), turn(0, 1, actor="planner", parent="driver"),
+         turn(0, 2, actor="coder", parent="planner", cost=0.2), turn(1, 3, actor="coder", parent="planner", cost=0.3),
+         turn(0, 4, actor="tester", parent="driver"), turn(0, 5, actor="orphan", parent="ghost"))
+    tree = timeline.actor_tree(Run.objects.get(external_id="r1"))
+    assert [(n.actor, n.depth) for n in tree] == [
+        ("driver", 0), ("planner", 1), ("coder", 2), ("tester", 1), ("ghost", 0), ("orphan", 1)]
+    coder = next(n for n in tree if n.actor == "coder")
+    assert coder.turns == 2 and coder.cost_usd == Decimal("0.5")
+    assert next(n for n in tree if n.actor == "ghost").turns == 0  # reported only as a parent
+
+
+def test_turn_detail_shows_tool_calls_escaped(client_alice, project):
+    push(project, "r1", turn(3, 0, model="gpt-5.4-mini", duration_ms=1234,
+                             tool_calls=["read_file", {"name": "<script>alert(1)</script>", "args": {"path": "a<b"}}]))
+    pk = Run.objects.get(external_id="r1").turns.get().pk
+    response = client_alice.get(f"/projects/hill/runs/r1/turns/{pk}/")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Turn 3" in body and "gpt-5.4-mini" in body and "1.2 s" in body
+    assert "2 tool calls" in body and "read_file" in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>alert" not in body
+    assert "a&lt;b" in body
+
+
+def test_a_timeline_bar_click_lists_that_bins_turns_of_that_kind(client_alice, project):
+    push(project, "r1", turn(0, 0), turn(1, 0.5), turn(0, 0.7, actor="w", parent="driver"), turn(2, 9))
+    url = "/projects/hill/runs/r1/turns/"
+    origin = T0.isoformat()
+    width_us = 60 * 1_000_000
+    body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "d"}).content.decode()
+    assert "2 turns" in body and body.count("data-turn-detail") == 2
+    body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "c"}).content.decode()
+    assert "Turn 0" in body and body.count("data-turn-detail") == 1
+    body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 9}).content.decode()
+    assert body.count("data-turn-detail") == 1 and "Turn 2" in body
+
+
+@pytest.mark.parametrize("params", [{}, {"origin": "yesterday", "width_us": 5, "bin": 0},
+                                    {"origin": T0.isoformat(), "width_us": "x", "bin": 0},
+                                    {"origin": T0.isoformat(), "width_us": 0, "bin": 0},
+                                    {"origin": T0.isoformat(), "width_us": 10, "bin": -1}])
+def test_unreadable_bar_parameters_are_a_clear_400_not_a_500(client_alice, project, params):
+    push(project, "r1", turn(0, 0))
+    response = client_alice.get("/projects/hill/runs/r1/turns/", params)
+    assert response.status_code == 400
+    assert "could not be read" in response.content.decode()
+
+
+def test_partials_check_access(client, carol, victor, project):
+    push(project, "r1", turn(0, 0), {"type": "metric", "key": "loss", "step": 1, "value": 1.0})
+    pk = Run.objects.get(external_id="r1").turns.get().pk
+    origin = quote(T0.isoformat())
+    urls = [f"/projects/hill/runs/r1/turns/{pk}/", "/projects/hill/runs/r1/metrics/?key=loss",
+            f"/projects/hill/runs/r1/turns/?origin={origin}&width_us=1000&bin=0", "/projects/hill/chart/"]
+    client.force_login(carol)
+    assert [client.get(u).status_code for u in urls] == [404] * 4
+    client.force_login(victor)
+    assert [client.get(u).status_code for u in urls] == [200] * 4
+    client.logout()
+    assert all(client.get(u).status_code == 302 for u in urls)
+
+
+# --- metrics -------------------------------------------------------------------------------------------
+
+
+def test_metric_chart_is_downsampled_with_a_min_max_band(client_alice, project):
+    push(project, "r1", *[{"type": "metric", "key": "loss", "step": i, "value": 1 / (i + 1)} for i in range(5000)])
+    push(project, "r1", {"type": "metric", "key": "acc", "step": 1, "value": 0.5})
+    body = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    fig = figure(body, "metric-data")  # the first key, alphabetically
+    assert fig["data"][-1]["name"] == "acc"
+    response = client_alice.get("/projects/hill/runs/r1/metrics/", {"key": "loss"})
+    fig = figure(response.content.decode(), "metric-data")
+    mean = fig["data"][-1]
+    assert len(mean["x"]) <= 1000
+    band_hi, band_lo = fig["data"][0], fig["data"][1]
+    assert max(band_hi["y"]) == 1.0  # the extreme survives as the band's edge
+    assert "5000 points stored, shown as" in response.content.decode()
+
+
+def test_unknown_metric_key_is_a_404_panel(client_alice, project):
+    push(project, "r1", {"type": "metric", "key": "loss", "step": 1, "value": 1.0})
+    response = client_alice.get("/projects/hill/runs/r1/metrics/", {"key": "<nope>"})
+    assert response.status_code == 404
+    assert "No metric <code>&lt;nope&gt;</code>" in response.content.decode()
+
+
+# --- polling -------------------------------------------------------------------------------------------
+
+
+def test_a_poll_that_already_shows_the_latest_version_gets_204(client_alice, project):
+    push(project, "r1", turn(0, 0))
+    response = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true"})
+    version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', response.content.decode()).group(1)
+    same = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version})
+    assert same.status_code == 204 and same.content == b""
+    push(project, "r1", turn(1, 1))
+    changed = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version})
+    assert changed.status_code == 200
+    assert 'data-turn="1"' in changed.content.decode()
+    # A full page load never answers 204, whatever it sends.
+    assert client_alice.get("/projects/hill/runs/r1/", headers={VERSION_HEADER: version}).status_code == 200
+
+
+def test_project_and_overview_polls_also_answer_204_when_nothing_changed(client_alice, project):
+    push(project, "r1", score(0.5, 0))
+    for url in ["/", "/projects/hill/", "/projects/hill/chart/"]:
+        first = client_alice.get(url, headers={"HX-Request": "true"}).content.decode()
+        version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', first).group(1)
+        assert client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 204
+        push(project, "r2", score(0.1, 1) | {"ts": datetime.now(UTC).isoformat()})
+        assert client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 200
+
+
+def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
+    push(project, "r1", *[{"type": "message", "body": f"message number {i}.", "ts": at(i)} for i in range(30)])
+    body = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    assert "message number 29." in body and "message number 0." in body
+    assert "message number 5." not in body
+    assert body.count("badge-kickoff") == 1
+
+
+# --- project chart -------------------------------------------------------------------------------------
+
+
+def test_project_chart_overlays_runs_and_steps_the_best_so_far(client_alice, project):
+    push(project, "a", score(0.2, 0), score(0.5, 10))
+    push(project, "b", score(0.4, 5), score(0.3, 15), score(0.9, 20))
+    fig = figure(client_alice.get("/projects/hill/").content.decode(), "project-chart-data")
+    runs = {t["name"]: t for t in fig["data"] if t["name"] != "project best so far"}
+    assert set(runs) == {"a", "b"}
+    assert runs["b"]["y"] == [0.4, 0.3, 0.9]
+    assert runs["a"]["meta"]["url"] == "/projects/hill/runs/a/"
+    best = next(t for t in fig["data"] if t["name"] == "project best so far")
+    assert best["y"] == [0.2, 0.4, 0.5, 0.9, 0.9]
+    assert best["line"]["shape"] == "hv"
+
+
+def test_project_chart_downsamples_but_keeps_every_record(project):
+    from smrweb.tracking import queries
+
+    for r in range(4):
+        events = [score((i * 7919 % 1000) / 1000 + r, i * 0.01) for i in range(6000)]
+        push(project, f"r{r}", *events[:3000])
+        push(project, f"r{r}", *events[3000:])
+    result = queries.project_scores(project, max_points=2000)
+    assert result.total == 24_000
+    assert sum(len(p) for p in result.series.values()) <= 2000 + len(result.frontier)
+    assert result.frontier[-1][1] == max(s for p in result.series.values() for _, s in p) == pytest.approx(3.999)
+    values = [v for _, v in result.frontier]
+    assert values == sorted(values) and len(set(values)) == len(values)
+
+
+def test_project_page_has_compare_checkboxes_for_each_run(client_alice, project):
+    push(project, "a", score(0.2, 0))
+    push(project, "b:x@1", score(0.4, 5))
+    body = client_alice.get("/projects/hill/").content.decode()
+    assert 'data-pick="a"' in body and 'data-pick="b:x@1"' in body
+    assert 'data-compare-link="hill"' in body and 'data-href="/projects/hill/compare/"' in body
