@@ -10,11 +10,15 @@ that the overview has more than one card. A few runs fail, a few are flagged sta
 Then every dashboard page is requested in this process with Django's test Client (no HTTP server:
 this is server time only), signed in as an admin member of the projects (not a superuser): one
 warm-up request, N timed requests (min / median / max), then one more request under
-CaptureQueriesContext for the query count and the time the database reported. Pages: the projects
-overview, the project page, the run page of the 10,000-turn run and of a typical run, the compare
-page with 2 and with 50 runs, the htmx polls of the live pages, and every other dashboard URL name
-found in `smrweb/dashboard/urls.py` whose arguments can be filled (the rest are listed as skipped).
-A page answering 501 is reported as not built; a server error is reported with its traceback.
+CaptureQueriesContext for the query count and the SQL time. Pages: the projects overview, the
+project page, the run page of the 10,000-turn run and of a typical run, the compare page with 2 and
+with 50 runs, and the htmx polls of the first three (the full partial). Then every polling element
+found on those pages (`hx-get` + `hx-trigger="every …"`), twice: as a full partial and as a poll of an
+unchanged page (sending the element's `hx-headers`, i.e. the version it shows). Then every other URL
+name of `smrweb/dashboard/urls.py`: a URL a measured page links to (or a chart click opens, built as
+static/js/smrweb.js builds it), else one with its arguments filled from the seeded data; POST-only
+actions and names that cannot be filled are listed as skipped. Nothing here knows element ids or
+page layouts. A page answering 501 is reported as not built; a server error with its traceback.
 
 Chart payload: the page's `<script type="application/json" id="…">` elements (json_script output,
 where chart figures live): their bytes, and the points in them (the length of `x` — else `y` — of
@@ -194,7 +198,7 @@ def seed(cfg: Config, log) -> dict:
     user = get_user_model().objects.create_user("bench-admin", email="bench@example.com")
     scenario = services.create_scenario(key="bench-hill", name="Bench hill climb", score_metric="score",
                                         direction="maximize", score_min=0, score_max=1, harness_id="bench-v1")
-    project = services.create_project("bench", name="Bench: 200 runs", scenario=scenario, by=user)
+    project = services.create_project("bench", name=f"Bench: {cfg.runs} runs", scenario=scenario, by=user)
     services.create_api_token(project, name="bench-harness", by=user)
 
     # Run plan: mostly finished, 5 % failed, some live, 3 % live but silent (to be flagged stalled).
@@ -252,8 +256,12 @@ def seed(cfg: Config, log) -> dict:
     long_id = f"agent-{cfg.long_turns}-turns"
     end = now - timedelta(seconds=20)
     start = end - timedelta(hours=30)
-    services.update_run_settings(project, long_id, by=user, budget_usd=Decimal(250),
-                                 budget_tokens=400_000_000, requested_profile="gpt-5.4-medium",
+    push(project, long_id, [  # first, so that the run starts when it was queued
+        {"id": "state:queued", "type": "state", "state": "queued", "ts": iso(start - timedelta(minutes=3))},
+        {"id": "state:planning", "type": "state", "state": "planning", "ts": iso(start - timedelta(minutes=1))}])
+    # A budget about 70 % used by the end (turns average ~$0.029 and ~14k tokens).
+    services.update_run_settings(project, long_id, by=user, budget_usd=Decimal(cfg.long_turns) / 25,
+                                 budget_tokens=cfg.long_turns * 20_000, requested_profile="gpt-5.4-medium",
                                  actual_profile="gpt-5.4-medium", git_branch="bench/long-run")
     for k in range(20):
         services.store_artifact(project, long_id, path=f"solution/v{k:02d}.py", kind="python_source",
@@ -261,8 +269,7 @@ def seed(cfg: Config, log) -> dict:
                                 content=_bytes_io(f"# attempt {k}\n" + "x = 1\n" * rng.randint(10, 400)), by=user)
     turns, hill = Turns(rng, workers=6, nested=True), Hill(rng)
     stamps = spread(start, end, cfg.long_turns)
-    events = [{"id": "state:queued", "type": "state", "state": "queued", "ts": iso(start - timedelta(minutes=3))},
-              {"id": "state:planning", "type": "state", "state": "planning", "ts": iso(start - timedelta(minutes=1))}]
+    events = []
     phases = ["executing", "reviewing"]
     for n, ts in enumerate(stamps):
         events.append(turns.make(ts))
@@ -911,14 +918,15 @@ def section(info: dict, results: list[Result], skipped: list[str], repeat: int, 
               f"`services.ingest_events`; metric points "
               + ("were bulk-inserted (`MetricPoint.objects.bulk_create`; they feed no run summary)"
                  if cfg["bulk_metrics"] else "too")
-              + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s)"
-              + (", in an earlier run (`--keep`, measured again with `--reuse`)" if reused else "") + ".")
+              + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s).")
     lines = [
         (f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a {cfg['long_turns']:,}-turn run "
          f"({date.today().isoformat()})"),
         "",
         f"Machine: {machine(db_version())}; other processes kept {noise} busy while measuring.",
-        f"Command: `{command_line()}`: a fresh data dir and database, {seeded}",
+        (f"Command: `{command_line()}`: "
+         + ("the data dir an earlier `--keep` run seeded" if reused else "a fresh data dir and database")
+         + f", {seeded}"),
         (f"Each page: {warmup} warm-up request, then {repeat} timed requests with Django's test Client in "
          "the same process (server time only: no HTTP server, no network, no browser), signed in as an admin "
          "member; queries and SQL time counted on one more request (CaptureQueriesContext). Polls found on a "
@@ -1042,6 +1050,7 @@ def main() -> None:
             log(f"seeded in {info['timings']['total_s']:.0f} s: {json.dumps(info['timings'])}")
             if args.keep:
                 (data / MARKER).write_text(json.dumps({"database_url": database_url, "info": info}, indent=1))
+            connection.close()  # measure on a fresh connection (SQLite checkpoints its WAL on close), as --reuse does
 
         try:
             get_resolver().url_patterns  # noqa: B018 - imports every URLconf and view module

@@ -17,7 +17,7 @@ from smrweb.dashboard.templatetags.smrweb import duration, midtrunc, tokens
 from smrweb.tracking.compare import Comparison, RunSeries
 
 # Distinct and at least 3:1 against white; kept clear of the driver violet and child cyan used for
-# spend kinds. Runs past the palette get hues spread by the golden angle at the same lightness.
+# spend kinds. Runs past the palette get hues spread by the golden angle (see `colour`).
 PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#dc2626", "#4f46e5", "#65a30d", "#0f766e",
            "#a16207", "#9333ea"]
 DRIVER, CHILD, TOKENS_IN, TOKENS_OUT = "#7c3aed", "#0891b2", "#475569", "#94a3b8"
@@ -28,11 +28,26 @@ LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the 
 MINUS = "−"
 
 
+def contrast_on_white(hex_colour: str) -> float:
+    """WCAG contrast ratio of a colour against white."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
+
+
 def colour(i: int) -> str:
+    """The i-th run's colour: the palette, then golden-angle hues darkened until they read on white."""
     if i < len(PALETTE):
         return PALETTE[i]
-    r, g, b = colorsys.hls_to_rgb((i * 0.381966) % 1.0, 0.40, 0.70)
-    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+    hue, lightness = (i * 0.381966) % 1.0, 0.42
+    while True:
+        r, g, b = colorsys.hls_to_rgb(hue, lightness, 0.70)
+        hex_colour = f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+        if contrast_on_white(hex_colour) >= 3 or lightness < 0.2:
+            return hex_colour
+        lightness -= 0.02
 
 
 @dataclass(frozen=True)

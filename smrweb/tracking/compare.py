@@ -15,7 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Count, F, Func, IntegerField, Max, Min, Q, Sum, Window
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    Sum,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.expressions import RowRange
 from django.db.models.functions import Mod, RowNumber
 
@@ -121,7 +136,7 @@ def compare(project: Project, external_ids: list[str], *, points: int = POINTS_P
 
     Series are read only when at least two runs are found: there is nothing to compare otherwise.
     """
-    found = {r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids)}
+    found = {r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids).order_by()}
     missing = [rid for rid in external_ids if rid not in found]
     runs = [found[rid] for rid in external_ids if rid in found]
     for run in runs:
@@ -133,7 +148,7 @@ def compare(project: Project, external_ids: list[str], *, points: int = POINTS_P
         _add_turn_stats(by_pk)
         _add_scores(by_pk, maximize=project.scenario.maximize, per_run=per_run)
         _add_spend(by_pk, per_run=per_run)
-    for s in series:
+    for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
     _add_deltas(series)
@@ -149,25 +164,33 @@ def recent_runs(project: Project, *, limit: int = RECENT_RUNS) -> list[Run]:
     )
 
 
-def _thinned(rows, per_run: int, **windows):
-    """`rows` (one model's rows of several runs) annotated for thinning in SQL: `rn` (position in the
-    run by time), `n` (the run's row count), `phase` (0 on every k-th row, k = ceil(n / per_run)) and
-    the running `windows` (aggregates over the run's rows up to this one). Callers keep rn = 1,
-    rn = n and phase = 0: about `per_run` rows per run.
+# Time order is `ts` alone: the (run, ts) index yields it without sorting the rows (a tie-breaker on
+# id would force a sort of every row). Rows with equal timestamps are then in no particular order,
+# which moves nothing on the chart: running values are exact at every timestamp.
+IN_TIME = [F("ts").asc()]
 
-    The stride comes from the partition's size in SQL, so it needs no per-run parameters, and
-    integer division and MOD behave the same on SQLite and PostgreSQL.
+
+def _per_run(values: dict[int, object], output_field) -> Case:
+    """A constant per run, as `CASE run_id WHEN … THEN … END`: strides and bests come from the runs'
+    summary columns, so the database needs no second pass over each run's rows to count them."""
+    return Case(*[When(run_id=pk, then=Value(v)) for pk, v in values.items()], output_field=output_field)
+
+
+def _thinned(rows, counts: dict[int, int], per_run: int, **running):
+    """`rows` (one model's rows of several runs, `counts` of them per run) annotated for thinning in
+    SQL: `rn` (position in the run by time), `last` (the run's row count), `phase` (0 on every k-th
+    row, k = ceil(count / per_run)) and the `running` aggregates, each `(function, frame end)` over
+    the run's rows up to the current one (end 0) or the one before (end -1). Callers keep rn = 1,
+    rn = last and phase = 0: about `per_run` rows per run, whatever its length.
     """
-    by_run, in_order = [F("run_id")], [F("ts").asc(), F("id").asc()]
-    stride = (F("n") + (per_run - 1)) / per_run  # ceil(n / per_run), at least 1
-    return (
-        rows.annotate(
-            rn=Window(RowNumber(), partition_by=by_run, order_by=in_order),
-            n=Window(Count("id"), partition_by=by_run),
-            **{name: Window(fn, partition_by=by_run, order_by=in_order, frame=RowRange(start=None, end=0))
-               for name, fn in windows.items()},
-        )
-        .annotate(phase=Mod(F("rn") - 1, stride))
+    strides = {pk: max(-(-n // per_run), 1) for pk, n in counts.items()}
+    by_run = [F("run_id")]
+    return rows.order_by().annotate(
+        rn=Window(RowNumber(), partition_by=by_run, order_by=IN_TIME),
+        last=_per_run(counts, IntegerField()),
+        phase=Mod(F("rn") - 1, _per_run(strides, IntegerField())),
+        **{name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=RowRange(start=None, end=end))
+           for name, (fn, end) in running.items()},
     )
 
 
@@ -194,22 +217,18 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
         s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
 
 
-def score_rows(run_pks, *, maximize: bool, per_run: int):
-    """(run, ts, score, best so far, is the run's best) rows of the runs' scores, about `per_run` per
-    run: each run's first, last and (first) best score, and every k-th between. The best so far is
-    computed over all rows before thinning, so it is exact at every row kept."""
+def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
+    """(run, ts, score, best so far, rn) rows of the runs' scores, about `per_run` per run: each run's
+    first and last score, the first score equal to its best, and every k-th between. The best so far
+    is computed over all rows before thinning, so it is exact at every row kept."""
     best = Max if maximize else Min
-    is_best = Q(score=F("run_best")) & Q(nth_of_score=1)
+    improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
     return (
-        _thinned(Submission.objects.filter(run_id__in=run_pks), per_run, so_far=best("score"))
-        .annotate(
-            run_best=Window(best("score"), partition_by=[F("run_id")]),
-            nth_of_score=Window(RowNumber(), partition_by=[F("run_id"), F("score")],
-                                order_by=[F("ts").asc(), F("id").asc()]),
-        )
-        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0) | is_best)
-        .order_by("run_id", "rn")
-        .values_list("run_id", "ts", "score", "so_far", "run_best", "nth_of_score")
+        _thinned(Submission.objects.filter(run__in=runs), {r.pk: r.score_count for r in runs}, per_run,
+                 so_far=(best("score"), 0), before=(best("score"), -1))
+        .annotate(run_best=_per_run({r.pk: r.best_score for r in runs}, FloatField()))
+        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run_best")) & improves))
+        .values_list("run_id", "ts", "score", "so_far", "rn")
     )
 
 
@@ -217,21 +236,23 @@ def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) ->
     """Score series: thinned in SQL, then LTTB (the best score always kept); the best-so-far frontier
     as its change points. Per run at most `per_run` points with the frontier and its end point."""
     kept: dict[int, list[tuple]] = defaultdict(list)
-    for run_id, ts, score, so_far, run_best, nth in score_rows(by_pk, maximize=maximize,
-                                                                per_run=per_run * SCORE_OVERSAMPLE):
-        kept[run_id].append((ts, score, so_far, score == run_best and nth == 1))
+    runs = [s.run for s in by_pk.values()]
+    for run_id, ts, score, so_far, rn in score_rows(runs, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE):
+        kept[run_id].append((rn, ts, score, so_far))
     for run_id, items in kept.items():
+        items.sort()
         s = by_pk[run_id]
-        s.start = min(s.start, items[0][0])  # a late batch may carry earlier scores than the first one
-        s.first_score = items[0][1]
-        pts = [((ts - s.start).total_seconds(), score, flag) for ts, score, _, flag in items]
-        frontier = _changes([(x, so_far) for (x, _, _), (_, _, so_far, _) in zip(pts, items)])
+        s.start = min(s.start, items[0][1])  # a late batch may carry earlier scores than the first one
+        s.first_score = items[0][2]
+        best_rn = next((rn for rn, _, score, _ in items if score == s.run.best_score), None)
+        pts = [((ts - s.start).total_seconds(), score, rn == best_rn) for rn, ts, score, _ in items]
+        frontier = _changes([(x, so_far) for (x, _, _), (_, _, _, so_far) in zip(pts, items)])
         if len(frontier) > per_run // 4:
             frontier = lttb(frontier, max(per_run // 4, 3))
         s.frontier = frontier
         budget = max(per_run - len(frontier) - 1, 3)  # the chart adds one point: the frontier held to the end
-        best_pt = next((p for p in pts if p[2]), None)
         sampled = lttb(pts, budget - 1)
+        best_pt = next((p for p in pts if p[2]), None)
         if best_pt is not None:
             s.best_after = timedelta(seconds=best_pt[0])
             if best_pt not in sampled:  # the best score is the point of the chart: never sample it away
@@ -247,23 +268,26 @@ def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def spend_rows(run_pks, *, per_run: int):
-    """(run, ts, cumulative USD) rows of the runs' agent turns, about `per_run` per run: running sums
-    over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
+def spend_rows(runs: list[Run], *, per_run: int):
+    """(run, ts, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run: running
+    sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
     return (
-        _thinned(AgentTurn.objects.filter(run_id__in=run_pks), per_run, total=Sum("cost_usd"))
-        .filter(Q(rn=1) | Q(rn=F("n")) | Q(phase=0))
-        .order_by("run_id", "rn")
-        .values_list("run_id", "ts", "total")
+        _thinned(AgentTurn.objects.filter(run__in=runs), {r.pk: r.turn_count for r in runs}, per_run,
+                 total=(Sum("cost_usd"), 0))
+        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0))
+        .values_list("run_id", "ts", "total", "rn")
     )
 
 
 def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
     """Cumulative USD over time since each run's start: thinned in SQL, then LTTB."""
-    kept: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for run_id, ts, total in spend_rows(by_pk, per_run=per_run * SPEND_OVERSAMPLE):
-        kept[run_id].append(((ts - by_pk[run_id].start).total_seconds(), float(total)))
-    for run_id, pts in kept.items():
+    kept: dict[int, list[tuple]] = defaultdict(list)
+    for run_id, ts, total, rn in spend_rows([s.run for s in by_pk.values()], per_run=per_run * SPEND_OVERSAMPLE):
+        kept[run_id].append((rn, ts, total))
+    for run_id, items in kept.items():
+        items.sort()
+        start = by_pk[run_id].start
+        pts = [((ts - start).total_seconds(), float(total)) for _, ts, total in items]
         by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))  # the chart adds the origin and the end
 
 

@@ -648,7 +648,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
             # Claim the row: ingest may have brought news since the query above.
             claimed = Run.objects.filter(
                 pk=run.pk, stalled_since__isnull=True, last_progress_at=run.last_progress_at
-            ).update(stalled_since=now)
+            ).update(stalled_since=now, updated=now)  # `updated` versions the dashboard's polls
             if claimed:
                 run.stalled_since = now
                 record_audit(None, "run.stalled", run, project=run.project,
@@ -707,7 +707,7 @@ def record_source_success(project: Project, *, active_runs: int, next_in: float)
     now = timezone.now()
     SourceHealth.objects.filter(project=project).update(
         last_success_at=now, consecutive_failures=0, active_runs=active_runs,
-        next_attempt_at=now + timedelta(seconds=next_in),
+        next_attempt_at=now + timedelta(seconds=next_in), updated=now,
     )
 
 
@@ -761,6 +761,7 @@ def store_known_artifact(project: Project, run_external_id: str, *, sha256: str,
             Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
                 artifact=artifact
             )
+            run.save(update_fields=["updated"])  # the run page shows its artifacts: a new version to poll
     return artifact
 
 

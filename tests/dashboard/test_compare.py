@@ -287,11 +287,20 @@ def test_series_are_thinned_in_sql_not_in_python(project):
     push(project, "a", *[turn(i, 0.01, seconds=i) for i in range(1000)])
     push(project, "a", *[score(i / 1000, seconds=i) for i in range(1000)])
     push(project, "b", turn(0, 0.5))
-    run_pks = [r.pk for r in project.runs.order_by("external_id")]
-    rows = list(compare.spend_rows(run_pks, per_run=50))
-    a_rows = [r for r in rows if r[0] == run_pks[0]]
-    assert len(a_rows) == 51  # turns 1, 21, …, 981 and the last
+    a, b = project.runs.order_by("external_id")
+    rows = sorted(compare.spend_rows([a, b], per_run=50), key=lambda r: (r[0], r[3]))
+    a_rows = [r for r in rows if r[0] == a.pk]
+    assert [r[3] for r in a_rows] == [*range(1, 1000, 20), 1000]  # turns 1, 21, …, 981 and the last
     assert float(a_rows[-1][2]) == pytest.approx(10.0) and float(a_rows[1][2]) == pytest.approx(0.21)
-    assert [float(r[2]) for r in rows if r[0] == run_pks[1]] == [0.5]
-    rows = list(compare.score_rows(run_pks, maximize=True, per_run=50))
-    assert len(rows) == 51 and rows[-1][2:5] == (0.999, 0.999, 0.999)
+    assert [float(r[2]) for r in rows if r[0] == b.pk] == [0.5]
+    rows = sorted(compare.score_rows([a, b], maximize=True, per_run=50), key=lambda r: r[4])
+    assert len(rows) == 51 and rows[-1][2:] == (0.999, 0.999, 1000)
+    assert compare.score_rows([a, b], maximize=False, per_run=50).count() == 51  # the best (first) is row 1
+
+
+def test_fifty_run_colours_are_distinct_and_readable_on_white():
+    colours = [compare_charts.colour(i) for i in range(compare.MAX_RUNS)]
+    assert len(set(colours)) == compare.MAX_RUNS
+    assert min(compare_charts.contrast_on_white(c) for c in colours) >= 3
+    assert compare_charts.contrast_on_white("#ffffff") == pytest.approx(1)
+    assert compare_charts.contrast_on_white("#000000") == pytest.approx(21)
