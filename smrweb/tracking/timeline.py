@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import BigIntegerField, Count, DateTimeField, Func, Max, Min, Sum, Value
 from django.utils import timezone
 
 from smrweb.tracking.downsample import lttb
@@ -64,43 +64,67 @@ def _bin_width(span: timedelta, turns: int) -> timedelta:
     return max(width, timedelta(seconds=1))
 
 
+class MicrosecondsSince(Func):
+    """Whole microseconds from `origin` to a datetime column, computed in SQL (SQLite and PostgreSQL),
+    so turns are binned by the database instead of being read one by one."""
+
+    output_field = BigIntegerField()
+
+    def __init__(self, expression, origin: datetime):
+        super().__init__(expression, Value(origin, output_field=DateTimeField()))
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection,
+                           template="CAST(ROUND((julianday(%(expressions)s)) * 86400000000) AS INTEGER)",
+                           arg_joiner=") - julianday(", **extra)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
+                           arg_joiner=" - ", **extra)
+
+
+def turn_bin(origin: datetime, width: timedelta):
+    """The SQL expression of a turn's bin index; the timeline and the bar click-through share it."""
+    return MicrosecondsSince("ts", origin) / Value(width // timedelta(microseconds=1))
+
+
 def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
-    """Turns binned by time and scores on the same time axis (three queries)."""
+    """Turns binned by time in SQL and scores on the same time axis (four queries, at most
+    2 × MAX_BINS bin rows read whatever the number of turns)."""
     now = now or timezone.now()
-    turns = list(
-        AgentTurn.objects.filter(run=run)
-        .order_by("ts", "id")
-        .values_list("pk", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "turn", "actor", "model")
-    )
+    turns = AgentTurn.objects.filter(run=run)
+    span = turns.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
     scores_all = list(Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score"))
-    times = [t[1] for t in turns[:1] + turns[-1:]] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
+    times = [t for t in (span["lo"], span["hi"]) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
     start = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [start + timedelta(minutes=1)])
-    width = _bin_width(end - start, len(turns))
+    width = _bin_width(end - start, span["n"])
 
-    bins: dict[tuple[int, str], TurnBin] = {}
+    rows = (
+        turns.annotate(bin=turn_bin(start, width))
+        .values("bin", "kind")
+        .annotate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"),
+                  first_turn=Min("turn"), last_turn=Max("turn"), actor=Min("actor"), model=Min("model"), pk=Min("id"))
+        .order_by("bin", "kind")
+    )
+    bins: list[TurnBin] = []
     cumulative: list[tuple[datetime, Decimal, Decimal]] = []
     total = driver = Decimal(0)
-    last_index = None
-    for pk, ts, kind, tin, tout, cost, number, actor, model in turns:
-        index = (ts - start) // width  # exact integer arithmetic on microseconds
-        if last_index is not None and index != last_index:
-            cumulative.append((start + width * (last_index + 1), total, driver))
-        last_index = index
-        b = bins.get((index, kind))
-        if b is None:
-            b = bins[(index, kind)] = TurnBin(start + width * index, start + width * (index + 1), kind,
-                                              first_turn=number, actor=actor, model=model, pk=pk)
-        b.count += 1
-        b.tokens_in += tin
-        b.tokens_out += tout
-        b.cost_usd += cost
-        b.last_turn = number
-        total += cost
-        if kind == TurnKind.DRIVER_INFERENCE:
-            driver += cost
-    if last_index is not None:
-        cumulative.append((min(start + width * (last_index + 1), end), total, driver))
+    for r in rows:
+        index = r["bin"]
+        b = TurnBin(start + width * index, start + width * (index + 1), r["kind"], count=r["n"],
+                    tokens_in=r["tin"] or 0, tokens_out=r["tout"] or 0, cost_usd=r["usd"] or Decimal(0),
+                    first_turn=r["first_turn"], last_turn=r["last_turn"], actor=r["actor"], model=r["model"],
+                    pk=r["pk"])
+        bins.append(b)
+        total += b.cost_usd
+        if b.kind == TurnKind.DRIVER_INFERENCE:
+            driver += b.cost_usd
+        point = (min(b.end, end), total, driver)
+        if cumulative and cumulative[-1][0] == point[0]:
+            cumulative[-1] = point  # the second kind of the same bin
+        else:
+            cumulative.append(point)
 
     frontier, best = [], None
     for ts, value in scores_all:
@@ -110,12 +134,12 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     scores = lttb([(ts.timestamp(), v, ts) for ts, v in scores_all], MAX_SCORE_POINTS)
     return Timeline(
         start=start, end=end, bin_width=width,
-        bins=sorted(bins.values(), key=lambda b: (b.start, b.kind)),
+        bins=bins,
         cumulative=cumulative,
         scores=[(ts, v) for _, v, ts in scores],
         frontier=frontier,
         score_total=len(scores_all),
-        turn_total=len(turns),
+        turn_total=span["n"],
     )
 
 
@@ -269,9 +293,15 @@ def actor_tree(run: Run) -> list[ActorNode]:
     return ordered
 
 
-def turns_between(run: Run, start: datetime, end: datetime, kind: str | None = None, *, limit: int = 50):
-    """The turns of one timeline bar (a time bin, optionally one kind), oldest first, and their count."""
-    turns = AgentTurn.objects.filter(run=run, ts__gte=start, ts__lt=end)
+def turns_in_bin(run: Run, origin: datetime, width: timedelta, index: int, kind: str | None = None, *,
+                 limit: int = 50):
+    """The turns of one timeline bar (a time bin, optionally one kind), oldest first, and their count.
+
+    Chosen by the same SQL bin expression the timeline groups by, so a bar and its turns always agree.
+    """
+    start = origin + width * index
+    turns = (AgentTurn.objects.filter(run=run, ts__gte=start - timedelta(seconds=1), ts__lt=start + width + timedelta(seconds=1))
+             .alias(bin=turn_bin(origin, width)).filter(bin=index))
     if kind in TurnKind.values:
         turns = turns.filter(kind=kind)
     return list(turns.order_by("ts", "id")[:limit]), turns.count()

@@ -128,7 +128,7 @@ def turns_in_bar(request, slug: str, run_id: str):
     kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK}.get(request.GET.get("kind", ""))
     start = origin + width * index
     end = start + width
-    turns, count = timeline.turns_between(run, start, end, kind)
+    turns, count = timeline.turns_in_bin(run, origin, width, index, kind)
     return render(request, "dashboard/_turns_panel.html", {
         "project": run.project, "run": run, "turns": turns, "count": count, "start": start, "end": end,
         "kind": kind})
