@@ -15,24 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import (
-    Avg,
-    Case,
-    Count,
-    F,
-    FloatField,
-    Func,
-    IntegerField,
-    Max,
-    Min,
-    Q,
-    Sum,
-    Value,
-    When,
-    Window,
-)
+from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
 from django.db.models.expressions import RowRange
-from django.db.models.functions import Mod, RowNumber
+from django.db.models.functions import Cast, Mod, RowNumber
 
 from smrweb.tracking.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
@@ -77,7 +62,6 @@ class RunSeries:
     best_after: timedelta | None = None  # from the start to the first score equal to the best
     driver_turns: int = 0
     child_turns: int = 0
-    actors: int = 0
     tool_calls: int = 0
     mean_turn_ms: float | None = None
     deltas: dict[str, float | timedelta | None] = field(default_factory=dict)
@@ -168,42 +152,39 @@ def recent_runs(project: Project, *, limit: int = RECENT_RUNS) -> list[Run]:
 # id would force a sort of every row). Rows with equal timestamps are then in no particular order,
 # which moves nothing on the chart: running values are exact at every timestamp.
 IN_TIME = [F("ts").asc()]
+UP_TO_HERE = RowRange(start=None, end=0)
 
 
-def _per_run(values: dict[int, object], output_field) -> Case:
-    """A constant per run, as `CASE run_id WHEN … THEN … END`: strides and bests come from the runs'
-    summary columns, so the database needs no second pass over each run's rows to count them."""
-    return Case(*[When(run_id=pk, then=Value(v)) for pk, v in values.items()], output_field=output_field)
+def _thinned(rows, count_field: str, per_run: int, **running):
+    """`rows` (one model's rows of several runs) annotated for thinning in SQL: `rn` (position in the
+    run by time), `last` (the run's row count, from its summary column `count_field`), `phase` (0 on
+    every k-th row, k = ceil(count / per_run)) and the `running` aggregates, each `(function, frame)`
+    over the run's rows in time order. Callers keep rn = 1, rn = last and phase = 0: about
+    `per_run` rows per run, whatever its length.
 
-
-def _thinned(rows, counts: dict[int, int], per_run: int, **running):
-    """`rows` (one model's rows of several runs, `counts` of them per run) annotated for thinning in
-    SQL: `rn` (position in the run by time), `last` (the run's row count), `phase` (0 on every k-th
-    row, k = ceil(count / per_run)) and the `running` aggregates, each `(function, frame end)` over
-    the run's rows up to the current one (end 0) or the one before (end -1). Callers keep rn = 1,
-    rn = last and phase = 0: about `per_run` rows per run, whatever its length.
+    The count is read from the run's row (one hash join) rather than counted over the partition,
+    which would be a second pass over every row; all windows share one definition where they can,
+    so the database computes them in one pass over the (run, ts) index.
     """
-    strides = {pk: max(-(-n // per_run), 1) for pk, n in counts.items()}
     by_run = [F("run_id")]
     return rows.order_by().annotate(
-        rn=Window(RowNumber(), partition_by=by_run, order_by=IN_TIME),
-        last=_per_run(counts, IntegerField()),
-        phase=Mod(F("rn") - 1, _per_run(strides, IntegerField())),
-        **{name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=RowRange(start=None, end=end))
-           for name, (fn, end) in running.items()},
+        rn=Window(RowNumber(), partition_by=by_run, order_by=IN_TIME, frame=UP_TO_HERE),
+        last=F(f"run__{count_field}"),
+        phase=Mod(F("rn") - 1, (F("last") + (per_run - 1)) / per_run, output_field=IntegerField()),
+        **{name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=frame)
+           for name, (fn, frame) in running.items()},
     )
 
 
 def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
-    """What the summary columns do not hold, per run, in one aggregate: turns by kind, distinct actors,
-    tool calls, mean turn duration, first turn time."""
+    """What the summary columns do not hold, per run, in one aggregate: turns by kind, tool calls, mean
+    turn duration, first turn time. (Distinct actors would need a sort per run: left to the run page.)"""
     stats = (
         AgentTurn.objects.filter(run_id__in=by_pk)
         .values("run_id")
         .annotate(
             driver=Count("id", filter=Q(kind=TurnKind.DRIVER_INFERENCE)),
             child=Count("id", filter=Q(kind=TurnKind.CHILD_WORK)),
-            actors=Count("actor", distinct=True),
             tools=Sum(JSONArrayLength("tool_calls")),
             mean_ms=Avg("duration_ms"),
             first=Min("ts"),
@@ -212,7 +193,7 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
     )
     for row in stats:
         s = by_pk[row["run_id"]]
-        s.driver_turns, s.child_turns, s.actors = row["driver"], row["child"], row["actors"]
+        s.driver_turns, s.child_turns = row["driver"], row["child"]
         s.tool_calls, s.mean_turn_ms = row["tools"] or 0, row["mean_ms"]
         s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
 
@@ -224,10 +205,9 @@ def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
     best = Max if maximize else Min
     improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
     return (
-        _thinned(Submission.objects.filter(run__in=runs), {r.pk: r.score_count for r in runs}, per_run,
-                 so_far=(best("score"), 0), before=(best("score"), -1))
-        .annotate(run_best=_per_run({r.pk: r.best_score for r in runs}, FloatField()))
-        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run_best")) & improves))
+        _thinned(Submission.objects.filter(run__in=runs), "score_count", per_run,
+                 so_far=(best("score"), UP_TO_HERE), before=(best("score"), RowRange(start=None, end=-1)))
+        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run__best_score")) & improves))
         .values_list("run_id", "ts", "score", "so_far", "rn")
     )
 
@@ -272,8 +252,9 @@ def spend_rows(runs: list[Run], *, per_run: int):
     """(run, ts, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run: running
     sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
     return (
-        _thinned(AgentTurn.objects.filter(run__in=runs), {r.pk: r.turn_count for r in runs}, per_run,
-                 total=(Sum("cost_usd"), 0))
+        _thinned(AgentTurn.objects.filter(run__in=runs), "turn_count", per_run,
+                 # Summed as floats: far cheaper than exact decimals per row, and exact enough for a chart.
+                 total=(Sum(Cast("cost_usd", FloatField())), UP_TO_HERE))
         .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0))
         .values_list("run_id", "ts", "total", "rn")
     )

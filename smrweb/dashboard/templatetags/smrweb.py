@@ -324,3 +324,21 @@ def tool_calls_view(calls) -> list[dict]:
 @register.filter
 def get_item(mapping, key):
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.simple_tag
+def source_dot(project):
+    """A coloured dot for how polling a project's source goes (pushed projects have nothing to poll)."""
+    health = getattr(project, "source_health", None)
+    name = project.get_source_display()
+    if project.source == "push":
+        level, text = "push", "REST push: nothing to poll"
+    elif health is None or (health.last_success_at is None and not health.consecutive_failures):
+        level, text = "", f"{name}: not synced yet"
+    elif health.consecutive_failures:
+        level = "bad"
+        text = (f"{name}: {health.consecutive_failures} failure(s) in a row — "
+                f"{health.last_error_kind}: {health.last_error[:200]}")
+    else:
+        level, text = "good", f"{name}: last sync {ago(health.last_success_at)}"
+    return format_html('<span class="source-dot {}" role="img" aria-label="{}" title="{}"></span>', level, text, text)

@@ -27,7 +27,8 @@ def _projects_version(project_ids: list[int]) -> str:
 @login_required
 @vary_on_headers("HX-Request")
 def project_list(request):
-    projects = list(Project.objects.visible_to(request.user).select_related("scenario").order_by("slug"))
+    projects = list(Project.objects.visible_to(request.user).select_related("scenario", "source_health")
+                    .order_by("slug"))
     version = _projects_version([p.pk for p in projects])
     if live.unchanged(request, version):
         return live.no_change()
