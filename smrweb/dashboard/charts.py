@@ -15,6 +15,7 @@ SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#e
 # Distinct, readable on white; runs beyond the palette reuse it (their hover names tell them apart).
 PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#65a30d", "#dc2626",
            "#4f46e5", "#0d9488", "#ca8a04", "#9333ea"]
+EPOCH_MS_2001 = 978_307_200_000
 FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
         "size": 11, "color": INK}
 
@@ -126,8 +127,15 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
     data.append({"type": "scattergl" if len(points) > 1000 else "scatter", "mode": "lines", "name": key,
                  "x": xs, "y": [p.value for p in points], "line": {"color": PALETTE[0], "width": 1.5},
                  "hovertemplate": "step %{x:,}<br>" + key + " %{y:.6g}<extra></extra>"})
+    # Polled sources (SMR) number a result's steps by its time in epoch milliseconds: show those as dates.
+    as_time = bool(xs) and xs[0] >= EPOCH_MS_2001
+    xaxis = ({"type": "date", "title": {"text": "time (UTC)"}, "hoverformat": "%b %d, %H:%M:%S"} if as_time
+             else {"title": {"text": "step"}})
+    if as_time:
+        for trace in data:
+            trace["hovertemplate"] = trace.get("hovertemplate", "").replace("step %{x:,}", "%{x|%b %d, %H:%M:%S}")
     layout = base_layout(260, uirevision=uirevision, showlegend=total > len(points), hovermode="closest",
-                         xaxis={"title": {"text": "step"}, "gridcolor": GRID, "automargin": True},
+                         xaxis={**xaxis, "gridcolor": GRID, "automargin": True},
                          yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True})
     return {"data": data, "layout": layout}
 

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
-from django.db.models.expressions import RowRange
-from django.db.models.functions import Cast, Mod, RowNumber
+from django.db.models.expressions import ExpressionWrapper, RowRange
+from django.db.models.functions import Cast, RowNumber
 
 from smrweb.tracking.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
@@ -158,7 +158,7 @@ UP_TO_HERE = RowRange(start=None, end=0)
 def _thinned(rows, count_field: str, per_run: int, **running):
     """`rows` (one model's rows of several runs) annotated for thinning in SQL: `rn` (position in the
     run by time), `last` (the run's row count, from its summary column `count_field`), `phase` (0 on
-    every k-th row, k = ceil(count / per_run)) and the `running` aggregates, each `(function, frame)`
+    every k-th row, k about count / per_run) and the `running` aggregates, each `(function, frame)`
     over the run's rows in time order. Callers keep rn = 1, rn = last and phase = 0: about
     `per_run` rows per run, whatever its length.
 
@@ -170,7 +170,9 @@ def _thinned(rows, count_field: str, per_run: int, **running):
     return rows.order_by().annotate(
         rn=Window(RowNumber(), partition_by=by_run, order_by=IN_TIME, frame=UP_TO_HERE),
         last=F(f"run__{count_field}"),
-        phase=Mod(F("rn") - 1, (F("last") + (per_run - 1)) / per_run, output_field=IntegerField()),
+        # k = (count + per_run) // per_run: at least 1 even if the count were stale, so never a
+        # division by zero. `%`, not Mod(): Django's SQLite MOD is a Python function called per row.
+        phase=ExpressionWrapper((F("rn") - 1) % ((F("last") + per_run) / per_run), IntegerField()),
         **{name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=frame)
            for name, (fn, frame) in running.items()},
     )

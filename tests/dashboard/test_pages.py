@@ -196,3 +196,17 @@ def test_pager_links_do_not_pile_up_page_parameters_and_the_poll_keeps_the_page(
     assert 'href="?state=live&page=3"' in body or 'href="?state=live&amp;page=3"' in body
     assert "page=2&page=" not in body and "page=2&amp;page=" not in body
     assert 'hx-get="/projects/hill/?page=2&amp;state=live"' in body
+
+
+def test_overview_shows_each_projects_source_health_dot(client_alice, project):
+    from smrweb.tracking.models import SourceHealth
+
+    project.source = "smr"
+    project.save()
+    SourceHealth.objects.create(project=project, consecutive_failures=3, last_error_kind="rate_limited",
+                                last_error="429 <too many>")
+    body = client_alice.get("/").content.decode()
+    assert 'class="source-dot bad"' in body
+    assert "3 failure(s) in a row — rate_limited: 429 &lt;too many&gt;" in body
+    SourceHealth.objects.filter(project=project).update(consecutive_failures=0, last_success_at=timezone.now())
+    assert 'class="source-dot good"' in client_alice.get("/").content.decode()

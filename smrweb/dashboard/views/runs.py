@@ -20,6 +20,7 @@ from smrweb.tracking.models import AgentTurn, Artifact, Role, SourceKind, TurnKi
 
 RECENT_TURNS = 25
 RECENT_ARTIFACTS = 10
+RECENT_EXPERIMENTS = 10
 METRIC_POINTS = 1000
 
 
@@ -53,7 +54,8 @@ def run_detail(request, slug: str, run_id: str):
         "efficiency": timeline.efficiency(run),
         "actors": actors if len(actors) > 1 else [],
         "turns": list(run.turns.order_by("-ts", "-id")[:RECENT_TURNS]),
-        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[:30],
+        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[:RECENT_EXPERIMENTS],
+        "experiment_count": run.experiments.count(),
         "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
         "artifacts": run.artifacts.select_related("blob")[:RECENT_ARTIFACTS],
         "artifact_count": run.artifacts.count(),
