@@ -158,6 +158,53 @@
     document.querySelectorAll("[data-live]").forEach(function (el) { window.htmx.trigger(el, "smrweb:visible"); });
   });
 
+  // --- errors and lost connections ---------------------------------------------------------------------
+  // htmx does not swap 4xx/5xx answers. A poll that fails marks the page's "live" badge as
+  // reconnecting (and keeps polling); a click that fails shows the server's fragment when it sent
+  // one (e.g. "no such metric"), else a short message, in the place the answer was meant for.
+  function liveBadge(state, title) {
+    document.querySelectorAll(".live").forEach(function (badge) {
+      badge.classList.toggle("stale", state === "stale");
+      if (!badge.dataset.title) badge.dataset.title = badge.getAttribute("title") || "";
+      badge.setAttribute("title", state === "stale" ? title : badge.dataset.title);
+      badge.textContent = state === "stale" ? "reconnecting" : "live";
+    });
+  }
+
+  function onFailure(event, message) {
+    var elt = event.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-live")) {
+      liveBadge("stale", message + " — retrying with the next poll");
+      return;
+    }
+    var target = event.detail.target;
+    if (!target) return;
+    var xhr = event.detail.xhr;
+    var body = xhr && xhr.responseText;
+    var fragment = body && body.indexOf("<html") === -1 && /text\/html/.test(xhr.getResponseHeader("Content-Type") || "");
+    if (fragment) {
+      target.innerHTML = body;
+      window.htmx.process(target);
+    } else {
+      var note = document.createElement("p");
+      note.className = "form-error";
+      note.setAttribute("role", "alert");
+      note.textContent = message;
+      target.replaceChildren(note);
+    }
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    onFailure(event, "Could not load this (" + xhr.status + " " + (xhr.statusText || "error") + ").");
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    onFailure(event, "The server did not answer; check the connection.");
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.successful && event.detail.elt.hasAttribute && event.detail.elt.hasAttribute("data-live")) liveBadge("ok");
+  });
+
   function refresh(root) { renderPlots(root); syncPicks(); }
 
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });

@@ -182,3 +182,15 @@ def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, proj
         expect(page.locator("main")).to_contain_text(run_id)
     expect(page.locator("[data-plot] .main-svg").first).to_be_visible()
     page.screenshot(path=str(screenshot_dir / "live-compare.png"), full_page=True)
+
+
+def test_a_failed_click_says_so_in_the_panel_instead_of_doing_nothing(page, sign_in, alice, project, running_run):
+    sign_in(alice)
+    page.goto("/projects/hill/runs/live-1/")
+    link = page.locator('table.turns tr[data-turn="1"] button.turn-link')
+    expect(link).to_be_visible()
+    running_run.turns.filter(turn=1).delete()  # gone between rendering the table and the click
+
+    link.click()
+    error = page.locator("#turn-detail .form-error[role=alert]")
+    expect(error).to_have_text("Could not load this (404 Not Found).")
