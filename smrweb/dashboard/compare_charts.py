@@ -223,16 +223,25 @@ def usd_precise(value) -> str:
     value = float(value)
     if value == 0:
         return "$0"
+    if abs(value) < 0.0001:
+        return "<$0.0001"
     if abs(value) < 1:
         return f"${value:.3g}"
     return f"${value:,.2f}"
 
 
+def _num(value: float, digits: int = 4) -> str:
+    """Significant digits without an exponent for large values: 0.0412, 3.142, 12,346."""
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
 def rate(value: float | None) -> str:
-    """Score gained per USD: three significant digits, no exponent for ordinary sizes."""
+    """Score gained per USD, to three significant digits."""
     if value is None:
         return "—"
-    return f"{value:.3g}".replace("-", MINUS)
+    return _num(value, 3).replace("-", MINUS)
 
 
 def _delta_text(key: str, d) -> str:
@@ -244,7 +253,7 @@ def _delta_text(key: str, d) -> str:
         return _sign(d) + tokens(abs(d))
     if key == "usd":
         return _sign(d) + usd_precise(abs(d))
-    return _sign(d) + f"{abs(d):.4g}"
+    return _sign(d) + _num(abs(d))
 
 
 def _tone(key: str, d, maximize: bool) -> str:

@@ -162,7 +162,7 @@ def _thinned(rows, count_field: str, per_run: int, **running):
     over the run's rows in time order. Callers keep rn = 1, rn = last and phase = 0: about
     `per_run` rows per run, whatever its length.
 
-    The count is read from the run's row (one hash join) rather than counted over the partition,
+    The count is read from the run's row (a join) rather than counted over the partition,
     which would be a second pass over every row; all windows share one definition where they can,
     so the database computes them in one pass over the (run, ts) index.
     """

@@ -290,12 +290,12 @@ def test_series_are_thinned_in_sql_not_in_python(project):
     a, b = project.runs.order_by("external_id")
     rows = sorted(compare.spend_rows([a, b], per_run=50), key=lambda r: (r[0], r[3]))
     a_rows = [r for r in rows if r[0] == a.pk]
-    assert [r[3] for r in a_rows] == [*range(1, 1000, 20), 1000]  # turns 1, 21, …, 981 and the last
-    assert float(a_rows[-1][2]) == pytest.approx(10.0) and float(a_rows[1][2]) == pytest.approx(0.21)
+    assert [r[3] for r in a_rows] == [*range(1, 1000, 21), 1000]  # every 21st turn (1000 // 50 + 1) and the last
+    assert float(a_rows[-1][2]) == pytest.approx(10.0) and float(a_rows[1][2]) == pytest.approx(0.22)
     assert [float(r[2]) for r in rows if r[0] == b.pk] == [0.5]
     rows = sorted(compare.score_rows([a, b], maximize=True, per_run=50), key=lambda r: r[4])
-    assert len(rows) == 51 and rows[-1][2:] == (0.999, 0.999, 1000)
-    assert compare.score_rows([a, b], maximize=False, per_run=50).count() == 51  # the best (first) is row 1
+    assert len(rows) == 49 and rows[-1][2:] == (0.999, 0.999, 1000)
+    assert compare.score_rows([a, b], maximize=False, per_run=50).count() == 49  # the best (first) is row 1
 
 
 def test_fifty_run_colours_are_distinct_and_readable_on_white():
@@ -304,3 +304,18 @@ def test_fifty_run_colours_are_distinct_and_readable_on_white():
     assert min(compare_charts.contrast_on_white(c) for c in colours) >= 3
     assert compare_charts.contrast_on_white("#ffffff") == pytest.approx(1)
     assert compare_charts.contrast_on_white("#000000") == pytest.approx(21)
+
+
+def test_a_best_score_repeated_many_times_brings_back_one_row_not_all(project):
+    push(project, "pass-fail", *[score(float(i % 2), seconds=i) for i in range(600)])  # 300 times the best, 1.0
+    run = project.runs.get()
+    rows = sorted(compare.score_rows([run], maximize=True, per_run=30), key=lambda r: r[4])
+    assert len(rows) <= 32
+    assert rows[1][2:] == (1.0, 1.0, 2)  # the first 1.0 (row 2) is kept: it is where the best was reached
+
+
+def test_number_formats_for_the_table():
+    assert [compare_charts.usd_precise(v) for v in (None, 0, 0.0431, 0.00002, 12.345, 1234.5)] == [
+        "—", "$0", "$0.0431", "<$0.0001", "$12.35", "$1,234.50"]
+    assert [compare_charts.rate(v) for v in (None, 0.0518, -0.25, 8000.4, 123456)] == [
+        "—", "0.0518", "−0.25", "8,000", "123,456"]

@@ -32,7 +32,8 @@ def compare_runs(request, slug: str):
         if len(comparison.runs) >= 2:
             context.update(compare_charts.build(comparison))
     # The picker: the compared runs first (their order is the comparison's), then recent ones.
-    chosen = {run.external_id for run in selected} or set(requested)
-    recent = [r for r in compare.recent_runs(project) if r.external_id not in {s.external_id for s in selected}]
+    shown = {run.external_id for run in selected}
+    chosen = shown or set(requested)
+    recent = [run for run in compare.recent_runs(project) if run.external_id not in shown]
     context["picker"] = [(run, run.external_id in chosen) for run in [*selected, *recent]]
     return render(request, "dashboard/compare.html", context, status=status)
