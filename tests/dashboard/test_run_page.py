@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import quote
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from urllib.parse import quote
 
 import pytest
 import time_machine
@@ -243,7 +243,9 @@ def test_metric_chart_is_downsampled_with_a_min_max_band(client_alice, project):
     mean = fig["data"][-1]
     assert len(mean["x"]) <= 1000
     band_hi, band_lo = fig["data"][0], fig["data"][1]
-    assert max(band_hi["y"]) == 1.0  # the extreme survives as the band's edge
+    assert max(band_hi["y"]) == 1.0  # the extremes survive as the band's edges
+    assert min(band_lo["y"]) == pytest.approx(1 / 5000)
+    assert all(lo <= m <= hi for lo, m, hi in zip(band_lo["y"], mean["y"], band_hi["y"], strict=True))
     assert "5000 points stored, shown as" in response.content.decode()
 
 
