@@ -104,6 +104,13 @@ class Project(models.Model):
     source_settings = models.JSONField(default=dict, blank=True)
     stall_after = models.DurationField(default=timedelta(seconds=settings.DEFAULT_STALL_AFTER_SECONDS))
     knowledge = models.TextField(blank=True)
+    # Team review: when set, a reviewer's approval of a submission they proposed does not count.
+    require_second_reviewer = models.BooleanField(default=False)
+    # A scored submission worse than the best by more than this (in the scenario's direction) is a
+    # regression; null turns detection off.
+    regression_threshold = models.FloatField(null=True, blank=True)
+    # Push projects: where a rollback is POSTed (signed); empty means rollbacks cannot be dispatched.
+    rollback_webhook_url = models.URLField(blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -428,6 +435,13 @@ class SubmissionStatus(models.TextChoices):
     RANKED = "ranked"
 
 
+class VerificationOutcome(models.TextChoices):
+    PASSED = "passed"
+    FAILED = "failed"  # the validator ran and said no (non-zero exit)
+    TIMED_OUT = "timed_out"
+    CANNOT_VERIFY = "cannot_verify"  # no validator, missing toolchain or no artifact bytes
+
+
 class Submission(models.Model):
     """A scored artifact: `{harness_id, score, artifact, timestamp}` — the point of a run."""
 
@@ -443,6 +457,16 @@ class Submission(models.Model):
     details = models.JSONField(default=dict, blank=True)
     commit = models.CharField(max_length=64, blank=True)
     status = models.CharField(max_length=20, choices=SubmissionStatus, default=SubmissionStatus.CANDIDATE)
+    # Who put it up for review (asked for verification): with `require_second_reviewer`, their own
+    # approval does not count.
+    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
+                                    related_name="+")
+    verification_outcome = models.CharField(max_length=20, choices=VerificationOutcome, blank=True)
+    verification_output = models.TextField(blank=True)  # the tail, size-capped
+    verification_exit_code = models.IntegerField(null=True, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    uploaded_at = models.DateTimeField(null=True, blank=True)
     ts = models.DateTimeField()
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -458,10 +482,27 @@ class Submission(models.Model):
             models.Index(fields=["project", "score"], name="submission_project_score_idx"),
             # Sparklines and the score-over-time chart: a run's scores in time order.
             models.Index(fields=["run", "ts"], name="submission_run_ts_idx"),
+            # The review queue: a project's submissions waiting in one status.
+            models.Index(fields=["project", "status"], name="submission_project_status_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.score:g} ({self.run.external_id})"
+
+
+class SubmissionTransition(models.Model):
+    """One step of a submission's lifecycle: who moved it from what to what, when and why."""
+
+    submission = models.ForeignKey(Submission, models.CASCADE, related_name="transitions")
+    from_status = models.CharField(max_length=20, choices=SubmissionStatus)
+    to_status = models.CharField(max_length=20, choices=SubmissionStatus)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    by_label = models.CharField(max_length=200)  # kept when the user is deleted; "system" for tasks
+    reason = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created", "id"]
 
 
 class Verdict(models.TextChoices):
@@ -482,7 +523,9 @@ class ArenaResult(models.Model):
     arena = models.CharField(max_length=200)
     rank = models.PositiveIntegerField(null=True, blank=True)
     arena_score = models.FloatField(null=True, blank=True)
-    delta = models.FloatField(null=True, blank=True)
+    delta = models.FloatField(null=True, blank=True)  # against the previous recorded result
+    delta_best = models.FloatField(null=True, blank=True)  # against the best recorded result before it
+    note = models.TextField(blank=True)
     recorded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="arena_results")
     created = models.DateTimeField(auto_now_add=True)
 
