@@ -1,6 +1,6 @@
 from django.urls import path
 
-from smrweb.api import views
+from smrweb.api import scenario_views, views
 
 app_name = "api"
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("health", views.Health.as_view(), name="health"),
     path("scenarios/", views.ScenarioList.as_view(), name="scenario-list"),
     path("scenarios/<slug:key>/", views.ScenarioDetail.as_view(), name="scenario-detail"),
+    path("scenarios/<slug:key>/preflight", scenario_views.ScenarioPreflight.as_view(), name="scenario-preflight"),
     path("projects/", views.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", views.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", views.RunList.as_view(), name="run-list"),

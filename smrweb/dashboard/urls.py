@@ -1,15 +1,23 @@
 from django.urls import path
 
-from smrweb.dashboard.views import compare, projects, runs, tokens
+from smrweb.dashboard.views import compare, links, projects, runs, scenarios, submissions, tokens
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", projects.project_list, name="project-list"),
+    path("a/<str:token>/", links.download_by_link, name="artifact-link"),
+    path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
+    path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
+    path("projects/<slug:slug>/review/", submissions.review_queue, name="review-queue"),
+    path("projects/<slug:slug>/submissions/<int:submission_id>/", submissions.submission_detail,
+         name="submission-detail"),
+    path("projects/<slug:slug>/submissions/<int:submission_id>/<str:action>", submissions.submission_action,
+         name="submission-action"),
     path("projects/<slug:slug>/compare/", compare.compare_runs, name="compare-runs"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/metrics/", runs.run_metric, name="run-metric"),
