@@ -276,6 +276,8 @@ if PRODUCTION:
 # --- smrweb -----------------------------------------------------------------------------------
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
 DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
+# A scenario's validator is killed (with its process group) after this long; the submission is invalid.
+SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
 MAX_EVENTS_PER_BATCH = 5000
 
 # Managed Research (SMR) polling. A project may override the address and key (sealed at rest).

@@ -1,0 +1,43 @@
+"""Submission verification: run the scenario's validator against the artifact in a sandbox (thin:
+the sandbox is `core.sandbox`, the writes are `tracking.submissions`)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from smrweb.tracking import services, submissions
+from smrweb.tracking.models import Submission, SubmissionStatus, VerificationOutcome
+
+VALIDATORS_DIR = settings.BASE_DIR / "smrweb" / "validators"
+
+
+def _cannot(detail: str) -> submissions.VerificationResult:
+    return submissions.VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def verify_submission(submission_id: int) -> str:
+    """Verify one submission; a redelivered message after the result is stored does nothing."""
+    from smrweb.core.sandbox import run_validator
+
+    sub = Submission.objects.select_related("project__scenario", "artifact__blob").get(pk=submission_id)
+    if sub.status != SubmissionStatus.VERIFYING:
+        return f"skipped: {sub.status}"
+    command = sub.project.scenario.validator_command
+    if not command:
+        result = _cannot(f"The scenario {sub.project.scenario.key} has no validator command.")
+    elif sub.artifact is None:
+        result = _cannot(f"No artifact bytes to check: {sub.artifact_ref or 'the score named no artifact'} "
+                         "has not been uploaded.")
+    else:
+        with services.open_blob(sub.artifact.blob) as fh:
+            ran = run_validator(
+                list(command), fh, artifact_name=sub.artifact.path,
+                timeout=settings.SMRWEB_VALIDATOR_TIMEOUT_SECONDS,
+                extra_placeholders={"validators": str(VALIDATORS_DIR)},
+                on_progress=lambda line: submissions.record_progress(sub.pk, line),
+            )
+        result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
+    stored = submissions.record_verification(sub.pk, result)
+    return result.outcome if stored else "already recorded"
