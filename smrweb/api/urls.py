@@ -1,6 +1,6 @@
 from django.urls import path
 
-from smrweb.api import scenario_views, views
+from smrweb.api import knowledge_views, scenario_views, views
 
 app_name = "api"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("projects/", views.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", views.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", views.RunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/knowledge/carry-forward", knowledge_views.CarryForward.as_view(), name="carry-forward"),
     path("projects/<slug:slug>/submissions", views.SubmissionList.as_view(), name="submission-list"),
     path(f"{run}", views.RunDetail.as_view(), name="run-detail"),
     path(f"{run}/events", views.RunEvents.as_view(), name="run-events"),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from smrweb.dashboard.views import compare, links, projects, runs, scenarios, submissions, tokens
+from smrweb.dashboard.views import compare, knowledge, links, projects, runs, scenarios, submissions, tokens
 
 app_name = "dashboard"
 
@@ -13,6 +13,8 @@ urlpatterns = [
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
+    path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),
+    path("projects/<slug:slug>/knowledge/<int:entry_id>/edit", knowledge.knowledge_edit, name="knowledge-edit"),
     path("projects/<slug:slug>/review/", submissions.review_queue, name="review-queue"),
     path("projects/<slug:slug>/submissions/<int:submission_id>/", submissions.submission_detail,
          name="submission-detail"),
