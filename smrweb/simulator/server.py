@@ -504,9 +504,11 @@ class _Handler(BaseHTTPRequestHandler):
                 content = (b"<html><head><title>Service Unavailable</title></head>"
                            b"<body>simulated: not the artifact</body></html>")
                 response.content_type = "text/html; charset=utf-8"
-            self._send(response.status, content, response.content_type, response.headers)
             if kind is None and response.status == 200:
+                # Counted before sending: a client that has the bytes must find them counted (counting
+                # after the write raced the client's next look at the stats on a loaded machine).
                 server.stats.served(params["artifact_id"])
+            self._send(response.status, content, response.content_type, response.headers)
             return
         payload = response.payload
         if kind == "wrong_shape":
