@@ -278,7 +278,16 @@ if PRODUCTION:
 DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
 # A scenario's validator is killed (with its process group) after this long; the submission is invalid.
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
+# Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
+SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)
+SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
+SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_MAX_SECONDS", default=300.0)
+SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT = env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", default=10.0)
 MAX_EVENTS_PER_BATCH = 5000
+# Copied artifact links (/a/<token>/) download without a session for this long (see core/signed_links.py).
+SMRWEB_SIGNED_LINK_TTL_SECONDS = env.int("SMRWEB_SIGNED_LINK_TTL_SECONDS", default=86400)
+if SMRWEB_SIGNED_LINK_TTL_SECONDS <= 0:
+    raise environ.ImproperlyConfigured("SMRWEB_SIGNED_LINK_TTL_SECONDS must be a positive number of seconds")
 
 # Managed Research (SMR) polling. A project may override the address and key (sealed at rest).
 SMR_BACKEND_BASE = env.str("SMRWEB_SMR_BACKEND_BASE", default="")

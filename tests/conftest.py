@@ -144,6 +144,8 @@ FAST_POLLING = {
     "SMRWEB_SMR_TIMEOUT": "2", "SMRWEB_SMR_FIRST_CALL_TIMEOUT": "2", "SMRWEB_SMR_ACTIVE_INTERVAL": "0.5",
     "SMRWEB_SMR_IDLE_INTERVAL": "1", "SMRWEB_SMR_BACKOFF_BASE": "0.2", "SMRWEB_SMR_BACKOFF_MAX": "1",
     "SMRWEB_SMR_LEASE_SECONDS": "20", "SMRWEB_POLL_TICK_SECONDS": "0.5",
+    "SMRWEB_ROLLBACK_RETRY_BASE_SECONDS": "0.2", "SMRWEB_ROLLBACK_RETRY_MAX_SECONDS": "1",
+    "SMRWEB_ROLLBACK_MAX_ATTEMPTS": "4",
 }
 
 
@@ -179,19 +181,28 @@ WORKER_NAME = f"smrweb-test-{os.getpid()}@localhost"  # unique: other sessions' 
 def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
     log = tmp_path_factory.mktemp("worker") / "worker.log"
+    artifacts = tmp_path_factory.mktemp("worker-artifacts")  # shared with tests that use the worker
     proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
                    "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat", "-n", WORKER_NAME], log, {"SMRWEB_CELERY_QUEUE": celery_queue})
+                   "--without-heartbeat", "-n", WORKER_NAME], log,
+                  {"SMRWEB_CELERY_QUEUE": celery_queue, "SMRWEB_ARTIFACT_ROOT": str(artifacts)})
     _wait_for_line(proc, log, "ready.")
+    proc.artifact_root = artifacts
     yield proc, log
     _stop(proc)
 
 
 @pytest.fixture
-def celery_worker(celery_worker_process, celery_queue, redis_server):
+def celery_worker(celery_worker_process, celery_queue, redis_server, settings, artifact_root):
     """The session's worker for one test; on teardown the test's leftover tasks are dropped and the
     worker is waited on until idle, so no task of this test runs while the database is flushed
-    (on PostgreSQL a flush racing a task's transaction deadlocks)."""
+    (on PostgreSQL a flush racing a task's transaction deadlocks). The test stores artifacts where
+    the worker reads them."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                      "OPTIONS": {"location": str(celery_worker_process[0].artifact_root), "base_url": None}},
+    }
     yield celery_worker_process
     from smrweb.celery import app
 

@@ -580,7 +580,8 @@ class RollbackStatus(models.TextChoices):
 
 
 class Rollback(models.Model):
-    """A typed, audited rollback to an earlier submission or checkpoint (exactly one target)."""
+    """A typed, audited rollback to an earlier submission or checkpoint (exactly one target):
+    requested → dispatched → applied | failed, dispatched by a task through the run's source."""
 
     run = models.ForeignKey(Run, models.CASCADE, related_name="rollbacks")
     target_submission = models.ForeignKey(Submission, models.PROTECT, null=True, blank=True, related_name="+")
@@ -589,11 +590,20 @@ class Rollback(models.Model):
     status = models.CharField(max_length=20, choices=RollbackStatus, default=RollbackStatus.REQUESTED)
     detail = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="rollbacks")
+    attempts = models.PositiveIntegerField(default=0)  # dispatch attempts (webhook retries included)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
+    OPEN = (RollbackStatus.REQUESTED, RollbackStatus.DISPATCHED)
+
     class Meta:
+        ordering = ["-created", "-id"]
         constraints = [
+            # Double clicks and concurrent requests: a run has at most one rollback in flight.
+            models.UniqueConstraint(fields=["run"], condition=Q(status__in=["requested", "dispatched"]),
+                                    name="rollback_one_open_per_run"),
             models.CheckConstraint(
                 condition=(Q(target_submission__isnull=False) & Q(target_checkpoint__isnull=True))
                 | (Q(target_submission__isnull=True) & Q(target_checkpoint__isnull=False)),

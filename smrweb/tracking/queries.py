@@ -202,3 +202,37 @@ def project_scores(project: Project, *, max_points: int = 5000) -> ProjectScores
                 series[run_id] = sorted([*series[run_id], (ts, value)])
     span = subs.aggregate(lo=Min("ts"), hi=Max("ts"))
     return ProjectScores(dict(series), frontier, total, span["lo"], span["hi"])
+
+
+@dataclass
+class Regression:
+    run: Run
+    latest: float
+    best: Submission  # the run's best submission: what a rollback goes back to
+    gap: float  # how much worse the latest is, in the scenario's direction (positive)
+
+
+def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Regression]:
+    """Runs whose latest score is worse than their best by more than the project's threshold (two
+    queries). Off when the project sets no threshold."""
+    threshold = project.regression_threshold
+    if threshold is None:
+        return []
+    maximize = project.scenario.maximize
+    candidates = list(runs) if runs is not None else list(
+        Run.objects.filter(project=project, score_count__gt=1).select_related("project__scenario"))
+    worse = {}
+    for run in candidates:
+        if run.latest_score is None or run.best_score is None:
+            continue
+        gap = (run.best_score - run.latest_score) if maximize else (run.latest_score - run.best_score)
+        if gap > threshold:
+            worse[run.pk] = (run, gap)
+    if not worse:
+        return []
+    order = [F("score").desc() if maximize else F("score").asc(), F("ts").asc(), F("id").asc()]
+    best = (Submission.objects.filter(run_id__in=worse)
+            .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order)).filter(rn=1)
+            .select_related("artifact__blob"))
+    out = [Regression(worse[s.run_id][0], worse[s.run_id][0].latest_score, s, worse[s.run_id][1]) for s in best]
+    return sorted(out, key=lambda r: -r.gap)

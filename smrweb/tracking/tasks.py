@@ -41,3 +41,15 @@ def verify_submission(submission_id: int) -> str:
         result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
     stored = submissions.record_verification(sub.pk, result)
     return result.outcome if stored else "already recorded"
+
+
+@shared_task(bind=True, acks_late=True, max_retries=None)
+def dispatch_rollback(self, rollback_id: int) -> str:
+    """One dispatch attempt; retried with backoff while the answer says retrying may help."""
+    from smrweb.sources import rollback as dispatcher
+
+    last_try = self.request.retries + 1 >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
+    attempt = dispatcher.dispatch(rollback_id, last_try=last_try)
+    if attempt.outcome == "retry":
+        raise self.retry(countdown=attempt.retry_in)
+    return attempt.outcome

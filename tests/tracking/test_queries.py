@@ -209,3 +209,30 @@ def test_leaderboard_orders_by_the_scenario_direction(project, alice):
         scores(p, "r1", [3.0, 1.0, 2.0])
     assert [s.score for s in queries.leaderboard(project)] == [3.0, 2.0, 1.0]
     assert [s.score for s in queries.leaderboard(fast)] == [1.0, 2.0, 3.0]
+
+
+def _scores(project, run, *values):
+    services.ingest_events(project, run, ev.parse_events(json.dumps(
+        [{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)])))
+
+
+def test_regressions_need_a_threshold_and_find_runs_worse_than_their_best(project):
+    _scores(project, "up", 0.2, 0.9, 0.85)  # 0.05 below its best: within the threshold
+    _scores(project, "down", 0.3, 0.8, 0.5)  # 0.3 below its best
+    _scores(project, "single", 0.1)
+    assert queries.regressions(project) == []  # no threshold: detection off
+    project.regression_threshold = 0.1
+    project.save()
+    found = queries.regressions(project)
+    assert [(r.run.external_id, r.best.score, round(r.gap, 6)) for r in found] == [("down", 0.8, 0.3)]
+
+
+def test_regressions_of_a_minimize_scenario_are_scores_going_up(project):
+    project.scenario.direction = "minimize"
+    project.scenario.save()
+    project.regression_threshold = 0.5
+    project.save()
+    _scores(project, "loss", 3.0, 1.0, 2.0)  # best 1.0, latest 2.0: 1.0 worse
+    _scores(project, "fine", 3.0, 1.0, 1.2)
+    found = queries.regressions(project)
+    assert [(r.run.external_id, r.best.score, r.gap) for r in found] == [("loss", 1.0, 1.0)]

@@ -9,6 +9,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, project_for_user
+from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
 from smrweb.tracking.filters import RunFilter
 from smrweb.tracking.models import Project, Run, RunState, SourceHealth
@@ -74,6 +75,8 @@ def project_detail(request, slug: str):
         "filters": filters,
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
+        "regressions": queries.regressions(project),
+        "can_roll_back": _can_roll_back(request.user, project),
         "health": getattr(project, "source_health", None) if project.source != "push" else None,
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at

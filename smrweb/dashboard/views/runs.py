@@ -14,9 +14,10 @@ from smrweb.core.downloads import artifact_response
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.sources import tasks
-from smrweb.tracking import queries, services, timeline
+from smrweb.tracking import queries, rollbacks, services, timeline
 from smrweb.tracking.errors import TrackingError
-from smrweb.tracking.models import AgentTurn, Artifact, Role, SourceKind, TurnKind
+from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, SourceKind, Submission, TurnKind
+from smrweb.tracking.tasks import dispatch_rollback
 
 RECENT_TURNS = 25
 RECENT_ARTIFACTS = 10
@@ -64,10 +65,19 @@ def run_detail(request, slug: str, run_id: str):
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
         "stalled_for": queries.stalled_for(run, now),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
+        "can_roll_back": _can_roll_back(request.user, run.project),
+        "regressions": queries.regressions(run.project, [run]),
+        "rollbacks": list(run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10]),
         "metric_keys": keys,
         **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
     }
     return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
+
+
+def _can_roll_back(user, project) -> bool:
+    """Reviewers of SMR projects, and of push projects that set a rollback webhook."""
+    supported = project.source == SourceKind.SMR or (project.source == SourceKind.PUSH and project.rollback_webhook_url)
+    return bool(supported) and project.allows(user, Role.REVIEWER)
 
 
 def _runtime_messages(run, limit: int = 20) -> dict:
@@ -159,3 +169,41 @@ def stop_run(request, slug: str, run_id: str):
     return redirect(run.get_absolute_url())
 
 
+
+
+@require_POST
+@login_required
+def rollback(request, slug: str, run_id: str):
+    """Roll the run back to one of its submissions or checkpoints (reviewers and admins): one click,
+    one rollback however often it is clicked; dispatched by a worker after commit."""
+    run = run_for_user(request, slug, run_id, role=Role.REVIEWER)
+    submission = checkpoint = None
+    try:
+        if request.POST.get("submission"):
+            submission = get_object_or_404(Submission, run=run, pk=int(request.POST["submission"]))
+        elif request.POST.get("checkpoint"):
+            checkpoint = get_object_or_404(Checkpoint, run=run, pk=int(request.POST["checkpoint"]))
+    except ValueError:
+        messages.error(request, "That rollback target could not be read.")
+        return redirect(run.get_absolute_url())
+    try:
+        requested = rollbacks.request_rollback(by=request.user, reason=request.POST.get("reason", ""),
+                                               submission=submission, checkpoint=checkpoint)
+    except TrackingError as exc:
+        messages.error(request, exc.message)
+    else:
+        if requested.created:
+            dispatch_rollback.delay_on_commit(requested.rollback.pk)
+            messages.success(request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
+                                      "a worker is dispatching it.")
+        else:
+            messages.warning(request, f"A rollback of this run is already in flight "
+                                      f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.")
+    return redirect(request.POST.get("next") if _safe_next(request) else run.get_absolute_url())
+
+
+def _safe_next(request) -> bool:
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    target = request.POST.get("next", "")
+    return bool(target) and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()})

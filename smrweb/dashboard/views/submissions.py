@@ -12,6 +12,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
+from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import submissions
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
@@ -72,6 +73,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "reviews": sub.reviews.select_related("reviewer").order_by("created", "id"),
         "arena_results": sub.arena_results.select_related("recorded_by").order_by("-created", "-id"),
         "can_act": project.allows(request.user, Role.REVIEWER),
+        "can_roll_back": _can_roll_back(request.user, project),
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
         "version": live.version(sub.pk, sub.updated.timestamp()),

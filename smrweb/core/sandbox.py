@@ -1,0 +1,495 @@
+"""Run a scenario's validator command against one artifact, in a throw-away directory.
+
+The verification task calls `run_validator(scenario.validator_command, blob_file, artifact_name=path)`
+and stores the `SandboxResult` on the submission. Everything that can go wrong with the *command*
+(not configured, not installed, too slow, too chatty, killed) comes back as an outcome, never as an
+exception, so a missing toolchain shows up as "cannot verify" in the dashboard instead of a failed
+task. Errors while *preparing* the workspace (reading the artifact, a full disk) do raise: they are
+infrastructure faults the caller may retry, not a verdict on the artifact.
+
+What the sandbox guarantees:
+
+* The command is an argument list executed without a shell (`shell=False`); placeholders are
+  replaced inside argument strings, so shell metacharacters in a command or an artifact name are
+  passed literally.
+* The artifact is written under a fresh temporary directory at a path derived from its name with
+  every way out (`..`, absolute paths, backslashes, NUL) removed; `{artifact}` is always absolute,
+  so a name starting with `-` cannot be mistaken for an option.
+* The environment is rebuilt from scratch (see `scrubbed_env`): no SECRET_KEY, DATABASE_URL, AWS_*
+  or tokens from the worker reach the validator.
+* The validator runs in a session and process group of its own. On timeout the whole group gets
+  SIGTERM, then SIGKILL after `KILL_GRACE_S`; when the validator exits, whatever it left running
+  in its group is killed too, so nothing outlives a verification.
+* Output (stdout and stderr combined, in order) is read as it comes and only the last `output_cap`
+  bytes are kept, so a validator printing gigabytes costs a bounded amount of memory.
+* The temporary directory is removed afterwards, whatever happened.
+
+What it does not do: it is not a security boundary against a hostile *validator command* (that is
+configured by the project's admins), and it does not contain what a validator does with an
+artifact's contents (loading a pickle runs code). There is no network isolation and no memory or
+disk limit, and a process that starts a session of its own (`setsid`) escapes the group kill. Run
+the workers in a container (cgroup limits, no network, read-only root) when artifacts come from
+agents you do not trust. Resource limits through `preexec_fn` were left out on purpose: Python
+documents `preexec_fn` as unsafe when the parent has threads, which a Celery worker may have.
+
+Exit-code convention for validators: **0 = passed, 1 (or any other code) = failed, 2 = cannot
+verify** (the validator could not check the artifact: a Python package missing, an unreadable
+format it does not support, bad usage). 126 and 127, the shells' "not executable" / "command not
+found", also mean cannot verify, so a wrapper script whose toolchain is missing reads the same as a
+missing binary. Death by a signal is a failure.
+
+Pure module: no Django, no models, no database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+__all__ = [
+    "CANNOT_VERIFY", "FAILED", "PASSED", "TIMED_OUT",
+    "SandboxResult", "run_validator", "safe_artifact_path", "scrubbed_env",
+]
+
+logger = logging.getLogger(__name__)
+
+# The same strings as tracking.models.VerificationOutcome (not imported: this module has no Django).
+PASSED = "passed"
+FAILED = "failed"
+TIMED_OUT = "timed_out"
+CANNOT_VERIFY = "cannot_verify"
+
+EXIT_CANNOT_VERIFY = 2
+_SHELL_CANNOT_RUN = {126: "is not executable", 127: "was not found"}
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL on timeout: time to flush and clean up
+DRAIN_S = 2.0  # after the validator exits, how long to wait for the output pipe to close
+PROGRESS_EVERY_S = 0.5
+_UNKILLABLE_S = 10.0  # after SIGKILL; only a process stuck in the kernel (D state) takes longer
+_TICK_S = 0.1
+_READ_CHUNK = 64 * 1024
+_COPY_CHUNK = 1024 * 1024
+_ARTIFACT_DIR = "artifact"
+_MAX_SEGMENTS = 8  # keeps the written path well under PATH_MAX whatever the name
+_MAX_SEGMENT_BYTES = 255  # NAME_MAX on Linux and macOS
+_PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one validator run said, ready for `Submission.verification_*`."""
+
+    outcome: str  # PASSED | FAILED | TIMED_OUT | CANNOT_VERIFY
+    # The validator's own status (negative: the signal that ended it); None if it never ran or we killed it.
+    exit_code: int | None
+    output_tail: str  # stdout+stderr, the last `output_cap` characters at most, cut marker included
+    duration_s: float  # from start to exit of the validator; 0 when it never started
+    detail: str  # one sentence saying why this outcome
+
+
+def run_validator(
+    command: list[str],
+    artifact: BinaryIO | bytes,
+    *,
+    artifact_name: str,
+    timeout: float = 60.0,
+    output_cap: int = 16_000,
+    extra_placeholders: dict[str, str] | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> SandboxResult:
+    """Write `artifact` into a fresh temporary directory and run `command` against it.
+
+    Placeholders, replaced inside each argument (one pass, so a value that itself contains
+    `{workdir}` is not expanded again): `{artifact}` the absolute path of the written file,
+    `{workdir}` the temporary directory (also the working directory, HOME and TMPDIR),
+    `{python}` the worker's interpreter, and each name in `extra_placeholders` (keys without
+    braces, e.g. `{"validators": "/srv/validators"}`). Unknown `{...}` stay as they are.
+
+    `artifact` is bytes or a binary file object, copied from its current position in chunks.
+    `on_progress` is called with the latest output line at most every PROGRESS_EVERY_S, from the
+    calling thread (so a Django connection it uses is the caller's own); if it raises, the error is
+    logged and progress reports stop, the verification goes on.
+    """
+    if timeout <= 0:
+        raise ValueError("timeout must be positive")
+    if output_cap < 0:
+        raise ValueError("output_cap must not be negative")
+    placeholders = _extra_placeholders(extra_placeholders)
+    problem = _command_problem(command)
+    if problem:
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, problem)
+
+    workdir = Path(tempfile.mkdtemp(prefix="smrweb-validate-")).resolve()
+    try:
+        artifact_path = _write_artifact(workdir, artifact, artifact_name)
+        placeholders.update(artifact=str(artifact_path), workdir=str(workdir),
+                            python=sys.executable or "python3")
+        argv = [_substitute(arg, placeholders) for arg in command]
+        return _run(argv, workdir, timeout=timeout, output_cap=output_cap, on_progress=on_progress)
+    finally:
+        _remove_tree(workdir)
+
+
+def safe_artifact_path(name: str) -> PurePosixPath:
+    """A relative path derived from an artifact's name that cannot leave the directory it is joined to.
+
+    Backslashes count as separators (a Windows-style name keeps its folders); empty, `.` and `..`
+    segments are dropped rather than resolved, so `a/../../b` becomes `a/b`; control characters
+    (NUL included) become `_`; over-long segments are shortened keeping their extension, and only the
+    last few segments are kept. Nothing left gives `artifact`.
+    """
+    text = str(name).encode("utf-8", "replace").decode("utf-8")  # lone surrogates would break encode()
+    segments = []
+    for raw in text.replace("\\", "/").split("/"):
+        segment = _CONTROL.sub("_", raw).strip()
+        if segment in ("", ".", ".."):
+            continue
+        segments.append(_shorten(segment))
+    segments = segments[-_MAX_SEGMENTS:]
+    return PurePosixPath(*segments) if segments else PurePosixPath("artifact")
+
+
+def scrubbed_env(workdir: str | os.PathLike[str]) -> dict[str, str]:
+    """The validator's whole environment: nothing is inherited from the worker.
+
+    PATH is the worker interpreter's directory followed by /usr/local/bin:/usr/bin:/bin, so `python3`
+    (and `pip`, `python`) mean the worker's own interpreter and environment: the one the operator
+    installs a scenario's `required_toolchains` into, and the same on every worker whatever the
+    system Python is. The venv is used through its `pyvenv.cfg`, no VIRTUAL_ENV needed.
+    PYTHONUNBUFFERED makes a Python validator's lines arrive as printed (live progress, and stdout
+    and stderr interleaved in the order they happened).
+    """
+    workdir = os.fspath(workdir)
+    path = SAFE_PATH
+    interpreter_dir = os.path.dirname(sys.executable) if sys.executable else ""
+    if interpreter_dir and interpreter_dir not in SAFE_PATH.split(":"):
+        path = f"{interpreter_dir}:{SAFE_PATH}"
+    return {
+        "PATH": path,
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+# --- preparing ---------------------------------------------------------------------------------
+
+
+def _command_problem(command: object) -> str:
+    """Why `command` cannot be run, as the result's detail, or "" when it can."""
+    if command is None or (isinstance(command, (list, tuple)) and not command):
+        return "no command configured"
+    if not isinstance(command, (list, tuple)):
+        return "command must be an argument list, not a shell string" if isinstance(command, str) \
+            else "command must be an argument list"
+    if not all(isinstance(arg, str) for arg in command):
+        return "command must be an argument list of strings"
+    if not command[0].strip():
+        return "no command configured"
+    if any("\x00" in arg for arg in command):
+        return "command must not contain NUL characters"
+    return ""
+
+
+def _extra_placeholders(extra: dict[str, str] | None) -> dict[str, str]:
+    """Caller-supplied placeholders, names checked: they come from code, so a bad one is a bug."""
+    result: dict[str, str] = {}
+    for key, value in (extra or {}).items():
+        name = key[1:-1] if key.startswith("{") and key.endswith("}") else key
+        if not _PLACEHOLDER_NAME.fullmatch(name):
+            raise ValueError(f"placeholder name {key!r} is not an identifier")
+        if name in ("artifact", "workdir", "python"):
+            raise ValueError(f"placeholder {{{name}}} is built in")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValueError(f"placeholder {{{name}}} must be a string without NUL")
+        result[name] = value
+    return result
+
+
+def _substitute(arg: str, placeholders: dict[str, str]) -> str:
+    """Replace known `{name}`s in one argument, in a single pass (str.format would also evaluate
+    `{artifact.__class__}` and choke on the braces of a JSON argument)."""
+    if not placeholders:
+        return arg
+    pattern = re.compile("|".join(re.escape("{" + name + "}") for name in placeholders))
+    return pattern.sub(lambda match: placeholders[match.group(0)[1:-1]], arg)
+
+
+def _shorten(segment: str) -> str:
+    encoded = segment.encode("utf-8")
+    if len(encoded) <= _MAX_SEGMENT_BYTES:
+        return segment
+    stem, dot, ext = segment.rpartition(".")
+    suffix = (dot + ext).encode("utf-8") if stem and len(ext) <= 16 else b""
+    head = encoded[: _MAX_SEGMENT_BYTES - len(suffix)].decode("utf-8", "ignore")
+    return head + suffix.decode("utf-8")
+
+
+def _write_artifact(workdir: Path, artifact: BinaryIO | bytes, name: str) -> Path:
+    """Write the bytes under `<workdir>/artifact/<safe path>` and return that absolute path.
+
+    The extra `artifact/` level keeps names chosen by an agent out of the working directory itself,
+    where `python -m …` or `python -c …` would import a file called `numpy.py` before the real one.
+    """
+    root = workdir / _ARTIFACT_DIR
+    target = (root / safe_artifact_path(name)).resolve()
+    if not target.is_relative_to(root):  # cannot happen after safe_artifact_path; checked anyway
+        raise ValueError(f"artifact name {name!r} leaves the sandbox")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "xb") as out:  # x: never follow or reuse something that is already there
+        if isinstance(artifact, (bytes, bytearray, memoryview)):
+            out.write(artifact)
+        else:
+            shutil.copyfileobj(artifact, out, _COPY_CHUNK)
+    return target
+
+
+# --- running -----------------------------------------------------------------------------------
+
+
+def _run(argv: list[str], workdir: Path, *, timeout: float, output_cap: int,
+         on_progress: Callable[[str], None] | None) -> SandboxResult:
+    env = scrubbed_env(workdir)
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=workdir, env=env, shell=False, close_fds=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session and process group: killpg reaches grandchildren
+        )
+    except FileNotFoundError:
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir))
+    except PermissionError:
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, f"`{argv[0]}` is not executable on this worker")
+    except OSError as exc:  # ENOEXEC (a script without #!), ENOTDIR, E2BIG…
+        detail = f"`{argv[0]}` could not start: {exc.strerror or exc}"
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, detail)
+
+    tail = _Tail(output_cap)
+    try:
+        timed_out, duration = _supervise(proc, tail, timeout, _Progress(on_progress, tail))
+    finally:
+        # Reached with the group still alive only if _supervise raised (e.g. KeyboardInterrupt).
+        if proc.returncode is None and not _has_exited(proc):
+            _signal_group(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=_UNKILLABLE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        proc.stdout.close()
+    returncode = proc.poll()  # reaps: the group was signalled while the leader was still a zombie
+    if timed_out:
+        detail = f"killed after {timeout:g} s (the time limit)"
+        return SandboxResult(TIMED_OUT, None, tail.text(), duration, detail)
+    return _verdict(returncode, tail.text(), duration)
+
+
+def _supervise(proc: subprocess.Popen, tail: _Tail, timeout: float,
+               progress: _Progress) -> tuple[bool, float]:
+    """Read output until the validator is done; enforce the timeout. Returns (timed out, duration).
+
+    One thread, one selector: no reader thread to leak when a process that escaped the group keeps
+    the pipe open, and the progress callback runs on the caller's thread.
+    """
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    start = time.monotonic()
+    deadline = start + timeout
+    term_at = kill_at = exited_at = None
+    eof = False
+    try:
+        while True:
+            now = time.monotonic()
+            if exited_at is None and _has_exited(proc):
+                exited_at = now
+                # Whatever it left behind in its group dies with it, and stops holding the pipe.
+                _signal_group(proc.pid, signal.SIGKILL)
+            if exited_at is not None:
+                if eof:
+                    break
+                if now - exited_at >= DRAIN_S:
+                    logger.warning("a process started by validator %s left its group and keeps its output "
+                                   "open", proc.args[0])
+                    break
+            elif term_at is None and now >= deadline:
+                term_at = now
+                _signal_group(proc.pid, signal.SIGTERM)
+            elif term_at is not None and kill_at is None and now - term_at >= KILL_GRACE_S:
+                kill_at = now
+                _signal_group(proc.pid, signal.SIGKILL)
+            elif kill_at is not None and now - kill_at >= _UNKILLABLE_S:
+                logger.error("validator %s (pid %s) survived SIGKILL; giving up on it",
+                             proc.args[0], proc.pid)
+                break
+            progress.maybe_report(now)
+            if eof:
+                time.sleep(_TICK_S / 2)
+            elif selector.select(_TICK_S):
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                if chunk:
+                    tail.feed(chunk)
+                else:
+                    eof = True
+                    selector.unregister(fd)
+    finally:
+        selector.close()
+    return term_at is not None, time.monotonic() - start
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Whether the validator has exited, *without reaping it*: while it is a zombie its pid (the
+    group id) cannot be reused, so signalling the group afterwards cannot hit a stranger."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped by someone else
+        return proc.poll() is not None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # the group is already empty
+        pass
+
+
+def _verdict(returncode: int | None, output: str, duration: float) -> SandboxResult:
+    if returncode is None:  # survived SIGKILL; _supervise logged it
+        return SandboxResult(FAILED, None, output, duration, "did not die when killed")
+    if returncode == 0:
+        return SandboxResult(PASSED, 0, output, duration, "exited 0")
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return SandboxResult(FAILED, returncode, output, duration, f"killed by signal {name}")
+    if returncode == EXIT_CANNOT_VERIFY:
+        return SandboxResult(CANNOT_VERIFY, returncode, output, duration,
+                             "exited 2: the validator could not check this artifact")
+    if returncode in _SHELL_CANNOT_RUN:
+        detail = f"exited {returncode}: a program the validator runs {_SHELL_CANNOT_RUN[returncode]}"
+        return SandboxResult(CANNOT_VERIFY, returncode, output, duration, detail)
+    return SandboxResult(FAILED, returncode, output, duration, f"exited {returncode}")
+
+
+def _not_found_detail(argv0: str, path: str, workdir: Path) -> str:
+    # ENOENT also comes from a script whose #! interpreter is missing: say which it is.
+    candidate = str(workdir / argv0) if "/" in argv0 else argv0
+    if shutil.which(candidate, path=path):
+        return f"`{argv0}` could not start: the interpreter on its #! line is not installed on this worker"
+    return f"`{argv0}` is not installed on this worker"
+
+
+class _Tail:
+    """The last `cap` bytes of the output and a count of all of them."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.total = 0
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.buf += chunk
+        excess = len(self.buf) - self.cap
+        if excess > 0:
+            del self.buf[:excess]  # cheap: bytearray moves its start instead of copying
+
+    def last_line(self) -> str:
+        recent = bytes(self.buf[-4096:]).decode("utf-8", "replace").replace("\x00", "\ufffd")
+        for line in reversed(re.split(r"[\r\n]", recent)):  # \r: progress bars redraw one line
+            if line.strip():
+                return line.strip()[:300]
+        return ""
+
+    def text(self) -> str:
+        """Decoded tail, at most `cap` characters including the cut marker. NUL becomes U+FFFD
+        because PostgreSQL text cannot hold it."""
+        body = bytes(self.buf)
+        marker = ""
+        reserve = len(_cut_marker(self.total))  # `cut` has no more digits than `total`
+        if self.total > len(body) and self.cap > reserve:  # with a tiny cap the marker would not fit
+            body = body[len(body) - (self.cap - reserve):]
+            skip = 0
+            while skip < min(3, len(body)) and 0x80 <= body[skip] <= 0xBF:  # mid UTF-8 sequence
+                skip += 1
+            body = body[skip:]
+            marker = _cut_marker(self.total - len(body))
+        text = marker + body.decode("utf-8", "replace")  # a byte decodes to at most one character
+        return text.replace("\x00", "\ufffd") if self.cap else ""
+
+
+def _cut_marker(cut: int) -> str:
+    return f"[… {cut} bytes cut …]\n"
+
+
+class _Progress:
+    """Throttled `on_progress(last line)`; a failing callback is logged once and then left alone."""
+
+    def __init__(self, callback: Callable[[str], None] | None, tail: _Tail) -> None:
+        self.callback = callback
+        self.tail = tail
+        self.last_at = float("-inf")
+        self.last_line = ""
+
+    def maybe_report(self, now: float) -> None:
+        if self.callback is None or now - self.last_at < PROGRESS_EVERY_S:
+            return
+        line = self.tail.last_line()
+        if not line or line == self.last_line:
+            return
+        self.last_at, self.last_line = now, line
+        try:
+            self.callback(line)
+        except Exception:
+            logger.exception("validator progress callback failed; no more progress for this run")
+            self.callback = None
+
+
+# --- cleaning up -------------------------------------------------------------------------------
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove the sandbox even if the validator made parts of it unreadable (chmod 000): give every
+    directory back its owner's permissions first. Symlinks are neither followed nor chmod-ed, so a
+    link the validator planted cannot make us touch anything outside."""
+    if not path.exists():
+        return
+    try:
+        os.chmod(path, 0o700)
+        for dirpath, dirnames, _ in os.walk(path):
+            for name in dirnames:
+                child = os.path.join(dirpath, name)
+                if not os.path.islink(child):
+                    os.chmod(child, 0o700)  # before os.walk descends into it
+    except OSError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        logger.warning("could not remove validator sandbox %s", path)

@@ -1,0 +1,181 @@
+"""Typed rollbacks — part of the one write path (with `services`).
+
+A person asks to roll a run back to an earlier submission or checkpoint; a task dispatches it through
+the run's source (SMR: restore a checkpoint through the SDK; REST push: a signed webhook to the
+project's URL) and records each attempt. requested → dispatched → applied | failed, all audited.
+
+A run has at most one rollback in flight (a partial unique constraint), so double clicks and
+concurrent requests get the same rollback back instead of a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.models import (
+    Checkpoint,
+    Role,
+    Rollback,
+    RollbackStatus,
+    Run,
+    SourceKind,
+    Submission,
+)
+from smrweb.tracking.services import record_audit
+
+R = RollbackStatus
+
+
+class RollbackRefused(TrackingError):
+    status = 409
+    code = "rollback_refused"
+
+
+@dataclass(frozen=True)
+class Requested:
+    rollback: Rollback
+    created: bool  # False: an open rollback of this run already existed and is returned
+
+
+def describe_target(rollback: Rollback) -> str:
+    if rollback.target_submission_id:
+        sub = rollback.target_submission
+        return f"submission #{sub.pk} ({sub.score:g}{', ' + sub.commit[:10] if sub.commit else ''})"
+    cp = rollback.target_checkpoint
+    return f"checkpoint {cp.label or cp.external_id}"
+
+
+def request_rollback(*, by: Any, reason: str, submission: Submission | None = None,
+                     checkpoint: Checkpoint | None = None) -> Requested:
+    """Record a rollback request (the caller dispatches it on commit when `created`)."""
+    if (submission is None) == (checkpoint is None):
+        raise RollbackRefused("Roll back to exactly one submission or one checkpoint.")
+    run = (submission or checkpoint).run
+    project = run.project
+    if not project.allows(by, Role.REVIEWER):
+        raise RollbackRefused(f"Rolling back needs the reviewer role in {project.slug}.")
+    if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
+        raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
+                              f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")
+    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
+        raise RollbackRefused("This project has no rollback webhook URL: an admin sets one in the project settings, "
+                              "so the harness can be told to roll back.")
+    reason = (reason or "").strip() or "rolled back from the dashboard"
+    try:
+        with transaction.atomic():
+            Run.objects.select_for_update().get(pk=run.pk)  # serialise requests for one run
+            open_one = Rollback.objects.filter(run=run, status__in=Rollback.OPEN).first()
+            if open_one is not None:
+                return Requested(open_one, False)
+            rollback = Rollback.objects.create(run=run, target_submission=submission, target_checkpoint=checkpoint,
+                                               reason=reason[:5000], requested_by=by)
+            record_audit(by, "rollback.requested", rollback, project=project, run=run.external_id,
+                         target=describe_target(rollback), reason=reason[:500])
+    except IntegrityError:
+        # A concurrent request won the race between our check and insert (the unique constraint).
+        return Requested(Rollback.objects.get(run=run, status__in=Rollback.OPEN), False)
+    return Requested(rollback, True)
+
+
+def start_attempt(rollback_id: int) -> Rollback | None:
+    """Mark a dispatch attempt (requested → dispatched on the first); None if it already finished,
+    so a redelivered task does not act twice."""
+    with transaction.atomic():
+        rollback = (Rollback.objects.select_for_update()
+                    .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
+                    .get(pk=rollback_id))
+        if rollback.status not in Rollback.OPEN:
+            return None
+        first = rollback.status == R.REQUESTED
+        rollback.status = R.DISPATCHED
+        rollback.attempts += 1
+        rollback.dispatched_at = rollback.dispatched_at or timezone.now()
+        rollback.save()
+        if first:
+            record_audit(None, "rollback.dispatched", rollback, project=rollback.run.project)
+        rollback.run.save(update_fields=["updated"])
+    return rollback
+
+
+def note_attempt(rollback_id: int, line: str) -> None:
+    """Append what one attempt got back (kept for the person watching and for the audit)."""
+    with transaction.atomic():
+        rollback = Rollback.objects.select_for_update().get(pk=rollback_id)
+        stamp = timezone.now().strftime("%H:%M:%S")
+        rollback.detail = (rollback.detail + f"\n[{stamp}] {line}").strip()[-10_000:]
+        rollback.save(update_fields=["detail", "updated"])
+
+
+def finish(rollback_id: int, *, ok: bool, detail: str) -> Rollback | None:
+    with transaction.atomic():
+        rollback = Rollback.objects.select_for_update().select_related("run__project").get(pk=rollback_id)
+        if rollback.status not in Rollback.OPEN:
+            return None
+        rollback.status = R.APPLIED if ok else R.FAILED
+        rollback.finished_at = timezone.now()
+        stamp = rollback.finished_at.strftime("%H:%M:%S")
+        rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
+        rollback.save()
+        record_audit(None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500])
+        rollback.run.save(update_fields=["updated"])
+    return rollback
+
+
+def checkpoint_for(rollback: Rollback) -> Checkpoint | None:
+    """The checkpoint an SMR rollback restores: the chosen one, or for a submission the restorable
+    checkpoint of its commit, else the latest restorable one taken at or before the submission."""
+    if rollback.target_checkpoint_id:
+        return rollback.target_checkpoint
+    sub = rollback.target_submission
+    usable = Checkpoint.objects.filter(run=sub.run, restorable=True, failure_reason="")
+    if sub.commit:
+        same = usable.filter(commit=sub.commit).order_by("-ts", "-id").first()
+        if same:
+            return same
+    return usable.filter(ts__lte=sub.ts).order_by("-ts", "-id").first()
+
+
+# --- the webhook of push projects -------------------------------------------------------------------
+
+
+def webhook_secret(project) -> str:
+    """The key a receiver checks signatures with: derived from SECRET_KEY per project (shown to admins)."""
+    return hmac.new(settings.SECRET_KEY.encode(), f"smrweb.rollback-webhook:{project.pk}".encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of the rollback POST. The signature covers timestamp and body, so a
+    receiver can refuse replays; the Idempotency-Key lets it ignore a retried delivery."""
+    now = now or timezone.now()
+    run = rollback.run
+    target: dict[str, Any]
+    if rollback.target_submission_id:
+        sub = rollback.target_submission
+        artifact = sub.artifact
+        target = {"type": "submission", "id": sub.pk, "score": sub.score, "commit": sub.commit,
+                  "artifact_path": artifact.path if artifact else None,
+                  "artifact_sha256": artifact.blob.sha256 if artifact else None, "ts": sub.ts.isoformat()}
+    else:
+        cp = rollback.target_checkpoint
+        target = {"type": "checkpoint", "id": cp.external_id, "label": cp.label, "commit": cp.commit,
+                  "ts": cp.ts.isoformat()}
+    body = json.dumps({
+        "type": "smrweb.rollback", "rollback_id": rollback.pk, "project": run.project.slug, "run": run.external_id,
+        "target": target, "reason": rollback.reason, "requested_by": rollback.requested_by.get_username(),
+        "requested_at": rollback.created.isoformat(),
+    }, separators=(",", ":"), sort_keys=True).encode()
+    stamp = str(int(now.timestamp()))
+    signature = hmac.new(webhook_secret(run.project).encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return body, {"Content-Type": "application/json", "X-Smrweb-Timestamp": stamp,
+                  "X-Smrweb-Signature": f"sha256={signature}", "Idempotency-Key": f"smrweb-rollback-{rollback.pk}",
+                  "User-Agent": "smrweb-rollback/1"}
