@@ -153,10 +153,29 @@ class RuntimeMessageAdmin(EventRowAdmin):
     raw_id_fields = ["run"]
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History written by the services (lifecycle moves, rollbacks): shown, never edited here."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(m.SubmissionTransition)
+class SubmissionTransitionAdmin(ReadOnlyAdmin):
+    list_display = ["created", "submission", "from_status", "to_status", "by_label", "reason"]
+    list_filter = ["to_status"]
+
+
 @admin.register(m.Rollback)
-class RollbackAdmin(admin.ModelAdmin):
-    list_display = ["run", "target_submission", "target_checkpoint", "status", "requested_by", "created"]
-    raw_id_fields = ["run", "target_submission", "target_checkpoint"]
+class RollbackAdmin(ReadOnlyAdmin):
+    list_display = ["run", "target_submission", "target_checkpoint", "status", "attempts", "requested_by", "created"]
+    list_filter = ["status"]
 
 
 @admin.register(m.KnowledgeEntry)

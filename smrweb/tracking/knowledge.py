@@ -1,0 +1,394 @@
+"""Project knowledge: hand-written entries (write path) and the carry-forward block (read side).
+
+The papercut this answers: "carry the last 3 failed approaches forward" had no home (project knowledge
+vs notes vs org knowledge), and arena feedback was pasted back into free text by hand. Here a project
+has typed `KnowledgeEntry` rows (note / failed_approach / arena_delta; arena_delta ones are also written
+by `submissions.record_arena_result`) and `carry_forward` computes, from those entries *and* the
+submission history, the block a person pastes into the next run's kickoff message.
+
+Writes go through `add_entry` / `edit_entry`: validated (errors name the field), role-checked again
+(reviewers and admins write knowledge, whatever the caller checked) and audited.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Max, Min, OuterRef, Subquery, Window
+from django.db.models.expressions import RowRange
+from django.db.models.functions import Coalesce
+
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import (
+    ArenaResult,
+    KnowledgeEntry,
+    KnowledgeKind,
+    Project,
+    Role,
+    Submission,
+    SubmissionStatus,
+    SubmissionTransition,
+)
+from smrweb.tracking.services import SHA256_RE, record_audit
+from smrweb.tracking.submissions import NotAllowed
+
+TITLE_MAX = KnowledgeEntry._meta.get_field("title").max_length  # 300
+BODY_MAX = 20_000  # a page of prose; the carry-forward block shortens each item further
+N_DEFAULT, N_MIN, N_MAX = 3, 1, 20
+BAD = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
+# How close after an ArenaResult its own arena_delta entry (written in the same transaction) lands.
+OWN_ENTRY_WINDOW = timedelta(seconds=5)
+
+
+# --- the write path ----------------------------------------------------------------------------------
+
+
+def _check(project: Project, by: Any, *, kind: str, title: str, body: str) -> tuple[str, str]:
+    """Role first (a viewer learns nothing from field errors), then each field; returns the clean text."""
+    if not project.allows(by, Role.REVIEWER):
+        raise NotAllowed(f"To write project knowledge you need the reviewer role in {project.slug}.")
+    if kind not in KnowledgeKind.values:
+        raise InvalidInput("kind", f"Choose one of {', '.join(KnowledgeKind.values)}; not {kind!r}.")
+    title, body = (title or "").strip(), (body or "").strip()
+    if not title:
+        raise InvalidInput("title", "Give the entry a title.")
+    if len(title) > TITLE_MAX:
+        raise InvalidInput("title", f"A title is at most {TITLE_MAX} characters (this one has {len(title)}).")
+    if len(body) > BODY_MAX:
+        raise InvalidInput("body", f"The body is at most {BODY_MAX} characters (this one has {len(body)}).")
+    for name, value in (("title", title), ("body", body)):
+        if "\x00" in value:
+            raise InvalidInput(name, "The NUL character cannot be stored.")
+    return title, body
+
+
+def add_entry(project: Project, *, by: Any, kind: str, title: str, body: str = "",
+              submission: Submission | None = None) -> KnowledgeEntry:
+    """Write an entry by hand; `submission` (of this project) gives a failed approach its score."""
+    title, body = _check(project, by, kind=kind, title=title, body=body)
+    if submission is not None and submission.project_id != project.pk:
+        raise InvalidInput("submission", f"Submission #{submission.pk} is not in {project.slug}.")
+    with transaction.atomic():
+        entry = KnowledgeEntry.objects.create(project=project, kind=kind, title=title, body=body,
+                                              submission=submission, created_by=by)
+        record_audit(by, "knowledge.added", entry, project=project, kind=kind, title=title[:200],
+                     submission=submission.pk if submission else None)
+    return entry
+
+
+def edit_entry(entry: KnowledgeEntry, *, by: Any, title: str, body: str, kind: str) -> KnowledgeEntry:
+    """Change an entry's text or kind (also the arena_delta entries the lifecycle wrote). The audit
+    keeps the previous title and kind, so an edit that rewrites history can be seen."""
+    project = entry.project
+    title, body = _check(project, by, kind=kind, title=title, body=body)
+    with transaction.atomic():
+        entry = KnowledgeEntry.objects.select_for_update().get(pk=entry.pk)
+        before = {"kind": entry.kind, "title": entry.title[:200]}
+        changed = [name for name, value in (("kind", kind), ("title", title), ("body", body))
+                   if getattr(entry, name) != value]
+        entry.kind, entry.title, entry.body = kind, title, body
+        if changed:
+            entry.save(update_fields=changed)
+            record_audit(by, "knowledge.edited", entry, project=project, changed=changed, before=before)
+    return entry
+
+
+# --- the read side: carry-forward --------------------------------------------------------------------
+
+
+def parse_n(raw: Any, default: int = N_DEFAULT) -> int:
+    """`?n=` as an int in [1, 20]; raises InvalidInput("n", …) otherwise (None/"" means the default)."""
+    if raw is None or raw == "":
+        return default
+    try:
+        n = int(str(raw).strip())
+    except ValueError:
+        raise InvalidInput("n", f"Expected an integer between {N_MIN} and {N_MAX}.") from None
+    if not N_MIN <= n <= N_MAX:
+        raise InvalidInput("n", f"Must be between {N_MIN} and {N_MAX}.")
+    return n
+
+
+@dataclass(frozen=True)
+class ArenaFeedback:
+    source: str  # "result" (an ArenaResult) or "entry" (an arena_delta entry written by hand)
+    at: datetime
+    arena: str = ""
+    rank: int | None = None
+    arena_score: float | None = None
+    delta: float | None = None  # against the previous recorded result
+    delta_best: float | None = None  # against the best recorded result before it
+    note: str = ""  # the result's note, or the entry's title and body
+    submission_id: int | None = None
+    submission_score: float | None = None
+    run: str | None = None
+
+
+@dataclass(frozen=True)
+class Best:
+    submission_id: int
+    score: float
+    run: str
+    status: str
+    ts: datetime
+    approach: str  # the experiment's title, hypothesis or id, else ""
+    harness_id: str
+    artifact_path: str
+    artifact_sha256: str  # a 12-character prefix, "" when unknown
+    commit: str
+    arena: ArenaFeedback | None  # this submission's latest arena result
+
+
+@dataclass
+class FailedApproach:
+    reasons: list[str]  # invalid, rejected, regressed, failed_approach, arena_regressed (one item, many sources)
+    title: str
+    score: float | None
+    run: str | None
+    submission_id: int | None
+    entry_id: int | None
+    why: str
+    at: datetime
+    _whys: list[str] = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True)
+class CarryForward:
+    project: str
+    metric: str
+    maximize: bool
+    n: int
+    best: Best | None
+    failed: list[FailedApproach]
+    arena: ArenaFeedback | None
+
+    @property
+    def text(self) -> str:
+        return render_carry_forward(self)
+
+
+def _approach(sub: Submission) -> str:
+    exp = sub.experiment
+    return (exp.title or exp.hypothesis[:120] or f"experiment {exp.external_id}") if exp else ""
+
+
+def _name(sub: Submission) -> str:
+    """What to call a submission in a list: its experiment, else its number and artifact."""
+    return _approach(sub) or f"submission #{sub.pk}" + (f" ({sub.artifact_ref})" if sub.artifact_ref else "")
+
+
+def _result_feedback(result: ArenaResult) -> ArenaFeedback:
+    sub = result.submission
+    return ArenaFeedback("result", result.created, result.arena, result.rank, result.arena_score, result.delta,
+                         result.delta_best, result.note, sub.pk, sub.score, sub.run.external_id)
+
+
+def _entry_feedback(entry: KnowledgeEntry) -> ArenaFeedback:
+    sub = entry.submission
+    return ArenaFeedback("entry", entry.created, note="\n".join(filter(None, [entry.title, entry.body])),
+                         submission_id=sub.pk if sub else None, submission_score=sub.score if sub else None,
+                         run=sub.run.external_id if sub else None)
+
+
+def _latest_arena(project: Project) -> ArenaFeedback | None:
+    """The newest ArenaResult, unless a newer arena_delta entry was written by hand (an entry on the
+    same submission within seconds of the result is the result's own, written by the lifecycle)."""
+    result = (ArenaResult.objects.filter(submission__project=project).select_related("submission__run")
+              .order_by("-created", "-id").first())
+    entry = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
+             .select_related("submission__run").order_by("-created", "-id").first())
+    if entry is not None and (result is None or (
+            entry.created > result.created
+            and not (entry.submission_id == result.submission_id
+                     and entry.created - result.created < OWN_ENTRY_WINDOW))):
+        return _entry_feedback(entry)
+    return _result_feedback(result) if result else None
+
+
+def _best(project: Project) -> Best | None:
+    order = "-score" if project.scenario.maximize else "score"
+    sub = (Submission.objects.filter(project=project).exclude(status__in=BAD)
+           .select_related("run", "artifact__blob", "experiment").order_by(order, "ts", "id").first())
+    if sub is None:
+        return None
+    result = (ArenaResult.objects.filter(submission=sub).select_related("submission__run")
+              .order_by("-created", "-id").first())
+    ref = sub.artifact_ref
+    sha = sub.artifact.blob.sha256 if sub.artifact else (ref if SHA256_RE.match(ref) else "")
+    path = sub.artifact.path if sub.artifact else ("" if sha else ref)
+    return Best(sub.pk, sub.score, sub.run.external_id, sub.status, sub.ts, _approach(sub), sub.harness_id, path,
+                sha[:12], sub.commit, _result_feedback(result) if result else None)
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.6g}"
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.6g}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _failed(project: Project, n: int) -> list[FailedApproach]:
+    """Four sources, each limited to its newest 4n rows (so the query count is fixed and dedupe rarely
+    starves the list), merged per submission (or per entry without one), newest first, cut to n."""
+    limit, maximize = 4 * n, project.scenario.maximize
+    items: dict[tuple[str, int], FailedApproach] = {}
+
+    def add(key, reason, at, why, *, sub=None, title="", entry_id=None):
+        item = items.get(key)
+        if item is None:
+            item = items[key] = FailedApproach(
+                [], title or _name(sub), sub.score if sub else None,
+                sub.run.external_id if sub else None, sub.pk if sub else None, entry_id, "", at)
+        elif title and entry_id and item.entry_id is None:  # a person's name for the approach wins
+            item.title, item.entry_id = title, entry_id
+        if reason not in item.reasons:
+            item.reasons.append(reason)
+        if why and why not in item._whys:
+            item._whys.append(why)
+        item.at = max(item.at, at)
+
+    # (a) invalid or rejected submissions: why = the last transition into that status (its reason, who).
+    last = SubmissionTransition.objects.filter(submission=OuterRef("pk"), to_status=OuterRef("status")).order_by(
+        "-created", "-id")
+    bad = (Submission.objects.filter(project=project, status__in=BAD).select_related("run", "experiment")
+           .annotate(reason=Subquery(last.values("reason")[:1]), by_label=Subquery(last.values("by_label")[:1]),
+                     failed_at=Coalesce(Subquery(last.values("created")[:1]), F("updated")))
+           .order_by("-failed_at", "-id")[:limit])
+    for sub in bad:
+        reason = (sub.reason or "").strip()
+        if sub.status == SubmissionStatus.REJECTED:
+            comment = f": {reason}" if reason and reason != "rejected" else ""
+            why = f"rejected by {sub.by_label or 'a reviewer'}{comment}"
+        else:
+            outcome = (sub.verification_outcome or "failed").replace("_", " ")
+            code = f" (exit {sub.verification_exit_code})" if sub.verification_exit_code is not None else ""
+            tail = _last_line(sub.verification_output)
+            why = f"verification {outcome}{code}" + (f": {reason}" if reason else "") + (
+                f" — {tail}" if tail and tail != reason else "")
+        add(("s", sub.pk), sub.status, sub.failed_at, why, sub=sub)
+
+    # (b) score regressions, only when the project sets a threshold: worse than the best valid score
+    # before it (by time, project-wide) by more than `regression_threshold`. Without a threshold nearly
+    # every hill-climbing step is "worse than the best", which would drown the explicit failures.
+    if project.regression_threshold is not None:
+        prior = Window(Max("score") if maximize else Min("score"), order_by=[F("ts").asc(), F("id").asc()],
+                       frame=RowRange(start=None, end=-1))
+        worse = F("prior_best") - F("score") if maximize else F("score") - F("prior_best")
+        regressed = (Submission.objects.filter(project=project).exclude(status__in=BAD)
+                     .select_related("run", "experiment").annotate(prior_best=prior).annotate(worse_by=worse)
+                     .filter(worse_by__gt=max(project.regression_threshold, 0)).order_by("-ts", "-id")[:limit])
+        for sub in regressed:
+            add(("s", sub.pk), "regressed", sub.ts,
+                f"{_num(sub.worse_by)} worse than the best so far then ({_num(sub.prior_best)})", sub=sub)
+
+    # (c) failed approaches written by hand: why = the body (else the title says it all).
+    entries = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.FAILED_APPROACH)
+               .select_related("submission__run", "submission__experiment").order_by("-created", "-id")[:limit])
+    for entry in entries:
+        key = ("s", entry.submission_id) if entry.submission_id else ("e", entry.pk)
+        add(key, "failed_approach", entry.created, entry.body, sub=entry.submission, title=entry.title,
+            entry_id=entry.pk)
+
+    # (d) arena results worse than the previous recorded result (delta in the wrong direction).
+    worse_arena = {"delta__lt": 0} if maximize else {"delta__gt": 0}
+    results = (ArenaResult.objects.filter(submission__project=project, **worse_arena)
+               .select_related("submission__run", "submission__experiment").order_by("-created", "-id")[:limit])
+    for result in results:
+        rank = result.rank if result.rank is not None else "—"
+        note = f": {result.note.strip()}" if result.note.strip() else ""
+        why = f"arena rank {rank}, score {_num(result.arena_score)} ({_signed(result.delta)} vs previous){note}"
+        add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
+
+    ordered = sorted(items.values(), key=lambda i: (i.at, i.submission_id or 0, i.entry_id or 0), reverse=True)[:n]
+    for item in ordered:
+        item.why = "; ".join(item._whys)
+    return ordered
+
+
+def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
+    """What the next run should know, in at most eight queries whatever the history:
+
+    - **best**: the project's best submission by score in the scenario's direction, among those not
+      invalid or rejected (a score the validator or a reviewer refused is not a result to build on);
+      ties go to the earliest. With its run, status, artifact path and sha256 prefix, and its latest
+      arena result if any.
+    - **failed**: the last `n` failed or regressed approaches, newest first, one item per submission
+      (or per hand-written entry without one), each with its score and why, drawn from
+      (a) submissions now `invalid` (why: verification outcome, exit code, the reason recorded, the
+      validator's last output line) or `rejected` (why: who rejected it and their comment), dated by
+      that transition; (b) when `project.regression_threshold` is set, submissions worse than the best
+      valid score before them by more than the threshold (why: by how much); (c) `failed_approach`
+      entries (why: the body; the entry's title names the approach); (d) arena results worse than the
+      previous recorded result. An item found by several sources lists every reason and why. Items
+      are dated when they became invalid/rejected (a), were scored (b), written (c) or recorded (d).
+    - **arena**: the newest ArenaResult (rank, arena score, deltas vs previous and vs best, note), or a
+      hand-written `arena_delta` entry when one is newer than it.
+    """
+    if not N_MIN <= n <= N_MAX:
+        raise InvalidInput("n", f"Must be between {N_MIN} and {N_MAX}.")
+    scenario = project.scenario
+    return CarryForward(project.slug, scenario.score_metric, scenario.maximize, n, _best(project),
+                        _failed(project, n), _latest_arena(project))
+
+
+# --- the text ----------------------------------------------------------------------------------------
+
+
+def _oneline(text: str, limit: int = 300) -> str:
+    text = re.sub(r"\s+", " ", text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _arena_line(a: ArenaFeedback, *, with_submission: bool = True) -> str:
+    when = a.at.strftime("%Y-%m-%d")
+    if a.source == "entry":
+        about = f" (submission {_num(a.submission_score)} from run {a.run})" if a.submission_id and with_submission \
+            else ""
+        return f"{_oneline(a.note)}{about}, noted {when}"
+    rank = a.rank if a.rank is not None else "—"
+    line = (f"{a.arena + ': ' if a.arena else ''}rank {rank}, score {_num(a.arena_score)} "
+            f"({_signed(a.delta)} vs previous, {_signed(a.delta_best)} vs best)")
+    if with_submission:
+        line += f" for {_num(a.submission_score)} from run {a.run}"
+    line += f", {when}"
+    return line + (f" — {_oneline(a.note)}" if a.note.strip() else "")
+
+
+def render_carry_forward(cf: CarryForward) -> str:
+    """The block as plain text with light markdown, one line per fact, newest first, dates in UTC —
+    meant to be pasted as is into the next run's kickoff message (no relative times, no HTML)."""
+    direction = "maximize" if cf.maximize else "minimize"
+    lines = [f"## Carry-forward: {cf.project} ({direction} {cf.metric})", ""]
+    if cf.best:
+        b = cf.best
+        artifact = " @ ".join(filter(None, [b.artifact_path, b.artifact_sha256]))
+        lines.append(f"**Best so far:** {_num(b.score)} — run {b.run}, submission #{b.submission_id} ({b.status})"
+                     + (f", {_oneline(b.approach, 120)}" if b.approach else "")
+                     + (f", artifact {artifact}" if artifact else "")
+                     + (f", commit {b.commit[:10]}" if b.commit else ""))
+        if b.arena:
+            lines.append(f"  arena: {_arena_line(b.arena, with_submission=False)}")
+    else:
+        lines.append("**Best so far:** no valid score yet.")
+    count = len(cf.failed) or cf.n
+    lines += ["", f"**Last {count} failed or regressed approach{'' if count == 1 else 'es'}** (newest first):"]
+    for i, item in enumerate(cf.failed, 1):
+        where = ", ".join(filter(None, [f"score {_num(item.score)}" if item.score is not None else "no score",
+                                        f"run {item.run}" if item.run else ""]))
+        reasons = ", ".join(r.replace("_", " ") for r in item.reasons)
+        lines.append(f"{i}. [{reasons}] {_oneline(item.title, 120)} ({where})"
+                     + (f": {_oneline(item.why)}" if item.why else ""))
+    if not cf.failed:
+        lines.append("none recorded.")
+    lines += ["", "**Latest arena feedback:** " + (_arena_line(cf.arena) if cf.arena else "none yet.")]
+    return "\n".join(lines)
