@@ -144,14 +144,21 @@ def create_project(
     return project
 
 
-PROJECT_SETTINGS = ("name", "stall_after", "knowledge")
+PROJECT_SETTINGS = ("name", "stall_after", "knowledge", "require_second_reviewer", "regression_threshold",
+                    "rollback_webhook_url")
 
 
 def update_project(project: Project, *, by: Any = None, **changes: Any) -> Project:
-    """Change a project's name, stall_after or knowledge."""
+    """Change a project's name, stall_after, knowledge, review and rollback settings."""
     _only(changes, PROJECT_SETTINGS, "a project setting")
     if "stall_after" in changes and changes["stall_after"].total_seconds() < 1:
         raise InvalidInput("stall_after", "Must be at least one second.")
+    threshold = changes.get("regression_threshold")
+    if threshold is not None and not (0 <= threshold < float("inf")):
+        raise InvalidInput("regression_threshold", "A finite number of at least 0, or empty to turn detection off.")
+    url = changes.get("rollback_webhook_url")
+    if url and not url.startswith(("https://", "http://")):
+        raise InvalidInput("rollback_webhook_url", "An http(s) URL, or empty.")
     with transaction.atomic():
         for field, value in changes.items():
             setattr(project, field, value)

@@ -12,7 +12,7 @@ from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
 from smrweb.tracking.filters import RunFilter
-from smrweb.tracking.models import Project, Run, RunState, SourceHealth
+from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 
 RUNS_PER_PAGE = 50
 
@@ -77,6 +77,7 @@ def project_detail(request, slug: str):
         "leaderboard": queries.leaderboard(project)[:20],
         "regressions": queries.regressions(project),
         "can_roll_back": _can_roll_back(request.user, project),
+        "is_admin": project.allows(request.user, Role.ADMIN),
         "health": getattr(project, "source_health", None) if project.source != "push" else None,
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
