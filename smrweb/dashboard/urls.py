@@ -1,6 +1,6 @@
 from django.urls import path
 
-from smrweb.dashboard.views import compare, knowledge, links, projects, runs, scenarios, submissions, tokens
+from smrweb.dashboard.views import compare, knowledge, links, projects, runs, scenarios, settings, submissions, tokens
 
 app_name = "dashboard"
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
+    path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),

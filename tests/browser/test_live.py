@@ -130,7 +130,8 @@ def test_a_stalled_badge_appears_on_the_project_and_run_pages_without_reloading(
     page.screenshot(path=str(screenshot_dir / "live-run-stalled.png"), full_page=False)
 
 
-def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, sign_in, alice, project, live_server):
+def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, browser, sign_in, alice, project,
+                                                               live_server):
     payload = b"onnx-bytes\x00\x01" * 50
     artifact = store(project, "live-2", "submission/policy.onnx", payload)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
@@ -145,13 +146,31 @@ def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, si
     assert page.evaluate("navigator.clipboard.readText()") == artifact.blob.sha256
     expect(sha_button).to_have_text("Copy sha256", timeout=4000)  # the confirmation goes away
 
-    row.locator('button[data-copy-label="download link"]').click()
+    link_button = row.locator('button[data-copy-label="signed link"]')
+    link_button.click()
+    expect(link_button).to_have_text("Copied")
+    expect(page.locator("#announcer")).to_have_text("Copied the signed link to the clipboard.")
     link = page.evaluate("navigator.clipboard.readText()")
-    assert re.fullmatch(rf"{re.escape(live_server.url)}/projects/hill/runs/live-2/artifacts/\d+/download", link)
-    fetched = page.evaluate("""async (url) => { const r = await fetch(url);
-        return {status: r.status, sha: r.headers.get('X-Content-SHA256'), size: (await r.arrayBuffer()).byteLength}; }""",
-                            link)
-    assert fetched == {"status": 200, "sha": artifact.blob.sha256, "size": len(payload)}
+    assert re.fullmatch(rf"{re.escape(live_server.url)}/a/[0-9]+\.[0-9A-Za-z]+\.[A-Za-z0-9_-]{{43}}/", link)
+
+    # Pasted somewhere with no session (a colleague's curl, an arena's upload form): still the exact bytes.
+    stranger = browser.new_context()
+    try:
+        assert stranger.cookies() == []
+        fetched = stranger.request.get(link, max_redirects=0)
+        assert fetched.status == 200
+        assert fetched.body() == payload
+        assert fetched.headers["x-content-sha256"] == artifact.blob.sha256
+        assert fetched.headers["content-disposition"] == 'attachment; filename="policy.onnx"'
+        assert fetched.headers["cache-control"] == "private, no-store"
+        # The plain download link, by contrast, needs a signed-in member.
+        plain = stranger.request.get(f"{live_server.url}/projects/hill/runs/live-2/artifacts/{artifact.pk}/download",
+                                     max_redirects=0)
+        assert plain.status == 302 and "/login/" in plain.headers["location"]
+        # An altered link is refused.
+        assert stranger.request.get(link[:-5] + "x/", max_redirects=0).status == 403
+    finally:
+        stranger.close()
 
 
 def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, project, screenshot_dir):

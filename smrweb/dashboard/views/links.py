@@ -1,9 +1,30 @@
-"""Signed, expiring artifact links (being built)."""
+"""Signed artifact links: `/a/<token>/` serves the artifact's exact bytes to anyone holding an unexpired
+link, with no session (pasted into an arena upload form, fetched with curl). See core/signed_links.py."""
 
-from django.http import HttpResponse
-from django.views.decorators.http import require_GET
+from django.shortcuts import render
+from django.views.decorators.http import require_safe
+
+from smrweb.core import signed_links
+from smrweb.core.downloads import artifact_response
 
 
-@require_GET
+@require_safe
 def download_by_link(request, token: str):
-    return HttpResponse("not built yet", status=501)
+    """GET/HEAD: the bytes and digest headers; 410 when expired, 403 for anything else that is not a
+    link we issued for the artifact's current bytes (never a 500, whatever the token holds)."""
+    try:
+        response = artifact_response(signed_links.artifact_for_token(token))
+    except signed_links.ExpiredLink as exc:
+        response = _refused(request, 410, "Link expired",
+                            f"{exc} Copy a fresh link from the run page (signed-in members can).")
+    except signed_links.BadLink as exc:
+        response = _refused(request, 403, "Link not valid", str(exc))
+    # The token is a bearer credential: keep it out of shared caches and other sites' Referer headers.
+    response["Cache-Control"] = "private, no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+def _refused(request, status: int, title: str, message: str):
+    return render(request, "dashboard/link_refused.html", {"status": status, "title": title, "message": message},
+                  status=status)
