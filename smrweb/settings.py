@@ -252,6 +252,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "ArtifactKindEnum": "smrweb.tracking.models.ArtifactKind",
         "TurnKindEnum": "smrweb.tracking.models.TurnKind",
+        "SubmissionStatusEnum": "smrweb.tracking.models.SubmissionStatus",
+        "RollbackStatusEnum": "smrweb.tracking.models.RollbackStatus",
+        "VerificationOutcomeEnum": "smrweb.tracking.models.VerificationOutcome",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

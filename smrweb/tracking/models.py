@@ -130,6 +130,8 @@ class Project(models.Model):
             return None
         if user.is_superuser:
             return Role.ADMIN
+        if getattr(user, "pk", None) is None:  # an API token's principal is no member: it has no role
+            return None
         return self.memberships.filter(user=user).values_list("role", flat=True).first()
 
     def allows(self, user, role: str) -> bool:

@@ -40,6 +40,11 @@ class RollbackRefused(TrackingError):
     code = "rollback_refused"
 
 
+class RollbackNotAllowed(TrackingError):
+    status = 403
+    code = "not_allowed"
+
+
 @dataclass(frozen=True)
 class Requested:
     rollback: Rollback
@@ -62,7 +67,7 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     run = (submission or checkpoint).run
     project = run.project
     if not project.allows(by, Role.REVIEWER):
-        raise RollbackRefused(f"Rolling back needs the reviewer role in {project.slug}.")
+        raise RollbackNotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
         raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
                               f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")

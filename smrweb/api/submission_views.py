@@ -1,0 +1,193 @@
+"""The submission loop over the API: lifecycle actions and rollbacks. People act here (with a session
+and the reviewer role); project tokens are for harnesses and are refused these actions by the domain
+rules, with a 403 that says so."""
+
+from __future__ import annotations
+
+import math
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from smrweb.api.views import ERRORS, actor_of, project_for, run_for
+from smrweb.tracking import rollbacks
+from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import Checkpoint, Rollback, Submission, SubmissionTransition, Verdict
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SubmissionTransition
+        fields = ["from_status", "to_status", "by_label", "reason", "created"]
+
+
+class LifecycleSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.external_id")
+    proposed_by = serializers.CharField(source="proposed_by.get_username", allow_null=True, default=None)
+    transitions = TransitionSerializer(many=True)
+
+    class Meta:
+        model = Submission
+        fields = ["id", "run", "score", "status", "verification_outcome", "verification_exit_code",
+                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "transitions"]
+
+
+class RollbackSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.external_id")
+    target_submission = serializers.IntegerField(source="target_submission_id", allow_null=True)
+    target_checkpoint = serializers.CharField(source="target_checkpoint.external_id", allow_null=True, default=None)
+    requested_by = serializers.CharField(source="requested_by.get_username")
+
+    class Meta:
+        model = Rollback
+        fields = ["id", "run", "target_submission", "target_checkpoint", "reason", "status", "detail", "attempts",
+                  "requested_by", "created", "dispatched_at", "finished_at"]
+
+
+class ReviewIn(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+
+class ArenaResultIn(serializers.Serializer):
+    rank = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10_000_000)
+    arena_score = serializers.FloatField(required=False, allow_null=True)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+    def validate_arena_score(self, value):
+        if value is not None and not math.isfinite(value):
+            raise serializers.ValidationError("A finite number.")
+        return value
+
+
+class RollbackIn(serializers.Serializer):
+    submission = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    checkpoint = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                       help_text="The checkpoint's external id.")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+
+ARENA_OUT = inline_serializer("ArenaResultOut", {
+    "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
+    "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
+    "delta_best": serializers.FloatField(allow_null=True), "note": serializers.CharField()})
+
+
+def _submission(request, slug: str, submission_id: int) -> Submission:
+    project = project_for(request, slug)
+    return get_object_or_404(Submission.objects.select_related("project__scenario", "run", "proposed_by"),
+                             project=project, pk=submission_id)
+
+
+def _fresh(sub: Submission) -> dict:
+    sub = Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
+    return LifecycleSerializer(sub).data
+
+
+class SubmissionLifecycle(APIView):
+    @extend_schema(operation_id="submission_lifecycle", responses={200: LifecycleSerializer, **ERRORS},
+                   summary="A submission's status, verification and history of transitions")
+    def get(self, request, slug: str, submission_id: int):
+        return Response(_fresh(_submission(request, slug, submission_id)))
+
+
+class SubmissionVerify(APIView):
+    @extend_schema(operation_id="submission_verify", request=None, responses={202: LifecycleSerializer, **ERRORS},
+                   summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        from smrweb.tracking.tasks import verify_submission
+
+        sub = lifecycle.request_verification(_submission(request, slug, submission_id), by=actor_of(request))
+        verify_submission.delay_on_commit(sub.pk)
+        return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
+
+
+REVIEW_OUT = inline_serializer("ReviewOut", {
+    "counted": serializers.BooleanField(), "message": serializers.CharField(), "submission": LifecycleSerializer()})
+
+
+def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
+    body = ReviewIn(data=request.data)
+    body.is_valid(raise_exception=True)
+    outcome = lifecycle.review(_submission(request, slug, submission_id), by=actor_of(request), verdict=verdict,
+                               comment=body.validated_data["comment"])
+    return Response({"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)})
+
+
+class SubmissionApprove(APIView):
+    @extend_schema(operation_id="submission_approve", request=ReviewIn, responses={200: REVIEW_OUT, **ERRORS},
+                   summary="Approve a verified submission (reviewers)",
+                   description="With the project's second-person rule, the proposer's own approval is recorded "
+                               "but does not count (`counted: false`).")
+    def post(self, request, slug: str, submission_id: int):
+        return _review(request, slug, submission_id, Verdict.APPROVE)
+
+
+class SubmissionReject(APIView):
+    @extend_schema(operation_id="submission_reject", request=ReviewIn, responses={200: REVIEW_OUT, **ERRORS},
+                   summary="Reject a verified submission (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        return _review(request, slug, submission_id, Verdict.REJECT)
+
+
+class SubmissionUploaded(APIView):
+    @extend_schema(operation_id="submission_mark_uploaded", request=None,
+                   responses={200: LifecycleSerializer, **ERRORS},
+                   summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        sub = lifecycle.mark_uploaded(_submission(request, slug, submission_id), by=actor_of(request))
+        return Response(_fresh(sub))
+
+
+class SubmissionArenaResult(APIView):
+    @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn,
+                   responses={201: ARENA_OUT, **ERRORS},
+                   summary="Record the arena's rank and score for an uploaded submission (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        body = ArenaResultIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        if data.get("rank") is None and data.get("arena_score") is None:
+            raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
+        result = lifecycle.record_arena_result(_submission(request, slug, submission_id), by=actor_of(request),
+                                               rank=data.get("rank"), arena_score=data.get("arena_score"),
+                                               note=data["note"])
+        return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
+                         "delta": result.delta, "delta_best": result.delta_best, "note": result.note},
+                        status=status.HTTP_201_CREATED)
+
+
+class RunRollback(APIView):
+    @extend_schema(operation_id="run_rollback", request=RollbackIn,
+                   responses={202: RollbackSerializer, 200: RollbackSerializer, **ERRORS},
+                   summary="Roll a run back to one of its submissions or checkpoints (reviewers)",
+                   description="202 with a new rollback (dispatched by a worker); 200 with the rollback already "
+                               "in flight for this run — a run has at most one.")
+    def post(self, request, slug: str, run_id: str):
+        from smrweb.tracking.tasks import dispatch_rollback
+
+        run = run_for(project_for(request, slug), run_id)
+        body = RollbackIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        submission = checkpoint = None
+        if data.get("submission"):
+            submission = Submission.objects.filter(run=run, pk=data["submission"]).first()
+            if submission is None:
+                raise InvalidInput("submission", f"Run {run.external_id} has no submission {data['submission']}.")
+        if data.get("checkpoint"):
+            checkpoint = Checkpoint.objects.filter(run=run, external_id=data["checkpoint"]).first()
+            if checkpoint is None:
+                raise InvalidInput("checkpoint", f"Run {run.external_id} has no checkpoint {data['checkpoint']!r}.")
+        requested = rollbacks.request_rollback(by=actor_of(request), reason=data["reason"], submission=submission,
+                                               checkpoint=checkpoint)
+        if requested.created:
+            dispatch_rollback.delay_on_commit(requested.rollback.pk)
+        rollback = Rollback.objects.select_related("run", "target_checkpoint", "requested_by").get(
+            pk=requested.rollback.pk)
+        return Response(RollbackSerializer(rollback).data,
+                        status=status.HTTP_202_ACCEPTED if requested.created else status.HTTP_200_OK)
+
