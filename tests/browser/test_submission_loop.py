@@ -72,6 +72,7 @@ def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback
         page.get_by_role("button", name="Record arena result").click()
         expect(page.locator("h1 [data-status]")).to_have_text("ranked")
         expect(page.locator("#arena")).to_contain_text("rank 12")
+        expect(page.locator("[data-verification-reason]")).to_have_text("exited 0")
         history = page.locator("#history tbody tr")
         expect(history).to_have_count(5)
         page.screenshot(path=str(screenshot_dir / "loop-submission-ranked.png"), full_page=True)

@@ -65,11 +65,14 @@ def lifecycle_steps(status: str) -> list[tuple[str, str]]:
 
 
 def _context(request, project, sub: Submission, **extra) -> dict:
+    transitions = list(sub.transitions.select_related("by"))
+    ended = [t for t in transitions if t.from_status == SubmissionStatus.VERIFYING]
     return {
+        "verification_reason": ended[-1].reason if ended else "",
         "project": project,
         "sub": sub,
         "run": sub.run,
-        "transitions": list(sub.transitions.select_related("by")),
+        "transitions": transitions,
         "reviews": sub.reviews.select_related("reviewer").order_by("created", "id"),
         "arena_results": sub.arena_results.select_related("recorded_by").order_by("-created", "-id"),
         "can_act": project.allows(request.user, Role.REVIEWER),
