@@ -13,36 +13,35 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import json
 import math
 import random
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
+
+PRESETS = Path(__file__).resolve().parent.parent / "tracking" / "fixtures" / "scenario_presets.json"
+
+
+def preset(key: str) -> dict:
+    """A shipped scenario preset as {key, fields}: the demo projects use the presets, and the harness
+    reads them from the fixture (it talks to the server over HTTP only, never through Django)."""
+    for entry in json.loads(PRESETS.read_text(encoding="utf-8")):
+        if entry["fields"]["key"] == key:
+            return {"key": key, "fields": entry["fields"]}
+    raise KeyError(f"no scenario preset {key!r} in {PRESETS}")
+
 
 DEMO_PROJECTS = [
     {
         "slug": "demo-dogfight",
         "name": "Dogfight arena (demo)",
         "stall_after": timedelta(seconds=45),
-        "scenario": {
-            "key": "demo-onnx-arena",
-            "fields": {
-                "name": "ONNX arena (demo)",
-                "description": "Upload a <250K-parameter ONNX policy, float32[1,224] → float32[1,3]; Elo over matches.",
-                "harness_id": "dogfight-elo-v1",
-                "artifact_path": "submission/policy.onnx",
-                "artifact_kind": "onnx_model",
-                "score_metric": "elo",
-                "direction": "maximize",
-                "score_min": 0,
-                "score_max": 4000,
-                "arena_name": "Dogfight",
-                "arena_url": "https://optimizationarena.com/dogfight",
-            },
-        },
+        "scenario": preset("onnx-arena-dogfight"),
         "metrics": ["train/loss", "eval/win_rate"],
         "score": {"start": 1000.0, "step": 12.0, "noise": 18.0, "sign": 1},
     },
@@ -50,21 +49,7 @@ DEMO_PROJECTS = [
         "slug": "demo-optimizer",
         "name": "Optimizer hill-climb (demo)",
         "stall_after": timedelta(seconds=45),
-        "scenario": {
-            "key": "demo-code-hillclimb",
-            "fields": {
-                "name": "Code hill-climb (demo)",
-                "description": "The artifact is submission/optimizer.py; the harness reports a validation loss.",
-                "harness_id": "optimizer-bench-v2",
-                "artifact_path": "submission/optimizer.py",
-                "artifact_kind": "python_source",
-                "score_metric": "val_loss",
-                "direction": "minimize",
-                "score_min": 0,
-                "arena_name": "Optimizer arena",
-                "arena_url": "https://optimizationarena.com/",
-            },
-        },
+        "scenario": preset("optimizer-hill-climb"),
         "metrics": ["val_loss", "tokens_per_s"],
         "score": {"start": 3.9, "step": -0.02, "noise": 0.03, "sign": -1},
     },

@@ -43,6 +43,7 @@ class Command(BaseCommand):
             signal.signal(signum, stop)
         try:
             call_command("migrate", interactive=False, verbosity=0)
+            call_command("load_presets")  # the shipped scenario presets, upserted by key
             call_command("collectstatic", interactive=False, verbosity=0)
             python = sys.executable
             bindir = Path(python).parent
@@ -137,11 +138,11 @@ def seed_demo() -> str:
         user = User.objects.create_superuser(DEMO_USER, "demo@localhost", DEMO_PASSWORD)
     lines = []
     for spec in DEMO_PROJECTS:
-        scenario = Scenario.objects.filter(key=spec["scenario"]["key"]).first() or services.create_scenario(
-            key=spec["scenario"]["key"], **spec["scenario"]["fields"])
+        scenario = Scenario.objects.get(key=spec["scenario"]["key"])  # a preset: load_presets ran first
         project = Project.objects.filter(slug=spec["slug"]).first()
         if project is None:
             project = services.create_project(spec["slug"], name=spec["name"], scenario=scenario, by=user)
+        use_preset(project, scenario)
         services.update_project(project, stall_after=spec["stall_after"])
         services.add_member(project, user, role=Role.ADMIN)
         for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
@@ -154,21 +155,29 @@ def seed_demo() -> str:
     return str(token_file)
 
 
+def use_preset(project, scenario) -> None:
+    """Demo databases from before the presets gave each demo project an ad-hoc scenario with the same
+    metric, direction and bounds; point them at the preset (the demo's own data, so no service call)."""
+    from smrweb.tracking.models import Project
+
+    if project.scenario_id != scenario.pk:
+        Project.objects.filter(pk=project.pk).update(scenario=scenario)
+        project.scenario = scenario
+
+
 def seed_smr_demo(backend_base: str) -> None:
     """A demo project whose runs come from the SMR simulator through the poller."""
     from smrweb.tracking import services
     from smrweb.tracking.models import Project, Role, Scenario
 
     user = get_user_model().objects.get(username=DEMO_USER)
-    scenario = Scenario.objects.filter(key="demo-smr-optimizer").first() or services.create_scenario(
-        key="demo-smr-optimizer", name="Optimizer hill-climb on SMR (demo)", harness_id="smr-simulator",
-        artifact_path="submission/optimizer.py", artifact_kind="python_source", score_metric="val_loss",
-        direction="minimize", score_min=0, description="Runs polled from the bundled SMR simulator.")
+    scenario = Scenario.objects.get(key="optimizer-hill-climb")  # the simulator's runs climb val_loss too
     project = Project.objects.filter(slug="demo-smr").first()
     if project is None:
         project = services.create_project(
             "demo-smr", name="Managed Research runs (demo)", scenario=scenario, source="smr",
             smr_project_id=DEMO_SMR_PROJECT, smr_backend_base=backend_base, smr_api_key=DEMO_SMR_KEY, by=user)
+    use_preset(project, scenario)
     if project.source_settings.get("backend_base") != backend_base:  # PORT may differ from last time
         services.set_source_backend(project, backend_base=backend_base, api_key=DEMO_SMR_KEY)
     services.update_project(project, stall_after=timedelta(seconds=45))
