@@ -43,6 +43,7 @@ DEMO_PROJECTS = [
         "stall_after": timedelta(seconds=45),
         "scenario": preset("onnx-arena-dogfight"),
         "metrics": ["train/loss", "eval/win_rate"],
+        "regression_threshold": 40.0,  # Elo below the run's best: banner and one-click rollback
         "score": {"start": 1000.0, "step": 12.0, "noise": 18.0, "sign": 1},
     },
     {
@@ -51,9 +52,20 @@ DEMO_PROJECTS = [
         "stall_after": timedelta(seconds=45),
         "scenario": preset("optimizer-hill-climb"),
         "metrics": ["val_loss", "tokens_per_s"],
+        "regression_threshold": 0.15,
         "score": {"start": 3.9, "step": -0.02, "noise": 0.03, "sign": -1},
     },
 ]
+
+def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
+    """A submission/optimizer.py the scenario's validator accepts (a class `Optimizer` with `step`);
+    about one in eight attempts forgets `step`, so verification has something to refuse."""
+    step = ("    def step(self, grads):\n        for p, g in zip(self.params, grads):\n"
+            "            p -= self.lr * g\n") if rng.random() > 0.125 else "    pass  # forgot step()\n"
+    return (f'"""Optimizer for {run_id} at tick {tick}."""\n\nLR = {rng.uniform(1e-4, 3e-3):.5f}\n\n\n'
+            f"class Optimizer:\n    def __init__(self, params, lr=LR):\n        self.params, self.lr = list(params), lr\n\n"
+            f"{step}")
+
 
 MODELS = {"driver": "gpt-5.4-medium", "child": "gpt-5.4-mini"}
 PRICE_PER_MTOK = {"gpt-5.4-medium": (1.25, 10.0), "gpt-5.4-mini": (0.25, 2.0)}  # $ per 1M tokens in, out
@@ -186,7 +198,7 @@ class Harness:
         cfg = run.project["score"]
         run.score += cfg["step"] * self.rng.uniform(0.2, 1.6) + self.rng.gauss(0, cfg["noise"])
         run.score = max(0.05, run.score)
-        source = f"# optimizer for {run.external_id} at tick {run.tick}\nLR = {self.rng.uniform(1e-4, 3e-3):.5f}\n"
+        source = optimizer_source(run.external_id, run.tick, self.rng)
         path = run.project["scenario"]["fields"]["artifact_path"]
         content = source.encode()
         self.send(run, "POST", "/artifacts", files={"file": (path.rsplit("/", 1)[-1], content)},

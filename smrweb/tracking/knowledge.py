@@ -178,7 +178,10 @@ def _approach(sub: Submission) -> str:
 
 def _name(sub: Submission) -> str:
     """What to call a submission in a list: its experiment, else its number and artifact."""
-    return _approach(sub) or f"submission #{sub.pk}" + (f" ({sub.artifact_ref})" if sub.artifact_ref else "")
+    ref = sub.artifact_ref
+    if re.fullmatch(r"[0-9a-f]{64}", ref or ""):
+        ref = f"sha256 {ref[:12]}"  # a digest names the bytes; twelve characters tell them apart
+    return _approach(sub) or f"submission #{sub.pk}" + (f" ({ref})" if ref else "")
 
 
 def _result_feedback(result: ArenaResult) -> ArenaFeedback:

@@ -57,8 +57,13 @@ class Command(BaseCommand):
             base_url = f"http://{host}:{port}"
             wait_until_up(f"{base_url}/api/v1/health", self.children)
             if demo:
-                token = seed_demo()
+                receiver_port = port + 2
+                token, secrets = seed_demo(rollback_url=f"http://127.0.0.1:{receiver_port}/rollback")
                 self.spawn("harness", [python, "-m", "smrweb.stack.harness", "--url", base_url, "--token-file", token])
+                # The harness's side of a rollback: a signed webhook it checks and reports back on.
+                self.spawn("rollback-receiver", [python, "-m", "smrweb.stack.rollback_receiver", "--port",
+                                                 str(receiver_port), "--url", base_url, "--token-file", token,
+                                                 "--secrets-file", secrets])
                 # An SMR-compatible backend with a living world, polled by the worker like a real one.
                 sim_port = port + 1
                 self.spawn("simulator", [python, "manage.py", "simulate_smr", "--port", str(sim_port),
@@ -126,33 +131,37 @@ def wait_until_up(url: str, children, timeout: float = 60) -> None:
     raise CommandError(f"web did not answer {url} within {timeout:.0f}s")
 
 
-def seed_demo() -> str:
-    """Demo login, scenarios and projects; returns the path of a file holding fresh project tokens."""
+def seed_demo(*, rollback_url: str) -> tuple[str, str]:
+    """Demo login, scenarios and projects; returns the paths of files holding fresh project tokens and
+    the projects' rollback-webhook secrets (for the demo's rollback receiver)."""
     from smrweb.stack.harness import DEMO_PROJECTS
-    from smrweb.tracking import services
+    from smrweb.tracking import rollbacks, services
     from smrweb.tracking.models import ApiToken, Project, Role, Scenario
 
     User = get_user_model()
     user = User.objects.filter(username=DEMO_USER).first()
     if user is None:
         user = User.objects.create_superuser(DEMO_USER, "demo@localhost", DEMO_PASSWORD)
-    lines = []
+    lines, secrets = [], []
     for spec in DEMO_PROJECTS:
         scenario = Scenario.objects.get(key=spec["scenario"]["key"])  # a preset: load_presets ran first
         project = Project.objects.filter(slug=spec["slug"]).first()
         if project is None:
             project = services.create_project(spec["slug"], name=spec["name"], scenario=scenario, by=user)
         use_preset(project, scenario)
-        services.update_project(project, stall_after=spec["stall_after"])
+        services.update_project(project, stall_after=spec["stall_after"],
+                                regression_threshold=spec["regression_threshold"], rollback_webhook_url=rollback_url)
         services.add_member(project, user, role=Role.ADMIN)
+        secrets.append(f"{project.slug} {rollbacks.webhook_secret(project)}")
         for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
             services.revoke_api_token(stale)  # one live harness token per project, whatever the restarts
         _, raw = services.create_api_token(project, name="demo-harness")
         lines.append(f"{project.slug} {raw}")
-    token_file = settings.DATA_DIR / "demo-tokens"
-    with os.fdopen(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        out.write("\n".join(lines) + "\n")
-    return str(token_file)
+    token_file, secrets_file = settings.DATA_DIR / "demo-tokens", settings.DATA_DIR / "demo-webhook-secrets"
+    for path, content in ((token_file, lines), (secrets_file, secrets)):
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write("\n".join(content) + "\n")
+    return str(token_file), str(secrets_file)
 
 
 def use_preset(project, scenario) -> None:
@@ -180,5 +189,5 @@ def seed_smr_demo(backend_base: str) -> None:
     use_preset(project, scenario)
     if project.source_settings.get("backend_base") != backend_base:  # PORT may differ from last time
         services.set_source_backend(project, backend_base=backend_base, api_key=DEMO_SMR_KEY)
-    services.update_project(project, stall_after=timedelta(seconds=45))
+    services.update_project(project, stall_after=timedelta(seconds=45), regression_threshold=0.3)
     services.add_member(project, user, role=Role.ADMIN)
