@@ -177,13 +177,28 @@ def test_concurrent_rollback_requests_create_one_rollback(bob, alice, webhook_pr
     assert Rollback.objects.count() == 1
 
 
-def test_double_clicks_on_the_page_create_one_rollback_and_say_so(client, bob, webhook_project):
+def test_a_finished_runs_page_polls_while_its_rollback_is_in_flight(client, bob, webhook_project):
+    sub = scored_with_artifact(webhook_project, b"ok v1")
+    services.ingest_events(webhook_project, "r1", parse_events(b'[{"type": "state", "state": "done"}]'))
+    client.force_login(bob)
+    assert "hx-trigger" not in client.get("/projects/hill/runs/r1/").content.decode().split('id="run-live"')[1][:400]
+    rollbacks.request_rollback(by=bob, reason="r", submission=sub)
+    page = client.get("/projects/hill/runs/r1/").content.decode()
+    assert 'hx-trigger="every 3s' in page.split('id="run-live"')[1][:600]
+
+
+def test_double_clicks_on_the_page_create_one_rollback_and_say_so(client, bob, webhook_project, monkeypatch):
+    from smrweb.tracking import tasks
+
+    dispatched = []
+    monkeypatch.setattr(tasks.dispatch_rollback, "delay_on_commit", dispatched.append)
     sub = scored_with_artifact(webhook_project, b"ok v1")
     client.force_login(bob)
     client.post("/projects/hill/runs/r1/rollback", {"submission": sub.pk})
     second = client.post("/projects/hill/runs/r1/rollback", {"submission": sub.pk}, follow=True)
     assert "already in flight" in second.content.decode()
     assert Rollback.objects.count() == 1
+    assert dispatched == [Rollback.objects.get().pk]  # dispatched once
 
 
 def test_viewers_cannot_roll_back_and_push_projects_need_a_webhook(client, victor, alice, project):

@@ -16,7 +16,7 @@ from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.sources import tasks
 from smrweb.tracking import queries, rollbacks, services, timeline
 from smrweb.tracking.errors import TrackingError
-from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, SourceKind, Submission, TurnKind
+from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, Rollback, SourceKind, Submission, TurnKind
 from smrweb.tracking.tasks import dispatch_rollback
 
 RECENT_TURNS = 25
@@ -67,7 +67,10 @@ def run_detail(request, slug: str, run_id: str):
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
         "can_roll_back": _can_roll_back(request.user, run.project),
         "regressions": queries.regressions(run.project, [run]),
-        "rollbacks": list(run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10]),
+        "rollbacks": (rollback_list := list(
+            run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10])),
+        # A finished run's page keeps polling while a rollback of it is in flight, to show its progress.
+        "rollback_in_flight": any(r.status in Rollback.OPEN for r in rollback_list),
         "metric_keys": keys,
         **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
     }
