@@ -219,6 +219,12 @@ CELERY_BEAT_SCHEDULE = {
         # A worker that was down should not come back to a backlog of identical checks.
         "options": {"expires": env.float("SMRWEB_STALL_CHECK_SECONDS", default=30.0)},
     },
+    # Verifications and rollbacks whose task never reached a worker (the broker was down when asked).
+    "redispatch-stale-actions": {
+        "task": "smrweb.tracking.tasks.redispatch_stale_actions",
+        "schedule": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0),
+        "options": {"expires": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0)},
+    },
 }
 
 # --- API --------------------------------------------------------------------------------------

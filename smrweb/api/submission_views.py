@@ -98,10 +98,10 @@ class SubmissionVerify(APIView):
     @extend_schema(operation_id="submission_verify", request=None, responses={202: LifecycleSerializer, **ERRORS},
                    summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        from smrweb.tracking.tasks import verify_submission
+        from smrweb.tracking import tasks
 
         sub = lifecycle.request_verification(_submission(request, slug, submission_id), by=actor_of(request))
-        verify_submission.delay_on_commit(sub.pk)
+        tasks.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
         return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
 
 
@@ -167,7 +167,7 @@ class RunRollback(APIView):
                    description="202 with a new rollback (dispatched by a worker); 200 with the rollback already "
                                "in flight for this run — a run has at most one.")
     def post(self, request, slug: str, run_id: str):
-        from smrweb.tracking.tasks import dispatch_rollback
+        from smrweb.tracking import tasks
 
         run = run_for(project_for(request, slug), run_id)
         body = RollbackIn(data=request.data)
@@ -185,7 +185,7 @@ class RunRollback(APIView):
         requested = rollbacks.request_rollback(by=actor_of(request), reason=data["reason"], submission=submission,
                                                checkpoint=checkpoint)
         if requested.created:
-            dispatch_rollback.delay_on_commit(requested.rollback.pk)
+            tasks.dispatch(tasks.dispatch_rollback, requested.rollback.pk)  # else re-queued later
         rollback = Rollback.objects.select_related("run", "target_checkpoint", "requested_by").get(
             pk=requested.rollback.pk)
         return Response(RollbackSerializer(rollback).data,

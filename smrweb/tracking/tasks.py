@@ -3,11 +3,20 @@ the sandbox is `core.sandbox`, the writes are `tracking.submissions`)."""
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from smrweb.tracking import services, submissions
-from smrweb.tracking.models import Submission, SubmissionStatus, VerificationOutcome
+from smrweb.tracking.models import Rollback, RollbackStatus, Submission, SubmissionStatus, VerificationOutcome
+
+log = logging.getLogger(__name__)
+# A verification or rollback still waiting this long after it was asked for is assumed lost in transit.
+STALE_AFTER = timedelta(seconds=120)
 
 VALIDATORS_DIR = settings.BASE_DIR / "smrweb" / "validators"
 
@@ -53,3 +62,30 @@ def dispatch_rollback(self, rollback_id: int) -> str:
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.retry_in)
     return attempt.outcome
+
+
+def dispatch(task, *args) -> bool:
+    """Queue `task` after the current transaction commits. False when the broker cannot be reached:
+    the request was recorded in the database, and `redispatch_stale_actions` queues it later."""
+    try:
+        task.delay_on_commit(*args)
+    except OperationalError as exc:
+        log.warning("could not queue %s%r: %s; it will be re-queued", task.name, args, exc)
+        return False
+    return True
+
+
+@shared_task(ignore_result=True)
+def redispatch_stale_actions() -> dict:
+    """Re-queue verifications and rollbacks that were recorded but never picked up (both tasks are
+    safe to run again: a finished one is skipped)."""
+    cutoff = timezone.now() - STALE_AFTER
+    subs = list(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff)
+                .values_list("pk", flat=True)[:100])
+    rolls = list(Rollback.objects.filter(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
+                 .values_list("pk", flat=True)[:100])
+    for pk in subs:
+        verify_submission.delay(pk)
+    for pk in rolls:
+        dispatch_rollback.delay(pk)
+    return {"verifications": subs, "rollbacks": rolls}

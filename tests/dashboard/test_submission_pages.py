@@ -126,3 +126,30 @@ def test_review_queue_page_lists_waiting_submissions_best_first(client_alice, pr
 
 def test_empty_review_queue_says_so(client_alice, project):
     assert "Nothing waiting" in client_alice.get("/projects/hill/review/").content.decode()
+
+
+def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later(client_alice, project, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from kombu.exceptions import OperationalError
+
+    from smrweb.tracking import tasks
+
+    def down(*args):
+        raise OperationalError("Error 111 connecting to redis")
+
+    monkeypatch.setattr(tasks.verify_submission, "delay_on_commit", down)
+    sub = scored(project)
+    response = client_alice.post(url(sub, "verify"), follow=True)
+    assert response.status_code == 200
+    assert "worker queue is unreachable" in response.content.decode()
+    sub.refresh_from_db()
+    assert sub.status == S.VERIFYING  # recorded: nothing is lost
+
+    queued = []
+    monkeypatch.setattr(tasks.verify_submission, "delay", queued.append)
+    assert tasks.redispatch_stale_actions()["verifications"] == []  # not stale yet
+    Submission.objects.filter(pk=sub.pk).update(updated=timezone.now() - timedelta(minutes=5))
+    tasks.redispatch_stale_actions()
+    assert queued == [sub.pk]

@@ -17,7 +17,7 @@ from smrweb.sources import tasks
 from smrweb.tracking import queries, rollbacks, services, timeline
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, Rollback, SourceKind, Submission, TurnKind
-from smrweb.tracking.tasks import dispatch_rollback
+from smrweb.tracking import tasks
 
 RECENT_TURNS = 25
 RECENT_ARTIFACTS = 10
@@ -196,9 +196,11 @@ def rollback(request, slug: str, run_id: str):
         messages.error(request, exc.message)
     else:
         if requested.created:
-            dispatch_rollback.delay_on_commit(requested.rollback.pk)
-            messages.success(request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
-                                      "a worker is dispatching it.")
+            queued = tasks.dispatch(tasks.dispatch_rollback, requested.rollback.pk)
+            (messages.success if queued else messages.warning)(
+                request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
+                + ("a worker is dispatching it." if queued else "the worker queue is unreachable right now, so it "
+                   "is dispatched as soon as the queue is back."))
         else:
             messages.warning(request, f"A rollback of this run is already in flight "
                                       f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.")

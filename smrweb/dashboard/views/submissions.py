@@ -16,7 +16,7 @@ from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import submissions
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
-from smrweb.tracking.tasks import verify_submission
+from smrweb.tracking import tasks
 
 
 class ReviewForm(forms.Form):
@@ -107,8 +107,11 @@ def submission_action(request, slug: str, submission_id: int, action: str):
     try:
         if action == "verify":
             submissions.request_verification(sub, by=request.user)
-            verify_submission.delay_on_commit(sub.pk)
-            messages.success(request, "Verification started: the validator runs on a worker.")
+            if tasks.dispatch(tasks.verify_submission, sub.pk):
+                messages.success(request, "Verification started: the validator runs on a worker.")
+            else:
+                messages.warning(request, "Verification recorded, but the worker queue is unreachable right now; "
+                                          "it starts as soon as the queue is back.")
         elif action in ("approve", "reject"):
             form = ReviewForm(request.POST)
             if not form.is_valid():
