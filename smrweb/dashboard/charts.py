@@ -67,27 +67,27 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
         bins = [b for b in tl.bins if b.kind == kind]
         if not bins:
             continue
-        x = [ms(b.start) + width_ms / 2 for b in bins]
+        x = [int(ms(b.start) + width_ms / 2) for b in bins]
+        # [bin, kind, turns, tokens in, tokens out]: the click asks for the bin's turns, the hover reads
+        # the rest; per-turn detail (actor, model, tools) is one click away instead of in every bar.
         custom = [[(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out]
                   for b in bins]
-        text = [f"turn {b.first_turn} · {b.actor}{' · ' + b.model if b.model else ''}" if b.count == 1
-                else f"{b.count} turns (#{b.first_turn}–#{b.last_turn})" for b in bins]
         data.append({"type": "bar", "name": label, "legendgroup": kind, "x": x,
                      "y": [b.tokens_in + b.tokens_out for b in bins], "width": width_ms * 0.9, "customdata": custom,
-                     "text": text, "textposition": "none", "marker": {"color": colour}, "yaxis": "y2",
-                     "hovertemplate": "%{text}<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
+                     "marker": {"color": colour}, "yaxis": "y2",
+                     "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
                                       f"<extra>{label}</extra>"})
         data.append({"type": "bar", "name": label, "legendgroup": kind, "showlegend": False, "x": x,
-                     "y": [round(float(b.cost_usd), 6) for b in bins], "width": width_ms * 0.9, "customdata": custom,
-                     "marker": {"color": colour}, "yaxis": "y3",
+                     "y": [round(float(b.cost_usd), 5) for b in bins], "width": width_ms * 0.9,
+                     "customdata": [c[:3] for c in custom], "marker": {"color": colour}, "yaxis": "y3",
                      "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>"})
     if tl.cumulative:
         xs = [ms(tl.start)] + [ms(t) for t, _, _ in tl.cumulative]
         data.append({"type": "scatter", "mode": "lines", "name": "total USD", "x": xs, "yaxis": "y4",
-                     "y": [0.0] + [round(float(total), 6) for _, total, _ in tl.cumulative],
+                     "y": [0.0] + [round(float(total), 5) for _, total, _ in tl.cumulative],
                      "line": {"color": INK, "width": 2, "shape": "hv"}, "hovertemplate": "total $%{y:.4f}<extra></extra>"})
         data.append({"type": "scatter", "mode": "lines", "name": "driver USD", "x": xs, "yaxis": "y4",
-                     "y": [0.0] + [round(float(drv), 6) for _, _, drv in tl.cumulative],
+                     "y": [0.0] + [round(float(drv), 5) for _, _, drv in tl.cumulative],
                      "line": {"color": DRIVER, "width": 1.5, "shape": "hv", "dash": "dot"},
                      "hovertemplate": "driver $%{y:.4f}<extra></extra>"})
     if budget_usd:
@@ -150,20 +150,22 @@ def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, floa
     data = []
     many = len(series) > 12
     for i, (run_id, url, points) in enumerate(series):
-        data.append({"type": "scattergl" if len(points) > 1000 else "scatter", "mode": "lines+markers",
-                     "name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
-                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
-                     "meta": {"url": url}, "showlegend": not many,
-                     "line": {"color": PALETTE[i % len(PALETTE)], "width": 1}, "marker": {"size": 4},
-                     "opacity": 0.55 if many else 0.85,
-                     "hovertemplate": f"{run_id}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}}<extra></extra>"})
+        # Only what differs per run; the shared style and hover text come from layout.template.
+        data.append({"name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
+                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points], "meta": {"url": url, "run": run_id},
+                     "line": {"color": PALETTE[i % len(PALETTE)]}})
     if frontier:
         points = frontier + [(end, frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": "project best so far",
+        data.append({"type": "scatter", "mode": "lines", "name": "project best so far", "showlegend": True,
+                     "opacity": 1,
                      "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
                      "line": {"color": BEST, "width": 3, "shape": "hv"},
                      "hovertemplate": "best %{y:.6g}<extra></extra>"})
+    run_style = {"type": "scatter", "mode": "lines+markers", "showlegend": not many, "opacity": 0.55 if many else 0.85,
+                 "line": {"width": 1}, "marker": {"size": 4},
+                 "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}}<extra></extra>"}
     layout = base_layout(320, uirevision=uirevision, hovermode="closest", showlegend=True,
+                         template={"data": {"scatter": [run_style]}},
                          xaxis=time_axis(start, end),
                          yaxis={"title": {"text": f"{metric} {'↑' if maximize else '↓'}"}, "gridcolor": GRID,
                                 "automargin": True, "zeroline": False})

@@ -168,7 +168,7 @@ class ProjectScores:
     end: datetime | None
 
 
-def project_scores(project: Project, *, max_points: int = 5000) -> ProjectScores:
+def project_scores(project: Project, *, max_points: int = 3000) -> ProjectScores:
     """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
 
     Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart

@@ -17,8 +17,8 @@ from django.utils import timezone
 from smrweb.tracking.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
 
-MAX_BINS = 600
-MAX_SCORE_POINTS = 2000
+MAX_BINS = 300  # per kind: with the score points, the timeline figure stays under 100 KB
+MAX_SCORE_POINTS = 800
 BURN_WINDOW = timedelta(minutes=30)
 
 

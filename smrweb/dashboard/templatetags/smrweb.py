@@ -342,3 +342,19 @@ def source_dot(project):
     else:
         level, text = "good", f"{name}: last sync {ago(health.last_success_at)}"
     return format_html('<span class="source-dot {}" role="img" aria-label="{}" title="{}"></span>', level, text, text)
+
+
+_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+@register.filter
+def figure_json(value, element_id: str):
+    """Like Django's `json_script`, without the spaces after separators: figures are mostly numbers,
+    and the spaces were a sixth of their bytes."""
+    import json
+
+    from django.core.serializers.json import DjangoJSONEncoder
+    from django.utils.safestring import mark_safe
+
+    data = json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).translate(_JSON_SCRIPT_ESCAPES)
+    return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(data))
