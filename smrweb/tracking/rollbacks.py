@@ -95,7 +95,7 @@ def start_attempt(rollback_id: int) -> Rollback | None:
     """Mark a dispatch attempt (requested → dispatched on the first); None if it already finished,
     so a redelivered task does not act twice."""
     with transaction.atomic():
-        rollback = (Rollback.objects.select_for_update()
+        rollback = (Rollback.objects.select_for_update(of=("self",))
                     .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
                     .get(pk=rollback_id))
         if rollback.status not in Rollback.OPEN:
@@ -114,7 +114,7 @@ def start_attempt(rollback_id: int) -> Rollback | None:
 def note_attempt(rollback_id: int, line: str) -> None:
     """Append what one attempt got back (kept for the person watching and for the audit)."""
     with transaction.atomic():
-        rollback = Rollback.objects.select_for_update().get(pk=rollback_id)
+        rollback = Rollback.objects.select_for_update(of=("self",)).get(pk=rollback_id)
         stamp = timezone.now().strftime("%H:%M:%S")
         rollback.detail = (rollback.detail + f"\n[{stamp}] {line}").strip()[-10_000:]
         rollback.save(update_fields=["detail", "updated"])
@@ -122,7 +122,7 @@ def note_attempt(rollback_id: int, line: str) -> None:
 
 def finish(rollback_id: int, *, ok: bool, detail: str) -> Rollback | None:
     with transaction.atomic():
-        rollback = Rollback.objects.select_for_update().select_related("run__project").get(pk=rollback_id)
+        rollback = Rollback.objects.select_for_update(of=("self",)).select_related("run__project").get(pk=rollback_id)
         if rollback.status not in Rollback.OPEN:
             return None
         rollback.status = R.APPLIED if ok else R.FAILED

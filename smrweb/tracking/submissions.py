@@ -75,7 +75,7 @@ def _label(user: Any) -> str:
 def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **fields: Any) -> Submission:
     """Lock, check, update, record. Returns the fresh row."""
     with transaction.atomic():
-        locked = Submission.objects.select_for_update().select_related("project__scenario", "run").get(
+        locked = Submission.objects.select_for_update(of=("self",)).select_related("project__scenario", "run").get(
             pk=submission.pk)
         if to not in TRANSITIONS[locked.status]:
             raise IllegalTransition(
@@ -199,7 +199,7 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
     scenario = submission.project.scenario
     with transaction.atomic():
         submission = _move(submission, S.RANKED, by=by, reason=note or "arena result recorded")
-        earlier = ArenaResult.objects.select_for_update().filter(submission__project=submission.project)
+        earlier = ArenaResult.objects.select_for_update(of=("self",)).filter(submission__project=submission.project)
         previous = earlier.exclude(arena_score__isnull=True).order_by("-created", "-id").first()
         scores = list(earlier.exclude(arena_score__isnull=True).values_list("arena_score", flat=True))
         best = (max(scores) if scenario.maximize else min(scores)) if scores else None
