@@ -13,11 +13,11 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core.downloads import artifact_response
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
-from smrweb.sources import tasks
+from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import queries, rollbacks, services, timeline
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, Rollback, SourceKind, Submission, TurnKind
-from smrweb.tracking import tasks
+from smrweb.tracking import tasks as loop_tasks
 
 RECENT_TURNS = 25
 RECENT_ARTIFACTS = 10
@@ -167,7 +167,7 @@ def stop_run(request, slug: str, run_id: str):
     except TrackingError as exc:
         messages.error(request, exc.message)
     else:
-        tasks.stop_run.delay_on_commit(run.pk)
+        source_tasks.stop_run.delay_on_commit(run.pk)
         messages.success(request, f"Asked the source to stop {run.external_id}.")
     return redirect(run.get_absolute_url())
 
@@ -196,7 +196,7 @@ def rollback(request, slug: str, run_id: str):
         messages.error(request, exc.message)
     else:
         if requested.created:
-            queued = tasks.dispatch(tasks.dispatch_rollback, requested.rollback.pk)
+            queued = loop_tasks.dispatch(loop_tasks.dispatch_rollback, requested.rollback.pk)
             (messages.success if queued else messages.warning)(
                 request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
                 + ("a worker is dispatching it." if queued else "the worker queue is unreachable right now, so it "
