@@ -227,4 +227,4 @@ def review_queue(project):
     """Submissions waiting for someone (to verify, to finish verifying, to review), best first."""
     order = "-score" if project.scenario.maximize else "score"
     return (Submission.objects.filter(project=project, status__in=[S.CANDIDATE, S.VERIFYING, S.VERIFIED])
-            .select_related("run", "artifact__blob", "proposed_by").order_by(order, "-ts", "-id"))
+            .select_related("run__project", "artifact__blob", "proposed_by").order_by(order, "-ts", "-id"))

@@ -153,3 +153,14 @@ def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later
     Submission.objects.filter(pk=sub.pk).update(updated=timezone.now() - timedelta(minutes=5))
     tasks.redispatch_stale_actions()
     assert queued == [sub.pk]
+
+
+def test_review_queue_queries_do_not_grow_with_the_queue(client_alice, project, django_assert_max_num_queries):
+    for i in range(3):
+        scored(project, i / 10, run=f"a{i}")
+    with django_assert_max_num_queries(12) as few:
+        client_alice.get("/projects/hill/review/")
+    for i in range(30):
+        scored(project, i / 100, run=f"b{i}")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        assert client_alice.get("/projects/hill/review/").status_code == 200
