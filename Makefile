@@ -47,6 +47,7 @@ test: install-test browser-deps
 # Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
+	$(BIN)/python bench/ingest_vs_mlflow.py
 	$(BIN)/python bench/smr_poll.py --runs 50 100 150 200 --cycles 3
 	$(BIN)/python bench/pages.py --append
 

@@ -104,7 +104,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             # write lock at BEGIN so two writers queue on the busy timeout instead of deadlocking.
             "init_command": (
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"
-                "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-64000;"
+                "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-64000; PRAGMA mmap_size=268435456;"
             ),
             "transaction_mode": "IMMEDIATE",
             "timeout": env.int("SMRWEB_SQLITE_BUSY_TIMEOUT", default=30),

@@ -1,0 +1,436 @@
+"""Metric ingest and series reads, side by side with an MLflow tracking server, on one machine.
+
+Builds its own peer environment (a virtualenv with a pinned MLflow under var/bench/mlflow-venv,
+reused by later runs) and measures, on the same data and with fresh databases every repetition:
+
+  (a) MLflow 3.x on SQLite (`mlflow server --workers 1`): `runs/log-batch`, 1,000 metrics a request,
+      one keep-alive httpx client;
+  (b) smrweb's REST API (gunicorn, 1 worker, 1 thread, SQLite in a fresh data dir):
+      `POST /api/v1/projects/P/runs/R/events`, 5,000 metric events with ids a request;
+  (c) raw SQLite: the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied
+      from the migrated database, same pragmas), `executemany`, one commit per 5,000 rows;
+  (d) reading one 100,000-point series: MLflow `metrics/get-history` (paged) vs smrweb
+      `GET …/metrics?key=K&points=1000`.
+
+Data: 100,000 points = 10 runs × 5 keys × 2,000 steps (plus one 100,000-point series for the reads,
+loaded outside the timed ingest). After each smrweb round the data is checked exactly-once (a replay
+is all duplicates, the read API counts every point once).
+
+    .venv/bin/python bench/ingest_vs_mlflow.py [--quick] [--repeat 3] [--append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from pages import command_line, machine
+
+MLFLOW_VERSION = "3.17.2"
+MLFLOW_VENV = ROOT / "var" / "bench" / "mlflow-venv"
+MLFLOW_BATCH = 1000  # log-batch accepts at most 1,000 metrics a request
+SMRWEB_BATCH = 5000  # events.MAX_EVENTS
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+
+def make_points(runs: int, keys: int, steps: int, seed: int = 7) -> dict[str, list[tuple[str, int, float, int]]]:
+    """{run: [(key, step, value, timestamp_ms)]}, in step order (as a training loop logs them)."""
+    rng = random.Random(seed)
+    t0 = int(T0.timestamp() * 1000)
+    out: dict[str, list[tuple[str, int, float, int]]] = {}
+    for r in range(runs):
+        points = []
+        for step in range(steps):
+            for k in range(keys):
+                points.append((f"metric_{k}", step, rng.random(), t0 + step * 100 + k))
+        out[f"run-{r}"] = points
+    return out
+
+
+def ms_to_iso(ms: int) -> str:
+    return (T0 + timedelta(milliseconds=ms - int(T0.timestamp() * 1000))).isoformat()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"no answer from {url} within {seconds} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --- (a) MLflow -----------------------------------------------------------------------------------
+
+
+def ensure_mlflow() -> Path:
+    """The pinned MLflow in its own virtualenv, installed once and reused."""
+    marker = MLFLOW_VENV / f".mlflow-{MLFLOW_VERSION}"
+    if not marker.exists():
+        print(f"installing mlflow=={MLFLOW_VERSION} into {MLFLOW_VENV} (once)…", file=sys.stderr, flush=True)
+        if not (MLFLOW_VENV / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(MLFLOW_VENV)], check=True)
+        subprocess.run([str(MLFLOW_VENV / "bin" / "pip"), "install", "--quiet", f"mlflow=={MLFLOW_VERSION}"], check=True)
+        marker.touch()
+    return MLFLOW_VENV / "bin" / "mlflow"
+
+
+class MlflowServer:
+    def __init__(self, workdir: Path):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        # Background job execution off: the server does nothing but answer requests.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONWARNINGS": "ignore"}
+        env.pop("MLFLOW_TRACKING_URI", None)
+        self.log = open(workdir / "mlflow-server.log", "w")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            [str(ensure_mlflow()), "server", "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+             "--default-artifact-root", (workdir / "artifacts").as_uri(), "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "1"],
+            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        wait_http(f"{self.base}/health", self.proc)
+
+    def close(self) -> None:
+        stop(self.proc)
+        self.log.close()
+
+
+def mlflow_round(data: dict, long_series: list, workdir: Path) -> dict:
+    server = MlflowServer(workdir)
+    try:
+        with httpx.Client(base_url=server.base, timeout=300) as client:
+            def api(path: str, body: dict) -> dict:
+                r = client.post(f"/api/2.0/mlflow/{path}", json=body)
+                r.raise_for_status()
+                return r.json()
+
+            exp = api("experiments/create", {"name": "bench"})["experiment_id"]
+            run_ids = {name: api("runs/create", {"experiment_id": exp, "run_name": name,
+                                                  "start_time": int(T0.timestamp() * 1000)})["run"]["info"]["run_id"]
+                       for name in [*data, "long"]}
+
+            def bodies(run: str, points: list) -> list[bytes]:
+                return [json.dumps({"run_id": run_ids[run], "metrics": [
+                    {"key": k, "value": v, "timestamp": ts, "step": step} for k, step, v, ts in points[i:i + MLFLOW_BATCH]
+                ]}).encode() for i in range(0, len(points), MLFLOW_BATCH)]
+
+            requests = [b for run, points in data.items() for b in bodies(run, points)]
+            headers = {"Content-Type": "application/json"}
+            start = time.perf_counter()
+            for body in requests:
+                client.post("/api/2.0/mlflow/runs/log-batch", content=body, headers=headers).raise_for_status()
+            ingest_s = time.perf_counter() - start
+
+            for body in bodies("long", long_series):
+                client.post("/api/2.0/mlflow/runs/log-batch", content=body, headers=headers).raise_for_status()
+            read_s, n = [], 0
+            for _ in range(3):
+                start = time.perf_counter()
+                n, token = 0, None
+                while True:
+                    params = {"run_id": run_ids["long"], "metric_key": "loss", "max_results": 25000}
+                    if token:
+                        params["page_token"] = token
+                    r = client.get("/api/2.0/mlflow/metrics/get-history", params=params)
+                    r.raise_for_status()
+                    page = r.json()
+                    n += len(page.get("metrics", []))
+                    token = page.get("next_page_token")
+                    if not token:
+                        break
+                read_s.append(time.perf_counter() - start)
+            assert n == len(long_series), (n, len(long_series))
+            total = sum(len(p) for p in data.values())
+            return {"ingest_s": ingest_s, "points_per_s": total / ingest_s, "requests": len(requests),
+                    "read_s": statistics.median(read_s), "read_points": n}
+    finally:
+        server.close()
+
+
+# --- (b) smrweb -----------------------------------------------------------------------------------
+
+
+class SmrwebServer:
+    def __init__(self, workdir: Path):
+        self.data = workdir / "smrweb-data"
+        self.data.mkdir()
+        self.env = {**os.environ, "SMRWEB_DATA_DIR": str(self.data), "DEBUG": "false"}
+        self.env.pop("DATABASE_URL", None)
+        self.manage("migrate", "--noinput")
+        self.manage("create_project", "bench")
+        self.token = self.manage("create_api_token", "bench").stdout.strip().splitlines()[-1]
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "smrweb.wsgi", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", "1", "--threads", "1", "--log-level", "warning"], cwd=ROOT, env=self.env)
+        wait_http(f"{self.base}/api/v1/health", self.proc)
+
+    def manage(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
+                              capture_output=True, text=True)
+
+    @property
+    def database(self) -> Path:
+        return self.data / "smrweb.sqlite3"
+
+    def close(self) -> None:
+        stop(self.proc)
+
+
+def smrweb_bodies(points: list) -> list[bytes]:
+    return [json.dumps([
+        {"id": f"{k}:{step}", "type": "metric", "key": k, "value": v, "step": step, "ts": ms_to_iso(ts)}
+        for k, step, v, ts in points[i:i + SMRWEB_BATCH]
+    ]).encode() for i in range(0, len(points), SMRWEB_BATCH)]
+
+
+def smrweb_round(data: dict, long_series: list, workdir: Path) -> tuple[dict, Path]:
+    server = SmrwebServer(workdir)
+    try:
+        with httpx.Client(base_url=server.base, timeout=300,
+                          headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}) as client:
+            url = "/api/v1/projects/bench/runs/{}/events"
+            requests = [(run, body) for run, points in data.items() for body in smrweb_bodies(points)]
+            accepted = 0
+            start = time.perf_counter()
+            for run, body in requests:
+                r = client.post(url.format(run), content=body)
+                r.raise_for_status()
+                accepted += r.json()["accepted"]
+            ingest_s = time.perf_counter() - start
+            total = sum(len(p) for p in data.values())
+            assert accepted == total, (accepted, total)
+
+            # Exactly once: a replay of a batch is all duplicates; the read API counts every point once.
+            run, body = requests[0]
+            again = client.post(url.format(run), content=body).json()
+            assert again["accepted"] == 0 and again["duplicates"] == body.count(b'"type": "metric"'), again
+            for run, points in data.items():
+                key = points[0][0]
+                got = client.get(f"/api/v1/projects/bench/runs/{run}/metrics", params={"key": key, "points": 10}).json()
+                assert got["total_points"] == sum(1 for p in points if p[0] == key), got
+
+            for body in smrweb_bodies(long_series):
+                client.post(url.format("long"), content=body).raise_for_status()
+            read_s = []
+            for _ in range(3):
+                start = time.perf_counter()
+                r = client.get("/api/v1/projects/bench/runs/long/metrics", params={"key": "loss", "points": 1000})
+                r.raise_for_status()
+                read_s.append(time.perf_counter() - start)
+            got = r.json()
+            assert got["total_points"] == len(long_series) and len(got["points"]) <= 1000, got["total_points"]
+            return ({"ingest_s": ingest_s, "points_per_s": total / ingest_s, "requests": len(requests),
+                     "read_s": statistics.median(read_s), "read_points": len(got["points"])}, server.database)
+    finally:
+        server.close()
+
+
+# --- (c) raw SQLite -------------------------------------------------------------------------------
+
+
+PRAGMAS = ("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+           "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-64000; PRAGMA mmap_size=268435456;")
+
+
+def raw_round(data: dict, migrated: Path, workdir: Path) -> dict:
+    """The same rows into a copy of smrweb's metric table (same CREATE TABLE / INDEX statements)."""
+    src = sqlite3.connect(migrated)
+    ddl = [sql for (sql,) in src.execute(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'tracking_metricpoint' AND sql IS NOT NULL "
+        "ORDER BY type = 'index'")]
+    src.close()
+    db = sqlite3.connect(workdir / "raw.sqlite3", isolation_level=None)
+    db.executescript(PRAGMAS)
+    db.execute('CREATE TABLE "tracking_run" ("id" integer NOT NULL PRIMARY KEY AUTOINCREMENT)')  # the FK target
+    for sql in ddl:
+        db.execute(sql)
+    run_ids = {}
+    for name in data:
+        run_ids[name] = db.execute('INSERT INTO "tracking_run" DEFAULT VALUES').lastrowid
+    rows = [(run_ids[run], k, step, v, (T0 + timedelta(milliseconds=ts - int(T0.timestamp() * 1000)))
+             .replace(tzinfo=None).isoformat(" "), f"{k}:{step}")
+            for run, points in data.items() for k, step, v, ts in points]
+    sql = ('INSERT INTO "tracking_metricpoint" ("run_id", "key", "step", "value", "ts", "event_id") '
+           "VALUES (?, ?, ?, ?, ?, ?)")
+    start = time.perf_counter()
+    for i in range(0, len(rows), SMRWEB_BATCH):
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(sql, rows[i:i + SMRWEB_BATCH])
+        db.execute("COMMIT")
+    ingest_s = time.perf_counter() - start
+    assert db.execute('SELECT count(*) FROM "tracking_metricpoint"').fetchone()[0] == len(rows)
+    db.close()
+    return {"ingest_s": ingest_s, "points_per_s": len(rows) / ingest_s, "ddl": ddl}
+
+
+def cpu_snapshot() -> tuple[float, float, float] | None:
+    """(wall clock, CPU seconds the machine was busy, CPU seconds this process and its finished children
+    — the servers and clients measured — used), or None."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    t = os.times()
+    return time.monotonic(), (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_busy(before, after) -> str:
+    if not before or not after:
+        return "unknown"
+    wall = after[0] - before[0]
+    others = (after[1] - before[1]) - (after[2] - before[2])
+    return f"{max(0.0, others) / (wall * (os.cpu_count() or 1)):.0%} of the CPUs"
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    lo, mid, hi = min(values), statistics.median(values), max(values)
+    return f"{fmt.format(lo)} / **{fmt.format(mid)}** / {fmt.format(hi)}"
+
+
+def table(rounds: list[dict]) -> list[str]:
+    ml = [r["mlflow"]["points_per_s"] for r in rounds]
+    sw = [r["smrweb"]["points_per_s"] for r in rounds]
+    raw = [r["raw"]["points_per_s"] for r in rounds]
+    ml_read = [r["mlflow"]["read_s"] * 1000 for r in rounds]
+    sw_read = [r["smrweb"]["read_s"] * 1000 for r in rounds]
+    vs_ml = [r["smrweb"]["points_per_s"] / r["mlflow"]["points_per_s"] for r in rounds]
+    vs_raw = [r["smrweb"]["points_per_s"] / r["raw"]["points_per_s"] for r in rounds]
+    read_x = [r["mlflow"]["read_s"] / r["smrweb"]["read_s"] for r in rounds]
+    return [
+        "| measurement | min / **median** / max |",
+        "| --- | --- |",
+        f"| (a) MLflow `log-batch`, {MLFLOW_BATCH:,} metrics a request — points/s | {spread(ml)} |",
+        f"| (b) smrweb `POST …/events`, {SMRWEB_BATCH:,} metric events a request — points/s | {spread(sw)} |",
+        f"| (c) raw SQLite `executemany`, commit per {SMRWEB_BATCH:,} rows — points/s | {spread(raw)} |",
+        f"| **smrweb / MLflow** ingest (target ≥ 5×) | {spread(vs_ml, '{:.2f}×')} |",
+        f"| **smrweb / raw SQLite** (target ≥ 40 %) | {spread([x * 100 for x in vs_raw], '{:.0f} %')} |",
+        f"| (d) MLflow `get-history`, all {rounds[0]['mlflow']['read_points']:,} points (paged) — ms | {spread(ml_read, '{:,.1f}')} |",
+        f"| (d) smrweb `…/metrics?points=1000` ({rounds[0]['smrweb']['read_points']:,} points) — ms | {spread(sw_read, '{:,.1f}')} |",
+        f"| **read speedup** (MLflow time / smrweb time) | {spread(read_x, '{:.1f}×')} |",
+    ]
+
+
+def mlflow_version() -> str:
+    out = subprocess.run([str(MLFLOW_VENV / "bin" / "python"), "-c", "import mlflow; print(mlflow.__version__)"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or MLFLOW_VERSION
+
+
+def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
+    lines = [
+        f"## Metric ingest vs MLflow ({date.today().isoformat()})",
+        "",
+        (f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} busy "
+         "while measuring."),
+        (f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points = "
+         f"{args.runs} runs × {args.keys} keys × {args.steps:,} steps, the same data for every system. "
+         f"(a) MLflow {mlflow_version()} (`mlflow server --backend-store-uri sqlite:/// --workers 1`, background "
+         f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) smrweb through gunicorn "
+         f"(1 worker, 1 thread) on SQLite in a fresh data dir, {SMRWEB_BATCH:,} metric events with ids a "
+         "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts each "
+         "point once); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
+         "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
+         f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive httpx "
+         f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, loaded "
+         "outside the timed ingest, read 3 times per repetition (median): MLflow `metrics/get-history` paged "
+         "by 25,000 (it does not downsample) vs smrweb `…/metrics?key=K&points=1000`."),
+        "",
+        *table(rounds),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--long", type=int, default=100_000, help="points of the series read in (d)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="20,000 points, 20,000-point read, 1 repetition")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    parser.add_argument("--append", action="store_true", help="append a dated section to docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.long, args.repeat = 400, 20_000, 1
+
+    ensure_mlflow()
+    data = make_points(args.runs, args.keys, args.steps)
+    rng = random.Random(11)
+    t0 = int(T0.timestamp() * 1000)
+    long_series = [("loss", step, rng.random(), t0 + step) for step in range(args.long)]
+    n = sum(len(p) for p in data.values())
+
+    rounds = []
+    cpu0 = cpu_snapshot()
+    for i in range(args.repeat):
+        workdir = Path(tempfile.mkdtemp(prefix="smrweb-vs-mlflow-"))
+        try:
+            ml = mlflow_round(data, long_series, workdir)
+            sw, migrated = smrweb_round(data, long_series, workdir)
+            raw = raw_round(data, migrated, workdir)
+        finally:
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+        rounds.append({"mlflow": ml, "smrweb": sw, "raw": {k: v for k, v in raw.items() if k != "ddl"}})
+        print(f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
+              f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
+              file=sys.stderr, flush=True)
+    noise = others_busy(cpu0, cpu_snapshot())
+    text = section(args, rounds, noise, n, args.long)
+    print(text)
+    if args.append:
+        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
+            f.write("\n" + text)
+        print("appended to docs/benchmarks.md", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
