@@ -41,7 +41,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pages import command_line, machine
+from pages import command_line, cpu_snapshot, machine, others_busy
 
 MLFLOW_VERSION = "3.17.2"
 MLFLOW_VENV = ROOT / "var" / "bench" / "mlflow-venv"
@@ -306,26 +306,6 @@ def raw_round(data: dict, migrated: Path, workdir: Path) -> dict:
     return {"ingest_s": ingest_s, "points_per_s": len(rows) / ingest_s, "ddl": ddl}
 
 
-def cpu_snapshot() -> tuple[float, float, float] | None:
-    """(wall clock, CPU seconds the machine was busy, CPU seconds this process and its finished children
-    — the servers and clients measured — used), or None."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    t = os.times()
-    return time.monotonic(), (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
-
-
-def others_busy(before, after) -> str:
-    if not before or not after:
-        return "unknown"
-    wall = after[0] - before[0]
-    others = (after[1] - before[1]) - (after[2] - before[2])
-    return f"{max(0.0, others) / (wall * (os.cpu_count() or 1)):.0%} of the CPUs"
-
-
 # --- report ---------------------------------------------------------------------------------------
 
 
@@ -409,7 +389,7 @@ def main() -> None:
     n = sum(len(p) for p in data.values())
 
     rounds = []
-    cpu0 = cpu_snapshot()
+    cpu0 = cpu_snapshot(children=True)
     for i in range(args.repeat):
         workdir = Path(tempfile.mkdtemp(prefix="smrweb-vs-mlflow-"))
         try:
@@ -423,7 +403,7 @@ def main() -> None:
         print(f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
               f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
               file=sys.stderr, flush=True)
-    noise = others_busy(cpu0, cpu_snapshot())
+    noise = others_busy(cpu0, cpu_snapshot(children=True))
     text = section(args, rounds, noise, n, args.long)
     print(text)
     if args.append:

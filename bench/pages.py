@@ -855,15 +855,17 @@ def machine(db_version: str) -> str:
             f"Python {platform.python_version()}, Django {django.get_version()}, {db_version}")
 
 
-def cpu_snapshot() -> tuple[float, float, float] | None:
-    """(wall clock, CPU seconds the whole machine was busy, CPU seconds this process used), or None."""
+def cpu_snapshot(*, children: bool = False) -> tuple[float, float, float] | None:
+    """(wall clock, CPU seconds the whole machine was busy, CPU seconds this process used — with its
+    finished children when `children`, e.g. servers started for the measurement), or None."""
     try:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     own = os.times()
-    return time.monotonic(), (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), own.user + own.system
+    mine = own.user + own.system + (own.children_user + own.children_system if children else 0)
+    return time.monotonic(), (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), mine
 
 
 def others_busy(before, after) -> str:

@@ -243,3 +243,19 @@ def pytest_collection_modifyitems(config, items):
     # Browser tests last: Playwright leaves an event loop on the main thread, and Django's
     # async-safety guard would otherwise refuse database calls in the tests that follow.
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture
+def start_sim():
+    """start_sim(**options): an SMR simulator (`start_simulator`) that is stopped after the test."""
+    from smrweb.simulator.server import start_simulator
+
+    started = []
+
+    def _start(**options):
+        started.append(start_simulator(**options))
+        return started[-1]
+
+    yield _start
+    for sim in started:
+        sim.stop()

@@ -17,12 +17,8 @@ API_KEY, SMR_PROJECT = "action-key", "smr-actions"
 
 
 @pytest.fixture
-def simulator():
-    from smrweb.simulator.server import start_simulator
-
-    sim = start_simulator(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=4, tick=0.1, seed=5, warmup=25)
-    yield sim
-    sim.stop()
+def simulator(start_sim):
+    return start_sim(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=4, tick=0.1, seed=5, warmup=25)
 
 
 @pytest.fixture

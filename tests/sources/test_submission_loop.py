@@ -217,12 +217,8 @@ API_KEY, SMR_PROJECT = "rollback-key", "smr-rollback"
 
 
 @pytest.fixture
-def simulator():
-    from smrweb.simulator.server import start_simulator
-
-    sim = start_simulator(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=3, tick=0.1, seed=11, warmup=80)
-    yield sim
-    sim.stop()
+def simulator(start_sim):
+    return start_sim(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=3, tick=0.1, seed=11, warmup=80)
 
 
 def test_rolling_back_an_smr_run_restores_the_checkpoint_in_the_backend(client, alice, bob, simulator, celery_worker):
