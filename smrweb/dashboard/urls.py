@@ -1,6 +1,16 @@
 from django.urls import path
 
-from smrweb.dashboard.views import compare, knowledge, links, projects, runs, scenarios, settings, submissions, tokens
+from smrweb.dashboard.views import (
+    compare,
+    knowledge,
+    links,
+    projects,
+    runs,
+    scenarios,
+    settings,
+    submissions,
+    tokens,
+)
 
 app_name = "dashboard"
 

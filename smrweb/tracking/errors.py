@@ -62,3 +62,10 @@ class InvalidInput(TrackingError):
 
     def as_dict(self) -> dict:
         return {**super().as_dict(), "errors": [{"index": None, "field": self.field, "message": self.message}]}
+
+
+class NotAllowed(TrackingError):
+    """The actor lacks the project role an action needs (API tokens have no role)."""
+
+    status = 403
+    code = "not_allowed"

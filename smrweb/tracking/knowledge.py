@@ -22,7 +22,7 @@ from django.db.models import F, Max, Min, OuterRef, Subquery, Window
 from django.db.models.expressions import RowRange
 from django.db.models.functions import Coalesce
 
-from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     ArenaResult,
     KnowledgeEntry,
@@ -34,7 +34,6 @@ from smrweb.tracking.models import (
     SubmissionTransition,
 )
 from smrweb.tracking.services import SHA256_RE, record_audit
-from smrweb.tracking.submissions import NotAllowed
 
 TITLE_MAX = KnowledgeEntry._meta.get_field("title").max_length  # 300
 BODY_MAX = 20_000  # a page of prose; the carry-forward block shortens each item further

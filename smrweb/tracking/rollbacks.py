@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     Checkpoint,
     Role,
@@ -38,11 +38,6 @@ R = RollbackStatus
 class RollbackRefused(TrackingError):
     status = 409
     code = "rollback_refused"
-
-
-class RollbackNotAllowed(TrackingError):
-    status = 403
-    code = "not_allowed"
 
 
 @dataclass(frozen=True)
@@ -67,7 +62,7 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     run = (submission or checkpoint).run
     project = run.project
     if not project.allows(by, Role.REVIEWER):
-        raise RollbackNotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
+        raise NotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
         raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
                               f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")

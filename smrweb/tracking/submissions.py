@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     ArenaResult,
     KnowledgeEntry,
@@ -61,11 +61,6 @@ NEXT_STEP = {
 class IllegalTransition(TrackingError):
     status = 409
     code = "illegal_transition"
-
-
-class NotAllowed(TrackingError):
-    status = 403
-    code = "not_allowed"
 
 
 def _label(user: Any) -> str:

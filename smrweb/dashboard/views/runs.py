@@ -15,9 +15,18 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import queries, rollbacks, services, timeline
-from smrweb.tracking.errors import TrackingError
-from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Role, Rollback, SourceKind, Submission, TurnKind
 from smrweb.tracking import tasks as loop_tasks
+from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.models import (
+    AgentTurn,
+    Artifact,
+    Checkpoint,
+    Role,
+    Rollback,
+    SourceKind,
+    Submission,
+    TurnKind,
+)
 
 RECENT_TURNS = 25
 RECENT_ARTIFACTS = 10

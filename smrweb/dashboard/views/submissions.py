@@ -13,10 +13,9 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
-from smrweb.tracking import submissions
+from smrweb.tracking import submissions, tasks
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
-from smrweb.tracking import tasks
 
 
 class ReviewForm(forms.Form):
