@@ -44,6 +44,10 @@ browser-deps:
 test: install-test browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# A longer schemathesis run against the OpenAPI schema than the bounded one inside `make test`.
+fuzz: install-test
+	SMRWEB_FUZZ_EXAMPLES=$${SMRWEB_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/api/test_schema_fuzz.py $(PYTEST_ARGS)
+
 # Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
