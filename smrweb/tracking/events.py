@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from smrweb.tracking.errors import EventError, InvalidEvents
@@ -151,8 +153,100 @@ _CONTAINER_FIELDS = {
 _batch = TypeAdapter(Annotated[list[Event], Field(max_length=MAX_EVENTS)])
 
 
+_Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class _PlainMetricIn(msgspec.Struct, forbid_unknown_fields=True):
+    """What msgspec decodes: the MetricEvent fields with the same bounds, an id required."""
+
+    type: Literal["metric"]
+    id: _Text
+    key: _Text
+    value: float
+    step: Annotated[int, msgspec.Meta(ge=0, le=2**62)] = 0
+    ts: str | None = None
+
+
+class PlainMetric(msgspec.Struct):
+    """A metric event of the common shape (client id, finite value, plain RFC 3339 or no timestamp),
+    decoded by msgspec: several times cheaper than the pydantic union, which still defines the
+    contract. Duck-types `MetricEvent` for `services.ingest_events`; `naive_utc` is the timestamp
+    as naive UTC text in Django's storage form ("YYYY-MM-DD HH:MM:SS[.ffffff]") when the client
+    sent it in UTC, so SQLite needs no per-row formatting."""
+
+    type: str
+    id: str
+    key: str
+    value: float
+    step: int
+    ts: datetime | None
+    naive_utc: str | None
+
+    def idempotency_key(self) -> str:
+        return self.id
+
+
+_plain_metrics = msgspec.json.Decoder(list[_PlainMetricIn])
+# The timestamp forms pydantic reads to exactly the value `datetime.fromisoformat` gives; others
+# (week dates, basic format, over 6 fraction digits, …) take the pydantic path.
+_PLAIN_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})?", re.ASCII)
+
+
+def _parse_plain_metrics(body: bytes | str) -> list[PlainMetric] | None:
+    """The batch as PlainMetrics when every event is a plain metric that the contract accepts; None
+    when anything is off (the pydantic path then accepts it or reports every error). It must never
+    accept what pydantic refuses or read a value differently: tests/tracking/test_plain_metrics.py
+    checks both against generated batches."""
+    if b"\\u0000" in (body if isinstance(body, bytes) else body.encode()):
+        return None
+    try:
+        decoded = _plain_metrics.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if len(decoded) > MAX_EVENTS:
+        return None
+    match, fromiso = _PLAIN_TS.fullmatch, datetime.fromisoformat
+    events: list[PlainMetric] = []
+    append = events.append
+    for raw in decoded:
+        text = raw.ts
+        if text is None:
+            ts = naive_utc = None
+        else:
+            form = match(text)
+            if form is None:
+                return None
+            try:
+                ts = fromiso(text)
+            except ValueError:  # 2026-02-30 and the like: pydantic words the error
+                return None
+            if not 1971 <= ts.year <= 9997:  # the contract's bounds, checked by _Event._aware
+                return None
+            zone = ts.tzinfo
+            if zone is None or zone is UTC:  # naive (taken as UTC), "Z", "+00:00" or "-00:00"
+                if zone is None:
+                    ts = ts.replace(tzinfo=UTC)
+                naive_utc = text[:10] + " " + text[11:19]
+                if ts.microsecond:
+                    naive_utc += "." + form.group(1).ljust(6, "0")
+            else:
+                ts, naive_utc = ts.astimezone(UTC), None
+        if not math.isfinite(raw.value):
+            return None
+        append(PlainMetric("metric", raw.id, raw.key, raw.value, raw.step, ts, naive_utc))
+    return events
+
+
 def parse_events(body: bytes | str) -> list[_Event]:
     """Validate a JSON batch; raise InvalidEvents listing every offending event index and field."""
+    plain = _parse_plain_metrics(body)
+    if plain is not None:
+        return plain  # type: ignore[return-value]  # duck-typed MetricEvents
+    return _parse_contract(body)
+
+
+def _parse_contract(body: bytes | str) -> list[_Event]:
+    """The contract itself: every event type, every error with its index and field."""
     try:
         events = _batch.validate_json(body)
     except ValidationError as exc:

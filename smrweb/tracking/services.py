@@ -295,6 +295,9 @@ _EVENT_MODELS = {
 }
 
 
+_METRIC_TYPES = (ev.MetricEvent, ev.PlainMetric)
+
+
 def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._Event]) -> IngestResult:
     """Apply a validated batch to one run: all of it or nothing, replays counted as duplicates.
 
@@ -310,11 +313,11 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
     now = timezone.now()
     # Metrics are the high-volume type: they skip the key lookup of `_new_events` and go straight to
     # one INSERT … ON CONFLICT DO NOTHING, whose row count says how many were new.
-    metrics: list[ev.MetricEvent] = []
+    metrics: list[ev.MetricEvent | ev.PlainMetric] = []
     others: list[ev._Event] = []
     first_seen: datetime | None = None
     for event in events:
-        (metrics if type(event) is ev.MetricEvent else others).append(event)
+        (metrics if type(event) in _METRIC_TYPES else others).append(event)
         ts = event.ts
         if ts is not None and (first_seen is None or ts < first_seen):
             first_seen = ts
@@ -413,7 +416,7 @@ def _metric_insert_sql_pg() -> str:
             f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING")
 
 
-def _insert_metrics(run: Run, events: list[ev.MetricEvent], now: datetime) -> int:
+def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
     """Insert the batch's metric points; return how many were new (the rest are duplicates).
 
     One prepared INSERT … ON CONFLICT DO NOTHING run with executemany: no model instances, no
@@ -432,6 +435,8 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent], now: datetime) -> in
         ts = e.ts
         if ts is None:
             stamp = now_db
+        elif naive_utc and (text := getattr(e, "naive_utc", None)) is not None:
+            stamp = text  # a PlainMetric sent in UTC: already in the stored form
         elif naive_utc and ts.tzinfo is UTC:
             stamp = str(ts)[:-6]  # == str(ts.replace(tzinfo=None)): drop "+00:00"
         else:
