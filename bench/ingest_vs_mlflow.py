@@ -7,6 +7,8 @@ reused by later runs) and measures, on the same data and with fresh databases ev
       one keep-alive httpx client;
   (b) smrweb's REST API (gunicorn, 1 worker, 1 thread, SQLite in a fresh data dir):
       `POST /api/v1/projects/P/runs/R/events`, 5,000 metric events with ids a request;
+  (b') the same on PostgreSQL (scripts/local-postgres.sh installs and starts a local cluster;
+      a fresh database per repetition; --no-pg skips it);
   (c) raw SQLite: the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied
       from the migrated database, same pragmas), `executemany`, one commit per 5,000 rows;
   (d) reading one 100,000-point series: MLflow `metrics/get-history` (paged) vs smrweb
@@ -192,11 +194,13 @@ def mlflow_round(data: dict, long_series: list, workdir: Path) -> dict:
 
 
 class SmrwebServer:
-    def __init__(self, workdir: Path):
-        self.data = workdir / "smrweb-data"
+    def __init__(self, workdir: Path, database_url: str | None = None):
+        self.data = workdir / ("smrweb-data-pg" if database_url else "smrweb-data")
         self.data.mkdir()
         self.env = {**os.environ, "SMRWEB_DATA_DIR": str(self.data), "DEBUG": "false"}
         self.env.pop("DATABASE_URL", None)
+        if database_url:
+            self.env["DATABASE_URL"] = database_url
         self.manage("migrate", "--noinput")
         self.manage("create_project", "bench")
         self.token = self.manage("create_api_token", "bench").stdout.strip().splitlines()[-1]
@@ -226,8 +230,8 @@ def smrweb_bodies(points: list) -> list[bytes]:
     ]).encode() for i in range(0, len(points), SMRWEB_BATCH)]
 
 
-def smrweb_round(data: dict, long_series: list, workdir: Path) -> tuple[dict, Path]:
-    server = SmrwebServer(workdir)
+def smrweb_round(data: dict, long_series: list, workdir: Path, database_url: str | None = None) -> tuple[dict, Path]:
+    server = SmrwebServer(workdir, database_url)
     try:
         with httpx.Client(base_url=server.base, timeout=300,
                           headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}) as client:
@@ -266,6 +270,35 @@ def smrweb_round(data: dict, long_series: list, workdir: Path) -> tuple[dict, Pa
                      "read_s": statistics.median(read_s), "read_points": len(got["points"])}, server.database)
     finally:
         server.close()
+
+
+# --- (b') smrweb on PostgreSQL --------------------------------------------------------------------
+
+
+def local_postgres() -> str | None:
+    """The URL of a local PostgreSQL (scripts/local-postgres.sh installs and starts one), or None."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "local-postgres.sh")], capture_output=True, text=True)
+    if out.returncode:
+        print(f"PostgreSQL not available, its column is skipped: {out.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return out.stdout.strip().splitlines()[-1]
+
+
+def pg_round(data: dict, long_series: list, workdir: Path, base_url: str) -> dict:
+    """smrweb's ingest on a fresh PostgreSQL database (created and dropped around the round)."""
+    import psycopg
+
+    name = f"smrweb_bench_{os.getpid()}"
+    admin = base_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        result, _ = smrweb_round(data, long_series, workdir, database_url=base_url.rsplit("/", 1)[0] + "/" + name)
+        return result
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # --- (c) raw SQLite -------------------------------------------------------------------------------
@@ -323,11 +356,17 @@ def table(rounds: list[dict]) -> list[str]:
     vs_ml = [r["smrweb"]["points_per_s"] / r["mlflow"]["points_per_s"] for r in rounds]
     vs_raw = [r["smrweb"]["points_per_s"] / r["raw"]["points_per_s"] for r in rounds]
     read_x = [r["mlflow"]["read_s"] / r["smrweb"]["read_s"] for r in rounds]
+    pg = [r["pg"]["points_per_s"] for r in rounds if r.get("pg")]
+    pg_rows = [
+        f"| (b') smrweb on PostgreSQL, same requests — points/s | {spread(pg)} |",
+        f"| **smrweb on PostgreSQL / MLflow** | {spread([r['pg']['points_per_s'] / r['mlflow']['points_per_s'] for r in rounds if r.get('pg')], '{:.2f}×')} |",
+    ] if pg else ["| (b') smrweb on PostgreSQL | not measured: no local PostgreSQL (see stderr) |"]
     return [
         "| measurement | min / **median** / max |",
         "| --- | --- |",
         f"| (a) MLflow `log-batch`, {MLFLOW_BATCH:,} metrics a request — points/s | {spread(ml)} |",
         f"| (b) smrweb `POST …/events`, {SMRWEB_BATCH:,} metric events a request — points/s | {spread(sw)} |",
+        *pg_rows,
         f"| (c) raw SQLite `executemany`, commit per {SMRWEB_BATCH:,} rows — points/s | {spread(raw)} |",
         f"| **smrweb / MLflow** ingest (target ≥ 5×) | {spread(vs_ml, '{:.2f}×')} |",
         f"| **smrweb / raw SQLite** (target ≥ 40 %) | {spread([x * 100 for x in vs_raw], '{:.0f} %')} |",
@@ -355,7 +394,8 @@ def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
          f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) smrweb through gunicorn "
          f"(1 worker, 1 thread) on SQLite in a fresh data dir, {SMRWEB_BATCH:,} metric events with ids a "
          "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts each "
-         "point once); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
+         "point once); (b') the same requests to smrweb on PostgreSQL (the local cluster of "
+         "`scripts/local-postgres.sh`, a fresh database every repetition); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
          "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
          f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive httpx "
          f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, loaded "
@@ -377,11 +417,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20,000 points, 20,000-point read, 1 repetition")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
     parser.add_argument("--append", action="store_true", help="append a dated section to docs/benchmarks.md")
+    parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL column")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.long, args.repeat = 400, 20_000, 1
 
     ensure_mlflow()
+    postgres = None if args.no_pg else local_postgres()
     data = make_points(args.runs, args.keys, args.steps)
     rng = random.Random(11)
     t0 = int(T0.timestamp() * 1000)
@@ -396,11 +438,13 @@ def main() -> None:
             ml = mlflow_round(data, long_series, workdir)
             sw, migrated = smrweb_round(data, long_series, workdir)
             raw = raw_round(data, migrated, workdir)
+            pg = pg_round(data, long_series, workdir, postgres) if postgres else None
         finally:
             if not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
-        rounds.append({"mlflow": ml, "smrweb": sw, "raw": {k: v for k, v in raw.items() if k != "ddl"}})
+        rounds.append({"mlflow": ml, "smrweb": sw, "raw": {k: v for k, v in raw.items() if k != "ddl"}, "pg": pg})
         print(f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
+              + (f"smrweb-pg {pg['points_per_s']:,.0f}/s, " if pg else "") +
               f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
               file=sys.stderr, flush=True)
     noise = others_busy(cpu0, cpu_snapshot(children=True))

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import IO, Any
 
+import msgspec
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import storages
@@ -411,22 +412,24 @@ def _metric_insert_sql_pg() -> str:
     q = connection.ops.quote_name
     columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
     return (f"INSERT INTO {q(MetricPoint._meta.db_table)} ({columns}) "
-            "SELECT r, k, s, v, t, e FROM unnest(%s::bigint[], %s::varchar[], %s::bigint[], %s::float8[], "
-            "%s::timestamptz[], %s::varchar[]) WITH ORDINALITY AS u(r, k, s, v, t, e, n) ORDER BY n "
+            "SELECT %s, r->>0, (r->>1)::bigint, (r->>2)::float8, (r->>3)::timestamptz, r->>4 "
+            "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS u(r, n) ORDER BY n "
             f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING")
 
 
 def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
     """Insert the batch's metric points; return how many were new (the rest are duplicates).
 
-    One prepared INSERT … ON CONFLICT DO NOTHING run with executemany: no model instances, no
-    per-event lookup, the arrival time adapted once. Call inside the batch's transaction, with the
-    run row locked; the database's row count is the number of new points.
+    One INSERT … ON CONFLICT DO NOTHING for the batch: no model instances, no per-event lookup, the
+    arrival time adapted once. Call inside the batch's transaction, with the run row locked; the
+    database's row count is the number of new points, and the first of two rows with one key wins.
     """
+    if connection.vendor == "postgresql":
+        return _insert_metrics_pg(run, events, now)
     adapt = connection.ops.adapt_datetimefield_value
     # SQLite stores a UTC datetime as its naive str(); the validator already converted every ts to
     # UTC, so skip Django's per-value make_naive for those (anything else goes through Django).
-    naive_utc = connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC"
+    naive_utc = settings.USE_TZ and connection.timezone_name == "UTC"
     now_db = adapt(now)
     run_id = run.pk
     rows = []
@@ -443,22 +446,24 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now
             stamp = adapt(ts)
         append((run_id, e.key, e.step, e.value, stamp, e.id if e.id is not None else e.idempotency_key()))
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One statement, one round trip: six arrays unnested in batch order (the first of two
-            # rows with one key wins, as on SQLite); executemany, even pipelined, was ~2x slower.
-            # Server-side binding (not Django's client-side cursor): the arrays go over as binary
-            # parameters, dumped by psycopg's C adapters instead of quoted into the SQL text.
-            import psycopg
-
-            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
-                raw.execute(_metric_insert_sql_pg(), [list(column) for column in zip(*rows)], binary=True)
-                inserted = raw.rowcount
-        else:
-            cursor.executemany(_metric_insert_sql(), rows)
-            inserted = cursor.rowcount
+        cursor.executemany(_metric_insert_sql(), rows)
+        inserted = cursor.rowcount
     if inserted < 0:  # every supported driver reports it; never guess the duplicate count
         raise RuntimeError("The database driver did not report how many metric points were inserted.")
     return inserted
+
+
+_encode_json = msgspec.json.Encoder().encode
+
+
+def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
+    """PostgreSQL: the batch goes over as one JSON array of rows that the server unpacks in order.
+    msgspec encodes it in C (floats in shortest round-trip form, timestamps as RFC 3339), where
+    psycopg's array dumpers spent ~7 µs a value in Python; executemany, even pipelined, was slower."""
+    rows = [(e.key, e.step, e.value, e.ts or now, e.id if e.id is not None else e.idempotency_key()) for e in events]
+    with connection.cursor() as cursor:
+        cursor.execute(_metric_insert_sql_pg(), [run.pk, _encode_json(rows).decode()])
+        return cursor.rowcount
 
 
 def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> None:

@@ -124,3 +124,20 @@ def test_timestamp_bounds_are_exact_at_both_ends(ts, ok):
     else:
         with pytest.raises(ev.InvalidEvents):
             ev.parse_events(body)
+
+
+def test_values_and_instants_are_stored_exactly_on_either_backend(project):
+    """Extreme doubles, the largest step, keys with quotes and backslashes, and microsecond instants
+    in several offsets come back bit for bit (PostgreSQL receives the batch as JSON text)."""
+    values = [5e-324, 1.7976931348623157e308, -2.2250738585072014e-308, 0.1 + 0.2, 1 / 3, 123456789.123456789]
+    stamps = ["2026-01-01T00:00:00.000001Z", "2026-06-30T23:59:59.999999+05:45", "1971-01-01T00:00:00-11:00",
+              "2026-01-01 12:00:00", "2026-03-04T05:06:07.5Z", "9997-12-31T23:59:59Z"]
+    keys = ['quote"d', "back\\slash", "é ünïcode", "tab\tkey", "{brace}", "[1,2]"]
+    batch = [{"type": "metric", "id": f"x{i}", "key": keys[i], "value": v, "step": 2**62 - i, "ts": stamps[i]}
+             for i, v in enumerate(values)]
+    assert ingest(project, "r1", *batch).accepted == len(batch)
+    expected = ev._parse_contract(json.dumps(batch))  # the contract's own reading of the batch
+    stored = {p.event_id: p for p in MetricPoint.objects.filter(run__external_id="r1")}
+    for event in expected:
+        point = stored[event.id]
+        assert (point.key, point.step, point.value, point.ts) == (event.key, event.step, event.value, event.ts)
