@@ -1,0 +1,199 @@
+"""Every list page and polled or clicked partial makes the same number of queries with a little data
+and with ten times more (runs, turns, points, entries, tokens…), and an unchanged poll (204) stays
+within a couple of queries: a later change cannot bring back N+1 queries unnoticed.
+
+Counts, not times: each row measures a small world, grows it, and measures again."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from smrweb.tracking import knowledge, services, submissions
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import AgentTurn, Submission
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+HX = {"HX-Request": "true"}
+
+
+def push(project, run_id: str, *events: dict) -> None:
+    services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def grow_run(project, run_id: str, n: int, start: int = 0) -> None:
+    """n turns (driver and nested children, with tool calls), n/10 scores, n metric points, messages."""
+    events: list[dict] = []
+    for i in range(start, start + n):
+        ts = (T0 + timedelta(seconds=i)).isoformat()
+        actor, parent = ("driver", None) if i % 3 else (f"w{i % 7}", "driver")
+        events.append({"type": "agent.turn", "turn": i, "actor": actor, "parent_actor": parent, "tokens_in": 100 + i,
+                       "tokens_out": 10, "cost_usd": 0.001, "ts": ts,
+                       "tool_calls": [{"name": "bash", "arguments": {"cmd": f"make {i}"}}]})
+        events.append({"type": "metric", "id": f"m{i}", "key": "loss", "value": 1 / (i + 1), "step": i, "ts": ts})
+        # Every turn says something: the run page's message list (20 and the kickoff) is full
+        # in the small world too, so both worlds take the same branches.
+        events.append({"type": "message", "body": f"note {i}", "topic": "agent", "ts": ts})
+        if i % 10 == 0:
+            events.append({"type": "score", "score": i / 1000, "ts": ts})
+            events.append({"type": "checkpoint", "label": f"c{i}", "commit": f"{i:07x}", "restorable": True, "ts": ts})
+    for chunk in range(0, len(events), 4000):
+        push(project, run_id, *events[chunk:chunk + 4000])
+
+
+def count(client, url: str, headers: dict | None = None, expect: int = 200) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, headers=headers or {})
+    assert response.status_code == expect, (url, response.status_code)
+    return len(queries.captured_queries)
+
+
+def version_of(client, url: str) -> str:
+    body = client.get(url, headers=HX).content.decode()
+    return re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', body).group(1)
+
+
+@pytest.fixture
+def frozen():
+    # Poll versions carry a 30-second tick: keep it from turning between two requests of a test.
+    with time_machine.travel(datetime(2026, 11, 22, 12, 0, 5, tzinfo=UTC), tick=False):
+        yield
+
+
+def submission_of(project, run_id: str, alice) -> Submission:
+    return Submission.objects.filter(run__project=project, run__external_id=run_id).order_by("pk").first()
+
+
+# --- the table ------------------------------------------------------------------------------------
+# Each row: a URL (formatted with the world's ids), headers, the status, a cap, and how to grow the
+# world tenfold (or more) between the two measurements.
+
+
+def grow_projects(world) -> None:
+    for i in range(12):
+        p = services.create_project(f"more{i}", by=world["alice"])
+        grow_run(p, "r", 5)
+
+
+def grow_runs(world) -> None:
+    for i in range(1, 25):
+        grow_run(world["project"], f"r{i}", 5)
+
+
+def grow_turns(world) -> None:
+    grow_run(world["project"], "r0", 400, start=20)
+
+
+def grow_entries(world) -> None:
+    for i in range(40):
+        knowledge.add_entry(world["project"], kind="note", title=f"idea {i}", body=f"tried {i}", by=world["alice"])
+
+
+def grow_tokens(world) -> None:
+    for i in range(30):
+        token, _ = services.create_api_token(world["project"], name=f"harness {i}", by=world["alice"])
+        if i % 2:
+            services.revoke_api_token(token, by=world["alice"])
+
+
+def grow_history(world) -> None:
+    """More runs with verified, reviewed and ranked submissions (the queue, the page's history)."""
+    grow_runs(world)
+
+
+ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
+    # name: (url, headers, status, cap, grow)
+    "overview": ("/", {}, 200, 20, grow_projects),
+    "overview poll": ("/", HX, 200, 20, grow_projects),
+    "project page": ("/projects/hill/", {}, 200, 30, grow_runs),
+    "project poll": ("/projects/hill/", HX, 200, 25, grow_runs),
+    "project poll, filtered": ("/projects/hill/?q=r1&stalled=1", HX, 200, 25, grow_runs),
+    "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
+    "run page": ("/projects/hill/runs/r0/", {}, 200, 35, grow_turns),
+    "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
+    "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
+    "turns of a bar": ("/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d", HX, 200, 10,
+                       grow_turns),
+    "turn detail": ("/projects/hill/runs/r0/turns/{turn}/", HX, 200, 10, grow_turns),
+    "submission page": ("/projects/hill/submissions/{submission}/", {}, 200, 25, grow_history),
+    "review queue": ("/projects/hill/review/", {}, 200, 20, grow_history),
+    "knowledge": ("/projects/hill/knowledge/", {}, 200, 20, grow_entries),
+    "tokens": ("/projects/hill/tokens/", {}, 200, 12, grow_tokens),
+    "settings": ("/projects/hill/settings/", {}, 200, 12, grow_runs),
+    "scenario": ("/scenarios/{scenario}/", {}, 200, 12, grow_projects),
+    "compare": ("/projects/hill/compare/?runs=r0,r1,r2", {}, 200, 20, grow_turns),
+}
+
+
+@pytest.fixture
+def world(project, alice, frozen):
+    grow_run(project, "r0", 20)
+    for i in (1, 2):
+        grow_run(project, f"r{i}", 5)
+    return {"project": project, "alice": alice}
+
+
+def ids(world) -> dict:
+    project = world["project"]
+    first = AgentTurn.objects.filter(run__external_id="r0", run__project=project).order_by("ts", "pk").first()
+    return {"origin": T0.isoformat().replace("+00:00", "Z"), "turn": first.pk,
+            "submission": submission_of(project, "r0", world["alice"]).pk, "scenario": project.scenario.key}
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_queries_stay_flat_as_the_data_grows(name, world, client_alice):
+    url, headers, status, cap, grow = ROWS[name]
+    url = url.format(**ids(world))
+    small = count(client_alice, url, headers, status)
+    grow(world)
+    large = count(client_alice, url, headers, status)
+    assert small <= cap, f"{name}: {small} queries (cap {cap})"
+    assert large <= small, f"{name}: {small} queries with a little data, {large} with ten times more"
+
+
+POLLS = {
+    # name: (url, the query count an unchanged poll may make at most: the session and its user, the
+    # project and the person's role, then the one small query its version needs)
+    "overview": ("/", 5),
+    "project": ("/projects/hill/", 6),
+    "project chart": ("/projects/hill/chart/", 6),
+    "run": ("/projects/hill/runs/r0/", 6),
+    "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", 6),
+}
+
+
+@pytest.mark.parametrize("name", list(POLLS))
+def test_an_unchanged_poll_answers_204_in_a_few_queries_whatever_the_data(name, world, client_alice):
+    url, cap = POLLS[name]
+    push(world["project"], "r0", {"type": "state", "state": "running"})  # a live run keeps polling
+    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
+    small = count(client_alice, url, headers, expect=204)
+    grow_runs(world)
+    grow_turns(world)
+    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
+    large = count(client_alice, url, headers, expect=204)
+    assert small <= cap and large <= small, (name, small, large)
+
+
+def test_submission_poll_while_verifying_is_flat(world, client_alice, alice, bob):
+    project = world["project"]
+    sub = submission_of(project, "r0", alice)
+    submissions.request_verification(sub, by=bob)
+    url = f"/projects/hill/submissions/{sub.pk}/"
+    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
+    small = count(client_alice, url, headers, expect=204)
+    for i in range(20):
+        submissions.record_progress(sub.pk, f"checked {i}")
+    changed = count(client_alice, url, HX)
+    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
+    assert count(client_alice, url, headers, expect=204) <= small <= 7
+    assert changed <= 25
