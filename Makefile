@@ -51,9 +51,11 @@ fuzz: install-test
 # Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
-	$(BIN)/python bench/ingest_vs_mlflow.py
+	$(BIN)/python bench/ingest_vs_mlflow.py --append
 	$(BIN)/python bench/smr_poll.py --runs 50 100 150 200 --cycles 3
 	$(BIN)/python bench/pages.py --append
+	$(BIN)/python bench/load.py --seconds 60 --append
+	$(BIN)/python bench/load.py --seconds 60 --postgres --append
 
 # Re-pin every dependency (with hashes) after editing pyproject.toml.
 lock: | $(VENV)/bin/python
