@@ -18,10 +18,12 @@ $(VENV)/bin/python: | check-python
 
 $(call STAMP,$(LOCK)): $(LOCK) pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .  # smrweb itself: the `smrweb` console script
 	@rm -f $(VENV)/.installed-$(LOCK)-* && touch $@
 
 $(call STAMP,$(TEST_LOCK)): $(TEST_LOCK) pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(TEST_LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@rm -f $(VENV)/.installed-$(TEST_LOCK)-* && touch $@
 
 install: $(call STAMP,$(LOCK))
