@@ -1,5 +1,6 @@
 """Dispatching a rollback through the run's source: SMR restores a checkpoint through the SDK; a push
-project gets a signed webhook POST. One attempt per call; the task retries with backoff when the
+project gets a signed webhook POST; a git project gets a new commit restoring the artifact path
+(`sources.git.roll_back`). One attempt per call; the task retries with backoff when the
 answer says trying again may help (timeouts, refused connections, 429, 5xx)."""
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def dispatch(rollback_id: int, *, last_try: bool) -> Attempt:
         return _via_smr(rollback, last_try=last_try)
     if project.source == SourceKind.PUSH:
         return _via_webhook(rollback, last_try=last_try)
+    if project.source == SourceKind.GIT:
+        return _via_git(rollback, last_try=last_try)
     rollbacks.finish(rollback.pk, ok=False, detail=f"{project.get_source_display()} projects cannot roll back yet.")
     return Attempt("failed")
 
@@ -93,3 +96,17 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
     return _retry_or_fail(rollback, f"the webhook answered {answer}",
                           retryable=response.status_code == 429 or response.status_code >= 500, last_try=last_try,
                           hint=hint)
+
+
+def _via_git(rollback, *, last_try: bool) -> Attempt:
+    """A new commit on the branch that restores the artifact path's bytes (sources/git.py): history is
+    never rewritten, and the next sync brings the commit in as a new artifact version."""
+    from smrweb.sources import git
+
+    try:
+        done = git.roll_back(rollback)
+    except SourceError as exc:
+        return _retry_or_fail(rollback, f"{exc.kind}: {exc}", retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
+                              last_try=last_try, hint=exc.retry_after)
+    rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {done}")
+    return Attempt("applied")

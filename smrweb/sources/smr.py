@@ -85,7 +85,7 @@ def _translate(what: str, exc: SmrApiError) -> SourceError:
         return TimedOut(message)
     if "network error" in text:
         return Unreachable(message)
-    if "non-JSON" in text:
+    if "non-JSON" in text or text.startswith("Expected "):  # the SDK's own shape checks ("Expected list …")
         return Malformed(message)
     return ServerError(message)
 

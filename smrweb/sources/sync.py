@@ -20,7 +20,7 @@ from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.errors import DigestMismatch, InvalidEvents
 from smrweb.tracking.events import MAX_EVENTS, parse_events
-from smrweb.tracking.models import Project, Run, RunState, SourceHealth
+from smrweb.tracking.models import Project, Run, RunState, SourceHealth, SourceKind
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,10 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
     A fault while syncing one run is recorded and the next run is synced all the same; the failed
     run resumes from its saved cursor next cycle.
     """
+    if project.source == SourceKind.GIT and connector is None:
+        from smrweb.sources import git
+
+        return git.sync_project(project, owner=owner)  # one branch of a local repository: see sources/git.py
     report = SyncReport()
     if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
         report.busy = True

@@ -81,7 +81,11 @@ class Scenario(models.Model):
 class SourceKind(models.TextChoices):
     PUSH = "push", "REST push"
     SMR = "smr", "Managed Research"
-    WORKSPACE = "workspace", "Git workspace"
+    GIT = "git", "Git workspace"  # a local repository's branch (sources/git.py; was "workspace", never wired)
+
+
+# Sources a worker polls (beat's poll_due_projects → sources.sync).
+POLLED_SOURCES = (SourceKind.SMR, SourceKind.GIT)
 
 
 class ProjectQuerySet(models.QuerySet):
@@ -111,6 +115,10 @@ class Project(models.Model):
     regression_threshold = models.FloatField(null=True, blank=True)
     # Push projects: where a rollback is POSTed (signed); empty means rollbacks cannot be dispatched.
     rollback_webhook_url = models.URLField(blank=True)
+    # Git projects: an absolute path to a local repository (a work tree or bare) and the branch whose
+    # commits are the project's one run (see docs/integrations.md#git-workspace-source).
+    git_repo_path = models.CharField(max_length=1000, blank=True)
+    git_branch = models.CharField(max_length=200, blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -414,7 +422,10 @@ class Artifact(models.Model):
 
     class Meta:
         ordering = ["-created", "-id"]
-        constraints = [models.UniqueConstraint(fields=["run", "path", "blob"], name="artifact_run_path_blob_uniq")]
+        # A version is (path, bytes, commit): the bytes are stored once (the blob), but the same bytes at
+        # two commits — a revert, a rollback commit — are two versions with their own lineage.
+        constraints = [models.UniqueConstraint(fields=["run", "path", "blob", "commit"],
+                                               name="artifact_run_path_blob_commit_uniq")]
 
     def __str__(self) -> str:
         return f"{self.path}@{self.blob.sha256[:12]}"

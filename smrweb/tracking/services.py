@@ -115,6 +115,8 @@ def create_project(
     smr_project_id: str = "",
     smr_backend_base: str = "",
     smr_api_key: str = "",
+    git_repo_path: str = "",
+    git_branch: str = "",
     by: Any = None,
 ) -> Project:
     """Create a project; the creating user (if any) becomes its admin."""
@@ -122,6 +124,10 @@ def create_project(
         raise InvalidInput("slug", "A slug is 1 to 100 letters, digits, hyphens or underscores.")
     if source == SourceKind.SMR and not smr_project_id:
         raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
+    if source == SourceKind.GIT:
+        _check_git_settings(git_repo_path, git_branch)
+    elif git_repo_path or git_branch:
+        raise InvalidInput("git_repo_path", "A repository path and branch are for projects whose source is git.")
     if Project.objects.filter(slug=slug).exists():
         raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
     source_settings: dict[str, str] = {"smr_project_id": smr_project_id} if smr_project_id else {}
@@ -138,11 +144,28 @@ def create_project(
             scenario=scenario or generic_scenario(),
             source=source,
             source_settings=source_settings,
+            git_repo_path=git_repo_path,
+            git_branch=git_branch,
         )
         if by is not None and getattr(by, "is_authenticated", False):
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
         record_audit(by, "project.created", project, project=project, scenario=project.scenario.key)
     return project
+
+
+# Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git.py asks
+# git too), narrowed to characters that also fit a run id once "/" is written "~" (never in a ref name).
+GIT_BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+=@-]{0,194}\Z")
+
+
+def _check_git_settings(repo_path: str, branch: str) -> None:
+    import os.path
+
+    if not repo_path or len(repo_path) > 1000 or "\x00" in repo_path or not os.path.isabs(repo_path):
+        raise InvalidInput("git_repo_path", "A project whose source is git needs the absolute path of its repository.")
+    if not GIT_BRANCH_RE.match(branch or "") or ".." in branch or "//" in branch or branch.endswith((".", "/", ".lock")):
+        raise InvalidInput("git_branch", "A branch name of letters, digits and . _ / + = @ - (starting with a letter, "
+                                         "digit or underscore), as git accepts it.")
 
 
 PROJECT_SETTINGS = ("name", "stall_after", "knowledge", "require_second_reviewer", "regression_threshold",
@@ -635,8 +658,8 @@ def store_artifact(
 ) -> tuple[Artifact, bool]:
     """Store an artifact content-addressed: hash it, verify the client's digest, keep the bytes once.
 
-    Returns (artifact, created). The same bytes at the same path of the same run are one artifact;
-    score events that named this artifact before it arrived are linked to it now.
+    Returns (artifact, created). The same bytes at the same path and commit of the same run are one
+    artifact (the bytes are stored once whatever the commit); score events that named this artifact before it arrived are linked to it now.
     """
     _check_run_id(run_external_id)  # every column is checked before any bytes are stored
     if not path or len(path) > 500 or "\x00" in path:
@@ -657,7 +680,7 @@ def store_artifact(
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
-            run=run, path=path, blob=blob, defaults={"kind": kind, "content_type": content_type, "commit": commit}
+            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type}
         )
         if created:
             Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
@@ -744,7 +767,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
 
 
 POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_profile", "budget_usd",
-               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor")
+               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor", "git_branch", "git_commit")
 
 
 def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
@@ -812,10 +835,12 @@ def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> l
     from smrweb.tracking.models import SourceHealth
 
     now = now or timezone.now()
-    for project in Project.objects.filter(source=SourceKind.SMR, source_health__isnull=True):
+    from smrweb.tracking.models import POLLED_SOURCES
+
+    for project in Project.objects.filter(source__in=POLLED_SOURCES, source_health__isnull=True):
         source_health(project)
     claimed = []
-    for pk in SourceHealth.objects.filter(project__source=SourceKind.SMR, next_attempt_at__lte=now).values_list(
+    for pk in SourceHealth.objects.filter(project__source__in=POLLED_SOURCES, next_attempt_at__lte=now).values_list(
         "project_id", flat=True
     ):
         if SourceHealth.objects.filter(project_id=pk, next_attempt_at__lte=now).update(
@@ -837,7 +862,7 @@ def store_known_artifact(project: Project, run_external_id: str, *, sha256: str,
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
-            run=run, path=path, blob=blob, defaults={"kind": kind, "content_type": content_type[:200], "commit": commit}
+            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type[:200]}
         )
         if created:
             Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(

@@ -94,3 +94,20 @@ def test_the_smr_key_is_never_shown_in_pages_or_api_answers(client, alice, smr_p
     assert all(API_KEY not in p for p in pages)
     assert API_KEY not in str(smr_project.source_settings)  # sealed at rest
     assert "api_key_sealed" not in "".join(pages)
+
+
+def test_stop_with_the_queue_unreachable_says_so_instead_of_failing(client, bob, smr_project, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from smrweb.sources import tasks as source_tasks
+
+    def down(*args):
+        raise OperationalError("Error 111 connecting to redis")
+
+    monkeypatch.setattr(source_tasks.stop_run, "delay_on_commit", down)
+    run = live_run(smr_project)
+    client.force_login(bob)
+    response = client.post(f"/projects/smr-act/runs/{run.external_id}/stop", follow=True)
+    assert response.status_code == 200
+    assert "the stop was not sent" in response.content.decode()
+    assert Run.objects.get(pk=run.pk).state == "running"

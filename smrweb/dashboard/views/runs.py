@@ -176,8 +176,11 @@ def stop_run(request, slug: str, run_id: str):
     except TrackingError as exc:
         messages.error(request, exc.message)
     else:
-        source_tasks.stop_run.delay_on_commit(run.pk)
-        messages.success(request, f"Asked the source to stop {run.external_id}.")
+        if loop_tasks.dispatch(source_tasks.stop_run, run.pk):
+            messages.success(request, f"Asked the source to stop {run.external_id}.")
+        else:  # nothing re-queues a stop later: say so instead of pretending (and instead of a 500)
+            messages.error(request, "The task queue cannot be reached right now, so the stop was not sent; "
+                                    "try again in a minute.")
     return redirect(run.get_absolute_url())
 
 

@@ -18,10 +18,22 @@ class Command(BaseCommand):
         parser.add_argument("--smr-api-key-env", default="",
                             help="name of an environment variable holding this project's SMR API key "
                                  "(stored sealed; never printed)")
+        parser.add_argument("--git-repo", default="", help="--source git: absolute path of the local repository")
+        parser.add_argument("--git-branch", default="", help="--source git: the branch whose commits are the run")
 
     def handle(self, *args, slug, name, scenario, source, smr_project_id, smr_backend_base, smr_api_key_env,
-               **options):
+               git_repo="", git_branch="", **options):
         import os
+
+        if source == SourceKind.GIT:
+            from smrweb.sources.base import SourceError
+            from smrweb.sources.git import check_branch
+
+            git_repo = os.path.abspath(os.path.expanduser(git_repo)) if git_repo else ""
+            try:
+                check_branch(git_branch)  # what git itself accepts, before anything is created
+            except SourceError as exc:
+                raise CommandError(str(exc)) from None
 
         api_key = os.environ.get(smr_api_key_env, "") if smr_api_key_env else ""
         if smr_api_key_env and not api_key:
@@ -35,7 +47,7 @@ class Command(BaseCommand):
         try:
             project = services.create_project(slug, name=name, scenario=found, source=source,
                                               smr_project_id=smr_project_id, smr_backend_base=smr_backend_base,
-                                              smr_api_key=api_key)
+                                              smr_api_key=api_key, git_repo_path=git_repo, git_branch=git_branch)
         except TrackingError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})")

@@ -1,0 +1,464 @@
+"""The git-workspace source: a project whose one run is a branch of a local git repository.
+
+Read with the `git` CLI (argument lists, no shell, `git -C <repo>`, no network), written through the
+tracking services like every other source:
+
+- every commit on the branch that changes the scenario's `artifact_path` (as `git log -- <path>` lists
+  them, oldest first) → an artifact version (content-addressed blob, `commit` = the commit) and a
+  restorable checkpoint `git:<commit>`;
+- each line of `.smrweb/scores.jsonl` at the branch head → a score (a submission) with the id
+  `git:<commit>:<line hash>`, linked to the artifact bytes of the commit it names;
+- a rollback → a new commit on top of the branch that restores the path's bytes from the chosen commit,
+  built without a checkout (a temporary index) and published with a compare-and-swap `update-ref`:
+  history is never rewritten.
+
+The run's cursor (`Run.source_cursor`) holds the last synced commit and the scores file's blob id.
+See docs/integrations.md#git-workspace-source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import mimetypes
+import os
+import posixpath
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+
+from smrweb.sources.base import Malformed, NotPossible, SourceError, TimedOut
+from smrweb.tracking import services
+from smrweb.tracking.errors import InvalidEvents, TrackingError
+from smrweb.tracking.events import MAX_EVENTS, parse_events
+from smrweb.tracking.models import Project, Rollback, Run
+
+SCORES_FILE = ".smrweb/scores.jsonl"
+SCORE_FIELDS = frozenset({"score", "commit", "ts", "note", "details"})
+GIT_TIMEOUT = 60.0
+CAS_TRIES = 3  # compare-and-swap attempts when the branch moves under a rollback
+HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}\Z")
+OID_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")  # sha1 or sha256 repositories
+COMMITTER = ("smrweb", "smrweb@localhost")
+
+
+class GitFailed(SourceError):
+    """git refused or failed (its own message is kept)."""
+
+    kind = "git"
+
+
+class RepoMissing(SourceError):
+    """No repository at the path, or no such branch in it."""
+
+    kind = "not_found"
+
+
+class BranchMoved(SourceError):
+    """The branch kept moving while a rollback commit was being published."""
+
+    kind = "conflict"
+
+
+def run_id_for(branch: str) -> str:
+    """The run of a branch: `git:<branch>` with "/" written "~" (never in a ref name, so no clash)."""
+    return "git:" + branch.replace("/", "~")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """The environment git runs with: none of the worker's GIT_* variables (a stray GIT_DIR would point
+    elsewhere), no prompts, no optional index locks while reading, no lazy fetches, literal pathspecs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_NO_LAZY_FETCH="1", GIT_LITERAL_PATHSPECS="1",
+               LC_ALL="C", **extra)
+    return env
+
+
+def _git(cwd: str, *args: str, input: bytes | None = None, ok: tuple[int, ...] = (0,),
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `git -C cwd args…` (never through a shell); a return code outside `ok` is a GitFailed."""
+    # Repository discovery stops at the path itself: a plain directory inside some other repository
+    # is "not a repository", never that other repository.
+    ceiling = os.path.dirname(os.path.realpath(cwd)) or "/"
+    try:
+        proc = subprocess.run(["git", "-C", cwd, *args], input=input, capture_output=True, timeout=GIT_TIMEOUT, check=False,
+                              env=env or _env(GIT_CEILING_DIRECTORIES=ceiling), stdin=None if input else subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise TimedOut(f"git {args[0]} took more than {GIT_TIMEOUT:g} s in {cwd}") from exc
+    except OSError as exc:
+        raise GitFailed(f"could not run git: {exc}") from exc
+    if proc.returncode not in ok:
+        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitFailed(f"git {args[0]} failed in {cwd}: {message[-1] if message else f'exit {proc.returncode}'}")
+    return proc
+
+
+def check_branch(branch: str) -> str:
+    """Refuse a branch name git would refuse (`git check-ref-format --branch`) or that does not fit a run id."""
+    if not services.GIT_BRANCH_RE.match(branch or ""):
+        raise NotPossible(f"{branch!r} is not a branch name smrweb follows: letters, digits and . _ / + = @ -, "
+                          "starting with a letter, digit or underscore.")
+    proc = subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True, timeout=GIT_TIMEOUT, check=False,
+                          env=_env(GIT_CEILING_DIRECTORIES="/"), cwd="/", stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 or proc.stdout.decode().strip() != branch:
+        raise NotPossible(f"{branch!r} is not a valid git branch name.")
+    return branch
+
+
+def check_artifact_path(path: str) -> str:
+    """The scenario's artifact path as a path inside the repository: relative, normalised, no `..`."""
+    if (not path or "\x00" in path or path.startswith("/") or "\\" in path
+            or posixpath.normpath(path) != path or path.split("/")[0] in ("..", ".") or "/../" in f"/{path}/"):
+        raise NotPossible(f"The scenario's artifact path {path!r} is not a plain relative path inside the repository; "
+                          "set it to e.g. submission/optimizer.py.")
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One path of a commit's tree (`git ls-tree -l`)."""
+
+    mode: str
+    type: str
+    oid: str
+    size: int | None
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    ts: datetime
+    subject: str
+
+
+class Repo:
+    """One branch of one local repository, read and written through the git CLI."""
+
+    def __init__(self, path: str, branch: str):
+        if not path or not os.path.isabs(path) or "\x00" in path:
+            raise NotPossible(f"The repository path {path!r} is not an absolute path.")
+        if not os.path.isdir(path):
+            raise RepoMissing(f"No repository at {path}: the directory does not exist.")
+        self.path, self.branch = path, check_branch(branch)
+        self.ref = f"refs/heads/{branch}"
+        proc = _git(path, "rev-parse", "--absolute-git-dir", ok=(0, 128))
+        if proc.returncode != 0:
+            raise RepoMissing(f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]}).")
+
+    @classmethod
+    def for_project(cls, project: Project) -> Repo:
+        if not project.git_repo_path or not project.git_branch:
+            raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
+        return cls(project.git_repo_path, project.git_branch)
+
+    def git(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        return _git(self.path, *args, **kwargs)
+
+    def head(self) -> str:
+        proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1))
+        sha = proc.stdout.decode().strip()
+        if proc.returncode != 0 or not OID_RE.match(sha):
+            raise RepoMissing(f"No branch {self.branch!r} in {self.path}.")
+        return sha
+
+    def resolve(self, name: str) -> str | None:
+        """The full hash of a commit named by a (possibly abbreviated) hash, or None."""
+        if not HEX_RE.match(name):
+            return None
+        proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}", ok=(0, 1, 128))
+        sha = proc.stdout.decode().strip()
+        return sha if proc.returncode == 0 and OID_RE.match(sha) else None
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return self.git("merge-base", "--is-ancestor", older, newer, ok=(0, 1, 128)).returncode == 0
+
+    def commits_touching(self, head: str, since: str | None, path: str) -> list[Commit]:
+        """Commits of `head` (after `since`) that change `path`, parents before children."""
+        revs = [head] if since is None else [head, f"^{since}"]
+        out = self.git("log", "-z", "--topo-order", "--reverse", "--format=%H%x1f%ct%x1f%s", "--end-of-options",
+                       *revs, "--", path).stdout
+        commits = []
+        for record in out.split(b"\x00"):
+            if not record.strip():
+                continue
+            sha, stamp, subject = record.decode("utf-8", "replace").strip("\n").split("\x1f", 2)
+            commits.append(Commit(sha, datetime.fromtimestamp(int(stamp), UTC), subject))
+        return commits
+
+    def commit_time(self, sha: str) -> datetime:
+        return datetime.fromtimestamp(int(self.git("show", "-s", "--format=%ct", sha, "--").stdout.strip()), UTC)
+
+    def entry(self, commit: str, path: str) -> Entry | None:
+        """The tree entry of `path` at `commit` (None when the path does not exist there)."""
+        out = self.git("ls-tree", "-z", "-l", "--full-tree", commit, "--", path).stdout
+        for record in out.split(b"\x00"):
+            meta, _, name = record.partition(b"\t")
+            if name.decode("utf-8", "surrogateescape") == path:
+                mode, kind, oid, size = meta.decode().split()
+                return Entry(mode, kind, oid, None if size == "-" else int(size))
+        return None
+
+    def read_blob(self, entry: Entry, *, what: str) -> bytes:
+        if entry.type != "blob":
+            raise Malformed(f"{what} is a {entry.type}, not a file.")
+        if entry.size is not None and entry.size > settings.MAX_ARTIFACT_BYTES:
+            raise Malformed(f"{what} is {entry.size} bytes; artifacts are limited to {settings.MAX_ARTIFACT_BYTES}.")
+        return self.git("cat-file", "blob", entry.oid).stdout
+
+    # --- writing: a new commit on top of the branch, never a rewrite ------------------------------
+
+    def commit_with(self, parent: str, path: str, entry: Entry, *, message: str, author: tuple[str, str]) -> str:
+        """A commit whose tree is `parent`'s with `path` set to `entry`, built in a temporary index
+        (the repository's own index and work tree are not touched). Not published yet."""
+        with tempfile.TemporaryDirectory(prefix="smrweb-git-") as tmp:
+            index_env = _env(GIT_INDEX_FILE=os.path.join(tmp, "index"),
+                             GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
+            self.git("read-tree", parent, env=index_env)
+            self.git("update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env)
+            tree = self.git("write-tree", env=index_env).stdout.decode().strip()
+        commit_env = _env(GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[1], GIT_COMMITTER_NAME=COMMITTER[0],
+                          GIT_COMMITTER_EMAIL=COMMITTER[1],
+                          GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
+        return self.git("commit-tree", "--no-gpg-sign", tree, "-p", parent, "-F", "-", input=message.encode(),
+                        env=commit_env).stdout.decode().strip()
+
+    def publish(self, new: str, old: str, *, reason: str) -> bool:
+        """Move the branch from `old` to `new` only if it is still at `old` (compare-and-swap)."""
+        proc = self.git("update-ref", "-m", reason, self.ref, new, old, ok=(0, 1, 128))
+        if proc.returncode == 0:
+            return True
+        if self.head() != old:
+            return False  # it moved: the caller rebuilds on the new head
+        raise GitFailed(f"git update-ref failed in {self.path}: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}")
+
+    def find_trailer(self, head: str, trailer: str, *, depth: int = 500) -> str | None:
+        """A recent commit of the branch whose message carries `trailer` (a rollback already applied)."""
+        # A whole line (so #12 does not match #123); slugs and ids hold no regex syntax.
+        out = self.git("log", "-n", str(depth), "--format=%H", "--extended-regexp", f"--grep=^{trailer}$",
+                       "--end-of-options", head, "--").stdout.decode().split()
+        return out[0] if out else None
+
+    def worktrees_on_branch(self) -> list[str]:
+        """Work trees that have the branch checked out (their HEAD moves with it)."""
+        out = self.git("worktree", "list", "--porcelain", "-z").stdout
+        found, current = [], None
+        for field in out.split(b"\x00"):
+            text = field.decode("utf-8", "surrogateescape")
+            if text.startswith("worktree "):
+                current = text[len("worktree "):]
+            elif text == f"branch {self.ref}" and current and os.path.isdir(current):
+                found.append(current)
+        return found
+
+
+def _path_is_clean(worktree: str, commit: str, path: str) -> bool:
+    """No staged or unstaged change to `path` in the work tree, compared with `commit`."""
+    unstaged = _git(worktree, "diff", "--quiet", commit, "--", path, ok=(0, 1)).returncode
+    staged = _git(worktree, "diff", "--cached", "--quiet", commit, "--", path, ok=(0, 1)).returncode
+    return unstaged == 0 and staged == 0
+
+
+# --- sync ------------------------------------------------------------------------------------------
+
+
+def _apply(project: Project, rid: str, events: list[dict]) -> int:
+    accepted = 0
+    for start in range(0, len(events), MAX_EVENTS):
+        try:
+            batch = parse_events(json.dumps(events[start:start + MAX_EVENTS], default=str))
+            accepted += services.ingest_events(project, rid, batch).accepted
+        except InvalidEvents as exc:
+            raise Malformed(f"{SCORES_FILE} or the commits hold data outside the contract: "
+                            f"{[(e.index, e.field, e.message) for e in exc.errors[:3]]}") from exc
+    return accepted
+
+
+def sync_project(project: Project, *, owner: str):
+    """Bring the project's branch run up to date (inside the project's lease) and record source health.
+    A missing repository or branch, a bad scores line, anything git refuses: a recorded failure."""
+    from smrweb.sources import sync
+
+    report = sync.SyncReport()
+    if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
+        report.busy = True
+        return report
+    try:
+        try:
+            sync_branch(project, report=report)
+        except (SourceError, TrackingError) as exc:
+            error = exc if isinstance(exc, SourceError) else Malformed(getattr(exc, "message", str(exc)))
+            report.error = f"{error.kind}: {error}"
+            services.record_source_failure(project, kind=error.kind, message=str(error),
+                                           retry_in=sync._backoff(project, [error]))
+        else:
+            services.record_source_success(project, active_runs=1, next_in=settings.SMR_ACTIVE_INTERVAL)
+    finally:
+        services.release_source_lease(project, owner=owner)
+    return report
+
+
+def sync_branch(project: Project, *, report) -> None:
+    """New commits that touch the artifact path (each stored and its cursor saved at once), then the
+    scores file at the head when its blob changed. Safe to repeat: versions are keyed by (bytes, commit),
+    checkpoints and scores by ids derived from commits."""
+    repo = Repo.for_project(project)
+    scenario = project.scenario
+    path = check_artifact_path(scenario.artifact_path)
+    rid = run_id_for(repo.branch)
+    run = Run.objects.filter(project=project, external_id=rid).first()
+    cursor = dict(run.source_cursor) if run else {}
+    head = repo.head()
+    report.listed = 1
+    since = cursor.get("commit")
+    if since and (not OID_RE.match(str(since)) or not repo.is_ancestor(since, head)):
+        since = None  # the branch was rewritten (or the cursor is foreign): rescan; ids make repeats no-ops
+    content_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    for commit in repo.commits_touching(head, since, path):
+        entry = repo.entry(commit.sha, path)
+        label = f"{commit.sha[:10]} {commit.subject}"[:500]
+        checkpoint: dict[str, Any] = {"id": f"git:{commit.sha}", "type": "checkpoint", "ts": commit.ts,
+                                      "label": label, "commit": commit.sha}
+        if entry is None:  # the commit deleted the path: lineage, but nothing to store or restore
+            checkpoint.update(restorable=False, failure_reason=f"{path} does not exist at this commit.")
+        else:
+            content = repo.read_blob(entry, what=f"{path} at {commit.sha[:10]}")
+            _, created = services.store_artifact(project, rid, path=path, content=io.BytesIO(content),
+                                                 kind=scenario.artifact_kind, content_type=content_type,
+                                                 commit=commit.sha)
+            report.artifacts_pulled += created
+        report.events_accepted += _apply(project, rid, [checkpoint])
+        cursor["commit"] = commit.sha
+        services.record_poll(project, rid, source_cursor=dict(cursor))
+    cursor["commit"] = head
+    scores = repo.entry(head, SCORES_FILE)
+    if scores is not None and scores.oid != cursor.get("scores"):
+        events = score_events(repo, repo.read_blob(scores, what=SCORES_FILE), path=path,
+                              harness_id=scenario.harness_id or "git")
+        report.events_accepted += _apply(project, rid, events)
+        cursor["scores"] = scores.oid
+    services.record_poll(project, rid, source_cursor=dict(cursor), git_branch=repo.branch[:200], git_commit=head)
+    report.synced = 1
+
+
+def score_events(repo: Repo, data: bytes, *, path: str, harness_id: str) -> list[dict]:
+    """The score events of a scores file: one JSON object a line, `score` and `commit` required."""
+    events: list[dict] = []
+    commits: dict[str, str | None] = {}
+    digests: dict[str, str | None] = {}
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{SCORES_FILE} line {number}"
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise Malformed(f"{where}: not JSON.") from None
+        if not isinstance(item, dict):
+            raise Malformed(f"{where}: expected an object like {{\"score\": 0.8, \"commit\": \"<sha>\"}}.")
+        if unknown := set(item) - SCORE_FIELDS:
+            raise Malformed(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(sorted(SCORE_FIELDS))}.")
+        score = item.get("score")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise Malformed(f"{where}: `score` must be a finite number.")
+        name = item.get("commit")
+        if not isinstance(name, str) or not HEX_RE.match(name):
+            raise Malformed(f"{where}: `commit` must be a commit hash (4 to 64 hexadecimal characters).")
+        if name not in commits:
+            commits[name] = repo.resolve(name)
+        sha = commits[name]
+        if sha is None:
+            raise Malformed(f"{where}: no commit {name} in the repository (or the abbreviation is ambiguous).")
+        ts, note, details = item.get("ts"), item.get("note"), item.get("details", {})
+        if ts is not None and not isinstance(ts, str):
+            raise Malformed(f"{where}: `ts` must be an RFC 3339 timestamp string.")
+        if note is not None and not isinstance(note, str):
+            raise Malformed(f"{where}: `note` must be a string.")
+        if not isinstance(details, dict):
+            raise Malformed(f"{where}: `details` must be an object.")
+        if sha not in digests:  # the bytes of the artifact path at that commit: what the score is of
+            entry = repo.entry(sha, path)
+            digests[sha] = (hashlib.sha256(repo.read_blob(entry, what=f"{path} at {sha[:10]}")).hexdigest()
+                            if entry is not None and entry.type == "blob" else None)
+        events.append({
+            "id": f"git:{sha}:{hashlib.sha256(line).hexdigest()[:16]}", "type": "score", "score": score,
+            "ts": ts if ts is not None else repo.commit_time(sha), "commit": sha, "harness_id": harness_id[:200],
+            "artifact": digests[sha], "details": {**details, **({"note": note} if note else {})},
+        })
+    return events
+
+
+# --- rollback ----------------------------------------------------------------------------------------
+
+
+def target_commit(repo: Repo, rollback: Rollback) -> str:
+    """The commit whose bytes a rollback restores: the checkpoint's commit, or the submission's."""
+    if rollback.target_checkpoint_id:
+        name = rollback.target_checkpoint.commit
+    else:
+        sub = rollback.target_submission
+        name = sub.commit or (sub.artifact.commit if sub.artifact_id else "")
+    sha = repo.resolve(name) if name else None
+    if sha is None:
+        raise NotPossible(f"The rollback target names no commit of {repo.path}" + (f" ({name})." if name else "."))
+    return sha
+
+
+def roll_back(rollback: Rollback) -> str:
+    """Commit the target commit's bytes of the artifact path on top of the branch; return what was done.
+
+    Refused (nothing changed) when a work tree that has the branch checked out holds uncommitted changes
+    to the path. A redelivered rollback finds its own commit (the `Smrweb-Rollback` trailer) and stops.
+    """
+    project = rollback.run.project
+    repo = Repo.for_project(project)
+    path = check_artifact_path(project.scenario.artifact_path)
+    target = target_commit(repo, rollback)
+    wanted = repo.entry(target, path)
+    if wanted is None or wanted.type != "blob":
+        raise NotPossible(f"{path} is not a file at {target[:10]}: nothing to restore.")
+    marker = f"Smrweb-Rollback: {project.slug}#{rollback.pk}"
+    who = rollback.requested_by.get_username()
+    message = (f"smrweb rollback: restore {path} from {target[:10]}\n\n{rollback.reason.strip()}\n\n"
+               f"{marker}\nRestored-From: {target}\nRequested-By: {who}\n")
+    author = (f"{who} via smrweb", rollback.requested_by.email or COMMITTER[1])
+    for _ in range(CAS_TRIES):
+        old = repo.head()
+        if done := repo.find_trailer(old, marker):
+            return f"already applied as {done} on {repo.branch}"
+        current = repo.entry(old, path)
+        if current is not None and (current.mode, current.oid) == (wanted.mode, wanted.oid):
+            return (f"{path} on {repo.branch} ({old[:10]}) already has the bytes of {target[:10]}: "
+                    "no commit was needed")
+        worktrees = repo.worktrees_on_branch()
+        for worktree in worktrees:
+            if not _path_is_clean(worktree, old, path):
+                raise NotPossible(f"{path} has uncommitted changes in the work tree {worktree}, which has "
+                                  f"{repo.branch} checked out: commit or discard them, then roll back again. "
+                                  "Nothing was changed.")
+        new = repo.commit_with(old, path, wanted, message=message, author=author)
+        if repo.publish(new, old, reason=f"smrweb rollback {project.slug}#{rollback.pk}"):
+            break
+    else:
+        raise BranchMoved(f"{repo.branch} moved {CAS_TRIES} times while the rollback commit was being published; "
+                          "nothing was changed. Roll back again once the branch is quiet.")
+    notes = [f"committed {new[:12]} on {repo.branch} (parent {old[:12]}) restoring {path} from {target[:12]}"]
+    for worktree in worktrees:
+        # The branch moved under this work tree: its index and file still hold the old bytes, which
+        # `git status` would show as a staged change undoing the rollback. The path was clean, so bring
+        # that one path up to the new commit (nothing uncommitted is lost); anything else stays as it was.
+        if _path_is_clean(worktree, old, path):
+            proc = _git(worktree, "checkout", new, "--", path, ok=(0, 1, 128))
+            notes.append(f"updated {path} in the work tree {worktree}" if proc.returncode == 0 else
+                         f"could not update {path} in {worktree} (run `git checkout HEAD -- {path}` there)")
+        else:
+            notes.append(f"{path} changed in {worktree} meanwhile: left as it is")
+    return "; ".join(notes)
