@@ -5,6 +5,7 @@ SMRWEB_DATA_DIR. `SMRWEB_PRODUCTION=true` turns on the hardening `manage.py chec
 """
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -64,6 +65,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "smrweb.core.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -254,6 +256,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No online validator badge: it would load an image from validator.swagger.io (refused by the CSP)
+    # and tell that site where the schema lives.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     # Two choice sets share the field name `kind`: name each after its model enum.
     "ENUM_NAME_OVERRIDES": {
         "ArtifactKindEnum": "smrweb.tracking.models.ArtifactKind",
@@ -282,6 +287,50 @@ if PRODUCTION:
     CSRF_COOKIE_SECURE = True
     SECURE_REFERRER_POLICY = "same-origin"
 
+# Content-Security-Policy (django-csp): scripts only from this origin — htmx (django-htmx), plotly.js
+# (the plotly package), smrweb.js and the API docs' Swagger UI (drf-spectacular-sidecar) are all served
+# here, and no template has an inline script or on*= handler. Styles allow 'unsafe-inline': plotly.js
+# writes style attributes and <style> rules while drawing, and a few templates size things with
+# style="…"; a stylesheet cannot run code. Pages with a stricter policy (artifact downloads) set their own.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],  # plotly's modebar icons and "download plot as png"
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Rate limits (django-ratelimit), "<count>/<s|m|h|d>": sign-in attempts per client address and per
+# username, API tokens created per user. The counters live in the cache below, which must be shared by
+# every web process (gunicorn workers, containers) for a limit to mean anything: Redis.
+SMRWEB_LOGIN_RATE = env.str("SMRWEB_LOGIN_RATE", default="10/m")
+SMRWEB_TOKEN_CREATE_RATE = env.str("SMRWEB_TOKEN_CREATE_RATE", default="20/h")
+for _name in ("SMRWEB_LOGIN_RATE", "SMRWEB_TOKEN_CREATE_RATE"):
+    if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", globals()[_name]):
+        raise environ.ImproperlyConfigured(f"{_name} must look like 10/m (a count per s, m, h or d)")
+# How many reverse proxies in front of gunicorn append to X-Forwarded-For; 0 means clients connect
+# directly and REMOTE_ADDR is the client. Behind one proxy (the compose file's), set 1: the limit then keys
+# on the address that proxy saw, which a client cannot forge.
+SMRWEB_TRUSTED_PROXY_COUNT = env.int("SMRWEB_TRUSTED_PROXY_COUNT", default=0)
+RATELIMIT_USE_CACHE = "default"
+RATELIMIT_IP_META_KEY = "smrweb.core.ratelimits.client_ip_meta"
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env.str("SMRWEB_CACHE_KEY_PREFIX", default="smrweb"),
+        # A Redis that is down costs a second, not a hung sign-in (limits then fail open, logged).
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }
+}
+
 # --- smrweb -----------------------------------------------------------------------------------
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
 DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
@@ -292,6 +341,9 @@ SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6
 SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
 SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_MAX_SECONDS", default=300.0)
 SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT = env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", default=10.0)
+# A verification or rollback not picked up this long after it was asked for is queued again (beat's
+# redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
+SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)
 MAX_EVENTS_PER_BATCH = 5000
 # Copied artifact links (/a/<token>/) download without a session for this long (see core/signed_links.py).
 SMRWEB_SIGNED_LINK_TTL_SECONDS = env.int("SMRWEB_SIGNED_LINK_TTL_SECONDS", default=86400)
@@ -318,3 +370,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# OTLP trace ingest (/v1/traces): USD per 1M input/output tokens by model, merged over the default
+# table in smrweb/tracking/otlp.py, e.g. '{"my-model": {"input": 1.5, "output": 6}}' (docs/integrations.md).
+SMRWEB_MODEL_PRICES = env.json("SMRWEB_MODEL_PRICES", default={})
+if not isinstance(SMRWEB_MODEL_PRICES, dict) or not all(
+    isinstance(_price, dict) and set(_price) == {"input", "output"}
+    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in _price.values())
+    for _price in SMRWEB_MODEL_PRICES.values()
+):
+    raise environ.ImproperlyConfigured(
+        'SMRWEB_MODEL_PRICES must be a JSON object {"model": {"input": USD per 1M, "output": USD per 1M}}')

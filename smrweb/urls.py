@@ -1,15 +1,21 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
+
+from smrweb.api import otlp
+from smrweb.core.apidocs import ApiDocsView
+from smrweb.dashboard.views.auth import LoginView, admin_login
 
 urlpatterns = [
+    path("admin/login/", admin_login),  # before the admin's own: the same sign-in rate limits
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("smrweb.api.urls")),
+    path("v1/traces", otlp.Traces.as_view(), name="otlp-traces"),  # OTLP/HTTP's own path
     path("", include("smrweb.dashboard.urls")),
 ]
 

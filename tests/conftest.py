@@ -28,6 +28,15 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def private_cache(settings, tmp_path):
+    """Each test counts rate limits in a cache of its own: the configured Redis is shared by concurrent
+    test sessions and outlives them, so its counters would leak from test to test. (Redis itself is
+    tested in tests/core/test_web_security.py.)"""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": f"test-{os.getpid()}-{tmp_path.name}"}}
+
+
+@pytest.fixture(autouse=True)
 def artifact_root(settings, tmp_path):
     """Artifacts of every test go to a temporary directory, never to the data directory. Assigning
     STORAGES fires setting_changed, which makes Django drop its cached storage backends."""

@@ -4,6 +4,7 @@ each figure from a `json_script` element with Plotly.react."""
 
 from __future__ import annotations
 
+import html
 from datetime import datetime
 from decimal import Decimal
 
@@ -22,6 +23,12 @@ FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, 
 
 def ms(ts: datetime) -> int:
     return int(ts.timestamp() * 1000)
+
+
+def plotly_text(value: str) -> str:
+    """Plotly draws names, titles and hover templates as pseudo-HTML (<a href>, <b>, …): escape what it
+    would interpret in supplied text (metric keys come from agents)."""
+    return html.escape(value, quote=False)
 
 
 def _axis(title: str, domain: tuple[float, float], **extra) -> dict:
@@ -51,6 +58,7 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
     Bars carry `[bin index, kind initial, turns, tokens in, tokens out]` as customdata: the page turns
     a click into the turns of that bin, and the hover reads its figures from it.
     """
+    metric = plotly_text(metric)
     data: list[dict] = []
     if tl.scores:
         data.append({"type": "scattergl" if len(tl.scores) > 1000 else "scatter", "mode": "markers",
@@ -116,6 +124,7 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
 
 def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dict:
     """One metric by step: the bucket mean as a line, with a min–max band when downsampled."""
+    key = plotly_text(key)
     xs = [p.step for p in points]
     data = []
     if total > len(points):
@@ -147,6 +156,7 @@ def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, floa
 
     `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
     """
+    metric = plotly_text(metric)
     data = []
     many = len(series) > 12
     for i, (run_id, url, points) in enumerate(series):

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -15,8 +16,6 @@ from smrweb.tracking import services, submissions
 from smrweb.tracking.models import Rollback, RollbackStatus, Submission, SubmissionStatus, VerificationOutcome
 
 log = logging.getLogger(__name__)
-# A verification or rollback still waiting this long after it was asked for is assumed lost in transit.
-STALE_AFTER = timedelta(seconds=120)
 
 VALIDATORS_DIR = settings.BASE_DIR / "smrweb" / "validators"
 
@@ -75,15 +74,38 @@ def dispatch(task, *args) -> bool:
     return True
 
 
+def _stale_after() -> timedelta:
+    """A verification or rollback still waiting this long after it was asked for (or last re-queued)
+    is assumed lost in transit: the broker was down, or its message died with a worker."""
+    return timedelta(seconds=settings.SMRWEB_STALE_ACTION_SECONDS)
+
+
+def _lost_dispatch_after() -> timedelta:
+    """A dispatched rollback is touched by every attempt (start, retry note, finish); between two
+    touches come at most one call to the source and one backoff. Silent for longer, its task died with
+    a worker (SIGKILL, OOM): the broker would hand the unacknowledged message out again only after its
+    visibility timeout, an hour."""
+    call = max(settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, settings.SMR_TIMEOUT, settings.SMR_FIRST_CALL_TIMEOUT)
+    return _stale_after() + timedelta(seconds=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS + call)
+
+
+def _claim(stale, now) -> list[int]:
+    """Ids of stale rows, each claimed by bumping `updated` with a conditional UPDATE, so that the next
+    tick (or a second beat) does not queue it again while this copy waits for a worker."""
+    return [pk for pk in stale.values_list("pk", flat=True)[:100] if stale.filter(pk=pk).update(updated=now)]
+
+
 @shared_task(ignore_result=True)
 def redispatch_stale_actions() -> dict:
-    """Re-queue verifications and rollbacks that were recorded but never picked up (both tasks are
-    safe to run again: a finished one is skipped)."""
-    cutoff = timezone.now() - STALE_AFTER
-    subs = list(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff)
-                .values_list("pk", flat=True)[:100])
-    rolls = list(Rollback.objects.filter(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
-                 .values_list("pk", flat=True)[:100])
+    """Re-queue verifications and rollbacks that were recorded but never picked up, or whose worker
+    died mid-task (both tasks are safe to run again: a finished one is skipped, and a rollback webhook
+    carries the same Idempotency-Key every time)."""
+    now = timezone.now()
+    cutoff = now - _stale_after()
+    subs = _claim(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff), now)
+    rolls = _claim(Rollback.objects.filter(
+        Q(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
+        | Q(status=RollbackStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())), now)
     for pk in subs:
         verify_submission.delay(pk)
     for pk in rolls:

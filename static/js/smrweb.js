@@ -151,8 +151,15 @@
   }, true);
 
   // --- live polling -----------------------------------------------------------------------------------
-  // Polled elements skip their interval while the tab is hidden (see their hx-trigger); when it
-  // becomes visible again they refresh at once rather than up to one period later.
+  // Polled elements ([data-live]) skip their interval while the tab is hidden: the request is cancelled
+  // here rather than by an hx-trigger filter, which htmx would have to eval (the CSP forbids it). When
+  // the tab becomes visible again they refresh at once rather than up to one period later.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (document.visibilityState !== "visible" && elt && elt.hasAttribute && elt.hasAttribute("data-live")) {
+      event.preventDefault();
+    }
+  });
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState !== "visible" || !window.htmx) return;
     document.querySelectorAll("[data-live]").forEach(function (el) { window.htmx.trigger(el, "smrweb:visible"); });

@@ -358,3 +358,19 @@ def figure_json(value, element_id: str):
 
     data = json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).translate(_JSON_SCRIPT_ESCAPES)
     return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(data))
+
+
+@register.filter
+def http_url(value) -> str:
+    """`value` when it is an absolute http(s) URL, else "": for every supplied URL that becomes an href
+    (a `javascript:` or `data:` link would run or render in the dashboard's origin when clicked)."""
+    from urllib.parse import urlsplit
+
+    text = str(value or "").strip()
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return ""
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(ord(ch) < 32 for ch in text):
+        return ""
+    return text

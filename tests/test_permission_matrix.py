@@ -1,0 +1,717 @@
+"""The permission matrix (issue 7): every URL pattern of the site — page, htmx partial, API endpoint and
+action — tried by every kind of caller, with the expected answer written down per cell.
+
+Callers (columns, in this order):
+  anon     no session, no token
+  carol    signed in, member of nothing (an outsider)
+  victor   viewer of "hill"
+  bob      reviewer of "hill"
+  alice    admin of "hill"
+  token    a valid project token of "hill" (the harness)
+  other    a valid token of another project ("other")
+  revoked  a revoked token of "hill"
+
+Answers (cells):
+  ALLOW  the row's success status (`ok`); for an action, its effect happened; for a read, the row's marker
+         (data only a reader of hill can have) is in the body; for an htmx row, the answer is a fragment
+  LOGIN  pages: 302 to /login/; API: 401
+  DENY   403
+  HIDE   404 (an outsider must not learn that the project exists)
+  EMPTY  200 without the row's marker (lists filtered to what the caller may see)
+  <n>    exactly that status (e.g. 204 for an unchanged poll, 410 for an expired link)
+
+Every cell also checks that nothing else happened: apart from an ALLOWed action's own effect, the
+database's fingerprint (statuses, counts, settings, the audit trail) is unchanged; no answer to someone
+who may not read hill shows hill's secrets (but a signed link's own bytes), no LOGIN or HIDE answer
+shows them to anyone, and no answer shows the other project's secrets to someone outside it.
+
+One world for the module (built once, in a transaction rolled back at the end); one test per row, in
+a savepoint; each cell in one more savepoint that is rolled back, so every caller meets the same world
+and an allowed action by one caller cannot hide a refused one by the next. Celery tasks are queued on
+commit, which never comes, so no worker is needed; the scenario preflight's worker round trip is faked.
+
+`test_every_url_pattern_has_a_row` fails when a URL pattern has no row (so a new endpoint without a
+matrix row breaks this file), `test_every_htmx_endpoint_in_the_templates_has_an_hx_row` when a template
+fetches a URL with htmx that no row requests as htmx.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.cache import caches
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection, transaction
+from django.test import override_settings
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from smrweb.core.signed_links import signed_artifact_path
+from smrweb.dashboard import live
+from smrweb.sources import tasks as source_tasks
+from smrweb.tracking import knowledge, services
+from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import (
+    ApiToken,
+    ArenaResult,
+    Artifact,
+    AuditEvent,
+    Checkpoint,
+    KnowledgeEntry,
+    Membership,
+    MetricPoint,
+    Project,
+    Review,
+    Role,
+    Rollback,
+    Run,
+    Scenario,
+    Submission,
+    SubmissionTransition,
+    Verdict,
+    VerificationOutcome,
+)
+from tests.factories import UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+PRINCIPALS = ("anon", "carol", "victor", "bob", "alice", "token", "other", "revoked")
+HILL_READERS = ("victor", "bob", "alice", "token")
+
+# --- the world's secrets: what only a reader of each project may ever see ------------------------------
+
+PROJECT_NAME = "Hill climb 3b7e"
+SCENARIO_KEY = "hillclimb-matrix"
+SCENARIO_NAME = "Hill scenario 5d21"
+RUN = "run-7f3a9c"
+MODEL = "model-9e4b17"
+ARTIFACT_PATH = "submission/secret-8c2d.py"
+ARTIFACT_BYTES = b"ARTIFACT-BYTES-41f0 print('hill')\n"
+KNOWLEDGE_TITLE = "Wide MLP 6a0c"
+WEBHOOK = "https://hooks.example/hill-rollback-2e9f"
+TOKEN_NAME = "ci-harness-c1d8"
+HILL_SECRETS = (PROJECT_NAME, RUN, MODEL, ARTIFACT_PATH, ARTIFACT_BYTES.decode(), KNOWLEDGE_TITLE, WEBHOOK,
+                TOKEN_NAME)
+
+OTHER_NAME = "Other project 0c4a"
+OTHER_RUN = "orun-52b1"
+OTHER_BYTES = b"OTHER-BYTES-93de\n"
+OTHER_TITLE = "Other entry 77e3"
+OTHER_MODEL = "omodel-1a6f"
+OTHER_SECRETS = (OTHER_NAME, OTHER_MODEL, OTHER_BYTES.decode(), OTHER_TITLE, "/projects/other/")
+
+
+# --- the world ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    ids: dict[str, Any]
+    users: dict[str, Any]
+    raw: dict[str, str]  # principal -> raw bearer token
+    preflights: list[str] = field(default_factory=list)  # scenario keys the fake worker was asked about
+    artifact_root: Path | None = None
+    clients: dict[str, APIClient] = field(default_factory=dict)
+
+
+def _events(project, run_id: str, events: list[dict]) -> None:
+    services.ingest_events(project, run_id, parse_events(json.dumps(events)))
+
+
+def _fake_preflight(calls: list[str]):
+    def preflight_on_worker(key: str, *, timeout: float | None = None) -> dict:
+        calls.append(key)
+        return {"scenario": key, "ok": True, "worker": "matrix-worker",
+                "checks": [{"name": "validator", "group": "worker", "ok": True, "detail": "`python3` found"}]}
+    return preflight_on_worker
+
+
+def build_world() -> World:
+    users = {name: UserFactory(username=name) for name in ("alice", "bob", "victor", "carol")}
+    alice, bob = users["alice"], users["bob"]
+    scenario = services.create_scenario(key=SCENARIO_KEY, name=SCENARIO_NAME, arena_name="dogfight")
+    hill = services.create_project("hill", name=PROJECT_NAME, scenario=scenario, by=alice)
+    services.add_member(hill, bob, role=Role.REVIEWER)
+    services.add_member(hill, users["victor"], role=Role.VIEWER)
+    services.update_project(hill, rollback_webhook_url=WEBHOOK, by=alice)  # rollbacks are legal here
+
+    artifact, _ = services.store_artifact(hill, RUN, path=ARTIFACT_PATH, content=io.BytesIO(ARTIFACT_BYTES))
+    sha = artifact.blob.sha256
+    _events(hill, RUN, [
+        {"type": "state", "id": "s1", "state": "running", "ts": "2026-01-01T00:00:00Z"},
+        {"type": "message", "id": "m1", "body": "kickoff", "ts": "2026-01-01T00:00:00Z"},
+        {"type": "agent.turn", "id": "t0", "turn": 0, "model": MODEL, "tokens_in": 10, "tokens_out": 5,
+         "cost_usd": 0.01, "ts": "2026-01-01T00:00:10Z"},
+        {"type": "metric", "id": "l0", "key": "loss", "value": 1.0, "step": 0},
+        {"type": "metric", "id": "l1", "key": "loss", "value": 0.5, "step": 1},
+        {"type": "checkpoint", "id": "cp-1", "label": "first", "ts": "2026-01-01T00:00:20Z"},
+        *[{"type": "score", "id": f"sc{i}", "score": 0.1 * (i + 1), "artifact": sha,
+           "ts": f"2026-01-01T00:01:{i:02d}Z"} for i in range(5)],
+    ])
+    # One submission per step of the loop, so that every action is legal for someone allowed to take it.
+    cand, verifying, verified, approved, uploaded = Submission.objects.filter(project=hill).order_by("score")
+    for sub in (verifying, verified, approved, uploaded):
+        lifecycle.request_verification(sub, by=bob)
+    for sub in (verified, approved, uploaded):
+        lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok"))
+    for sub in (approved, uploaded):
+        lifecycle.review(Submission.objects.get(pk=sub.pk), by=alice, verdict=Verdict.APPROVE, comment="good")
+    lifecycle.mark_uploaded(Submission.objects.get(pk=uploaded.pk), by=bob)
+    entry = knowledge.add_entry(hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big",
+                                submission=cand)
+    _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
+    spare, _ = services.create_api_token(hill, name="spare", by=alice)
+    revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
+    services.revoke_api_token(revoked, by=alice)
+
+    # Another project none of the callers belongs to, with data of its own (for cross-project ids).
+    dave = UserFactory(username="dave")  # the other project's admin; not one of the callers
+    other = services.create_project("other", name=OTHER_NAME, by=dave)
+    o_artifact, _ = services.store_artifact(other, OTHER_RUN, path="o.txt", content=io.BytesIO(OTHER_BYTES))
+    _events(other, OTHER_RUN, [
+        {"type": "agent.turn", "id": "t0", "turn": 0, "model": OTHER_MODEL, "ts": "2026-01-01T00:00:10Z"},
+        {"type": "score", "id": "o1", "score": 0.9, "artifact": o_artifact.blob.sha256}])
+    o_sub = Submission.objects.get(project=other)
+    lifecycle.request_verification(o_sub, by=dave)
+    lifecycle.record_verification(o_sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok"))
+    o_entry = knowledge.add_entry(other, by=dave, kind="note", title=OTHER_TITLE)
+    o_token, raw_other = services.create_api_token(other, name="other-ci")
+
+    artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
+    valid = signed_artifact_path(artifact)
+    with time_machine.travel(timezone.now() - timedelta(days=3)):
+        expired = signed_artifact_path(artifact, ttl=timedelta(hours=1))
+    tampered = valid[:-2] + ("A" if valid[-2] != "A" else "B") + "/"
+    _, expiry, signature = valid.split("/")[2].split(".")
+    unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"  # well formed, no such id
+    ids = {
+        "run": RUN, "scenario": SCENARIO_KEY, "cand": cand.pk, "verifying": verifying.pk, "verified": verified.pk,
+        "approved": approved.pk, "uploaded": uploaded.pk, "artifact": artifact.pk,
+        "turn": Run.objects.get(project=hill, external_id=RUN).turns.get().pk,
+        "checkpoint": Checkpoint.objects.get(run__project=hill).pk, "entry": entry.pk, "spare": spare.pk,
+        "o_turn": Run.objects.get(project=other).turns.get().pk, "o_artifact": o_artifact.pk, "o_sub": o_sub.pk,
+        "o_entry": o_entry.pk, "o_token": o_token.pk,
+        "link_valid": valid, "link_expired": expired, "link_tampered": tampered, "link_unknown": unknown,
+    }
+    assert [Submission.objects.get(pk=ids[k]).status for k in ("cand", "verifying", "verified", "approved",
+                                                                "uploaded")] == [
+        "candidate", "verifying", "verified", "approved", "uploaded"]
+    return World(ids=ids, users=users, raw={"token": raw_token, "other": raw_other, "revoked": raw_revoked})
+
+
+def _storages(root: Path) -> dict:
+    from django.conf import settings
+
+    return {**settings.STORAGES, "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                                               "OPTIONS": {"location": str(root), "base_url": None}}}
+
+
+@pytest.fixture(scope="module")
+def matrix_world(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The world, built once for the module inside a transaction that is rolled back at its end; each
+    test runs in a savepoint inside it (pytest-django's `db`), each cell in one more."""
+    root = tmp_path_factory.mktemp("matrix-artifacts")
+    fast = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    with (django_db_blocker.unblock(), override_settings(STORAGES=_storages(root), PASSWORD_HASHERS=fast),
+          transaction.atomic()):
+        built = build_world()
+        built.artifact_root = root
+        # One client per caller for the whole module: a client loads the middleware on its first
+        # request, and WhiteNoise's scan of the static files is most of the cost of a fresh one.
+        built.clients = clients(built)
+        yield built
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(matrix_world, db, settings, monkeypatch) -> World:
+    settings.STORAGES = _storages(matrix_world.artifact_root)  # where the world's bytes are
+    # Rate limits (being added elsewhere) must not turn a cell into a 429: off, and caches of our own,
+    # cleared before every cell.
+    settings.RATELIMIT_ENABLE = False
+    settings.CACHES = {alias: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                               "LOCATION": f"permission-matrix-{alias}"} for alias in settings.CACHES}
+    # Poll versions carry a 30-second tick; freeze it so a version read before a cell is still current in it.
+    monkeypatch.setattr(live, "TICK_SECONDS", 10**12)
+    matrix_world.preflights = []
+    monkeypatch.setattr(source_tasks, "preflight_on_worker", _fake_preflight(matrix_world.preflights))
+    return matrix_world
+
+
+def clients(w: World) -> dict[str, APIClient]:
+    """One client per principal: sessions for people, bearer headers for tokens (sent to pages too)."""
+    out = {"anon": APIClient()}
+    for name in ("carol", "victor", "bob", "alice"):
+        out[name] = APIClient()
+        out[name].force_login(w.users[name])
+    for name, raw in w.raw.items():
+        out[name] = APIClient()
+        out[name].credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return out
+
+
+# --- effects ---------------------------------------------------------------------------------------------
+
+
+def status_of(key: str) -> Callable[[World], str]:
+    return lambda w: Submission.objects.get(pk=w.ids[key]).status
+
+
+def count(model, **filters) -> Callable[[World], int]:
+    return lambda w: model.objects.filter(**filters).count()
+
+
+def hill(attr: str) -> Callable[[World], Any]:
+    return lambda w: getattr(Project.objects.get(slug="hill"), attr)
+
+
+def run_field(attr: str) -> Callable[[World], Any]:
+    return lambda w: getattr(Run.objects.get(project__slug="hill", external_id=RUN), attr)
+
+
+def preflight_calls(w: World) -> int:
+    return len(w.preflights)
+
+
+def fingerprint() -> tuple:
+    """Everything a refused (or read-only) request must leave as it was."""
+    return (
+        tuple(Submission.objects.order_by("pk").values_list("pk", "status", "proposed_by_id")),
+        tuple(ApiToken.objects.order_by("pk").values_list("pk", "revoked_at")),
+        tuple(KnowledgeEntry.objects.order_by("pk").values_list("pk", "kind", "title", "body")),
+        tuple(Project.objects.order_by("pk").values_list("pk", "regression_threshold", "rollback_webhook_url",
+                                                          "require_second_reviewer")),
+        tuple(Run.objects.order_by("pk").values_list("pk", "budget_usd", "git_branch", "state")),
+        _counts(AuditEvent, Rollback, Scenario, MetricPoint, Artifact, ArenaResult, Review, SubmissionTransition,
+                Membership, Checkpoint),
+    )
+
+
+def _counts(*models) -> tuple[int, ...]:
+    """Row counts of several tables in one query (the fingerprint is taken twice per cell)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(m._meta.db_table)})"
+                                             for m in models))
+        return tuple(cursor.fetchone())
+
+
+# --- the table -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    method: str
+    path: str  # formatted with the world's ids
+    expect: str  # one answer per principal, in PRINCIPALS order
+    ok: int | tuple[int, ...] = 200
+    marker: str | None = None  # for ALLOW: must be in the body; for EMPTY: must not
+    effect: Callable[[World], Any] | None = None  # for ALLOW: must change; otherwise must not
+    data: Any = None  # a dict, or a callable of the world's ids
+    json: bool = False  # send `data` as JSON (API); else as a form
+    hx: bool = False  # an htmx request (HX-Request: true)
+    poll: bool = False  # also send the version alice's copy of the fragment carries (X-Smrweb-Version)
+
+    @property
+    def api(self) -> bool:
+        return self.path.startswith("/api/")
+
+    def answers(self) -> dict[str, str]:
+        codes = self.expect.split()
+        assert len(codes) == len(PRINCIPALS), f"{self.name}: {len(codes)} answers for {len(PRINCIPALS)} principals"
+        return dict(zip(PRINCIPALS, codes))
+
+
+P = "/projects/hill"
+R = f"/projects/hill/runs/{RUN}"
+S = "/projects/hill/submissions"
+A = "/api/v1/projects/hill"
+AR = f"/api/v1/projects/hill/runs/{RUN}"
+AS = "/api/v1/projects/hill/submissions"
+HX = {"hx": True}
+POLL = {"hx": True, "poll": True}
+
+
+def upload(ids) -> dict:
+    return {"file": SimpleUploadedFile("new.txt", b"matrix upload\n"), "path": "matrix/new.txt"}
+
+
+ROWS = [
+    # name, method, path                                                                   anon  carol victr bob   alice token other revkd
+    # --- sign-in -----------------------------------------------------------------------------------------------------
+    Row("login page", "GET", "/login/",                                                   "200   302   302   302   302   200   200   200"),
+    Row("logout", "POST", "/logout/",                                                     "302   302   302   302   302   302   302   302"),
+    # --- signed artifact links: the only way in without a session ---------------------------------------------------
+    Row("signed link: valid", "GET", "{link_valid}",                                      "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker=ARTIFACT_BYTES.decode()),
+    Row("signed link: expired", "GET", "{link_expired}",                                  "410   410   410   410   410   410   410   410"),
+    Row("signed link: tampered", "GET", "{link_tampered}",                                "403   403   403   403   403   403   403   403"),
+    Row("signed link: unknown artifact", "GET", "{link_unknown}",                         "403   403   403   403   403   403   403   403"),
+    # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in) ---------------
+    Row("overview", "GET", "/",                                                           "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME),
+    Row("overview cards (hx)", "GET", "/",                                                "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME, **HX),
+    Row("overview cards poll, unchanged", "GET", "/",                                     "LOGIN EMPTY 204   204   204   LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME, **POLL),
+    Row("scenario page", "GET", "/scenarios/{scenario}/",                                 "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=SCENARIO_NAME),
+    Row("scenario preflight", "POST", "/scenarios/{scenario}/preflight",                  "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="matrix-worker", effect=preflight_calls),
+    Row("scenario preflight report (hx)", "POST", "/scenarios/{scenario}/preflight",      "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="matrix-worker", effect=preflight_calls, **HX),
+    Row("project page", "GET", f"{P}/",                                                   "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN),
+    Row("project page: no such project", "GET", "/projects/nope/",                        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
+    Row("project runs + leaderboard (hx)", "GET", f"{P}/",                                "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN, **HX),
+    Row("project runs poll, unchanged", "GET", f"{P}/",                                   "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL),
+    Row("project score chart (hx)", "GET", f"{P}/chart/",                                 "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN, **HX),
+    Row("project score chart poll, unchanged", "GET", f"{P}/chart/",                      "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL),
+    Row("compare runs", "GET", f"{P}/compare/?runs={RUN}",                                "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN),
+    Row("compare: another project's run", "GET", f"{P}/compare/?runs={OTHER_RUN}",        "LOGIN HIDE  EMPTY EMPTY EMPTY LOGIN LOGIN LOGIN",
+        marker="/projects/other/"),
+    Row("review queue", "GET", f"{P}/review/",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN),
+    Row("knowledge page", "GET", f"{P}/knowledge/",                                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=KNOWLEDGE_TITLE),
+    Row("knowledge: add an entry", "POST", f"{P}/knowledge/",                             "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"kind": "note", "title": "matrix note", "body": "b"}, effect=count(KnowledgeEntry)),
+    Row("knowledge: edit form", "GET", f"{P}/knowledge/{{entry}}/edit",                   "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=KNOWLEDGE_TITLE),
+    Row("knowledge: edit", "POST", f"{P}/knowledge/{{entry}}/edit",                       "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"kind": "note", "title": "edited", "body": ""},
+        effect=lambda w: KnowledgeEntry.objects.get(pk=w.ids["entry"]).title),
+    Row("knowledge: edit another project's entry", "POST", f"{P}/knowledge/{{o_entry}}/edit",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN", data={"kind": "note", "title": "edited", "body": ""}),
+    Row("project settings", "GET", f"{P}/settings/",                                      "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=WEBHOOK),
+    Row("project settings: save", "POST", f"{P}/settings/",                               "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"regression_threshold": "0.25", "rollback_webhook_url": WEBHOOK},
+        effect=hill("regression_threshold")),
+    Row("API tokens page", "GET", f"{P}/tokens/",                                         "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME),
+    Row("API tokens: create", "POST", f"{P}/tokens/",                                     "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"name": "matrix-token"}, effect=count(ApiToken)),
+    Row("API tokens: revoke", "POST", f"{P}/tokens/{{spare}}/revoke",                     "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302, effect=lambda w: ApiToken.objects.get(pk=w.ids["spare"]).revoked_at is None),
+    Row("API tokens: revoke another project's", "POST", f"{P}/tokens/{{o_token}}/revoke", "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN"),
+    Row("API tokens: revoke by GET", "GET", f"{P}/tokens/{{spare}}/revoke",               "405   405   405   405   405   405   405   405"),
+    Row("submission page", "GET", f"{S}/{{verifying}}/",                                  "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN),
+    Row("submission live block (hx)", "GET", f"{S}/{{verifying}}/",                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN, **HX),
+    Row("submission live block poll, unchanged", "GET", f"{S}/{{verifying}}/",            "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL),
+    Row("submission page: another project's", "GET", f"{S}/{{o_sub}}/",                   "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
+    Row("submission: verify", "POST", f"{S}/{{cand}}/verify",                             "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, effect=status_of("cand")),
+    Row("submission: approve", "POST", f"{S}/{{verified}}/approve",                       "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"comment": "ok"}, effect=status_of("verified")),
+    Row("submission: reject", "POST", f"{S}/{{verified}}/reject",                         "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"comment": "no"}, effect=status_of("verified")),
+    Row("submission: mark uploaded", "POST", f"{S}/{{approved}}/upload",                  "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, effect=status_of("approved")),
+    Row("submission: record arena result", "POST", f"{S}/{{uploaded}}/record",            "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"rank": "3", "arena_score": "1200", "note": "n"}, effect=count(ArenaResult)),
+    Row("submission: unknown action", "POST", f"{S}/{{cand}}/bogus",                      "LOGIN HIDE  DENY  302   302   LOGIN LOGIN LOGIN"),
+    Row("submission: approve another project's", "POST", f"{S}/{{o_sub}}/approve",        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"comment": "ok"}),
+    Row("submission: approve by GET", "GET", f"{S}/{{verified}}/approve",                 "405   405   405   405   405   405   405   405"),
+    Row("run page", "GET", f"{R}/",                                                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL),
+    Row("run live block (hx)", "GET", f"{R}/",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL, **HX),
+    Row("run live block poll, unchanged", "GET", f"{R}/",                                 "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL),
+    Row("run page: another project's run", "GET", f"{P}/runs/{OTHER_RUN}/",               "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
+    Row("run metric panel (hx)", "GET", f"{R}/metrics/?key=loss",                         "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="loss", **HX),
+    Row("run metric panel poll, unchanged", "GET", f"{R}/metrics/?key=loss",              "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL),
+    Row("run turns in a bar (hx)", "GET",
+        f"{R}/turns/?origin=2026-01-01T00:00:00%2B00:00&width_us=3600000000&bin=0&kind=d", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL, **HX),
+    Row("run turn detail (hx)", "GET", f"{R}/turns/{{turn}}/",                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL, **HX),
+    Row("run turn detail: another project's turn (hx)", "GET", f"{R}/turns/{{o_turn}}/",   "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        **HX),
+    Row("run artifact download", "GET", f"{R}/artifacts/{{artifact}}/download",           "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=ARTIFACT_BYTES.decode()),
+    Row("run artifact download: another project's", "GET", f"{R}/artifacts/{{o_artifact}}/download",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
+    Row("run: stop", "POST", f"{R}/stop",                                                 "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, effect=count(AuditEvent, verb="run.stop_requested")),
+    Row("run: stop by GET", "GET", f"{R}/stop",                                           "405   405   405   405   405   405   405   405"),
+    Row("run: roll back", "POST", f"{R}/rollback",                                        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data=lambda ids: {"submission": str(ids["cand"]), "reason": "matrix"}, effect=count(Rollback)),
+    Row("run: roll back to a checkpoint", "POST", f"{R}/rollback",                        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data=lambda ids: {"checkpoint": str(ids["checkpoint"])}, effect=count(Rollback)),
+    Row("run: roll back to another project's submission", "POST", f"{R}/rollback",        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data=lambda ids: {"submission": str(ids["o_sub"])}),
+    # --- REST API (sessions act by role; a project token acts within its project and cannot review) ------------------
+    Row("api health", "GET", "/api/v1/health",                                            "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker="ok"),
+    Row("api scenarios", "GET", "/api/v1/scenarios/",                                     "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+        marker=SCENARIO_KEY),
+    Row("api scenarios: create (staff only)", "POST", "/api/v1/scenarios/",               "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        data={"key": "matrix-new", "name": "new"}, json=True),
+    Row("api scenario", "GET", "/api/v1/scenarios/{scenario}/",                           "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+        marker=SCENARIO_NAME),
+    Row("api scenario preflight", "POST", "/api/v1/scenarios/{scenario}/preflight",       "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+        marker="matrix-worker", effect=preflight_calls),
+    Row("api projects", "GET", "/api/v1/projects/",                                       "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
+        marker=PROJECT_NAME),
+    Row("api projects: create", "POST", "/api/v1/projects/",                              "LOGIN ALLOW ALLOW ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201, data={"slug": "matrix-new"}, json=True, effect=count(Project)),
+    Row("api project", "GET", f"{A}/",                                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=PROJECT_NAME),
+    # An outsider's answer is the same as for a project that does not exist; a token's names only its own.
+    Row("api project: no such project", "GET", "/api/v1/projects/nope/",                  "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN"),
+    Row("api runs", "GET", f"{A}/runs",                                                   "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN),
+    Row("api carry-forward", "GET", f"{A}/knowledge/carry-forward",                       "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=KNOWLEDGE_TITLE),
+    Row("api submissions", "GET", f"{AS}",                                                "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN),
+    Row("api submission", "GET", f"{AS}/{{verified}}",                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN),
+    Row("api submission: another project's", "GET", f"{AS}/{{o_sub}}",                    "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
+    Row("api submission: verify", "POST", f"{AS}/{{cand}}/verify",                        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202, effect=status_of("cand")),
+    Row("api submission: approve", "POST", f"{AS}/{{verified}}/approve",                  "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"comment": "ok"}, json=True, effect=status_of("verified")),
+    Row("api submission: reject", "POST", f"{AS}/{{verified}}/reject",                    "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"comment": "no"}, json=True, effect=status_of("verified")),
+    Row("api submission: mark uploaded", "POST", f"{AS}/{{approved}}/uploaded",           "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        effect=status_of("approved")),
+    Row("api submission: record arena result", "POST", f"{AS}/{{uploaded}}/arena-result", "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201, data={"rank": 3, "arena_score": 1200.0, "note": "n"}, json=True, effect=count(ArenaResult)),
+    Row("api submission: approve another project's", "POST", f"{AS}/{{o_sub}}/approve",   "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+        data={"comment": "ok"}, json=True),
+    Row("api run", "GET", f"{AR}",                                                        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN),
+    Row("api run: settings", "PATCH", f"{AR}",                                            "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        data={"git_branch": "matrix-branch"}, json=True, effect=run_field("git_branch")),
+    Row("api run: another project's", "GET", f"{A}/runs/{OTHER_RUN}",                     "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
+    Row("api run: push events", "POST", f"{AR}/events",                                   "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        data=[{"type": "metric", "id": "matrix", "key": "loss", "value": 0.1, "step": 9}], json=True,
+        effect=count(MetricPoint)),
+    Row("api run: roll back", "POST", f"{AR}/rollback",                                   "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202, data=lambda ids: {"submission": ids["cand"], "reason": "matrix"}, json=True, effect=count(Rollback)),
+    Row("api run: roll back to a checkpoint", "POST", f"{AR}/rollback",                   "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202, data={"checkpoint": "cp-1"}, json=True, effect=count(Rollback)),
+    # The target is looked up before the role is checked: a refused caller of hill gets the field error.
+    Row("api run: roll back to another project's submission", "POST", f"{AR}/rollback",   "LOGIN HIDE  400   400   400   400   DENY  LOGIN",
+        data=lambda ids: {"submission": ids["o_sub"]}, json=True),
+    Row("api run turns", "GET", f"{AR}/turns",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=MODEL),
+    Row("api run metrics", "GET", f"{AR}/metrics?key=loss",                               "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker="loss"),
+    Row("api run artifacts", "GET", f"{AR}/artifacts",                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=ARTIFACT_PATH),
+    Row("api run artifacts: upload", "POST", f"{AR}/artifacts",                           "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        ok=201, data=upload, effect=count(Artifact)),
+    Row("api run artifact download", "GET", f"{AR}/artifacts/{{artifact}}/download",      "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=ARTIFACT_BYTES.decode()),
+    Row("api run artifact download: another project's", "GET", f"{AR}/artifacts/{{o_artifact}}/download",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
+]
+
+# URL patterns with no row, and why.
+EXCLUDED = {
+    "admin/": "Django's admin (and its sign-in): staff only, its own login; not project access",
+    "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project data",
+    "api/docs/": "Swagger UI for the schema: public, static, no project data",
+}
+
+
+# --- one cell --------------------------------------------------------------------------------------------
+
+
+def _body(response) -> str:
+    if getattr(response, "streaming", False):
+        content = b"".join(response.streaming_content)  # the test client closes it (and keeps the DB open)
+    else:
+        content = response.content
+    return content.decode("utf-8", "replace")
+
+
+VERSION_RE = re.compile(r'"X-Smrweb-Version": "([0-9a-f]+)"')
+
+
+def poll_version(row: Row, w: World, alice: APIClient) -> str:
+    """The version the fragment shows a member: what a browser's next poll sends back."""
+    response = alice.get(row.path.format(**w.ids), headers={"HX-Request": "true"})
+    assert response.status_code == 200, (row.name, response.status_code)
+    found = VERSION_RE.search(_body(response))
+    assert found, f"{row.name}: the fragment carries no X-Smrweb-Version to poll with"
+    return found[1]
+
+
+def check_cell(row: Row, who: str, expected: str, client: APIClient, w: World, version: str | None) -> list[str]:
+    """Make the request in a savepoint that is rolled back; the problems with its answer (empty: as expected)."""
+    for cache in caches.all():
+        cache.clear()
+    cookies = copy.deepcopy(client.cookies)  # a logout or a flash message must not follow into the next cell
+    problems: list[str] = []
+    with transaction.atomic():
+        before, effect_before = fingerprint(), row.effect(w) if row.effect else None
+        headers = {}
+        if row.hx:
+            headers["HX-Request"] = "true"
+        if version:
+            headers[live.VERSION_HEADER] = version
+        data = row.data(w.ids) if callable(row.data) else row.data
+        kwargs = {"format": "json"} if row.json else {}
+        response = getattr(client, row.method.lower())(row.path.format(**w.ids), data, headers=headers, **kwargs)
+        body = _body(response)
+        after, effect_after = fingerprint(), row.effect(w) if row.effect else None
+        transaction.set_rollback(True)
+    client.cookies = cookies
+
+    status = response.status_code
+    location = response.get("Location", "")
+    if expected == "ALLOW":
+        wanted = row.ok if isinstance(row.ok, tuple) else (row.ok,)
+        if status not in wanted:
+            problems.append(f"status {status}, expected {wanted}")
+        if status == 302 and location.startswith("/login/"):
+            problems.append("sent to the login page")
+    elif expected == "LOGIN":
+        if row.api and status != 401:
+            problems.append(f"status {status}, expected 401")
+        if not row.api and not (status == 302 and location.startswith("/login/")):
+            problems.append(f"status {status} {location!r}, expected a redirect to /login/")
+    elif expected in ("DENY", "HIDE", "EMPTY") or expected.isdigit():
+        wanted = {"DENY": 403, "HIDE": 404, "EMPTY": 200}.get(expected) or int(expected)
+        if status != wanted:
+            problems.append(f"status {status}, expected {wanted}")
+    else:
+        raise AssertionError(f"{row.name}: unknown answer {expected!r}")
+
+    if expected == "ALLOW" and row.effect:
+        if effect_after == effect_before:
+            problems.append(f"allowed, but the effect did not happen ({effect_before!r} stayed)")
+    elif before != after or effect_before != effect_after:
+        problems.append("refused or read-only, yet something was written")
+    if expected == "ALLOW" and row.marker and row.marker not in body:
+        problems.append(f"allowed, but {row.marker!r} is not in the answer")
+    if expected == "EMPTY" and row.marker and row.marker in body:
+        problems.append(f"{row.marker!r} is shown")
+    if who not in HILL_READERS:  # whatever the answer, nothing of hill but what the row hands out (a link's bytes)
+        problems += [f"leaks {s!r}" for s in HILL_SECRETS if s in body and not (expected == "ALLOW" and s == row.marker)]
+    elif expected in ("LOGIN", "HIDE"):
+        problems += [f"leaks {s!r}" for s in HILL_SECRETS if s in body]
+    if who != "other":
+        problems += [f"leaks the other project's {s!r}" for s in OTHER_SECRETS if s in body]
+    if expected == "ALLOW" and row.hx and status == 200 and "<html" in body:
+        problems.append("an htmx request got the whole page, not the fragment")
+    if row.api and status >= 400:
+        try:
+            shape = set(json.loads(body))
+        except ValueError:
+            shape = None
+        if shape != {"code", "message", "errors"}:
+            problems.append(f"the API error is not the JSON error shape: {body[:120]!r}")
+    return [f"{who:8} expected {expected:6} got {status}: {p}" for p in problems]
+
+
+# --- the tests -------------------------------------------------------------------------------------------
+
+CELLS_CHECKED: list[tuple[str, str]] = []
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_matrix_row(row: Row, world: World):
+    answers = row.answers()
+    by_principal = world.clients
+    version = poll_version(row, world, by_principal["alice"]) if row.poll else None
+    problems = []
+    for who in PRINCIPALS:
+        problems += check_cell(row, who, answers[who], by_principal[who], world, version)
+        CELLS_CHECKED.append((row.name, who))
+    assert not problems, f"{row.method} {row.path}\n" + "\n".join(problems)
+
+
+def _routes(patterns, prefix: str = "") -> list[str]:
+    out = []
+    for p in patterns:
+        route = prefix + str(p.pattern)
+        if route.startswith(tuple(EXCLUDED)):
+            continue
+        if isinstance(p, URLResolver):
+            out += _routes(p.url_patterns, route)
+        elif isinstance(p, URLPattern):
+            out.append(route)
+    return out
+
+
+class _AnyId(dict):
+    def __missing__(self, key):
+        return "/a/1.a." + "x" * 43 + "/" if key.startswith("link") else "1"
+
+
+def test_every_url_pattern_has_a_row():
+    """A new URL pattern without a matrix row fails here (excluded ones are named with a reason)."""
+    routes = _routes(get_resolver().url_patterns)
+    covered = {resolve(row.path.format_map(_AnyId()).split("?")[0]).route for row in ROWS}
+    missing = sorted(set(routes) - covered)
+    assert not missing, f"URL patterns without a row in the permission matrix: {missing}"
+    assert covered <= set(routes)  # every row's path is a real pattern (and not an excluded one)
+    assert len(routes) >= 45  # the enumeration did walk the included URL confs
+
+
+HTMX_ATTR = re.compile(r'(?:hx-(?:get|post|put|patch|delete)|data-click-url)="([^"]*)"')
+URL_TAG = re.compile(r"""^\{%\s*url\s+'([\w:-]+)'""")
+SELF_URL = {"{{ run.get_absolute_url }}": "dashboard:run-detail",
+            "{{ project.get_absolute_url }}": "dashboard:project-detail"}
+
+
+def htmx_endpoints() -> set[str]:
+    """The URL names the templates fetch with htmx (hx-get/hx-post…, and the timeline's data-click-url)."""
+    names, unread = set(), []
+    for template in (ROOT / "templates").rglob("*.html"):
+        for value in HTMX_ATTR.findall(template.read_text()):
+            if found := URL_TAG.match(value):
+                names.add(found[1])
+            elif own := next((name for prefix, name in SELF_URL.items() if value.startswith(prefix)), None):
+                names.add(own)
+            else:
+                unread.append(f"{template.name}: {value}")
+    assert not unread, f"htmx URLs this test cannot map to a URL name (teach it): {unread}"
+    return names
+
+
+def test_every_htmx_endpoint_in_the_templates_has_an_hx_row():
+    """Partials re-check access: every URL a template fetches with htmx has a row sent as htmx."""
+    names = htmx_endpoints()
+    assert len(names) >= 9, names  # project list/detail/chart, run detail/metric/turns/turn, submission, preflight
+    hx_rows = {resolve(r.path.format_map(_AnyId()).split("?")[0]).view_name for r in ROWS if r.hx}
+    assert not names - hx_rows, f"htmx endpoints without an HX-Request row: {sorted(names - hx_rows)}"
+
+
+def test_matrix_summary(request, capsys):
+    """Runs last: how many cells were checked (all of them when the whole module ran)."""
+    total = len(ROWS) * len(PRINCIPALS)
+    rows_run = [i for i in request.session.items if i.path == request.path and i.originalname == "test_matrix_row"]
+    if len(rows_run) != len(ROWS):
+        pytest.skip("only part of the matrix was selected")
+    assert len(CELLS_CHECKED) == total == len(set(CELLS_CHECKED))
+    with capsys.disabled():
+        print(f"\npermission matrix: {len(ROWS)} rows x {len(PRINCIPALS)} principals = {total} cells checked")
