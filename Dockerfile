@@ -5,6 +5,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     SMRWEB_DATA_DIR=/var/lib/smrweb SMRWEB_STATIC_ROOT=/app/staticfiles
 WORKDIR /app
 
+# git: the git-workspace source reads (and rollback commits to) repositories mounted into the worker.
+RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock pyproject.toml ./
 RUN pip install --require-hashes -r requirements.lock
 
