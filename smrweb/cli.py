@@ -1,5 +1,284 @@
-"""`smrweb` console script (placeholder until the CLI lands in this change)."""
+"""`smrweb` console script: report scores, metrics, agent turns, state changes and artifacts from a shell.
+
+    smrweb report score 0.83 --artifact submission.py
+    smrweb report metric loss 0.12 --step 3
+    smrweb report state failed --reason "validator timed out"
+
+Connection settings come from options or the environment: SMRWEB_URL, SMRWEB_TOKEN, SMRWEB_PROJECT,
+SMRWEB_RUN. Exit codes: 0 stored (or already stored), 1 refused (the server's field errors are
+printed), 2 usage error, 3 server unreachable after the retries.
+
+Event ids (so that re-running a command is safe; docs/integrations.md#cli-smrweb-report):
+
+- metric, score, turn: ``cli-`` + the first 32 hex digits of the SHA-256 of the canonical JSON of
+  [kind, project, run, the event's fields] — for a score with ``--artifact`` the fields hold the file's
+  sha256 (and its name in the run). Re-running the same command is a duplicate, whenever and however
+  often: the same value of a metric at the same step is one point, the same score for the same bytes
+  (commit, harness, experiment, details) is one submission, an actor's turn number counts once.
+  To report an identical result again as a separate submission, give it its own ``--id``.
+- state: a state change is a compare-and-set. The command first reads the run: when the run is already
+  in that state with that failure, it is a no-op ("already"). Otherwise the id also hashes the state
+  and ``last_progress_at`` the run had when the command read it, so a run that returns to a state it
+  had before (executing → reviewing → executing) records every transition, while a retry of a change
+  that did land finds the run already in that state.
+- ``--id`` replaces the derived id (any text of 1–200 characters); then nothing is read first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+STATES = ("queued", "planning", "running", "executing", "reviewing", "blocked", "paused", "finalizing", "done",
+          "failed", "stopped", "canceled")
 
 
-def main() -> None:
-    raise SystemExit("smrweb: the CLI is being built")
+class _Usage(Exception):
+    pass
+
+
+def derived_id(kind: str, project: str, run: str, fields: dict[str, Any]) -> str:
+    """The CLI's deterministic event id: `cli-` + 32 hex digits of SHA-256 over the canonical JSON."""
+    canonical = json.dumps([kind, project, run, fields], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "cli-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="smrweb",
+        description="smrweb command line: report results of a shell-based harness to an smrweb server.",
+        epilog="Run `smrweb report --help` for the report commands.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    conn = argparse.ArgumentParser(add_help=False)
+    g = conn.add_argument_group("connection (default: environment variables)")
+    g.add_argument("--url", default=os.environ.get("SMRWEB_URL"), help="server URL [SMRWEB_URL]")
+    g.add_argument("--token", default=os.environ.get("SMRWEB_TOKEN"), help="project API token [SMRWEB_TOKEN]")
+    g.add_argument("--project", "-p", default=os.environ.get("SMRWEB_PROJECT"), help="project slug [SMRWEB_PROJECT]")
+    g.add_argument("--run", "-r", default=os.environ.get("SMRWEB_RUN"), help="run id [SMRWEB_RUN]")
+    g.add_argument("--retries", type=_non_negative_int, default=int(os.environ.get("SMRWEB_RETRIES", "4")),
+                   help="retries on 429/5xx/timeouts/connection errors, with backoff [SMRWEB_RETRIES, 4]")
+    g.add_argument("--timeout", type=_finite_float, default=10.0, help="seconds per request (default 10)")
+    e = conn.add_argument_group("event")
+    e.add_argument("--id", dest="event_id", help="event id (idempotency key) instead of the derived one")
+    e.add_argument("--ts", help="event time, ISO 8601 (default: when the server receives it)")
+
+    report = sub.add_parser(
+        "report", help="report a score, metric, agent turn, state change or artifact",
+        description="Report one event to a run (the run is created on its first event). Re-running the same "
+                    "command is a no-op: event ids are derived from the input (see --id). Exit codes: 0 stored "
+                    "or already stored, 1 refused (field errors printed), 2 usage, 3 server unreachable.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  smrweb report score 0.83 --artifact submission.py --commit $(git rev-parse HEAD)\n"
+               "  smrweb report metric loss 0.12 --step 3\n"
+               "  smrweb report turn 7 --tokens-in 1200 --tokens-out 300 --cost-usd 0.004 --model gpt-x\n"
+               "  smrweb report state failed --reason 'validator timed out' --family timeout\n"
+               "  smrweb report artifact logs/run.log --kind log",
+    )
+    what = report.add_subparsers(dest="kind", metavar="KIND", required=True)
+
+    p = what.add_parser("score", parents=[conn], help="a scored submission, optionally with its artifact",
+                        description="Report a score. With --artifact the file is uploaded first and the score "
+                                    "is linked to it by sha256.")
+    p.add_argument("score", type=_finite_float)
+    p.add_argument("--artifact", metavar="PATH", help="a local file to upload and link to the score")
+    p.add_argument("--artifact-name", metavar="NAME", help="its path in the run (default: the file name)")
+    p.add_argument("--artifact-ref", metavar="REF", help="link an artifact already uploaded (sha256 or path in the run)")
+    p.add_argument("--kind", dest="artifact_kind", default="file",
+                   choices=["file", "python_source", "onnx_model", "archive", "log", "other"], help="artifact kind")
+    p.add_argument("--commit", default="", help="git commit of the submission")
+    p.add_argument("--harness-id", default="", help="the harness's own id for this submission")
+    p.add_argument("--experiment", help="external id of the experiment (created on first sight)")
+    p.add_argument("--metric", help="what the score measures (kept in details.metric)")
+    p.add_argument("--details", type=_json_object, help="JSON object of extra details")
+
+    p = what.add_parser("metric", parents=[conn], help="one point of a metric series")
+    p.add_argument("key")
+    p.add_argument("value", type=_finite_float)
+    p.add_argument("--step", type=_non_negative_int, default=0, help="step (default 0)")
+
+    p = what.add_parser("turn", parents=[conn], help="one agent turn (tokens, cost, model)")
+    p.add_argument("turn", type=_non_negative_int)
+    p.add_argument("--tokens-in", type=_non_negative_int, required=True)
+    p.add_argument("--tokens-out", type=_non_negative_int, required=True)
+    p.add_argument("--cost-usd", type=_finite_float)
+    p.add_argument("--model")
+    p.add_argument("--actor", default="driver", help="default: driver")
+    p.add_argument("--parent-actor")
+    p.add_argument("--turn-kind", choices=["driver_inference", "child_work"],
+                   help="default: driver_inference without --parent-actor, child_work with it")
+    p.add_argument("--tool-call", action="append", dest="tool_calls", metavar="NAME", help="repeatable")
+    p.add_argument("--duration-ms", type=_non_negative_int)
+
+    p = what.add_parser("state", parents=[conn], help="a state change of the run",
+                        description=f"Set the run's state: {', '.join(STATES)}. A no-op when the run is already "
+                                    "in that state with that failure.")
+    p.add_argument("state", help="the new state")
+    p.add_argument("--reason", default="", help="failure detail (for failed, stopped, …)")
+    p.add_argument("--family", default="", help="failure family, e.g. timeout, budget, crash")
+    p.add_argument("--source", default="", help="who detected the failure")
+
+    p = what.add_parser("artifact", parents=[conn], help="upload a file to the run (prints its sha256)")
+    p.add_argument("path")
+    p.add_argument("--name", help="its path in the run (default: the file name)")
+    p.add_argument("--kind", dest="artifact_kind", default="file",
+                   choices=["file", "python_source", "onnx_model", "archive", "log", "other"])
+    p.add_argument("--commit", default="")
+    return parser
+
+
+def _event(args) -> dict[str, Any]:
+    """The event the command reports, without its id."""
+    if args.kind == "metric":
+        event: dict[str, Any] = {"type": "metric", "key": args.key, "value": args.value, "step": args.step}
+    elif args.kind == "score":
+        event = {"type": "score", "score": args.score}
+        for name in ("commit", "harness_id", "experiment"):
+            if getattr(args, name):
+                event[name] = getattr(args, name)
+        details = dict(args.details or {})
+        if args.metric:
+            details["metric"] = args.metric
+        if details:
+            event["details"] = details
+        if args.artifact_ref:
+            event["artifact"] = args.artifact_ref
+    elif args.kind == "turn":
+        event = {"type": "agent.turn", "turn": args.turn, "actor": args.actor, "tokens_in": args.tokens_in,
+                 "tokens_out": args.tokens_out}
+        for name, value in (("cost_usd", args.cost_usd), ("model", args.model), ("parent_actor", args.parent_actor),
+                            ("kind", args.turn_kind), ("tool_calls", args.tool_calls),
+                            ("duration_ms", args.duration_ms)):
+            if value is not None:
+                event[name] = value
+    else:  # state
+        event = {"type": "state", "state": args.state}
+        failure = {k: v for k, v in (("family", args.family), ("detail", args.reason), ("source", args.source)) if v}
+        if failure:
+            event["failure"] = failure
+    if args.ts:
+        event["ts"] = args.ts
+    return event
+
+
+def _same_failure(run: dict[str, Any], event: dict[str, Any]) -> bool:
+    have = run.get("failure") or {}
+    want = event.get("failure") or {}
+    return all(have.get(k, "") == want.get(k, "") for k in ("family", "detail", "source"))
+
+
+def report(args) -> int:
+    from smrweb.client import Client, sha256_of
+
+    missing = [f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project", "run") if not getattr(args, n)]
+    if missing:
+        raise _Usage("missing " + ", ".join(missing))
+    if getattr(args, "artifact", None) and getattr(args, "artifact_ref", None):
+        raise _Usage("give --artifact or --artifact-ref, not both")
+    path = args.path if args.kind == "artifact" else getattr(args, "artifact", None)
+    if path is not None and not os.path.isfile(path):
+        raise _Usage(f"no such file: {path}")
+
+    client = Client(args.url, args.token, args.project, args.run, max_retries=args.retries, timeout=args.timeout,
+                    backoff_max=10.0)
+    try:
+        if args.kind == "artifact":
+            digest = client.upload_artifact(path, args.name, kind=args.artifact_kind, commit=args.commit)
+            print(f"artifact {args.name or os.path.basename(path)} stored: sha256 {digest}")
+            return EXIT_OK
+        event = _event(args)
+        digest = None
+        if path is not None:
+            digest = sha256_of(path)
+            event["artifact"] = digest
+        event_id = args.event_id
+        if event_id is None:
+            fields = dict(event)
+            if path is not None:
+                fields["artifact_name"] = args.artifact_name or os.path.basename(path)
+            if args.kind == "state":
+                run = client.get_run()
+                if run is not None and run.get("state") == event["state"] and _same_failure(run, event):
+                    print(f"state {event['state']}: already (run {args.run}); nothing sent")
+                    return EXIT_OK
+                fields["_prior"] = [run.get("state"), run.get("last_progress_at")] if run else None
+            event_id = derived_id(event["type"], args.project, args.run, fields)
+        event["id"] = event_id
+        if digest is not None:
+            # The bytes first: a refused upload leaves no score behind. The server links the score to
+            # the artifact by its sha256.
+            client.upload_artifact(path, args.artifact_name, kind=args.artifact_kind,
+                                   commit=event.get("commit", ""), sha256=digest)
+        answer = client.send([event])
+    finally:
+        client.close(timeout=0)
+    what = f"metric {args.key}" if args.kind == "metric" else args.kind
+    status = "stored" if answer.get("accepted") else "already stored (duplicate)"
+    print(f"{what} {status}: run {args.run}, id {event_id}" + (f", artifact sha256 {digest}" if digest else ""))
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on a usage error, 0 on --help
+    from smrweb.client import Refused, SmrwebError, Unreachable
+
+    try:
+        code = report(args)
+    except _Usage as exc:
+        parser.print_usage(sys.stderr)
+        print(f"smrweb: error: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    except Refused as exc:
+        print(f"smrweb: refused: {exc}", file=sys.stderr)
+        code = EXIT_REFUSED
+    except Unreachable as exc:
+        print(f"smrweb: server unreachable: {exc}", file=sys.stderr)
+        code = EXIT_UNREACHABLE
+    except SmrwebError as exc:
+        print(f"smrweb: {exc}", file=sys.stderr)
+        code = EXIT_REFUSED
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,633 @@
+"""smrweb's Python client: push metrics, scores, agent turns, state changes and artifacts from a harness.
+
+Three lines::
+
+    import smrweb.client as smr
+    smr.init(project="hill", run="run-42")  # SMRWEB_URL and SMRWEB_TOKEN from the environment
+    smr.log_metric("loss", 0.12, step=3)
+
+How it behaves (docs/integrations.md#python-client has the full story):
+
+- **Ids.** Every event gets its id when it is logged: ``<client id>-<n>``, where the client id is a
+  random uuid4 (hex) drawn once per `Client` and ``n`` counts the events that client logged (1, 2, …).
+  The id travels with the event on every retry, so a batch re-sent after a lost answer is counted by
+  the server as a duplicate, never twice. Pass ``id=`` to any ``log_*`` call to choose it yourself (for
+  instance to make a restarted harness replay safely).
+- **Batching.** Events are queued and sent by a daemon thread in batches of at most ``batch_size``
+  events, whenever that many are waiting or ``flush_interval`` seconds have passed since the oldest
+  waiting one was logged, whichever comes first.
+- **Retries.** 429 (its ``Retry-After`` honoured), 5xx, timeouts and connection errors are retried with
+  exponential backoff and jitter, up to ``max_retries`` times, with the same ids. Any other 4xx is
+  permanent: the server names the refused events (by index), those are logged and counted in
+  ``failed_events`` and the rest of the batch is sent again without them — never a loop. A batch
+  that still fails after ``max_retries`` retries is counted in ``failed_events`` too.
+- **Exit.** ``flush()`` waits until everything queued is sent; an ``atexit`` hook flushes (at most
+  ``exit_timeout`` seconds) when the interpreter exits, and ``close()`` / ``with Client(...)`` do too.
+
+Only httpx and the standard library: the client runs inside harness processes, not Django.
+"""
+
+from __future__ import annotations
+
+import atexit
+import email.utils
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+__all__ = [
+    "Client",
+    "Refused",
+    "SmrwebError",
+    "Unreachable",
+    "close",
+    "flush",
+    "get_client",
+    "init",
+    "log_checkpoint",
+    "log_message",
+    "log_metric",
+    "log_score",
+    "log_turn",
+    "set_state",
+    "upload_artifact",
+]
+
+log = logging.getLogger("smrweb.client")
+
+MAX_BATCH = 5000  # the server's limit per request
+
+
+class SmrwebError(Exception):
+    """A synchronous call (an artifact upload, or the CLI) did not succeed."""
+
+
+class Refused(SmrwebError):
+    """The server refused the request (a 4xx other than 429): retrying would not help."""
+
+    def __init__(self, status: int, body: dict[str, Any]):
+        self.status = status
+        self.code = body.get("code", "")
+        self.message = body.get("message", "")
+        self.errors: list[dict[str, Any]] = list(body.get("errors") or [])
+        lines = [f"{status} {self.code}: {self.message}".rstrip(": ")]
+        lines += [_describe_error(e) for e in self.errors]
+        super().__init__("\n".join(lines))
+
+
+class Unreachable(SmrwebError):
+    """No usable answer after every retry: connection errors, timeouts, 429 or 5xx."""
+
+
+def _describe_error(err: dict[str, Any]) -> str:
+    where = []
+    if err.get("index") is not None:
+        where.append(f"event {err['index']}")
+    if err.get("field"):
+        where.append(str(err["field"]))
+    return f"  {' '.join(where) or 'request'}: {err.get('message', '')}"
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _ts(value: datetime | str | float | None) -> str | None:
+    """An event timestamp as ISO 8601: datetimes (naive means UTC), POSIX seconds, or text as given."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, UTC).isoformat()
+    return str(value)
+
+
+def _finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, not {value!r}")
+    return value
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header (seconds or an HTTP date) in seconds; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+@dataclass
+class _Item:
+    run: str
+    data: bytes  # the event as JSON, encoded when it was logged (so bad input fails at the call)
+    id: str
+    logged: float = field(default_factory=time.monotonic)
+
+
+class Client:
+    """A connection to one smrweb project (and by default one run).
+
+    Arguments not given come from the environment: ``SMRWEB_URL`` (the server, e.g.
+    ``https://smrweb.example``; a trailing ``/api/v1`` is accepted), ``SMRWEB_TOKEN`` (a project
+    token ``smr_…``), ``SMRWEB_PROJECT`` (the project's slug) and ``SMRWEB_RUN`` (the run id).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        project: str | None = None,
+        run: str | None = None,
+        *,
+        batch_size: int = 1000,
+        flush_interval: float = 1.0,
+        max_retries: int = 8,
+        timeout: float = 10.0,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        exit_timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        base_url = base_url or os.environ.get("SMRWEB_URL")
+        token = token or os.environ.get("SMRWEB_TOKEN")
+        self.project = project or os.environ.get("SMRWEB_PROJECT")
+        self.run = run or os.environ.get("SMRWEB_RUN")
+        missing = [name for name, value in (("base_url (SMRWEB_URL)", base_url), ("token (SMRWEB_TOKEN)", token),
+                                            ("project (SMRWEB_PROJECT)", self.project)) if not value]
+        if missing:
+            raise ValueError("smrweb client: missing " + ", ".join(missing))
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH}")
+        base = base_url.rstrip("/").removesuffix("/api/v1")
+        self.base_url = base
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.exit_timeout = exit_timeout
+        self.client_id = uuid.uuid4().hex
+        self._http = httpx.Client(
+            base_url=f"{base}/api/v1/", timeout=timeout, transport=transport,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "smrweb-client/1"},
+        )
+        # Counters (read them, don't write them).
+        self.requests = 0          # HTTP requests made for event batches, retries included
+        self.batches_sent = 0      # batches the server answered 200
+        self.accepted_events = 0   # new events stored
+        self.duplicate_events = 0  # events the server already had (e.g. after a lost answer)
+        self.failed_events = 0     # events refused (4xx) or given up on after max_retries
+        self.last_error: str | None = None
+
+        self._seq = 0
+        self._steps: dict[tuple[str, str], int] = {}
+        self._queue: deque[_Item] = deque()
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._counters_lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)   # the sender waits on it for work
+        self._idle = threading.Condition(self._lock)   # flush() waits on it for an empty queue
+        self._flush_requested = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._sender, name=f"smrweb-client-{self.client_id[:8]}",
+                                        daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+        self._atexit = lambda: (c := ref()) is not None and c.close(timeout=c.exit_timeout)
+        atexit.register(self._atexit)
+
+    # --- logging ------------------------------------------------------------------------------
+
+    def log_metric(self, key: str, value: float, step: int | None = None, ts=None, *, id: str | None = None,
+                   run: str | None = None) -> str:
+        """One point of the series `key`. Without `step`, the key's previous step + 1 in this client
+        (0 for its first point). Returns the event id."""
+        _finite("value", value)
+        run = self._run(run)
+        with self._lock:
+            if step is None:
+                step = self._steps.get((run, key), -1) + 1
+            self._steps[(run, key)] = max(step, self._steps.get((run, key), -1))
+        return self._log(run, {"type": "metric", "key": key, "value": value, "step": step}, ts, id)
+
+    def log_score(self, score: float, *, artifact: str | os.PathLike | None = None, artifact_name: str | None = None,
+                  artifact_ref: str | None = None, metric: str | None = None, commit: str = "",
+                  harness_id: str = "", experiment: str | None = None, details: dict[str, Any] | None = None,
+                  ts=None, id: str | None = None, run: str | None = None) -> str:
+        """A scored submission. `artifact` is a local file: it is uploaded now (synchronously, as
+        `artifact_name`, default its file name) and the score is linked to it by its sha256.
+        `artifact_ref` names an artifact already uploaded (its sha256, or its path in the run: the
+        latest version); the server links it when that artifact arrives, if it has not yet.
+        `metric` names what the score measures (kept in `details["metric"]`). Returns the event id."""
+        _finite("score", score)
+        if artifact is not None and artifact_ref is not None:
+            raise ValueError("pass either artifact (a local file) or artifact_ref, not both")
+        run = self._run(run)
+        details = dict(details or {})
+        if metric is not None:
+            details["metric"] = metric
+        digest = sha256_of(artifact) if artifact is not None else None
+        event: dict[str, Any] = {"type": "score", "score": score}
+        if digest or artifact_ref:
+            event["artifact"] = digest or artifact_ref
+        for name, value in (("commit", commit), ("harness_id", harness_id), ("experiment", experiment),
+                            ("details", details)):
+            if value:
+                event[name] = value
+        # Queued before the upload: if the upload fails, the score is still kept, and the server
+        # links it to the artifact whenever those bytes are uploaded to the run.
+        event_id = self._log(run, event, ts, id)
+        if artifact is not None:
+            self.upload_artifact(artifact, name=artifact_name, commit=commit, run=run, sha256=digest)
+        return event_id
+
+    def log_turn(self, turn: int, *, tokens_in: int, tokens_out: int, cost_usd: float | None = None,
+                 model: str | None = None, actor: str = "driver", parent_actor: str | None = None,
+                 kind: str | None = None, tool_calls: list | None = None, duration_ms: int | None = None,
+                 ts=None, id: str | None = None, run: str | None = None) -> str:
+        """One agent turn (an actor's turn number counts once, whatever its id). Returns the event id."""
+        event: dict[str, Any] = {"type": "agent.turn", "turn": turn, "actor": actor, "tokens_in": tokens_in,
+                                 "tokens_out": tokens_out}
+        if cost_usd is not None:
+            event["cost_usd"] = _finite("cost_usd", cost_usd)
+        for name, value in (("model", model), ("parent_actor", parent_actor), ("kind", kind),
+                            ("tool_calls", tool_calls), ("duration_ms", duration_ms)):
+            if value is not None:
+                event[name] = value
+        return self._log(self._run(run), event, ts, id)
+
+    def set_state(self, state: str, failure: str | dict[str, str] | None = None, *, ts=None, id: str | None = None,
+                  run: str | None = None) -> str:
+        """The run's state (queued, planning, running, …, done, failed, stopped, canceled). `failure` is
+        a text (its detail) or a dict with `family`, `detail`, `source`. The event's time is the time of
+        this call, so the latest call wins however the batches travel. Returns the event id."""
+        event: dict[str, Any] = {"type": "state", "state": state}
+        if failure is not None:
+            event["failure"] = {"detail": failure} if isinstance(failure, str) else dict(failure)
+        return self._log(self._run(run), event, ts if ts is not None else _now_iso(), id)
+
+    def log_message(self, body: str, *, topic: str = "", target: str = "", mode: str = "", ts=None,
+                    id: str | None = None, run: str | None = None) -> str:
+        event = {"type": "message", "body": body, "topic": topic, "target": target, "mode": mode}
+        return self._log(self._run(run), event, ts, id)
+
+    def log_checkpoint(self, checkpoint_id: str, *, label: str = "", commit: str = "", restorable: bool = True,
+                       failure_reason: str = "", ts=None, run: str | None = None) -> str:
+        """A checkpoint; its id is its identity (a replay is a duplicate)."""
+        event = {"type": "checkpoint", "label": label, "commit": commit, "restorable": restorable,
+                 "failure_reason": failure_reason}
+        return self._log(self._run(run), event, ts, checkpoint_id)
+
+    def log_event(self, event: dict[str, Any], *, run: str | None = None) -> str:
+        """Any event of the push contract (docs/api.md), as a dict with its `type`; an id is added
+        when it has none. Returns the event id."""
+        event = dict(event)
+        return self._log(self._run(run), event, event.pop("ts", None), event.pop("id", None))
+
+    # --- artifacts (synchronous) ---------------------------------------------------------------
+
+    def upload_artifact(self, path: str | os.PathLike, name: str | None = None, *, kind: str = "file",
+                        commit: str = "", run: str | None = None, sha256: str | None = None) -> str:
+        """Upload a file to the run now; return its sha256 once the server has stored exactly those
+        bytes (it verifies the digest sent; the answer's digest is checked too). Retried like batches;
+        raises `Refused` (4xx) or `Unreachable` (no answer after the retries)."""
+        run = self._run(run)
+        path = Path(path)
+        digest = sha256 or sha256_of(path)
+        data = {"path": name or path.name, "kind": kind, "sha256": digest}
+        if commit:
+            data["commit"] = commit
+
+        def send() -> httpx.Response:
+            with path.open("rb") as fh:
+                return self._http.post(self._run_url(run, "artifacts"), data=data,
+                                       files={"file": (path.name, fh, "application/octet-stream")})
+
+        response = self._with_retries(send, what=f"upload of {path}")
+        if response.status_code not in (200, 201):
+            raise Refused(response.status_code, _json(response))
+        stored = _json(response).get("sha256", "")
+        if stored.lower() != digest.lower():
+            raise SmrwebError(f"the server stored {stored!r} for {path}, whose sha256 is {digest}")
+        return digest
+
+    # --- synchronous calls ------------------------------------------------------------------------
+
+    def send(self, events: list[dict[str, Any]], *, run: str | None = None) -> dict[str, Any]:
+        """Post `events` now, bypassing the queue, with the same retries; return the server's answer
+        (`{"run", "accepted", "duplicates"}`). Events keep the ids they carry (none: the server keys
+        them by content). Raises `Refused` (4xx, with the server's field errors) or `Unreachable`."""
+        body = json.dumps(events, allow_nan=False, separators=(",", ":")).encode()
+        run = self._run(run)
+        response = self._with_retries(
+            lambda: self._http.post(self._run_url(run, "events"), content=body,
+                                    headers={"Content-Type": "application/json"}),
+            what=f"batch of {len(events)} events")
+        if response.status_code != 200:
+            raise Refused(response.status_code, _json(response))
+        return _json(response)
+
+    def get_run(self, run: str | None = None) -> dict[str, Any] | None:
+        """The run as the API shows it (state, failure, spend, scores, …); None when it does not exist yet."""
+        run = self._run(run)
+        response = self._with_retries(lambda: self._http.get(self._run_url(run, "")[:-1]), what=f"run {run}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise Refused(response.status_code, _json(response))
+        return _json(response)
+
+    # --- flushing and closing --------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything queued now and wait until it is answered (stored, duplicate or failed).
+        False when `timeout` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._flush_requested += 1
+            self._wake.notify_all()
+            try:
+                while self._queue or self._in_flight:
+                    if not self._thread.is_alive():
+                        return False
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._idle.wait(remaining if remaining is not None else 1.0)
+                return True
+            finally:
+                self._flush_requested -= 1
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush (at most `timeout` seconds), stop the sender and close the connection. Returns what
+        flush returned; events still queued after the timeout are counted in `failed_events`."""
+        if self._closed:
+            return True
+        done = self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            left = len(self._queue)
+            self._queue.clear()
+            self._wake.notify_all()
+        if left:
+            self._count(failed_events=left)
+            self.last_error = f"{left} events still queued at close"
+            log.error("smrweb: %d events were not sent before close (timeout %ss)", left, timeout)
+        self._thread.join(timeout=5)
+        self._http.close()
+        atexit.unregister(self._atexit)
+        return done
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(timeout=self.exit_timeout)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue) + self._in_flight
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _run(self, run: str | None) -> str:
+        run = run or self.run
+        if not run:
+            raise ValueError("smrweb client: no run (pass run= or set SMRWEB_RUN)")
+        return run
+
+    def _run_url(self, run: str, tail: str) -> str:
+        return f"projects/{quote(self.project, safe='')}/runs/{quote(run, safe='')}/{tail}"
+
+    def _log(self, run: str, event: dict[str, Any], ts, event_id: str | None) -> str:
+        if self._closed:
+            raise SmrwebError("this smrweb client is closed")
+        stamp = _ts(ts)
+        if stamp is not None:
+            event["ts"] = stamp
+        with self._lock:
+            if event_id is None:
+                self._seq += 1
+                event_id = f"{self.client_id}-{self._seq}"
+            event["id"] = event_id
+            # Encoded now: NaN or an unserializable value fails here, in the caller, not in a batch.
+            data = json.dumps(event, allow_nan=False, separators=(",", ":")).encode()
+            self._queue.append(_Item(run, data, event_id))
+            if len(self._queue) == 1 or len(self._queue) >= self.batch_size:
+                self._wake.notify_all()  # first event: the sender starts its interval; full: send now
+        return event_id
+
+    def _take_batch(self) -> list[_Item]:
+        """Up to batch_size queued events of the first queued run, in order (lock held)."""
+        run = self._queue[0].run
+        batch, keep = [], deque()
+        while self._queue and len(batch) < self.batch_size:
+            item = self._queue.popleft()
+            (batch if item.run == run else keep).append(item)
+        self._queue.extendleft(reversed(keep))
+        return batch
+
+    def _sender(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._closed and not self._queue:
+                        return
+                    if self._queue:
+                        due = self._queue[0].logged + self.flush_interval
+                        if (len(self._queue) >= self.batch_size or self._flush_requested or self._closed
+                                or time.monotonic() >= due):
+                            break
+                        self._wake.wait(max(0.0, due - time.monotonic()))
+                    else:
+                        self._idle.notify_all()
+                        self._wake.wait()
+                batch = self._take_batch()
+                self._in_flight = len(batch)
+            try:
+                self._send_batch(batch[0].run, batch)
+            except Exception as exc:  # never let the sender die: count the batch and go on
+                log.exception("smrweb: unexpected error sending %d events", len(batch))
+                self._count(failed_events=len(batch))
+                self.last_error = repr(exc)
+            finally:
+                with self._lock:
+                    self._in_flight = 0
+                    self._idle.notify_all()
+
+    def _send_batch(self, run: str, batch: list[_Item]) -> None:
+        """Send until every event is stored, a duplicate, or counted as failed. Each pass either ends
+        or drops at least one event, so this terminates."""
+        while batch:
+            body = b"[" + b",".join(item.data for item in batch) + b"]"
+            try:
+                response = self._with_retries(
+                    lambda body=body: self._http.post(self._run_url(run, "events"), content=body,
+                                                      headers={"Content-Type": "application/json"}),
+                    what=f"batch of {len(batch)} events", count=True)
+            except Unreachable as exc:
+                self._fail(batch, str(exc))
+                return
+            if response.status_code == 200:
+                answer = _json(response)
+                self._count(batches_sent=1, accepted_events=int(answer.get("accepted", 0)),
+                            duplicate_events=int(answer.get("duplicates", 0)))
+                return
+            if response.status_code == 413 and len(batch) > 1:
+                half = len(batch) // 2
+                self._send_batch(run, batch[:half])
+                batch = batch[half:]
+                continue
+            refused = Refused(response.status_code, _json(response))
+            bad = {e["index"] for e in refused.errors if isinstance(e.get("index"), int) and 0 <= e["index"] < len(batch)}
+            if response.status_code != 400 or not bad:
+                self._fail(batch, str(refused))
+                return
+            self._fail([batch[i] for i in sorted(bad)], str(refused))
+            batch = [item for i, item in enumerate(batch) if i not in bad]
+
+    def _count(self, **increments: int) -> None:
+        with self._counters_lock:
+            for name, n in increments.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def _fail(self, items: list[_Item], reason: str) -> None:
+        self._count(failed_events=len(items))
+        self.last_error = reason
+        ids = ", ".join(item.id for item in items[:5]) + (" …" if len(items) > 5 else "")
+        log.error("smrweb: %d events not stored (%s): %s", len(items), ids, reason)
+
+    def _with_retries(self, send, *, what: str, count: bool = False) -> httpx.Response:
+        """`send()` until it answers something other than 429/5xx, retrying those, timeouts and
+        connection errors with exponential backoff and jitter; Unreachable after max_retries retries."""
+        attempt = 0
+        while True:
+            wait: float | None = None
+            try:
+                if count:
+                    self._count(requests=1)
+                response = send()
+                if response.status_code != 429 and response.status_code < 500:
+                    return response
+                problem = f"HTTP {response.status_code}"
+                if response.status_code in (429, 503):
+                    wait = retry_after_seconds(response.headers.get("Retry-After"))
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if attempt >= self.max_retries:
+                raise Unreachable(f"{what}: {problem} after {attempt + 1} attempts")
+            backoff = min(self.backoff_max, self.backoff_base * 2**attempt)
+            backoff = backoff / 2 + random.uniform(0, backoff / 2)  # equal jitter
+            delay = min(self.backoff_max, wait) if wait is not None else backoff
+            attempt += 1
+            log.warning("smrweb: %s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.max_retries, delay)
+            time.sleep(delay)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {"code": "error", "message": response.text[:500], "errors": []}
+    return body if isinstance(body, dict) else {"code": "error", "message": str(body)[:500], "errors": []}
+
+
+# --- module-level convenience --------------------------------------------------------------------
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def init(base_url: str | None = None, token: str | None = None, project: str | None = None,
+         run: str | None = None, **options) -> Client:
+    """Create the module's client (closing a previous one) and return it. Arguments as `Client`."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close(timeout=_default.exit_timeout)
+        _default = Client(base_url, token, project, run, **options)
+        return _default
+
+
+def get_client() -> Client:
+    """The module's client; created from the SMRWEB_* environment variables on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def log_metric(key: str, value: float, step: int | None = None, ts=None, **kw) -> str:
+    return get_client().log_metric(key, value, step, ts, **kw)
+
+
+def log_score(score: float, **kw) -> str:
+    return get_client().log_score(score, **kw)
+
+
+def log_turn(turn: int, **kw) -> str:
+    return get_client().log_turn(turn, **kw)
+
+
+def log_message(body: str, **kw) -> str:
+    return get_client().log_message(body, **kw)
+
+
+def log_checkpoint(checkpoint_id: str, **kw) -> str:
+    return get_client().log_checkpoint(checkpoint_id, **kw)
+
+
+def set_state(state: str, failure=None, **kw) -> str:
+    return get_client().set_state(state, failure, **kw)
+
+
+def upload_artifact(path, name: str | None = None, **kw) -> str:
+    return get_client().upload_artifact(path, name, **kw)
+
+
+def flush(timeout: float | None = None) -> bool:
+    return get_client().flush(timeout)
+
+
+def close(timeout: float | None = None) -> bool:
+    global _default
+    with _default_lock:
+        client, _default = _default, None
+    return client.close(timeout) if client is not None else True
