@@ -1,0 +1,526 @@
+"""OTLP traces → agent turns: decode an `ExportTraceServiceRequest`, map its GenAI spans to
+`agent.turn` events of the ingest contract and apply them with `services.ingest_events`.
+
+Pure functions apart from `ingest_request`, which calls the one write path; the HTTP view
+(`smrweb.api.otlp`) only authenticates and answers. docs/integrations.md (section "OpenTelemetry
+GenAI traces") documents every rule below; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from smrweb.tracking import events as ev
+from smrweb.tracking import services
+from smrweb.tracking.errors import InvalidEvents, TrackingError
+
+# USD per 1M input / output tokens. SMRWEB_MODEL_PRICES (JSON) is merged over this table. A model
+# name is looked up exactly, else by the longest key it starts with ("gpt-4o-2024-08-06" → "gpt-4o").
+DEFAULT_MODEL_PRICES: dict[str, dict[str, float]] = {
+    "gpt-4o": {"input": 2.50, "output": 10.00},
+    "gpt-4o-mini": {"input": 0.15, "output": 0.60},
+    "gpt-4.1": {"input": 2.00, "output": 8.00},
+    "gpt-4.1-mini": {"input": 0.40, "output": 1.60},
+    "o3": {"input": 2.00, "output": 8.00},
+    "o4-mini": {"input": 1.10, "output": 4.40},
+    "claude-opus-4": {"input": 15.00, "output": 75.00},
+    "claude-sonnet-4": {"input": 3.00, "output": 15.00},
+    "claude-3-5-haiku": {"input": 0.80, "output": 4.00},
+    "gemini-2.5-pro": {"input": 1.25, "output": 10.00},
+    "gemini-2.5-flash": {"input": 0.30, "output": 2.50},
+}
+
+# Operations that shape the agent tree or call tools; they are never turns of their own.
+STRUCTURAL_OPERATIONS = {"invoke_agent", "create_agent", "execute_tool"}
+TURN_KINDS = ("driver_inference", "child_work")
+TURN_MODULUS = 2**31  # a derived turn number is the start in milliseconds modulo this (fits the column)
+MAX_START_NANOS = int(ev.TS_MAX.timestamp()) * 1_000_000_000
+MAX_MESSAGE_PROBLEMS = 5  # problems spelled out in partial_success.error_message; the rest are counted
+
+
+class OtlpError(Exception):
+    """A request refused as a whole; `status` is the HTTP answer."""
+
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UnsupportedMediaType(OtlpError):
+    status = 415
+
+
+class PayloadTooLarge(OtlpError):
+    status = 413
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def media_type(content_type: str) -> str:
+    """"protobuf" or "json" for the request's Content-Type; UnsupportedMediaType otherwise."""
+    base = content_type.split(";", 1)[0].strip().lower()
+    if base in ("application/x-protobuf", "application/protobuf"):
+        return "protobuf"
+    if base == "application/json":
+        return "json"
+    raise UnsupportedMediaType(
+        f"Unsupported Content-Type {base or '(none)'!r}: send application/x-protobuf or application/json.")
+
+
+def decompress(body: bytes, content_encoding: str, limit: int) -> bytes:
+    """The body with its Content-Encoding (gzip, deflate or none) undone, refused past `limit` bytes."""
+    encoding = content_encoding.strip().lower()
+    if encoding in ("", "identity"):
+        data = body
+    elif encoding in ("gzip", "deflate"):
+        # wbits 47 reads gzip or zlib headers; raw deflate (-15) is tried for deflate bodies without one.
+        attempts = (47,) if encoding == "gzip" else (47, -15)
+        for wbits in attempts:
+            inflater = zlib.decompressobj(wbits)
+            try:
+                data = inflater.decompress(body, limit + 1)
+                if len(data) <= limit and not inflater.eof and not inflater.unconsumed_tail:
+                    raise zlib.error("truncated stream")
+            except zlib.error as exc:
+                if wbits == attempts[-1]:
+                    raise OtlpError(f"The body is not valid {encoding} data: {exc}.") from None
+                continue
+            break
+    else:
+        raise UnsupportedMediaType(f"Unsupported Content-Encoding {encoding!r}: send gzip, deflate or none.")
+    if len(data) > limit:
+        raise PayloadTooLarge(f"The decompressed body is over {limit} bytes; export smaller batches.")
+    return data
+
+
+_HEX_LENGTHS = {"traceId": 32, "spanId": 16, "parentSpanId": 16, "trace_id": 32, "span_id": 16,
+                "parent_span_id": 16}
+_HEX = re.compile(r"[0-9a-fA-F]*\Z")
+
+
+def _hex_ids_to_base64(node: Any) -> Any:
+    """OTLP JSON writes trace and span ids in hex; protobuf's JSON mapping reads bytes as base64.
+    Hex of the right length (32 or 16 digits) is converted; anything else is left to the parser, so
+    base64 ids are read too (their lengths differ: 24 and 12)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _HEX_LENGTHS and isinstance(value, str):
+                if len(value) == _HEX_LENGTHS[key] and _HEX.match(value):
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            else:
+                _hex_ids_to_base64(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+    return node
+
+
+def decode_request(data: bytes, encoding: str) -> ExportTraceServiceRequest:
+    """An ExportTraceServiceRequest from an (uncompressed) body; OtlpError when it is not one."""
+    request = ExportTraceServiceRequest()
+    if encoding == "protobuf":
+        try:
+            request.ParseFromString(data)
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            raise OtlpError(f"The body is not a protobuf ExportTraceServiceRequest: {exc}") from None
+        return request
+    try:
+        tree = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise OtlpError(f"The body is not JSON: {exc}") from None
+    if not isinstance(tree, dict):
+        raise OtlpError("The body is not an OTLP JSON ExportTraceServiceRequest: expected an object.")
+    try:
+        json_format.ParseDict(_hex_ids_to_base64(tree), request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise OtlpError(f"The body is not an OTLP JSON ExportTraceServiceRequest: {exc}") from None
+    return request
+
+
+def encode_response(rejected: int, message: str, encoding: str) -> bytes:
+    """An ExportTraceServiceResponse; partial_success only when something was refused or said."""
+    response = ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if encoding == "protobuf":
+        return response.SerializeToString()
+    return json_format.MessageToJson(response, indent=None).encode()
+
+
+def encode_status(code: int, message: str, encoding: str) -> bytes:
+    """A google.rpc.Status (the OTLP/HTTP error body) in the request's encoding. Written by hand:
+    googleapis-common-protos is not a runtime dependency. Fields: 1 code (int32), 2 message."""
+    if encoding == "json":
+        return json.dumps({"code": code, "message": message}).encode()
+    text = message.encode()
+    return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+# --- mapping ----------------------------------------------------------------------------------
+
+
+def _value(any_value) -> Any:
+    """An OTLP AnyValue as plain Python."""
+    which = any_value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [_value(v) for v in any_value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in any_value.kvlist_value.values}
+    if which == "bytes_value":
+        return any_value.bytes_value.hex()
+    return getattr(any_value, which)
+
+
+def _attributes(key_values) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in key_values}
+
+
+def _integer(value: Any) -> Any:
+    """Token counts and turn numbers: whole floats and digit strings become ints; anything else is
+    passed on for the contract to refuse with its own message."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,20}", value.strip()):
+        return int(value)
+    return value
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def model_prices() -> dict[str, dict[str, float]]:
+    """The price table: the defaults with SMRWEB_MODEL_PRICES merged over them."""
+    return {**DEFAULT_MODEL_PRICES, **getattr(settings, "SMRWEB_MODEL_PRICES", {})}
+
+
+def price_for(model: str, prices: dict[str, dict[str, float]]) -> dict[str, float] | None:
+    if not model:
+        return None
+    if model in prices:
+        return prices[model]
+    matches = [key for key in prices if model.startswith(key)]
+    return prices[max(matches, key=len)] if matches else None
+
+
+@dataclass
+class _Span:
+    trace_id: str
+    span_id: str
+    parent_id: str
+    name: str
+    start: int
+    end: int
+    attrs: dict[str, Any]
+    run_id: str
+
+    @property
+    def operation(self) -> str:
+        op = self.attrs.get("gen_ai.operation.name")
+        return op if isinstance(op, str) else ""
+
+    @property
+    def is_genai(self) -> bool:
+        return bool(self.operation) or any(
+            key in self.attrs for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"))
+
+    @property
+    def is_turn(self) -> bool:
+        if "smrweb.turn_kind" in self.attrs:  # an explicit opt-in, whatever the operation
+            return True
+        return self.is_genai and self.operation not in STRUCTURAL_OPERATIONS
+
+    @property
+    def agent_name(self) -> str | None:
+        for key in ("smrweb.actor", "gen_ai.agent.name"):
+            name = self.attrs.get(key)
+            if isinstance(name, str) and name:
+                return name
+        return None
+
+
+@dataclass
+class Mapped:
+    """What one export request maps to: per run, the turn events (each with its span id)."""
+
+    runs: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (span id, why)
+    unpriced: dict[str, str] = field(default_factory=dict)  # span id → its model, which has no price
+    ignored: int = 0  # spans that are not turns and carry nothing for one (not rejected)
+    tool_calls: int = 0
+
+
+def _spans(request: ExportTraceServiceRequest) -> Iterable[_Span]:
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        resource_run = resource.get("smrweb.run_id")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = _attributes(span.attributes)
+                run = attrs.get("smrweb.run_id", resource_run)
+                trace_id = span.trace_id.hex()
+                yield _Span(trace_id=trace_id, span_id=span.span_id.hex(), parent_id=span.parent_span_id.hex(),
+                            name=span.name, start=span.start_time_unix_nano, end=span.end_time_unix_nano,
+                            attrs=attrs, run_id=run if isinstance(run, str) and run else trace_id)
+
+
+def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, float]]) -> Mapped:
+    """Every GenAI turn span of the request as an agent.turn event dict, grouped by run. Spans are
+    related through their parent ids within the request (span ids are looked up per trace)."""
+    out = Mapped()
+    spans = list(_spans(request))
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+
+    def parent(span: _Span) -> _Span | None:
+        return by_id.get((span.trace_id, span.parent_id)) if span.parent_id else None
+
+    def ancestors(span: _Span) -> Iterable[_Span]:
+        seen = {span.span_id}
+        node = parent(span)
+        while node is not None and node.span_id not in seen:  # a malformed loop ends the walk
+            seen.add(node.span_id)
+            yield node
+            node = parent(node)
+
+    def agent_chain(span: _Span) -> list[str]:
+        """Agent names from the span up to the root, nearest first, without repeats in a row."""
+        chain: list[str] = []
+        for node in (span, *ancestors(span)):
+            name = node.agent_name if (node is span or node.operation == "invoke_agent"
+                                       or "smrweb.actor" in node.attrs) else None
+            if name and (not chain or chain[-1] != name):
+                chain.append(name)
+        return chain
+
+    turns: dict[tuple[str, str], dict[str, Any]] = {}  # (trace, span) → event
+    turn_spans: list[_Span] = []
+    tools: list[_Span] = []
+    for span in spans:
+        if span.is_turn:
+            problem = _span_problem(span)
+            if problem:
+                out.rejected.append((span.span_id or "(none)", problem))
+                continue
+            turn_spans.append(span)
+        elif span.operation == "execute_tool":
+            tools.append(span)
+        else:
+            out.ignored += 1
+
+    for span in turn_spans:
+        chain = agent_chain(span)
+        actor = chain[0] if chain else "driver"
+        parent_actor = span.attrs.get("smrweb.parent_actor") or (chain[1] if len(chain) > 1 else None)
+        kind = span.attrs.get("smrweb.turn_kind")
+        if kind is None:
+            kind = "child_work" if parent_actor else "driver_inference"
+        tokens_in = _integer(span.attrs.get("gen_ai.usage.input_tokens", 0))
+        tokens_out = _integer(span.attrs.get("gen_ai.usage.output_tokens", 0))
+        model = span.attrs.get("gen_ai.response.model") or span.attrs.get("gen_ai.request.model") or ""
+        cost = span.attrs.get("smrweb.cost_usd", span.attrs.get("gen_ai.usage.cost"))
+        if cost is None:
+            cost, priced = _priced(model, tokens_in, tokens_out, prices)
+            if not priced:
+                out.unpriced[span.span_id] = str(model) or "(no model)"
+        event = {
+            "type": "agent.turn", "id": f"otel:{span.span_id}",
+            "ts": datetime.fromtimestamp(span.start // 1_000_000_000, UTC).replace(
+                microsecond=span.start % 1_000_000_000 // 1000).isoformat(),
+            "turn": _integer(span.attrs["smrweb.turn"]) if "smrweb.turn" in span.attrs else None,
+            "actor": actor, "parent_actor": parent_actor, "kind": kind, "model": model,
+            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": _number(cost), "tool_calls": [],
+            "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
+        }
+        turns[(span.trace_id, span.span_id)] = event
+        out.runs.setdefault(span.run_id, []).append((span.span_id, event))
+
+    _number_turns(turn_spans, turns)
+    _attach_tools(tools, turn_spans, turns, parent, ancestors, agent_chain, out)
+    return out
+
+
+def _span_problem(span: _Span) -> str:
+    """Why a turn span cannot be mapped at all (its fields are checked later by the contract)."""
+    if len(span.span_id) != 16 or span.span_id == "0" * 16:
+        return "The span has no valid 8-byte span id."
+    if not span.start:
+        return "The span has no start time."
+    if span.start >= MAX_START_NANOS:
+        return "The span starts after 9999-01-01."
+    if not services.RUN_ID_RE.match(span.run_id):
+        return (f"Run id {span.run_id[:100]!r} (smrweb.run_id) is not 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, "
+                "starting with a letter, digit or underscore.")
+    kind = span.attrs.get("smrweb.turn_kind")
+    if kind is not None and kind not in TURN_KINDS:
+        return f"smrweb.turn_kind must be driver_inference or child_work, not {kind!r}."
+    return ""
+
+
+def _priced(model: Any, tokens_in: Any, tokens_out: Any, prices: dict) -> tuple[float, bool]:
+    """The cost from the price table, and False when tokens were used of a model without a price."""
+    if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)) or tokens_in < 0 or tokens_out < 0:
+        return 0.0, True  # the contract refuses the tokens; the cost does not matter
+    price = price_for(model, prices) if isinstance(model, str) else None
+    if price is None:
+        return 0.0, not (tokens_in or tokens_out)
+    return round((tokens_in * price["input"] + tokens_out * price["output"]) / 1_000_000, 6), True
+
+
+def _number_turns(turn_spans: list[_Span], turns: dict) -> None:
+    """Turns without smrweb.turn get a number derived from their start: milliseconds since the epoch
+    modulo 2^31. It is the same whichever export request carries the span, so a span exported in a
+    later batch never takes a number an earlier one used (unless both started in the same
+    millisecond of the same actor: inside one request the later one is moved up by one)."""
+    taken: dict[str, set[int]] = defaultdict(set)
+    pending = []
+    for span in turn_spans:
+        event = turns[(span.trace_id, span.span_id)]
+        if event["turn"] is None:
+            pending.append((span.start, span.span_id, event))
+        elif isinstance(event["turn"], int):  # anything else is refused by the contract
+            taken[event["actor"]].add(event["turn"])
+    for start, _, event in sorted(pending, key=lambda item: item[:2]):
+        number = start // 1_000_000 % TURN_MODULUS
+        while number in taken[event["actor"]]:
+            number = (number + 1) % TURN_MODULUS
+        taken[event["actor"]].add(number)
+        event["turn"] = number
+
+
+def _attach_tools(tools, turn_spans, turns, parent, ancestors, agent_chain, out: Mapped) -> None:
+    """An execute_tool span is a tool call of the turn span it descends from; when it hangs off an
+    agent span instead (the usual shape: the model asks, the agent runs the tool), of the latest turn
+    of the same agent in the trace that started before it. A tool span with no turn to join is ignored."""
+    by_agent: dict[tuple[str, str], list[_Span]] = defaultdict(list)
+    for span in turn_spans:
+        chain = agent_chain(span)
+        by_agent[(span.trace_id, chain[0] if chain else "driver")].append(span)
+    for spans in by_agent.values():
+        spans.sort(key=lambda s: s.start)
+    calls: dict[tuple[str, str], list[tuple[int, dict]]] = defaultdict(list)
+    for tool in tools:
+        target = next((a for a in ancestors(tool) if (a.trace_id, a.span_id) in turns), None)
+        if target is None:
+            chain = agent_chain(tool)
+            earlier = [s for s in by_agent.get((tool.trace_id, chain[0] if chain else "driver"), [])
+                       if s.start <= tool.start]
+            target = earlier[-1] if earlier else None
+        if target is None:
+            out.ignored += 1
+            continue
+        call: dict[str, Any] = {"name": str(tool.attrs.get("gen_ai.tool.name") or tool.name)}
+        for key, name in (("gen_ai.tool.call.id", "id"), ("gen_ai.tool.call.arguments", "arguments")):
+            if key in tool.attrs:
+                call[name] = tool.attrs[key]
+        calls[(target.trace_id, target.span_id)].append((tool.start, call))
+        out.tool_calls += 1
+    for key, items in calls.items():
+        turns[key]["tool_calls"] = [call for _, call in sorted(items, key=lambda item: item[0])]
+
+
+# --- applying ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (span id, why)
+    unpriced: set[str] = field(default_factory=set)
+    ignored: int = 0
+    runs: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """partial_success.error_message: the refused spans (a few spelled out) and unpriced models."""
+        parts = []
+        if self.rejected:
+            shown = "; ".join(f"span {span}: {why}" for span, why in self.rejected[:MAX_MESSAGE_PROBLEMS])
+            more = len(self.rejected) - MAX_MESSAGE_PROBLEMS
+            parts.append(f"{len(self.rejected)} span(s) refused: {shown}" + (f"; and {more} more" if more > 0 else ""))
+        if self.unpriced:
+            names = ", ".join(sorted(self.unpriced))
+            parts.append(f"No price for model(s) {names} (SMRWEB_MODEL_PRICES): their cost was recorded as 0.")
+        return " ".join(part if part.endswith(".") else part + "." for part in parts)
+
+
+def validate_events(items: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[ev._Event], list[str], list[tuple[str, str]]]:
+    """The contract's events for `items` (span id, event dict), their span ids, and the spans it
+    refused with why (every problem of a span, as `field: message`)."""
+    rejected: list[tuple[str, str]] = []
+    items = list(items)
+    while items:
+        try:
+            return ev.parse_events(json.dumps([event for _, event in items])), [s for s, _ in items], rejected
+        except InvalidEvents as exc:
+            bad: dict[int, list[str]] = defaultdict(list)
+            for error in exc.errors:
+                if error.index is None:  # the batch as such (cannot happen below MAX_EVENTS): refuse all
+                    return [], [], rejected + [(span, error.message) for span, _ in items]
+                bad[error.index].append(f"{error.field}: {error.message}" if error.field else error.message)
+            rejected += [(items[i][0], "; ".join(msgs)) for i, msgs in sorted(bad.items())]
+            items = [item for i, item in enumerate(items) if i not in bad]
+    return [], [], rejected
+
+
+def ingest_request(project, request: ExportTraceServiceRequest) -> Outcome:
+    """Map the request and apply each run's turns through `services.ingest_events` (one transaction
+    per run and at most MAX_EVENTS turns). Replays are duplicates: event ids are `otel:<span id>`."""
+    mapped = map_request(request, model_prices())
+    outcome = Outcome(rejected=list(mapped.rejected), ignored=mapped.ignored)
+    for run_id, items in mapped.runs.items():
+        for start in range(0, len(items), ev.MAX_EVENTS):
+            chunk = items[start:start + ev.MAX_EVENTS]
+            events, span_ids, refused = validate_events(chunk)
+            outcome.rejected += refused
+            if not events:
+                continue
+            try:
+                result = services.ingest_events(project, run_id, events)
+            except TrackingError as exc:  # the domain refused the batch: nothing of it was written
+                outcome.rejected += [(span, exc.message) for span in span_ids]
+                continue
+            outcome.unpriced.update(mapped.unpriced[span] for span in span_ids if span in mapped.unpriced)
+            outcome.accepted += result.accepted
+            outcome.duplicates += result.duplicates
+            if run_id not in outcome.runs:
+                outcome.runs.append(run_id)
+    return outcome
