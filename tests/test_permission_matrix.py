@@ -464,6 +464,9 @@ ROWS = [
         ok=302, data=lambda ids: {"checkpoint": str(ids["checkpoint"])}, effect=count(Rollback)),
     Row("run: roll back to another project's submission", "POST", f"{R}/rollback",        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
         data=lambda ids: {"submission": str(ids["o_sub"])}),
+    # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there) ---------
+    Row("otlp traces export", "POST", "/v1/traces",                                       "401   401   401   401   401   200   200   401",
+        data={"resourceSpans": []}, json=True),
     # --- REST API (sessions act by role; a project token acts within its project and cannot review) ------------------
     Row("api health", "GET", "/api/v1/health",                                            "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
         marker="ok"),
