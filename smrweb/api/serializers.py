@@ -39,7 +39,8 @@ class ScenarioSerializer(serializers.ModelSerializer):
 class ProjectSerializer(serializers.ModelSerializer):
     scenario = serializers.SlugRelatedField(slug_field="key", queryset=Scenario.objects.all(), required=False)
     stall_after_seconds = serializers.SerializerMethodField()
-    smr_project_id = serializers.CharField(source="source_settings.smr_project_id", required=False, read_only=True)
+    # Always present (the schema says so): "" for push projects, whose settings have no SMR id.
+    smr_project_id = serializers.CharField(source="source_settings.smr_project_id", read_only=True, default="")
 
     class Meta:
         model = Project

@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.views import ERRORS, actor_of, project_for, run_for
+from smrweb.api.views import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE, actor_of, project_for, run_for
 from smrweb.tracking import rollbacks
 from smrweb.tracking import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
@@ -69,11 +69,21 @@ class RollbackIn(serializers.Serializer):
                                        help_text="The checkpoint's external id.")
     reason = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
 
+    def validate(self, attrs):
+        # A malformed request (400), not a conflict with the run's state (409).
+        if bool(attrs.get("submission")) == bool(attrs.get("checkpoint")):
+            raise serializers.ValidationError({"submission": "Give exactly one of submission or checkpoint."})
+        return attrs
+
 
 ARENA_OUT = inline_serializer("ArenaResultOut", {
     "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
     "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
     "delta_best": serializers.FloatField(allow_null=True), "note": serializers.CharField()})
+
+
+ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
+                                                        "allow this move; the message names the next step.")}
 
 
 def _submission(request, slug: str, submission_id: int) -> Submission:
@@ -95,7 +105,8 @@ class SubmissionLifecycle(APIView):
 
 
 class SubmissionVerify(APIView):
-    @extend_schema(operation_id="submission_verify", request=None, responses={202: LifecycleSerializer, **ERRORS},
+    @extend_schema(operation_id="submission_verify", request=None,
+                   responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
                    summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
     def post(self, request, slug: str, submission_id: int):
         from smrweb.tracking import tasks
@@ -110,15 +121,16 @@ REVIEW_OUT = inline_serializer("ReviewOut", {
 
 
 def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
+    sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
     body = ReviewIn(data=request.data)
     body.is_valid(raise_exception=True)
-    outcome = lifecycle.review(_submission(request, slug, submission_id), by=actor_of(request), verdict=verdict,
-                               comment=body.validated_data["comment"])
+    outcome = lifecycle.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
     return Response({"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)})
 
 
 class SubmissionApprove(APIView):
-    @extend_schema(operation_id="submission_approve", request=ReviewIn, responses={200: REVIEW_OUT, **ERRORS},
+    @extend_schema(operation_id="submission_approve", request=ReviewIn,
+                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Approve a verified submission (reviewers)",
                    description="With the project's second-person rule, the proposer's own approval is recorded "
                                "but does not count (`counted: false`).")
@@ -127,7 +139,8 @@ class SubmissionApprove(APIView):
 
 
 class SubmissionReject(APIView):
-    @extend_schema(operation_id="submission_reject", request=ReviewIn, responses={200: REVIEW_OUT, **ERRORS},
+    @extend_schema(operation_id="submission_reject", request=ReviewIn,
+                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Reject a verified submission (reviewers)")
     def post(self, request, slug: str, submission_id: int):
         return _review(request, slug, submission_id, Verdict.REJECT)
@@ -135,7 +148,7 @@ class SubmissionReject(APIView):
 
 class SubmissionUploaded(APIView):
     @extend_schema(operation_id="submission_mark_uploaded", request=None,
-                   responses={200: LifecycleSerializer, **ERRORS},
+                   responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
                    summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
     def post(self, request, slug: str, submission_id: int):
         sub = lifecycle.mark_uploaded(_submission(request, slug, submission_id), by=actor_of(request))
@@ -144,17 +157,17 @@ class SubmissionUploaded(APIView):
 
 class SubmissionArenaResult(APIView):
     @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn,
-                   responses={201: ARENA_OUT, **ERRORS},
+                   responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Record the arena's rank and score for an uploaded submission (reviewers)")
     def post(self, request, slug: str, submission_id: int):
+        sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = ArenaResultIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         if data.get("rank") is None and data.get("arena_score") is None:
             raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
-        result = lifecycle.record_arena_result(_submission(request, slug, submission_id), by=actor_of(request),
-                                               rank=data.get("rank"), arena_score=data.get("arena_score"),
-                                               note=data["note"])
+        result = lifecycle.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
+                                               arena_score=data.get("arena_score"), note=data["note"])
         return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
                          "delta": result.delta, "delta_best": result.delta_best, "note": result.note},
                         status=status.HTTP_201_CREATED)
@@ -162,7 +175,10 @@ class SubmissionArenaResult(APIView):
 
 class RunRollback(APIView):
     @extend_schema(operation_id="run_rollback", request=RollbackIn,
-                   responses={202: RollbackSerializer, 200: RollbackSerializer, **ERRORS},
+                   responses={202: RollbackSerializer, 200: RollbackSerializer, **ERRORS,
+                              **UNSUPPORTED_MEDIA_TYPE,
+                              409: OpenApiResponse(ERROR, description="`rollback_refused`: the checkpoint cannot be "
+                                                   "restored, or a push project has no rollback webhook URL.")},
                    summary="Roll a run back to one of its submissions or checkpoints (reviewers)",
                    description="202 with a new rollback (dispatched by a worker); 200 with the rollback already "
                                "in flight for this run — a run has at most one.")

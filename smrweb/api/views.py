@@ -11,11 +11,12 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
+    extend_schema_view,
     inline_serializer,
 )
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -50,6 +51,9 @@ ERROR = inline_serializer(
     },
 )
 ERRORS = {code: OpenApiResponse(ERROR) for code in (400, 401, 403, 404)}
+# Operations that read a body: one without a Content-Type, or with one they do not parse, is refused.
+UNSUPPORTED_MEDIA_TYPE = {415: OpenApiResponse(
+    ERROR, description="The body's Content-Type is missing or is not one this operation accepts.")}
 
 
 def actor_of(request):
@@ -78,6 +82,9 @@ def run_for(project: Project, run_id: str) -> Run:
 # --- scenarios and projects -------------------------------------------------------------------
 
 
+@extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer(many=True), **ERRORS}),
+                    post=extend_schema(responses={201: s.ScenarioSerializer, **ERRORS,
+                                                  **UNSUPPORTED_MEDIA_TYPE}))
 class ScenarioList(generics.ListCreateAPIView):
     """Scenario presets. Anyone signed in may read them; staff users create them."""
 
@@ -93,6 +100,7 @@ class ScenarioList(generics.ListCreateAPIView):
         serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
 
 
+@extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer, **ERRORS}))
 class ScenarioDetail(generics.RetrieveAPIView):
     serializer_class = s.ScenarioSerializer
     queryset = Scenario.objects.all()
@@ -110,7 +118,8 @@ class ProjectList(APIView):
             projects = Project.objects.visible_to(request.user)
         return Response(s.ProjectSerializer(projects.select_related("scenario"), many=True).data)
 
-    @extend_schema(request=s.ProjectCreateSerializer, responses={201: s.ProjectSerializer, **ERRORS})
+    @extend_schema(request=s.ProjectCreateSerializer,
+                   responses={201: s.ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
     def post(self, request):
         if isinstance(request.auth, ApiToken):
             raise PermissionDenied("Project tokens cannot create projects; sign in as a user.")
@@ -129,6 +138,7 @@ class ProjectDetail(APIView):
 # --- runs -------------------------------------------------------------------------------------
 
 
+@extend_schema_view(get=extend_schema(responses={200: s.RunSerializer(many=True), **ERRORS}))
 class RunList(generics.ListAPIView):
     """A project's runs, most recently active first, with filters."""
 
@@ -146,7 +156,8 @@ class RunDetail(APIView):
     def get(self, request, slug: str, run_id: str):
         return Response(s.RunSerializer(run_for(project_for(request, slug), run_id)).data)
 
-    @extend_schema(request=s.RunSettingsSerializer, responses={200: s.RunSerializer, **ERRORS},
+    @extend_schema(request=s.RunSettingsSerializer,
+                   responses={200: s.RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
                    description="Set a run's budget, model profiles or git position; creates the run if new.")
     def patch(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
@@ -156,10 +167,21 @@ class RunDetail(APIView):
         return Response(s.RunSerializer(run).data)
 
 
+class UnparsedJSON(BaseParser):
+    """Accepts application/json and parses nothing: the view reads `request.body` itself."""
+
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return {}
+
+
 class RunEvents(APIView):
     """The push ingest contract: a JSON list of at most 5,000 events, applied all-or-nothing."""
 
-    parser_classes = []  # the body is validated straight from bytes by pydantic-core
+    # The body is validated straight from bytes (msgspec / pydantic-core) in the view; this parser only
+    # lets a session's CSRF check look at request.POST without DRF refusing the media type (415).
+    parser_classes = [UnparsedJSON]
 
     @extend_schema(
         request={"application/json": batch_json_schema()},
@@ -175,6 +197,7 @@ class RunEvents(APIView):
         return Response({"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates})
 
 
+@extend_schema_view(get=extend_schema(responses={200: s.TurnSerializer(many=True), **ERRORS}))
 class RunTurns(generics.ListAPIView):
     """A run's agent turns in time order."""
 
@@ -228,7 +251,8 @@ class RunArtifacts(APIView):
 
     @extend_schema(
         request={"multipart/form-data": s.ArtifactUploadSerializer},
-        responses={201: s.ArtifactUploadResultSerializer, 200: s.ArtifactUploadResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
+        responses={201: s.ArtifactUploadResultSerializer, 200: s.ArtifactUploadResultSerializer,
+                   413: OpenApiResponse(ERROR), **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
         description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a mismatch. "
                     "The same bytes at the same path are stored once (200); new content answers 201.",
     )
@@ -266,6 +290,7 @@ class ArtifactDownload(APIView):
 # --- submissions ------------------------------------------------------------------------------
 
 
+@extend_schema_view(get=extend_schema(responses={200: s.SubmissionSerializer(many=True), **ERRORS}))
 class SubmissionList(generics.ListAPIView):
     """A project's submissions, best first in its scenario's direction."""
 
