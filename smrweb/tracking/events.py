@@ -192,7 +192,14 @@ _plain_metrics = msgspec.json.Decoder(list[_PlainMetricIn])
 _PLAIN_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})?", re.ASCII)
 
 
-def _parse_plain_metrics(body: bytes | str) -> list[PlainMetric] | None:
+class PlainMetrics(list):
+    """A batch of PlainMetrics only, with its earliest timestamp: ingest needs neither to sort the
+    batch by type nor to look for that timestamp again."""
+
+    earliest: datetime | None = None
+
+
+def _parse_plain_metrics(body: bytes | str) -> PlainMetrics | None:
     """The batch as PlainMetrics when every event is a plain metric that the contract accepts; None
     when anything is off (the pydantic path then accepts it or reports every error). It must never
     accept what pydantic refuses or read a value differently: tests/tracking/test_plain_metrics.py
@@ -206,8 +213,9 @@ def _parse_plain_metrics(body: bytes | str) -> list[PlainMetric] | None:
     if len(decoded) > MAX_EVENTS:
         return None
     match, fromiso = _PLAIN_TS.fullmatch, datetime.fromisoformat
-    events: list[PlainMetric] = []
+    events = PlainMetrics()
     append = events.append
+    earliest = None
     for raw in decoded:
         text = raw.ts
         if text is None:
@@ -234,6 +242,9 @@ def _parse_plain_metrics(body: bytes | str) -> list[PlainMetric] | None:
         if not math.isfinite(raw.value):
             return None
         append(PlainMetric("metric", raw.id, raw.key, raw.value, raw.step, ts, naive_utc))
+        if ts is not None and (earliest is None or ts < earliest):
+            earliest = ts
+    events.earliest = earliest
     return events
 
 

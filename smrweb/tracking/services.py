@@ -330,7 +330,8 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
     by (actor, turn). Summaries (spend, scores, state) are recomputed from rows, so the result is
     the same whatever order, retries or duplicates the events arrive with.
     """
-    _check_scores_in_bounds(project.scenario, events)
+    if type(events) is not ev.PlainMetrics:  # (metrics only: no score to check)
+        _check_scores_in_bounds(project.scenario, events)
     _check_run_id(run_external_id)
     if not events:
         return IngestResult(run=None, accepted=0, duplicates=0)  # nothing to do: not even create the run
@@ -340,11 +341,14 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
     metrics: list[ev.MetricEvent | ev.PlainMetric] = []
     others: list[ev._Event] = []
     first_seen: datetime | None = None
-    for event in events:
-        (metrics if type(event) in _METRIC_TYPES else others).append(event)
-        ts = event.ts
-        if ts is not None and (first_seen is None or ts < first_seen):
-            first_seen = ts
+    if type(events) is ev.PlainMetrics:  # the fast path's batch: sorted and scanned already
+        metrics, first_seen = events, events.earliest
+    else:
+        for event in events:
+            (metrics if type(event) in _METRIC_TYPES else others).append(event)
+            ts = event.ts
+            if ts is not None and (first_seen is None or ts < first_seen):
+                first_seen = ts
     with transaction.atomic():
         run = _locked_run(project, run_external_id, first_seen or now)
         fresh = _new_events(run, others) if others else []
@@ -455,19 +459,24 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now
     naive_utc = settings.USE_TZ and connection.timezone_name == "UTC"
     now_db = adapt(now)
     run_id = run.pk
-    rows = []
-    append = rows.append
-    for e in events:
-        ts = e.ts
-        if ts is None:
-            stamp = now_db
-        elif naive_utc and (text := getattr(e, "naive_utc", None)) is not None:
-            stamp = text  # a PlainMetric sent in UTC: already in the stored form
-        elif naive_utc and ts.tzinfo is UTC:
-            stamp = str(ts)[:-6]  # == str(ts.replace(tzinfo=None)): drop "+00:00"
-        else:
-            stamp = adapt(ts)
-        append((run_id, e.key, e.step, e.value, stamp, e.id if e.id is not None else e.idempotency_key()))
+    if naive_utc and type(events) is ev.PlainMetrics:
+        # The fast path's batch: ids always set, UTC text usually ready (else a zone was sent, or none).
+        rows = [(run_id, e.key, e.step, e.value,
+                 e.naive_utc or (now_db if e.ts is None else str(e.ts)[:-6]), e.id) for e in events]
+    else:
+        rows = []
+        append = rows.append
+        for e in events:
+            ts = e.ts
+            if ts is None:
+                stamp = now_db
+            elif naive_utc and (text := getattr(e, "naive_utc", None)) is not None:
+                stamp = text  # a PlainMetric sent in UTC: already in the stored form
+            elif naive_utc and ts.tzinfo is UTC:
+                stamp = str(ts)[:-6]  # == str(ts.replace(tzinfo=None)): drop "+00:00"
+            else:
+                stamp = adapt(ts)
+            append((run_id, e.key, e.step, e.value, stamp, e.id if e.id is not None else e.idempotency_key()))
     with connection.cursor() as cursor:
         cursor.executemany(_metric_insert_sql(), rows)
         inserted = cursor.rowcount

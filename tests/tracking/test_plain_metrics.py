@@ -136,3 +136,13 @@ def test_both_paths_store_identical_rows(project):
     assert in_a.filter(ts__lt=datetime(2026, 1, 1, 8, tzinfo=UTC)).count() == 2
     assert in_a.filter(ts__lte=datetime(2026, 1, 1, 8, tzinfo=UTC)).count() == 3
     assert in_a.filter(ts=datetime(2026, 1, 1, tzinfo=UTC)).count() == 1  # "…00:00:00", no fraction
+
+
+def test_a_fast_batch_knows_its_earliest_instant_and_creates_its_run_with_it(project):
+    body = json.dumps([{"type": "metric", "id": f"m{i}", "key": "k", "value": 1.0, "ts": ts} for i, ts in
+                       enumerate(["2026-05-01T10:00:00Z", "2026-05-01T12:00:00+05:00", None, "2026-05-01T09:00:00Z"])])
+    events = ev.parse_events(body.encode())
+    assert type(events) is ev.PlainMetrics
+    assert events.earliest == datetime(2026, 5, 1, 7, tzinfo=UTC)  # 12:00+05:00
+    run = services.ingest_events(project, "early", events).run
+    assert run.started_at == datetime(2026, 5, 1, 7, tzinfo=UTC)
