@@ -360,7 +360,7 @@ def table(rounds: list[dict]) -> list[str]:
     pg_rows = [
         f"| (b') smrweb on PostgreSQL, same requests — points/s | {spread(pg)} |",
         f"| **smrweb on PostgreSQL / MLflow** | {spread([r['pg']['points_per_s'] / r['mlflow']['points_per_s'] for r in rounds if r.get('pg')], '{:.2f}×')} |",
-    ] if pg else ["| (b') smrweb on PostgreSQL | not measured: no local PostgreSQL (see stderr) |"]
+    ] if pg else ["| (b') smrweb on PostgreSQL | not measured in this run (`--no-pg`, or no local PostgreSQL: see stderr) |"]
     return [
         "| measurement | min / **median** / max |",
         "| --- | --- |",
