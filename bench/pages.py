@@ -195,7 +195,7 @@ def seed(cfg: Config, log) -> dict:
     rng = random.Random(cfg.seed)
     timings: dict[str, float] = {}
     now = timezone.now()
-    user = get_user_model().objects.create_user("bench-admin", email="bench@example.com")
+    user = get_user_model().objects.create_user("bench-admin", email="bench@example.com", is_staff=True)
     scenario = services.create_scenario(key="bench-hill", name="Bench hill climb", score_metric="score",
                                         direction="maximize", score_min=0, score_max=1, harness_id="bench-v1")
     project = services.create_project("bench", name=f"Bench: {cfg.runs} runs", scenario=scenario, by=user)

@@ -381,3 +381,9 @@ if not isinstance(SMRWEB_MODEL_PRICES, dict) or not all(
 ):
     raise environ.ImproperlyConfigured(
         'SMRWEB_MODEL_PRICES must be a JSON object {"model": {"input": USD per 1M, "output": USD per 1M}}')
+
+# Scenario preflights per caller (user or token), "<count>/<s|m|h|d>" (red-team finding 9): each one is a
+# worker task, so a burst from one caller must not crowd out validators and polls.
+SMRWEB_PREFLIGHT_RATE = env.str("SMRWEB_PREFLIGHT_RATE", default="6/m")
+if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", SMRWEB_PREFLIGHT_RATE):
+    raise environ.ImproperlyConfigured("SMRWEB_PREFLIGHT_RATE must look like 6/m (a count per s, m, h or d)")

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from smrweb.tracking import services
 from smrweb.tracking.models import Role
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def carol(db):
 
 @pytest.fixture
 def project(alice, bob, victor):
-    project = services.create_project("hill", name="Hill climb", by=alice)
+    project = admin_project("hill", name="Hill climb", by=alice)
     services.add_member(project, bob, role=Role.REVIEWER)
     services.add_member(project, victor, role=Role.VIEWER)
     return project
@@ -79,7 +79,7 @@ def project(alice, bob, victor):
 
 @pytest.fixture
 def other_project(carol):
-    return services.create_project("other", by=carol)
+    return admin_project("other", by=carol)
 
 
 @pytest.fixture

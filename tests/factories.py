@@ -12,3 +12,23 @@ class UserFactory(factory.django.DjangoModelFactory):
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
     password = factory.django.Password("pw-for-tests-only")
+
+
+def admin_project(*args, by, **kwargs):
+    """A project the operator created with `by` as its admin — how an ordinary user comes to administer
+    one, since creating projects is for staff and users given the permission (red-team finding 1)."""
+    from smrweb.tracking import services
+    from smrweb.tracking.models import Role
+
+    project = services.create_project(*args, **kwargs)
+    services.add_member(project, by, role=Role.ADMIN)
+    return project
+
+
+def grant(user, *codenames: str) -> None:
+    """Give `user` permissions of the tracking app, e.g. grant(carol, "add_project", "bind_source")."""
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="tracking", codename__in=codenames))
+    for cache in ("_perm_cache", "_user_perm_cache"):
+        user.__dict__.pop(cache, None)

@@ -83,7 +83,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 ROOT = Path(__file__).resolve().parent.parent
 PRINCIPALS = ("anon", "carol", "victor", "bob", "alice", "token", "other", "revoked")
@@ -141,7 +141,7 @@ def build_world() -> World:
     users = {name: UserFactory(username=name) for name in ("alice", "bob", "victor", "carol")}
     alice, bob = users["alice"], users["bob"]
     scenario = services.create_scenario(key=SCENARIO_KEY, name=SCENARIO_NAME, arena_name="dogfight")
-    hill = services.create_project("hill", name=PROJECT_NAME, scenario=scenario, by=alice)
+    hill = admin_project("hill", name=PROJECT_NAME, scenario=scenario, by=alice)
     services.add_member(hill, bob, role=Role.REVIEWER)
     services.add_member(hill, users["victor"], role=Role.VIEWER)
     services.update_project(hill, rollback_webhook_url=WEBHOOK, by=alice)  # rollbacks are legal here
@@ -177,7 +177,7 @@ def build_world() -> World:
 
     # Another project none of the callers belongs to, with data of its own (for cross-project ids).
     dave = UserFactory(username="dave")  # the other project's admin; not one of the callers
-    other = services.create_project("other", name=OTHER_NAME, by=dave)
+    other = admin_project("other", name=OTHER_NAME, by=dave)
     o_artifact, _ = services.store_artifact(other, OTHER_RUN, path="o.txt", content=io.BytesIO(OTHER_BYTES))
     _events(other, OTHER_RUN, [
         {"type": "agent.turn", "id": "t0", "turn": 0, "model": OTHER_MODEL, "ts": "2026-01-01T00:00:10Z"},

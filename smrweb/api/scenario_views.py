@@ -1,16 +1,20 @@
 """Scenario preflight over the API: the checks run on a Celery worker, because "present on the worker"
-is about the machine that runs validators, not the web process."""
+is about the machine that runs validators, not the web process. Asking answers at once (202) with the
+address to poll; the web process never waits on a worker."""
 
+from django.conf import settings
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.views import ERROR, ERRORS
+from smrweb.api.views import ERROR, ERRORS, actor_of
+from smrweb.core import ratelimits
 from smrweb.sources import tasks
-from smrweb.tracking.models import Scenario
+from smrweb.tracking.models import ApiToken, Scenario
 
 
 class PreflightCheckSerializer(serializers.Serializer):
@@ -27,24 +31,73 @@ class PreflightReportSerializer(serializers.Serializer):
     checks = PreflightCheckSerializer(many=True)
 
 
-class ScenarioPreflight(APIView):
-    """Check that a scenario preset is complete and consistent, and that a worker has its required
-    toolchains and its validator. Anyone signed in may run it, like reading the scenario."""
+class PreflightPendingSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The preflight's id.")
+    status = serializers.ChoiceField(choices=["pending", "running"],
+                                     help_text="pending: queued for a worker; running: a worker has it.")
+    poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")
 
-    @extend_schema(
-        request=None,
-        responses={200: PreflightReportSerializer, **ERRORS,
-                   503: OpenApiResponse(ERROR, description=f"No worker answered within "
-                                                           f"{tasks.PREFLIGHT_TIMEOUT:g} seconds.")},
-    )
+
+NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight within "
+                                               f"{tasks.PREFLIGHT_TIMEOUT:g} seconds, or the queue is down.")
+TOO_MANY = OpenApiResponse(ERROR, description="Too many preflights from this caller (SMRWEB_PREFLIGHT_RATE).")
+
+
+def visible_scenario(request, key: str) -> Scenario:
+    """The scenario, if this caller may see it (a token: its project's; 404 otherwise, as for projects)."""
+    return get_object_or_404(Scenario.objects.visible_to(actor_of(request)), key=key)
+
+
+def by_caller(group: str, request) -> str:
+    """Rate-limit key: the token or the user, so one caller's burst does not block another's."""
+    token = request.auth if isinstance(getattr(request, "auth", None), ApiToken) else None
+    return f"token:{token.pk}" if token is not None else f"user:{request.user.pk}"
+
+
+def _pending(key: str, request_id: str, status: str) -> Response:
+    poll = reverse("api:scenario-preflight-result", args=[key, request_id])
+    return Response({"id": request_id, "status": status, "poll": poll}, status=202,
+                    headers={"Location": poll, "Retry-After": "1"})
+
+
+def _no_worker(message: str) -> Response:
+    body = {"code": "no_worker", "message": f"Preflight runs on a worker, and {message}; retry shortly.", "errors": []}
+    return Response(body, status=503, headers={"Retry-After": "5"})
+
+
+class ScenarioPreflight(APIView):
+    """Ask a worker to check that a scenario is complete and consistent, and that it has the scenario's
+    required toolchains and validator. Anyone who may read the scenario may ask, a few times a minute."""
+
+    @extend_schema(request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER})
     def post(self, request, key: str):
-        scenario = get_object_or_404(Scenario, key=key)
+        scenario = visible_scenario(request, key)
+        limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[by_caller])
+        if limited:
+            return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
+                            headers={"Retry-After": str(limited.retry_after)})
         try:
-            report = tasks.preflight_on_worker(scenario.key)
+            request_id = tasks.request_preflight(scenario.key)
         except tasks.NoWorkerAnswer as exc:
-            body = {"code": "no_worker", "message": f"Preflight runs on a worker, and {exc}; retry shortly.",
-                    "errors": []}
-            return Response(body, status=503, headers={"Retry-After": "5"})
-        if report is None:  # deleted between the lookup and the worker's
-            raise NotFound(f"No scenario {key!r}.")
-        return Response(PreflightReportSerializer(report).data)
+            return _no_worker(str(exc))
+        return _pending(scenario.key, request_id, "pending")
+
+
+class ScenarioPreflightResult(APIView):
+    """A preflight's report once a worker has run it; 202 while it waits or runs."""
+
+    @extend_schema(responses={200: PreflightReportSerializer, 202: PreflightPendingSerializer, **ERRORS,
+                              503: NO_WORKER})
+    def get(self, request, key: str, request_id: str):
+        scenario = visible_scenario(request, key)
+        try:
+            state = tasks.preflight_state(scenario.key, request_id)
+        except tasks.NoWorkerAnswer as exc:
+            return _no_worker(str(exc))
+        if state is None or state["status"] == "gone":  # unknown, expired, or the scenario was deleted
+            raise NotFound(f"No preflight {request_id!r} of scenario {key!r}.")
+        if state["status"] == "no_worker":
+            return _no_worker(f"no worker took it within {tasks.PREFLIGHT_TIMEOUT:g} seconds")
+        if state["status"] != "done":
+            return _pending(scenario.key, request_id, state["status"])
+        return Response(PreflightReportSerializer(state["report"]).data)

@@ -26,8 +26,10 @@ class ScenarioSerializer(serializers.ModelSerializer):
         model = Scenario
         fields = ["key", "name", "description", "harness_id", "artifact_path", "artifact_kind", "score_metric",
                   "direction", "score_min", "score_max", "validator_command", "scoring_command",
-                  "required_toolchains", "arena_name", "arena_url", "created", "updated"]
+                  "required_toolchains", "arena_name", "arena_url", "shared", "created", "updated"]
         read_only_fields = ["created", "updated"]
+        extra_kwargs = {"shared": {"help_text": "Any project creator may use a shared scenario; the others "
+                                                "are attached to projects by staff only."}}
 
     def validate(self, attrs):
         lo, hi = attrs.get("score_min"), attrs.get("score_max")
@@ -57,6 +59,16 @@ class ProjectCreateSerializer(serializers.Serializer):
     scenario = serializers.SlugRelatedField(slug_field="key", queryset=Scenario.objects.all(), required=False)
     source = serializers.ChoiceField(choices=SourceKind.choices, default=SourceKind.PUSH)
     smr_project_id = serializers.CharField(max_length=200, required=False, default="")
+    smr_api_key = serializers.CharField(
+        max_length=1000, required=False, default="", write_only=True,
+        help_text="The SMR API key this project polls with (stored sealed, never shown). Required unless you "
+                  "are staff: the operator's key is not lent to user-created projects.")
+    smr_backend_base = serializers.URLField(
+        max_length=1000, required=False, default="",
+        help_text="The SMR backend address, if not the operator's; it must be a public address.")
+    allow_shared_smr_project = serializers.BooleanField(
+        required=False, default=False,
+        help_text="Staff only: bind an SMR project id that another smrweb project is already bound to.")
 
 
 class SpendPartSerializer(serializers.Serializer):

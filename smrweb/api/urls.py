@@ -11,6 +11,8 @@ urlpatterns = [
     path("scenarios/", views.ScenarioList.as_view(), name="scenario-list"),
     path("scenarios/<slug:key>/", views.ScenarioDetail.as_view(), name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenario_views.ScenarioPreflight.as_view(), name="scenario-preflight"),
+    path("scenarios/<slug:key>/preflight/<str:request_id>", scenario_views.ScenarioPreflightResult.as_view(),
+         name="scenario-preflight-result"),
     path("projects/", views.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", views.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", views.RunList.as_view(), name="run-list"),

@@ -86,10 +86,13 @@ def run_for(project: Project, run_id: str) -> Run:
                     post=extend_schema(responses={201: s.ScenarioSerializer, **ERRORS,
                                                   **UNSUPPORTED_MEDIA_TYPE}))
 class ScenarioList(generics.ListCreateAPIView):
-    """Scenario presets. Anyone signed in may read them; staff users create them."""
+    """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
+    staff users see all and create them."""
 
     serializer_class = s.ScenarioSerializer
-    queryset = Scenario.objects.all()
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
 
     def create(self, request, *args, **kwargs):
         if not request.user.is_staff:  # before validation: a non-staff user learns nothing from field errors
@@ -103,12 +106,15 @@ class ScenarioList(generics.ListCreateAPIView):
 @extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer, **ERRORS}))
 class ScenarioDetail(generics.RetrieveAPIView):
     serializer_class = s.ScenarioSerializer
-    queryset = Scenario.objects.all()
     lookup_field = "key"
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
 
 
 class ProjectList(APIView):
-    """Projects you can see (a token sees its own). Signed-in users create projects and become their admin."""
+    """Projects you can see (a token sees its own). Staff, and users given the permission to add projects,
+    create projects and become their admin; binding an SMR project needs the permission to bind sources."""
 
     @extend_schema(responses={200: s.ProjectSerializer(many=True), **ERRORS})
     def get(self, request):
@@ -123,6 +129,8 @@ class ProjectList(APIView):
     def post(self, request):
         if isinstance(request.auth, ApiToken):
             raise PermissionDenied("Project tokens cannot create projects; sign in as a user.")
+        if not services.may_create_projects(request.user):  # before validation: field errors tell nothing
+            raise PermissionDenied("Creating projects is for staff and users given the permission to add projects.")
         form = s.ProjectCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         project = services.create_project(by=request.user, **form.validated_data)

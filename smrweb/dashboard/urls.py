@@ -19,6 +19,8 @@ urlpatterns = [
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
+    path("scenarios/<slug:key>/preflight/<str:request_id>", scenarios.scenario_preflight_result,
+         name="scenario-preflight-result"),
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),

@@ -346,11 +346,18 @@ class SmrConnector:
 
 
 def connector_for(project: Project) -> SmrConnector:
-    """The connector of a project whose source is SMR: its own key and address, else the environment."""
+    """The connector of a project whose source is SMR: its own key and address, else the environment's —
+    the operator's key only for projects the operator or staff bound (red-team finding 1)."""
     from smrweb.core.secrets import reveal
 
     own = project.source_settings
-    api_key = reveal(own["api_key_sealed"]) if own.get("api_key_sealed") else settings.SMR_API_KEY
+    if own.get("api_key_sealed"):
+        api_key = reveal(own["api_key_sealed"])
+    elif project.uses_operator_smr_key:
+        api_key = settings.SMR_API_KEY
+    else:
+        raise AuthFailed("This project has no SMR API key of its own, and the operator's key is only used for "
+                         "projects staff bound; set one with `manage.py create_project … --smr-api-key-env`.")
     backend = own.get("backend_base") or settings.SMR_BACKEND_BASE
     if not api_key or not backend:
         raise AuthFailed("No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY.")

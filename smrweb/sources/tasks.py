@@ -2,6 +2,7 @@
 
 import json
 import logging
+import time
 import uuid
 
 import redis
@@ -64,39 +65,69 @@ def stop_run(run_id: int) -> None:
     sync_project.delay(run.project_id)
 
 
-# --- scenario preflight: asked by a page or the API, answered by a worker ----------------------------
+# --- scenario preflight: asked by a page or the API, answered by a worker, read back by polling ---------
+# The asker never waits on the worker: it stores a pending request, enqueues the task and answers at once
+# (red-team finding 9: ten synchronous preflights held ten web threads for 10 s each).
 
-PREFLIGHT_TIMEOUT = 10.0
+PREFLIGHT_TIMEOUT = 30.0  # a queued preflight no worker took by then is abandoned (the message expires)
+PREFLIGHT_TIME_LIMIT = 45  # the task's hard limit: a taken preflight has answered or died by then
+PREFLIGHT_KEEP_SECONDS = 600  # how long a request and its report stay readable
 
 
 class NoWorkerAnswer(Exception):
-    """No worker ran the preflight in time (none running, all busy) or the queue is unreachable."""
+    """The task queue cannot be reached, so no worker can be asked."""
 
 
-@shared_task(acks_late=False, soft_time_limit=30, time_limit=45)
-def preflight_scenario(key: str, reply_to: str = "") -> dict | None:
-    """Preflight a scenario here, on a worker (its PATH, its interpreters), and push the report onto the
-    Redis list `reply_to`: results are ignored app-wide, so the asker waits on a list of its own."""
+def _preflight_key(request_id: str) -> str:
+    return f"smrweb:preflight:{request_id}"
+
+
+def _store(client, request_id: str, state: dict) -> None:
+    client.set(_preflight_key(request_id), json.dumps(state), ex=PREFLIGHT_KEEP_SECONDS)
+
+
+@shared_task(acks_late=False, soft_time_limit=PREFLIGHT_TIME_LIMIT - 15, time_limit=PREFLIGHT_TIME_LIMIT)
+def preflight_scenario(key: str, request_id: str = "") -> dict | None:
+    """Preflight a scenario here, on a worker (its PATH, its interpreters); with `request_id`, the report
+    is stored where the asker polls for it (results are ignored app-wide)."""
     scenario = Scenario.objects.filter(key=key).first()
-    report = scenarios.preflight(scenario).as_dict() if scenario is not None else None
-    if reply_to:
+    if request_id:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
-            client.pipeline().rpush(reply_to, json.dumps(report)).expire(reply_to, 60).execute()
+            _store(client, request_id, {"scenario": key, "status": "running", "asked": time.time()})
+    report = scenarios.preflight(scenario).as_dict() if scenario is not None else None
+    if request_id:
+        with redis.Redis.from_url(settings.REDIS_URL) as client:
+            _store(client, request_id, {"scenario": key, "status": "done" if report else "gone", "report": report})
     return report
 
 
-def preflight_on_worker(key: str, *, timeout: float | None = None) -> dict | None:
-    """The report of a preflight run by a worker (None: the scenario is gone); NoWorkerAnswer after
-    `timeout` seconds (PREFLIGHT_TIMEOUT). The message expires with the wait, so a worker that starts
-    later skips it."""
-    timeout = timeout or PREFLIGHT_TIMEOUT
-    reply_to = f"smrweb:preflight:{uuid.uuid4().hex}"
+def request_preflight(key: str) -> str:
+    """Queue a preflight of scenario `key`; the id to poll with `preflight_state`."""
+    request_id = uuid.uuid4().hex
     try:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
-            preflight_scenario.apply_async((key, reply_to), expires=timeout)
-            answer = client.blpop([reply_to], timeout=timeout)
+            _store(client, request_id, {"scenario": key, "status": "pending", "asked": time.time()})
+            preflight_scenario.apply_async((key, request_id), expires=PREFLIGHT_TIMEOUT)
     except (redis.RedisError, OperationalError) as exc:
         raise NoWorkerAnswer(f"the task queue cannot be reached ({exc})") from exc
-    if answer is None:
-        raise NoWorkerAnswer(f"no worker answered within {timeout:g} seconds")
-    return json.loads(answer[1])
+    return request_id
+
+
+def preflight_state(key: str, request_id: str) -> dict | None:
+    """{"status": pending|running|done|gone|no_worker, "report": …} of a preflight of `key`; None when
+    there is no such request (never asked, expired, or asked for another scenario)."""
+    if not request_id.isalnum() or len(request_id) != 32:
+        return None
+    try:
+        with redis.Redis.from_url(settings.REDIS_URL) as client:
+            raw = client.get(_preflight_key(request_id))
+    except redis.RedisError as exc:
+        raise NoWorkerAnswer(f"the task queue cannot be reached ({exc})") from exc
+    state = json.loads(raw) if raw else None
+    if state is None or state.get("scenario") != key:
+        return None
+    waited = time.time() - state.get("asked", 0)
+    if (state["status"] == "pending" and waited > PREFLIGHT_TIMEOUT
+            or state["status"] == "running" and waited > PREFLIGHT_TIME_LIMIT):
+        state["status"] = "no_worker"  # not taken before its message expired, or its worker died
+    return state

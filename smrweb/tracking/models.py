@@ -37,6 +37,24 @@ class ArtifactKind(models.TextChoices):
     OTHER = "other"
 
 
+class ScenarioQuerySet(models.QuerySet):
+    def attachable_by(self, user) -> "ScenarioQuerySet":
+        """Scenarios a user may give a project: every one for staff, the shared ones for anyone else."""
+        return self if getattr(user, "is_staff", False) else self.filter(shared=True)
+
+    def visible_to(self, principal) -> "ScenarioQuerySet":
+        """Scenarios a caller may read: a project token its project's; staff every one; a user the shared
+        ones and those of the projects they can see."""
+        if isinstance(principal, ApiToken):
+            return self.filter(projects__pk=principal.project_id)
+        if not getattr(principal, "is_authenticated", False):
+            return self.none()
+        if principal.is_staff or principal.is_superuser:
+            return self
+        used = Project.objects.visible_to(principal).values("scenario_id")
+        return self.filter(Q(shared=True) | Q(pk__in=used))
+
+
 class Scenario(models.Model):
     """A benchmark: what a run's submission is, how it is scored and where it is uploaded."""
 
@@ -58,8 +76,13 @@ class Scenario(models.Model):
     required_toolchains = models.JSONField(default=list, blank=True)
     arena_name = models.CharField(max_length=200, blank=True)
     arena_url = models.URLField(blank=True)
+    # Shared scenarios (the presets) may be attached to any project; the others only by staff, so a
+    # validator made for one team cannot be run by a stranger on a project of their own.
+    shared = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    objects = ScenarioQuerySet.as_manager()
 
     class Meta:
         ordering = ["key"]
@@ -125,12 +148,23 @@ class Project(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        permissions = [
+            # Creating a project is not a side effect of being signed in (red-team finding 1): staff, or
+            # users given `add_project`; binding one to an SMR project, a backend or a repository needs this.
+            ("bind_source", "Can bind a project to an SMR project, an SMR backend or a git repository"),
+        ]
 
     def __str__(self) -> str:
         return self.slug
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:project-detail", args=[self.slug])
+
+    @property
+    def uses_operator_smr_key(self) -> bool:
+        """Whether the poller may use the operator's SMRWEB_SMR_API_KEY for this project: only when staff
+        or the command line bound it, never for a project a user bound (it must bring its own key)."""
+        return bool(self.source_settings.get("operator_key"))
 
     def role_of(self, user) -> str | None:
         """The user's role here (superusers are admins everywhere), or None for outsiders."""

@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from smrweb.tracking import events as ev
-from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, EventError, InvalidEvents, InvalidInput
+from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, EventError, InvalidEvents, InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     TERMINAL_STATES,
     AgentTurn,
@@ -106,6 +106,16 @@ def create_scenario(*, by: Any = None, **fields: Any) -> Scenario:
     return scenario
 
 
+def may_create_projects(user: Any) -> bool:
+    """Creating a project is for staff and users given `tracking.add_project`, not for everyone signed in."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.add_project"))
+
+
+def may_bind_sources(user: Any) -> bool:
+    """Binding a project to an SMR project, an SMR backend or a repository: staff, or `tracking.bind_source`."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.bind_source"))
+
+
 def create_project(
     slug: str,
     *,
@@ -117,26 +127,55 @@ def create_project(
     smr_api_key: str = "",
     git_repo_path: str = "",
     git_branch: str = "",
+    allow_shared_smr_project: bool = False,
     by: Any = None,
 ) -> Project:
-    """Create a project; the creating user (if any) becomes its admin."""
+    """Create a project; the creating user (if any) becomes its admin.
+
+    `by=None` is the operator (a management command). A user needs `may_create_projects`, and to bind a
+    source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
+    red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
+    another smrweb project is refused unless the operator or staff allow a second binding."""
+    operator = by is None or getattr(by, "is_staff", False)
+    if by is not None and not may_create_projects(by):
+        raise NotAllowed("Creating projects is for staff and users given the permission to add projects.")
+    binds = source != SourceKind.PUSH or bool(smr_project_id or smr_backend_base or smr_api_key or git_repo_path)
+    if by is not None and binds and not may_bind_sources(by):
+        raise NotAllowed("Binding a project to an SMR project, a backend or a repository is for staff and users "
+                         "given the permission to bind sources.")
+    if scenario is not None and by is not None and not Scenario.objects.attachable_by(by).filter(pk=scenario.pk).exists():
+        raise InvalidInput("scenario", f"Object with key={scenario.key} does not exist.")  # as for an unknown key
     if not slug or len(slug) > 100 or not SLUG_RE.match(slug):
         raise InvalidInput("slug", "A slug is 1 to 100 letters, digits, hyphens or underscores.")
-    if source == SourceKind.SMR and not smr_project_id:
-        raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
+    if source != SourceKind.SMR and (smr_project_id or smr_backend_base or smr_api_key):
+        raise InvalidInput("smr_project_id", "An SMR project id, backend and key are for projects whose source is smr.")
+    if source == SourceKind.SMR:
+        if not smr_project_id:
+            raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
+        if not operator and not smr_api_key:
+            raise InvalidInput("smr_api_key", "A project you bind to SMR needs its own SMR API key; the "
+                                              "operator's key is not lent to user-created projects.")
+        if smr_backend_base:
+            check_outbound_url("smr_backend_base", smr_backend_base)
+        bound = Project.objects.filter(source=SourceKind.SMR, source_settings__smr_project_id=smr_project_id)
+        if bound.exists() and not (allow_shared_smr_project and operator):
+            raise InvalidInput("smr_project_id", f"SMR project {smr_project_id!r} is already bound to smrweb project "
+                                                 f"{bound.first().slug!r}; only staff can allow a second binding.")
     if source == SourceKind.GIT:
         _check_git_settings(git_repo_path, git_branch)
     elif git_repo_path or git_branch:
         raise InvalidInput("git_repo_path", "A repository path and branch are for projects whose source is git.")
     if Project.objects.filter(slug=slug).exists():
         raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
-    source_settings: dict[str, str] = {"smr_project_id": smr_project_id} if smr_project_id else {}
+    source_settings: dict[str, Any] = {"smr_project_id": smr_project_id} if smr_project_id else {}
     if smr_backend_base:
         source_settings["backend_base"] = smr_backend_base
     if smr_api_key:
         from smrweb.core.secrets import seal
 
         source_settings["api_key_sealed"] = seal(smr_api_key)  # never stored or shown in clear
+    elif source == SourceKind.SMR:
+        source_settings["operator_key"] = True  # only reachable by the operator or staff (checked above)
     with transaction.atomic():
         project = Project.objects.create(
             slug=slug,
@@ -149,8 +188,16 @@ def create_project(
         )
         if by is not None and getattr(by, "is_authenticated", False):
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
-        record_audit(by, "project.created", project, project=project, scenario=project.scenario.key)
+        record_audit(by, "project.created", project, project=project, scenario=project.scenario.key,
+                     source=source, **({"smr_project_id": smr_project_id} if smr_project_id else {}))
     return project
+
+
+def check_outbound_url(field: str, url: str) -> None:
+    """A user-supplied address smrweb will send requests to: refused here, with a field error, unless the
+    outbound guard would let a request through (checked again at send time)."""
+    if not url.startswith(("https://", "http://")):
+        raise InvalidInput(field, "An http(s) URL.")
 
 
 # Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git.py asks

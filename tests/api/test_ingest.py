@@ -13,6 +13,7 @@ from django.db.models import Sum
 from smrweb.tracking import services
 from smrweb.tracking.models import AgentTurn, AuditEvent, MetricPoint, Run, Submission
 from tests.api.helpers import assert_json_error
+from tests.factories import admin_project
 
 EVENTS_URL = "/api/v1/projects/{slug}/runs/{run}/events"
 
@@ -124,7 +125,7 @@ def test_an_invalid_event_in_a_valid_runs_batch_writes_nothing(api):
 
 def test_a_score_outside_the_scenarios_bounds_is_refused(alice, anon_api):
     scenario = services.create_scenario(key="unit", name="Unit interval", score_min=0, score_max=1)
-    project = services.create_project("unit", scenario=scenario, by=alice)
+    project = admin_project("unit", scenario=scenario, by=alice)
     _, raw = services.create_api_token(project, name="ci")
     anon_api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     response = post(anon_api, [METRIC, {"type": "score", "score": 0.5}, {"type": "score", "score": 2}], slug="unit")

@@ -12,7 +12,7 @@ from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import Membership, Project, Role, Run, Scenario
 from tests.api.helpers import assert_json_error, session_client
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project, grant
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -60,7 +60,8 @@ def test_an_outsider_gets_404_json_for_a_project(project, carol):
     assert body["code"] == "not_found"
 
 
-def test_a_session_user_creates_a_project_and_becomes_its_admin(carol):
+def test_a_user_given_the_permission_creates_a_project_and_becomes_its_admin(carol):
+    grant(carol, "add_project")
     response = session_client(carol).post("/api/v1/projects/", {"slug": "new-one", "name": "New"}, format="json")
     assert response.status_code == 201
     assert response.json()["slug"] == "new-one" and response.json()["scenario"] == "generic"
@@ -68,13 +69,15 @@ def test_a_session_user_creates_a_project_and_becomes_its_admin(carol):
     assert Membership.objects.get(project=project, user=carol).role == Role.ADMIN
 
 
-def test_a_project_is_created_with_a_scenario_and_an_smr_source(carol):
+def test_staff_create_a_project_with_any_scenario_and_an_smr_source_on_the_operators_key(carol):
+    carol.is_staff = True
+    carol.save()
     services.create_scenario(key="tsp", name="TSP", direction="minimize")
     response = session_client(carol).post("/api/v1/projects/", {"slug": "tour", "scenario": "tsp", "source": "smr",
                                                           "smr_project_id": "p-42"}, format="json")
     assert response.status_code == 201
     assert (response.json()["scenario"], response.json()["smr_project_id"]) == ("tsp", "p-42")
-    assert Project.objects.get(slug="tour").source_settings == {"smr_project_id": "p-42"}
+    assert Project.objects.get(slug="tour").source_settings == {"smr_project_id": "p-42", "operator_key": True}
 
 
 @pytest.mark.parametrize(
@@ -88,6 +91,7 @@ def test_a_project_is_created_with_a_scenario_and_an_smr_source(carol):
     ],
 )
 def test_invalid_project_creation_is_refused_with_a_field_error(project, alice, payload, field):
+    grant(alice, "add_project", "bind_source")
     body = assert_json_error(session_client(alice).post("/api/v1/projects/", payload, format="json"), 400)
     assert [e["field"] for e in body["errors"]] == [field]
     assert Project.objects.count() == 1
@@ -102,14 +106,25 @@ def test_a_token_cannot_create_a_project(api):
 # --- scenarios ----------------------------------------------------------------------------------------
 
 
-def test_scenarios_are_listed_for_tokens_and_users(api, carol):
+def test_scenarios_are_listed_to_whoever_may_use_them(api, project, alice, carol):
+    """Red-team finding 9: a token sees its project's scenario; a user the shared presets and those of
+    their projects; staff every one. A scenario made for another team (with its validator) is a 404."""
     services.create_scenario(key="tsp", name="TSP", direction="minimize")
-    for client in (api, session_client(carol)):
-        data = client.get("/api/v1/scenarios/").json()
-        keys = [s["key"] for s in data["results"]]
-        assert keys == ["generic", "tsp"]
-    detail = api.get("/api/v1/scenarios/tsp/").json()
-    assert (detail["direction"], detail["name"]) == ("minimize", "TSP")
+    services.create_scenario(key="ours", name="Ours", validator_command=["python3", "{artifact}"])
+    admin_project("team", scenario=Scenario.objects.get(key="ours"), by=carol)
+    staff = UserFactory(username="sam", is_staff=True)
+
+    def keys(client):
+        return [s["key"] for s in client.get("/api/v1/scenarios/").json()["results"]]
+
+    assert keys(api) == ["generic"]  # hill's scenario
+    assert keys(session_client(alice)) == ["generic"]
+    assert keys(session_client(carol)) == ["generic", "ours"]
+    assert keys(session_client(staff)) == ["generic", "ours", "tsp"]
+    for client in (api, session_client(alice)):
+        assert_json_error(client.get("/api/v1/scenarios/ours/"), 404)
+    detail = session_client(staff).get("/api/v1/scenarios/tsp/").json()
+    assert (detail["direction"], detail["name"], detail["shared"]) == ("minimize", "TSP", False)
 
 
 def test_staff_create_scenarios(db):
@@ -305,7 +320,7 @@ def test_submissions_are_sorted_best_first_for_a_maximize_scenario(api, project)
 
 def test_submissions_are_sorted_best_first_for_a_minimize_scenario(alice):
     scenario = services.create_scenario(key="speed", name="Speed", direction="minimize")
-    project = services.create_project("speedy", scenario=scenario, by=alice)
+    project = admin_project("speedy", scenario=scenario, by=alice)
     ingest(project, "r1", *[{"type": "score", "id": f"s{v}", "score": v} for v in (3.0, 1.5, 9.0)])
     data = session_client(alice).get("/api/v1/projects/speedy/submissions").json()
     assert [s["score"] for s in data["results"]] == [1.5, 3.0, 9.0]

@@ -45,7 +45,7 @@ from schemathesis.specs.openapi.checks import (
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Role, Submission, SubmissionStatus
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 EXAMPLES = int(os.environ.get("SMRWEB_FUZZ_EXAMPLES", "12"))
 SEED = os.environ.get("SMRWEB_FUZZ_SEED")
@@ -127,9 +127,9 @@ def _build_world() -> dict:
     alice = UserFactory(username="alice", is_staff=True)  # admin of `hill`; staff, so she may create scenarios
     bob = UserFactory(username="bob")
     carol = UserFactory(username="carol")
-    hill = services.create_project("hill", name="Hill climb", by=alice)
+    hill = admin_project("hill", name="Hill climb", by=alice)
     services.add_member(hill, bob, role=Role.REVIEWER)
-    services.create_project("other", by=carol)
+    admin_project("other", by=carol)
     token = services.create_api_token(hill, name="fuzz")[1]
     hill.rollback_webhook_url = "http://127.0.0.1:9/rollback"  # else every rollback is refused (409)
     hill.save()
@@ -359,7 +359,7 @@ def test_a_body_without_a_content_type_is_a_documented_415(label, world, documen
 def test_a_review_of_someone_elses_submission_is_refused_before_its_body_is_read(action, world):
     # Found in `make fuzz`'s logs: `{"rank": 0}` to another project's submission answered 400 field errors
     # to a token of `hill` (documented: 403) and to an outsider (documented: 404).
-    other = services.create_project("elsewhere", by=UserFactory(username="dave"))
+    other = admin_project("elsewhere", by=UserFactory(username="dave"))
     artifact, _ = services.store_artifact(other, "r", path="a.py", content=io.BytesIO(b"x"))
     _events(other, "r", [{"type": "score", "id": "s", "score": 1.0, "artifact": artifact.blob.sha256}])
     url = f"/api/v1/projects/elsewhere/submissions/{Submission.objects.get(project=other).pk}/{action}"

@@ -22,6 +22,7 @@ from django.utils import timezone
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, Role, Run
 from tests.browser.conftest import push, store
+from tests.factories import admin_project
 
 PRICE = {"gpt-5.4-medium": (1.25, 10.0), "gpt-5.4-mini": (0.25, 2.0)}
 TOOLS = ["read_file", "apply_patch", "run_harness", "git_commit", "list_dir", "grep"]
@@ -168,9 +169,9 @@ def seed(alice, bob=None, *, seed_value: int = 7) -> Seeded:
         score_metric="edge_bps", direction="maximize")
 
     projects = {
-        "dogfight": services.create_project("dogfight", name="Dogfight arena", scenario=dogfight_scn, by=alice),
-        "optimizer": services.create_project("optimizer", name="Optimizer hill-climb", scenario=optimizer_scn, by=alice),
-        "prop-amm": services.create_project("prop-amm", name="Prop AMM market-making", scenario=amm_scn, by=alice),
+        "dogfight": admin_project("dogfight", name="Dogfight arena", scenario=dogfight_scn, by=alice),
+        "optimizer": admin_project("optimizer", name="Optimizer hill-climb", scenario=optimizer_scn, by=alice),
+        "prop-amm": admin_project("prop-amm", name="Prop AMM market-making", scenario=amm_scn, by=alice),
     }
     if bob is not None:
         services.add_member(projects["dogfight"], bob, role=Role.REVIEWER)

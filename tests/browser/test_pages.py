@@ -18,6 +18,7 @@ from playwright.sync_api import expect
 from smrweb.tracking import services
 from smrweb.tracking.models import Run
 from tests.browser.conftest import push, score, state, store, turn
+from tests.factories import admin_project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -146,7 +147,7 @@ def test_project_page_shows_runs_badges_and_leaderboard(page, sign_in, alice, ru
 def test_leaderboard_of_a_minimize_scenario_puts_the_lowest_score_first(page, sign_in, alice):
     scenario = services.create_scenario(key="loss-bench", name="Loss bench", score_metric="val_loss",
                                         direction="minimize")
-    project = services.create_project("lossy", name="Lossy", scenario=scenario, by=alice)
+    project = admin_project("lossy", name="Lossy", scenario=scenario, by=alice)
     push(project, "a", score(3.9), score(3.61))
     push(project, "b", score(4.2), score(3.75))
     sign_in(alice)

@@ -12,7 +12,7 @@ from django.test import Client
 from smrweb.tracking import services
 from tests.browser.conftest import DEFAULT_TIMEOUT_MS
 from tests.browser.seed import LONG_RUN_ID, seed
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -65,7 +65,7 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
     services.create_api_token(dogfight, name="ci-harness", by=alice)
     old, _ = services.create_api_token(dogfight, name="laptop (old)", by=alice)
     services.revoke_api_token(old, by=alice)
-    services.create_project("fresh", name="Fresh project", by=carol)
+    admin_project("fresh", name="Fresh project", by=carol)
     newcomer = UserFactory(username="dave")  # a member of nothing yet
 
     shots = [

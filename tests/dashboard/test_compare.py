@@ -12,6 +12,7 @@ from smrweb.dashboard import compare_charts
 from smrweb.tracking import compare, services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction
+from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
 
@@ -99,7 +100,7 @@ def test_two_runs_show_values_and_deltas_against_the_first(client_alice, two_run
 
 def test_minimize_scenario_turns_gain_and_tones_around(client, alice, django_user_model):
     scenario = services.create_scenario(key="latency", name="Latency", direction=Direction.MINIMIZE)
-    project = services.create_project("fast", scenario=scenario, by=alice)
+    project = admin_project("fast", scenario=scenario, by=alice)
     push(project, "a", score(10, minutes=0), score(4, minutes=5), turn(0, 1.0, minutes=1))
     push(project, "b", score(10, minutes=0), score(6, minutes=5), turn(0, 1.0, minutes=1))
     client.force_login(alice)

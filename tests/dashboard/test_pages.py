@@ -11,6 +11,7 @@ from smrweb.dashboard.templatetags.smrweb import sparkline
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import ApiToken, Run
+from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
 
@@ -119,7 +120,7 @@ def test_overview_queries_stay_flat_as_projects_grow(client_alice, alice, projec
     with django_assert_max_num_queries(20) as small:
         client_alice.get("/")
     for i in range(10):
-        p = services.create_project(f"p{i}", by=alice)
+        p = admin_project(f"p{i}", by=alice)
         scores(p, "r", 0.5)
     with django_assert_max_num_queries(len(small.captured_queries)):
         client_alice.get("/")

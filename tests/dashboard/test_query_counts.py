@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from smrweb.tracking import knowledge, services, submissions
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Submission
+from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +81,7 @@ def submission_of(project, run_id: str, alice) -> Submission:
 
 def grow_projects(world) -> None:
     for i in range(12):
-        p = services.create_project(f"more{i}", by=world["alice"])
+        p = admin_project(f"more{i}", by=world["alice"])
         grow_run(p, "r", 5)
 
 

@@ -13,7 +13,7 @@ from django.test import Client
 from smrweb.sources import tasks
 from smrweb.tracking import scenarios, services
 from smrweb.tracking.models import Scenario
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 PAGE, PREFLIGHT = "/scenarios/onnx-arena-dogfight/", "/scenarios/onnx-arena-dogfight/preflight"
 HTMX = {"HX-Request": "true"}
@@ -24,7 +24,7 @@ def arena(db, alice):
     """The Dogfight preset, used by alice's project `dogfight`."""
     call_command("load_presets", stdout=io.StringIO())
     scenario = Scenario.objects.get(key="onnx-arena-dogfight")
-    services.create_project("dogfight", name="Dogfight runs", scenario=scenario, by=alice)
+    admin_project("dogfight", name="Dogfight runs", scenario=scenario, by=alice)
     return scenario
 
 
@@ -90,7 +90,7 @@ def test_htmx_preflight_swaps_in_the_report(client, alice, arena, local_prefligh
 
 def test_a_ready_scenario_says_so(client, alice, local_preflight):
     call_command("load_presets", stdout=io.StringIO())
-    services.create_project("climb", scenario=Scenario.objects.get(key="optimizer-hill-climb"), by=alice)
+    admin_project("climb", scenario=Scenario.objects.get(key="optimizer-hill-climb"), by=alice)
     client.force_login(alice)
     body = client.post("/scenarios/optimizer-hill-climb/preflight", headers=HTMX).content.decode()
     assert "<b>Ready:</b> all" in body and 'class="check fail"' not in body
@@ -98,7 +98,7 @@ def test_a_ready_scenario_says_so(client, alice, local_preflight):
 
 def test_details_quote_the_preset_escaped(client, alice, local_preflight):
     scenario = services.create_scenario(key="odd", name="Odd", harness_id="<b>bold</b>")
-    services.create_project("odd", scenario=scenario, by=alice)
+    admin_project("odd", scenario=scenario, by=alice)
     client.force_login(alice)
     body = client.post("/scenarios/odd/preflight", headers=HTMX).content.decode()
     assert "<code>&lt;b&gt;bold&lt;/b&gt;</code>" in body and "<b>bold</b>" not in body
@@ -135,7 +135,7 @@ def test_preflight_is_post_only_and_needs_the_csrf_token_htmx_sends(alice, arena
 @pytest.mark.django_db(transaction=True)
 def test_the_button_runs_the_preflight_on_a_real_worker(client, alice, celery_worker):
     call_command("load_presets", stdout=io.StringIO())
-    services.create_project("climb", scenario=Scenario.objects.get(key="optimizer-hill-climb"), by=alice)
+    admin_project("climb", scenario=Scenario.objects.get(key="optimizer-hill-climb"), by=alice)
     client.force_login(alice)
     body = client.post("/scenarios/optimizer-hill-climb/preflight", headers=HTMX).content.decode()
     assert "<b>Ready:</b> all" in body and "Ran on worker <code>" in body

@@ -50,7 +50,7 @@ from smrweb.tracking.models import (
     SubmissionTransition,
     VerificationOutcome,
 )
-from tests.factories import UserFactory
+from tests.factories import UserFactory, admin_project
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -86,7 +86,7 @@ def rich(alice, bob, victor):
         artifact_kind="python_source", score_min=0.0, score_max=1.0, validator_command=["python", "{artifact}"],
         scoring_command=["score", "{artifact}"], required_toolchains=["python3"], arena_name="The Arena",
         arena_url="https://arena.example.com/", by=alice)
-    project = services.create_project("hill", name="Hill climb", scenario=scenario, by=alice)
+    project = admin_project("hill", name="Hill climb", scenario=scenario, by=alice)
     services.add_member(project, bob, role=Role.REVIEWER, by=alice)
     services.add_member(project, victor, role=Role.VIEWER, by=alice)
     dora = UserFactory(username="dora", first_name="Dora", last_name="Explorer", email="dora@example.org")
@@ -394,7 +394,7 @@ def test_an_empty_project_round_trips(tmp_path):
 
 
 def test_big_tables_are_inserted_in_chunks_not_row_by_row(alice, tmp_path, django_assert_max_num_queries):
-    project = services.create_project("many", by=alice)
+    project = admin_project("many", by=alice)
     ingest(project, "r", *[{"type": "metric", "key": "k", "value": i, "step": i} for i in range(300)])
     backup.export_project(project, tmp_path / "many.zip")
     # Chunks of 3 (small_chunks): 100 INSERTs for the metric points, a few queries for the rest.
@@ -519,7 +519,7 @@ def test_a_key_sealed_by_another_deployment_is_left_out_with_a_warning(archive, 
 
 @pytest.mark.django_db(transaction=True)
 def test_export_reads_one_snapshot_while_ingest_goes_on(alice, tmp_path, monkeypatch):
-    project = services.create_project("live", by=alice)
+    project = admin_project("live", by=alice)
     ingest(project, "r1", {"type": "agent.turn", "id": "t1", "turn": 1, "tokens_in": 5, "cost_usd": 0.5})
     write_table, errors = backup._Exporter._write_table, []
 

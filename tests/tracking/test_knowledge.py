@@ -26,6 +26,7 @@ from smrweb.tracking.models import (
     SubmissionStatus,
     VerificationOutcome,
 )
+from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 4, 17, 12, tzinfo=UTC)
@@ -61,7 +62,7 @@ def ranked(sub, bob, alice, rank=10, arena_score=1000.0, note=""):
 
 def minimizing(alice) -> Project:
     scenario = services.create_scenario(key="golf", name="Golf", direction="minimize", score_metric="strokes")
-    return services.create_project("golf", scenario=scenario, by=alice)
+    return admin_project("golf", scenario=scenario, by=alice)
 
 
 def with_threshold(project, value) -> Project:

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from smrweb.tracking import events as ev
 from smrweb.tracking import queries, services
 from smrweb.tracking.models import Project, Run
+from tests.factories import admin_project
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -165,7 +166,7 @@ def test_project_summaries_count_runs_by_condition(project):
 
 def test_project_summaries_pick_the_best_score_in_each_scenarios_direction(project, alice):
     low = services.create_scenario(key="lower", name="Lower is better", direction="minimize")
-    fast = services.create_project("fast", scenario=low, by=alice)
+    fast = admin_project("fast", scenario=low, by=alice)
     for p in (project, fast):
         scores(p, "r1", [5.0, 2.0])
         scores(p, "r2", [7.0, 9.0])
@@ -190,7 +191,7 @@ def _summaries_query_count(projects) -> int:
 
 def test_project_summaries_take_the_same_number_of_queries_for_1_or_20_projects(alice):
     for i in range(20):
-        p = services.create_project(f"p{i:02}", by=alice)
+        p = admin_project(f"p{i:02}", by=alice)
         scores(p, "r", [float(i), float(i + 1)])
         ingest(p, "r", {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 0.5})
     qs = Project.objects.select_related("scenario").order_by("slug")
@@ -204,7 +205,7 @@ def test_project_summaries_take_the_same_number_of_queries_for_1_or_20_projects(
 
 def test_leaderboard_orders_by_the_scenario_direction(project, alice):
     low = services.create_scenario(key="lower", name="Lower is better", direction="minimize")
-    fast = services.create_project("fast", scenario=low, by=alice)
+    fast = admin_project("fast", scenario=low, by=alice)
     for p in (project, fast):
         scores(p, "r1", [3.0, 1.0, 2.0])
     assert [s.score for s in queries.leaderboard(project)] == [3.0, 2.0, 1.0]

@@ -33,6 +33,7 @@ from smrweb.tracking.models import (
     Submission,
     TurnKind,
 )
+from tests.factories import admin_project
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -61,13 +62,13 @@ def row_counts(run_id: str = "r1") -> dict[str, int]:
 def bounded(alice):
     """A project whose scenario bounds scores to [0, 1]."""
     scenario = services.create_scenario(key="bounded", name="Bounded", score_min=0.0, score_max=1.0)
-    return services.create_project("bounded", scenario=scenario, by=alice)
+    return admin_project("bounded", scenario=scenario, by=alice)
 
 
 @pytest.fixture
 def minimize(alice):
     scenario = services.create_scenario(key="runtime", name="Runtime", direction="minimize", score_metric="seconds")
-    return services.create_project("fast", scenario=scenario, by=alice)
+    return admin_project("fast", scenario=scenario, by=alice)
 
 
 MIXED = [

@@ -3,13 +3,15 @@
 import json
 import re
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from smrweb.core import ratelimits
 from smrweb.sources import tasks
 from smrweb.tracking.models import Project, Scenario
 
@@ -17,12 +19,10 @@ TEMPLATE = "dashboard/scenario_detail.html"
 
 
 def scenario_for_user(request, key: str) -> tuple[Scenario, list[Project]]:
-    """The scenario and the user's projects using it: superusers see any, members of a project using
-    it see it, everyone else gets 404 (as for projects, an outsider learns nothing)."""
-    scenario = get_object_or_404(Scenario, key=key)
+    """The scenario, if the user may see it (`Scenario.objects.visible_to`, the API's rule too; 404
+    otherwise, as for projects), and the user's projects using it."""
+    scenario = get_object_or_404(Scenario.objects.visible_to(request.user), key=key)
     projects = list(Project.objects.visible_to(request.user).filter(scenario=scenario).order_by("slug"))
-    if not projects and not request.user.is_superuser:
-        raise Http404("No such scenario.")
     return scenario, projects
 
 
@@ -44,24 +44,60 @@ def _with_code(text: str) -> str:
 @login_required
 def scenario_detail(request, key: str):
     scenario, projects = scenario_for_user(request, key)
-    return render(request, TEMPLATE, _context(scenario, projects))
+    context = _context(scenario, projects)
+    if request_id := request.GET.get("preflight", ""):  # a preflight asked without JavaScript
+        context = _with_preflight(context, scenario, request_id[:64])
+    return render(request, TEMPLATE, context)
 
 
 @require_POST
 @login_required
 def scenario_preflight(request, key: str):
-    """Run the preflight on a worker; htmx gets the report fragment, a plain form post the whole page."""
+    """Queue a preflight on a worker and answer at once: htmx gets the fragment that polls for the report,
+    a plain form post is sent back to the page, which shows the report once it is there."""
     scenario, projects = scenario_for_user(request, key)
     context = _context(scenario, projects)
-    try:
-        report = tasks.preflight_on_worker(scenario.key)
-    except tasks.NoWorkerAnswer as exc:
-        context["error"] = str(exc)
+    limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE,
+                             keys=[ratelimits.by_user])
+    if limited:
+        context["error"] = f"you asked too often. {limited.message}"
     else:
-        if report is None:  # deleted while the worker looked
-            raise Http404("No such scenario.")
-        for c in report["checks"]:
-            c["detail_html"] = _with_code(c["detail"])
-        context.update(report=report, failures=[c for c in report["checks"] if not c["ok"]])
+        try:
+            request_id = tasks.request_preflight(scenario.key)
+        except tasks.NoWorkerAnswer as exc:
+            context["error"] = str(exc)
+        else:
+            if not request.htmx:
+                return redirect(f"{reverse('dashboard:scenario-detail', args=[scenario.key])}?preflight={request_id}")
+            context.update(pending=request_id, status="pending")
     template = f"{TEMPLATE}#preflight-report" if request.htmx else TEMPLATE
-    return render(request, template, context)
+    response = render(request, template, context, status=429 if limited else 200)
+    if limited:
+        response["Retry-After"] = str(limited.retry_after)
+    return response
+
+
+@require_GET
+@login_required
+def scenario_preflight_result(request, key: str, request_id: str):
+    """The preflight fragment: still polling while the worker has not answered, then the report."""
+    scenario, projects = scenario_for_user(request, key)
+    context = _with_preflight(_context(scenario, projects), scenario, request_id)
+    return render(request, f"{TEMPLATE}#preflight-report", context)
+
+
+def _with_preflight(context: dict, scenario: Scenario, request_id: str) -> dict:
+    try:
+        state = tasks.preflight_state(scenario.key, request_id)
+    except tasks.NoWorkerAnswer as exc:
+        return {**context, "error": str(exc)}
+    if state is None or state["status"] == "gone":
+        return {**context, "error": "that preflight is unknown or expired (reports are kept 10 minutes)"}
+    if state["status"] == "no_worker":
+        return {**context, "error": f"no worker took it within {tasks.PREFLIGHT_TIMEOUT:g} seconds"}
+    if state["status"] != "done":
+        return {**context, "pending": request_id, "status": state["status"]}
+    report = state["report"]
+    for c in report["checks"]:
+        c["detail_html"] = _with_code(c["detail"])
+    return {**context, "report": report, "failures": [c for c in report["checks"] if not c["ok"]]}

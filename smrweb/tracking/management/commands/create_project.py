@@ -18,11 +18,13 @@ class Command(BaseCommand):
         parser.add_argument("--smr-api-key-env", default="",
                             help="name of an environment variable holding this project's SMR API key "
                                  "(stored sealed; never printed)")
+        parser.add_argument("--allow-duplicate", action="store_true",
+                            help="bind an SMR project id that another smrweb project is already bound to")
         parser.add_argument("--git-repo", default="", help="--source git: absolute path of the local repository")
         parser.add_argument("--git-branch", default="", help="--source git: the branch whose commits are the run")
 
     def handle(self, *args, slug, name, scenario, source, smr_project_id, smr_backend_base, smr_api_key_env,
-               git_repo="", git_branch="", **options):
+               git_repo="", git_branch="", allow_duplicate=False, **options):
         import os
 
         if source == SourceKind.GIT:
@@ -47,7 +49,8 @@ class Command(BaseCommand):
         try:
             project = services.create_project(slug, name=name, scenario=found, source=source,
                                               smr_project_id=smr_project_id, smr_backend_base=smr_backend_base,
-                                              smr_api_key=api_key, git_repo_path=git_repo, git_branch=git_branch)
+                                              smr_api_key=api_key, git_repo_path=git_repo, git_branch=git_branch,
+                                              allow_shared_smr_project=allow_duplicate)
         except TrackingError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})")
