@@ -71,7 +71,8 @@ def scenario_preflight(request, key: str):
                 return redirect(f"{reverse('dashboard:scenario-detail', args=[scenario.key])}?preflight={request_id}")
             context.update(pending=request_id, status="pending")
     template = f"{TEMPLATE}#preflight-report" if request.htmx else TEMPLATE
-    response = render(request, template, context, status=429 if limited else 200)
+    # htmx 2 swaps 2xx answers only: the refusal is said in the fragment; a plain post gets a 429.
+    response = render(request, template, context, status=429 if limited and not request.htmx else 200)
     if limited:
         response["Retry-After"] = str(limited.retry_after)
     return response
