@@ -47,6 +47,7 @@ from smrweb.tracking.models import (
 from tests.api.helpers import session_client
 from tests.conftest import _start, _wait_for_line, wait_for
 from tests.sources.test_submission_loop import scored_with_artifact
+from tests.factories import admin_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -577,7 +578,7 @@ def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_conv
 
     sim = start_sim(api_key=SMR_KEY, project_ids=[poller.SMR_PROJECT], runs=4, tick=0.15, seed=23)
     scenario = services.create_scenario(key="faults", name="faults", score_metric="val_loss", direction="minimize")
-    project = services.create_project("smr-faults", scenario=scenario, source="smr", smr_project_id=poller.SMR_PROJECT,
+    project = admin_project("smr-faults", scenario=scenario, source="smr", smr_project_id=poller.SMR_PROJECT,
                                       smr_backend_base=sim.url, smr_api_key=SMR_KEY, by=alice)
 
     def health() -> SourceHealth:

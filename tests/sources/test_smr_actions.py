@@ -10,6 +10,7 @@ from smrweb.sources import sync
 from smrweb.tracking import services
 from smrweb.tracking.models import AuditEvent, Run, SourceHealth
 from tests.conftest import wait_for
+from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +25,7 @@ def simulator(start_sim):
 @pytest.fixture
 def smr_project(alice, bob, victor, simulator):
     scenario = services.create_scenario(key="act", name="act", score_metric="val_loss", direction="minimize")
-    project = services.create_project("smr-act", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
+    project = admin_project("smr-act", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
                                       smr_backend_base=simulator.url, smr_api_key=API_KEY, by=alice)
     services.add_member(project, bob, role="reviewer")
     services.add_member(project, victor, role="viewer")

@@ -16,6 +16,7 @@ import pytest
 from smrweb.tracking import services
 from smrweb.tracking.models import AgentTurn, Artifact, Checkpoint, Run, RuntimeMessage, Submission
 from tests.conftest import _start, _wait_for_line, wait_for
+from tests.factories import admin_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +36,7 @@ def simulator():
 @pytest.fixture
 def smr_project(alice, simulator):
     scenario = services.create_scenario(key="sim-optimizer", name="sim", score_metric="val_loss", direction="minimize")
-    return services.create_project("smr", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
+    return admin_project("smr", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
                                    smr_backend_base=simulator.url, smr_api_key=API_KEY, by=alice)
 
 

@@ -22,6 +22,7 @@ from smrweb.tracking import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Checkpoint, Rollback, Run, Submission
 from tests.conftest import wait_for
+from tests.factories import admin_project
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -223,7 +224,7 @@ def simulator(start_sim):
 
 def test_rolling_back_an_smr_run_restores_the_checkpoint_in_the_backend(client, alice, bob, simulator, celery_worker):
     scenario = services.create_scenario(key="rb", name="rb", score_metric="val_loss", direction="minimize")
-    project = services.create_project("smr-rb", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
+    project = admin_project("smr-rb", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
                                       smr_backend_base=simulator.url, smr_api_key=API_KEY, by=alice)
     services.add_member(project, bob, role="reviewer")
     sync.sync_project(project, owner="test")
