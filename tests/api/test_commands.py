@@ -56,7 +56,7 @@ def test_create_project_with_the_smr_source_needs_its_project_id(db):
 def test_create_project_with_the_smr_source_and_its_project_id(db):
     run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123")
     project = Project.objects.get(slug="managed")
-    assert (project.source, project.source_settings) == ("smr", {"smr_project_id": "proj-123"})
+    assert (project.source, project.source_settings) == ("smr", {"smr_project_id": "proj-123", "operator_key": True})
 
 
 def test_create_project_refuses_a_taken_slug(project):

@@ -68,6 +68,7 @@ AUTH_MODES = ["token", "session", "anonymous"]
 KNOWN_BUGS: dict[tuple[str, str], tuple[int, str]] = {}
 
 APP = get_wsgi_application()
+PREFLIGHT_ID = "f" * 32  # a preflight of `generic` whose report is stored (see `world`)
 SCHEMA = schemathesis.openapi.from_wsgi("/api/schema/", APP)
 OPERATIONS = {op.label: op for op in (result.ok() for result in SCHEMA.get_all_operations())}
 
@@ -118,8 +119,9 @@ def world(world_rows, db, redis_server, monkeypatch):
     """Real objects for path parameters, and credentials for each auth mode."""
     from smrweb.sources import tasks as source_tasks
 
-    # No worker runs here: preflight answers its documented 503 at once instead of after 10 s.
-    monkeypatch.setattr(source_tasks, "PREFLIGHT_TIMEOUT", 0.05)
+    # No worker runs here: a queued preflight is dropped, and the one the pools name was run in-process.
+    monkeypatch.setattr(source_tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
+    source_tasks.preflight_scenario("generic", request_id=PREFLIGHT_ID)
     return world_rows
 
 
@@ -170,6 +172,7 @@ def _build_world() -> dict:
             "submission_id": list(submissions.values()),
             "artifact_id": artifacts,
             "key": ["generic"],
+            "request_id": [PREFLIGHT_ID],
         },
         "submission_for": {action: [submissions[status]] for status, action in START_OF.items()},
         "query": {"key": ["loss"]},
@@ -328,10 +331,15 @@ def test_a_rollback_needs_exactly_one_target_as_a_field_error(body, world, docum
     assert "409" in documented["POST /api/v1/projects/{slug}/runs/{run_id}/rollback"]  # the real conflicts
 
 
-def test_preflight_without_a_worker_is_the_documented_503(world, documented):
+def test_preflight_without_a_worker_is_the_documented_503(world, documented, monkeypatch):
     # Not a bug: checks that the one 5xx the fuzzing accepts is documented and shaped like every error.
-    assert "503" in documented["POST /api/v1/scenarios/{key}/preflight"]
-    answer = Client().post("/api/v1/scenarios/generic/preflight", HTTP_AUTHORIZATION=f"Bearer {world['token']}")
+    from smrweb.sources import tasks as source_tasks
+
+    assert "503" in documented["GET /api/v1/scenarios/{key}/preflight/{request_id}"]
+    asked = Client().post("/api/v1/scenarios/generic/preflight", HTTP_AUTHORIZATION=f"Bearer {world['token']}")
+    assert asked.status_code == 202
+    monkeypatch.setattr(source_tasks, "PREFLIGHT_TIMEOUT", 0.0)  # nobody took it before its message expired
+    answer = Client().get(asked.json()["poll"], HTTP_AUTHORIZATION=f"Bearer {world['token']}")
     assert answer.status_code == 503 and answer["Retry-After"]
     assert answer.json()["code"] == "no_worker"
 
