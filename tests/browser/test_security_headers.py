@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
+import redis
+from django.conf import settings
 from playwright.sync_api import expect
 
 from smrweb.sources import tasks as source_tasks
@@ -163,11 +165,18 @@ def test_a_hidden_tab_does_not_poll(watched, sign_in, alice, project):
     assert violations(page) == []
 
 
-def test_an_htmx_post_carries_the_csrf_token_and_succeeds(watched, sign_in, alice, project, monkeypatch):
-    """The preflight button is an hx-post; base.html's hx-headers sends the CSRF token with it."""
+def test_an_htmx_post_carries_the_csrf_token_and_succeeds(watched, sign_in, alice, project, monkeypatch,
+                                                          redis_server):
+    """The preflight button is an hx-post; base.html's hx-headers sends the CSRF token with it; the
+    fragment it swaps in polls until the report is there."""
     report = {"ok": True, "worker": "test-worker",
               "checks": [{"name": "validator", "group": "preset", "ok": True, "detail": "found `check.py`"}]}
-    monkeypatch.setattr(source_tasks, "preflight_on_worker", lambda key, **kw: report)
+    def worker_answers_at_once(args, **kwargs):  # the report stored where the page polls for it
+        key, request_id = args
+        with redis.Redis.from_url(settings.REDIS_URL) as client:
+            source_tasks._store(client, request_id, {"scenario": key, "status": "done", "report": report})
+
+    monkeypatch.setattr(source_tasks.preflight_scenario, "apply_async", worker_answers_at_once)
     page = watched
     sign_in(alice)
     visit(page, f"/scenarios/{project.scenario.key}/")

@@ -445,7 +445,7 @@ def test_the_list_of_post_forms_is_complete():
 def post_targets(project, alice, bob, monkeypatch):
     """Every dashboard POST endpoint with a body that the view accepts (side effects stubbed)."""
     monkeypatch.setattr(loop_tasks, "dispatch", lambda task, *args: True)
-    monkeypatch.setattr(source_tasks, "preflight_on_worker", lambda key, **kw: {"ok": True, "worker": "w", "checks": []})
+    monkeypatch.setattr(source_tasks, "request_preflight", lambda key: "0" * 32)  # queued, never run
     push(project, "r1", {"type": "state", "state": "running"}, {"type": "score", "score": 0.5},
          {"type": "checkpoint", "id": "c1", "label": "c1"})
     sub = Submission.objects.get()
