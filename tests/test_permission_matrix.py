@@ -129,12 +129,22 @@ def _events(project, run_id: str, events: list[dict]) -> None:
     services.ingest_events(project, run_id, parse_events(json.dumps(events)))
 
 
+PREFLIGHT_ID = "e" * 32  # a preflight of the world's scenario whose report a worker has stored
+
+
 def _fake_preflight(calls: list[str]):
-    def preflight_on_worker(key: str, *, timeout: float | None = None) -> dict:
+    """The worker's side: asking records the call; reading answers the stored report."""
+    def request_preflight(key: str) -> str:
         calls.append(key)
-        return {"scenario": key, "ok": True, "worker": "matrix-worker",
-                "checks": [{"name": "validator", "group": "worker", "ok": True, "detail": "`python3` found"}]}
-    return preflight_on_worker
+        return PREFLIGHT_ID
+
+    def preflight_state(key: str, request_id: str) -> dict | None:
+        if request_id != PREFLIGHT_ID:
+            return None
+        return {"scenario": key, "status": "done", "report": {
+            "scenario": key, "ok": True, "worker": "matrix-worker",
+            "checks": [{"name": "validator", "group": "worker", "ok": True, "detail": "`python3` found"}]}}
+    return request_preflight, preflight_state
 
 
 def build_world() -> World:
@@ -202,7 +212,7 @@ def build_world() -> World:
         "checkpoint": Checkpoint.objects.get(run__project=hill).pk, "entry": entry.pk, "spare": spare.pk,
         "o_turn": Run.objects.get(project=other).turns.get().pk, "o_artifact": o_artifact.pk, "o_sub": o_sub.pk,
         "o_entry": o_entry.pk, "o_token": o_token.pk,
-        "link_valid": valid, "link_expired": expired, "link_tampered": tampered, "link_unknown": unknown,
+        "preflight": PREFLIGHT_ID, "link_valid": valid, "link_expired": expired, "link_tampered": tampered, "link_unknown": unknown,
     }
     assert [Submission.objects.get(pk=ids[k]).status for k in ("cand", "verifying", "verified", "approved",
                                                                 "uploaded")] == [
@@ -245,7 +255,9 @@ def world(matrix_world, db, settings, monkeypatch) -> World:
     # Poll versions carry a 30-second tick; freeze it so a version read before a cell is still current in it.
     monkeypatch.setattr(live, "TICK_SECONDS", 10**12)
     matrix_world.preflights = []
-    monkeypatch.setattr(source_tasks, "preflight_on_worker", _fake_preflight(matrix_world.preflights))
+    request_preflight, preflight_state = _fake_preflight(matrix_world.preflights)
+    monkeypatch.setattr(source_tasks, "request_preflight", request_preflight)
+    monkeypatch.setattr(source_tasks, "preflight_state", preflight_state)
     return matrix_world
 
 
@@ -367,10 +379,13 @@ ROWS = [
         marker=PROJECT_NAME, **POLL),
     Row("scenario page", "GET", "/scenarios/{scenario}/",                                 "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker=SCENARIO_NAME),
+    # Asking queues the preflight (a plain post is sent back to the page; htmx gets the polling fragment).
     Row("scenario preflight", "POST", "/scenarios/{scenario}/preflight",                  "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="matrix-worker", effect=preflight_calls),
-    Row("scenario preflight report (hx)", "POST", "/scenarios/{scenario}/preflight",      "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="matrix-worker", effect=preflight_calls, **HX),
+        ok=302, effect=preflight_calls),
+    Row("scenario preflight asked (hx)", "POST", "/scenarios/{scenario}/preflight",       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Queued for a worker", effect=preflight_calls, **HX),
+    Row("scenario preflight report (hx)", "GET", "/scenarios/{scenario}/preflight/{preflight}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker="matrix-worker", **HX),
     Row("project page", "GET", f"{P}/",                                                   "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker=RUN),
     Row("project page: no such project", "GET", "/projects/nope/",                        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
@@ -470,18 +485,25 @@ ROWS = [
     # --- REST API (sessions act by role; a project token acts within its project and cannot review) ------------------
     Row("api health", "GET", "/api/v1/health",                                            "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
         marker="ok"),
-    Row("api scenarios", "GET", "/api/v1/scenarios/",                                     "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+    # A scenario is seen by its projects' members and tokens (and staff), shared presets by everyone.
+    Row("api scenarios", "GET", "/api/v1/scenarios/",                                     "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
         marker=SCENARIO_KEY),
     Row("api scenarios: create (staff only)", "POST", "/api/v1/scenarios/",               "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
         data={"key": "matrix-new", "name": "new"}, json=True),
-    Row("api scenario", "GET", "/api/v1/scenarios/{scenario}/",                           "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+    Row("api scenario", "GET", "/api/v1/scenarios/{scenario}/",                           "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
         marker=SCENARIO_NAME),
-    Row("api scenario preflight", "POST", "/api/v1/scenarios/{scenario}/preflight",       "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
-        marker="matrix-worker", effect=preflight_calls),
+    Row("api scenario preflight", "POST", "/api/v1/scenarios/{scenario}/preflight",       "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        ok=202, marker=PREFLIGHT_ID, effect=preflight_calls),
+    Row("api scenario preflight report", "GET", "/api/v1/scenarios/{scenario}/preflight/{preflight}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN", marker="matrix-worker"),
     Row("api projects", "GET", "/api/v1/projects/",                                       "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
         marker=PROJECT_NAME),
-    Row("api projects: create", "POST", "/api/v1/projects/",                              "LOGIN ALLOW ALLOW ALLOW ALLOW DENY  DENY  LOGIN",
+    # Creating a project is for staff and users given `tracking.add_project` (none of the callers).
+    Row("api projects: create", "POST", "/api/v1/projects/",                              "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
         ok=201, data={"slug": "matrix-new"}, json=True, effect=count(Project)),
+    Row("api projects: create bound to an SMR project", "POST", "/api/v1/projects/",      "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        ok=201, data={"slug": "mirror", "source": "smr", "smr_project_id": "victim-smr"}, json=True,
+        effect=count(Project)),
     Row("api project", "GET", f"{A}/",                                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker=PROJECT_NAME),
     # An outsider's answer is the same as for a project that does not exist; a token's names only its own.
