@@ -31,7 +31,8 @@ class EventRowAdmin(admin.ModelAdmin):
 
 @admin.register(m.Scenario)
 class ScenarioAdmin(admin.ModelAdmin):
-    list_display = ["key", "name", "score_metric", "direction", "arena_name"]
+    list_display = ["key", "name", "shared", "score_metric", "direction", "arena_name"]
+    list_filter = ["shared"]
     search_fields = ["key", "name", "harness_id"]
 
 
