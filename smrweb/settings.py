@@ -341,6 +341,13 @@ SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6
 SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
 SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_MAX_SECONDS", default=300.0)
 SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT = env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", default=10.0)
+# Requests to addresses users give (webhooks, a project's own SMR backend) go through core/outbound.py
+# (red-team finding 2): public addresses only, unless the host is on this allow-list (`host` or
+# `host:port`) or private addresses are allowed outright (a lab on one network; the demo allows its own
+# loopback receiver and simulator by the list). At most this much of an answer is read.
+SMRWEB_WEBHOOK_ALLOWED_HOSTS = env.list("SMRWEB_WEBHOOK_ALLOWED_HOSTS", default=[])
+SMRWEB_ALLOW_PRIVATE_WEBHOOKS = env.bool("SMRWEB_ALLOW_PRIVATE_WEBHOOKS", default=False)
+SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES = env.int("SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES", default=64 * 1024)
 # A verification or rollback not picked up this long after it was asked for is queued again (beat's
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)

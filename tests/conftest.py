@@ -36,6 +36,17 @@ def private_cache(settings, tmp_path):
                                    "LOCATION": f"test-{os.getpid()}-{tmp_path.name}"}}
 
 
+# The suite's webhook receivers and SMR simulators listen on loopback, and its example webhooks name
+# reserved example hosts: the operator allow-list lets the outbound guard send there (tests of the
+# guard itself clear it).
+TEST_ALLOWED_HOSTS = ["127.0.0.1", "harness.example", "hooks.example", "hooks.example.com"]
+
+
+@pytest.fixture(autouse=True)
+def outbound_allow_list(settings):
+    settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS = TEST_ALLOWED_HOSTS
+
+
 @pytest.fixture(autouse=True)
 def artifact_root(settings, tmp_path):
     """Artifacts of every test go to a temporary directory, never to the data directory. Assigning
@@ -160,7 +171,7 @@ FAST_POLLING = {
 
 def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL, **FAST_POLLING,
-           **extra_env}
+           "SMRWEB_WEBHOOK_ALLOWED_HOSTS": ",".join(TEST_ALLOWED_HOSTS), **extra_env}
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 

@@ -45,6 +45,12 @@ class ServerError(SourceError):
     kind = "server_error"
 
 
+class Blocked(SourceError):
+    """The project's own backend address is one smrweb does not send to (core/outbound.py)."""
+
+    kind = "blocked"
+
+
 class Malformed(SourceError):
     """The answer was not of the expected shape (the SDK's parsers raise ValueError)."""
 

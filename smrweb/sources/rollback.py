@@ -5,11 +5,15 @@ answer says trying again may help (timeouts, refused connections, 429, 5xx)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import httpx
 from django.conf import settings
 
+from smrweb.core import outbound
 from smrweb.sources.base import RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import rollbacks
@@ -25,14 +29,43 @@ class Attempt:
 
 
 def backoff(attempt: int, hint: float | None = None) -> float:
-    base = settings.SMRWEB_ROLLBACK_RETRY_BASE_SECONDS
-    return max(hint or 0.0, min(base * 2 ** (attempt - 1), settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS))
+    """Seconds before the next attempt: exponential, or the answer's hint, never above the cap (a hint
+    of `inf` or 1e12 would otherwise overflow the countdown and wedge the rollback: finding 6)."""
+    cap = settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS
+    base = min(settings.SMRWEB_ROLLBACK_RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 60), cap)
+    if hint is None or not math.isfinite(hint) or hint < 0:
+        return base
+    return min(max(hint, base), cap)
 
 
-def dispatch(rollback_id: int, *, last_try: bool) -> Attempt:
+def retry_after(value: str | None) -> float | None:
+    """An HTTP Retry-After (delay-seconds or an HTTP date) as seconds from now; None when unreadable."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value[:12])  # capped by backoff(); digits only, so never inf or negative
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
+    """One attempt (`last_try`: make it the final one). Attempts are counted in the database, so the
+    last one is the last whether the task was retried by Celery, redelivered after a worker died, or
+    queued again by the stale-action sweep."""
     rollback = rollbacks.start_attempt(rollback_id)
     if rollback is None:
         return Attempt("skipped")  # already applied or failed: a redelivered message acts once
+    last_try = last_try or rollback.attempts >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
+    if rollback.attempts > settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS:
+        rollbacks.finish(rollback.pk, ok=False, detail=f"gave up after {settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS} "
+                                                      f"attempts (SMRWEB_ROLLBACK_MAX_ATTEMPTS)")
+        return Attempt("failed")
     project = rollback.run.project
     if project.source == SourceKind.SMR:
         return _via_smr(rollback, last_try=last_try)
@@ -73,28 +106,29 @@ def _via_smr(rollback, *, last_try: bool) -> Attempt:
 
 
 def _via_webhook(rollback, *, last_try: bool) -> Attempt:
+    """A signed POST through the outbound guard. The detail names the status only: the answer's body is
+    never shown back (it could be an internal service's, finding 2)."""
     body, headers = rollbacks.webhook_request(rollback)
     url = rollback.run.project.rollback_webhook_url
     try:
-        response = httpx.post(url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT,
-                              follow_redirects=False)
+        answer = outbound.post(url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT)
+    except outbound.Unresolvable as exc:
+        return _retry_or_fail(rollback, str(exc), retryable=True, last_try=last_try)
+    except outbound.Refused as exc:
+        return _retry_or_fail(rollback, f"not sent: {exc}", retryable=False, last_try=last_try)
     except httpx.TimeoutException:
-        return _retry_or_fail(rollback, f"{url} did not answer in time", retryable=True, last_try=last_try)
+        return _retry_or_fail(rollback, "the webhook did not answer in time", retryable=True, last_try=last_try)
     except httpx.HTTPError as exc:
-        return _retry_or_fail(rollback, f"could not reach {url}: {type(exc).__name__}", retryable=True,
+        return _retry_or_fail(rollback, f"could not reach the webhook ({type(exc).__name__})", retryable=True,
                               last_try=last_try)
-    answer = f"HTTP {response.status_code} {response.text[:300]!r}"
-    if 200 <= response.status_code < 300:
-        rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: the webhook answered {answer}")
+    line = f"the webhook answered HTTP {answer.status}"
+    if 200 <= answer.status < 300:
+        rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {line}")
         return Attempt("applied")
-    hint = None
-    if response.status_code == 429:
-        try:
-            hint = float(response.headers.get("Retry-After", ""))
-        except ValueError:
-            hint = None
-    return _retry_or_fail(rollback, f"the webhook answered {answer}",
-                          retryable=response.status_code == 429 or response.status_code >= 500, last_try=last_try,
+    if 300 <= answer.status < 400:
+        line += " (a redirect: not followed)"
+    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
+    return _retry_or_fail(rollback, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try,
                           hint=hint)
 
 

@@ -26,9 +26,11 @@ from django.conf import settings
 from managed_research import ManagedResearchClient
 from managed_research.errors import SmrApiError
 
+from smrweb.core import outbound
 from smrweb.sources.base import (
     ArtifactRef,
     AuthFailed,
+    Blocked,
     Denied,
     Failure,
     Malformed,
@@ -53,6 +55,10 @@ def _call(what: str, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except SmrApiError as exc:
         raise _translate(what, exc) from exc
+    except outbound.Unresolvable as exc:  # before ValueError: the guard's errors are not shape errors
+        raise Unreachable(f"{what}: {exc}") from exc
+    except outbound.Refused as exc:
+        raise Blocked(f"{what}: not sent: {exc}") from exc
     except ValueError as exc:  # the SDK's typed parsers on an unexpected shape
         raise Malformed(f"{what}: unexpected answer ({exc})") from exc
     except httpx.TimeoutException as exc:  # artifact content bypasses the SDK's error mapping
@@ -124,13 +130,20 @@ ARTIFACT_KINDS = {"submission": ArtifactKind.FILE, "model": ArtifactKind.ONNX_MO
 class SmrConnector:
     """A project's SMR backend. Address and key: the project's own setting, else the environment."""
 
-    def __init__(self, project: Project, *, api_key: str, backend_base: str):
+    def __init__(self, project: Project, *, api_key: str, backend_base: str, guarded: bool = False):
         self.project = project
         self.pid = project.source_settings.get("smr_project_id", "")
         self.backend_base = backend_base
         # The first call after a (backend or worker) restart may be slow: give it longer.
         timeout = settings.SMR_TIMEOUT if backend_base in _warm_backends else settings.SMR_FIRST_CALL_TIMEOUT
         self.client = ManagedResearchClient(api_key=api_key, backend_base=backend_base, timeout_seconds=timeout)
+        if guarded:
+            # A project's own backend address is user-given: every SDK call goes through the outbound
+            # guard (public addresses only, vetted once per request, no redirects, no env proxies).
+            sdk_http = self.client._transport
+            sdk_http.client.close()
+            sdk_http.client = outbound.client(timeout=timeout, base_url=sdk_http.client.base_url,
+                                              headers=sdk_http.client.headers)
         self._results_by_run: dict[str, list[dict]] | None = None
 
     def _mark_warm(self) -> None:
@@ -353,12 +366,13 @@ def connector_for(project: Project) -> SmrConnector:
     own = project.source_settings
     if own.get("api_key_sealed"):
         api_key = reveal(own["api_key_sealed"])
-    elif project.uses_operator_smr_key:
-        api_key = settings.SMR_API_KEY
+    elif project.uses_operator_smr_key and not own.get("backend_base"):
+        api_key = settings.SMR_API_KEY  # and only to the operator's own backend
     else:
         raise AuthFailed("This project has no SMR API key of its own, and the operator's key is only used for "
-                         "projects staff bound; set one with `manage.py create_project … --smr-api-key-env`.")
+                         "projects staff bound, with the operator's backend; set one with "
+                         "`manage.py create_project … --smr-api-key-env`.")
     backend = own.get("backend_base") or settings.SMR_BACKEND_BASE
     if not api_key or not backend:
         raise AuthFailed("No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY.")
-    return SmrConnector(project, api_key=api_key, backend_base=backend)
+    return SmrConnector(project, api_key=api_key, backend_base=backend, guarded=bool(own.get("backend_base")))

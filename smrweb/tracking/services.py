@@ -156,6 +156,9 @@ def create_project(
             raise InvalidInput("smr_api_key", "A project you bind to SMR needs its own SMR API key; the "
                                               "operator's key is not lent to user-created projects.")
         if smr_backend_base:
+            if not smr_api_key:  # the operator's key goes to the operator's backend only (finding 5)
+                raise InvalidInput("smr_api_key", "A project with a backend address of its own needs an API key "
+                                                  "of its own.")
             check_outbound_url("smr_backend_base", smr_backend_base)
         bound = Project.objects.filter(source=SourceKind.SMR, source_settings__smr_project_id=smr_project_id)
         if bound.exists() and not (allow_shared_smr_project and operator):
@@ -194,10 +197,20 @@ def create_project(
 
 
 def check_outbound_url(field: str, url: str) -> None:
-    """A user-supplied address smrweb will send requests to: refused here, with a field error, unless the
-    outbound guard would let a request through (checked again at send time)."""
-    if not url.startswith(("https://", "http://")):
-        raise InvalidInput(field, "An http(s) URL.")
+    """A user-supplied address smrweb will send requests to (a webhook, a project's own SMR backend):
+    refused here, with a field error, unless the outbound guard would let a request through now. It
+    checks again at every send, since what a name resolves to can change."""
+    from smrweb.core import outbound
+
+    if len(url) > 1000:
+        raise InvalidInput(field, "At most 1000 characters.")
+    try:
+        outbound.vet(url)
+    except outbound.Unresolvable as exc:
+        if not outbound.allow_listed(url):  # a listed host may be set up before its name resolves here
+            raise InvalidInput(field, str(exc)) from None
+    except outbound.Refused as exc:
+        raise InvalidInput(field, str(exc)) from None
 
 
 # Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git.py asks
@@ -227,9 +240,8 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
     threshold = changes.get("regression_threshold")
     if threshold is not None and not (0 <= threshold < float("inf")):
         raise InvalidInput("regression_threshold", "A finite number of at least 0, or empty to turn detection off.")
-    url = changes.get("rollback_webhook_url")
-    if url and not url.startswith(("https://", "http://")):
-        raise InvalidInput("rollback_webhook_url", "An http(s) URL, or empty.")
+    if url := changes.get("rollback_webhook_url"):
+        check_outbound_url("rollback_webhook_url", url)
     with transaction.atomic():
         for field, value in changes.items():
             setattr(project, field, value)
@@ -242,6 +254,7 @@ def set_source_backend(project: Project, *, backend_base: str, api_key: str = ""
     """Point a polled project at its own backend address (and key, sealed at rest)."""
     from smrweb.core.secrets import seal
 
+    check_outbound_url("backend_base", backend_base)
     with transaction.atomic():
         settings_ = {**project.source_settings, "backend_base": backend_base}
         if api_key:

@@ -53,11 +53,11 @@ def verify_submission(submission_id: int) -> str:
 
 @shared_task(bind=True, acks_late=True, max_retries=None)
 def dispatch_rollback(self, rollback_id: int) -> str:
-    """One dispatch attempt; retried with backoff while the answer says retrying may help."""
+    """One dispatch attempt; retried with backoff while the answer says retrying may help (the attempts
+    are counted on the rollback, not by Celery, so a re-queued copy cannot exceed the maximum)."""
     from smrweb.sources import rollback as dispatcher
 
-    last_try = self.request.retries + 1 >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
-    attempt = dispatcher.dispatch(rollback_id, last_try=last_try)
+    attempt = dispatcher.dispatch(rollback_id)
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.retry_in)
     return attempt.outcome

@@ -41,6 +41,8 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # HUP: the terminal closed
             signal.signal(signum, stop)
+        if demo:
+            allow_demo_peers(host, port)
         try:
             call_command("migrate", interactive=False, verbosity=0)
             call_command("load_presets")  # the shipped scenario presets, upserted by key
@@ -129,6 +131,15 @@ def wait_until_up(url: str, children, timeout: float = 60) -> None:
             pass
         time.sleep(0.3)
     raise CommandError(f"web did not answer {url} within {timeout:.0f}s")
+
+
+def allow_demo_peers(host: str, port: int) -> None:
+    """The demo's rollback receiver and SMR simulator listen on loopback, which the outbound guard
+    refuses by default: list exactly those two (this process and its children) — nothing else private."""
+    peers = [f"127.0.0.1:{port + 2}", f"{host}:{port + 1}"]
+    listed = [*settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS, *peers]
+    settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS = listed
+    os.environ["SMRWEB_WEBHOOK_ALLOWED_HOSTS"] = ",".join(listed)
 
 
 def seed_demo(*, rollback_url: str) -> tuple[str, str]:
