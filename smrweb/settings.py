@@ -335,6 +335,9 @@ CACHES = {
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
 DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
 # A scenario's validator is killed (with its process group) after this long; the submission is invalid.
+# Bare mirrors of git-workspace repositories, fetched before every read (red-team finding 3: smrweb reads
+# objects from repositories whose configuration it owns, never with the agent's .git/config).
+SMRWEB_GIT_MIRROR_ROOT = Path(env.str("SMRWEB_GIT_MIRROR_ROOT", default=str(DATA_DIR / "git-mirrors")))
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
 # Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
 SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)

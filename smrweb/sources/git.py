@@ -72,24 +72,61 @@ def run_id_for(branch: str) -> str:
     return "git:" + branch.replace("/", "~")
 
 
+# Command-line configuration beats every configuration file, the repository's included (and what those
+# files include): the agent owns the repository's .git/config, so nothing that names a program or turns one
+# on is left to it (red-team finding 3: gpg.program with log.showSignature ran in the worker on a sync).
+# git exports these to the processes it starts (upload-pack for the mirror's fetch) as well.
+SAFE_CONFIG = (
+    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.pager=cat",
+    "core.editor=false", "core.sshCommand=false", "core.askPass=false", "core.gitProxy=", "core.attributesFile=/dev/null",
+    "core.alternateRefsCommand=", "core.splitIndex=false",
+    "log.showSignature=false", "gpg.program=false", "gpg.openpgp.program=false", "gpg.x509.program=false",
+    "gpg.ssh.program=false", "gpg.ssh.defaultKeyCommand=", "commit.gpgSign=false", "tag.gpgSign=false",
+    "diff.external=", "diff.noprefix=false", "credential.helper=", "sequence.editor=false",
+    "protocol.allow=never", "protocol.file.allow=always", "uploadpack.packObjectsHook=",
+    "uploadpack.allowFilter=false", "transfer.fsckObjects=false", "fetch.recurseSubmodules=false",
+    "submodule.recurse=false", "maintenance.auto=false", "gc.auto=0",
+)
+
+
+def _private_home() -> str:
+    """An empty home of smrweb's own for git (no ~/.gitconfig of the worker's user is read)."""
+    global _HOME
+    if _HOME is None or not os.path.isdir(_HOME):
+        _HOME = tempfile.mkdtemp(prefix="smrweb-git-home-")
+    return _HOME
+
+
+_HOME: str | None = None
+
+
 def _env(**extra: str) -> dict[str, str]:
-    """The environment git runs with: none of the worker's GIT_* variables (a stray GIT_DIR would point
-    elsewhere), no prompts, no optional index locks while reading, no lazy fetches, literal pathspecs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_NO_LAZY_FETCH="1", GIT_LITERAL_PATHSPECS="1",
-               LC_ALL="C", **extra)
+    """The environment git runs with, built from nothing: never the worker's (its SECRET_KEY, DATABASE_URL,
+    SMR key, AWS_* must not reach anything git might start), no system or global config, no prompts, no
+    optional index locks while reading, no lazy fetches, literal pathspecs, replace refs ignored."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": _private_home(), "LANG": "C", "LC_ALL": "C",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
+           "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_LAZY_FETCH": "1",
+           "GIT_LITERAL_PATHSPECS": "1", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_PROTOCOL_FROM_USER": "0",
+           "GIT_ALLOW_PROTOCOL": "file"}
+    env.update(extra)
     return env
 
 
 def _git(cwd: str, *args: str, input: bytes | None = None, ok: tuple[int, ...] = (0,),
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run `git -C cwd args…` (never through a shell); a return code outside `ok` is a GitFailed."""
+         env: dict[str, str] | None = None, also_safe: str = "", config: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run `git -c <SAFE_CONFIG>… -C cwd args…` (never through a shell, in the scrubbed environment); a
+    return code outside `ok` is a GitFailed."""
     # Repository discovery stops at the path itself: a plain directory inside some other repository
     # is "not a repository", never that other repository.
-    ceiling = os.path.dirname(os.path.realpath(cwd)) or "/"
+    real = os.path.realpath(cwd)
+    ceiling = os.path.dirname(real) or "/"
+    safe = [f"safe.directory={path}" for path in (real, also_safe) if path]  # repositories we were told to read
+    overrides = [arg for item in (*SAFE_CONFIG, *safe, *config) for arg in ("-c", item)]
     try:
-        proc = subprocess.run(["git", "-C", cwd, *args], input=input, capture_output=True, timeout=GIT_TIMEOUT, check=False,
-                              env=env or _env(GIT_CEILING_DIRECTORIES=ceiling), stdin=None if input else subprocess.DEVNULL)
+        proc = subprocess.run(["git", *overrides, "-C", cwd, *args], input=input, capture_output=True,
+                              timeout=GIT_TIMEOUT, check=False, env=env or _env(GIT_CEILING_DIRECTORIES=ceiling),
+                              stdin=None if input else subprocess.DEVNULL, cwd=_private_home())
     except subprocess.TimeoutExpired as exc:
         raise TimedOut(f"git {args[0]} took more than {GIT_TIMEOUT:g} s in {cwd}") from exc
     except OSError as exc:
@@ -138,8 +175,16 @@ class Commit:
     subject: str
 
 
+def mirror_path(repo_path: str) -> str:
+    """The bare repository smrweb keeps for an agent's repository (one per repository path)."""
+    key = hashlib.sha256(os.path.realpath(repo_path).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return os.path.join(str(settings.SMRWEB_GIT_MIRROR_ROOT), f"{key}.git")
+
+
 class Repo:
-    """One branch of one local repository, read and written through the git CLI."""
+    """One branch of one local repository. Reads go to a bare mirror smrweb owns (fetched from the agent's
+    repository, with smrweb's configuration); only a rollback writes to the agent's repository, with
+    plumbing that runs no hooks, filters or helpers (SAFE_CONFIG)."""
 
     def __init__(self, path: str, branch: str):
         if not path or not os.path.isabs(path) or "\x00" in path:
@@ -148,7 +193,8 @@ class Repo:
             raise RepoMissing(f"No repository at {path}: the directory does not exist.")
         self.path, self.branch = path, check_branch(branch)
         self.ref = f"refs/heads/{branch}"
-        proc = _git(path, "rev-parse", "--absolute-git-dir", ok=(0, 128))
+        self.mirror = mirror_path(path)
+        proc = self.agent("rev-parse", "--absolute-git-dir", ok=(0, 128))
         if proc.returncode != 0:
             raise RepoMissing(f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]}).")
 
@@ -159,14 +205,42 @@ class Repo:
         return cls(project.git_repo_path, project.git_branch)
 
     def git(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        """git in the mirror (reads)."""
+        return _git(self.mirror, *args, **kwargs)
+
+    def agent(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        """git in the agent's repository (its refs, and a rollback's writes)."""
         return _git(self.path, *args, **kwargs)
 
-    def head(self) -> str:
-        proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1))
+    def refresh(self) -> str:
+        """Fetch the branch into the mirror (created on first use); the branch's head commit."""
+        if not os.path.isdir(self.mirror):
+            root = os.path.dirname(self.mirror)
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            _git(root, "init", "--bare", "-q", os.path.basename(self.mirror))
+        proc = self.git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                        "--force", "--end-of-options", self.path, f"+{self.ref}:{self.ref}", ok=(0, 1, 128),
+                        also_safe=os.path.realpath(self.path))
+        if proc.returncode != 0:
+            self.agent_head()  # says "no branch" when that is why
+            raise GitFailed(f"could not read {self.branch} of {self.path}: "
+                            f"{proc.stderr.decode('utf-8', 'replace').strip()[-300:]}")
+        return self.head()
+
+    def _head_of(self, run) -> str:
+        proc = run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1, 128))
         sha = proc.stdout.decode().strip()
         if proc.returncode != 0 or not OID_RE.match(sha):
             raise RepoMissing(f"No branch {self.branch!r} in {self.path}.")
         return sha
+
+    def head(self) -> str:
+        """The branch's head as last fetched into the mirror."""
+        return self._head_of(self.git)
+
+    def agent_head(self) -> str:
+        """The branch's head in the agent's repository, now."""
+        return self._head_of(self.agent)
 
     def resolve(self, name: str) -> str | None:
         """The full hash of a commit named by a (possibly abbreviated) hash, or None."""
@@ -182,8 +256,8 @@ class Repo:
     def commits_touching(self, head: str, since: str | None, path: str) -> list[Commit]:
         """Commits of `head` (after `since`) that change `path`, parents before children."""
         revs = [head] if since is None else [head, f"^{since}"]
-        out = self.git("log", "-z", "--topo-order", "--reverse", "--format=%H%x1f%ct%x1f%s", "--end-of-options",
-                       *revs, "--", path).stdout
+        out = self.git("log", "-z", "--no-show-signature", "--topo-order", "--reverse", "--format=%H%x1f%ct%x1f%s",
+                       "--end-of-options", *revs, "--", path).stdout
         commits = []
         for record in out.split(b"\x00"):
             if not record.strip():
@@ -193,7 +267,8 @@ class Repo:
         return commits
 
     def commit_time(self, sha: str) -> datetime:
-        return datetime.fromtimestamp(int(self.git("show", "-s", "--format=%ct", sha, "--").stdout.strip()), UTC)
+        return datetime.fromtimestamp(int(self.git("show", "-s", "--no-show-signature", "--format=%ct", sha, "--")
+                                          .stdout.strip()), UTC)
 
     def entry(self, commit: str, path: str) -> Entry | None:
         """The tree entry of `path` at `commit` (None when the path does not exist there)."""
@@ -220,34 +295,34 @@ class Repo:
         with tempfile.TemporaryDirectory(prefix="smrweb-git-") as tmp:
             index_env = _env(GIT_INDEX_FILE=os.path.join(tmp, "index"),
                              GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
-            self.git("read-tree", parent, env=index_env)
-            self.git("update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env)
-            tree = self.git("write-tree", env=index_env).stdout.decode().strip()
+            self.agent("read-tree", parent, env=index_env)
+            self.agent("update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env)
+            tree = self.agent("write-tree", env=index_env).stdout.decode().strip()
         commit_env = _env(GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[1], GIT_COMMITTER_NAME=COMMITTER[0],
                           GIT_COMMITTER_EMAIL=COMMITTER[1],
                           GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
-        return self.git("commit-tree", "--no-gpg-sign", tree, "-p", parent, "-F", "-", input=message.encode(),
-                        env=commit_env).stdout.decode().strip()
+        return self.agent("commit-tree", "--no-gpg-sign", tree, "-p", parent, "-F", "-", input=message.encode(),
+                          env=commit_env).stdout.decode().strip()
 
     def publish(self, new: str, old: str, *, reason: str) -> bool:
         """Move the branch from `old` to `new` only if it is still at `old` (compare-and-swap)."""
-        proc = self.git("update-ref", "-m", reason, self.ref, new, old, ok=(0, 1, 128))
+        proc = self.agent("update-ref", "-m", reason, self.ref, new, old, ok=(0, 1, 128))
         if proc.returncode == 0:
             return True
-        if self.head() != old:
+        if self.agent_head() != old:
             return False  # it moved: the caller rebuilds on the new head
         raise GitFailed(f"git update-ref failed in {self.path}: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}")
 
     def find_trailer(self, head: str, trailer: str, *, depth: int = 500) -> str | None:
         """A recent commit of the branch whose message carries `trailer` (a rollback already applied)."""
         # A whole line (so #12 does not match #123); slugs and ids hold no regex syntax.
-        out = self.git("log", "-n", str(depth), "--format=%H", "--extended-regexp", f"--grep=^{trailer}$",
-                       "--end-of-options", head, "--").stdout.decode().split()
+        out = self.git("log", "-n", str(depth), "--no-show-signature", "--format=%H", "--extended-regexp",
+                       f"--grep=^{trailer}$", "--end-of-options", head, "--").stdout.decode().split()
         return out[0] if out else None
 
     def worktrees_on_branch(self) -> list[str]:
         """Work trees that have the branch checked out (their HEAD moves with it)."""
-        out = self.git("worktree", "list", "--porcelain", "-z").stdout
+        out = self.agent("worktree", "list", "--porcelain", "-z").stdout
         found, current = [], None
         for field in out.split(b"\x00"):
             text = field.decode("utf-8", "surrogateescape")
@@ -258,11 +333,86 @@ class Repo:
         return found
 
 
-def _path_is_clean(worktree: str, commit: str, path: str) -> bool:
-    """No staged or unstaged change to `path` in the work tree, compared with `commit`."""
-    unstaged = _git(worktree, "diff", "--quiet", commit, "--", path, ok=(0, 1)).returncode
-    staged = _git(worktree, "diff", "--cached", "--quiet", commit, "--", path, ok=(0, 1)).returncode
-    return unstaged == 0 and staged == 0
+def _blob_id(data: bytes, like: str) -> str:
+    """The id git gives these bytes as a blob, in the hash of `like` (sha1 or sha256 repositories)."""
+    digest = hashlib.sha1 if len(like) == 40 else hashlib.sha256
+    return digest(b"blob %d\x00" % len(data) + data).hexdigest()
+
+
+def _inside(worktree: str, path: str) -> str | None:
+    """The work tree file of `path`, or None when any part of the way is a symlink (or not a directory):
+    a rollback then writes nothing there (an agent could point the path anywhere)."""
+    current = os.path.realpath(worktree)
+    parts = path.split("/")
+    for part in parts[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or (os.path.exists(current) and not os.path.isdir(current)):
+            return None
+    full = os.path.join(current, parts[-1])
+    return None if os.path.islink(full) else full
+
+
+def _path_is_clean(repo: Repo, worktree: str, entry: Entry | None, path: str) -> bool:
+    """No staged or unstaged change to `path` in the work tree against `entry` (the path at the branch
+    head). Compared by blob ids computed here from the raw bytes and read from the index: `git diff`
+    would run the agent's clean filters and fsmonitor."""
+    full = _inside(worktree, path)
+    if full is None:
+        return False
+    staged = repo_index_oid(worktree, path, also_safe=repo.path)
+    if entry is None:
+        return staged is None and not os.path.lexists(full)
+    if staged != entry.oid or not os.path.isfile(full):
+        return False
+    with open(full, "rb") as fh:
+        return _blob_id(fh.read(), entry.oid) == entry.oid
+
+
+def repo_index_oid(worktree: str, path: str, *, also_safe: str = "") -> str | None:
+    """The blob id the work tree's index holds for `path` (stage 0), or None."""
+    out = _git(worktree, "ls-files", "-s", "-z", "--", path, also_safe=also_safe).stdout
+    for record in out.split(b"\x00"):
+        meta, _, name = record.partition(b"\t")
+        if name.decode("utf-8", "surrogateescape") == path and meta.split()[2:3] == [b"0"]:
+            return meta.split()[1].decode()
+    return None
+
+
+DRIVER_KEYS = {"filter": ("clean", "smudge", "process"), "diff": ("textconv", "command"), "merge": ("driver",)}
+
+
+def _drivers_disabled(worktree: str, *, also_safe: str) -> tuple[str, ...]:
+    """Overrides that empty every filter, diff and merge driver the repository's configuration defines.
+    Attributes (which the agent writes) pick drivers by name, and writing an index re-reads racily clean
+    files through their clean filter: with the drivers emptied on the command line, none can run."""
+    out = _git(worktree, "config", "-z", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.", ok=(0, 1),
+               also_safe=also_safe).stdout
+    found = set()
+    for name in out.decode("utf-8", "surrogateescape").split("\x00"):
+        section, _, rest = name.partition(".")
+        driver, _, _ = rest.rpartition(".")
+        if section in DRIVER_KEYS and driver:
+            found.add((section, driver))
+    overrides = [f"{section}.{driver}.{key}=" for section, driver in sorted(found) for key in DRIVER_KEYS[section]]
+    return (*overrides, *(f"filter.{driver}.required=false" for section, driver in sorted(found) if section == "filter"))
+
+
+def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bool:
+    """Put the committed bytes of `path` in the work tree and its index (what `git checkout <new> -- path`
+    did, without the agent's smudge filters, hooks or fsmonitor), never through a symlink."""
+    full = _inside(worktree, path)
+    if full is None:
+        return False
+    data = repo.agent("cat-file", "blob", entry.oid).stdout  # raw bytes: cat-file applies no filters
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    mode = 0o755 if entry.mode == "100755" else 0o644
+    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(full, mode)
+    _git(worktree, "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", also_safe=repo.path,
+         config=_drivers_disabled(worktree, also_safe=repo.path))
+    return True
 
 
 # --- sync ------------------------------------------------------------------------------------------
@@ -314,7 +464,7 @@ def sync_branch(project: Project, *, report) -> None:
     rid = run_id_for(repo.branch)
     run = Run.objects.filter(project=project, external_id=rid).first()
     cursor = dict(run.source_cursor) if run else {}
-    head = repo.head()
+    head = repo.refresh()
     report.listed = 1
     since = cursor.get("commit")
     if since and (not OID_RE.match(str(since)) or not repo.is_ancestor(since, head)):
@@ -431,7 +581,7 @@ def roll_back(rollback: Rollback) -> str:
                f"{marker}\nRestored-From: {target}\nRequested-By: {who}\n")
     author = (f"{who} via smrweb", rollback.requested_by.email or COMMITTER[1])
     for _ in range(CAS_TRIES):
-        old = repo.head()
+        old = repo.refresh()
         if done := repo.find_trailer(old, marker):
             return f"already applied as {done} on {repo.branch}"
         current = repo.entry(old, path)
@@ -440,7 +590,7 @@ def roll_back(rollback: Rollback) -> str:
                     "no commit was needed")
         worktrees = repo.worktrees_on_branch()
         for worktree in worktrees:
-            if not _path_is_clean(worktree, old, path):
+            if not _path_is_clean(repo, worktree, current, path):
                 raise NotPossible(f"{path} has uncommitted changes in the work tree {worktree}, which has "
                                   f"{repo.branch} checked out: commit or discard them, then roll back again. "
                                   "Nothing was changed.")
@@ -455,10 +605,9 @@ def roll_back(rollback: Rollback) -> str:
         # The branch moved under this work tree: its index and file still hold the old bytes, which
         # `git status` would show as a staged change undoing the rollback. The path was clean, so bring
         # that one path up to the new commit (nothing uncommitted is lost); anything else stays as it was.
-        if _path_is_clean(worktree, old, path):
-            proc = _git(worktree, "checkout", new, "--", path, ok=(0, 1, 128))
-            notes.append(f"updated {path} in the work tree {worktree}" if proc.returncode == 0 else
-                         f"could not update {path} in {worktree} (run `git checkout HEAD -- {path}` there)")
+        if _path_is_clean(repo, worktree, current, path):
+            notes.append(f"updated {path} in the work tree {worktree}" if _write_to_worktree(repo, worktree, wanted, path)
+                         else f"could not update {path} in {worktree} (run `git checkout HEAD -- {path}` there)")
         else:
             notes.append(f"{path} changed in {worktree} meanwhile: left as it is")
     return "; ".join(notes)

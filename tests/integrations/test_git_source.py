@@ -33,6 +33,7 @@ from smrweb.tracking.models import (
     Submission,
 )
 from tests.conftest import ROOT, wait_for
+from tests.factories import admin_project
 
 PATH = "submission/optimizer.py"
 GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
@@ -100,7 +101,7 @@ def scenario(db):
 
 @pytest.fixture
 def gproject(alice, bob, scenario, repo) -> Project:
-    project = services.create_project("gitproj", scenario=scenario, source="git", git_repo_path=str(repo),
+    project = admin_project("gitproj", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="main", by=alice)
     services.add_member(project, bob, role="reviewer")
     return project
@@ -196,7 +197,7 @@ def test_a_rewritten_branch_is_rescanned_without_duplicates(gproject, repo):
 def test_the_sync_task_runs_on_a_real_worker(transactional_db, alice, scenario, repo, celery_worker):
     from smrweb.sources.tasks import sync_project
 
-    project = services.create_project("gitworker", scenario=scenario, source="git", git_repo_path=str(repo),
+    project = admin_project("gitworker", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="main", by=alice)
     sync_project.delay(project.pk)
 
@@ -214,7 +215,7 @@ def test_beat_claims_git_projects_as_due(gproject):
 
 
 def test_a_missing_repository_is_a_recorded_failure_with_its_message(alice, scenario, tmp_path):
-    project = services.create_project("gone", scenario=scenario, source="git", git_repo_path=str(tmp_path / "nope"),
+    project = admin_project("gone", scenario=scenario, source="git", git_repo_path=str(tmp_path / "nope"),
                                       git_branch="main", by=alice)
     report = do_sync(project)
     health = SourceHealth.objects.get(project=project)
@@ -226,7 +227,7 @@ def test_a_missing_repository_is_a_recorded_failure_with_its_message(alice, scen
 
 def test_a_plain_directory_inside_another_repository_is_not_that_repository(alice, scenario, repo):
     (repo / "sub").mkdir()
-    project = services.create_project("inner", scenario=scenario, source="git", git_repo_path=str(repo / "sub"),
+    project = admin_project("inner", scenario=scenario, source="git", git_repo_path=str(repo / "sub"),
                                       git_branch="main", by=alice)
     do_sync(project)
     health = SourceHealth.objects.get(project=project)
@@ -234,13 +235,13 @@ def test_a_plain_directory_inside_another_repository_is_not_that_repository(alic
 
 
 def test_a_missing_branch_and_a_bad_scores_line_are_recorded_failures(alice, scenario, repo):
-    project = services.create_project("nobranch", scenario=scenario, source="git", git_repo_path=str(repo),
+    project = admin_project("nobranch", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="feature/none", by=alice)
     do_sync(project)
     health = SourceHealth.objects.get(project=project)
     assert health.last_error == f"No branch 'feature/none' in {repo}."
 
-    bad = services.create_project("badscores", scenario=scenario, source="git", git_repo_path=str(repo),
+    bad = admin_project("badscores", scenario=scenario, source="git", git_repo_path=str(repo),
                                   git_branch="main", by=alice)
     add_scores(repo, [{"score": "high", "commit": repo.c1}])
     do_sync(bad)
@@ -264,7 +265,7 @@ def test_odd_branch_names_are_refused(alice, scenario, repo, branch):
 
 def test_a_branch_with_a_slash_is_followed_under_a_run_id_of_its_own(alice, scenario, repo):
     git(repo, "branch", "agent/try-1", repo.c3)
-    project = services.create_project("slash", scenario=scenario, source="git", git_repo_path=str(repo),
+    project = admin_project("slash", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="agent/try-1", by=alice)
     do_sync(project)
     run = Run.objects.get(project=project)
@@ -326,7 +327,7 @@ def test_a_rollback_to_a_submission_through_the_real_worker(transactional_db, al
                                                             celery_worker):
     from smrweb.tracking.tasks import dispatch_rollback
 
-    project = services.create_project("gitroll", scenario=scenario, source="git", git_repo_path=str(repo),
+    project = admin_project("gitroll", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="main", by=alice)
     services.add_member(project, bob, role="reviewer")
     do_sync(project)
@@ -399,7 +400,7 @@ def test_uncommitted_changes_to_the_path_refuse_the_rollback(gproject, repo, bob
 def test_a_bare_repository_is_synced_and_rolled_back(alice, bob, scenario, repo, tmp_path):
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True, env=GIT_ENV)
-    project = services.create_project("bare", scenario=scenario, source="git", git_repo_path=str(bare),
+    project = admin_project("bare", scenario=scenario, source="git", git_repo_path=str(bare),
                                       git_branch="main", by=alice)
     services.add_member(project, bob, role="reviewer")
     do_sync(project)

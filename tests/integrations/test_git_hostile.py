@@ -1,0 +1,205 @@
+"""Red-team finding 3: the agent owns the repository smrweb reads, so its `.git/config`, hooks and
+attributes are hostile input. Every trick the review used (and the other ways git runs a program) is set
+up in one repository; each is first shown to run under plain git, then a sync and a rollback through
+smrweb run none of them, and git never sees the worker's environment."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from smrweb.sources import git as gitsource
+from smrweb.sources import rollback as dispatcher
+from smrweb.sources.base import NotPossible
+from smrweb.tracking import services
+from smrweb.tracking.models import Project, Submission
+from tests.factories import admin_project
+from tests.integrations.test_git_source import GIT_ENV, PATH, _rollback_to, add_scores, commit, do_sync, git
+
+HOOKS = ("reference-transaction", "post-index-change", "post-checkout", "pre-commit", "post-commit",
+         "commit-msg", "pre-auto-gc", "post-rewrite", "pre-receive", "update", "post-update", "pre-push",
+         "post-merge", "fsmonitor-watchman")
+
+
+def evil_program(path: Path, marker: Path, name: str) -> str:
+    """A program that records that it ran (and the environment it ran with), then behaves harmlessly."""
+    path.write_text(f"#!/bin/sh\necho \"{name} $*\" >> '{marker}'\nenv >> '{marker}.env'\ncat >/dev/null 2>&1\n"
+                    "exit 0\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(path)
+
+
+class Hostile:
+    def __init__(self, root: Path):
+        self.root, self.repo, self.marker = root, root / "agent", root / "AGENT-CODE-RAN"
+        repo = self.repo
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        self.c1 = commit(repo, {PATH: "class Optimizer:  # v1\n"}, "v1")
+        self.c2 = commit(repo, {PATH: "class Optimizer:  # v2\n"}, "v2")
+        # A commit with a (fake) signature header, made the branch head, and a scores line without `ts`
+        # for it: smrweb reads the commit's time, which is where gpg.program ran (the review's trick).
+        tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+        raw = (f"tree {tree}\nparent {self.c2}\nauthor a <a@x> 1700000000 +0000\ncommitter a <a@x> 1700000000 +0000\n"
+               "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n")
+        self.signed = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=raw.encode()).strip()
+        git(repo, "update-ref", "refs/heads/main", self.signed)
+        git(repo, "reset", "-q", "--hard", "main")
+        self.c3 = add_scores(repo, [{"score": 0.5, "commit": self.signed}, {"score": 0.7, "commit": self.c1}])
+        self.c4 = commit(repo, {PATH: "class Optimizer:  # v3, broken\n"}, "v3")
+        # Now the traps, in the repository's own config, an included config, hooks and attributes.
+        bin_ = root / "bin"
+        bin_.mkdir()
+        prog = {name: evil_program(bin_ / name, self.marker, name)
+                for name in ("gpg", "fsmonitor", "filter", "textconv", "extdiff", "pager", "ssh", "askpass",
+                             "packhook", "altrefs", "editor", "credential")}
+        git(repo, "config", "log.showSignature", "true")
+        git(repo, "config", "gpg.program", prog["gpg"])
+        git(repo, "config", "core.fsmonitor", prog["fsmonitor"])
+        git(repo, "config", "diff.external", prog["extdiff"])
+        git(repo, "config", "core.pager", prog["pager"])
+        git(repo, "config", "filter.evil.clean", prog["filter"])
+        git(repo, "config", "filter.evil.smudge", prog["filter"])
+        git(repo, "config", "diff.evil.textconv", prog["textconv"])
+        git(repo, "config", "core.sshCommand", prog["ssh"])
+        git(repo, "config", "core.askPass", prog["askpass"])
+        git(repo, "config", "uploadpack.packObjectsHook", prog["packhook"])
+        git(repo, "config", "core.alternateRefsCommand", prog["altrefs"])
+        git(repo, "config", "core.editor", prog["editor"])
+        git(repo, "config", "credential.helper", f"!{prog['credential']}")
+        included = root / "included.config"
+        included.write_text(f"[gpg \"ssh\"]\n\tprogram = {prog['gpg']}\n[core]\n\thooksPath = {root / 'hooks2'}\n")
+        git(repo, "config", "include.path", str(included))
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        (repo / ".git" / "info" / "attributes").write_text("* filter=evil diff=evil\n")
+        for hooks in (repo / ".git" / "hooks", root / "hooks2"):
+            hooks.mkdir(exist_ok=True)
+            for hook in HOOKS:
+                evil_program(hooks / hook, self.marker, f"hook {hook}")
+
+    def ran(self) -> str:
+        return self.marker.read_text() if self.marker.exists() else ""
+
+    def clear(self) -> None:
+        for path in (self.marker, Path(f"{self.marker}.env")):
+            path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def hostile(tmp_path) -> Hostile:
+    return Hostile(tmp_path)
+
+
+@pytest.fixture
+def hproject(alice, bob, hostile) -> Project:
+    scenario = services.create_scenario(key="opt", name="opt", artifact_path=PATH, artifact_kind="python_source",
+                                        score_metric="val_loss", direction="minimize")
+    project = admin_project("hostile", scenario=scenario, source="git", git_repo_path=str(hostile.repo),
+                            git_branch="main", by=alice)
+    services.add_member(project, bob, role="reviewer")
+    return project
+
+
+def plain_git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], env=GIT_ENV, capture_output=True, timeout=30)
+
+
+# What plain git runs in that repository: each trick is live (so the tests below can fail).
+TRICKS = {
+    "gpg.program via log.showSignature": (lambda h: ("show", "-s", "--format=%ct", h.signed), "gpg"),
+    "reference-transaction hook (from the included hooksPath)": (lambda h: ("update-ref", "refs/heads/x", "HEAD"),
+                                                                 "hook reference-transaction"),
+    "core.fsmonitor": (lambda h: ("status", "--porcelain"), "fsmonitor"),
+    "clean filter from info/attributes": (lambda h: ("diff", "--quiet", "HEAD", "--", PATH), "filter"),
+    "diff.external": (lambda h: ("diff", f"{h.c1}", f"{h.c2}"), "extdiff"),
+}
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_each_trick_runs_under_plain_git(hostile, trick):
+    command, name = TRICKS[trick]
+    (hostile.repo / PATH).touch()  # stat-dirty, so that git looks at the file again
+    os.utime(hostile.repo / PATH, (1, 1))
+    plain_git(hostile.repo, *command(hostile))
+    assert name in hostile.ran(), f"the trap is not live: {hostile.ran()!r}"
+
+
+def test_a_sync_runs_none_of_it(hproject, hostile):
+    report = do_sync(hproject)
+    assert report.error == "" and report.synced == 1
+    assert hostile.ran() == ""
+    scores = sorted(Submission.objects.filter(project=hproject).values_list("score", "commit"))
+    assert scores == [(0.5, hostile.signed), (0.7, hostile.c1)]  # the signed commit's time was read all the same
+    assert not os.path.exists(f"{hostile.marker}.env")
+
+
+def test_a_rollback_runs_none_of_it_and_still_lands(hproject, hostile, bob):
+    do_sync(hproject)
+    (hostile.repo / PATH).touch()
+    rollback = _rollback_to(hproject, bob, hostile.c1)
+    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert hostile.ran() == ""
+    head = git(hostile.repo, "rev-parse", "main").strip()
+    assert git(hostile.repo, "cat-file", "-p", f"{head}:{PATH}") == "class Optimizer:  # v1\n"
+    assert (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"  # the work tree, written by smrweb
+    status = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c",
+                             "filter.evil.clean=", "-c", "filter.evil.smudge=", "-C", str(hostile.repo), "status",
+                             "--porcelain", "--", PATH], env=GIT_ENV, capture_output=True).stdout
+    assert status == b""  # index and file agree with the new commit
+    assert do_sync(hproject).error == "" and hostile.ran() == ""
+
+
+def test_a_symlinked_artifact_path_is_never_written_through(hproject, hostile, bob, tmp_path):
+    do_sync(hproject)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the agent's to change\n")
+    (hostile.repo / PATH).unlink()
+    (hostile.repo / PATH).symlink_to(outside)
+    rollback = _rollback_to(hproject, bob, hostile.c1)
+    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    rollback.refresh_from_db()
+    assert "uncommitted changes in the work tree" in rollback.detail
+    assert outside.read_text() == "not the agent's to change\n" and hostile.ran() == ""
+
+
+def test_reads_come_from_smrwebs_own_mirror(hproject, hostile):
+    do_sync(hproject)
+    mirror = Path(gitsource.mirror_path(str(hostile.repo)))
+    assert (mirror / "HEAD").is_file() and not (mirror / "hooks" / "reference-transaction").exists()
+    config = (mirror / "config").read_text()
+    assert "gpg" not in config and "fsmonitor" not in config and oct(mirror.parent.stat().st_mode)[-3:] == "700"
+    assert git(mirror, "rev-parse", "refs/heads/main").strip() == hostile.c4
+
+
+def test_git_never_sees_the_workers_environment(monkeypatch):
+    for name in ("SECRET_KEY", "DATABASE_URL", "SMRWEB_SMR_API_KEY", "AWS_SECRET_ACCESS_KEY", "GIT_DIR",
+                 "GIT_CONFIG_PARAMETERS", "LD_PRELOAD"):
+        monkeypatch.setenv(name, "leak")
+    env = gitsource._env(GIT_CEILING_DIRECTORIES="/")
+    assert "leak" not in env.values()
+    assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL",
+                        "GIT_ATTR_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS", "GIT_NO_LAZY_FETCH",
+                        "GIT_LITERAL_PATHSPECS", "GIT_NO_REPLACE_OBJECTS", "GIT_PROTOCOL_FROM_USER",
+                        "GIT_ALLOW_PROTOCOL", "GIT_CEILING_DIRECTORIES"}
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and os.listdir(env["HOME"]) == []
+
+
+def test_a_hostile_path_cannot_be_followed_by_a_non_staff_user(mallory_can_add):
+    """Binding a repository is for staff and users given `bind_source` (finding 1's rule)."""
+    from smrweb.tracking.errors import NotAllowed
+
+    with pytest.raises(NotAllowed):
+        services.create_project("x", source="git", git_repo_path="/tmp/r", git_branch="main", by=mallory_can_add)
+
+
+@pytest.fixture
+def mallory_can_add(db):
+    from tests.factories import UserFactory, grant
+
+    user = UserFactory(username="mallory")
+    grant(user, "add_project")
+    return user
