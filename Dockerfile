@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 
 # git: the git-workspace source reads (and rollback commits to) repositories mounted into the worker.
-RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
+# bubblewrap: the validator sandbox (setpriv and prlimit come with util-linux).
+RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock pyproject.toml ./
 RUN pip install --require-hashes -r requirements.lock
 

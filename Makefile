@@ -7,7 +7,7 @@ LOCK      := requirements.lock
 TEST_LOCK := requirements-test.lock
 STAMP      = $(VENV)/.installed-$(notdir $(1))-$(shell cat $(1) pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-test demo serve test bench fuzz browser-deps lock clean distclean check-python
+.PHONY: install install-test demo serve test bench fuzz browser-deps sandbox-deps lock clean distclean check-python
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "smrweb needs Python 3.11 or newer")'
@@ -30,10 +30,10 @@ install: $(call STAMP,$(LOCK))
 install-test: $(call STAMP,$(TEST_LOCK))
 
 # The demo keeps its data (and its demo login) apart from what `make serve` runs on.
-demo: install
+demo: install sandbox-deps
 	DEBUG=$${DEBUG:-true} SMRWEB_DATA_DIR=$${SMRWEB_DATA_DIR:-var/demo} $(BIN)/python manage.py runstack --demo
 
-serve: install
+serve: install sandbox-deps
 	$(BIN)/python manage.py runstack
 
 # Browser tests need Debian's Chromium: installed here when we may (root or sudo), else they skip.
@@ -43,7 +43,15 @@ browser-deps:
 	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium not installed and no root: browser tests will be skipped"; fi; } || true
 
-test: install-test browser-deps
+# Validators run in bubblewrap (Debian's bubblewrap): installed here when we may; without it every
+# verification answers "cannot verify" and says why (it never runs a validator unconfined).
+sandbox-deps:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "bubblewrap not installed and no root: validators will answer 'cannot verify'"; fi; } || true
+
+test: install-test browser-deps sandbox-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # A longer schemathesis run against the OpenAPI schema than the bounded one inside `make test`.

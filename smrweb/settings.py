@@ -338,6 +338,17 @@ DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", defa
 # Bare mirrors of git-workspace repositories, fetched before every read (red-team finding 3: smrweb reads
 # objects from repositories whose configuration it owns, never with the agent's .git/config).
 SMRWEB_GIT_MIRROR_ROOT = Path(env.str("SMRWEB_GIT_MIRROR_ROOT", default=str(DATA_DIR / "git-mirrors")))
+# Validators run under bubblewrap (core/sandbox.py, red-team finding 4): no network, nobody, a root of
+# read-only binds, these limits. "unconfined" runs them directly: only where every scenario's validator
+# and every artifact are trusted; a missing or broken bubblewrap otherwise makes verifications say
+# "cannot verify", and `check --deploy` warns.
+SMRWEB_SANDBOX = env.str("SMRWEB_SANDBOX", default="bwrap")
+if SMRWEB_SANDBOX not in ("bwrap", "unconfined"):
+    raise environ.ImproperlyConfigured("SMRWEB_SANDBOX must be bwrap or unconfined")
+SMRWEB_SANDBOX_MEMORY_BYTES = env.int("SMRWEB_SANDBOX_MEMORY_BYTES", default=4 * 1024**3)
+SMRWEB_SANDBOX_CPU_SECONDS = env.int("SMRWEB_SANDBOX_CPU_SECONDS", default=300)
+SMRWEB_SANDBOX_FILE_BYTES = env.int("SMRWEB_SANDBOX_FILE_BYTES", default=256 * 1024**2)
+SMRWEB_SANDBOX_PROCESSES = env.int("SMRWEB_SANDBOX_PROCESSES", default=64)
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
 # Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
 SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)

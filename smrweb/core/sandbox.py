@@ -24,13 +24,19 @@ What the sandbox guarantees:
   bytes are kept, so a validator printing gigabytes costs a bounded amount of memory.
 * The temporary directory is removed afterwards, whatever happened.
 
-What it does not do: it is not a security boundary against a hostile *validator command* (that is
-configured by the project's admins), and it does not contain what a validator does with an
-artifact's contents (loading a pickle runs code). There is no network isolation and no memory or
-disk limit, and a process that starts a session of its own (`setsid`) escapes the group kill. Run
-the workers in a container (cgroup limits, no network, read-only root) when artifacts come from
-agents you do not trust. Resource limits through `preexec_fn` were left out on purpose: Python
-documents `preexec_fn` as unsafe when the parent has threads, which a Celery worker may have.
+Confinement (red-team finding 4): with a `Confinement` (what the verification task always passes,
+unless the operator set SMRWEB_SANDBOX=unconfined) the command runs under bubblewrap: new PID, network,
+IPC and UTS namespaces (no network at all; /proc shows only the sandbox's own processes), a root made of
+read-only binds of /usr, the Python installation and the validators, a private /tmp and the work
+directory at /sandbox (the only writable place); as the unprivileged uid 65534 with no capabilities and
+no_new_privs; with RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC and RLIMIT_NOFILE; killed with
+everything it started when it exits, times out, or when the worker dies (--die-with-parent, and the
+PID namespace ends with its first process, so `setsid` escapes nothing). Nothing of the data
+directory, the worker's environment or other processes is visible. When bubblewrap is missing or
+cannot start here, the verification says so ("cannot verify") rather than run unconfined.
+
+What it does not do: it does not judge what a validator concludes from an artifact, and limits are
+per process tree, not a cgroup (memory is bounded per process by RLIMIT_AS).
 
 Exit-code convention for validators: **0 = passed, 1 (or any other code) = failed, 2 = cannot
 verify** (the validator could not check the artifact: a Python package missing, an unreadable
@@ -60,7 +66,7 @@ from typing import BinaryIO
 
 __all__ = [
     "CANNOT_VERIFY", "FAILED", "PASSED", "TIMED_OUT",
-    "SandboxResult", "run_validator", "safe_artifact_path", "scrubbed_env",
+    "Confinement", "SandboxResult", "remove_stale_workdirs", "run_validator", "safe_artifact_path", "scrubbed_env",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +84,7 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL on timeout: time to flush and clean up
 DRAIN_S = 2.0  # after the validator exits, how long to wait for the output pipe to close
 PROGRESS_EVERY_S = 0.5
+HEARTBEAT_S = 20.0  # a silent validator still reports (its last line) this often: it is alive
 _UNKILLABLE_S = 10.0  # after SIGKILL; only a process stuck in the kernel (D state) takes longer
 _TICK_S = 0.1
 _READ_CHUNK = 64 * 1024
@@ -87,6 +94,126 @@ _MAX_SEGMENTS = 8  # keeps the written path well under PATH_MAX whatever the nam
 _MAX_SEGMENT_BYTES = 255  # NAME_MAX on Linux and macOS
 _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+NOBODY = 65534
+JAIL_WORKDIR = "/sandbox"  # where the work directory is inside the jail (so no worker path shows in output)
+WORKDIR_PREFIX = "smrweb-validate-"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Run validators under bubblewrap with these limits (see the module docstring)."""
+
+    memory_bytes: int = 2 * 1024**3
+    cpu_seconds: int = 300
+    file_bytes: int = 256 * 1024**2
+    processes: int = 64
+    open_files: int = 256
+    readonly: tuple[str, ...] = ()  # more host paths to bind read-only at the same place (the validators)
+    bwrap: str = "bwrap"
+
+    def problem(self) -> str:
+        """Why validators cannot be confined on this machine, or ""; checked once per process."""
+        key = (self.bwrap, os.geteuid())
+        if key not in _JAIL_PROBLEMS:
+            _JAIL_PROBLEMS[key] = _probe(self)
+        return _JAIL_PROBLEMS[key]
+
+    def wrap(self, argv: list[str], workdir: Path) -> list[str]:
+        """The bubblewrap command line that runs `argv` confined, with `workdir` at /sandbox."""
+        binds = ["--ro-bind", "/usr", "/usr"]
+        for link in ("bin", "lib", "lib64", "sbin"):
+            if os.path.islink(f"/{link}"):
+                binds += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+            elif os.path.isdir(f"/{link}"):
+                binds += ["--ro-bind", f"/{link}", f"/{link}"]
+        python = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable or "/usr/bin"))}
+        mounts = sorted(path for path in {*python, *self.readonly}
+                        if path and os.path.exists(path) and path != "/usr" and not path.startswith("/usr/"))
+        # bubblewrap makes missing parents 0700 (root's): nobody could not reach what is bound below them.
+        parents = sorted({str(parent) for path in mounts for parent in Path(path).parents if str(parent) != "/"},
+                         key=lambda p: (p.count("/"), p))
+        for parent in parents:
+            binds += ["--perms", "0755", "--dir", parent]
+        for path in mounts:
+            binds += ["--ro-bind", path, path]
+        for path in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
+            binds += ["--ro-bind-try", path, path]
+        limits = ["prlimit", f"--as={self.memory_bytes}", f"--cpu={self.cpu_seconds}", f"--fsize={self.file_bytes}",
+                  f"--nproc={self.processes}", f"--nofile={self.open_files}", "--"]
+        if os.geteuid() == 0:
+            # Root makes the namespaces itself and the command drops to nobody inside (a real uid, so
+            # RLIMIT_NPROC counts): no user namespace needed.
+            namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+            drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs",
+                    "--inh-caps=-all", "--bounding-set=-all", "--"]
+        else:
+            namespaces = ["--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
+            drop = []
+        return [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
+                *binds, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--bind", str(workdir), JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--",
+                *drop, *limits, *argv]
+
+
+_JAIL_PROBLEMS: dict[tuple[str, int], str] = {}
+
+
+def _probe(confinement: Confinement) -> str:
+    """Start one confined `true`: bubblewrap present, namespaces allowed, the tools inside found."""
+    if shutil.which(confinement.bwrap) is None:
+        return ("the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
+                "(apt install bubblewrap)")
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX + f"{os.getpid()}-probe-"))
+    try:
+        _own_for_jail(workdir)
+        done = subprocess.run(confinement.wrap(["true"], workdir), env=scrubbed_env(JAIL_WORKDIR), timeout=30,
+                              capture_output=True, stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the validator sandbox could not start on this worker: {exc}"
+    finally:
+        _remove_tree(workdir)
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"the validator sandbox could not start on this worker: {said[-1] if said else done.returncode}"
+    return ""
+
+
+def _own_for_jail(workdir: Path) -> None:
+    """Running as root, the jailed command is nobody: give it the work directory (and nothing else)."""
+    if os.geteuid() != 0:
+        return
+    for dirpath, dirnames, filenames in os.walk(workdir):
+        os.chown(dirpath, NOBODY, NOBODY)
+        for name in filenames:
+            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+
+
+def remove_stale_workdirs(parent: str | None = None) -> list[str]:
+    """Remove work directories left by validators of workers that died (their pid is in the name and no
+    longer runs); called when a worker starts (finding 12). Returns what was removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    for entry in os.scandir(parent):
+        if not entry.name.startswith(WORKDIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = entry.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        _remove_tree(Path(entry.path))
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -110,6 +237,7 @@ def run_validator(
     output_cap: int = 16_000,
     extra_placeholders: dict[str, str] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    confinement: Confinement | None = Confinement(),
 ) -> SandboxResult:
     """Write `artifact` into a fresh temporary directory and run `command` against it.
 
@@ -122,7 +250,13 @@ def run_validator(
     `artifact` is bytes or a binary file object, copied from its current position in chunks.
     `on_progress` is called with the latest output line at most every PROGRESS_EVERY_S, from the
     calling thread (so a Django connection it uses is the caller's own); if it raises, the error is
-    logged and progress reports stop, the verification goes on.
+    logged and progress reports stop, the verification goes on. It is also called with the same line
+    every HEARTBEAT_S while the validator is silent, so the caller can tell a live verification from a
+    lost one.
+
+    `confinement`: run under bubblewrap (the default); None runs the command directly (only when the
+    operator chose SMRWEB_SANDBOX=unconfined, and for tests of the mechanics). Inside the jail the work
+    directory is /sandbox, so `{artifact}` is /sandbox/artifact/<name> and `{workdir}` is /sandbox.
     """
     if timeout <= 0:
         raise ValueError("timeout must be positive")
@@ -133,13 +267,25 @@ def run_validator(
     if problem:
         return SandboxResult(CANNOT_VERIFY, None, "", 0.0, problem)
 
-    workdir = Path(tempfile.mkdtemp(prefix="smrweb-validate-")).resolve()
+    if confinement is not None and (problem := confinement.problem()):
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, problem)
+
+    # The worker's pid is in the name: a worker starting later removes what a dead one left behind.
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")).resolve()
     try:
         artifact_path = _write_artifact(workdir, artifact, artifact_name)
-        placeholders.update(artifact=str(artifact_path), workdir=str(workdir),
+        seen_as = Path(JAIL_WORKDIR) if confinement is not None else workdir
+        placeholders.update(artifact=str(seen_as / artifact_path.relative_to(workdir)), workdir=str(seen_as),
                             python=sys.executable or "python3")
         argv = [_substitute(arg, placeholders) for arg in command]
-        return _run(argv, workdir, timeout=timeout, output_cap=output_cap, on_progress=on_progress)
+        if confinement is not None:
+            env = scrubbed_env(seen_as)
+            if shutil.which(argv[0], path=env["PATH"]) is None and not argv[0].startswith(str(seen_as)):
+                return SandboxResult(CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir))
+            _own_for_jail(workdir)
+            argv = confinement.wrap(argv, workdir)
+        return _run(argv, workdir, timeout=timeout, output_cap=output_cap, on_progress=on_progress,
+                    env=scrubbed_env(seen_as), confined=confinement is not None)
     finally:
         _remove_tree(workdir)
 
@@ -266,8 +412,7 @@ def _write_artifact(workdir: Path, artifact: BinaryIO | bytes, name: str) -> Pat
 
 
 def _run(argv: list[str], workdir: Path, *, timeout: float, output_cap: int,
-         on_progress: Callable[[str], None] | None) -> SandboxResult:
-    env = scrubbed_env(workdir)
+         on_progress: Callable[[str], None] | None, env: dict[str, str], confined: bool = False) -> SandboxResult:
     try:
         proc = subprocess.Popen(
             argv, cwd=workdir, env=env, shell=False, close_fds=True,
@@ -295,6 +440,8 @@ def _run(argv: list[str], workdir: Path, *, timeout: float, output_cap: int,
                 pass
         proc.stdout.close()
     returncode = proc.poll()  # reaps: the group was signalled while the leader was still a zombie
+    if confined and returncode is not None and 128 < returncode < 128 + 65:
+        returncode = 128 - returncode  # bubblewrap reports its command's death by signal N as 128 + N
     if timed_out:
         detail = f"killed after {timeout:g} s (the time limit)"
         return SandboxResult(TIMED_OUT, None, tail.text(), duration, detail)
@@ -462,7 +609,10 @@ class _Progress:
         if self.callback is None or now - self.last_at < PROGRESS_EVERY_S:
             return
         line = self.tail.last_line()
-        if not line or line == self.last_line:
+        if line == self.last_line and now - self.last_at < HEARTBEAT_S:
+            return
+        if not line and self.last_at == float("-inf"):
+            self.last_at = now  # nothing said yet: the first heartbeat comes HEARTBEAT_S from now
             return
         self.last_at, self.last_line = now, line
         try:

@@ -8,3 +8,4 @@ class TrackingConfig(AppConfig):
     def ready(self) -> None:
         # Make smrweb's Celery app the current one before any task is queued from a request.
         import smrweb.celery  # noqa: F401
+        import smrweb.core.checks  # noqa: F401  (registers the deployment checks)

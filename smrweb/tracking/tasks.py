@@ -7,7 +7,9 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -24,14 +26,67 @@ def _cannot(detail: str) -> submissions.VerificationResult:
     return submissions.VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
 
 
+def confinement():
+    """How validators are contained here: bubblewrap with the configured limits, or None when the operator
+    chose SMRWEB_SANDBOX=unconfined (finding 4)."""
+    from smrweb.core.sandbox import Confinement
+
+    if settings.SMRWEB_SANDBOX == "unconfined":
+        return None
+    return Confinement(memory_bytes=settings.SMRWEB_SANDBOX_MEMORY_BYTES, cpu_seconds=settings.SMRWEB_SANDBOX_CPU_SECONDS,
+                       file_bytes=settings.SMRWEB_SANDBOX_FILE_BYTES, processes=settings.SMRWEB_SANDBOX_PROCESSES,
+                       readonly=(str(VALIDATORS_DIR),))
+
+
+@worker_ready.connect
+def remove_stale_validator_workdirs(**kwargs) -> None:
+    """Work directories of validators whose worker was killed (finding 12) go when a worker starts."""
+    from smrweb.core.sandbox import remove_stale_workdirs
+
+    if removed := remove_stale_workdirs():
+        log.warning("removed %d validator work directories left by dead workers: %s", len(removed), removed)
+
+
+def _running_key(submission_id: int) -> str:
+    return f"smrweb:verifying:{submission_id}"
+
+
 @shared_task(acks_late=True, ignore_result=True)
 def verify_submission(submission_id: int) -> str:
-    """Verify one submission; a redelivered message after the result is stored does nothing."""
-    from smrweb.core.sandbox import run_validator
+    """Verify one submission; a redelivered message after the result is stored does nothing, and a copy
+    that arrives while another worker's validator still runs (its heartbeat holds a claim) does not start
+    a second one (finding 12)."""
+    from smrweb.core.sandbox import HEARTBEAT_S, run_validator
 
     sub = Submission.objects.select_related("project__scenario", "artifact__blob").get(pk=submission_id)
     if sub.status != SubmissionStatus.VERIFYING:
         return f"skipped: {sub.status}"
+    claim_seconds = int(HEARTBEAT_S * 3)
+    try:
+        claimed = cache.add(_running_key(submission_id), "running", timeout=claim_seconds)
+    except Exception:  # the cache (Redis) is down: verify rather than wedge; the result is stored once
+        log.exception("could not claim the verification of submission %s; running it", submission_id)
+        claimed = True
+    if not claimed:
+        return "skipped: a validator for it is running on a worker"
+
+    def progress(line: str) -> None:
+        try:
+            cache.touch(_running_key(submission_id), timeout=claim_seconds)
+        except Exception:
+            log.warning("could not renew the claim on submission %s", submission_id)
+        submissions.record_progress(sub.pk, line)
+
+    try:
+        return _verify(sub, run_validator, progress)
+    finally:
+        try:
+            cache.delete(_running_key(submission_id))
+        except Exception:
+            pass  # it expires on its own
+
+
+def _verify(sub, run_validator, progress) -> str:
     command = sub.project.scenario.validator_command
     if not command:
         result = _cannot(f"The scenario {sub.project.scenario.key} has no validator command.")
@@ -44,7 +99,7 @@ def verify_submission(submission_id: int) -> str:
                 list(command), fh, artifact_name=sub.artifact.path,
                 timeout=settings.SMRWEB_VALIDATOR_TIMEOUT_SECONDS,
                 extra_placeholders={"validators": str(VALIDATORS_DIR)},
-                on_progress=lambda line: submissions.record_progress(sub.pk, line),
+                on_progress=progress, confinement=confinement(),
             )
         result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
     stored = submissions.record_verification(sub.pk, result)

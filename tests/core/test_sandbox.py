@@ -1,5 +1,7 @@
-"""The validator sandbox: outcomes, time limit, output cap, missing binaries, escaping artifact names,
-the scrubbed environment and clean-up. Real subprocesses, no database."""
+"""The validator sandbox's mechanics: outcomes, time limit, output cap, missing binaries, escaping
+artifact names, the scrubbed environment and clean-up. Real subprocesses, no database. These run the
+command directly (`confinement=None`, so a test can use its own scripts and see the processes from
+outside); the same mechanics under bubblewrap, and containment itself, are tests/core/test_sandbox_escapes.py."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def py(code: str, *args: str) -> list[str]:
 
 
 def run(command, artifact: bytes | io.IOBase = b"", name: str = "artifact.bin", **kwargs) -> SandboxResult:
-    return run_validator(command, artifact, artifact_name=name, **kwargs)
+    return run_validator(command, artifact, artifact_name=name, **{"confinement": None, **kwargs})
 
 
 def files_under(root: Path) -> set[Path]:
