@@ -38,11 +38,12 @@ class ExpiredLink(BadLink):
 
 
 class TamperedLink(BadLink):
-    """Not a token this server signed for that artifact's current bytes and project."""
+    """Not a token this server signed for an artifact that exists with those bytes in that project."""
 
 
-class UnknownLink(BadLink):
-    """Well formed, but no such artifact (deleted, or the id was made up)."""
+# One answer whether the id exists or not (red-team finding 11): without signing in, nobody learns which
+# artifact ids exist by comparing refusals.
+NOT_VALID = "This link is not valid: it was altered, or its artifact changed or no longer exists."
 
 
 def default_ttl() -> timedelta:
@@ -67,18 +68,22 @@ def signed_artifact_path(artifact: Artifact, *, ttl: timedelta | None = None) ->
 
 
 def artifact_for_token(token: str) -> Artifact:
-    """The artifact a token names, checked; raises ExpiredLink, TamperedLink or UnknownLink.
-    The signature is checked before the expiry, so an edited expiry is tampering, not expiry."""
+    """The artifact a token names, checked; raises ExpiredLink or TamperedLink (the same TamperedLink,
+    with the same message, whether the id exists or the signature is wrong). The signature is checked
+    before the expiry, so an edited expiry is tampering, not expiry."""
     match = TOKEN_RE.fullmatch(token)
     if match is None:
-        raise TamperedLink("This is not a download link this server issued.")
+        raise TamperedLink(NOT_VALID)
     artifact = Artifact.objects.select_related("blob", "run").filter(pk=int(match[1])).first()
-    if artifact is None:
-        raise UnknownLink("This link points to an artifact that no longer exists.")
+    # The signature covers the artifact's project and bytes, so it is checked after the lookup; an unknown
+    # id is checked against a signer all the same, so both refusals cost the same work.
+    signer = _signer(artifact) if artifact is not None else signing.Signer(salt=f"{SALT}:-:-", sep=".")
     try:
-        _signer(artifact).unsign(token)
+        signer.unsign(token)
     except signing.BadSignature:
-        raise TamperedLink("This link was altered, or its artifact changed since it was issued.") from None
+        raise TamperedLink(NOT_VALID) from None
+    if artifact is None:  # a signature that verifies without an artifact cannot be made; kept for safety
+        raise TamperedLink(NOT_VALID)
     if signing.b62_decode(match[2]) < time.time():
         raise ExpiredLink("This download link has expired.")
     return artifact

@@ -189,9 +189,24 @@ def test_a_link_to_a_deleted_artifact_is_refused(client, project):
     artifact = store(project)
     path = signed_artifact_path(artifact)
     services.delete_event_rows(Artifact.objects.filter(pk=artifact.pk))
-    assert client.get(path).status_code == 403
-    with pytest.raises(signed_links.UnknownLink):
+    response = client.get(path)
+    assert response.status_code == 403
+    with pytest.raises(signed_links.TamperedLink):
         artifact_for_token(token_of(path))
+
+
+def test_an_unknown_id_and_a_bad_signature_are_refused_alike(client, project):
+    """Red-team finding 11: the refusal told "no longer exists" from "was altered" without signing in,
+    so artifact ids could be enumerated. Now both answers are the same, byte for byte."""
+    artifact = store(project)
+    _, expires, sig = parts(signed_artifact_path(artifact))
+    unknown = client.get(link(str(artifact.pk + 1000), expires, sig))
+    tampered = client.get(link(str(artifact.pk), expires, sig[:-1] + ("A" if sig[-1] != "A" else "B")))
+    assert unknown.status_code == tampered.status_code == 403
+    def refusal(response) -> str:  # the page around it carries a fresh CSRF token each time
+        return re.search(r'<section class="card error-page">.*?</section>', response.content.decode(), re.S).group(0)
+
+    assert refusal(unknown) == refusal(tampered) and signed_links.NOT_VALID in refusal(unknown)
 
 
 @pytest.mark.parametrize("token", [
