@@ -14,7 +14,7 @@ from django.db.models.functions import Cast, Mod, RowNumber
 from django.utils import timezone
 
 from smrweb.tracking.downsample import lttb
-from smrweb.tracking.models import TERMINAL_STATES, MetricPoint, Project, Run, Submission
+from smrweb.tracking.models import FLOAT_MAX, TERMINAL_STATES, MetricPoint, Project, Run, Submission
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     the series' shape (its extremes survive as min/max) without shipping every point.
     """
     rows = MetricPoint.objects.filter(run=run, key=key)
-    span = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"))
+    span = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"), vlo=Min("value"), vhi=Max("value"))
     total = span["n"]
     if total == 0:
         return 0, []
@@ -48,13 +48,18 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     # No multiplication, so steps near the contract's 2**62 cannot overflow bigint.
     steps_per_bucket = -(-width // points)
     bucket = Cast((F("step") - lo) / steps_per_bucket, IntegerField())
-    buckets = (
-        rows.annotate(bucket=bucket)
-        .values("bucket")
-        .annotate(step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id"))
-        .order_by("bucket")
-    )
-    return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
+    grouped = rows.annotate(bucket=bucket).values("bucket").order_by("bucket")
+    if max(abs(span["vlo"]), abs(span["vhi"])) * total < FLOAT_MAX:
+        buckets = grouped.annotate(step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id"))
+        return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
+    # Values so large that a bucket's SQL sum could overflow (red-team finding 7: two points of 1.7e308
+    # made AVG infinite on SQLite, an error on PostgreSQL): each mean is a sum of value/n, made here.
+    buckets = list(grouped.annotate(step=Min("step"), lo=Min("value"), hi=Max("value"), n=Count("id")))
+    counts = {b["bucket"]: b["n"] for b in buckets}
+    sums: dict[int, float] = defaultdict(float)
+    for index, value in rows.annotate(bucket=bucket).values_list("bucket", "value").iterator():
+        sums[index] += value / counts[index]
+    return total, [SeriesPoint(b["step"], sums[b["bucket"]], b["lo"], b["hi"], b["n"]) for b in buckets]
 
 
 def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[float]]:

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import NotAllowed, TrackingError
+from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
     ArenaResult,
     KnowledgeEntry,
@@ -184,6 +184,9 @@ def _signed(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+g}"
 
 
+ARENA_SCORE_LIMIT = 1e300
+
+
 def record_arena_result(submission: Submission, *, by: Any, rank: int | None, arena_score: float | None,
                         note: str = "") -> ArenaResult:
     """Record what the arena said about an uploaded submission: deltas against the project's previous
@@ -191,6 +194,9 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
     _require(submission, by, Role.REVIEWER, "record an arena result")
     if rank is None and arena_score is None:
         raise TrackingError("Give the arena's rank, its score, or both.")
+    if arena_score is not None and not (-ARENA_SCORE_LIMIT <= arena_score <= ARENA_SCORE_LIMIT):
+        # Deltas of two scores near the float limit overflow (red-team finding 7): no arena scores that big.
+        raise InvalidInput("arena_score", f"A finite number between -{ARENA_SCORE_LIMIT:g} and {ARENA_SCORE_LIMIT:g}.")
     scenario = submission.project.scenario
     with transaction.atomic():
         submission = _move(submission, S.RANKED, by=by, reason=note or "arena result recorded")

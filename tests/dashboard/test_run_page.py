@@ -328,3 +328,21 @@ def test_project_page_has_compare_checkboxes_for_each_run(client_alice, project)
     body = client_alice.get("/projects/hill/").content.decode()
     assert 'data-pick="a"' in body and 'data-pick="b:x@1"' in body
     assert 'data-compare-link="hill"' in body and 'data-href="/projects/hill/compare/"' in body
+
+
+@pytest.mark.parametrize("query", [
+    "origin=2026-01-01T00:00:00Z&width_us=999999999999999999&bin=10000000",  # OverflowError
+    "origin=2026-01-01T00:00:00Z&width_us=100000000000000000000&bin=0",  # days out of range
+    "origin=2026-13-45T00:00:00Z&width_us=1000000&bin=0",  # month 13
+    "origin=9999-12-31T23:59:59Z&width_us=86400000000&bin=1",  # past the calendar
+    "origin=0001-01-01T00:00:00%2B14:00&width_us=1000000&bin=0",  # before it, in UTC
+    "origin=2026-01-01T00:00:00Z&width_us=-5&bin=0",
+    "origin=2026-01-01T00:00:00Z&width_us=1000000&bin=-1",
+    "origin=2026-01-01T00:00:00Z&width_us=x&bin=0",
+    "origin=&width_us=1000000&bin=0",
+])
+def test_the_turns_bar_refuses_what_the_red_team_sent_with_400(client_alice, project, query):
+    """Red-team finding 8: each of these answered 500."""
+    services.ingest_events(project, "r1", parse_events(b'[{"type": "state", "state": "running"}]'))
+    response = client_alice.get(f"/projects/hill/runs/r1/turns/?{query}")
+    assert response.status_code == 400 and "That bar could not be read" in response.content.decode()

@@ -3,6 +3,8 @@ money, token, id and time formatting. Presentation only: no queries, no business
 
 from __future__ import annotations
 
+import math
+
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -356,8 +358,27 @@ def figure_json(value, element_id: str):
     from django.core.serializers.json import DjangoJSONEncoder
     from django.utils.safestring import mark_safe
 
-    data = json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":")).translate(_JSON_SCRIPT_ESCAPES)
+    data = json.dumps(_drawable(value), cls=DjangoJSONEncoder, separators=(",", ":"),
+                      allow_nan=False).translate(_JSON_SCRIPT_ESCAPES)
     return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(data))
+
+
+CHART_LIMIT = 1e300  # plotly's axis arithmetic (max - min) overflows near the float limit and draws nothing
+
+
+def _drawable(value):
+    """The figure with every float a browser can parse and plot: NaN and ±inf become null (JSON has no
+    such numbers, and one made JSON.parse fail for the whole page: red-team finding 7), and magnitudes
+    beyond CHART_LIMIT are drawn at the limit."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return value if -CHART_LIMIT <= value <= CHART_LIMIT else math.copysign(CHART_LIMIT, value)
+    if isinstance(value, dict):
+        return {key: _drawable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_drawable(item) for item in value]
+    return value
 
 
 @register.filter
