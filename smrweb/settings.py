@@ -182,6 +182,10 @@ STORAGES = {
     },
 }
 MAX_ARTIFACT_BYTES = env.int("SMRWEB_MAX_ARTIFACT_BYTES", default=512 * 1024 * 1024)
+# Bytes of distinct artifacts one project may hold (0: no limit), and uploads one token or user may make
+# per minute (red-team finding 10): one agent cannot fill the disk for everyone.
+SMRWEB_PROJECT_STORAGE_QUOTA_BYTES = env.int("SMRWEB_PROJECT_STORAGE_QUOTA_BYTES", default=20 * 1024**3)
+SMRWEB_UPLOAD_RATE = env.str("SMRWEB_UPLOAD_RATE", default="120/m")
 # The events endpoint's 10 MB body limit; Django refuses bigger non-file bodies before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

@@ -39,7 +39,7 @@ def private_cache(settings, tmp_path):
 # The suite's webhook receivers and SMR simulators listen on loopback, and its example webhooks name
 # reserved example hosts: the operator allow-list lets the outbound guard send there (tests of the
 # guard itself clear it).
-TEST_ALLOWED_HOSTS = ["127.0.0.1", "harness.example", "hooks.example", "hooks.example.com"]
+TEST_ALLOWED_HOSTS = ["127.0.0.1", "harness.example", "hooks.example", "hooks.example.com", "smr.example.com"]
 
 
 @pytest.fixture(autouse=True)

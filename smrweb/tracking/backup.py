@@ -35,6 +35,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Self
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.files import File
@@ -161,6 +162,10 @@ TABLES: tuple[Table, ...] = (
     Table("audit_event", AuditEvent, _of_project(AuditEvent), extra=("object_ref",)),
 )
 TABLE_BY_NAME = {table.name: table for table in TABLES}
+MAX_EXPANSION = 200  # the most a blob member may unpack to, per packed byte (export_project stores, not packs,
+                     # bytes that do not shrink; text compresses well under this)
+# What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
+TRUSTED_ONLY = ("membership", "api_token")
 # AuditEvent.object_type is the lower-cased model name of the object (services.record_audit).
 AUDITED = {table.model.__name__.lower(): table.model for table in TABLES if table.ref}
 COUNT_KEY = {USER_FILE: "user", **{table.file: table.name for table in TABLES}}  # data file → manifest count
@@ -479,12 +484,27 @@ class _Archive:
         if data != DATA_FILES:
             raise BackupError(f"The archive's data files are {sorted(data)}; version {VERSION} has "
                               f"{sorted(DATA_FILES)}.")
+        total = 0
         for name in listed - data:
             # A blob is named by its digest, so its bytes are checked against the name, not only
             # against a manifest that whoever altered the bytes could have rewritten too.
             digest = name.removeprefix("blobs/")
             if not services.SHA256_RE.match(digest) or self.files[name]["sha256"] != digest:
                 raise BackupError(f"{name} is not named by the sha256 of its bytes: the archive was altered.")
+            # Sizes are the manifest's word, so they are bounded before any byte is unpacked (red-team
+            # finding 5: a 622 KB archive became a 600 MiB blob).
+            size = self.files[name]["size"]
+            if size > settings.MAX_ARTIFACT_BYTES:
+                raise BackupError(f"{name} is {size} bytes; artifacts are limited to {settings.MAX_ARTIFACT_BYTES} "
+                                  "(SMRWEB_MAX_ARTIFACT_BYTES).")
+            packed = self.zf.getinfo(name).compress_size
+            if size > MAX_EXPANSION * max(packed, 1) and size > 1024 * 1024:
+                raise BackupError(f"{name} unpacks to {size} bytes from {packed}: more than {MAX_EXPANSION}× is "
+                                  "refused (a zip bomb, or not an archive export_project wrote).")
+            total += size
+        if (quota := settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES) and total > quota:
+            raise BackupError(f"The archive's artifacts hold {total} bytes, over a project's storage quota of {quota} "
+                              "(SMRWEB_PROJECT_STORAGE_QUOTA_BYTES).")
 
     def chunks(self, name: str) -> Iterator[bytes]:
         """The member's bytes; raises BackupError when they are exhausted and do not match the manifest
@@ -555,13 +575,17 @@ class ImportResult:
 
 
 def import_project(path: str | os.PathLike, *, slug: str | None = None, scenario_key: str | None = None,
-                   by: Any = None) -> ImportResult:
+                   by: Any = None, trust: bool = False) -> ImportResult:
     """Restore an archive as a new project, under `slug` (default: the archived one).
 
     The archive is verified whole before anything is written; then every row goes in within one
     transaction. A refused or failed import writes nothing (blobs it stored are deleted again).
     `scenario_key` restores the archived scenario under that key when the one of the archived key
     differs here.
+
+    An archive is input like any other (red-team finding 5): without `trust` its API tokens, memberships,
+    SMR backend address and key and rollback webhook are left out (and said so); with `trust` they are
+    restored, and the addresses still pass the outbound guard.
     """
     with _Archive(path) as archive:
         target = slug or archive.manifest["project"]
@@ -569,7 +593,7 @@ def import_project(path: str | os.PathLike, *, slug: str | None = None, scenario
         if scenario_key is not None and not services.SLUG_RE.match(scenario_key):
             raise BackupError("A scenario key is letters, digits, hyphens or underscores.")
         archive.verify()
-        importer = _Importer(archive, slug=target, scenario_key=scenario_key)
+        importer = _Importer(archive, slug=target, scenario_key=scenario_key, trust=trust)
         try:
             with transaction.atomic():
                 return importer.run(by)
@@ -609,8 +633,8 @@ def _insert(model: type[models.Model], objs: list[models.Model]) -> None:
 
 
 class _Importer:
-    def __init__(self, archive: _Archive, *, slug: str, scenario_key: str | None):
-        self.archive, self.slug, self.scenario_key = archive, slug, scenario_key
+    def __init__(self, archive: _Archive, *, slug: str, scenario_key: str | None, trust: bool = False):
+        self.archive, self.slug, self.scenario_key, self.trust = archive, slug, scenario_key, trust
         self.user_model = get_user_model()
         # Per model: what the archive calls a row (ref number, scenario key, digest) → its new pk.
         self.refs: dict[type[models.Model], dict[int | str, int]] = {}
@@ -629,8 +653,14 @@ class _Importer:
         for table in TABLES[2:]:
             if table is BLOBS:
                 self._blobs()
+            elif table.name in TRUSTED_ONLY and not self.trust:
+                self._leave_out(table)
             else:
                 self._table(table)
+                if table.name == "membership" and self.counts.get("membership"):
+                    self.warnings.append("restored memberships (--trust): " + ", ".join(
+                        f"{m.user.get_username()} {m.role}" for m in
+                        Membership.objects.filter(project=self.project).select_related("user").order_by("pk")))
         services.record_audit(
             by, "project.imported", self.project, slug=self.slug, archived_slug=self.archive.manifest["project"],
             exported_at=self.archive.manifest.get("exported_at"), created_users=self.created_users,
@@ -742,6 +772,16 @@ class _Importer:
                 kept.append((ref, obj, later))
         return kept
 
+    def _leave_out(self, table: Table) -> None:
+        """A table only a trusted import restores: its rows are counted and named, not written."""
+        refs = {row["ref"] for _, row in self.archive.rows(table.file) if table.ref and type(row.get("ref")) is int}
+        self.skipped.setdefault(table.model, set()).update(refs)
+        self.counts[table.name] = 0
+        left = sum(1 for _ in self.archive.rows(table.file))
+        if left:
+            self.warnings.append(f"{left} {table.name.replace('_', ' ')} row(s) were not restored: they grant access, "
+                                 "and only an import with --trust restores them.")
+
     def _resolve_audited_object(self, event: AuditEvent, row: dict[str, Any], where: str) -> None:
         ref = row.get("object_ref")
         if ref is None:
@@ -807,6 +847,7 @@ class _Importer:
             raise BackupError(f"{where}: the slug is not the manifest's {self.archive.manifest['project']!r}.")
         project, _ = self._decode(PROJECT, row, where)
         project.slug = self.slug
+        self._restrict_bindings(project)
         sealed = (project.source_settings or {}).get("api_key_sealed")
         if sealed:
             from nacl.exceptions import CryptoError
@@ -826,6 +867,26 @@ class _Importer:
         self.refs[Project] = {row["ref"]: project.pk}
         self.counts["project"] = 1
         return project
+
+    def _restrict_bindings(self, project: Project) -> None:
+        """Addresses and keys smrweb would use: left out unless trusted, and checked like any user's."""
+        settings_ = dict(project.source_settings or {})
+        bound = {key: settings_[key] for key in ("backend_base", "api_key_sealed", "operator_key") if key in settings_}
+        if not self.trust:
+            if bound or project.rollback_webhook_url:
+                dropped = [*bound, *(["rollback_webhook_url"] if project.rollback_webhook_url else [])]
+                self.warnings.append(f"left out {', '.join(dropped)}: an archive may not point this server at an "
+                                     "address or lend it a key; import with --trust to restore them, or set them again.")
+            project.source_settings = {k: v for k, v in settings_.items() if k not in bound}
+            project.rollback_webhook_url = ""
+            return
+        try:
+            if project.rollback_webhook_url:
+                services.check_outbound_url("rollback_webhook_url", project.rollback_webhook_url)
+            if bound.get("backend_base"):
+                services.check_outbound_url("backend_base", bound["backend_base"])
+        except TrackingError as exc:
+            raise BackupError(f"The archived project's {getattr(exc, 'field', 'address')}: {exc.message}") from None
 
     def _blobs(self) -> None:
         """Blob rows and bytes. Bytes already stored here (same digest) are not stored twice; new ones

@@ -322,14 +322,15 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     assert manifest["counts"]["metric_point"] == 25 and manifest["counts"]["artifact_blob"] == 3
     assert manifest["counts"]["user"] == 4  # alice, bob, victor, dora
 
-    result = backup.import_project(tmp_path / "hill.zip", slug="hill-copy")
+    result = backup.import_project(tmp_path / "hill.zip", slug="hill-copy", trust=True)
 
     copy = result.project
     assert copy.slug == "hill-copy" and copy.pk != rich.pk
     after = canonical(copy)
     # Token hashes are unique here and the original still holds them: left out, and said so.
     assert after.pop("ApiToken") == [] and len(before.pop("ApiToken")) == 2
-    assert [w.split("'")[1] for w in result.warnings] == ["ci", "old"]
+    assert result.warnings[0] == "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
+    assert [w.split("'")[1] for w in result.warnings[1:]] == ["ci", "old"]
     for row in before["AuditEvent"]:
         if row["verb"].startswith("token."):
             row["object_id"] = ""  # the token it named was not restored
@@ -355,10 +356,11 @@ def test_a_rich_project_round_trips_into_an_emptied_database(rich, tmp_path, art
     empty_database()
     assert not Project.objects.exists() and not Scenario.objects.exists() and not User.objects.exists()
 
-    result = backup.import_project(tmp_path / "a.zip")
+    result = backup.import_project(tmp_path / "a.zip", trust=True)
 
     restored = result.project
-    assert restored.slug == "hill" and result.warnings == []
+    assert restored.slug == "hill" and result.warnings == [
+        "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"]
     assert canonical(restored) == before
     assert blob_bytes(restored) == bytes_before
     # Users that did not exist are created inactive, with no usable password, keeping their names.
@@ -508,7 +510,7 @@ def test_a_scenario_that_differs_here_is_refused_and_can_be_restored_under_a_new
 
 def test_a_key_sealed_by_another_deployment_is_left_out_with_a_warning(archive, settings):
     settings.SECRET_KEY = "another deployment's secret key"
-    result = backup.import_project(archive, slug="copy")
+    result = backup.import_project(archive, slug="copy", trust=True)
     assert "api_key_sealed" not in result.project.source_settings
     assert result.project.source_settings["backend_base"] == "https://smr.example.com"
     assert any("sealed with another SECRET_KEY" in w for w in result.warnings)
@@ -566,7 +568,7 @@ def test_the_commands_export_and_import(rich, tmp_path, monkeypatch):
         call_command("import_project", str(path))
 
     out, err = io.StringIO(), io.StringIO()
-    call_command("import_project", str(path), "--as", "hill2", stdout=out, stderr=err)
+    call_command("import_project", str(path), "--as", "hill2", "--trust", stdout=out, stderr=err)
     assert "imported project hill2: " in out.getvalue() and "25 metric_point" in out.getvalue()
     assert "warning: API token 'ci'" in err.getvalue()
     assert Project.objects.get(slug="hill2").runs.count() == 2
@@ -577,3 +579,44 @@ def test_the_commands_export_and_import(rich, tmp_path, monkeypatch):
     call_command("import_project", str(path), "--as", "hill3", "--scenario-as", "bench-old", stdout=io.StringIO())
     assert Project.objects.get(slug="hill3").scenario.name == "Bench"
     assert not list(tmp_path.glob("*.partial"))
+
+
+# --- an archive is input (red-team finding 5) ----------------------------------------------------------
+
+
+def test_an_untrusted_archive_restores_no_token_membership_address_or_key(archive, artifact_root):
+    result = backup.import_project(archive, slug="copy")
+    copy = result.project
+    assert not ApiToken.objects.filter(project=copy).exists()
+    assert not Membership.objects.filter(project=copy).exists()
+    assert copy.rollback_webhook_url == "" and not {"backend_base", "api_key_sealed"} & set(copy.source_settings)
+    assert any("left out backend_base, api_key_sealed, rollback_webhook_url" in w for w in result.warnings)
+    assert any("2 api token row(s) were not restored" in w for w in result.warnings)
+    assert any("membership row(s) were not restored" in w for w in result.warnings)
+    assert Submission.objects.filter(project=copy).count() == Submission.objects.filter(project__slug="hill").count()
+
+
+def test_a_trusted_archive_still_passes_the_outbound_guard(archive, tmp_path, artifact_root, settings):
+    settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]  # the webhook is fine; the backend is not
+    pointed = rewrite(archive, tmp_path / "p.zip", fix_manifest=True, replace={
+        "data/project.jsonl": lambda b: b.replace(b"https://smr.example.com", b"http://169.254.169.254")})
+    error = refused(pointed, artifact_root, "backend_base", slug="copy", trust=True)
+    assert "169.254.169.254 is a link-local address" in error.message
+
+
+def test_a_blob_over_the_artifact_cap_is_refused_before_it_is_unpacked(archive, artifact_root, settings):
+    settings.MAX_ARTIFACT_BYTES = 8
+    refused(archive, artifact_root, r"artifacts are limited to 8 \(SMRWEB_MAX_ARTIFACT_BYTES\)", slug="copy")
+
+
+def test_a_zip_bomb_member_is_refused_before_it_is_unpacked(archive, tmp_path, artifact_root):
+    zeros = bytes(32 * 1024 * 1024)
+    name = f"blobs/{sha(zeros)}"
+    bomb = rewrite(archive, tmp_path / "bomb.zip", add={name: zeros},
+                   edit_manifest=lambda m: m["files"].update({name: {"sha256": sha(zeros), "size": len(zeros)}}))
+    refused(bomb, artifact_root, "unpacks to 33554432 bytes from .* more than 200× is refused", slug="copy")
+
+
+def test_an_archive_over_the_project_quota_is_refused(archive, artifact_root, settings):
+    settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES = 10
+    refused(archive, artifact_root, "over a project's storage quota of 10", slug="copy")

@@ -14,10 +14,13 @@ class Command(BaseCommand):
         parser.add_argument("--scenario-as", dest="scenario_key", metavar="NEWKEY",
                             help="restore the archived scenario under this key (when the one of its key differs "
                                  "here)")
+        parser.add_argument("--trust", action="store_true",
+                            help="also restore what grants access or sends requests: API tokens, memberships, the "
+                                 "SMR backend address and key, the rollback webhook (only for archives you made)")
 
-    def handle(self, *args, archive, new_slug, scenario_key, **options):
+    def handle(self, *args, archive, new_slug, scenario_key, trust=False, **options):
         try:
-            result = backup.import_project(archive, slug=new_slug, scenario_key=scenario_key)
+            result = backup.import_project(archive, slug=new_slug, scenario_key=scenario_key, trust=trust)
         except backup.BackupError as exc:
             raise CommandError(exc.message) from None
         for warning in result.warnings:
