@@ -231,6 +231,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0),
         "options": {"expires": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0)},
     },
+    "collect-unreferenced-blobs": {  # bytes no artifact holds any more (finding 10)
+        "task": "smrweb.tracking.tasks.collect_unreferenced_blobs",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
 }
 
 # --- API --------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from smrweb.api.views import ERROR, ERRORS, actor_of
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
-from smrweb.tracking.models import ApiToken, Scenario
+from smrweb.tracking.models import Scenario
 
 
 class PreflightCheckSerializer(serializers.Serializer):
@@ -48,12 +48,6 @@ def visible_scenario(request, key: str) -> Scenario:
     return get_object_or_404(Scenario.objects.visible_to(actor_of(request)), key=key)
 
 
-def by_caller(group: str, request) -> str:
-    """Rate-limit key: the token or the user, so one caller's burst does not block another's."""
-    token = request.auth if isinstance(getattr(request, "auth", None), ApiToken) else None
-    return f"token:{token.pk}" if token is not None else f"user:{request.user.pk}"
-
-
 def _pending(key: str, request_id: str, status: str) -> Response:
     poll = reverse("api:scenario-preflight-result", args=[key, request_id])
     return Response({"id": request_id, "status": status, "poll": poll}, status=202,
@@ -72,7 +66,7 @@ class ScenarioPreflight(APIView):
     @extend_schema(request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER})
     def post(self, request, key: str):
         scenario = visible_scenario(request, key)
-        limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[by_caller])
+        limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal])
         if limited:
             return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
                             headers={"Retry-After": str(limited.retry_after)})

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import serializers as s
+from smrweb.core import ratelimits
 from smrweb.core.downloads import artifact_response
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import ArtifactTooLarge, BatchTooLarge, InvalidInput
@@ -260,12 +261,20 @@ class RunArtifacts(APIView):
     @extend_schema(
         request={"multipart/form-data": s.ArtifactUploadSerializer},
         responses={201: s.ArtifactUploadResultSerializer, 200: s.ArtifactUploadResultSerializer,
-                   413: OpenApiResponse(ERROR), **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+                   413: OpenApiResponse(ERROR, description="Larger than SMRWEB_MAX_ARTIFACT_BYTES, or over the "
+                                                           "project's storage quota."),
+                   429: OpenApiResponse(ERROR, description="Too many uploads from this caller (SMRWEB_UPLOAD_RATE)."),
+                   **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
         description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a mismatch. "
                     "The same bytes at the same path are stored once (200); new content answers 201.",
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
+        limited = ratelimits.hit(request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE,
+                                 keys=[ratelimits.by_principal])
+        if limited:  # before the body is read (finding 10)
+            return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
+                            headers={"Retry-After": str(limited.retry_after)})
         # Refuse an announced oversize body before Django spools it to disk.
         if int(request.META.get("CONTENT_LENGTH") or 0) > settings.MAX_ARTIFACT_BYTES + 1024 * 1024:
             raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")

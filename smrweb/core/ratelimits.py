@@ -68,6 +68,12 @@ def by_user(group: str, request) -> str:
     return str(request.user.pk)
 
 
+def by_principal(group: str, request) -> str:
+    """The API caller: its project token, else its user (one caller's burst does not block another's)."""
+    token = getattr(request, "auth", None)
+    return f"token:{token.pk}" if getattr(token, "token_hash", None) else f"user:{request.user.pk}"
+
+
 def hit(request, *, group: str, rate: str, keys) -> Limited | None:
     """Count one attempt under each key function in `keys`; a Limited when any count is over `rate`.
 

@@ -45,6 +45,12 @@ class ServerError(SourceError):
     kind = "server_error"
 
 
+class QuotaExceeded(SourceError):
+    """Storing what the source has would pass the project's storage quota (recorded, visible on health)."""
+
+    kind = "quota"
+
+
 class Blocked(SourceError):
     """The project's own backend address is one smrweb does not send to (core/outbound.py)."""
 

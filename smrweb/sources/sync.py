@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from smrweb.sources.base import Connector, Malformed, RunSnapshot, SourceError
+from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
-from smrweb.tracking.errors import DigestMismatch, InvalidEvents
+from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, InvalidEvents, StorageQuotaExceeded
 from smrweb.tracking.events import MAX_EVENTS, parse_events
 from smrweb.tracking.models import Project, Run, RunState, SourceHealth, SourceKind
 
@@ -145,6 +145,8 @@ def _store_artifacts(project: Project, rid: str, artifacts: list, *, connector: 
                                         content_type=ref.content_type, claimed_sha256=ref.sha256)
             except DigestMismatch as exc:
                 raise Malformed(f"artifact {ref.artifact_id}: {exc.message}") from exc
+            except (StorageQuotaExceeded, ArtifactTooLarge) as exc:
+                raise QuotaExceeded(f"artifact {ref.artifact_id} ({ref.path}) not stored: {exc.message}") from exc
         handled.add(ref.artifact_id)
         cursor["artifacts"] = sorted(handled)
         services.record_poll(project, rid, source_cursor=dict(cursor))

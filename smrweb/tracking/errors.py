@@ -53,6 +53,11 @@ class ArtifactTooLarge(TrackingError):
     code = "artifact_too_large"
 
 
+class StorageQuotaExceeded(TrackingError):
+    status = 413
+    code = "storage_quota_exceeded"
+
+
 class InvalidInput(TrackingError):
     """A single field of a non-event request is wrong."""
 

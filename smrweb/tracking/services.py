@@ -27,7 +27,15 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from smrweb.tracking import events as ev
-from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, EventError, InvalidEvents, InvalidInput, NotAllowed
+from smrweb.tracking.errors import (
+    ArtifactTooLarge,
+    DigestMismatch,
+    EventError,
+    InvalidEvents,
+    InvalidInput,
+    NotAllowed,
+    StorageQuotaExceeded,
+)
 from smrweb.tracking.models import (
     TERMINAL_STATES,
     AgentTurn,
@@ -696,14 +704,52 @@ def recompute_state(run: Run) -> list[str]:
 
 
 def delete_event_rows(rows) -> int:
-    """Delete event-derived rows (turns, scores, state changes, …) and recompute their runs' summaries."""
+    """Delete event-derived rows (turns, scores, state changes, …) and recompute their runs' summaries.
+    Artifacts take their bytes along when nothing else holds them (red-team finding 10)."""
+    blob_ids = set(rows.values_list("blob_id", flat=True)) if rows.model is Artifact else set()
     with transaction.atomic():
         run_ids = set(rows.values_list("run_id", flat=True))
         deleted, _ = rows.delete()
         for run in Run.objects.select_for_update().select_related("project__scenario").filter(pk__in=run_ids):
             fields = recompute_spend(run) + recompute_scores(run) + recompute_state(run)
             run.save(update_fields=[*fields, "updated"])
+    if blob_ids:
+        collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=blob_ids))
     return deleted
+
+
+def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(0)) -> int:
+    """Delete blobs no artifact holds (rows, then bytes), created more than `older_than` ago: an upload
+    stores its blob a moment before the artifact row that holds it, so the periodic sweep waits."""
+    blobs = ArtifactBlob.objects.all() if blobs is None else blobs
+    candidates = blobs.filter(created__lt=timezone.now() - older_than).exclude(
+        pk__in=Artifact.objects.values("blob_id"))
+    removed = 0
+    for blob in candidates.iterator():
+        with transaction.atomic():
+            # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken it).
+            gone, _ = ArtifactBlob.objects.filter(pk=blob.pk).exclude(pk__in=Artifact.objects.values("blob_id")).delete()
+        if gone:
+            artifact_storage().delete(blob.storage_name)
+            removed += 1
+    return removed
+
+
+def project_storage_bytes(project: Project) -> int:
+    """Bytes of the distinct blobs the project's artifacts hold (what its quota counts)."""
+    held = Artifact.objects.filter(run__project=project).values("blob_id")
+    return ArtifactBlob.objects.filter(pk__in=held).aggregate(total=Sum("size"))["total"] or 0
+
+
+def _check_quota(project: Project, sha256: str, size: int) -> None:
+    quota = settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES
+    if not quota or Artifact.objects.filter(run__project=project, blob__sha256=sha256).exists():
+        return  # no limit, or bytes the project already holds (they cost nothing more)
+    used = project_storage_bytes(project)
+    if used + size > quota:
+        raise StorageQuotaExceeded(f"Project {project.slug} holds {used} bytes of artifacts; these {size} more would "
+                                   f"pass its quota of {quota} (SMRWEB_PROJECT_STORAGE_QUOTA_BYTES). Nothing was "
+                                   "stored.")
 
 
 # --- artifacts --------------------------------------------------------------------------------
@@ -745,6 +791,7 @@ def store_artifact(
         sha256, size, readable = _hash_upload(content, stack)
         if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
             raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
+        _check_quota(project, sha256, size)
         blob = _save_blob(sha256, size, readable)
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())

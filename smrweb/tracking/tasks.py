@@ -166,3 +166,12 @@ def redispatch_stale_actions() -> dict:
     for pk in rolls:
         dispatch_rollback.delay(pk)
     return {"verifications": subs, "rollbacks": rolls}
+
+
+@shared_task(ignore_result=True)
+def collect_unreferenced_blobs() -> int:
+    """Hourly: delete blobs no artifact holds, an hour after they were stored (finding 10)."""
+    removed = services.collect_unreferenced_blobs(older_than=timedelta(hours=1))
+    if removed:
+        log.info("removed %d unreferenced artifact blob(s)", removed)
+    return removed
