@@ -14,8 +14,15 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+# Everything an smrweb process creates (the SQLite database and its journal, artifact blobs, the embedded
+# Redis's files, the secret key) is its owner's only (red-team finding 14: the database, which holds
+# session keys, was world-readable). Every process imports these settings first: manage.py, gunicorn,
+# Celery and what runstack starts.
+os.umask(0o077)
 DATA_DIR = Path(env.str("SMRWEB_DATA_DIR", default=str(BASE_DIR / "var"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+if DATA_DIR.stat().st_mode & 0o077 and DATA_DIR.stat().st_uid == os.geteuid():
+    DATA_DIR.chmod(0o700)  # made by an older smrweb (or by hand) with a looser mode
 
 PRODUCTION = env.bool("SMRWEB_PRODUCTION", default=False)
 DEBUG = env.bool("DEBUG", default=False)
@@ -37,7 +44,9 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+# `testserver` is Django's test client's host: not a host production answers to (red-team finding 15).
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]",
+                                                    *([] if PRODUCTION else ["testserver"])])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -72,6 +81,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "smrweb.core.middleware.SessionIdleTimeoutMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -154,7 +164,9 @@ ARTIFACT_ROOT = Path(env.str("SMRWEB_ARTIFACT_ROOT", default=str(DATA_DIR / "art
 
 _artifact_storage = {
     "BACKEND": "django.core.files.storage.FileSystemStorage",
-    "OPTIONS": {"location": str(ARTIFACT_ROOT), "base_url": None},
+    # Django would make uploads 0644 whatever the umask: blobs are the projects' own.
+    "OPTIONS": {"location": str(ARTIFACT_ROOT), "base_url": None, "file_permissions_mode": 0o600,
+                "directory_permissions_mode": 0o700},
 }
 if bucket := env.str("SMRWEB_ARTIFACT_S3_BUCKET", default=""):
     # S3-compatible storage (MinIO, R2, S3); credentials come from the usual AWS_* variables.
@@ -286,6 +298,11 @@ SPECTACULAR_SETTINGS = {
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
+# A session ends after this long without the person doing anything (polls do not count), and after the
+# maximum age whatever they do (core/middleware.py).
+SMRWEB_SESSION_IDLE_SECONDS = env.int("SMRWEB_SESSION_IDLE_SECONDS", default=8 * 3600)
+SMRWEB_SESSION_MAX_AGE_SECONDS = env.int("SMRWEB_SESSION_MAX_AGE_SECONDS", default=14 * 24 * 3600)
+SESSION_COOKIE_AGE = SMRWEB_SESSION_MAX_AGE_SECONDS
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
@@ -321,7 +338,9 @@ CONTENT_SECURITY_POLICY = {
 # every web process (gunicorn workers, containers) for a limit to mean anything: Redis.
 SMRWEB_LOGIN_RATE = env.str("SMRWEB_LOGIN_RATE", default="10/m")
 SMRWEB_TOKEN_CREATE_RATE = env.str("SMRWEB_TOKEN_CREATE_RATE", default="20/h")
-for _name in ("SMRWEB_LOGIN_RATE", "SMRWEB_TOKEN_CREATE_RATE"):
+# Wrong passwords for one username from anywhere; past it, only clients that have not failed on it may try.
+SMRWEB_LOGIN_USERNAME_RATE = env.str("SMRWEB_LOGIN_USERNAME_RATE", default="30/h")
+for _name in ("SMRWEB_LOGIN_RATE", "SMRWEB_TOKEN_CREATE_RATE", "SMRWEB_LOGIN_USERNAME_RATE"):
     if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", globals()[_name]):
         raise environ.ImproperlyConfigured(f"{_name} must look like 10/m (a count per s, m, h or d)")
 # How many reverse proxies in front of gunicorn append to X-Forwarded-For; 0 means clients connect

@@ -74,6 +74,29 @@ def by_principal(group: str, request) -> str:
     return f"token:{token.pk}" if getattr(token, "token_hash", None) else f"user:{request.user.pk}"
 
 
+def count(request, *, group: str, rate: str, key) -> int:
+    """How many attempts `key` has in the current window of `rate`, without counting one (0 when the
+    cache cannot be reached)."""
+    try:
+        usage = get_usage(request, group=f"{group}:{key.__name__}", key=key, rate=rate, increment=False)
+    except (RedisError, OSError):
+        log.exception("rate limit %s could not be read", group)
+        return 0
+    return usage["count"] if usage else 0
+
+
+def peek(request, *, group: str, rate: str, key) -> Limited | None:
+    """A Limited when `key` is already over `rate`, without counting this attempt."""
+    try:
+        usage = get_usage(request, group=f"{group}:{key.__name__}", key=key, rate=rate, increment=False)
+    except (RedisError, OSError):
+        log.exception("rate limit %s could not be read; letting the request through", group)
+        return None
+    if usage and usage["count"] >= usage["limit"]:
+        return Limited(retry_after=max(1, usage["time_left"]))
+    return None
+
+
 def hit(request, *, group: str, rate: str, keys) -> Limited | None:
     """Count one attempt under each key function in `keys`; a Limited when any count is over `rate`.
 

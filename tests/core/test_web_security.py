@@ -199,12 +199,26 @@ def test_sign_in_is_limited_per_address_at_the_n_plus_first_attempt(client, alic
     assert sign_in(Client(), "bob", PASSWORD).status_code == 302
 
 
-def test_sign_in_is_limited_per_username_across_addresses(client, alice, bob, clock):
+def test_a_stranger_cannot_lock_the_owner_out(client, alice, bob, clock):
+    """Red-team finding 13: ten wrong passwords a minute for one username refused its owner too (429 with
+    the right password, admin form too). Now the guesser's own client stops, the owner's does not."""
     n = n_of(django_settings.SMRWEB_LOGIN_RATE)
     for i in range(n):
-        assert sign_in(client, "alice" if i % 2 else " ALICE", ip=f"10.1.0.{i}").status_code == 200
-    assert_locked_out(sign_in(client, "alice", PASSWORD, ip="10.1.1.1"))
-    assert sign_in(client, "bob", PASSWORD, ip="10.1.1.2").status_code == 302  # other users are not
+        assert sign_in(Client(), "alice" if i % 2 else " ALICE", ip="10.1.0.1").status_code == 200
+    assert_locked_out(sign_in(Client(), "alice", PASSWORD, ip="10.1.0.1"))  # the guesser's address: stopped
+    assert sign_in(Client(), "alice", PASSWORD, ip="10.1.9.9").status_code == 302  # the owner: signed in
+    assert sign_in(Client(), "alice", PASSWORD, ip="10.1.9.9", url="/admin/login/").status_code in (200, 302)
+
+
+def test_guessing_one_account_from_many_addresses_gets_one_try_per_address(client, alice, bob, clock):
+    many = n_of(django_settings.SMRWEB_LOGIN_USERNAME_RATE)
+    for i in range(many):  # a botnet: one wrong guess from each address
+        assert sign_in(Client(), "alice", ip=f"10.2.{i // 250}.{i % 250}").status_code == 200
+    # The account is under attack now: an address that has failed on it may not try again ...
+    assert_locked_out(sign_in(Client(), "alice", PASSWORD, ip="10.2.0.0"))
+    # ... and a new address gets its one try, so the owner (who never failed) signs in.
+    assert sign_in(Client(), "alice", PASSWORD, ip="10.3.0.1").status_code == 302
+    assert sign_in(Client(), "bob", PASSWORD, ip="10.2.0.0").status_code == 302  # other accounts are not affected
 
 
 def test_the_admin_sign_in_counts_against_the_same_limit(client, alice, clock):

@@ -1,8 +1,14 @@
-"""Sign-in, rate-limited per client address and per username (SMRWEB_LOGIN_RATE, default 10 a minute).
+"""Sign-in, rate-limited so that guessing is slow and nobody can lock a chosen account out (finding 13).
 
-Both sign-in forms — the site's and the admin's — count against the same limits. An attempt over the
-limit is not checked at all: it gets the sign-in form back with the reason, 429 Too Many Requests and
-Retry-After, whether or not the password was right."""
+Both sign-in forms — the site's and the admin's — go through `guarded_sign_in`:
+- every attempt from one client address counts (SMRWEB_LOGIN_RATE, default 10 a minute);
+- wrong passwords for one username from one address count (the same rate): that client stops guessing it;
+- wrong passwords for one username from anywhere count too (SMRWEB_LOGIN_USERNAME_RATE, default 30 an
+  hour); past that the account is under attack, and only clients that have not failed on it may try. So
+  a stranger's failures never refuse the owner's right password from the owner's own client, and a guesser
+  gets at most one try per address while the attack lasts.
+An attempt over a limit is not checked at all: it gets the sign-in form back with the reason, 429 Too Many
+Requests and Retry-After, whether or not the password was right."""
 
 from django.conf import settings
 from django.contrib import admin
@@ -14,10 +20,40 @@ from django.utils.cache import add_never_cache_headers
 from smrweb.core import ratelimits
 
 
+def by_username_and_ip(group: str, request) -> str:
+    return f"{ratelimits.by_username(group, request)}|{ratelimits.client_ip(request)}"
+
+
 def login_limited(request) -> ratelimits.Limited | None:
-    """Count one sign-in attempt; a Limited when its address or its username is over the limit."""
-    return ratelimits.hit(request, group="login", rate=settings.SMRWEB_LOGIN_RATE,
-                          keys=(ratelimits.by_ip, ratelimits.by_username))
+    """Count the attempt against its address; a Limited when the address, or this client's failures on
+    this username, or (for a client that has failed on it) the username's failures are over the limit."""
+    if limited := ratelimits.hit(request, group="login", rate=settings.SMRWEB_LOGIN_RATE, keys=(ratelimits.by_ip,)):
+        return limited
+    if limited := ratelimits.peek(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE,
+                                  key=by_username_and_ip):
+        return limited
+    attacked = ratelimits.peek(request, group="login-failed-anywhere", rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
+                               key=ratelimits.by_username)
+    if attacked and ratelimits.count(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE,
+                                     key=by_username_and_ip):
+        return attacked
+    return None
+
+
+def count_failure(request) -> None:
+    ratelimits.hit(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE, keys=(by_username_and_ip,))
+    ratelimits.hit(request, group="login-failed-anywhere", rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
+                   keys=(ratelimits.by_username,))
+
+
+def guarded_sign_in(request, sign_in):
+    """Run `sign_in(request)` (a view answering 302 on success) behind the limits; count its failures."""
+    if limited := login_limited(request):
+        return too_many_attempts(request, limited)
+    response = sign_in(request)
+    if response.status_code != 302:  # the form came back: the password (or the username) was wrong
+        count_failure(request)
+    return response
 
 
 def too_many_attempts(request, limited: ratelimits.Limited):
@@ -34,13 +70,11 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        if limited := login_limited(request):
-            return too_many_attempts(request, limited)
-        return super().post(request, *args, **kwargs)
+        return guarded_sign_in(request, lambda req: super(LoginView, self).post(req, *args, **kwargs))
 
 
 def admin_login(request, extra_context=None):
     """The admin's sign-in, behind the same limits (a limited attempt gets the site's sign-in page)."""
-    if request.method == "POST" and (limited := login_limited(request)):
-        return too_many_attempts(request, limited)
+    if request.method == "POST":
+        return guarded_sign_in(request, lambda req: admin.site.login(req, extra_context))
     return admin.site.login(request, extra_context)
