@@ -83,6 +83,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
+from tests.conftest import TEST_ALLOWED_HOSTS
 from tests.factories import UserFactory, admin_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,7 +234,8 @@ def matrix_world(django_db_setup, django_db_blocker, tmp_path_factory):
     test runs in a savepoint inside it (pytest-django's `db`), each cell in one more."""
     root = tmp_path_factory.mktemp("matrix-artifacts")
     fast = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    with (django_db_blocker.unblock(), override_settings(STORAGES=_storages(root), PASSWORD_HASHERS=fast),
+    with (django_db_blocker.unblock(),
+          override_settings(STORAGES=_storages(root), PASSWORD_HASHERS=fast, SMRWEB_WEBHOOK_ALLOWED_HOSTS=TEST_ALLOWED_HOSTS),
           transaction.atomic()):
         built = build_world()
         built.artifact_root = root
@@ -364,6 +366,12 @@ ROWS = [
     # --- sign-in -----------------------------------------------------------------------------------------------------
     Row("login page", "GET", "/login/",                                                   "200   302   302   302   302   200   200   200"),
     Row("logout", "POST", "/logout/",                                                     "302   302   302   302   302   302   302   302"),
+    # Everyone signed in may change their own password (the form comes back: no old password was sent).
+    Row("password change", "GET", "/password/",                                           "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Change your password"),
+    Row("password change: empty form", "POST", "/password/",                              "LOGIN 200   200   200   200   LOGIN LOGIN LOGIN"),
+    Row("password changed", "GET", "/password/done/",                                     "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Password changed"),
     # --- signed artifact links: the only way in without a session ---------------------------------------------------
     Row("signed link: valid", "GET", "{link_valid}",                                      "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
         marker=ARTIFACT_BYTES.decode()),
