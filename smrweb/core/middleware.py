@@ -17,6 +17,15 @@ class RejectNulMiddleware:
         return self.get_response(request)
 
 
+def start_session_clock(sender, request, user, **kwargs) -> None:
+    """At sign-in (user_logged_in): the session's clocks start, so its first request writes nothing."""
+    import time
+
+    now = int(time.time())
+    request.session[SessionIdleTimeoutMiddleware.SEEN] = now
+    request.session[SessionIdleTimeoutMiddleware.STARTED] = now
+
+
 class SessionIdleTimeoutMiddleware:
     """Sign a session out after SMRWEB_SESSION_IDLE_SECONDS without the person doing anything, and after
     SMRWEB_SESSION_MAX_AGE_SECONDS whatever they do (red-team finding 15: 14 days, no idle expiry).

@@ -442,6 +442,7 @@ POST_FORMS = {
     "dashboard/submission_detail.html": 4,  # verify, review (approve/reject), upload, record
     "dashboard/scenario_detail.html": 1,  # preflight (hx-post on the same form)
     "dashboard/project_tokens.html": 2,  # revoke, create
+    "registration/password_change_form.html": 1,
 }
 
 
@@ -482,6 +483,7 @@ def post_targets(project, alice, bob, monkeypatch):
         (f"/scenarios/{project.scenario.key}/preflight", {}),
         (f"/projects/hill/tokens/{token.pk}/revoke", {}),
         ("/projects/hill/tokens/", {"name": "new"}),
+        ("/password/", {"old_password": "x", "new_password1": "y", "new_password2": "y"}),  # form errors: 200
         ("/logout/", {}),
     ]
 
