@@ -18,6 +18,7 @@ See docs/integrations.md#git-workspace-source.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -26,8 +27,11 @@ import mimetypes
 import os
 import posixpath
 import re
+import shlex
+import stat
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -75,7 +79,8 @@ def run_id_for(branch: str) -> str:
 # Command-line configuration beats every configuration file, the repository's included (and what those
 # files include): the agent owns the repository's .git/config, so nothing that names a program or turns one
 # on is left to it (red-team finding 3: gpg.program with log.showSignature ran in the worker on a sync).
-# git exports these to the processes it starts (upload-pack for the mirror's fetch) as well.
+# git passes these to the git processes it starts, but not to the upload-pack a fetch from a local
+# repository starts (it unsets GIT_CONFIG_PARAMETERS): that one gets its overrides in --upload-pack.
 SAFE_CONFIG = (
     "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.pager=cat",
     "core.editor=false", "core.sshCommand=false", "core.askPass=false", "core.gitProxy=", "core.attributesFile=/dev/null",
@@ -194,9 +199,10 @@ class Repo:
         self.path, self.branch = path, check_branch(branch)
         self.ref = f"refs/heads/{branch}"
         self.mirror = mirror_path(path)
-        proc = self.agent("rev-parse", "--absolute-git-dir", ok=(0, 128))
+        proc = self.agent("rev-parse", "--absolute-git-dir", "--path-format=absolute", "--git-common-dir", ok=(0, 128))
         if proc.returncode != 0:
             raise RepoMissing(f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]}).")
+        self.gitdir, self.common_dir = proc.stdout.decode("utf-8", "surrogateescape").splitlines()[:2]
 
     @classmethod
     def for_project(cls, project: Project) -> Repo:
@@ -219,13 +225,24 @@ class Repo:
             os.makedirs(root, mode=0o700, exist_ok=True)
             _git(root, "init", "--bare", "-q", os.path.basename(self.mirror))
         proc = self.git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-                        "--force", "--end-of-options", self.path, f"+{self.ref}:{self.ref}", ok=(0, 1, 128),
-                        also_safe=os.path.realpath(self.path))
+                        "--force", f"--upload-pack={self._upload_pack()}", "--end-of-options", self.path,
+                        f"+{self.ref}:{self.ref}", ok=(0, 1, 128))
         if proc.returncode != 0:
             self.agent_head()  # says "no branch" when that is why
             raise GitFailed(f"could not read {self.branch} of {self.path}: "
                             f"{proc.stderr.decode('utf-8', 'replace').strip()[-300:]}")
         return self.head()
+
+    def _upload_pack(self) -> str:
+        """The upload-pack the fetch starts in the agent's repository. git starts it with a clean slate
+        (GIT_CONFIG_PARAMETERS unset), so our -c overrides and environment do not reach it on their own:
+        they are given here, in the shell command git runs for a local repository."""
+        overrides = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "protocol.allow=never",
+                     "protocol.file.allow=always", f"safe.directory={os.path.realpath(self.gitdir)}",
+                     f"safe.directory={os.path.realpath(self.path)}"]
+        return " ".join(["GIT_ALLOW_PROTOCOL=", "GIT_NO_LAZY_FETCH=1", "GIT_NO_REPLACE_OBJECTS=1",
+                         "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "git",
+                         *(f"-c {shlex.quote(item)}" for item in overrides), "upload-pack"])
 
     def _head_of(self, run) -> str:
         proc = run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1, 128))
@@ -321,16 +338,24 @@ class Repo:
         return out[0] if out else None
 
     def worktrees_on_branch(self) -> list[str]:
-        """Work trees that have the branch checked out (their HEAD moves with it)."""
+        """Work trees that have the branch checked out (their HEAD moves with it) and really are this
+        repository's: the list comes from files the agent can write (.git/worktrees/*/gitdir), so a
+        work tree whose own .git does not lead back here (another repository's) is left out."""
         out = self.agent("worktree", "list", "--porcelain", "-z").stdout
         found, current = [], None
         for field in out.split(b"\x00"):
             text = field.decode("utf-8", "surrogateescape")
             if text.startswith("worktree "):
                 current = text[len("worktree "):]
-            elif text == f"branch {self.ref}" and current and os.path.isdir(current):
+            elif text == f"branch {self.ref}" and current and os.path.isdir(current) and self._ours(current):
                 found.append(current)
         return found
+
+    def _ours(self, worktree: str) -> bool:
+        proc = _git(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir", ok=(0, 128),
+                    also_safe=self.gitdir)
+        common = proc.stdout.decode("utf-8", "surrogateescape").strip()
+        return proc.returncode == 0 and os.path.realpath(common) == os.path.realpath(self.common_dir)
 
 
 def _blob_id(data: bytes, like: str) -> str:
@@ -339,33 +364,68 @@ def _blob_id(data: bytes, like: str) -> str:
     return digest(b"blob %d\x00" % len(data) + data).hexdigest()
 
 
-def _inside(worktree: str, path: str) -> str | None:
-    """The work tree file of `path`, or None when any part of the way is a symlink (or not a directory):
-    a rollback then writes nothing there (an agent could point the path anywhere)."""
-    current = os.path.realpath(worktree)
-    parts = path.split("/")
-    for part in parts[:-1]:
-        current = os.path.join(current, part)
-        if os.path.islink(current) or (os.path.exists(current) and not os.path.isdir(current)):
+class _Unsafe(Exception):
+    """A part of the way to the path is a symlink, not a directory, or not a regular file."""
+
+
+def _open_dir(worktree: str, parts: list[str], *, create: bool = False) -> int:
+    """A descriptor of the directory `parts` below `worktree`, each step opened with O_NOFOLLOW relative to
+    the last (so a symlink swapped in after a check is never followed); created when `create`."""
+    fd = os.open(os.path.realpath(worktree), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts:
+            try:
+                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except (NotADirectoryError, OSError) as exc:  # ELOOP: a symlink; ENOTDIR: a file
+                raise _Unsafe(part) from exc
+            os.close(fd)
+            fd = step
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_worktree_file(worktree: str, path: str) -> bytes | None:
+    """The file's bytes (None when it does not exist); _Unsafe when it is not a plain file reached
+    through plain directories."""
+    *dirs, name = path.split("/")
+    try:
+        dir_fd = _open_dir(worktree, dirs)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except FileNotFoundError:
             return None
-    full = os.path.join(current, parts[-1])
-    return None if os.path.islink(full) else full
+        except OSError as exc:
+            raise _Unsafe(name) from exc
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise _Unsafe(name)
+            return fh.read()
+    finally:
+        os.close(dir_fd)
 
 
 def _path_is_clean(repo: Repo, worktree: str, entry: Entry | None, path: str) -> bool:
     """No staged or unstaged change to `path` in the work tree against `entry` (the path at the branch
     head). Compared by blob ids computed here from the raw bytes and read from the index: `git diff`
-    would run the agent's clean filters and fsmonitor."""
-    full = _inside(worktree, path)
-    if full is None:
+    would run the agent's clean filters and fsmonitor. A symlink anywhere on the way is a change."""
+    try:
+        data = _read_worktree_file(worktree, path)
+    except _Unsafe:
         return False
-    staged = repo_index_oid(worktree, path, also_safe=repo.path)
+    staged = repo_index_oid(worktree, path, also_safe=repo.gitdir)
     if entry is None:
-        return staged is None and not os.path.lexists(full)
-    if staged != entry.oid or not os.path.isfile(full):
-        return False
-    with open(full, "rb") as fh:
-        return _blob_id(fh.read(), entry.oid) == entry.oid
+        return staged is None and data is None
+    return staged == entry.oid and data is not None and _blob_id(data, entry.oid) == entry.oid
 
 
 def repo_index_oid(worktree: str, path: str, *, also_safe: str = "") -> str | None:
@@ -399,19 +459,31 @@ def _drivers_disabled(worktree: str, *, also_safe: str) -> tuple[str, ...]:
 
 def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bool:
     """Put the committed bytes of `path` in the work tree and its index (what `git checkout <new> -- path`
-    did, without the agent's smudge filters, hooks or fsmonitor), never through a symlink."""
-    full = _inside(worktree, path)
-    if full is None:
-        return False
+    did, without the agent's smudge filters, hooks or fsmonitor). Written beside it under a new name and
+    moved into place within directories opened without following symlinks, so neither a symlink nor a
+    hard link planted at the path or on the way (even after the check) makes smrweb write elsewhere."""
     data = repo.agent("cat-file", "blob", entry.oid).stdout  # raw bytes: cat-file applies no filters
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    mode = 0o755 if entry.mode == "100755" else 0o644
-    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(full, mode)
-    _git(worktree, "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", also_safe=repo.path,
-         config=_drivers_disabled(worktree, also_safe=repo.path))
+    *dirs, name = path.split("/")
+    try:
+        dir_fd = _open_dir(worktree, dirs, create=True)
+    except _Unsafe:
+        return False
+    try:
+        spare = f".{name}.smrweb-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                os.fchmod(fh.fileno(), 0o755 if entry.mode == "100755" else 0o644)
+            os.replace(spare, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # a link at `name` is replaced, not followed
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spare, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
+    _git(worktree, "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", also_safe=repo.gitdir,
+         config=_drivers_disabled(worktree, also_safe=repo.gitdir))
     return True
 
 

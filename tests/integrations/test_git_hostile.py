@@ -203,3 +203,61 @@ def mallory_can_add(db):
     user = UserFactory(username="mallory")
     grant(user, "add_project")
     return user
+
+
+def test_a_symlink_or_hard_link_on_the_way_is_never_written_through(hproject, hostile, tmp_path):
+    """The check and the write are one walk of directories opened without following links, so a link
+    swapped in after the check (simulated here by planting it before the write) is not followed."""
+    do_sync(hproject)
+    repo = gitsource.Repo.for_project(hproject)
+    entry = repo.entry(hostile.c1, PATH)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "optimizer.py").write_text("precious\n")
+    real = hostile.repo / "submission"
+    real.rename(tmp_path / "moved-away")
+    real.symlink_to(outside)  # the directory on the way is now a link
+    assert gitsource._write_to_worktree(repo, str(hostile.repo), entry, PATH) is False
+    assert (outside / "optimizer.py").read_text() == "precious\n"
+    real.unlink()
+    (tmp_path / "moved-away").rename(real)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (hostile.repo / PATH).unlink()
+    os.link(victim, hostile.repo / PATH)  # a hard link at the path: replaced, never written through
+    assert gitsource._write_to_worktree(repo, str(hostile.repo), entry, PATH) is True
+    assert victim.read_text() == "precious\n" and (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"
+    assert hostile.ran() == ""
+
+
+def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(hproject, hostile, bob, tmp_path):
+    """The agent writes .git/worktrees/<name>/gitdir naming someone else's checkout of a branch main."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    git(victim, "init", "-q", "-b", "main")
+    commit(victim, {PATH: "class Optimizer:  # v3, broken\n"}, "theirs")
+    fake = hostile.repo / ".git" / "worktrees" / "fake"
+    fake.mkdir(parents=True)
+    (fake / "gitdir").write_text(f"{victim}/.git\n")
+    (fake / "HEAD").write_text("ref: refs/heads/main\n")
+    (fake / "commondir").write_text("../..\n")
+    assert str(victim) in git(hostile.repo, "worktree", "list", "--porcelain")  # git lists it
+    do_sync(hproject)
+    rollback = _rollback_to(hproject, bob, hostile.c1)
+    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert (victim / PATH).read_text() == "class Optimizer:  # v3, broken\n"  # theirs, untouched
+    assert git(victim, "status", "--porcelain") == ""
+    rollback.refresh_from_db()
+    assert str(victim) not in rollback.detail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the repository to another user")
+def test_a_repository_owned_by_another_user_is_still_read(hproject, hostile):
+    """git refuses a repository of another owner unless told it is safe: smrweb says so for the one
+    repository it was bound to, in the upload-pack of the mirror's fetch too."""
+    for root, dirs, files in os.walk(hostile.repo):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), 65534, 65534)
+    os.lchown(hostile.repo, 65534, 65534)
+    report = do_sync(hproject)
+    assert report.error == "" and report.synced == 1 and hostile.ran() == ""
