@@ -151,8 +151,9 @@ class Confinement:
         else:
             namespaces = ["--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
             drop = []
+        # The private /tmp first: a Python or validators installed under /tmp are bound on top of it.
         return [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
-                *binds, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+                "--perms", "1777", "--tmpfs", "/tmp", *binds, "--proc", "/proc", "--dev", "/dev",
                 "--bind", str(workdir), JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--",
                 *drop, *limits, *argv]
 
