@@ -261,3 +261,36 @@ def test_a_repository_owned_by_another_user_is_still_read(hproject, hostile):
     os.lchown(hostile.repo, 65534, 65534)
     report = do_sync(hproject)
     assert report.error == "" and report.synced == 1 and hostile.ran() == ""
+
+
+def test_a_partial_clone_cannot_make_the_fetch_run_its_promisor_program(tmp_path, alice, monkeypatch):
+    """An agent repository that is a partial clone lacks old blobs; upload-pack serving the mirror's fetch
+    would fetch them lazily from the promisor remote, running `remote.origin.uploadpack`. smrweb starts
+    upload-pack with lazy fetching off whatever the worker's environment says (here: on)."""
+    origin, agent, marker = tmp_path / "origin.git", tmp_path / "agent", tmp_path / "LAZY-FETCH-RAN"
+    git(tmp_path, "init", "-q", "-b", "main", "--bare", str(origin))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(origin), str(work))
+    commit(work, {PATH: "class Optimizer:  # v1\n"}, "v1")
+    commit(work, {PATH: "class Optimizer:  # v2\n"}, "v2")
+    git(work, "push", "-q", "origin", "main")
+    git(origin, "config", "uploadpack.allowFilter", "true")
+    git(tmp_path, "clone", "-q", "--filter=blob:none", "--no-local", f"file://{origin}", str(agent))
+    evil = evil_program(tmp_path / "uploadpack", marker, "lazy fetch")
+    (tmp_path / "uploadpack").write_text(f"#!/bin/sh\necho ran >> '{marker}'\nexec git-upload-pack \"$@\"\n")
+    git(agent, "config", "remote.origin.uploadpack", evil)
+    real_env = gitsource._env
+    monkeypatch.setattr(gitsource, "_env", lambda **extra: {**real_env(**extra), "GIT_NO_LAZY_FETCH": "0"})
+    scenario = services.create_scenario(key="opt", name="opt", artifact_path=PATH)
+    project = admin_project("partial", scenario=scenario, source="git", git_repo_path=str(agent), git_branch="main",
+                            by=alice)
+    report = do_sync(project)
+    assert not marker.exists()
+    assert report.error.startswith("git: could not read main")  # the old blob is missing: said, not fetched
+
+    # The same fetch by plain git (lazy fetching on) runs the agent's program: the trap was live.
+    plain_mirror = tmp_path / "plain.git"
+    git(tmp_path, "init", "-q", "--bare", str(plain_mirror))
+    subprocess.run(["git", "-C", str(plain_mirror), "fetch", "-q", str(agent), "+refs/heads/main:refs/heads/main"],
+                   env={**GIT_ENV, "GIT_NO_LAZY_FETCH": "0"}, capture_output=True, timeout=60)
+    assert marker.exists()
