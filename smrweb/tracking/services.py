@@ -939,7 +939,8 @@ def record_source_failure(project: Project, *, kind: str, message: str, retry_in
     now = timezone.now()
     with transaction.atomic():
         health = SourceHealth.objects.select_for_update().get(project=project)
-        health.last_error_at, health.last_error, health.last_error_kind = now, message[:2000], kind
+        # A source's own words (git's stderr, a backend's body) may hold NUL, which PostgreSQL text cannot.
+        health.last_error_at, health.last_error, health.last_error_kind = now, message[:2000].replace("\x00", "\ufffd"), kind
         health.consecutive_failures += 1
         health.next_attempt_at = now + timedelta(seconds=retry_in)
         health.save()

@@ -169,3 +169,12 @@ def test_the_service_is_the_one_home_of_the_rule(mallory, db):
     with pytest.raises(NotAllowed):
         services.create_project("x", source=SourceKind.GIT, git_repo_path="/tmp/r", git_branch="main", by=mallory)
     assert services.create_project("x", by=mallory).slug == "x"
+
+
+def test_a_source_error_holding_nul_is_recorded(project):
+    """git's stderr carried a NUL (the pack protocol's) into source health: PostgreSQL refused the row."""
+    services.create_project("polled", source=SourceKind.SMR, smr_project_id="nul")
+    polled = Project.objects.get(slug="polled")
+    services.claim_source_lease(polled, owner="t", seconds=5)
+    services.record_source_failure(polled, kind="git", message="fatal: bad pack header\x00\x01", retry_in=1)
+    assert SourceHealth.objects.get(project=polled).last_error == "fatal: bad pack header\ufffd\x01"
