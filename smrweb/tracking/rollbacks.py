@@ -106,12 +106,17 @@ def start_attempt(rollback_id: int) -> Rollback | None:
     return rollback
 
 
+def _printable(text: str) -> str:
+    """A source's own words (git's stderr) may hold NUL, which PostgreSQL text and JSON cannot."""
+    return text.replace("\x00", "\ufffd")
+
+
 def note_attempt(rollback_id: int, line: str) -> None:
     """Append what one attempt got back (kept for the person watching and for the audit)."""
     with transaction.atomic():
         rollback = Rollback.objects.select_for_update(of=("self",)).get(pk=rollback_id)
         stamp = timezone.now().strftime("%H:%M:%S")
-        rollback.detail = (rollback.detail + f"\n[{stamp}] {line}").strip()[-10_000:]
+        rollback.detail = (rollback.detail + f"\n[{stamp}] {_printable(line)}").strip()[-10_000:]
         rollback.save(update_fields=["detail", "updated"])
 
 
@@ -123,6 +128,7 @@ def finish(rollback_id: int, *, ok: bool, detail: str) -> Rollback | None:
         rollback.status = R.APPLIED if ok else R.FAILED
         rollback.finished_at = timezone.now()
         stamp = rollback.finished_at.strftime("%H:%M:%S")
+        detail = _printable(detail)
         rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
         rollback.save()
         record_audit(None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500])

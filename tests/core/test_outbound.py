@@ -266,3 +266,16 @@ def test_a_projects_own_smr_backend_goes_through_the_guard(db, start_sim, guard_
     assert sum(sim.stats.requests.values()) == before
     health = SourceHealth.objects.get(project=bound)
     assert health.last_error_kind == "blocked" and "is a loopback address" in health.last_error
+
+
+def test_a_rollback_detail_holding_nul_is_recorded(bob, project, service):
+    """A source's words with NUL (git's stderr from a broken pack) in a rollback's detail and audit."""
+    from smrweb.tracking.models import AuditEvent
+
+    rollback = _rollback_for(project, bob, service.url())
+    rollbacks.start_attempt(rollback.pk)
+    rollbacks.note_attempt(rollback.pk, "git: bad pack header\x00 retrying")
+    rollbacks.finish(rollback.pk, ok=False, detail="git: bad pack header\x00 giving up")
+    rollback.refresh_from_db()
+    assert "\x00" not in rollback.detail and "bad pack header\ufffd giving up" in rollback.detail
+    assert AuditEvent.objects.filter(verb="rollback.failed", object_id=str(rollback.pk)).exists()
