@@ -175,8 +175,9 @@ def test_a_killed_worker_takes_its_validator_along_and_the_next_one_removes_its_
     worker = subprocess.Popen([sys.executable, "-c", WORKER, sleep_for], env=env, stdout=subprocess.PIPE,
                               cwd=settings.BASE_DIR)
     assert worker.stdout.readline().strip() == b"started"
+    running = f"sleep {sleep_for}"  # the validator (and its bwrap), not the worker, whose argv holds sleep_for too
     deadline = time.monotonic() + 20
-    while not any(sleep_for in _cmdline(pid) for pid in _pids()):
+    while not any(running in _cmdline(pid) for pid in _pids()):
         assert time.monotonic() < deadline, "the validator never started"
         time.sleep(0.1)
     workdirs = list(tmp_path.glob("smrweb-validate-*"))
@@ -184,7 +185,7 @@ def test_a_killed_worker_takes_its_validator_along_and_the_next_one_removes_its_
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     deadline = time.monotonic() + 10
-    while any(sleep_for in _cmdline(pid) for pid in _pids()):
+    while any(running in _cmdline(pid) for pid in _pids()):
         assert time.monotonic() < deadline, "the validator outlived its worker"
         time.sleep(0.1)
     assert sandbox.remove_stale_workdirs(str(tmp_path)) == [str(workdirs[0])]
