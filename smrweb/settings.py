@@ -410,6 +410,16 @@ SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
 SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
 SMR_RETRY_AFTER_MAX = env.float("SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0)  # trust a server's hint up to this
 SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
+# What one sync cycle reads (docs/smr.md#cost-per-cycle): runs per list page (the spec's maximum), the
+# newest runtime messages asked for first (widened when a gap shows), and how many usage entries a live
+# run's timeline may re-download per cycle on average — the whole list comes in one answer, so a long
+# run's timeline is refreshed less often while its totals (typed aggregates) stay current every cycle.
+SMR_RUNS_PAGE = env.int("SMRWEB_SMR_RUNS_PAGE", default=200)
+SMR_FULL_LIST_EVERY = env.float("SMRWEB_SMR_FULL_LIST_EVERY", default=300.0)  # seconds between whole run-list walks
+SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=50)
+SMR_MESSAGE_WINDOW_MAX = env.int("SMRWEB_SMR_MESSAGE_WINDOW_MAX", default=1000)  # the spec's maximum
+SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=300)
+SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 
 LOGGING = {
     "version": 1,

@@ -95,15 +95,32 @@ class RunSnapshot:
     terminal_outcome: str = ""
     failure: Failure | None = None
     started_at: datetime | None = None
+    created_at: datetime | None = None
     finished_at: datetime | None = None
     requested_profile: str = ""
     actual_profile: str = ""
     budget_usd: Decimal | None = None
+    # Requested vs resolved profile per role (and per actor where the source lists them).
+    actor_profiles: tuple[dict[str, str], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def is_terminal(self) -> bool:
         return self.state in {"done", "failed", "stopped", "canceled"}
+
+
+@dataclass
+class SpendReading:
+    """One cycle's look at a run's spend: the source's own totals (`spend`, a smr_usage.SourceSpend),
+    the new turns read from its usage entries, and how those entries read (None: not re-read this cycle,
+    the timeline is as of `timeline_as_of`)."""
+
+    turns: list[dict]
+    spend: Any
+    entries: Any
+    timeline_as_of: datetime | None
+    timeline_current: bool
+    cursor: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -122,16 +139,16 @@ class Connector(Protocol):
     """Reads come one kind of data per call, each returning ingest-contract events and the cursor
     values to save once they are applied."""
 
-    def list_runs(self) -> list[RunSnapshot]: ...
+    def list_runs(self, *, known: set[str], live: set[str], full: bool) -> list[RunSnapshot]: ...
 
-    def fetch_turns(self, external_id: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
+    def fetch_spend(self, external_id: str, cursor: dict[str, Any], *, final: bool = False) -> SpendReading: ...
 
-    def fetch_meters(self, external_id: str) -> tuple[Decimal, Decimal]: ...
+    def declared_metrics(self) -> dict[str, str]: ...
 
     def fetch_artifacts(self, external_id: str) -> list[ArtifactRef]: ...
 
-    def fetch_results(self, external_id: str, artifacts: list[ArtifactRef],
-                      cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
+    def fetch_results(self, external_id: str, artifacts: list[ArtifactRef], cursor: dict[str, Any],
+                      *, created_at: datetime | None = None) -> tuple[list[dict], dict[str, Any]]: ...
 
     def fetch_checkpoints(self, external_id: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]: ...
 

@@ -1,13 +1,21 @@
 """The Managed Research (SMR) connector, on the real `managed-research` SDK.
 
 Which SDK call feeds what (field conventions in docs/smr.md):
-  runs.list(pid)                 → run snapshots: state, live phase, failure, profiles, budget
-  runs.get_usage(rid)            → `entries` with meter_kind "inference" → agent turns
-  runs.cost_summary(rid)         → the billed total and the non-inference meters (sandbox time…)
+  runs.list(pid, cursor=…)       → run snapshots, page by page (newest first); runs/active for live runs
+                                   older than the pages walked; runs.get for a live run that left both
+  runs.cost_summary(rid)         → the billed total, per meter (typed): every cycle, and the gate below
+  runs.get_actor_usage(rid)      → per-actor billed cents and tokens: the source's driver/child split
+  runs.get_usage(rid)            → typed totals (tokens, cost) and free-form `entries` → agent turns,
+                                   read tolerantly (sources/smr_usage.py); re-downloaded only when the
+                                   cost changed, and for long runs at most SMR_USAGE_ENTRIES_PER_CYCLE
+                                   entries per cycle on average
   runs.artifact_manifest(rid)    → artifacts with their digests; bytes via get_artifact_content
   runs.list_checkpoints(rid)     → checkpoints with their failure reasons
-  list_project_run_runtime_messages(pid, rid) → runtime messages, the kickoff included
-  GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle) → metric points, scores
+  list_project_run_runtime_messages(pid, rid, limit=…) → runtime messages: a small newest window,
+                                   widened when it does not reach back to the last one seen
+  GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle, newest N of the
+  project) → metric points, scores; per experiment (…/experiments/{eid}/results) for a run the
+  window does not reach back to
   runs.stop / runs.restore_checkpoint → actions
 
 The SDK never retries and drops Retry-After; its parsers raise ValueError on bad shapes. Every
@@ -17,12 +25,17 @@ call goes through `_call`, which turns all of that into `sources.base` errors wi
 from __future__ import annotations
 
 import base64
+import hashlib
+import math
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from datetime import timedelta
+
 import httpx
 from django.conf import settings
+from django.utils import timezone
 from managed_research import ManagedResearchClient
 from managed_research.errors import SmrApiError
 
@@ -40,12 +53,15 @@ from smrweb.sources.base import (
     RunSnapshot,
     ServerError,
     SourceError,
+    SpendReading,
     TimedOut,
     Unreachable,
 )
+from smrweb.sources.smr_usage import read_entries, read_spend
 from smrweb.tracking.models import ArtifactKind, Project
 
 PICO = Decimal(10) ** 12
+USAGE_MARGIN = timedelta(minutes=10)  # entries recorded this late after their own time are still read
 _warm_backends: set[str] = set()  # backends this process has already reached once
 
 
@@ -123,6 +139,39 @@ def _sha256(digest: str | None) -> str:
     return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else ""
 
 
+def _fingerprint(summary, actors) -> str:
+    """What changes whenever the run spends anything: its billed amounts and quantities per meter, and
+    each actor's event count (a usage entry at no cost still moves these)."""
+    parts = [summary.total_pico_usd, summary.total_cents, summary.total_usd,
+             *[(m.meter_kind, m.billed_amount_pico_usd, m.billed_amount_cents, m.quantity) for m in summary.by_meter]]
+    if actors is not None:
+        parts += [(a.actor_id, a.event_count, a.billed_amount_cents) for a in actors.actors]
+    return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
+
+
+def _actor_profiles(row: dict[str, Any]) -> tuple[dict[str, str], ...]:
+    """Requested vs resolved profile of each role and, where the run lists them, of each actor."""
+    found: list[dict[str, str]] = []
+    roles = row.get("roles") if isinstance(row.get("roles"), dict) else {}
+    for role, spec in sorted(roles.items()):
+        if isinstance(spec, dict) and (spec.get("requested_profile_id") or spec.get("resolved_profile_id")):
+            found.append({"actor": "", "role": str(role)[:100],
+                          "requested": str(spec.get("requested_profile_id") or "")[:200],
+                          "actual": str(spec.get("resolved_profile_id") or "")[:200]})
+    listed = [*(row.get("actors") or []), *(roles.get("workers") or [] if isinstance(roles.get("workers"), list) else [])] \
+        if isinstance(row.get("actors") or [], list) else []
+    for actor in listed:
+        if not isinstance(actor, dict):
+            continue
+        requested = actor.get("requested_profile_id") or actor.get("requested_model")
+        actual = actor.get("resolved_profile_id") or actor.get("resolved_model") or actor.get("actual_model")
+        if requested or actual:
+            found.append({"actor": str(actor.get("actor_id") or actor.get("id") or "")[:200],
+                          "role": str(actor.get("role") or actor.get("participant_role") or "")[:100],
+                          "requested": str(requested or "")[:200], "actual": str(actual or "")[:200]})
+    return tuple(found[:200])
+
+
 ARTIFACT_KINDS = {"submission": ArtifactKind.FILE, "model": ArtifactKind.ONNX_MODEL, "log": ArtifactKind.LOG,
                   "archive": ArtifactKind.ARCHIVE}
 
@@ -145,21 +194,61 @@ class SmrConnector:
             sdk_http.client = outbound.client(timeout=timeout, base_url=sdk_http.client.base_url,
                                               headers=sdk_http.client.headers)
         self._results_by_run: dict[str, list[dict]] | None = None
+        self._results_oldest: str | None = None
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
 
     # --- reads --------------------------------------------------------------------------------
 
-    def list_runs(self) -> list[RunSnapshot]:
-        rows = _call("list runs", self.client.runs.list, self.pid, limit=200)
+    def check(self) -> None:
+        """One cheap request that proves the address, the key and the project id (creation, settings)."""
+        _call("list runs", self.client.runs.list, self.pid, limit=1)
         self._mark_warm()
-        snapshots = []
-        for row in rows:
-            if not isinstance(row, dict) or not row.get("run_id") or not row.get("state"):
-                raise Malformed("list runs: a run without run_id or state")
-            snapshots.append(self._snapshot(row))
-        return snapshots
+
+    def list_runs(self, *, known: set[str] = frozenset(), live: set[str] = frozenset(),
+                  full: bool = True) -> list[RunSnapshot]:
+        """The runs worth looking at this cycle.
+
+        Pages newest first through the run list's cursor. Unless `full`, the walk stops at the first page
+        holding a run smrweb already knows (everything older was seen by an earlier walk); live runs
+        older than that come from runs/active, and a run smrweb holds as live that is in neither has
+        just ended and is read on its own. A full walk (every SMR_FULL_LIST_EVERY) sees every run."""
+        page_size = max(1, min(settings.SMR_RUNS_PAGE, 200))
+        rows: dict[str, dict] = {}
+        cursor: str | None = None
+        seen_cursors: set[str] = set()
+        while True:
+            page = _call("list runs", self.client.runs.list, self.pid, limit=page_size, cursor=cursor)
+            self._mark_warm()
+            for row in page:
+                self._check_row(row, "list runs")
+                rows.setdefault(str(row["run_id"]), row)
+            if len(page) < page_size or (not full and any(str(r["run_id"]) in known for r in page)):
+                break
+            last = page[-1]
+            cursor = f"{last.get('created_at') or ''}|{last['run_id']}" if last.get("created_at") else str(last["run_id"])
+            if cursor in seen_cursors:
+                raise Malformed("list runs: the cursor did not advance")
+            seen_cursors.add(cursor)
+        missing = set(live) - rows.keys()
+        if missing and not full:
+            for row in _call("active runs", self.client.runs.list_active, self.pid):
+                self._check_row(row, "active runs")
+                rows.setdefault(str(row["run_id"]), row)
+            for rid in sorted(set(live) - rows.keys()):  # ended since the last cycle (or gone)
+                try:
+                    row = _call("get run", self.client.get_run, rid, project_id=self.pid)
+                except RunGone:
+                    continue
+                self._check_row(row, "get run")
+                rows[str(row["run_id"])] = row
+        return [self._snapshot(row) for row in rows.values()]
+
+    @staticmethod
+    def _check_row(row: Any, what: str) -> None:
+        if not isinstance(row, dict) or not row.get("run_id") or not row.get("state"):
+            raise Malformed(f"{what}: a run without run_id or state")
 
     def _snapshot(self, row: dict[str, Any]) -> RunSnapshot:
         lifecycle = row.get("lifecycle") if isinstance(row.get("lifecycle"), dict) else {}
@@ -180,52 +269,119 @@ class SmrConnector:
                 source=str(failure.get("source") or ""),
             ) if failure else None,
             started_at=_when(row.get("started_at")),
+            created_at=_when(row.get("created_at")),
             finished_at=_when(row.get("finished_at")),
             requested_profile=str(orchestrator.get("requested_profile_id") or ""),
             actual_profile=str(orchestrator.get("resolved_profile_id") or ""),
-            budget_usd=Decimal(str(budget)) if isinstance(budget, (int, float)) else None,
+            budget_usd=Decimal(str(budget)) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else None,
+            actor_profiles=_actor_profiles(row),
             raw=row,
         )
 
-    # One method per kind of data, each one request: a sync applies each as soon as it arrives, so a
-    # fault in one request costs only that kind's news, not the whole run's.
+    # One method per kind of data: a sync applies each as soon as it arrives, so a fault in one request
+    # costs only that kind's news, not the whole run's.
 
-    def fetch_turns(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+    def fetch_spend(self, rid: str, cursor: dict[str, Any], *, final: bool = False) -> SpendReading:
+        """The run's spend from the source's typed aggregates, and its new turns from usage entries.
+
+        cost_summary and per-actor usage are small and asked every cycle; the usage list (every entry
+        in one answer) only when the cost changed since it was last read, and for a long live run at
+        most SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average — its totals stay current, its
+        timeline catches up. `final`: the run has ended, read everything once more."""
+        summary = _call("cost summary", self.client.runs.cost_summary, rid)
+        try:
+            actors = _call("actor usage", self.client.runs.get_actor_usage, rid, project_id=self.pid)
+        except RunGone:  # a backend without per-actor usage: the split then comes from the turns only
+            actors = None
+        fingerprint = _fingerprint(summary, actors)
+        new_cursor: dict[str, Any] = {"spend_fp": fingerprint}
+        now = timezone.now()
+        last_read = _when(cursor.get("entries_at"))
+        entries_seen = int(cursor.get("entries_n") or 0)
+        spacing = settings.SMR_ACTIVE_INTERVAL * entries_seen / max(1, settings.SMR_USAGE_ENTRIES_PER_CYCLE)
+        changed = fingerprint != cursor.get("entries_fp")
+        due = last_read is None or final or (changed and (now - last_read).total_seconds() >= spacing * 0.9)
+        if not due:
+            spend = read_spend(None, summary, actors)
+            if spend.tokens_in is None and cursor.get("source_tokens") is not None:
+                spend.tokens_in, spend.tokens_out = cursor["source_tokens"]  # as of the last usage read
+            return SpendReading(turns=[], spend=spend, entries=None, timeline_as_of=last_read,
+                                timeline_current=not changed, cursor=new_cursor)
         usage = _call("usage", self.client.runs.get_usage, rid)
-        new_cursor: dict[str, Any] = {}
-        return self._turns(usage.entries, cursor, new_cursor), new_cursor
-
-    def fetch_meters(self, rid: str) -> tuple[Decimal, Decimal]:
-        """(other meters, billed total) in USD: sandbox time and the like apart from inference."""
-        cost = _call("cost summary", self.client.runs.cost_summary, rid)
-        other = sum((Decimal(m.billed_amount_pico_usd) for m in cost.by_meter if m.meter_kind != "inference"),
-                    Decimal(0)) / PICO
-        total = Decimal(cost.total_pico_usd) / PICO if cost.total_pico_usd else Decimal(cost.total_cents) / 100
-        return other.quantize(Decimal("0.000001")), total.quantize(Decimal("0.000001"))
+        reading = read_entries(usage.entries)
+        spend = read_spend(usage, summary, actors)
+        mark = _when(cursor.get("usage_ts"))
+        # Entries may be recorded late: re-send a margin before the mark (their ids make repeats no-ops).
+        since = mark - USAGE_MARGIN if mark else None
+        fresh = [t for t in reading.turns if since is None or _when(t["ts"]) >= since]
+        stamps = [_when(t["ts"]) for t in reading.turns]
+        if stamps:
+            new_cursor["usage_ts"] = max([*stamps, *([mark] if mark else [])]).isoformat()
+        new_cursor.update(entries_at=now.isoformat(), entries_n=len(usage.entries), entries_fp=fingerprint,
+                          source_tokens=[spend.tokens_in, spend.tokens_out])
+        return SpendReading(turns=fresh, spend=spend, entries=reading, timeline_as_of=now, timeline_current=True,
+                            cursor=new_cursor)
 
     def fetch_artifacts(self, rid: str) -> list[ArtifactRef]:
         manifest = _call("artifact manifest", self.client.runs.artifact_manifest, rid, project_id=self.pid)
         return self._artifacts(manifest)
 
-    def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any]) -> tuple[list[dict], dict]:
+    def declared_metrics(self) -> dict[str, str]:
+        """The metrics this cycle's experiment results declare, with their direction."""
+        declared: dict[str, str] = {}
+        for rows in self._project_results()[0].values():
+            for r in rows:
+                if isinstance(r.get("metric"), str) and r["metric"]:
+                    declared.setdefault(r["metric"], str(r.get("metric_direction") or "higher_is_better"))
+        return declared
+
+    def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any],
+                      *, created_at: datetime | None = None) -> tuple[list[dict], dict]:
+        by_run, oldest = self._project_results()
+        mine = list(by_run.get(rid, []))
+        mark = cursor.get("results")
+        # The window holds the project's newest N results: a run whose last seen result is older than
+        # the window's oldest (or that has none yet but is older itself) may have results outside it.
+        if oldest is not None and (mark is None or str(mark) < oldest) and (
+                mark is not None or created_at is None or _iso(created_at) < oldest or mine):
+            ids = {str(r.get("result_id")) for r in mine}
+            mine += [r for r in self._run_results(rid, since=str(mark) if mark else None)
+                     if str(r.get("result_id")) not in ids]
         new_cursor: dict[str, Any] = {}
-        mine = self._project_results().get(rid, [])
         return self._results(mine, artifacts, cursor, new_cursor), new_cursor
 
-    def _project_results(self) -> dict[str, list[dict]]:
-        """The project's newest results, fetched once per connector (one sync cycle) and split by run:
-        the endpoint has no run filter, so one request serves every run of the cycle."""
+    def _project_results(self) -> tuple[dict[str, list[dict]], str | None]:
+        """The project's newest results, fetched once per connector (one sync cycle) and split by run,
+        with the oldest time in the window when it was full (None: the window holds every result)."""
         if self._results_by_run is None:
+            limit = max(1, min(settings.SMR_RESULTS_WINDOW, 500))
             results = _call("experiment results", self.client._request_json, "GET",
-                            f"/smr/projects/{self.pid}/experiment-results", params={"limit": 500})  # the spec's cap
+                            f"/smr/projects/{self.pid}/experiment-results", params={"limit": limit})
             if not isinstance(results, list):
                 raise Malformed("experiment results: expected a list")
             by_run: dict[str, list[dict]] = {}
             for r in results:
                 if isinstance(r, dict) and r.get("run_id"):
                     by_run.setdefault(str(r["run_id"]), []).append(r)
+            stamps = [str(r.get("created_at") or "") for r in results if isinstance(r, dict)]
             self._results_by_run = by_run
-        return self._results_by_run
+            self._results_oldest = min(stamps) if len(results) >= limit and stamps else None
+        return self._results_by_run, self._results_oldest
+
+    def _run_results(self, rid: str, *, since: str | None) -> list[dict]:
+        """Every result of one run's experiments (those created since `since`), one request each."""
+        experiments = _call("experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500)
+        rows: list[dict] = []
+        for experiment in experiments if isinstance(experiments, list) else []:
+            eid = experiment.get("experiment_id") if isinstance(experiment, dict) else None
+            if not eid or (since and str(experiment.get("updated_at") or experiment.get("created_at") or "") < since):
+                continue
+            answer = _call("experiment results", self.client._request_json, "GET",
+                           f"/smr/projects/{self.pid}/experiments/{eid}/results", params={"limit": 500})
+            if not isinstance(answer, list):
+                raise Malformed("experiment results: expected a list")
+            rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
+        return rows
 
     def fetch_checkpoints(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
         checkpoints = _call("checkpoints", self.client.runs.list_checkpoints, rid, project_id=self.pid)
@@ -233,9 +389,26 @@ class SmrConnector:
         return self._checkpoints(checkpoints, cursor, new_cursor), new_cursor
 
     def fetch_messages(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
-        messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid, limit=1000)
+        """New runtime messages. The endpoint answers the newest `limit`: ask a small window, and a
+        wider one when the window does not reach back to the last message seen; what even the widest
+        window cannot reach is counted (`messages_missed`), not silently skipped."""
+        mark = cursor.get("message_seq")
+        limit = max(1, settings.SMR_MESSAGE_WINDOW)
+        widest = max(limit, settings.SMR_MESSAGE_WINDOW_MAX)
+        while True:
+            messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid,
+                             limit=limit)
+            seqs = [m["seq"] for m in messages if isinstance(m.get("seq"), int)]
+            reaches = len(messages) < limit or (mark is not None and seqs and min(seqs) <= mark + 1)
+            if reaches or limit >= widest:
+                break
+            limit = widest
         self._mark_warm()
         new_cursor: dict[str, Any] = {}
+        if not reaches and seqs:
+            gap = min(seqs) - (mark + 1 if mark is not None else 1)
+            if gap > 0:
+                new_cursor["messages_missed"] = int(cursor.get("messages_missed") or 0) + gap
         return self._messages(messages, cursor, new_cursor), new_cursor
 
     @staticmethod
@@ -249,26 +422,6 @@ class SmrConnector:
             new_cursor[name] = max([*marks, *([mark] if mark is not None else [])])
         return fresh
 
-    def _turns(self, entries: list[dict], cursor: dict, new_cursor: dict) -> list[dict]:
-        inference = [e for e in entries if str(e.get("meter_kind") or "inference") == "inference"]
-        events = []
-        for e in self._since(inference, lambda e: str(e.get("created_at") or ""), cursor, "usage", new_cursor):
-            if not e.get("entry_id"):
-                raise Malformed("usage: an entry without entry_id")
-            parent = e.get("parent_actor_id")
-            events.append({
-                "id": f"usage:{e['entry_id']}", "type": "agent.turn", "ts": e.get("created_at"),
-                "turn": int(e.get("turn_index") or 0), "actor": str(e.get("actor_id") or "orchestrator"),
-                "parent_actor": str(parent) if parent else None,
-                "kind": "driver_inference" if e.get("actor_role") == "orchestrator" or not parent else "child_work",
-                "model": str(e.get("model") or ""),
-                "tokens_in": int(e.get("input_tokens") or 0), "tokens_out": int(e.get("output_tokens") or 0),
-                "cost_usd": float(Decimal(int(e.get("cost_pico_usd") or 0)) / PICO),
-                "tool_calls": [str(t) for t in e.get("tool_calls") or []],
-                "duration_ms": int(e["duration_ms"]) if e.get("duration_ms") is not None else None,
-            })
-        return events
-
     def _results(self, results: list[dict], artifacts: list[ArtifactRef], cursor: dict,
                  new_cursor: dict) -> list[dict]:
         ordered = sorted(results, key=lambda r: (str(r.get("created_at") or ""), str(r.get("result_id") or "")))
@@ -277,8 +430,14 @@ class SmrConnector:
         events = []
         for r in self._since(ordered, lambda r: str(r.get("created_at") or ""), cursor, "results", new_cursor):
             rid, metric, value = str(r.get("result_id") or ""), str(r.get("metric") or ""), r.get("value")
-            if not rid or not metric or not isinstance(value, (int, float)):
-                raise Malformed("experiment results: a result without result_id, metric or value")
+            if not rid or not metric or isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value):
+                # Counted (once: ties at the mark come again) and shown on the run page; the rest arrive.
+                if cursor.get("results") is not None and str(r.get("created_at") or "") <= cursor["results"]:
+                    continue
+                new_cursor["results_unreadable"] = int(new_cursor.get("results_unreadable",
+                                                                      cursor.get("results_unreadable") or 0)) + 1
+                continue
             # The step is the result's time in milliseconds: stable whatever window of results a poll
             # sees (the endpoint returns only the newest 500 of the whole project).
             created = _when(r.get("created_at"))

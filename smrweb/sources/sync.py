@@ -13,14 +13,19 @@ import logging
 import random
 from dataclasses import dataclass
 
+from decimal import Decimal
+
 from django.conf import settings
+from django.db.models import Count, Sum
+from django.utils import timezone
 
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.smr import connector_for
+from smrweb.sources.smr_usage import reconcile
 from smrweb.tracking import services
 from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, InvalidEvents, StorageQuotaExceeded
 from smrweb.tracking.events import MAX_EVENTS, parse_events
-from smrweb.tracking.models import Project, Run, RunState, SourceHealth, SourceKind
+from smrweb.tracking.models import TERMINAL_STATES, Project, Run, RunState, SourceHealth, SourceKind
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +56,21 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
         return report
     try:
         errors: list[SourceError] = []
+        known = {r.external_id: r for r in Run.objects.filter(project=project)}
+        health = services.source_health(project)
+        full = health.full_list_at is None or (
+            timezone.now() - health.full_list_at).total_seconds() >= settings.SMR_FULL_LIST_EVERY
         try:
             connector = connector or connector_for(project)
-            snapshots = connector.list_runs()
+            snapshots = connector.list_runs(known=set(known), live={k for k, r in known.items() if not r.is_terminal},
+                                            full=full)
+            if full:
+                services.record_full_listing(project)
+            project = _adopt_metric(project, connector)
         except SourceError as exc:
             errors.append(exc)
             snapshots = []
         report.listed = len(snapshots)
-        known = {r.external_id: r for r in Run.objects.filter(project=project)}
         for snapshot in snapshots:
             run = known.get(snapshot.external_id)
             if run is not None and snapshot.is_terminal and run.is_terminal and run.source_updated_at == snapshot.updated_at:
@@ -76,11 +88,52 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
             log.warning("sync of %s: %d fault(s), first %s: %s", project.slug, len(errors), first.kind, first)
         else:
             active = sum(not s.is_terminal for s in snapshots)
+            if not full:  # an incremental listing holds only new and live runs: count every live one
+                active = Run.objects.filter(project=project).exclude(state__in=TERMINAL_STATES).count()
             interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
-            services.record_source_success(project, active_runs=active, next_in=interval)
+            services.record_source_success(project, active_runs=active, next_in=interval,
+                                           warning=data_warning(project))
     finally:
         services.release_source_lease(project, owner=owner)
     return report
+
+
+def _adopt_metric(project: Project, connector: Connector) -> Project:
+    """An SMR project that listens to its experiments (`score_metric: auto`) takes the metric and
+    direction they declare; with several, it waits for an admin to pick one (the project page asks)."""
+    if not project.source_settings.get("score_metric"):
+        return project  # an admin chose the scenario
+    declared = connector.declared_metrics()
+    if declared:
+        project = services.note_declared_metrics(project, declared)
+        if hasattr(connector, "project"):
+            connector.project = project
+    return project
+
+
+def data_warning(project: Project) -> str:
+    """What source health says about data a sync could not fully read ("" when it read everything)."""
+    runs = Run.objects.filter(project=project)
+    unreadable = runs.filter(entries_unreadable__gt=0)
+    unaccounted = runs.filter(spend_unaccounted=True).exclude(pk__in=unreadable.values("pk"))
+    parts = []
+    counts = unreadable.aggregate(n=Sum("entries_unreadable"), runs=Count("pk"))
+    if counts["n"]:
+        example = next((r.source_spend.get("entries", {}).get("example", "")
+                        for r in unreadable.only("source_spend")[:1]), "")
+        parts.append(f"{counts['n']} usage entr{'y' if counts['n'] == 1 else 'ies'} in {counts['runs']} "
+                     f"run{'s' if counts['runs'] != 1 else ''} not understood" + (f", e.g. {example}" if example else ""))
+    lagging = [r for r in unaccounted.only("source_spend", "external_id")[:200]
+               if (r.source_spend or {}).get("timeline_current", True)]
+    if lagging:
+        parts.append(f"{len(lagging)} run{'s' if len(lagging) != 1 else ''} whose turns do not add up to the "
+                     f"source's totals (e.g. {lagging[0].external_id})")
+    missed = [r.external_id for r in runs.only("source_cursor", "external_id")
+              if (r.source_cursor or {}).get("messages_missed") or (r.source_cursor or {}).get("results_unreadable")]
+    if missed:
+        parts.append(f"{len(missed)} run{'s' if len(missed) != 1 else ''} with runtime messages or results that "
+                     f"could not be read (e.g. {missed[0]})")
+    return "; ".join(parts)
 
 
 def _backoff(project: Project, errors: list[SourceError]) -> float:
@@ -116,18 +169,43 @@ def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, r
     services.record_poll(
         project, rid, live_phase=snapshot.live_phase[:100], terminal_outcome=snapshot.terminal_outcome[:50],
         requested_profile=snapshot.requested_profile[:200], actual_profile=snapshot.actual_profile[:200],
-        budget_usd=snapshot.budget_usd,
+        budget_usd=snapshot.budget_usd, actor_profiles=list(snapshot.actor_profiles),
     )
-    apply(*connector.fetch_turns(rid, cursor))
-    other, total = connector.fetch_meters(rid)
-    services.record_poll(project, rid, other_meters_usd=other, source_total_usd=total)
+    reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
+    apply(reading.turns, {})
+    _record_spend(project, rid, reading, cursor)
     artifacts = connector.fetch_artifacts(rid)
     _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
-    apply(*connector.fetch_results(rid, artifacts, cursor))
+    apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
     apply(*connector.fetch_checkpoints(rid, cursor))
     apply(*connector.fetch_messages(rid, cursor))
     # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
     services.record_poll(project, rid, source_updated_at=snapshot.updated_at)
+
+
+def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
+    """Keep the source's own totals beside the turns, and what the turns do not account for."""
+    run = Run.objects.get(project=project, external_id=rid)
+    spend = reading.spend
+    sums = {f: getattr(run, f) for f in ("tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
+                                         "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd")}
+    unaccounted = reconcile(spend, turns=sums, turn_count=run.turn_count, actors=len(spend.actors))
+    previous = run.source_spend or {}
+    entries = previous.get("entries", {})
+    if reading.entries is not None:
+        entries = {"turns": len(reading.entries.turns), "other_meters": reading.entries.other_meters,
+                   "unreadable": reading.entries.unreadable, "example": reading.entries.example}
+    as_of = reading.timeline_as_of.isoformat() if reading.timeline_as_of else previous.get("timeline_as_of")
+    source_spend = {**spend.as_json(), "entries": entries, "unaccounted": unaccounted,
+                    "timeline_as_of": as_of, "timeline_current": reading.timeline_current,
+                    "checked_at": timezone.now().isoformat()}
+    cursor.update(reading.cursor)
+    fields = {"source_spend": source_spend, "spend_unaccounted": bool(unaccounted),
+              "entries_unreadable": int(entries.get("unreadable") or 0), "source_cursor": dict(cursor),
+              "other_meters_usd": spend.other_usd.quantize(Decimal("0.000001"))}
+    if spend.total_usd is not None:
+        fields["source_total_usd"] = spend.total_usd.quantize(Decimal("0.000001"))
+    services.record_poll(project, rid, **fields)
 
 
 def _store_artifacts(project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict,

@@ -258,6 +258,13 @@ class Run(models.Model):
     source_total_usd = models.DecimalField(null=True, blank=True, **USD)  # what the backend bills in all
     source_updated_at = models.DateTimeField(null=True, blank=True)
     source_cursor = models.JSONField(default=dict, blank=True)  # per kind of data: what a sync has seen
+    # The source's own spend (typed aggregates: tokens, USD, driver/child) and, per channel, what it
+    # reports that no turn accounts for (sources/smr_usage.py); `spend_unaccounted` flags any difference.
+    source_spend = models.JSONField(default=dict, blank=True)
+    spend_unaccounted = models.BooleanField(default=False)
+    entries_unreadable = models.PositiveIntegerField(default=0)  # usage entries the poller could not read
+    # Requested vs resolved profile per role / actor, as the source lists them (worker-level downgrades).
+    actor_profiles = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_progress_at = models.DateTimeField(default=timezone.now)
@@ -295,16 +302,42 @@ class Run(models.Model):
 
     @property
     def is_downgraded(self) -> bool:
-        return bool(self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile)
+        return bool(self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile) \
+            or bool(self.downgraded_actors)
+
+    @property
+    def downgraded_actors(self) -> list[dict]:
+        """Roles or actors (beyond the orchestrator's own profile) that got another profile than asked."""
+        return [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")
+                and a["requested"] != a["actual"] and not (a.get("role") == "orchestrator" and not a.get("actor"))]
+
+    @property
+    def spend_usd(self) -> Decimal:
+        """What the run cost in all: the source's billed total when it states one, else the turns'."""
+        return self.source_total_usd if self.source_total_usd is not None else self.cost_usd + self.other_meters_usd
+
+    @property
+    def reported_tokens(self) -> tuple[int, int]:
+        """(in, out) as the source totals them when it does, else as the turns add up."""
+        spend = self.source_spend or {}
+        tokens_in, tokens_out = spend.get("tokens_in"), spend.get("tokens_out")
+        return (tokens_in if isinstance(tokens_in, int) else self.tokens_in,
+                tokens_out if isinstance(tokens_out, int) else self.tokens_out)
+
+    @property
+    def unaccounted(self) -> dict:
+        """Per channel, what the source reports that the turns do not account for (empty: they agree)."""
+        return dict((self.source_spend or {}).get("unaccounted") or {})
 
     @property
     def budget_used_fraction(self) -> float | None:
-        """The larger of USD and token budget use, as a fraction (None when no budget is set)."""
+        """The larger of USD and token budget use, as a fraction (None when no budget is set). Against
+        the source's own totals where it states them: a budget is spent whether or not a turn shows it."""
         parts = []
         if self.budget_usd:
-            parts.append(float(self.cost_usd / self.budget_usd))
+            parts.append(float(self.spend_usd / self.budget_usd))
         if self.budget_tokens:
-            parts.append((self.tokens_in + self.tokens_out) / self.budget_tokens)
+            parts.append(sum(self.reported_tokens) / self.budget_tokens)
         return max(parts) if parts else None
 
 
@@ -323,6 +356,10 @@ class SourceHealth(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=64, blank=True)
     active_runs = models.PositiveIntegerField(default=0)
+    # Syncs that work but read data they cannot fully trust (unreadable usage entries, totals the turns
+    # do not account for): health is amber, never green, while this is set.
+    warning = models.TextField(blank=True)
+    full_list_at = models.DateTimeField(null=True, blank=True)  # the last walk over every page of runs
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -330,7 +367,7 @@ class SourceHealth(models.Model):
 
     @property
     def ok(self) -> bool:
-        return self.consecutive_failures == 0 and self.last_success_at is not None
+        return self.consecutive_failures == 0 and self.last_success_at is not None and not self.warning
 
 
 class StateChange(models.Model):

@@ -45,6 +45,7 @@ from smrweb.tracking.models import (
     ArtifactKind,
     AuditEvent,
     Checkpoint,
+    Direction,
     Experiment,
     Membership,
     MetricPoint,
@@ -187,6 +188,8 @@ def create_project(
         source_settings["api_key_sealed"] = seal(smr_api_key)  # never stored or shown in clear
     elif source == SourceKind.SMR:
         source_settings["operator_key"] = True  # only reachable by the operator or staff (checked above)
+    if source == SourceKind.SMR and scenario is None:
+        source_settings["score_metric"] = "auto"  # score what the SMR experiments declare (sources/sync.py)
     with transaction.atomic():
         project = Project.objects.create(
             slug=slug,
@@ -883,7 +886,8 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
 
 
 POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_profile", "budget_usd",
-               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor", "git_branch", "git_commit")
+               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor", "git_branch", "git_commit",
+               "source_spend", "spend_unaccounted", "entries_unreadable", "actor_profiles")
 
 
 def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
@@ -921,15 +925,90 @@ def release_source_lease(project: Project, *, owner: str) -> None:
     SourceHealth.objects.filter(project=project, lease_owner=owner).update(lease_until=None, lease_owner="")
 
 
-def record_source_success(project: Project, *, active_runs: int, next_in: float) -> None:
-    """A sync worked: clear the failure streak and schedule the next one."""
+def record_source_success(project: Project, *, active_runs: int, next_in: float, warning: str = "") -> None:
+    """A sync worked: clear the failure streak and schedule the next one. `warning` says what it read
+    but could not fully trust (health is amber while it is set)."""
     from smrweb.tracking.models import SourceHealth
 
     now = timezone.now()
     SourceHealth.objects.filter(project=project).update(
         last_success_at=now, consecutive_failures=0, active_runs=active_runs,
         next_attempt_at=now + timedelta(seconds=next_in), updated=now,
+        warning=warning[:2000].replace("\x00", "\ufffd"),
     )
+
+
+def record_full_listing(project: Project) -> None:
+    """A sync walked every page of the project's runs (the next walks may stop at known runs)."""
+    from smrweb.tracking.models import SourceHealth
+
+    SourceHealth.objects.filter(project=project).update(full_list_at=timezone.now())
+
+
+SOURCE_DIRECTIONS = {"higher_is_better": Direction.MAXIMIZE, "maximize": Direction.MAXIMIZE, "max": Direction.MAXIMIZE,
+                     "higher": Direction.MAXIMIZE, "lower_is_better": Direction.MINIMIZE,
+                     "minimize": Direction.MINIMIZE, "min": Direction.MINIMIZE, "lower": Direction.MINIMIZE}
+
+
+def note_declared_metrics(project: Project, declared: dict[str, str]) -> Project:
+    """Remember the metrics a project's SMR experiments declare; a project that listens to them
+    (`score_metric` "auto", or the name an admin picked) scores the one metric they declare, or the
+    picked one, in its declared direction. Earlier results of it become scores on the next read."""
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        settings_ = dict(project.source_settings)
+        known = dict(settings_.get("declared_metrics") or {})
+        for metric, direction in declared.items():
+            known.setdefault(str(metric)[:200], str(direction)[:50])
+        if len(known) > 50:  # a source that names a metric per result is not declaring a score
+            known = dict(sorted(known.items())[:50])
+        choice = settings_.get("score_metric")
+        target = next(iter(known)) if choice == "auto" and len(known) == 1 else (choice if choice in known else None)
+        changed = known != settings_.get("declared_metrics")
+        if changed:
+            settings_["declared_metrics"] = known
+            project.source_settings = settings_
+            project.save(update_fields=["source_settings", "updated"])
+        if target is not None:
+            direction = SOURCE_DIRECTIONS.get(str(known[target]).lower(), Direction.MAXIMIZE)
+            if (project.scenario.score_metric, project.scenario.direction) != (target, direction):
+                _adopt_scenario(project, target, direction)
+    return project
+
+
+def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
+    """Point the project at the scenario "SMR experiments: <direction> <metric>" (made once, not shared)
+    and have every run's results read again so earlier results of that metric become scores."""
+    from django.utils.text import slugify
+
+    digest = hashlib.blake2b(f"{metric}|{direction}".encode(), digest_size=4).hexdigest()
+    key = f"smr-{slugify(metric)[:60] or 'metric'}-{direction}-{digest}"
+    scenario, _ = Scenario.objects.get_or_create(key=key, defaults={
+        "name": f"SMR experiments: {direction} {metric}"[:200], "score_metric": metric, "direction": direction,
+        "description": "Adopted from the metric and direction that the SMR project's experiments declare."})
+    before = project.scenario.key
+    project.scenario = scenario
+    project.save(update_fields=["scenario", "updated"])
+    for run in Run.objects.filter(project=project).only("pk", "source_cursor"):
+        cursor = dict(run.source_cursor or {})
+        if cursor.pop("results", None) is not None:
+            Run.objects.filter(pk=run.pk).update(source_cursor=cursor)
+    record_audit(None, "project.metric_adopted", project, project=project, scenario=key, before=before,
+                 metric=metric, direction=direction)
+
+
+def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Project:
+    """An admin picks which declared metric is the project's score (or "auto": the only one declared)."""
+    declared = project.source_settings.get("declared_metrics") or {}
+    if metric != "auto" and metric not in declared:
+        raise InvalidInput("score_metric", f"Choose one of the metrics the SMR experiments declare: "
+                                           f"{', '.join(sorted(declared)) or 'none yet'}.")
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        project.source_settings = {**project.source_settings, "score_metric": metric}
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(by, "project.score_metric_chosen", project, project=project, metric=metric)
+    return note_declared_metrics(project, {})
 
 
 def record_source_failure(project: Project, *, kind: str, message: str, retry_in: float) -> None:
