@@ -69,6 +69,11 @@ class ProjectCreateSerializer(serializers.Serializer):
     allow_shared_smr_project = serializers.BooleanField(
         required=False, default=False,
         help_text="Staff only: bind an SMR project id that another smrweb project is already bound to.")
+    check_connection = serializers.BooleanField(
+        required=False, default=True,
+        help_text="source smr: ask the backend whether the key may read the SMR project before creating "
+                  "(a wrong id, key or address is a 400 naming the field). False: bind without asking, e.g. "
+                  "before the backend is reachable.")
 
 
 class SpendPartSerializer(serializers.Serializer):

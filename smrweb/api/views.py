@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 from smrweb.api import serializers as s
 from smrweb.core import ratelimits
 from smrweb.core.downloads import artifact_response
+from smrweb.sources import smr
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import ArtifactTooLarge, BatchTooLarge, InvalidInput
 from smrweb.tracking.events import batch_json_schema, parse_events
@@ -134,7 +135,9 @@ class ProjectList(APIView):
             raise PermissionDenied("Creating projects is for staff and users given the permission to add projects.")
         form = s.ProjectCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        project = services.create_project(by=request.user, **form.validated_data)
+        fields = dict(form.validated_data)
+        check = smr.check_binding if fields.pop("check_connection", True) else None
+        project = services.create_project(by=request.user, check_binding=check, **fields)
         return Response(s.ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
 
 

@@ -535,3 +535,36 @@ def connector_for(project: Project) -> SmrConnector:
     if not api_key or not backend:
         raise AuthFailed("No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY.")
     return SmrConnector(project, api_key=api_key, backend_base=backend, guarded=bool(own.get("backend_base")))
+
+
+def check_binding(*, smr_project_id: str, api_key: str = "", backend_base: str = "",
+                  operator: bool = False) -> None:
+    """Ask the backend whether this key may read this SMR project, before anything is saved (creation,
+    the settings page). Raises InvalidInput naming the field at fault; nothing is written here."""
+    from smrweb.tracking.errors import InvalidInput
+    from smrweb.tracking.models import Project as _Project
+
+    if not api_key and operator:
+        api_key = settings.SMR_API_KEY if not backend_base else ""
+    backend = backend_base or settings.SMR_BACKEND_BASE
+    if not backend:
+        raise InvalidInput("smr_backend_base", "No SMR backend address: give one, or set SMRWEB_SMR_BACKEND_BASE.")
+    if not api_key:
+        raise InvalidInput("smr_api_key", "No SMR API key to check the project with.")
+    probe = _Project(slug="probe", source_settings={"smr_project_id": smr_project_id})
+    connector = SmrConnector(probe, api_key=api_key, backend_base=backend, guarded=bool(backend_base))
+    connector.client._transport.client.timeout = httpx.Timeout(settings.SMR_CHECK_TIMEOUT)
+    try:
+        connector.check()
+    except AuthFailed as exc:
+        raise InvalidInput("smr_api_key", f"The SMR backend refused this API key ({exc}).") from None
+    except (RunGone, Denied) as exc:
+        raise InvalidInput("smr_project_id", f"The SMR backend does not know project {smr_project_id!r} for this "
+                                             f"key ({exc}).") from None
+    except (Unreachable, TimedOut, Blocked) as exc:
+        raise InvalidInput("smr_backend_base", f"The SMR backend at {backend} could not be reached: {exc}") from None
+    except SourceError as exc:
+        raise InvalidInput("smr_backend_base", f"The SMR backend at {backend} did not answer as SMR does: "
+                                               f"{exc.kind}: {exc}") from None
+    finally:
+        connector.client._transport.client.close()

@@ -241,3 +241,67 @@ def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Reg
             .select_related("artifact__blob"))
     out = [Regression(worse[s.run_id][0], worse[s.run_id][0].latest_score, s, worse[s.run_id][1]) for s in best]
     return sorted(out, key=lambda r: -r.gap)
+
+
+# Reconciliation channels, as the run page and the API name them.
+GAP_CHANNELS = (("tokens_in", "input tokens", "tokens"), ("tokens_out", "output tokens", "tokens"),
+                ("usd", "inference", "usd"), ("driver_usd", "driver inference", "usd"),
+                ("child_usd", "child work", "usd"), ("driver_tokens_in", "driver input tokens", "tokens"),
+                ("driver_tokens_out", "driver output tokens", "tokens"),
+                ("child_tokens_in", "child input tokens", "tokens"), ("child_tokens_out", "child output tokens", "tokens"))
+
+
+TOTAL_CHANNELS = frozenset({"tokens_in", "tokens_out", "usd"})
+
+
+@dataclass(frozen=True)
+class SourceGap:
+    channel: str
+    label: str
+    unit: str  # "tokens" | "usd"
+    amount: Decimal  # what the source reports beyond the turns (negative: the turns show more)
+
+
+@dataclass(frozen=True)
+class SourceGaps:
+    """Where a polled run's data and its source's own numbers part: shown on the run page, never hidden."""
+
+    unaccounted: list[SourceGap]
+    timeline_current: bool
+    timeline_as_of: datetime | None
+    unreadable: int
+    example: str
+    messages_missed: int
+    results_unreadable: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.unaccounted or self.unreadable or self.messages_missed or self.results_unreadable)
+
+    @property
+    def source_reports_more(self) -> list[SourceGap]:
+        return [g for g in self.unaccounted if g.amount > 0 and g.channel in TOTAL_CHANNELS]
+
+    @property
+    def turns_show_more(self) -> list[SourceGap]:
+        return [g for g in self.unaccounted if g.amount < 0 and g.channel in TOTAL_CHANNELS]
+
+    @property
+    def split(self) -> list[SourceGap]:
+        """The driver/child channels (per-actor usage against the turns' split)."""
+        return [g for g in self.unaccounted if g.channel not in TOTAL_CHANNELS]
+
+
+def source_gaps(run: Run) -> SourceGaps:
+    spend, cursor = run.source_spend or {}, run.source_cursor or {}
+    unaccounted = spend.get("unaccounted") or {}
+    gaps = [SourceGap(key, label, unit, Decimal(str(unaccounted[key]))) for key, label, unit in GAP_CHANNELS
+            if key in unaccounted]
+    entries = spend.get("entries") or {}
+    as_of = spend.get("timeline_as_of")
+    return SourceGaps(
+        unaccounted=gaps, timeline_current=bool(spend.get("timeline_current", True)),
+        timeline_as_of=datetime.fromisoformat(as_of) if as_of else None,
+        unreadable=int(entries.get("unreadable") or 0), example=str(entries.get("example") or ""),
+        messages_missed=int(cursor.get("messages_missed") or 0),
+        results_unreadable=int(cursor.get("results_unreadable") or 0))

@@ -138,10 +138,12 @@ def create_project(
     git_branch: str = "",
     allow_shared_smr_project: bool = False,
     by: Any = None,
+    check_binding: Any = None,
 ) -> Project:
     """Create a project; the creating user (if any) becomes its admin.
 
-    `by=None` is the operator (a management command). A user needs `may_create_projects`, and to bind a
+    `by=None` is the operator (a management command). `check_binding`, when given, asks the SMR backend
+    whether the key may read the project before anything is written (it raises InvalidInput). A user needs `may_create_projects`, and to bind a
     source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
     red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
     another smrweb project is refused unless the operator or staff allow a second binding."""
@@ -179,6 +181,11 @@ def create_project(
         raise InvalidInput("git_repo_path", "A repository path and branch are for projects whose source is git.")
     if Project.objects.filter(slug=slug).exists():
         raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
+    if source == SourceKind.SMR and check_binding is not None:
+        # The backend itself confirms the id and key (sources.smr.check_binding), after every check above
+        # (so no one unauthorised can make smrweb probe a backend) and before anything is written.
+        check_binding(smr_project_id=smr_project_id, api_key=smr_api_key, backend_base=smr_backend_base,
+                      operator=operator)
     source_settings: dict[str, Any] = {"smr_project_id": smr_project_id} if smr_project_id else {}
     if smr_backend_base:
         source_settings["backend_base"] = smr_backend_base

@@ -53,10 +53,17 @@ def test_create_project_with_the_smr_source_needs_its_project_id(db):
     assert not Project.objects.filter(slug="managed").exists()
 
 
+def test_create_project_with_the_smr_source_asks_the_backend_first(db, settings):
+    settings.SMR_BACKEND_BASE, settings.SMR_API_KEY = "", ""
+    with pytest.raises(CommandError, match="No SMR backend address"):
+        run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123")
+    assert not Project.objects.filter(slug="managed").exists()
+
+
 def test_create_project_with_the_smr_source_and_its_project_id(db):
-    run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123")
+    run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123", "--skip-check")
     project = Project.objects.get(slug="managed")
-    assert (project.source, project.source_settings) == ("smr", {"smr_project_id": "proj-123", "operator_key": True})
+    assert (project.source, project.source_settings) == ("smr", {"smr_project_id": "proj-123", "operator_key": True, "score_metric": "auto"})
 
 
 def test_create_project_refuses_a_taken_slug(project):

@@ -81,7 +81,11 @@ def test_an_smr_project_id_binds_one_smrweb_project_unless_staff_allow_a_second(
     body = assert_json_error(session_client(mallory).post(
         PROJECTS, {**payload, "allow_shared_smr_project": True}, format="json"), 400)  # not staff: ignored
     staff = UserFactory(username="sam", is_staff=True)
-    response = session_client(staff).post(PROJECTS, {**payload, "allow_shared_smr_project": True}, format="json")
+    body = assert_json_error(session_client(staff).post(  # the backend does not know the key "mine"
+        PROJECTS, {**payload, "allow_shared_smr_project": True}, format="json"), 400)
+    assert [e["field"] for e in body["errors"]] == ["smr_api_key"] and "refused this API key" in body["message"]
+    response = session_client(staff).post(PROJECTS, {**payload, "allow_shared_smr_project": True,
+                                                     "check_connection": False}, format="json")
     assert response.status_code == 201, response.content
     with pytest.raises(InvalidInput):
         services.create_project("third", source=SourceKind.SMR, smr_project_id=VICTIM)
@@ -103,9 +107,14 @@ def test_a_users_smr_project_is_polled_with_its_own_key_never_the_operators(mall
     """Mallory, allowed to bind, binds the other SMR project with a key of her own that the backend does
     not know: the worker's sync is refused by the backend, nothing is mirrored, and source health says so."""
     grant(mallory, "add_project", "bind_source")
-    response = session_client(mallory).post(PROJECTS, {"slug": "mirror", "source": "smr", "smr_project_id": OTHER,
-                                                        "smr_api_key": "mallorys-own-key",
-                                                        "smr_backend_base": simulator.url}, format="json")
+    payload = {"slug": "mirror", "source": "smr", "smr_project_id": OTHER, "smr_api_key": "mallorys-own-key",
+               "smr_backend_base": simulator.url}
+    refused = simulator.stats.unauthorized
+    body = assert_json_error(session_client(mallory).post(PROJECTS, payload, format="json"), 400)
+    assert body["errors"][0]["field"] == "smr_api_key" and simulator.stats.unauthorized == refused + 1
+    assert not Project.objects.filter(slug="mirror").exists()  # asked before saving: nothing half-created
+    # Bound without asking (check_connection false), the poller is refused all the same.
+    response = session_client(mallory).post(PROJECTS, {**payload, "check_connection": False}, format="json")
     assert response.status_code == 201, response.content
     mirror = Project.objects.get(slug="mirror")
     assert not mirror.uses_operator_smr_key and "api_key_sealed" in mirror.source_settings

@@ -153,27 +153,35 @@ def budget_meter(run):
 @register.simple_tag
 def budget_bar(run, unit: str = "usd"):
     """Spend as a bar split into driver inference and child work, against the budget when set: USD
-    against `budget_usd`, or tokens (in + out) against `budget_tokens`."""
+    against `budget_usd`, or tokens (in + out) against `budget_tokens`. What the source reports beyond
+    the turns (other meters, spend no turn accounts for) is a third, grey part: the bar is the whole."""
     if unit == "tokens":
         driver = Decimal(run.driver_tokens_in + run.driver_tokens_out)
         child = Decimal(run.child_tokens_in + run.child_tokens_out)
+        whole = Decimal(sum(run.reported_tokens))
         budget = Decimal(run.budget_tokens) if run.budget_tokens else None
         fmt = tokens
     else:
         driver, child = Decimal(run.driver_cost_usd), Decimal(run.child_cost_usd)
+        whole = Decimal(run.spend_usd)
         budget = Decimal(run.budget_usd) if run.budget_usd else None
         fmt = usd
-    total = driver + child
+    rest = max(Decimal(0), whole - driver - child)
+    total = driver + child + rest
     scale = max(budget or Decimal(0), total) or Decimal(1)
-    d_pct, c_pct = float(driver / scale * 100), float(child / scale * 100)
+    d_pct, c_pct, r_pct = (float(x / scale * 100) for x in (driver, child, rest))
     over = budget is not None and total > budget
     return format_html(
-        '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}">'
+        '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}{}">'
         '<div class="budget-part driver" style="width:{}%"></div>'
-        '<div class="budget-part child" style="width:{}%"></div>{}</div>',
+        '<div class="budget-part child" style="width:{}%"></div>{}{}</div>',
         " over" if over else "", "tokens" if unit == "tokens" else "USD", fmt(driver), fmt(child),
+        format_html(", {} not in turns", fmt(rest)) if rest else "",
         format_html(" of {}", fmt(budget)) if budget else "",
         round(d_pct, 2), round(c_pct, 2),
+        format_html('<div class="budget-part rest" style="width:{}%" title="{} billed by the source beyond the '
+                    'turns (other meters, spend no turn accounts for)"></div>', round(r_pct, 2), fmt(rest))
+        if rest else "",
         format_html('<div class="budget-limit" style="left:{}%" title="budget {}"></div>',
                     round(float(budget / scale * 100), 2), fmt(budget)) if over else "",
     )
@@ -189,6 +197,39 @@ def usd(value) -> str:
     if value < Decimal("0.01"):
         return f"${value:.4f}"
     return f"${value:,.2f}"
+
+
+@register.filter
+def sub(value, other):
+    """value − other, for amounts (Decimals stay exact)."""
+    return Decimal(value) - Decimal(other)
+
+
+@register.filter
+def usd_abs(value) -> str:
+    return usd(abs(Decimal(value))) if value is not None else "—"
+
+
+@register.filter
+def usd_signed(value) -> str:
+    """+$1.20 / −$0.30: a difference, with its sign."""
+    if value is None:
+        return "—"
+    value = Decimal(value)
+    return ("+" if value >= 0 else "−") + usd(abs(value))
+
+
+@register.filter
+def tokens_abs(value) -> str:
+    return tokens(abs(int(value))) if value is not None else "—"
+
+
+@register.filter
+def tokens_signed(value) -> str:
+    if value is None:
+        return "—"
+    value = int(value)
+    return ("+" if value >= 0 else "−") + tokens(abs(value))
 
 
 @register.filter

@@ -79,6 +79,7 @@ def project_detail(request, slug: str):
         "can_roll_back": _can_roll_back(request.user, project),
         "is_admin": project.allows(request.user, Role.ADMIN),
         "health": getattr(project, "source_health", None) if project.source != "push" else None,
+        "metric_choice": _metric_choice(project),
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
         "version": version,
@@ -86,6 +87,12 @@ def project_detail(request, slug: str):
     if not request.htmx:
         context.update(_chart_context(project), chart_version=live.version(base, "chart"))
     return render(request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context)
+
+
+def _metric_choice(project: Project) -> dict | None:
+    """The metrics an SMR project's experiments declare, when it listens to them and they disagree."""
+    declared = project.source_settings.get("declared_metrics") or {}
+    return declared if project.source_settings.get("score_metric") == "auto" and len(declared) > 1 else None
 
 
 def _chart_context(project: Project) -> dict:

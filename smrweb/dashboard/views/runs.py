@@ -73,6 +73,7 @@ def run_detail(request, slug: str, run_id: str):
         **_runtime_messages(run),
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
         "stalled_for": queries.stalled_for(run, now),
+        "gaps": queries.source_gaps(run),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
         "can_roll_back": _can_roll_back(request.user, run.project),
         "regressions": queries.regressions(run.project, [run]),
