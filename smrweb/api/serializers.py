@@ -82,9 +82,41 @@ class SpendPartSerializer(serializers.Serializer):
     usd = serializers.DecimalField(max_digits=18, decimal_places=6)
 
 
+class SourcePartSerializer(serializers.Serializer):
+    usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    tokens_in = serializers.IntegerField(allow_null=True)
+    tokens_out = serializers.IntegerField(allow_null=True)
+
+
+class SourceSpendSerializer(serializers.Serializer):
+    """What a polled run's source states in its own typed aggregates (null: it did not say)."""
+
+    total_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True,
+                                         help_text="Everything the source bills for the run, all meters.")
+    inference_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    other_usd = serializers.DecimalField(max_digits=18, decimal_places=6)
+    tokens_in = serializers.IntegerField(allow_null=True)
+    tokens_out = serializers.IntegerField(allow_null=True)
+    driver = SourcePartSerializer(allow_null=True)
+    child = SourcePartSerializer(allow_null=True)
+    entries_unreadable = serializers.IntegerField(help_text="Usage entries the poller could not read.")
+    timeline_as_of = serializers.DateTimeField(allow_null=True, help_text="When the usage entries were last read.")
+    checked_at = serializers.DateTimeField(allow_null=True)
+
+
 class SpendSerializer(SpendPartSerializer):
+    """`tokens_in`, `tokens_out`, `usd` and the split are the sums of the run's turns. For polled runs,
+    `billed_usd` and `source` are the source's own totals, and `unaccounted` names, per channel, what the
+    source reports that no turn accounts for (negative: the turns show more); empty when they agree."""
+
     driver_inference = SpendPartSerializer()
     child_work = SpendPartSerializer()
+    billed_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    source = SourceSpendSerializer(allow_null=True)
+    unaccounted = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Channel → difference: tokens_in, tokens_out (integers), usd (inference, USD), driver_usd, "
+                  "child_usd, driver_/child_tokens_in/out.")
 
 
 class RunFailureSerializer(serializers.Serializer):
@@ -99,11 +131,15 @@ class RunSerializer(serializers.ModelSerializer):
     failure = serializers.SerializerMethodField()
     spend = serializers.SerializerMethodField()
     budget_used_fraction = serializers.FloatField(allow_null=True)
+    downgraded_actors = serializers.ListField(
+        child=serializers.DictField(child=serializers.CharField()), read_only=True,
+        help_text="Roles or actors that got another profile than they asked for: actor, role, requested, actual.")
 
     class Meta:
         model = Run
         fields = ["external_id", "state", "stalled", "stalled_since", "failure", "requested_profile",
-                  "actual_profile", "downgraded", "budget_usd", "budget_tokens", "budget_used_fraction", "spend",
+                  "actual_profile", "downgraded", "downgraded_actors", "budget_usd", "budget_tokens",
+                  "budget_used_fraction", "spend",
                   "turn_count", "best_score", "latest_score", "score_count", "git_branch", "git_commit",
                   "started_at", "finished_at", "last_progress_at", "last_polled_at"]
 
@@ -117,7 +153,16 @@ class RunSerializer(serializers.ModelSerializer):
             return {"tokens_in": getattr(run, f"{prefix}tokens_in"), "tokens_out": getattr(run, f"{prefix}tokens_out"),
                     "usd": str(getattr(run, f"{prefix}cost_usd"))}
 
-        return {**part(""), "driver_inference": part("driver_"), "child_work": part("child_")}
+        spend = run.source_spend or {}
+        source = None
+        if spend:
+            source = {k: spend.get(k) for k in ("total_usd", "inference_usd", "tokens_in", "tokens_out", "driver",
+                                                "child", "timeline_as_of", "checked_at")}
+            source["other_usd"] = spend.get("other_usd") or "0"
+            source["entries_unreadable"] = run.entries_unreadable
+        return {**part(""), "driver_inference": part("driver_"), "child_work": part("child_"),
+                "billed_usd": None if run.source_total_usd is None else str(run.source_total_usd),
+                "source": source, "unaccounted": {k: str(v) for k, v in run.unaccounted.items()}}
 
 
 class RunSettingsSerializer(serializers.Serializer):

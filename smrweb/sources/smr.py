@@ -552,7 +552,24 @@ def check_binding(*, smr_project_id: str, api_key: str = "", backend_base: str =
     if not api_key:
         raise InvalidInput("smr_api_key", "No SMR API key to check the project with.")
     probe = _Project(slug="probe", source_settings={"smr_project_id": smr_project_id})
-    connector = SmrConnector(probe, api_key=api_key, backend_base=backend, guarded=bool(backend_base))
+    _check(SmrConnector(probe, api_key=api_key, backend_base=backend, guarded=bool(backend_base)), smr_project_id,
+           backend)
+
+
+def check_project(project: Project) -> None:
+    """The settings page's "Test connection": the project's own binding, as the poller would use it."""
+    from smrweb.tracking.errors import InvalidInput
+
+    try:
+        connector = connector_for(project)
+    except AuthFailed as exc:
+        raise InvalidInput("smr_api_key", str(exc)) from None
+    _check(connector, connector.pid, connector.backend_base)
+
+
+def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
+    from smrweb.tracking.errors import InvalidInput
+
     connector.client._transport.client.timeout = httpx.Timeout(settings.SMR_CHECK_TIMEOUT)
     try:
         connector.check()

@@ -1004,6 +1004,27 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
                  metric=metric, direction=direction)
 
 
+def replace_smr_api_key(project: Project, api_key: str, *, by: Any = None, check_binding: Any = None) -> Project:
+    """Give an SMR project a key of its own (sealed), asked of the backend first when `check_binding`."""
+    from smrweb.core.secrets import seal
+
+    if project.source != SourceKind.SMR:
+        raise InvalidInput("smr_api_key", "Only projects whose source is smr have an SMR API key.")
+    if not api_key or len(api_key) > 1000:
+        raise InvalidInput("smr_api_key", "Enter the new API key (at most 1000 characters).")
+    if check_binding is not None:
+        check_binding(smr_project_id=project.source_settings.get("smr_project_id", ""), api_key=api_key,
+                      backend_base=project.source_settings.get("backend_base", ""), operator=False)
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        settings_ = {k: v for k, v in project.source_settings.items() if k != "operator_key"}
+        settings_["api_key_sealed"] = seal(api_key)
+        project.source_settings = settings_
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(by, "project.smr_key_replaced", project, project=project)  # never the key itself
+    return project
+
+
 def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Project:
     """An admin picks which declared metric is the project's score (or "auto": the only one declared)."""
     declared = project.source_settings.get("declared_metrics") or {}

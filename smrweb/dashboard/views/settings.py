@@ -9,10 +9,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from django.conf import settings
+
+from smrweb.core import ratelimits
 from smrweb.dashboard.access import project_for_user
+from smrweb.sources import smr
 from smrweb.tracking import rollbacks, services
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import Role
+from smrweb.tracking.models import Role, SourceKind
 
 
 class ProjectSettingsForm(forms.Form):
@@ -34,11 +38,27 @@ class ProjectSettingsForm(forms.Form):
         return value
 
 
+class SmrSourceForm(forms.Form):
+    smr_api_key = forms.CharField(
+        required=False, max_length=1000, label="New SMR API key", widget=forms.PasswordInput,
+        help_text="Leave empty to test the key the project has. A new key is checked against the backend "
+                  "before it is saved (sealed; never shown again).")
+
+
+class ScoreMetricForm(forms.Form):
+    score_metric = forms.CharField(max_length=200, label="Score metric")
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 @never_cache
 def project_settings(request, slug: str):
     project = project_for_user(request, slug, role=Role.ADMIN)
+    action = request.POST.get("action", "") if request.method == "POST" else ""
+    if action in ("test", "save_key"):
+        return _smr_source(request, project, action)
+    if action == "score_metric":
+        return _score_metric(request, project)
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     form = ProjectSettingsForm(request.POST or None, initial=initial)
     status = 200
@@ -54,5 +74,58 @@ def project_settings(request, slug: str):
                 messages.success(request, "Settings saved." if changes else "Nothing changed.")
                 return redirect("dashboard:project-settings", slug=project.slug)
         status = 400
+    return _render(request, project, form=form, status=status)
+
+
+def _render(request, project, *, form=None, smr_form=None, metric_form=None, status=200):
+    initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
+    smr_settings = project.source_settings if project.source == SourceKind.SMR else {}
     return render(request, "dashboard/project_settings.html", {
-        "project": project, "form": form, "webhook_secret": rollbacks.webhook_secret(project)}, status=status)
+        "project": project, "form": form or ProjectSettingsForm(initial=initial),
+        "webhook_secret": rollbacks.webhook_secret(project),
+        "smr": smr_settings, "smr_form": smr_form or SmrSourceForm(),
+        "metric_form": metric_form or ScoreMetricForm(initial={"score_metric": smr_settings.get("score_metric")}),
+        "declared_metrics": smr_settings.get("declared_metrics") or {}}, status=status)
+
+
+def _smr_source(request, project, action: str):
+    """Test the project's SMR binding, or replace its key after the backend accepted the new one."""
+    form = SmrSourceForm(request.POST)
+    if project.source != SourceKind.SMR or not form.is_valid():
+        return _render(request, project, smr_form=form, status=400)
+    limited = ratelimits.hit(request, group="smr-check", rate=settings.SMRWEB_PREFLIGHT_RATE,
+                             keys=[ratelimits.by_user])
+    if limited:
+        form.add_error(None, f"You asked too often. {limited.message}")
+        response = _render(request, project, smr_form=form, status=429)
+        response["Retry-After"] = str(limited.retry_after)
+        return response
+    key = form.cleaned_data["smr_api_key"]
+    try:
+        if action == "save_key":
+            services.replace_smr_api_key(project, key, by=request.user, check_binding=smr.check_binding)
+            messages.success(request, "The backend accepted the new key; it is saved.")
+        elif key:
+            smr.check_binding(smr_project_id=project.source_settings.get("smr_project_id", ""), api_key=key,
+                              backend_base=project.source_settings.get("backend_base", ""))
+            messages.success(request, "The backend accepts that key for this SMR project (not saved).")
+        else:
+            smr.check_project(project)
+            messages.success(request, "Connected: the backend accepts this project's key for its SMR project.")
+    except InvalidInput as exc:
+        form.add_error("smr_api_key" if exc.field == "smr_api_key" else None, exc.message)
+        return _render(request, project, smr_form=form, status=400)
+    return redirect("dashboard:project-settings", slug=project.slug)
+
+
+def _score_metric(request, project):
+    form = ScoreMetricForm(request.POST)
+    if project.source != SourceKind.SMR or not form.is_valid():
+        return _render(request, project, metric_form=form, status=400)
+    try:
+        services.choose_score_metric(project, form.cleaned_data["score_metric"], by=request.user)
+    except InvalidInput as exc:
+        form.add_error("score_metric", exc.message)
+        return _render(request, project, metric_form=form, status=400)
+    messages.success(request, "Score metric saved; earlier results of it become scores on the next sync.")
+    return redirect("dashboard:project-settings", slug=project.slug)
