@@ -1331,6 +1331,9 @@ class World:
                 "start_time": iso(self.start_time),
                 "now": iso(self.tick_time()),
                 "org_id": self.org_id,
+                "config": {"shapes": list(self.shapes), "unreadable_every": self.unreadable_every,
+                           "metrics": [list(m) for m in self.metrics],
+                           "worker_downgrades": self.worker_downgrades},
                 "projects": {
                     pid: {"runs": [self._truth(r) for r in runs if r.exists]}
                     for pid, runs in self.runs_by_project.items()
