@@ -19,10 +19,11 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from smrweb.simulator.faults import FaultConfig, FaultInjector, truncate, wrong_shape
-from smrweb.simulator.world import DEFAULT_PROJECT_ID, Conflict, NotFound, World, parse_iso
+from smrweb.simulator.world import DEFAULT_METRICS, DEFAULT_PROJECT_ID, Conflict, NotFound, World, parse_iso
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 DEFAULT_API_KEY = "smr-sim-key"
+ACTIVE_RUNS_CAP = 200  # GET .../runs/active answers at most this many (newest first), with no cursor
 
 
 class HttpError(Exception):
@@ -119,7 +120,7 @@ def h_runs(ctx: Ctx, *, active_only: bool = False) -> Response:
         created_after=None if active_only else ctx.q_datetime("created_after"),
         created_before=None if active_only else ctx.q_datetime("created_before"),
         after=after,
-        limit=200 if active_only else limit,
+        limit=ACTIVE_RUNS_CAP if active_only else limit,
     )
     return Response(payload=[ctx.world.run_wire(r) for r in runs])
 
@@ -659,6 +660,10 @@ def start_simulator(
     world: World | None = None,
     start_time: datetime | None = None,
     verbose: bool = False,
+    shapes: list[str] | tuple[str, ...] | str = ("a",),
+    unreadable_every: int = 0,
+    metrics: list | tuple = DEFAULT_METRICS,
+    worker_downgrades: bool = False,
 ) -> SimulatorHandle:
     """Serve a simulated SMR backend from a background thread.
 
@@ -667,6 +672,7 @@ def start_simulator(
     or `POST /_sim/tick`). `warmup` ticks are applied before serving, with the start time moved back
     so that virtual time matches the wall clock. Pass an existing `world` to serve it again (e.g. on
     the same port after `stop()`, to simulate a backend restart or a refused connection meanwhile).
+    `shapes`, `unreadable_every`, `metrics` and `worker_downgrades` are passed to `World` (see there).
     """
     if world is None:
         if isinstance(project_ids, str):
@@ -675,7 +681,8 @@ def start_simulator(
         if start_time is None:
             start_time = datetime.now(UTC) - timedelta(seconds=warmup * tick_seconds)
         world = World(seed=seed, project_ids=project_ids or [DEFAULT_PROJECT_ID], runs=runs,
-                      tick_seconds=tick_seconds, start_time=start_time)
+                      tick_seconds=tick_seconds, start_time=start_time, shapes=shapes,
+                      unreadable_every=unreadable_every, metrics=metrics, worker_downgrades=worker_downgrades)
         world.tick(warmup)
     injector = faults if isinstance(faults, FaultInjector) else FaultInjector(faults, seed=seed)
     stats = Stats()

@@ -13,6 +13,7 @@ wheel; docs/simulator.md says which loose fields carry what.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import random
@@ -32,20 +33,25 @@ DEFAULT_PROJECT_ID = "sim-project"
 ORCH_PROFILE = "codex_gpt_5_4_medium"
 ORCH_DOWNGRADED_PROFILE = "codex_gpt_5_4_mini_medium"
 WORKER_PROFILE = "codex_gpt_5_4_mini_low"
+WORKER_DOWNGRADED_PROFILE = "codex_gpt_5_4_nano_low"
 PROFILE_MODEL = {
     ORCH_PROFILE: "gpt-5.4",
     ORCH_DOWNGRADED_PROFILE: "gpt-5.4-mini",
     WORKER_PROFILE: "gpt-5.4-mini",
+    WORKER_DOWNGRADED_PROFILE: "gpt-5.4-nano",
 }
 # (input, output) price in pico-USD per token.
 MODEL_PRICE = {
     "gpt-5.4": (1_250_000, 10_000_000),
     "gpt-5.4-mini": (250_000, 2_000_000),
+    "gpt-5.4-nano": (50_000, 400_000),
 }
 SANDBOX_PICO_PER_SECOND = 50_000_000  # $0.18 per sandbox hour
 
 METRIC = "val_loss"
 METRIC_DIRECTION = "lower_is_better"
+DEFAULT_METRICS = ((METRIC, METRIC_DIRECTION),)
+METRIC_DIRECTIONS = ("lower_is_better", "higher_is_better")
 COHORT_KEY = "toy-optimizer/val_loss/v1"
 SUBMISSION_PATH = "submission/optimizer.py"
 SUBMISSION_CONTENT_TYPE = "text/x-python"
@@ -61,6 +67,17 @@ BUDGET_USD = 5.0
 # Fates by run index within a project; indexes past the list hill-climb normally.
 FATES = ("climb", "fail", "wedge", "downgrade")
 
+# Wire shapes of the free-form parts (usage entries/totals/tokens/breakdown, cost-summary meters and
+# pico amounts, per-actor roles and token keys). "a" is the historical shape; "b" is what another
+# deployment could send just as validly. docs/simulator.md ("Shapes") lists every spelling.
+SHAPES = ("a", "b")
+B_METER = {"inference": "inference_tokens", "sandbox_seconds": "sandbox_time"}
+B_UNIT = {"tokens": "token", "seconds": "second"}
+B_ENTRY_ROLE = {"orchestrator": "lead", "worker": "subagent"}
+B_PARTICIPANT_ROLE = {"orchestrator": "driver", "worker": "subagent"}
+B_PROVIDER = {"inference": "openai", "sandbox_seconds": "docker"}
+PROGRESS_TOPIC = "smr.orchestrator.progress"
+
 ORCH_TOOLS = ("spawn_worker", "read_file", "shell", "record_experiment_result", "apply_patch")
 WORKER_TOOLS = ("shell", "read_file", "apply_patch", "run_tests", "python")
 
@@ -72,6 +89,43 @@ def pico_to_cents(pico: int) -> int:
 
 def pico_to_usd(pico: int) -> float:
     return pico / PICO_PER_USD
+
+
+def pico_to_usd_text(pico: int) -> str:
+    """Exact USD as a decimal string with 12 places: 1234567 pico -> "0.000001234567"."""
+    return f"{pico // PICO_PER_USD}.{pico % PICO_PER_USD:012d}"
+
+
+def parse_shapes(shapes: list[str] | tuple[str, ...] | str) -> tuple[str, ...]:
+    """("a", "b") from a sequence or "a,b"; unknown names raise ValueError."""
+    if isinstance(shapes, str):
+        shapes = [s for s in shapes.split(",")]
+    names = tuple(dict.fromkeys(s.strip() for s in shapes if s and s.strip()))
+    if not names:
+        raise ValueError("shapes must name at least one shape")
+    unknown = [s for s in names if s not in SHAPES]
+    if unknown:
+        raise ValueError(f"unknown shape(s) {unknown}; known: {', '.join(SHAPES)}")
+    return names
+
+
+def parse_metrics(metrics) -> tuple[tuple[str, str], ...]:
+    """((name, direction), ...) from pairs or "name:direction" strings; direction defaults to lower."""
+    out = []
+    for item in metrics:
+        if isinstance(item, str):
+            name, _, direction = item.partition(":")
+        else:
+            name, direction = item
+        name, direction = str(name).strip(), (str(direction).strip() or METRIC_DIRECTION)
+        if not name:
+            raise ValueError("a metric needs a name")
+        if direction not in METRIC_DIRECTIONS:
+            raise ValueError(f"metric {name}: direction must be one of {', '.join(METRIC_DIRECTIONS)}")
+        out.append((name, direction))
+    if not out:
+        raise ValueError("metrics must hold at least one (name, direction)")
+    return tuple(out)
 
 
 def iso(ts: datetime) -> str:
@@ -110,13 +164,34 @@ class Actor:
     actor_id: str
     role: str  # "orchestrator" | "worker"
     parent_actor_id: str | None
-    profile_id: str
+    profile_id: str  # the resolved profile: what the actor really runs on
+    requested_profile_id: str = ""  # what was asked for ("" = same as profile_id)
     turns: int = 0
     dispatched: bool = False
+    # running sums over this actor's entries (so wire answers never rescan the entries)
+    pico: int = 0
+    events: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    pico_by_kind: dict[str, int] = field(default_factory=dict)
+    pico_by_model: dict[str, int] = field(default_factory=dict)
+    latest_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.requested_profile_id:
+            self.requested_profile_id = self.profile_id
 
     @property
     def model(self) -> str:
         return PROFILE_MODEL[self.profile_id]
+
+    @property
+    def requested_model(self) -> str:
+        return PROFILE_MODEL[self.requested_profile_id]
+
+    @property
+    def downgraded(self) -> bool:
+        return self.requested_profile_id != self.profile_id
 
 
 @dataclass
@@ -161,6 +236,21 @@ class SimRun:
     control_intents: list[dict[str, Any]] = field(default_factory=list)
     best: float = math.inf
     attempts: int = 0
+    shape: str = "a"
+    metric: str = METRIC
+    metric_direction: str = METRIC_DIRECTION
+    # running sums (usage/actors/truth answers read these instead of rescanning the entries)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    inference_count: int = 0
+    tokens_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_role: dict[str, dict[str, int]] = field(default_factory=dict)
+    unreadable: set[int] = field(default_factory=set)  # indexes into entries served opaque
+    unreadable_sums: dict[str, int] = field(default_factory=lambda: {
+        "entries": 0, "input_tokens": 0, "output_tokens": 0, "pico_usd": 0})
+    progress_notes: int = 0
+    wire_cache: list[dict[str, Any]] = field(default_factory=list)  # entries as served, built once each
 
     @property
     def exists(self) -> bool:
@@ -191,11 +281,27 @@ class World:
         tick_seconds: float = 1.0,
         start_time: datetime | None = None,
         stagger_ticks: int = 8,
+        shapes: list[str] | tuple[str, ...] | str = ("a",),
+        unreadable_every: int = 0,
+        metrics: list | tuple = DEFAULT_METRICS,
+        worker_downgrades: bool = False,
     ):
+        """`shapes`: the wire shapes of the free-form fields, one per run, drawn from the seed (with two
+        or more, consecutive runs of a project alternate, so a project of >= 2 runs shows each).
+        `unreadable_every=N`: every Nth inference entry of a run is served opaque (0: never).
+        `metrics`: ((name, "lower_is_better" | "higher_is_better"), ...); run i scores on
+        metrics[i % len(metrics)]. `worker_downgrades`: some runs (always index 5) have one worker
+        whose resolved profile/model is cheaper than the requested one."""
         if runs < 0:
             raise ValueError("runs must be >= 0")
         if tick_seconds <= 0:
             raise ValueError("tick_seconds must be > 0")
+        self.shapes = parse_shapes(shapes)
+        if unreadable_every < 0:
+            raise ValueError("unreadable_every must be >= 0")
+        self.unreadable_every = int(unreadable_every)
+        self.metrics = parse_metrics(metrics)
+        self.worker_downgrades = bool(worker_downgrades)
         self.seed = seed
         self.org_id = ORG_ID
         self.project_ids = list(dict.fromkeys(project_ids)) or [DEFAULT_PROJECT_ID]
@@ -214,6 +320,7 @@ class World:
                 run = self._plan_run(pid, index, stagger_ticks)
                 self.runs[run.run_id] = run
                 self.runs_by_project[pid].append(run)
+        self._moving: list[SimRun] = list(self.runs.values())  # not yet terminal or wedged, plan order
         self._apply_tick()  # tick 0: the first runs appear
 
     # ------------------------------------------------------------------ planning and time
@@ -229,11 +336,20 @@ class World:
             run_ticks = rng.randint(45, 75)
         requested = ORCH_PROFILE
         resolved = ORCH_DOWNGRADED_PROFILE if fate == "downgrade" else ORCH_PROFILE
-        orch = Actor(_uuid("actor", run_id, 0), "orchestrator", None, resolved)
+        orch = Actor(_uuid("actor", run_id, 0), "orchestrator", None, resolved, ORCH_PROFILE)
         workers = [
             Actor(_uuid("actor", run_id, k), "worker", orch.actor_id, WORKER_PROFILE)
             for k in range(1, rng.randint(2, 3) + 1)
         ]
+        # Everything new is drawn from a separate RNG, so the run's own stream (and every value it
+        # produces) is the same whatever the shapes, metrics or downgrade options.
+        side = random.Random(f"smr-sim-shape|{self.seed}|{project_id}|{index}")
+        downgrade_worker = side.random() < 1 / 3 or index == 5
+        which = side.randrange(len(workers))
+        if self.worker_downgrades and downgrade_worker:
+            workers[which].profile_id = WORKER_DOWNGRADED_PROFILE
+        first = random.Random(f"smr-sim-shape|{self.seed}|{project_id}").randrange(len(self.shapes))
+        metric, direction = self.metrics[index % len(self.metrics)]
         return SimRun(
             project_id=project_id,
             index=index,
@@ -248,6 +364,9 @@ class World:
             requested_profile=requested,
             resolved_profile=resolved,
             actors=[orch, *workers],
+            shape=self.shapes[(first + index) % len(self.shapes)],
+            metric=metric,
+            metric_direction=direction,
         )
 
     def tick_time(self) -> datetime:
@@ -287,8 +406,12 @@ class World:
 
     # ------------------------------------------------------------------ evolution
     def _apply_tick(self) -> None:
-        for run in self.runs.values():
-            self._step_run(run)
+        moving = self._moving
+        for run in moving:
+            if not (run.terminal or run.wedged):  # a client may have stopped it since the last tick
+                self._step_run(run)
+        if any(r.terminal or r.wedged for r in moving):
+            self._moving = [r for r in moving if not (r.terminal or r.wedged)]
 
     def _step_run(self, run: SimRun) -> None:
         t = self.ticks
@@ -414,6 +537,27 @@ class World:
         # maybe a scored attempt
         if rng.random() < (0.6 if run.attempts == 0 else 0.4):
             self._attempt(run)
+        if run.shape == "b":
+            self._progress_note(run)
+
+    def _progress_note(self, run: SimRun) -> None:
+        """Shape "b" runs are chatty: a progress note every live tick. It takes the time of the run's
+        last event of this tick (no fresh world timestamp, so every other value stays the same
+        whatever the shape); order messages by `seq`."""
+        run.progress_notes += 1
+        best = "none yet" if run.best == math.inf else f"{self._score(run, run.best):.4f}"
+        self._message(
+            run,
+            run.updated_at,
+            mode="note",
+            sender="role:orchestrator",
+            target="role:user",
+            action=None,
+            status="delivered",
+            body=(f"Progress: tick {run.running_ticks}, {len(run.entries)} ledger entries, "
+                  f"{run.attempts} attempts, best {run.metric} {best}."),
+            payload={"topic": PROGRESS_TOPIC, "tick": run.running_ticks, "attempts": run.attempts},
+        )
 
     def _inference(self, run: SimRun, actor: Actor, in_tok: int, out_tok: int, tools: list[str],
                    duration_ms: int) -> None:
@@ -460,6 +604,49 @@ class World:
         run.quantity_by_kind[meter_kind] = run.quantity_by_kind.get(meter_kind, 0) + quantity
         run.events_by_kind[meter_kind] = run.events_by_kind.get(meter_kind, 0) + 1
         run.updated_at = now
+        # running sums
+        inference = meter_kind == "inference"
+        run.input_tokens += input_tokens
+        run.output_tokens += output_tokens
+        run.tool_calls += len(tool_calls)
+        if inference:
+            row = run.tokens_by_model.setdefault(model, {"input_tokens": 0, "output_tokens": 0, "calls": 0})
+            row["input_tokens"] += input_tokens
+            row["output_tokens"] += output_tokens
+            row["calls"] += 1
+        role = run.by_role.setdefault(actor.role, {"cost_pico_usd": 0, "input_tokens": 0, "output_tokens": 0,
+                                                   "turns": 0, "events": 0})
+        role["cost_pico_usd"] += cost
+        role["input_tokens"] += input_tokens
+        role["output_tokens"] += output_tokens
+        role["turns"] += 1 if inference else 0
+        role["events"] += 1
+        actor.pico += cost
+        actor.events += 1
+        actor.input_tokens += input_tokens
+        actor.output_tokens += output_tokens
+        actor.pico_by_kind[meter_kind] = actor.pico_by_kind.get(meter_kind, 0) + cost
+        if model:
+            actor.pico_by_model[model] = actor.pico_by_model.get(model, 0) + cost
+        actor.latest_at = iso(now)
+        if inference:
+            run.inference_count += 1
+            if self.unreadable_every and run.inference_count % self.unreadable_every == 0:
+                run.unreadable.add(n)
+                sums = run.unreadable_sums
+                sums["entries"] += 1
+                sums["input_tokens"] += input_tokens
+                sums["output_tokens"] += output_tokens
+                sums["pico_usd"] += cost
+
+    @staticmethod
+    def _score(run: SimRun, loss: float) -> float:
+        """The run's metric for an internal loss value. The climb is computed as a loss; a
+        higher_is_better metric mirrors it (100 - 10 * loss: finite, positive, strictly monotonic on
+        the 6-decimal grid), so "improvement" means the same attempt whatever the direction."""
+        if run.metric_direction == "higher_is_better":
+            return round(100.0 - 10.0 * loss, 6)
+        return loss
 
     def _attempt(self, run: SimRun) -> None:
         rng = run.rng
@@ -479,6 +666,10 @@ class World:
         }
         improved = value < run.best
         best_before = None if run.best == math.inf else run.best
+        metric = run.metric
+        score = self._score(run, value)
+        baseline = self._score(run, run.baseline)
+        verb = "lowers" if run.metric_direction == "lower_is_better" else "raises"
         now = self._stamp()
         experiment_id = _uuid("experiment", run.run_id, n)
         result_id = _uuid("result", run.run_id, n)
@@ -494,12 +685,12 @@ class World:
             "hypothesis": (
                 f"AdamW with lr={hparams['lr']:.2e}, betas=({hparams['beta1']}, {hparams['beta2']}), "
                 f"weight_decay={hparams['weight_decay']} and {hparams['warmup_steps']} warmup steps "
-                "lowers val_loss"
+                f"{verb} {metric}"
             ),
             "status": "completed",
             "verdict": "improved" if improved else "no_improvement",
-            "metrics_before": {METRIC: best_before if best_before is not None else run.baseline},
-            "metrics_after": {METRIC: value},
+            "metrics_before": {metric: self._score(run, best_before) if best_before is not None else baseline},
+            "metrics_after": {metric: score},
             "linked_artifact_ids": [artifact_id] if artifact_id else [],
             "revision": 1,
             "metadata": {"attempt_index": n, "hparams": hparams},
@@ -513,12 +704,12 @@ class World:
             "experiment_id": experiment_id,
             "run_id": run.run_id,
             "candidate_id": artifact_id,
-            "metric": METRIC,
-            "metric_direction": METRIC_DIRECTION,
-            "value": value,
-            "baseline_value": run.baseline,
-            "delta": round(value - run.baseline, 6),
-            "comparison_cohort_key": COHORT_KEY,
+            "metric": metric,
+            "metric_direction": run.metric_direction,
+            "value": score,
+            "baseline_value": baseline,
+            "delta": round(score - baseline, 6),
+            "comparison_cohort_key": COHORT_KEY if metric == METRIC else f"toy-optimizer/{metric}/v1",
             "truth_status": "observed",
             "metadata": {"attempt_index": n, "improvement": improved},
             "created_at": iso(now),
@@ -531,14 +722,17 @@ class World:
     def _improvement(self, run: SimRun, n: int, value: float, hparams: dict[str, Any], experiment_id: str,
                      result_id: str, artifact_id: str, now: datetime) -> None:
         rng = run.rng
-        content = render_optimizer(run.run_id, n, value, run.baseline, hparams).encode()
+        metric = run.metric
+        value = self._score(run, value)  # the loss, as the run's metric
+        content = render_optimizer(run.run_id, n, value, self._score(run, run.baseline), hparams,
+                                   metric=metric).encode()
         digest = "sha256:" + hashlib.sha256(content).hexdigest()
         artifact = {
             "artifact_id": artifact_id,
             "project_id": run.project_id,
             "run_id": run.run_id,
             "artifact_type": "submission",
-            "title": f"optimizer.py ({METRIC} {value:.4f})",
+            "title": f"optimizer.py ({metric} {value:.4f})",
             "uri": f"s3://smr-simulator/{run.run_id}/{artifact_id}/optimizer.py",
             "digest": digest,
             "path": SUBMISSION_PATH,
@@ -550,7 +744,7 @@ class World:
                 "experiment_id": experiment_id,
                 "result_id": result_id,
                 "score": value,
-                "metric": METRIC,
+                "metric": metric,
                 "attempt_index": n,
             },
         }
@@ -583,7 +777,7 @@ class World:
             "restorable": not failed,
             "branchable": not failed,
             "metadata": {
-                "label": f"improvement {k + 1}: {METRIC}={value:.4f}",
+                "label": f"improvement {k + 1}: {metric}={value:.4f}",
                 "commit": commit,
                 "failure_reason": f"RuntimeError: workspace does not exist: {workspace}" if failed else None,
                 "failure_source": "checkpoint_capture" if failed else None,
@@ -599,14 +793,14 @@ class World:
             target="role:user",
             action=None,
             status="delivered",
-            body=f"New best {METRIC} {value:.4f} (attempt {n + 1}); saved {SUBMISSION_PATH}.",
+            body=f"New best {metric} {value:.4f} (attempt {n + 1}); saved {SUBMISSION_PATH}.",
             payload={
                 "topic": "smr.experiment.improvement",
                 "experiment_id": experiment_id,
                 "result_id": result_id,
                 "artifact_id": artifact_id,
                 "checkpoint_id": checkpoint_id,
-                METRIC: value,
+                metric: value,
             },
         )
 
@@ -773,6 +967,19 @@ class World:
                 "resolved_profile_id": WORKER_PROFILE,
             },
         }
+        if self.worker_downgrades:
+            # Per worker actor: requested vs resolved. `roles` is a free-form object in the spec and
+            # the SDK's SmrRoleBindings ignores keys it does not know; the per-actor usage rows
+            # forbid extra keys, so this is where a worker's requested profile travels.
+            workers = run.actors[1:]
+            downgraded = next((a for a in workers if a.downgraded), None)
+            if downgraded is not None:
+                roles["worker"]["resolved_profile_id"] = downgraded.profile_id
+            roles["workers"] = [
+                {"actor_id": a.actor_id, "requested_profile_id": a.requested_profile_id,
+                 "resolved_profile_id": a.profile_id, "requested_model": a.requested_model, "model": a.model}
+                for a in workers
+            ]
         return {
             "run_id": run.run_id,
             "org_id": self.org_id,
@@ -802,25 +1009,83 @@ class World:
             "latest_summary_artifact_id": None,
         }
 
+    def entries_wire(self, run: SimRun) -> list[dict[str, Any]]:
+        """The usage entries as served (in the run's shape; opaque where unreadable). Entries never
+        change, so each is rendered once and kept."""
+        cache = run.wire_cache
+        for n in range(len(cache), len(run.entries)):
+            entry = run.entries[n]
+            if n in run.unreadable:
+                cache.append(_opaque_entry(run, n))
+            elif run.shape == "b":
+                cache.append(_entry_b(entry))
+            else:
+                cache.append(entry)
+        return list(cache)
+
     def usage_wire(self, run: SimRun) -> dict[str, Any]:
         total = sum(run.pico_by_kind.values())
         cents = pico_to_cents(total)
         usd = pico_to_usd(total)
-        inference = [e for e in run.entries if e["meter_kind"] == "inference"]
-        in_tok = sum(e["input_tokens"] for e in inference)
-        out_tok = sum(e["output_tokens"] for e in inference)
-        by_model: dict[str, dict[str, int]] = {}
-        for e in inference:
-            row = by_model.setdefault(e["model"], {"input_tokens": 0, "output_tokens": 0, "calls": 0})
-            row["input_tokens"] += e["input_tokens"]
-            row["output_tokens"] += e["output_tokens"]
-            row["calls"] += 1
+        in_tok, out_tok = run.input_tokens, run.output_tokens
+        inference_events = run.events_by_kind.get("inference", 0)
+        sandbox_events = run.events_by_kind.get("sandbox_seconds", 0)
+        sandbox_seconds = run.quantity_by_kind.get("sandbox_seconds", 0)
+        worker_turns = sum(a.turns for a in run.actors[1:])
+        if run.shape == "b":
+            return {
+                "run_id": run.run_id,
+                "project_id": run.project_id,
+                "cost": {
+                    "total_cents": cents,
+                    "charged_cents": cents,
+                    "internal_cost_cents": cents,
+                    "total_usd": usd,
+                    "charged_usd": usd,
+                    "internal_cost_usd": usd,
+                },
+                "totals": {
+                    "prompt_tokens": in_tok,
+                    "completion_tokens": out_tok,
+                    "llm_calls": inference_events,
+                    "sandbox_sessions": sandbox_events,
+                    "sandbox_seconds_billed": sandbox_seconds,
+                    "tool_invocations": run.tool_calls,
+                    "lead_turns": run.orchestrator.turns,
+                    "subagent_turns": worker_turns,
+                    "line_items": len(run.entries),
+                },
+                "breakdown": {
+                    "meters": {
+                        B_METER[kind]: {"cost_usd": pico_to_usd_text(pico), "cost_cents": pico_to_cents(pico),
+                                        "units": run.quantity_by_kind.get(kind, 0),
+                                        "unit": B_UNIT[_UNITS[kind]],
+                                        "line_items": run.events_by_kind.get(kind, 0)}
+                        for kind, pico in sorted(run.pico_by_kind.items())
+                    },
+                    "roles": {
+                        B_ENTRY_ROLE[role]: {"cost_usd": pico_to_usd_text(row["cost_pico_usd"]),
+                                             "prompt_tokens": row["input_tokens"],
+                                             "completion_tokens": row["output_tokens"],
+                                             "llm_calls": row["turns"], "line_items": row["events"]}
+                        for role, row in run.by_role.items()
+                    },
+                },
+                "entries": self.entries_wire(run),
+                "rows": [],
+                "total_cost_cents": cents,
+                "total_charged_cents": cents,
+                "total_internal_cost_cents": cents,
+                "total_cost_usd": usd,
+                "total_charged_usd": usd,
+                "total_internal_cost_usd": usd,
+            }
         tokens = {
-            "sessions_seen": len({e["actor_id"] for e in inference}),
+            "sessions_seen": sum(1 for a in run.actors if a.turns),
             "totals": {"input_tokens": in_tok, "output_tokens": out_tok, "total_tokens": in_tok + out_tok},
-            "by_model": by_model,
+            "by_model": {model: dict(row) for model, row in run.tokens_by_model.items()},
         }
-        by_role = _usage_by_role(run.entries)
+        by_role = {role: dict(row) for role, row in run.by_role.items()}
         cost = {
             "total_cents": cents,
             "charged_cents": cents,
@@ -840,18 +1105,18 @@ class World:
                 "input_tokens": in_tok,
                 "output_tokens": out_tok,
                 "total_tokens": in_tok + out_tok,
-                "inference_events": run.events_by_kind.get("inference", 0),
-                "sandbox_events": run.events_by_kind.get("sandbox_seconds", 0),
-                "sandbox_seconds": run.quantity_by_kind.get("sandbox_seconds", 0),
-                "tool_calls": sum(len(e["tool_calls"]) for e in run.entries),
+                "inference_events": inference_events,
+                "sandbox_events": sandbox_events,
+                "sandbox_seconds": sandbox_seconds,
+                "tool_calls": run.tool_calls,
                 "orchestrator_turns": run.orchestrator.turns,
-                "worker_turns": sum(a.turns for a in run.actors[1:]),
+                "worker_turns": worker_turns,
                 "entries": len(run.entries),
             },
             "tokens": tokens,
             "token_usage": tokens,
             "breakdown": {"by_meter": self._by_meter(run), "by_actor_role": by_role},
-            "entries": list(run.entries),
+            "entries": self.entries_wire(run),
             "rows": [],
             "total_cost_cents": cents,
             "total_charged_cents": cents,
@@ -865,7 +1130,18 @@ class World:
         }
 
     def _by_meter(self, run: SimRun) -> list[dict[str, Any]]:
-        units = {"inference": "tokens", "sandbox_seconds": "seconds"}
+        if run.shape == "b":
+            return [
+                {
+                    "meter_kind": B_METER[kind],
+                    "billed_amount_cents": pico_to_cents(pico),
+                    "billed_amount_usd": pico_to_usd(pico),
+                    "quantity": run.quantity_by_kind.get(kind, 0),
+                    "quantity_unit": B_UNIT[_UNITS[kind]],
+                    "event_count": run.events_by_kind.get(kind, 0),
+                }
+                for kind, pico in sorted(run.pico_by_kind.items())
+            ]
         return [
             {
                 "meter_kind": kind,
@@ -873,7 +1149,7 @@ class World:
                 "billed_amount_pico_usd": pico,
                 "billed_amount_usd": pico_to_usd(pico),
                 "quantity": run.quantity_by_kind.get(kind, 0),
-                "quantity_unit": units[kind],
+                "quantity_unit": _UNITS[kind],
                 "event_count": run.events_by_kind.get(kind, 0),
             }
             for kind, pico in sorted(run.pico_by_kind.items())
@@ -881,6 +1157,16 @@ class World:
 
     def cost_summary_wire(self, run: SimRun) -> dict[str, Any]:
         total = sum(run.pico_by_kind.values())
+        if run.shape == "b":
+            return {
+                "run_id": run.run_id,
+                "project_id": run.project_id,
+                "total_cents": pico_to_cents(total),
+                "total_usd": pico_to_usd(total),
+                "recording_status": "complete",
+                "missing_meters": [],
+                "by_meter": self._by_meter(run),
+            }
         return {
             "run_id": run.run_id,
             "project_id": run.project_id,
@@ -894,18 +1180,24 @@ class World:
 
     def actor_usage_wire(self, run: SimRun) -> dict[str, Any]:
         rows = []
+        b = run.shape == "b"
         for actor in run.actors:
-            mine = [e for e in run.entries if e["actor_id"] == actor.actor_id]
-            if not mine:
+            if not actor.events:
                 continue
-            pico = sum(e["cost_pico_usd"] for e in mine)
-            by_kind: dict[str, int] = {}
-            by_model: dict[str, int] = {}
-            for e in mine:
-                by_kind[e["meter_kind"]] = by_kind.get(e["meter_kind"], 0) + e["cost_pico_usd"]
-                if e["model"]:
-                    by_model[e["model"]] = by_model.get(e["model"], 0) + e["cost_pico_usd"]
-            cents = pico_to_cents(pico)
+            cents = pico_to_cents(actor.pico)
+            by_kind = actor.pico_by_kind
+            if b:
+                by_provider = {B_PROVIDER[k]: pico_to_cents(v) for k, v in sorted(by_kind.items())}
+                by_source_type = {B_METER[k]: pico_to_cents(v) for k, v in sorted(by_kind.items())}
+                token_usage = {"prompt_tokens": actor.input_tokens, "completion_tokens": actor.output_tokens,
+                               "total_tokens": actor.input_tokens + actor.output_tokens}
+                role = B_PARTICIPANT_ROLE[actor.role]
+            else:
+                by_provider = {"openai": pico_to_cents(by_kind.get("inference", 0)),
+                               "sandbox": pico_to_cents(by_kind.get("sandbox_seconds", 0))}
+                by_source_type = {k: pico_to_cents(v) for k, v in sorted(by_kind.items())}
+                token_usage = {"input_tokens": actor.input_tokens, "output_tokens": actor.output_tokens}
+                role = actor.role
             rows.append({
                 "actor_id": actor.actor_id,
                 "org_id": self.org_id,
@@ -914,21 +1206,17 @@ class World:
                 "task_id": None,
                 "task_key": None,
                 "worker_id": actor.actor_id if actor.role == "worker" else None,
-                "participant_role": actor.role,
+                "participant_role": role,
                 "nominal_amount_cents": cents,
                 "billed_amount_cents": cents,
                 "internal_cost_cents": cents,
-                "event_count": len(mine),
-                "latest_usage_at": max(e["created_at"] for e in mine),
-                "by_provider": {"openai": pico_to_cents(by_kind.get("inference", 0)),
-                                "sandbox": pico_to_cents(by_kind.get("sandbox_seconds", 0))},
-                "by_source_type": {k: pico_to_cents(v) for k, v in sorted(by_kind.items())},
+                "event_count": actor.events,
+                "latest_usage_at": actor.latest_at,
+                "by_provider": by_provider,
+                "by_source_type": by_source_type,
                 "by_source_subtype": {},
-                "by_model": {k: pico_to_cents(v) for k, v in sorted(by_model.items())},
-                "token_usage": {
-                    "input_tokens": sum(e["input_tokens"] for e in mine),
-                    "output_tokens": sum(e["output_tokens"] for e in mine),
-                },
+                "by_model": {k: pico_to_cents(v) for k, v in sorted(actor.pico_by_model.items())},
+                "token_usage": token_usage,
             })
         return {"org_id": self.org_id, "project_id": run.project_id, "run_id": run.run_id,
                 "count": len(rows), "actors": rows}
@@ -1043,6 +1331,9 @@ class World:
                 "start_time": iso(self.start_time),
                 "now": iso(self.tick_time()),
                 "org_id": self.org_id,
+                "config": {"shapes": list(self.shapes), "unreadable_every": self.unreadable_every,
+                           "metrics": [list(m) for m in self.metrics],
+                           "worker_downgrades": self.worker_downgrades},
                 "projects": {
                     pid: {"runs": [self._truth(r) for r in runs if r.exists]}
                     for pid, runs in self.runs_by_project.items()
@@ -1051,13 +1342,15 @@ class World:
 
     def _truth(self, run: SimRun) -> dict[str, Any]:
         total = sum(run.pico_by_kind.values())
-        inference = [e for e in run.entries if e["meter_kind"] == "inference"]
-        by_role = _usage_by_role(run.entries)
+        unread = run.unreadable_sums
         return {
             "run_id": run.run_id,
             "project_id": run.project_id,
             "index": run.index,
             "fate": run.fate,
+            "shape": run.shape,
+            "metric": run.metric,
+            "metric_direction": run.metric_direction,
             "state": run.state,
             "live_phase": run.live_phase,
             "terminal_outcome": run.terminal_outcome,
@@ -1069,14 +1362,21 @@ class World:
             "requested_profile_id": run.requested_profile,
             "resolved_profile_id": run.resolved_profile,
             "downgraded": run.requested_profile != run.resolved_profile,
+            "worker_downgraded": any(a.downgraded for a in run.actors[1:]),
+            "actors": [
+                {"actor_id": a.actor_id, "role": a.role, "requested_profile_id": a.requested_profile_id,
+                 "resolved_profile_id": a.profile_id, "requested_model": a.requested_model,
+                 "actual_model": a.model, "events": a.events}
+                for a in run.actors
+            ],
             "budget_usd": BUDGET_USD,
             "usage": {
                 "entries": len(run.entries),
-                "inference_events": len(inference),
+                "inference_events": run.events_by_kind.get("inference", 0),
                 "sandbox_events": run.events_by_kind.get("sandbox_seconds", 0),
                 "sandbox_seconds": run.quantity_by_kind.get("sandbox_seconds", 0),
-                "input_tokens": sum(e["input_tokens"] for e in inference),
-                "output_tokens": sum(e["output_tokens"] for e in inference),
+                "input_tokens": run.input_tokens,
+                "output_tokens": run.output_tokens,
                 "orchestrator_turns": run.orchestrator.turns,
                 "worker_turns": sum(a.turns for a in run.actors[1:]),
                 "total_pico_usd": total,
@@ -1088,14 +1388,17 @@ class World:
                            "events": run.events_by_kind.get(kind, 0)}
                     for kind, pico in sorted(run.pico_by_kind.items())
                 },
-                "by_role": by_role,
+                "by_role": {role: dict(row) for role, row in run.by_role.items()},
             },
+            "unreadable": {"entries": unread["entries"], "input_tokens": unread["input_tokens"],
+                           "output_tokens": unread["output_tokens"], "pico_usd": unread["pico_usd"],
+                           "cents": pico_to_cents(unread["pico_usd"])},
             "scores": [
                 {"result_id": x["result_id"], "experiment_id": x["experiment_id"], "value": x["value"],
                  "created_at": x["created_at"], "improvement": x["metadata"]["improvement"]}
                 for x in run.results
             ],
-            "best_score": None if run.best == math.inf else run.best,
+            "best_score": None if run.best == math.inf else self._score(run, run.best),
             "artifacts": [
                 {"artifact_id": a["artifact_id"], "digest": a["digest"], "size_bytes": a["size_bytes"],
                  "path": a["path"], "experiment_id": a["metadata"]["experiment_id"],
@@ -1107,10 +1410,40 @@ class World:
                  "failure_reason": c["metadata"]["failure_reason"]}
                 for c in run.checkpoints
             ],
-            "messages": {"count": len(run.messages), "last_seq": run.messages[-1]["seq"] if run.messages else 0},
+            "messages": {"count": len(run.messages), "last_seq": run.messages[-1]["seq"] if run.messages else 0,
+                         "progress_notes": run.progress_notes},
             "restores": [dict(r) for r in run.restores],
             "control_intents": [dict(c) for c in run.control_intents],
         }
+
+
+_UNITS = {"inference": "tokens", "sandbox_seconds": "seconds"}
+
+
+def _entry_b(e: dict[str, Any]) -> dict[str, Any]:
+    """A usage entry in shape "b" (docs/simulator.md, "Shapes")."""
+    out: dict[str, Any] = {
+        "id": e["entry_id"],
+        "recorded_at": e["created_at"],
+        "meter": B_METER[e["meter_kind"]],
+        "actor": {"id": e["actor_id"], "role": B_ENTRY_ROLE[e["actor_role"]], "parent_id": e["parent_actor_id"]},
+    }
+    if e["meter_kind"] == "inference":
+        out["model_name"] = e["model"]
+        out["step"] = e["turn_index"]
+        out["tokens"] = {"input": e["input_tokens"], "output": e["output_tokens"]}
+    out["cost_usd"] = pico_to_usd_text(e["cost_pico_usd"])
+    out["tool_calls"] = [{"name": name} for name in e["tool_calls"]]
+    out["latency_ms"] = e["duration_ms"]
+    out["units"] = e["quantity"]
+    out["unit"] = B_UNIT[e["quantity_unit"]]
+    return out
+
+
+def _opaque_entry(run: SimRun, n: int) -> dict[str, Any]:
+    """An entry no reader can understand: an encrypted-looking blob, nothing else."""
+    blob = bytes.fromhex(_digest("opaque", run.run_id, n) + _digest("opaque-2", run.run_id, n))
+    return {"opaque": base64.b64encode(blob).decode()}
 
 
 def _run_timestamps(run: SimRun) -> dict[str, str | None]:
@@ -1123,20 +1456,6 @@ def _run_timestamps(run: SimRun) -> dict[str, str | None]:
     }
 
 
-def _usage_by_role(entries: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Cost, tokens, turns and events of a run's usage entries, per actor role."""
-    by_role: dict[str, dict[str, int]] = {}
-    for e in entries:
-        row = by_role.setdefault(e["actor_role"], {"cost_pico_usd": 0, "input_tokens": 0,
-                                                   "output_tokens": 0, "turns": 0, "events": 0})
-        row["cost_pico_usd"] += e["cost_pico_usd"]
-        row["input_tokens"] += e["input_tokens"]
-        row["output_tokens"] += e["output_tokens"]
-        row["turns"] += 1 if e["meter_kind"] == "inference" else 0
-        row["events"] += 1
-    return by_role
-
-
 def _copy_artifact(a: dict[str, Any]) -> dict[str, Any]:
     return {**a, "metadata": dict(a["metadata"])}
 
@@ -1145,11 +1464,12 @@ def _deep_copy_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in row.items()}
 
 
-def render_optimizer(run_id: str, attempt: int, value: float, baseline: float, hp: dict[str, Any]) -> str:
+def render_optimizer(run_id: str, attempt: int, value: float, baseline: float, hp: dict[str, Any],
+                     metric: str = METRIC) -> str:
     """The submission an improvement produces: a small, importable optimizer module."""
     return f'''"""AdamW variant found by SMR run {run_id}, attempt {attempt + 1}.
 
-{METRIC}: {value:.6f} (baseline {baseline:.6f}, delta {value - baseline:+.6f})
+{metric}: {value:.6f} (baseline {baseline:.6f}, delta {value - baseline:+.6f})
 """
 
 import math

@@ -81,10 +81,22 @@ def make_sim(**kwargs):
     return start_simulator(**options)
 
 
-@pytest.fixture(scope="module")
-def sim():
-    """A shared simulator for read-only tests: 110 ticks in, never ticking by itself."""
-    handle = make_sim()
+# Every free-form variation at once: both wire shapes (alternating per run), opaque entries, a
+# higher_is_better metric on odd runs and a worker downgrade on some runs (always index 5).
+MIXED = {
+    "shapes": ("a", "b"),
+    "unreadable_every": 5,
+    "metrics": (("val_loss", "lower_is_better"), ("val_accuracy", "higher_is_better")),
+    "worker_downgrades": True,
+}
+WORLDS = {"default": {}, "mixed": MIXED}
+
+
+@pytest.fixture(scope="module", params=sorted(WORLDS))
+def sim(request):
+    """A shared simulator for read-only tests: 110 ticks in, never ticking by itself. Parametrized:
+    today's single shape, and the mixed world (so every shape-b answer is validated and parsed too)."""
+    handle = make_sim(**WORLDS[request.param])
     yield handle
     handle.stop()
 

@@ -24,6 +24,7 @@ from smrweb.simulator.faults import FaultConfig, FaultInjector
 from smrweb.simulator.server import ROUTES
 from smrweb.simulator.world import KICKOFF_TOPIC, ORCH_DOWNGRADED_PROFILE, ORCH_PROFILE, pico_to_cents
 from tests.simulator.conftest import API_KEY, component_schema, make_sim, operation_schema, validate
+from tests.simulator.shapes import METER, PARTICIPANT_ROLE, decode_actor_tokens, decode_entry, decode_totals
 
 P = "/smr/projects/{project_id}"
 PR = P + "/runs/{run_id}"
@@ -179,6 +180,13 @@ def test_runs_get_each_run(sim, client_for, raw, check):
             assert orchestrator["resolved_profile_id"] == ORCH_DOWNGRADED_PROFILE
         if truth["fate"] == "wedge":
             assert run.state is RunState.RUNNING and run.raw["finished_at"] is None
+        workers = run.raw["roles"].get("workers")
+        if sim.world.worker_downgrades:  # per worker actor: requested vs resolved
+            assert [(w["actor_id"], w["requested_profile_id"], w["resolved_profile_id"], w["model"])
+                    for w in workers] == [(a["actor_id"], a["requested_profile_id"], a["resolved_profile_id"],
+                                           a["actual_model"]) for a in truth["actors"][1:]]
+        else:
+            assert workers is None
 
 
 def test_usage_cost_summary_and_actor_usage_agree(sim, client_for, raw, check):
@@ -189,17 +197,30 @@ def test_usage_cost_summary_and_actor_usage_agree(sim, client_for, raw, check):
         usage = client.runs.get_usage(rid)
         check("GET", "/smr/runs/{run_id}/usage", raw(sim, "GET", f"/smr/runs/{rid}/usage").json())
         check("GET", "/smr/runs/{run_id}/spend", raw(sim, "GET", f"/smr/runs/{rid}/spend").json())
-        total = sum(e["cost_pico_usd"] for e in usage.entries)
-        assert usage.cost.total_pico_usd == total == truth["usage"]["total_pico_usd"]
+        readable = [d for d in map(decode_entry, usage.entries) if d is not None]
+        unreadable = truth["unreadable"]
+        assert len(usage.entries) - len(readable) == unreadable["entries"]
+        total = sum(d["pico"] for d in readable) + unreadable["pico_usd"]
+        assert total == truth["usage"]["total_pico_usd"]
         assert usage.cost.total_cents == pico_to_cents(total)
-        assert usage.totals["input_tokens"] == sum(e["input_tokens"] for e in usage.entries)
-        assert usage.totals["output_tokens"] == sum(e["output_tokens"] for e in usage.entries)
+        assert usage.cost.total_pico_usd == (total if truth["shape"] == "a" else 0)  # b sends no pico
+        totals = decode_totals(usage.totals)
+        assert totals["input_tokens"] == sum(d["input_tokens"] for d in readable) + unreadable["input_tokens"]
+        assert totals["output_tokens"] == sum(d["output_tokens"] for d in readable) + unreadable["output_tokens"]
+        assert totals["entries"] == len(usage.entries)
 
         summary = client.runs.cost_summary(rid)
         check("GET", "/smr/runs/{run_id}/cost_summary", raw(sim, "GET", f"/smr/runs/{rid}/cost_summary").json())
-        assert summary.total_pico_usd == total and summary.recording_status == "complete"
-        assert sum(m.billed_amount_pico_usd for m in summary.by_meter) == total
-        assert {m.meter_kind for m in summary.by_meter} <= {"inference", "sandbox_seconds"}
+        assert summary.total_cents == pico_to_cents(total) and summary.recording_status == "complete"
+        if truth["shape"] == "a":
+            assert summary.total_pico_usd == total
+            assert sum(m.billed_amount_pico_usd for m in summary.by_meter) == total
+            assert {m.meter_kind for m in summary.by_meter} <= {"inference", "sandbox_seconds"}
+        else:
+            assert summary.total_pico_usd == 0 and all(m.billed_amount_pico_usd == 0 for m in summary.by_meter)
+            assert {m.meter_kind for m in summary.by_meter} <= {"inference_tokens", "sandbox_time"}
+        assert {METER[m.meter_kind]: m.billed_amount_cents for m in summary.by_meter} == {
+            kind: m["cents"] for kind, m in truth["usage"]["by_meter"].items()}
 
         actors = client.runs.get_actor_usage(rid, project_id=pid)
         check("GET", PR + "/actors/usage",
@@ -207,10 +228,14 @@ def test_usage_cost_summary_and_actor_usage_agree(sim, client_for, raw, check):
         check("GET", "/smr/runs/{run_id}/actors/usage", raw(sim, "GET", f"/smr/runs/{rid}/actors/usage").json())
         assert actors.count == len(actors.actors)
         assert sum(a.event_count for a in actors.actors) == len(usage.entries)
-        roles = {a.participant_role for a in actors.actors}
+        assert sum(decode_actor_tokens(a.token_usage)[0] for a in actors.actors) == totals["input_tokens"]
+        roles = {PARTICIPANT_ROLE[a.participant_role] for a in actors.actors}
         assert roles <= {"orchestrator", "worker"}
         if usage.entries:
             assert "orchestrator" in roles
+        actual = {a["actor_id"]: a["actual_model"] for a in truth["actors"]}
+        for row in actors.actors:
+            assert set(row.by_model) <= {actual[row.actor_id]}
 
 
 def test_artifact_manifest_and_content(sim, client_for, raw, check, tmp_path):
@@ -309,12 +334,13 @@ def test_experiments_and_results(sim, client_for, raw, check):
     check("GET", P + "/experiments/{experiment_id}",
           raw(sim, "GET", f"/smr/projects/{pid}/experiments/{one['experiment_id']}").json())
 
-    params = {"metric": "val_loss", "limit": 500}
+    params = {"metric": truth["metric"], "limit": 500}
     results = client._request_json("GET", f"/smr/projects/{pid}/experiment-results", params=params)
     check("GET", P + "/experiment-results", results)
     mine = sorted((r for r in results if r["run_id"] == rid), key=lambda r: r["created_at"])
     assert [r["value"] for r in mine] == [s["value"] for s in truth["scores"]]
-    assert all(r["metric_direction"] == "lower_is_better" and r["truth_status"] == "observed" for r in mine)
+    assert all(r["metric_direction"] == truth["metric_direction"] and r["truth_status"] == "observed"
+               for r in mine)
     first = mine[0]
     assert first["delta"] == pytest.approx(first["value"] - first["baseline_value"])
     by_experiment = client._request_json("GET", f"/smr/projects/{pid}/experiment-results",
