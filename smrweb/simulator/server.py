@@ -220,6 +220,15 @@ def h_experiment_results(ctx: Ctx) -> Response:
     return Response(payload=[] if taskset else rows)  # no result of the simulator belongs to a task set
 
 
+def h_experiment_result_list(ctx: Ctx) -> Response:
+    """`GET /smr/projects/{pid}/experiments/{eid}/results?limit=`: one experiment's results, newest first."""
+    pid = _project(ctx)
+    ctx.world.experiment_wire(pid, ctx.params["experiment_id"])  # 404 for an unknown experiment
+    limit = ctx.q_int("limit", 100, 1, 500)
+    return Response(payload=ctx.world.results_wire(pid, experiment_id=ctx.params["experiment_id"], metric=None,
+                                                   comparison_cohort_key=None, truth_status=None, limit=limit))
+
+
 def h_stop(ctx: Ctx) -> Response:
     if ctx.params.get("project_id") is not None:
         _project(ctx)
@@ -299,6 +308,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", P + "/experiments", "experiments", h_experiments),
     Route("GET", P + "/experiments/{experiment_id}", "experiment", h_experiment),
     Route("GET", P + "/experiment-results", "experiment_results", h_experiment_results),
+    Route("GET", P + "/experiments/{experiment_id}/results", "experiment_result_list", h_experiment_result_list),
     Route("POST", PR + "/stop", "stop", h_stop, _preview_run),
     Route("POST", R + "/stop", "stop", h_stop, _preview_run),
     Route("POST", PR + "/restore", "restore", h_restore, _preview_run),

@@ -236,6 +236,8 @@ class SmrConnector:
             for row in _call("active runs", self.client.runs.list_active, self.pid):
                 self._check_row(row, "active runs")
                 rows.setdefault(str(row["run_id"]), row)
+            if len(set(live) - rows.keys()) > page_size:  # the active list is capped: walking is cheaper
+                return self.list_runs(known=known, live=live, full=True)
             for rid in sorted(set(live) - rows.keys()):  # ended since the last cycle (or gone)
                 try:
                     row = _call("get run", self.client.get_run, rid, project_id=self.pid)

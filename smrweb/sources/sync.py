@@ -66,10 +66,14 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
                                             full=full)
             if full:
                 services.record_full_listing(project)
-            project = _adopt_metric(project, connector)
         except SourceError as exc:
             errors.append(exc)
             snapshots = []
+        if snapshots:
+            try:
+                project = _adopt_metric(project, connector)
+            except SourceError as exc:  # the results window: runs still sync (their results retry it)
+                errors.append(exc)
         report.listed = len(snapshots)
         for snapshot in snapshots:
             run = known.get(snapshot.external_id)

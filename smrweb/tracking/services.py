@@ -998,8 +998,9 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
     project.save(update_fields=["scenario", "updated"])
     for run in Run.objects.filter(project=project).only("pk", "source_cursor"):
         cursor = dict(run.source_cursor or {})
-        if cursor.pop("results", None) is not None:
-            Run.objects.filter(pk=run.pk).update(source_cursor=cursor)
+        cursor.pop("results", None)
+        # source_updated_at cleared: a finished run is synced again too (its results are read anew).
+        Run.objects.filter(pk=run.pk).update(source_cursor=cursor, source_updated_at=None)
     record_audit(None, "project.metric_adopted", project, project=project, scenario=key, before=before,
                  metric=metric, direction=direction)
 

@@ -81,6 +81,7 @@ def matches_world(project, world) -> bool:
 
 
 def assert_field_by_field(project, world) -> None:
+    project.refresh_from_db()
     runs = {r.external_id: r for r in Run.objects.filter(project=project)}
     assert set(runs) == {w["run_id"] for w in world_runs(world)}
     for w in world_runs(world):
@@ -101,7 +102,10 @@ def assert_field_by_field(project, world) -> None:
         assert round(run.source_total_usd, 2) == Decimal(usage["total_cents"]) / 100
         # What the run page shows as the billed total is the backend's own, to the cent; turns and the
         # other meters add up to it within the micro-dollar rounding of each turn.
-        assert abs(run.cost_usd + run.other_meters_usd - run.source_total_usd) <= Decimal("0.000001") * max(1, turn_count(w))
+        # A shape-b backend bills in cents only: its total and its other meters are each rounded to the cent.
+        cents = Decimal("0.01") if w.get("shape") == "b" else 0
+        assert abs(run.cost_usd + run.other_meters_usd - run.source_total_usd) <= \
+            Decimal("0.000001") * max(1, turn_count(w)) + cents
         scores = sorted(Submission.objects.filter(run=run).values_list("score", flat=True))
         assert scores == sorted(s["value"] for s in w["scores"])
         digests = sorted(Artifact.objects.filter(run=run).values_list("blob__sha256", flat=True))
@@ -109,6 +113,16 @@ def assert_field_by_field(project, world) -> None:
         reasons = sorted(Checkpoint.objects.filter(run=run).values_list("failure_reason", flat=True))
         assert reasons == sorted(c.get("failure_reason") or "" for c in w["checkpoints"])
         assert RuntimeMessage.objects.filter(run=run).count() == w["messages"]["count"]
+        # The source's own totals agree with the turns, so nothing is flagged as unaccounted; the split
+        # matches the world's per-role usage.
+        by_role = usage.get("by_role", {})
+        if "orchestrator" in by_role:
+            assert (run.driver_tokens_in, run.driver_tokens_out) == (by_role["orchestrator"]["input_tokens"],
+                                                                     by_role["orchestrator"]["output_tokens"])
+        assert run.source_spend["tokens_in"] == usage["input_tokens"] and not run.unaccounted, run.source_spend
+        assert not run.spend_unaccounted and run.entries_unreadable == 0
+        if w.get("best_score") is not None and w.get("metric", "val_loss") == project.scenario.score_metric:
+            assert run.best_score == w["best_score"]
 
 
 def test_poller_converges_exactly_to_the_simulated_world_despite_faults(smr_project, simulator,
@@ -172,3 +186,46 @@ def test_a_worker_killed_mid_sync_loses_nothing(smr_project, simulator, celery_q
             proc.terminate()
             proc.wait(timeout=15)
 
+
+# --- issue 13: a backend that fills the spec's free-form parts another way --------------------------
+
+
+@pytest.fixture
+def shaped_simulator():
+    """Runs alternate between the two wire shapes of the free-form parts (docs/simulator.md#shapes)."""
+    from smrweb.simulator.server import start_simulator
+
+    sim = start_simulator(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=5, tick=0.15, seed=12, faults=FAULTS,
+                          shapes=("a", "b"))
+    yield sim
+    sim.stop()
+
+
+def test_poller_converges_on_both_wire_shapes_and_scores_the_experiments_own_metric(alice, shaped_simulator,
+                                                                                  celery_beat_process):
+    """A project bound without a scenario adopts the metric and direction its experiments declare; on
+    both shapes the turns, tokens, cost to the micro-dollar, billed total to the cent, driver/child split,
+    scores and best equal the world's, and nothing is left unaccounted."""
+    project = admin_project("smr-shapes", source="smr", smr_project_id=SMR_PROJECT,
+                            smr_backend_base=shaped_simulator.url, smr_api_key=API_KEY, by=alice)
+    assert project.scenario.score_metric == "score"  # nothing declared yet
+    wait_for(lambda: Run.objects.filter(project=project).count() >= 3, timeout=60)
+    wait_for(lambda: sim_state(shaped_simulator)["ticks"] > 40, timeout=60)
+    world = freeze_and_heal(shaped_simulator)
+    assert {w["shape"] for w in world_runs(world)} == {"a", "b"}
+
+    wait_for(lambda: matches_world(project, world), timeout=90, interval=0.5)
+    project.refresh_from_db()
+    assert (project.scenario.score_metric, project.scenario.direction) == ("val_loss", "minimize")
+    assert project.source_settings["declared_metrics"] == {"val_loss": "lower_is_better"}
+    assert_field_by_field(project, world)
+    best = min(w["best_score"] for w in world_runs(world) if w["best_score"] is not None)
+    assert Submission.objects.filter(project=project).order_by("score").first().score == best
+    health = project.source_health
+
+    def clean() -> bool:
+        health.refresh_from_db()
+        return health.consecutive_failures == 0 and health.last_success_at is not None
+
+    wait_for(clean, timeout=60, interval=0.5)
+    assert health.warning == "" and health.ok
