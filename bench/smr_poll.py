@@ -1,11 +1,16 @@
-"""How many active SMR runs one worker keeps in sync per 10 s cycle, against the simulator.
+"""What one SMR sync cycle costs, against the simulator (issue 13, docs/benchmarks.md).
 
-A fresh data dir and database; the simulator in this process with N live runs ticking; the sync a
-Celery worker runs (`sources.sync.sync_project`) called back to back on one thread, exactly as one
-worker process would run it. Reports the cycle time with all runs live, runs kept in sync per 10 s
-and requests per run per cycle (from the simulator's own request counts).
+1. Per run length: one live run of 100, 1,000 and 10,000 turns; each cycle the world moves one tick
+   (~2.5 new turns and a sandbox meter, about what 10 s of a live agent run brings) and one sync runs. Reports requests and
+   response bytes per cycle (the simulator's own counts), mean and worst over the cycles: the goal is
+   flat within 2x from 100 to 10,000 turns (the usage list, one answer with every entry, is read only
+   when the cost changed and then at most SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average).
+2. Per worker: N live runs (all started at once), the sync a Celery worker runs (`sync_project`) back to
+   back on one thread; reports the cycle time and live runs kept current per 10 s cycle.
 
-    .venv/bin/python bench/smr_poll.py --runs 50 200
+A fresh data dir and SQLite database; the simulator in this process, advanced by hand.
+
+    .venv/bin/python bench/smr_poll.py --turns 100 1000 10000 --runs 200 1000
 """
 
 from __future__ import annotations
@@ -30,12 +35,52 @@ import django  # noqa: E402
 django.setup()
 
 import httpx  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from smrweb.simulator.server import start_simulator  # noqa: E402
 from smrweb.simulator.world import World  # noqa: E402
 from smrweb.sources import sync  # noqa: E402
 from smrweb.tracking import services  # noqa: E402
+
+
+def _turns(run) -> int:
+    return sum(actor.turns for actor in run.actors)
+
+
+def one_live_run(turns: int, cycles: int) -> dict:
+    world = World(seed=4, project_ids=[f"len-{turns}"], runs=1, stagger_ticks=0)
+    run = next(iter(world.runs.values()))
+    run.run_ticks = 10**9  # it never ends
+    while _turns(run) < turns:
+        world.tick(25)
+    sim = start_simulator(api_key="bench", world=world, auto_tick=False)
+    try:
+        project = services.create_project(f"len-{turns}", source="smr", smr_project_id=f"len-{turns}",
+                                          smr_backend_base=sim.url, smr_api_key="bench")
+        sync.sync_project(project, owner="bench")  # the whole history once
+        # Enough cycles to include at least one re-read of the whole usage list at this length.
+        cycles = max(cycles, int(len(run.entries) / settings.SMR_USAGE_ENTRIES_PER_CYCLE) + 10)
+        requests, sizes, times, by_route = [], [], [], {}
+        for _ in range(cycles):
+            world.tick(1)
+            sim.stats.reset()
+            start = time.perf_counter()
+            report = sync.sync_project(project, owner="bench")
+            times.append(time.perf_counter() - start)
+            assert not report.error, report.error
+            stats = sim.stats.snapshot()
+            requests.append(stats["total_requests"])
+            sizes.append(stats["total_bytes"])
+            for route, size in stats["bytes"].items():
+                by_route[route] = by_route.get(route, 0) + size
+        return {"turns": turns, "cycles": cycles,
+                "requests_per_cycle_mean": round(statistics.mean(requests), 2), "requests_per_cycle_max": max(requests),
+                "bytes_per_cycle_mean": int(statistics.mean(sizes)), "bytes_per_cycle_max": max(sizes),
+                "cycle_seconds_median": round(statistics.median(times), 4),
+                "bytes_per_cycle_by_route": {k.split(" ", 1)[1]: v // cycles for k, v in sorted(by_route.items())}}
+    finally:
+        sim.stop()
 
 
 def measure(n_runs: int, cycles: int) -> dict:
@@ -69,11 +114,20 @@ def measure(n_runs: int, cycles: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, nargs="+", default=[50, 200])
-    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--turns", type=int, nargs="*", default=[100, 1000, 10000])
+    parser.add_argument("--length-cycles", type=int, default=20)
+    parser.add_argument("--runs", type=int, nargs="*", default=[200, 1000])
+    parser.add_argument("--cycles", type=int, default=3)
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    print(json.dumps([measure(n, args.cycles) for n in args.runs], indent=2))
+    lengths = [one_live_run(n, args.length_cycles) for n in args.turns]
+    if lengths:
+        base = lengths[0]
+        for row in lengths:
+            row["bytes_vs_first"] = round(row["bytes_per_cycle_mean"] / max(1, base["bytes_per_cycle_mean"]), 2)
+            row["requests_vs_first"] = round(row["requests_per_cycle_mean"] / max(1, base["requests_per_cycle_mean"]), 2)
+    print(json.dumps({"per_run_length": lengths, "per_worker": [measure(n, args.cycles) for n in args.runs]},
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -416,10 +416,11 @@ SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
 # run's timeline is refreshed less often while its totals (typed aggregates) stay current every cycle.
 SMR_RUNS_PAGE = env.int("SMRWEB_SMR_RUNS_PAGE", default=200)
 SMR_FULL_LIST_EVERY = env.float("SMRWEB_SMR_FULL_LIST_EVERY", default=300.0)  # seconds between whole run-list walks
-SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=50)
+SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=20)
 SMR_MESSAGE_WINDOW_MAX = env.int("SMRWEB_SMR_MESSAGE_WINDOW_MAX", default=1000)  # the spec's maximum
-SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=300)
+SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=200)
 SMR_CHECK_TIMEOUT = env.float("SMRWEB_SMR_CHECK_TIMEOUT", default=10.0)  # "Test connection" and creation
+SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
 SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 
 LOGGING = {

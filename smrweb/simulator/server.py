@@ -344,6 +344,7 @@ class Stats:
             self.faults_by_route: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
             self.content_requests: dict[str, int] = defaultdict(int)
             self.content_served: dict[str, int] = defaultdict(int)
+            self.bytes: dict[str, int] = defaultdict(int)  # response body bytes by route
             self.unauthorized = 0
             self.unmatched = 0
 
@@ -357,6 +358,10 @@ class Stats:
         with self._lock:
             self.faults[kind] += 1
             self.faults_by_route[route.key][kind] += 1
+
+    def sent(self, route_key: str, size: int) -> None:
+        with self._lock:
+            self.bytes[route_key] += size
 
     def served(self, artifact_id: str) -> None:
         with self._lock:
@@ -375,6 +380,8 @@ class Stats:
                 "faults_by_route": {k: dict(v) for k, v in self.faults_by_route.items()},
                 "content_requests": dict(self.content_requests),
                 "content_served": dict(self.content_served),
+                "bytes": dict(self.bytes),
+                "total_bytes": sum(self.bytes.values()),
                 "unauthorized": self.unauthorized,
                 "unmatched": self.unmatched,
             }
@@ -453,6 +460,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(401, {"detail": "Invalid or missing API key"}, {"WWW-Authenticate": "Bearer"})
             return
         server.stats.count(route, params)
+        self._route_key = route.key
         try:
             body = json.loads(raw_body) if raw_body.strip() else None
         except ValueError:
@@ -583,6 +591,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, _dumps(payload), "application/json", headers or {})
 
     def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
+        route_key = getattr(self, "_route_key", None)
+        if route_key is not None:
+            self.server.stats.sent(route_key, len(body))
+            self._route_key = None
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -195,6 +195,7 @@ class SmrConnector:
                                               headers=sdk_http.client.headers)
         self._results_by_run: dict[str, list[dict]] | None = None
         self._results_oldest: str | None = None
+        self._results_limit = 0
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
@@ -287,9 +288,9 @@ class SmrConnector:
         """The run's spend from the source's typed aggregates, and its new turns from usage entries.
 
         cost_summary and per-actor usage are small and asked every cycle; the usage list (every entry
-        in one answer) only when the cost changed since it was last read, and for a long live run at
-        most SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average — its totals stay current, its
-        timeline catches up. `final`: the run has ended, read everything once more."""
+        in one answer) only when the cost changed since it was last read, and for a long live run every
+        (entries / SMR_USAGE_ENTRIES_PER_CYCLE) cycles — its totals stay current, its timeline catches
+        up. `final`: the run has ended, read everything once more."""
         summary = _call("cost summary", self.client.runs.cost_summary, rid)
         try:
             actors = _call("actor usage", self.client.runs.get_actor_usage, rid, project_id=self.pid)
@@ -297,18 +298,21 @@ class SmrConnector:
             actors = None
         fingerprint = _fingerprint(summary, actors)
         new_cursor: dict[str, Any] = {"spend_fp": fingerprint}
-        now = timezone.now()
         last_read = _when(cursor.get("entries_at"))
-        entries_seen = int(cursor.get("entries_n") or 0)
-        spacing = settings.SMR_ACTIVE_INTERVAL * entries_seen / max(1, settings.SMR_USAGE_ENTRIES_PER_CYCLE)
+        # Cycles to wait between two reads of the list: its length over the per-cycle allowance, so the
+        # entries downloaded per cycle stay about flat however long the run grows.
+        spacing = int(cursor.get("entries_n") or 0) / max(1, settings.SMR_USAGE_ENTRIES_PER_CYCLE)
+        waited = int(cursor.get("entries_wait") or 0) + 1
         changed = fingerprint != cursor.get("entries_fp")
-        due = last_read is None or final or (changed and (now - last_read).total_seconds() >= spacing * 0.9)
+        due = last_read is None or final or (changed and waited >= spacing)
         if not due:
+            new_cursor["entries_wait"] = waited if changed else 0
             spend = read_spend(None, summary, actors)
             if spend.tokens_in is None and cursor.get("source_tokens") is not None:
                 spend.tokens_in, spend.tokens_out = cursor["source_tokens"]  # as of the last usage read
             return SpendReading(turns=[], spend=spend, entries=None, timeline_as_of=last_read,
                                 timeline_current=not changed, cursor=new_cursor)
+        now = timezone.now()
         usage = _call("usage", self.client.runs.get_usage, rid)
         reading = read_entries(usage.entries)
         spend = read_spend(usage, summary, actors)
@@ -320,7 +324,7 @@ class SmrConnector:
         if stamps:
             new_cursor["usage_ts"] = max([*stamps, *([mark] if mark else [])]).isoformat()
         new_cursor.update(entries_at=now.isoformat(), entries_n=len(usage.entries), entries_fp=fingerprint,
-                          source_tokens=[spend.tokens_in, spend.tokens_out])
+                          entries_wait=0, source_tokens=[spend.tokens_in, spend.tokens_out])
         return SpendReading(turns=fresh, spend=spend, entries=reading, timeline_as_of=now, timeline_current=True,
                             cursor=new_cursor)
 
@@ -331,7 +335,7 @@ class SmrConnector:
     def declared_metrics(self) -> dict[str, str]:
         """The metrics this cycle's experiment results declare, with their direction."""
         declared: dict[str, str] = {}
-        for rows in self._project_results()[0].values():
+        for rows in self._project_results(reach="\uffff")[0].values():
             for r in rows:
                 if isinstance(r.get("metric"), str) and r["metric"]:
                     declared.setdefault(r["metric"], str(r.get("metric_direction") or "higher_is_better"))
@@ -339,35 +343,43 @@ class SmrConnector:
 
     def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any],
                       *, created_at: datetime | None = None) -> tuple[list[dict], dict]:
-        by_run, oldest = self._project_results()
-        mine = list(by_run.get(rid, []))
         mark = cursor.get("results")
-        # The window holds the project's newest N results: a run whose last seen result is older than
-        # the window's oldest (or that has none yet but is older itself) may have results outside it.
-        if oldest is not None and (mark is None or str(mark) < oldest) and (
-                mark is not None or created_at is None or _iso(created_at) < oldest or mine):
+        # The project's newest results, one request per cycle: a small window while it reaches back to
+        # this run's last seen result, the spec's widest when not, and this run's experiments one by
+        # one when even that does not (or the run has none seen yet and is older than the window).
+        by_run, oldest = self._project_results(reach=str(mark) if mark else (_iso(created_at) or ""))
+        mine = list(by_run.get(rid, []))
+        if oldest is not None and (str(mark) if mark else (_iso(created_at) or "")) < oldest:
             ids = {str(r.get("result_id")) for r in mine}
             mine += [r for r in self._run_results(rid, since=str(mark) if mark else None)
                      if str(r.get("result_id")) not in ids]
         new_cursor: dict[str, Any] = {}
         return self._results(mine, artifacts, cursor, new_cursor), new_cursor
 
-    def _project_results(self) -> tuple[dict[str, list[dict]], str | None]:
-        """The project's newest results, fetched once per connector (one sync cycle) and split by run,
-        with the oldest time in the window when it was full (None: the window holds every result)."""
-        if self._results_by_run is None:
-            limit = max(1, min(settings.SMR_RESULTS_WINDOW, 500))
-            results = _call("experiment results", self.client._request_json, "GET",
-                            f"/smr/projects/{self.pid}/experiment-results", params={"limit": limit})
-            if not isinstance(results, list):
-                raise Malformed("experiment results: expected a list")
-            by_run: dict[str, list[dict]] = {}
-            for r in results:
-                if isinstance(r, dict) and r.get("run_id"):
-                    by_run.setdefault(str(r["run_id"]), []).append(r)
-            stamps = [str(r.get("created_at") or "") for r in results if isinstance(r, dict)]
-            self._results_by_run = by_run
-            self._results_oldest = min(stamps) if len(results) >= limit and stamps else None
+    def _project_results(self, reach: str = "") -> tuple[dict[str, list[dict]], str | None]:
+        """The project's newest results, split by run, and the oldest time in the window when it was
+        full (None: it holds every result). Fetched small first; fetched once more, as wide as the spec
+        allows, when a run needs results older than the small window reaches (`reach`)."""
+        widest = max(1, min(settings.SMR_RESULTS_WINDOW, 500))
+        limit = self._results_limit or max(1, min(settings.SMR_RESULTS_FIRST_WINDOW, widest))
+        if self._results_by_run is not None and (self._results_oldest is None or reach >= self._results_oldest
+                                                 or limit >= widest):
+            return self._results_by_run, self._results_oldest
+        if self._results_by_run is not None:
+            limit = widest  # the small window did not reach back far enough
+        results = _call("experiment results", self.client._request_json, "GET",
+                        f"/smr/projects/{self.pid}/experiment-results", params={"limit": limit})
+        if not isinstance(results, list):
+            raise Malformed("experiment results: expected a list")
+        by_run: dict[str, list[dict]] = {}
+        for r in results:
+            if isinstance(r, dict) and r.get("run_id"):
+                by_run.setdefault(str(r["run_id"]), []).append(r)
+        stamps = [str(r.get("created_at") or "") for r in results if isinstance(r, dict)]
+        self._results_by_run, self._results_limit = by_run, limit
+        self._results_oldest = min(stamps) if len(results) >= limit and stamps else None
+        if self._results_oldest is not None and reach < self._results_oldest and limit < widest:
+            return self._project_results(reach)
         return self._results_by_run, self._results_oldest
 
     def _run_results(self, rid: str, *, since: str | None) -> list[dict]:

@@ -209,8 +209,7 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     assert backend.stats.snapshot()["requests"].get(USAGE, 0) == 0
     # A long run: its usage list is re-read at most every (entries / per-cycle) cycles; meanwhile the
     # totals stay the source's and the run page says the timeline is catching up.
-    settings.SMR_USAGE_ENTRIES_PER_CYCLE = 5
-    settings.SMR_ACTIVE_INTERVAL = 3600
+    settings.SMR_USAGE_ENTRIES_PER_CYCLE = 5  # a run of ~100 entries: read every ~20 cycles
     backend.world.tick(3)
     backend.stats.reset()
     synced(project)
@@ -222,7 +221,6 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     assert "catching up" in session_client(alice).get(run.get_absolute_url()).content.decode()
     assert "not add up" not in SourceHealth.objects.get(project=project).warning  # lagging is not an error
     settings.SMR_USAGE_ENTRIES_PER_CYCLE = 300
-    settings.SMR_ACTIVE_INTERVAL = 0
     synced(project)
     run.refresh_from_db()
     assert not run.spend_unaccounted and AgentTurn.objects.filter(run=run).count() == \

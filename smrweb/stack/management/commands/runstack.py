@@ -70,7 +70,10 @@ class Command(BaseCommand):
                 sim_port = port + 1
                 self.spawn("simulator", [python, "manage.py", "simulate_smr", "--port", str(sim_port),
                                          "--api-key", DEMO_SMR_KEY, "--project-id", DEMO_SMR_PROJECT,
-                                         "--runs", "6", "--tick", "1.5", "--warmup", "40"])
+                                         "--runs", "6", "--tick", "1.5", "--warmup", "40",
+                                         # both spellings of the spec's free-form parts, as two real
+                                         # deployments could send them, and a worker on a lesser model
+                                         "--shapes", "a,b", "--worker-downgrades"])
                 seed_smr_demo(f"http://{host}:{sim_port}")
                 self.stdout.write(self.style.SUCCESS(
                     f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
