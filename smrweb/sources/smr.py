@@ -158,16 +158,16 @@ def _actor_profiles(row: dict[str, Any]) -> tuple[dict[str, str], ...]:
             found.append({"actor": "", "role": str(role)[:100],
                           "requested": str(spec.get("requested_profile_id") or "")[:200],
                           "actual": str(spec.get("resolved_profile_id") or "")[:200]})
-    listed = [*(row.get("actors") or []), *(roles.get("workers") or [] if isinstance(roles.get("workers"), list) else [])] \
-        if isinstance(row.get("actors") or [], list) else []
-    for actor in listed:
+    listed = [(a, "") for a in (row.get("actors") if isinstance(row.get("actors"), list) else [])]
+    listed += [(a, "worker") for a in (roles.get("workers") if isinstance(roles.get("workers"), list) else [])]
+    for actor, default_role in listed:
         if not isinstance(actor, dict):
             continue
         requested = actor.get("requested_profile_id") or actor.get("requested_model")
         actual = actor.get("resolved_profile_id") or actor.get("resolved_model") or actor.get("actual_model")
         if requested or actual:
             found.append({"actor": str(actor.get("actor_id") or actor.get("id") or "")[:200],
-                          "role": str(actor.get("role") or actor.get("participant_role") or "")[:100],
+                          "role": str(actor.get("role") or actor.get("participant_role") or default_role)[:100],
                           "requested": str(requested or "")[:200], "actual": str(actual or "")[:200]})
     return tuple(found[:200])
 

@@ -308,8 +308,10 @@ class Run(models.Model):
     @property
     def downgraded_actors(self) -> list[dict]:
         """Roles or actors (beyond the orchestrator's own profile) that got another profile than asked."""
-        return [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")
-                and a["requested"] != a["actual"] and not (a.get("role") == "orchestrator" and not a.get("actor"))]
+        changed = [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")
+                   and a["requested"] != a["actual"] and not (a.get("role") == "orchestrator" and not a.get("actor"))]
+        per_actor = [a for a in changed if a.get("actor")]
+        return per_actor or changed  # the actors themselves when the source names them, else their roles
 
     @property
     def spend_usd(self) -> Decimal:

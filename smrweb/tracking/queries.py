@@ -287,6 +287,10 @@ class SourceGaps:
         return [g for g in self.unaccounted if g.amount < 0 and g.channel in TOTAL_CHANNELS]
 
     @property
+    def split_usd(self) -> list[SourceGap]:
+        return [g for g in self.split if g.unit == "usd"]
+
+    @property
     def split(self) -> list[SourceGap]:
         """The driver/child channels (per-actor usage against the turns' split)."""
         return [g for g in self.unaccounted if g.channel not in TOTAL_CHANNELS]
