@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
@@ -127,16 +127,18 @@ def data_warning(project: Project) -> str:
                         for r in unreadable.only("source_spend")[:1]), "")
         parts.append(f"{counts['n']} usage entr{'y' if counts['n'] == 1 else 'ies'} in {counts['runs']} "
                      f"run{'s' if counts['runs'] != 1 else ''} not understood" + (f", e.g. {example}" if example else ""))
-    lagging = [r for r in unaccounted.only("source_spend", "external_id")[:200]
-               if (r.source_spend or {}).get("timeline_current", True)]
-    if lagging:
-        parts.append(f"{len(lagging)} run{'s' if len(lagging) != 1 else ''} whose turns do not add up to the "
-                     f"source's totals (e.g. {lagging[0].external_id})")
-    missed = [r.external_id for r in runs.only("source_cursor", "external_id")
-              if (r.source_cursor or {}).get("messages_missed") or (r.source_cursor or {}).get("results_unreadable")]
-    if missed:
-        parts.append(f"{len(missed)} run{'s' if len(missed) != 1 else ''} with runtime messages or results that "
-                     f"could not be read (e.g. {missed[0]})")
+    # A run whose timeline is only catching up (a long run's usage is re-read less often) is not a fault.
+    lagging = unaccounted.exclude(source_spend__timeline_current=False)
+    first = lagging.values_list("external_id", flat=True).first()
+    if first is not None:
+        n = lagging.count()
+        parts.append(f"{n} run{'s' if n != 1 else ''} whose turns do not add up to the source's totals (e.g. {first})")
+    missed = runs.filter(Q(source_cursor__messages_missed__gt=0) | Q(source_cursor__results_unreadable__gt=0))
+    first = missed.values_list("external_id", flat=True).first()
+    if first is not None:
+        n = missed.count()
+        parts.append(f"{n} run{'s' if n != 1 else ''} with runtime messages or results that could not be read "
+                     f"(e.g. {first})")
     return "; ".join(parts)
 
 
@@ -204,7 +206,10 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
                     "timeline_as_of": as_of, "timeline_current": reading.timeline_current,
                     "checked_at": timezone.now().isoformat()}
     cursor.update(reading.cursor)
-    fields = {"source_spend": source_spend, "spend_unaccounted": bool(unaccounted),
+    # A long run's timeline between two reads of its usage is behind, not wrong: the flag (badge, ⚠,
+    # health) keeps what the last read found; the run page still says what the turns do not show yet.
+    flagged = bool(unaccounted) if reading.timeline_current else run.spend_unaccounted
+    fields = {"source_spend": source_spend, "spend_unaccounted": flagged,
               "entries_unreadable": int(entries.get("unreadable") or 0), "source_cursor": dict(cursor),
               "other_meters_usd": spend.other_usd.quantize(Decimal("0.000001"))}
     if spend.total_usd is not None:

@@ -217,7 +217,7 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     w = truth(backend)[run.external_id]
     assert backend.stats.snapshot()["requests"].get(USAGE, 0) == 0
     assert round(run.source_total_usd, 2) == Decimal(w["usage"]["total_cents"]) / 100
-    assert run.spend_unaccounted and not run.source_spend["timeline_current"]
+    assert run.unaccounted and not run.source_spend["timeline_current"] and not run.spend_unaccounted
     assert "catching up" in session_client(alice).get(run.get_absolute_url()).content.decode()
     assert "not add up" not in SourceHealth.objects.get(project=project).warning  # lagging is not an error
     settings.SMR_USAGE_ENTRIES_PER_CYCLE = 300
@@ -243,3 +243,24 @@ def test_test_connection_and_a_new_key_are_checked_against_the_backend(sim, alic
                          smr_api_key=API_KEY, by=alice)
     refused = client.post(f"/projects/{gone.slug}/settings/", {"action": "test"})
     assert refused.status_code == 400 and "does not know project" in refused.content.decode()
+
+
+def test_the_migration_lets_smr_projects_on_the_generic_scenario_adopt_their_experiments_metric(db):
+    import importlib
+
+    from django.apps import apps
+
+    from smrweb.tracking import services
+
+    migration = importlib.import_module("smrweb.tracking.migrations.0009_source_spend_and_reconciliation")
+    chosen = services.create_scenario(key="chosen", name="chosen", score_metric="val_loss", direction="minimize")
+    made = {
+        "generic-smr": Project.objects.create(slug="generic-smr", name="g", scenario=services.generic_scenario(),
+                                              source="smr", source_settings={"smr_project_id": "a"}),
+        "chosen-smr": Project.objects.create(slug="chosen-smr", name="c", scenario=chosen, source="smr",
+                                             source_settings={"smr_project_id": "b"}),
+        "push": Project.objects.create(slug="push", name="p", scenario=services.generic_scenario()),
+    }
+    migration.adopt_experiment_metrics(apps, None)
+    listening = {slug: Project.objects.get(slug=slug).source_settings.get("score_metric") for slug in made}
+    assert listening == {"generic-smr": "auto", "chosen-smr": None, "push": None}
