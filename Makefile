@@ -62,7 +62,7 @@ fuzz: install-test
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
 	$(BIN)/python bench/ingest_vs_mlflow.py --append
-	$(BIN)/python bench/smr_poll.py --runs 50 100 150 200 --cycles 3
+	$(BIN)/python bench/smr_poll.py --turns 100 1000 10000 --runs 100 300 1000 --cycles 3
 	$(BIN)/python bench/pages.py --append
 	$(BIN)/python bench/load.py --seconds 60 --append
 	$(BIN)/python bench/load.py --seconds 60 --postgres --append

@@ -167,7 +167,7 @@ def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, r
             except InvalidEvents as exc:
                 raise Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}") from exc
             report.events_accepted += services.ingest_events(project, rid, batch).accepted
-        if cursor_part:
+        if cursor_part and any(cursor.get(k) != v for k, v in cursor_part.items()):
             cursor.update(cursor_part)
             services.record_poll(project, rid, source_cursor=dict(cursor))
 
