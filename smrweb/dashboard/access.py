@@ -24,3 +24,15 @@ def fragment_template(request, template: str, fragment: str) -> str:
     if request.htmx and not request.htmx.history_restore_request:
         return f"{template}#{fragment}"
     return template
+
+
+UNVERIFIED_SESSION_KEY = "smrweb.include_unverified"
+
+
+def include_unverified(request) -> bool:
+    """Whether the project's numbers on the pages this person sees include submissions that have not
+    passed verification yet: `?unverified=1` / `?unverified=0` sets it, remembered for the session."""
+    asked = request.GET.get("unverified")
+    if asked in ("0", "1"):
+        request.session[UNVERIFIED_SESSION_KEY] = asked == "1"
+    return bool(request.session.get(UNVERIFIED_SESSION_KEY, False))

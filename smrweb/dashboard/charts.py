@@ -151,7 +151,8 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
 
 def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, float]]]],
                           frontier: list[tuple[datetime, float]], *, maximize: bool, metric: str,
-                          start: datetime, end: datetime, uirevision: str) -> dict:
+                          start: datetime, end: datetime, uirevision: str,
+                          frontier_label: str = "project best so far") -> dict:
     """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
 
     `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
@@ -166,7 +167,7 @@ def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, floa
                      "line": {"color": PALETTE[i % len(PALETTE)]}})
     if frontier:
         points = frontier + [(end, frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": "project best so far", "showlegend": True,
+        data.append({"type": "scatter", "mode": "lines", "name": frontier_label, "showlegend": True,
                      "opacity": 1,
                      "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
                      "line": {"color": BEST, "width": 3, "shape": "hv"},

@@ -40,6 +40,7 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/turns/<int:turn_id>/", runs.turn_detail, name="turn-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
+    path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),
     path("projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download", runs.download_artifact,
          name="artifact-download"),
 ]

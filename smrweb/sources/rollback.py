@@ -24,7 +24,7 @@ RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 
 @dataclass(frozen=True)
 class Attempt:
-    outcome: str  # "applied" | "failed" | "retry" | "skipped"
+    outcome: str  # "applied" | "accepted" | "failed" | "retry" | "skipped"
     retry_in: float | None = None
 
 
@@ -86,6 +86,10 @@ def _retry_or_fail(rollback, line: str, *, retryable: bool, last_try: bool, hint
     return Attempt("failed")
 
 
+# SMR answers a restore with `accepted` and an optional free-form `state`; only these say it is done.
+SMR_RESTORE_DONE = frozenset({"applied", "restored", "completed", "succeeded", "done"})
+
+
 def _via_smr(rollback, *, last_try: bool) -> Attempt:
     checkpoint = rollbacks.checkpoint_for(rollback)
     if checkpoint is None:
@@ -98,11 +102,12 @@ def _via_smr(rollback, *, last_try: bool) -> Attempt:
     except SourceError as exc:
         return _retry_or_fail(rollback, f"{exc.kind}: {exc}", retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
                               last_try=last_try, hint=exc.retry_after)
-    state = answer.get("state") if isinstance(answer, dict) else None
-    rollbacks.finish(rollback.pk, ok=True, detail=f"SMR accepted the restore of checkpoint "
-                                                  f"{checkpoint.label or checkpoint.external_id}"
-                                                  f"{f' (state {state})' if state else ''}.")
-    return Attempt("applied")
+    state = str(answer.get("state") or "") if isinstance(answer, dict) else ""
+    done = state.lower() in SMR_RESTORE_DONE
+    rollbacks.finish(rollback.pk, ok=True, accepted_only=not done,
+                     detail=f"SMR {'restored' if done else 'accepted the restore of'} checkpoint "
+                            f"{checkpoint.label or checkpoint.external_id}{f' (state {state})' if state else ''}.")
+    return Attempt("applied" if done else "accepted")
 
 
 def _via_webhook(rollback, *, last_try: bool) -> Attempt:
@@ -123,8 +128,12 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
                               last_try=last_try)
     line = f"the webhook answered HTTP {answer.status}"
     if 200 <= answer.status < 300:
-        rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {line}")
-        return Attempt("applied")
+        # 202 Accepted: the harness queued it; anything else 2xx: it says the restore is done.
+        accepted_only = answer.status == 202
+        rollbacks.finish(rollback.pk, ok=True, accepted_only=accepted_only,
+                         detail=f"attempt {rollback.attempts}: {line}" + (" (queued, not confirmed)" if accepted_only
+                                                                          else ""))
+        return Attempt("accepted" if accepted_only else "applied")
     if 300 <= answer.status < 400:
         line += " (a redirect: not followed)"
     hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None

@@ -24,7 +24,11 @@ from django.db.models.functions import Coalesce
 
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.models import (
+    VERIFIED_STATUSES,
     ArenaResult,
+    Run,
+    RunState,
+    RuntimeMessage,
     KnowledgeEntry,
     KnowledgeKind,
     Project,
@@ -171,8 +175,30 @@ class CarryForward:
 
 
 def _approach(sub: Submission) -> str:
+    """What the agent was trying: the experiment's title or hypothesis, else the run's branch, else its
+    kickoff message (annotated by `_with_approach`), else ""."""
     exp = sub.experiment
-    return (exp.title or exp.hypothesis[:120] or f"experiment {exp.external_id}") if exp else ""
+    if exp:
+        return exp.title or exp.hypothesis[:120] or f"experiment {exp.external_id}"
+    return _run_approach(sub.run, getattr(sub, "kickoff", None))
+
+
+def _run_approach(run, kickoff: str | None) -> str:
+    if run.git_branch:
+        return f"branch {run.git_branch}" + (f" @ {run.git_commit[:10]}" if run.git_commit else "")
+    kickoff = _oneline(kickoff or "", 120)
+    return f"kickoff: {kickoff}" if kickoff else ""
+
+
+def _with_approach(rows, run_field: str = "run"):
+    """Annotate each row with its run's kickoff message (the run's first runtime message), one subquery."""
+    first = RuntimeMessage.objects.filter(run=OuterRef(run_field)).order_by("seq", "id").values("body")[:1]
+    return rows.annotate(kickoff=Subquery(first))
+
+
+def _counted(project: Project):
+    """The project's submissions not excluded by an admin (a run's or a score's exclusion)."""
+    return Submission.objects.filter(project=project, excluded_at__isnull=True, run__excluded_at__isnull=True)
 
 
 def _name(sub: Submission) -> str:
@@ -212,9 +238,12 @@ def _latest_arena(project: Project) -> ArenaFeedback | None:
 
 
 def _best(project: Project) -> Best | None:
+    """The best verified submission; when none passed verification yet, the best unverified one (its
+    status says so). Never an invalid, rejected or excluded one."""
     order = "-score" if project.scenario.maximize else "score"
-    sub = (Submission.objects.filter(project=project).exclude(status__in=BAD)
-           .select_related("run", "artifact__blob", "experiment").order_by(order, "ts", "id").first())
+    rows = _with_approach(Submission.objects.filter(project=project).select_related("run", "artifact__blob", "experiment"))
+    sub = (rows.counted().order_by(order, "ts", "id").first()
+           or rows.counted(unverified=True).order_by(order, "ts", "id").first())
     if sub is None:
         return None
     result = (ArenaResult.objects.filter(submission=sub).select_related("submission__run")
@@ -240,7 +269,7 @@ def _last_line(text: str) -> str:
 
 
 def _failed(project: Project, n: int) -> list[FailedApproach]:
-    """Four sources, each limited to its newest 4n rows (so the query count is fixed and dedupe rarely
+    """Five sources, each limited to its newest 4n rows (so the query count is fixed and dedupe rarely
     starves the list), merged per submission (or per entry without one), newest first, cut to n."""
     limit, maximize = 4 * n, project.scenario.maximize
     items: dict[tuple[str, int], FailedApproach] = {}
@@ -262,7 +291,7 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
     # (a) invalid or rejected submissions: why = the last transition into that status (its reason, who).
     last = SubmissionTransition.objects.filter(submission=OuterRef("pk"), to_status=OuterRef("status")).order_by(
         "-created", "-id")
-    bad = (Submission.objects.filter(project=project, status__in=BAD).select_related("run", "experiment")
+    bad = (_with_approach(_counted(project).filter(status__in=BAD)).select_related("run", "experiment")
            .annotate(reason=Subquery(last.values("reason")[:1]), by_label=Subquery(last.values("by_label")[:1]),
                      failed_at=Coalesce(Subquery(last.values("created")[:1]), F("updated")))
            .order_by("-failed_at", "-id")[:limit])
@@ -279,19 +308,20 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
                 f" — {tail}" if tail and tail != reason else "")
         add(("s", sub.pk), sub.status, sub.failed_at, why, sub=sub)
 
-    # (b) score regressions, only when the project sets a threshold: worse than the best valid score
-    # before it (by time, project-wide) by more than `regression_threshold`. Without a threshold nearly
-    # every hill-climbing step is "worse than the best", which would drown the explicit failures.
+    # (b) score regressions, only when the project sets a threshold: worse than the best valid score of
+    # the same run before it by more than `regression_threshold` — a new run's first scores are where
+    # it starts, not a regression. Without a threshold nearly every hill-climbing step is "worse than
+    # the best", which would drown the explicit failures.
     if project.regression_threshold is not None:
-        prior = Window(Max("score") if maximize else Min("score"), order_by=[F("ts").asc(), F("id").asc()],
-                       frame=RowRange(start=None, end=-1))
+        prior = Window(Max("score") if maximize else Min("score"), partition_by=[F("run_id")],
+                       order_by=[F("ts").asc(), F("id").asc()], frame=RowRange(start=None, end=-1))
         worse = F("prior_best") - F("score") if maximize else F("score") - F("prior_best")
-        regressed = (Submission.objects.filter(project=project).exclude(status__in=BAD)
+        regressed = (_with_approach(_counted(project).exclude(status__in=BAD))
                      .select_related("run", "experiment").annotate(prior_best=prior).annotate(worse_by=worse)
                      .filter(worse_by__gt=max(project.regression_threshold, 0)).order_by("-ts", "-id")[:limit])
         for sub in regressed:
             add(("s", sub.pk), "regressed", sub.ts,
-                f"{_num(sub.worse_by)} worse than the best so far then ({_num(sub.prior_best)})", sub=sub)
+                f"{_num(sub.worse_by)} worse than its run's best so far then ({_num(sub.prior_best)})", sub=sub)
 
     # (c) failed approaches written by hand: why = the body (else the title says it all).
     entries = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.FAILED_APPROACH)
@@ -311,6 +341,18 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         why = f"arena rank {rank}, score {_num(result.arena_score)} ({_signed(result.delta)} vs previous){note}"
         add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
 
+    # (e) runs that failed, with the reason their source gave (why: family and detail).
+    failed_runs = (_with_approach(Run.objects.filter(project=project, state=RunState.FAILED, excluded_at__isnull=True),
+                                  "pk").order_by("-finished_at", "-last_progress_at", "-id")[:limit])
+    for run in failed_runs:
+        why = ": ".join(filter(None, [run.failure_family, _oneline(run.failure_detail, 200)])) or "no reason given"
+        at = run.finished_at or run.last_progress_at
+        title = _run_approach(run, run.kickoff) or f"run {run.external_id}"
+        item = items.setdefault(("r", run.pk), FailedApproach([], title, run.best_score, run.external_id, None, None,
+                                                             "", at))
+        item.reasons.append("run_failed")
+        item._whys.append(f"the run failed — {why}")
+
     ordered = sorted(items.values(), key=lambda i: (i.at, i.submission_id or 0, i.entry_id or 0), reverse=True)[:n]
     for item in ordered:
         item.why = "; ".join(item._whys)
@@ -318,10 +360,11 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
 
 
 def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
-    """What the next run should know, in at most eight queries whatever the history:
+    """What the next run should know, in a fixed number of queries whatever the history:
 
-    - **best**: the project's best submission by score in the scenario's direction, among those not
-      invalid or rejected (a score the validator or a reviewer refused is not a result to build on);
+    - **best**: the project's best verified submission by score in the scenario's direction (when
+      none passed verification yet, the best unverified one, marked so); never an invalid, rejected or
+      excluded one (a score the validator, a reviewer or an admin refused is not a result to build on);
       ties go to the earliest. With its run, status, artifact path and sha256 prefix, and its latest
       arena result if any.
     - **failed**: the last `n` failed or regressed approaches, newest first, one item per submission
@@ -329,9 +372,10 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
       (a) submissions now `invalid` (why: verification outcome, exit code, the reason recorded, the
       validator's last output line) or `rejected` (why: who rejected it and their comment), dated by
       that transition; (b) when `project.regression_threshold` is set, submissions worse than the best
-      valid score before them by more than the threshold (why: by how much); (c) `failed_approach`
-      entries (why: the body; the entry's title names the approach); (d) arena results worse than the
-      previous recorded result. An item found by several sources lists every reason and why. Items
+      valid score of their own run before them by more than the threshold (why: by how much); (c)
+      `failed_approach` entries (why: the body; the entry's title names the approach); (d) arena
+      results worse than the previous recorded result; (e) failed runs (why: the source's reason).
+      Each item is named by its approach: experiment, else branch, else kickoff message. An item found by several sources lists every reason and why. Items
       are dated when they became invalid/rejected (a), were scored (b), written (c) or recorded (d).
     - **arena**: the newest ArenaResult (rank, arena score, deltas vs previous and vs best, note), or a
       hand-written `arena_delta` entry when one is newer than it.
@@ -374,7 +418,8 @@ def render_carry_forward(cf: CarryForward) -> str:
     if cf.best:
         b = cf.best
         artifact = " @ ".join(filter(None, [b.artifact_path, b.artifact_sha256]))
-        lines.append(f"**Best so far:** {_num(b.score)} — run {b.run}, submission #{b.submission_id} ({b.status})"
+        status = b.status if b.status in VERIFIED_STATUSES else f"{b.status}, not verified yet"
+        lines.append(f"**Best so far:** {_num(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
                      + (f", {_oneline(b.approach, 120)}" if b.approach else "")
                      + (f", artifact {artifact}" if artifact else "")
                      + (f", commit {b.commit[:10]}" if b.commit else ""))

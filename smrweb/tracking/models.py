@@ -76,6 +76,8 @@ class Scenario(models.Model):
     required_toolchains = models.JSONField(default=list, blank=True)
     arena_name = models.CharField(max_length=200, blank=True)
     arena_url = models.URLField(blank=True)
+    # Which way the arena's own score is better (Elo: up; a loss: down); blank: same as score_metric.
+    arena_direction = models.CharField(max_length=10, choices=Direction, blank=True)
     # Shared scenarios (the presets) may be attached to any project; the others only by staff, so a
     # validator made for one team cannot be run by a stranger on a project of their own.
     shared = models.BooleanField(default=False)
@@ -99,6 +101,10 @@ class Scenario(models.Model):
     @property
     def maximize(self) -> bool:
         return self.direction == Direction.MAXIMIZE
+
+    @property
+    def arena_maximize(self) -> bool:
+        return self.arena_direction == Direction.MAXIMIZE if self.arena_direction else self.maximize
 
 
 class SourceKind(models.TextChoices):
@@ -245,7 +251,8 @@ class Run(models.Model):
     child_tokens_out = models.PositiveBigIntegerField(default=0)
     child_cost_usd = models.DecimalField(default=Decimal(0), **USD)
     turn_count = models.PositiveIntegerField(default=0)
-    # Score summary, recomputed from submissions by the write path.
+    # Score summary, recomputed from submissions by the write path: the best of the submissions that
+    # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
     best_score = models.FloatField(null=True, blank=True)
     latest_score = models.FloatField(null=True, blank=True)
     score_count = models.PositiveIntegerField(default=0)
@@ -265,6 +272,10 @@ class Run(models.Model):
     entries_unreadable = models.PositiveIntegerField(default=0)  # usage entries the poller could not read
     # Requested vs resolved profile per role / actor, as the source lists them (worker-level downgrades).
     actor_profiles = models.JSONField(default=list, blank=True)
+    # An admin took the whole run out of the project's numbers (a test run, junk); reversible.
+    excluded_at = models.DateTimeField(null=True, blank=True)
+    excluded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    excluded_reason = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_progress_at = models.DateTimeField(default=timezone.now)
@@ -523,6 +534,24 @@ class SubmissionStatus(models.TextChoices):
     RANKED = "ranked"
 
 
+# What a project's numbers (best, leaderboard, best-so-far, regressions, carry-forward) are made of:
+# never a submission the validator or a reviewer turned down, never an excluded one, and — unless the
+# person looking asks for them — only submissions that passed verification.
+NEVER_COUNTED = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
+VERIFIED_STATUSES = (SubmissionStatus.VERIFIED, SubmissionStatus.APPROVED, SubmissionStatus.UPLOADED,
+                     SubmissionStatus.RANKED)
+UNVERIFIED_STATUSES = (SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING)
+
+
+class SubmissionQuerySet(models.QuerySet):
+    def counted(self, *, unverified: bool = False) -> SubmissionQuerySet:
+        """Submissions that count in the project's numbers (see NEVER_COUNTED)."""
+        rows = self.filter(excluded_at__isnull=True, run__excluded_at__isnull=True)
+        if unverified:
+            return rows.exclude(status__in=NEVER_COUNTED)
+        return rows.filter(status__in=VERIFIED_STATUSES)
+
+
 class VerificationOutcome(models.TextChoices):
     PASSED = "passed"
     FAILED = "failed"  # the validator ran and said no (non-zero exit)
@@ -555,6 +584,12 @@ class Submission(models.Model):
     verified_at = models.DateTimeField(null=True, blank=True)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
     uploaded_at = models.DateTimeField(null=True, blank=True)
+    # The arena's own id or URL for the upload (Mark uploaded), so a result can be traced back.
+    arena_ref = models.CharField(max_length=500, blank=True)
+    # An admin took it out of the project's numbers (junk, a test, a misconfigured harness); reversible.
+    excluded_at = models.DateTimeField(null=True, blank=True)
+    excluded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    excluded_reason = models.TextField(blank=True)
     ts = models.DateTimeField()
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -574,8 +609,19 @@ class Submission(models.Model):
             models.Index(fields=["project", "status"], name="submission_project_status_idx"),
         ]
 
+    objects = SubmissionQuerySet.as_manager()
+
     def __str__(self) -> str:
         return f"{self.score:g} ({self.run.external_id})"
+
+    @property
+    def is_verified(self) -> bool:
+        return self.status in VERIFIED_STATUSES
+
+    @property
+    def counts(self) -> bool:
+        """In the project's numbers when unverified ones are included (the run page's view)."""
+        return self.status not in NEVER_COUNTED and self.excluded_at is None
 
 
 class SubmissionTransition(models.Model):
@@ -603,6 +649,8 @@ class Review(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="reviews")
     verdict = models.CharField(max_length=10, choices=Verdict)
     comment = models.TextField(blank=True)
+    # False: the proposer's own approval where a second person must approve (recorded, not counted).
+    counted = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
 
 
@@ -613,6 +661,7 @@ class ArenaResult(models.Model):
     arena_score = models.FloatField(null=True, blank=True)
     delta = models.FloatField(null=True, blank=True)  # against the previous recorded result
     delta_best = models.FloatField(null=True, blank=True)  # against the best recorded result before it
+    rank_delta = models.IntegerField(null=True, blank=True)  # rank minus the previous rank (negative: moved up)
     note = models.TextField(blank=True)
     recorded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="arena_results")
     created = models.DateTimeField(auto_now_add=True)
@@ -663,7 +712,8 @@ class RuntimeMessage(models.Model):
 class RollbackStatus(models.TextChoices):
     REQUESTED = "requested"
     DISPATCHED = "dispatched"
-    APPLIED = "applied"
+    ACCEPTED = "accepted"  # the source took the request (HTTP 202, SMR state "accepted") but has not confirmed it
+    APPLIED = "applied"  # the source says it is done (webhook 2xx other than 202, a git commit, SMR "applied")
     FAILED = "failed"
 
 

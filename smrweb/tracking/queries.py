@@ -9,12 +9,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Sum, Window
+from django.db.models import Avg, Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When, Window
 from django.db.models.functions import Cast, Mod, RowNumber
 from django.utils import timezone
 
 from smrweb.tracking.downsample import lttb
-from smrweb.tracking.models import FLOAT_MAX, TERMINAL_STATES, MetricPoint, Project, Run, Submission
+from smrweb.tracking.models import (
+    FLOAT_MAX,
+    TERMINAL_STATES,
+    UNVERIFIED_STATUSES,
+    VERIFIED_STATUSES,
+    MetricPoint,
+    Project,
+    Rollback,
+    RollbackStatus,
+    Run,
+    Submission,
+    SubmissionStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,11 @@ def project_score_histories(projects: Iterable[Project], *, per_project: int = 6
 @dataclass
 class ProjectSummary:
     project: Project
-    best_score: float | None
+    best_score: float | None  # of the submissions that count (verified ones unless `unverified`)
+    best_submission_id: int | None
+    unverified_best: float | None  # the best not yet verified, when it beats the shown best (or none is)
+    unverified: int  # candidates and verifying ones that count once verified
+    waiting_review: int  # waiting for someone: to verify, to finish verifying, to approve
     active: int
     stalled: int
     failed: int
@@ -102,8 +118,39 @@ class ProjectSummary:
     history: list[float]
 
 
-def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
-    """Per project: best score in its direction, run counts by condition, spend — in three queries."""
+def best_submissions(projects: list[Project], *, unverified: bool = False) -> dict[int, Submission]:
+    """Each project's best submission among those that count, in its direction (one query)."""
+    order = [F("score").desc() if p_max else F("score").asc() for p_max in (True, False)]
+    best: dict[int, Submission] = {}
+    for maximize in (True, False):
+        ids = [p.pk for p in projects if p.scenario.maximize == maximize]
+        if not ids:
+            continue
+        ranked = (Submission.objects.filter(project_id__in=ids).counted(unverified=unverified)
+                  .annotate(rn=Window(RowNumber(), partition_by=[F("project_id")],
+                                      order_by=[order[0 if maximize else 1], F("ts").asc(), F("id").asc()]))
+                  .filter(rn=1).select_related("run"))
+        best.update({s.project_id: s for s in ranked})
+    return best
+
+
+@dataclass(frozen=True)
+class Pending:
+    count: int  # submissions that would count once verified (candidates, being verified)
+    best: float | None  # the best of them
+
+
+def pending_scores(project: Project) -> Pending:
+    """What is waiting to count in the project's numbers (one query)."""
+    agg = (Submission.objects.filter(project=project, status__in=UNVERIFIED_STATUSES, excluded_at__isnull=True,
+                                     run__excluded_at__isnull=True)
+           .aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score")))
+    return Pending(agg["n"], agg["best"])
+
+
+def project_summaries(projects: Iterable[Project], *, unverified: bool = False) -> list[ProjectSummary]:
+    """Per project: best score that counts (and what is waiting to count), run counts by condition,
+    spend — in a fixed number of queries."""
     projects = list(projects)
     ids = [p.pk for p in projects]
     live = ~Q(runs__state__in=TERMINAL_STATES)
@@ -115,11 +162,20 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
             stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
             failed=Count("runs", filter=Q(runs__state="failed")),
             spend=Sum("runs__cost_usd"),
-            best_max=Max("runs__best_score"),
-            best_min=Min("runs__best_score"),
             last=Max("runs__last_progress_at"),
         )
     }
+    waiting = Q(status__in=[SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING, SubmissionStatus.VERIFIED])
+    pending = Q(status__in=UNVERIFIED_STATUSES)
+    queue = {
+        row["project_id"]: row
+        for row in Submission.objects.filter(project_id__in=ids, excluded_at__isnull=True,
+                                             run__excluded_at__isnull=True)
+        .values("project_id").annotate(waiting=Count("id", filter=waiting), pending=Count("id", filter=pending),
+                                       pending_max=Max("score", filter=pending),
+                                       pending_min=Min("score", filter=pending))
+    }
+    best = best_submissions(projects, unverified=unverified)
     since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     today = dict(
         Project.objects.filter(pk__in=ids, runs__turns__ts__gte=since)
@@ -130,11 +186,18 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
     histories = project_score_histories(projects)
     out = []
     for p in projects:
-        c = counts.get(p.pk, {})
+        c, q, top = counts.get(p.pk, {}), queue.get(p.pk, {}), best.get(p.pk)
+        pending_best = q.get("pending_max") if p.scenario.maximize else q.get("pending_min")
+        better = pending_best is not None and (top is None or (
+            pending_best > top.score if p.scenario.maximize else pending_best < top.score))
         out.append(
             ProjectSummary(
                 project=p,
-                best_score=c.get("best_max") if p.scenario.maximize else c.get("best_min"),
+                best_score=top.score if top else None,
+                best_submission_id=top.pk if top else None,
+                unverified_best=pending_best if better and not unverified else None,
+                unverified=q.get("pending", 0),
+                waiting_review=q.get("waiting", 0),
                 active=c.get("active", 0),
                 stalled=c.get("stalled", 0),
                 failed=c.get("failed", 0),
@@ -148,14 +211,16 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
     return out
 
 
-def leaderboard(project: Project):
-    """A project's submissions, best first in the scenario's direction."""
-    order = "-score" if project.scenario.maximize else "score"
-    return (
-        Submission.objects.filter(project=project)
-        .select_related("run__project", "artifact__blob", "experiment")
-        .order_by(order, "ts", "id")
-    )
+def leaderboard(project: Project, *, unverified: bool = False, per_run: bool = True):
+    """A project's submissions that count, best first in the scenario's direction; by default one row
+    per run (its best), so one prolific run cannot fill the board."""
+    score = F("score").desc() if project.scenario.maximize else F("score").asc()
+    rows = Submission.objects.filter(project=project).counted(unverified=unverified)
+    if per_run:
+        best_of_run = rows.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")],
+                                              order_by=[score, F("ts").asc(), F("id").asc()])).filter(rn=1)
+        rows = Submission.objects.filter(pk__in=best_of_run.values("pk"))
+    return rows.select_related("run__project", "artifact__blob", "experiment").order_by(score, "ts", "id")
 
 
 def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
@@ -173,14 +238,15 @@ class ProjectScores:
     end: datetime | None
 
 
-def project_scores(project: Project, *, max_points: int = 3000) -> ProjectScores:
+def project_scores(project: Project, *, max_points: int = 3000, unverified: bool = False) -> ProjectScores:
     """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
 
     Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart
     shows, then each run is cut to its share with LTTB; the best-so-far frontier is computed in SQL over
-    all scores, so a record is never lost to downsampling.
+    the scores that count (verified ones unless `unverified`), so a record is never lost to downsampling.
+    Excluded runs and scores are left out altogether.
     """
-    subs = Submission.objects.filter(project=project)
+    subs = Submission.objects.filter(project=project, excluded_at__isnull=True, run__excluded_at__isnull=True)
     total = subs.count()
     if total == 0:
         return ProjectScores({}, [], 0, None, None)
@@ -196,7 +262,7 @@ def project_scores(project: Project, *, max_points: int = 3000) -> ProjectScores
     share = max(10, max_points // max(len(by_run), 1))
     series = defaultdict(list, {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()})
     running = Max("score") if project.scenario.maximize else Min("score")
-    records = subs.annotate(best=Window(running, order_by=order))
+    records = subs.counted(unverified=unverified).annotate(best=Window(running, order_by=order))
     records = records.filter(score__gte=F("best")) if project.scenario.maximize else records.filter(score__lte=F("best"))
     frontier, best = [], None
     for run_id, ts, value in records.order_by("ts", "id").values_list("run_id", "ts", "score"):
@@ -213,12 +279,19 @@ def project_scores(project: Project, *, max_points: int = 3000) -> ProjectScores
 class Regression:
     run: Run
     latest: float
-    best: Submission  # the run's best submission: what a rollback goes back to
+    best: float  # the run's best score that counts (not invalid, rejected or excluded)
+    target: Submission | None  # what "Roll back to the best" goes back to: the best verified one, else the
+    #                            best not yet verified (the confirmation names its status); never invalid
     gap: float  # how much worse the latest is, in the scenario's direction (positive)
+    rolled_back: Rollback | None  # a rollback asked for since the run's latest score (not failed): done
+
+    @property
+    def target_is_best(self) -> bool:
+        return self.target is not None and self.target.score == self.best
 
 
 def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Regression]:
-    """Runs whose latest score is worse than their best by more than the project's threshold (two
+    """Runs whose latest score is worse than their best by more than the project's threshold (three
     queries). Off when the project sets no threshold."""
     threshold = project.regression_threshold
     if threshold is None:
@@ -235,11 +308,21 @@ def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Reg
             worse[run.pk] = (run, gap)
     if not worse:
         return []
-    order = [F("score").desc() if maximize else F("score").asc(), F("ts").asc(), F("id").asc()]
-    best = (Submission.objects.filter(run_id__in=worse)
-            .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order)).filter(rn=1)
-            .select_related("artifact__blob"))
-    out = [Regression(worse[s.run_id][0], worse[s.run_id][0].latest_score, s, worse[s.run_id][1]) for s in best]
+    verified_first = Case(When(status__in=VERIFIED_STATUSES, then=Value(0)), default=Value(1))
+    order = [verified_first.asc(), F("score").desc() if maximize else F("score").asc(), F("ts").asc(), F("id").asc()]
+    targets = {s.run_id: s for s in (
+        Submission.objects.filter(run_id__in=worse).counted(unverified=True)
+        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order)).filter(rn=1)
+        .select_related("artifact__blob"))}
+    latest_at = dict(Submission.objects.filter(run_id__in=worse).values("run_id").annotate(at=Max("created"))
+                     .values_list("run_id", "at"))
+    done: dict[int, Rollback] = {}
+    for rollback in (Rollback.objects.filter(run_id__in=worse).exclude(status=RollbackStatus.FAILED)
+                     .select_related("target_submission", "target_checkpoint").order_by("created", "id")):
+        if latest_at.get(rollback.run_id) is None or rollback.created >= latest_at[rollback.run_id]:
+            done[rollback.run_id] = rollback
+    out = [Regression(run, run.latest_score, run.best_score, targets.get(pk), gap, done.get(pk))
+           for pk, (run, gap) in worse.items()]
     return sorted(out, key=lambda r: -r.gap)
 
 

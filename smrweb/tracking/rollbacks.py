@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
+    NEVER_COUNTED,
     Checkpoint,
     Role,
     Rollback,
@@ -63,6 +64,10 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     project = run.project
     if not project.allows(by, Role.REVIEWER):
         raise NotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
+    if submission is not None and (submission.status in NEVER_COUNTED or submission.excluded_at is not None):
+        why = "excluded from the project's numbers" if submission.excluded_at else (
+            "failed verification" if submission.status == "invalid" else "was rejected in review")
+        raise RollbackRefused(f"Submission #{submission.pk} {why}: a rollback goes back to work that counts.")
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
         raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
                               f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")
@@ -76,6 +81,13 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
             open_one = Rollback.objects.filter(run=run, status__in=Rollback.OPEN).first()
             if open_one is not None:
                 return Requested(open_one, False)
+            # The same rollback again with nothing new scored since: it was done; a second click must
+            # not send a second restore.
+            last = Rollback.objects.filter(run=run).exclude(status=R.FAILED).order_by("-created", "-id").first()
+            if (last is not None and last.target_submission_id == (submission.pk if submission else None)
+                    and last.target_checkpoint_id == (checkpoint.pk if checkpoint else None)
+                    and not Submission.objects.filter(run=run, created__gt=last.created).exists()):
+                return Requested(last, False)
             rollback = Rollback.objects.create(run=run, target_submission=submission, target_checkpoint=checkpoint,
                                                reason=reason[:5000], requested_by=by)
             record_audit(by, "rollback.requested", rollback, project=project, run=run.external_id,
@@ -120,12 +132,14 @@ def note_attempt(rollback_id: int, line: str) -> None:
         rollback.save(update_fields=["detail", "updated"])
 
 
-def finish(rollback_id: int, *, ok: bool, detail: str) -> Rollback | None:
+def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = False) -> Rollback | None:
+    """End an attempt: applied, failed, or (`accepted_only`) taken by the source without a confirmation
+    that the restore is done — the run page then says so and shows the run's state as polled."""
     with transaction.atomic():
         rollback = Rollback.objects.select_for_update(of=("self",)).select_related("run__project").get(pk=rollback_id)
         if rollback.status not in Rollback.OPEN:
             return None
-        rollback.status = R.APPLIED if ok else R.FAILED
+        rollback.status = (R.ACCEPTED if accepted_only else R.APPLIED) if ok else R.FAILED
         rollback.finished_at = timezone.now()
         stamp = rollback.finished_at.strftime("%H:%M:%S")
         detail = _printable(detail)

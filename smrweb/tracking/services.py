@@ -38,6 +38,7 @@ from smrweb.tracking.errors import (
 )
 from smrweb.tracking.models import (
     TERMINAL_STATES,
+    NEVER_COUNTED,
     AgentTurn,
     ApiToken,
     Artifact,
@@ -692,10 +693,14 @@ def recompute_spend(run: Run) -> list[str]:
 
 
 def recompute_scores(run: Run) -> list[str]:
-    """Set the run's best, latest and count of scores from its submissions."""
+    """Set the run's best (of the submissions that count: not invalid, rejected or excluded), latest
+    (not excluded) and count of scores from its submissions."""
     maximize = run.project.scenario.maximize
-    agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=Max("score") if maximize else Min("score"))
-    latest = Submission.objects.filter(run=run).order_by("-ts", "-id").values_list("score", flat=True).first()
+    counted = Q(excluded_at__isnull=True) & ~Q(status__in=NEVER_COUNTED)
+    best = Max("score", filter=counted) if maximize else Min("score", filter=counted)
+    agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=best)
+    latest = (Submission.objects.filter(run=run, excluded_at__isnull=True).order_by("-ts", "-id")
+              .values_list("score", flat=True).first())
     run.score_count, run.best_score, run.latest_score = agg["n"], agg["best"], latest
     return ["score_count", "best_score", "latest_score"]
 

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count, F, OuterRef, Subquery, Window
+from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
+    NEVER_COUNTED,
     ArenaResult,
     KnowledgeEntry,
     KnowledgeKind,
@@ -28,7 +31,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
-from smrweb.tracking.services import record_audit
+from smrweb.tracking.services import recompute_scores, record_audit
 
 S = SubmissionStatus
 
@@ -84,8 +87,14 @@ def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **field
                                             by=by if getattr(by, "is_authenticated", False) else None,
                                             by_label=_label(by), reason=reason[:5000])
         record_audit(by, f"submission.{to}", locked, project=locked.project, from_status=before, reason=reason[:500])
-        locked.run.save(update_fields=["updated"])  # the run page shows submission statuses: a new version
+        _touch_run(locked.run, rescore=before in NEVER_COUNTED or to in NEVER_COUNTED)
     return locked
+
+
+def _touch_run(run, *, rescore: bool) -> None:
+    """A new version of the run page (it shows submission statuses); its best again when what counts changed."""
+    fields = recompute_scores(run) if rescore else []
+    run.save(update_fields=[*fields, "updated"])
 
 
 def _require(submission: Submission, user: Any, role: str, action: str) -> None:
@@ -147,6 +156,12 @@ class ReviewOutcome:
     message: str
 
 
+def is_own_approval(submission: Submission, user: Any) -> bool:
+    """True when `user` proposed this submission and the project needs a second person to approve it."""
+    return (submission.project.require_second_reviewer and submission.proposed_by_id is not None
+            and submission.proposed_by_id == getattr(user, "pk", None))
+
+
 def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") -> ReviewOutcome:
     """Approve or reject a verified submission. With `require_second_reviewer`, the proposer's own
     approval is recorded but does not approve it; a rejection by any reviewer counts."""
@@ -156,13 +171,17 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
     if submission.status != S.VERIFIED:
         raise IllegalTransition(f"Only verified submissions are reviewed; this one is {submission.status} "
                                 f"(next: {NEXT_STEP[submission.status]}).")
-    own = submission.proposed_by_id is not None and submission.proposed_by_id == by.pk
-    counted = not (verdict == Verdict.APPROVE and own and submission.project.require_second_reviewer)
+    comment = (comment or "").strip()
+    if verdict == Verdict.REJECT and not comment:
+        raise InvalidInput("comment", "Say why it is rejected: the reason is kept in its history and carried "
+                                      "forward to the agents as project knowledge.")
+    counted = not (verdict == Verdict.APPROVE and is_own_approval(submission, by))
     with transaction.atomic():
-        made = Review.objects.create(submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000])
+        made = Review.objects.create(submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000],
+                                     counted=counted)
         if counted:
             to = S.APPROVED if verdict == Verdict.APPROVE else S.REJECTED
-            submission = _move(submission, to, by=by, reason=comment or f"{verdict}d")
+            submission = _move(submission, to, by=by, reason=comment or "approved")
             message = f"Submission {to}."
         else:
             record_audit(by, "submission.review_not_counted", submission, project=submission.project)
@@ -174,10 +193,27 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
 # --- the manual arena handoff -----------------------------------------------------------------------
 
 
-def mark_uploaded(submission: Submission, *, by: Any, note: str = "") -> Submission:
+ARENA_REF_MAX = Submission._meta.get_field("arena_ref").max_length
+
+
+def mark_uploaded(submission: Submission, *, by: Any, note: str = "", arena_ref: str = "") -> Submission:
+    """Record the manual upload; `arena_ref` is the arena's own submission id or URL for it."""
     _require(submission, by, Role.REVIEWER, "mark a submission uploaded")
-    return _move(submission, S.UPLOADED, by=by, reason=note or "uploaded to the arena by hand",
-                 uploaded_by=by, uploaded_at=timezone.now())
+    arena_ref = (arena_ref or "").strip()
+    if len(arena_ref) > ARENA_REF_MAX or "\x00" in arena_ref:
+        raise InvalidInput("arena_ref", f"The arena's submission id or URL, at most {ARENA_REF_MAX} characters.")
+    if "://" in arena_ref and not arena_ref.lower().startswith(("https://", "http://")):
+        raise InvalidInput("arena_ref", "A link to the arena must start with https:// or http://.")
+    reason = note or ("uploaded to the arena by hand" + (f" as {arena_ref}" if arena_ref else ""))
+    return _move(submission, S.UPLOADED, by=by, reason=reason, uploaded_by=by, uploaded_at=timezone.now(),
+                 arena_ref=arena_ref)
+
+
+def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
+    """Whether an arena-score change is an improvement in the arena's own direction (None: no change known)."""
+    if delta is None or delta == 0:
+        return None
+    return delta > 0 if maximize else delta < 0
 
 
 def _signed(value: float | None) -> str:
@@ -202,16 +238,21 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
         submission = _move(submission, S.RANKED, by=by, reason=note or "arena result recorded")
         earlier = ArenaResult.objects.select_for_update(of=("self",)).filter(submission__project=submission.project)
         previous = earlier.exclude(arena_score__isnull=True).order_by("-created", "-id").first()
+        previous_rank = earlier.exclude(rank__isnull=True).order_by("-created", "-id").first()
         scores = list(earlier.exclude(arena_score__isnull=True).values_list("arena_score", flat=True))
-        best = (max(scores) if scenario.maximize else min(scores)) if scores else None
+        best = (max(scores) if scenario.arena_maximize else min(scores)) if scores else None
         delta = arena_score - previous.arena_score if arena_score is not None and previous else None
         delta_best = arena_score - best if arena_score is not None and best is not None else None
+        rank_delta = rank - previous_rank.rank if rank is not None and previous_rank else None
         result = ArenaResult.objects.create(
             submission=submission, arena=scenario.arena_name or scenario.key, rank=rank, arena_score=arena_score,
-            delta=delta, delta_best=delta_best, note=note[:5000], recorded_by=by)
+            delta=delta, delta_best=delta_best, rank_delta=rank_delta, note=note[:5000], recorded_by=by)
+        better = arena_better(delta, maximize=scenario.arena_maximize)
+        verdict = "" if better is None else (", better" if better else ", worse")
+        moved = "" if rank_delta is None else f", rank {'same' if rank_delta == 0 else f'{rank_delta:+d}'}"
         title = (f"Arena: rank {rank if rank is not None else '—'}, score "
                  f"{'—' if arena_score is None else f'{arena_score:g}'} "
-                 f"({_signed(delta)} vs previous, {_signed(delta_best)} vs best)")
+                 f"({_signed(delta)} vs previous{verdict}, {_signed(delta_best)} vs best{moved})")
         body = "\n".join(filter(None, [
             f"Submission {submission.score:g} from run {submission.run.external_id}"
             + (f" ({submission.artifact_ref or ''})" if submission.artifact_ref else ""),
@@ -220,12 +261,87 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
         KnowledgeEntry.objects.create(project=submission.project, kind=KnowledgeKind.ARENA_DELTA, title=title[:300],
                                       body=body, submission=submission, created_by=by)
         record_audit(by, "arena_result.recorded", result, project=submission.project, rank=rank,
-                     arena_score=arena_score, delta=delta, delta_best=delta_best)
+                     arena_score=arena_score, delta=delta, delta_best=delta_best, rank_delta=rank_delta)
     return result
 
 
-def review_queue(project):
-    """Submissions waiting for someone (to verify, to finish verifying, to review), best first."""
-    order = "-score" if project.scenario.maximize else "score"
-    return (Submission.objects.filter(project=project, status__in=[S.CANDIDATE, S.VERIFYING, S.VERIFIED])
-            .select_related("run__project", "artifact__blob", "proposed_by").order_by(order, "-ts", "-id"))
+QUEUE_STATUSES = (S.CANDIDATE, S.VERIFYING, S.VERIFIED)
+
+
+def review_queue(project, *, statuses=QUEUE_STATUSES, per_run: bool = True):
+    """Submissions waiting for someone (to verify, to finish verifying, to review), best first; by
+    default the best per run only (a run's other waiting ones are counted beside it). Excluded
+    submissions and runs are not waiting for anyone."""
+    score = F("score").desc() if project.scenario.maximize else F("score").asc()
+    waiting = Submission.objects.filter(project=project, status__in=statuses, excluded_at__isnull=True,
+                                        run__excluded_at__isnull=True)
+    rows = waiting
+    if per_run:
+        best = waiting.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")],
+                                          order_by=[score, F("ts").desc(), F("id").desc()])).filter(rn=1)
+        others = (waiting.filter(run=OuterRef("run")).order_by().values("run")
+                  .annotate(n=Count("id")).values("n"))
+        rows = Submission.objects.filter(pk__in=best.values("pk")).annotate(
+            run_waiting=Coalesce(Subquery(others), 0))
+    return (rows.select_related("run__project", "artifact__blob", "proposed_by")
+            .order_by(score, F("ts").desc(), F("id").desc()))
+
+
+def queue_counts(project) -> dict[str, int]:
+    """How many submissions wait in each queue status (not excluded), in one query."""
+    rows = (Submission.objects.filter(project=project, status__in=QUEUE_STATUSES, excluded_at__isnull=True,
+                                      run__excluded_at__isnull=True)
+            .values("status").annotate(n=Count("id")))
+    counts = {status: 0 for status in QUEUE_STATUSES}
+    counts.update({row["status"]: row["n"] for row in rows})
+    return counts
+
+
+def next_in_queue(submission: Submission) -> Submission | None:
+    """The best waiting submission of the project other than this one (the submission page's "next")."""
+    return review_queue(submission.project, per_run=False).exclude(pk=submission.pk).first()
+
+
+# --- exclusion from the project's numbers --------------------------------------------------------------
+
+
+def exclude_submission(submission: Submission, *, by: Any, reason: str) -> Submission:
+    """Take a score out of the project's numbers (best, leaderboard, best-so-far, regressions,
+    carry-forward) — admins, with a reason; audited and reversible (`include_submission`)."""
+    return _set_excluded(Submission, submission, by=by, reason=reason, exclude=True)
+
+
+def include_submission(submission: Submission, *, by: Any) -> Submission:
+    return _set_excluded(Submission, submission, by=by, reason="", exclude=False)
+
+
+def exclude_run(run, *, by: Any, reason: str):
+    """Take a whole run (every score of it) out of the project's numbers; audited, reversible."""
+    return _set_excluded(type(run), run, by=by, reason=reason, exclude=True)
+
+
+def include_run(run, *, by: Any):
+    return _set_excluded(type(run), run, by=by, reason="", exclude=False)
+
+
+def _set_excluded(model, obj, *, by: Any, reason: str, exclude: bool):
+    project = obj.project
+    if not project.allows(by, Role.ADMIN):
+        raise NotAllowed(f"Excluding from the project's numbers needs the admin role in {project.slug}.")
+    reason = (reason or "").strip()
+    if exclude and not reason:
+        raise InvalidInput("reason", "Say why it is excluded (shown wherever it is listed, and in the audit log).")
+    what = "submission" if model is Submission else "run"
+    with transaction.atomic():
+        locked = model.objects.select_for_update(of=("self",)).select_related("project__scenario").get(pk=obj.pk)
+        if exclude == (locked.excluded_at is not None):
+            raise IllegalTransition(f"This {what} is {'already' if exclude else 'not'} excluded.")
+        locked.excluded_at = timezone.now() if exclude else None
+        locked.excluded_by = by if exclude and getattr(by, "is_authenticated", False) else None
+        locked.excluded_reason = reason[:5000] if exclude else ""
+        locked.save(update_fields=["excluded_at", "excluded_by", "excluded_reason", "updated"])
+        record_audit(by, f"{what}.{'excluded' if exclude else 'included'}", locked, project=project,
+                     reason=reason[:500])
+        if model is Submission:
+            _touch_run(locked.run, rescore=True)
+    return locked

@@ -10,7 +10,7 @@ from django.utils import timezone
 from smrweb.dashboard.templatetags.smrweb import sparkline
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import ApiToken, Run
+from smrweb.tracking.models import ApiToken, Run, Submission
 from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
@@ -44,9 +44,24 @@ def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     assert response.status_code == 200
     body = response.content.decode()
     assert "Hill climb" in body
-    assert ">0.5<" in body  # best of a maximize scenario
     assert "<svg class=\"spark\"" in body
     assert "<b>1</b> failed" in body
+    # Nothing verified yet: no best, but the unverified best is named and counted as waiting.
+    assert '<div class="big" data-best>—</div>' in body
+    assert "0.5 unverified" in body and "<b>3</b> waiting for review" in body
+    # Verified ones count, best of a maximize scenario, linked to its submission.
+    verified = {s.score: s for s in Submission.objects.filter(run__external_id="r1")}
+    Submission.objects.filter(pk__in=[verified[0.2].pk, verified[0.4].pk]).update(status="verified")
+    body = client_alice.get("/").content.decode()
+    assert f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission #{verified[0.4].pk}">0.4<' in body
+    assert "0.5 unverified" in body  # still better than the verified best
+    # Including unverified ones (remembered for the session): 0.5 leads; invalid never counts.
+    Submission.objects.filter(pk=verified[0.5].pk).update(status="invalid")
+    body = client_alice.get("/?unverified=1").content.decode()
+    assert f">0.4<" in body and "0.5" not in body.split('data-best>')[1].split("</div>")[0]
+    Submission.objects.filter(pk=verified[0.5].pk).update(status="candidate")
+    body = client_alice.get("/").content.decode()
+    assert f'title="Open submission #{verified[0.5].pk}">0.5<' in body and "Counting unverified" in body
 
 
 def test_overview_poll_returns_only_the_cards_fragment(client_alice, project):
@@ -70,7 +85,7 @@ def test_project_page_lists_runs_with_badges_and_leaderboard_by_direction(client
     push(project, "broken", {"type": "state", "state": "failed",
                              "failure": {"family": "runtime", "detail": "repo_like_task_count_mismatch"}})
     services.update_run_settings(project, "meh", requested_profile="big", actual_profile="mini")
-    body = client_alice.get("/projects/hill/").content.decode()
+    body = client_alice.get("/projects/hill/?unverified=1").content.decode()
     assert 'title="runtime · repo_like_task_count_mismatch"' in body
     assert "downgraded" in body
     board = body.split("<h2>Leaderboard</h2>")[1]

@@ -206,6 +206,12 @@ def sub(value, other):
 
 
 @register.filter
+def absval(value):
+    """|x| of a number (rank moves: "▲ 2 places up"); None stays None."""
+    return abs(value) if value is not None else None
+
+
+@register.filter
 def usd_abs(value) -> str:
     return usd(abs(Decimal(value))) if value is not None else "—"
 

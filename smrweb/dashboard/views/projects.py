@@ -8,13 +8,14 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
-from smrweb.dashboard.access import fragment_template, project_for_user
+from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
 from smrweb.tracking.filters import RunFilter
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 
 RUNS_PER_PAGE = 50
+LEADERBOARD_PER_PAGE = 20
 
 
 def _projects_version(project_ids: list[int]) -> str:
@@ -33,7 +34,9 @@ def project_list(request):
     version = _projects_version([p.pk for p in projects])
     if live.unchanged(request, version):
         return live.no_change()
-    context = {"summaries": queries.project_summaries(projects), "version": version}
+    unverified = include_unverified(request)
+    context = {"summaries": queries.project_summaries(projects, unverified=unverified), "version": version,
+               "unverified": unverified}
     return render(request, fragment_template(request, "dashboard/project_list.html", "project-cards"), context)
 
 
@@ -48,6 +51,16 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     return filterset.qs.order_by("-last_progress_at", "-id"), filters
 
 
+def _with(params, **changes) -> str:
+    """The query string with some parameters set (None: removed) and the leaderboard back on page one."""
+    params = params.copy()
+    for key, value in {"lb": None, **changes}.items():
+        params.pop(key, None)
+        if value is not None:
+            params[key] = value
+    return params.urlencode()
+
+
 def _without(params, key: str) -> str:
     """The query string minus one parameter (so pager links do not pile up `page=`)."""
     params = params.copy()
@@ -60,21 +73,32 @@ def _without(params, key: str) -> str:
 @vary_on_headers("HX-Request")
 def project_detail(request, slug: str):
     project = project_for_user(request, slug)
+    unverified = include_unverified(request)
+    every_submission = request.GET.get("board") == "all"
     base = _projects_version([project.pk])
-    version = live.version(base, request.GET.urlencode())
+    version = live.version(base, request.GET.urlencode(), unverified)
     if live.unchanged(request, version):
         return live.no_change()
     runs, filters = filter_runs(project, request.GET)
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
+    board = Paginator(queries.leaderboard(project, unverified=unverified, per_run=not every_submission),
+                      LEADERBOARD_PER_PAGE).get_page(request.GET.get("lb"))
     context = {
         "project": project,
         "page": page,
         "rows": rows,
         "filters": filters,
         "states": RunState.values,
-        "leaderboard": queries.leaderboard(project)[:20],
+        "leaderboard": board,
+        "leaderboard_offset": board.start_index() - 1 if board.paginator.count else 0,
+        "every_submission": every_submission,
+        "unverified": unverified,
+        "pending": None if unverified else queries.pending_scores(project),
+        "board_query": _without(request.GET, "lb"),
+        "scope_links": {"verified": _with(request.GET, unverified="0"), "unverified": _with(request.GET, unverified="1"),
+                        "per_run": _with(request.GET, board=None), "all": _with(request.GET, board="all")},
         "regressions": queries.regressions(project),
         "can_roll_back": _can_roll_back(request.user, project),
         "is_admin": project.allows(request.user, Role.ADMIN),
@@ -85,7 +109,7 @@ def project_detail(request, slug: str):
         "version": version,
     }
     if not request.htmx:
-        context.update(_chart_context(project), chart_version=live.version(base, "chart"))
+        context.update(_chart_context(project, unverified), chart_version=live.version(base, "chart", unverified))
     return render(request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context)
 
 
@@ -95,8 +119,8 @@ def _metric_choice(project: Project) -> dict | None:
     return declared if project.source_settings.get("score_metric") == "auto" and len(declared) > 1 else None
 
 
-def _chart_context(project: Project) -> dict:
-    scores = queries.project_scores(project)
+def _chart_context(project: Project, unverified: bool) -> dict:
+    scores = queries.project_scores(project, unverified=unverified)
     if not scores.total:
         return {"chart_total": 0}
     runs = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
@@ -104,7 +128,8 @@ def _chart_context(project: Project) -> dict:
               for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])]
     figure = charts.project_scores_figure(
         series, scores.frontier, maximize=project.scenario.maximize, metric=project.scenario.score_metric,
-        start=scores.start, end=scores.end, uirevision=f"project-{project.pk}")
+        start=scores.start, end=scores.end, uirevision=f"project-{project.pk}",
+        frontier_label="project best so far" + ("" if unverified else " (verified)"))
     shown = sum(len(points) for _, _, points in series)
     return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series)}
 
@@ -114,8 +139,9 @@ def _chart_context(project: Project) -> dict:
 def project_chart(request, slug: str):
     """The score-over-time chart of every run, polled on its own (slower than the runs table)."""
     project = project_for_user(request, slug)
-    version = live.version(_projects_version([project.pk]), "chart")
+    unverified = include_unverified(request)
+    version = live.version(_projects_version([project.pk]), "chart", unverified)
     if live.unchanged(request, version):
         return live.no_change()
-    context = {"project": project, "chart_version": version, **_chart_context(project)}
+    context = {"project": project, "chart_version": version, **_chart_context(project, unverified)}
     return render(request, "dashboard/project_detail.html#project-chart", context)

@@ -14,7 +14,7 @@ from smrweb.core.downloads import artifact_response
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.sources import tasks as source_tasks
-from smrweb.tracking import queries, rollbacks, services, timeline
+from smrweb.tracking import queries, rollbacks, services, submissions, timeline
 from smrweb.tracking import tasks as loop_tasks
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
@@ -76,6 +76,7 @@ def run_detail(request, slug: str, run_id: str):
         "gaps": queries.source_gaps(run),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
         "can_roll_back": _can_roll_back(request.user, run.project),
+        "is_admin": run.project.allows(request.user, Role.ADMIN),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (rollback_list := list(
             run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10])),
@@ -231,10 +232,33 @@ def rollback(request, slug: str, run_id: str):
                 request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
                 + ("a worker is dispatching it." if queued else "the worker queue is unreachable right now, so it "
                    "is dispatched as soon as the queue is back."))
-        else:
+        elif requested.rollback.status in Rollback.OPEN:
             messages.warning(request, f"A rollback of this run is already in flight "
                                       f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.")
+        else:
+            done = requested.rollback
+            messages.warning(request, f"This run was already rolled back to {rollbacks.describe_target(done)} at "
+                                      f"{done.created:%H:%M} UTC ({done.status}) and has scored nothing since; "
+                                      f"nothing new was requested.")
     return redirect(request.POST.get("next") if _safe_next(request) else run.get_absolute_url())
+
+
+@require_POST
+@login_required
+def run_exclusion(request, slug: str, run_id: str):
+    """Take a whole run out of the project's numbers, or count it again (admins; audited)."""
+    run = run_for_user(request, slug, run_id, role=Role.ADMIN)
+    try:
+        if request.POST.get("action") == "include":
+            submissions.include_run(run, by=request.user)
+            messages.success(request, f"{run.external_id} counts again in the project's numbers.")
+        else:
+            submissions.exclude_run(run, by=request.user, reason=request.POST.get("reason", ""))
+            messages.success(request, f"{run.external_id} is excluded from the project's numbers (best, "
+                                      f"leaderboard, charts, regressions, carry-forward); include it again at any time.")
+    except TrackingError as exc:
+        messages.error(request, exc.message)
+    return redirect(run.get_absolute_url())
 
 
 def _safe_next(request) -> bool:

@@ -6,6 +6,7 @@ import math
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -14,13 +15,23 @@ from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import submissions, tasks
-from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
 
 
 class ReviewForm(forms.Form):
     comment = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
                               help_text="Why — shown in the submission's history.")
+
+
+class UploadForm(forms.Form):
+    arena_ref = forms.CharField(required=False, max_length=500, label="Arena submission id or URL",
+                                help_text="What the arena calls this upload, so its result can be traced back.")
+
+
+class ExcludeForm(forms.Form):
+    reason = forms.CharField(max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
+                             help_text="Why it should not count (shown wherever it is listed, and audited).")
 
 
 class ArenaResultForm(forms.Form):
@@ -78,6 +89,12 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "can_roll_back": _can_roll_back(request.user, project),
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
+        "upload_form": extra.pop("upload_form", None) or UploadForm(),
+        "exclude_form": extra.pop("exclude_form", None) or ExcludeForm(),
+        "is_admin": project.allows(request.user, Role.ADMIN),
+        "own_approval": submissions.is_own_approval(sub, request.user),
+        "becomes_proposer": project.require_second_reviewer and sub.proposed_by_id is None,
+        "next_sub": submissions.next_in_queue(sub) if sub.status in submissions.QUEUE_STATUSES else None,
         "version": live.version(sub.pk, sub.updated.timestamp()),
         "S": SubmissionStatus,
         "steps": lifecycle_steps(sub.status),
@@ -113,14 +130,28 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                                           "it starts as soon as the queue is back.")
         elif action in ("approve", "reject"):
             form = ReviewForm(request.POST)
-            if not form.is_valid():
+            if form.is_valid():
+                verdict = Verdict.APPROVE if action == "approve" else Verdict.REJECT
+                try:
+                    outcome = submissions.review(sub, by=request.user, verdict=verdict,
+                                                 comment=form.cleaned_data["comment"])
+                except InvalidInput as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                else:
+                    (messages.success if outcome.counted else messages.warning)(request, outcome.message)
+            if form.errors:
                 return render(request, "dashboard/submission_detail.html",
                               _context(request, project, sub, review_form=form), status=400)
-            verdict = Verdict.APPROVE if action == "approve" else Verdict.REJECT
-            outcome = submissions.review(sub, by=request.user, verdict=verdict, comment=form.cleaned_data["comment"])
-            (messages.success if outcome.counted else messages.warning)(request, outcome.message)
         elif action == "upload":
-            submissions.mark_uploaded(sub, by=request.user)
+            form = UploadForm(request.POST)
+            if form.is_valid():
+                try:
+                    submissions.mark_uploaded(sub, by=request.user, arena_ref=form.cleaned_data["arena_ref"])
+                except InvalidInput as exc:
+                    form.add_error("arena_ref", exc.message)
+            if form.errors:
+                return render(request, "dashboard/submission_detail.html",
+                              _context(request, project, sub, upload_form=form), status=400)
             messages.success(request, "Marked uploaded. Record the arena's answer when it comes.")
         elif action == "record":
             form = ArenaResultForm(request.POST)
@@ -128,8 +159,20 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                 return render(request, "dashboard/submission_detail.html",
                               _context(request, project, sub, arena_form=form), status=400)
             result = submissions.record_arena_result(sub, by=request.user, **form.cleaned_data)
-            messages.success(request, "Arena result recorded" + (
-                f": {result.delta:+g} against the previous result." if result.delta is not None else "."))
+            (messages.warning if _worse(result, project) else messages.success)(request, _arena_flash(result, project))
+        elif action in ("exclude", "include"):
+            if action == "include":
+                submissions.include_submission(sub, by=request.user)
+                messages.success(request, "Counted again in the project's numbers.")
+            else:
+                form = ExcludeForm(request.POST)
+                if form.is_valid():
+                    submissions.exclude_submission(sub, by=request.user, reason=form.cleaned_data["reason"])
+                    messages.success(request, "Excluded from the project's numbers (best, leaderboard, charts, "
+                                              "carry-forward). Include it again at any time.")
+                else:
+                    return render(request, "dashboard/submission_detail.html",
+                                  _context(request, project, sub, exclude_form=form), status=400)
         else:
             messages.error(request, f"Unknown action {action!r}.")
     except TrackingError as exc:
@@ -137,10 +180,42 @@ def submission_action(request, slug: str, submission_id: int, action: str):
     return redirect("dashboard:submission-detail", slug=project.slug, submission_id=sub.pk)
 
 
+def _worse(result, project) -> bool:
+    return submissions.arena_better(result.delta, maximize=project.scenario.arena_maximize) is False
+
+
+def _arena_flash(result, project) -> str:
+    """Say what the arena's answer means: better or worse (in the arena's direction), and rank moves."""
+    parts = []
+    better = submissions.arena_better(result.delta, maximize=project.scenario.arena_maximize)
+    if result.delta is not None:
+        way = "higher" if project.scenario.arena_maximize else "lower"
+        verdict = {True: "better", False: "worse", None: "no change"}[better]
+        parts.append(f"score {result.delta:+g} against the previous result: {verdict} ({way} is better)")
+    if result.rank_delta is not None:
+        parts.append("same rank" if result.rank_delta == 0 else
+                     f"{abs(result.rank_delta)} place{'s' if abs(result.rank_delta) != 1 else ''} "
+                     f"{'up' if result.rank_delta < 0 else 'down'} (rank {result.rank})")
+    return "Arena result recorded" + (": " + "; ".join(parts) + "." if parts else ".")
+
+
+QUEUE_PER_PAGE = 50
+QUEUE_FILTERS = {"waiting": submissions.QUEUE_STATUSES, "candidate": (SubmissionStatus.CANDIDATE,),
+                 "verifying": (SubmissionStatus.VERIFYING,), "verified": (SubmissionStatus.VERIFIED,)}
+
+
 @require_GET
 @login_required
 def review_queue(request, slug: str):
+    """Counts per status, a status filter, paging, and the best per run unless every one is asked for."""
     project = project_for_user(request, slug)
-    queue = list(submissions.review_queue(project)[:200])
+    status = request.GET.get("status") if request.GET.get("status") in QUEUE_FILTERS else "waiting"
+    every = request.GET.get("all") == "1"
+    queue = submissions.review_queue(project, statuses=QUEUE_FILTERS[status], per_run=not every)
+    page = Paginator(queue, QUEUE_PER_PAGE).get_page(request.GET.get("page"))
+    counts = submissions.queue_counts(project)
+    params = request.GET.copy()
+    params.pop("page", None)
     return render(request, "dashboard/review_queue.html", {
-        "project": project, "queue": queue, "can_act": project.allows(request.user, Role.REVIEWER)})
+        "project": project, "page": page, "counts": counts, "total": sum(counts.values()), "status": status,
+        "every": every, "query": params.urlencode(), "can_act": project.allows(request.user, Role.REVIEWER)})
