@@ -212,6 +212,14 @@
     if (event.detail.successful && event.detail.elt.hasAttribute && event.detail.elt.hasAttribute("data-live")) liveBadge("ok");
   });
 
+  // A flash about something in progress ("Verification started…") goes once the live part it is about
+  // has changed (a poll answered 200 with new content, not 204), so it never sits beside the result.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var elt = event.detail.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-live") || event.detail.xhr.status !== 200) return;
+    document.querySelectorAll("[data-flash-until-change]").forEach(function (flash) { flash.remove(); });
+  });
+
   function refresh(root) { renderPlots(root); syncPicks(); }
 
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });

@@ -435,11 +435,11 @@ POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
     "dashboard/project_settings.html": 3,  # settings, SMR source (test / new key), score metric
-    "dashboard/run_detail.html": 1,  # stop
+    "dashboard/run_detail.html": 2,  # stop, exclude/include the run
     "dashboard/_rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
-    "dashboard/submission_detail.html": 4,  # verify, review (approve/reject), upload, record
+    "dashboard/submission_detail.html": 6,  # verify, review (approve/reject), upload, record, exclude, include
     "dashboard/scenario_detail.html": 1,  # preflight (hx-post on the same form)
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,

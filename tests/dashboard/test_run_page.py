@@ -13,9 +13,11 @@ import pytest
 import time_machine
 
 from smrweb.dashboard.live import VERSION_HEADER
-from smrweb.tracking import services, timeline
+from django.contrib.auth.models import User
+
+from smrweb.tracking import services, submissions, timeline
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import Run
+from smrweb.tracking.models import Run, Submission
 
 pytestmark = pytest.mark.django_db
 
@@ -297,7 +299,7 @@ def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
 def test_project_chart_overlays_runs_and_steps_the_best_so_far(client_alice, project):
     push(project, "a", score(0.2, 0), score(0.5, 10))
     push(project, "b", score(0.4, 5), score(0.3, 15), score(0.9, 20))
-    fig = figure(client_alice.get("/projects/hill/").content.decode(), "project-chart-data")
+    fig = figure(client_alice.get("/projects/hill/?unverified=1").content.decode(), "project-chart-data")
     runs = {t["name"]: t for t in fig["data"] if t["name"] != "project best so far"}
     assert set(runs) == {"a", "b"}
     assert runs["b"]["y"] == [0.4, 0.3, 0.9]
@@ -305,6 +307,19 @@ def test_project_chart_overlays_runs_and_steps_the_best_so_far(client_alice, pro
     best = next(t for t in fig["data"] if t["name"] == "project best so far")
     assert best["y"] == [0.2, 0.4, 0.5, 0.9, 0.9]
     assert best["line"]["shape"] == "hv"
+    # Verified only (the default): the 0.9 failed verification, 0.4 and 0.5 passed; every run's line stays.
+    by_score = {s.score: s for s in Submission.objects.all()}
+    Submission.objects.filter(pk__in=[by_score[0.4].pk, by_score[0.5].pk]).update(status="verified")
+    Submission.objects.filter(pk=by_score[0.9].pk).update(status="invalid")
+    fig = figure(client_alice.get("/projects/hill/?unverified=0").content.decode(), "project-chart-data")
+    best = next(t for t in fig["data"] if t["name"] == "project best so far (verified)")
+    assert best["y"] == [0.4, 0.5, 0.5]
+    assert {t["name"] for t in fig["data"]} == {"a", "b", "project best so far (verified)"}
+    # An excluded run is gone from the chart and from the best.
+    submissions.exclude_run(Run.objects.get(external_id="a"), by=User.objects.get(username="alice"), reason="test")
+    fig = figure(client_alice.get("/projects/hill/").content.decode(), "project-chart-data")
+    assert {t["name"] for t in fig["data"]} == {"b", "project best so far (verified)"}
+    assert next(t for t in fig["data"] if t["name"].startswith("project best"))["y"] == [0.4, 0.4]
 
 
 def test_project_chart_downsamples_but_keeps_every_record(project):
@@ -314,7 +329,7 @@ def test_project_chart_downsamples_but_keeps_every_record(project):
         events = [score((i * 7919 % 1000) / 1000 + r, i * 0.01) for i in range(6000)]
         push(project, f"r{r}", *events[:3000])
         push(project, f"r{r}", *events[3000:])
-    result = queries.project_scores(project, max_points=2000)
+    result = queries.project_scores(project, max_points=2000, unverified=True)
     assert result.total == 24_000
     assert sum(len(p) for p in result.series.values()) <= 2000 + len(result.frontier)
     assert result.frontier[-1][1] == max(s for p in result.series.values() for _, s in p) == pytest.approx(3.999)

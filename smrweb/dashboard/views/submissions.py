@@ -74,6 +74,10 @@ def lifecycle_steps(status: str) -> list[tuple[str, str]]:
     return [(s, "done" if i < now else "now" if i == now else "") for i, s in enumerate(MAIN_CHAIN)]
 
 
+def _version(sub: Submission) -> str:
+    return live.version(sub.pk, sub.updated.timestamp())
+
+
 def _context(request, project, sub: Submission, **extra) -> dict:
     transitions = list(sub.transitions.select_related("by"))
     ended = [t for t in transitions if t.from_status == SubmissionStatus.VERIFYING]
@@ -95,7 +99,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "own_approval": submissions.is_own_approval(sub, request.user),
         "becomes_proposer": project.require_second_reviewer and sub.proposed_by_id is None,
         "next_sub": submissions.next_in_queue(sub) if sub.status in submissions.QUEUE_STATUSES else None,
-        "version": live.version(sub.pk, sub.updated.timestamp()),
+        "version": _version(sub),
         "S": SubmissionStatus,
         "steps": lifecycle_steps(sub.status),
         **extra,
@@ -108,9 +112,9 @@ def _context(request, project, sub: Submission, **extra) -> dict:
 def submission_detail(request, slug: str, submission_id: int):
     project = project_for_user(request, slug)
     sub = _submission(project, submission_id)
-    context = _context(request, project, sub)
-    if live.unchanged(request, context["version"]):
+    if live.unchanged(request, _version(sub)):
         return live.no_change()
+    context = _context(request, project, sub)
     return render(request, fragment_template(request, "dashboard/submission_detail.html", "submission-live"), context)
 
 
@@ -124,7 +128,8 @@ def submission_action(request, slug: str, submission_id: int, action: str):
         if action == "verify":
             submissions.request_verification(sub, by=request.user)
             if tasks.dispatch(tasks.verify_submission, sub.pk):
-                messages.success(request, "Verification started: the validator runs on a worker.")
+                messages.success(request, "Verification started: the validator runs on a worker.",
+                                 extra_tags="until-change")
             else:
                 messages.warning(request, "Verification recorded, but the worker queue is unreachable right now; "
                                           "it starts as soon as the queue is back.")
