@@ -55,6 +55,14 @@ def describe_target(rollback: Rollback) -> str:
     return f"checkpoint {cp.label or cp.external_id}"
 
 
+def _refuse_uncounted(submission: Submission) -> None:
+    """A rollback goes back to work that counts: never to an invalid, rejected or excluded submission."""
+    if submission.status in NEVER_COUNTED or submission.excluded_at is not None or submission.run.excluded_at:
+        why = ("is excluded from the project's numbers" if submission.excluded_at or submission.run.excluded_at
+               else "failed verification" if submission.status == "invalid" else "was rejected in review")
+        raise RollbackRefused(f"Submission #{submission.pk} {why}: a rollback goes back to work that counts.")
+
+
 def request_rollback(*, by: Any, reason: str, submission: Submission | None = None,
                      checkpoint: Checkpoint | None = None) -> Requested:
     """Record a rollback request (the caller dispatches it on commit when `created`)."""
@@ -64,10 +72,6 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     project = run.project
     if not project.allows(by, Role.REVIEWER):
         raise NotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
-    if submission is not None and (submission.status in NEVER_COUNTED or submission.excluded_at is not None):
-        why = "excluded from the project's numbers" if submission.excluded_at else (
-            "failed verification" if submission.status == "invalid" else "was rejected in review")
-        raise RollbackRefused(f"Submission #{submission.pk} {why}: a rollback goes back to work that counts.")
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
         raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
                               f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")
@@ -78,6 +82,8 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     try:
         with transaction.atomic():
             Run.objects.select_for_update().get(pk=run.pk)  # serialise requests for one run
+            if submission is not None:
+                _refuse_uncounted(Submission.objects.get(pk=submission.pk))
             open_one = Rollback.objects.filter(run=run, status__in=Rollback.OPEN).first()
             if open_one is not None:
                 return Requested(open_one, False)
