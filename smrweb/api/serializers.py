@@ -219,15 +219,36 @@ class ArtifactUploadResultSerializer(ArtifactSerializer):
         fields = [*ArtifactSerializer.Meta.fields, "created_now"]
 
 
+class ExclusionSerializer(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["submission", "run"])
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
 class SubmissionSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.external_id")
     artifact_sha256 = serializers.CharField(source="artifact.blob.sha256", allow_null=True, default=None)
     experiment = serializers.CharField(source="experiment.external_id", allow_null=True, default=None)
+    counts = serializers.SerializerMethodField(
+        help_text="In the project's numbers (best, leaderboard, charts, carry-forward) once verified: false for "
+                  "invalid, rejected and excluded submissions (or of an excluded run).")
+    excluded = serializers.SerializerMethodField(help_text="Why an admin took it (or its run) out of the project's "
+                                                           "numbers; null when it was not.")
 
     class Meta:
         model = Submission
-        fields = ["id", "run", "harness_id", "score", "status", "artifact_ref", "artifact_sha256", "experiment",
-                  "commit", "details", "ts"]
+        fields = ["id", "run", "harness_id", "score", "status", "counts", "excluded", "artifact_ref",
+                  "artifact_sha256", "experiment", "commit", "arena_ref", "details", "ts"]
+
+    def get_counts(self, sub: Submission) -> bool:
+        return sub.counts and sub.run.excluded_at is None
+
+    def get_excluded(self, sub: Submission) -> ExclusionSerializer(allow_null=True):  # type: ignore[valid-type]
+        if sub.excluded_at:
+            return {"scope": "submission", "reason": sub.excluded_reason, "at": sub.excluded_at}
+        if sub.run.excluded_at:
+            return {"scope": "run", "reason": sub.run.excluded_reason, "at": sub.run.excluded_at}
+        return None
 
 
 class MetricPointSerializer(serializers.Serializer):

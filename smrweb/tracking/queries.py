@@ -211,9 +211,20 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
     return out
 
 
-def leaderboard(project: Project, *, unverified: bool = False, per_run: bool = True):
-    """A project's submissions that count, best first in the scenario's direction; by default one row
-    per run (its best), so one prolific run cannot fill the board."""
+def leaderboard(project: Project):
+    """Every submission of a project, best first in the scenario's direction (the API's list; each row
+    says its status and whether it is excluded)."""
+    order = "-score" if project.scenario.maximize else "score"
+    return (
+        Submission.objects.filter(project=project)
+        .select_related("run__project", "artifact__blob", "experiment")
+        .order_by(order, "ts", "id")
+    )
+
+
+def counted_leaderboard(project: Project, *, unverified: bool = False, per_run: bool = True):
+    """The project page's leaderboard: the submissions that count, best first in the scenario's
+    direction; by default one row per run (its best), so one prolific run cannot fill the board."""
     score = F("score").desc() if project.scenario.maximize else F("score").asc()
     rows = Submission.objects.filter(project=project).counted(unverified=unverified)
     if per_run:

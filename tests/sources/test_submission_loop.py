@@ -233,7 +233,9 @@ def test_rolling_back_an_smr_run_restores_the_checkpoint_in_the_backend(client, 
     run = checkpoint.run
     client.force_login(bob)
     client.post(f"/projects/smr-rb/runs/{run.external_id}/rollback", {"checkpoint": checkpoint.pk, "reason": "regressed"})
-    wait_for(lambda: Rollback.objects.get().status == "applied")
+    # SMR answers a restore with state "accepted": taken, not confirmed done, and the page says which.
+    wait_for(lambda: Rollback.objects.get().status == "accepted")
+    assert "SMR accepted the restore of checkpoint" in Rollback.objects.get().detail
     world = httpx.get(f"{simulator.url}/_sim/state").json()
     [truth] = [r for r in world["projects"][SMR_PROJECT]["runs"] if r["run_id"] == run.external_id]
     assert [(r["checkpoint_id"], r["reason"]) for r in truth["restores"]] == [(checkpoint.external_id, "regressed")]

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from smrweb.tracking import events as ev
 from smrweb.tracking import queries, services
-from smrweb.tracking.models import Project, Run
+from smrweb.tracking.models import Project, Run, Submission
 from tests.factories import admin_project
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
@@ -170,9 +170,16 @@ def test_project_summaries_pick_the_best_score_in_each_scenarios_direction(proje
     for p in (project, fast):
         scores(p, "r1", [5.0, 2.0])
         scores(p, "r2", [7.0, 9.0])
-    by_slug = {s.project.slug: s for s in queries.project_summaries([project, fast])}
+    by_slug = {s.project.slug: s for s in queries.project_summaries([project, fast], unverified=True)}
     assert by_slug["hill"].best_score == 9.0
     assert by_slug["fast"].best_score == 2.0
+    # Verified only (the default): nothing verified yet; the unverified best is named beside it.
+    by_slug = {s.project.slug: s for s in queries.project_summaries([project, fast])}
+    assert (by_slug["hill"].best_score, by_slug["hill"].unverified_best, by_slug["hill"].unverified) == (None, 9.0, 4)
+    Submission.objects.filter(project=fast, score__in=[5.0, 7.0]).update(status="verified")
+    Submission.objects.filter(project=fast, score=2.0).update(status="invalid")
+    fast_summary = queries.project_summaries([fast])[0]
+    assert (fast_summary.best_score, fast_summary.unverified_best) == (5.0, None)  # 9.0 is unverified but worse
 
 
 def test_an_empty_project_summary_has_zeros(project):
@@ -196,8 +203,8 @@ def test_project_summaries_take_the_same_number_of_queries_for_1_or_20_projects(
         ingest(p, "r", {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 0.5})
     qs = Project.objects.select_related("scenario").order_by("slug")
     one, twenty = _summaries_query_count(qs[:1]), _summaries_query_count(qs)
-    assert one == twenty == 3
-    assert [s.best_score for s in queries.project_summaries(qs)] == [float(i + 1) for i in range(20)]
+    assert one == twenty == 5  # run counts, spend today, histories, the review queue, the best (per direction)
+    assert [s.best_score for s in queries.project_summaries(qs, unverified=True)] == [float(i + 1) for i in range(20)]
 
 
 # --- leaderboard ----------------------------------------------------------------------------------
@@ -225,7 +232,7 @@ def test_regressions_need_a_threshold_and_find_runs_worse_than_their_best(projec
     project.regression_threshold = 0.1
     project.save()
     found = queries.regressions(project)
-    assert [(r.run.external_id, r.best.score, round(r.gap, 6)) for r in found] == [("down", 0.8, 0.3)]
+    assert [(r.run.external_id, r.best, r.target.score, round(r.gap, 6)) for r in found] == [("down", 0.8, 0.8, 0.3)]
 
 
 def test_regressions_of_a_minimize_scenario_are_scores_going_up(project):
@@ -236,4 +243,4 @@ def test_regressions_of_a_minimize_scenario_are_scores_going_up(project):
     _scores(project, "loss", 3.0, 1.0, 2.0)  # best 1.0, latest 2.0: 1.0 worse
     _scores(project, "fine", 3.0, 1.0, 1.2)
     found = queries.regressions(project)
-    assert [(r.run.external_id, r.best.score, r.gap) for r in found] == [("loss", 1.0, 1.0)]
+    assert [(r.run.external_id, r.best, r.target.score, r.gap) for r in found] == [("loss", 1.0, 1.0, 1.0)]

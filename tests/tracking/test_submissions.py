@@ -176,8 +176,8 @@ def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become
     entries = list(KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
                    .order_by("created", "id").values_list("title", flat=True))
     assert entries == ["Arena: rank 30, score 1000 (n/a vs previous, n/a vs best)",
-                       "Arena: rank 12, score 1100 (+100 vs previous, +100 vs best)",
-                       "Arena: rank 20, score 1050 (-50 vs previous, -50 vs best)"]
+                       "Arena: rank 12, score 1100 (+100 vs previous, better, +100 vs best, rank -18)",
+                       "Arena: rank 20, score 1050 (-50 vs previous, worse, -50 vs best, rank +8)"]
     assert "new opening" in KnowledgeEntry.objects.get(submission=second.submission).body
 
 
@@ -194,4 +194,6 @@ def test_review_queue_lists_waiting_submissions_best_first(project, alice, bob):
     low, high, mid = scored(project, 0.2), scored(project, 0.9), scored(project, 0.5)
     done = verified(project, bob, 0.95)
     lifecycle.review(done, by=alice, verdict="approve")
-    assert [s.pk for s in lifecycle.review_queue(project)] == [high.pk, mid.pk, low.pk]
+    assert [s.pk for s in lifecycle.review_queue(project, per_run=False)] == [high.pk, mid.pk, low.pk]
+    [best_of_run] = lifecycle.review_queue(project)  # all in one run: its best, with the others counted
+    assert (best_of_run.pk, best_of_run.run_waiting) == (high.pk, 3)

@@ -83,7 +83,7 @@ def project_detail(request, slug: str):
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
-    board = Paginator(queries.leaderboard(project, unverified=unverified, per_run=not every_submission),
+    board = Paginator(queries.counted_leaderboard(project, unverified=unverified, per_run=not every_submission),
                       LEADERBOARD_PER_PAGE).get_page(request.GET.get("lb"))
     context = {
         "project": project,
