@@ -264,9 +264,20 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "smrweb.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# "Try it out" on /api/docs/ sends real requests as the signed-in person: reads only, unless the operator
+# turns writes on (a click there once wrote schema placeholders into a live project, walkthrough P1-1).
+SMRWEB_API_DOCS_TRY_WRITES = env.bool("SMRWEB_API_DOCS_TRY_WRITES", default=False)
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "smrweb API",
-    "DESCRIPTION": "Push agent-run events (turns, metrics, scores, artifacts) and read runs back.",
+    "DESCRIPTION": (
+        "Push agent-run events (turns, metrics, scores, artifacts) and read runs back. "
+        "[← Back to the dashboard](/)\n\n"
+        + ("**Try it out writes to this server's real data**, as you: the request bodies shown are examples "
+           "(their ids say `example`)." if SMRWEB_API_DOCS_TRY_WRITES else
+           "\"Try it out\" runs **reads only** here; write operations show their example body and the curl "
+           "line without sending it (an operator turns sending on with `SMRWEB_API_DOCS_TRY_WRITES=true`).")
+    ),
     "VERSION": "1",
     # The event components come from pydantic as JSON Schema 2020-12 (`type: null`), which is OpenAPI 3.1.
     "OAS_VERSION": "3.1.0",
@@ -279,7 +290,11 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # No online validator badge: it would load an image from validator.swagger.io (refused by the CSP)
     # and tell that site where the schema lives.
-    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "SWAGGER_UI_SETTINGS": {
+        "deepLinking": True, "validatorUrl": None,
+        "supportedSubmitMethods": (["get", "head", "options", "post", "put", "patch", "delete"]
+                                   if SMRWEB_API_DOCS_TRY_WRITES else ["get", "head", "options"]),
+    },
     # Two choice sets share the field name `kind`: name each after its model enum.
     "ENUM_NAME_OVERRIDES": {
         "ArtifactKindEnum": "smrweb.tracking.models.ArtifactKind",

@@ -12,6 +12,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb.api import examples
 from smrweb.api.views import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE, actor_of, project_for, run_for
 from smrweb.tracking import rollbacks
 from smrweb.tracking import submissions as lifecycle
@@ -33,7 +34,7 @@ class LifecycleSerializer(serializers.ModelSerializer):
     class Meta:
         model = Submission
         fields = ["id", "run", "score", "status", "verification_outcome", "verification_exit_code",
-                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "transitions"]
+                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "arena_ref", "transitions"]
 
 
 class RollbackSerializer(serializers.ModelSerializer):
@@ -50,6 +51,11 @@ class RollbackSerializer(serializers.ModelSerializer):
 
 class ReviewIn(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+
+class UploadedIn(serializers.Serializer):
+    arena_ref = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
+                                      help_text="The arena's own id or URL for the upload (https:// or http://).")
 
 
 class ArenaResultIn(serializers.Serializer):
@@ -79,7 +85,11 @@ class RollbackIn(serializers.Serializer):
 ARENA_OUT = inline_serializer("ArenaResultOut", {
     "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
     "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
-    "delta_best": serializers.FloatField(allow_null=True), "note": serializers.CharField()})
+    "delta_best": serializers.FloatField(allow_null=True),
+    "rank_delta": serializers.IntegerField(allow_null=True, help_text="Rank minus the previous rank: negative is up."),
+    "better": serializers.BooleanField(allow_null=True, help_text="Whether the arena score improved on the previous "
+                                                                  "result in the arena's own direction (null: unknown)."),
+    "note": serializers.CharField()})
 
 
 ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
@@ -129,7 +139,7 @@ def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
 
 
 class SubmissionApprove(APIView):
-    @extend_schema(operation_id="submission_approve", request=ReviewIn,
+    @extend_schema(operation_id="submission_approve", request=ReviewIn, examples=[examples.REVIEW],
                    responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Approve a verified submission (reviewers)",
                    description="With the project's second-person rule, the proposer's own approval is recorded "
@@ -139,24 +149,28 @@ class SubmissionApprove(APIView):
 
 
 class SubmissionReject(APIView):
-    @extend_schema(operation_id="submission_reject", request=ReviewIn,
+    @extend_schema(operation_id="submission_reject", request=ReviewIn, examples=[examples.REJECT],
                    responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
-                   summary="Reject a verified submission (reviewers)")
+                   summary="Reject a verified submission (reviewers)",
+                   description="`comment` is required: why it is rejected (kept in the history, carried forward).")
     def post(self, request, slug: str, submission_id: int):
         return _review(request, slug, submission_id, Verdict.REJECT)
 
 
 class SubmissionUploaded(APIView):
-    @extend_schema(operation_id="submission_mark_uploaded", request=None,
-                   responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
+    @extend_schema(operation_id="submission_mark_uploaded", request=UploadedIn, examples=[examples.UPLOADED],
+                   responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        sub = lifecycle.mark_uploaded(_submission(request, slug, submission_id), by=actor_of(request))
+        sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        body = UploadedIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        sub = lifecycle.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
         return Response(_fresh(sub))
 
 
 class SubmissionArenaResult(APIView):
-    @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn,
+    @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn, examples=[examples.ARENA_RESULT],
                    responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Record the arena's rank and score for an uploaded submission (reviewers)")
     def post(self, request, slug: str, submission_id: int):
@@ -168,13 +182,15 @@ class SubmissionArenaResult(APIView):
             raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
         result = lifecycle.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
                                                arena_score=data.get("arena_score"), note=data["note"])
+        better = lifecycle.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
         return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
-                         "delta": result.delta, "delta_best": result.delta_best, "note": result.note},
+                         "delta": result.delta, "delta_best": result.delta_best, "rank_delta": result.rank_delta,
+                         "better": better, "note": result.note},
                         status=status.HTTP_201_CREATED)
 
 
 class RunRollback(APIView):
-    @extend_schema(operation_id="run_rollback", request=RollbackIn,
+    @extend_schema(operation_id="run_rollback", request=RollbackIn, examples=[examples.ROLLBACK],
                    responses={202: RollbackSerializer, 200: RollbackSerializer, **ERRORS,
                               **UNSUPPORTED_MEDIA_TYPE,
                               409: OpenApiResponse(ERROR, description="`rollback_refused`: the checkpoint cannot be "

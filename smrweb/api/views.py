@@ -20,6 +20,7 @@ from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb.api import examples
 from smrweb.api import serializers as s
 from smrweb.core import ratelimits
 from smrweb.core.downloads import artifact_response
@@ -86,7 +87,7 @@ def run_for(project: Project, run_id: str) -> Run:
 
 @extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer(many=True), **ERRORS}),
                     post=extend_schema(responses={201: s.ScenarioSerializer, **ERRORS,
-                                                  **UNSUPPORTED_MEDIA_TYPE}))
+                                                  **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]))
 class ScenarioList(generics.ListCreateAPIView):
     """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
     staff users see all and create them."""
@@ -126,7 +127,7 @@ class ProjectList(APIView):
             projects = Project.objects.visible_to(request.user)
         return Response(s.ProjectSerializer(projects.select_related("scenario"), many=True).data)
 
-    @extend_schema(request=s.ProjectCreateSerializer,
+    @extend_schema(request=s.ProjectCreateSerializer, examples=[examples.PROJECT],
                    responses={201: s.ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
     def post(self, request):
         if isinstance(request.auth, ApiToken):
@@ -168,7 +169,7 @@ class RunDetail(APIView):
     def get(self, request, slug: str, run_id: str):
         return Response(s.RunSerializer(run_for(project_for(request, slug), run_id)).data)
 
-    @extend_schema(request=s.RunSettingsSerializer,
+    @extend_schema(request=s.RunSettingsSerializer, examples=[examples.RUN_SETTINGS],
                    responses={200: s.RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
                    description="Set a run's budget, model profiles or git position; creates the run if new.")
     def patch(self, request, slug: str, run_id: str):
@@ -196,7 +197,7 @@ class RunEvents(APIView):
     parser_classes = [UnparsedJSON]
 
     @extend_schema(
-        request={"application/json": batch_json_schema()},
+        request={"application/json": batch_json_schema()}, examples=[examples.EVENTS],
         responses={200: s.IngestResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
     )
     def post(self, request, slug: str, run_id: str):

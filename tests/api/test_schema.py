@@ -4,6 +4,7 @@ event components, and generates without a single warning."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -83,3 +84,83 @@ def test_event_components_do_not_replace_the_api_components(schema):
     event_failure = json.dumps(components["StateEvent"]["properties"]["failure"])
     assert "#/components/schemas/Failure" in event_failure
     assert components["Failure"]["additionalProperties"] is False
+
+
+# --- examples that cannot hurt (issue 14) -------------------------------------------------------------
+
+WRITES = ("post", "put", "patch")
+
+
+def _example(operation: dict):
+    content = operation.get("requestBody", {}).get("content", {})
+    for media in ("application/json", "multipart/form-data"):
+        if media in content:
+            examples = content[media].get("examples") or {}
+            return media, (next(iter(examples.values()))["value"] if examples else None)
+    return None, None
+
+
+def test_every_write_with_a_json_body_has_a_realistic_example_marked_as_one(schema):
+    missing = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            media, value = _example(operation) if method in WRITES else (None, None)
+            if media == "application/json" and value is None:
+                missing.append(f"{method.upper()} {path}")
+            elif value is not None:
+                text = json.dumps(value)
+                assert "example" in text.lower(), f"{method.upper()} {path}: the example does not say it is one"
+                assert '"string"' not in text and "2147483647" not in text
+    assert not missing, f"write operations without an example: {missing}"
+
+
+def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
+    """Each example, sent as is by someone allowed to, is accepted by the real endpoint."""
+    from smrweb.tracking import services
+    from smrweb.tracking import submissions as lifecycle
+    from smrweb.tracking.events import parse_events
+    from smrweb.tracking.models import Submission
+
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    ops = {(m, p): o for p, ms in schema["paths"].items() for m, o in ms.items()}
+
+    def send(method, path, expect, **ids):
+        _, value = _example(ops[(method, path)])
+        url = path.format(slug="hill", run_id="example-run", **ids)
+        response = getattr(client, method)(url, data=json.dumps(value), content_type="application/json")
+        assert response.status_code in expect, (path, response.status_code, response.content[:400])
+        return response
+
+    send("post", EVENTS_PATH, {200})
+    assert send("post", EVENTS_PATH, {200}).json() == {"run": "example-run", "accepted": 0, "duplicates": 6}
+    send("patch", "/api/v1/projects/{slug}/runs/{run_id}", {200})
+    send("post", "/api/v1/projects/", {201})
+    send("post", "/api/v1/scenarios/", {201})
+    sub = Submission.objects.get(run__external_id="example-run")
+    lifecycle.request_verification(sub, by=bob)
+    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult("passed", 0, "", "ok"))
+    send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/reject", {200}, submission_id=sub.pk)
+    services.ingest_events(project, "example-run", parse_events(json.dumps([{"type": "score", "score": 3.2}])))
+    other = Submission.objects.exclude(pk=sub.pk).get()
+    lifecycle.request_verification(other, by=bob)
+    lifecycle.record_verification(other.pk, lifecycle.VerificationResult("passed", 0, "", "ok"))
+    send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/approve", {200}, submission_id=other.pk)
+    send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/uploaded", {200}, submission_id=other.pk)
+    result = send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/arena-result", {201},
+                  submission_id=other.pk).json()
+    assert (result["rank"], result["better"]) == (7, None)
+    other.refresh_from_db()
+    assert other.arena_ref == "https://arena.example/s/812"
+    # The rollback example names a submission id that is not this run's: a 400 naming the field, not a 500.
+    response = send("post", "/api/v1/projects/{slug}/runs/{run_id}/rollback", {400})
+    assert response.json()["errors"][0]["field"] == "submission"
+
+
+def test_try_it_out_sends_reads_only_unless_the_operator_turns_writes_on(anon_api, db):
+    script = anon_api.get("/api/docs/?script=").content.decode()
+    assert re.search(r'"supportedSubmitMethods": \[\s*"get",\s*"head",\s*"options"\s*\]', script)
+    schema = yaml.safe_load(anon_api.get("/api/schema/").content)
+    assert "reads only" in schema["info"]["description"] and "[← Back to the dashboard](/)" in schema["info"]["description"]
