@@ -71,7 +71,7 @@ def test_a_reviewer_drives_the_loop_over_the_api(project, bob, alice, monkeypatc
                                                                        "note": "close"}, format="json")
     assert result.status_code == 201
     assert result.json() == {"id": result.json()["id"], "rank": 4, "arena_score": 1300.5, "delta": None,
-                             "delta_best": None, "note": "close"}
+                             "delta_best": None, "rank_delta": None, "better": None, "note": "close"}
     history = reviewer.get(f"{BASE}/submissions/{sub.pk}").json()
     assert [(t["from_status"], t["to_status"], t["by_label"]) for t in history["transitions"]] == [
         ("candidate", "verifying", "bob"), ("verifying", "verified", "system"), ("verified", "approved", "alice"),
@@ -130,3 +130,18 @@ def test_viewers_and_tokens_cannot_roll_back(project, victor, api):
     token_answer = assert_json_error(api.post(f"{BASE}/runs/r1/rollback", {"submission": sub.pk}, format="json"), 403)
     assert "reviewer role" in token_answer["message"]
     assert not Rollback.objects.exists()
+
+
+def test_a_rejection_needs_a_reason_and_an_upload_link_must_be_http(project, bob):
+    reviewer = session_client(bob)
+    sub = at(scored(project), S.VERIFIED)
+    body = assert_json_error(reviewer.post(f"{BASE}/submissions/{sub.pk}/reject", {"comment": " "}, format="json"), 400)
+    assert body["errors"][0]["field"] == "comment"
+    sub.refresh_from_db()
+    assert sub.status == S.VERIFIED and not sub.reviews.exists()
+    sub = at(sub, S.APPROVED)
+    body = assert_json_error(reviewer.post(f"{BASE}/submissions/{sub.pk}/uploaded",
+                                           {"arena_ref": "ftp://arena.example/81"}, format="json"), 400)
+    assert body["errors"][0]["field"] == "arena_ref"
+    ok = reviewer.post(f"{BASE}/submissions/{sub.pk}/uploaded", {"arena_ref": "https://arena.example/s/81"}, format="json")
+    assert ok.status_code == 200 and ok.json()["arena_ref"] == "https://arena.example/s/81"
