@@ -226,3 +226,14 @@ def test_overview_shows_each_projects_source_health_dot(client_alice, project):
     assert "3 failure(s) in a row — rate_limited: 429 &lt;too many&gt;" in body
     SourceHealth.objects.filter(project=project).update(consecutive_failures=0, last_success_at=timezone.now())
     assert 'class="source-dot good"' in client_alice.get("/").content.decode()
+
+
+def test_head_requests_answer_like_get_for_uptime_checkers(client_alice, project):
+    """HEAD / used to answer 405, which uptime checkers read as down (walkthrough P3)."""
+    from django.test import Client
+
+    assert Client().head("/").status_code == 302  # to the sign-in page, as GET
+    for url in ["/", "/projects/hill/", "/projects/hill/review/", "/api/v1/health"]:
+        response = client_alice.head(url)
+        assert response.status_code == 200, url
+        assert response.content == b""

@@ -2,7 +2,7 @@
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from smrweb.dashboard import compare_charts
 from smrweb.dashboard.access import project_for_user
@@ -11,7 +11,7 @@ from smrweb.tracking import compare
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 
 
-@require_GET
+@require_safe
 @login_required
 def compare_runs(request, slug: str):
     project = project_for_user(request, slug)

@@ -4,7 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Max
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
@@ -25,7 +25,7 @@ def _projects_version(project_ids: list[int]) -> str:
     return live.version(sorted(project_ids), runs["n"], runs["last"], health["last"])
 
 
-@require_GET
+@require_safe
 @login_required
 @vary_on_headers("HX-Request")
 def project_list(request):
@@ -68,7 +68,7 @@ def _without(params, key: str) -> str:
     return params.urlencode()
 
 
-@require_GET
+@require_safe
 @login_required
 @vary_on_headers("HX-Request")
 def project_detail(request, slug: str):
@@ -134,7 +134,7 @@ def _chart_context(project: Project, unverified: bool) -> dict:
     return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series)}
 
 
-@require_GET
+@require_safe
 @login_required
 def project_chart(request, slug: str):
     """The score-over-time chart of every run, polled on its own (slower than the runs table)."""

@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.core.downloads import artifact_response
@@ -38,7 +38,7 @@ def _run_version(run) -> str:
     return live.version(run.pk, run.updated.timestamp())
 
 
-@require_GET
+@require_safe
 @login_required
 @vary_on_headers("HX-Request")
 def run_detail(request, slug: str, run_id: str):
@@ -109,7 +109,7 @@ def _metric_context(run, key: str) -> dict:
             "metric_figure": charts.metric_figure(key, points, total=total, uirevision=f"metric-{run.pk}-{key}")}
 
 
-@require_GET
+@require_safe
 @login_required
 def run_metric(request, slug: str, run_id: str):
     """The metric chart panel for one key (the key picker swaps it; it polls itself while the run lives)."""
@@ -127,7 +127,7 @@ def run_metric(request, slug: str, run_id: str):
     return render(request, "dashboard/run_detail.html#metric-panel", context)
 
 
-@require_GET
+@require_safe
 @login_required
 def turn_detail(request, slug: str, run_id: str, turn_id: int):
     run = run_for_user(request, slug, run_id)
@@ -159,7 +159,7 @@ def _bar(query) -> tuple | None:
     return origin, width, index, start, end
 
 
-@require_GET
+@require_safe
 @login_required
 def turns_in_bar(request, slug: str, run_id: str):
     """The turns behind one bar of the timeline: bin `bin` of width `width_us` from `origin`, one kind."""
@@ -177,7 +177,7 @@ def turns_in_bar(request, slug: str, run_id: str):
         "kind": kind})
 
 
-@require_GET
+@require_safe
 @login_required
 def download_artifact(request, slug: str, run_id: str, artifact_id: int):
     run = run_for_user(request, slug, run_id)

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
@@ -40,7 +40,7 @@ def _with_code(text: str) -> str:
     return mark_safe(re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text)))
 
 
-@require_GET
+@require_safe
 @login_required
 def scenario_detail(request, key: str):
     scenario, projects = scenario_for_user(request, key)
@@ -78,7 +78,7 @@ def scenario_preflight(request, key: str):
     return response
 
 
-@require_GET
+@require_safe
 @login_required
 def scenario_preflight_result(request, key: str, request_id: str):
     """The preflight fragment: still polling while the worker has not answered, then the report."""

@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import live
@@ -106,7 +106,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
     }
 
 
-@require_GET
+@require_safe
 @login_required
 @vary_on_headers("HX-Request")
 def submission_detail(request, slug: str, submission_id: int):
@@ -209,7 +209,7 @@ QUEUE_FILTERS = {"waiting": submissions.QUEUE_STATUSES, "candidate": (Submission
                  "verifying": (SubmissionStatus.VERIFYING,), "verified": (SubmissionStatus.VERIFIED,)}
 
 
-@require_GET
+@require_safe
 @login_required
 def review_queue(request, slug: str):
     """Counts per status, a status filter, paging, and the best per run unless every one is asked for."""
