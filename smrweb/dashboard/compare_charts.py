@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from smrweb.dashboard.templatetags.smrweb import duration, midtrunc, tokens
+from smrweb.dashboard.templatetags.smrweb import duration, midtrunc, plain_number, tokens
 from smrweb.tracking.compare import Comparison, RunSeries
 
 # Distinct and at least 3:1 against white; kept clear of the driver violet and child cyan used for
@@ -231,10 +231,8 @@ def usd_precise(value) -> str:
 
 
 def _num(value: float, digits: int = 4) -> str:
-    """Significant digits without an exponent for large values: 0.0412, 3.142, 12,346."""
-    if abs(value) >= 10 ** digits:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    """Significant digits written out: 0.0412, 3.142, 12,346 (never "-0" or an exponent)."""
+    return plain_number(value, digits)
 
 
 def rate(value: float | None) -> str:

@@ -200,6 +200,11 @@ class Efficiency:
     per_usd: float | None
     per_1k_tokens: float | None
 
+    @property
+    def per_1m_tokens(self) -> float | None:
+        """The same rate per million tokens: agent runs spend millions, and per 1k the numbers get tiny."""
+        return None if self.per_1k_tokens is None else self.per_1k_tokens * 1000
+
 
 def efficiency(run: Run) -> Efficiency | None:
     if run.score_count == 0 or run.best_score is None:

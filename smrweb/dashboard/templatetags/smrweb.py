@@ -21,8 +21,26 @@ def _best_index(values: list[float], maximize: bool) -> int:
     return max(range(n), key=lambda i: values[i]) if maximize else min(range(n), key=lambda i: values[i])
 
 
+def plain_number(value: float, digits: int = 4) -> str:
+    """`digits` significant digits written out (0.00003965, 3.142, 12,346), never "-0" or an exponent
+    between 1e-9 and 1e15 (people misread "3.965e-05"); beyond that range the exponent is kept."""
+    value = float(value)
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    size = abs(value)
+    if size < 1e-9 or size >= 1e15:
+        return f"{value:.{digits}g}"
+    if size >= 10 ** digits:
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
+    text = f"{value:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if float(text) == 0 else text
+
+
 def _fmt(value: float) -> str:
-    return f"{value:.4g}"
+    return plain_number(value)
 
 
 @register.simple_tag
@@ -348,9 +366,10 @@ def signed(value) -> str:
     if value is None:
         return "—"
     value = float(value)
-    if value == 0:
+    text = plain_number(abs(value))
+    if text == "0":
         return "0"
-    return f"{'+' if value > 0 else '−'}{abs(value):.4g}"
+    return f"{'+' if value > 0 else '−'}{text}"
 
 
 @register.filter
