@@ -26,7 +26,7 @@ class ScenarioSerializer(serializers.ModelSerializer):
         model = Scenario
         fields = ["key", "name", "description", "harness_id", "artifact_path", "artifact_kind", "score_metric",
                   "direction", "score_min", "score_max", "validator_command", "scoring_command",
-                  "required_toolchains", "arena_name", "arena_url", "shared", "created", "updated"]
+                  "required_toolchains", "arena_name", "arena_url", "arena_direction", "shared", "created", "updated"]
         read_only_fields = ["created", "updated"]
         extra_kwargs = {"shared": {"help_text": "Any project creator may use a shared scenario; the others "
                                                 "are attached to projects by staff only."}}

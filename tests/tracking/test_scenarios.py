@@ -112,14 +112,22 @@ def test_the_hill_climb_preset_passes_every_check_here():
     assert report.as_dict()["ok"] is True and report.as_dict()["worker"]
 
 
-@pytest.mark.skipif(ONNX_INSTALLED, reason="onnx is installed for this interpreter")
-def test_the_onnx_preset_reports_exactly_that_onnx_is_missing_on_this_worker():
+def test_the_onnx_preset_passes_here_because_smrweb_ships_onnx():
+    """The demo's Dogfight flow dead-ended on "onnx is not installed" (walkthrough P1-10): it is a dependency."""
+    assert ONNX_INSTALLED
     report = scenarios.preflight(preset("onnx-arena-dogfight"))
+    assert report.ok, report.problems
+    assert check(report, "toolchain python:onnx").ok
+
+
+def test_a_missing_python_package_is_reported_exactly():
+    report = scenarios.preflight(preset("onnx-arena-dogfight",
+                                        required_toolchains=["python3", "python:smrweb_no_such_package"]))
     assert not report.ok
-    assert [c.name for c in report.problems] == ["toolchain python:onnx"]
+    assert [c.name for c in report.problems] == ["toolchain python:smrweb_no_such_package"]
     python = check(report, "toolchain python3").detail.split(" is ")[1]
-    assert check(report, "toolchain python:onnx").detail == (
-        f"python package `onnx` is not installed on this worker (needed by the validator; "
+    assert check(report, "toolchain python:smrweb_no_such_package").detail == (
+        f"python package `smrweb_no_such_package` is not installed on this worker (needed by the validator; "
         f"checked with {python}, the validator's interpreter)")
 
 
