@@ -79,9 +79,13 @@ def test_a_turns_details_open_from_the_table_and_from_a_timeline_bar(page, sign_
     sign_in(alice)
     page.goto("/projects/hill/runs/live-1/")
 
+    page.locator('table.turns tr[data-turn="1"] button.turn-link').scroll_into_view_if_needed()
     page.locator('table.turns tr[data-turn="1"] button.turn-link').click()
     panel = page.locator("#turn-detail")
     expect(panel.locator("h3")).to_contain_text("Turn 1")
+    # The panel sits far above the table: the click brings it into view (walkthrough P1-11).
+    page.wait_for_function("() => { const r = document.getElementById('turn-detail').getBoundingClientRect();"
+                           " return r.top >= 0 && r.top < window.innerHeight; }")
     expect(panel.locator(".tool-calls")).to_contain_text("2 tool calls")
     expect(panel.locator(".tool-name")).to_have_text(["run_harness", "git_commit"])
     expect(panel.locator("pre")).to_contain_text('"episodes": 64')
