@@ -31,7 +31,7 @@ install-test: $(call STAMP,$(TEST_LOCK))
 
 # The demo keeps its data (and its demo login) apart from what `make serve` runs on.
 demo: install sandbox-deps
-	DEBUG=$${DEBUG:-true} SMRWEB_DATA_DIR=$${SMRWEB_DATA_DIR:-var/demo} $(BIN)/python manage.py runstack --demo
+	DEBUG=$${DEBUG:-false} SMRWEB_DATA_DIR=$${SMRWEB_DATA_DIR:-var/demo} $(BIN)/python manage.py runstack --demo
 
 serve: install sandbox-deps
 	$(BIN)/python manage.py runstack

@@ -18,6 +18,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from smrweb.stack import console
+
 DEMO_USER, DEMO_PASSWORD = "demo", "smrweb-demo"
 DEMO_SMR_KEY, DEMO_SMR_PROJECT = "demo-simulator-key", "smr-demo-project"
 
@@ -29,9 +31,14 @@ class Command(BaseCommand):
         parser.add_argument("--demo", action="store_true", help="seed demo projects and run the demo harness")
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--verbose", action="store_true",
+                            help="print every child's own output here (every HTTP request, every task) instead "
+                                 "of one line per meaningful event; the logs are in DATA_DIR/logs either way")
 
-    def handle(self, *args, demo: bool, port: int, host: str, **options):
+    def handle(self, *args, demo: bool, port: int, host: str, verbose: bool = False, **options):
         self.children: list[tuple[str, subprocess.Popen]] = []
+        self.verbose = verbose
+        self.log_dir = settings.DATA_DIR / "logs"
         redis = start_embedded_redis() if settings.EMBEDDED_REDIS else None
         stopping = False
 
@@ -57,7 +64,7 @@ class Command(BaseCommand):
             self.spawn("beat", [str(bindir / "celery"), "-A", "smrweb", "beat", "--loglevel", "INFO",
                                 "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
             base_url = f"http://{host}:{port}"
-            wait_until_up(f"{base_url}/api/v1/health", self.children)
+            wait_until_up(f"{base_url}/api/v1/health", self.children, None if verbose else self.log_dir)
             if demo:
                 receiver_port = port + 2
                 token, secrets = seed_demo(rollback_url=f"http://127.0.0.1:{receiver_port}/rollback")
@@ -82,10 +89,20 @@ class Command(BaseCommand):
                 self.stdout.write(self.style.SUCCESS(
                     f"\n  smrweb is up: {base_url}/  (create a login: python manage.py createsuperuser)\n"
                     "  Ctrl-C stops everything.\n"))
+            if not verbose:
+                self.stdout.write(f"  Logs of each part: {self.log_dir}/ (web, worker, beat…). Events as they happen, UTC:\n")
+            feed = None if verbose else console.EventFeed()
+            next_feed = 0.0
             while not stopping:
                 for name, proc in self.children:
                     if proc.poll() is not None:
-                        raise CommandError(f"{name} exited with code {proc.returncode}; stopping everything.")
+                        last = "" if verbose else console.tail(console.log_path(self.log_dir, name))
+                        raise CommandError(f"{name} exited with code {proc.returncode}; stopping everything."
+                                           + (f"\nThe end of {name}.log:\n{last}" if last else ""))
+                if feed is not None and time.monotonic() >= next_feed:
+                    for line in feed.lines():
+                        self.stdout.write("  " + line)
+                    next_feed = time.monotonic() + 2
                 time.sleep(0.5)
         finally:
             self.stop_children()
@@ -94,8 +111,13 @@ class Command(BaseCommand):
             self.stdout.write("stopped.")
 
     def spawn(self, name: str, argv: list[str]) -> None:
-        # Own process group: Ctrl-C reaches only us, and we stop the children in order.
-        proc = subprocess.Popen(argv, start_new_session=True, env=os.environ.copy())
+        # Own process group: Ctrl-C reaches only us, and we stop the children in order. Their output goes
+        # to a log file each (the console shows events), unless --verbose.
+        output = None if self.verbose else console.log_path(self.log_dir, name).open("ab")
+        proc = subprocess.Popen(argv, start_new_session=True, env=os.environ.copy(), stdout=output,
+                                stderr=subprocess.STDOUT if output else None)
+        if output is not None:
+            output.close()  # the child has its own copy
         self.children.append((name, proc))
 
     def stop_children(self) -> None:
@@ -121,12 +143,14 @@ def start_embedded_redis():
     return server
 
 
-def wait_until_up(url: str, children, timeout: float = 60) -> None:
+def wait_until_up(url: str, children, log_dir: Path | None = None, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, proc in children:
             if proc.poll() is not None:
-                raise CommandError(f"{name} exited with code {proc.returncode} while starting.")
+                last = console.tail(console.log_path(log_dir, name)) if log_dir else ""
+                raise CommandError(f"{name} exited with code {proc.returncode} while starting."
+                                   + (f"\nThe end of {name}.log:\n{last}" if last else ""))
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return

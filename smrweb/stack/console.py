@@ -1,0 +1,76 @@
+"""What `runstack` prints while it runs: one line per meaningful event, not one per HTTP request.
+
+The children's own output (gunicorn's access log, Celery's task lines, the demo harness) goes to a log
+file each under DATA_DIR/logs/; the console shows the banner, then this feed: every audited action
+(a verification result, a review, a rollback and its outcome, a stop, a setting changed…) and every run
+that failed, stalled or came back, read from the database every few seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.utils import timezone
+
+from smrweb.tracking.models import AuditEvent, Run
+
+# Audit verbs too frequent to be news on a console (each token use, each knowledge read…).
+QUIET_VERBS = frozenset({"token.used"})
+DETAIL_KEYS = ("reason", "detail", "from_status", "target", "rank", "arena_score")
+
+
+def log_path(log_dir: Path, name: str) -> Path:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return log_dir / f"{name}.log"
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a child's log, to show when it exits."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class EventFeed:
+    """New events since the last call, oldest first, as console lines (three queries per call), times UTC."""
+
+    def __init__(self):
+        self.last_audit = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self.failed: set[int] = set(Run.objects.filter(state="failed").values_list("id", flat=True))
+        self.stalled: set[int] = set(Run.objects.filter(stalled_since__isnull=False).values_list("id", flat=True))
+
+    def lines(self, limit: int = 50) -> Iterator[str]:
+        events = list(AuditEvent.objects.filter(id__gt=self.last_audit).select_related("project").order_by("id")[:limit])
+        if events:
+            self.last_audit = events[-1].id
+        for event in events:
+            if event.verb in QUIET_VERBS:
+                continue
+            where = f"{event.project.slug} " if event.project else ""
+            detail = "; ".join(f"{k} {str(event.detail[k])[:80]}" for k in DETAIL_KEYS if event.detail.get(k))
+            yield (f"{_clock(event.created)}  {where}{event.verb.replace('.', ' ')} "
+                   f"{event.object_type} {event.object_id[:40]} by {event.actor_label}" + (f" ({detail})" if detail else ""))
+        yield from self._runs()
+
+    def _runs(self) -> Iterator[str]:
+        rows = Run.objects.filter(state="failed").exclude(id__in=self.failed) | Run.objects.filter(
+            stalled_since__isnull=False).exclude(id__in=self.stalled)
+        now_stalled = set()
+        for run in rows.select_related("project").order_by("id")[:50]:
+            if run.state == "failed" and run.id not in self.failed:
+                self.failed.add(run.id)
+                reason = ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
+                yield f"{_clock(run.finished_at or run.last_progress_at)}  {run.project.slug} run {run.external_id} failed — {reason}"
+            elif run.stalled_since and run.id not in self.stalled:
+                now_stalled.add(run.id)
+                yield f"{_clock(run.stalled_since)}  {run.project.slug} run {run.external_id} stalled (no progress)"
+        self.stalled |= now_stalled
+        # A stalled run that moved again may stall again later: forget it once it is no longer stalled.
+        self.stalled &= set(Run.objects.filter(stalled_since__isnull=False).values_list("id", flat=True))
+
+
+def _clock(at: datetime | None) -> str:
+    return (at or timezone.now()).astimezone(UTC).strftime("%H:%M:%S")

@@ -1,0 +1,45 @@
+"""The demo console (runstack): one line per meaningful event, read from the database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.utils import timezone
+
+from smrweb.stack.console import EventFeed, log_path, tail
+from smrweb.tracking import services
+from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Run, Submission
+
+pytestmark = pytest.mark.django_db
+
+
+def push(project, run_id, *events):
+    services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def test_the_feed_prints_audited_actions_and_failed_or_stalled_runs_once(project, alice, bob):
+    push(project, "old", {"type": "state", "state": "failed"})  # before the feed started: not news
+    feed = EventFeed()
+    assert list(feed.lines()) == []
+    push(project, "r1", {"type": "score", "score": 0.4})
+    push(project, "r1", *[{"type": "metric", "key": "loss", "value": v} for v in range(50)])  # not events
+    lifecycle.request_verification(Submission.objects.get(), by=bob)
+    push(project, "crash", {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}})
+    lines = list(feed.lines())
+    assert len(lines) == 2, lines
+    assert "hill submission verifying submission" in lines[0] and "by bob" in lines[0]
+    assert lines[1].endswith("hill run crash failed — oom: CUDA out of memory")
+    assert list(feed.lines()) == []  # each once
+    Run.objects.filter(external_id="r1").update(stalled_since=timezone.now())
+    assert [line.split("  ", 1)[1] for line in feed.lines()] == ["hill run r1 stalled (no progress)"]
+    assert list(feed.lines()) == []
+
+
+def test_a_childs_log_tail_is_shown_when_it_exits(tmp_path):
+    path = log_path(tmp_path / "logs", "worker")
+    path.write_text("\n".join(f"line {i}" for i in range(100)))
+    assert tail(path, 3) == "line 97\nline 98\nline 99"
+    assert tail(tmp_path / "missing.log") == ""
