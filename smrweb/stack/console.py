@@ -2,8 +2,8 @@
 
 The children's own output (gunicorn's access log, Celery's task lines, the demo harness) goes to a log
 file each under DATA_DIR/logs/; the console shows the banner, then this feed: every audited action
-(a verification result, a review, a rollback and its outcome, a stop, a setting changed…) and every run
-that failed, stalled or came back, read from the database every few seconds.
+(a verification result, a review, a rollback and its outcome, a stop, a stall, a setting changed…) and
+every run that failed, read from the database every few seconds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from smrweb.tracking.models import AuditEvent, Run
 
-# Audit verbs too frequent to be news on a console (each token use, each knowledge read…).
-QUIET_VERBS = frozenset({"token.used"})
+# Audit verbs too frequent to be news on a console: every artifact a harness uploads, every run's budget
+# and model set at its start. They stay in the audit log.
+QUIET_VERBS = frozenset({"artifact.stored", "run.settings_changed"})
 DETAIL_KEYS = ("reason", "detail", "from_status", "target", "rank", "arena_score")
 
 
@@ -35,12 +36,11 @@ def tail(path: Path, lines: int = 20) -> str:
 
 
 class EventFeed:
-    """New events since the last call, oldest first, as console lines (three queries per call), times UTC."""
+    """New events since the last call, oldest first, as console lines (two queries per call), times UTC."""
 
     def __init__(self):
         self.last_audit = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
         self.failed: set[int] = set(Run.objects.filter(state="failed").values_list("id", flat=True))
-        self.stalled: set[int] = set(Run.objects.filter(stalled_since__isnull=False).values_list("id", flat=True))
 
     def lines(self, limit: int = 50) -> Iterator[str]:
         events = list(AuditEvent.objects.filter(id__gt=self.last_audit).select_related("project").order_by("id")[:limit])
@@ -56,20 +56,12 @@ class EventFeed:
         yield from self._runs()
 
     def _runs(self) -> Iterator[str]:
-        rows = Run.objects.filter(state="failed").exclude(id__in=self.failed) | Run.objects.filter(
-            stalled_since__isnull=False).exclude(id__in=self.stalled)
-        now_stalled = set()
-        for run in rows.select_related("project").order_by("id")[:50]:
-            if run.state == "failed" and run.id not in self.failed:
-                self.failed.add(run.id)
-                reason = ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
-                yield f"{_clock(run.finished_at or run.last_progress_at)}  {run.project.slug} run {run.external_id} failed — {reason}"
-            elif run.stalled_since and run.id not in self.stalled:
-                now_stalled.add(run.id)
-                yield f"{_clock(run.stalled_since)}  {run.project.slug} run {run.external_id} stalled (no progress)"
-        self.stalled |= now_stalled
-        # A stalled run that moved again may stall again later: forget it once it is no longer stalled.
-        self.stalled &= set(Run.objects.filter(stalled_since__isnull=False).values_list("id", flat=True))
+        """Failures are not audited (a source reports them): found by state. Stalls are (run.stalled)."""
+        for run in (Run.objects.filter(state="failed").exclude(id__in=self.failed).select_related("project")
+                    .order_by("id")[:50]):
+            self.failed.add(run.id)
+            reason = ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
+            yield f"{_clock(run.finished_at or run.last_progress_at)}  {run.project.slug} run {run.external_id} failed — {reason}"
 
 
 def _clock(at: datetime | None) -> str:

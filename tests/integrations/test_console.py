@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -33,8 +35,11 @@ def test_the_feed_prints_audited_actions_and_failed_or_stalled_runs_once(project
     assert "hill submission verifying submission" in lines[0] and "by bob" in lines[0]
     assert lines[1].endswith("hill run crash failed — oom: CUDA out of memory")
     assert list(feed.lines()) == []  # each once
-    Run.objects.filter(external_id="r1").update(stalled_since=timezone.now())
-    assert [line.split("  ", 1)[1] for line in feed.lines()] == ["hill run r1 stalled (no progress)"]
+    Run.objects.filter(external_id="r1").update(last_progress_at=timezone.now() - timedelta(hours=3))
+    services.flag_stalled_runs()
+    [line] = feed.lines()
+    assert line.split("  ", 1)[1].startswith("hill run stalled run") and "by system" in line
+    services.store_artifact(project, "r1", path="a.txt", content=io.BytesIO(b"x"))  # too frequent to be news
     assert list(feed.lines()) == []
 
 
