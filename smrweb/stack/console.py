@@ -19,6 +19,9 @@ from smrweb.tracking.models import AuditEvent, Run
 # Audit verbs too frequent to be news on a console: every artifact a harness uploads, every run's budget
 # and model set at its start. They stay in the audit log.
 QUIET_VERBS = frozenset({"artifact.stored", "run.settings_changed"})
+# What the system does on its own every few seconds when a project verifies every score: the outcome
+# that needs a person (invalid) is shown, the routine ones are not.
+ROUTINE_SYSTEM_VERBS = frozenset({"submission.verifying", "submission.verified", "submission.candidate"})
 DETAIL_KEYS = ("reason", "detail", "from_status", "target", "rank", "arena_score")
 
 
@@ -47,7 +50,7 @@ class EventFeed:
         if events:
             self.last_audit = events[-1].id
         for event in events:
-            if event.verb in QUIET_VERBS:
+            if event.verb in QUIET_VERBS or (event.actor_id is None and event.verb in ROUTINE_SYSTEM_VERBS):
                 continue
             where = f"{event.project.slug} " if event.project else ""
             detail = "; ".join(f"{k} {str(event.detail[k])[:80]}" for k in DETAIL_KEYS if event.detail.get(k))

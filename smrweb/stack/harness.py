@@ -67,6 +67,30 @@ def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
             f"{step}")
 
 
+def onnx_policy(rng: random.Random) -> bytes:
+    """A real ONNX policy for the Dogfight preset: float32[1,224] → a linear layer → float32[1,3] (675
+    parameters); about one in eight attempts is too wide (a hidden layer of 2,000 units, over 250,000
+    parameters), so verification has something to refuse."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    hidden = 2000 if rng.random() < 0.125 else 0
+    nodes, weights = [], []
+    width = 224
+    if hidden:
+        weights.append(helper.make_tensor("w0", TensorProto.FLOAT, [224, hidden],
+                                          [rng.gauss(0, 0.05) for _ in range(224 * hidden)]))
+        nodes.append(helper.make_node("MatMul", ["obs", "w0"], ["h0"]))
+        width = hidden
+    weights += [helper.make_tensor("w", TensorProto.FLOAT, [width, 3], [rng.gauss(0, 0.1) for _ in range(width * 3)]),
+                helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [rng.gauss(0, 0.1) for _ in range(3)])]
+    nodes += [helper.make_node("MatMul", ["h0" if hidden else "obs", "w"], ["z"]),
+              helper.make_node("Add", ["z", "b"], ["action"])]
+    graph = helper.make_graph(nodes, "demo-policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 224])],
+                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, 3])], initializer=weights)
+    return helper.make_model(graph, producer_name="smrweb-demo-harness").SerializeToString()
+
+
 MODELS = {"driver": "gpt-5.4-medium", "child": "gpt-5.4-mini"}
 PRICE_PER_MTOK = {"gpt-5.4-medium": (1.25, 10.0), "gpt-5.4-mini": (0.25, 2.0)}  # $ per 1M tokens in, out
 TOOLS = ["read_file", "apply_patch", "run_harness", "git_commit", "list_dir", "grep"]
@@ -198,9 +222,10 @@ class Harness:
         cfg = run.project["score"]
         run.score += cfg["step"] * self.rng.uniform(0.2, 1.6) + self.rng.gauss(0, cfg["noise"])
         run.score = max(0.05, run.score)
-        source = optimizer_source(run.external_id, run.tick, self.rng)
-        path = run.project["scenario"]["fields"]["artifact_path"]
-        content = source.encode()
+        fields = run.project["scenario"]["fields"]
+        path = fields["artifact_path"]
+        content = (onnx_policy(self.rng) if fields["artifact_kind"] == "onnx_model"
+                   else optimizer_source(run.external_id, run.tick, self.rng).encode())
         self.send(run, "POST", "/artifacts", files={"file": (path.rsplit("/", 1)[-1], content)},
                   data={"path": path, "sha256": hashlib.sha256(content).hexdigest(),
                         "kind": run.project["scenario"]["fields"]["artifact_kind"]})

@@ -139,6 +139,9 @@ class Project(models.Model):
     knowledge = models.TextField(blank=True)
     # Team review: when set, a reviewer's approval of a submission they proposed does not count.
     require_second_reviewer = models.BooleanField(default=False)
+    # Verify every new score on a worker as it arrives (the scenario's validator), so the project's
+    # verified numbers fill without a click per submission; nobody becomes its proposer.
+    auto_verify = models.BooleanField(default=False)
     # A scored submission worse than the best by more than this (in the scenario's direction) is a
     # regression; null turns detection off.
     regression_threshold = models.FloatField(null=True, blank=True)

@@ -247,7 +247,7 @@ def _check_git_settings(repo_path: str, branch: str) -> None:
                                          "digit or underscore), as git accepts it.")
 
 
-PROJECT_SETTINGS = ("name", "stall_after", "knowledge", "require_second_reviewer", "regression_threshold",
+PROJECT_SETTINGS = ("name", "stall_after", "knowledge", "require_second_reviewer", "auto_verify", "regression_threshold",
                     "rollback_webhook_url")
 
 
@@ -448,6 +448,8 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
         if by_type["score"]:
             _insert_scores(run, by_type["score"], now)
             changed += recompute_scores(run)
+            if project.auto_verify:
+                _verify_on_commit(run.pk)
         if by_type["state"]:
             _insert_states(run, by_type["state"], now)
             changed += recompute_state(run)
@@ -458,6 +460,13 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
         if changed:
             run.save(update_fields=[*dict.fromkeys(changed), "updated"])
     return IngestResult(run=run, accepted=accepted, duplicates=len(events) - accepted)
+
+
+def _verify_on_commit(run_id: int) -> None:
+    """The project verifies every new score: a worker takes the run's new candidates after the commit."""
+    from smrweb.tracking import tasks
+
+    transaction.on_commit(lambda: tasks.queue_quietly(tasks.auto_verify_run, run_id))
 
 
 def _check_scores_in_bounds(scenario: Scenario, events: Sequence[ev._Event]) -> None:

@@ -105,14 +105,31 @@ def _require(submission: Submission, user: Any, role: str, action: str) -> None:
 # --- verification ---------------------------------------------------------------------------------
 
 
-def request_verification(submission: Submission, *, by: Any) -> Submission:
+def request_verification(submission: Submission, *, by: Any, automatic: bool = False) -> Submission:
     """Put a candidate (or an invalid one, again) up for verification; the caller dispatches the task
-    on commit. The first person to do so is its proposer."""
-    _require(submission, by, Role.REVIEWER, "verify a submission")
+    on commit. The first person to do so is its proposer. `automatic`: the project's auto-verify
+    setting asked (no person, no proposer)."""
+    if not automatic:
+        _require(submission, by, Role.REVIEWER, "verify a submission")
     fields: dict[str, Any] = {"verification_outcome": "", "verification_output": "", "verification_exit_code": None}
-    if submission.proposed_by_id is None and getattr(by, "is_authenticated", False):
+    if submission.proposed_by_id is None and getattr(by, "is_authenticated", False) and not automatic:
         fields["proposed_by"] = by
-    return _move(submission, S.VERIFYING, by=by, reason="verification requested", **fields)
+    reason = "verified automatically: the project verifies every new score" if automatic else "verification requested"
+    return _move(submission, S.VERIFYING, by=None if automatic else by, reason=reason, **fields)
+
+
+def automatic_verifications(run_id: int, limit: int = 50) -> list[Submission]:
+    """Put a run's never-verified candidates up for verification (the project's auto-verify setting);
+    a candidate that came back "cannot verify" keeps its outcome and is not asked again."""
+    started = []
+    for sub in (Submission.objects.filter(run_id=run_id, status=S.CANDIDATE, verification_outcome="",
+                                          excluded_at__isnull=True, project__auto_verify=True)
+                .select_related("project__scenario", "run").order_by("id")[:limit]):
+        try:
+            started.append(request_verification(sub, by=None, automatic=True))
+        except IllegalTransition:
+            continue  # someone else moved it first
+    return started
 
 
 def record_progress(submission_id: int, line: str) -> None:

@@ -129,6 +129,25 @@ def dispatch(task, *args) -> bool:
     return True
 
 
+def queue_quietly(task, *args) -> None:
+    """Queue now (called after a commit); a broker that cannot be reached is logged, not raised: the
+    caller's work is done, and what this task would do is found again later."""
+    try:
+        task.delay(*args)
+    except OperationalError as exc:
+        log.warning("could not queue %s%r: %s", task.name, args, exc)
+
+
+@shared_task(ignore_result=True)
+def auto_verify_run(run_id: int) -> int:
+    """The project verifies every new score: put the run's new candidates up for verification, one
+    verification task each. Candidates missed while the broker was down are taken with the next score."""
+    started = submissions.automatic_verifications(run_id)
+    for sub in started:
+        queue_quietly(verify_submission, sub.pk)
+    return len(started)
+
+
 def _stale_after() -> timedelta:
     """A verification or rollback still waiting this long after it was asked for (or last re-queued)
     is assumed lost in transit: the broker was down, or its message died with a worker."""

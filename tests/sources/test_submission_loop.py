@@ -60,6 +60,31 @@ def test_verification_runs_the_validator_on_a_worker(client, bob, validated, cel
     assert [t.reason for t in bad.transitions.all()] == ["verification requested", "exited 1"]
 
 
+def test_a_project_that_verifies_every_score_does_so_on_its_own(alice, validated, celery_worker):
+    """auto_verify: each new score is verified by a worker as it arrives, with nobody as its proposer;
+    a candidate that cannot be verified keeps its outcome and is not asked again."""
+    services.update_project(validated, auto_verify=True, by=alice)
+    good = scored_with_artifact(validated, b"ok: a fine optimizer\n")
+    bad = scored_with_artifact(validated, b"import os\n", run="r2")
+    wait_for(lambda: Submission.objects.get(pk=good.pk).status == "verified")
+    wait_for(lambda: Submission.objects.get(pk=bad.pk).status == "invalid")
+    good.refresh_from_db()
+    assert good.proposed_by is None and [t.by_label for t in good.transitions.all()] == ["system", "system"]
+    assert good.transitions.first().reason == "verified automatically: the project verifies every new score"
+    # No artifact: cannot verify, back to candidate with that outcome, and a later score does not retry it.
+    services.ingest_events(validated, "r3", parse_events(json.dumps([{"type": "score", "score": 0.1}])))
+    orphan = Submission.objects.get(run__external_id="r3")
+    wait_for(lambda: Submission.objects.get(pk=orphan.pk).verification_outcome == "cannot_verify")
+    scored_with_artifact(validated, b"ok again\n", run="r3")
+    wait_for(lambda: Submission.objects.filter(run__external_id="r3", status="verified").count() == 1)
+    assert Submission.objects.get(pk=orphan.pk).transitions.count() == 2  # verifying, then back: once
+    # A project without the setting verifies nothing by itself.
+    services.update_project(validated, auto_verify=False, by=alice)
+    idle = scored_with_artifact(validated, b"ok: not asked\n", run="r4")
+    assert lifecycle.automatic_verifications(idle.run_id) == []
+    assert Submission.objects.get(pk=idle.pk).status == "candidate"
+
+
 def test_a_missing_validator_or_artifact_is_cannot_verify_not_a_crash(bob, project, celery_worker):
     from smrweb.tracking.tasks import verify_submission
 

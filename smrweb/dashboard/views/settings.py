@@ -23,10 +23,14 @@ class ProjectSettingsForm(forms.Form):
     require_second_reviewer = forms.BooleanField(
         required=False, label="Require a second person to approve",
         help_text="A reviewer's approval of a submission they proposed does not count.")
+    auto_verify = forms.BooleanField(
+        required=False, label="Verify every new score automatically",
+        help_text="A worker runs the scenario's validator on each new submission as it arrives, so the "
+                  "project's best and leaderboard (verified submissions) fill without a click each.")
     regression_threshold = forms.FloatField(
         required=False, min_value=0, label="Regression threshold",
         help_text="A run whose latest score is worse than its best by more than this shows a regression "
-                  "banner with a one-click rollback. Empty turns detection off.")
+                  "banner with a one-click rollback. Leave it empty to turn detection off.")
     rollback_webhook_url = forms.URLField(
         required=False, max_length=200, label="Rollback webhook URL", assume_scheme="https",
         help_text="REST-push projects: rollbacks are POSTed here, signed (see below).")
