@@ -164,3 +164,11 @@ def test_review_queue_queries_do_not_grow_with_the_queue(client_alice, project, 
         scored(project, i / 100, run=f"b{i}")
     with django_assert_max_num_queries(len(few.captured_queries)):
         assert client_alice.get("/projects/hill/review/").status_code == 200
+
+
+def test_the_verification_card_does_not_repeat_the_exit_code(client_alice, project, bob):
+    sub = scored(project)
+    lifecycle.request_verification(sub, by=bob)
+    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "FAIL x", "exited 1"))
+    body = client_alice.get(url(sub)).content.decode()
+    assert "exit code 1" in body and "exited 1" not in body and "data-verification-reason" not in body

@@ -82,7 +82,9 @@ def _context(request, project, sub: Submission, **extra) -> dict:
     transitions = list(sub.transitions.select_related("by"))
     ended = [t for t in transitions if t.from_status == SubmissionStatus.VERIFYING]
     return {
-        "verification_reason": ended[-1].reason if ended else "",
+        # The reason the task recorded, unless it only repeats the exit code shown beside it ("exited 1").
+        "verification_reason": "" if not ended or ended[-1].reason == f"exited {sub.verification_exit_code}"
+        else ended[-1].reason,
         "project": project,
         "sub": sub,
         "run": sub.run,
