@@ -299,6 +299,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "ArtifactKindEnum": "smrweb.tracking.models.ArtifactKind",
         "TurnKindEnum": "smrweb.tracking.models.TurnKind",
+        "DirectionEnum": "smrweb.tracking.models.Direction",
         "SubmissionStatusEnum": "smrweb.tracking.models.SubmissionStatus",
         "RollbackStatusEnum": "smrweb.tracking.models.RollbackStatus",
         "VerificationOutcomeEnum": "smrweb.tracking.models.VerificationOutcome",

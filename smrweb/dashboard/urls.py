@@ -24,6 +24,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
+    path("projects/<slug:slug>/members", settings.project_members, name="project-members"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),

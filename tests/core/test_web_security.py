@@ -434,7 +434,7 @@ def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url)
 POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
-    "dashboard/project_settings.html": 3,  # settings, SMR source (test / new key), score metric
+    "dashboard/project_settings.html": 6,  # settings, SMR source (test / new key), score metric, member role / remove / add
     "dashboard/run_detail.html": 2,  # stop, exclude/include the run
     "dashboard/_rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
