@@ -249,15 +249,18 @@ class ProjectScores:
     end: datetime | None
 
 
-def project_scores(project: Project, *, max_points: int = 3000, unverified: bool = False) -> ProjectScores:
+def project_scores(project: Project, *, max_points: int = 3000, unverified: bool = False, runs=None) -> ProjectScores:
     """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
 
     Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart
     shows, then each run is cut to its share with LTTB; the best-so-far frontier is computed in SQL over
     the scores that count (verified ones unless `unverified`), so a record is never lost to downsampling.
-    Excluded runs and scores are left out altogether.
+    Excluded runs and scores are left out altogether; `runs` (a queryset of the project's runs) narrows
+    the chart to them, the frontier included.
     """
     subs = Submission.objects.filter(project=project, excluded_at__isnull=True, run__excluded_at__isnull=True)
+    if runs is not None:
+        subs = subs.filter(run__in=runs.order_by().values("pk"))
     total = subs.count()
     if total == 0:
         return ProjectScores({}, [], 0, None, None)

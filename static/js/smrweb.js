@@ -220,6 +220,17 @@
     document.querySelectorAll("[data-flash-until-change]").forEach(function (flash) { flash.remove(); });
   });
 
+  // The project chart follows the runs table's filters: when the filter form brings a new table, the
+  // chart is fetched again for the same query (its section comes back polling that query).
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var form = event.detail.requestConfig && event.detail.requestConfig.elt;
+    var chart = document.getElementById("project-chart");
+    if (!chart || !form || !form.matches || !form.matches("form.filters")) return;
+    var query = new URLSearchParams(new FormData(form)).toString();
+    window.htmx.ajax("GET", chart.getAttribute("data-chart-base") + (query ? "?" + query : ""),
+                     {target: "#project-chart", swap: "outerHTML"});
+  });
+
   function refresh(root) { renderPlots(root); syncPicks(); }
 
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });

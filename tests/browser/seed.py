@@ -20,7 +20,8 @@ import time_machine
 from django.utils import timezone
 
 from smrweb.tracking import services
-from smrweb.tracking.models import Project, Role, Run
+from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.models import Project, Role, Run, Submission
 from tests.browser.conftest import push, store
 from tests.factories import admin_project
 
@@ -209,6 +210,19 @@ def seed(alice, bob=None, *, seed_value: int = 7) -> Seeded:
         for spec in specs:
             runs[spec.run_id] = _seed_run(project, spec, path, now, rng)
     services.flag_stalled_runs()
+    _verify_most(alice)
     for run in runs.values():
         run.refresh_from_db()
     return Seeded(projects=projects, runs=runs)
+
+
+def _verify_most(by) -> None:
+    """Through the real lifecycle: every score but each run's latest passed verification (the project's
+    numbers count verified work), and one in seven failed it, as a validator would refuse some."""
+    latest = {run_id: pk for run_id, pk in Submission.objects.order_by("ts", "id").values_list("run_id", "pk")}
+    for i, sub in enumerate(Submission.objects.exclude(pk__in=latest.values()).order_by("id")):
+        lifecycle.request_verification(sub, by=by)
+        passed = i % 7 != 3
+        lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(
+            "passed" if passed else "failed", 0 if passed else 1, "PASS" if passed else "FAIL  over the limit",
+            f"exited {0 if passed else 1}"))

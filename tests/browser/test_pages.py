@@ -58,7 +58,9 @@ def test_sign_in_leads_to_the_overview_with_best_score_and_sparkline(page, proje
     expect(page).to_have_url(re.compile(r"/$"))
     hill = card(page, "hill")
     expect(hill.locator("h2")).to_have_text("Hill climb")
-    expect(hill.locator(".big")).to_have_text("0.5")
+    # Nothing verified yet: no best, the unverified one named beside it (the project's numbers count verified work).
+    expect(hill.locator(".big")).to_have_text("—")
+    expect(hill.locator("[data-unverified-best]")).to_have_text("0.5 unverified")
     spark = hill.locator("svg.spark")
     expect(spark).to_be_visible()
     assert spark.locator("polyline").get_attribute("points").count(",") == 3  # one point per score
@@ -84,7 +86,7 @@ def test_wrong_password_shows_a_form_error_and_keeps_the_username(page, alice):
 def test_overview_shows_a_better_score_without_a_reload(page, sign_in, alice, project):
     push(project, "r1", score(0.5))
     sign_in(alice)
-    page.goto("/")
+    page.goto("/?unverified=1")  # count unverified scores too (remembered for the session)
     best = card(page, "hill").locator(".big")
     expect(best).to_have_text("0.5")
     mark_document(page)
@@ -119,7 +121,7 @@ def runs_in_every_condition(project):
 
 def test_project_page_shows_runs_badges_and_leaderboard(page, sign_in, alice, runs_in_every_condition):
     sign_in(alice)
-    page.goto("/projects/hill/")
+    page.goto("/projects/hill/?unverified=1&board=all")
 
     expect(rows(page)).to_have_count(4)
     quiet = page.locator('tr[data-run="quiet"]')
@@ -151,7 +153,7 @@ def test_leaderboard_of_a_minimize_scenario_puts_the_lowest_score_first(page, si
     push(project, "a", score(3.9), score(3.61))
     push(project, "b", score(4.2), score(3.75))
     sign_in(alice)
-    page.goto("/projects/lossy/")
+    page.goto("/projects/lossy/?unverified=1&board=all")
 
     expect(page.locator("table.leaderboard td.num b")).to_have_text(["3.61", "3.75", "3.9", "4.2"])
     expect(page.locator(".card-head", has_text="Leaderboard")).to_contain_text("lowest val_loss first")
@@ -191,7 +193,7 @@ def test_filters_narrow_the_runs_table_in_place(page, sign_in, alice, runs_in_ev
 def test_runs_table_shows_a_new_run_without_a_reload(page, sign_in, alice, project):
     push(project, "first", state("running"))
     sign_in(alice)
-    page.goto("/projects/hill/")
+    page.goto("/projects/hill/?unverified=1")
     expect(rows(page)).to_have_count(1)
     mark_document(page)
 

@@ -50,6 +50,8 @@ def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback
         page.get_by_role("button", name="Verify").click()
         expect(page.locator("h1 [data-status]")).to_have_text("verified", timeout=WAIT_MS)
         expect(page.locator("#verification pre.output")).to_contain_text("checked 17 bytes")
+        # "Verification started…" does not sit beside the result once it came (walkthrough P3).
+        expect(page.locator("[data-flash-until-change]")).to_have_count(0)
 
         # Approve with a comment.
         page.fill("#id_comment", "clean, small, beats v0")
@@ -72,7 +74,8 @@ def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback
         page.get_by_role("button", name="Record arena result").click()
         expect(page.locator("h1 [data-status]")).to_have_text("ranked")
         expect(page.locator("#arena")).to_contain_text("rank 12")
-        expect(page.locator("[data-verification-reason]")).to_have_text("exited 0")
+        expect(page.locator("#verification")).to_contain_text("exit code 0")
+        expect(page.locator("[data-verification-reason]")).to_have_count(0)  # "exited 0" only repeated it
         history = page.locator("#history tbody tr")
         expect(history).to_have_count(5)
         page.screenshot(path=str(screenshot_dir / "loop-submission-ranked.png"), full_page=True)
@@ -90,6 +93,9 @@ def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback
         banner.get_by_role("button", name="Roll back to the best").click()
         expect(page.locator(".alert.good")).to_contain_text("Rollback to submission")
         expect(page.locator('#rollbacks [data-rollback-status="applied"]')).to_be_visible(timeout=WAIT_MS)
+        # The banner now says what happened instead of offering the same rollback again.
+        expect(banner.locator('[data-rolled-back="applied"]')).to_contain_text(f"Rolled back to #{sub.pk}")
+        expect(banner.get_by_role("button", name="Roll back to the best")).to_have_count(0)
         page.screenshot(path=str(screenshot_dir / "loop-run-rolled-back.png"), full_page=True)
     finally:
         receiver.stop()

@@ -308,3 +308,20 @@ def test_carry_forward_names_approaches_and_does_not_call_a_new_runs_start_regre
     rejected = next(item for item in cf.failed if "rejected" in item.reasons)
     assert "leaks the validation set" in rejected.why
     assert cf.best.run == "veteran" and "(verified)" in cf.text
+
+
+# --- the project chart follows the runs table's filters ---------------------------------------------------
+
+
+def test_the_project_chart_follows_the_runs_tables_filters(client_alice, project):
+    scored(project, "ok-run", 0.4, 0.6)
+    push(project, "broken", {"type": "score", "score": 0.9}, {"type": "state", "state": "failed"})
+    every = client_alice.get("/projects/hill/chart/?unverified=1").content.decode()
+    assert "3 scores from 2 runs" in every and "data-chart-filtered" not in every
+    failed = client_alice.get("/projects/hill/chart/?failed=1").content.decode()
+    assert "data-chart-filtered" in failed and "1 score from 1 run" in failed
+    assert 'hx-get="/projects/hill/chart/?failed=1"' in failed  # it keeps polling the same filter
+    page = client_alice.get("/projects/hill/?q=ok-&page=1").content.decode()
+    assert 'hx-get="/projects/hill/chart/?q=ok-"' in page and "2 scores from 1 run" in page
+    nothing = client_alice.get("/projects/hill/chart/?q=no-such-run").content.decode()
+    assert "No scores from the runs matching the filters." in nothing

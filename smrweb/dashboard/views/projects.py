@@ -109,7 +109,9 @@ def project_detail(request, slug: str):
         "version": version,
     }
     if not request.htmx:
-        context.update(_chart_context(project, unverified), chart_version=live.version(base, "chart", unverified))
+        chart_query = _chart_query(request.GET)
+        context.update(_chart_context(project, unverified, runs if chart_query else None),
+                       chart_query=chart_query, chart_version=live.version(base, "chart", unverified, chart_query))
     return render(request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context)
 
 
@@ -119,19 +121,34 @@ def _metric_choice(project: Project) -> dict | None:
     return declared if project.source_settings.get("score_metric") == "auto" and len(declared) > 1 else None
 
 
-def _chart_context(project: Project, unverified: bool) -> dict:
-    scores = queries.project_scores(project, unverified=unverified)
+CHART_FILTERS = ("state", "stalled", "failed", "q")
+
+
+def _chart_query(params) -> str:
+    """The runs-table filters the chart follows (not paging, leaderboard or scope parameters)."""
+    kept = params.copy()
+    for key in list(kept):
+        if key not in CHART_FILTERS or not kept.get(key):
+            kept.pop(key)
+    return kept.urlencode()
+
+
+def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
+    """`runs`: the runs table's filtered runs (the chart follows the filters), or None for every run."""
+    scores = queries.project_scores(project, unverified=unverified, runs=runs)
     if not scores.total:
-        return {"chart_total": 0}
-    runs = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
-    series = [(runs[pk], Run(project=project, external_id=runs[pk]).get_absolute_url(), points)
+        return {"chart_total": 0, "chart_filtered": runs is not None}
+    names = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
+    series = [(names[pk], Run(project=project, external_id=names[pk]).get_absolute_url(), points)
               for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])]
     figure = charts.project_scores_figure(
         series, scores.frontier, maximize=project.scenario.maximize, metric=project.scenario.score_metric,
         start=scores.start, end=scores.end, uirevision=f"project-{project.pk}",
-        frontier_label="project best so far" + ("" if unverified else " (verified)"))
+        frontier_label=("best so far of these runs" if runs is not None else "project best so far")
+        + ("" if unverified else " (verified)"))
     shown = sum(len(points) for _, _, points in series)
-    return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series)}
+    return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series),
+            "chart_filtered": runs is not None}
 
 
 @require_safe
@@ -140,8 +157,11 @@ def project_chart(request, slug: str):
     """The score-over-time chart of every run, polled on its own (slower than the runs table)."""
     project = project_for_user(request, slug)
     unverified = include_unverified(request)
-    version = live.version(_projects_version([project.pk]), "chart", unverified)
+    chart_query = _chart_query(request.GET)
+    version = live.version(_projects_version([project.pk]), "chart", unverified, chart_query)
     if live.unchanged(request, version):
         return live.no_change()
-    context = {"project": project, "chart_version": version, **_chart_context(project, unverified)}
+    runs = filter_runs(project, request.GET)[0] if chart_query else None
+    context = {"project": project, "chart_version": version, "chart_query": chart_query,
+               **_chart_context(project, unverified, runs)}
     return render(request, "dashboard/project_detail.html#project-chart", context)
