@@ -229,31 +229,33 @@ def absval(value):
     return abs(value) if value is not None else None
 
 
+def _magnitude(fmt, number, value, *, signed: bool) -> str:
+    """A difference shown by its size (`fmt` of |value|), with its sign when `signed`: +$1.20, −3.1k."""
+    if value is None:
+        return "—"
+    value = number(value)
+    return ("+" if value >= 0 else "−") * signed + fmt(abs(value))
+
+
 @register.filter
 def usd_abs(value) -> str:
-    return usd(abs(Decimal(value))) if value is not None else "—"
+    return _magnitude(usd, Decimal, value, signed=False)
 
 
 @register.filter
 def usd_signed(value) -> str:
     """+$1.20 / −$0.30: a difference, with its sign."""
-    if value is None:
-        return "—"
-    value = Decimal(value)
-    return ("+" if value >= 0 else "−") + usd(abs(value))
+    return _magnitude(usd, Decimal, value, signed=True)
 
 
 @register.filter
 def tokens_abs(value) -> str:
-    return tokens(abs(int(value))) if value is not None else "—"
+    return _magnitude(tokens, int, value, signed=False)
 
 
 @register.filter
 def tokens_signed(value) -> str:
-    if value is None:
-        return "—"
-    value = int(value)
-    return ("+" if value >= 0 else "−") + tokens(abs(value))
+    return _magnitude(tokens, int, value, signed=True)
 
 
 @register.filter
