@@ -13,7 +13,9 @@ from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Sum, Wind
 from django.db.models.functions import Cast, Mod, RowNumber
 from django.utils import timezone
 
+from smrweb.tracking import budget
 from smrweb.tracking.downsample import lttb
+from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import FLOAT_MAX, TERMINAL_STATES, MetricPoint, Project, Run, Submission
 
 
@@ -95,6 +97,7 @@ class ProjectSummary:
     active: int
     stalled: int
     failed: int
+    over_budget: int
     runs: int
     spend_usd: Decimal
     spend_today_usd: Decimal
@@ -103,7 +106,8 @@ class ProjectSummary:
 
 
 def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
-    """Per project: best score in its direction, run counts by condition, spend — in three queries."""
+    """Per project: best score in its direction, run counts by condition (over budget included), spend —
+    in three queries."""
     projects = list(projects)
     ids = [p.pk for p in projects]
     live = ~Q(runs__state__in=TERMINAL_STATES)
@@ -114,6 +118,7 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
             active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
             stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
             failed=Count("runs", filter=Q(runs__state="failed")),
+            over_budget=Count("runs", filter=budget.over_budget("runs__")),
             spend=Sum("runs__cost_usd"),
             best_max=Max("runs__best_score"),
             best_min=Min("runs__best_score"),
@@ -138,6 +143,7 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
                 active=c.get("active", 0),
                 stalled=c.get("stalled", 0),
                 failed=c.get("failed", 0),
+                over_budget=c.get("over_budget", 0),
                 runs=c.get("runs_n", 0),
                 spend_usd=c.get("spend") or Decimal(0),
                 spend_today_usd=today.get(p.pk) or Decimal(0),
@@ -146,6 +152,14 @@ def project_summaries(projects: Iterable[Project]) -> list[ProjectSummary]:
             )
         )
     return out
+
+
+def run_condition_counts(project: Project) -> dict[str, int]:
+    """How many of the project's runs are stalled, failed and over budget (one query), for the quick
+    filters above its runs table."""
+    return Run.objects.filter(project=project).aggregate(
+        stalled=Count("id", filter=STALLED), failed=Count("id", filter=Q(state="failed")),
+        over_budget=Count("id", filter=budget.over_budget()))
 
 
 def leaderboard(project: Project):

@@ -11,7 +11,7 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
-from smrweb.tracking.filters import RunFilter
+from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 
 RUNS_PER_PAGE = 50
@@ -38,14 +38,39 @@ def project_list(request):
 
 
 def filter_runs(project: Project, params) -> tuple[object, dict]:
-    """The project's runs narrowed by the page's filter form (invalid values are ignored)."""
+    """The project's runs narrowed and sorted by the page's filter form and column headers. A value that
+    does not read (an unknown sort, a state that does not exist…) is ignored, and named in `ignored`."""
     runs = Run.objects.filter(project=project).select_related("project__scenario")
     filterset = RunFilter(params, queryset=runs)
     filterset.is_valid()
     data = {k: v for k, v in filterset.form.cleaned_data.items() if k not in filterset.form.errors}
+    sort = data.get("sort") or DEFAULT_SORT
     filters = {"state": (data.get("state") or [""])[0], "stalled": bool(data.get("stalled")),
-               "failed": bool(data.get("failed")), "q": (data.get("q") or "").strip()}
-    return filterset.qs.order_by("-last_progress_at", "-id"), filters
+               "failed": bool(data.get("failed")), "over_budget": data.get("over_budget") or "",
+               "q": (data.get("q") or "").strip(), "sort": sort,
+               "ignored": sorted(k for k in filterset.form.errors if params.get(k))}
+    return sort_runs(filterset.qs, sort), filters
+
+
+# The runs table's sortable columns: header label, sort key, the direction a first click sorts in.
+SORTABLE = {"run": "", "state": "", "latest": "-", "best": "-", "turns": "-", "spend": "-", "activity": "-"}
+
+
+def sort_links(params, current: str) -> dict[str, dict]:
+    """Per sortable column: the query string that sorts by it (a click on the current column flips the
+    direction) and the current direction ("asc", "desc" or "")."""
+    base = params.copy()
+    for key in ("sort", "page"):
+        base.pop(key, None)
+    links = {}
+    for key, first in SORTABLE.items():
+        direction = "desc" if current == f"-{key}" else "asc" if current == key else ""
+        target = (key if direction == "desc" else f"-{key}") if direction else f"{first}{key}"
+        query = base.copy()
+        query["sort"] = target
+        links[key] = {"query": query.urlencode(), "direction": direction,
+                      "next": "descending" if target.startswith("-") else "ascending"}
+    return links
 
 
 def _without(params, key: str) -> str:
@@ -73,6 +98,8 @@ def project_detail(request, slug: str):
         "page": page,
         "rows": rows,
         "filters": filters,
+        "sorts": sort_links(request.GET, filters["sort"]),
+        "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
         "regressions": queries.regressions(project),
