@@ -56,7 +56,7 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
 SORTABLE = {"run": "", "state": "", "latest": "-", "best": "-", "turns": "-", "spend": "-", "activity": "-"}
 
 
-def sort_links(params, current: str) -> dict[str, dict]:
+def sort_links(url: str, params, current: str) -> dict[str, dict]:
     """Per sortable column: the query string that sorts by it (a click on the current column flips the
     direction) and the current direction ("asc", "desc" or "")."""
     base = params.copy()
@@ -68,7 +68,7 @@ def sort_links(params, current: str) -> dict[str, dict]:
         target = (key if direction == "desc" else f"-{key}") if direction else f"{first}{key}"
         query = base.copy()
         query["sort"] = target
-        links[key] = {"query": query.urlencode(), "direction": direction,
+        links[key] = {"url": f"{url}?{query.urlencode()}", "direction": direction,
                       "next": "descending" if target.startswith("-") else "ascending"}
     return links
 
@@ -98,7 +98,7 @@ def project_detail(request, slug: str):
         "page": page,
         "rows": rows,
         "filters": filters,
-        "sorts": sort_links(request.GET, filters["sort"]),
+        "sorts": sort_links(project.get_absolute_url(), request.GET, filters["sort"]),
         "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
