@@ -474,6 +474,6 @@ def sort_header(sorts: dict, key: str, label: str, css: str = ""):
     aria = {"asc": "ascending", "desc": "descending"}.get(direction, "none")
     return format_html(
         '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" hx-target="#project-live" '
-        'hx-swap="outerHTML" hx-push-url="true" title="Sort by {}, {}">{}<span class="sort-arrow" aria-hidden="true">{}</span></a></th>',
+        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}<span class="sort-arrow" aria-hidden="true">{}</span></a></th>',
         css, " sorted" if direction else "", aria, key, link["url"], link["url"], label.lower(), link["next"], label,
         SORT_ARROWS[direction])
