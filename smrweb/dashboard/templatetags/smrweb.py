@@ -462,18 +462,19 @@ def over_budget_badge(run):
                        "; ".join(overrun_text(o) for o in overruns))
 
 
-SORT_ARROWS = {"asc": "▲", "desc": "▼", "": "↕"}
+SORT_ARROWS = {"asc": "▲", "desc": "▼"}
 
 
 @register.simple_tag
 def sort_header(sorts: dict, key: str, label: str, css: str = ""):
     """A runs-table header that sorts by its column on the server: a link (htmx swaps the table, the URL
-    keeps the sort), an arrow for the current direction, and aria-sort for screen readers."""
+    keeps the sort), an arrow on the sorted column for its direction, and aria-sort for screen readers.
+    The other sortable headers are dotted-underlined links (no arrow: seven arrows widen the table)."""
     link = sorts[key]
     direction = link["direction"]
     aria = {"asc": "ascending", "desc": "descending"}.get(direction, "none")
     return format_html(
         '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" hx-target="#project-live" '
-        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}<span class="sort-arrow" aria-hidden="true">{}</span></a></th>',
+        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}{}</a></th>',
         css, " sorted" if direction else "", aria, key, link["url"], link["url"], label.lower(), link["next"], label,
-        SORT_ARROWS[direction])
+        format_html('<span class="sort-arrow" aria-hidden="true">{}</span>', SORT_ARROWS[direction]) if direction else "")
