@@ -347,3 +347,14 @@ def test_the_schema_documents_the_new_parameters(anon_api, db):
     assert "-spend" in runs["sort"]["schema"]["enum"] and "true" in runs["over_budget"]["schema"]["enum"]
     run_schema = schema["components"]["schemas"]["Run"]["properties"]
     assert run_schema["over_budget"]["type"] == "boolean" and run_schema["over_budget_on"]["type"] == "array"
+
+
+def test_a_first_click_on_a_score_column_puts_the_best_first_in_the_scenarios_direction(client_alice, alice):
+    from tests.factories import admin_project
+
+    minimize = services.create_scenario(key="loss", name="Loss", score_metric="val_loss", direction="minimize")
+    admin_project("lossy", name="Lossy", scenario=minimize, by=alice)
+    for slug, expected in (("hill", "-best"), ("lossy", "best")):
+        html = body(client_alice.get(f"/projects/{slug}/"))
+        link = re.search(r'data-sort-key="best"><a href="([^"]+)"', html).group(1)
+        assert re.search(r"[?&;]sort=([^&]+)", link.replace("&amp;", "&")).group(1) == expected, slug

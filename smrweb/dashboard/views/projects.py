@@ -52,11 +52,12 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     return sort_runs(filterset.qs, sort), filters
 
 
-# The runs table's sortable columns: header label, sort key, the direction a first click sorts in.
+# The runs table's sortable columns (RunFilter sort keys) and the direction a first click sorts in: names A→Z,
+# numbers and times largest or latest first, scores best first (lowest first when the scenario minimizes).
 SORTABLE = {"run": "", "state": "", "latest": "-", "best": "-", "turns": "-", "spend": "-", "activity": "-"}
 
 
-def sort_links(url: str, params, current: str) -> dict[str, dict]:
+def sort_links(url: str, params, current: str, *, maximize: bool = True) -> dict[str, dict]:
     """Per sortable column: the query string that sorts by it (a click on the current column flips the
     direction) and the current direction ("asc", "desc" or "")."""
     base = params.copy()
@@ -65,6 +66,8 @@ def sort_links(url: str, params, current: str) -> dict[str, dict]:
     links = {}
     for key, first in SORTABLE.items():
         direction = "desc" if current == f"-{key}" else "asc" if current == key else ""
+        if not maximize and key in ("latest", "best"):
+            first = ""
         target = (key if direction == "desc" else f"-{key}") if direction else f"{first}{key}"
         query = base.copy()
         query["sort"] = target
@@ -98,7 +101,8 @@ def project_detail(request, slug: str):
         "page": page,
         "rows": rows,
         "filters": filters,
-        "sorts": sort_links(project.get_absolute_url(), request.GET, filters["sort"]),
+        "sorts": sort_links(project.get_absolute_url(), request.GET, filters["sort"],
+                            maximize=project.scenario.maximize),
         "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": queries.leaderboard(project)[:20],
