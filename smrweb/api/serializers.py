@@ -131,6 +131,11 @@ class RunSerializer(serializers.ModelSerializer):
     failure = serializers.SerializerMethodField()
     spend = serializers.SerializerMethodField()
     budget_used_fraction = serializers.FloatField(allow_null=True)
+    over_budget = serializers.BooleanField(
+        source="is_over_budget", help_text="Spend above the USD budget or tokens (in + out) above the token budget, "
+                                           "against the source's own totals where it states them.")
+    over_budget_on = serializers.SerializerMethodField(
+        help_text="Which budgets are exceeded: `usd`, `tokens`, both or none.")
     downgraded_actors = serializers.ListField(
         child=serializers.DictField(child=serializers.CharField()), read_only=True,
         help_text="Roles or actors that got another profile than they asked for: actor, role, requested, actual.")
@@ -139,9 +144,12 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["external_id", "state", "stalled", "stalled_since", "failure", "requested_profile",
                   "actual_profile", "downgraded", "downgraded_actors", "budget_usd", "budget_tokens",
-                  "budget_used_fraction", "spend",
+                  "budget_used_fraction", "over_budget", "over_budget_on", "spend",
                   "turn_count", "best_score", "latest_score", "score_count", "git_branch", "git_commit",
                   "started_at", "finished_at", "last_progress_at", "last_polled_at"]
+
+    def get_over_budget_on(self, run: Run) -> list[str]:
+        return [o["budget"] for o in run.budget_overruns]
 
     def get_failure(self, run: Run) -> RunFailureSerializer(allow_null=True):  # type: ignore[valid-type]
         if not run.failure_family and not run.failure_detail:

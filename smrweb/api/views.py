@@ -28,7 +28,7 @@ from smrweb.sources import smr
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import ArtifactTooLarge, BatchTooLarge, InvalidInput
 from smrweb.tracking.events import batch_json_schema, parse_events
-from smrweb.tracking.filters import RunFilter
+from smrweb.tracking.filters import RunFilter, SubmissionFilter
 from smrweb.tracking.models import (
     AgentTurn,
     ApiToken,
@@ -153,7 +153,7 @@ class ProjectDetail(APIView):
 
 @extend_schema_view(get=extend_schema(responses={200: s.RunSerializer(many=True), **ERRORS}))
 class RunList(generics.ListAPIView):
-    """A project's runs, most recently active first, with filters."""
+    """A project's runs, most recently active first (or in `?sort=` order), with filters."""
 
     serializer_class = s.RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
@@ -313,10 +313,11 @@ class ArtifactDownload(APIView):
 
 @extend_schema_view(get=extend_schema(responses={200: s.SubmissionSerializer(many=True), **ERRORS}))
 class SubmissionList(generics.ListAPIView):
-    """A project's submissions, best first in its scenario's direction."""
+    """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run."""
 
     serializer_class = s.SubmissionSerializer
     queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it
+    filterset_class = SubmissionFilter
 
     def get_queryset(self):
         return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))

@@ -1,13 +1,52 @@
-"""The runs filter, shared by the runs API and the project page so both mean the same thing."""
+"""The runs filter, shared by the runs API and the project page so both mean the same thing: state,
+stalled, failed and over-budget filters, a search, and a server-side sort."""
+
+from __future__ import annotations
 
 import django_filters
-from django.db.models import Q
+from django.db.models import Exists, F, OuterRef, Q
 from django_filters.rest_framework import BooleanFilter
 
-from smrweb.tracking.models import TERMINAL_STATES, Run, RunState
+from smrweb.tracking import budget
+from smrweb.tracking.models import TERMINAL_STATES, AgentTurn, Run, RunState, Submission
 
 LIVE = "live"
 STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)
+# A profile-level downgrade, in SQL (a worker-level one lives in `actor_profiles`: see `_downgraded`).
+PROFILE_DOWNGRADED = ~Q(requested_profile="") & ~Q(actual_profile="") & ~Q(requested_profile=F("actual_profile"))
+
+# ?sort= — the sortable columns. Each sorts on one expression, then on id in the same direction, so a
+# page boundary is stable however many runs tie (same state, no score yet, same spend…).
+SORTS = {
+    "run": F("external_id"),
+    "state": F("state"),
+    "latest": F("latest_score"),
+    "best": F("best_score"),
+    "scores": F("score_count"),
+    "turns": F("turn_count"),
+    "spend": budget.spend_usd(),
+    "tokens": budget.spend_tokens(),
+    "activity": F("last_progress_at"),
+    "started": F("started_at"),
+}
+DEFAULT_SORT = "-activity"
+SORT_CHOICES = [(f"{prefix}{key}", f"{key} ({'descending' if prefix else 'ascending'})")
+                for key in SORTS for prefix in ("", "-")]
+OVER_BUDGET_CHOICES = [("true", "over either budget"), ("false", "over neither"),
+                       (budget.USD, "over the USD budget"), (budget.TOKENS, "over the token budget")]
+
+# Words a search also understands as the table's badges.
+KEYWORDS = {"downgraded", "stalled", "over budget", "over-budget", *RunState.values}
+
+
+def sort_runs(queryset, sort: str | None):
+    """The runs in `sort` order (a SORTS key, `-` first for descending; anything else: the default)."""
+    sort = sort if sort in dict(SORT_CHOICES) else DEFAULT_SORT
+    descending = sort.startswith("-")
+    expression = SORTS[sort.lstrip("-")]
+    if descending:
+        return queryset.order_by(expression.desc(nulls_last=True), F("id").desc())
+    return queryset.order_by(expression.asc(nulls_last=True), F("id").asc())
 
 
 class RunFilter(django_filters.FilterSet):
@@ -17,12 +56,24 @@ class RunFilter(django_filters.FilterSet):
     )
     stalled = BooleanFilter(method="filter_stalled", help_text="Live runs flagged stalled (or not).")
     failed = BooleanFilter(method="filter_failed")
-    q = django_filters.CharFilter(method="filter_text", max_length=200,
-                                  help_text="Substring of the run id or failure detail.")
+    over_budget = django_filters.ChoiceFilter(
+        choices=OVER_BUDGET_CHOICES, method="filter_over_budget",
+        help_text="`true`: runs whose spend exceeds their USD budget or whose tokens (in + out) exceed their "
+                  "token budget, against the source's own totals where it states them; `usd` or `tokens`: "
+                  "over that budget; `false`: over neither.")
+    q = django_filters.CharFilter(
+        method="filter_text", max_length=200,
+        help_text="Case-insensitive substring of the run id, failure family or detail, requested or actual "
+                  "profile (also per actor), git branch, or the model of any of its agent turns. The words "
+                  "`downgraded`, `stalled`, `over budget` and a state name also match runs in that condition.")
+    sort = django_filters.ChoiceFilter(
+        choices=SORT_CHOICES, method="filter_sort",
+        help_text=f"Order by one column, `-` first for descending (default `{DEFAULT_SORT}`); ties are "
+                  f"broken by id in the same direction, so pages are stable.")
 
     class Meta:
         model = Run
-        fields = ["state", "stalled", "failed", "q"]
+        fields = ["state", "stalled", "failed", "over_budget", "q", "sort"]
 
     def filter_state(self, queryset, name, values):
         if not values:
@@ -38,8 +89,52 @@ class RunFilter(django_filters.FilterSet):
     def filter_failed(self, queryset, name, value):
         return queryset.filter(state=RunState.FAILED) if value else queryset.exclude(state=RunState.FAILED)
 
+    def filter_over_budget(self, queryset, name, value):
+        if value == "false":
+            return queryset.exclude(budget.over_budget())
+        return queryset.filter(budget.over_budget(on=value if value in budget.KINDS else None))
+
+    def filter_sort(self, queryset, name, value):
+        return sort_runs(queryset, value)
+
     def filter_text(self, queryset, name, value):
         value = value.strip()
         if not value:
             return queryset
-        return queryset.filter(Q(external_id__icontains=value) | Q(failure_detail__icontains=value))
+        condition = (Q(external_id__icontains=value) | Q(failure_detail__icontains=value)
+                     | Q(failure_family__icontains=value) | Q(requested_profile__icontains=value)
+                     | Q(actual_profile__icontains=value) | Q(git_branch__icontains=value)
+                     | Q(actor_profiles__icontains=value)
+                     | Exists(AgentTurn.objects.filter(run=OuterRef("pk"), model__icontains=value)))
+        word = " ".join(value.lower().split())
+        if word in KEYWORDS:
+            condition |= _keyword(queryset, word)
+        return queryset.filter(condition)
+
+
+def _keyword(queryset, word: str) -> Q:
+    if word == "downgraded":
+        return PROFILE_DOWNGRADED | Q(pk__in=_downgraded_by_actor(queryset))
+    if word == "stalled":
+        return STALLED
+    if word in ("over budget", "over-budget"):
+        return budget.over_budget()
+    return Q(state=word)
+
+
+def _downgraded_by_actor(queryset) -> list[int]:
+    """Runs where a worker or role got another profile than it asked for. The rule needs each actor's
+    entry (`Run.downgraded_actors`), so it is read in one query over the runs that list actors at all."""
+    rows = queryset.model.objects.filter(pk__in=queryset.values("pk")).exclude(actor_profiles=[])
+    return [pk for pk, profiles in rows.values_list("pk", "actor_profiles")
+            if Run(actor_profiles=profiles).downgraded_actors]
+
+
+class SubmissionFilter(django_filters.FilterSet):
+    run = django_filters.CharFilter(
+        field_name="run__external_id", max_length=200,
+        help_text="Only this run's submissions (its external id, exactly); an unknown run gives an empty list.")
+
+    class Meta:
+        model = Submission
+        fields = ["run"]

@@ -356,6 +356,24 @@ class Run(models.Model):
             parts.append(sum(self.reported_tokens) / self.budget_tokens)
         return max(parts) if parts else None
 
+    @property
+    def budget_overruns(self) -> list[dict]:
+        """The budgets this run has exceeded, USD first: budget ("usd" | "tokens"), spent, limit, fraction.
+        The same rule as `tracking.budget.over_budget` in SQL (the runs filter and the counts)."""
+        out = []
+        if self.budget_usd and self.spend_usd > self.budget_usd:
+            out.append({"budget": "usd", "spent": self.spend_usd, "limit": self.budget_usd,
+                        "fraction": float(self.spend_usd / self.budget_usd)})
+        tokens = sum(self.reported_tokens)
+        if self.budget_tokens and tokens > self.budget_tokens:
+            out.append({"budget": "tokens", "spent": tokens, "limit": self.budget_tokens,
+                        "fraction": tokens / self.budget_tokens})
+        return out
+
+    @property
+    def is_over_budget(self) -> bool:
+        return bool(self.budget_overruns)
+
 
 class SourceHealth(models.Model):
     """How polling a project's source goes: shown on the project page, drives the next attempt."""

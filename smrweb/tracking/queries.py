@@ -13,7 +13,9 @@ from django.db.models import Avg, Case, Count, F, IntegerField, Max, Min, Q, Sum
 from django.db.models.functions import Cast, Mod, RowNumber
 from django.utils import timezone
 
+from smrweb.tracking import budget
 from smrweb.tracking.downsample import lttb
+from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
     FLOAT_MAX,
     TERMINAL_STATES,
@@ -111,6 +113,7 @@ class ProjectSummary:
     active: int
     stalled: int
     failed: int
+    over_budget: int
     runs: int
     spend_usd: Decimal
     spend_today_usd: Decimal
@@ -149,8 +152,8 @@ def pending_scores(project: Project) -> Pending:
 
 
 def project_summaries(projects: Iterable[Project], *, unverified: bool = False) -> list[ProjectSummary]:
-    """Per project: best score that counts (and what is waiting to count), run counts by condition,
-    spend — in a fixed number of queries."""
+    """Per project: best score that counts (and what is waiting to count), run counts by condition (over
+    budget included), spend — in a fixed number of queries."""
     projects = list(projects)
     ids = [p.pk for p in projects]
     live = ~Q(runs__state__in=TERMINAL_STATES)
@@ -161,6 +164,7 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
             active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
             stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
             failed=Count("runs", filter=Q(runs__state="failed")),
+            over_budget=Count("runs", filter=budget.over_budget("runs__")),
             spend=Sum("runs__cost_usd"),
             last=Max("runs__last_progress_at"),
         )
@@ -201,6 +205,7 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
                 active=c.get("active", 0),
                 stalled=c.get("stalled", 0),
                 failed=c.get("failed", 0),
+                over_budget=c.get("over_budget", 0),
                 runs=c.get("runs_n", 0),
                 spend_usd=c.get("spend") or Decimal(0),
                 spend_today_usd=today.get(p.pk) or Decimal(0),
@@ -209,6 +214,14 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
             )
         )
     return out
+
+
+def run_condition_counts(project: Project) -> dict[str, int]:
+    """How many of the project's runs are stalled, failed and over budget (one query), for the quick
+    filters above its runs table."""
+    return Run.objects.filter(project=project).aggregate(
+        stalled=Count("id", filter=STALLED), failed=Count("id", filter=Q(state="failed")),
+        over_budget=Count("id", filter=budget.over_budget()))
 
 
 def leaderboard(project: Project):

@@ -88,6 +88,10 @@ def grow_projects(world) -> None:
 def grow_runs(world) -> None:
     for i in range(1, 25):
         grow_run(world["project"], f"r{i}", 5)
+        if i % 2:  # over budget (USD, or tokens), and a worker downgraded: badges, filters and searches find them
+            services.update_run_settings(world["project"], f"r{i}", budget_usd="0.001", budget_tokens=100 if i % 4 == 1 else None)
+            services.record_poll(world["project"], f"r{i}", actor_profiles=[
+                {"role": "worker", "actor": f"w{i}", "requested": "gpt-big", "actual": "gpt-small"}])
 
 
 def grow_turns(world) -> None:
@@ -118,9 +122,15 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "project page": ("/projects/hill/", {}, 200, 30, grow_runs),
     "project poll": ("/projects/hill/", HX, 200, 25, grow_runs),
     "project poll, filtered": ("/projects/hill/?q=r1&stalled=1", HX, 200, 25, grow_runs),
+    "project poll, sorted": ("/projects/hill/?sort=-spend&page=1", HX, 200, 25, grow_runs),
+    "project poll, over budget": ("/projects/hill/?over_budget=true&sort=best", HX, 200, 25, grow_runs),
+    "project poll, model search": ("/projects/hill/?q=gpt", HX, 200, 25, grow_runs),
+    "project poll, downgraded": ("/projects/hill/?q=downgraded", HX, 200, 26, grow_runs),
     "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
     "run page": ("/projects/hill/runs/r0/", {}, 200, 35, grow_turns),
     "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
+    "run page, older turns": ("/projects/hill/runs/r0/?turns_page=2&artifacts_page=2", {}, 200, 36, grow_turns),
+    "run poll, older turns": ("/projects/hill/runs/r0/?turns_page=2", HX, 200, 36, grow_turns),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
     "turns of a bar": ("/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d", HX, 200, 10,
                        grow_turns),
@@ -140,6 +150,11 @@ def world(project, alice, frozen):
     grow_run(project, "r0", 20)
     for i in (1, 2):
         grow_run(project, f"r{i}", 5)
+    # One run over budget with a downgraded worker, so the filtered and searched tables are not empty
+    # in the small world either (an empty table skips the per-page queries).
+    services.update_run_settings(project, "r1", budget_usd="0.001")
+    services.record_poll(project, "r1", actor_profiles=[{"role": "worker", "actor": "w", "requested": "gpt-big",
+                                                         "actual": "gpt-small"}])
     return {"project": project, "alice": alice}
 
 
@@ -168,6 +183,8 @@ POLLS = {
     "project": ("/projects/hill/", 6),
     "project chart": ("/projects/hill/chart/", 6),
     "run": ("/projects/hill/runs/r0/", 6),
+    "run, older turns": ("/projects/hill/runs/r0/?turns_page=2", 6),
+    "project, sorted and filtered": ("/projects/hill/?sort=-turns&over_budget=true", 6),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", 6),
 }
 

@@ -463,3 +463,45 @@ def http_url(value) -> str:
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(ord(ch) < 32 for ch in text):
         return ""
     return text
+
+
+def overrun_text(overrun: dict) -> str:
+    """One exceeded budget in words: "131 % of the $5.00 budget ($6.55)", "1.6M / 1.5M tokens (105 %)"."""
+    pct = f"{overrun['fraction'] * 100:.0f} %"
+    if overrun["budget"] == "usd":
+        return f"{pct} of the {usd(overrun['limit'])} budget ({usd(overrun['spent'])} spent)"
+    return f"{tokens(overrun['spent'])} / {tokens(overrun['limit'])} tokens ({pct})"
+
+
+@register.filter
+def overrun(value: dict) -> str:
+    return overrun_text(value)
+
+
+@register.simple_tag
+def over_budget_badge(run):
+    """An `over budget` badge naming which budget and by how much; nothing when the run is within budget."""
+    overruns = run.budget_overruns
+    if not overruns:
+        return ""
+    return format_html('<span class="badge badge-over-budget" data-badge="over-budget" data-over="{}" title="Over budget: {}">'
+                       'over budget</span>', " ".join(o["budget"] for o in overruns),
+                       "; ".join(overrun_text(o) for o in overruns))
+
+
+SORT_ARROWS = {"asc": "▲", "desc": "▼"}
+
+
+@register.simple_tag
+def sort_header(sorts: dict, key: str, label: str, css: str = ""):
+    """A runs-table header that sorts by its column on the server: a link (htmx swaps the table, the URL
+    keeps the sort), an arrow on the sorted column for its direction, and aria-sort for screen readers.
+    The other sortable headers are dotted-underlined links (no arrow: seven arrows widen the table)."""
+    link = sorts[key]
+    direction = link["direction"]
+    aria = {"asc": "ascending", "desc": "descending"}.get(direction, "none")
+    return format_html(
+        '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" hx-target="#project-live" '
+        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}{}</a></th>',
+        css, " sorted" if direction else "", aria, key, link["url"], link["url"], label.lower(), link["next"], label,
+        format_html('<span class="sort-arrow" aria-hidden="true">{}</span>', SORT_ARROWS[direction]) if direction else "")

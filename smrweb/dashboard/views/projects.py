@@ -11,7 +11,7 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
-from smrweb.tracking.filters import RunFilter
+from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 
 RUNS_PER_PAGE = 50
@@ -41,14 +41,42 @@ def project_list(request):
 
 
 def filter_runs(project: Project, params) -> tuple[object, dict]:
-    """The project's runs narrowed by the page's filter form (invalid values are ignored)."""
+    """The project's runs narrowed and sorted by the page's filter form and column headers. A value that
+    does not read (an unknown sort, a state that does not exist…) is ignored, and named in `ignored`."""
     runs = Run.objects.filter(project=project).select_related("project__scenario")
     filterset = RunFilter(params, queryset=runs)
     filterset.is_valid()
     data = {k: v for k, v in filterset.form.cleaned_data.items() if k not in filterset.form.errors}
+    sort = data.get("sort") or DEFAULT_SORT
     filters = {"state": (data.get("state") or [""])[0], "stalled": bool(data.get("stalled")),
-               "failed": bool(data.get("failed")), "q": (data.get("q") or "").strip()}
-    return filterset.qs.order_by("-last_progress_at", "-id"), filters
+               "failed": bool(data.get("failed")), "over_budget": data.get("over_budget") or "",
+               "q": (data.get("q") or "").strip(), "sort": sort,
+               "ignored": sorted(k for k in filterset.form.errors if params.get(k))}
+    return sort_runs(filterset.qs, sort), filters
+
+
+# The runs table's sortable columns (RunFilter sort keys) and the direction a first click sorts in: names A→Z,
+# numbers and times largest or latest first, scores best first (lowest first when the scenario minimizes).
+SORTABLE = {"run": "", "state": "", "latest": "-", "best": "-", "turns": "-", "spend": "-", "activity": "-"}
+
+
+def sort_links(url: str, params, current: str, *, maximize: bool = True) -> dict[str, dict]:
+    """Per sortable column: the query string that sorts by it (a click on the current column flips the
+    direction) and the current direction ("asc", "desc" or "")."""
+    base = params.copy()
+    for key in ("sort", "page"):
+        base.pop(key, None)
+    links = {}
+    for key, first in SORTABLE.items():
+        direction = "desc" if current == f"-{key}" else "asc" if current == key else ""
+        if not maximize and key in ("latest", "best"):
+            first = ""
+        target = (key if direction == "desc" else f"-{key}") if direction else f"{first}{key}"
+        query = base.copy()
+        query["sort"] = target
+        links[key] = {"url": f"{url}?{query.urlencode()}", "direction": direction,
+                      "next": "descending" if target.startswith("-") else "ascending"}
+    return links
 
 
 def _with(params, **changes) -> str:
@@ -90,6 +118,9 @@ def project_detail(request, slug: str):
         "page": page,
         "rows": rows,
         "filters": filters,
+        "sorts": sort_links(project.get_absolute_url(), request.GET, filters["sort"],
+                            maximize=project.scenario.maximize),
+        "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": board,
         "leaderboard_offset": board.start_index() - 1 if board.paginator.count else 0,

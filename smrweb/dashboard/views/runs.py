@@ -4,6 +4,7 @@ from datetime import UTC, timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -28,8 +29,8 @@ from smrweb.tracking.models import (
     TurnKind,
 )
 
-RECENT_TURNS = 25
-RECENT_ARTIFACTS = 10
+TURNS_PER_PAGE = 25
+ARTIFACTS_PER_PAGE = 10
 RECENT_EXPERIMENTS = 10
 METRIC_POINTS = 1000
 
@@ -43,7 +44,7 @@ def _run_version(run) -> str:
 @vary_on_headers("HX-Request")
 def run_detail(request, slug: str, run_id: str):
     run = run_for_user(request, slug, run_id)
-    version = _run_version(run)
+    version = live.version(_run_version(run), request.GET.urlencode())
     if live.unchanged(request, version):
         return live.no_change()
     now = timezone.now()
@@ -63,12 +64,19 @@ def run_detail(request, slug: str, run_id: str):
         "burn": burn,
         "efficiency": timeline.efficiency(run),
         "actors": actors if len(actors) > 1 else [],
-        "turns": list(run.turns.order_by("-ts", "-id")[:RECENT_TURNS]),
+        "overruns": run.budget_overruns,
+        "turns_page": (turns_page := Paginator(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE)
+                       .get_page(request.GET.get("turns_page"))),
+        "turns": list(turns_page),
         "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[:RECENT_EXPERIMENTS],
         "experiment_count": run.experiments.count(),
         "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
-        "artifacts": run.artifacts.select_related("blob")[:RECENT_ARTIFACTS],
-        "artifact_count": run.artifacts.count(),
+        "artifacts_page": (artifacts_page := Paginator(run.artifacts.select_related("blob").order_by("-created", "-id"),
+                                                       ARTIFACTS_PER_PAGE).get_page(request.GET.get("artifacts_page"))),
+        "artifacts": list(artifacts_page),
+        "artifact_count": artifacts_page.paginator.count,
+        "page_query": {key: _without(request.GET, key) for key in ("turns_page", "artifacts_page")},
+        "poll_query": request.GET.urlencode(),  # the poll keeps the pages being looked at
         "checkpoints": run.checkpoints.order_by("-ts", "-id")[:20],
         **_runtime_messages(run),
         "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
@@ -86,6 +94,13 @@ def run_detail(request, slug: str, run_id: str):
         **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
     }
     return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
+
+
+def _without(params, key: str) -> str:
+    """The query string minus one parameter (pager links set it again)."""
+    params = params.copy()
+    params.pop(key, None)
+    return params.urlencode()
 
 
 def _can_roll_back(user, project) -> bool:
