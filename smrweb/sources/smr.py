@@ -397,6 +397,18 @@ class SmrConnector:
             rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
         return rows
 
+    def experiment_names(self, rid: str) -> dict[str, dict[str, str]]:
+        """Each of the run's experiments' title and hypothesis (one request; asked only while some
+        experiment the results named is still known by its id alone)."""
+        experiments = _call("experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500)
+        names = {}
+        for e in experiments if isinstance(experiments, list) else []:
+            eid = e.get("experiment_id") if isinstance(e, dict) else None
+            if eid and (e.get("title") or e.get("hypothesis")):
+                names[str(eid)[:200]] = {"title": str(e.get("title") or "")[:500],
+                                         "hypothesis": str(e.get("hypothesis") or "")[:20000]}
+        return names
+
     def fetch_checkpoints(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
         checkpoints = _call("checkpoints", self.client.runs.list_checkpoints, rid, project_id=self.pid)
         new_cursor: dict[str, Any] = {}

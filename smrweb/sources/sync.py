@@ -183,6 +183,12 @@ def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, r
     artifacts = connector.fetch_artifacts(rid)
     _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
     apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
+    # Results name experiments by id: ask for their titles when new ones appear (one request), not every cycle.
+    unnamed = services.unnamed_experiments(project, rid)
+    if unnamed and unnamed != cursor.get("unnamed_experiments"):
+        named = services.name_experiments(project, rid, connector.experiment_names(rid))
+        cursor["unnamed_experiments"] = unnamed - named
+        services.record_poll(project, rid, source_cursor=dict(cursor))
     apply(*connector.fetch_checkpoints(rid, cursor))
     apply(*connector.fetch_messages(rid, cursor))
     # Only a complete sync marks the run as seen at this version (finished runs are then skipped).

@@ -500,6 +500,27 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
     return IngestResult(run=run, accepted=accepted, duplicates=len(events) - accepted)
 
 
+def unnamed_experiments(project: Project, external_id: str) -> int:
+    """How many of the run's experiments are known by their id alone (a polled source names them later)."""
+    return Experiment.objects.filter(run__project=project, run__external_id=external_id, title="",
+                                     hypothesis="").count()
+
+
+def name_experiments(project: Project, external_id: str, names: dict[str, dict[str, str]]) -> int:
+    """Fill in the title and hypothesis of the run's experiments still known by id only (a source's
+    answer never overwrites what was already written). Returns how many were named."""
+    named = 0
+    with transaction.atomic():
+        for experiment in Experiment.objects.select_for_update().filter(
+                run__project=project, run__external_id=external_id, external_id__in=list(names), title="",
+                hypothesis=""):
+            name = names[experiment.external_id]
+            experiment.title, experiment.hypothesis = name.get("title", "")[:500], name.get("hypothesis", "")
+            experiment.save(update_fields=["title", "hypothesis", "updated"])
+            named += 1
+    return named
+
+
 def _verify_on_commit(run_id: int) -> None:
     """The project verifies every new score: a worker takes the run's new candidates after the commit."""
     from smrweb.tracking import tasks

@@ -264,3 +264,24 @@ def test_the_migration_lets_smr_projects_on_the_generic_scenario_adopt_their_exp
     migration.adopt_experiment_metrics(apps, None)
     listening = {slug: Project.objects.get(slug=slug).source_settings.get("score_metric") for slug in made}
     assert listening == {"generic-smr": "auto", "chosen-smr": None, "push": None}
+
+
+def test_experiments_are_named_from_the_source_once_not_every_cycle(sim, alice):
+    """Results name experiments by id; the page shows their titles (walkthrough P3: bare UUIDs)."""
+    from smrweb.tracking.models import Experiment
+
+    backend = sim(runs=2, warmup=60)
+    project = bind(backend, alice)
+    backend.stats.reset()
+    synced(project)
+    titles = {e["experiment_id"]: e["title"] for run in backend.world.runs.values() for e in run.experiments}
+    named = list(Experiment.objects.filter(run__project=project))
+    assert named and all(e.title == titles[e.external_id] and e.title.startswith("Attempt ") for e in named)
+    asked = backend.stats.snapshot()["requests"].get("GET /smr/projects/{project_id}/experiments", 0)
+    assert 1 <= asked <= 2  # at most once per run
+    backend.stats.reset()
+    synced(project)  # nothing new: nobody is asked again
+    assert backend.stats.snapshot()["requests"].get("GET /smr/projects/{project_id}/experiments", 0) == 0
+    run = Run.objects.filter(project=project, experiments__isnull=False).first()
+    page = session_client(alice).get(run.get_absolute_url()).content.decode()
+    assert named[0].title in page or any(e.title in page for e in named)
