@@ -295,8 +295,8 @@
       document.cookie = "smrweb_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; SameSite=Lax" +
                         (location.protocol === "https:" ? "; Secure" : "");
     }
-    var body = document.body;
-    if (body && body.dataset.clock === "local" && body.dataset.clockZone !== zone) {
+    var root = document.documentElement;
+    if (root.dataset.clock === "local" && root.dataset.clockZone !== zone) {
       var key = "smrweb.tzReload." + zone;
       if (!sessionStorage.getItem(key)) { sessionStorage.setItem(key, "1"); window.location.reload(); }
     }
