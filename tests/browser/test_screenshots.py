@@ -64,7 +64,7 @@ OVERFLOW_CHECK = """(phone) => {
 DARK_CHECK = """() => {
   const lum = (css) => { const m = css.match(/[\\d.]+/g).map(Number); return (0.2126 * m[0] + 0.7152 * m[1] + 0.0722 * m[2]) / 255; };
   const bad = [];
-  const bg = getComputedStyle(document.body).backgroundColor, ink = getComputedStyle(document.body).color;
+  const bg = getComputedStyle(document.documentElement).backgroundColor, ink = getComputedStyle(document.body).color;
   if (lum(bg) > 0.2) bad.push(`background ${bg} is not dark`);
   if (lum(ink) < 0.7) bad.push(`text ${ink} is not light`);
   for (const card of document.querySelectorAll('.card')) {
