@@ -119,6 +119,33 @@ def test_a_zoom_on_the_run_timeline_survives_live_polls_until_reset(browser, liv
         ctx.close()
 
 
+def test_a_zoom_on_the_project_chart_survives_its_poll(browser, live_server, alice, project, spread_run):
+    """P1-7: the project chart's right edge jumped back to "now" on every refresh."""
+    ctx = open_context(browser, live_server)
+    try:
+        page, errors = signed_in_page(ctx, alice, live_server)
+        page.goto("/projects/hill/")
+        plot = "#project-chart-plot"
+        expect(page.locator(f"{plot} .main-svg").first).to_be_visible()
+        before = x_range(page, plot)
+        drag = page.locator(f"{plot} .nsewdrag").first.bounding_box()
+        page.mouse.move(drag["x"] + drag["width"] * 0.2, drag["y"] + drag["height"] * 0.2)
+        page.mouse.down()
+        page.mouse.move(drag["x"] + drag["width"] * 0.5, drag["y"] + drag["height"] * 0.6, steps=5)
+        page.mouse.move(drag["x"] + drag["width"] * 0.7, drag["y"] + drag["height"] * 0.8, steps=5)
+        page.mouse.up()
+        page.wait_for_function("(before) => JSON.stringify(document.querySelector('#project-chart-plot')._fullLayout"
+                               ".xaxis.range) !== before", arg=json.dumps(before, separators=(",", ":")))
+        zoomed = x_range(page, plot)
+        push(project, "zoom-1", score(0.95))
+        page.wait_for_function("() => document.querySelector('#project-chart-plot').data"
+                               ".some(t => t.y.includes(0.95))", timeout=15_000)
+        assert x_range(page, plot) == zoomed
+        assert not errors, errors
+    finally:
+        ctx.close()
+
+
 def test_the_chart_toolbar_has_no_cloud_share_or_external_link(browser, live_server, alice, project, spread_run):
     ctx = open_context(browser, live_server)
     try:
