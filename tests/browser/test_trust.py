@@ -295,3 +295,29 @@ def test_on_a_phone_the_nav_is_a_menu_button(browser, live_server, alice, projec
         assert not errors, errors
     finally:
         ctx.close()
+
+
+def test_on_a_phone_the_chart_toolbar_does_not_cover_the_legend(browser, live_server, alice, project, spread_run,
+                                                               screenshot_dir):
+    ctx = open_context(browser, live_server, viewport={"width": 390, "height": 844})
+    try:
+        page, errors = signed_in_page(ctx, alice, live_server)
+        for url, plot in ((spread_run, "#run-timeline"), ("/projects/hill/", "#project-chart-plot")):
+            page.goto(url)
+            expect(page.locator(f"{plot} .main-svg").first).to_be_visible()
+            page.locator(plot).scroll_into_view_if_needed()
+            page.locator(f"{plot} .nsewdrag").first.hover()
+            bar = page.locator(f"{plot} .modebar")
+            expect(bar).to_be_visible()
+            page.wait_for_timeout(400)  # the toolbar fades in
+            b = bar.bounding_box()
+            legend = page.locator(f"{plot} .legend").bounding_box()
+            assert legend and b, (legend, b)
+            overlap = not (b["x"] >= legend["x"] + legend["width"] or b["x"] + b["width"] <= legend["x"]
+                           or b["y"] >= legend["y"] + legend["height"] or b["y"] + b["height"] <= legend["y"])
+            page.screenshot(path=screenshot_dir / f"toolbar-390-{plot[1:]}.png")
+            assert not overlap, (plot, b, legend)
+            assert b["x"] + b["width"] <= 390
+        assert not errors, errors
+    finally:
+        ctx.close()
