@@ -153,3 +153,12 @@ def test_relative_times_carry_their_moment_for_the_page_to_keep_current():
     assert datetime.fromisoformat(re.search(r'datetime="([^"]+)"', html).group(1)) == moment.replace(microsecond=0)
     assert re.fullmatch(r'<time datetime="[^"]+" data-ago="short">1m ago</time>', str(ago_short(moment)))
     assert ago(None) == "never"
+
+
+def test_the_api_answers_in_utc_even_to_a_signed_in_user_on_local_time(client_alice, alice, run_page):
+    clock.set_clock(alice, clock="local", local_zone="Europe/Paris")
+    client_alice.cookies[clock.ZONE_COOKIE] = "Europe/Paris"
+    runs = client_alice.get("/api/v1/projects/hill/runs").json()
+    run = next(r for r in (runs["results"] if isinstance(runs, dict) else runs) if r["external_id"] == "tz-1")
+    assert datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")).utcoffset() == timedelta(0)
+    assert "Europe/Paris" in client_alice.get(run_page).content.decode()  # while the pages follow the choice
