@@ -1,7 +1,9 @@
-"""Full-page screenshots of every page with realistic data, at a wide and a narrow width, into
-screenshots/ (gitignored) for people to look at, plus layout checks a screenshot would show:
-no horizontal page overflow, no text spilling out of its card, no table scrolling sideways, and the
-badges, sparklines, charts and empty states each page is looked at for."""
+"""Full-page screenshots of every page with realistic data, at 1440, 1000 and 390 px (phone) in light
+and at 1440 and 390 in dark (prefers-color-scheme), into screenshots/ (gitignored) for people to look
+at, plus layout checks a screenshot would show: no horizontal page overflow, no text spilling out of
+its card, no table scrolling sideways (on a phone: only inside its card), no title squeezed to a
+letter per line, no word broken inside, the phone menu, dark backgrounds and charts, and the badges,
+sparklines, charts and empty states each page is looked at for."""
 
 from __future__ import annotations
 
