@@ -7,7 +7,8 @@ WORKDIR /app
 
 # git: the git-workspace source reads (and rollback commits to) repositories mounted into the worker.
 # bubblewrap: the validator sandbox (setpriv and prlimit come with util-linux).
-RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap && rm -rf /var/lib/apt/lists/*
+# tzdata: the per-user clock renders pages in IANA zones (zoneinfo reads the system database).
+RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap tzdata && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock pyproject.toml ./
 RUN pip install --require-hashes -r requirements.lock
 

@@ -63,6 +63,7 @@ from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import knowledge, services
 from smrweb.tracking import submissions as lifecycle
 from smrweb.tracking.events import parse_events
+from smrweb.dashboard.models import UserPreference
 from smrweb.tracking.models import (
     ApiToken,
     ArenaResult,
@@ -308,7 +309,7 @@ def fingerprint() -> tuple:
                                                           "require_second_reviewer")),
         tuple(Run.objects.order_by("pk").values_list("pk", "budget_usd", "git_branch", "state")),
         _counts(AuditEvent, Rollback, Scenario, MetricPoint, Artifact, ArenaResult, Review, SubmissionTransition,
-                Membership, Checkpoint),
+                Membership, Checkpoint, UserPreference),
     )
 
 
@@ -372,6 +373,11 @@ ROWS = [
     Row("password change: empty form", "POST", "/password/",                              "LOGIN 200   200   200   200   LOGIN LOGIN LOGIN"),
     Row("password changed", "GET", "/password/done/",                                     "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker="Password changed"),
+    # Everyone signed in may choose their own clock (UTC or their browser's zone); nobody else's.
+    Row("preferences", "GET", "/preferences/",                                            "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Show times in"),
+    Row("preferences: local clock", "POST", "/preferences/",                              "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302, data={"clock": "local", "local_zone": "Europe/Paris"}, effect=count(UserPreference)),
     # --- signed artifact links: the only way in without a session ---------------------------------------------------
     Row("signed link: valid", "GET", "{link_valid}",                                      "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
         marker=ARTIFACT_BYTES.decode()),

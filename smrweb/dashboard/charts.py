@@ -1,12 +1,18 @@
 """Plotly figures as plain dicts (plotly.graph_objects validates every attribute and costs more than
-the queries). Times are epoch milliseconds, which plotly shows as UTC dates; the page script renders
-each figure from a `json_script` element with Plotly.react."""
+the queries). Times are zone-less strings already in the viewer's clock (the zone the clock middleware
+activated: UTC or the browser's), because plotly draws epoch numbers in the browser's own zone
+whatever the label says; axis titles and hovers name that zone. The page script renders each figure
+from a `json_script` element with Plotly.react."""
 
 from __future__ import annotations
 
 import html
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
+
+from django.utils import timezone
+
+from smrweb.dashboard.clock import zone_label
 
 from smrweb.tracking.models import TurnKind
 from smrweb.tracking.timeline import Burn, Timeline
@@ -21,8 +27,13 @@ FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, 
         "size": 11, "color": INK}
 
 
-def ms(ts: datetime) -> int:
-    return int(ts.timestamp() * 1000)
+def x_time(ts: datetime) -> str:
+    """`ts` in the active clock as a zone-less date string, which plotly draws as it is."""
+    return timezone.localtime(ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def time_title() -> str:
+    return f"time ({zone_label()})"
 
 
 def plotly_text(value: str) -> str:
@@ -45,10 +56,14 @@ def base_layout(height: int, *, uirevision: str, **extra) -> dict:
     }
 
 
-def time_axis(start: datetime, end: datetime) -> dict:
-    return {"type": "date", "range": [ms(start), ms(end)], "gridcolor": GRID, "automargin": True,
+def time_axis() -> dict:
+    """A date axis in the active clock. No fixed range: the traces span the run (or project) from start
+    to now, and a range that moved with every poll would undo the viewer's zoom (plotly keeps ui
+    state under `uirevision` only for attributes whose given value did not change)."""
+    return {"type": "date", "gridcolor": GRID, "automargin": True,
             "showspikes": True, "spikemode": "across", "spikesnap": "cursor", "spikethickness": 1,
-            "spikecolor": "#98a2b0", "hoverformat": "%b %d, %H:%M:%S UTC", "title": {"text": "time (UTC)"}}
+            "spikecolor": "#98a2b0", "hoverformat": f"%b %d, %H:%M:%S {zone_label()}",
+            "title": {"text": time_title()}}
 
 
 def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd: Decimal | None,
@@ -61,13 +76,18 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
     metric = plotly_text(metric)
     data: list[dict] = []
     if tl.scores:
+        # customdata: the turn the score came after ("turn #12 · driver"), or "" when no turn preceded it.
+        turns = [f"<br>after turn #{n} · {plotly_text(actor)}" if n is not None else "" for n, actor in
+                 (tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores)))]
         data.append({"type": "scattergl" if len(tl.scores) > 1000 else "scatter", "mode": "markers",
-                     "name": metric, "x": [ms(t) for t, _ in tl.scores], "y": [v for _, v in tl.scores],
+                     "name": metric, "x": [x_time(t) for t, _ in tl.scores], "y": [v for _, v in tl.scores],
+                     "customdata": turns,
                      "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
-                     "hovertemplate": f"{metric} %{{y:.6g}}<extra></extra>", "yaxis": "y", "legendgroup": "score"})
+                     "hovertemplate": f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
+                                      "%{customdata}<extra></extra>", "yaxis": "y", "legendgroup": "score"})
         frontier = tl.frontier + [(tl.end, tl.frontier[-1][1])]
         data.append({"type": "scatter", "mode": "lines", "name": "best so far", "line": {"shape": "hv", "color": BEST,
-                     "width": 2}, "x": [ms(t) for t, _ in frontier], "y": [v for _, v in frontier],
+                     "width": 2}, "x": [x_time(t) for t, _ in frontier], "y": [v for _, v in frontier],
                      "hovertemplate": "best %{y:.6g}<extra></extra>", "yaxis": "y"})
     width_ms = tl.bin_width.total_seconds() * 1000
     for kind, colour, label, initial in ((TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
@@ -75,7 +95,7 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
         bins = [b for b in tl.bins if b.kind == kind]
         if not bins:
             continue
-        x = [int(ms(b.start) + width_ms / 2) for b in bins]
+        x = [x_time(b.start + tl.bin_width / 2) for b in bins]
         # [bin, kind, turns, tokens in, tokens out]: the click asks for the bin's turns, the hover reads
         # the rest; per-turn detail (actor, model, tools) is one click away instead of in every bar.
         custom = [[(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out]
@@ -90,7 +110,7 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
                      "customdata": [c[:3] for c in custom], "marker": {"color": colour}, "yaxis": "y3",
                      "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>"})
     if tl.cumulative:
-        xs = [ms(tl.start)] + [ms(t) for t, _, _ in tl.cumulative]
+        xs = [x_time(tl.start)] + [x_time(t) for t, _, _ in tl.cumulative]
         data.append({"type": "scatter", "mode": "lines", "name": "total USD", "x": xs, "yaxis": "y4",
                      "y": [0.0] + [round(float(total), 5) for _, total, _ in tl.cumulative],
                      "line": {"color": INK, "width": 2, "shape": "hv"}, "hovertemplate": "total $%{y:.4f}<extra></extra>"})
@@ -100,20 +120,18 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
                      "hovertemplate": "driver $%{y:.4f}<extra></extra>"})
     if budget_usd:
         data.append({"type": "scatter", "mode": "lines", "name": f"budget ${budget_usd:,.2f}", "yaxis": "y4",
-                     "x": [ms(tl.start), ms(tl.end)], "y": [float(budget_usd)] * 2,
+                     "x": [x_time(tl.start), x_time(tl.end)], "y": [float(budget_usd)] * 2,
                      "line": {"color": BUDGET, "width": 1.5, "dash": "dash"},
                      "hovertemplate": "budget $%{y:.2f}<extra></extra>"})
         spent = float(tl.cumulative[-1][1]) if tl.cumulative else 0.0
         if burn and burn.runs_out_at and burn.runs_out_on == "USD" and burn.runs_out_at - now <= tl.end - tl.start:
             data.append({"type": "scatter", "mode": "lines", "name": "forecast", "yaxis": "y4",
-                         "x": [ms(now), ms(burn.runs_out_at)], "y": [spent, float(budget_usd)],
+                         "x": [x_time(now), x_time(burn.runs_out_at)], "y": [spent, float(budget_usd)],
                          "line": {"color": BUDGET, "width": 1, "dash": "dot"},
-                         "hovertemplate": "budget runs out ~%{x|%H:%M UTC}<extra>forecast</extra>"})
-    end = max([tl.end] + ([burn.runs_out_at] if burn and burn.runs_out_at and any(
-        d.get("name") == "forecast" for d in data) else []))
+                         "hovertemplate": f"budget runs out ~%{{x|%H:%M}} {zone_label()}<extra>forecast</extra>"})
     layout = base_layout(
         560, uirevision=uirevision, barmode="stack", bargap=0, hovermode="closest", showlegend=True,
-        xaxis={**time_axis(tl.start, end), "anchor": "y4", "fixedrange": False},
+        xaxis={**time_axis(), "anchor": "y4", "fixedrange": False},
         yaxis=_axis(f"{metric} {'↑' if maximize else '↓'}", (0.74, 1.0)),
         yaxis2=_axis("tokens", (0.50, 0.70), rangemode="tozero", tickformat="~s"),
         yaxis3=_axis("USD / bar", (0.27, 0.46), rangemode="tozero", tickprefix="$"),
@@ -138,11 +156,16 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
                  "hovertemplate": "step %{x:,}<br>" + key + " %{y:.6g}<extra></extra>"})
     # Polled sources (SMR) number a result's steps by its time in epoch milliseconds: show those as dates.
     as_time = bool(xs) and xs[0] >= EPOCH_MS_2001
-    xaxis = ({"type": "date", "title": {"text": "time (UTC)"}, "hoverformat": "%b %d, %H:%M:%S"} if as_time
-             else {"title": {"text": "step"}})
+    xaxis = ({"type": "date", "title": {"text": time_title()}, "hoverformat": f"%b %d, %H:%M:%S {zone_label()}"}
+             if as_time else {"title": {"text": "step"}})
     if as_time:
+        # Epoch milliseconds, drawn by plotly in the browser's zone: send them in the viewer's clock.
+        times = [x_time(datetime.fromtimestamp(x / 1000, tz=UTC))
+                 for x in xs]
         for trace in data:
-            trace["hovertemplate"] = trace.get("hovertemplate", "").replace("step %{x:,}", "%{x|%b %d, %H:%M:%S}")
+            trace["x"] = times
+            trace["hovertemplate"] = trace.get("hovertemplate", "").replace(
+                "step %{x:,}", "%{x|%b %d, %H:%M:%S} " + zone_label())
     layout = base_layout(260, uirevision=uirevision, showlegend=total > len(points), hovermode="closest",
                          xaxis={**xaxis, "gridcolor": GRID, "automargin": True},
                          yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True})
@@ -163,21 +186,22 @@ def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, floa
     for i, (run_id, url, points) in enumerate(series):
         # Only what differs per run; the shared style and hover text come from layout.template.
         data.append({"name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
-                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points], "meta": {"url": url, "run": run_id},
+                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points], "meta": {"url": url, "run": run_id},
                      "line": {"color": PALETTE[i % len(PALETTE)]}})
     if frontier:
         points = frontier + [(end, frontier[-1][1])]
         data.append({"type": "scatter", "mode": "lines", "name": frontier_label, "showlegend": True,
                      "opacity": 1,
-                     "x": [ms(t) for t, _ in points], "y": [v for _, v in points],
+                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points],
                      "line": {"color": BEST, "width": 3, "shape": "hv"},
                      "hovertemplate": "best %{y:.6g}<extra></extra>"})
     run_style = {"type": "scatter", "mode": "lines+markers", "showlegend": not many, "opacity": 0.55 if many else 0.85,
                  "line": {"width": 1}, "marker": {"size": 4},
-                 "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}}<extra></extra>"}
+                 "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
+                                  "<extra></extra>"}
     layout = base_layout(320, uirevision=uirevision, hovermode="closest", showlegend=True,
                          template={"data": {"scatter": [run_style]}},
-                         xaxis=time_axis(start, end),
+                         xaxis=time_axis(),
                          yaxis={"title": {"text": f"{metric} {'↑' if maximize else '↓'}"}, "gridcolor": GRID,
                                 "automargin": True, "zeroline": False})
     return {"data": data, "layout": layout}

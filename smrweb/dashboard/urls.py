@@ -4,6 +4,7 @@ from smrweb.dashboard.views import (
     compare,
     knowledge,
     links,
+    preferences,
     projects,
     runs,
     scenarios,
@@ -16,6 +17,7 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", projects.project_list, name="project-list"),
+    path("preferences/", preferences.preferences, name="preferences"),
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import BigIntegerField, Count, DateTimeField, Func, Max, Min, Sum, Value
+from django.db.models import BigIntegerField, Count, DateTimeField, Func, Max, Min, OuterRef, Subquery, Sum, Value
 from django.utils import timezone
 
 from smrweb.tracking.downsample import lttb
@@ -51,10 +51,24 @@ class Timeline:
     frontier: list[tuple[datetime, float]]  # best-so-far, one point per improvement
     score_total: int
     turn_total: int
+    # Per plotted score: (turn number, actor) of the run's latest turn at or before it, or (None, "").
+    score_turns: list[tuple[int | None, str]] = field(default_factory=list)
 
     @property
     def bin_width_us(self) -> int:
         return self.bin_width // timedelta(microseconds=1)
+
+
+def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]]:
+    """For each plotted score, the run's latest turn at or before it: scores carry no turn of their own,
+    and "after turn #12 (driver)" is what a reader of the timeline wants next to the value. One query
+    (an indexed subquery per plotted score, at most MAX_SCORE_POINTS)."""
+    if not score_pks:
+        return []
+    latest = AgentTurn.objects.filter(run=run, ts__lte=OuterRef("ts")).order_by("-ts", "-id")
+    rows = dict((pk, (turn, actor)) for pk, turn, actor in Submission.objects.filter(pk__in=score_pks).annotate(
+        t=Subquery(latest.values("turn")[:1]), a=Subquery(latest.values("actor")[:1])).values_list("pk", "t", "a"))
+    return [rows.get(pk, (None, "")) for pk in score_pks]
 
 
 def _bin_width(span: timedelta, turns: int) -> timedelta:
@@ -94,7 +108,7 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     now = now or timezone.now()
     turns = AgentTurn.objects.filter(run=run)
     span = turns.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
-    scores_all = list(Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score"))
+    scores_all = list(Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score", "pk"))
     times = [t for t in (span["lo"], span["hi"]) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
     start = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [start + timedelta(minutes=1)])
@@ -127,16 +141,18 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
             cumulative.append(point)
 
     frontier, best = [], None
-    for ts, value in scores_all:
+    for ts, value, _ in scores_all:
         if best is None or (value > best if run.project.scenario.maximize else value < best):
             best = value
             frontier.append((ts, value))
-    scores = lttb([(ts.timestamp(), v, ts) for ts, v in scores_all], MAX_SCORE_POINTS)
+    scores = lttb([(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all], MAX_SCORE_POINTS)
+    score_turns = _turns_before([pk for *_, pk in scores], run)
     return Timeline(
         start=start, end=end, bin_width=width,
         bins=bins,
         cumulative=cumulative,
-        scores=[(ts, v) for _, v, ts in scores],
+        scores=[(ts, v) for _, v, ts, _ in scores],
+        score_turns=score_turns,
         frontier=frontier,
         score_total=len(scores_all),
         turn_total=span["n"],

@@ -4,8 +4,50 @@
 (function () {
   "use strict";
 
-  var PLOT_CONFIG = { displaylogo: false, responsive: true,
-                      modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"] };
+  // No plotly logo, no "share to Plotly Cloud" / Chart Studio / edit links: nothing in the toolbar
+  // leaves this server (a private dashboard's data must not be one click from an upload).
+  var PLOT_CONFIG = { displaylogo: false, responsive: true, showLink: false, showSendToCloud: false,
+                      showEditInChartStudio: false, showTips: false, displayNotifier: false,
+                      modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines",
+                                               "sendChartToCloud", "sendDataToCloud", "editInChartStudio"] };
+
+  // --- dark mode for charts -------------------------------------------------------------------------
+  // The figures are built light (server side); under prefers-color-scheme: dark their ink, grid and
+  // backgrounds are swapped here for the page's dark palette before plotly draws them.
+  var DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+  var DARK_INK = "#d6dde6", DARK_GRID = "#2b3440", DARK_PANEL = "#161b22";
+  var DARK_LINES = { "#3b4656": "#d6dde6", "#15803d": "#4ade80", "#b91c1c": "#f87171" };
+
+  function isDark() { return !!(DARK && DARK.matches); }
+
+  function themed(figure) {
+    if (!isDark()) return figure;
+    var layout = Object.assign({}, figure.layout);
+    layout.font = Object.assign({}, layout.font, { color: DARK_INK });
+    layout.plot_bgcolor = DARK_PANEL;
+    layout.paper_bgcolor = "rgba(0,0,0,0)";
+    layout.hoverlabel = Object.assign({}, layout.hoverlabel, { bgcolor: "#0d1117", font: { color: DARK_INK, size: 11 } });
+    Object.keys(layout).forEach(function (key) {
+      if (/^[xy]axis\d*$/.test(key)) {
+        layout[key] = Object.assign({}, layout[key], { gridcolor: DARK_GRID, linecolor: DARK_GRID, zerolinecolor: DARK_GRID,
+                                                       tickcolor: DARK_GRID, color: DARK_INK });
+      }
+    });
+    var data = (figure.data || []).map(function (trace) {
+      var line = trace.line && DARK_LINES[trace.line.color];
+      return line ? Object.assign({}, trace, { line: Object.assign({}, trace.line, { color: line }) }) : trace;
+    });
+    return { data: data, layout: layout, config: figure.config };
+  }
+
+  // On a phone the toolbar would sit on the legend (both at the top): it goes below the legend's row,
+  // to the right edge, vertical.
+  function narrowed(el, figure) {
+    if (el.clientWidth >= 640) return figure;
+    var layout = Object.assign({}, figure.layout, { modebar: { orientation: "v" } });
+    layout.margin = Object.assign({}, layout.margin, { r: 36 });
+    return { data: figure.data, layout: layout, config: figure.config };
+  }
 
   // --- charts -------------------------------------------------------------------------------------
   // <div data-plot="ID" data-click-target="#panel"></div> + {{ figure|json_script:"ID" }}.
@@ -20,7 +62,7 @@
       var text = source.textContent;
       if (el._smrwebFigure === text) return;
       el._smrwebFigure = text;
-      var figure = JSON.parse(text);
+      var figure = narrowed(el, themed(JSON.parse(text)));
       el.classList.toggle("plot-empty", !figure.data || figure.data.length === 0);
       window.Plotly.react(el, figure.data, figure.layout, Object.assign({}, PLOT_CONFIG, figure.config || {}));
       if (!el._smrwebClickBound && (el.dataset.clickTarget || el.hasAttribute("data-click-navigate"))) {
@@ -232,6 +274,74 @@
   });
 
   function refresh(root) { renderPlots(root); syncPicks(); }
+  // --- relative times that keep ticking --------------------------------------------------------------
+  // <time datetime="ISO" data-ago="long|short">3s ago</time> (the `ago` filters): rewritten every few
+  // seconds, so a card that is not polled does not keep saying "3s ago" for minutes.
+  function duration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 60) return seconds + "s";
+    var big, small, units;
+    if (seconds < 3600) { big = Math.floor(seconds / 60); small = seconds % 60; units = ["m", "s"]; }
+    else if (seconds < 86400) { big = Math.floor(seconds / 3600); small = Math.floor(seconds % 3600 / 60); units = ["h", "m"]; }
+    else { big = Math.floor(seconds / 86400); small = Math.floor(seconds % 86400 / 3600); units = ["d", "h"]; }
+    return small ? big + units[0] + " " + small + units[1] : big + units[0];
+  }
+
+  function tickTimes(root) {
+    var now = Date.now();
+    (root || document).querySelectorAll("time[data-ago]").forEach(function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      var text = duration((now - at) / 1000);
+      if (el.dataset.ago === "short") text = text.split(" ")[0];
+      text += " ago";
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+  setInterval(function () { if (document.visibilityState === "visible") tickTimes(document); }, 5000);
+
+  // --- the browser's time zone ---------------------------------------------------------------------------
+  // Sent as a cookie so that a user who chose "my browser's zone" sees pages and charts rendered in the
+  // zone this browser is in now; when it differs from the one the page was rendered in, reload once.
+  function browserZone() {
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { return ""; }
+  }
+
+  function syncZone() {
+    var zone = browserZone();
+    if (!zone) return;
+    var current = (document.cookie.match(/(?:^|; )smrweb_tz=([^;]*)/) || [])[1];
+    if (current !== encodeURIComponent(zone)) {
+      document.cookie = "smrweb_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; SameSite=Lax" +
+                        (location.protocol === "https:" ? "; Secure" : "");
+    }
+    var root = document.documentElement;
+    if (root.dataset.clock === "local" && root.dataset.clockZone !== zone) {
+      var key = "smrweb.tzReload." + zone;
+      if (!sessionStorage.getItem(key)) { sessionStorage.setItem(key, "1"); window.location.reload(); }
+    }
+    document.querySelectorAll("[data-browser-zone-form] input[name=local_zone]").forEach(function (input) { input.value = zone; });
+    document.querySelectorAll("[data-browser-zone-label]").forEach(function (label) { label.textContent = "(" + zone + ")"; });
+  }
+
+  // --- the menu button (narrow screens) ----------------------------------------------------------------
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest && event.target.closest("[data-nav-toggle]");
+    if (!toggle) return;
+    var nav = document.getElementById(toggle.getAttribute("aria-controls"));
+    var open = toggle.getAttribute("aria-expanded") !== "true";
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    if (nav) nav.classList.toggle("open", open);
+  });
+
+  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); }
+  if (DARK && DARK.addEventListener) {
+    DARK.addEventListener("change", function () {
+      document.querySelectorAll("[data-plot]").forEach(function (el) { el._smrwebFigure = null; });
+      renderPlots(document);
+    });
+  }
+  syncZone();
 
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { refresh(document); });

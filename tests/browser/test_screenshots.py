@@ -1,7 +1,9 @@
-"""Full-page screenshots of every page with realistic data, at a wide and a narrow width, into
-screenshots/ (gitignored) for people to look at, plus layout checks a screenshot would show:
-no horizontal page overflow, no text spilling out of its card, no table scrolling sideways, and the
-badges, sparklines, charts and empty states each page is looked at for."""
+"""Full-page screenshots of every page with realistic data, at 1440, 1000 and 390 px (phone) in light
+and at 1440 and 390 in dark (prefers-color-scheme), into screenshots/ (gitignored) for people to look
+at, plus layout checks a screenshot would show: no horizontal page overflow, no text spilling out of
+its card, no table scrolling sideways (on a phone: only inside its card), no title squeezed to a
+letter per line, no word broken inside, the phone menu, dark backgrounds and charts, and the badges,
+sparklines, charts and empty states each page is looked at for."""
 
 from __future__ import annotations
 
@@ -17,22 +19,77 @@ from tests.factories import UserFactory, admin_project
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Content must stay inside its box: a long run id or path may wrap or be clipped with an ellipsis, but
-# must never push past its card's edge, and no table may need sideways scrolling at these widths.
-OVERFLOW_CHECK = """() => {
+# must never push past its card's edge. At desktop widths no table may need sideways scrolling; on a
+# phone (390 px) a wide table scrolls inside its card (its cells are then clipped by it, not checked),
+# but the document itself never scrolls sideways, and a title never shrinks to a letter per line.
+OVERFLOW_CHECK = """(phone) => {
   const bad = [];
   const vw = document.documentElement.clientWidth;
   if (document.documentElement.scrollWidth > vw + 1) bad.push(`page scrolls sideways: ${document.documentElement.scrollWidth} > ${vw}`);
   for (const wrap of document.querySelectorAll('.table-wrap')) {
-    if (wrap.scrollWidth > wrap.clientWidth + 1) bad.push(`table in "${wrap.closest('.card')?.querySelector('h2')?.textContent}" scrolls sideways: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    if (!phone && wrap.scrollWidth > wrap.clientWidth + 1) bad.push(`table in "${wrap.closest('.card')?.querySelector('h2')?.textContent}" scrolls sideways: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    if (phone && getComputedStyle(wrap).overflowX === 'visible') bad.push('a .table-wrap does not scroll');
   }
   for (const card of document.querySelectorAll('.card, .stat, .alert, .filters')) {
     const box = card.getBoundingClientRect();
     if (box.right > vw + 1) bad.push(`${card.className} ends at ${Math.round(box.right)} > ${vw}`);
     for (const el of card.querySelectorAll('h1, h2, td, th, li, .big, .badge, a, code, span')) {
+      if (phone && el.closest('.table-wrap')) continue;
       const r = el.getBoundingClientRect();
       if (r.width && r.right > box.right + 1) bad.push(`${el.tagName}.${el.className} "${el.textContent.trim().slice(0, 40)}" overflows its ${card.className}`);
     }
   }
+  for (const h of document.querySelectorAll('h1')) {
+    const text = h.textContent.trim();
+    if (text.length > 6 && h.getBoundingClientRect().width < 120) bad.push(`title "${text.slice(0, 30)}" squeezed to ${Math.round(h.getBoundingClientRect().width)} px`);
+  }
+  // A label or heading broken inside a word ("DRIVER INFERENC E"): a word wider than its line.
+  for (const el of document.querySelectorAll('.label, .stat .muted, h1, h2, th')) {
+    if (el.closest('.table-wrap') && phone) continue;
+    const range = document.createRange();
+    for (const node of el.childNodes) {
+      if (node.nodeType !== 3) continue;
+      let i = 0;
+      for (const word of node.textContent.split(/([\\s-]+)/)) {
+        if (word.trim()) {
+          range.setStart(node, i); range.setEnd(node, i + word.length);
+          if (range.getClientRects().length > 1) bad.push(`"${word}" breaks across lines in ${el.tagName}.${el.className}`);
+        }
+        i += word.length;
+      }
+    }
+  }
+  return bad;
+}"""
+
+# Dark pages: a dark background, light text, and charts drawn on the dark panel with light ink.
+DARK_CHECK = """() => {
+  const lum = (css) => { const m = css.match(/[\\d.]+/g).map(Number); return (0.2126 * m[0] + 0.7152 * m[1] + 0.0722 * m[2]) / 255; };
+  const bad = [];
+  const bg = getComputedStyle(document.documentElement).backgroundColor, ink = getComputedStyle(document.body).color;
+  if (lum(bg) > 0.2) bad.push(`background ${bg} is not dark`);
+  if (lum(ink) < 0.7) bad.push(`text ${ink} is not light`);
+  for (const card of document.querySelectorAll('.card')) {
+    const c = getComputedStyle(card).backgroundColor;
+    if (lum(c) > 0.2) { bad.push(`a card is ${c}`); break; }
+  }
+  for (const plot of document.querySelectorAll('[data-plot]')) {
+    const full = plot._fullLayout;
+    if (!full) continue;
+    if (lum(full.plot_bgcolor) > 0.2) bad.push(`chart ${plot.id} plots on ${full.plot_bgcolor}`);
+    if (lum(full.font.color) < 0.7) bad.push(`chart ${plot.id} writes in ${full.font.color}`);
+  }
+  return bad;
+}"""
+
+# On a phone the nav is a menu button; its links show when it is opened, and fit the screen.
+NAV_CHECK = """() => {
+  const toggle = document.querySelector('[data-nav-toggle]');
+  const nav = document.getElementById('topnav');
+  if (!toggle || !nav) return ['no menu button or nav'];
+  const bad = [];
+  if (!toggle.offsetParent) bad.push('the menu button is hidden');
+  if (nav.offsetParent) bad.push('the nav shows before the menu is opened');
   return bad;
 }"""
 
@@ -82,40 +139,65 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
         ("overview-no-projects", "/", newcomer),
         ("project-empty", "/projects/fresh/", carol),
         ("not-found", "/projects/dogfight/", carol),
+        ("review-queue", "/projects/dogfight/review/", alice),
+        ("knowledge", "/projects/dogfight/knowledge/", alice),
+        ("compare", "/projects/dogfight/compare/?runs=run-7f3a2c&runs=run-5b91e0&runs=run-c04d17", alice),
+        ("settings", "/projects/dogfight/settings/", alice),
+        ("preferences", "/preferences/", alice),
     ]
     problems: dict[str, list[str]] = {}
-    for width in (1440, 1000):
-        ctx = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 900},
-                                  accept_downloads=True)
+    # Light at three widths; dark (prefers-color-scheme) at the desktop and phone widths.
+    for width, scheme in ((1440, "light"), (1000, "light"), (390, "light"), (1440, "dark"), (390, "dark")):
+        phone = width < 600
+        suffix = f"{width}" if scheme == "light" else f"{width}-dark"
+        ctx = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 900 if not phone else 844},
+                                  accept_downloads=True, color_scheme=scheme)
         ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
         try:
             page = ctx.new_page()
             page.goto("/login/")
-            page.screenshot(path=screenshot_dir / f"login-{width}.png", full_page=True)
+            page.screenshot(path=screenshot_dir / f"login-{suffix}.png", full_page=True)
             page.fill("#id_username", "alice")
             page.fill("#id_password", "wrong")
             page.click("button[type=submit]")
             page.wait_for_selector(".form-error")
-            page.screenshot(path=screenshot_dir / f"login-error-{width}.png", full_page=True)
+            page.screenshot(path=screenshot_dir / f"login-error-{suffix}.png", full_page=True)
             for name, url, user in shots:
                 ctx.clear_cookies()
                 ctx.add_cookies([_session_cookie(user, live_server.url)])
                 page.goto(url)
-                page.screenshot(path=screenshot_dir / f"{name}-{width}.png", full_page=True)
-                found = page.evaluate(OVERFLOW_CHECK)
+                if page.locator("[data-plot]").count():
+                    page.wait_for_selector("[data-plot] .main-svg")
+                page.screenshot(path=screenshot_dir / f"{name}-{suffix}.png", full_page=True)
+                found = page.evaluate(OVERFLOW_CHECK, phone)
                 found += [f"nothing matches {sel}" for sel in EXPECTED.get(name, []) if not page.locator(sel).count()]
+                if phone and name != "not-found":
+                    found += page.evaluate(NAV_CHECK)
+                if scheme == "dark":
+                    found += page.evaluate(DARK_CHECK)
                 if found:
-                    problems[f"{name}-{width}"] = found
+                    problems[f"{name}-{suffix}"] = found
+            if phone:
+                # The menu opens, every link fits on the screen, and the page still does not scroll sideways.
+                page.goto("/projects/dogfight/")
+                page.click("[data-nav-toggle]")
+                for link in ("Projects", "API", "Preferences", "Sign out"):
+                    box = page.locator("#topnav").get_by_text(link, exact=False).first.bounding_box()
+                    if not box or box["x"] < 0 or box["x"] + box["width"] > width:
+                        problems.setdefault(f"menu-{suffix}", []).append(f"{link} is not on screen: {box}")
+                page.screenshot(path=screenshot_dir / f"menu-open-{suffix}.png")
+                if found := page.evaluate(OVERFLOW_CHECK, phone):
+                    problems[f"menu-open-{suffix}"] = found
             # The one-time token display after creating a token through the form.
             ctx.clear_cookies()
             ctx.add_cookies([_session_cookie(alice, live_server.url)])
             page.goto("/projects/dogfight/tokens/")
-            page.fill("#id_name", f"arena-uploader-{width}")
+            page.fill("#id_name", f"arena-uploader-{suffix}")
             page.click("button:has-text('Create token')")
             page.wait_for_selector("#new-token")
-            page.screenshot(path=screenshot_dir / f"tokens-created-{width}.png", full_page=True)
-            if found := page.evaluate(OVERFLOW_CHECK):
-                problems[f"tokens-created-{width}"] = found
+            page.screenshot(path=screenshot_dir / f"tokens-created-{suffix}.png", full_page=True)
+            if found := page.evaluate(OVERFLOW_CHECK, phone):
+                problems[f"tokens-created-{suffix}"] = found
         finally:
             ctx.close()
     assert not problems, "\n".join(f"{shot}: {msg}" for shot, msgs in problems.items() for msg in msgs)

@@ -443,6 +443,7 @@ POST_FORMS = {
     "dashboard/scenario_detail.html": 1,  # preflight (hx-post on the same form)
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,
+    "dashboard/preferences.html": 1,  # the clock
 }
 
 
@@ -484,6 +485,7 @@ def post_targets(project, alice, bob, monkeypatch):
         (f"/projects/hill/tokens/{token.pk}/revoke", {}),
         ("/projects/hill/tokens/", {"name": "new"}),
         ("/password/", {"old_password": "x", "new_password1": "y", "new_password2": "y"}),  # form errors: 200
+        ("/preferences/", {"clock": "local", "local_zone": "Europe/Paris"}),
         ("/logout/", {}),
     ]
 

@@ -304,11 +304,17 @@ def ms(value) -> str:
     return duration(timedelta(milliseconds=value))
 
 
+def _ticking(value: datetime, text: str, style: str) -> str:
+    """A relative time the page script keeps current between polls: <time datetime=… data-ago=…>."""
+    return format_html('<time datetime="{}" data-ago="{}">{}</time>',
+                       value.astimezone(timezone.get_current_timezone()).isoformat(timespec="seconds"), style, text)
+
+
 @register.filter
 def ago(value: datetime | None) -> str:
     if value is None:
         return "never"
-    return duration(timezone.now() - value) + " ago"
+    return _ticking(value, duration(timezone.now() - value) + " ago", "long")
 
 
 @register.filter
@@ -359,7 +365,7 @@ def ago_short(value: datetime | None) -> str:
     """The largest unit only, for tight spots: 40s ago, 12m ago, 3h ago, 2d ago."""
     if value is None:
         return "never"
-    return duration(timezone.now() - value).split(" ")[0] + " ago"
+    return _ticking(value, duration(timezone.now() - value).split(" ")[0] + " ago", "short")
 
 
 @register.filter

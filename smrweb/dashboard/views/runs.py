@@ -252,9 +252,10 @@ def rollback(request, slug: str, run_id: str):
                                       f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.")
         else:
             done = requested.rollback
+            at = timezone.localtime(done.created)  # the viewer's clock (dashboard.clock)
             messages.warning(request, f"This run was already rolled back to {rollbacks.describe_target(done)} at "
-                                      f"{done.created:%H:%M} UTC ({done.status}) and has scored nothing since; "
-                                      f"nothing new was requested.")
+                                      f"{at:%H:%M} {timezone.get_current_timezone_name()} ({done.status}) and has "
+                                      f"scored nothing since; nothing new was requested.")
     return redirect(request.POST.get("next") if _safe_next(request) else run.get_absolute_url())
 
 
