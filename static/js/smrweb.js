@@ -256,9 +256,9 @@
 
   // A flash about something in progress ("Verification started…") goes once the live part it is about
   // has changed (a poll answered 200 with new content, not 204), so it never sits beside the result.
-  document.addEventListener("htmx:afterSwap", function (event) {
-    var elt = event.detail.elt;
-    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-live") || event.detail.xhr.status !== 200) return;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;  // still in the page here (an outerHTML swap removes it later)
+    if (!target || !target.hasAttribute || !target.hasAttribute("data-live") || event.detail.xhr.status !== 200) return;
     document.querySelectorAll("[data-flash-until-change]").forEach(function (flash) { flash.remove(); });
   });
 
