@@ -137,6 +137,14 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
         yaxis3=_axis("USD / bar", (0.27, 0.46), rangemode="tozero", tickprefix="$"),
         yaxis4=_axis("USD total", (0.0, 0.23), rangemode="tozero", tickprefix="$"),
     )
+    if budget_usd:
+        # Headroom above the budget line and a label on it: at the panel's very top edge it looked like it
+        # floated between two panels (walkthrough P3).
+        spent = float(tl.cumulative[-1][1]) if tl.cumulative else 0.0
+        layout["yaxis4"]["range"] = [0, max(spent, float(budget_usd)) * 1.18]
+        layout["annotations"] = [*layout.get("annotations", []), {
+            "text": f"budget ${budget_usd:,.2f}", "xref": "paper", "x": 1, "xanchor": "right", "yref": "y4",
+            "y": float(budget_usd), "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": BUDGET}}]
     return {"data": data, "layout": layout}
 
 

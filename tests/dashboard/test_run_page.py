@@ -361,3 +361,13 @@ def test_the_turns_bar_refuses_what_the_red_team_sent_with_400(client_alice, pro
     services.ingest_events(project, "r1", parse_events(b'[{"type": "state", "state": "running"}]'))
     response = client_alice.get(f"/projects/hill/runs/r1/turns/?{query}")
     assert response.status_code == 400 and "That bar could not be read" in response.content.decode()
+
+
+def test_the_budget_line_sits_inside_its_panel_with_a_label(client_alice, project):
+    """It sat on the USD-total panel's top edge and looked like it floated between panels (walkthrough P3)."""
+    services.update_run_settings(project, "r", budget_usd=Decimal("25"))
+    push(project, "r", {"type": "agent.turn", "turn": 1, "cost_usd": 4.0, "tokens_in": 10})
+    fig = figure(client_alice.get("/projects/hill/runs/r/").content.decode(), "run-timeline-data")
+    assert fig["layout"]["yaxis4"]["range"] == [0, pytest.approx(25 * 1.18)]
+    [label] = [a for a in fig["layout"]["annotations"] if a["text"] == "budget $25.00"]
+    assert label["yref"] == "y4" and label["y"] == 25.0
