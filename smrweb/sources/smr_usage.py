@@ -284,6 +284,9 @@ class SourceSpend:
             "driver": self.driver.as_json() if self.driver else None,
             "child": self.child.as_json() if self.child else None,
             "recording": self.recording,
+            # Each actor's role, to show "worker 1a2b3c4d" where the turns name a bare id.
+            "roles": {str(a["actor"])[:200]: str(a.get("role") or "")[:100] for a in self.actors
+                      if a.get("actor") and a.get("role")},
         }
 
 

@@ -320,6 +320,13 @@ class Run(models.Model):
             or bool(self.downgraded_actors)
 
     @property
+    def actor_roles(self) -> dict[str, str]:
+        """Actor id → role, as the source's per-actor usage and profiles list them (SMR ids are UUIDs)."""
+        roles = {a["actor"]: a["role"] for a in self.actor_profiles or [] if a.get("actor") and a.get("role")}
+        roles.update((self.source_spend or {}).get("roles") or {})
+        return roles
+
+    @property
     def downgraded_actors(self) -> list[dict]:
         """Roles or actors (beyond the orchestrator's own profile) that got another profile than asked."""
         changed = [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")

@@ -285,3 +285,15 @@ def test_experiments_are_named_from_the_source_once_not_every_cycle(sim, alice):
     run = Run.objects.filter(project=project, experiments__isnull=False).first()
     page = session_client(alice).get(run.get_absolute_url()).content.decode()
     assert named[0].title in page or any(e.title in page for e in named)
+
+
+def test_smr_actors_are_shown_by_role_not_as_bare_ids(sim, alice):
+    backend = sim(runs=2, warmup=60)
+    project = bind(backend, alice)
+    synced(project)
+    run = Run.objects.filter(project=project, turns__isnull=False).distinct().first()
+    roles = run.actor_roles
+    assert roles  # the source named each actor's role
+    worker_id = next(a for a, role in roles.items() if role != "orchestrator")
+    page = session_client(alice).get(run.get_absolute_url()).content.decode()
+    assert f"{roles[worker_id]} {worker_id[:8]}" in page

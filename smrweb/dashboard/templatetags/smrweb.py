@@ -224,6 +224,16 @@ def sub(value, other):
 
 
 @register.filter
+def actor_name(actor: str, run) -> str:
+    """An actor as people tell them apart: "worker 1a2b3c4d" for a source's bare id whose role is known,
+    else the id itself, shortened in the middle."""
+    role = (getattr(run, "actor_roles", None) or {}).get(actor) if actor else None
+    if role and role.lower() not in actor.lower():
+        return f"{role} {actor[:8]}"
+    return midtrunc(actor or "", 20)
+
+
+@register.filter
 def absval(value):
     """|x| of a number (rank moves: "▲ 2 places up"); None stays None."""
     return abs(value) if value is not None else None
