@@ -819,9 +819,23 @@ def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(
 
 
 def project_storage_bytes(project: Project) -> int:
-    """Bytes of the distinct blobs the project's artifacts hold (what its quota counts)."""
-    held = Artifact.objects.filter(run__project=project).values("blob_id")
-    return ArtifactBlob.objects.filter(pk__in=held).aggregate(total=Sum("size"))["total"] or 0
+    """Bytes of the distinct blobs the project's artifacts hold (what its quota counts).
+
+    In steps over primary keys (runs → their artifacts' blobs → sizes), each an index lookup: the one
+    query with an `IN (subquery)` let PostgreSQL, on tables it had no statistics for yet (a fresh
+    database filling up), pick a nested loop that rescanned every artifact for every blob — seconds per
+    upload after a few thousand."""
+    run_ids = list(Run.objects.filter(project=project).values_list("pk", flat=True))
+    blob_ids: set[int] = set()
+    for chunk in _chunks(run_ids):
+        blob_ids.update(Artifact.objects.filter(run_id__in=chunk).values_list("blob_id", flat=True))
+    return sum(ArtifactBlob.objects.filter(pk__in=chunk).aggregate(total=Sum("size"))["total"] or 0
+               for chunk in _chunks(sorted(blob_ids)))
+
+
+def _chunks(ids: list[int], size: int = 500):
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
 
 
 def _check_quota(project: Project, sha256: str, size: int) -> None:
