@@ -172,11 +172,18 @@ def test_the_chart_toolbar_has_no_cloud_share_or_external_link(browser, live_ser
 # --- item 3: one clock ---------------------------------------------------------------------------------
 
 
+def run_half_an_hour_ago(project, run_id: str, *, turn_number: int) -> datetime:
+    """A run started 30 minutes ago (t0) with a turn at t0+1 min and a score of 0.5 at t0+2 min."""
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    push(project, run_id, state_at("running", t0.isoformat()),
+         turn(turn_number, ts=(t0 + timedelta(minutes=1)).isoformat()),
+         score(0.5, ts=(t0 + timedelta(minutes=2)).isoformat()))
+    return t0
+
+
 def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(browser, live_server, alice, project):
     """P1-2: plotly drew epoch times in the browser's zone under a "time (UTC)" label."""
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
-    push(project, "tz-1", state_at("running", t0.isoformat()), turn(3, ts=(t0 + timedelta(minutes=1)).isoformat()),
-         score(0.5, ts=(t0 + timedelta(minutes=2)).isoformat()))
+    t0 = run_half_an_hour_ago(project, "tz-1", turn_number=3)
     ctx = open_context(browser, live_server, timezone_id="America/Los_Angeles")
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
@@ -196,9 +203,7 @@ def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(b
 
 
 def test_choosing_the_browsers_zone_moves_page_text_axis_and_hover_together(browser, live_server, alice, project):
-    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
-    push(project, "tz-2", state_at("running", t0.isoformat()), turn(1, ts=(t0 + timedelta(minutes=1)).isoformat()),
-         score(0.5, ts=(t0 + timedelta(minutes=2)).isoformat()))
+    t0 = run_half_an_hour_ago(project, "tz-2", turn_number=1)
     la = ZoneInfo("America/Los_Angeles")
     ctx = open_context(browser, live_server, timezone_id="America/Los_Angeles")
     try:
