@@ -60,8 +60,9 @@ from rest_framework.test import APIClient
 from smrweb.core.signed_links import signed_artifact_path
 from smrweb.dashboard import live
 from smrweb.sources import tasks as source_tasks
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.dashboard.models import UserPreference
 from smrweb.tracking.models import (

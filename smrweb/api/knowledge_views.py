@@ -1,5 +1,5 @@
 """The carry-forward block over the API: what the next run's kickoff message should carry, as data and
-as the same text the knowledge page offers to copy (see `tracking.knowledge.carry_forward`)."""
+as the same text the knowledge page offers to copy (see `tracking.queries.carry_forward`)."""
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api.views import ERRORS, project_for
-from smrweb.tracking import knowledge
+from smrweb.tracking import queries
 
 
 class CarryForwardArenaSerializer(serializers.Serializer):
@@ -75,5 +75,5 @@ class CarryForward(APIView):
     )
     def get(self, request, slug: str):
         project = project_for(request, slug)
-        n = knowledge.parse_n(request.query_params.get("n"))
-        return Response(CarryForwardSerializer(knowledge.carry_forward(project, n)).data)
+        n = queries.parse_n(request.query_params.get("n"))
+        return Response(CarryForwardSerializer(queries.carry_forward(project, n)).data)

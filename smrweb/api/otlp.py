@@ -1,7 +1,7 @@
 """OTLP/HTTP trace ingestion at `/v1/traces` (the path OTLP exporters append to their endpoint).
 
 The view authenticates the project token, undoes the transport (Content-Type, Content-Encoding, size)
-and answers per the OTLP/HTTP spec; `smrweb.tracking.otlp` maps spans to agent turns and writes them
+and answers per the OTLP/HTTP spec; `api.otlp_wire` decodes and encodes, `sources.otlp` maps spans to agent turns and writes them
 through `services.ingest_events`. Answers: 200 with an ExportTraceServiceResponse in the request's
 encoding (partial_success when spans were refused or a model had no price), 400/401/413/415 with a
 google.rpc.Status, 503 + Retry-After when SQLite is busy. See docs/integrations.md.
@@ -21,7 +21,8 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import AuthenticationFailed
 
 from smrweb.api.auth import ApiTokenAuthentication
-from smrweb.tracking import otlp
+from smrweb.api import otlp_wire
+from smrweb.sources import otlp
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def _answer(status: int, body: bytes, encoding: str) -> HttpResponse:
 
 
 def _status(status: int, code: int, message: str, encoding: str) -> HttpResponse:
-    return _answer(status, otlp.encode_status(code, message, encoding), encoding)
+    return _answer(status, otlp_wire.encode_status(code, message, encoding), encoding)
 
 
 @method_decorator(csrf_exempt, name="dispatch")
@@ -44,8 +45,8 @@ class Traces(View):
 
     def post(self, request):
         try:
-            encoding = otlp.media_type(request.content_type or "")
-        except otlp.UnsupportedMediaType as exc:
+            encoding = otlp_wire.media_type(request.content_type or "")
+        except otlp_wire.UnsupportedMediaType as exc:
             encoding, unsupported = "json", exc
         else:
             unsupported = None
@@ -73,9 +74,9 @@ class Traces(View):
         except RequestDataTooBig:
             return _status(413, RESOURCE_EXHAUSTED, too_large, encoding)
         try:
-            data = otlp.decompress(body, request.headers.get("Content-Encoding", ""), limit)
-            export = otlp.decode_request(data, encoding)
-        except otlp.OtlpError as exc:
+            data = otlp_wire.decompress(body, request.headers.get("Content-Encoding", ""), limit)
+            export = otlp_wire.decode_request(data, encoding)
+        except otlp_wire.OtlpError as exc:
             code = RESOURCE_EXHAUSTED if exc.status == 413 else INVALID_ARGUMENT
             return _status(exc.status, code, exc.message, encoding)
 
@@ -91,4 +92,4 @@ class Traces(View):
         log.info("otlp export for %s: runs %s, %d accepted, %d duplicates, %d refused, %d spans ignored",
                  token.project.slug, outcome.runs, outcome.accepted, outcome.duplicates, len(outcome.rejected),
                  outcome.ignored)
-        return _answer(200, otlp.encode_response(len(outcome.rejected), outcome.message, encoding), encoding)
+        return _answer(200, otlp_wire.encode_response(len(outcome.rejected), outcome.message, encoding), encoding)

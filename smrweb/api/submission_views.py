@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.views import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE, actor_of, project_for, run_for
-from smrweb.tracking import rollbacks
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Checkpoint, Rollback, Submission, SubmissionTransition, Verdict
 
@@ -119,10 +119,11 @@ class SubmissionVerify(APIView):
                    responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
                    summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        from smrweb.tracking import tasks
+        from smrweb.core import queue
+        from smrweb.sources import tasks
 
         sub = lifecycle.request_verification(_submission(request, slug, submission_id), by=actor_of(request))
-        tasks.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
+        queue.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
         return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
 
 
@@ -199,7 +200,8 @@ class RunRollback(APIView):
                    description="202 with a new rollback (dispatched by a worker); 200 with the rollback already "
                                "in flight for this run — a run has at most one.")
     def post(self, request, slug: str, run_id: str):
-        from smrweb.tracking import tasks
+        from smrweb.core import queue
+        from smrweb.sources import tasks
 
         run = run_for(project_for(request, slug), run_id)
         body = RollbackIn(data=request.data)
@@ -217,7 +219,7 @@ class RunRollback(APIView):
         requested = rollbacks.request_rollback(by=actor_of(request), reason=data["reason"], submission=submission,
                                                checkpoint=checkpoint)
         if requested.created:
-            tasks.dispatch(tasks.dispatch_rollback, requested.rollback.pk)  # else re-queued later
+            queue.dispatch(tasks.dispatch_rollback, requested.rollback.pk)  # else re-queued later
         rollback = Rollback.objects.select_related("run", "target_checkpoint", "requested_by").get(
             pk=requested.rollback.pk)
         return Response(RollbackSerializer(rollback).data,

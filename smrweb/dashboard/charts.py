@@ -15,7 +15,7 @@ from django.utils import timezone
 from smrweb.dashboard.clock import zone_label
 
 from smrweb.tracking.models import TurnKind
-from smrweb.tracking.timeline import Burn, Timeline
+from smrweb.tracking.queries.timeline import Burn, Timeline
 
 DRIVER, CHILD = "#7c3aed", "#0891b2"
 SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#eef1f4"

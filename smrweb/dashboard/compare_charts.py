@@ -14,7 +14,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from smrweb.dashboard.templatetags.smrweb import duration, midtrunc, plain_number, tokens
-from smrweb.tracking.compare import Comparison, RunSeries
+from smrweb.tracking.queries.compare import Comparison, RunSeries
 
 # Distinct and at least 3:1 against white; kept clear of the driver violet and child cyan used for
 # spend kinds. Runs past the palette get hues spread by the golden angle (see `colour`).

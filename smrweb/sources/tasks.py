@@ -4,17 +4,33 @@ import json
 import logging
 import time
 import uuid
+from datetime import timedelta
 
 import redis
 from celery import shared_task
+from celery.signals import worker_ready
 from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Q
+from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from smrweb.sources import sync
+from smrweb.core import sandbox
+from smrweb.core.queue import queue_quietly
+from smrweb.sources import dispatch, preflight, sync, verification
 from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
-from smrweb.tracking import scenarios, services
-from smrweb.tracking.models import Project, Run, Scenario
+from smrweb.tracking import services
+from smrweb.tracking.models import (
+    Project,
+    Rollback,
+    RollbackStatus,
+    Run,
+    Scenario,
+    Submission,
+    SubmissionStatus,
+)
+from smrweb.tracking.services import submissions
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +110,7 @@ def preflight_scenario(key: str, request_id: str = "") -> dict | None:
     if request_id:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
             _store(client, request_id, {"scenario": key, "status": "running", "asked": time.time()})
-    report = scenarios.preflight(scenario).as_dict() if scenario is not None else None
+    report = preflight.preflight(scenario).as_dict() if scenario is not None else None
     if request_id:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
             _store(client, request_id, {"scenario": key, "status": "done" if report else "gone", "report": report})
@@ -131,3 +147,129 @@ def preflight_state(key: str, request_id: str) -> dict | None:
             or state["status"] == "running" and waited > PREFLIGHT_TIME_LIMIT):
         state["status"] = "no_worker"  # not taken before its message expired, or its worker died
     return state
+
+
+# --- verification, rollbacks and the clean-up of actions lost in transit ---------------------------
+# Task names are pinned to the module these tasks were first defined in (smrweb.tracking.tasks), so
+# messages already queued and beat entries keep resolving; rename once queues have drained.
+
+
+@worker_ready.connect
+def remove_stale_validator_workdirs(**kwargs) -> None:
+    """Work directories of validators whose worker was killed (finding 12) go when a worker starts."""
+    if removed := sandbox.remove_stale_workdirs():
+        log.warning("removed %d validator work directories left by dead workers: %s", len(removed), removed)
+
+
+def _running_key(submission_id: int) -> str:
+    return f"smrweb:verifying:{submission_id}"
+
+
+@shared_task(acks_late=True, ignore_result=True, name="smrweb.tracking.tasks.verify_submission")
+def verify_submission(submission_id: int) -> str:
+    """Verify one submission; a redelivered message after the result is stored does nothing, and a copy
+    that arrives while another worker's validator still runs (its heartbeat holds a claim) does not start
+    a second one (finding 12)."""
+    sub = Submission.objects.select_related("project__scenario", "artifact__blob").get(pk=submission_id)
+    if sub.status != SubmissionStatus.VERIFYING:
+        return f"skipped: {sub.status}"
+    claim_seconds = int(sandbox.HEARTBEAT_S * 3)
+    try:
+        claimed = cache.add(_running_key(submission_id), "running", timeout=claim_seconds)
+    except Exception:  # the cache (Redis) is down: verify rather than wedge; the result is stored once
+        log.exception("could not claim the verification of submission %s; running it", submission_id)
+        claimed = True
+    if not claimed:
+        return "skipped: a validator for it is running on a worker"
+
+    def progress(line: str) -> None:
+        try:
+            cache.touch(_running_key(submission_id), timeout=claim_seconds)
+        except Exception:
+            log.warning("could not renew the claim on submission %s", submission_id)
+        submissions.record_progress(sub.pk, line)
+
+    try:
+        return verification.verify(sub, progress)
+    finally:
+        try:
+            cache.delete(_running_key(submission_id))
+        except Exception:
+            pass  # it expires on its own
+
+
+
+
+@shared_task(bind=True, acks_late=True, max_retries=None, name="smrweb.tracking.tasks.dispatch_rollback")
+def dispatch_rollback(self, rollback_id: int) -> str:
+    """One dispatch attempt; retried with backoff while the answer says retrying may help (the attempts
+    are counted on the rollback, not by Celery, so a re-queued copy cannot exceed the maximum)."""
+    attempt = dispatch.dispatch(rollback_id)
+    if attempt.outcome == "retry":
+        raise self.retry(countdown=attempt.retry_in)
+    return attempt.outcome
+
+
+
+
+def verify_new_scores(sender, run_id: int, **kwargs) -> None:
+    """Receiver of `tracking.signals.new_scores_to_verify` (sent after the commit)."""
+    queue_quietly(auto_verify_run, run_id)
+
+
+@shared_task(ignore_result=True, name="smrweb.tracking.tasks.auto_verify_run")
+def auto_verify_run(run_id: int) -> int:
+    """The project verifies every new score: put the run's new candidates up for verification, one
+    verification task each. Candidates missed while the broker was down are taken with the next score."""
+    started = submissions.automatic_verifications(run_id)
+    for sub in started:
+        queue_quietly(verify_submission, sub.pk)
+    return len(started)
+
+
+def _stale_after() -> timedelta:
+    """A verification or rollback still waiting this long after it was asked for (or last re-queued)
+    is assumed lost in transit: the broker was down, or its message died with a worker."""
+    return timedelta(seconds=settings.SMRWEB_STALE_ACTION_SECONDS)
+
+
+def _lost_dispatch_after() -> timedelta:
+    """A dispatched rollback is touched by every attempt (start, retry note, finish); between two
+    touches come at most one call to the source and one backoff. Silent for longer, its task died with
+    a worker (SIGKILL, OOM): the broker would hand the unacknowledged message out again only after its
+    visibility timeout, an hour."""
+    call = max(settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, settings.SMR_TIMEOUT, settings.SMR_FIRST_CALL_TIMEOUT)
+    return _stale_after() + timedelta(seconds=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS + call)
+
+
+def _claim(stale, now) -> list[int]:
+    """Ids of stale rows, each claimed by bumping `updated` with a conditional UPDATE, so that the next
+    tick (or a second beat) does not queue it again while this copy waits for a worker."""
+    return [pk for pk in stale.values_list("pk", flat=True)[:100] if stale.filter(pk=pk).update(updated=now)]
+
+
+@shared_task(ignore_result=True, name="smrweb.tracking.tasks.redispatch_stale_actions")
+def redispatch_stale_actions() -> dict:
+    """Re-queue verifications and rollbacks that were recorded but never picked up, or whose worker
+    died mid-task (both tasks are safe to run again: a finished one is skipped, and a rollback webhook
+    carries the same Idempotency-Key every time)."""
+    now = timezone.now()
+    cutoff = now - _stale_after()
+    subs = _claim(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff), now)
+    rolls = _claim(Rollback.objects.filter(
+        Q(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
+        | Q(status=RollbackStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())), now)
+    for pk in subs:
+        verify_submission.delay(pk)
+    for pk in rolls:
+        dispatch_rollback.delay(pk)
+    return {"verifications": subs, "rollbacks": rolls}
+
+
+@shared_task(ignore_result=True, name="smrweb.tracking.tasks.collect_unreferenced_blobs")
+def collect_unreferenced_blobs() -> int:
+    """Hourly: delete blobs no artifact holds, an hour after they were stored (finding 10)."""
+    removed = services.collect_unreferenced_blobs(older_than=timedelta(hours=1))
+    if removed:
+        log.info("removed %d unreferenced artifact blob(s)", removed)
+    return removed

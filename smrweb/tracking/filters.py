@@ -7,7 +7,7 @@ import django_filters
 from django.db.models import Exists, F, OuterRef, Q
 from django_filters.rest_framework import BooleanFilter
 
-from smrweb.tracking import budget
+from smrweb.tracking.queries import budget
 from smrweb.tracking.models import TERMINAL_STATES, AgentTurn, Run, RunState, Submission
 
 LIVE = "live"

@@ -8,8 +8,10 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking import queries
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
 from tests.api.helpers import assert_json_error, session_client
@@ -47,7 +49,7 @@ def test_the_answer_has_best_failed_arena_and_the_text(api, project, alice, bob)
     arena = body["arena"]
     assert (arena["source"], arena["rank"], arena["arena_score"], arena["submission_id"]) == ("result", 12, 1234.0,
                                                                                              good.pk)
-    assert body["text"] == knowledge.carry_forward(project).text
+    assert body["text"] == queries.carry_forward(project).text
 
 
 def test_an_empty_project_answers_nulls_and_a_text_that_says_so(api, project):

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Submission, VerificationOutcome

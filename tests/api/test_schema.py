@@ -117,7 +117,7 @@ def test_every_write_with_a_json_body_has_a_realistic_example_marked_as_one(sche
 def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     """Each example, sent as is by someone allowed to, is accepted by the real endpoint."""
     from smrweb.tracking import services
-    from smrweb.tracking import submissions as lifecycle
+    from smrweb.tracking.services import submissions as lifecycle
     from smrweb.tracking.events import parse_events
     from smrweb.tracking.models import Submission
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Rollback, Submission, SubmissionStatus, VerificationOutcome
 from tests.api.helpers import assert_json_error, session_client
@@ -56,7 +56,7 @@ def test_viewers_tokens_and_outsiders_are_refused_every_action(action, status, b
 
 
 def test_a_reviewer_drives_the_loop_over_the_api(project, bob, alice, monkeypatch):
-    from smrweb.tracking import tasks
+    from smrweb.sources import tasks
 
     monkeypatch.setattr(tasks.verify_submission, "delay_on_commit", lambda pk: None)  # the worker is tested elsewhere
     sub = scored(project, 0.7)
@@ -96,7 +96,7 @@ def test_bad_arena_results_are_field_errors_and_write_nothing(project, bob, body
 
 
 def test_rollback_over_the_api_creates_one_and_returns_the_open_one_after(project, bob, monkeypatch):
-    from smrweb.tracking import tasks
+    from smrweb.sources import tasks
 
     monkeypatch.setattr(tasks.dispatch_rollback, "delay_on_commit", lambda pk: None)
     project.rollback_webhook_url = "https://harness.example/rollback"

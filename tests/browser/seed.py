@@ -20,7 +20,7 @@ import time_machine
 from django.utils import timezone
 
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.models import Project, Role, Run, Submission
 from tests.browser.conftest import push, store
 from tests.factories import admin_project

@@ -15,8 +15,9 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from smrweb.sources import tasks as source_tasks
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
 from tests.browser.conftest import push, score, state, store, turn
 

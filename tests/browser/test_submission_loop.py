@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from smrweb.tracking import rollbacks
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import Rollback, Submission
 from tests.browser.conftest import push, score, state, store
 from tests.sources.test_submission_loop import CHECK_PREFIX, Receiver

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from smrweb.tracking import rollbacks, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.models import Submission
 from tests.browser.conftest import push, score, state
 

@@ -15,9 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
-from smrweb.sources import rollback as dispatcher
+from smrweb.sources import dispatch
 from smrweb.sources import sync
-from smrweb.tracking import rollbacks, services
+from smrweb.tracking import services
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Rollback, SourceHealth, SourceKind
 from tests.conftest import wait_for
@@ -143,7 +144,7 @@ def _rollback_for(project, bob, url: str) -> Rollback:
 def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, service, celery_worker):
     """The reproduction: a webhook pointed at an internal service. `localhost` is not on the suite's
     allow-list (the worker has 127.0.0.1 only), so the worker refuses to send, and nothing comes back."""
-    from smrweb.tracking.tasks import dispatch_rollback
+    from smrweb.sources.tasks import dispatch_rollback
 
     rollback = _rollback_for(project, bob, service.url("localhost"))
     dispatch_rollback.delay(rollback.pk)
@@ -157,7 +158,7 @@ def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, servi
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_an_allowed_receiver_is_reached_and_its_answer_is_never_shown(client, bob, project, service, celery_worker):
-    from smrweb.tracking.tasks import dispatch_rollback
+    from smrweb.sources.tasks import dispatch_rollback
 
     rollback = _rollback_for(project, bob, service.url())  # 127.0.0.1: on the operator's list
     dispatch_rollback.delay(rollback.pk)
@@ -209,14 +210,14 @@ def test_a_huge_answer_is_read_only_up_to_the_cap(service, settings):
     ("7", 7.0), ("999999999999999999999", 999999999999.0),
 ])
 def test_retry_after_is_read_safely(header, seconds):
-    assert dispatcher.retry_after(header) == seconds
+    assert dispatch.retry_after(header) == seconds
 
 
 @pytest.mark.parametrize("hint", [float("inf"), float("nan"), 1e12, -5.0, None, 999999999999.0])
 def test_the_backoff_never_exceeds_its_cap_whatever_the_hint(hint, settings):
     settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = 300
     for attempt in (1, 5, 1000):
-        assert 0 < dispatcher.backoff(attempt, hint) <= 300
+        assert 0 < dispatch.backoff(attempt, hint) <= 300
 
 
 @pytest.mark.integration
@@ -225,7 +226,7 @@ def test_the_backoff_never_exceeds_its_cap_whatever_the_hint(hint, settings):
 def test_a_hostile_retry_after_neither_wedges_nor_outlives_the_maximum(bob, project, retry_after, celery_worker):
     """The review's `/r429inf` and `/r429big`: the rollback is retried with a capped delay, and fails
     clearly after SMRWEB_ROLLBACK_MAX_ATTEMPTS (4 for the suite's worker), instead of staying dispatched."""
-    from smrweb.tracking.tasks import dispatch_rollback
+    from smrweb.sources.tasks import dispatch_rollback
 
     hostile = Service([(429, {"Retry-After": retry_after}, b"slow down")] * 10)
     try:
@@ -246,7 +247,7 @@ def test_a_copy_queued_again_after_the_last_attempt_gives_up_instead_of_sending(
     settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS = 2
     rollback = _rollback_for(project, bob, service.url())
     Rollback.objects.filter(pk=rollback.pk).update(status="dispatched", attempts=2)
-    assert dispatcher.dispatch(rollback.pk).outcome == "failed"
+    assert dispatch.dispatch(rollback.pk).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed" and "gave up after 2 attempts" in rollback.detail
     assert service.requests == []

@@ -221,9 +221,9 @@ def test_the_reviews_exec_scenario_through_the_real_worker(bob, project, celery_
     project.scenario.validator_command = ["python3", "{artifact}"]
     project.scenario.save()
     sub = scored_with_artifact(project, REPORT)
-    from smrweb.tracking import submissions as lifecycle
+    from smrweb.tracking.services import submissions as lifecycle
     from smrweb.tracking.models import Submission
-    from smrweb.tracking.tasks import verify_submission
+    from smrweb.sources.tasks import verify_submission
     from tests.conftest import wait_for
 
     lifecycle.request_verification(sub, by=bob)
@@ -241,9 +241,9 @@ def test_a_copy_delivered_while_the_validator_runs_does_not_run_it_twice(bob, pr
     running one holds a claim its heartbeat renews; a second copy skips."""
     from django.core.cache import cache
 
-    from smrweb.tracking import submissions as lifecycle
+    from smrweb.tracking.services import submissions as lifecycle
     from smrweb.tracking.models import Submission
-    from smrweb.tracking.tasks import _running_key, verify_submission
+    from smrweb.sources.tasks import _running_key, verify_submission
     from tests.sources.test_submission_loop import scored_with_artifact
 
     sub = scored_with_artifact(project, b"ok")

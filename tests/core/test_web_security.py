@@ -28,9 +28,10 @@ from django.test import Client
 from smrweb.core import ratelimits
 from smrweb.core.downloads import content_disposition, safe_content_type, safe_filename
 from smrweb.sources import tasks as source_tasks
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
-from smrweb.tracking import tasks as loop_tasks
+from smrweb.tracking import services
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
+from smrweb.core import queue
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     ApiToken,
@@ -460,7 +461,7 @@ def test_the_list_of_post_forms_is_complete():
 @pytest.fixture
 def post_targets(project, alice, bob, monkeypatch):
     """Every dashboard POST endpoint with a body that the view accepts (side effects stubbed)."""
-    monkeypatch.setattr(loop_tasks, "dispatch", lambda task, *args: True)
+    monkeypatch.setattr(queue, "dispatch", lambda task, *args: True)
     monkeypatch.setattr(source_tasks, "request_preflight", lambda key: "0" * 32)  # queued, never run
     push(project, "r1", {"type": "state", "state": "running"}, {"type": "score", "score": 0.5},
          {"type": "checkpoint", "id": "c1", "label": "c1"})

@@ -9,7 +9,8 @@ from html import unescape
 import pytest
 
 from smrweb.dashboard import compare_charts
-from smrweb.tracking import compare, services
+from smrweb.tracking import services
+from smrweb.tracking.queries import compare
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction
 from tests.factories import admin_project

@@ -9,8 +9,10 @@ import re
 
 import pytest
 
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking import queries
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, KnowledgeEntry, KnowledgeKind, Submission, VerificationOutcome
 
@@ -161,7 +163,7 @@ def test_the_block_on_the_page_is_the_copyable_text(client, victor, project, ali
     lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "", "exited 1"))
     scored(project, 0.8, run="r2")
     body = as_user(client, victor).get(PAGE).content.decode()
-    text = knowledge.carry_forward(project).text
+    text = queries.carry_forward(project).text
     assert copy_text(body) == text
     assert f'<pre class="carry-text" id="carry-text">{html.escape(text)}</pre>' in body
     assert "**Best so far:** 0.8 — run r2" in text and "[invalid]" in text

@@ -2,7 +2,7 @@
 
 import pytest
 
-from smrweb.tracking import rollbacks
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import AuditEvent, Project
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,9 @@ import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.tracking import knowledge, services, submissions
+from smrweb.tracking import services
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Submission
 from tests.factories import admin_project

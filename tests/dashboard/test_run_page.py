@@ -15,7 +15,9 @@ import time_machine
 from smrweb.dashboard.live import VERSION_HEADER
 from django.contrib.auth.models import User
 
-from smrweb.tracking import services, submissions, timeline
+from smrweb.tracking import services
+from smrweb.tracking.services import submissions
+from smrweb.tracking.queries import timeline
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from smrweb.sources import tasks
-from smrweb.tracking import scenarios, services
+from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 from tests.conftest import wait_for
 from tests.factories import UserFactory, admin_project

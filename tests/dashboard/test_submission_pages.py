@@ -7,7 +7,7 @@ import json
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Submission, SubmissionStatus, VerificationOutcome
 
@@ -134,7 +134,7 @@ def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later
     from django.utils import timezone
     from kombu.exceptions import OperationalError
 
-    from smrweb.tracking import tasks
+    from smrweb.sources import tasks
 
     def down(*args):
         raise OperationalError("Error 111 connecting to redis")

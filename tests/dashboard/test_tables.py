@@ -13,7 +13,8 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from smrweb.tracking import budget, services
+from smrweb.tracking import services
+from smrweb.tracking.queries import budget
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import SORTS
 from smrweb.tracking.models import Run

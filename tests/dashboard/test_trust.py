@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from smrweb.tracking import knowledge, queries, rollbacks, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import queries, services
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Review, Rollback, Run, Submission, SubmissionTransition
@@ -120,7 +121,7 @@ def test_an_excluded_run_leaves_the_overview_queue_and_carry_forward(client_alic
     assert response.status_code == 302
     overview = client_alice.get("/").content.decode()
     assert ">0.95<" not in overview and ">0.5<" in overview
-    assert knowledge.carry_forward(project).best.run == "good"
+    assert queries.carry_forward(project).best.run == "good"
     run_page = client_alice.get("/projects/hill/runs/test-run/").content.decode()
     assert "data-run-excluded" in run_page and "a smoke test" in run_page
     assert "data-excluded" in client_alice.get("/projects/hill/").content.decode()
@@ -299,7 +300,7 @@ def test_carry_forward_names_approaches_and_does_not_call_a_new_runs_start_regre
          {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}})
     sub = verify(scored(project, "rejected-run", 0.6)[0], bob)
     lifecycle.review(sub, by=alice, verdict="reject", comment="leaks the validation set")
-    cf = knowledge.carry_forward(project, n=10)
+    cf = queries.carry_forward(project, n=10)
     regressed = [item for item in cf.failed if "regressed" in item.reasons]
     assert [item.score for item in regressed] == [0.3]
     assert regressed[0].title == "branch try-lion-optimizer" and "its run's best so far then (0.5)" in regressed[0].why

@@ -29,7 +29,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from smrweb.tracking import rollbacks, services
+from smrweb.tracking import services
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import (
     AgentTurn,
     ArtifactBlob,
@@ -165,7 +166,7 @@ def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
     sub = scored_with_artifact(project, b"ok v1")
     rollback = rollbacks.request_rollback(by=bob, reason="regressed", submission=sub).rollback
     key = f"smrweb-rollback-{rollback.pk}"
-    from smrweb.tracking.tasks import dispatch_rollback
+    from smrweb.sources.tasks import dispatch_rollback
 
     try:
         dispatch_rollback.apply_async(args=[rollback.pk], queue=queue)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from smrweb.stack.console import EventFeed, log_path, tail
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
 

@@ -17,10 +17,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from smrweb.sources import git as gitsource
-from smrweb.sources import rollback as dispatcher
+from smrweb.sources import dispatch
 from smrweb.sources import sync
 from smrweb.sources.base import NotPossible
-from smrweb.tracking import rollbacks, services
+from smrweb.tracking import services
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     Artifact,
@@ -288,7 +289,7 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     old_head = git(repo, "rev-parse", "main").strip()
     rollback = _rollback_to(gproject, bob, repo.c3)
 
-    assert dispatcher.dispatch(rollback.pk, last_try=False).outcome == "applied"
+    assert dispatch.dispatch(rollback.pk, last_try=False).outcome == "applied"
 
     new_head = git(repo, "rev-parse", "main").strip()
     assert new_head != old_head
@@ -319,13 +320,13 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     assert Artifact.objects.filter(run__project=gproject).count() == 4  # same bytes, a version of its own
 
     # A redelivered dispatch of the applied rollback does nothing more.
-    assert dispatcher.dispatch(rollback.pk, last_try=False).outcome == "skipped"
+    assert dispatch.dispatch(rollback.pk, last_try=False).outcome == "skipped"
     assert git(repo, "rev-parse", "main").strip() == new_head
 
 
 def test_a_rollback_to_a_submission_through_the_real_worker(transactional_db, alice, bob, scenario, repo,
                                                             celery_worker):
-    from smrweb.tracking.tasks import dispatch_rollback
+    from smrweb.sources.tasks import dispatch_rollback
 
     project = admin_project("gitroll", scenario=scenario, source="git", git_repo_path=str(repo),
                                       git_branch="main", by=alice)
@@ -356,7 +357,7 @@ def test_a_branch_that_moves_once_is_retried_on_the_new_head(gproject, repo, bob
         return built
 
     monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
-    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
     head = git(repo, "rev-parse", "main").strip()
     assert git(repo, "rev-parse", f"{head}^").strip() == moved[0]  # built on the moved head
     assert git_bytes(repo, "show", f"{head}:{PATH}") == b"class Optimizer:  # v1\n"
@@ -375,7 +376,7 @@ def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(gp
         return built
 
     monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
-    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed"
     assert "conflict: main moved 3 times while the rollback commit was being published" in rollback.detail
@@ -390,7 +391,7 @@ def test_uncommitted_changes_to_the_path_refuse_the_rollback(gproject, repo, bob
     head = git(repo, "rev-parse", "main").strip()
     rollback = _rollback_to(gproject, bob, repo.c1)
 
-    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert "has uncommitted changes in the work tree" in rollback.detail and "Nothing was changed" in rollback.detail
     assert git(repo, "rev-parse", "main").strip() == head
@@ -406,7 +407,7 @@ def test_a_bare_repository_is_synced_and_rolled_back(alice, bob, scenario, repo,
     do_sync(project)
     assert Artifact.objects.filter(run__project=project).count() == 3
     rollback = _rollback_to(project, bob, repo.c1)
-    assert dispatcher.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
     assert git_bytes(bare, "show", f"main:{PATH}") == b"class Optimizer:  # v1\n"
     assert git(bare, "rev-parse", "main^").strip() == repo.c5
 

@@ -22,7 +22,8 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count, Max, Sum
 
 from smrweb.tracking import events as ev
-from smrweb.tracking import importers, services
+from smrweb.tracking import services
+from smrweb.sources import jsonl
 from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import (
     AgentTurn,
@@ -58,7 +59,7 @@ def turns(external_id: str) -> list[AgentTurn]:
     return list(AgentTurn.objects.filter(run__external_id=external_id).order_by("actor", "turn"))
 
 
-def balanced(stats: importers.ImportStats) -> bool:
+def balanced(stats: jsonl.ImportStats) -> bool:
     return stats.lines == stats.blank + stats.skipped + stats.accepted + stats.duplicates
 
 
@@ -98,7 +99,7 @@ def usage_log(path: Path) -> Path:
 
 @pytest.mark.django_db
 def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
-    result = importers.import_file(usage_log(tmp_path / "calls.jsonl"), project, "session-1")
+    result = jsonl.import_file(usage_log(tmp_path / "calls.jsonl"), project, "session-1")
 
     assert result.format == "usage-log" and result.complete and not result.interrupted
     s = result.stats
@@ -153,7 +154,7 @@ def test_agent_turn_traces(project, tmp_path):
         trace_turn(1),                                                                 # 7 same (actor, turn) as 3
         {"type": "agent.turn", "scope": "root", "spend": {"usd": 0.2}},                # 8 refused: no turn
     ])
-    result = importers.import_file(path, project, "trace-1")
+    result = jsonl.import_file(path, project, "trace-1")
 
     assert result.format == "agent-turns"
     s = result.stats
@@ -196,7 +197,7 @@ def test_generic_contract_events(project, tmp_path):
     ])
     with path.open("ab") as out:
         out.write(b'{"type": "message", "body": "caf\xe9"}\n')                                     # 14 not UTF-8
-    result = importers.import_file(path, project, "gen-1", fmt="generic")
+    result = jsonl.import_file(path, project, "gen-1", fmt="generic")
     s = result.stats
     assert (s.lines, s.accepted, s.duplicates, s.skipped) == (14, 9, 1, 4) and balanced(s)
     assert s.reasons == {
@@ -218,8 +219,8 @@ def test_generic_contract_events(project, tmp_path):
 @pytest.mark.django_db
 def test_reimport_is_all_duplicates_and_appended_lines_are_the_only_new_ones(project, tmp_path):
     path = usage_log(tmp_path / "calls.jsonl")
-    first = importers.import_file(path, project, "s")
-    again = importers.import_file(path, project, "s")
+    first = jsonl.import_file(path, project, "s")
+    again = jsonl.import_file(path, project, "s")
     assert (again.stats.accepted, again.stats.duplicates) == (0, first.stats.accepted)
     assert again.stats.reasons == first.stats.reasons and again.file_id == first.file_id
 
@@ -229,7 +230,7 @@ def test_reimport_is_all_duplicates_and_appended_lines_are_the_only_new_ones(pro
         out.write(path.read_bytes())
         out.write((json.dumps(call("planner", 111, 11)) + "\n").encode())
         out.write((json.dumps(call("planner", 1840, 212, latency_ms=812.4)) + "\n").encode())  # like line 2 again
-    third = importers.import_file(grown, project, "s")
+    third = jsonl.import_file(grown, project, "s")
     assert third.file_id == first.file_id
     assert (third.stats.accepted, third.stats.duplicates) == (2, 5)
     planner = [(t.turn, t.tokens_in) for t in turns("s") if t.actor == "planner"]
@@ -242,27 +243,27 @@ def test_gzip_reads_like_the_plain_file(project, tmp_path):
     plain = usage_log(tmp_path / "calls.jsonl")
     packed = tmp_path / "calls.log"  # gzip is told by its bytes, not its name
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    from_gz = importers.import_file(packed, project, "gz")
-    from_plain = importers.import_file(plain, project, "plain")
+    from_gz = jsonl.import_file(packed, project, "gz")
+    from_plain = jsonl.import_file(plain, project, "plain")
     assert from_gz.stats == from_plain.stats and from_gz.file_id == from_plain.file_id
     assert [(t.actor, t.turn, t.event_id) for t in turns("gz")] == [(t.actor, t.turn, t.event_id) for t in turns("plain")]
 
 
 @pytest.mark.django_db
 def test_format_is_told_from_the_first_lines(project, tmp_path):
-    assert importers.sniff_format(usage_log(tmp_path / "u.jsonl")) == "usage-log"  # after a probe line
-    assert importers.sniff_format(write(tmp_path / "t.jsonl", [{"type": "run.started"}, trace_turn(0)])) == "agent-turns"
-    assert importers.sniff_format(write(tmp_path / "g.jsonl", [
+    assert jsonl.sniff_format(usage_log(tmp_path / "u.jsonl")) == "usage-log"  # after a probe line
+    assert jsonl.sniff_format(write(tmp_path / "t.jsonl", [{"type": "run.started"}, trace_turn(0)])) == "agent-turns"
+    assert jsonl.sniff_format(write(tmp_path / "g.jsonl", [
         {"type": "state", "state": "running"}, {"type": "metric", "key": "k", "value": 1}])) == "generic"
     # Contract agent.turn lines fit both: generic, unless a trace line follows.
     contract_turn = {"type": "agent.turn", "turn": 0, "tokens_in": 1}
-    assert importers.sniff_format(write(tmp_path / "ct.jsonl", [contract_turn] * 3)) == "generic"
-    assert importers.sniff_format(write(tmp_path / "ct2.jsonl", [contract_turn, trace_turn(1)])) == "agent-turns"
+    assert jsonl.sniff_format(write(tmp_path / "ct.jsonl", [contract_turn] * 3)) == "generic"
+    assert jsonl.sniff_format(write(tmp_path / "ct2.jsonl", [contract_turn, trace_turn(1)])) == "agent-turns"
     gz = tmp_path / "g.gz"
     gz.write_bytes(gzip.compress((tmp_path / "u.jsonl").read_bytes()))
-    assert importers.sniff_format(gz) == "usage-log"
-    with pytest.raises(importers.ImportFailed, match="Cannot tell the format .* pass --format"):
-        importers.sniff_format(write(tmp_path / "x.jsonl", ["hello", {"level": "info", "msg": "started"}]))
+    assert jsonl.sniff_format(gz) == "usage-log"
+    with pytest.raises(jsonl.ImportFailed, match="Cannot tell the format .* pass --format"):
+        jsonl.sniff_format(write(tmp_path / "x.jsonl", ["hello", {"level": "info", "msg": "started"}]))
 
 
 @pytest.mark.django_db
@@ -275,7 +276,7 @@ def test_refused_events_are_mapped_back_to_their_lines_across_batches(project, t
             lines.append({"type": "metric", "key": "", "value": 1.0, "step": i})  # refused: key
         else:
             lines.append({"type": "metric", "key": "loss", "value": i / 10, "step": i})
-    result = importers.import_file(write(tmp_path / "m.jsonl", lines), project, "m", batch_size=4)
+    result = jsonl.import_file(write(tmp_path / "m.jsonl", lines), project, "m", batch_size=4)
     assert result.stats.reasons == {
         "refused: value: Input should be a valid number": [4, [7, 14, 21, 28]],
         "refused: key: String should have at least 1 character": [2, [11, 22]],
@@ -300,18 +301,18 @@ def test_a_batch_refused_as_a_whole_is_checked_line_by_line(project, tmp_path, m
     monkeypatch.setattr(ev, "parse_events", parse)
     lines = [{"type": "metric", "key": "k", "value": float(i), "step": i} for i in range(6)]
     lines[2]["value"] = None
-    result = importers.import_file(write(tmp_path / "m.jsonl", lines), project, "whole", batch_size=3)
+    result = jsonl.import_file(write(tmp_path / "m.jsonl", lines), project, "whole", batch_size=3)
     assert result.stats.reasons == {"refused: value: Input should be a valid number": [1, [3]]}
     assert sorted(MetricPoint.objects.filter(run=run_of("whole")).values_list("step", flat=True)) == [0, 1, 3, 4, 5]
 
 
 @pytest.mark.django_db
 def test_overlong_lines_are_skipped_without_being_held(project, tmp_path, monkeypatch):
-    monkeypatch.setattr(importers, "MAX_LINE_BYTES", 200)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 200)
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"type": "message", "body": "x" * 5000}) + "\n"
                     + json.dumps({"type": "metric", "key": "k", "value": 1.0}) + "\n")
-    result = importers.import_file(path, project, "long", fmt="generic")
+    result = jsonl.import_file(path, project, "long", fmt="generic")
     assert result.stats.reasons == {"line too long (over 200 bytes)": [1, [1]]}
     assert result.stats.accepted == 1 and result.stats.lines == 2
 
@@ -356,14 +357,14 @@ def test_ctrl_c_and_max_lines_resume_to_the_rows_of_a_clean_import(project, tmp_
     lines = mixed_usage_lines(2000)
     path = write(tmp_path / "calls.jsonl", lines)
     calls_at = call_lines(lines)
-    clean = importers.import_file(path, project, "clean", batch_size=50)
+    clean = jsonl.import_file(path, project, "clean", batch_size=50)
     assert clean.stats.accepted == len(calls_at) == 313
 
     # --max-lines: stop, then go on where it stopped.
-    part = importers.import_file(path, project, "limited", batch_size=50, max_lines=700)
+    part = jsonl.import_file(path, project, "limited", batch_size=50, max_lines=700)
     assert part.stopped_at == 700 and not part.complete and part.state_path.exists()
     assert AgentTurn.objects.filter(run__external_id="limited").count() == len([n for n in calls_at if n <= 700])
-    rest = importers.import_file(path, project, "limited", batch_size=50)
+    rest = jsonl.import_file(path, project, "limited", batch_size=50)
     assert rest.resumed_at == 700 and rest.complete and not rest.state_path.exists()
     assert rest.stats == clean.stats  # the summary covers the whole file
     assert _fingerprint("limited") == _fingerprint("clean")
@@ -379,12 +380,12 @@ def test_ctrl_c_and_max_lines_resume_to_the_rows_of_a_clean_import(project, tmp_
         return real(project, run, events)
 
     monkeypatch.setattr(services, "ingest_events", ingest)
-    stopped = importers.import_file(path, project, "ctrl-c", batch_size=50)
+    stopped = jsonl.import_file(path, project, "ctrl-c", batch_size=50)
     assert stopped.interrupted and stopped.stopped_at == calls_at[4 * 50 - 1]
     assert AgentTurn.objects.filter(run__external_id="ctrl-c").count() == 200
-    assert "run the same command again to resume" in importers.format_summary(stopped)
+    assert "run the same command again to resume" in jsonl.format_summary(stopped)
     monkeypatch.setattr(services, "ingest_events", real)
-    resumed = importers.import_file(path, project, "ctrl-c", batch_size=50)
+    resumed = jsonl.import_file(path, project, "ctrl-c", batch_size=50)
     assert resumed.resumed_at == calls_at[199] and resumed.stats == clean.stats
     assert _fingerprint("ctrl-c") == _fingerprint("clean")
 
@@ -394,12 +395,12 @@ def test_a_gzip_file_resumes_too(project, tmp_path):
     lines = mixed_usage_lines(3000)
     packed = tmp_path / "calls.jsonl.gz"
     packed.write_bytes(gzip.compress(write(tmp_path / "calls.jsonl", lines).read_bytes()))
-    clean = importers.import_file(tmp_path / "calls.jsonl", project, "clean", batch_size=40)
-    first = importers.import_file(packed, project, "gz", batch_size=40, max_lines=1234)
+    clean = jsonl.import_file(tmp_path / "calls.jsonl", project, "clean", batch_size=40)
+    first = jsonl.import_file(packed, project, "gz", batch_size=40, max_lines=1234)
     assert first.stopped_at == 1234
     state = json.loads(first.state_path.read_text())
     assert state["line"] == 1234 and state["adapter"]["turns"] == turns_per_actor(lines[:1234])
-    rest = importers.import_file(packed, project, "gz", batch_size=40)
+    rest = jsonl.import_file(packed, project, "gz", batch_size=40)
     assert rest.resumed_at == 1234 and rest.stats == clean.stats
     assert _fingerprint("gz") == _fingerprint("clean")
 
@@ -408,14 +409,14 @@ def test_a_gzip_file_resumes_too(project, tmp_path):
 def test_a_checkpoint_is_not_trusted_when_the_file_changed_before_it(project, tmp_path):
     lines = [{"type": "metric", "key": "loss", "value": 1.0, "step": i} for i in range(400)]
     path = write(tmp_path / "m.jsonl", lines)
-    importers.import_file(path, project, "edited", batch_size=20, max_lines=200)
+    jsonl.import_file(path, project, "edited", batch_size=20, max_lines=200)
     lines[150] = {"type": "metric", "key": "loss", "value": 0.25, "step": 150}  # rewritten before the checkpoint
     write(path, lines)
-    result = importers.import_file(path, project, "edited", batch_size=20)
+    result = jsonl.import_file(path, project, "edited", batch_size=20)
     assert result.resumed_at is None and "file changed" in result.restarted
     assert (result.stats.lines, result.stats.accepted, result.stats.duplicates) == (400, 201, 199)
-    assert "started over" in importers.format_summary(result)
-    importers.import_file(write(tmp_path / "fresh.jsonl", lines), project, "fresh")
+    assert "started over" in jsonl.format_summary(result)
+    jsonl.import_file(write(tmp_path / "fresh.jsonl", lines), project, "fresh")
     edited = set(MetricPoint.objects.filter(run__external_id="edited").values_list("event_id", "value"))
     fresh = set(MetricPoint.objects.filter(run__external_id="fresh").values_list("event_id", "value"))
     assert fresh < edited and len(edited - fresh) == 1  # the line as it was stays; the new one is added

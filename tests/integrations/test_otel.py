@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from smrweb.tracking import otlp
+from smrweb.sources import otlp
 from smrweb.tracking.models import AgentTurn, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,9 +21,11 @@ from django.db import connection
 from django.utils import timezone
 
 from smrweb.core.secrets import reveal
-from smrweb.tracking import backup, knowledge, rollbacks, services
+from smrweb.tracking import backup, services
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking import events as ev
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.backup import BackupError
 from smrweb.tracking.models import (
     AgentTurn,

@@ -3,7 +3,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smrweb.tracking.downsample import lttb
+from smrweb.core.downsample import lttb
 
 
 def test_short_series_are_returned_whole():

@@ -100,7 +100,7 @@ def test_a_failure_after_the_metric_insert_rolls_the_metrics_back(project, monke
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(services, "_insert_turns", explode)
+    monkeypatch.setattr(services.ingest, "_insert_turns", explode)
     with pytest.raises(RuntimeError):
         ingest(project, "r1", metric(1), {"type": "agent.turn", "id": "t1", "turn": 1})
     assert not Run.objects.exists() and not MetricPoint.objects.exists()

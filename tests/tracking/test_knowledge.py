@@ -13,8 +13,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.tracking import knowledge, services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking import services
+from smrweb.tracking import queries
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
@@ -78,7 +80,7 @@ def with_threshold(project, value) -> Project:
 def test_best_is_the_highest_score_when_maximizing(project):
     for minute, value in enumerate([0.5, 0.9, 0.2]):
         scored(project, value, minute)
-    best = knowledge.carry_forward(project).best
+    best = queries.carry_forward(project).best
     assert best.score == 0.9 and best.run == "r1" and best.status == "candidate" and best.arena is None
 
 
@@ -86,7 +88,7 @@ def test_best_is_the_lowest_score_when_minimizing(alice):
     golf = minimizing(alice)
     for minute, value in enumerate([5.0, 3.0, 4.0]):
         scored(golf, value, minute)
-    cf = knowledge.carry_forward(golf)
+    cf = queries.carry_forward(golf)
     assert cf.best.score == 3.0
     assert cf.text.startswith("## Carry-forward: golf (minimize strokes)")
 
@@ -94,7 +96,7 @@ def test_best_is_the_lowest_score_when_minimizing(alice):
 def test_ties_go_to_the_earliest_score(project):
     first = scored(project, 0.7, 1, run="early")
     scored(project, 0.7, 2, run="late")
-    assert knowledge.carry_forward(project).best.submission_id == first.pk
+    assert queries.carry_forward(project).best.submission_id == first.pk
 
 
 def test_best_skips_invalid_and_rejected_scores_and_carries_artifact_and_arena(project, alice, bob):
@@ -104,7 +106,7 @@ def test_best_skips_invalid_and_rejected_scores_and_carries_artifact_and_arena(p
     services.store_artifact(project, "r2", path="submission/optimizer.py", content=BytesIO(data))
     good = scored(project, 0.9, 3, run="r2", artifact="submission/optimizer.py", commit="abcdef1234567890")
     ranked(good, bob, alice, rank=12, arena_score=1234.0, note="beat the baseline")
-    best = knowledge.carry_forward(project).best
+    best = queries.carry_forward(project).best
     assert (best.submission_id, best.score, best.run, best.status) == (good.pk, 0.9, "r2", "ranked")
     assert best.artifact_path == "submission/optimizer.py"
     assert best.artifact_sha256 == hashlib.sha256(data).hexdigest()[:12]
@@ -114,14 +116,14 @@ def test_best_skips_invalid_and_rejected_scores_and_carries_artifact_and_arena(p
 def test_a_digest_ref_not_uploaded_yet_is_shown_as_a_sha_prefix(project):
     digest = "ab" * 32
     scored(project, 0.4, 1, artifact=digest)
-    best = knowledge.carry_forward(project).best
+    best = queries.carry_forward(project).best
     assert (best.artifact_path, best.artifact_sha256) == ("", digest[:12])
 
 
 def test_no_history_renders_a_block_that_says_so(project):
-    cf = knowledge.carry_forward(project)
+    cf = queries.carry_forward(project)
     assert (cf.best, cf.failed, cf.arena) == (None, [], None)
-    assert knowledge.render_carry_forward(cf) == (
+    assert queries.render_carry_forward(cf) == (
         "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score yet.\n\n"
         "**Last 3 failed or regressed approaches** (newest first):\nnone recorded.\n\n"
         "**Latest arena feedback:** none yet.")
@@ -136,7 +138,7 @@ def test_failed_list_is_newest_first_with_score_and_why(project, alice, bob):
     refused = rejected(scored(project, 0.95, 2), bob, alice, comment="overfits the seed")
     entry = knowledge.add_entry(project, by=bob, kind=FAILED, title="Pure random search",
                                 body="Plateaued at 0.4 after two hours.")
-    failed = knowledge.carry_forward(project).failed
+    failed = queries.carry_forward(project).failed
     assert [(f.reasons, f.score, f.submission_id, f.entry_id) for f in failed] == [
         (["failed_approach"], None, None, entry.pk),
         (["rejected"], 0.95, refused.pk, None),
@@ -150,14 +152,14 @@ def test_failed_list_is_newest_first_with_score_and_why(project, alice, bob):
 
 def test_n_cuts_the_list_to_the_newest(project, bob):
     entries = [knowledge.add_entry(project, by=bob, kind=FAILED, title=f"idea {i}") for i in range(6)]
-    assert [f.entry_id for f in knowledge.carry_forward(project, 2).failed] == [entries[5].pk, entries[4].pk]
-    assert len(knowledge.carry_forward(project).failed) == 3
-    assert len(knowledge.carry_forward(project, 20).failed) == 6
+    assert [f.entry_id for f in queries.carry_forward(project, 2).failed] == [entries[5].pk, entries[4].pk]
+    assert len(queries.carry_forward(project).failed) == 3
+    assert len(queries.carry_forward(project, 20).failed) == 6
 
 
 def test_notes_and_arena_entries_are_not_failed_approaches(project, bob):
     knowledge.add_entry(project, by=bob, kind=KnowledgeKind.NOTE, title="Scoring is Elo over 100 matches")
-    assert knowledge.carry_forward(project).failed == []
+    assert queries.carry_forward(project).failed == []
 
 
 def test_a_submission_found_by_several_sources_is_one_item_with_every_reason(project, alice, bob):
@@ -165,7 +167,7 @@ def test_a_submission_found_by_several_sources_is_one_item_with_every_reason(pro
     knowledge.add_entry(project, by=bob, kind=FAILED, title="Wide MLP", body="400k params: too big.", submission=sub)
     knowledge.add_entry(project, by=alice, kind=FAILED, title="Wide MLP again", body="400k params: too big.",
                         submission=sub)
-    failed = knowledge.carry_forward(project).failed
+    failed = queries.carry_forward(project).failed
     assert len(failed) == 1
     item = failed[0]
     assert item.reasons == ["invalid", "failed_approach"] and item.submission_id == sub.pk and item.score == 0.8
@@ -176,9 +178,9 @@ def test_a_submission_found_by_several_sources_is_one_item_with_every_reason(pro
 def test_score_regressions_count_only_with_a_threshold(project):
     for minute, value in enumerate([0.5, 0.9, 0.6, 0.85, 0.95, 0.7]):
         scored(project, value, minute)
-    assert knowledge.carry_forward(project, 20).failed == []  # no threshold: hill climbing is not failing
+    assert queries.carry_forward(project, 20).failed == []  # no threshold: hill climbing is not failing
     with_threshold(project, 0.1)
-    failed = knowledge.carry_forward(project, 20).failed
+    failed = queries.carry_forward(project, 20).failed
     assert [(f.reasons, f.score) for f in failed] == [(["regressed"], 0.7), (["regressed"], 0.6)]
     assert failed[0].why == "0.25 worse than its run's best so far then (0.95)"
     assert failed[1].why == "0.3 worse than its run's best so far then (0.9)"
@@ -190,7 +192,7 @@ def test_score_regressions_follow_a_minimizing_scenario_and_ignore_refused_bests
     invalid(scored(golf, 1.0, 2), alice)  # refused: not a best to regress from
     scored(golf, 5.4, 3)  # 0.4 worse than 5.0: under the threshold
     worse = scored(golf, 6.0, 4)
-    failed = knowledge.carry_forward(golf, 20).failed
+    failed = queries.carry_forward(golf, 20).failed
     assert [(f.reasons, f.submission_id) for f in failed if f.reasons == ["regressed"]] == [(["regressed"], worse.pk)]
 
 
@@ -198,7 +200,7 @@ def test_arena_results_worse_than_the_previous_one_are_carried_as_regressions(pr
     ranked(scored(project, 0.9, 1), bob, alice, rank=12, arena_score=1200.0)
     worse = scored(project, 0.92, 2)
     ranked(worse, bob, alice, rank=20, arena_score=1150.0, note="lost to the corner campers")
-    failed = knowledge.carry_forward(project).failed
+    failed = queries.carry_forward(project).failed
     assert [(f.reasons, f.submission_id) for f in failed] == [(["arena_regressed"], worse.pk)]
     assert failed[0].why == "arena rank 20, score 1150 (-50 vs previous): lost to the corner campers"
 
@@ -210,7 +212,7 @@ def test_latest_arena_feedback_is_the_newest_result_not_its_own_entry(project, a
     ranked(scored(project, 0.9, 1), bob, alice, rank=12, arena_score=1200.0)
     second = scored(project, 0.95, 2)
     ranked(second, bob, alice, rank=7, arena_score=1260.0, note="better in close range")
-    arena = knowledge.carry_forward(project).arena
+    arena = queries.carry_forward(project).arena
     assert arena.source == "result" and arena.submission_id == second.pk
     assert (arena.rank, arena.arena_score, arena.delta, arena.delta_best) == (7, 1260.0, 60.0, 60.0)
     assert arena.note == "better in close range"
@@ -221,14 +223,14 @@ def test_a_newer_hand_written_arena_entry_is_the_latest_feedback(project, alice,
     ranked(scored(project, 0.9, 1), bob, alice, rank=12, arena_score=1200.0)
     knowledge.add_entry(project, by=bob, kind=KnowledgeKind.ARENA_DELTA, title="Dropped to rank 15 overnight",
                         body="New entrants; our score unchanged.")
-    arena = knowledge.carry_forward(project).arena
+    arena = queries.carry_forward(project).arena
     assert arena.source == "entry" and arena.rank is None
     assert arena.note == "Dropped to rank 15 overnight\nNew entrants; our score unchanged."
 
 
 def test_without_results_the_newest_arena_entry_is_used(project, bob):
     knowledge.add_entry(project, by=bob, kind=KnowledgeKind.ARENA_DELTA, title="Rank 30 on first upload")
-    assert knowledge.carry_forward(project).arena.note == "Rank 30 on first upload"
+    assert queries.carry_forward(project).arena.note == "Rank 30 on first upload"
 
 
 # --- n, text, queries -------------------------------------------------------------------------------
@@ -237,19 +239,19 @@ def test_without_results_the_newest_arena_entry_is_used(project, bob):
 @pytest.mark.parametrize("n", [0, -1, 21, 1000])
 def test_n_outside_1_to_20_is_refused(project, n):
     with pytest.raises(InvalidInput) as refused:
-        knowledge.carry_forward(project, n)
+        queries.carry_forward(project, n)
     assert refused.value.field == "n"
 
 
 @pytest.mark.parametrize(("raw", "n"), [(None, 3), ("", 3), ("1", 1), ("20", 20), (" 7 ", 7)])
 def test_parse_n_accepts(raw, n):
-    assert knowledge.parse_n(raw) == n
+    assert queries.parse_n(raw) == n
 
 
 @pytest.mark.parametrize("raw", ["abc", "1.5", "0", "21", "-3", "1e3"])
 def test_parse_n_refuses(raw):
     with pytest.raises(InvalidInput) as refused:
-        knowledge.parse_n(raw)
+        queries.parse_n(raw)
     assert refused.value.field == "n" and "between 1 and 20" in refused.value.message
 
 
@@ -258,7 +260,7 @@ def test_the_rendered_block_has_every_part_on_its_own_line(project, alice, bob):
     ranked(good, bob, alice, rank=12, arena_score=1234.0, note="beat\nthe baseline")
     rejected(scored(project, 0.95, 2, run="run-b"), bob, alice, comment="overfits")
     knowledge.add_entry(project, by=bob, kind=FAILED, title="Random search", body="plateaued\n\nat 0.4")
-    lines = knowledge.carry_forward(project).text.splitlines()
+    lines = queries.carry_forward(project).text.splitlines()
     assert lines[0] == "## Carry-forward: hill (maximize score)"
     assert lines[2] == f"**Best so far:** 0.9 — run run-a, submission #{good.pk} (ranked), experiment small-mlp"
     assert lines[3].startswith("  arena: generic: rank 12, score 1234 (n/a vs previous, n/a vs best), ")
@@ -286,7 +288,7 @@ def _history(project, alice, bob, size: int) -> None:
 
 def _queries(project, n) -> int:
     with CaptureQueriesContext(connection) as captured:
-        knowledge.carry_forward(project, n).text  # noqa: B018 — rendering must not query either
+        queries.carry_forward(project, n).text  # noqa: B018 — rendering must not query either
     return len(captured)
 
 
@@ -296,7 +298,7 @@ def test_the_query_count_does_not_grow_with_history(project, alice, bob, django_
     _history(project, alice, bob, 40)
     assert _queries(project, 20) == small
     with django_assert_max_num_queries(10):
-        cf = knowledge.carry_forward(project, 20)
+        cf = queries.carry_forward(project, 20)
     assert len(cf.failed) == 20 and cf.best and cf.arena
 
 

@@ -16,10 +16,11 @@ import textwrap
 import pytest
 from django.core.management import CommandError, call_command
 
-from smrweb.tracking import scenarios
+from smrweb.sources import preflight
+from smrweb.tracking.services import scenarios
 from smrweb.tracking.models import AuditEvent, Scenario
 
-VALIDATORS = scenarios.VALIDATORS_DIR
+VALIDATORS = preflight.VALIDATORS_DIR
 ONNX_INSTALLED = importlib.util.find_spec("onnx") is not None  # the validators' interpreter is this one
 
 
@@ -29,7 +30,7 @@ def preset(key: str, **changes) -> Scenario:
     return Scenario(**{**fields, **changes})
 
 
-def check(report: scenarios.PreflightReport, name: str) -> scenarios.Check:
+def check(report: preflight.PreflightReport, name: str) -> preflight.Check:
     return next(c for c in report.checks if c.name == name)
 
 
@@ -103,7 +104,7 @@ def test_a_bad_preset_file_is_refused_with_the_reason(db, tmp_path, fields, mess
 
 
 def test_the_hill_climb_preset_passes_every_check_here():
-    report = scenarios.preflight(preset("optimizer-hill-climb"))
+    report = preflight.preflight(preset("optimizer-hill-climb"))
     assert report.ok, report.problems
     names = {c.name for c in report.checks}
     assert {"harness id", "artifact path", "score metric", "direction", "arena", "validator command",
@@ -115,13 +116,13 @@ def test_the_hill_climb_preset_passes_every_check_here():
 def test_the_onnx_preset_passes_here_because_smrweb_ships_onnx():
     """The demo's Dogfight flow dead-ended on "onnx is not installed" (walkthrough P1-10): it is a dependency."""
     assert ONNX_INSTALLED
-    report = scenarios.preflight(preset("onnx-arena-dogfight"))
+    report = preflight.preflight(preset("onnx-arena-dogfight"))
     assert report.ok, report.problems
     assert check(report, "toolchain python:onnx").ok
 
 
 def test_a_missing_python_package_is_reported_exactly():
-    report = scenarios.preflight(preset("onnx-arena-dogfight",
+    report = preflight.preflight(preset("onnx-arena-dogfight",
                                         required_toolchains=["python3", "python:smrweb_no_such_package"]))
     assert not report.ok
     assert [c.name for c in report.problems] == ["toolchain python:smrweb_no_such_package"]
@@ -191,7 +192,7 @@ FAILING = [
 
 @pytest.mark.parametrize("changes, name, message", FAILING, ids=[f"{n}-{i}" for i, (_, n, _) in enumerate(FAILING)])
 def test_each_check_fails_and_says_what_is_wrong(changes, name, message):
-    report = scenarios.preflight(preset("optimizer-hill-climb", **changes))
+    report = preflight.preflight(preset("optimizer-hill-climb", **changes))
     failed = check(report, name)
     assert not failed.ok
     assert message in failed.detail
@@ -215,7 +216,7 @@ PASSING = [
 
 @pytest.mark.parametrize("changes, name, message", PASSING, ids=[n for _, n, _ in PASSING])
 def test_each_check_passes_on_good_values(changes, name, message):
-    passed = check(scenarios.preflight(preset("optimizer-hill-climb", **changes)), name)
+    passed = check(preflight.preflight(preset("optimizer-hill-climb", **changes)), name)
     assert passed.ok, passed.detail
     assert message in passed.detail
 
@@ -224,28 +225,28 @@ def test_toolchains_are_looked_up_on_the_validators_path(monkeypatch, tmp_path):
     tool = tmp_path / "fakecargo"
     tool.write_text("#!/bin/sh\nexit 0\n")
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    env = scenarios.sandbox_env()
+    env = preflight.sandbox_env()
     scenario = preset("optimizer-hill-climb", required_toolchains=["python3", "fakecargo"])
-    assert not check(scenarios.preflight(scenario), "toolchain fakecargo").ok  # not on the sandbox PATH
+    assert not check(preflight.preflight(scenario), "toolchain fakecargo").ok  # not on the sandbox PATH
 
-    monkeypatch.setattr(scenarios, "sandbox_env", lambda: {**env, "PATH": f"{tmp_path}:{env['PATH']}"})
+    monkeypatch.setattr(preflight, "sandbox_env", lambda: {**env, "PATH": f"{tmp_path}:{env['PATH']}"})
 
-    found = check(scenarios.preflight(scenario), "toolchain fakecargo")
+    found = check(preflight.preflight(scenario), "toolchain fakecargo")
     assert found.ok and found.detail == f"`fakecargo` is {tool}"
 
 
 def test_a_program_that_is_not_executable_is_reported(tmp_path):
     program = tmp_path / "validate"
     program.write_text("#!/bin/sh\n")  # no execute bit
-    report = scenarios.preflight(preset("optimizer-hill-climb", validator_command=[str(program), "{artifact}"]))
+    report = preflight.preflight(preset("optimizer-hill-climb", validator_command=[str(program), "{artifact}"]))
     assert f"`{program}` does not exist or is not executable" == check(report, "validator program").detail
 
 
 def test_resolve_command_fills_in_the_placeholders():
     command = ["python3", "{validators}/onnx_policy.py", "--model={artifact}"]
-    assert scenarios.resolve_command(command, artifact="/tmp/w/policy.onnx", validators_dir="/opt/v") == [
+    assert preflight.resolve_command(command, artifact="/tmp/w/policy.onnx", validators_dir="/opt/v") == [
         "python3", "/opt/v/onnx_policy.py", "--model=/tmp/w/policy.onnx"]
-    assert scenarios.resolve_command(command)[1] == str(VALIDATORS / "onnx_policy.py")
+    assert preflight.resolve_command(command)[1] == str(VALIDATORS / "onnx_policy.py")
 
 
 # --- the validator scripts --------------------------------------------------------------------------

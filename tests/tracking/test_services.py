@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -141,7 +142,7 @@ def test_a_database_failure_mid_batch_rolls_back_everything(project, monkeypatch
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(services, "_insert_scores", explode)
+    monkeypatch.setattr(services.ingest, "_insert_scores", explode)
     with pytest.raises(RuntimeError):
         ingest(project, "r1", *MIXED)
     assert not Run.objects.exists()
@@ -298,7 +299,7 @@ def test_a_score_does_not_link_another_runs_artifact(project):
 
 def test_an_artifact_uploaded_after_its_score_is_linked_then(project):
     data = b"def solve(): return 42\n"
-    sha = services.hashlib.sha256(data).hexdigest()
+    sha = hashlib.sha256(data).hexdigest()
     ingest(project, "r1", {"type": "score", "id": "by-sha", "score": 1, "artifact": sha},
            {"type": "score", "id": "by-path", "score": 2, "artifact": "late.py"},
            {"type": "score", "id": "unrelated", "score": 3, "artifact": "other.py"})
@@ -504,7 +505,7 @@ def test_the_same_bytes_are_stored_once_across_runs(project, artifact_root):
     [stored] = files_under(artifact_root)
     assert stored.read_bytes() == data
     assert stored.name.startswith(a1.sha256 + "-")
-    assert a1.sha256 == services.hashlib.sha256(data).hexdigest()
+    assert a1.sha256 == hashlib.sha256(data).hexdigest()
     assert a1.size == len(data)
 
 
@@ -535,7 +536,7 @@ def test_a_sha256_mismatch_raises_and_stores_nothing(project, artifact_root):
 
 def test_a_matching_claimed_sha256_is_accepted_in_any_case(project):
     data = b"checked"
-    digest = services.hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256(data).hexdigest()
     artifact, created = store(project, "r1", data, claimed_sha256=digest.upper())
     assert created and artifact.sha256 == digest
 

@@ -9,7 +9,7 @@ from itertools import product
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking import submissions as lifecycle
+from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,

@@ -6,7 +6,7 @@ from django.views.decorators.http import require_safe
 
 from smrweb.dashboard import compare_charts
 from smrweb.dashboard.access import project_for_user
-from smrweb.tracking import compare
+from smrweb.tracking.queries import compare
 
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 

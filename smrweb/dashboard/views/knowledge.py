@@ -10,7 +10,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from smrweb.dashboard.access import project_for_user
-from smrweb.tracking import knowledge
+from smrweb.tracking import queries
+from smrweb.tracking.services import knowledge
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, Submission
 
@@ -43,9 +44,9 @@ def _save(form: EditForm, write) -> KnowledgeEntry | None:
 def _n(request) -> int:
     """The selector's n; a hand-typed bad value shows the default rather than an error page."""
     try:
-        return knowledge.parse_n(request.GET.get("n"))
+        return queries.parse_n(request.GET.get("n"))
     except InvalidInput:
-        return knowledge.N_DEFAULT
+        return queries.N_DEFAULT
 
 
 @require_http_methods(["GET", "POST"])
@@ -65,12 +66,12 @@ def knowledge_page(request, slug: str):
                 messages.success(request, f"Added “{entry.title}”.")
                 return redirect(reverse("dashboard:knowledge", args=[project.slug]) + f"#entry-{entry.pk}")
     n = _n(request)
-    cf = knowledge.carry_forward(project, n)
+    cf = queries.carry_forward(project, n)
     entries = (KnowledgeEntry.objects.filter(project=project).select_related("submission__run", "created_by")
                .order_by("-created", "-id")[:ENTRIES_SHOWN])
     return render(request, "dashboard/knowledge.html", {
-        "project": project, "cf": cf, "text": knowledge.render_carry_forward(cf), "n": n,
-        "n_choices": range(knowledge.N_MIN, knowledge.N_MAX + 1), "entries": entries, "shown": ENTRIES_SHOWN,
+        "project": project, "cf": cf, "text": queries.render_carry_forward(cf), "n": n,
+        "n_choices": range(queries.N_MIN, queries.N_MAX + 1), "entries": entries, "shown": ENTRIES_SHOWN,
         "total": KnowledgeEntry.objects.filter(project=project).count(),
         "can_edit": project.allows(request.user, Role.REVIEWER), "form": form, "kinds": KnowledgeKind.choices,
         "reason_labels": REASON_LABELS,

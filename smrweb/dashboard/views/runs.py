@@ -14,9 +14,12 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core.downloads import artifact_response
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
-from smrweb.sources import tasks as source_tasks
-from smrweb.tracking import queries, rollbacks, services, submissions, timeline
-from smrweb.tracking import tasks as loop_tasks
+from smrweb.core import queue
+from smrweb.sources import tasks
+from smrweb.tracking import queries, services
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions
+from smrweb.tracking.queries import timeline
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
@@ -210,7 +213,7 @@ def stop_run(request, slug: str, run_id: str):
     except TrackingError as exc:
         messages.error(request, exc.message)
     else:
-        if loop_tasks.dispatch(source_tasks.stop_run, run.pk):
+        if queue.dispatch(tasks.stop_run, run.pk):
             messages.success(request, f"Asked the source to stop {run.external_id}.")
         else:  # nothing re-queues a stop later: say so instead of pretending (and instead of a 500)
             messages.error(request, "The task queue cannot be reached right now, so the stop was not sent; "
@@ -242,7 +245,7 @@ def rollback(request, slug: str, run_id: str):
         messages.error(request, exc.message)
     else:
         if requested.created:
-            queued = loop_tasks.dispatch(loop_tasks.dispatch_rollback, requested.rollback.pk)
+            queued = queue.dispatch(tasks.dispatch_rollback, requested.rollback.pk)
             (messages.success if queued else messages.warning)(
                 request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
                 + ("a worker is dispatching it." if queued else "the worker queue is unreachable right now, so it "

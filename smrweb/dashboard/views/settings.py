@@ -14,7 +14,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from smrweb.core import ratelimits
 from smrweb.dashboard.access import project_for_user
 from smrweb.sources import smr
-from smrweb.tracking import rollbacks, services
+from smrweb.tracking import services
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Membership, Role, SourceKind
 

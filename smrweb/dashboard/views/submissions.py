@@ -14,7 +14,9 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
-from smrweb.tracking import submissions, tasks
+from smrweb.tracking.services import submissions
+from smrweb.core import queue
+from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
 
@@ -129,7 +131,7 @@ def submission_action(request, slug: str, submission_id: int, action: str):
     try:
         if action == "verify":
             submissions.request_verification(sub, by=request.user)
-            if tasks.dispatch(tasks.verify_submission, sub.pk):
+            if queue.dispatch(tasks.verify_submission, sub.pk):
                 messages.success(request, "Verification started: the validator runs on a worker.",
                                  extra_tags="until-change")
             else:

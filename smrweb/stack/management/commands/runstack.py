@@ -173,7 +173,8 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
     """Demo login, scenarios and projects; returns the paths of files holding fresh project tokens and
     the projects' rollback-webhook secrets (for the demo's rollback receiver)."""
     from smrweb.stack.harness import DEMO_PROJECTS
-    from smrweb.tracking import rollbacks, services
+    from smrweb.tracking import services
+    from smrweb.tracking.services import rollbacks
     from smrweb.tracking.models import ApiToken, Project, Role, Scenario
 
     User = get_user_model()

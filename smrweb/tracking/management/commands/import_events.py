@@ -2,7 +2,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from smrweb.tracking import importers
+from smrweb.sources import jsonl
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.events import MAX_EVENTS
 from smrweb.tracking.models import Project
@@ -16,7 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("file")
         parser.add_argument("--project", required=True, metavar="SLUG")
         parser.add_argument("--run", required=True, metavar="RUN", help="the run's external id (created if new)")
-        parser.add_argument("--format", default="auto", choices=("auto", *importers.FORMATS),
+        parser.add_argument("--format", default="auto", choices=("auto", *jsonl.FORMATS),
                             help="default: told from the file's first lines")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         parser.add_argument("--restart", action="store_true",
@@ -31,14 +31,14 @@ class Command(BaseCommand):
         if target is None:
             raise CommandError(f"No project {project!r}.")
         try:
-            result = importers.import_file(
+            result = jsonl.import_file(
                 file, target, run, fmt=format, progress=None if quiet else sys.stderr, restart=restart,
                 max_lines=max_lines, batch_size=batch_size,
             )
         except TrackingError as exc:
             raise CommandError(exc.message) from None
         if options["verbosity"] > 0:
-            self.stdout.write(importers.format_summary(result))
+            self.stdout.write(jsonl.format_summary(result))
         if result.interrupted:
             raise CommandError("interrupted", returncode=130)
         if result.error:

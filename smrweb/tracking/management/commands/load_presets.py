@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from smrweb.tracking import scenarios
+from smrweb.tracking.services import scenarios
 
 
 class Command(BaseCommand):

@@ -1,14 +1,11 @@
-"""Project knowledge: hand-written entries (write path) and the carry-forward block (read side).
+"""Project knowledge, read side: the carry-forward block.
 
 The papercut this answers: "carry the last 3 failed approaches forward" had no home (project knowledge
 vs notes vs org knowledge), and arena feedback was pasted back into free text by hand. Here a project
-has typed `KnowledgeEntry` rows (note / failed_approach / arena_delta; arena_delta ones are also written
-by `submissions.record_arena_result`) and `carry_forward` computes, from those entries *and* the
-submission history, the block a person pastes into the next run's kickoff message.
-
-Writes go through `add_entry` / `edit_entry`: validated (errors name the field), role-checked again
-(reviewers and admins write knowledge, whatever the caller checked) and audited.
-"""
+has typed `KnowledgeEntry` rows (note / failed_approach / arena_delta; written by
+`services.knowledge` and `services.submissions.record_arena_result`) and `carry_forward` computes, from
+those entries *and* the submission history, the block a person pastes into the next run's kickoff
+message."""
 
 from __future__ import annotations
 
@@ -17,90 +14,33 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F, Max, Min, OuterRef, Subquery, Window
 from django.db.models.expressions import RowRange
 from django.db.models.functions import Coalesce
 
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     VERIFIED_STATUSES,
     ArenaResult,
-    Run,
-    RunState,
-    RuntimeMessage,
     KnowledgeEntry,
     KnowledgeKind,
     Project,
-    Role,
+    Run,
+    RunState,
+    RuntimeMessage,
     Submission,
     SubmissionStatus,
     SubmissionTransition,
 )
-from smrweb.tracking.services import SHA256_RE, record_audit
+from smrweb.tracking.services import SHA256_RE
 
-TITLE_MAX = KnowledgeEntry._meta.get_field("title").max_length  # 300
-BODY_MAX = 20_000  # a page of prose; the carry-forward block shortens each item further
 N_DEFAULT, N_MIN, N_MAX = 3, 1, 20
-BAD = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
+
 # How close after an ArenaResult its own arena_delta entry (written in the same transaction) lands.
 OWN_ENTRY_WINDOW = timedelta(seconds=5)
 
 
-# --- the write path ----------------------------------------------------------------------------------
-
-
-def _check(project: Project, by: Any, *, kind: str, title: str, body: str) -> tuple[str, str]:
-    """Role first (a viewer learns nothing from field errors), then each field; returns the clean text."""
-    if not project.allows(by, Role.REVIEWER):
-        raise NotAllowed(f"To write project knowledge you need the reviewer role in {project.slug}.")
-    if kind not in KnowledgeKind.values:
-        raise InvalidInput("kind", f"Choose one of {', '.join(KnowledgeKind.values)}; not {kind!r}.")
-    title, body = (title or "").strip(), (body or "").strip()
-    if not title:
-        raise InvalidInput("title", "Give the entry a title.")
-    if len(title) > TITLE_MAX:
-        raise InvalidInput("title", f"A title is at most {TITLE_MAX} characters (this one has {len(title)}).")
-    if len(body) > BODY_MAX:
-        raise InvalidInput("body", f"The body is at most {BODY_MAX} characters (this one has {len(body)}).")
-    for name, value in (("title", title), ("body", body)):
-        if "\x00" in value:
-            raise InvalidInput(name, "The NUL character cannot be stored.")
-    return title, body
-
-
-def add_entry(project: Project, *, by: Any, kind: str, title: str, body: str = "",
-              submission: Submission | None = None) -> KnowledgeEntry:
-    """Write an entry by hand; `submission` (of this project) gives a failed approach its score."""
-    title, body = _check(project, by, kind=kind, title=title, body=body)
-    if submission is not None and submission.project_id != project.pk:
-        raise InvalidInput("submission", f"Submission #{submission.pk} is not in {project.slug}.")
-    with transaction.atomic():
-        entry = KnowledgeEntry.objects.create(project=project, kind=kind, title=title, body=body,
-                                              submission=submission, created_by=by)
-        record_audit(by, "knowledge.added", entry, project=project, kind=kind, title=title[:200],
-                     submission=submission.pk if submission else None)
-    return entry
-
-
-def edit_entry(entry: KnowledgeEntry, *, by: Any, title: str, body: str, kind: str) -> KnowledgeEntry:
-    """Change an entry's text or kind (also the arena_delta entries the lifecycle wrote). The audit
-    keeps the previous title and kind, so an edit that rewrites history can be seen."""
-    project = entry.project
-    title, body = _check(project, by, kind=kind, title=title, body=body)
-    with transaction.atomic():
-        entry = KnowledgeEntry.objects.select_for_update().get(pk=entry.pk)
-        before = {"kind": entry.kind, "title": entry.title[:200]}
-        changed = [name for name, value in (("kind", kind), ("title", title), ("body", body))
-                   if getattr(entry, name) != value]
-        entry.kind, entry.title, entry.body = kind, title, body
-        if changed:
-            entry.save(update_fields=changed)
-            record_audit(by, "knowledge.edited", entry, project=project, changed=changed, before=before)
-    return entry
-
-
-# --- the read side: carry-forward --------------------------------------------------------------------
+BAD = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
 
 
 def parse_n(raw: Any, default: int = N_DEFAULT) -> int:
@@ -385,9 +325,6 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
     scenario = project.scenario
     return CarryForward(project.slug, scenario.score_metric, scenario.maximize, n, _best(project),
                         _failed(project, n), _latest_arena(project))
-
-
-# --- the text ----------------------------------------------------------------------------------------
 
 
 def _oneline(text: str, limit: int = 300) -> str:

@@ -11,10 +11,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import BigIntegerField, Count, DateTimeField, Func, Max, Min, OuterRef, Subquery, Sum, Value
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    DateTimeField,
+    Func,
+    Max,
+    Min,
+    OuterRef,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.utils import timezone
+from smrweb.core.downsample import lttb
 
-from smrweb.tracking.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
 
 MAX_BINS = 300  # per kind: with the score points, the timeline figure stays under 100 KB

@@ -146,6 +146,20 @@ class VerificationResult:
     detail: str
 
 
+def cannot_verify(submission: Submission) -> VerificationResult | None:
+    """Why this submission cannot be verified at all (no validator, no bytes), as the result to record;
+    None when a validator can be run."""
+    command = submission.project.scenario.validator_command
+    if not command:
+        detail = f"The scenario {submission.project.scenario.key} has no validator command."
+    elif submission.artifact is None:
+        detail = (f"No artifact bytes to check: {submission.artifact_ref or 'the score named no artifact'} "
+                  "has not been uploaded.")
+    else:
+        return None
+    return VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
+
+
 def record_verification(submission_id: int, result: VerificationResult) -> Submission | None:
     """Store a finished verification. Idempotent: a task that runs again after the result was stored
     (a redelivered message) changes nothing and returns None."""

@@ -1,6 +1,5 @@
-"""Scenario presets: loading the shipped ones, and preflight — is a preset complete and consistent, and
-does the machine running this (a Celery worker, see `sources.tasks.preflight_scenario`) have what its
-validator needs?
+"""Scenario preflight: is a scenario complete and consistent, and does the machine running this (a
+Celery worker, see `sources.tasks.preflight_scenario`) have what its validator needs?
 
 Commands are argument lists executed without a shell (by `core.sandbox`). Placeholders are
 substituted inside any argument when a command runs:
@@ -21,7 +20,6 @@ the sandbox's PATH and with its environment (`core.sandbox.scrubbed_env`), not t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -33,29 +31,45 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import transaction
 
 from smrweb.core.sandbox import scrubbed_env
-from smrweb.tracking import services
 from smrweb.tracking.models import ArtifactKind, Direction, Scenario
 
-PRESETS_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "scenario_presets.json"
+
 VALIDATORS_DIR = Path(__file__).resolve().parent.parent / "validators"
+
+
 PLACEHOLDERS = ("artifact", "validators", "python", "workdir")
+
+
 PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
+
+
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "cmd", "cmd.exe", "powershell", "pwsh"}
+
+
 SHELL_SYNTAX = re.compile(r"&&|\|\||[|;`<>]|\$\(|\$\{")
+
+
 PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
+
+
 PROGRAM_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
 # Kinds a path's extension must agree with (both ways); file, log and other go with any name.
 KIND_EXTENSIONS = {
     ArtifactKind.ONNX_MODEL: (".onnx",),
     ArtifactKind.PYTHON_SOURCE: (".py",),
     ArtifactKind.ARCHIVE: (".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".zip"),
 }
+
+
 GENERIC_KINDS = {ArtifactKind.FILE, ArtifactKind.OTHER}
 
 
@@ -142,9 +156,6 @@ def sandbox_env() -> dict[str, str]:
 def _validator_program(scenario: Scenario) -> str | None:
     command = scenario.validator_command
     return command[0] if isinstance(command, list) and command and isinstance(command[0], str) else None
-
-
-# --- the checks -----------------------------------------------------------------------------------
 
 
 def _completeness(s: Scenario) -> list[Check]:
@@ -308,55 +319,3 @@ def preflight(scenario: Scenario) -> PreflightReport:
     """Every check of a preset, run here: call it on the worker that will run the validator."""
     return PreflightReport(scenario.key, socket.gethostname(),
                            _completeness(scenario) + _consistency(scenario) + _on_worker(scenario))
-
-
-# --- presets ------------------------------------------------------------------------------------
-
-
-def read_presets(path: Path = PRESETS_FIXTURE) -> list[dict[str, Any]]:
-    """The presets of a fixture file (Django's fixture format, without primary keys) as field dicts."""
-    entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    presets = []
-    for entry in entries:
-        if entry.get("model") != "tracking.scenario" or "key" not in entry.get("fields", {}):
-            raise ValueError(f"{path}: every entry must be a tracking.scenario with a key: {entry!r:.200}")
-        for name in entry["fields"]:
-            try:
-                Scenario._meta.get_field(name)
-            except FieldDoesNotExist:
-                key = entry["fields"]["key"]
-                raise ValueError(f"{path}: scenario {key!r} has an unknown field {name!r}") from None
-        presets.append(dict(entry["fields"]))
-    return presets
-
-
-def _validate(scenario: Scenario, path: Path) -> None:
-    try:
-        scenario.full_clean(validate_unique=False)
-    except ValidationError as exc:
-        raise ValueError(f"{path}: scenario {scenario.key!r} is not valid: {exc.message_dict}") from None
-
-
-def load_presets(path: Path = PRESETS_FIXTURE, *, by: Any = None) -> list[tuple[str, str, list[str]]]:
-    """Upsert the presets by key (idempotent); returns (key, created|updated|unchanged, changed fields).
-    Fields the fixture does not name are left alone; scenarios it does not name are kept (projects may
-    use them)."""
-    results = []
-    for fields in read_presets(path):
-        key = fields["key"]
-        with transaction.atomic():
-            scenario = Scenario.objects.select_for_update().filter(key=key).first()
-            if scenario is None:
-                _validate(Scenario(**fields), path)
-                services.create_scenario(by=by, **fields)
-                results.append((key, "created", sorted(fields)))
-                continue
-            changed = sorted(name for name, value in fields.items() if getattr(scenario, name) != value)
-            if changed:
-                for name in changed:
-                    setattr(scenario, name, fields[name])
-                _validate(scenario, path)
-                scenario.save(update_fields=[*changed, "updated"])
-                services.record_audit(by, "scenario.preset_updated", scenario, key=key, fields=changed)
-            results.append((key, "updated" if changed else "unchanged", changed))
-    return results

@@ -16,7 +16,7 @@ from django.conf import settings
 from smrweb.core import outbound
 from smrweb.sources.base import RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
-from smrweb.tracking import rollbacks
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import SourceKind
 
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)

@@ -1,0 +1,41 @@
+"""The read side, shared by the API and the dashboard; one module per noun. Each answers in a fixed
+number of queries, whatever the number of runs or points. This package re-exports the project, run
+and carry-forward reads (`queries.project_summaries(...)`); the timeline, compare and budget read
+models are imported by name (`from smrweb.tracking.queries import timeline`)."""
+
+from smrweb.tracking.queries.projects import (  # noqa: F401
+    Pending,
+    ProjectScores,
+    ProjectSummary,
+    Regression,
+    best_submissions,
+    counted_leaderboard,
+    leaderboard,
+    pending_scores,
+    project_score_histories,
+    project_scores,
+    project_summaries,
+    regressions,
+    run_condition_counts,
+)
+from smrweb.tracking.queries.runs import (  # noqa: F401
+    GAP_CHANNELS,
+    SeriesPoint,
+    SourceGap,
+    SourceGaps,
+    TOTAL_CHANNELS,
+    metric_keys,
+    metric_series,
+    score_histories,
+    source_gaps,
+    stalled_for,
+)
+from smrweb.tracking.queries.knowledge import (  # noqa: F401
+    CarryForward,
+    N_DEFAULT,
+    N_MAX,
+    N_MIN,
+    carry_forward,
+    parse_n,
+    render_carry_forward,
+)

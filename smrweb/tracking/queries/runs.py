@@ -1,0 +1,160 @@
+"""Reads of a run: metric series, score histories, how long it has stalled, and the spend its source\nreports that no turn accounts for."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Avg, Count, F, IntegerField, Max, Min, Window
+from django.db.models.functions import Cast, RowNumber
+from django.utils import timezone
+
+from smrweb.tracking.models import (
+    FLOAT_MAX,
+    MetricPoint,
+    Run,
+    Submission,
+)
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    step: int
+    value: float  # the bucket's mean when downsampled
+    min: float
+    max: float
+    count: int
+
+
+def metric_keys(run: Run) -> list[str]:
+    return list(MetricPoint.objects.filter(run=run).values_list("key", flat=True).distinct().order_by("key"))
+
+
+def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoint]]:
+    """A run's series for `key`, at most `points` long: min/mean/max per step bucket, computed in SQL.
+
+    Returns (total points stored, the points). Buckets split the step range evenly, so a chart keeps
+    the series' shape (its extremes survive as min/max) without shipping every point.
+    """
+    rows = MetricPoint.objects.filter(run=run, key=key)
+    span = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"), vlo=Min("value"), vhi=Max("value"))
+    total = span["n"]
+    if total == 0:
+        return 0, []
+    if total <= points:
+        return total, [SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")]
+    lo, width = span["lo"], span["hi"] - span["lo"] + 1
+    # Integer arithmetic on both backends: bucket = (step - lo) // steps_per_bucket, in [0, points).
+    # No multiplication, so steps near the contract's 2**62 cannot overflow bigint.
+    steps_per_bucket = -(-width // points)
+    bucket = Cast((F("step") - lo) / steps_per_bucket, IntegerField())
+    grouped = rows.annotate(bucket=bucket).values("bucket").order_by("bucket")
+    if max(abs(span["vlo"]), abs(span["vhi"])) * total < FLOAT_MAX:
+        buckets = grouped.annotate(step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id"))
+        return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
+    # Values so large that a bucket's SQL sum could overflow (red-team finding 7: two points of 1.7e308
+    # made AVG infinite on SQLite, an error on PostgreSQL): each mean is a sum of value/n, made here.
+    buckets = list(grouped.annotate(step=Min("step"), lo=Min("value"), hi=Max("value"), n=Count("id")))
+    counts = {b["bucket"]: b["n"] for b in buckets}
+    sums: dict[int, float] = defaultdict(float)
+    for index, value in rows.annotate(bucket=bucket).values_list("bucket", "value").iterator():
+        sums[index] += value / counts[index]
+    return total, [SeriesPoint(b["step"], sums[b["bucket"]], b["lo"], b["hi"], b["n"]) for b in buckets]
+
+
+def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[float]]:
+    """The last `limit` scores per `group_by` value, oldest first, in one window-function query."""
+    if not ids:
+        return {}
+    ranked = (
+        Submission.objects.filter(**{f"{group_by}__in": ids})
+        .annotate(rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()]))
+        .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
+        .values_list(group_by, "score", "rn")
+    )
+    history: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for key, score, rn in ranked:
+        history[key].append((rn, score))
+    return {key: [s for _, s in sorted(pairs, reverse=True)] for key, pairs in history.items()}
+
+
+def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[float]]:
+    """The last `per_run` scores of each run in time order (for sparklines)."""
+    return _latest_scores("run_id", list(run_ids), per_run)
+
+
+def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
+    if not run.is_stalled:
+        return None
+    return (now or timezone.now()) - run.last_progress_at
+
+
+# Reconciliation channels, as the run page and the API name them.
+GAP_CHANNELS = (("tokens_in", "input tokens", "tokens"), ("tokens_out", "output tokens", "tokens"),
+                ("usd", "inference", "usd"), ("driver_usd", "driver inference", "usd"),
+                ("child_usd", "child work", "usd"), ("driver_tokens_in", "driver input tokens", "tokens"),
+                ("driver_tokens_out", "driver output tokens", "tokens"),
+                ("child_tokens_in", "child input tokens", "tokens"), ("child_tokens_out", "child output tokens", "tokens"))
+
+
+TOTAL_CHANNELS = frozenset({"tokens_in", "tokens_out", "usd"})
+
+
+@dataclass(frozen=True)
+class SourceGap:
+    channel: str
+    label: str
+    unit: str  # "tokens" | "usd"
+    amount: Decimal  # what the source reports beyond the turns (negative: the turns show more)
+
+
+@dataclass(frozen=True)
+class SourceGaps:
+    """Where a polled run's data and its source's own numbers part: shown on the run page, never hidden."""
+
+    unaccounted: list[SourceGap]
+    timeline_current: bool
+    timeline_as_of: datetime | None
+    unreadable: int
+    example: str
+    messages_missed: int
+    results_unreadable: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.unaccounted or self.unreadable or self.messages_missed or self.results_unreadable)
+
+    @property
+    def source_reports_more(self) -> list[SourceGap]:
+        return [g for g in self.unaccounted if g.amount > 0 and g.channel in TOTAL_CHANNELS]
+
+    @property
+    def turns_show_more(self) -> list[SourceGap]:
+        return [g for g in self.unaccounted if g.amount < 0 and g.channel in TOTAL_CHANNELS]
+
+    @property
+    def split_usd(self) -> list[SourceGap]:
+        return [g for g in self.split if g.unit == "usd"]
+
+    @property
+    def split(self) -> list[SourceGap]:
+        """The driver/child channels (per-actor usage against the turns' split)."""
+        return [g for g in self.unaccounted if g.channel not in TOTAL_CHANNELS]
+
+
+def source_gaps(run: Run) -> SourceGaps:
+    spend, cursor = run.source_spend or {}, run.source_cursor or {}
+    unaccounted = spend.get("unaccounted") or {}
+    gaps = [SourceGap(key, label, unit, Decimal(str(unaccounted[key]))) for key, label, unit in GAP_CHANNELS
+            if key in unaccounted]
+    entries = spend.get("entries") or {}
+    as_of = spend.get("timeline_as_of")
+    return SourceGaps(
+        unaccounted=gaps, timeline_current=bool(spend.get("timeline_current", True)),
+        timeline_as_of=datetime.fromisoformat(as_of) if as_of else None,
+        unreadable=int(entries.get("unreadable") or 0), example=str(entries.get("example") or ""),
+        messages_missed=int(cursor.get("messages_missed") or 0),
+        results_unreadable=int(cursor.get("results_unreadable") or 0))

@@ -1,0 +1,78 @@
+"""The one write path. The REST API, the pollers, the demo and the management commands call these
+functions; none writes tracked data another way. Services own their transaction and audit trail,
+raise `tracking.errors.*`, and know nothing of HTTP or Celery.
+
+One module per noun; this package re-exports every verb so callers keep `services.verb(...)` (and a
+test that patches `services.verb` patches what those callers call)."""
+
+from smrweb.tracking.services.artifacts import (  # noqa: F401
+    SHA256_RE,
+    _save_blob,
+    artifact_storage,
+    collect_unreferenced_blobs,
+    open_blob,
+    project_storage_bytes,
+    store_artifact,
+    store_known_artifact,
+)
+from smrweb.tracking.services.audit import (  # noqa: F401
+    record_audit,
+)
+from smrweb.tracking.services.deletion import (  # noqa: F401
+    delete_event_rows,
+)
+from smrweb.tracking.services.ingest import (  # noqa: F401
+    IngestResult,
+    ingest_events,
+    name_experiments,
+    unnamed_experiments,
+)
+from smrweb.tracking.services.members import (  # noqa: F401
+    add_member,
+    remove_member,
+    set_member,
+)
+from smrweb.tracking.services.projects import (  # noqa: F401
+    GIT_BRANCH_RE,
+    PROJECT_SETTINGS,
+    SLUG_RE,
+    check_outbound_url,
+    create_project,
+    create_scenario,
+    generic_scenario,
+    may_bind_sources,
+    may_create_projects,
+    set_source_backend,
+    update_project,
+)
+from smrweb.tracking.services.runs import (  # noqa: F401
+    RUN_ID_RE,
+    RUN_SETTINGS,
+    flag_stalled_runs,
+    recompute_scores,
+    recompute_spend,
+    recompute_state,
+    record_stop_result,
+    request_stop,
+    update_run_settings,
+)
+from smrweb.tracking.services.source_health import (  # noqa: F401
+    POLL_FIELDS,
+    SOURCE_DIRECTIONS,
+    choose_score_metric,
+    claim_due_projects,
+    claim_source_lease,
+    note_declared_metrics,
+    record_full_listing,
+    record_poll,
+    record_source_failure,
+    record_source_success,
+    release_source_lease,
+    replace_smr_api_key,
+    source_health,
+)
+from smrweb.tracking.services.tokens import (  # noqa: F401
+    authenticate_token,
+    create_api_token,
+    revoke_api_token,
+)

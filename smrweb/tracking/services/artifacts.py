@@ -1,0 +1,202 @@
+"""Artifacts: content-addressed blobs, the storage quota, and linking scores that named them."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+import uuid
+from contextlib import ExitStack
+from datetime import timedelta
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import storages
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from smrweb.tracking.errors import (
+    ArtifactTooLarge,
+    DigestMismatch,
+    InvalidInput,
+    StorageQuotaExceeded,
+)
+from smrweb.tracking.models import (
+    Artifact,
+    ArtifactBlob,
+    ArtifactKind,
+    Project,
+    Run,
+    Submission,
+    blob_storage_name,
+)
+from smrweb.tracking.services.audit import record_audit
+from smrweb.tracking.services.runs import _check_run_id, _locked_run
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(0)) -> int:
+    """Delete blobs no artifact holds (rows, then bytes), created more than `older_than` ago: an upload
+    stores its blob a moment before the artifact row that holds it, so the periodic sweep waits."""
+    blobs = ArtifactBlob.objects.all() if blobs is None else blobs
+    candidates = blobs.filter(created__lt=timezone.now() - older_than).exclude(
+        pk__in=Artifact.objects.values("blob_id"))
+    removed = 0
+    for blob in candidates.iterator():
+        with transaction.atomic():
+            # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken it).
+            gone, _ = ArtifactBlob.objects.filter(pk=blob.pk).exclude(pk__in=Artifact.objects.values("blob_id")).delete()
+        if gone:
+            artifact_storage().delete(blob.storage_name)
+            removed += 1
+    return removed
+
+
+def project_storage_bytes(project: Project) -> int:
+    """Bytes of the distinct blobs the project's artifacts hold (what its quota counts).
+
+    In steps over primary keys (runs → their artifacts' blobs → sizes), each an index lookup: the one
+    query with an `IN (subquery)` let PostgreSQL, on tables it had no statistics for yet (a fresh
+    database filling up), pick a nested loop that rescanned every artifact for every blob — seconds per
+    upload after a few thousand."""
+    run_ids = list(Run.objects.filter(project=project).values_list("pk", flat=True))
+    blob_ids: set[int] = set()
+    for chunk in _chunks(run_ids):
+        blob_ids.update(Artifact.objects.filter(run_id__in=chunk).values_list("blob_id", flat=True))
+    return sum(ArtifactBlob.objects.filter(pk__in=chunk).aggregate(total=Sum("size"))["total"] or 0
+               for chunk in _chunks(sorted(blob_ids)))
+
+
+def _chunks(ids: list[int], size: int = 500):
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
+
+
+def _check_quota(project: Project, sha256: str, size: int) -> None:
+    quota = settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES
+    if not quota or Artifact.objects.filter(run__project=project, blob__sha256=sha256).exists():
+        return  # no limit, or bytes the project already holds (they cost nothing more)
+    used = project_storage_bytes(project)
+    if used + size > quota:
+        raise StorageQuotaExceeded(f"Project {project.slug} holds {used} bytes of artifacts; these {size} more would "
+                                   f"pass its quota of {quota} (SMRWEB_PROJECT_STORAGE_QUOTA_BYTES). Nothing was "
+                                   "stored.")
+
+
+def artifact_storage():
+    return storages["artifacts"]
+
+
+def store_artifact(
+    project: Project,
+    run_external_id: str,
+    *,
+    path: str,
+    content: IO[bytes],
+    kind: str = ArtifactKind.FILE,
+    content_type: str = "application/octet-stream",
+    claimed_sha256: str | None = None,
+    commit: str = "",
+    by: Any = None,
+) -> tuple[Artifact, bool]:
+    """Store an artifact content-addressed: hash it, verify the client's digest, keep the bytes once.
+
+    Returns (artifact, created). The same bytes at the same path and commit of the same run are one
+    artifact (the bytes are stored once whatever the commit); score events that named this artifact before it arrived are linked to it now.
+    """
+    _check_run_id(run_external_id)  # every column is checked before any bytes are stored
+    if not path or len(path) > 500 or "\x00" in path:
+        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters, without NUL.")
+    if kind not in ArtifactKind.values:
+        raise InvalidInput("kind", f"Expected one of: {', '.join(ArtifactKind.values)}.")
+    if not content_type or len(content_type) > 200 or "\x00" in content_type:
+        raise InvalidInput("file", "The file's content type must be 1 to 200 characters.")
+    if len(commit) > 64 or "\x00" in commit:
+        raise InvalidInput("commit", "A commit is at most 64 characters.")
+    if claimed_sha256 is not None and not SHA256_RE.match(claimed_sha256.lower()):
+        raise InvalidInput("sha256", "Expected 64 hexadecimal characters.")
+    with ExitStack() as stack:
+        sha256, size, readable = _hash_upload(content, stack)
+        if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
+            raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
+        _check_quota(project, sha256, size)
+        blob = _save_blob(sha256, size, readable)
+    with transaction.atomic():
+        run = _locked_run(project, run_external_id, timezone.now())
+        artifact, created = Artifact.objects.get_or_create(
+            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type}
+        )
+        if created:
+            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
+                artifact=artifact
+            )
+            run.last_progress_at, run.stalled_since = timezone.now(), None
+            run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
+            record_audit(by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size)
+    return artifact, created
+
+
+def _hash_upload(content: IO[bytes], stack: ExitStack) -> tuple[str, int, IO[bytes]]:
+    """sha256 and size of the upload, and something to read its bytes from again.
+
+    Uploads Django already spooled to disk are read twice in place; only unseekable streams are copied.
+    """
+    seekable = getattr(content, "seekable", lambda: False)()
+    spool = None if seekable else stack.enter_context(tempfile.TemporaryFile())
+    digest, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: content.read(1024 * 1024), b""):
+        size += len(chunk)
+        if size > settings.MAX_ARTIFACT_BYTES:
+            raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
+        digest.update(chunk)
+        if spool is not None:
+            spool.write(chunk)
+    readable = content if spool is None else spool
+    readable.seek(0)
+    return digest.hexdigest(), size, readable
+
+
+def _save_blob(sha256: str, size: int, readable: IO[bytes]) -> ArtifactBlob:
+    """The blob for these bytes, storing them if they are new.
+
+    Bytes go under a name of their own and the row is created only once they are complete, so a
+    crash mid-write leaves an unreferenced file, never a row pointing at partial bytes; when two
+    writers race on new bytes, the loser deletes its copy.
+    """
+    blob = ArtifactBlob.objects.filter(sha256=sha256).first()
+    if blob is not None:
+        return blob  # same bytes already stored: keep one copy
+    storage = artifact_storage()
+    name = storage.save(blob_storage_name(sha256, unique=uuid.uuid4().hex[:12]), File(readable))
+    blob, created = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    if not created:
+        storage.delete(name)
+    return blob
+
+
+def open_blob(blob: ArtifactBlob) -> IO[bytes]:
+    """Open a stored blob for reading."""
+    return artifact_storage().open(blob.storage_name, "rb")
+
+
+def store_known_artifact(project: Project, run_external_id: str, *, sha256: str, path: str, kind: str,
+                         content_type: str, commit: str = "") -> Artifact | None:
+    """Record an artifact whose bytes are already stored (same digest): no download needed.
+
+    Returns None when the bytes are not known yet, so the caller pulls them once.
+    """
+    blob = ArtifactBlob.objects.filter(sha256=sha256).first()
+    if blob is None:
+        return None
+    with transaction.atomic():
+        run = _locked_run(project, run_external_id, timezone.now())
+        artifact, created = Artifact.objects.get_or_create(
+            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type[:200]}
+        )
+        if created:
+            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
+                artifact=artifact
+            )
+            run.save(update_fields=["updated"])  # the run page shows its artifacts: a new version to poll
+    return artifact

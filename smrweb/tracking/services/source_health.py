@@ -1,0 +1,201 @@
+"""Polled sources (SMR and git): what a poll records, the sync lease, health and backoff, and the
+score metric a source declares."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from smrweb.tracking.errors import (
+    InvalidInput,
+)
+from smrweb.tracking.models import (
+    POLLED_SOURCES,
+    Direction,
+    Project,
+    Run,
+    Scenario,
+    SourceHealth,
+    SourceKind,
+)
+from smrweb.tracking.services.audit import _only, record_audit
+from smrweb.tracking.services.runs import _set_run_fields
+
+POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_profile", "budget_usd",
+               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor", "git_branch", "git_commit",
+               "source_spend", "spend_unaccounted", "entries_unreadable", "actor_profiles")
+
+
+def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
+    """Store what a poll saw of a run beyond its events: phase, profiles, budget, meters, cursor."""
+    _only(fields, POLL_FIELDS, "a polled run field")
+    with transaction.atomic():
+        return _set_run_fields(project, external_id, {**fields, "last_polled_at": timezone.now()})
+
+
+def source_health(project: Project):
+    """The project's source-health row (created on first use)."""
+
+    health, _ = SourceHealth.objects.get_or_create(project=project)
+    return health
+
+
+def claim_source_lease(project: Project, *, owner: str, seconds: float) -> bool:
+    """Take the project's polling lease unless another worker holds a live one."""
+
+    source_health(project)
+    now = timezone.now()
+    claimed = (
+        SourceHealth.objects.filter(project=project)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
+        .update(lease_until=now + timedelta(seconds=seconds), lease_owner=owner, last_attempt_at=now)
+    )
+    return claimed == 1
+
+
+def release_source_lease(project: Project, *, owner: str) -> None:
+
+    SourceHealth.objects.filter(project=project, lease_owner=owner).update(lease_until=None, lease_owner="")
+
+
+def record_source_success(project: Project, *, active_runs: int, next_in: float, warning: str = "") -> None:
+    """A sync worked: clear the failure streak and schedule the next one. `warning` says what it read
+    but could not fully trust (health is amber while it is set)."""
+
+    now = timezone.now()
+    SourceHealth.objects.filter(project=project).update(
+        last_success_at=now, consecutive_failures=0, active_runs=active_runs,
+        next_attempt_at=now + timedelta(seconds=next_in), updated=now,
+        warning=warning[:2000].replace("\x00", "\ufffd"),
+    )
+
+
+def record_full_listing(project: Project) -> None:
+    """A sync walked every page of the project's runs (the next walks may stop at known runs)."""
+
+    SourceHealth.objects.filter(project=project).update(full_list_at=timezone.now())
+
+
+SOURCE_DIRECTIONS = {"higher_is_better": Direction.MAXIMIZE, "maximize": Direction.MAXIMIZE, "max": Direction.MAXIMIZE,
+                     "higher": Direction.MAXIMIZE, "lower_is_better": Direction.MINIMIZE,
+                     "minimize": Direction.MINIMIZE, "min": Direction.MINIMIZE, "lower": Direction.MINIMIZE}
+
+
+def note_declared_metrics(project: Project, declared: dict[str, str]) -> Project:
+    """Remember the metrics a project's SMR experiments declare; a project that listens to them
+    (`score_metric` "auto", or the name an admin picked) scores the one metric they declare, or the
+    picked one, in its declared direction. Earlier results of it become scores on the next read."""
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        settings_ = dict(project.source_settings)
+        known = dict(settings_.get("declared_metrics") or {})
+        for metric, direction in declared.items():
+            known.setdefault(str(metric)[:200], str(direction)[:50])
+        if len(known) > 50:  # a source that names a metric per result is not declaring a score
+            known = dict(sorted(known.items())[:50])
+        choice = settings_.get("score_metric")
+        target = next(iter(known)) if choice == "auto" and len(known) == 1 else (choice if choice in known else None)
+        changed = known != settings_.get("declared_metrics")
+        if changed:
+            settings_["declared_metrics"] = known
+            project.source_settings = settings_
+            project.save(update_fields=["source_settings", "updated"])
+        if target is not None:
+            direction = SOURCE_DIRECTIONS.get(str(known[target]).lower(), Direction.MAXIMIZE)
+            if (project.scenario.score_metric, project.scenario.direction) != (target, direction):
+                _adopt_scenario(project, target, direction)
+    return project
+
+
+def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
+    """Point the project at the scenario "SMR experiments: <direction> <metric>" (made once, not shared)
+    and have every run's results read again so earlier results of that metric become scores."""
+    from django.utils.text import slugify
+
+    digest = hashlib.blake2b(f"{metric}|{direction}".encode(), digest_size=4).hexdigest()
+    key = f"smr-{slugify(metric)[:60] or 'metric'}-{direction}-{digest}"
+    scenario, _ = Scenario.objects.get_or_create(key=key, defaults={
+        "name": f"SMR experiments: {direction} {metric}"[:200], "score_metric": metric, "direction": direction,
+        "description": "Adopted from the metric and direction that the SMR project's experiments declare."})
+    before = project.scenario.key
+    project.scenario = scenario
+    project.save(update_fields=["scenario", "updated"])
+    for run in Run.objects.filter(project=project).only("pk", "source_cursor"):
+        cursor = dict(run.source_cursor or {})
+        cursor.pop("results", None)
+        # source_updated_at cleared: a finished run is synced again too (its results are read anew).
+        Run.objects.filter(pk=run.pk).update(source_cursor=cursor, source_updated_at=None)
+    record_audit(None, "project.metric_adopted", project, project=project, scenario=key, before=before,
+                 metric=metric, direction=direction)
+
+
+def replace_smr_api_key(project: Project, api_key: str, *, by: Any = None, check_binding: Any = None) -> Project:
+    """Give an SMR project a key of its own (sealed), asked of the backend first when `check_binding`."""
+    from smrweb.core.secrets import seal
+
+    if project.source != SourceKind.SMR:
+        raise InvalidInput("smr_api_key", "Only projects whose source is smr have an SMR API key.")
+    if not api_key or len(api_key) > 1000:
+        raise InvalidInput("smr_api_key", "Enter the new API key (at most 1000 characters).")
+    if check_binding is not None:
+        check_binding(smr_project_id=project.source_settings.get("smr_project_id", ""), api_key=api_key,
+                      backend_base=project.source_settings.get("backend_base", ""), operator=False)
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        settings_ = {k: v for k, v in project.source_settings.items() if k != "operator_key"}
+        settings_["api_key_sealed"] = seal(api_key)
+        project.source_settings = settings_
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(by, "project.smr_key_replaced", project, project=project)  # never the key itself
+    return project
+
+
+def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Project:
+    """An admin picks which declared metric is the project's score (or "auto": the only one declared)."""
+    declared = project.source_settings.get("declared_metrics") or {}
+    if metric != "auto" and metric not in declared:
+        raise InvalidInput("score_metric", f"Choose one of the metrics the SMR experiments declare: "
+                                           f"{', '.join(sorted(declared)) or 'none yet'}.")
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        project.source_settings = {**project.source_settings, "score_metric": metric}
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(by, "project.score_metric_chosen", project, project=project, metric=metric)
+    return note_declared_metrics(project, {})
+
+
+def record_source_failure(project: Project, *, kind: str, message: str, retry_in: float) -> None:
+    """A sync failed: keep the error for the page and push the next attempt back."""
+
+    now = timezone.now()
+    with transaction.atomic():
+        health = SourceHealth.objects.select_for_update().get(project=project)
+        # A source's own words (git's stderr, a backend's body) may hold NUL, which PostgreSQL text cannot.
+        health.last_error_at, health.last_error, health.last_error_kind = now, message[:2000].replace("\x00", "\ufffd"), kind
+        health.consecutive_failures += 1
+        health.next_attempt_at = now + timedelta(seconds=retry_in)
+        health.save()
+
+
+def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> list[int]:
+    """Ids of polled projects whose next attempt is due, each pushed `hold_seconds` ahead so that the
+    next beat tick does not enqueue it again while its sync is queued or running."""
+
+    now = now or timezone.now()
+
+    for project in Project.objects.filter(source__in=POLLED_SOURCES, source_health__isnull=True):
+        source_health(project)
+    claimed = []
+    for pk in SourceHealth.objects.filter(project__source__in=POLLED_SOURCES, next_attempt_at__lte=now).values_list(
+        "project_id", flat=True
+    ):
+        if SourceHealth.objects.filter(project_id=pk, next_attempt_at__lte=now).update(
+            next_attempt_at=now + timedelta(seconds=hold_seconds)
+        ):
+            claimed.append(pk)
+    return claimed
