@@ -36,7 +36,9 @@ PACKAGE = "smrweb"
 
 # --- the layer rules --------------------------------------------------------------------------------
 
-APPS = ("smrweb.tracking", "smrweb.sources", "smrweb.api", "smrweb.dashboard", "smrweb.stack", "smrweb.simulator")
+APPS = (
+    "smrweb.tracking", "smrweb.sources", "smrweb.api", "smrweb.dashboard", "smrweb.stack", "smrweb.simulator",
+)
 
 CORE = ("smrweb.core",)
 CORE_FORBIDDEN = APPS
@@ -173,19 +175,13 @@ def build_tree(sources: dict[str, str], paths: dict[str, str]) -> Tree:
                 return resolve_from(source, original, depth + 1) if source in packages else owner(source)
         return owner(base)
 
-    edges: set[Edge] = set()
-    for m, tree in trees.items():
-        path = paths[m]
-
-        def add(line: int, target: str | None, internal: bool) -> None:
-            if target is not None:
-                edges.add(Edge(m, path, line, target, internal))
-
+    def imports(m: str, tree: ast.Module):
+        """(line, target, internal) for every import statement of module `m`, wherever it stands."""
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     inside = owner(alias.name)
-                    add(node.lineno, inside or alias.name, inside is not None)
+                    yield node.lineno, inside or alias.name, inside is not None
             elif isinstance(node, ast.ImportFrom):
                 base = _absolute(m, m in packages, node.level, node.module)
                 if base is None:
@@ -194,11 +190,18 @@ def build_tree(sources: dict[str, str], paths: dict[str, str]) -> Tree:
                     # Outside smrweb: `from django.http import X` is django.http, and `from django import
                     # http` is django.http too (a submodule or not, that is what the rules name).
                     for alias in node.names:
-                        add(node.lineno, base if alias.name == "*" else f"{base}.{alias.name}", False)
+                        yield node.lineno, base if alias.name == "*" else f"{base}.{alias.name}", False
                     continue
                 for alias in node.names:
                     target = owner(base) if alias.name == "*" else resolve_from(base, alias.name)
-                    add(node.lineno, target, True)
+                    if target is not None:
+                        yield node.lineno, target, True
+
+    edges = {
+        Edge(m, paths[m], line, target, internal)
+        for m, tree in trees.items()
+        for line, target, internal in imports(m, tree)
+    }
     return Tree(modules, packages, sorted(edges))
 
 
@@ -458,7 +461,8 @@ SYNTHETIC = {
     "smrweb/core/links.py": "import os\n\ndef f():\n    from smrweb.tracking.models import Artifact\n",
     "smrweb/tracking/__init__.py": "",
     "smrweb/tracking/tasks.py": "from celery import shared_task\nfrom ..sources import rollback\n",
-    "smrweb/tracking/scenarios.py": "import subprocess\nfrom django import http\nimport opentelemetry.proto\n",
+    "smrweb/tracking/scenarios.py": "import subprocess\nfrom django import http\n"
+    "import opentelemetry.proto\n",
     "smrweb/tracking/models/__init__.py": "from .run import Run\nfrom .scenario import Scenario\n",
     "smrweb/tracking/models/run.py": "from smrweb.tracking.models import Scenario\n",
     "smrweb/tracking/models/scenario.py": "def f():\n    from . import Run\n",
