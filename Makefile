@@ -1,4 +1,4 @@
-# smrweb — `make demo` to try it, `make serve` to run it, `make test` to check it.
+# smrweb — `make demo` to try it, `make serve` to run it, `make test` to check it (`make lint`, then pytest).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,7 +7,7 @@ LOCK      := requirements.lock
 TEST_LOCK := requirements-test.lock
 STAMP      = $(VENV)/.installed-$(notdir $(1))-$(shell cat $(1) pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install install-test demo serve test bench fuzz browser-deps sandbox-deps lock clean distclean check-python
+.PHONY: install install-test demo serve lint test bench fuzz browser-deps sandbox-deps lock clean distclean check-python
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "smrweb needs Python 3.11 or newer")'
@@ -51,7 +51,12 @@ sandbox-deps:
 	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "bubblewrap not installed and no root: validators will answer 'cannot verify'"; fi; } || true
 
-test: install-test browser-deps sandbox-deps
+# ruff's rules are in pyproject.toml ([tool.ruff]); only `check`: formatting is not enforced.
+lint: install-test
+	$(BIN)/ruff check smrweb tests bench
+
+# Lint first: a finding stops the run before the (slow) suite starts.
+test: install-test lint browser-deps sandbox-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # A longer schemathesis run against the OpenAPI schema than the bounded one inside `make test`.
