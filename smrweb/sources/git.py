@@ -40,8 +40,8 @@ from django.conf import settings
 
 from smrweb.sources.base import Malformed, NotPossible, SourceError, TimedOut
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidEvents, TrackingError
-from smrweb.tracking.events import MAX_EVENTS, parse_events
+from smrweb.tracking.errors import InvalidEvents
+from smrweb.sources.apply import apply_events
 from smrweb.tracking.models import Project, Rollback, Run
 
 SCORES_FILE = ".smrweb/scores.jsonl"
@@ -491,39 +491,12 @@ def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bo
 
 
 def _apply(project: Project, rid: str, events: list[dict]) -> int:
-    accepted = 0
-    for start in range(0, len(events), MAX_EVENTS):
-        try:
-            batch = parse_events(json.dumps(events[start:start + MAX_EVENTS], default=str))
-            accepted += services.ingest_events(project, rid, batch).accepted
-        except InvalidEvents as exc:
-            raise Malformed(f"{SCORES_FILE} or the commits hold data outside the contract: "
-                            f"{[(e.index, e.field, e.message) for e in exc.errors[:3]]}") from exc
-    return accepted
-
-
-def sync_project(project: Project, *, owner: str):
-    """Bring the project's branch run up to date (inside the project's lease) and record source health.
-    A missing repository or branch, a bad scores line, anything git refuses: a recorded failure."""
-    from smrweb.sources import sync
-
-    report = sync.SyncReport()
-    if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
-        report.busy = True
-        return report
     try:
-        try:
-            sync_branch(project, report=report)
-        except (SourceError, TrackingError) as exc:
-            error = exc if isinstance(exc, SourceError) else Malformed(getattr(exc, "message", str(exc)))
-            report.error = f"{error.kind}: {error}"
-            services.record_source_failure(project, kind=error.kind, message=str(error),
-                                           retry_in=sync._backoff(project, [error]))
-        else:
-            services.record_source_success(project, active_runs=1, next_in=settings.SMR_ACTIVE_INTERVAL)
-    finally:
-        services.release_source_lease(project, owner=owner)
-    return report
+        return apply_events(project, rid, [(None, event) for event in events]).accepted
+    except InvalidEvents as exc:
+        raise Malformed(f"{SCORES_FILE} or the commits hold data outside the contract: "
+                        f"{[(e.index, e.field, e.message) for e in exc.errors[:3]]}") from exc
+
 
 
 def sync_branch(project: Project, *, report) -> None:

@@ -51,9 +51,10 @@ import msgspec
 from django.conf import settings
 from django.utils import timezone
 
+from smrweb.sources.apply import apply_events
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
-from smrweb.tracking.errors import EventError, InvalidEvents, TrackingError
+from smrweb.tracking.errors import EventError, TrackingError
 from smrweb.tracking.models import Project
 
 FORMATS = ("generic", "agent-turns", "usage-log")
@@ -448,29 +449,11 @@ class _Importer:
 
     def send(self, batch: list[tuple[int, dict]]) -> None:
         """Validate and write one batch; refused events are skipped with their line numbers, the rest written."""
-        while batch:
-            try:
-                events = ev.parse_events(_encode([event for _, event in batch]))
-                result = services.ingest_events(self.project, self.run, events)
-            except InvalidEvents as exc:
-                if exc.errors and all(e.index is not None and 0 <= e.index < len(batch) for e in exc.errors):
-                    first: dict[int, EventError] = {}
-                    for err in exc.errors:
-                        first.setdefault(err.index, err)
-                    for index, err in first.items():
-                        self.stats.skip(_reason(err), batch[index][0])
-                    batch = [item for index, item in enumerate(batch) if index not in first]
-                    continue
-                # Refused as a whole, no event named: one line at a time finds the bad ones.
-                if len(batch) == 1:
-                    self.stats.skip(_reason(exc.errors[0]) if exc.errors else "refused", batch[0][0])
-                    return
-                for item in batch:
-                    self.send([item])
-                return
-            self.stats.accepted += result.accepted
-            self.stats.duplicates += result.duplicates
-            return
+        applied = apply_events(self.project, self.run, batch, on_refused="skip", batch_size=len(batch) or 1)
+        for line, errors in applied.refused:
+            self.stats.skip(_reason(errors[0]) if errors else "refused", line)
+        self.stats.accepted += applied.accepted
+        self.stats.duplicates += applied.duplicates
 
 
 def import_file(

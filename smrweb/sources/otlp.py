@@ -8,10 +8,9 @@ GenAI traces") documents every rule below; keep the two in step.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,9 +20,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from smrweb.sources.apply import apply_events, describe
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidEvents, TrackingError
+from smrweb.tracking.errors import TrackingError
 
 # USD per 1M input / output tokens. SMRWEB_MODEL_PRICES (JSON) is merged over this table. A model
 # name is looked up exactly, else by the longest key it starts with ("gpt-4o-2024-08-06" → "gpt-4o").
@@ -349,45 +349,21 @@ class Outcome:
         return " ".join(part if part.endswith(".") else part + "." for part in parts)
 
 
-def validate_events(items: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[ev._Event], list[str], list[tuple[str, str]]]:
-    """The contract's events for `items` (span id, event dict), their span ids, and the spans it
-    refused with why (every problem of a span, as `field: message`)."""
-    rejected: list[tuple[str, str]] = []
-    items = list(items)
-    while items:
-        try:
-            return ev.parse_events(json.dumps([event for _, event in items])), [s for s, _ in items], rejected
-        except InvalidEvents as exc:
-            bad: dict[int, list[str]] = defaultdict(list)
-            for error in exc.errors:
-                if error.index is None:  # the batch as such (cannot happen below MAX_EVENTS): refuse all
-                    return [], [], rejected + [(span, error.message) for span, _ in items]
-                bad[error.index].append(f"{error.field}: {error.message}" if error.field else error.message)
-            rejected += [(items[i][0], "; ".join(msgs)) for i, msgs in sorted(bad.items())]
-            items = [item for i, item in enumerate(items) if i not in bad]
-    return [], [], rejected
-
-
 def ingest_request(project, request: ExportTraceServiceRequest) -> Outcome:
     """Map the request and apply each run's turns through `services.ingest_events` (one transaction
     per run and at most MAX_EVENTS turns). Replays are duplicates: event ids are `otel:<span id>`."""
     mapped = map_request(request, model_prices())
     outcome = Outcome(rejected=list(mapped.rejected), ignored=mapped.ignored)
     for run_id, items in mapped.runs.items():
-        for start in range(0, len(items), ev.MAX_EVENTS):
-            chunk = items[start:start + ev.MAX_EVENTS]
-            events, span_ids, refused = validate_events(chunk)
-            outcome.rejected += refused
-            if not events:
-                continue
-            try:
-                result = services.ingest_events(project, run_id, events)
-            except TrackingError as exc:  # the domain refused the batch: nothing of it was written
-                outcome.rejected += [(span, exc.message) for span in span_ids]
-                continue
-            outcome.unpriced.update(mapped.unpriced[span] for span in span_ids if span in mapped.unpriced)
-            outcome.accepted += result.accepted
-            outcome.duplicates += result.duplicates
-            if run_id not in outcome.runs:
-                outcome.runs.append(run_id)
+        try:
+            applied = apply_events(project, run_id, items, on_refused="skip")
+        except TrackingError as exc:  # the domain refused the run (its id, say): nothing of it was written
+            outcome.rejected += [(span, exc.message) for span, _ in items]
+            continue
+        outcome.rejected += [(span, describe(errors) or "refused") for span, errors in applied.refused]
+        outcome.unpriced.update(mapped.unpriced[span] for span in applied.written if span in mapped.unpriced)
+        outcome.accepted += applied.accepted
+        outcome.duplicates += applied.duplicates
+        if applied.written and run_id not in outcome.runs:
+            outcome.runs.append(run_id)
     return outcome

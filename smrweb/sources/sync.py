@@ -8,7 +8,6 @@ runs are synced one after another, which also makes "pull each artifact digest o
 from __future__ import annotations
 
 import io
-import json
 import logging
 import random
 from dataclasses import dataclass
@@ -19,12 +18,13 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from smrweb.sources import git
+from smrweb.sources.apply import apply_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.sources.smr_usage import reconcile
 from smrweb.tracking import services
-from smrweb.tracking.errors import ArtifactTooLarge, DigestMismatch, InvalidEvents, StorageQuotaExceeded
-from smrweb.tracking.events import MAX_EVENTS, parse_events
+from smrweb.tracking.errors import TrackingError, ArtifactTooLarge, DigestMismatch, InvalidEvents, StorageQuotaExceeded
 from smrweb.tracking.models import TERMINAL_STATES, Project, Run, RunState, SourceHealth, SourceKind
 
 log = logging.getLogger(__name__)
@@ -46,60 +46,78 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
     A fault while syncing one run is recorded and the next run is synced all the same; the failed
     run resumes from its saved cursor next cycle.
     """
-    if project.source == SourceKind.GIT and connector is None:
-        from smrweb.sources import git
-
-        return git.sync_project(project, owner=owner)  # one branch of a local repository: see sources/git.py
     report = SyncReport()
     if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
         report.busy = True
         return report
     try:
-        errors: list[SourceError] = []
-        known = {r.external_id: r for r in Run.objects.filter(project=project)}
-        health = services.source_health(project)
-        full = health.full_list_at is None or (
-            timezone.now() - health.full_list_at).total_seconds() >= settings.SMR_FULL_LIST_EVERY
-        try:
-            connector = connector or connector_for(project)
-            snapshots = connector.list_runs(known=set(known), live={k for k, r in known.items() if not r.is_terminal},
-                                            full=full)
-            if full:
-                services.record_full_listing(project)
-        except SourceError as exc:
-            errors.append(exc)
-            snapshots = []
-        if snapshots:
-            try:
-                project = _adopt_metric(project, connector)
-            except SourceError as exc:  # the results window: runs still sync (their results retry it)
-                errors.append(exc)
-        report.listed = len(snapshots)
-        for snapshot in snapshots:
-            run = known.get(snapshot.external_id)
-            if run is not None and snapshot.is_terminal and run.is_terminal and run.source_updated_at == snapshot.updated_at:
-                continue  # finished and unchanged since its last complete sync
-            try:
-                sync_run(project, snapshot, connector=connector, run=run, report=report)
-                report.synced += 1
-            except SourceError as exc:
-                errors.append(exc)
-        if errors:
-            first = errors[0]
-            report.error = f"{first.kind}: {first}"
-            detail = str(first) + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
-            services.record_source_failure(project, kind=first.kind, message=detail, retry_in=_backoff(project, errors))
-            log.warning("sync of %s: %d fault(s), first %s: %s", project.slug, len(errors), first.kind, first)
+        if project.source == SourceKind.GIT and connector is None:
+            _sync_git(project, report)  # one branch of a local repository
         else:
-            active = sum(not s.is_terminal for s in snapshots)
-            if not full:  # an incremental listing holds only new and live runs: count every live one
-                active = Run.objects.filter(project=project).exclude(state__in=TERMINAL_STATES).count()
-            interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
-            services.record_source_success(project, active_runs=active, next_in=interval,
-                                           warning=data_warning(project))
+            _sync_listed(project, report, connector)
     finally:
         services.release_source_lease(project, owner=owner)
     return report
+
+
+def _sync_listed(project: Project, report: SyncReport, connector: Connector | None) -> None:
+    """A source that lists runs (SMR): sync each live or changed one, then record the project's health."""
+    errors: list[SourceError] = []
+    known = {r.external_id: r for r in Run.objects.filter(project=project)}
+    health = services.source_health(project)
+    full = health.full_list_at is None or (
+        timezone.now() - health.full_list_at).total_seconds() >= settings.SMR_FULL_LIST_EVERY
+    try:
+        connector = connector or connector_for(project)
+        snapshots = connector.list_runs(known=set(known), live={k for k, r in known.items() if not r.is_terminal},
+                                        full=full)
+        if full:
+            services.record_full_listing(project)
+    except SourceError as exc:
+        errors.append(exc)
+        snapshots = []
+    if snapshots:
+        try:
+            project = _adopt_metric(project, connector)
+        except SourceError as exc:  # the results window: runs still sync (their results retry it)
+            errors.append(exc)
+    report.listed = len(snapshots)
+    for snapshot in snapshots:
+        run = known.get(snapshot.external_id)
+        if run is not None and snapshot.is_terminal and run.is_terminal and run.source_updated_at == snapshot.updated_at:
+            continue  # finished and unchanged since its last complete sync
+        try:
+            sync_run(project, snapshot, connector=connector, run=run, report=report)
+            report.synced += 1
+        except SourceError as exc:
+            errors.append(exc)
+    if errors:
+        first = errors[0]
+        report.error = f"{first.kind}: {first}"
+        detail = str(first) + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
+        services.record_source_failure(project, kind=first.kind, message=detail, retry_in=_backoff(project, errors))
+        log.warning("sync of %s: %d fault(s), first %s: %s", project.slug, len(errors), first.kind, first)
+    else:
+        active = sum(not s.is_terminal for s in snapshots)
+        if not full:  # an incremental listing holds only new and live runs: count every live one
+            active = Run.objects.filter(project=project).exclude(state__in=TERMINAL_STATES).count()
+        interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
+        services.record_source_success(project, active_runs=active, next_in=interval,
+                                       warning=data_warning(project))
+
+
+def _sync_git(project: Project, report: SyncReport) -> None:
+    """A git project: its branch is its one run. A missing repository or branch, a bad scores line,
+    anything git refuses: a recorded failure."""
+    try:
+        git.sync_branch(project, report=report)
+    except (SourceError, TrackingError) as exc:
+        error = exc if isinstance(exc, SourceError) else Malformed(getattr(exc, "message", str(exc)))
+        report.error = f"{error.kind}: {error}"
+        services.record_source_failure(project, kind=error.kind, message=str(error),
+                                       retry_in=_backoff(project, [error]))
+    else:
+        services.record_source_success(project, active_runs=1, next_in=settings.SMR_ACTIVE_INTERVAL)
 
 
 def _adopt_metric(project: Project, connector: Connector) -> Project:
@@ -161,12 +179,10 @@ def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, r
     cursor = dict(run.source_cursor) if run else {}
 
     def apply(events: list[dict], cursor_part: dict) -> None:
-        for start in range(0, len(events), MAX_EVENTS):
-            try:
-                batch = parse_events(json.dumps(events[start:start + MAX_EVENTS], default=str))
-            except InvalidEvents as exc:
-                raise Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}") from exc
-            report.events_accepted += services.ingest_events(project, rid, batch).accepted
+        try:
+            report.events_accepted += apply_events(project, rid, [(None, event) for event in events]).accepted
+        except InvalidEvents as exc:
+            raise Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}") from exc
         if cursor_part and any(cursor.get(k) != v for k, v in cursor_part.items()):
             cursor.update(cursor_part)
             services.record_poll(project, rid, source_cursor=dict(cursor))
