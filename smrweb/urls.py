@@ -22,7 +22,7 @@ urlpatterns = [
     path("", include("smrweb.dashboard.urls")),
 ]
 
-handler400 = "smrweb.dashboard.views.errors.bad_request"
-handler403 = "smrweb.dashboard.views.errors.permission_denied"
-handler404 = "smrweb.dashboard.views.errors.not_found"
-handler500 = "smrweb.dashboard.views.errors.server_error"
+handler400 = "smrweb.handlers.bad_request"
+handler403 = "smrweb.handlers.permission_denied"
+handler404 = "smrweb.handlers.not_found"
+handler500 = "smrweb.handlers.server_error"

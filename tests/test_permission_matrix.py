@@ -57,7 +57,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from smrweb.core.signed_links import signed_artifact_path
+from smrweb.dashboard.artifacts import signed_artifact_path
 from smrweb.dashboard import live
 from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services

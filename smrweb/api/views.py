@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from smrweb.api import examples
 from smrweb.api import serializers as s
 from smrweb.core import ratelimits
-from smrweb.core.downloads import artifact_response
+from smrweb.core.downloads import attachment_response
 from smrweb.sources import smr
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import ArtifactTooLarge, BatchTooLarge, InvalidInput
@@ -305,7 +305,9 @@ class ArtifactDownload(APIView):
     def get(self, request, slug: str, run_id: str, artifact_id: int):
         run = run_for(project_for(request, slug), run_id)
         artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
-        return artifact_response(artifact)
+        return attachment_response(services.open_blob(artifact.blob), path=artifact.path,
+                                   content_type=artifact.content_type, sha256=artifact.blob.sha256,
+                                   size=artifact.blob.size)
 
 
 # --- submissions ------------------------------------------------------------------------------

@@ -20,10 +20,9 @@ import re
 import unicodedata
 from urllib.parse import quote
 
-from django.http import FileResponse
+from typing import IO
 
-from smrweb.tracking import services
-from smrweb.tracking.models import Artifact
+from django.http import FileResponse
 
 FALLBACK_TYPE = "application/octet-stream"
 SAFE_TYPES = frozenset({
@@ -92,14 +91,14 @@ def content_disposition(filename: str) -> str:
     return header
 
 
-def artifact_response(artifact: Artifact) -> FileResponse:
-    """The artifact's exact bytes as an attachment, with the digest in the headers."""
-    response = FileResponse(services.open_blob(artifact.blob), content_type=safe_content_type(artifact.content_type))
-    response["Content-Disposition"] = content_disposition(safe_filename(artifact.path))
+def attachment_response(content: IO[bytes], *, path: str, content_type: str, sha256: str,
+                        size: int) -> FileResponse:
+    """Stored bytes (an open file the response closes) as an attachment, with the digest in the headers."""
+    response = FileResponse(content, content_type=safe_content_type(content_type))
+    response["Content-Disposition"] = content_disposition(safe_filename(path))
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = DOWNLOAD_CSP  # the CSP middleware leaves a set header alone
-    digest = bytes.fromhex(artifact.blob.sha256)
-    response["X-Content-SHA256"] = artifact.blob.sha256
-    response["Repr-Digest"] = f"sha-256=:{base64.b64encode(digest).decode()}:"  # RFC 9530
-    response["Content-Length"] = str(artifact.blob.size)
+    response["X-Content-SHA256"] = sha256
+    response["Repr-Digest"] = f"sha-256=:{base64.b64encode(bytes.fromhex(sha256)).decode()}:"  # RFC 9530
+    response["Content-Length"] = str(size)
     return response

@@ -20,9 +20,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
-from django.urls import reverse
-
-from smrweb.tracking.models import Artifact
 
 SALT = "smrweb.artifact-link"
 # ASCII only: int() would accept other scripts' digits, and nothing longer than we ever issue.
@@ -50,40 +47,43 @@ def default_ttl() -> timedelta:
     return timedelta(seconds=settings.SMRWEB_SIGNED_LINK_TTL_SECONDS)
 
 
-def _signer(artifact: Artifact) -> signing.Signer:
+def _signer(project_id: int | str, sha256: str) -> signing.Signer:
     # "." rather than ":" keeps the token free of characters some forms and shells treat specially.
-    return signing.Signer(salt=f"{SALT}:{artifact.run.project_id}:{artifact.blob.sha256}", sep=".")
+    return signing.Signer(salt=f"{SALT}:{project_id}:{sha256}", sep=".")
 
 
-def signed_artifact_path(artifact: Artifact, *, ttl: timedelta | None = None) -> str:
-    """`/a/<token>/` for `artifact`, valid for `ttl` (default: SMRWEB_SIGNED_LINK_TTL_SECONDS) from now.
-    Needs `artifact.run` and `artifact.blob` (no query when they are already loaded)."""
+def make_token(artifact_id: int, *, project_id: int, sha256: str, ttl: timedelta | None = None) -> str:
+    """A token for the artifact `artifact_id` of `project_id` holding `sha256`, valid for `ttl` (default:
+    SMRWEB_SIGNED_LINK_TTL_SECONDS) from now."""
     seconds = int((default_ttl() if ttl is None else ttl).total_seconds())
     if seconds <= 0:
         raise ValueError("a signed link needs a positive lifetime")
     step = min(3600, max(1, seconds // 24))
     expires = math.ceil((time.time() + seconds) / step) * step
-    token = _signer(artifact).sign(f"{artifact.pk}.{signing.b62_encode(expires)}")
-    return reverse("dashboard:artifact-link", args=[token])
+    return _signer(project_id, sha256).sign(f"{artifact_id}.{signing.b62_encode(expires)}")
 
 
-def artifact_for_token(token: str) -> Artifact:
-    """The artifact a token names, checked; raises ExpiredLink or TamperedLink (the same TamperedLink,
-    with the same message, whether the id exists or the signature is wrong). The signature is checked
-    before the expiry, so an edited expiry is tampering, not expiry."""
+def artifact_id(token: str) -> int:
+    """The artifact id a token names (unchecked); TamperedLink when it is not shaped like a token."""
     match = TOKEN_RE.fullmatch(token)
     if match is None:
         raise TamperedLink(NOT_VALID)
-    artifact = Artifact.objects.select_related("blob", "run").filter(pk=int(match[1])).first()
-    # The signature covers the artifact's project and bytes, so it is checked after the lookup; an unknown
-    # id is checked against a signer all the same, so both refusals cost the same work.
-    signer = _signer(artifact) if artifact is not None else signing.Signer(salt=f"{SALT}:-:-", sep=".")
+    return int(match[1])
+
+
+def check_token(token: str, *, project_id: int | None, sha256: str | None) -> None:
+    """Raise ExpiredLink or TamperedLink unless `token` was signed here for these bytes of this project and
+    is unexpired; `project_id=None`: no such artifact (the same TamperedLink, with the same message and
+    the same work). The signature is checked before the expiry, so an edited expiry is tampering."""
+    match = TOKEN_RE.fullmatch(token)
+    if match is None:
+        raise TamperedLink(NOT_VALID)
+    signer = _signer(project_id, sha256) if project_id is not None else _signer("-", "-")
     try:
         signer.unsign(token)
     except signing.BadSignature:
         raise TamperedLink(NOT_VALID) from None
-    if artifact is None:  # a signature that verifies without an artifact cannot be made; kept for safety
+    if project_id is None:  # a signature that verifies without an artifact cannot be made; kept for safety
         raise TamperedLink(NOT_VALID)
     if signing.b62_decode(match[2]) < time.time():
         raise ExpiredLink("This download link has expired.")
-    return artifact

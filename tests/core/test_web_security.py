@@ -633,7 +633,7 @@ def test_a_hostile_artifact_downloads_as_an_inert_attachment(client_alice, proje
 def test_the_api_and_signed_link_downloads_are_inert_too(api, client, project):
     artifact, _ = services.store_artifact(project, "r1", path="page.svg", content=io.BytesIO(b"<svg onload=x>"),
                                           content_type="image/svg+xml")
-    from smrweb.core.signed_links import signed_artifact_path
+    from smrweb.dashboard.artifacts import signed_artifact_path
 
     for response in (api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact.pk}/download"),
                      client.get(signed_artifact_path(artifact))):

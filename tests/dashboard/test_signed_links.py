@@ -15,7 +15,7 @@ from django.core import signing
 from django.utils import timezone
 
 from smrweb.core import signed_links
-from smrweb.core.signed_links import artifact_for_token, signed_artifact_path
+from smrweb.dashboard.artifacts import artifact_for_token, signed_artifact_path
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Artifact

@@ -8,7 +8,8 @@ from django import template
 from django.urls import reverse
 from django.utils.html import format_html
 
-from smrweb.core.signed_links import default_ttl, signed_artifact_path
+from smrweb.core.signed_links import default_ttl
+from smrweb.dashboard.artifacts import signed_artifact_path
 from smrweb.dashboard.templatetags.smrweb import basename
 
 register = template.Library()

@@ -5,7 +5,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from smrweb.core import signed_links
-from smrweb.core.downloads import artifact_response
+from smrweb.dashboard.artifacts import artifact_for_token, artifact_response
 
 
 @require_safe
@@ -13,7 +13,7 @@ def download_by_link(request, token: str):
     """GET/HEAD: the bytes and digest headers; 410 when expired, 403 for anything else that is not a
     link we issued for the artifact's current bytes (never a 500, whatever the token holds)."""
     try:
-        response = artifact_response(signed_links.artifact_for_token(token))
+        response = artifact_response(artifact_for_token(token))
     except signed_links.ExpiredLink as exc:
         response = _refused(request, 410, "Link expired",
                             f"{exc} Copy a fresh link from the run page (signed-in members can).")

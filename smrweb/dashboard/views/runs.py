@@ -11,7 +11,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
-from smrweb.core.downloads import artifact_response
+from smrweb.dashboard.artifacts import artifact_response
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.core import queue

@@ -1,4 +1,5 @@
-"""Error pages: JSON under /api/ (clients parse it), HTML elsewhere."""
+"""The project's error handlers (urls.handler400…500): JSON under /api/ (clients parse it), HTML
+elsewhere. At project level, so neither face imports the other."""
 
 from django.shortcuts import render
 from django.views.defaults import bad_request as html_bad_request
