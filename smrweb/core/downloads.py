@@ -18,9 +18,8 @@ from __future__ import annotations
 import base64
 import re
 import unicodedata
-from urllib.parse import quote
-
 from typing import IO
+from urllib.parse import quote
 
 from django.http import FileResponse
 

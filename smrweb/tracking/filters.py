@@ -7,8 +7,8 @@ import django_filters
 from django.db.models import Exists, F, OuterRef, Q
 from django_filters.rest_framework import BooleanFilter
 
-from smrweb.tracking.queries import budget
 from smrweb.tracking.models import TERMINAL_STATES, AgentTurn, Run, RunState, Submission
+from smrweb.tracking.queries import budget
 
 LIVE = "live"
 STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)

@@ -8,11 +8,13 @@ from html import unescape
 
 import pytest
 
-from smrweb.dashboard import compare_charts
+from smrweb.core import numbers
+from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
+from smrweb.dashboard.charts import style
 from smrweb.tracking import services
-from smrweb.tracking.queries import compare
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction
+from smrweb.tracking.queries import compare
 from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
@@ -301,11 +303,11 @@ def test_series_are_thinned_in_sql_not_in_python(project):
 
 
 def test_fifty_run_colours_are_distinct_and_readable_on_white():
-    colours = [compare_charts.colour(i) for i in range(compare.MAX_RUNS)]
+    colours = [style.colour(i) for i in range(compare.MAX_RUNS)]
     assert len(set(colours)) == compare.MAX_RUNS
-    assert min(compare_charts.contrast_on_white(c) for c in colours) >= 3
-    assert compare_charts.contrast_on_white("#ffffff") == pytest.approx(1)
-    assert compare_charts.contrast_on_white("#000000") == pytest.approx(21)
+    assert min(style.contrast_on_white(c) for c in colours) >= 3
+    assert style.contrast_on_white("#ffffff") == pytest.approx(1)
+    assert style.contrast_on_white("#000000") == pytest.approx(21)
 
 
 def test_a_best_score_repeated_many_times_brings_back_one_row_not_all(project):
@@ -317,7 +319,7 @@ def test_a_best_score_repeated_many_times_brings_back_one_row_not_all(project):
 
 
 def test_number_formats_for_the_table():
-    assert [compare_charts.usd_precise(v) for v in (None, 0, 0.0431, 0.00002, 12.345, 1234.5)] == [
+    assert [numbers.usd_precise(v) for v in (None, 0, 0.0431, 0.00002, 12.345, 1234.5)] == [
         "—", "$0", "$0.0431", "<$0.0001", "$12.35", "$1,234.50"]
     assert [compare_charts.rate(v) for v in (None, 0.0518, -0.25, 8000.4, 123456)] == [
         "—", "0.0518", "−0.25", "8,000", "123,456"]

@@ -244,7 +244,7 @@ def test_head_requests_answer_like_get_for_uptime_checkers(client_alice, project
     (-1e-12, "-1e-12"), (2.0, "2"), (1234.6, "1235"), (-0.00001, "-0.00001"), (1e-5 / 3, "0.000003333"),
 ])
 def test_numbers_are_written_out_without_exponents_or_minus_zero(value, text):
-    from smrweb.dashboard.templatetags.smrweb import plain_number, signed
+    from smrweb.core.numbers import plain_number, signed
 
     assert plain_number(value) == text
     assert signed(-0.0) == "0" and signed(-4e-11) == "−4e-11" and signed(3.965e-05) == "+0.00003965"

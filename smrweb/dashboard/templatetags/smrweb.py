@@ -4,7 +4,6 @@ money, token, id and time formatting. Presentation only: no queries, no business
 from __future__ import annotations
 
 import math
-
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -13,30 +12,15 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from smrweb.core import numbers
+from smrweb.core.numbers import MISSING, plain_number
+
 register = template.Library()
 
 
 def _best_index(values: list[float], maximize: bool) -> int:
     n = len(values)
     return max(range(n), key=lambda i: values[i]) if maximize else min(range(n), key=lambda i: values[i])
-
-
-def plain_number(value: float, digits: int = 4) -> str:
-    """`digits` significant digits written out (0.00003965, 3.142, 12,346), never "-0" or an exponent
-    between 1e-9 and 1e15 (people misread "3.965e-05"); beyond that range the exponent is kept."""
-    value = float(value)
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else str(value)
-    size = abs(value)
-    if size < 1e-9 or size >= 1e15:
-        return f"{value:.{digits}g}"
-    if size >= 10 ** digits:
-        return f"{value:,.0f}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(size)))
-    text = f"{value:.{decimals}f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if float(text) == 0 else text
 
 
 def _fmt(value: float) -> str:
@@ -207,14 +191,7 @@ def budget_bar(run, unit: str = "usd"):
 
 @register.filter
 def usd(value) -> str:
-    if value is None:
-        return "—"
-    value = Decimal(value)
-    if value == 0:
-        return "$0"
-    if value < Decimal("0.01"):
-        return f"${value:.4f}"
-    return f"${value:,.2f}"
+    return numbers.usd(value)
 
 
 @register.filter
@@ -239,33 +216,28 @@ def absval(value):
     return abs(value) if value is not None else None
 
 
-def _magnitude(fmt, number, value, *, signed: bool) -> str:
-    """A difference shown by its size (`fmt` of |value|), with its sign when `signed`: +$1.20, −3.1k."""
-    if value is None:
-        return "—"
-    value = number(value)
-    return ("+" if value >= 0 else "−") * signed + fmt(abs(value))
+
 
 
 @register.filter
 def usd_abs(value) -> str:
-    return _magnitude(usd, Decimal, value, signed=False)
+    return MISSING if value is None else numbers.usd(abs(Decimal(value)))
 
 
 @register.filter
 def usd_signed(value) -> str:
     """+$1.20 / −$0.30: a difference, with its sign."""
-    return _magnitude(usd, Decimal, value, signed=True)
+    return numbers.difference(value, numbers.usd, Decimal)
 
 
 @register.filter
 def tokens_abs(value) -> str:
-    return _magnitude(tokens, int, value, signed=False)
+    return MISSING if value is None else numbers.tokens(abs(int(value)))
 
 
 @register.filter
 def tokens_signed(value) -> str:
-    return _magnitude(tokens, int, value, signed=True)
+    return numbers.difference(value, numbers.tokens, int)
 
 
 @register.filter
@@ -275,30 +247,12 @@ def score(value) -> str:
 
 @register.filter
 def tokens(value) -> str:
-    if value is None:
-        return "—"
-    value = int(value)
-    for unit, size in (("M", 1_000_000), ("k", 1_000)):
-        if value >= size:
-            return f"{value / size:.1f}{unit}"
-    return str(value)
+    return numbers.tokens(value)
 
 
 @register.filter
 def duration(value: timedelta | None) -> str:
-    """Two units at most, dropping a zero second one: 45s, 3m 20s, 15m, 2h 5m, 5h, 3d 4h."""
-    if value is None:
-        return "—"
-    seconds = max(0, int(value.total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        big, small, units = seconds // 60, seconds % 60, ("m", "s")
-    elif seconds < 86400:
-        big, small, units = seconds // 3600, seconds % 3600 // 60, ("h", "m")
-    else:
-        big, small, units = seconds // 86400, seconds % 86400 // 3600, ("d", "h")
-    return f"{big}{units[0]} {small}{units[1]}" if small else f"{big}{units[0]}"
+    return numbers.duration(value)
 
 
 @register.filter
@@ -381,13 +335,7 @@ def ago_short(value: datetime | None) -> str:
 @register.filter
 def signed(value) -> str:
     """A rate or delta with its sign and four significant digits: +0.0123, −4.5, 0."""
-    if value is None:
-        return "—"
-    value = float(value)
-    text = plain_number(abs(value))
-    if text == "0":
-        return "0"
-    return f"{'+' if value > 0 else '−'}{text}"
+    return numbers.signed(value)
 
 
 @register.filter

@@ -4,8 +4,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from smrweb.dashboard import compare_charts
 from smrweb.dashboard.access import project_for_user
+from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.tracking.queries import compare
 
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted

@@ -11,9 +11,9 @@ from django.views.decorators.http import require_http_methods
 
 from smrweb.dashboard.access import project_for_user
 from smrweb.tracking import queries
-from smrweb.tracking.services import knowledge
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, Submission
+from smrweb.tracking.services import knowledge
 
 ENTRIES_SHOWN = 200
 REASON_LABELS = {"invalid": "invalid", "rejected": "rejected", "regressed": "regressed",

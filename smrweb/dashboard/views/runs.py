@@ -11,15 +11,12 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
-from smrweb.dashboard.artifacts import artifact_response
+from smrweb.core import queue
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
-from smrweb.core import queue
+from smrweb.dashboard.artifacts import artifact_response
 from smrweb.sources import tasks
 from smrweb.tracking import queries, services
-from smrweb.tracking.services import rollbacks
-from smrweb.tracking.services import submissions
-from smrweb.tracking.queries import timeline
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
@@ -31,6 +28,8 @@ from smrweb.tracking.models import (
     Submission,
     TurnKind,
 )
+from smrweb.tracking.queries import timeline
+from smrweb.tracking.services import rollbacks, submissions
 
 TURNS_PER_PAGE = 25
 ARTIFACTS_PER_PAGE = 10

@@ -11,7 +11,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST, require_safe
 
-from smrweb.core import ratelimits
+from smrweb.core import numbers, ratelimits
 from smrweb.sources import tasks
 from smrweb.tracking.models import Project, Scenario
 
@@ -30,7 +30,7 @@ def _context(scenario: Scenario, projects: list[Project]) -> dict:
     commands = {name: json.dumps(value, ensure_ascii=False) if (value := getattr(scenario, name)) else ""
                 for name in ("validator_command", "scoring_command")}
     lo, hi = scenario.score_min, scenario.score_max
-    bounds = f"{'−∞' if lo is None else f'{lo:g}'} … {'∞' if hi is None else f'{hi:g}'}"
+    bounds = f"{numbers.MINUS + '∞' if lo is None else f'{lo:g}'} … {'∞' if hi is None else f'{hi:g}'}"
     return {"scenario": scenario, "projects": projects, "commands": commands, "bounds": bounds,
             "timeout": tasks.PREFLIGHT_TIMEOUT}
 

@@ -15,9 +15,9 @@ from smrweb.core import ratelimits
 from smrweb.dashboard.access import project_for_user
 from smrweb.sources import smr
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Membership, Role, SourceKind
+from smrweb.tracking.services import rollbacks
 
 
 class ProjectSettingsForm(forms.Form):

@@ -11,14 +11,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb.core import numbers, queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.runs import _can_roll_back
-from smrweb.tracking.services import submissions
-from smrweb.core import queue
 from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
+from smrweb.tracking.services import submissions
 
 
 class ReviewForm(forms.Form):
@@ -200,7 +200,7 @@ def _arena_flash(result, project) -> str:
     if result.delta is not None:
         way = "higher" if project.scenario.arena_maximize else "lower"
         verdict = {True: "better", False: "worse", None: "no change"}[better]
-        parts.append(f"score {result.delta:+g} against the previous result: {verdict} ({way} is better)")
+        parts.append(f"score {numbers.signed(result.delta)} against the previous result: {verdict} ({way} is better)")
     if result.rank_delta is not None:
         parts.append("same rank" if result.rank_delta == 0 else
                      f"{abs(result.rank_delta)} place{'s' if abs(result.rank_delta) != 1 else ''} "

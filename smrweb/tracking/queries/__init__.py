@@ -3,6 +3,15 @@ number of queries, whatever the number of runs or points. This package re-export
 and carry-forward reads (`queries.project_summaries(...)`); the timeline, compare and budget read
 models are imported by name (`from smrweb.tracking.queries import timeline`)."""
 
+from smrweb.tracking.queries.knowledge import (  # noqa: F401
+    N_DEFAULT,
+    N_MAX,
+    N_MIN,
+    CarryForward,
+    carry_forward,
+    parse_n,
+    render_carry_forward,
+)
 from smrweb.tracking.queries.projects import (  # noqa: F401
     Pending,
     ProjectScores,
@@ -20,22 +29,13 @@ from smrweb.tracking.queries.projects import (  # noqa: F401
 )
 from smrweb.tracking.queries.runs import (  # noqa: F401
     GAP_CHANNELS,
+    TOTAL_CHANNELS,
     SeriesPoint,
     SourceGap,
     SourceGaps,
-    TOTAL_CHANNELS,
     metric_keys,
     metric_series,
     score_histories,
     source_gaps,
     stalled_for,
-)
-from smrweb.tracking.queries.knowledge import (  # noqa: F401
-    CarryForward,
-    N_DEFAULT,
-    N_MAX,
-    N_MIN,
-    carry_forward,
-    parse_n,
-    render_carry_forward,
 )

@@ -18,8 +18,8 @@ from decimal import Decimal
 from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
 from django.db.models.expressions import ExpressionWrapper, RowRange
 from django.db.models.functions import Cast, RowNumber
-from smrweb.core.downsample import lttb
 
+from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
 
 MAX_RUNS = 50

@@ -18,6 +18,7 @@ from django.db.models import F, Max, Min, OuterRef, Subquery, Window
 from django.db.models.expressions import RowRange
 from django.db.models.functions import Coalesce
 
+from smrweb.core import numbers
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     VERIFIED_STATUSES,
@@ -195,13 +196,6 @@ def _best(project: Project) -> Best | None:
                 sha[:12], sub.commit, _result_feedback(result) if result else None)
 
 
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.6g}"
-
-
-def _signed(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.6g}"
-
 
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
@@ -261,7 +255,7 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
                      .filter(worse_by__gt=max(project.regression_threshold, 0)).order_by("-ts", "-id")[:limit])
         for sub in regressed:
             add(("s", sub.pk), "regressed", sub.ts,
-                f"{_num(sub.worse_by)} worse than its run's best so far then ({_num(sub.prior_best)})", sub=sub)
+                f"{numbers.number(sub.worse_by)} worse than its run's best so far then ({numbers.number(sub.prior_best)})", sub=sub)
 
     # (c) failed approaches written by hand: why = the body (else the title says it all).
     entries = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.FAILED_APPROACH)
@@ -278,7 +272,7 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
     for result in results:
         rank = result.rank if result.rank is not None else "—"
         note = f": {result.note.strip()}" if result.note.strip() else ""
-        why = f"arena rank {rank}, score {_num(result.arena_score)} ({_signed(result.delta)} vs previous){note}"
+        why = f"arena rank {rank}, score {numbers.number(result.arena_score)} ({numbers.signed_text(result.delta)} vs previous){note}"
         add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
 
     # (e) runs that failed, with the reason their source gave (why: family and detail).
@@ -335,14 +329,14 @@ def _oneline(text: str, limit: int = 300) -> str:
 def _arena_line(a: ArenaFeedback, *, with_submission: bool = True) -> str:
     when = a.at.strftime("%Y-%m-%d")
     if a.source == "entry":
-        about = f" (submission {_num(a.submission_score)} from run {a.run})" if a.submission_id and with_submission \
+        about = f" (submission {numbers.number(a.submission_score)} from run {a.run})" if a.submission_id and with_submission \
             else ""
         return f"{_oneline(a.note)}{about}, noted {when}"
     rank = a.rank if a.rank is not None else "—"
-    line = (f"{a.arena + ': ' if a.arena else ''}rank {rank}, score {_num(a.arena_score)} "
-            f"({_signed(a.delta)} vs previous, {_signed(a.delta_best)} vs best)")
+    line = (f"{a.arena + ': ' if a.arena else ''}rank {rank}, score {numbers.number(a.arena_score)} "
+            f"({numbers.signed_text(a.delta)} vs previous, {numbers.signed_text(a.delta_best)} vs best)")
     if with_submission:
-        line += f" for {_num(a.submission_score)} from run {a.run}"
+        line += f" for {numbers.number(a.submission_score)} from run {a.run}"
     line += f", {when}"
     return line + (f" — {_oneline(a.note)}" if a.note.strip() else "")
 
@@ -356,7 +350,7 @@ def render_carry_forward(cf: CarryForward) -> str:
         b = cf.best
         artifact = " @ ".join(filter(None, [b.artifact_path, b.artifact_sha256]))
         status = b.status if b.status in VERIFIED_STATUSES else f"{b.status}, not verified yet"
-        lines.append(f"**Best so far:** {_num(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
+        lines.append(f"**Best so far:** {numbers.number(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
                      + (f", {_oneline(b.approach, 120)}" if b.approach else "")
                      + (f", artifact {artifact}" if artifact else "")
                      + (f", commit {b.commit[:10]}" if b.commit else ""))
@@ -367,7 +361,7 @@ def render_carry_forward(cf: CarryForward) -> str:
     count = len(cf.failed) or cf.n
     lines += ["", f"**Last {count} failed or regressed approach{'' if count == 1 else 'es'}** (newest first):"]
     for i, item in enumerate(cf.failed, 1):
-        where = ", ".join(filter(None, [f"score {_num(item.score)}" if item.score is not None else "no score",
+        where = ", ".join(filter(None, [f"score {numbers.number(item.score)}" if item.score is not None else "no score",
                                         f"run {item.run}" if item.run else ""]))
         reasons = ", ".join(r.replace("_", " ") for r in item.reasons)
         lines.append(f"{i}. [{reasons}] {_oneline(item.title, 120)} ({where})"

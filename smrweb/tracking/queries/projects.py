@@ -11,11 +11,9 @@ from decimal import Decimal
 from django.db.models import Case, Count, F, Max, Min, Q, Sum, Value, When, Window
 from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
-from smrweb.core.downsample import lttb
 
-from smrweb.tracking.queries import budget
+from smrweb.core.downsample import lttb
 from smrweb.tracking.filters import STALLED
-from smrweb.tracking.queries.runs import _latest_scores
 from smrweb.tracking.models import (
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
@@ -27,6 +25,8 @@ from smrweb.tracking.models import (
     Submission,
     SubmissionStatus,
 )
+from smrweb.tracking.queries import budget
+from smrweb.tracking.queries.runs import _latest_scores
 
 
 def project_score_histories(projects: Iterable[Project], *, per_project: int = 60) -> dict[int, list[float]]:

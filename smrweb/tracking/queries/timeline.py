@@ -24,8 +24,8 @@ from django.db.models import (
     Value,
 )
 from django.utils import timezone
-from smrweb.core.downsample import lttb
 
+from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
 
 MAX_BINS = 300  # per kind: with the score points, the timeline figure stays under 100 KB

@@ -17,6 +17,7 @@ from django.db.models import Count, F, OuterRef, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
+from smrweb.core import numbers
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -247,9 +248,6 @@ def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
     return delta > 0 if maximize else delta < 0
 
 
-def _signed(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+g}"
-
 
 ARENA_SCORE_LIMIT = 1e300
 
@@ -280,10 +278,10 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
             delta=delta, delta_best=delta_best, rank_delta=rank_delta, note=note[:5000], recorded_by=by)
         better = arena_better(delta, maximize=scenario.arena_maximize)
         verdict = "" if better is None else (", better" if better else ", worse")
-        moved = "" if rank_delta is None else f", rank {'same' if rank_delta == 0 else f'{rank_delta:+d}'}"
+        moved = "" if rank_delta is None else f", rank {'same' if rank_delta == 0 else numbers.signed_text(rank_delta)}"
         title = (f"Arena: rank {rank if rank is not None else '—'}, score "
                  f"{'—' if arena_score is None else f'{arena_score:g}'} "
-                 f"({_signed(delta)} vs previous{verdict}, {_signed(delta_best)} vs best{moved})")
+                 f"({numbers.signed_text(delta)} vs previous{verdict}, {numbers.signed_text(delta_best)} vs best{moved})")
         body = "\n".join(filter(None, [
             f"Submission {submission.score:g} from run {submission.run.external_id}"
             + (f" ({submission.artifact_ref or ''})" if submission.artifact_ref else ""),

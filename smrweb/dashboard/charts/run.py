@@ -1,69 +1,31 @@
-"""Plotly figures as plain dicts (plotly.graph_objects validates every attribute and costs more than
-the queries). Times are zone-less strings already in the viewer's clock (the zone the clock middleware
-activated: UTC or the browser's), because plotly draws epoch numbers in the browser's own zone
-whatever the label says; axis titles and hovers name that zone. The page script renders each figure
-from a `json_script` element with Plotly.react."""
+"""The run page's figures: the agent.turn timeline (score, tokens, USD per bar, cumulative USD against
+the budget) and one chart per metric. Style: `charts.style`."""
 
 from __future__ import annotations
 
-import html
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.utils import timezone
-
+from smrweb.dashboard.charts.style import (
+    BEST,
+    BUDGET,
+    CHILD,
+    DRIVER,
+    EPOCH_MS_2001,
+    GRID,
+    INK,
+    PALETTE,
+    SCORE,
+    axis,
+    base_layout,
+    plotly_text,
+    time_axis,
+    time_title,
+    x_time,
+)
 from smrweb.dashboard.clock import zone_label
-
 from smrweb.tracking.models import TurnKind
 from smrweb.tracking.queries.timeline import Burn, Timeline
-
-DRIVER, CHILD = "#7c3aed", "#0891b2"
-SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#eef1f4"
-# Distinct, readable on white; runs beyond the palette reuse it (their hover names tell them apart).
-PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#7c3aed", "#0891b2", "#65a30d", "#dc2626",
-           "#4f46e5", "#0d9488", "#ca8a04", "#9333ea"]
-EPOCH_MS_2001 = 978_307_200_000
-FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
-        "size": 11, "color": INK}
-
-
-def x_time(ts: datetime) -> str:
-    """`ts` in the active clock as a zone-less date string, which plotly draws as it is."""
-    return timezone.localtime(ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def time_title() -> str:
-    return f"time ({zone_label()})"
-
-
-def plotly_text(value: str) -> str:
-    """Plotly draws names, titles and hover templates as pseudo-HTML (<a href>, <b>, …): escape what it
-    would interpret in supplied text (metric keys come from agents)."""
-    return html.escape(value, quote=False)
-
-
-def _axis(title: str, domain: tuple[float, float], **extra) -> dict:
-    return {"title": {"text": title, "font": {"size": 11}}, "domain": list(domain), "gridcolor": GRID,
-            "zeroline": False, "automargin": True, "fixedrange": True, **extra}
-
-
-def base_layout(height: int, *, uirevision: str, **extra) -> dict:
-    return {
-        "height": height, "margin": {"l": 8, "r": 12, "t": 8, "b": 8}, "font": FONT,
-        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#fff", "uirevision": uirevision,
-        "hoverlabel": {"font": {"size": 11}}, "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-        **extra,
-    }
-
-
-def time_axis() -> dict:
-    """A date axis in the active clock. No fixed range: the traces span the run (or project) from start
-    to now, and a range that moved with every poll would undo the viewer's zoom (plotly keeps ui
-    state under `uirevision` only for attributes whose given value did not change)."""
-    return {"type": "date", "gridcolor": GRID, "automargin": True,
-            "showspikes": True, "spikemode": "across", "spikesnap": "cursor", "spikethickness": 1,
-            "spikecolor": "#98a2b0", "hoverformat": f"%b %d, %H:%M:%S {zone_label()}",
-            "title": {"text": time_title()}}
 
 
 def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd: Decimal | None,
@@ -132,10 +94,10 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
     layout = base_layout(
         560, uirevision=uirevision, barmode="stack", bargap=0, hovermode="closest", showlegend=True,
         xaxis={**time_axis(), "anchor": "y4", "fixedrange": False},
-        yaxis=_axis(f"{metric} {'↑' if maximize else '↓'}", (0.74, 1.0)),
-        yaxis2=_axis("tokens", (0.50, 0.70), rangemode="tozero", tickformat="~s"),
-        yaxis3=_axis("USD / bar", (0.27, 0.46), rangemode="tozero", tickprefix="$"),
-        yaxis4=_axis("USD total", (0.0, 0.23), rangemode="tozero", tickprefix="$"),
+        yaxis=axis(f"{metric} {'↑' if maximize else '↓'}", domain=[0.74, 1.0], fixedrange=True),
+        yaxis2=axis("tokens", domain=[0.50, 0.70], fixedrange=True, rangemode="tozero", tickformat="~s"),
+        yaxis3=axis("USD / bar", domain=[0.27, 0.46], fixedrange=True, rangemode="tozero", tickprefix="$"),
+        yaxis4=axis("USD total", domain=[0.0, 0.23], fixedrange=True, rangemode="tozero", tickprefix="$"),
     )
     if budget_usd:
         # Headroom above the budget line and a label on it: at the panel's very top edge it looked like it
@@ -177,39 +139,4 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
     layout = base_layout(260, uirevision=uirevision, showlegend=total > len(points), hovermode="closest",
                          xaxis={**xaxis, "gridcolor": GRID, "automargin": True},
                          yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True})
-    return {"data": data, "layout": layout}
-
-
-def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, float]]]],
-                          frontier: list[tuple[datetime, float]], *, maximize: bool, metric: str,
-                          start: datetime, end: datetime, uirevision: str,
-                          frontier_label: str = "project best so far") -> dict:
-    """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
-
-    `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
-    """
-    metric = plotly_text(metric)
-    data = []
-    many = len(series) > 12
-    for i, (run_id, url, points) in enumerate(series):
-        # Only what differs per run; the shared style and hover text come from layout.template.
-        data.append({"name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
-                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points], "meta": {"url": url, "run": run_id},
-                     "line": {"color": PALETTE[i % len(PALETTE)]}})
-    if frontier:
-        points = frontier + [(end, frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": frontier_label, "showlegend": True,
-                     "opacity": 1,
-                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points],
-                     "line": {"color": BEST, "width": 3, "shape": "hv"},
-                     "hovertemplate": "best %{y:.6g}<extra></extra>"})
-    run_style = {"type": "scatter", "mode": "lines+markers", "showlegend": not many, "opacity": 0.55 if many else 0.85,
-                 "line": {"width": 1}, "marker": {"size": 4},
-                 "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
-                                  "<extra></extra>"}
-    layout = base_layout(320, uirevision=uirevision, hovermode="closest", showlegend=True,
-                         template={"data": {"scatter": [run_style]}},
-                         xaxis=time_axis(),
-                         yaxis={"title": {"text": f"{metric} {'↑' if maximize else '↓'}"}, "gridcolor": GRID,
-                                "automargin": True, "zeroline": False})
     return {"data": data, "layout": layout}

@@ -1,53 +1,35 @@
-"""The Compare page's presentation: one colour per run, plotly figures as plain dicts (graph_objects
-validates every attribute and costs more than the queries), and the table's formatted deltas.
-
-Figures are emitted with `json_script` and drawn by static/js/smrweb.js with Plotly.react.
-"""
+"""The Compare page's presentation: one colour per run, the figures, and the table's formatted deltas.
+Style: `charts.style`; numbers: `core.numbers`."""
 
 from __future__ import annotations
 
-import colorsys
 import hashlib
-import html
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from smrweb.dashboard.templatetags.smrweb import duration, midtrunc, plain_number, tokens
+from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
+from smrweb.dashboard.charts.style import (
+    CHILD,
+    DRIVER,
+    TOKENS_IN,
+    TOKENS_OUT,
+    axis,
+    base_layout,
+    colour,
+    plotly_text,
+)
+from smrweb.dashboard.templatetags.smrweb import midtrunc
 from smrweb.tracking.queries.compare import Comparison, RunSeries
 
-# Distinct and at least 3:1 against white; kept clear of the driver violet and child cyan used for
-# spend kinds. Runs past the palette get hues spread by the golden angle (see `colour`).
-PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#dc2626", "#4f46e5", "#65a30d", "#0f766e",
-           "#a16207", "#9333ea"]
-DRIVER, CHILD, TOKENS_IN, TOKENS_OUT = "#7c3aed", "#0891b2", "#475569", "#94a3b8"
-INK, GRID = "#3b4656", "#eef1f4"
-FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
-        "size": 11, "color": INK}
 LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the hover name them)
-MINUS = "−"
 
 
-def contrast_on_white(hex_colour: str) -> float:
-    """WCAG contrast ratio of a colour against white."""
-    def linear(c: float) -> float:
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
-    return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
-
-
-def colour(i: int) -> str:
-    """The i-th run's colour: the palette, then golden-angle hues darkened until they read on white."""
-    if i < len(PALETTE):
-        return PALETTE[i]
-    hue, lightness = (i * 0.381966) % 1.0, 0.42
-    while True:
-        r, g, b = colorsys.hls_to_rgb(hue, lightness, 0.70)
-        hex_colour = f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
-        if contrast_on_white(hex_colour) >= 3 or lightness < 0.2:
-            return hex_colour
-        lightness -= 0.02
+def signed_number(value: float, digits: int, *, percent: bool = False) -> str:
+    """A rate (−0.25, 8,000) or, with `percent`, a change (+12%, −3%) in whole percent."""
+    if percent:
+        return f"{sign_of(round(value))}{abs(round(value))}%"
+    return plain_number(value, digits).replace("-", MINUS)
 
 
 @dataclass(frozen=True)
@@ -66,24 +48,10 @@ def time_unit(c: Comparison) -> TimeUnit:
     return TimeUnit(86400, "days")
 
 
-def _text(value: str) -> str:
-    """Plotly draws names and titles as pseudo-HTML: escape what it would interpret."""
-    return html.escape(value, quote=False)
 
 
-def _layout(height: int, *, uirevision: str, show_legend: bool, **extra) -> dict:
-    return {
-        "height": height, "margin": {"l": 8, "r": 12, "t": 8, "b": 8}, "font": FONT,
-        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#fff", "uirevision": uirevision,
-        "hovermode": "closest", "hoverlabel": {"font": {"size": 11}}, "showlegend": show_legend,
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
-        **extra,
-    }
 
 
-def _axis(title: str, **extra) -> dict:
-    return {"title": {"text": title, "font": {"size": 11}}, "gridcolor": GRID, "zeroline": False,
-            "automargin": True, **extra}
 
 
 def _x(seconds: float, unit: TimeUnit) -> float:
@@ -98,13 +66,13 @@ def _end(s: RunSeries) -> float:
 def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
     """Every score as a faint dot and the best-so-far frontier as a step line, per run, on time since
     each run's start. None when no run has a score."""
-    metric = _text(c.project.scenario.score_metric)
+    metric = plotly_text(c.project.scenario.score_metric)
     legend = len(c.runs) <= LEGEND_MAX
     data = []
     for s, col in zip(c.runs, colours):
         if not s.scores:
             continue
-        rid = _text(s.run.external_id)
+        rid = plotly_text(s.run.external_id)
         where = f"%{{x:.2f}} {unit.label} since start"
         data.append({"type": "scatter", "mode": "markers", "name": rid, "legendgroup": rid, "showlegend": False,
                      "x": [_x(x, unit) for x, _ in s.scores], "y": [y for _, y in s.scores],
@@ -118,9 +86,9 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
     if not data:
         return None
     arrow = "↑" if c.maximize else "↓"
-    layout = _layout(380, uirevision=uirevision, show_legend=legend,
-                     xaxis=_axis(f"{unit.label} since the run's start", rangemode="tozero"),
-                     yaxis=_axis(f"{metric} {arrow} · line: best so far"))
+    layout = base_layout(380, uirevision=uirevision, hovermode="closest", showlegend=legend,
+                     xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
+                     yaxis=axis(f"{metric} {arrow} · line: best so far"))
     return {"data": data, "layout": layout}
 
 
@@ -130,7 +98,7 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
     for s, col in zip(c.runs, colours):
         if not s.spend:
             continue
-        rid = _text(s.run.external_id)
+        rid = plotly_text(s.run.external_id)
         pts = [(0.0, 0.0), *s.spend, (_end(s), s.spend[-1][1])]
         # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
         # turns is closer to the truth than a step drawn at each of them.
@@ -142,9 +110,9 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
                                       "<extra></extra>"})
     if not data:
         return None
-    layout = _layout(380, uirevision=uirevision, show_legend=len(c.runs) <= LEGEND_MAX,
-                     xaxis=_axis(f"{unit.label} since the run's start", rangemode="tozero"),
-                     yaxis=_axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"))
+    layout = base_layout(380, uirevision=uirevision, hovermode="closest", showlegend=len(c.runs) <= LEGEND_MAX,
+                     xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
+                     yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"))
     return {"data": data, "layout": layout}
 
 
@@ -157,7 +125,7 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
         return None
     ids = [s.run.external_id for s, _ in runs]
     ticks = {"tickmode": "array", "tickvals": ids,
-             "ticktext": [f'<span style="color:{col}">■</span> {_text(midtrunc(rid, 24))}' for rid, (_, col)
+             "ticktext": [f'<span style="color:{col}">■</span> {plotly_text(midtrunc(rid, 24))}' for rid, (_, col)
                           in zip(ids, runs)]}
 
     def bars(name, colour_, values, axis, fmt):
@@ -175,13 +143,14 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
              "%{x:,.0f}"),
     ]
     height = 90 + 24 * max(len(runs), 3)
-    layout = _layout(
-        height, uirevision=uirevision, show_legend=True, barmode="stack", bargap=0.3,
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
-        xaxis=_axis("USD spent, by kind", domain=[0, 0.47], tickprefix="$", rangemode="tozero"),
-        xaxis2=_axis("mean tokens per turn", domain=[0.53, 1], tickformat="~s", rangemode="tozero"),
-        yaxis={**_axis("", autorange="reversed", **ticks), "anchor": "x"},
-        yaxis2={**_axis("", autorange="reversed", matches="y", showticklabels=False), "anchor": "x2"},
+    layout = base_layout(
+        height, uirevision=uirevision, hovermode="closest", showlegend=True, barmode="stack", bargap=0.3,
+        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal",
+                "font": {"size": 11}},
+        xaxis=axis("USD spent, by kind", domain=[0, 0.47], tickprefix="$", rangemode="tozero"),
+        xaxis2=axis("mean tokens per turn", domain=[0.53, 1], tickformat="~s", rangemode="tozero"),
+        yaxis={**axis("", autorange="reversed", **ticks), "anchor": "x"},
+        yaxis2={**axis("", autorange="reversed", matches="y", showticklabels=False), "anchor": "x2"},
     )
     return {"data": data, "layout": layout}
 
@@ -212,46 +181,29 @@ class Row:
     without_query: str  # this run removed
 
 
-def _sign(value: float) -> str:
-    return "+" if value > 0 else MINUS if value < 0 else "±"
 
 
-def usd_precise(value) -> str:
-    """Dollars with three significant digits below $1 ($0.0431), cents above ($12.35)."""
-    if value is None:
-        return "—"
-    value = float(value)
-    if value == 0:
-        return "$0"
-    if abs(value) < 0.0001:
-        return "<$0.0001"
-    if abs(value) < 1:
-        return f"${value:.3g}"
-    return f"${value:,.2f}"
 
 
-def _num(value: float, digits: int = 4) -> str:
-    """Significant digits written out: 0.0412, 3.142, 12,346 (never "-0" or an exponent)."""
-    return plain_number(value, digits)
 
 
 def rate(value: float | None) -> str:
     """Score gained per USD, to three significant digits."""
     if value is None:
         return "—"
-    return _num(value, 3).replace("-", MINUS)
+    return signed_number(value, 3)
 
 
-def _delta_text(key: str, d) -> str:
+def _deltaplotly_text(key: str, d) -> str:
     if isinstance(d, timedelta):
-        return _sign(d.total_seconds()) + duration(abs(d))
+        return sign_of(d.total_seconds()) + duration(abs(d))
     if key == "turns":
-        return f"{_sign(d)}{abs(d):,}"
+        return f"{sign_of(d)}{abs(d):,}"
     if key == "tokens":
-        return _sign(d) + tokens(abs(d))
+        return sign_of(d) + tokens(abs(d))
     if key == "usd":
-        return _sign(d) + usd_precise(abs(d))
-    return _sign(d) + _num(abs(d))
+        return sign_of(d) + usd_precise(abs(d))
+    return sign_of(d) + plain_number(abs(d))
 
 
 def _tone(key: str, d, maximize: bool) -> str:
@@ -274,9 +226,9 @@ def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
         b = base_values[key]
         b_num = b.total_seconds() if isinstance(b, timedelta) else b
         d_num = d.total_seconds() if isinstance(d, timedelta) else d
-        pct = f" ({d_num / abs(b_num) * 100:+.0f}%)".replace("-", MINUS) if b_num else ""
-        out[key] = Delta(_delta_text(key, d), _tone(key, d_num, maximize),
-                         f"{_delta_text(key, d)}{pct} against {base.run.external_id}")
+        pct = f" ({signed_number(d_num / abs(b_num) * 100, 2, percent=True)})" if b_num else ""
+        out[key] = Delta(_deltaplotly_text(key, d), _tone(key, d_num, maximize),
+                         f"{_deltaplotly_text(key, d)}{pct} against {base.run.external_id}")
     return out
 
 
