@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 os.environ["SMRWEB_DATA_DIR"] = tempfile.mkdtemp(prefix="smrweb-smrbench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
 os.environ.pop("DATABASE_URL", None)
+# The simulated SMR backend listens on loopback, which outbound calls refuse unless allowed (as `make demo` does).
+os.environ.setdefault("SMRWEB_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
 
 import django  # noqa: E402
 import httpx  # noqa: E402
