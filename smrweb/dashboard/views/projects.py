@@ -9,10 +9,10 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
-from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
+from smrweb.tracking.services import rollbacks
 
 RUNS_PER_PAGE = 50
 LEADERBOARD_PER_PAGE = 20
@@ -131,7 +131,7 @@ def project_detail(request, slug: str):
         "scope_links": {"verified": _with(request.GET, unverified="0"), "unverified": _with(request.GET, unverified="1"),
                         "per_run": _with(request.GET, board=None), "all": _with(request.GET, board="all")},
         "regressions": queries.regressions(project),
-        "can_roll_back": _can_roll_back(request.user, project),
+        "can_roll_back": rollbacks.may_roll_back(request.user, project),
         "is_admin": project.allows(request.user, Role.ADMIN),
         "health": getattr(project, "source_health", None) if project.source != "push" else None,
         "metric_choice": _metric_choice(project),

@@ -85,7 +85,7 @@ def run_detail(request, slug: str, run_id: str):
         "stalled_for": queries.stalled_for(run, now),
         "gaps": queries.source_gaps(run),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
-        "can_roll_back": _can_roll_back(request.user, run.project),
+        "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
         "is_admin": run.project.allows(request.user, Role.ADMIN),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (rollback_list := list(
@@ -103,12 +103,6 @@ def _without(params, key: str) -> str:
     params = params.copy()
     params.pop(key, None)
     return params.urlencode()
-
-
-def _can_roll_back(user, project) -> bool:
-    """Reviewers of SMR projects, and of push projects that set a rollback webhook."""
-    supported = project.source == SourceKind.SMR or (project.source == SourceKind.PUSH and project.rollback_webhook_url)
-    return bool(supported) and project.allows(user, Role.REVIEWER)
 
 
 def _runtime_messages(run, limit: int = 20) -> dict:

@@ -14,11 +14,10 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core import numbers, queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
-from smrweb.dashboard.views.runs import _can_roll_back
 from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
-from smrweb.tracking.services import submissions
+from smrweb.tracking.services import rollbacks, submissions
 
 
 class ReviewForm(forms.Form):
@@ -94,7 +93,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "reviews": sub.reviews.select_related("reviewer").order_by("created", "id"),
         "arena_results": sub.arena_results.select_related("recorded_by").order_by("-created", "-id"),
         "can_act": project.allows(request.user, Role.REVIEWER),
-        "can_roll_back": _can_roll_back(request.user, project),
+        "can_roll_back": rollbacks.may_roll_back(request.user, project),
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
         "upload_form": extra.pop("upload_form", None) or UploadForm(),

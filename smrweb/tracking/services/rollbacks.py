@@ -55,6 +55,30 @@ def describe_target(rollback: Rollback) -> str:
     return f"checkpoint {cp.label or cp.external_id}"
 
 
+# What a rollback does, per source; a source not listed cannot roll back. The one rule of who may roll
+# back what: the run page, the project and submission pages, the API and the dispatcher all ask here.
+ROLLBACK_EFFECTS = {
+    SourceKind.SMR: "Managed Research restores the matching checkpoint in place",
+    SourceKind.GIT: "A new commit restores its files on the branch",
+    SourceKind.PUSH: "The project's webhook is told to restore it",
+}
+
+
+def rollback_refusal(project) -> str:
+    """Why this project cannot roll back at all ("" when it can)."""
+    if project.source not in ROLLBACK_EFFECTS:
+        return f"{project.get_source_display()} projects cannot roll back."
+    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
+        return ("This project has no rollback webhook URL: an admin sets one in the project settings, "
+                "so the harness can be told to roll back.")
+    return ""
+
+
+def may_roll_back(user: Any, project) -> bool:
+    """Whether `user` gets rollback buttons in `project`: reviewers and admins, where the source can."""
+    return not rollback_refusal(project) and project.allows(user, Role.REVIEWER)
+
+
 def _refuse_uncounted(submission: Submission) -> None:
     """A rollback goes back to work that counts: never to an invalid, rejected or excluded submission."""
     if submission.status in NEVER_COUNTED or submission.excluded_at is not None or submission.run.excluded_at:
@@ -75,9 +99,8 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
         raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
                               f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")
-    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
-        raise RollbackRefused("This project has no rollback webhook URL: an admin sets one in the project settings, "
-                              "so the harness can be told to roll back.")
+    if refusal := rollback_refusal(project):
+        raise RollbackRefused(refusal)
     reason = (reason or "").strip() or "rolled back from the dashboard"
     try:
         with transaction.atomic():
