@@ -278,7 +278,7 @@ def test_mark_uploaded_records_the_arena_id_and_results_say_better_or_worse(clie
     response = client_alice.post(f"/projects/hill/submissions/{second.pk}/record", {"rank": "7", "arena_score": "3.31"},
                                  follow=True)
     body = response.content.decode()
-    assert "score -0.09 against the previous result: better (lower is better); 2 places up (rank 7)" in body
+    assert "score −0.09 against the previous result: better (lower is better); 2 places up (rank 7)" in body
     assert 'data-rank-delta="-2"' in body and "▲ 2 places up" in body and "arena score: lower is better" in body
     assert "sub-82" in body
     response = client_alice.post(f"/projects/hill/submissions/{second.pk}/record", {"rank": "8", "arena_score": "3.5"},
