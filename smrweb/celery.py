@@ -1,11 +1,51 @@
-"""The Celery app: configured from Django settings (CELERY_*), tasks autodiscovered from the apps."""
+"""The Celery app: configured from Django settings (CELERY_*), tasks autodiscovered from the apps.
+
+Tasks run in lanes, one queue each, so that a burst of one kind cannot hold up another: the pollers'
+syncs (many, long) go to `<queue>.polling`, people's actions (rollbacks, stops) to `<queue>.actions`,
+validators and preflights to `<queue>.verification`; anything else to `<queue>` itself (`<queue>` is
+SMRWEB_CELERY_QUEUE, default "celery"). A worker started without `-Q` takes every lane; a deployment
+that polls many projects runs a worker of its own for the polling lane (docker-compose.yml does).
+"""
 
 import os
 
 from celery import Celery
+from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
+
+# Task names, not modules: the names are pinned (sources/tasks.py) so queued messages keep resolving.
+LANES = {
+    "polling": ("smrweb.sources.tasks.poll_due_projects", "smrweb.sources.tasks.sync_project",
+                "smrweb.sources.tasks.flag_stalled_runs"),
+    "actions": ("smrweb.tracking.tasks.dispatch_rollback", "smrweb.sources.tasks.stop_run",
+                "smrweb.tracking.tasks.redispatch_stale_actions", "smrweb.tracking.tasks.collect_unreferenced_blobs"),
+    "verification": ("smrweb.tracking.tasks.verify_submission", "smrweb.tracking.tasks.auto_verify_run",
+                     "smrweb.sources.tasks.preflight_scenario"),
+}
+LANE_OF = {name: lane for lane, names in LANES.items() for name in names}
 
 app = Celery("smrweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def lane_queue(lane: str) -> str:
+    """The queue of a lane, under the configured default queue (read at call time: tests give each
+    session a queue of its own)."""
+    return f"{app.conf.task_default_queue}.{lane}"
+
+
+def route(name, args, kwargs, options, task=None, **kw):
+    """CELERY_TASK_ROUTES: a task's lane by its name; unlisted tasks stay on the default queue."""
+    lane = LANE_OF.get(name)
+    return {"queue": lane_queue(lane)} if lane else None
+
+
+def worker_queues() -> list[Queue]:
+    """What a worker started without `-Q` consumes: the default queue and every lane."""
+    return [Queue(app.conf.task_default_queue)] + [Queue(lane_queue(lane)) for lane in LANES]
+
+
+app.conf.task_routes = (route,)
+app.conf.task_queues = worker_queues()

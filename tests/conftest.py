@@ -148,7 +148,14 @@ def celery_queue(redis_server):
     queue = f"smrweb-test-{os.getpid()}"
     app.conf.task_default_queue = queue
     yield queue
-    redis_server.delete(queue)
+    redis_server.delete(*queue_and_lanes(queue))
+
+
+def queue_and_lanes(queue: str) -> list[str]:
+    """The Redis keys of a default queue and its lanes (smrweb/celery.py)."""
+    from smrweb.celery import LANES
+
+    return [queue, *(f"{queue}.{lane}" for lane in LANES)]
 
 
 def _database_url() -> str:
@@ -226,7 +233,7 @@ def celery_worker(celery_worker_process, celery_queue, redis_server, settings, a
     yield celery_worker_process
     from smrweb.celery import app
 
-    redis_server.delete(celery_queue)
+    redis_server.delete(*queue_and_lanes(celery_queue))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         # A solo-pool worker answers only between tasks, so no answer means busy.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from itertools import product
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,30 @@ def test_review_queue_lists_waiting_submissions_best_first(project, alice, bob):
     assert [s.pk for s in lifecycle.review_queue(project, per_run=False)] == [high.pk, mid.pk, low.pk]
     [best_of_run] = lifecycle.review_queue(project)  # all in one run: its best, with the others counted
     assert (best_of_run.pk, best_of_run.run_waiting) == (high.pk, 3)
+
+
+# --- the lifecycle has one home: the page's chain and buttons come from TRANSITIONS ----------------------
+
+
+def test_the_drawn_chain_and_its_branches_are_legal_moves_covering_every_status():
+    chain, branches = lifecycle.MAIN_CHAIN, lifecycle.BRANCHES
+    assert all(b in lifecycle.TRANSITIONS[a] for a, b in zip(chain, chain[1:]))
+    assert all(branch in lifecycle.TRANSITIONS[parent] for branch, parent in branches.items())
+    assert set(chain) | set(branches) == set(SubmissionStatus.values) == set(lifecycle.TRANSITIONS)
+
+
+@pytest.mark.parametrize("status", list(SubmissionStatus.values))
+def test_the_actions_offered_are_exactly_the_legal_moves_a_person_makes(project, bob, victor, status):
+    services.ingest_events(project, "r1", parse_events('[{"type": "score", "score": 0.5}]'))
+    Submission.objects.update(status=status)
+    sub = Submission.objects.select_related("project").get()
+    legal = {lifecycle.ACTIONS[to] for to in lifecycle.TRANSITIONS[status] if to in lifecycle.ACTIONS}
+    assert lifecycle.allowed_actions(sub, bob) == legal
+    assert lifecycle.allowed_actions(sub, victor) == frozenset()
+
+
+def test_every_person_action_is_a_move_of_the_table_and_has_a_form_on_the_page():
+    page = (Path(__file__).resolve().parents[2] / "templates/dashboard/submission_detail.html").read_text()
+    for to, action in lifecycle.ACTIONS.items():
+        assert any(to in targets for targets in lifecycle.TRANSITIONS.values())
+        assert f'"{action}" in actions' in page, f"the page shows no form for {action!r}"

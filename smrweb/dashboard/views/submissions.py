@@ -60,21 +60,6 @@ def _submission(project, submission_id: int) -> Submission:
         project=project, pk=submission_id)
 
 
-MAIN_CHAIN = ["candidate", "verifying", "verified", "approved", "uploaded", "ranked"]
-# Where a side branch leaves the main chain.
-BRANCHES = {"invalid": "verifying", "rejected": "verified"}
-
-
-def lifecycle_steps(status: str) -> list[tuple[str, str]]:
-    """The main chain with each step done / now / ahead; a side branch (invalid, rejected) is shown
-    after the step it left from, as where the submission is now."""
-    if status in BRANCHES:
-        last = MAIN_CHAIN.index(BRANCHES[status])
-        return [(s, "done") for s in MAIN_CHAIN[: last + 1]] + [(status, "now bad")]
-    now = MAIN_CHAIN.index(status)
-    return [(s, "done" if i < now else "now" if i == now else "") for i, s in enumerate(MAIN_CHAIN)]
-
-
 def _version(sub: Submission) -> str:
     return live.version(sub.pk, sub.updated.timestamp())
 
@@ -104,7 +89,8 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "next_sub": submissions.next_in_queue(sub) if sub.status in submissions.QUEUE_STATUSES else None,
         "version": _version(sub),
         "S": SubmissionStatus,
-        "steps": lifecycle_steps(sub.status),
+        "steps": submissions.lifecycle_steps(sub.status),
+        "actions": submissions.allowed_actions(sub, request.user),
         **extra,
     }
 

@@ -49,6 +49,16 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.RANKED: frozenset({S.RANKED}),
 }
 
+# The order the submission page draws the lifecycle in: the main chain, and where each side branch
+# leaves it (tests/tracking/test_submissions.py checks both against TRANSITIONS).
+MAIN_CHAIN = (S.CANDIDATE, S.VERIFYING, S.VERIFIED, S.APPROVED, S.UPLOADED, S.RANKED)
+BRANCHES = {S.INVALID: S.VERIFYING, S.REJECTED: S.VERIFIED}
+
+# The person's action that makes each move; the other moves are a verification's outcome. The page
+# shows an action's form exactly when the move is legal from the submission's status.
+ACTIONS = {S.VERIFYING: "verify", S.APPROVED: "review", S.REJECTED: "review", S.UPLOADED: "mark_uploaded",
+           S.RANKED: "record_arena_result"}
+
 # What a person must do to move on from each status (for refusals that explain themselves).
 NEXT_STEP = {
     S.CANDIDATE: "verify it first",
@@ -65,6 +75,23 @@ NEXT_STEP = {
 class IllegalTransition(TrackingError):
     status = 409
     code = "illegal_transition"
+
+
+def allowed_actions(submission: Submission, user: Any) -> frozenset[str]:
+    """The actions `user` may take on `submission` now (reviewers and admins; none for viewers)."""
+    if not submission.project.allows(user, Role.REVIEWER):
+        return frozenset()
+    return frozenset(ACTIONS[to] for to in TRANSITIONS[submission.status] if to in ACTIONS)
+
+
+def lifecycle_steps(status: str) -> list[tuple[str, str]]:
+    """The main chain with each step done / now / ahead; a side branch (invalid, rejected) is shown
+    after the step it left from, as where the submission is now."""
+    if status in BRANCHES:
+        last = MAIN_CHAIN.index(BRANCHES[status])
+        return [(s, "done") for s in MAIN_CHAIN[: last + 1]] + [(status, "now bad")]
+    now = MAIN_CHAIN.index(status)
+    return [(s, "done" if i < now else "now" if i == now else "") for i, s in enumerate(MAIN_CHAIN)]
 
 
 def _label(user: Any) -> str:
