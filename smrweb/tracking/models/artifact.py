@@ -1,0 +1,54 @@
+"""Artifacts: content-addressed blobs and the run files that hold them."""
+
+from __future__ import annotations
+
+
+from django.db import models
+
+from smrweb.tracking.models.run import Run
+from smrweb.tracking.models.scenario import ArtifactKind
+
+
+def blob_storage_name(sha256: str, *, unique: str) -> str:
+    """Where a blob's bytes live: fanned out by digest, with a per-write suffix (see services._save_blob)."""
+    return f"blobs/{sha256[:2]}/{sha256[2:4]}/{sha256}-{unique}"
+
+
+class ArtifactBlob(models.Model):
+    """Stored bytes, addressed by content: the same bytes are stored once whatever the run or path."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    size = models.PositiveBigIntegerField()
+    storage_name = models.CharField(max_length=300)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256
+
+
+class Artifact(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="artifacts")
+    path = models.CharField(max_length=500)
+    kind = models.CharField(max_length=20, choices=ArtifactKind, default=ArtifactKind.FILE)
+    blob = models.ForeignKey(ArtifactBlob, models.PROTECT, related_name="artifacts")
+    content_type = models.CharField(max_length=200, default="application/octet-stream")
+    commit = models.CharField(max_length=64, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        # A version is (path, bytes, commit): the bytes are stored once (the blob), but the same bytes at
+        # two commits — a revert, a rollback commit — are two versions with their own lineage.
+        constraints = [models.UniqueConstraint(fields=["run", "path", "blob", "commit"],
+                                               name="artifact_run_path_blob_commit_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.path}@{self.blob.sha256[:12]}"
+
+    @property
+    def sha256(self) -> str:
+        return self.blob.sha256
+
+    @property
+    def size(self) -> int:
+        return self.blob.size

@@ -1,0 +1,314 @@
+"""Runs and what they record: state changes, experiments, metric points, agent turns, checkpoints and
+runtime messages."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from smrweb.tracking.models.common import USD, finite
+from smrweb.tracking.models.project import Project
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    PLANNING = "planning"
+    RUNNING = "running"
+    EXECUTING = "executing"
+    REVIEWING = "reviewing"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    FINALIZING = "finalizing"
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    CANCELED = "canceled"
+
+
+TERMINAL_STATES = frozenset({RunState.DONE, RunState.FAILED, RunState.STOPPED, RunState.CANCELED})
+
+
+class Run(models.Model):
+    project = models.ForeignKey(Project, models.CASCADE, related_name="runs")
+    external_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=RunState, default=RunState.RUNNING)
+    failure_family = models.CharField(max_length=100, blank=True)
+    failure_detail = models.TextField(blank=True)
+    failure_source = models.CharField(max_length=200, blank=True)
+    stalled_since = models.DateTimeField(null=True, blank=True)
+    requested_profile = models.CharField(max_length=200, blank=True)
+    actual_profile = models.CharField(max_length=200, blank=True)
+    budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    budget_usd = models.DecimalField(null=True, blank=True, **USD)
+    # Spend, recomputed from agent turns by the write path: total == driver + child == sum(turns).
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    driver_tokens_in = models.PositiveBigIntegerField(default=0)
+    driver_tokens_out = models.PositiveBigIntegerField(default=0)
+    driver_cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    child_tokens_in = models.PositiveBigIntegerField(default=0)
+    child_tokens_out = models.PositiveBigIntegerField(default=0)
+    child_cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    turn_count = models.PositiveIntegerField(default=0)
+    # Score summary, recomputed from submissions by the write path: the best of the submissions that
+    # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
+    best_score = models.FloatField(null=True, blank=True)
+    latest_score = models.FloatField(null=True, blank=True)
+    score_count = models.PositiveIntegerField(default=0)
+    git_branch = models.CharField(max_length=200, blank=True)
+    git_commit = models.CharField(max_length=64, blank=True)
+    # Filled by polled sources (SMR): the backend's own view of the run.
+    live_phase = models.CharField(max_length=100, blank=True)
+    terminal_outcome = models.CharField(max_length=50, blank=True)
+    other_meters_usd = models.DecimalField(default=Decimal(0), **USD)  # sandbox time etc., not agent turns
+    source_total_usd = models.DecimalField(null=True, blank=True, **USD)  # what the backend bills in all
+    source_updated_at = models.DateTimeField(null=True, blank=True)
+    source_cursor = models.JSONField(default=dict, blank=True)  # per kind of data: what a sync has seen
+    # The source's own spend (typed aggregates: tokens, USD, driver/child) and, per channel, what it
+    # reports that no turn accounts for (sources/smr_usage.py); `spend_unaccounted` flags any difference.
+    source_spend = models.JSONField(default=dict, blank=True)
+    spend_unaccounted = models.BooleanField(default=False)
+    entries_unreadable = models.PositiveIntegerField(default=0)  # usage entries the poller could not read
+    # Requested vs resolved profile per role / actor, as the source lists them (worker-level downgrades).
+    actor_profiles = models.JSONField(default=list, blank=True)
+    # An admin took the whole run out of the project's numbers (a test run, junk); reversible.
+    excluded_at = models.DateTimeField(null=True, blank=True)
+    excluded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    excluded_reason = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_progress_at = models.DateTimeField(default=timezone.now)
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-last_progress_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="run_project_external_id_uniq"),
+            models.CheckConstraint(condition=Q(cost_usd__gte=0), name="run_cost_nonnegative"),
+        ]
+        indexes = [
+            # The runs table and the overview counts: a project's runs by state and recency.
+            models.Index(fields=["project", "state"], name="run_project_state_idx"),
+            models.Index(fields=["project", "-last_progress_at"], name="run_project_progress_idx"),
+            # flag_stalled_runs: non-terminal runs whose progress is old.
+            models.Index(fields=["state", "last_progress_at"], name="run_state_progress_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.external_id}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("dashboard:run-detail", args=[self.project.slug, self.external_id])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def is_stalled(self) -> bool:
+        return self.stalled_since is not None and not self.is_terminal
+
+    @property
+    def is_downgraded(self) -> bool:
+        return bool(self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile) \
+            or bool(self.downgraded_actors)
+
+    @property
+    def actor_roles(self) -> dict[str, str]:
+        """Actor id → role, as the source's per-actor usage and profiles list them (SMR ids are UUIDs)."""
+        roles = {a["actor"]: a["role"] for a in self.actor_profiles or [] if a.get("actor") and a.get("role")}
+        roles.update((self.source_spend or {}).get("roles") or {})
+        return roles
+
+    @property
+    def downgraded_actors(self) -> list[dict]:
+        """Roles or actors (beyond the orchestrator's own profile) that got another profile than asked."""
+        changed = [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")
+                   and a["requested"] != a["actual"] and not (a.get("role") == "orchestrator" and not a.get("actor"))]
+        per_actor = [a for a in changed if a.get("actor")]
+        return per_actor or changed  # the actors themselves when the source names them, else their roles
+
+    @property
+    def spend_usd(self) -> Decimal:
+        """What the run cost in all: the source's billed total when it states one, else the turns'."""
+        return self.source_total_usd if self.source_total_usd is not None else self.cost_usd + self.other_meters_usd
+
+    @property
+    def reported_tokens(self) -> tuple[int, int]:
+        """(in, out) as the source totals them when it does, else as the turns add up."""
+        spend = self.source_spend or {}
+        tokens_in, tokens_out = spend.get("tokens_in"), spend.get("tokens_out")
+        return (tokens_in if isinstance(tokens_in, int) else self.tokens_in,
+                tokens_out if isinstance(tokens_out, int) else self.tokens_out)
+
+    @property
+    def unaccounted(self) -> dict:
+        """Per channel, what the source reports that the turns do not account for (empty: they agree)."""
+        return dict((self.source_spend or {}).get("unaccounted") or {})
+
+    @property
+    def budget_used_fraction(self) -> float | None:
+        """The larger of USD and token budget use, as a fraction (None when no budget is set). Against
+        the source's own totals where it states them: a budget is spent whether or not a turn shows it."""
+        parts = []
+        if self.budget_usd:
+            parts.append(float(self.spend_usd / self.budget_usd))
+        if self.budget_tokens:
+            parts.append(sum(self.reported_tokens) / self.budget_tokens)
+        return max(parts) if parts else None
+
+    @property
+    def budget_overruns(self) -> list[dict]:
+        """The budgets this run has exceeded, USD first: budget ("usd" | "tokens"), spent, limit, fraction.
+        The same rule as `tracking.budget.over_budget` in SQL (the runs filter and the counts)."""
+        out = []
+        if self.budget_usd and self.spend_usd > self.budget_usd:
+            out.append({"budget": "usd", "spent": self.spend_usd, "limit": self.budget_usd,
+                        "fraction": float(self.spend_usd / self.budget_usd)})
+        tokens = sum(self.reported_tokens)
+        if self.budget_tokens and tokens > self.budget_tokens:
+            out.append({"budget": "tokens", "spent": tokens, "limit": self.budget_tokens,
+                        "fraction": tokens / self.budget_tokens})
+        return out
+
+    @property
+    def is_over_budget(self) -> bool:
+        return bool(self.budget_overruns)
+
+
+class StateChange(models.Model):
+    """One `state` event. The run's state is the latest of these by timestamp, whatever the arrival order."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="state_changes")
+    event_id = models.CharField(max_length=200)
+    state = models.CharField(max_length=20, choices=RunState)
+    failure_family = models.CharField(max_length=100, blank=True)
+    failure_detail = models.TextField(blank=True)
+    failure_source = models.CharField(max_length=200, blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "event_id"], name="statechange_run_event_uniq")]
+
+
+class Experiment(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="experiments")
+    external_id = models.CharField(max_length=200)
+    parent = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="children")
+    title = models.CharField(max_length=500, blank=True)
+    hypothesis = models.TextField(blank=True)
+    status = models.CharField(max_length=50, blank=True)
+    verdict = models.CharField(max_length=50, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    metrics_before = models.JSONField(default=dict, blank=True)
+    metrics_after = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created"]
+        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="experiment_run_external_id_uniq")]
+
+    def __str__(self) -> str:
+        return self.title or self.external_id
+
+
+class MetricPoint(models.Model):
+    """The high-volume table; read through downsampling."""
+
+    # No index of its own: (run, event_id) and (run, key, step) both lead with run, and a third
+    # index on the hottest insert path cost ~15 % of ingest for nothing.
+    run = models.ForeignKey(Run, models.CASCADE, related_name="metric_points", db_index=False)
+    key = models.CharField(max_length=200)
+    step = models.PositiveBigIntegerField()
+    value = models.FloatField()
+    ts = models.DateTimeField()
+    event_id = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="metric_run_event_uniq"),
+            models.CheckConstraint(condition=finite("value"), name="metric_value_finite"),
+        ]
+        indexes = [
+            # Series reads: one run's key in step order (downsampled charts, the metrics API).
+            models.Index(fields=["run", "key", "step"], name="metric_run_key_step_idx"),
+        ]
+
+
+class TurnKind(models.TextChoices):
+    DRIVER_INFERENCE = "driver_inference"
+    CHILD_WORK = "child_work"
+
+
+class AgentTurn(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="turns")
+    event_id = models.CharField(max_length=200)
+    turn = models.PositiveIntegerField()
+    actor = models.CharField(max_length=200, default="driver")
+    parent_actor = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=20, choices=TurnKind, default=TurnKind.DRIVER_INFERENCE)
+    model = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    tool_calls = models.JSONField(default=list, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="turn_run_event_uniq"),
+            # An actor's turn happens once: a re-sent turn under a new id is still a duplicate.
+            models.UniqueConstraint(fields=["run", "actor", "turn"], name="turn_run_actor_turn_uniq"),
+            models.CheckConstraint(condition=Q(cost_usd__gte=0), name="turn_cost_nonnegative"),
+        ]
+        indexes = [
+            # The turn timeline: one run's turns in time order.
+            models.Index(fields=["run", "ts"], name="turn_run_ts_idx"),
+        ]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="checkpoints")
+    external_id = models.CharField(max_length=200)
+    label = models.CharField(max_length=500, blank=True)
+    commit = models.CharField(max_length=64, blank=True)
+    restorable = models.BooleanField(default=True)
+    failure_reason = models.TextField(blank=True)
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["ts", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="checkpoint_run_external_id_uniq")]
+
+    def __str__(self) -> str:
+        return self.label or self.external_id
+
+
+class RuntimeMessage(models.Model):
+    run = models.ForeignKey(Run, models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    event_id = models.CharField(max_length=200)
+    topic = models.CharField(max_length=200, blank=True)
+    target = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=50, blank=True)
+    body = models.TextField()
+    ts = models.DateTimeField()
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "event_id"], name="message_run_event_uniq"),
+            models.UniqueConstraint(fields=["run", "seq"], name="message_run_seq_uniq"),
+        ]
