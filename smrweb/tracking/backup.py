@@ -15,7 +15,7 @@ Export reads one snapshot of the database, streaming every table in chunks (`.it
 project with millions of metric points never sits in memory. Import verifies the whole archive
 (manifest, every member's sha256, every blob's bytes against its name) before it writes anything,
 then writes in one transaction with `bulk_create` in chunks. Blob bytes go to storage under their
-digest as `services._save_blob` stores them; the ones an import wrote are deleted again if it fails.
+digest as `services.save_blob` stores them; the ones an import wrote are deleted again if it fails.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import tempfile
-import uuid
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -38,7 +37,6 @@ from typing import Any, Self
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist, ValidationError
-from django.core.files import File
 from django.db import DataError, IntegrityError, connection, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -68,7 +66,6 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
     SubmissionTransition,
-    blob_storage_name,
 )
 
 FORMAT = "smrweb.project-archive"
@@ -900,28 +897,25 @@ class _Importer:
                 raise BackupError(f"{where}: the archive holds no bytes of {blob.sha256} of size {blob.size}.")
             if blob.sha256 in refs:
                 raise BackupError(f"{where}: blob {blob.sha256} appears twice.")
-            existing = ArtifactBlob.objects.filter(sha256=blob.sha256).first()
-            if existing is None:
-                blob.storage_name = self._store(name, blob.sha256)
-                try:
-                    with transaction.atomic():  # a concurrent upload of the same new bytes may commit first
-                        _insert(ArtifactBlob, [blob])
-                except IntegrityError:
-                    existing = ArtifactBlob.objects.get(sha256=blob.sha256)
-                    services.artifact_storage().delete(self.stored.pop())
-            refs[blob.sha256] = (existing or blob).pk
+            refs[blob.sha256] = self._store(name, blob).pk
             self.counts[BLOBS.name] += 1
         held = {name.removeprefix("blobs/") for name in self.archive.files if name.startswith("blobs/")}
         unused = held - set(refs)
         if unused:
             raise BackupError(f"The archive holds bytes no blob row names: {', '.join(sorted(unused)[:3])}.")
 
-    def _store(self, member: str, sha256: str) -> str:
+    def _store(self, member: str, blob: ArtifactBlob) -> ArtifactBlob:
+        """The blob row of these bytes: the one already here, or a new one once the archive's bytes are
+        checked and stored the way every upload stores them (`services.save_blob`)."""
+        existing = ArtifactBlob.objects.filter(sha256=blob.sha256).first()
+        if existing is not None:
+            return existing
         with tempfile.TemporaryFile() as spool:
             for chunk in self.archive.chunks(member):  # raises unless the bytes match their digest
                 spool.write(chunk)
             spool.seek(0)
-            name = services.artifact_storage().save(blob_storage_name(sha256, unique=uuid.uuid4().hex[:12]),
-                                                    File(spool))
-        self.stored.append(name)
-        return name
+            with transaction.atomic():  # a concurrent upload of the same new bytes may commit first
+                stored, name = services.save_blob(blob.sha256, blob.size, spool, created=blob.created)
+        if name is not None:
+            self.stored.append(name)  # deleted again if the import fails
+        return stored

@@ -10,7 +10,7 @@ from smrweb.tracking.models.scenario import ArtifactKind
 
 
 def blob_storage_name(sha256: str, *, unique: str) -> str:
-    """Where a blob's bytes live: fanned out by digest, with a per-write suffix (see services._save_blob)."""
+    """Where a blob's bytes live: fanned out by digest, with a per-write suffix (see services.save_blob)."""
     return f"blobs/{sha256[:2]}/{sha256[2:4]}/{sha256}-{unique}"
 
 

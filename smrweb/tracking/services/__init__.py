@@ -7,10 +7,10 @@ test that patches `services.verb` patches what those callers call)."""
 
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
-    _save_blob,
     artifact_storage,
     collect_unreferenced_blobs,
     open_blob,
+    save_blob,
     project_storage_bytes,
     store_artifact,
     store_known_artifact,

@@ -7,7 +7,7 @@ import re
 import tempfile
 import uuid
 from contextlib import ExitStack
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any
 
 from django.conf import settings
@@ -121,16 +121,14 @@ def store_artifact(
         if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
             raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
         _check_quota(project, sha256, size)
-        blob = _save_blob(sha256, size, readable)
+        blob, _ = save_blob(sha256, size, readable)
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
             run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type}
         )
         if created:
-            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
-                artifact=artifact
-            )
+            _link_waiting_submissions(run, artifact)
             run.last_progress_at, run.stalled_since = timezone.now(), None
             run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
             record_audit(by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size)
@@ -157,8 +155,11 @@ def _hash_upload(content: IO[bytes], stack: ExitStack) -> tuple[str, int, IO[byt
     return digest.hexdigest(), size, readable
 
 
-def _save_blob(sha256: str, size: int, readable: IO[bytes]) -> ArtifactBlob:
-    """The blob for these bytes, storing them if they are new.
+def save_blob(sha256: str, size: int, readable: IO[bytes], *,
+              created: datetime | None = None) -> tuple[ArtifactBlob, str | None]:
+    """The blob for these bytes, storing them if they are new; with the storage name this call wrote
+    (None when the bytes were already stored), so a caller that fails later can delete them again.
+    `created`: when the bytes were first stored (a restored archive keeps its time).
 
     Bytes go under a name of their own and the row is created only once they are complete, so a
     crash mid-write leaves an unreferenced file, never a row pointing at partial bytes; when two
@@ -166,13 +167,23 @@ def _save_blob(sha256: str, size: int, readable: IO[bytes]) -> ArtifactBlob:
     """
     blob = ArtifactBlob.objects.filter(sha256=sha256).first()
     if blob is not None:
-        return blob  # same bytes already stored: keep one copy
+        return blob, None  # same bytes already stored: keep one copy
     storage = artifact_storage()
     name = storage.save(blob_storage_name(sha256, unique=uuid.uuid4().hex[:12]), File(readable))
-    blob, created = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
-    if not created:
+    blob, new = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    if not new:
         storage.delete(name)
-    return blob
+        return blob, None
+    if created is not None:
+        ArtifactBlob.objects.filter(pk=blob.pk).update(created=created)
+        blob.created = created
+    return blob, name
+
+
+def _link_waiting_submissions(run, artifact: Artifact) -> None:
+    """Scores that named these bytes (by digest or path) before they arrived now hold them."""
+    Submission.objects.filter(run=run, artifact__isnull=True,
+                              artifact_ref__in=[artifact.blob.sha256, artifact.path]).update(artifact=artifact)
 
 
 def open_blob(blob: ArtifactBlob) -> IO[bytes]:
@@ -195,8 +206,6 @@ def store_known_artifact(project: Project, run_external_id: str, *, sha256: str,
             run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type[:200]}
         )
         if created:
-            Submission.objects.filter(run=run, artifact__isnull=True, artifact_ref__in=[sha256, path]).update(
-                artifact=artifact
-            )
+            _link_waiting_submissions(run, artifact)
             run.save(update_fields=["updated"])  # the run page shows its artifacts: a new version to poll
     return artifact
