@@ -7,7 +7,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.views import ERRORS, project_for
+from smrweb.api.access import project_for
+from smrweb.api.schema import ERRORS
 from smrweb.tracking import queries
 
 

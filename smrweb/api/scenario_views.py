@@ -3,7 +3,6 @@ is about the machine that runs validators, not the web process. Asking answers a
 address to poll; the web process never waits on a worker."""
 
 from django.conf import settings
-from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -11,10 +10,10 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.views import ERROR, ERRORS, actor_of
+from smrweb.api.access import scenario_for
+from smrweb.api.schema import ERROR, ERRORS
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
-from smrweb.tracking.models import Scenario
 
 
 class PreflightCheckSerializer(serializers.Serializer):
@@ -43,11 +42,6 @@ NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight wi
 TOO_MANY = OpenApiResponse(ERROR, description="Too many preflights from this caller (SMRWEB_PREFLIGHT_RATE).")
 
 
-def visible_scenario(request, key: str) -> Scenario:
-    """The scenario, if this caller may see it (a token: its project's; 404 otherwise, as for projects)."""
-    return get_object_or_404(Scenario.objects.visible_to(actor_of(request)), key=key)
-
-
 def _pending(key: str, request_id: str, status: str) -> Response:
     poll = reverse("api:scenario-preflight-result", args=[key, request_id])
     return Response({"id": request_id, "status": status, "poll": poll}, status=202,
@@ -65,7 +59,7 @@ class ScenarioPreflight(APIView):
 
     @extend_schema(request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER})
     def post(self, request, key: str):
-        scenario = visible_scenario(request, key)
+        scenario = scenario_for(request, key)
         limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal])
         if limited:
             return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
@@ -83,7 +77,7 @@ class ScenarioPreflightResult(APIView):
     @extend_schema(responses={200: PreflightReportSerializer, 202: PreflightPendingSerializer, **ERRORS,
                               503: NO_WORKER})
     def get(self, request, key: str, request_id: str):
-        scenario = visible_scenario(request, key)
+        scenario = scenario_for(request, key)
         try:
             state = tasks.preflight_state(scenario.key, request_id)
         except tasks.NoWorkerAnswer as exc:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import math
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
-from smrweb.api.views import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE, actor_of, project_for, run_for
+from smrweb.api.access import actor_of, project_for, run_for, submission_for
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
@@ -96,12 +96,6 @@ ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: t
                                                         "allow this move; the message names the next step.")}
 
 
-def _submission(request, slug: str, submission_id: int) -> Submission:
-    project = project_for(request, slug)
-    return get_object_or_404(Submission.objects.select_related("project__scenario", "run", "proposed_by"),
-                             project=project, pk=submission_id)
-
-
 def _fresh(sub: Submission) -> dict:
     sub = Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
     return LifecycleSerializer(sub).data
@@ -111,7 +105,7 @@ class SubmissionLifecycle(APIView):
     @extend_schema(operation_id="submission_lifecycle", responses={200: LifecycleSerializer, **ERRORS},
                    summary="A submission's status, verification and history of transitions")
     def get(self, request, slug: str, submission_id: int):
-        return Response(_fresh(_submission(request, slug, submission_id)))
+        return Response(_fresh(submission_for(request, slug, submission_id)))
 
 
 class SubmissionVerify(APIView):
@@ -122,7 +116,7 @@ class SubmissionVerify(APIView):
         from smrweb.core import queue
         from smrweb.sources import tasks
 
-        sub = lifecycle.request_verification(_submission(request, slug, submission_id), by=actor_of(request))
+        sub = lifecycle.request_verification(submission_for(request, slug, submission_id), by=actor_of(request))
         queue.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
         return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
 
@@ -132,7 +126,7 @@ REVIEW_OUT = inline_serializer("ReviewOut", {
 
 
 def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
-    sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
+    sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
     body = ReviewIn(data=request.data)
     body.is_valid(raise_exception=True)
     outcome = lifecycle.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
@@ -163,7 +157,7 @@ class SubmissionUploaded(APIView):
                    responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = UploadedIn(data=request.data)
         body.is_valid(raise_exception=True)
         sub = lifecycle.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
@@ -175,7 +169,7 @@ class SubmissionArenaResult(APIView):
                    responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
                    summary="Record the arena's rank and score for an uploaded submission (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        sub = _submission(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = ArenaResultIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

@@ -21,7 +21,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
+from smrweb.api.access import actor_of, project_for, run_for, visible_projects
 from smrweb.api import serializers as s
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.core import ratelimits
 from smrweb.core.downloads import attachment_response
 from smrweb.sources import smr
@@ -39,48 +41,6 @@ from smrweb.tracking.models import (
     Scenario,
     Submission,
 )
-
-ERROR = inline_serializer(
-    "Error",
-    {
-        "code": serializers.CharField(),
-        "message": serializers.CharField(),
-        "errors": inline_serializer(
-            "FieldError",
-            {"index": serializers.IntegerField(allow_null=True), "field": serializers.CharField(),
-             "message": serializers.CharField()},
-            many=True,
-        ),
-    },
-)
-ERRORS = {code: OpenApiResponse(ERROR) for code in (400, 401, 403, 404)}
-# Operations that read a body: one without a Content-Type, or with one they do not parse, is refused.
-UNSUPPORTED_MEDIA_TYPE = {415: OpenApiResponse(
-    ERROR, description="The body's Content-Type is missing or is not one this operation accepts.")}
-
-
-def actor_of(request):
-    """Who the audit trail names: the token for token requests, else the user."""
-    return request.auth if isinstance(request.auth, ApiToken) else request.user
-
-
-def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
-    """The project named in the URL, if this request may act on it with `role`; 403/404 otherwise."""
-    token = request.auth if isinstance(request.auth, ApiToken) else None
-    if token is not None:
-        # A project's token may do everything the API offers within that project, nothing outside it.
-        if token.project.slug != slug:
-            raise PermissionDenied(f"This token is scoped to project {token.project.slug!r}, not {slug!r}.")
-        return Project.objects.select_related("scenario").get(pk=token.project_id)
-    project = get_object_or_404(Project.objects.select_related("scenario").visible_to(request.user), slug=slug)
-    if not project.allows(request.user, role):
-        raise PermissionDenied(f"This needs the {role} role in project {slug!r}.")
-    return project
-
-
-def run_for(project: Project, run_id: str) -> Run:
-    return get_object_or_404(Run.objects.select_related("project__scenario"), project=project, external_id=run_id)
-
 
 # --- scenarios and projects -------------------------------------------------------------------
 
@@ -121,11 +81,7 @@ class ProjectList(APIView):
 
     @extend_schema(responses={200: s.ProjectSerializer(many=True), **ERRORS})
     def get(self, request):
-        if isinstance(request.auth, ApiToken):
-            projects = Project.objects.filter(pk=request.auth.project_id)
-        else:
-            projects = Project.objects.visible_to(request.user)
-        return Response(s.ProjectSerializer(projects.select_related("scenario"), many=True).data)
+        return Response(s.ProjectSerializer(visible_projects(request).select_related("scenario"), many=True).data)
 
     @extend_schema(request=s.ProjectCreateSerializer, examples=[examples.PROJECT],
                    responses={201: s.ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
