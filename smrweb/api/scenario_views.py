@@ -5,36 +5,15 @@ address to poll; the web process never waits on a worker."""
 from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api.access import scenario_for
 from smrweb.api.schema import ERROR, ERRORS
+from smrweb.api.serializers.scenarios import PreflightPendingSerializer, PreflightReportSerializer
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
-
-
-class PreflightCheckSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    group = serializers.ChoiceField(choices=["complete", "consistent", "worker"])
-    ok = serializers.BooleanField()
-    detail = serializers.CharField(help_text="What was found, or exactly what is missing or wrong.")
-
-
-class PreflightReportSerializer(serializers.Serializer):
-    scenario = serializers.CharField(help_text="The scenario's key.")
-    ok = serializers.BooleanField(help_text="Every check passed.")
-    worker = serializers.CharField(help_text="Host name of the worker that ran the checks.")
-    checks = PreflightCheckSerializer(many=True)
-
-
-class PreflightPendingSerializer(serializers.Serializer):
-    id = serializers.CharField(help_text="The preflight's id.")
-    status = serializers.ChoiceField(choices=["pending", "running"],
-                                     help_text="pending: queued for a worker; running: a worker has it.")
-    poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")
 
 
 NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight within "

@@ -4,92 +4,27 @@ rules, with a 403 that says so."""
 
 from __future__ import annotations
 
-import math
-
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, run_for, submission_for
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.rollbacks import RollbackIn, RollbackSerializer
+from smrweb.api.serializers.submissions import (
+    ARENA_OUT,
+    REVIEW_OUT,
+    ArenaResultIn,
+    LifecycleSerializer,
+    ReviewIn,
+    UploadedIn,
+)
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import Checkpoint, Rollback, Submission, SubmissionTransition, Verdict
-
-
-class TransitionSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = SubmissionTransition
-        fields = ["from_status", "to_status", "by_label", "reason", "created"]
-
-
-class LifecycleSerializer(serializers.ModelSerializer):
-    run = serializers.CharField(source="run.external_id")
-    proposed_by = serializers.CharField(source="proposed_by.get_username", allow_null=True, default=None)
-    transitions = TransitionSerializer(many=True)
-
-    class Meta:
-        model = Submission
-        fields = ["id", "run", "score", "status", "verification_outcome", "verification_exit_code",
-                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "arena_ref", "transitions"]
-
-
-class RollbackSerializer(serializers.ModelSerializer):
-    run = serializers.CharField(source="run.external_id")
-    target_submission = serializers.IntegerField(source="target_submission_id", allow_null=True)
-    target_checkpoint = serializers.CharField(source="target_checkpoint.external_id", allow_null=True, default=None)
-    requested_by = serializers.CharField(source="requested_by.get_username")
-
-    class Meta:
-        model = Rollback
-        fields = ["id", "run", "target_submission", "target_checkpoint", "reason", "status", "detail", "attempts",
-                  "requested_by", "created", "dispatched_at", "finished_at"]
-
-
-class ReviewIn(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
-
-
-class UploadedIn(serializers.Serializer):
-    arena_ref = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
-                                      help_text="The arena's own id or URL for the upload (https:// or http://).")
-
-
-class ArenaResultIn(serializers.Serializer):
-    rank = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10_000_000)
-    arena_score = serializers.FloatField(required=False, allow_null=True)
-    note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
-
-    def validate_arena_score(self, value):
-        if value is not None and not math.isfinite(value):
-            raise serializers.ValidationError("A finite number.")
-        return value
-
-
-class RollbackIn(serializers.Serializer):
-    submission = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    checkpoint = serializers.CharField(required=False, allow_blank=True, max_length=200,
-                                       help_text="The checkpoint's external id.")
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
-
-    def validate(self, attrs):
-        # A malformed request (400), not a conflict with the run's state (409).
-        if bool(attrs.get("submission")) == bool(attrs.get("checkpoint")):
-            raise serializers.ValidationError({"submission": "Give exactly one of submission or checkpoint."})
-        return attrs
-
-
-ARENA_OUT = inline_serializer("ArenaResultOut", {
-    "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
-    "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
-    "delta_best": serializers.FloatField(allow_null=True),
-    "rank_delta": serializers.IntegerField(allow_null=True, help_text="Rank minus the previous rank: negative is up."),
-    "better": serializers.BooleanField(allow_null=True, help_text="Whether the arena score improved on the previous "
-                                                                  "result in the arena's own direction (null: unknown)."),
-    "note": serializers.CharField()})
+from smrweb.tracking.models import Checkpoint, Rollback, Submission, Verdict
 
 
 ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
@@ -119,10 +54,6 @@ class SubmissionVerify(APIView):
         sub = lifecycle.request_verification(submission_for(request, slug, submission_id), by=actor_of(request))
         queue.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
         return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
-
-
-REVIEW_OUT = inline_serializer("ReviewOut", {
-    "counted": serializers.BooleanField(), "message": serializers.CharField(), "submission": LifecycleSerializer()})
 
 
 def _review(request, slug: str, submission_id: int, verdict: str) -> Response:

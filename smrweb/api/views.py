@@ -22,8 +22,23 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, run_for, visible_projects
-from smrweb.api import serializers as s
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.artifacts import (
+    ArtifactSerializer,
+    ArtifactUploadResultSerializer,
+    ArtifactUploadSerializer,
+)
+from smrweb.api.serializers.events import IngestResultSerializer
+from smrweb.api.serializers.projects import ProjectCreateSerializer, ProjectSerializer
+from smrweb.api.serializers.runs import (
+    MetricKeysSerializer,
+    MetricSeriesSerializer,
+    RunSerializer,
+    RunSettingsSerializer,
+    TurnSerializer,
+)
+from smrweb.api.serializers.scenarios import ScenarioSerializer
+from smrweb.api.serializers.submissions import SubmissionSerializer
 from smrweb.core import ratelimits
 from smrweb.core.downloads import attachment_response
 from smrweb.sources import smr
@@ -45,14 +60,14 @@ from smrweb.tracking.models import (
 # --- scenarios and projects -------------------------------------------------------------------
 
 
-@extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer(many=True), **ERRORS}),
-                    post=extend_schema(responses={201: s.ScenarioSerializer, **ERRORS,
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer(many=True), **ERRORS}),
+                    post=extend_schema(responses={201: ScenarioSerializer, **ERRORS,
                                                   **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]))
 class ScenarioList(generics.ListCreateAPIView):
     """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
     staff users see all and create them."""
 
-    serializer_class = s.ScenarioSerializer
+    serializer_class = ScenarioSerializer
 
     def get_queryset(self):
         return Scenario.objects.visible_to(actor_of(self.request))
@@ -66,9 +81,9 @@ class ScenarioList(generics.ListCreateAPIView):
         serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
 
 
-@extend_schema_view(get=extend_schema(responses={200: s.ScenarioSerializer, **ERRORS}))
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer, **ERRORS}))
 class ScenarioDetail(generics.RetrieveAPIView):
-    serializer_class = s.ScenarioSerializer
+    serializer_class = ScenarioSerializer
     lookup_field = "key"
 
     def get_queryset(self):
@@ -79,39 +94,39 @@ class ProjectList(APIView):
     """Projects you can see (a token sees its own). Staff, and users given the permission to add projects,
     create projects and become their admin; binding an SMR project needs the permission to bind sources."""
 
-    @extend_schema(responses={200: s.ProjectSerializer(many=True), **ERRORS})
+    @extend_schema(responses={200: ProjectSerializer(many=True), **ERRORS})
     def get(self, request):
-        return Response(s.ProjectSerializer(visible_projects(request).select_related("scenario"), many=True).data)
+        return Response(ProjectSerializer(visible_projects(request).select_related("scenario"), many=True).data)
 
-    @extend_schema(request=s.ProjectCreateSerializer, examples=[examples.PROJECT],
-                   responses={201: s.ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
+    @extend_schema(request=ProjectCreateSerializer, examples=[examples.PROJECT],
+                   responses={201: ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
     def post(self, request):
         if isinstance(request.auth, ApiToken):
             raise PermissionDenied("Project tokens cannot create projects; sign in as a user.")
         if not services.may_create_projects(request.user):  # before validation: field errors tell nothing
             raise PermissionDenied("Creating projects is for staff and users given the permission to add projects.")
-        form = s.ProjectCreateSerializer(data=request.data)
+        form = ProjectCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         fields = dict(form.validated_data)
         check = smr.check_binding if fields.pop("check_connection", True) else None
         project = services.create_project(by=request.user, check_binding=check, **fields)
-        return Response(s.ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
+        return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
 
 
 class ProjectDetail(APIView):
-    @extend_schema(responses={200: s.ProjectSerializer, **ERRORS})
+    @extend_schema(responses={200: ProjectSerializer, **ERRORS})
     def get(self, request, slug: str):
-        return Response(s.ProjectSerializer(project_for(request, slug)).data)
+        return Response(ProjectSerializer(project_for(request, slug)).data)
 
 
 # --- runs -------------------------------------------------------------------------------------
 
 
-@extend_schema_view(get=extend_schema(responses={200: s.RunSerializer(many=True), **ERRORS}))
+@extend_schema_view(get=extend_schema(responses={200: RunSerializer(many=True), **ERRORS}))
 class RunList(generics.ListAPIView):
     """A project's runs, most recently active first (or in `?sort=` order), with filters."""
 
-    serializer_class = s.RunSerializer
+    serializer_class = RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
     filterset_class = RunFilter
 
@@ -121,19 +136,19 @@ class RunList(generics.ListAPIView):
 
 
 class RunDetail(APIView):
-    @extend_schema(responses={200: s.RunSerializer, **ERRORS})
+    @extend_schema(responses={200: RunSerializer, **ERRORS})
     def get(self, request, slug: str, run_id: str):
-        return Response(s.RunSerializer(run_for(project_for(request, slug), run_id)).data)
+        return Response(RunSerializer(run_for(project_for(request, slug), run_id)).data)
 
-    @extend_schema(request=s.RunSettingsSerializer, examples=[examples.RUN_SETTINGS],
-                   responses={200: s.RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+    @extend_schema(request=RunSettingsSerializer, examples=[examples.RUN_SETTINGS],
+                   responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
                    description="Set a run's budget, model profiles or git position; creates the run if new.")
     def patch(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
-        form = s.RunSettingsSerializer(data=request.data, partial=True)
+        form = RunSettingsSerializer(data=request.data, partial=True)
         form.is_valid(raise_exception=True)
         run = services.update_run_settings(project, run_id, by=actor_of(request), **form.validated_data)
-        return Response(s.RunSerializer(run).data)
+        return Response(RunSerializer(run).data)
 
 
 class UnparsedJSON(BaseParser):
@@ -154,7 +169,7 @@ class RunEvents(APIView):
 
     @extend_schema(
         request={"application/json": batch_json_schema()}, examples=[examples.EVENTS],
-        responses={200: s.IngestResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
+        responses={200: IngestResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
@@ -166,11 +181,11 @@ class RunEvents(APIView):
         return Response({"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates})
 
 
-@extend_schema_view(get=extend_schema(responses={200: s.TurnSerializer(many=True), **ERRORS}))
+@extend_schema_view(get=extend_schema(responses={200: TurnSerializer(many=True), **ERRORS}))
 class RunTurns(generics.ListAPIView):
     """A run's agent turns in time order."""
 
-    serializer_class = s.TurnSerializer
+    serializer_class = TurnSerializer
     queryset = AgentTurn.objects.none()  # the model, for the schema; get_queryset scopes it
 
     def get_queryset(self):
@@ -185,7 +200,7 @@ class RunMetrics(APIView):
             OpenApiParameter("points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."),
         ],
         responses={200: PolymorphicProxySerializer(
-            component_name="MetricsAnswer", serializers=[s.MetricKeysSerializer, s.MetricSeriesSerializer],
+            component_name="MetricsAnswer", serializers=[MetricKeysSerializer, MetricSeriesSerializer],
             resource_type_field_name=None), **ERRORS},
     )
     def get(self, request, slug: str, run_id: str):
@@ -212,15 +227,15 @@ class RunMetrics(APIView):
 class RunArtifacts(APIView):
     parser_classes = [MultiPartParser]
 
-    @extend_schema(responses={200: s.ArtifactSerializer(many=True), **ERRORS})
+    @extend_schema(responses={200: ArtifactSerializer(many=True), **ERRORS})
     def get(self, request, slug: str, run_id: str):
         run = run_for(project_for(request, slug), run_id)
         artifacts = Artifact.objects.filter(run=run).select_related("blob", "run__project")
-        return Response(s.ArtifactSerializer(artifacts, many=True, context={"request": request}).data)
+        return Response(ArtifactSerializer(artifacts, many=True, context={"request": request}).data)
 
     @extend_schema(
-        request={"multipart/form-data": s.ArtifactUploadSerializer},
-        responses={201: s.ArtifactUploadResultSerializer, 200: s.ArtifactUploadResultSerializer,
+        request={"multipart/form-data": ArtifactUploadSerializer},
+        responses={201: ArtifactUploadResultSerializer, 200: ArtifactUploadResultSerializer,
                    413: OpenApiResponse(ERROR, description="Larger than SMRWEB_MAX_ARTIFACT_BYTES, or over the "
                                                            "project's storage quota."),
                    429: OpenApiResponse(ERROR, description="Too many uploads from this caller (SMRWEB_UPLOAD_RATE)."),
@@ -238,7 +253,7 @@ class RunArtifacts(APIView):
         # Refuse an announced oversize body before Django spools it to disk.
         if int(request.META.get("CONTENT_LENGTH") or 0) > settings.MAX_ARTIFACT_BYTES + 1024 * 1024:
             raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
-        form = s.ArtifactUploadSerializer(data=request.data)
+        form = ArtifactUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data["file"]
         artifact, created = services.store_artifact(
@@ -252,7 +267,7 @@ class RunArtifacts(APIView):
             by=actor_of(request),
         )
         artifact.created_now = created
-        data = s.ArtifactUploadResultSerializer(artifact, context={"request": request}).data
+        data = ArtifactUploadResultSerializer(artifact, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -269,11 +284,11 @@ class ArtifactDownload(APIView):
 # --- submissions ------------------------------------------------------------------------------
 
 
-@extend_schema_view(get=extend_schema(responses={200: s.SubmissionSerializer(many=True), **ERRORS}))
+@extend_schema_view(get=extend_schema(responses={200: SubmissionSerializer(many=True), **ERRORS}))
 class SubmissionList(generics.ListAPIView):
     """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run."""
 
-    serializer_class = s.SubmissionSerializer
+    serializer_class = SubmissionSerializer
     queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it
     filterset_class = SubmissionFilter
 
