@@ -1,30 +1,45 @@
-"""The submission loop over the API: lifecycle actions and rollbacks. People act here (with a session
-and the reviewer role); project tokens are for harnesses and are refused these actions by the domain
-rules, with a 403 that says so."""
+"""Submissions over the API: the leaderboard, and the lifecycle a reviewer moves them through (verify,
+approve, reject, uploaded, arena result). People act here (with a session and the reviewer role); project
+tokens are for harnesses and are refused these actions by the domain rules, with a 403 that says so."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
-from smrweb.api.access import actor_of, project_for, run_for, submission_for
+from smrweb.api.access import actor_of, project_for, submission_for
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
-from smrweb.api.serializers.rollbacks import RollbackIn, RollbackSerializer
 from smrweb.api.serializers.submissions import (
     ARENA_OUT,
     REVIEW_OUT,
     ArenaResultIn,
     LifecycleSerializer,
     ReviewIn,
+    SubmissionSerializer,
     UploadedIn,
 )
-from smrweb.tracking.services import rollbacks
-from smrweb.tracking.services import submissions as lifecycle
+from smrweb.core import queue
+from smrweb.sources import tasks
+from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import Checkpoint, Rollback, Submission, Verdict
+from smrweb.tracking.filters import SubmissionFilter
+from smrweb.tracking.models import Submission, Verdict
+from smrweb.tracking.services import submissions
+
+
+@extend_schema_view(get=extend_schema(responses={200: SubmissionSerializer(many=True), **ERRORS}))
+class SubmissionList(generics.ListAPIView):
+    """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run."""
+
+    serializer_class = SubmissionSerializer
+    queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it
+    filterset_class = SubmissionFilter
+
+    def get_queryset(self):
+        return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))
 
 
 ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
@@ -48,10 +63,8 @@ class SubmissionVerify(APIView):
                    responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
                    summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
     def post(self, request, slug: str, submission_id: int):
-        from smrweb.core import queue
-        from smrweb.sources import tasks
-
-        sub = lifecycle.request_verification(submission_for(request, slug, submission_id), by=actor_of(request))
+        sub = submission_for(request, slug, submission_id)
+        sub = submissions.request_verification(sub, by=actor_of(request))
         queue.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
         return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
 
@@ -60,7 +73,7 @@ def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
     sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
     body = ReviewIn(data=request.data)
     body.is_valid(raise_exception=True)
-    outcome = lifecycle.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
+    outcome = submissions.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
     return Response({"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)})
 
 
@@ -91,7 +104,7 @@ class SubmissionUploaded(APIView):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = UploadedIn(data=request.data)
         body.is_valid(raise_exception=True)
-        sub = lifecycle.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
+        sub = submissions.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
         return Response(_fresh(sub))
 
 
@@ -106,47 +119,10 @@ class SubmissionArenaResult(APIView):
         data = body.validated_data
         if data.get("rank") is None and data.get("arena_score") is None:
             raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
-        result = lifecycle.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
-                                               arena_score=data.get("arena_score"), note=data["note"])
-        better = lifecycle.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
+        result = submissions.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
+                                                 arena_score=data.get("arena_score"), note=data["note"])
+        better = submissions.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
         return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
                          "delta": result.delta, "delta_best": result.delta_best, "rank_delta": result.rank_delta,
                          "better": better, "note": result.note},
                         status=status.HTTP_201_CREATED)
-
-
-class RunRollback(APIView):
-    @extend_schema(operation_id="run_rollback", request=RollbackIn, examples=[examples.ROLLBACK],
-                   responses={202: RollbackSerializer, 200: RollbackSerializer, **ERRORS,
-                              **UNSUPPORTED_MEDIA_TYPE,
-                              409: OpenApiResponse(ERROR, description="`rollback_refused`: the checkpoint cannot be "
-                                                   "restored, or a push project has no rollback webhook URL.")},
-                   summary="Roll a run back to one of its submissions or checkpoints (reviewers)",
-                   description="202 with a new rollback (dispatched by a worker); 200 with the rollback already "
-                               "in flight for this run — a run has at most one.")
-    def post(self, request, slug: str, run_id: str):
-        from smrweb.core import queue
-        from smrweb.sources import tasks
-
-        run = run_for(project_for(request, slug), run_id)
-        body = RollbackIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        submission = checkpoint = None
-        if data.get("submission"):
-            submission = Submission.objects.filter(run=run, pk=data["submission"]).first()
-            if submission is None:
-                raise InvalidInput("submission", f"Run {run.external_id} has no submission {data['submission']}.")
-        if data.get("checkpoint"):
-            checkpoint = Checkpoint.objects.filter(run=run, external_id=data["checkpoint"]).first()
-            if checkpoint is None:
-                raise InvalidInput("checkpoint", f"Run {run.external_id} has no checkpoint {data['checkpoint']!r}.")
-        requested = rollbacks.request_rollback(by=actor_of(request), reason=data["reason"], submission=submission,
-                                               checkpoint=checkpoint)
-        if requested.created:
-            queue.dispatch(tasks.dispatch_rollback, requested.rollback.pk)  # else re-queued later
-        rollback = Rollback.objects.select_related("run", "target_checkpoint", "requested_by").get(
-            pk=requested.rollback.pk)
-        return Response(RollbackSerializer(rollback).data,
-                        status=status.HTTP_202_ACCEPTED if requested.created else status.HTTP_200_OK)
-

@@ -1,20 +1,64 @@
-"""Scenario preflight over the API: the checks run on a Celery worker, because "present on the worker"
-is about the machine that runs validators, not the web process. Asking answers at once (202) with the
-address to poll; the web process never waits on a worker."""
+"""Scenarios over the API: list, create (staff), read one, and preflight.
+
+Preflight runs on a Celery worker, because "present on the worker" is about the machine that runs
+validators, not the web process. Asking answers at once (202) with the address to poll; the web process
+never waits on a worker."""
+
+from __future__ import annotations
 
 from django.conf import settings
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotFound
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.access import scenario_for
-from smrweb.api.schema import ERROR, ERRORS
-from smrweb.api.serializers.scenarios import PreflightPendingSerializer, PreflightReportSerializer
+from smrweb.api import examples
+from smrweb.api.access import actor_of, scenario_for
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.scenarios import (
+    PreflightPendingSerializer,
+    PreflightReportSerializer,
+    ScenarioSerializer,
+)
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
+from smrweb.tracking import services
+from smrweb.tracking.models import Scenario
 
+
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer(many=True), **ERRORS}),
+                    post=extend_schema(responses={201: ScenarioSerializer, **ERRORS,
+                                                  **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]))
+class ScenarioList(generics.ListCreateAPIView):
+    """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
+    staff users see all and create them."""
+
+    serializer_class = ScenarioSerializer
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
+
+    def create(self, request, *args, **kwargs):
+        if not request.user.is_staff:  # before validation: a non-staff user learns nothing from field errors
+            raise PermissionDenied("Only staff users create scenarios.")
+        return super().create(request, *args, **kwargs)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
+
+
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer, **ERRORS}))
+class ScenarioDetail(generics.RetrieveAPIView):
+    serializer_class = ScenarioSerializer
+    lookup_field = "key"
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
+
+
+# --- preflight ------------------------------------------------------------------------------------
 
 NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight within "
                                                f"{tasks.PREFLIGHT_TIMEOUT:g} seconds, or the queue is down.")

@@ -1,6 +1,8 @@
 """The carry-forward block over the API: what the next run's kickoff message should carry, as data and
 as the same text the knowledge page offers to copy (see `tracking.queries.carry_forward`)."""
 
+from __future__ import annotations
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework.response import Response
