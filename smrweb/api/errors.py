@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from smrweb.tracking.errors import TrackingError
+
+
+BUSY_MESSAGE = "The database is busy; retry shortly."
+
+
+def is_busy(exc: BaseException) -> bool:
+    """SQLite's busy timeout ran out under write load: a retryable condition, not a server bug."""
+    return isinstance(exc, OperationalError) and "locked" in str(exc)
+
+
+def busy_response(render: Callable[[int, str], HttpResponse] | None = None) -> HttpResponse:
+    """The answer while SQLite is busy: 503 with Retry-After, for the JSON API and for OTLP alike.
+    `render(status, message)` builds the body in another wire format (OTLP's google.rpc.Status);
+    without it, the API's JSON error with code "busy"."""
+    if render is None:
+        response = Response({"code": "busy", "message": BUSY_MESSAGE, "errors": []}, status=503)
+    else:
+        response = render(503, BUSY_MESSAGE)
+    response["Retry-After"] = "2"
+    return response
 
 
 def _flatten(detail, prefix: str = "") -> list[dict]:
@@ -35,12 +57,8 @@ def exception_handler(exc, context):
         body = exc.as_dict()
         body.setdefault("errors", [])  # errors without field detail (too large, digest mismatch) too
         return Response(body, status=exc.status)
-    if isinstance(exc, OperationalError) and "locked" in str(exc):
-        # SQLite's busy timeout ran out under write load: a retryable condition, not a server bug.
-        response = Response({"code": "busy", "message": "The database is busy; retry shortly.", "errors": []},
-                            status=503)
-        response["Retry-After"] = "2"
-        return response
+    if is_busy(exc):
+        return busy_response()
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     elif isinstance(exc, DjangoPermissionDenied):

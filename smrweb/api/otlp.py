@@ -20,8 +20,8 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import AuthenticationFailed
 
+from smrweb.api import errors, otlp_wire
 from smrweb.api.auth import ApiTokenAuthentication
-from smrweb.api import otlp_wire
 from smrweb.sources import otlp
 
 log = logging.getLogger(__name__)
@@ -83,12 +83,10 @@ class Traces(View):
         try:
             outcome = otlp.ingest_request(token.project, export)
         except OperationalError as exc:
-            if "locked" not in str(exc):
+            if not errors.is_busy(exc):
                 raise
-            # SQLite's busy timeout ran out under write load: OTLP exporters retry a 503.
-            response = _status(503, UNAVAILABLE, "The database is busy; retry shortly.", encoding)
-            response["Retry-After"] = "2"
-            return response
+            # OTLP exporters retry a 503; the body is a google.rpc.Status in the request's encoding.
+            return errors.busy_response(lambda status, message: _status(status, UNAVAILABLE, message, encoding))
         log.info("otlp export for %s: runs %s, %d accepted, %d duplicates, %d refused, %d spans ignored",
                  token.project.slug, outcome.runs, outcome.accepted, outcome.duplicates, len(outcome.rejected),
                  outcome.ignored)

@@ -1,51 +1,68 @@
-"""Scenario preflight over the API: the checks run on a Celery worker, because "present on the worker"
-is about the machine that runs validators, not the web process. Asking answers at once (202) with the
-address to poll; the web process never waits on a worker."""
+"""Scenarios over the API: list, create (staff), read one, and preflight.
+
+Preflight runs on a Celery worker, because "present on the worker" is about the machine that runs
+validators, not the web process. Asking answers at once (202) with the address to poll; the web process
+never waits on a worker."""
+
+from __future__ import annotations
 
 from django.conf import settings
-from django.shortcuts import get_object_or_404
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers
-from rest_framework.exceptions import NotFound
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from smrweb.api.views import ERROR, ERRORS, actor_of
+from smrweb.api import examples
+from smrweb.api.access import actor_of, scenario_for
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.scenarios import (
+    PreflightPendingSerializer,
+    PreflightReportSerializer,
+    ScenarioSerializer,
+)
 from smrweb.core import ratelimits
 from smrweb.sources import tasks
+from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 
 
-class PreflightCheckSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    group = serializers.ChoiceField(choices=["complete", "consistent", "worker"])
-    ok = serializers.BooleanField()
-    detail = serializers.CharField(help_text="What was found, or exactly what is missing or wrong.")
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer(many=True), **ERRORS}),
+                    post=extend_schema(responses={201: ScenarioSerializer, **ERRORS,
+                                                  **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]))
+class ScenarioList(generics.ListCreateAPIView):
+    """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
+    staff users see all and create them."""
+
+    serializer_class = ScenarioSerializer
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
+
+    def create(self, request, *args, **kwargs):
+        if not request.user.is_staff:  # before validation: a non-staff user learns nothing from field errors
+            raise PermissionDenied("Only staff users create scenarios.")
+        return super().create(request, *args, **kwargs)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.create_scenario(by=self.request.user, **serializer.validated_data)
 
 
-class PreflightReportSerializer(serializers.Serializer):
-    scenario = serializers.CharField(help_text="The scenario's key.")
-    ok = serializers.BooleanField(help_text="Every check passed.")
-    worker = serializers.CharField(help_text="Host name of the worker that ran the checks.")
-    checks = PreflightCheckSerializer(many=True)
+@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer, **ERRORS}))
+class ScenarioDetail(generics.RetrieveAPIView):
+    serializer_class = ScenarioSerializer
+    lookup_field = "key"
+
+    def get_queryset(self):
+        return Scenario.objects.visible_to(actor_of(self.request))
 
 
-class PreflightPendingSerializer(serializers.Serializer):
-    id = serializers.CharField(help_text="The preflight's id.")
-    status = serializers.ChoiceField(choices=["pending", "running"],
-                                     help_text="pending: queued for a worker; running: a worker has it.")
-    poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")
-
+# --- preflight ------------------------------------------------------------------------------------
 
 NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight within "
                                                f"{tasks.PREFLIGHT_TIMEOUT:g} seconds, or the queue is down.")
 TOO_MANY = OpenApiResponse(ERROR, description="Too many preflights from this caller (SMRWEB_PREFLIGHT_RATE).")
-
-
-def visible_scenario(request, key: str) -> Scenario:
-    """The scenario, if this caller may see it (a token: its project's; 404 otherwise, as for projects)."""
-    return get_object_or_404(Scenario.objects.visible_to(actor_of(request)), key=key)
 
 
 def _pending(key: str, request_id: str, status: str) -> Response:
@@ -65,7 +82,7 @@ class ScenarioPreflight(APIView):
 
     @extend_schema(request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER})
     def post(self, request, key: str):
-        scenario = visible_scenario(request, key)
+        scenario = scenario_for(request, key)
         limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal])
         if limited:
             return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
@@ -83,7 +100,7 @@ class ScenarioPreflightResult(APIView):
     @extend_schema(responses={200: PreflightReportSerializer, 202: PreflightPendingSerializer, **ERRORS,
                               503: NO_WORKER})
     def get(self, request, key: str, request_id: str):
-        scenario = visible_scenario(request, key)
+        scenario = scenario_for(request, key)
         try:
             state = tasks.preflight_state(scenario.key, request_id)
         except tasks.NoWorkerAnswer as exc:

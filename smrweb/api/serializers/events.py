@@ -1,0 +1,11 @@
+"""The push ingest's answer (the request body is the event contract, `tracking.events`)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+class IngestResultSerializer(serializers.Serializer):
+    run = serializers.CharField()
+    accepted = serializers.IntegerField()
+    duplicates = serializers.IntegerField()

@@ -1,0 +1,49 @@
+"""Scenarios and their preflight report."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from smrweb.tracking.models import Scenario
+
+
+class ScenarioSerializer(serializers.ModelSerializer):
+    validator_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
+    scoring_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
+    required_toolchains = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+
+    class Meta:
+        model = Scenario
+        fields = ["key", "name", "description", "harness_id", "artifact_path", "artifact_kind", "score_metric",
+                  "direction", "score_min", "score_max", "validator_command", "scoring_command",
+                  "required_toolchains", "arena_name", "arena_url", "arena_direction", "shared", "created", "updated"]
+        read_only_fields = ["created", "updated"]
+        extra_kwargs = {"shared": {"help_text": "Any project creator may use a shared scenario; the others "
+                                                "are attached to projects by staff only."}}
+
+    def validate(self, attrs):
+        lo, hi = attrs.get("score_min"), attrs.get("score_max")
+        if lo is not None and hi is not None and lo > hi:
+            raise serializers.ValidationError({"score_min": "Must not be above score_max."})
+        return attrs
+
+
+class PreflightCheckSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    group = serializers.ChoiceField(choices=["complete", "consistent", "worker"])
+    ok = serializers.BooleanField()
+    detail = serializers.CharField(help_text="What was found, or exactly what is missing or wrong.")
+
+
+class PreflightReportSerializer(serializers.Serializer):
+    scenario = serializers.CharField(help_text="The scenario's key.")
+    ok = serializers.BooleanField(help_text="Every check passed.")
+    worker = serializers.CharField(help_text="Host name of the worker that ran the checks.")
+    checks = PreflightCheckSerializer(many=True)
+
+
+class PreflightPendingSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The preflight's id.")
+    status = serializers.ChoiceField(choices=["pending", "running"],
+                                     help_text="pending: queued for a worker; running: a worker has it.")
+    poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")

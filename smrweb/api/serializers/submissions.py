@@ -1,0 +1,94 @@
+"""Submissions: the leaderboard row, the lifecycle with its transitions, and the reviewer actions' input
+and answers."""
+
+from __future__ import annotations
+
+import math
+
+from drf_spectacular.utils import inline_serializer
+from rest_framework import serializers
+
+from smrweb.tracking.models import Submission, SubmissionTransition
+
+
+class ExclusionSerializer(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["submission", "run"])
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.external_id")
+    artifact_sha256 = serializers.CharField(source="artifact.blob.sha256", allow_null=True, default=None)
+    experiment = serializers.CharField(source="experiment.external_id", allow_null=True, default=None)
+    counts = serializers.SerializerMethodField(
+        help_text="In the project's numbers (best, leaderboard, charts, carry-forward) once verified: false for "
+                  "invalid, rejected and excluded submissions (or of an excluded run).")
+    excluded = serializers.SerializerMethodField(help_text="Why an admin took it (or its run) out of the project's "
+                                                           "numbers; null when it was not.")
+
+    class Meta:
+        model = Submission
+        fields = ["id", "run", "harness_id", "score", "status", "counts", "excluded", "artifact_ref",
+                  "artifact_sha256", "experiment", "commit", "arena_ref", "details", "ts"]
+
+    def get_counts(self, sub: Submission) -> bool:
+        return sub.counts and sub.run.excluded_at is None
+
+    def get_excluded(self, sub: Submission) -> ExclusionSerializer(allow_null=True):  # type: ignore[valid-type]
+        if sub.excluded_at:
+            return {"scope": "submission", "reason": sub.excluded_reason, "at": sub.excluded_at}
+        if sub.run.excluded_at:
+            return {"scope": "run", "reason": sub.run.excluded_reason, "at": sub.run.excluded_at}
+        return None
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SubmissionTransition
+        fields = ["from_status", "to_status", "by_label", "reason", "created"]
+
+
+class LifecycleSerializer(serializers.ModelSerializer):
+    run = serializers.CharField(source="run.external_id")
+    proposed_by = serializers.CharField(source="proposed_by.get_username", allow_null=True, default=None)
+    transitions = TransitionSerializer(many=True)
+
+    class Meta:
+        model = Submission
+        fields = ["id", "run", "score", "status", "verification_outcome", "verification_exit_code",
+                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "arena_ref", "transitions"]
+
+
+class ReviewIn(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+
+REVIEW_OUT = inline_serializer("ReviewOut", {
+    "counted": serializers.BooleanField(), "message": serializers.CharField(), "submission": LifecycleSerializer()})
+
+
+class UploadedIn(serializers.Serializer):
+    arena_ref = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
+                                      help_text="The arena's own id or URL for the upload (https:// or http://).")
+
+
+class ArenaResultIn(serializers.Serializer):
+    rank = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10_000_000)
+    arena_score = serializers.FloatField(required=False, allow_null=True)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+    def validate_arena_score(self, value):
+        if value is not None and not math.isfinite(value):
+            raise serializers.ValidationError("A finite number.")
+        return value
+
+
+ARENA_OUT = inline_serializer("ArenaResultOut", {
+    "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
+    "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
+    "delta_best": serializers.FloatField(allow_null=True),
+    "rank_delta": serializers.IntegerField(allow_null=True, help_text="Rank minus the previous rank: negative is up."),
+    "better": serializers.BooleanField(allow_null=True, help_text="Whether the arena score improved on the previous "
+                                                                  "result in the arena's own direction (null: unknown)."),
+    "note": serializers.CharField()})

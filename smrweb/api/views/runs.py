@@ -1,0 +1,95 @@
+"""Runs over the API: list (filtered), read one, set its settings, its agent turns and its metrics.
+Events (`events.py`), artifacts (`artifacts.py`) and rollbacks (`rollbacks.py`) are a run's too, each
+in its own module."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, extend_schema_view
+from rest_framework import generics
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from smrweb.api import examples
+from smrweb.api.access import actor_of, project_for, run_for
+from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.runs import (
+    MetricKeysSerializer,
+    MetricSeriesSerializer,
+    RunSerializer,
+    RunSettingsSerializer,
+    TurnSerializer,
+)
+from smrweb.tracking import queries, services
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.filters import RunFilter
+from smrweb.tracking.models import AgentTurn, Role, Run
+
+
+@extend_schema_view(get=extend_schema(responses={200: RunSerializer(many=True), **ERRORS}))
+class RunList(generics.ListAPIView):
+    """A project's runs, most recently active first (or in `?sort=` order), with filters."""
+
+    serializer_class = RunSerializer
+    queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
+    filterset_class = RunFilter
+
+    def get_queryset(self):
+        project = project_for(self.request, self.kwargs["slug"])
+        return Run.objects.filter(project=project).select_related("project__scenario").order_by("-last_progress_at", "-id")
+
+
+class RunDetail(APIView):
+    @extend_schema(responses={200: RunSerializer, **ERRORS})
+    def get(self, request, slug: str, run_id: str):
+        return Response(RunSerializer(run_for(project_for(request, slug), run_id)).data)
+
+    @extend_schema(request=RunSettingsSerializer, examples=[examples.RUN_SETTINGS],
+                   responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+                   description="Set a run's budget, model profiles or git position; creates the run if new.")
+    def patch(self, request, slug: str, run_id: str):
+        project = project_for(request, slug, role=Role.ADMIN)
+        form = RunSettingsSerializer(data=request.data, partial=True)
+        form.is_valid(raise_exception=True)
+        run = services.update_run_settings(project, run_id, by=actor_of(request), **form.validated_data)
+        return Response(RunSerializer(run).data)
+
+
+@extend_schema_view(get=extend_schema(responses={200: TurnSerializer(many=True), **ERRORS}))
+class RunTurns(generics.ListAPIView):
+    """A run's agent turns in time order."""
+
+    serializer_class = TurnSerializer
+    queryset = AgentTurn.objects.none()  # the model, for the schema; get_queryset scopes it
+
+    def get_queryset(self):
+        run = run_for(project_for(self.request, self.kwargs["slug"]), self.kwargs["run_id"])
+        return AgentTurn.objects.filter(run=run).order_by("ts", "id")
+
+
+class RunMetrics(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."),
+            OpenApiParameter("points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."),
+        ],
+        responses={200: PolymorphicProxySerializer(
+            component_name="MetricsAnswer", serializers=[MetricKeysSerializer, MetricSeriesSerializer],
+            resource_type_field_name=None), **ERRORS},
+    )
+    def get(self, request, slug: str, run_id: str):
+        run = run_for(project_for(request, slug), run_id)
+        key = request.query_params.get("key")
+        if not key:
+            return Response({"keys": queries.metric_keys(run)})
+        try:
+            points = int(request.query_params.get("points", 1000))
+        except ValueError:
+            raise InvalidInput("points", "Expected an integer.") from None
+        if not 2 <= points <= 10000:
+            raise InvalidInput("points", "Must be between 2 and 10000.")
+        total, series = queries.metric_series(run, key, points)
+        return Response({
+            "key": key, "total_points": total, "downsampled": total > len(series),
+            "points": [p.__dict__ for p in series],
+        })

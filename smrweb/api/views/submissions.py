@@ -1,0 +1,128 @@
+"""Submissions over the API: the leaderboard, and the lifecycle a reviewer moves them through (verify,
+approve, reject, uploaded, arena result). People act here (with a session and the reviewer role); project
+tokens are for harnesses and are refused these actions by the domain rules, with a 403 that says so."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from smrweb.api import examples
+from smrweb.api.access import actor_of, project_for, submission_for
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.serializers.submissions import (
+    ARENA_OUT,
+    REVIEW_OUT,
+    ArenaResultIn,
+    LifecycleSerializer,
+    ReviewIn,
+    SubmissionSerializer,
+    UploadedIn,
+)
+from smrweb.core import queue
+from smrweb.sources import tasks
+from smrweb.tracking import queries
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.filters import SubmissionFilter
+from smrweb.tracking.models import Submission, Verdict
+from smrweb.tracking.services import submissions
+
+
+@extend_schema_view(get=extend_schema(responses={200: SubmissionSerializer(many=True), **ERRORS}))
+class SubmissionList(generics.ListAPIView):
+    """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run."""
+
+    serializer_class = SubmissionSerializer
+    queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it
+    filterset_class = SubmissionFilter
+
+    def get_queryset(self):
+        return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))
+
+
+ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
+                                                        "allow this move; the message names the next step.")}
+
+
+def _fresh(sub: Submission) -> dict:
+    sub = Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
+    return LifecycleSerializer(sub).data
+
+
+class SubmissionLifecycle(APIView):
+    @extend_schema(operation_id="submission_lifecycle", responses={200: LifecycleSerializer, **ERRORS},
+                   summary="A submission's status, verification and history of transitions")
+    def get(self, request, slug: str, submission_id: int):
+        return Response(_fresh(submission_for(request, slug, submission_id)))
+
+
+class SubmissionVerify(APIView):
+    @extend_schema(operation_id="submission_verify", request=None,
+                   responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
+                   summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        sub = submission_for(request, slug, submission_id)
+        sub = submissions.request_verification(sub, by=actor_of(request))
+        queue.dispatch(tasks.verify_submission, sub.pk)  # else re-queued by redispatch_stale_actions
+        return Response(_fresh(sub), status=status.HTTP_202_ACCEPTED)
+
+
+def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
+    sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
+    body = ReviewIn(data=request.data)
+    body.is_valid(raise_exception=True)
+    outcome = submissions.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
+    return Response({"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)})
+
+
+class SubmissionApprove(APIView):
+    @extend_schema(operation_id="submission_approve", request=ReviewIn, examples=[examples.REVIEW],
+                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+                   summary="Approve a verified submission (reviewers)",
+                   description="With the project's second-person rule, the proposer's own approval is recorded "
+                               "but does not count (`counted: false`).")
+    def post(self, request, slug: str, submission_id: int):
+        return _review(request, slug, submission_id, Verdict.APPROVE)
+
+
+class SubmissionReject(APIView):
+    @extend_schema(operation_id="submission_reject", request=ReviewIn, examples=[examples.REJECT],
+                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+                   summary="Reject a verified submission (reviewers)",
+                   description="`comment` is required: why it is rejected (kept in the history, carried forward).")
+    def post(self, request, slug: str, submission_id: int):
+        return _review(request, slug, submission_id, Verdict.REJECT)
+
+
+class SubmissionUploaded(APIView):
+    @extend_schema(operation_id="submission_mark_uploaded", request=UploadedIn, examples=[examples.UPLOADED],
+                   responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+                   summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        body = UploadedIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        sub = submissions.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
+        return Response(_fresh(sub))
+
+
+class SubmissionArenaResult(APIView):
+    @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn, examples=[examples.ARENA_RESULT],
+                   responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+                   summary="Record the arena's rank and score for an uploaded submission (reviewers)")
+    def post(self, request, slug: str, submission_id: int):
+        sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        body = ArenaResultIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        if data.get("rank") is None and data.get("arena_score") is None:
+            raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
+        result = submissions.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
+                                                 arena_score=data.get("arena_score"), note=data["note"])
+        better = submissions.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
+        return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
+                         "delta": result.delta, "delta_best": result.delta_best, "rank_delta": result.rank_delta,
+                         "better": better, "note": result.note},
+                        status=status.HTTP_201_CREATED)
