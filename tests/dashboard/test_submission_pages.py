@@ -88,7 +88,7 @@ def test_an_illegal_action_comes_back_as_a_message_not_an_error(client_alice, pr
 
 
 @pytest.mark.parametrize("data", [{}, {"rank": "0"}, {"rank": "abc"}, {"arena_score": "nan"},
-                                  {"arena_score": "inf"}, {"rank": "99999999999"}])
+                                  {"arena_score": "inf"}, {"arena_score": "1e301"}, {"rank": "99999999999"}])
 def test_bad_arena_results_are_form_errors_and_write_nothing(client_alice, project, data):
     sub = at(scored(project), S.UPLOADED)
     response = client_alice.post(url(sub, "record"), data)

@@ -3,7 +3,6 @@ and answers."""
 
 from __future__ import annotations
 
-import math
 
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
@@ -77,11 +76,7 @@ class ArenaResultIn(serializers.Serializer):
     rank = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10_000_000)
     arena_score = serializers.FloatField(required=False, allow_null=True)
     note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
-
-    def validate_arena_score(self, value):
-        if value is not None and not math.isfinite(value):
-            raise serializers.ValidationError("A finite number.")
-        return value
+    # A rank or a score, a score in range: the domain's rule (`submissions.record_arena_result`).
 
 
 ARENA_OUT = inline_serializer("ArenaResultOut", {

@@ -24,7 +24,6 @@ from smrweb.api.serializers.submissions import (
 from smrweb.core import queue
 from smrweb.sources import tasks
 from smrweb.tracking import queries
-from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.filters import SubmissionFilter
 from smrweb.tracking.models import Submission, Verdict
 from smrweb.tracking.services import submissions
@@ -117,8 +116,6 @@ class SubmissionArenaResult(APIView):
         body = ArenaResultIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        if data.get("rank") is None and data.get("arena_score") is None:
-            raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
         result = submissions.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
                                                  arena_score=data.get("arena_score"), note=data["note"])
         better = submissions.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)

@@ -1,7 +1,6 @@
 """A submission's page (lifecycle history, verification, reviews, the arena handoff), its actions and
 the project's review queue. Thin: the rules live in `tracking.submissions`."""
 
-import math
 
 from django import forms
 from django.contrib import messages
@@ -40,18 +39,8 @@ class ArenaResultForm(forms.Form):
     arena_score = forms.FloatField(required=False, help_text="The arena's own score for it (e.g. Elo).")
     note = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
                            help_text="What the arena said; becomes project knowledge.")
-
-    def clean_arena_score(self):
-        value = self.cleaned_data["arena_score"]
-        if value is not None and not math.isfinite(value):
-            raise forms.ValidationError("Enter a finite number.")
-        return value
-
-    def clean(self):
-        data = super().clean()
-        if not self.errors and data.get("rank") is None and data.get("arena_score") is None:
-            raise forms.ValidationError("Give the arena's rank, its score, or both.")
-        return data
+    # What a result must hold (a rank or a score, a score in range) is the domain's rule:
+    # `submissions.record_arena_result` refuses with the field, shown on this form.
 
 
 def _submission(project, submission_id: int) -> Submission:
@@ -149,10 +138,14 @@ def submission_action(request, slug: str, submission_id: int, action: str):
             messages.success(request, "Marked uploaded. Record the arena's answer when it comes.")
         elif action == "record":
             form = ArenaResultForm(request.POST)
-            if not form.is_valid():
+            if form.is_valid():
+                try:
+                    result = submissions.record_arena_result(sub, by=request.user, **form.cleaned_data)
+                except InvalidInput as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            if form.errors:
                 return render(request, "dashboard/submission_detail.html",
                               _context(request, project, sub, arena_form=form), status=400)
-            result = submissions.record_arena_result(sub, by=request.user, **form.cleaned_data)
             (messages.warning if _worse(result, project) else messages.success)(request, _arena_flash(result, project))
         elif action in ("exclude", "include"):
             if action == "include":

@@ -285,7 +285,7 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
     recorded result and its best so far (in the scenario's direction), and a knowledge entry."""
     _require(submission, by, Role.REVIEWER, "record an arena result")
     if rank is None and arena_score is None:
-        raise TrackingError("Give the arena's rank, its score, or both.")
+        raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
     if arena_score is not None and not (-ARENA_SCORE_LIMIT <= arena_score <= ARENA_SCORE_LIMIT):
         # Deltas of two scores near the float limit overflow (red-team finding 7): no arena scores that big.
         raise InvalidInput("arena_score", f"A finite number between -{ARENA_SCORE_LIMIT:g} and {ARENA_SCORE_LIMIT:g}.")
