@@ -31,7 +31,7 @@ def fast_password_hashing(settings):
 def private_cache(settings, tmp_path):
     """Each test counts rate limits in a cache of its own: the configured Redis is shared by concurrent
     test sessions and outlives them, so its counters would leak from test to test. (Redis itself is
-    tested in tests/core/test_web_security.py.)"""
+    tested in tests/test_web_security.py.)"""
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
                                    "LOCATION": f"test-{os.getpid()}-{tmp_path.name}"}}
 

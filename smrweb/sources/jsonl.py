@@ -9,7 +9,7 @@ Three formats (docs/integrations.md#jsonl-import has example lines):
 - `usage-log`: per-call usage logs (seed 001: provider, model, input/output tokens); each call that
   carries usage is one agent turn, numbered per actor in file order.
 
-Decisions, each tested in tests/integrations/test_import_events.py:
+Decisions, each tested in tests/sources/test_jsonl.py:
 
 - **Ids.** A line's own `id` is kept (generic, agent-turns). Otherwise the event's id is
   `jsonl:<file id>:<line number>:<16 hex of blake2b(canonical JSON of the line)>`. The file id is 16 hex

@@ -43,7 +43,7 @@ from smrweb.tracking.models import (
 )
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "pw-for-tests-only"  # tests.factories.UserFactory
 
 SCRIPT = "<script>alert(1)</script>"

@@ -18,7 +18,7 @@ from smrweb.sources.base import NotPossible
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, Submission
 from tests.factories import admin_project
-from tests.integrations.test_git_source import GIT_ENV, PATH, _rollback_to, add_scores, commit, do_sync, git
+from tests.sources.test_git import GIT_ENV, PATH, _rollback_to, add_scores, commit, do_sync, git
 
 HOOKS = ("reference-transaction", "post-index-change", "post-checkout", "pre-commit", "post-commit",
          "commit-msg", "pre-auto-gc", "post-rewrite", "pre-receive", "update", "post-update", "pre-push",

@@ -15,7 +15,7 @@ import pytest
 
 from smrweb.cli import derived_id
 from smrweb.tracking.models import AgentTurn, Artifact, MetricPoint, Run, StateChange, Submission
-from tests.integrations.test_client import FaultProxy, closed_port, doc_block
+from tests.client.test_client import FaultProxy, closed_port, doc_block
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
