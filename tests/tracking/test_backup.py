@@ -76,8 +76,8 @@ def ingest(project, run_id: str, *events: dict) -> None:
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     # Tiny chunks, so every path through chunked export, line splitting and chunked inserts runs.
-    monkeypatch.setattr(backup, "CHUNK_SIZE", 3)
-    monkeypatch.setattr(backup, "COPY_BYTES", 97)
+    monkeypatch.setattr(backup.tables, "CHUNK_SIZE", 3)
+    monkeypatch.setattr(backup.tables, "COPY_BYTES", 97)
 
 
 @pytest.fixture

@@ -1,0 +1,174 @@
+"""What is in an archive: its format, the tables it holds and how their rows point at each other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from functools import cached_property
+
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
+from django.db.models import QuerySet
+from django.utils import timezone
+from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.models import (
+    AgentTurn,
+    ApiToken,
+    ArenaResult,
+    Artifact,
+    ArtifactBlob,
+    AuditEvent,
+    Checkpoint,
+    Experiment,
+    KnowledgeEntry,
+    Membership,
+    MetricPoint,
+    Project,
+    Review,
+    Rollback,
+    Run,
+    RuntimeMessage,
+    Scenario,
+    SourceHealth,
+    StateChange,
+    Submission,
+    SubmissionTransition,
+)
+
+FORMAT = "smrweb.project-archive"
+
+
+VERSION = 1
+
+
+MANIFEST = "manifest.json"
+
+
+MANIFEST_MAX_BYTES = 64 * 1024 * 1024  # a manifest lists every blob: large, but never this large
+
+
+CHUNK_SIZE = 2000  # rows fetched per query chunk on export and inserted per bulk_create on import
+
+
+COPY_BYTES = 1024 * 1024
+
+
+USER_FILE = "data/user.jsonl"
+
+
+USER_COLUMNS = ("email", "first_name", "last_name")  # carried besides the username (never passwords or flags)
+
+
+class BackupError(TrackingError):
+    """An archive that cannot be written or is refused; on import, nothing was written."""
+
+    code = "backup_refused"
+
+
+def _of_project(model: type[models.Model]) -> Callable[[Project], QuerySet]:
+    return lambda project: model._default_manager.filter(project=project).order_by("pk")
+
+
+def _of_runs(model: type[models.Model]) -> Callable[[Project], QuerySet]:
+    return lambda project: model._default_manager.filter(run__project=project).order_by("pk")
+
+
+def _of_submissions(model: type[models.Model]) -> Callable[[Project], QuerySet]:
+    return lambda project: model._default_manager.filter(submission__project=project).order_by("pk")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One model's rows of a project, as one `data/<name>.jsonl` file."""
+
+    name: str
+    model: type[models.Model]
+    rows: Callable[[Project], QuerySet]  # the project's rows, in an order an import preserves (pk)
+    ref: bool = False  # rows carry a `ref` that other rows (or audit events) point at
+    key: str = ""  # rows are pointed at by this column instead of a ref (scenario key, blob digest)
+    omit: tuple[str, ...] = ()  # columns not carried; docs/backup.md says why
+    extra: tuple[str, ...] = ()  # columns of the archive that are not model fields
+
+    @cached_property
+    def fields(self) -> list[models.Field]:
+        """The carried columns. The link to the project is implicit (the archive holds one project)."""
+        return [f for f in self.model._meta.concrete_fields
+                if not f.primary_key and f.name not in self.omit and f.related_model is not Project]
+
+    @cached_property
+    def project_fields(self) -> list[models.Field]:
+        return [f for f in self.model._meta.concrete_fields if f.related_model is Project]
+
+    @property
+    def file(self) -> str:
+        return f"data/{self.name}.jsonl"
+
+
+# In dependency order: every table comes after the tables its rows point at (Experiment.parent, the
+# one self-reference, is set once all experiments are in). Users are written apart (USER_FILE).
+TABLES: tuple[Table, ...] = (
+    Table("scenario", Scenario, lambda p: Scenario.objects.filter(pk=p.scenario_id), key="key"),
+    Table("project", Project, lambda p: Project.objects.filter(pk=p.pk), ref=True),
+    # A lease belongs to a worker of the exporting deployment: never carried, so the importing side
+    # polls at once instead of waiting for a stranger's lease to lapse.
+    Table("source_health", SourceHealth, _of_project(SourceHealth), omit=("lease_until", "lease_owner")),
+    Table("membership", Membership, _of_project(Membership), ref=True),
+    Table("api_token", ApiToken, _of_project(ApiToken), ref=True),
+    Table("run", Run, _of_project(Run), ref=True),
+    Table("state_change", StateChange, _of_runs(StateChange)),
+    Table("experiment", Experiment, _of_runs(Experiment), ref=True),
+    Table("metric_point", MetricPoint, _of_runs(MetricPoint)),
+    Table("agent_turn", AgentTurn, _of_runs(AgentTurn)),
+    Table("checkpoint", Checkpoint, _of_runs(Checkpoint), ref=True),
+    Table("runtime_message", RuntimeMessage, _of_runs(RuntimeMessage)),
+    # Where the bytes live is the storage's business: the importing side stores them anew.
+    Table("artifact_blob", ArtifactBlob,
+          lambda p: ArtifactBlob.objects.filter(artifacts__run__project=p).distinct().order_by("sha256"),
+          key="sha256", omit=("storage_name",)),
+    Table("artifact", Artifact, _of_runs(Artifact), ref=True),
+    Table("submission", Submission, _of_project(Submission), ref=True),
+    Table("submission_transition", SubmissionTransition, _of_submissions(SubmissionTransition)),
+    Table("review", Review, _of_submissions(Review)),
+    Table("arena_result", ArenaResult, _of_submissions(ArenaResult), ref=True),
+    Table("rollback", Rollback, _of_runs(Rollback), ref=True),
+    Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
+    # Project-scoped events only (scenario edits have no project). `object_ref` replaces object_id
+    # when the event names a row of the archive.
+    Table("audit_event", AuditEvent, _of_project(AuditEvent), extra=("object_ref",)),
+)
+
+
+TABLE_BY_NAME = {table.name: table for table in TABLES}
+
+
+MAX_EXPANSION = 200  # the most a blob member may unpack to, per packed byte (export_project stores, not packs,
+
+
+                     # bytes that do not shrink; text compresses well under this)
+# What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
+TRUSTED_ONLY = ("membership", "api_token")
+
+
+# AuditEvent.object_type is the lower-cased model name of the object (services.record_audit).
+AUDITED = {table.model.__name__.lower(): table.model for table in TABLES if table.ref}
+
+
+COUNT_KEY = {USER_FILE: "user", **{table.file: table.name for table in TABLES}}  # data file → manifest count
+
+
+DATA_FILES = frozenset(COUNT_KEY)
+
+
+SCENARIO, PROJECT, BLOBS = TABLE_BY_NAME["scenario"], TABLE_BY_NAME["project"], TABLE_BY_NAME["artifact_blob"]
+
+
+def default_archive_name(slug: str) -> str:
+    return f"{slug}-{timezone.now().astimezone(UTC):%Y%m%dT%H%M%SZ}.smrweb.zip"
+
+def _has_field(model: type[models.Model], name: str) -> bool:
+    try:
+        model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return False
+    return True
