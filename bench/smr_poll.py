@@ -4,7 +4,7 @@
    (~2.5 new turns and a sandbox meter, about what 10 s of a live agent run brings) and one sync runs. Reports requests and
    response bytes per cycle (the simulator's own counts), mean and worst over the cycles: the goal is
    flat within 2x from 100 to 10,000 turns (the usage list, one answer with every entry, is read only
-   when the cost changed and then at most SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average).
+   when the cost changed and then at most SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average).
 2. Per worker: N live runs (all started at once); each cycle the world moves one tick and the sync a
    Celery worker runs (`sync_project`) brings all N up to date on one thread; reports the cycle time and
    the live runs one worker keeps current per 10 s cycle (goal: >= 1,000). Here the simulated backend
@@ -66,7 +66,7 @@ def one_live_run(turns: int, cycles: int) -> dict:
                                           smr_backend_base=sim.url, smr_api_key="bench")
         sync.sync_project(project, owner="bench")  # the whole history once
         # Enough cycles to include at least one re-read of the whole usage list at this length.
-        cycles = max(cycles, int(len(run.entries) / settings.SMR_USAGE_ENTRIES_PER_CYCLE) + 10)
+        cycles = max(cycles, int(len(run.entries) / settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE) + 10)
         requests, sizes, times, by_route = [], [], [], {}
         for _ in range(cycles):
             world.tick(1)

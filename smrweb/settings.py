@@ -195,7 +195,7 @@ STORAGES = {
         )
     },
 }
-MAX_ARTIFACT_BYTES = env.int("SMRWEB_MAX_ARTIFACT_BYTES", default=512 * 1024 * 1024)
+SMRWEB_MAX_ARTIFACT_BYTES = env.int("SMRWEB_MAX_ARTIFACT_BYTES", default=512 * 1024 * 1024)
 # Bytes of distinct artifacts one project may hold (0: no limit), and uploads one token or user may make
 # per minute (red-team finding 10): one agent cannot fill the disk for everyone.
 SMRWEB_PROJECT_STORAGE_QUOTA_BYTES = env.int("SMRWEB_PROJECT_STORAGE_QUOTA_BYTES", default=20 * 1024**3)
@@ -379,7 +379,7 @@ CACHES = {
 
 # --- smrweb -----------------------------------------------------------------------------------
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
-DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
+SMRWEB_DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
 # A scenario's validator is killed (with its process group) after this long; the submission is invalid.
 # Bare mirrors of git-workspace repositories, fetched before every read (red-team finding 3: smrweb reads
 # objects from repositories whose configuration it owns, never with the agent's .git/config).
@@ -411,35 +411,34 @@ SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES = env.int("SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES
 # A verification or rollback not picked up this long after it was asked for is queued again (beat's
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)
-MAX_EVENTS_PER_BATCH = 5000
 # Copied artifact links (/a/<token>/) download without a session for this long (see core/signed_links.py).
 SMRWEB_SIGNED_LINK_TTL_SECONDS = env.int("SMRWEB_SIGNED_LINK_TTL_SECONDS", default=86400)
 if SMRWEB_SIGNED_LINK_TTL_SECONDS <= 0:
     raise environ.ImproperlyConfigured("SMRWEB_SIGNED_LINK_TTL_SECONDS must be a positive number of seconds")
 
 # Managed Research (SMR) polling. A project may override the address and key (sealed at rest).
-SMR_BACKEND_BASE = env.str("SMRWEB_SMR_BACKEND_BASE", default="")
-SMR_API_KEY = env.str("SMRWEB_SMR_API_KEY", default="")
-SMR_TIMEOUT = env.float("SMRWEB_SMR_TIMEOUT", default=30.0)
-SMR_FIRST_CALL_TIMEOUT = env.float("SMRWEB_SMR_FIRST_CALL_TIMEOUT", default=120.0)  # a cold backend is slow
-SMR_ACTIVE_INTERVAL = env.float("SMRWEB_SMR_ACTIVE_INTERVAL", default=10.0)  # a project with live runs
-SMR_IDLE_INTERVAL = env.float("SMRWEB_SMR_IDLE_INTERVAL", default=180.0)  # a project with none
-SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
-SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
-SMR_RETRY_AFTER_MAX = env.float("SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0)  # trust a server's hint up to this
-SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
+SMRWEB_SMR_BACKEND_BASE = env.str("SMRWEB_SMR_BACKEND_BASE", default="")
+SMRWEB_SMR_API_KEY = env.str("SMRWEB_SMR_API_KEY", default="")
+SMRWEB_SMR_TIMEOUT = env.float("SMRWEB_SMR_TIMEOUT", default=30.0)
+SMRWEB_SMR_FIRST_CALL_TIMEOUT = env.float("SMRWEB_SMR_FIRST_CALL_TIMEOUT", default=120.0)  # a cold backend is slow
+SMRWEB_SMR_ACTIVE_INTERVAL = env.float("SMRWEB_SMR_ACTIVE_INTERVAL", default=10.0)  # a project with live runs
+SMRWEB_SMR_IDLE_INTERVAL = env.float("SMRWEB_SMR_IDLE_INTERVAL", default=180.0)  # a project with none
+SMRWEB_SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
+SMRWEB_SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
+SMRWEB_SMR_RETRY_AFTER_MAX = env.float("SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0)  # trust a server's hint up to this
+SMRWEB_SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
 # What one sync cycle reads (docs/smr.md#cost-per-cycle): runs per list page (the spec's maximum), the
 # newest runtime messages asked for first (widened when a gap shows), and how many usage entries a live
 # run's timeline may re-download per cycle on average — the whole list comes in one answer, so a long
 # run's timeline is refreshed less often while its totals (typed aggregates) stay current every cycle.
-SMR_RUNS_PAGE = env.int("SMRWEB_SMR_RUNS_PAGE", default=200)
-SMR_FULL_LIST_EVERY = env.float("SMRWEB_SMR_FULL_LIST_EVERY", default=300.0)  # seconds between whole run-list walks
-SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=20)
-SMR_MESSAGE_WINDOW_MAX = env.int("SMRWEB_SMR_MESSAGE_WINDOW_MAX", default=1000)  # the spec's maximum
-SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=200)
-SMR_CHECK_TIMEOUT = env.float("SMRWEB_SMR_CHECK_TIMEOUT", default=10.0)  # "Test connection" and creation
-SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
-SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
+SMRWEB_SMR_RUNS_PAGE = env.int("SMRWEB_SMR_RUNS_PAGE", default=200)
+SMRWEB_SMR_FULL_LIST_EVERY = env.float("SMRWEB_SMR_FULL_LIST_EVERY", default=300.0)  # seconds between whole run-list walks
+SMRWEB_SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=20)
+SMRWEB_SMR_MESSAGE_WINDOW_MAX = env.int("SMRWEB_SMR_MESSAGE_WINDOW_MAX", default=1000)  # the spec's maximum
+SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=200)
+SMRWEB_SMR_CHECK_TIMEOUT = env.float("SMRWEB_SMR_CHECK_TIMEOUT", default=10.0)  # "Test connection" and creation
+SMRWEB_SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
+SMRWEB_SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 
 LOGGING = {
     "version": 1,

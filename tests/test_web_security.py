@@ -554,7 +554,7 @@ def test_uploads_are_stored_by_digest_and_the_path_is_only_metadata(api, artifac
 
 
 def test_uploads_over_the_size_cap_are_refused_and_nothing_is_stored(api, artifact_root, settings):
-    settings.MAX_ARTIFACT_BYTES = 1000
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 1000
     assert upload(api, data=b"x" * 1000).status_code == 201
     response = upload(api, data=b"y" * 1001)
     assert response.status_code == 413 and response.json()["code"] == "artifact_too_large"

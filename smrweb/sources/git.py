@@ -300,8 +300,8 @@ class Repo:
     def read_blob(self, entry: Entry, *, what: str) -> bytes:
         if entry.type != "blob":
             raise Malformed(f"{what} is a {entry.type}, not a file.")
-        if entry.size is not None and entry.size > settings.MAX_ARTIFACT_BYTES:
-            raise Malformed(f"{what} is {entry.size} bytes; artifacts are limited to {settings.MAX_ARTIFACT_BYTES}.")
+        if entry.size is not None and entry.size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
+            raise Malformed(f"{what} is {entry.size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES}.")
         return self.git("cat-file", "blob", entry.oid).stdout
 
     # --- writing: a new commit on top of the branch, never a rewrite ------------------------------

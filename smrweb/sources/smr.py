@@ -7,7 +7,7 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   runs.get_actor_usage(rid)      → per-actor billed cents and tokens: the source's driver/child split
   runs.get_usage(rid)            → typed totals (tokens, cost) and free-form `entries` → agent turns,
                                    read tolerantly (sources/smr_usage.py); re-downloaded only when the
-                                   cost changed, and for long runs at most SMR_USAGE_ENTRIES_PER_CYCLE
+                                   cost changed, and for long runs at most SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE
                                    entries per cycle on average
   runs.artifact_manifest(rid)    → artifacts with their digests; bytes via get_artifact_content
   runs.list_checkpoints(rid)     → checkpoints with their failure reasons
@@ -184,7 +184,7 @@ class SmrConnector:
         self.pid = project.source_settings.get("smr_project_id", "")
         self.backend_base = backend_base
         # The first call after a (backend or worker) restart may be slow: give it longer.
-        timeout = settings.SMR_TIMEOUT if backend_base in _warm_backends else settings.SMR_FIRST_CALL_TIMEOUT
+        timeout = settings.SMRWEB_SMR_TIMEOUT if backend_base in _warm_backends else settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT
         self.client = ManagedResearchClient(api_key=api_key, backend_base=backend_base, timeout_seconds=timeout)
         if guarded:
             # A project's own backend address is user-given: every SDK call goes through the outbound
@@ -214,8 +214,8 @@ class SmrConnector:
         Pages newest first through the run list's cursor. Unless `full`, the walk stops at the first page
         holding a run smrweb already knows (everything older was seen by an earlier walk); live runs
         older than that come from runs/active, and a run smrweb holds as live that is in neither has
-        just ended and is read on its own. A full walk (every SMR_FULL_LIST_EVERY) sees every run."""
-        page_size = max(1, min(settings.SMR_RUNS_PAGE, 200))
+        just ended and is read on its own. A full walk (every SMRWEB_SMR_FULL_LIST_EVERY) sees every run."""
+        page_size = max(1, min(settings.SMRWEB_SMR_RUNS_PAGE, 200))
         rows: dict[str, dict] = {}
         cursor: str | None = None
         seen_cursors: set[str] = set()
@@ -289,7 +289,7 @@ class SmrConnector:
 
         cost_summary and per-actor usage are small and asked every cycle; the usage list (every entry
         in one answer) only when the cost changed since it was last read, and for a long live run every
-        (entries / SMR_USAGE_ENTRIES_PER_CYCLE) cycles — its totals stay current, its timeline catches
+        (entries / SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE) cycles — its totals stay current, its timeline catches
         up. `final`: the run has ended, read everything once more."""
         summary = _call("cost summary", self.client.runs.cost_summary, rid)
         try:
@@ -301,7 +301,7 @@ class SmrConnector:
         last_read = _when(cursor.get("entries_at"))
         # Cycles to wait between two reads of the list: its length over the per-cycle allowance, so the
         # entries downloaded per cycle stay about flat however long the run grows.
-        spacing = int(cursor.get("entries_n") or 0) / max(1, settings.SMR_USAGE_ENTRIES_PER_CYCLE)
+        spacing = int(cursor.get("entries_n") or 0) / max(1, settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE)
         waited = int(cursor.get("entries_wait") or 0) + 1
         changed = fingerprint != cursor.get("entries_fp")
         due = last_read is None or final or (changed and waited >= spacing)
@@ -360,8 +360,8 @@ class SmrConnector:
         """The project's newest results, split by run, and the oldest time in the window when it was
         full (None: it holds every result). Fetched small first; fetched once more, as wide as the spec
         allows, when a run needs results older than the small window reaches (`reach`)."""
-        widest = max(1, min(settings.SMR_RESULTS_WINDOW, 500))
-        limit = self._results_limit or max(1, min(settings.SMR_RESULTS_FIRST_WINDOW, widest))
+        widest = max(1, min(settings.SMRWEB_SMR_RESULTS_WINDOW, 500))
+        limit = self._results_limit or max(1, min(settings.SMRWEB_SMR_RESULTS_FIRST_WINDOW, widest))
         if self._results_by_run is not None and (self._results_oldest is None or reach >= self._results_oldest
                                                  or limit >= widest):
             return self._results_by_run, self._results_oldest
@@ -419,8 +419,8 @@ class SmrConnector:
         wider one when the window does not reach back to the last message seen; what even the widest
         window cannot reach is counted (`messages_missed`), not silently skipped."""
         mark = cursor.get("message_seq")
-        limit = max(1, settings.SMR_MESSAGE_WINDOW)
-        widest = max(limit, settings.SMR_MESSAGE_WINDOW_MAX)
+        limit = max(1, settings.SMRWEB_SMR_MESSAGE_WINDOW)
+        widest = max(limit, settings.SMRWEB_SMR_MESSAGE_WINDOW_MAX)
         while True:
             messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid,
                              limit=limit)
@@ -552,12 +552,12 @@ def connector_for(project: Project) -> SmrConnector:
     if own.get("api_key_sealed"):
         api_key = reveal(own["api_key_sealed"])
     elif project.uses_operator_smr_key and not own.get("backend_base"):
-        api_key = settings.SMR_API_KEY  # and only to the operator's own backend
+        api_key = settings.SMRWEB_SMR_API_KEY  # and only to the operator's own backend
     else:
         raise AuthFailed("This project has no SMR API key of its own, and the operator's key is only used for "
                          "projects staff bound, with the operator's backend; set one with "
                          "`manage.py create_project … --smr-api-key-env`.")
-    backend = own.get("backend_base") or settings.SMR_BACKEND_BASE
+    backend = own.get("backend_base") or settings.SMRWEB_SMR_BACKEND_BASE
     if not api_key or not backend:
         raise AuthFailed("No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY.")
     return SmrConnector(project, api_key=api_key, backend_base=backend, guarded=bool(own.get("backend_base")))
@@ -571,8 +571,8 @@ def check_binding(*, smr_project_id: str, api_key: str = "", backend_base: str =
     from smrweb.tracking.models import Project as _Project
 
     if not api_key and operator:
-        api_key = settings.SMR_API_KEY if not backend_base else ""
-    backend = backend_base or settings.SMR_BACKEND_BASE
+        api_key = settings.SMRWEB_SMR_API_KEY if not backend_base else ""
+    backend = backend_base or settings.SMRWEB_SMR_BACKEND_BASE
     if not backend:
         raise InvalidInput("smr_backend_base", "No SMR backend address: give one, or set SMRWEB_SMR_BACKEND_BASE.")
     if not api_key:
@@ -596,7 +596,7 @@ def check_project(project: Project) -> None:
 def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
     from smrweb.tracking.errors import InvalidInput
 
-    connector.client._transport.client.timeout = httpx.Timeout(settings.SMR_CHECK_TIMEOUT)
+    connector.client._transport.client.timeout = httpx.Timeout(settings.SMRWEB_SMR_CHECK_TIMEOUT)
     try:
         connector.check()
     except AuthFailed as exc:

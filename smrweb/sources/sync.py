@@ -47,7 +47,7 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
     run resumes from its saved cursor next cycle.
     """
     report = SyncReport()
-    if not services.claim_source_lease(project, owner=owner, seconds=settings.SMR_LEASE_SECONDS):
+    if not services.claim_source_lease(project, owner=owner, seconds=settings.SMRWEB_SMR_LEASE_SECONDS):
         report.busy = True
         return report
     try:
@@ -66,7 +66,7 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
     known = {r.external_id: r for r in Run.objects.filter(project=project)}
     health = services.source_health(project)
     full = health.full_list_at is None or (
-        timezone.now() - health.full_list_at).total_seconds() >= settings.SMR_FULL_LIST_EVERY
+        timezone.now() - health.full_list_at).total_seconds() >= settings.SMRWEB_SMR_FULL_LIST_EVERY
     try:
         connector = connector or connector_for(project)
         snapshots = connector.list_runs(known=set(known), live={k for k, r in known.items() if not r.is_terminal},
@@ -101,7 +101,7 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
         active = sum(not s.is_terminal for s in snapshots)
         if not full:  # an incremental listing holds only new and live runs: count every live one
             active = Run.objects.filter(project=project).exclude(state__in=TERMINAL_STATES).count()
-        interval = settings.SMR_ACTIVE_INTERVAL if active else settings.SMR_IDLE_INTERVAL
+        interval = settings.SMRWEB_SMR_ACTIVE_INTERVAL if active else settings.SMRWEB_SMR_IDLE_INTERVAL
         services.record_source_success(project, active_runs=active, next_in=interval,
                                        warning=data_warning(project))
 
@@ -117,7 +117,7 @@ def _sync_git(project: Project, report: SyncReport) -> None:
         services.record_source_failure(project, kind=error.kind, message=str(error),
                                        retry_in=_backoff(project, [error]))
     else:
-        services.record_source_success(project, active_runs=1, next_in=settings.SMR_ACTIVE_INTERVAL)
+        services.record_source_success(project, active_runs=1, next_in=settings.SMRWEB_SMR_ACTIVE_INTERVAL)
 
 
 def _adopt_metric(project: Project, connector: Connector) -> Project:
@@ -164,9 +164,9 @@ def _backoff(project: Project, errors: list[SourceError]) -> float:
     """The server's retry hint when it gave one (capped), else exponential backoff with jitter."""
     hints = [e.retry_after for e in errors if e.retry_after is not None]
     if hints:
-        return min(max(hints), settings.SMR_RETRY_AFTER_MAX)
+        return min(max(hints), settings.SMRWEB_SMR_RETRY_AFTER_MAX)
     failures = SourceHealth.objects.filter(project=project).values_list("consecutive_failures", flat=True).first() or 0
-    delay = min(settings.SMR_BACKOFF_MAX, settings.SMR_BACKOFF_BASE * 2 ** min(failures, 10))
+    delay = min(settings.SMRWEB_SMR_BACKOFF_MAX, settings.SMRWEB_SMR_BACKOFF_BASE * 2 ** min(failures, 10))
     return delay * random.uniform(0.5, 1.5)
 
 

@@ -47,7 +47,7 @@ def flag_stalled_runs() -> int:
 @shared_task(acks_late=True, soft_time_limit=30, time_limit=45)
 def poll_due_projects() -> int:
     """Beat's tick: enqueue a sync for every polled project that is due."""
-    due = services.claim_due_projects(hold_seconds=settings.SMR_LEASE_SECONDS)
+    due = services.claim_due_projects(hold_seconds=settings.SMRWEB_SMR_LEASE_SECONDS)
     for project_id in due:
         sync_project.delay(project_id)
     return len(due)
@@ -55,7 +55,7 @@ def poll_due_projects() -> int:
 
 # The hard limit equals the lease: a sync that overruns is killed as its lease lapses, so two workers
 # never sync one project at once.
-@shared_task(acks_late=True, soft_time_limit=settings.SMR_LEASE_SECONDS * 0.9, time_limit=settings.SMR_LEASE_SECONDS)
+@shared_task(acks_late=True, soft_time_limit=settings.SMRWEB_SMR_LEASE_SECONDS * 0.9, time_limit=settings.SMRWEB_SMR_LEASE_SECONDS)
 def sync_project(project_id: int) -> dict:
     """List one project's runs and bring its live or changed runs up to date."""
     project = Project.objects.select_related("scenario").filter(pk=project_id).first()
@@ -238,7 +238,7 @@ def _lost_dispatch_after() -> timedelta:
     touches come at most one call to the source and one backoff. Silent for longer, its task died with
     a worker (SIGKILL, OOM): the broker would hand the unacknowledged message out again only after its
     visibility timeout, an hour."""
-    call = max(settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, settings.SMR_TIMEOUT, settings.SMR_FIRST_CALL_TIMEOUT)
+    call = max(settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, settings.SMRWEB_SMR_TIMEOUT, settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT)
     return _stale_after() + timedelta(seconds=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS + call)
 
 

@@ -103,7 +103,7 @@ def test_an_upload_without_a_file_is_refused(api):
 
 
 def test_an_upload_over_the_size_limit_is_refused_with_413_json(api, settings, artifact_root):
-    settings.MAX_ARTIFACT_BYTES = 100
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 100
     response = upload(api, data=b"z" * 101)
     assert response.status_code == 413
     assert response.json()["code"] == "artifact_too_large"

@@ -54,7 +54,7 @@ def test_create_project_with_the_smr_source_needs_its_project_id(db):
 
 
 def test_create_project_with_the_smr_source_asks_the_backend_first(db, settings):
-    settings.SMR_BACKEND_BASE, settings.SMR_API_KEY = "", ""
+    settings.SMRWEB_SMR_BACKEND_BASE, settings.SMRWEB_SMR_API_KEY = "", ""
     with pytest.raises(CommandError, match="No SMR backend address"):
         run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123")
     assert not Project.objects.filter(slug="managed").exists()

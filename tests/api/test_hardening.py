@@ -79,7 +79,7 @@ def test_an_overlong_artifact_content_type_is_refused_before_any_bytes_are_store
 
 
 def test_an_announced_oversize_upload_is_refused_before_it_is_read(api, settings):
-    settings.MAX_ARTIFACT_BYTES = 1000
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 1000
     response = api.post("/api/v1/projects/hill/runs/r1/artifacts", data=b"x" * 10,
                         content_type="multipart/form-data; boundary=zzz", CONTENT_LENGTH=str(50 * 1024 * 1024))
     assert response.status_code == 413

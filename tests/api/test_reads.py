@@ -71,7 +71,7 @@ def test_a_user_given_the_permission_creates_a_project_and_becomes_its_admin(car
 
 def test_staff_create_a_project_with_any_scenario_and_an_smr_source_on_the_operators_key(carol, start_sim, settings):
     sim = start_sim(api_key="operator-key", project_ids=["p-42"], runs=1, auto_tick=False)
-    settings.SMR_BACKEND_BASE, settings.SMR_API_KEY = sim.url, "operator-key"  # checked against it before saving
+    settings.SMRWEB_SMR_BACKEND_BASE, settings.SMRWEB_SMR_API_KEY = sim.url, "operator-key"  # checked against it before saving
     carol.is_staff = True
     carol.save()
     services.create_scenario(key="tsp", name="TSP", direction="minimize")

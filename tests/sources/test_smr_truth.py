@@ -117,7 +117,7 @@ def test_a_1000_run_project_is_seen_whole_then_kept_current_without_walking_ever
 
 
 def test_runtime_messages_beyond_one_window_are_all_read(sim, alice, settings):
-    settings.SMR_MESSAGE_WINDOW = 5  # a chatty (shape b) run posts a message every tick
+    settings.SMRWEB_SMR_MESSAGE_WINDOW = 5  # a chatty (shape b) run posts a message every tick
     backend = sim(shapes=("b",), runs=2, warmup=40)
     project = bind(backend, alice)
     synced(project)
@@ -129,7 +129,7 @@ def test_runtime_messages_beyond_one_window_are_all_read(sim, alice, settings):
 
 
 def test_messages_no_window_can_reach_are_counted_not_hidden(sim, alice, settings):
-    settings.SMR_MESSAGE_WINDOW, settings.SMR_MESSAGE_WINDOW_MAX = 3, 6
+    settings.SMRWEB_SMR_MESSAGE_WINDOW, settings.SMRWEB_SMR_MESSAGE_WINDOW_MAX = 3, 6
     backend = sim(shapes=("b",), runs=1, warmup=40)
     project = bind(backend, alice)
     synced(project)
@@ -142,7 +142,7 @@ def test_messages_no_window_can_reach_are_counted_not_hidden(sim, alice, setting
 
 
 def test_results_outside_the_project_wide_window_are_read_per_experiment(sim, alice, settings):
-    settings.SMR_RESULTS_WINDOW = 3
+    settings.SMRWEB_SMR_RESULTS_WINDOW = 3
     backend = sim(runs=3, warmup=60)
     project = bind(backend, alice)
     backend.stats.reset()
@@ -209,7 +209,7 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     assert backend.stats.snapshot()["requests"].get(USAGE, 0) == 0
     # A long run: its usage list is re-read at most every (entries / per-cycle) cycles; meanwhile the
     # totals stay the source's and the run page says the timeline is catching up.
-    settings.SMR_USAGE_ENTRIES_PER_CYCLE = 5  # a run of ~100 entries: read every ~20 cycles
+    settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = 5  # a run of ~100 entries: read every ~20 cycles
     backend.world.tick(3)
     backend.stats.reset()
     synced(project)
@@ -220,7 +220,7 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     assert run.unaccounted and not run.source_spend["timeline_current"] and not run.spend_unaccounted
     assert "catching up" in session_client(alice).get(run.get_absolute_url()).content.decode()
     assert "not add up" not in SourceHealth.objects.get(project=project).warning  # lagging is not an error
-    settings.SMR_USAGE_ENTRIES_PER_CYCLE = 300
+    settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = 300
     synced(project)
     run.refresh_from_db()
     assert not run.spend_unaccounted and AgentTurn.objects.filter(run=run).count() == \

@@ -31,7 +31,7 @@ PROJECTS = "/api/v1/projects/"
 def simulator(start_sim, settings):
     """An SMR backend that knows only the operator's key, configured as the operator's backend."""
     sim = start_sim(api_key=OPERATOR_KEY, project_ids=[VICTIM, OTHER], runs=3, tick=0.1, seed=11, warmup=20)
-    settings.SMR_BACKEND_BASE, settings.SMR_API_KEY = sim.url, OPERATOR_KEY
+    settings.SMRWEB_SMR_BACKEND_BASE, settings.SMRWEB_SMR_API_KEY = sim.url, OPERATOR_KEY
     return sim
 
 

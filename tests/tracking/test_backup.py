@@ -607,7 +607,7 @@ def test_a_trusted_archive_still_passes_the_outbound_guard(archive, tmp_path, ar
 
 
 def test_a_blob_over_the_artifact_cap_is_refused_before_it_is_unpacked(archive, artifact_root, settings):
-    settings.MAX_ARTIFACT_BYTES = 8
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 8
     refused(archive, artifact_root, r"artifacts are limited to 8 \(SMRWEB_MAX_ARTIFACT_BYTES\)", slug="copy")
 
 

@@ -563,7 +563,7 @@ def test_an_artifact_for_an_invalid_run_id_is_refused_before_anything_is_stored(
 
 
 def test_an_artifact_over_the_size_limit_is_refused_and_not_stored(project, settings, artifact_root):
-    settings.MAX_ARTIFACT_BYTES = 16
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 16
     artifact, _ = store(project, "r1", b"x" * 16)  # exactly the limit is fine
     assert artifact.size == 16
     with pytest.raises(ArtifactTooLarge):

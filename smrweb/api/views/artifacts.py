@@ -52,8 +52,8 @@ class RunArtifacts(APIView):
             return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
                             headers={"Retry-After": str(limited.retry_after)})
         # Refuse an announced oversize body before Django spools it to disk.
-        if int(request.META.get("CONTENT_LENGTH") or 0) > settings.MAX_ARTIFACT_BYTES + 1024 * 1024:
-            raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
+        if int(request.META.get("CONTENT_LENGTH") or 0) > settings.SMRWEB_MAX_ARTIFACT_BYTES + 1024 * 1024:
+            raise ArtifactTooLarge(f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes.")
         form = ArtifactUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data["file"]

@@ -108,8 +108,8 @@ class _Archive:
             # Sizes are the manifest's word, so they are bounded before any byte is unpacked (red-team
             # finding 5: a 622 KB archive became a 600 MiB blob).
             size = self.files[name]["size"]
-            if size > settings.MAX_ARTIFACT_BYTES:
-                raise BackupError(f"{name} is {size} bytes; artifacts are limited to {settings.MAX_ARTIFACT_BYTES} "
+            if size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
+                raise BackupError(f"{name} is {size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} "
                                   "(SMRWEB_MAX_ARTIFACT_BYTES).")
             packed = self.zf.getinfo(name).compress_size
             if size > MAX_EXPANSION * max(packed, 1) and size > 1024 * 1024:

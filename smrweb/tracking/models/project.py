@@ -41,7 +41,7 @@ class Project(models.Model):
     scenario = models.ForeignKey(Scenario, models.PROTECT, related_name="projects")
     source = models.CharField(max_length=20, choices=SourceKind, default=SourceKind.PUSH)
     source_settings = models.JSONField(default=dict, blank=True)
-    stall_after = models.DurationField(default=timedelta(seconds=settings.DEFAULT_STALL_AFTER_SECONDS))
+    stall_after = models.DurationField(default=timedelta(seconds=settings.SMRWEB_DEFAULT_STALL_AFTER_SECONDS))
     knowledge = models.TextField(blank=True)
     # Team review: when set, a reviewer's approval of a submission they proposed does not count.
     require_second_reviewer = models.BooleanField(default=False)

@@ -145,8 +145,8 @@ def _hash_upload(content: IO[bytes], stack: ExitStack) -> tuple[str, int, IO[byt
     digest, size = hashlib.sha256(), 0
     for chunk in iter(lambda: content.read(1024 * 1024), b""):
         size += len(chunk)
-        if size > settings.MAX_ARTIFACT_BYTES:
-            raise ArtifactTooLarge(f"Artifacts are limited to {settings.MAX_ARTIFACT_BYTES} bytes.")
+        if size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
+            raise ArtifactTooLarge(f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes.")
         digest.update(chunk)
         if spool is not None:
             spool.write(chunk)
