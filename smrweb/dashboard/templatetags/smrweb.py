@@ -64,65 +64,6 @@ def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = Tr
 
 
 @register.simple_tag
-def score_chart(values, *, maximize: bool = True, metric: str = "score", height: int = 200):
-    """A responsive score-over-time chart: every score as a point, the best-so-far frontier as a step
-    line (the hill being climbed), the best score marked, y-axis labels. Coordinates are percentages,
-    so it fills any width without stretching its dots or text; no JavaScript."""
-    values = [float(v) for v in values or [] if v is not None]
-    if not values:
-        return format_html(
-            '<div class="chart-empty" style="height:{}px"><span>No scores yet — a <code>score</code> event '
-            "adds the first point.</span></div>",
-            height // 2,
-        )
-    n = len(values)
-    lo, hi = min(values), max(values)
-    if hi == lo:
-        lo, hi = lo - (abs(lo) * 0.05 or 1), hi + (abs(hi) * 0.05 or 1)
-    span = hi - lo
-
-    def x(i: int) -> float:
-        return round(2 + 96 * (i / (n - 1) if n > 1 else 0.5), 3)
-
-    def y(v: float) -> float:
-        return round(6 + 88 * (1 - (v - lo) / span), 3)
-
-    better = (lambda a, b: a > b) if maximize else (lambda a, b: a < b)
-    frontier, best = [], None
-    for v in values:
-        best = v if best is None or better(v, best) else best
-        frontier.append(best)
-    best_i = _best_index(values, maximize)
-
-    ticks = [hi, lo + span / 2, lo]
-    grid = format_html_join("", '<line class="chart-grid" x1="0" x2="100%" y1="{}%" y2="{}%"/>',
-                            ((y(t), y(t)) for t in ticks))
-    labels = format_html_join("", '<span style="top:{}%">{}</span>', ((y(t), _fmt(t)) for t in ticks))
-    steps = []
-    for i in range(1, n):  # the best-so-far frontier as horizontal-then-vertical steps
-        steps.append((x(i - 1), y(frontier[i - 1]), x(i), y(frontier[i - 1])))
-        if frontier[i] != frontier[i - 1]:
-            steps.append((x(i), y(frontier[i - 1]), x(i), y(frontier[i])))
-    frontier_svg = format_html_join(
-        "", '<line class="chart-frontier" x1="{}%" y1="{}%" x2="{}%" y2="{}%"/>', steps)
-    segments = format_html_join(
-        "", '<line class="chart-line" x1="{}%" y1="{}%" x2="{}%" y2="{}%"/>',
-        ((x(i - 1), y(values[i - 1]), x(i), y(values[i])) for i in range(1, n)))
-    dots = format_html_join(
-        "", '<circle class="chart-dot" cx="{}%" cy="{}%" r="3"><title>#{} · {} {}</title></circle>',
-        ((x(i), y(v), i + 1, metric, _fmt(v)) for i, v in enumerate(values)))
-    return format_html(
-        '<div class="chart" style="height:{}px" role="img" aria-label="{} scores, best {}">'
-        '<div class="chart-y">{}</div>'
-        '<svg class="chart-plot" width="100%" height="100%">{}{}{}{}'
-        '<circle class="chart-best" cx="{}%" cy="{}%" r="5"><title>best {} {}</title></circle></svg>'
-        '<div class="chart-x"><span>first</span><span>latest</span></div></div>',
-        height, n, _fmt(values[best_i]), labels, grid, frontier_svg, segments, dots,
-        x(best_i), y(values[best_i]), metric, _fmt(values[best_i]),
-    )
-
-
-@register.simple_tag
 def state_badge(run):
     """The run's state as a coloured badge; failure detail and stall evidence in the hover text."""
     if run.is_stalled:
