@@ -1,5 +1,5 @@
 """A submission's page (lifecycle history, verification, reviews, the arena handoff), its actions and
-the project's review queue. Thin: the rules live in `tracking.submissions`."""
+the project's review queue. Thin: the rules live in `tracking.services.submissions`."""
 
 
 from django import forms
