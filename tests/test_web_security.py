@@ -437,7 +437,7 @@ POST_FORMS = {
     "registration/login.html": 1,
     "dashboard/project_settings.html": 6,  # settings, SMR source (test / new key), score metric, member role / remove / add
     "dashboard/run_detail.html": 2,  # stop, exclude/include the run
-    "dashboard/_rollback_form.html": 1,
+    "dashboard/partials/rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
     "dashboard/submission_detail.html": 6,  # verify, review (approve/reject), upload, record, exclude, include

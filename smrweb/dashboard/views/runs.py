@@ -143,7 +143,7 @@ def run_metric(request, slug: str, run_id: str):
 def turn_detail(request, slug: str, run_id: str, turn_id: int):
     run = run_for_user(request, slug, run_id)
     turn = get_object_or_404(AgentTurn, run=run, pk=turn_id)
-    return render(request, "dashboard/_turns_panel.html", {"project": run.project, "run": run, "turns": [turn],
+    return render(request, "dashboard/partials/turns_panel.html", {"project": run.project, "run": run, "turns": [turn],
                                                              "count": 1})
 
 
@@ -177,13 +177,13 @@ def turns_in_bar(request, slug: str, run_id: str):
     run = run_for_user(request, slug, run_id)
     bar = _bar(request.GET)
     if bar is None:
-        return render(request, "dashboard/_turns_panel.html",
+        return render(request, "dashboard/partials/turns_panel.html",
                       {"project": run.project, "run": run, "error": "That bar could not be read; click it again."},
                       status=400)
     origin, width, index, start, end = bar
     kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK}.get(request.GET.get("kind", ""))
     turns, count = timeline.turns_in_bin(run, origin, width, index, kind)
-    return render(request, "dashboard/_turns_panel.html", {
+    return render(request, "dashboard/partials/turns_panel.html", {
         "project": run.project, "run": run, "turns": turns, "count": count, "start": start, "end": end,
         "kind": kind})
 
