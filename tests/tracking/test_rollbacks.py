@@ -77,3 +77,14 @@ def test_a_push_project_without_a_webhook_says_how_to_get_one(project, bob):
     _run_with_a_checkpoint(project)
     with pytest.raises(RollbackRefused, match="rollback webhook URL"):
         rollbacks.request_rollback(by=bob, reason="x", checkpoint=Checkpoint.objects.get())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("source", [SourceKind.SMR, SourceKind.GIT, SourceKind.PUSH])
+def test_the_confirmation_names_what_the_source_does(client, project, bob, source):
+    Project.objects.filter(pk=project.pk).update(source=source, rollback_webhook_url="https://harness.example.org/rb")
+    project.refresh_from_db()
+    _run_with_a_checkpoint(project)
+    client.force_login(bob)
+    html = client.get(f"/projects/{project.slug}/runs/r1/").content.decode()
+    assert rollbacks.ROLLBACK_EFFECTS[source].replace("'", "&#x27;") in html

@@ -9,11 +9,12 @@ from decimal import Decimal
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from smrweb.core import numbers
 from smrweb.core.numbers import MISSING, plain_number
+from smrweb.tracking.services import rollbacks
 
 register = template.Library()
 
@@ -410,3 +411,9 @@ def sort_header(sorts: dict, key: str, label: str, css: str = ""):
         'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}{}</a></th>',
         css, " sorted" if direction else "", aria, key, link["url"], link["url"], label.lower(), link["next"], label,
         format_html('<span class="sort-arrow" aria-hidden="true">{}</span>', SORT_ARROWS[direction]) if direction else "")
+
+
+@register.filter
+def rollback_effect(project) -> str:
+    """What a rollback does in this project (the confirmation names it): one text per source."""
+    return rollbacks.ROLLBACK_EFFECTS.get(project.source, "")
