@@ -34,12 +34,24 @@ def make_events(n: int, runs: int, rng: random.Random) -> dict[str, list[dict]]:
         k = len(events)
         kind = k % 10
         if kind < 5:
-            events.append({"id": f"m{k}", "type": "metric", "key": f"loss/{k % 5}", "value": rng.random(), "step": k})
+            events.append(
+                {"id": f"m{k}", "type": "metric", "key": f"loss/{k % 5}", "value": rng.random(), "step": k}
+            )
         elif kind < 9:
-            events.append({"id": f"t{k}", "type": "agent.turn", "turn": k, "actor": "driver" if k % 3 else "worker-1",
-                           "parent_actor": None if k % 3 else "driver", "model": "m", "tokens_in": rng.randint(1, 9000),
-                           "tokens_out": rng.randint(1, 900), "cost_usd": round(rng.random() / 100, 6),
-                           "tool_calls": ["read_file"]})
+            events.append(
+                {
+                    "id": f"t{k}",
+                    "type": "agent.turn",
+                    "turn": k,
+                    "actor": "driver" if k % 3 else "worker-1",
+                    "parent_actor": None if k % 3 else "driver",
+                    "model": "m",
+                    "tokens_in": rng.randint(1, 9000),
+                    "tokens_out": rng.randint(1, 900),
+                    "cost_usd": round(rng.random() / 100, 6),
+                    "tool_calls": ["read_file"],
+                }
+            )
         else:
             events.append({"id": f"s{k}", "type": "score", "score": rng.random(), "harness_id": "bench"})
     return per_run
@@ -52,7 +64,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--port", type=int, default=8799)
     parser.add_argument("--database-url", default="", help="default: SQLite in a fresh data dir")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds, each on a fresh project; median reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds, each on a fresh project; median reported"
+    )
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="smrweb-bench-"))
@@ -61,10 +75,26 @@ def main() -> None:
     if args.database_url:
         env["DATABASE_URL"] = args.database_url
     py = sys.executable
-    run = lambda *a: subprocess.run([py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    run = lambda *a: subprocess.run(
+        [py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
     run("migrate", "--noinput")
-    web = subprocess.Popen([str(Path(py).parent / "gunicorn"), "smrweb.wsgi", "--bind", f"127.0.0.1:{args.port}",
-                            "--workers", "1", "--threads", "1", "--log-level", "warning"], cwd=ROOT, env=env)
+    web = subprocess.Popen(
+        [
+            str(Path(py).parent / "gunicorn"),
+            "smrweb.wsgi",
+            "--bind",
+            f"127.0.0.1:{args.port}",
+            "--workers",
+            "1",
+            "--threads",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{args.port}"
     try:
         for _ in range(100):
@@ -75,9 +105,19 @@ def main() -> None:
                 time.sleep(0.1)
         rounds = [one_round(args, base, run) for _ in range(args.repeat)]
         rates = sorted(r["events_per_s"] for r in rounds)
-        print(json.dumps({"database": "postgresql" if args.database_url else "sqlite", "events": args.events,
-                          "batch": args.batch, "runs": args.runs, "median_events_per_s": rates[len(rates) // 2],
-                          "rounds": rounds}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "database": "postgresql" if args.database_url else "sqlite",
+                    "events": args.events,
+                    "batch": args.batch,
+                    "runs": args.runs,
+                    "median_events_per_s": rates[len(rates) // 2],
+                    "rounds": rounds,
+                },
+                indent=2,
+            )
+        )
     finally:
         web.terminate()
         web.wait()
@@ -90,8 +130,11 @@ def one_round(args, base: str, run) -> dict:
     token = run("create_api_token", slug).stdout.strip().splitlines()[-1]
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120) as client:
         per_run = make_events(args.events, args.runs, random.Random(7))
-        batches = [(run_id, json.dumps(evs[i:i + args.batch]).encode())
-                   for run_id, evs in per_run.items() for i in range(0, len(evs), args.batch)]
+        batches = [
+            (run_id, json.dumps(evs[i : i + args.batch]).encode())
+            for run_id, evs in per_run.items()
+            for i in range(0, len(evs), args.batch)
+        ]
 
         def push_all() -> tuple[float, int, int, list[float]]:
             accepted = duplicates = 0
@@ -99,8 +142,11 @@ def one_round(args, base: str, run) -> dict:
             start = time.perf_counter()
             for run_id, body in batches:
                 t = time.perf_counter()
-                r = client.post(f"/api/v1/projects/{slug}/runs/{run_id}/events", content=body,
-                                headers={"Content-Type": "application/json"})
+                r = client.post(
+                    f"/api/v1/projects/{slug}/runs/{run_id}/events",
+                    content=body,
+                    headers={"Content-Type": "application/json"},
+                )
                 latencies.append(time.perf_counter() - t)
                 r.raise_for_status()
                 accepted += r.json()["accepted"]
@@ -119,18 +165,22 @@ def one_round(args, base: str, run) -> dict:
             assert detail["spend"]["tokens_in"] == sum(e["tokens_in"] for e in turns)
             parts = detail["spend"]["driver_inference"], detail["spend"]["child_work"]
             assert Decimal(parts[0]["usd"]) + Decimal(parts[1]["usd"]) == usd
-            metrics = client.get(f"/api/v1/projects/{slug}/runs/{run_id}/metrics",
-                                 params={"key": "loss/0", "points": 10000}).json()
+            metrics = client.get(
+                f"/api/v1/projects/{slug}/runs/{run_id}/metrics", params={"key": "loss/0", "points": 10000}
+            ).json()
             assert metrics["total_points"] == sum(1 for e in evs if e.get("key") == "loss/0")
         subs = client.get(f"/api/v1/projects/{slug}/submissions", params={"page_size": 1}).json()["count"]
         assert subs == sum(1 for evs in per_run.values() for e in evs if e["type"] == "score")
         assert (acc1, dup1) == (args.events, 0) and (acc2, dup2) == (0, args.events), (acc1, dup1, acc2, dup2)
         return {
-            "first_push_s": round(first, 3), "events_per_s": round(args.events / first),
-            "replay_s": round(second, 3), "replay_events_per_s": round(args.events / second),
+            "first_push_s": round(first, 3),
+            "events_per_s": round(args.events / first),
+            "replay_s": round(second, 3),
+            "replay_events_per_s": round(args.events / second),
             "batch_latency_median_ms": round(statistics.median(lat) * 1000, 1),
             "batch_latency_max_ms": round(max(lat) * 1000, 1),
-            "exactly_once": True, "submissions": subs,
+            "exactly_once": True,
+            "submissions": subs,
         }
 
 

@@ -55,7 +55,9 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # --- data -----------------------------------------------------------------------------------------
 
 
-def make_points(runs: int, keys: int, steps: int, seed: int = 7) -> dict[str, list[tuple[str, int, float, int]]]:
+def make_points(
+    runs: int, keys: int, steps: int, seed: int = 7
+) -> dict[str, list[tuple[str, int, float, int]]]:
     """{run: [(key, step, value, timestamp_ms)]}, in step order (as a training loop logs them)."""
     rng = random.Random(seed)
     t0 = int(T0.timestamp() * 1000)
@@ -112,7 +114,9 @@ def ensure_mlflow() -> Path:
         print(f"installing mlflow=={MLFLOW_VERSION} into {MLFLOW_VENV} (once)…", file=sys.stderr, flush=True)
         if not (MLFLOW_VENV / "bin" / "python").exists():
             subprocess.run([sys.executable, "-m", "venv", str(MLFLOW_VENV)], check=True)
-        subprocess.run([str(MLFLOW_VENV / "bin" / "pip"), "install", "--quiet", f"mlflow=={MLFLOW_VERSION}"], check=True)
+        subprocess.run(
+            [str(MLFLOW_VENV / "bin" / "pip"), "install", "--quiet", f"mlflow=={MLFLOW_VERSION}"], check=True
+        )
         marker.touch()
     return MLFLOW_VENV / "bin" / "mlflow"
 
@@ -126,10 +130,24 @@ class MlflowServer:
         env.pop("MLFLOW_TRACKING_URI", None)
         self.log = open(workdir / "mlflow-server.log", "w")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
-            [str(ensure_mlflow()), "server", "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-             "--default-artifact-root", (workdir / "artifacts").as_uri(), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"],
-            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                str(ensure_mlflow()),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{workdir / 'mlflow.db'}",
+                "--default-artifact-root",
+                (workdir / "artifacts").as_uri(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            cwd=workdir,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         wait_http(f"{self.base}/health", self.proc)
 
@@ -142,30 +160,48 @@ def mlflow_round(data: dict, long_series: list, workdir: Path) -> dict:
     server = MlflowServer(workdir)
     try:
         with httpx.Client(base_url=server.base, timeout=300) as client:
+
             def api(path: str, body: dict) -> dict:
                 r = client.post(f"/api/2.0/mlflow/{path}", json=body)
                 r.raise_for_status()
                 return r.json()
 
             exp = api("experiments/create", {"name": "bench"})["experiment_id"]
-            run_ids = {name: api("runs/create", {"experiment_id": exp, "run_name": name,
-                                                  "start_time": int(T0.timestamp() * 1000)})["run"]["info"]["run_id"]
-                       for name in [*data, "long"]}
+            run_ids = {
+                name: api(
+                    "runs/create",
+                    {"experiment_id": exp, "run_name": name, "start_time": int(T0.timestamp() * 1000)},
+                )["run"]["info"]["run_id"]
+                for name in [*data, "long"]
+            }
 
             def bodies(run: str, points: list) -> list[bytes]:
-                return [json.dumps({"run_id": run_ids[run], "metrics": [
-                    {"key": k, "value": v, "timestamp": ts, "step": step} for k, step, v, ts in points[i:i + MLFLOW_BATCH]
-                ]}).encode() for i in range(0, len(points), MLFLOW_BATCH)]
+                return [
+                    json.dumps(
+                        {
+                            "run_id": run_ids[run],
+                            "metrics": [
+                                {"key": k, "value": v, "timestamp": ts, "step": step}
+                                for k, step, v, ts in points[i : i + MLFLOW_BATCH]
+                            ],
+                        }
+                    ).encode()
+                    for i in range(0, len(points), MLFLOW_BATCH)
+                ]
 
             requests = [b for run, points in data.items() for b in bodies(run, points)]
             headers = {"Content-Type": "application/json"}
             start = time.perf_counter()
             for body in requests:
-                client.post("/api/2.0/mlflow/runs/log-batch", content=body, headers=headers).raise_for_status()
+                client.post(
+                    "/api/2.0/mlflow/runs/log-batch", content=body, headers=headers
+                ).raise_for_status()
             ingest_s = time.perf_counter() - start
 
             for body in bodies("long", long_series):
-                client.post("/api/2.0/mlflow/runs/log-batch", content=body, headers=headers).raise_for_status()
+                client.post(
+                    "/api/2.0/mlflow/runs/log-batch", content=body, headers=headers
+                ).raise_for_status()
             read_s, n = [], 0
             for _ in range(3):
                 start = time.perf_counter()
@@ -184,8 +220,13 @@ def mlflow_round(data: dict, long_series: list, workdir: Path) -> dict:
                 read_s.append(time.perf_counter() - start)
             assert n == len(long_series), (n, len(long_series))
             total = sum(len(p) for p in data.values())
-            return {"ingest_s": ingest_s, "points_per_s": total / ingest_s, "requests": len(requests),
-                    "read_s": statistics.median(read_s), "read_points": n}
+            return {
+                "ingest_s": ingest_s,
+                "points_per_s": total / ingest_s,
+                "requests": len(requests),
+                "read_s": statistics.median(read_s),
+                "read_points": n,
+            }
     finally:
         server.close()
 
@@ -207,13 +248,32 @@ class SmrwebServer:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "smrweb.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "1", "--threads", "1", "--log-level", "warning"], cwd=ROOT, env=self.env)
+            [
+                str(Path(sys.executable).parent / "gunicorn"),
+                "smrweb.wsgi",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                "1",
+                "--threads",
+                "1",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=self.env,
+        )
         wait_http(f"{self.base}/api/v1/health", self.proc)
 
     def manage(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
     @property
     def database(self) -> Path:
@@ -224,17 +284,34 @@ class SmrwebServer:
 
 
 def smrweb_bodies(points: list) -> list[bytes]:
-    return [json.dumps([
-        {"id": f"{k}:{step}", "type": "metric", "key": k, "value": v, "step": step, "ts": ms_to_iso(ts)}
-        for k, step, v, ts in points[i:i + SMRWEB_BATCH]
-    ]).encode() for i in range(0, len(points), SMRWEB_BATCH)]
+    return [
+        json.dumps(
+            [
+                {
+                    "id": f"{k}:{step}",
+                    "type": "metric",
+                    "key": k,
+                    "value": v,
+                    "step": step,
+                    "ts": ms_to_iso(ts),
+                }
+                for k, step, v, ts in points[i : i + SMRWEB_BATCH]
+            ]
+        ).encode()
+        for i in range(0, len(points), SMRWEB_BATCH)
+    ]
 
 
-def smrweb_round(data: dict, long_series: list, workdir: Path, database_url: str | None = None) -> tuple[dict, Path]:
+def smrweb_round(
+    data: dict, long_series: list, workdir: Path, database_url: str | None = None
+) -> tuple[dict, Path]:
     server = SmrwebServer(workdir, database_url)
     try:
-        with httpx.Client(base_url=server.base, timeout=300,
-                          headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}) as client:
+        with httpx.Client(
+            base_url=server.base,
+            timeout=300,
+            headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"},
+        ) as client:
             url = "/api/v1/projects/bench/runs/{}/events"
             requests = [(run, body) for run, points in data.items() for body in smrweb_bodies(points)]
             accepted = 0
@@ -253,7 +330,9 @@ def smrweb_round(data: dict, long_series: list, workdir: Path, database_url: str
             assert again["accepted"] == 0 and again["duplicates"] == body.count(b'"type": "metric"'), again
             for run, points in data.items():
                 key = points[0][0]
-                got = client.get(f"/api/v1/projects/bench/runs/{run}/metrics", params={"key": key, "points": 10}).json()
+                got = client.get(
+                    f"/api/v1/projects/bench/runs/{run}/metrics", params={"key": key, "points": 10}
+                ).json()
                 assert got["total_points"] == sum(1 for p in points if p[0] == key), got
 
             for body in smrweb_bodies(long_series):
@@ -261,13 +340,23 @@ def smrweb_round(data: dict, long_series: list, workdir: Path, database_url: str
             read_s = []
             for _ in range(3):
                 start = time.perf_counter()
-                r = client.get("/api/v1/projects/bench/runs/long/metrics", params={"key": "loss", "points": 1000})
+                r = client.get(
+                    "/api/v1/projects/bench/runs/long/metrics", params={"key": "loss", "points": 1000}
+                )
                 r.raise_for_status()
                 read_s.append(time.perf_counter() - start)
             got = r.json()
             assert got["total_points"] == len(long_series) and len(got["points"]) <= 1000, got["total_points"]
-            return ({"ingest_s": ingest_s, "points_per_s": total / ingest_s, "requests": len(requests),
-                     "read_s": statistics.median(read_s), "read_points": len(got["points"])}, server.database)
+            return (
+                {
+                    "ingest_s": ingest_s,
+                    "points_per_s": total / ingest_s,
+                    "requests": len(requests),
+                    "read_s": statistics.median(read_s),
+                    "read_points": len(got["points"]),
+                },
+                server.database,
+            )
     finally:
         server.close()
 
@@ -277,9 +366,13 @@ def smrweb_round(data: dict, long_series: list, workdir: Path, database_url: str
 
 def local_postgres() -> str | None:
     """The URL of a local PostgreSQL (scripts/local-postgres.sh installs and starts one), or None."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "local-postgres.sh")], capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "local-postgres.sh")], capture_output=True, text=True
+    )
     if out.returncode:
-        print(f"PostgreSQL not available, its column is skipped: {out.stderr.strip()[-300:]}", file=sys.stderr)
+        print(
+            f"PostgreSQL not available, its column is skipped: {out.stderr.strip()[-300:]}", file=sys.stderr
+        )
         return None
     return out.stdout.strip().splitlines()[-1]
 
@@ -294,7 +387,9 @@ def pg_round(data: dict, long_series: list, workdir: Path, base_url: str) -> dic
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        result, _ = smrweb_round(data, long_series, workdir, database_url=base_url.rsplit("/", 1)[0] + "/" + name)
+        result, _ = smrweb_round(
+            data, long_series, workdir, database_url=base_url.rsplit("/", 1)[0] + "/" + name
+        )
         return result
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -304,34 +399,55 @@ def pg_round(data: dict, long_series: list, workdir: Path, base_url: str) -> dic
 # --- (c) raw SQLite -------------------------------------------------------------------------------
 
 
-PRAGMAS = ("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-           "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-64000; PRAGMA mmap_size=268435456;")
+PRAGMAS = (
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+    "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-64000; PRAGMA mmap_size=268435456;"
+)
 
 
 def raw_round(data: dict, migrated: Path, workdir: Path) -> dict:
     """The same rows into a copy of smrweb's metric table (same CREATE TABLE / INDEX statements)."""
     src = sqlite3.connect(migrated)
-    ddl = [sql for (sql,) in src.execute(
-        "SELECT sql FROM sqlite_master WHERE tbl_name = 'tracking_metricpoint' AND sql IS NOT NULL "
-        "ORDER BY type = 'index'")]
+    ddl = [
+        sql
+        for (sql,) in src.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'tracking_metricpoint' AND sql IS NOT NULL "
+            "ORDER BY type = 'index'"
+        )
+    ]
     src.close()
     db = sqlite3.connect(workdir / "raw.sqlite3", isolation_level=None)
     db.executescript(PRAGMAS)
-    db.execute('CREATE TABLE "tracking_run" ("id" integer NOT NULL PRIMARY KEY AUTOINCREMENT)')  # the FK target
+    db.execute(
+        'CREATE TABLE "tracking_run" ("id" integer NOT NULL PRIMARY KEY AUTOINCREMENT)'
+    )  # the FK target
     for sql in ddl:
         db.execute(sql)
     run_ids = {}
     for name in data:
         run_ids[name] = db.execute('INSERT INTO "tracking_run" DEFAULT VALUES').lastrowid
-    rows = [(run_ids[run], k, step, v, (T0 + timedelta(milliseconds=ts - int(T0.timestamp() * 1000)))
-             .replace(tzinfo=None).isoformat(" "), f"{k}:{step}")
-            for run, points in data.items() for k, step, v, ts in points]
-    sql = ('INSERT INTO "tracking_metricpoint" ("run_id", "key", "step", "value", "ts", "event_id") '
-           "VALUES (?, ?, ?, ?, ?, ?)")
+    rows = [
+        (
+            run_ids[run],
+            k,
+            step,
+            v,
+            (T0 + timedelta(milliseconds=ts - int(T0.timestamp() * 1000)))
+            .replace(tzinfo=None)
+            .isoformat(" "),
+            f"{k}:{step}",
+        )
+        for run, points in data.items()
+        for k, step, v, ts in points
+    ]
+    sql = (
+        'INSERT INTO "tracking_metricpoint" ("run_id", "key", "step", "value", "ts", "event_id") '
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    )
     start = time.perf_counter()
     for i in range(0, len(rows), SMRWEB_BATCH):
         db.execute("BEGIN IMMEDIATE")
-        db.executemany(sql, rows[i:i + SMRWEB_BATCH])
+        db.executemany(sql, rows[i : i + SMRWEB_BATCH])
         db.execute("COMMIT")
     ingest_s = time.perf_counter() - start
     assert db.execute('SELECT count(*) FROM "tracking_metricpoint"').fetchone()[0] == len(rows)
@@ -357,10 +473,16 @@ def table(rounds: list[dict]) -> list[str]:
     vs_raw = [r["smrweb"]["points_per_s"] / r["raw"]["points_per_s"] for r in rounds]
     read_x = [r["mlflow"]["read_s"] / r["smrweb"]["read_s"] for r in rounds]
     pg = [r["pg"]["points_per_s"] for r in rounds if r.get("pg")]
-    pg_rows = [
-        f"| (b') smrweb on PostgreSQL, same requests — points/s | {spread(pg)} |",
-        f"| **smrweb on PostgreSQL / MLflow** | {spread([r['pg']['points_per_s'] / r['mlflow']['points_per_s'] for r in rounds if r.get('pg')], '{:.2f}×')} |",
-    ] if pg else ["| (b') smrweb on PostgreSQL | not measured in this run (`--no-pg`, or no local PostgreSQL: see stderr) |"]
+    pg_rows = (
+        [
+            f"| (b') smrweb on PostgreSQL, same requests — points/s | {spread(pg)} |",
+            f"| **smrweb on PostgreSQL / MLflow** | {spread([r['pg']['points_per_s'] / r['mlflow']['points_per_s'] for r in rounds if r.get('pg')], '{:.2f}×')} |",
+        ]
+        if pg
+        else [
+            "| (b') smrweb on PostgreSQL | not measured in this run (`--no-pg`, or no local PostgreSQL: see stderr) |"
+        ]
+    )
     return [
         "| measurement | min / **median** / max |",
         "| --- | --- |",
@@ -377,8 +499,12 @@ def table(rounds: list[dict]) -> list[str]:
 
 
 def mlflow_version() -> str:
-    out = subprocess.run([str(MLFLOW_VENV / "bin" / "python"), "-c", "import mlflow; print(mlflow.__version__)"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [str(MLFLOW_VENV / "bin" / "python"), "-c", "import mlflow; print(mlflow.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return out.stdout.strip() or MLFLOW_VERSION
 
 
@@ -386,21 +512,25 @@ def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
     lines = [
         f"## Metric ingest vs MLflow ({date.today().isoformat()})",
         "",
-        (f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} busy "
-         "while measuring."),
-        (f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points = "
-         f"{args.runs} runs × {args.keys} keys × {args.steps:,} steps, the same data for every system. "
-         f"(a) MLflow {mlflow_version()} (`mlflow server --backend-store-uri sqlite:/// --workers 1`, background "
-         f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) smrweb through gunicorn "
-         f"(1 worker, 1 thread) on SQLite in a fresh data dir, {SMRWEB_BATCH:,} metric events with ids a "
-         "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts each "
-         "point once); (b') the same requests to smrweb on PostgreSQL (the local cluster of "
-         "`scripts/local-postgres.sh`, a fresh database every repetition); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
-         "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
-         f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive httpx "
-         f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, loaded "
-         "outside the timed ingest, read 3 times per repetition (median): MLflow `metrics/get-history` paged "
-         "by 25,000 (it does not downsample) vs smrweb `…/metrics?key=K&points=1000`."),
+        (
+            f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} busy "
+            "while measuring."
+        ),
+        (
+            f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points = "
+            f"{args.runs} runs × {args.keys} keys × {args.steps:,} steps, the same data for every system. "
+            f"(a) MLflow {mlflow_version()} (`mlflow server --backend-store-uri sqlite:/// --workers 1`, background "
+            f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) smrweb through gunicorn "
+            f"(1 worker, 1 thread) on SQLite in a fresh data dir, {SMRWEB_BATCH:,} metric events with ids a "
+            "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts each "
+            "point once); (b') the same requests to smrweb on PostgreSQL (the local cluster of "
+            "`scripts/local-postgres.sh`, a fresh database every repetition); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
+            "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
+            f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive httpx "
+            f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, loaded "
+            "outside the timed ingest, read 3 times per repetition (median): MLflow `metrics/get-history` paged "
+            "by 25,000 (it does not downsample) vs smrweb `…/metrics?key=K&points=1000`."
+        ),
         "",
         *table(rounds),
     ]
@@ -442,11 +572,16 @@ def main() -> None:
         finally:
             if not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
-        rounds.append({"mlflow": ml, "smrweb": sw, "raw": {k: v for k, v in raw.items() if k != "ddl"}, "pg": pg})
-        print(f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
-              + (f"smrweb-pg {pg['points_per_s']:,.0f}/s, " if pg else "") +
-              f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
-              file=sys.stderr, flush=True)
+        rounds.append(
+            {"mlflow": ml, "smrweb": sw, "raw": {k: v for k, v in raw.items() if k != "ddl"}, "pg": pg}
+        )
+        print(
+            f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
+            + (f"smrweb-pg {pg['points_per_s']:,.0f}/s, " if pg else "")
+            + f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
     noise = others_busy(cpu0, cpu_snapshot(children=True))
     text = section(args, rounds, noise, n, args.long)
     print(text)

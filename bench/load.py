@@ -77,31 +77,72 @@ def batch(client_no: int, seq: int, points: int, turns: int) -> tuple[list[dict]
     events: list[dict] = []
     for i in range(points):
         key = ("loss", "accuracy", "lr")[i % 3]
-        events.append({"type": "metric", "id": f"c{client_no}-b{seq}-m{i}", "key": key, "value": (seq * points + i) / 7,
-                       "step": seq * points + i, "ts": (base + timedelta(milliseconds=i)).isoformat()})
+        events.append(
+            {
+                "type": "metric",
+                "id": f"c{client_no}-b{seq}-m{i}",
+                "key": key,
+                "value": (seq * points + i) / 7,
+                "step": seq * points + i,
+                "ts": (base + timedelta(milliseconds=i)).isoformat(),
+            }
+        )
         sent.points[key] += 1
     for t in range(turns):
-        events.append({"type": "agent.turn", "id": f"c{client_no}-b{seq}-t{t}", "turn": seq * turns + t,
-                       "actor": "driver" if t % 2 else "worker-1", "parent_actor": None if t % 2 else "driver",
-                       "tokens_in": 1000 + t, "tokens_out": 50, "cost_usd": 0.0004,
-                       "ts": (base + timedelta(seconds=1, milliseconds=t)).isoformat(),
-                       "tool_calls": [{"name": "bash", "arguments": {"cmd": "make test"}}]})
-    events.append({"type": "score", "id": f"c{client_no}-b{seq}-s", "score": 0.5 + seq / 1e4,
-                   "ts": (base + timedelta(seconds=2)).isoformat()})
-    events.append({"type": "message", "id": f"c{client_no}-b{seq}-msg", "body": f"batch {seq} done",
-                   "ts": (base + timedelta(seconds=3)).isoformat()})
+        events.append(
+            {
+                "type": "agent.turn",
+                "id": f"c{client_no}-b{seq}-t{t}",
+                "turn": seq * turns + t,
+                "actor": "driver" if t % 2 else "worker-1",
+                "parent_actor": None if t % 2 else "driver",
+                "tokens_in": 1000 + t,
+                "tokens_out": 50,
+                "cost_usd": 0.0004,
+                "ts": (base + timedelta(seconds=1, milliseconds=t)).isoformat(),
+                "tool_calls": [{"name": "bash", "arguments": {"cmd": "make test"}}],
+            }
+        )
+    events.append(
+        {
+            "type": "score",
+            "id": f"c{client_no}-b{seq}-s",
+            "score": 0.5 + seq / 1e4,
+            "ts": (base + timedelta(seconds=2)).isoformat(),
+        }
+    )
+    events.append(
+        {
+            "type": "message",
+            "id": f"c{client_no}-b{seq}-msg",
+            "body": f"batch {seq} done",
+            "ts": (base + timedelta(seconds=3)).isoformat(),
+        }
+    )
     sent.turns, sent.scores, sent.messages = turns, 1, 1
     return events, sent
 
 
-def ingest_client(base: str, token: str, project: str, client_no: int, deadline: float, stats: Stats,
-                  totals: dict[str, Sent], points: int, turns: int) -> None:
+def ingest_client(
+    base: str,
+    token: str,
+    project: str,
+    client_no: int,
+    deadline: float,
+    stats: Stats,
+    totals: dict[str, Sent],
+    points: int,
+    turns: int,
+) -> None:
     run = f"load-{client_no}"
     mine = Sent()
     bodies: list[bytes] = []
     url = f"/api/v1/projects/{project}/runs/{run}/events"
-    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}",
-                                                          "Content-Type": "application/json"}) as http:
+    with httpx.Client(
+        base_url=base,
+        timeout=60,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    ) as http:
         seq = 0
         while time.monotonic() < deadline:
             replay = bodies and mine.requests % 5 == 4
@@ -140,19 +181,33 @@ def login(base: str, username: str, password: str) -> httpx.Client:
     http = httpx.Client(base_url=base, timeout=60, follow_redirects=False)
     page = http.get("/login/")
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    r = http.post("/login/", data={"username": username, "password": password, "csrfmiddlewaretoken": csrf},
-                  headers={"Referer": f"{base}/login/"})
+    r = http.post(
+        "/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": csrf},
+        headers={"Referer": f"{base}/login/"},
+    )
     if r.status_code != 302:
         raise RuntimeError(f"login failed: {r.status_code} {r.text[:300]}")
     return http
 
 
-def poller(base: str, username: str, password: str, project: str, runs: list[str], poller_no: int,
-           deadline: float, stats: Stats) -> None:
+def poller(
+    base: str,
+    username: str,
+    password: str,
+    project: str,
+    runs: list[str],
+    poller_no: int,
+    deadline: float,
+    stats: Stats,
+) -> None:
     http = login(base, username, password)
     versions: dict[str, str] = {}
-    targets = [("overview poll", "/"), ("project poll", f"/projects/{project}/"),
-               *[("run poll", f"/projects/{project}/runs/{r}/") for r in runs]]
+    targets = [
+        ("overview poll", "/"),
+        ("project poll", f"/projects/{project}/"),
+        *[("run poll", f"/projects/{project}/runs/{r}/") for r in runs],
+    ]
     i = poller_no
     try:
         while time.monotonic() < deadline:
@@ -182,40 +237,63 @@ def count_stored(base: str, token: str, project: str, totals: dict[str, Sent]) -
         for run, sent in totals.items():
             info = http.get(f"/api/v1/projects/{project}/runs/{run}").json()
             rows = http.get(f"/api/v1/projects/{project}/runs/{run}/turns", params={"page_size": 1}).json()
-            for what, got, want in (("turns (summary)", info.get("turn_count"), sent.turns),
-                                    ("turn rows", rows.get("count"), sent.turns),
-                                    ("scores", info.get("score_count"), sent.scores)):
+            for what, got, want in (
+                ("turns (summary)", info.get("turn_count"), sent.turns),
+                ("turn rows", rows.get("count"), sent.turns),
+                ("scores", info.get("score_count"), sent.scores),
+            ):
                 if got != want:
                     problems.append(f"{run}: {got} {what} stored, {want} sent")
             for key, n in sent.points.items():
-                got = http.get(f"/api/v1/projects/{project}/runs/{run}/metrics", params={"key": key, "points": 10}).json()
+                got = http.get(
+                    f"/api/v1/projects/{project}/runs/{run}/metrics", params={"key": key, "points": 10}
+                ).json()
                 if got.get("total_points") != n:
                     problems.append(f"{run}/{key}: {got.get('total_points')} points stored, {n} sent")
     return problems
 
 
-def run_load(base: str, token: str, project: str, username: str, password: str, *, seconds: float,
-             ingest_clients: int = 3, pollers: int = 2, points: int = 300, turns: int = 10) -> dict:
+def run_load(
+    base: str,
+    token: str,
+    project: str,
+    username: str,
+    password: str,
+    *,
+    seconds: float,
+    ingest_clients: int = 3,
+    pollers: int = 2,
+    points: int = 300,
+    turns: int = 10,
+) -> dict:
     stats = Stats()
     totals: dict[str, Sent] = {}
     runs = [f"load-{i}" for i in range(ingest_clients)]
     with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:
         for run in runs:  # the runs exist (and are live) before pollers ask for their pages
-            http.post(f"/api/v1/projects/{project}/runs/{run}/events",
-                      json=[{"type": "state", "id": "start", "state": "running"}]).raise_for_status()
+            http.post(
+                f"/api/v1/projects/{project}/runs/{run}/events",
+                json=[{"type": "state", "id": "start", "state": "running"}],
+            ).raise_for_status()
+
     def guarded(name: str, target, *args) -> threading.Thread:
         def body() -> None:
             try:
                 target(*args)
             except Exception as exc:  # a client that died is an error of the run, not a silent gap
                 stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
+
         return threading.Thread(target=body, daemon=True)
 
     deadline = time.monotonic() + seconds
-    threads = [guarded("ingest", ingest_client, base, token, project, i, deadline, stats, totals, points, turns)
-               for i in range(ingest_clients)]
-    threads += [guarded("poller", poller, base, username, password, project, runs, i, deadline, stats)
-                for i in range(pollers)]
+    threads = [
+        guarded("ingest", ingest_client, base, token, project, i, deadline, stats, totals, points, turns)
+        for i in range(ingest_clients)
+    ]
+    threads += [
+        guarded("poller", poller, base, username, password, project, runs, i, deadline, stats)
+        for i in range(pollers)
+    ]
     started = time.monotonic()
     for t in threads:
         t.start()
@@ -233,20 +311,28 @@ def percentile(values: list[float], q: float) -> float:
 
 def report(result: dict) -> list[str]:
     stats: Stats = result["stats"]
-    lines = ["| endpoint | requests | errors | p50 ms | p99 ms | max ms |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| endpoint | requests | errors | p50 ms | p99 ms | max ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name in sorted(stats.latencies):
         lat = [x * 1000 for x in stats.latencies[name]]
-        lines.append(f"| {name} | {len(lat):,} | {len(stats.errors.get(name, []))} | {statistics.median(lat):,.1f} | "
-                     f"{percentile(lat, 0.99):,.1f} | {max(lat):,.1f} |")
+        lines.append(
+            f"| {name} | {len(lat):,} | {len(stats.errors.get(name, []))} | {statistics.median(lat):,.1f} | "
+            f"{percentile(lat, 0.99):,.1f} | {max(lat):,.1f} |"
+        )
     totals: dict[str, Sent] = result["totals"]
     points = sum(sum(s.points.values()) for s in totals.values())
     turns = sum(s.turns for s in totals.values())
     replays = sum(s.replays for s in totals.values())
-    lines += ["", f"Accepted once: {points:,} metric points, {turns:,} agent turns, "
-                  f"{sum(s.scores for s in totals.values()):,} scores and {sum(s.messages for s in totals.values()):,} "
-                  f"messages in {result['elapsed']:.0f} s ({points / result['elapsed']:,.0f} points/s while polled); "
-                  f"{replays:,} replayed batches, all answered as duplicates. Stored counts checked per run and key: "
-                  + ("**all equal**." if not result["problems"] else f"**{len(result['problems'])} mismatches**.")]
+    lines += [
+        "",
+        f"Accepted once: {points:,} metric points, {turns:,} agent turns, "
+        f"{sum(s.scores for s in totals.values()):,} scores and {sum(s.messages for s in totals.values()):,} "
+        f"messages in {result['elapsed']:.0f} s ({points / result['elapsed']:,.0f} points/s while polled); "
+        f"{replays:,} replayed batches, all answered as duplicates. Stored counts checked per run and key: "
+        + ("**all equal**." if not result["problems"] else f"**{len(result['problems'])} mismatches**."),
+    ]
     return lines
 
 
@@ -260,7 +346,9 @@ def main() -> None:
     parser.add_argument("--pollers", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--postgres", action="store_true", help="on the local PostgreSQL (scripts/local-postgres.sh)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="on the local PostgreSQL (scripts/local-postgres.sh)"
+    )
     parser.add_argument("--append", action="store_true", help="append a dated section to docs/benchmarks.md")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
@@ -268,8 +356,12 @@ def main() -> None:
     from pages import command_line, machine
 
     workdir = Path(tempfile.mkdtemp(prefix="smrweb-load-"))
-    env = {**os.environ, "SMRWEB_DATA_DIR": str(workdir / "data"), "DEBUG": "false",
-           "DJANGO_SUPERUSER_PASSWORD": "load-test-pass-9"}
+    env = {
+        **os.environ,
+        "SMRWEB_DATA_DIR": str(workdir / "data"),
+        "DEBUG": "false",
+        "DJANGO_SUPERUSER_PASSWORD": "load-test-pass-9",
+    }
     env.pop("DATABASE_URL", None)
     pg_name = None
     if args.postgres:
@@ -285,8 +377,9 @@ def main() -> None:
         env["DATABASE_URL"] = url.rsplit("/", 1)[0] + "/" + pg_name
 
     def manage(*a: str) -> str:
-        return subprocess.run([sys.executable, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            [sys.executable, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        ).stdout
 
     try:
         manage("migrate", "--noinput")
@@ -296,13 +389,33 @@ def main() -> None:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "smrweb.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(args.workers), "--threads", str(args.threads), "--log-level", "warning"],
-            cwd=ROOT, env=env)
+            [
+                str(Path(sys.executable).parent / "gunicorn"),
+                "smrweb.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.workers),
+                "--threads",
+                str(args.threads),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         try:
             wait_http(f"{base}/api/v1/health", server)
-            result = run_load(base, token, "load", "loader", env["DJANGO_SUPERUSER_PASSWORD"], seconds=args.seconds,
-                              ingest_clients=args.ingest_clients, pollers=args.pollers)
+            result = run_load(
+                base,
+                token,
+                "load",
+                "loader",
+                env["DJANGO_SUPERUSER_PASSWORD"],
+                seconds=args.seconds,
+                ingest_clients=args.ingest_clients,
+                pollers=args.pollers,
+            )
         finally:
             stop(server)
     finally:
@@ -312,16 +425,21 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     db = "PostgreSQL (local)" if args.postgres else "SQLite (WAL)"
-    text = "\n".join([
-        f"## Load held: ingest and dashboard polling at once ({date.today().isoformat()}, {db})", "",
-        f"Machine: {machine(db)}.",
-        f"Command: `{command_line()}`: gunicorn with {args.workers} workers × {args.threads} threads on loopback; "
-        f"{args.ingest_clients} ingest clients (batches of 300 metric points, 10 agent turns, a score and a "
-        f"message, each with ids; every fifth request a replay of an earlier batch) and {args.pollers} signed-in "
-        f"pollers (overview, project page and run pages as htmx polls carrying their version, 20 polls/s each) "
-        f"for {args.seconds:.0f} s.", "",
-        *report(result), "",
-    ])
+    text = "\n".join(
+        [
+            f"## Load held: ingest and dashboard polling at once ({date.today().isoformat()}, {db})",
+            "",
+            f"Machine: {machine(db)}.",
+            f"Command: `{command_line()}`: gunicorn with {args.workers} workers × {args.threads} threads on loopback; "
+            f"{args.ingest_clients} ingest clients (batches of 300 metric points, 10 agent turns, a score and a "
+            f"message, each with ids; every fifth request a replay of an earlier batch) and {args.pollers} signed-in "
+            f"pollers (overview, project page and run pages as htmx polls carrying their version, 20 polls/s each) "
+            f"for {args.seconds:.0f} s.",
+            "",
+            *report(result),
+            "",
+        ]
+    )
     print(text)
     for name, errors in result["stats"].errors.items():
         print(f"{name}: {len(errors)} errors, first: {errors[0]}", file=sys.stderr)

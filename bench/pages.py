@@ -91,7 +91,7 @@ def push(project, run_id: str, events: list[dict]) -> None:
     from smrweb.tracking.events import parse_events
 
     for i in range(0, len(events), MAX_BATCH):
-        services.ingest_events(project, run_id, parse_events(json.dumps(events[i:i + MAX_BATCH]).encode()))
+        services.ingest_events(project, run_id, parse_events(json.dumps(events[i : i + MAX_BATCH]).encode()))
 
 
 def spread(start: datetime, end: datetime, n: int) -> list[datetime]:
@@ -99,8 +99,9 @@ def spread(start: datetime, end: datetime, n: int) -> list[datetime]:
     return [start + step * i for i in range(n)]
 
 
-def metric_events(rng: random.Random, keys: int, points: int, start: datetime, end: datetime,
-                  prefix: str = "m") -> list[dict]:
+def metric_events(
+    rng: random.Random, keys: int, points: int, start: datetime, end: datetime, prefix: str = "m"
+) -> list[dict]:
     """`points` metric points split evenly over `keys` keys, one step per point, timestamps spread."""
     per_key = points // keys
     stamps = spread(start, end, per_key)
@@ -116,16 +117,33 @@ def metric_events(rng: random.Random, keys: int, points: int, start: datetime, e
                 value = 3e-4 * 0.5 * (1 + math.cos(math.pi * x))
             else:
                 value = abs(rng.gauss(1.0, 0.3))
-            events.append({"id": f"{prefix}:{key}:{i}", "type": "metric", "key": key, "value": value,
-                           "step": i * 10, "ts": iso(stamps[i])})
+            events.append(
+                {
+                    "id": f"{prefix}:{key}:{i}",
+                    "type": "metric",
+                    "key": key,
+                    "value": value,
+                    "step": i * 10,
+                    "ts": iso(stamps[i]),
+                }
+            )
     return events
 
 
 def metric_rows(run, events: list[dict]) -> list:
     from smrweb.tracking.models import MetricPoint
 
-    return [MetricPoint(run=run, key=e["key"], step=e["step"], value=e["value"],
-                        ts=datetime.fromisoformat(e["ts"]), event_id=e["id"]) for e in events]
+    return [
+        MetricPoint(
+            run=run,
+            key=e["key"],
+            step=e["step"],
+            value=e["value"],
+            ts=datetime.fromisoformat(e["ts"]),
+            event_id=e["id"],
+        )
+        for e in events
+    ]
 
 
 class Turns:
@@ -147,22 +165,39 @@ class Turns:
     def make(self, ts: datetime) -> dict:
         rng = self.rng
         # The driver takes about a third of the turns; children share the rest.
-        actor, parent, model = self.actors[0] if rng.random() < 0.35 else rng.choice(self.actors[1:] or self.actors)
+        actor, parent, model = (
+            self.actors[0] if rng.random() < 0.35 else rng.choice(self.actors[1:] or self.actors)
+        )
         n = self.counter.get(actor, 0)
         self.counter[actor] = n + 1
         tokens_in, tokens_out = rng.randint(800, 24000), rng.randint(50, 2500)
-        event = {"id": f"t:{actor}:{n}", "type": "agent.turn", "turn": n, "actor": actor, "model": model,
-                 "tokens_in": tokens_in, "tokens_out": tokens_out,
-                 "cost_usd": round(tokens_in * 1.25e-6 + tokens_out * 1e-5, 6),
-                 "duration_ms": rng.randint(300, 60000), "ts": iso(ts)}
+        event = {
+            "id": f"t:{actor}:{n}",
+            "type": "agent.turn",
+            "turn": n,
+            "actor": actor,
+            "model": model,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "cost_usd": round(tokens_in * 1.25e-6 + tokens_out * 1e-5, 6),
+            "duration_ms": rng.randint(300, 60000),
+            "ts": iso(ts),
+        }
         if parent:
             event["parent_actor"] = parent
         if rng.random() < 0.45:
             calls = []
             for _ in range(rng.randint(1, 4)):
                 tool = rng.choice(self.TOOLS)
-                calls.append(tool if rng.random() < 0.5 else
-                             {"name": tool, "args": {"path": f"src/mod_{rng.randint(0, 40)}.py"}, "ok": rng.random() > 0.1})
+                calls.append(
+                    tool
+                    if rng.random() < 0.5
+                    else {
+                        "name": tool,
+                        "args": {"path": f"src/mod_{rng.randint(0, 40)}.py"},
+                        "ok": rng.random() > 0.1,
+                    }
+                )
             event["tool_calls"] = calls
         return event
 
@@ -178,9 +213,16 @@ class Hill:
         score = min(1.0, max(0.0, self.level + rng.gauss(0, 0.04)))
         self.level = min(0.97, self.level + abs(rng.gauss(0, 0.012)))
         self.n += 1
-        return {"id": f"s:{self.n}", "type": "score", "score": round(score, 6), "harness_id": "bench-v1",
-                "commit": f"{rng.getrandbits(40):010x}", "details": {"tests_passed": rng.randint(0, 120)},
-                "ts": iso(ts), **extra}
+        return {
+            "id": f"s:{self.n}",
+            "type": "score",
+            "score": round(score, 6),
+            "harness_id": "bench-v1",
+            "commit": f"{rng.getrandbits(40):010x}",
+            "details": {"tests_passed": rng.randint(0, 120)},
+            "ts": iso(ts),
+            **extra,
+        }
 
 
 def seed(cfg: Config, log) -> dict:
@@ -196,16 +238,27 @@ def seed(cfg: Config, log) -> dict:
     timings: dict[str, float] = {}
     now = timezone.now()
     user = get_user_model().objects.create_user("bench-admin", email="bench@example.com", is_staff=True)
-    scenario = services.create_scenario(key="bench-hill", name="Bench hill climb", score_metric="score",
-                                        direction="maximize", score_min=0, score_max=1, harness_id="bench-v1")
+    scenario = services.create_scenario(
+        key="bench-hill",
+        name="Bench hill climb",
+        score_metric="score",
+        direction="maximize",
+        score_min=0,
+        score_max=1,
+        harness_id="bench-v1",
+    )
     project = services.create_project("bench", name=f"Bench: {cfg.runs} runs", scenario=scenario, by=user)
     services.create_api_token(project, name="bench-harness", by=user)
 
     # Run plan: mostly finished, 5 % failed, some live, 3 % live but silent (to be flagged stalled).
     ids = [f"run-{i:03d}" for i in range(cfg.runs)]
     n_failed, n_stalled, n_live = max(1, cfg.runs // 20), max(1, cfg.runs * 3 // 100), max(2, cfg.runs // 7)
-    fates = (["failed"] * n_failed + ["stalled"] * n_stalled + ["live"] * n_live
-             + ["done"] * (cfg.runs - n_failed - n_stalled - n_live))
+    fates = (
+        ["failed"] * n_failed
+        + ["stalled"] * n_stalled
+        + ["live"] * n_live
+        + ["done"] * (cfg.runs - n_failed - n_stalled - n_live)
+    )
     rng.shuffle(fates)
     ends: dict[str, datetime] = {}
 
@@ -229,10 +282,19 @@ def seed(cfg: Config, log) -> dict:
         events += [turns.make(ts) for ts in spread(start, end, cfg.turns_per_run)]
         events += [hill.make(ts) for ts in spread(start + (end - start) / 10, end, n_scores)]
         if fate == "failed":
-            events.append({"id": "state:failed", "type": "state", "state": "failed", "ts": iso(end),
-                           "failure": {"family": rng.choice(["oom", "timeout", "harness_error"]),
-                                       "detail": "worker exited with code 137 while running the test suite",
-                                       "source": "bench"}})
+            events.append(
+                {
+                    "id": "state:failed",
+                    "type": "state",
+                    "state": "failed",
+                    "ts": iso(end),
+                    "failure": {
+                        "family": rng.choice(["oom", "timeout", "harness_error"]),
+                        "detail": "worker exited with code 137 while running the test suite",
+                        "source": "bench",
+                    },
+                }
+            )
         elif fate == "done":
             events.append({"id": "state:done", "type": "state", "state": "done", "ts": iso(end)})
         push(project, run_id, events)
@@ -256,17 +318,45 @@ def seed(cfg: Config, log) -> dict:
     long_id = f"agent-{cfg.long_turns}-turns"
     end = now - timedelta(seconds=20)
     start = end - timedelta(hours=30)
-    push(project, long_id, [  # first, so that the run starts when it was queued
-        {"id": "state:queued", "type": "state", "state": "queued", "ts": iso(start - timedelta(minutes=3))},
-        {"id": "state:planning", "type": "state", "state": "planning", "ts": iso(start - timedelta(minutes=1))}])
+    push(
+        project,
+        long_id,
+        [  # first, so that the run starts when it was queued
+            {
+                "id": "state:queued",
+                "type": "state",
+                "state": "queued",
+                "ts": iso(start - timedelta(minutes=3)),
+            },
+            {
+                "id": "state:planning",
+                "type": "state",
+                "state": "planning",
+                "ts": iso(start - timedelta(minutes=1)),
+            },
+        ],
+    )
     # A budget about 70 % used by the end (turns average ~$0.029 and ~14k tokens).
-    services.update_run_settings(project, long_id, by=user, budget_usd=Decimal(cfg.long_turns) / 25,
-                                 budget_tokens=cfg.long_turns * 20_000, requested_profile="gpt-5.4-medium",
-                                 actual_profile="gpt-5.4-medium", git_branch="bench/long-run")
+    services.update_run_settings(
+        project,
+        long_id,
+        by=user,
+        budget_usd=Decimal(cfg.long_turns) / 25,
+        budget_tokens=cfg.long_turns * 20_000,
+        requested_profile="gpt-5.4-medium",
+        actual_profile="gpt-5.4-medium",
+        git_branch="bench/long-run",
+    )
     for k in range(20):
-        services.store_artifact(project, long_id, path=f"solution/v{k:02d}.py", kind="python_source",
-                                content_type="text/x-python",
-                                content=_bytes_io(f"# attempt {k}\n" + "x = 1\n" * rng.randint(10, 400)), by=user)
+        services.store_artifact(
+            project,
+            long_id,
+            path=f"solution/v{k:02d}.py",
+            kind="python_source",
+            content_type="text/x-python",
+            content=_bytes_io(f"# attempt {k}\n" + "x = 1\n" * rng.randint(10, 400)),
+            by=user,
+        )
     turns, hill = Turns(rng, workers=6, nested=True), Hill(rng)
     stamps = spread(start, end, cfg.long_turns)
     events = []
@@ -277,12 +367,28 @@ def seed(cfg: Config, log) -> dict:
             k = rng.randint(0, 19)
             events.append(hill.make(ts, artifact=f"solution/v{k:02d}.py", experiment=f"exp-{n // 400}"))
         if n % 100 == 50:
-            events.append({"id": f"msg:{n}", "type": "message", "topic": "progress", "target": "driver", "mode": "note",
-                           "body": f"Turn {n}: trying another idea on the hot loop; " + "details " * rng.randint(3, 60),
-                           "ts": iso(ts)})
+            events.append(
+                {
+                    "id": f"msg:{n}",
+                    "type": "message",
+                    "topic": "progress",
+                    "target": "driver",
+                    "mode": "note",
+                    "body": f"Turn {n}: trying another idea on the hot loop; "
+                    + "details " * rng.randint(3, 60),
+                    "ts": iso(ts),
+                }
+            )
         if n % 250 == 249:
-            events.append({"id": f"ckpt:{n}", "type": "checkpoint", "label": f"after turn {n}",
-                           "commit": f"{rng.getrandbits(40):010x}", "ts": iso(ts)})
+            events.append(
+                {
+                    "id": f"ckpt:{n}",
+                    "type": "checkpoint",
+                    "label": f"after turn {n}",
+                    "commit": f"{rng.getrandbits(40):010x}",
+                    "ts": iso(ts),
+                }
+            )
         if n % 1000 == 0:
             phase = phases[(n // 1000) % 2]
             events.append({"id": f"state:{phase}:{n}", "type": "state", "state": phase, "ts": iso(ts)})
@@ -292,8 +398,9 @@ def seed(cfg: Config, log) -> dict:
     push(project, long_id, events)
     long_metrics = metric_events(rng, cfg.keys, cfg.points, start, end)
     if cfg.bulk_metrics:
-        MetricPoint.objects.bulk_create(metric_rows(Run.objects.get(project=project, external_id=long_id),
-                                                    long_metrics), batch_size=5000)
+        MetricPoint.objects.bulk_create(
+            metric_rows(Run.objects.get(project=project, external_id=long_id), long_metrics), batch_size=5000
+        )
     else:
         push(project, long_id, long_metrics)
     timings["long_run_s"] = time.perf_counter() - t1
@@ -305,9 +412,14 @@ def seed(cfg: Config, log) -> dict:
         for r in range(5):
             s, e = now - timedelta(days=r + 1, hours=3), now - timedelta(days=r + 1)
             turns, hill = Turns(rng, workers=1, nested=False), Hill(rng)
-            push(other, f"run-{r}", [turns.make(ts) for ts in spread(s, e, 20)]
-                 + [hill.make(ts) for ts in spread(s, e, 10)] + metric_events(rng, 2, 200, s, e)
-                 + [{"id": "state:done", "type": "state", "state": "done", "ts": iso(e)}])
+            push(
+                other,
+                f"run-{r}",
+                [turns.make(ts) for ts in spread(s, e, 20)]
+                + [hill.make(ts) for ts in spread(s, e, 10)]
+                + metric_events(rng, 2, 200, s, e)
+                + [{"id": "state:done", "type": "state", "state": "done", "ts": iso(e)}],
+            )
     timings["other_projects_s"] = time.perf_counter() - t2
 
     # Ingest sets last_progress_at to the time of arrival; events seeded in one go all "arrived" now.
@@ -355,8 +467,10 @@ DTYPE_SIZE = {"i1": 1, "u1": 1, "i2": 2, "u2": 2, "i4": 4, "u4": 4, "i8": 8, "u8
 
 
 def _attrs(raw: bytes) -> dict[str, str]:
-    return {m.group(1).decode().lower(): (m.group(2) or m.group(3) or m.group(4) or b"").decode()
-            for m in ATTR_RE.finditer(raw)}
+    return {
+        m.group(1).decode().lower(): (m.group(2) or m.group(3) or m.group(4) or b"").decode()
+        for m in ATTR_RE.finditer(raw)
+    }
 
 
 def _trace_points(trace: dict) -> int:
@@ -367,7 +481,9 @@ def _trace_points(trace: dict) -> int:
         shape = values.get("shape")
         if shape:
             return int(str(shape).split(",")[0])
-        return len(base64.b64decode(values["bdata"])) // DTYPE_SIZE.get(str(values.get("dtype", "f8"))[-2:], 8)
+        return len(base64.b64decode(values["bdata"])) // DTYPE_SIZE.get(
+            str(values.get("dtype", "f8"))[-2:], 8
+        )
     return 0
 
 
@@ -448,7 +564,8 @@ class Target:
 
         if not self.url:
             self.url = reverse(f"dashboard:{self.name}", kwargs=self.kwargs) + (
-                "?" + urlencode(self.query) if self.query else "")
+                "?" + urlencode(self.query) if self.query else ""
+            )
         return self.url
 
 
@@ -538,9 +655,13 @@ def measure(client, target: Target, repeat: int, warmup: int) -> Result:
 
 @dataclass
 class Scan:
-    polls: list[tuple[str, dict]] = field(default_factory=list)  # (hx-get URL, hx-headers) of polling elements
+    polls: list[tuple[str, dict]] = field(
+        default_factory=list
+    )  # (hx-get URL, hx-headers) of polling elements
     urls: list[str] = field(default_factory=list)  # same-site URLs in attributes and in json_script data
-    clicks: list[str] = field(default_factory=list)  # chart click-through URLs, built as static/js/smrweb.js does
+    clicks: list[str] = field(
+        default_factory=list
+    )  # chart click-through URLs, built as static/js/smrweb.js does
 
 
 class _PageParser(HTMLParser):
@@ -551,14 +672,20 @@ class _PageParser(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = {k: (v or "") for k, v in attrs}
         for k, v in a.items():
-            if (k in ("href", "hx-get") or k.startswith("data-")) and v.startswith("/") and not v.startswith("//"):
+            if (
+                (k in ("href", "hx-get") or k.startswith("data-"))
+                and v.startswith("/")
+                and not v.startswith("//")
+            ):
                 self.scan.urls.append(v)
         if "hx-get" in a and "every " in a.get("hx-trigger", ""):
             try:
                 headers = json.loads(a.get("hx-headers") or "{}")
             except ValueError:
                 headers = {}
-            self.scan.polls.append((a["hx-get"] or self.page_url, headers if isinstance(headers, dict) else {}))
+            self.scan.polls.append(
+                (a["hx-get"] or self.page_url, headers if isinstance(headers, dict) else {})
+            )
         if a.get("data-plot") and a.get("data-click-url"):
             self.plots.append((a["data-plot"], a["data-click-url"]))
 
@@ -643,14 +770,23 @@ def url_candidates(param: str, ctx: dict) -> list | None:
     if name == "seq":
         return ctx["pks"].get("message_seq") or None
     base = re.sub(r"(_id|_pk|pk|id)$", "", name).rstrip("_")
-    aliases = {"score": "submission", "statechange": "state", "state_change": "state", "msg": "message",
-               "runtime_message": "message", "ckpt": "checkpoint", "attempt": "submission"}
+    aliases = {
+        "score": "submission",
+        "statechange": "state",
+        "state_change": "state",
+        "msg": "message",
+        "runtime_message": "message",
+        "ckpt": "checkpoint",
+        "attempt": "submission",
+    }
     base = aliases.get(base, base)
     values = ctx["pks"].get(base)
     return list(values) if values else None
 
 
-def discover(measured: set[str], seen: dict[str, list[tuple[str, str]]], ctx: dict) -> tuple[list[Target], list[str]]:
+def discover(
+    measured: set[str], seen: dict[str, list[tuple[str, str]]], ctx: dict
+) -> tuple[list[Target], list[str]]:
     """Dashboard URL names not measured yet: a URL a measured page links to (or a chart click opens),
     else one with its arguments filled from the seeded data."""
     from django.urls import reverse
@@ -664,18 +800,29 @@ def discover(measured: set[str], seen: dict[str, list[tuple[str, str]]], ctx: di
             continue
         if seen.get(name):
             (first, source), *rest = seen[name]
-            found.append(Target(f"{source}: `{name}`", name, url=first,
-                                alternatives=list(dict.fromkeys(u for u, _ in rest))[:8]))
+            found.append(
+                Target(
+                    f"{source}: `{name}`",
+                    name,
+                    url=first,
+                    alternatives=list(dict.fromkeys(u for u, _ in rest))[:8],
+                )
+            )
             continue
-        params = list(getattr(pattern.pattern, "converters", {}) or re.compile(str(pattern.pattern)).groupindex)
+        params = list(
+            getattr(pattern.pattern, "converters", {}) or re.compile(str(pattern.pattern)).groupindex
+        )
         options = {p: url_candidates(p, ctx) for p in params}
         missing = [p for p, v in options.items() if v is None]
         if missing:
-            skipped.append(f"`{name}` ({pattern.pattern}): no page links to it and {', '.join(missing)} "
-                           "cannot be filled")
+            skipped.append(
+                f"`{name}` ({pattern.pattern}): no page links to it and {', '.join(missing)} cannot be filled"
+            )
             continue
-        urls_ = [reverse(f"dashboard:{name}", kwargs=dict(zip(params, values)))
-                 for values in product(*(options[p] for p in params))]
+        urls_ = [
+            reverse(f"dashboard:{name}", kwargs=dict(zip(params, values)))
+            for values in product(*(options[p] for p in params))
+        ]
         found.append(Target(f"`{name}` (arguments filled in)", name, url=urls_[0], alternatives=urls_[1:]))
     return found, skipped
 
@@ -734,18 +881,42 @@ def targets_for(info: dict) -> list[Target]:
     return [
         Target("projects overview", "project-list", short="overview"),
         Target("projects overview, htmx poll (full partial)", "project-list", htmx=True),
-        Target(f"project page ({len(runs) + 1} runs)", "project-detail", {"slug": slug}, short="project page"),
+        Target(
+            f"project page ({len(runs) + 1} runs)", "project-detail", {"slug": slug}, short="project page"
+        ),
         Target("project page, htmx poll (full partial)", "project-detail", {"slug": slug}, htmx=True),
-        Target(f"run page ({n_long} turns)", "run-detail", {"slug": slug, "run_id": long_id},
-               short=f"{n_long}-turn run page"),
-        Target(f"run page ({n_long} turns), htmx poll (full partial)", "run-detail",
-               {"slug": slug, "run_id": long_id}, htmx=True),
-        Target(f"run page (typical finished run: {cfg['turns_per_run']} turns, {cfg['points']:,} points)",
-               "run-detail", {"slug": slug, "run_id": typical}, short="typical run page"),
-        Target("compare, 2 runs", "compare-runs", {"slug": slug}, [("runs", long_id), ("runs", typical)],
-               short="compare 2"),
-        Target(f"compare, {many} runs", "compare-runs", {"slug": slug}, [("runs", r) for r in runs[:many]],
-               short=f"compare {many}"),
+        Target(
+            f"run page ({n_long} turns)",
+            "run-detail",
+            {"slug": slug, "run_id": long_id},
+            short=f"{n_long}-turn run page",
+        ),
+        Target(
+            f"run page ({n_long} turns), htmx poll (full partial)",
+            "run-detail",
+            {"slug": slug, "run_id": long_id},
+            htmx=True,
+        ),
+        Target(
+            f"run page (typical finished run: {cfg['turns_per_run']} turns, {cfg['points']:,} points)",
+            "run-detail",
+            {"slug": slug, "run_id": typical},
+            short="typical run page",
+        ),
+        Target(
+            "compare, 2 runs",
+            "compare-runs",
+            {"slug": slug},
+            [("runs", long_id), ("runs", typical)],
+            short="compare 2",
+        ),
+        Target(
+            f"compare, {many} runs",
+            "compare-runs",
+            {"slug": slug},
+            [("runs", r) for r in runs[:many]],
+            short=f"compare {many}",
+        ),
     ]
 
 
@@ -783,8 +954,16 @@ def measure_all(client, info: dict, repeat: int, warmup: int, log) -> tuple[list
         name = dashboard_name(url) or "?"
         if not any(_same(url, f) for f in full_partials):
             run(Target(f"{source}: poll `{name}` (full partial)", name, url=url, htmx=True))
-        run(Target(f"{source}: poll `{name}`, nothing new", name, url=url, htmx=True, headers=dict(headers),
-                   unchanged_poll=True))
+        run(
+            Target(
+                f"{source}: poll `{name}`, nothing new",
+                name,
+                url=url,
+                htmx=True,
+                headers=dict(headers),
+                unchanged_poll=True,
+            )
+        )
     found, skipped = discover(measured, seen, context_for_discovery(info))
     for target in found:
         result = run(target, discovered=True)
@@ -802,9 +981,11 @@ def kb(n: int | None) -> str:
 
 
 def table(results: list[Result]) -> str:
-    head = ("| page | status | ms min / median / max | queries | SQL ms | response KB "
-            "| json_script blocks | chart KB | figures / traces | chart points | SVG KB |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    head = (
+        "| page | status | ms min / median / max | queries | SQL ms | response KB "
+        "| json_script blocks | chart KB | figures / traces | chart points | SVG KB |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
     rows = [head]
     for r in results:
         if not r.times_ms:
@@ -826,10 +1007,14 @@ def notes(results: list[Result], skipped: list[str]) -> list[str]:
     out = []
     for r in results:
         if r.payload and r.payload.unparsable:
-            out.append(f"{r.target.label}: json_script blocks that are not JSON: {', '.join(r.payload.unparsable)}")
+            out.append(
+                f"{r.target.label}: json_script blocks that are not JSON: {', '.join(r.payload.unparsable)}"
+            )
         if r.payload and r.payload.largest[0]:
-            out.append(f"{r.target.label}: largest json_script block `{r.payload.largest[1]}`, "
-                       f"{kb(r.payload.largest[0])} KB")
+            out.append(
+                f"{r.target.label}: largest json_script block `{r.payload.largest[1]}`, "
+                f"{kb(r.payload.largest[0])} KB"
+            )
     out += [f"skipped {s}" for s in skipped]
     return out
 
@@ -851,8 +1036,10 @@ def machine(db_version: str) -> str:
         ram = f", {kib / 1024 / 1024:.0f} GiB RAM"
     except (OSError, IndexError, ValueError):
         pass
-    return (f"{os.cpu_count()}-core {model}{ram}, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, Django {django.get_version()}, {db_version}")
+    return (
+        f"{os.cpu_count()}-core {model}{ram}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, Django {django.get_version()}, {db_version}"
+    )
 
 
 def cpu_snapshot(*, children: bool = False) -> tuple[float, float, float] | None:
@@ -908,34 +1095,46 @@ def command_line() -> str:
     return shlex.join([exe_s, script_s, *argv])
 
 
-def section(info: dict, results: list[Result], skipped: list[str], repeat: int, warmup: int, reused: bool,
-            noise: str) -> str:
+def section(
+    info: dict, results: list[Result], skipped: list[str], repeat: int, warmup: int, reused: bool, noise: str
+) -> str:
     cfg, tm = info["config"], info["timings"]
-    seeded = (f"one project with {cfg['runs']} runs × {cfg['points']:,} metric points ({cfg['keys']} keys), "
-              f"{cfg['turns_per_run']} agent turns and 20–60 scores each "
-              f"({len(info['failed'])} failed, {len(info['stalled'])} flagged stalled), "
-              f"plus one run with {cfg['long_turns']:,} agent turns (nested child actors, tool calls, budget, "
-              f"scores, messages, checkpoints, 20 artifacts, {cfg['points']:,} metric points); "
-              f"{cfg['other_projects']} small projects for the overview. Scores, turns and states went through "
-              f"`services.ingest_events`; metric points "
-              + ("were bulk-inserted (`MetricPoint.objects.bulk_create`; they feed no run summary)"
-                 if cfg["bulk_metrics"] else "too")
-              + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s).")
+    seeded = (
+        f"one project with {cfg['runs']} runs × {cfg['points']:,} metric points ({cfg['keys']} keys), "
+        f"{cfg['turns_per_run']} agent turns and 20–60 scores each "
+        f"({len(info['failed'])} failed, {len(info['stalled'])} flagged stalled), "
+        f"plus one run with {cfg['long_turns']:,} agent turns (nested child actors, tool calls, budget, "
+        f"scores, messages, checkpoints, 20 artifacts, {cfg['points']:,} metric points); "
+        f"{cfg['other_projects']} small projects for the overview. Scores, turns and states went through "
+        f"`services.ingest_events`; metric points "
+        + (
+            "were bulk-inserted (`MetricPoint.objects.bulk_create`; they feed no run summary)"
+            if cfg["bulk_metrics"]
+            else "too"
+        )
+        + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s)."
+    )
     lines = [
-        (f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a {cfg['long_turns']:,}-turn run "
-         f"({date.today().isoformat()})"),
+        (
+            f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a {cfg['long_turns']:,}-turn run "
+            f"({date.today().isoformat()})"
+        ),
         "",
         f"Machine: {machine(db_version())}; other processes kept {noise} busy while measuring.",
-        (f"Command: `{command_line()}`: "
-         + ("the data dir an earlier `--keep` run seeded" if reused else "a fresh data dir and database")
-         + f", {seeded}"),
-        (f"Each page: {warmup} warm-up request, then {repeat} timed requests with Django's test Client in "
-         "the same process (server time only: no HTTP server, no network, no browser), signed in as an admin "
-         "member; queries and SQL time counted on one more request (CaptureQueriesContext). Polls found on a "
-         "page are measured twice: as a full partial (no version header) and as a poll of an unchanged page "
-         "(sending the version the page showed). Chart payload: the `<script type=\"application/json\">` "
-         "(json_script) elements of the response, and the points in the figures' traces (length of `x`); "
-         "SVG KB: server-rendered `<svg>` elements."),
+        (
+            f"Command: `{command_line()}`: "
+            + ("the data dir an earlier `--keep` run seeded" if reused else "a fresh data dir and database")
+            + f", {seeded}"
+        ),
+        (
+            f"Each page: {warmup} warm-up request, then {repeat} timed requests with Django's test Client in "
+            "the same process (server time only: no HTTP server, no network, no browser), signed in as an admin "
+            "member; queries and SQL time counted on one more request (CaptureQueriesContext). Polls found on a "
+            "page are measured twice: as a full partial (no version header) and as a poll of an unchanged page "
+            '(sending the version the page showed). Chart payload: the `<script type="application/json">` '
+            "(json_script) elements of the response, and the points in the figures' traces (length of `x`); "
+            "SVG KB: server-rendered `<svg>` elements."
+        ),
         "",
         table(results),
         "",
@@ -967,32 +1166,52 @@ def drop_postgres(url: str, name: str) -> None:
 
     parts = urlsplit(url)
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql", "psql", "pgsql") else parts.scheme
-    with psycopg.connect(urlunsplit((scheme, parts.netloc, parts.path or "/postgres", parts.query, "")),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        urlunsplit((scheme, parts.netloc, parts.path or "/postgres", parts.query, "")), autocommit=True
+    ) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, help="runs in the big project (default 200; --quick 20)")
     parser.add_argument("--points", type=int, help="metric points per run (default 5000; --quick 500)")
-    parser.add_argument("--keys", type=int, default=2, choices=range(1, len(METRIC_KEYS) + 1),
-                        help="metric keys the points are spread over")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=2,
+        choices=range(1, len(METRIC_KEYS) + 1),
+        help="metric keys the points are spread over",
+    )
     parser.add_argument("--turns-per-run", type=int, default=50)
-    parser.add_argument("--long-turns", type=int, help="agent turns of the long run (default 10000; --quick 1000)")
+    parser.add_argument(
+        "--long-turns", type=int, help="agent turns of the long run (default 10000; --quick 1000)"
+    )
     parser.add_argument("--other-projects", type=int, default=3, help="small projects for the overview")
-    parser.add_argument("--quick", action="store_true", help="20 runs x 500 points, 1,000 turns: a sanity run")
-    parser.add_argument("--bulk-metrics", action="store_true",
-                        help="bulk-insert metric points instead of ingest_events (they feed no run summary)")
+    parser.add_argument(
+        "--quick", action="store_true", help="20 runs x 500 points, 1,000 turns: a sanity run"
+    )
+    parser.add_argument(
+        "--bulk-metrics",
+        action="store_true",
+        help="bulk-insert metric points instead of ingest_events (they feed no run summary)",
+    )
     parser.add_argument("--repeat", type=int, default=7, help="timed requests per page (default 7)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed requests first (default 1)")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--postgres", metavar="URL", help="create a throwaway database on this server instead of SQLite")
+    parser.add_argument(
+        "--postgres", metavar="URL", help="create a throwaway database on this server instead of SQLite"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the data dir (and PostgreSQL database)")
-    parser.add_argument("--reuse", metavar="DIR", help="measure a data dir kept by --keep without seeding again")
+    parser.add_argument(
+        "--reuse", metavar="DIR", help="measure a data dir kept by --keep without seeding again"
+    )
     parser.add_argument("--append", action="store_true", help="append a dated section to the benchmarks doc")
-    parser.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks.md"), help="the doc --append writes to")
+    parser.add_argument(
+        "--docs", default=str(ROOT / "docs" / "benchmarks.md"), help="the doc --append writes to"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
     args = parser.parse_args()
     full, quick = (200, 5000, 10_000), (20, 500, 1000)
@@ -1041,13 +1260,22 @@ def main() -> None:
             info, reused = kept["info"], True
             log(f"reusing {data} (seeded {info['timings']['total_s']:.0f} s)")
         else:
-            cfg = Config(runs=args.runs, points=args.points, keys=args.keys, turns_per_run=args.turns_per_run,
-                         long_turns=args.long_turns, other_projects=args.other_projects,
-                         bulk_metrics=args.bulk_metrics, seed=args.seed)
+            cfg = Config(
+                runs=args.runs,
+                points=args.points,
+                keys=args.keys,
+                turns_per_run=args.turns_per_run,
+                long_turns=args.long_turns,
+                other_projects=args.other_projects,
+                bulk_metrics=args.bulk_metrics,
+                seed=args.seed,
+            )
             log(f"data dir {data} ({connection.vendor}); migrating")
             call_command("migrate", verbosity=0)
-            log(f"seeding {cfg.runs} runs x {cfg.points:,} points, a {cfg.long_turns:,}-turn run "
-                f"({'bulk-inserted' if cfg.bulk_metrics else 'ingested'} metrics)")
+            log(
+                f"seeding {cfg.runs} runs x {cfg.points:,} points, a {cfg.long_turns:,}-turn run "
+                f"({'bulk-inserted' if cfg.bulk_metrics else 'ingested'} metrics)"
+            )
             info, reused = seed(cfg, log), False
             log(f"seeded in {info['timings']['total_s']:.0f} s: {json.dumps(info['timings'])}")
             if args.keep:
@@ -1057,8 +1285,10 @@ def main() -> None:
         try:
             get_resolver().url_patterns  # noqa: B018 - imports every URLconf and view module
         except Exception:  # noqa: BLE001 - whatever breaks the import, report it
-            log("The URLconf does not import (a page being edited?); nothing can be measured:\n"
-                + traceback.format_exc())
+            log(
+                "The URLconf does not import (a page being edited?); nothing can be measured:\n"
+                + traceback.format_exc()
+            )
             sys.exit(2)
         client = Client(raise_request_exception=True)
         client.force_login(get_user_model().objects.get(username=info["user"]))
@@ -1068,13 +1298,16 @@ def main() -> None:
         log(f"measured in {time.perf_counter() - t:.0f} s")
 
         tm = info["timings"]
-        print(f"\nSeeded {info['config']['runs']} runs x {info['config']['points']:,} metric points + a "
-              f"{info['config']['long_turns']:,}-turn run in {tm['total_s']:.0f} s "
-              f"(runs {tm['runs_s']:.0f} s, of which metric points {tm['metrics_s']:.0f} s for "
-              f"{tm['metric_points']:,} points, {'bulk-inserted' if info['config']['bulk_metrics'] else 'through ingest_events'}; "
-              f"long run {tm['long_run_s']:.0f} s; small projects {tm['other_projects_s']:.0f} s)"
-              + (" [reused]" if reused else "") + f"\n{machine(db_version())}; other processes kept "
-              f"{noise} busy while measuring\n")
+        print(
+            f"\nSeeded {info['config']['runs']} runs x {info['config']['points']:,} metric points + a "
+            f"{info['config']['long_turns']:,}-turn run in {tm['total_s']:.0f} s "
+            f"(runs {tm['runs_s']:.0f} s, of which metric points {tm['metrics_s']:.0f} s for "
+            f"{tm['metric_points']:,} points, {'bulk-inserted' if info['config']['bulk_metrics'] else 'through ingest_events'}; "
+            f"long run {tm['long_run_s']:.0f} s; small projects {tm['other_projects_s']:.0f} s)"
+            + (" [reused]" if reused else "")
+            + f"\n{machine(db_version())}; other processes kept "
+            f"{noise} busy while measuring\n"
+        )
         print(table(results))
         for n in notes(results, skipped):
             print(f"- {n}")
@@ -1082,22 +1315,47 @@ def main() -> None:
             if r.error:
                 print(f"\n### {r.target.label}: {r.url}\n```\n{r.error}```")
         if args.json:
-            Path(args.json).write_text(json.dumps({"info": info, "results": [
-                {"label": r.target.label, "url": r.url, "status": r.status, "times_ms": r.times_ms,
-                 "queries": r.queries, "sql_ms": r.sql_ms, "response_bytes": r.response_bytes,
-                 "payload": r.payload.__dict__ if r.payload else None, "error": r.error} for r in results],
-                "skipped": skipped}, indent=1, default=str))
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "info": info,
+                        "results": [
+                            {
+                                "label": r.target.label,
+                                "url": r.url,
+                                "status": r.status,
+                                "times_ms": r.times_ms,
+                                "queries": r.queries,
+                                "sql_ms": r.sql_ms,
+                                "response_bytes": r.response_bytes,
+                                "payload": r.payload.__dict__ if r.payload else None,
+                                "error": r.error,
+                            }
+                            for r in results
+                        ],
+                        "skipped": skipped,
+                    },
+                    indent=1,
+                    default=str,
+                )
+            )
         if args.append:
             docs = Path(args.docs)
             text = docs.read_text() if docs.exists() else "# Benchmarks\n"
-            docs.write_text(text.rstrip("\n") + "\n\n"
-                            + section(info, results, skipped, args.repeat, args.warmup, reused, noise))
+            docs.write_text(
+                text.rstrip("\n")
+                + "\n\n"
+                + section(info, results, skipped, args.repeat, args.warmup, reused, noise)
+            )
             log(f"appended to {docs}")
     finally:
         connection.close()
         if args.keep or args.reuse:
-            log(f"kept {data}" + (f" (database {database_url.rsplit('/', 1)[-1]})" if database_url else "")
-                + f"; measure again with --reuse {data}")
+            log(
+                f"kept {data}"
+                + (f" (database {database_url.rsplit('/', 1)[-1]})" if database_url else "")
+                + f"; measure again with --reuse {data}"
+            )
         else:
             if pg_name:
                 drop_postgres(args.postgres, pg_name)

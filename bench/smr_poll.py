@@ -62,8 +62,13 @@ def one_live_run(turns: int, cycles: int) -> dict:
         world.tick(25)
     sim = start_simulator(api_key="bench", world=world, auto_tick=False)
     try:
-        project = services.create_project(f"len-{turns}", source="smr", smr_project_id=f"len-{turns}",
-                                          smr_backend_base=sim.url, smr_api_key="bench")
+        project = services.create_project(
+            f"len-{turns}",
+            source="smr",
+            smr_project_id=f"len-{turns}",
+            smr_backend_base=sim.url,
+            smr_api_key="bench",
+        )
         sync.sync_project(project, owner="bench")  # the whole history once
         # Enough cycles to include at least one re-read of the whole usage list at this length.
         cycles = max(cycles, int(len(run.entries) / settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE) + 10)
@@ -80,11 +85,18 @@ def one_live_run(turns: int, cycles: int) -> dict:
             sizes.append(stats["total_bytes"])
             for route, size in stats["bytes"].items():
                 by_route[route] = by_route.get(route, 0) + size
-        return {"turns": turns, "cycles": cycles,
-                "requests_per_cycle_mean": round(statistics.mean(requests), 2), "requests_per_cycle_max": max(requests),
-                "bytes_per_cycle_mean": int(statistics.mean(sizes)), "bytes_per_cycle_max": max(sizes),
-                "cycle_seconds_median": round(statistics.median(times), 4),
-                "bytes_per_cycle_by_route": {k.split(" ", 1)[1]: v // cycles for k, v in sorted(by_route.items())}}
+        return {
+            "turns": turns,
+            "cycles": cycles,
+            "requests_per_cycle_mean": round(statistics.mean(requests), 2),
+            "requests_per_cycle_max": max(requests),
+            "bytes_per_cycle_mean": int(statistics.mean(sizes)),
+            "bytes_per_cycle_max": max(sizes),
+            "cycle_seconds_median": round(statistics.median(times), 4),
+            "bytes_per_cycle_by_route": {
+                k.split(" ", 1)[1]: v // cycles for k, v in sorted(by_route.items())
+            },
+        }
     finally:
         sim.stop()
 
@@ -132,11 +144,17 @@ def measure(n_runs: int, cycles: int) -> dict:
     world.tick(8)
     backend = RemoteBackend(world)
     try:
-        scenario = services.create_scenario(key=f"bench-{n_runs}", name="bench", score_metric="val_loss",
-                                            direction="minimize")
-        project = services.create_project(f"smr-bench-{n_runs}", scenario=scenario, source="smr",
-                                          smr_project_id=f"bench-{n_runs}", smr_backend_base=backend.url,
-                                          smr_api_key="bench")
+        scenario = services.create_scenario(
+            key=f"bench-{n_runs}", name="bench", score_metric="val_loss", direction="minimize"
+        )
+        project = services.create_project(
+            f"smr-bench-{n_runs}",
+            scenario=scenario,
+            source="smr",
+            smr_project_id=f"bench-{n_runs}",
+            smr_backend_base=backend.url,
+            smr_api_key="bench",
+        )
         sync.sync_project(project, owner="bench")  # first sync: the whole history so far
         times, requests, live, sizes = [], [], [], []
         for _ in range(cycles):
@@ -152,10 +170,15 @@ def measure(n_runs: int, cycles: int) -> dict:
             sizes.append(stats["total_bytes"] / max(1, report.synced))
         cycle = statistics.median(times)
         synced = statistics.median(live)
-        return {"live_runs": n_runs, "runs_synced_per_cycle": synced, "cycle_seconds_median": round(cycle, 3),
-                "live_runs_kept_current_per_10s": int(synced * 10 / cycle),
-                "requests_per_run_per_cycle": round(statistics.median(requests), 2),
-                "bytes_per_run_per_cycle": int(statistics.median(sizes)), "cycles": cycles}
+        return {
+            "live_runs": n_runs,
+            "runs_synced_per_cycle": synced,
+            "cycle_seconds_median": round(cycle, 3),
+            "live_runs_kept_current_per_10s": int(synced * 10 / cycle),
+            "requests_per_run_per_cycle": round(statistics.median(requests), 2),
+            "bytes_per_run_per_cycle": int(statistics.median(sizes)),
+            "cycles": cycles,
+        }
     finally:
         backend.stop()
 
@@ -172,10 +195,17 @@ def main() -> None:
     if lengths:
         base = lengths[0]
         for row in lengths:
-            row["bytes_vs_first"] = round(row["bytes_per_cycle_mean"] / max(1, base["bytes_per_cycle_mean"]), 2)
-            row["requests_vs_first"] = round(row["requests_per_cycle_mean"] / max(1, base["requests_per_cycle_mean"]), 2)
-    print(json.dumps({"per_run_length": lengths, "per_worker": [measure(n, args.cycles) for n in args.runs]},
-                     indent=2))
+            row["bytes_vs_first"] = round(
+                row["bytes_per_cycle_mean"] / max(1, base["bytes_per_cycle_mean"]), 2
+            )
+            row["requests_vs_first"] = round(
+                row["requests_per_cycle_mean"] / max(1, base["requests_per_cycle_mean"]), 2
+            )
+    print(
+        json.dumps(
+            {"per_run_length": lengths, "per_worker": [measure(n, args.cycles) for n in args.runs]}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

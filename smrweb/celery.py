@@ -16,12 +16,22 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
 
 # Task names, not modules: the names are pinned (sources/tasks.py) so queued messages keep resolving.
 LANES = {
-    "polling": ("smrweb.sources.tasks.poll_due_projects", "smrweb.sources.tasks.sync_project",
-                "smrweb.sources.tasks.flag_stalled_runs"),
-    "actions": ("smrweb.tracking.tasks.dispatch_rollback", "smrweb.sources.tasks.stop_run",
-                "smrweb.tracking.tasks.redispatch_stale_actions", "smrweb.tracking.tasks.collect_unreferenced_blobs"),
-    "verification": ("smrweb.tracking.tasks.verify_submission", "smrweb.tracking.tasks.auto_verify_run",
-                     "smrweb.sources.tasks.preflight_scenario"),
+    "polling": (
+        "smrweb.sources.tasks.poll_due_projects",
+        "smrweb.sources.tasks.sync_project",
+        "smrweb.sources.tasks.flag_stalled_runs",
+    ),
+    "actions": (
+        "smrweb.tracking.tasks.dispatch_rollback",
+        "smrweb.sources.tasks.stop_run",
+        "smrweb.tracking.tasks.redispatch_stale_actions",
+        "smrweb.tracking.tasks.collect_unreferenced_blobs",
+    ),
+    "verification": (
+        "smrweb.tracking.tasks.verify_submission",
+        "smrweb.tracking.tasks.auto_verify_run",
+        "smrweb.sources.tasks.preflight_scenario",
+    ),
 }
 LANE_OF = {name: lane for lane, names in LANES.items() for name in names}
 

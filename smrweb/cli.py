@@ -36,8 +36,20 @@ from typing import Any
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
-STATES = ("queued", "planning", "running", "executing", "reviewing", "blocked", "paused", "finalizing", "done",
-          "failed", "stopped", "canceled")
+STATES = (
+    "queued",
+    "planning",
+    "running",
+    "executing",
+    "reviewing",
+    "blocked",
+    "paused",
+    "finalizing",
+    "done",
+    "failed",
+    "stopped",
+    "canceled",
+)
 
 
 class _Usage(Exception):
@@ -46,7 +58,9 @@ class _Usage(Exception):
 
 def derived_id(kind: str, project: str, run: str, fields: dict[str, Any]) -> str:
     """The CLI's deterministic event id: `cli-` + 32 hex digits of SHA-256 over the canonical JSON."""
-    canonical = json.dumps([kind, project, run, fields], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        [kind, project, run, fields], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return "cli-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
@@ -92,39 +106,57 @@ def build_parser() -> argparse.ArgumentParser:
     g = conn.add_argument_group("connection (default: environment variables)")
     g.add_argument("--url", default=os.environ.get("SMRWEB_URL"), help="server URL [SMRWEB_URL]")
     g.add_argument("--token", default=os.environ.get("SMRWEB_TOKEN"), help="project API token [SMRWEB_TOKEN]")
-    g.add_argument("--project", "-p", default=os.environ.get("SMRWEB_PROJECT"), help="project slug [SMRWEB_PROJECT]")
+    g.add_argument(
+        "--project", "-p", default=os.environ.get("SMRWEB_PROJECT"), help="project slug [SMRWEB_PROJECT]"
+    )
     g.add_argument("--run", "-r", default=os.environ.get("SMRWEB_RUN"), help="run id [SMRWEB_RUN]")
-    g.add_argument("--retries", type=_non_negative_int, default=int(os.environ.get("SMRWEB_RETRIES", "4")),
-                   help="retries on 429/5xx/timeouts/connection errors, with backoff [SMRWEB_RETRIES, 4]")
+    g.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        default=int(os.environ.get("SMRWEB_RETRIES", "4")),
+        help="retries on 429/5xx/timeouts/connection errors, with backoff [SMRWEB_RETRIES, 4]",
+    )
     g.add_argument("--timeout", type=_finite_float, default=10.0, help="seconds per request (default 10)")
     e = conn.add_argument_group("event")
     e.add_argument("--id", dest="event_id", help="event id (idempotency key) instead of the derived one")
     e.add_argument("--ts", help="event time, ISO 8601 (default: when the server receives it)")
 
     report = sub.add_parser(
-        "report", help="report a score, metric, agent turn, state change or artifact",
+        "report",
+        help="report a score, metric, agent turn, state change or artifact",
         description="Report one event to a run (the run is created on its first event). Re-running the same "
-                    "command is a no-op: event ids are derived from the input (see --id). Exit codes: 0 stored "
-                    "or already stored, 1 refused (field errors printed), 2 usage, 3 server unreachable.",
+        "command is a no-op: event ids are derived from the input (see --id). Exit codes: 0 stored "
+        "or already stored, 1 refused (field errors printed), 2 usage, 3 server unreachable.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-               "  smrweb report score 0.83 --artifact submission.py --commit $(git rev-parse HEAD)\n"
-               "  smrweb report metric loss 0.12 --step 3\n"
-               "  smrweb report turn 7 --tokens-in 1200 --tokens-out 300 --cost-usd 0.004 --model gpt-x\n"
-               "  smrweb report state failed --reason 'validator timed out' --family timeout\n"
-               "  smrweb report artifact logs/run.log --kind log",
+        "  smrweb report score 0.83 --artifact submission.py --commit $(git rev-parse HEAD)\n"
+        "  smrweb report metric loss 0.12 --step 3\n"
+        "  smrweb report turn 7 --tokens-in 1200 --tokens-out 300 --cost-usd 0.004 --model gpt-x\n"
+        "  smrweb report state failed --reason 'validator timed out' --family timeout\n"
+        "  smrweb report artifact logs/run.log --kind log",
     )
     what = report.add_subparsers(dest="kind", metavar="KIND", required=True)
 
-    p = what.add_parser("score", parents=[conn], help="a scored submission, optionally with its artifact",
-                        description="Report a score. With --artifact the file is uploaded first and the score "
-                                    "is linked to it by sha256.")
+    p = what.add_parser(
+        "score",
+        parents=[conn],
+        help="a scored submission, optionally with its artifact",
+        description="Report a score. With --artifact the file is uploaded first and the score "
+        "is linked to it by sha256.",
+    )
     p.add_argument("score", type=_finite_float)
     p.add_argument("--artifact", metavar="PATH", help="a local file to upload and link to the score")
     p.add_argument("--artifact-name", metavar="NAME", help="its path in the run (default: the file name)")
-    p.add_argument("--artifact-ref", metavar="REF", help="link an artifact already uploaded (sha256 or path in the run)")
-    p.add_argument("--kind", dest="artifact_kind", default="file",
-                   choices=["file", "python_source", "onnx_model", "archive", "log", "other"], help="artifact kind")
+    p.add_argument(
+        "--artifact-ref", metavar="REF", help="link an artifact already uploaded (sha256 or path in the run)"
+    )
+    p.add_argument(
+        "--kind",
+        dest="artifact_kind",
+        default="file",
+        choices=["file", "python_source", "onnx_model", "archive", "log", "other"],
+        help="artifact kind",
+    )
     p.add_argument("--commit", default="", help="git commit of the submission")
     p.add_argument("--harness-id", default="", help="the harness's own id for this submission")
     p.add_argument("--experiment", help="external id of the experiment (created on first sight)")
@@ -144,14 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--actor", default="driver", help="default: driver")
     p.add_argument("--parent-actor")
-    p.add_argument("--turn-kind", choices=["driver_inference", "child_work"],
-                   help="default: driver_inference without --parent-actor, child_work with it")
+    p.add_argument(
+        "--turn-kind",
+        choices=["driver_inference", "child_work"],
+        help="default: driver_inference without --parent-actor, child_work with it",
+    )
     p.add_argument("--tool-call", action="append", dest="tool_calls", metavar="NAME", help="repeatable")
     p.add_argument("--duration-ms", type=_non_negative_int)
 
-    p = what.add_parser("state", parents=[conn], help="a state change of the run",
-                        description=f"Set the run's state: {', '.join(STATES)}. A no-op when the run is already "
-                                    "in that state with that failure.")
+    p = what.add_parser(
+        "state",
+        parents=[conn],
+        help="a state change of the run",
+        description=f"Set the run's state: {', '.join(STATES)}. A no-op when the run is already "
+        "in that state with that failure.",
+    )
     p.add_argument("state", help="the new state")
     p.add_argument("--reason", default="", help="failure detail (for failed, stopped, …)")
     p.add_argument("--family", default="", help="failure family, e.g. timeout, budget, crash")
@@ -160,8 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = what.add_parser("artifact", parents=[conn], help="upload a file to the run (prints its sha256)")
     p.add_argument("path")
     p.add_argument("--name", help="its path in the run (default: the file name)")
-    p.add_argument("--kind", dest="artifact_kind", default="file",
-                   choices=["file", "python_source", "onnx_model", "archive", "log", "other"])
+    p.add_argument(
+        "--kind",
+        dest="artifact_kind",
+        default="file",
+        choices=["file", "python_source", "onnx_model", "archive", "log", "other"],
+    )
     p.add_argument("--commit", default="")
     return parser
 
@@ -183,16 +226,28 @@ def _event(args) -> dict[str, Any]:
         if args.artifact_ref:
             event["artifact"] = args.artifact_ref
     elif args.kind == "turn":
-        event = {"type": "agent.turn", "turn": args.turn, "actor": args.actor, "tokens_in": args.tokens_in,
-                 "tokens_out": args.tokens_out}
-        for name, value in (("cost_usd", args.cost_usd), ("model", args.model), ("parent_actor", args.parent_actor),
-                            ("kind", args.turn_kind), ("tool_calls", args.tool_calls),
-                            ("duration_ms", args.duration_ms)):
+        event = {
+            "type": "agent.turn",
+            "turn": args.turn,
+            "actor": args.actor,
+            "tokens_in": args.tokens_in,
+            "tokens_out": args.tokens_out,
+        }
+        for name, value in (
+            ("cost_usd", args.cost_usd),
+            ("model", args.model),
+            ("parent_actor", args.parent_actor),
+            ("kind", args.turn_kind),
+            ("tool_calls", args.tool_calls),
+            ("duration_ms", args.duration_ms),
+        ):
             if value is not None:
                 event[name] = value
     else:  # state
         event = {"type": "state", "state": args.state}
-        failure = {k: v for k, v in (("family", args.family), ("detail", args.reason), ("source", args.source)) if v}
+        failure = {
+            k: v for k, v in (("family", args.family), ("detail", args.reason), ("source", args.source)) if v
+        }
         if failure:
             event["failure"] = failure
     if args.ts:
@@ -209,7 +264,9 @@ def _same_failure(run: dict[str, Any], event: dict[str, Any]) -> bool:
 def report(args) -> int:
     from smrweb.client import Client, sha256_of
 
-    missing = [f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project", "run") if not getattr(args, n)]
+    missing = [
+        f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project", "run") if not getattr(args, n)
+    ]
     if missing:
         raise _Usage("missing " + ", ".join(missing))
     if getattr(args, "artifact", None) and getattr(args, "artifact_ref", None):
@@ -218,8 +275,15 @@ def report(args) -> int:
     if path is not None and not os.path.isfile(path):
         raise _Usage(f"no such file: {path}")
 
-    client = Client(args.url, args.token, args.project, args.run, max_retries=args.retries, timeout=args.timeout,
-                    backoff_max=10.0)
+    client = Client(
+        args.url,
+        args.token,
+        args.project,
+        args.run,
+        max_retries=args.retries,
+        timeout=args.timeout,
+        backoff_max=10.0,
+    )
     try:
         if args.kind == "artifact":
             digest = client.upload_artifact(path, args.name, kind=args.artifact_kind, commit=args.commit)
@@ -246,14 +310,21 @@ def report(args) -> int:
         if digest is not None:
             # The bytes first: a refused upload leaves no score behind. The server links the score to
             # the artifact by its sha256.
-            client.upload_artifact(path, args.artifact_name, kind=args.artifact_kind,
-                                   commit=event.get("commit", ""), sha256=digest)
+            client.upload_artifact(
+                path,
+                args.artifact_name,
+                kind=args.artifact_kind,
+                commit=event.get("commit", ""),
+                sha256=digest,
+            )
         answer = client.send([event])
     finally:
         client.close(timeout=0)
     what = f"metric {args.key}" if args.kind == "metric" else args.kind
     status = "stored" if answer.get("accepted") else "already stored (duplicate)"
-    print(f"{what} {status}: run {args.run}, id {event_id}" + (f", artifact sha256 {digest}" if digest else ""))
+    print(
+        f"{what} {status}: run {args.run}, id {event_id}" + (f", artifact sha256 {digest}" if digest else "")
+    )
     return EXIT_OK
 
 

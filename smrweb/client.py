@@ -187,8 +187,15 @@ class Client:
         token = token or os.environ.get("SMRWEB_TOKEN")
         self.project = project or os.environ.get("SMRWEB_PROJECT")
         self.run = run or os.environ.get("SMRWEB_RUN")
-        missing = [name for name, value in (("base_url (SMRWEB_URL)", base_url), ("token (SMRWEB_TOKEN)", token),
-                                            ("project (SMRWEB_PROJECT)", self.project)) if not value]
+        missing = [
+            name
+            for name, value in (
+                ("base_url (SMRWEB_URL)", base_url),
+                ("token (SMRWEB_TOKEN)", token),
+                ("project (SMRWEB_PROJECT)", self.project),
+            )
+            if not value
+        ]
         if missing:
             raise ValueError("smrweb client: missing " + ", ".join(missing))
         if not 1 <= batch_size <= MAX_BATCH:
@@ -203,15 +210,17 @@ class Client:
         self.exit_timeout = exit_timeout
         self.client_id = uuid.uuid4().hex
         self._http = httpx.Client(
-            base_url=f"{base}/api/v1/", timeout=timeout, transport=transport,
+            base_url=f"{base}/api/v1/",
+            timeout=timeout,
+            transport=transport,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "smrweb-client/1"},
         )
         # Counters (read them, don't write them).
-        self.requests = 0          # HTTP requests made for event batches, retries included
-        self.batches_sent = 0      # batches the server answered 200
-        self.accepted_events = 0   # new events stored
+        self.requests = 0  # HTTP requests made for event batches, retries included
+        self.batches_sent = 0  # batches the server answered 200
+        self.accepted_events = 0  # new events stored
         self.duplicate_events = 0  # events the server already had (e.g. after a lost answer)
-        self.failed_events = 0     # events refused (4xx) or given up on after max_retries
+        self.failed_events = 0  # events refused (4xx) or given up on after max_retries
         self.last_error: str | None = None
 
         self._seq = 0
@@ -220,12 +229,13 @@ class Client:
         self._in_flight = 0
         self._lock = threading.Lock()
         self._counters_lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)   # the sender waits on it for work
-        self._idle = threading.Condition(self._lock)   # flush() waits on it for an empty queue
+        self._wake = threading.Condition(self._lock)  # the sender waits on it for work
+        self._idle = threading.Condition(self._lock)  # flush() waits on it for an empty queue
         self._flush_requested = 0
         self._closed = False
-        self._thread = threading.Thread(target=self._sender, name=f"smrweb-client-{self.client_id[:8]}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._sender, name=f"smrweb-client-{self.client_id[:8]}", daemon=True
+        )
         self._thread.start()
         ref = weakref.ref(self)
         self._atexit = lambda: (c := ref()) is not None and c.close(timeout=c.exit_timeout)
@@ -233,8 +243,16 @@ class Client:
 
     # --- logging ------------------------------------------------------------------------------
 
-    def log_metric(self, key: str, value: float, step: int | None = None, ts=None, *, id: str | None = None,
-                   run: str | None = None) -> str:
+    def log_metric(
+        self,
+        key: str,
+        value: float,
+        step: int | None = None,
+        ts=None,
+        *,
+        id: str | None = None,
+        run: str | None = None,
+    ) -> str:
         """One point of the series `key`. Without `step`, the key's previous step + 1 in this client
         (0 for its first point). Returns the event id."""
         _finite("value", value)
@@ -245,10 +263,22 @@ class Client:
             self._steps[(run, key)] = max(step, self._steps.get((run, key), -1))
         return self._log(run, {"type": "metric", "key": key, "value": value, "step": step}, ts, id)
 
-    def log_score(self, score: float, *, artifact: str | os.PathLike | None = None, artifact_name: str | None = None,
-                  artifact_ref: str | None = None, metric: str | None = None, commit: str = "",
-                  harness_id: str = "", experiment: str | None = None, details: dict[str, Any] | None = None,
-                  ts=None, id: str | None = None, run: str | None = None) -> str:
+    def log_score(
+        self,
+        score: float,
+        *,
+        artifact: str | os.PathLike | None = None,
+        artifact_name: str | None = None,
+        artifact_ref: str | None = None,
+        metric: str | None = None,
+        commit: str = "",
+        harness_id: str = "",
+        experiment: str | None = None,
+        details: dict[str, Any] | None = None,
+        ts=None,
+        id: str | None = None,
+        run: str | None = None,
+    ) -> str:
         """A scored submission. `artifact` is a local file: it is uploaded now (synchronously, as
         `artifact_name`, default its file name) and the score is linked to it by its sha256.
         `artifact_ref` names an artifact already uploaded (its sha256, or its path in the run: the
@@ -265,8 +295,12 @@ class Client:
         event: dict[str, Any] = {"type": "score", "score": score}
         if digest or artifact_ref:
             event["artifact"] = digest or artifact_ref
-        for name, value in (("commit", commit), ("harness_id", harness_id), ("experiment", experiment),
-                            ("details", details)):
+        for name, value in (
+            ("commit", commit),
+            ("harness_id", harness_id),
+            ("experiment", experiment),
+            ("details", details),
+        ):
             if value:
                 event[name] = value
         # Queued before the upload: if the upload fails, the score is still kept, and the server
@@ -276,23 +310,53 @@ class Client:
             self.upload_artifact(artifact, name=artifact_name, commit=commit, run=run, sha256=digest)
         return event_id
 
-    def log_turn(self, turn: int, *, tokens_in: int, tokens_out: int, cost_usd: float | None = None,
-                 model: str | None = None, actor: str = "driver", parent_actor: str | None = None,
-                 kind: str | None = None, tool_calls: list | None = None, duration_ms: int | None = None,
-                 ts=None, id: str | None = None, run: str | None = None) -> str:
+    def log_turn(
+        self,
+        turn: int,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        cost_usd: float | None = None,
+        model: str | None = None,
+        actor: str = "driver",
+        parent_actor: str | None = None,
+        kind: str | None = None,
+        tool_calls: list | None = None,
+        duration_ms: int | None = None,
+        ts=None,
+        id: str | None = None,
+        run: str | None = None,
+    ) -> str:
         """One agent turn (an actor's turn number counts once, whatever its id). Returns the event id."""
-        event: dict[str, Any] = {"type": "agent.turn", "turn": turn, "actor": actor, "tokens_in": tokens_in,
-                                 "tokens_out": tokens_out}
+        event: dict[str, Any] = {
+            "type": "agent.turn",
+            "turn": turn,
+            "actor": actor,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+        }
         if cost_usd is not None:
             event["cost_usd"] = _finite("cost_usd", cost_usd)
-        for name, value in (("model", model), ("parent_actor", parent_actor), ("kind", kind),
-                            ("tool_calls", tool_calls), ("duration_ms", duration_ms)):
+        for name, value in (
+            ("model", model),
+            ("parent_actor", parent_actor),
+            ("kind", kind),
+            ("tool_calls", tool_calls),
+            ("duration_ms", duration_ms),
+        ):
             if value is not None:
                 event[name] = value
         return self._log(self._run(run), event, ts, id)
 
-    def set_state(self, state: str, failure: str | dict[str, str] | None = None, *, ts=None, id: str | None = None,
-                  run: str | None = None) -> str:
+    def set_state(
+        self,
+        state: str,
+        failure: str | dict[str, str] | None = None,
+        *,
+        ts=None,
+        id: str | None = None,
+        run: str | None = None,
+    ) -> str:
         """The run's state (queued, planning, running, …, done, failed, stopped, canceled). `failure` is
         a text (its detail) or a dict with `family`, `detail`, `source`. The event's time is the time of
         this call, so the latest call wins however the batches travel. Returns the event id."""
@@ -301,16 +365,39 @@ class Client:
             event["failure"] = {"detail": failure} if isinstance(failure, str) else dict(failure)
         return self._log(self._run(run), event, ts if ts is not None else _now_iso(), id)
 
-    def log_message(self, body: str, *, topic: str = "", target: str = "", mode: str = "", ts=None,
-                    id: str | None = None, run: str | None = None) -> str:
+    def log_message(
+        self,
+        body: str,
+        *,
+        topic: str = "",
+        target: str = "",
+        mode: str = "",
+        ts=None,
+        id: str | None = None,
+        run: str | None = None,
+    ) -> str:
         event = {"type": "message", "body": body, "topic": topic, "target": target, "mode": mode}
         return self._log(self._run(run), event, ts, id)
 
-    def log_checkpoint(self, checkpoint_id: str, *, label: str = "", commit: str = "", restorable: bool = True,
-                       failure_reason: str = "", ts=None, run: str | None = None) -> str:
+    def log_checkpoint(
+        self,
+        checkpoint_id: str,
+        *,
+        label: str = "",
+        commit: str = "",
+        restorable: bool = True,
+        failure_reason: str = "",
+        ts=None,
+        run: str | None = None,
+    ) -> str:
         """A checkpoint; its id is its identity (a replay is a duplicate)."""
-        event = {"type": "checkpoint", "label": label, "commit": commit, "restorable": restorable,
-                 "failure_reason": failure_reason}
+        event = {
+            "type": "checkpoint",
+            "label": label,
+            "commit": commit,
+            "restorable": restorable,
+            "failure_reason": failure_reason,
+        }
         return self._log(self._run(run), event, ts, checkpoint_id)
 
     def log_event(self, event: dict[str, Any], *, run: str | None = None) -> str:
@@ -321,8 +408,16 @@ class Client:
 
     # --- artifacts (synchronous) ---------------------------------------------------------------
 
-    def upload_artifact(self, path: str | os.PathLike, name: str | None = None, *, kind: str = "file",
-                        commit: str = "", run: str | None = None, sha256: str | None = None) -> str:
+    def upload_artifact(
+        self,
+        path: str | os.PathLike,
+        name: str | None = None,
+        *,
+        kind: str = "file",
+        commit: str = "",
+        run: str | None = None,
+        sha256: str | None = None,
+    ) -> str:
         """Upload a file to the run now; return its sha256 once the server has stored exactly those
         bytes (it verifies the digest sent; the answer's digest is checked too). Retried like batches;
         raises `Refused` (4xx) or `Unreachable` (no answer after the retries)."""
@@ -335,8 +430,11 @@ class Client:
 
         def send() -> httpx.Response:
             with path.open("rb") as fh:
-                return self._http.post(self._run_url(run, "artifacts"), data=data,
-                                       files={"file": (path.name, fh, "application/octet-stream")})
+                return self._http.post(
+                    self._run_url(run, "artifacts"),
+                    data=data,
+                    files={"file": (path.name, fh, "application/octet-stream")},
+                )
 
         response = self._with_retries(send, what=f"upload of {path}")
         if response.status_code not in (200, 201):
@@ -355,9 +453,11 @@ class Client:
         body = json.dumps(events, allow_nan=False, separators=(",", ":")).encode()
         run = self._run(run)
         response = self._with_retries(
-            lambda: self._http.post(self._run_url(run, "events"), content=body,
-                                    headers={"Content-Type": "application/json"}),
-            what=f"batch of {len(events)} events")
+            lambda: self._http.post(
+                self._run_url(run, "events"), content=body, headers={"Content-Type": "application/json"}
+            ),
+            what=f"batch of {len(events)} events",
+        )
         if response.status_code != 200:
             raise Refused(response.status_code, _json(response))
         return _json(response)
@@ -471,8 +571,12 @@ class Client:
                         return
                     if self._queue:
                         due = self._queue[0].logged + self.flush_interval
-                        if (len(self._queue) >= self.batch_size or self._flush_requested or self._closed
-                                or time.monotonic() >= due):
+                        if (
+                            len(self._queue) >= self.batch_size
+                            or self._flush_requested
+                            or self._closed
+                            or time.monotonic() >= due
+                        ):
                             break
                         self._wake.wait(max(0.0, due - time.monotonic()))
                     else:
@@ -498,16 +602,24 @@ class Client:
             body = b"[" + b",".join(item.data for item in batch) + b"]"
             try:
                 response = self._with_retries(
-                    lambda body=body: self._http.post(self._run_url(run, "events"), content=body,
-                                                      headers={"Content-Type": "application/json"}),
-                    what=f"batch of {len(batch)} events", count=True)
+                    lambda body=body: self._http.post(
+                        self._run_url(run, "events"),
+                        content=body,
+                        headers={"Content-Type": "application/json"},
+                    ),
+                    what=f"batch of {len(batch)} events",
+                    count=True,
+                )
             except Unreachable as exc:
                 self._fail(batch, str(exc))
                 return
             if response.status_code == 200:
                 answer = _json(response)
-                self._count(batches_sent=1, accepted_events=int(answer.get("accepted", 0)),
-                            duplicate_events=int(answer.get("duplicates", 0)))
+                self._count(
+                    batches_sent=1,
+                    accepted_events=int(answer.get("accepted", 0)),
+                    duplicate_events=int(answer.get("duplicates", 0)),
+                )
                 return
             if response.status_code == 413 and len(batch) > 1:
                 half = len(batch) // 2
@@ -515,7 +627,11 @@ class Client:
                 batch = batch[half:]
                 continue
             refused = Refused(response.status_code, _json(response))
-            bad = {e["index"] for e in refused.errors if isinstance(e.get("index"), int) and 0 <= e["index"] < len(batch)}
+            bad = {
+                e["index"]
+                for e in refused.errors
+                if isinstance(e.get("index"), int) and 0 <= e["index"] < len(batch)
+            }
             if response.status_code != 400 or not bad:
                 self._fail(batch, str(refused))
                 return
@@ -556,7 +672,9 @@ class Client:
             backoff = backoff / 2 + random.uniform(0, backoff / 2)  # equal jitter
             delay = min(self.backoff_max, wait) if wait is not None else backoff
             attempt += 1
-            log.warning("smrweb: %s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.max_retries, delay)
+            log.warning(
+                "smrweb: %s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.max_retries, delay
+            )
             time.sleep(delay)
 
 
@@ -574,8 +692,13 @@ _default: Client | None = None
 _default_lock = threading.Lock()
 
 
-def init(base_url: str | None = None, token: str | None = None, project: str | None = None,
-         run: str | None = None, **options) -> Client:
+def init(
+    base_url: str | None = None,
+    token: str | None = None,
+    project: str | None = None,
+    run: str | None = None,
+    **options,
+) -> Client:
     """Create the module's client (closing a previous one) and return it. Arguments as `Client`."""
     global _default
     with _default_lock:

@@ -45,8 +45,9 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 # `testserver` is Django's test client's host: not a host production answers to (red-team finding 15).
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]",
-                                                    *([] if PRODUCTION else ["testserver"])])
+ALLOWED_HOSTS = env.list(
+    "ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", *([] if PRODUCTION else ["testserver"])]
+)
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -167,8 +168,12 @@ ARTIFACT_ROOT = Path(env.str("SMRWEB_ARTIFACT_ROOT", default=str(DATA_DIR / "art
 _artifact_storage = {
     "BACKEND": "django.core.files.storage.FileSystemStorage",
     # Django would make uploads 0644 whatever the umask: blobs are the projects' own.
-    "OPTIONS": {"location": str(ARTIFACT_ROOT), "base_url": None, "file_permissions_mode": 0o600,
-                "directory_permissions_mode": 0o700},
+    "OPTIONS": {
+        "location": str(ARTIFACT_ROOT),
+        "base_url": None,
+        "file_permissions_mode": 0o600,
+        "directory_permissions_mode": 0o700,
+    },
 }
 if bucket := env.str("SMRWEB_ARTIFACT_S3_BUCKET", default=""):
     # S3-compatible storage (MinIO, R2, S3); credentials come from the usual AWS_* variables.
@@ -211,7 +216,11 @@ REDIS_URL = env.str("REDIS_URL", default=f"unix://{EMBEDDED_REDIS_DIR / 'redis.s
 
 
 def _celery_url(redis_url: str) -> str:
-    return "redis+socket://" + redis_url.removeprefix("unix://") if redis_url.startswith("unix://") else redis_url
+    return (
+        "redis+socket://" + redis_url.removeprefix("unix://")
+        if redis_url.startswith("unix://")
+        else redis_url
+    )
 
 
 CELERY_BROKER_URL = _celery_url(REDIS_URL)
@@ -275,10 +284,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": (
         "Push agent-run events (turns, metrics, scores, artifacts) and read runs back. "
         "[← Back to the dashboard](/)\n\n"
-        + ("**Try it out writes to this server's real data**, as you: the request bodies shown are examples "
-           "(their ids say `example`)." if SMRWEB_API_DOCS_TRY_WRITES else
-           "\"Try it out\" runs **reads only** here; write operations show their example body and the curl "
-           "line without sending it (an operator turns sending on with `SMRWEB_API_DOCS_TRY_WRITES=true`).")
+        + (
+            "**Try it out writes to this server's real data**, as you: the request bodies shown are examples "
+            "(their ids say `example`)."
+            if SMRWEB_API_DOCS_TRY_WRITES
+            else '"Try it out" runs **reads only** here; write operations show their example body and the curl '
+            "line without sending it (an operator turns sending on with `SMRWEB_API_DOCS_TRY_WRITES=true`)."
+        )
     ),
     "VERSION": "1",
     # The event components come from pydantic as JSON Schema 2020-12 (`type: null`), which is OpenAPI 3.1.
@@ -293,9 +305,13 @@ SPECTACULAR_SETTINGS = {
     # No online validator badge: it would load an image from validator.swagger.io (refused by the CSP)
     # and tell that site where the schema lives.
     "SWAGGER_UI_SETTINGS": {
-        "deepLinking": True, "validatorUrl": None,
-        "supportedSubmitMethods": (["get", "head", "options", "post", "put", "patch", "delete"]
-                                   if SMRWEB_API_DOCS_TRY_WRITES else ["get", "head", "options"]),
+        "deepLinking": True,
+        "validatorUrl": None,
+        "supportedSubmitMethods": (
+            ["get", "head", "options", "post", "put", "patch", "delete"]
+            if SMRWEB_API_DOCS_TRY_WRITES
+            else ["get", "head", "options"]
+        ),
     },
     # Two choice sets share the field name `kind`: name each after its model enum.
     "ENUM_NAME_OVERRIDES": {
@@ -420,23 +436,31 @@ if SMRWEB_SIGNED_LINK_TTL_SECONDS <= 0:
 SMRWEB_SMR_BACKEND_BASE = env.str("SMRWEB_SMR_BACKEND_BASE", default="")
 SMRWEB_SMR_API_KEY = env.str("SMRWEB_SMR_API_KEY", default="")
 SMRWEB_SMR_TIMEOUT = env.float("SMRWEB_SMR_TIMEOUT", default=30.0)
-SMRWEB_SMR_FIRST_CALL_TIMEOUT = env.float("SMRWEB_SMR_FIRST_CALL_TIMEOUT", default=120.0)  # a cold backend is slow
+SMRWEB_SMR_FIRST_CALL_TIMEOUT = env.float(
+    "SMRWEB_SMR_FIRST_CALL_TIMEOUT", default=120.0
+)  # a cold backend is slow
 SMRWEB_SMR_ACTIVE_INTERVAL = env.float("SMRWEB_SMR_ACTIVE_INTERVAL", default=10.0)  # a project with live runs
 SMRWEB_SMR_IDLE_INTERVAL = env.float("SMRWEB_SMR_IDLE_INTERVAL", default=180.0)  # a project with none
 SMRWEB_SMR_BACKOFF_BASE = env.float("SMRWEB_SMR_BACKOFF_BASE", default=5.0)
 SMRWEB_SMR_BACKOFF_MAX = env.float("SMRWEB_SMR_BACKOFF_MAX", default=300.0)
-SMRWEB_SMR_RETRY_AFTER_MAX = env.float("SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0)  # trust a server's hint up to this
+SMRWEB_SMR_RETRY_AFTER_MAX = env.float(
+    "SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0
+)  # trust a server's hint up to this
 SMRWEB_SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
 # What one sync cycle reads (docs/smr.md#cost-per-cycle): runs per list page (the spec's maximum), the
 # newest runtime messages asked for first (widened when a gap shows), and how many usage entries a live
 # run's timeline may re-download per cycle on average — the whole list comes in one answer, so a long
 # run's timeline is refreshed less often while its totals (typed aggregates) stay current every cycle.
 SMRWEB_SMR_RUNS_PAGE = env.int("SMRWEB_SMR_RUNS_PAGE", default=200)
-SMRWEB_SMR_FULL_LIST_EVERY = env.float("SMRWEB_SMR_FULL_LIST_EVERY", default=300.0)  # seconds between whole run-list walks
+SMRWEB_SMR_FULL_LIST_EVERY = env.float(
+    "SMRWEB_SMR_FULL_LIST_EVERY", default=300.0
+)  # seconds between whole run-list walks
 SMRWEB_SMR_MESSAGE_WINDOW = env.int("SMRWEB_SMR_MESSAGE_WINDOW", default=20)
 SMRWEB_SMR_MESSAGE_WINDOW_MAX = env.int("SMRWEB_SMR_MESSAGE_WINDOW_MAX", default=1000)  # the spec's maximum
 SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE", default=200)
-SMRWEB_SMR_CHECK_TIMEOUT = env.float("SMRWEB_SMR_CHECK_TIMEOUT", default=10.0)  # "Test connection" and creation
+SMRWEB_SMR_CHECK_TIMEOUT = env.float(
+    "SMRWEB_SMR_CHECK_TIMEOUT", default=10.0
+)  # "Test connection" and creation
 SMRWEB_SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
 SMRWEB_SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 
@@ -447,20 +471,25 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     # One line per meaningful event, not one per outbound HTTP request (the poller makes ~7 per run).
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
-                "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
 
 # OTLP trace ingest (/v1/traces): USD per 1M input/output tokens by model, merged over the default
 # table in smrweb/tracking/otlp.py, e.g. '{"my-model": {"input": 1.5, "output": 6}}' (docs/integrations.md).
 SMRWEB_MODEL_PRICES = env.json("SMRWEB_MODEL_PRICES", default={})
 if not isinstance(SMRWEB_MODEL_PRICES, dict) or not all(
-    isinstance(_price, dict) and set(_price) == {"input", "output"}
+    isinstance(_price, dict)
+    and set(_price) == {"input", "output"}
     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in _price.values())
     for _price in SMRWEB_MODEL_PRICES.values()
 ):
     raise environ.ImproperlyConfigured(
-        'SMRWEB_MODEL_PRICES must be a JSON object {"model": {"input": USD per 1M, "output": USD per 1M}}')
+        'SMRWEB_MODEL_PRICES must be a JSON object {"model": {"input": USD per 1M, "output": USD per 1M}}'
+    )
 
 # Scenario preflights per caller (user or token), "<count>/<s|m|h|d>" (red-team finding 9): each one is a
 # worker task, so a burst from one caller must not crowd out validators and polls.

@@ -32,8 +32,12 @@ def private_cache(settings, tmp_path):
     """Each test counts rate limits in a cache of its own: the configured Redis is shared by concurrent
     test sessions and outlives them, so its counters would leak from test to test. (Redis itself is
     tested in tests/test_web_security.py.)"""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": f"test-{os.getpid()}-{tmp_path.name}"}}
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"test-{os.getpid()}-{tmp_path.name}",
+        }
+    }
 
 
 # The suite's webhook receivers and SMR simulators listen on loopback, and its example webhooks name
@@ -54,8 +58,10 @@ def artifact_root(settings, tmp_path):
     root = tmp_path / "artifacts"
     settings.STORAGES = {
         **settings.STORAGES,
-        "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                      "OPTIONS": {"location": str(root), "base_url": None}},
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(root), "base_url": None},
+        },
     }
     return root
 
@@ -162,23 +168,39 @@ def _database_url() -> str:
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
-    auth = f"{db['USER']}:{db['PASSWORD']}@" if db.get("PASSWORD") else (f"{db['USER']}@" if db.get("USER") else "")
+    auth = (
+        f"{db['USER']}:{db['PASSWORD']}@"
+        if db.get("PASSWORD")
+        else (f"{db['USER']}@" if db.get("USER") else "")
+    )
     return f"postgres://{auth}{db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
 # Short timeouts, intervals and leases so that polling tests run in seconds, not minutes.
 FAST_POLLING = {
-    "SMRWEB_SMR_TIMEOUT": "2", "SMRWEB_SMR_FIRST_CALL_TIMEOUT": "2", "SMRWEB_SMR_ACTIVE_INTERVAL": "0.5",
-    "SMRWEB_SMR_IDLE_INTERVAL": "1", "SMRWEB_SMR_BACKOFF_BASE": "0.2", "SMRWEB_SMR_BACKOFF_MAX": "1",
-    "SMRWEB_SMR_LEASE_SECONDS": "20", "SMRWEB_POLL_TICK_SECONDS": "0.5",
-    "SMRWEB_ROLLBACK_RETRY_BASE_SECONDS": "0.2", "SMRWEB_ROLLBACK_RETRY_MAX_SECONDS": "1",
+    "SMRWEB_SMR_TIMEOUT": "2",
+    "SMRWEB_SMR_FIRST_CALL_TIMEOUT": "2",
+    "SMRWEB_SMR_ACTIVE_INTERVAL": "0.5",
+    "SMRWEB_SMR_IDLE_INTERVAL": "1",
+    "SMRWEB_SMR_BACKOFF_BASE": "0.2",
+    "SMRWEB_SMR_BACKOFF_MAX": "1",
+    "SMRWEB_SMR_LEASE_SECONDS": "20",
+    "SMRWEB_POLL_TICK_SECONDS": "0.5",
+    "SMRWEB_ROLLBACK_RETRY_BASE_SECONDS": "0.2",
+    "SMRWEB_ROLLBACK_RETRY_MAX_SECONDS": "1",
     "SMRWEB_ROLLBACK_MAX_ATTEMPTS": "4",
 }
 
 
 def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL, **FAST_POLLING,
-           "SMRWEB_WEBHOOK_ALLOWED_HOSTS": ",".join(TEST_ALLOWED_HOSTS), **extra_env}
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        **FAST_POLLING,
+        "SMRWEB_WEBHOOK_ALLOWED_HOSTS": ",".join(TEST_ALLOWED_HOSTS),
+        **extra_env,
+    }
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -209,10 +231,29 @@ def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     artifacts = tmp_path_factory.mktemp("worker-artifacts")  # shared with tests that use the worker
-    proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
-                   "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
-                   "--without-heartbeat", "-n", WORKER_NAME], log,
-                  {"SMRWEB_CELERY_QUEUE": celery_queue, "SMRWEB_ARTIFACT_ROOT": str(artifacts)})
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "smrweb",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "1",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            WORKER_NAME,
+        ],
+        log,
+        {"SMRWEB_CELERY_QUEUE": celery_queue, "SMRWEB_ARTIFACT_ROOT": str(artifacts)},
+    )
     _wait_for_line(proc, log, "ready.")
     proc.artifact_root = artifacts
     yield proc, log
@@ -227,8 +268,10 @@ def celery_worker(celery_worker_process, celery_queue, redis_server, settings, a
     the worker reads them."""
     settings.STORAGES = {
         **settings.STORAGES,
-        "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                      "OPTIONS": {"location": str(celery_worker_process[0].artifact_root), "base_url": None}},
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(celery_worker_process[0].artifact_root), "base_url": None},
+        },
     }
     yield celery_worker_process
     from smrweb.celery import app
@@ -248,9 +291,22 @@ def celery_worker(celery_worker_process, celery_queue, redis_server, settings, a
 def celery_beat_process(celery_worker, celery_queue, tmp_path):
     """A real `celery beat` subprocess that sends flag_stalled_runs every second."""
     log = tmp_path / "beat.log"
-    proc = _start([sys.executable, "-m", "celery", "-A", "smrweb", "beat", "--loglevel", "INFO",
-                   "--schedule", str(tmp_path / "beat-schedule")], log,
-                  {"SMRWEB_STALL_CHECK_SECONDS": "1", "SMRWEB_CELERY_QUEUE": celery_queue})
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "smrweb",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+        ],
+        log,
+        {"SMRWEB_STALL_CHECK_SECONDS": "1", "SMRWEB_CELERY_QUEUE": celery_queue},
+    )
     _wait_for_line(proc, log, "beat: Starting")
     yield proc, log
     _stop(proc)

@@ -29,6 +29,8 @@ def grant(user, *codenames: str) -> None:
     """Give `user` permissions of the tracking app, e.g. grant(carol, "add_project", "bind_source")."""
     from django.contrib.auth.models import Permission
 
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="tracking", codename__in=codenames))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="tracking", codename__in=codenames)
+    )
     for cache in ("_perm_cache", "_user_perm_cache"):
         user.__dict__.pop(cache, None)

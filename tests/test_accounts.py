@@ -29,11 +29,20 @@ def test_the_data_dir_and_everything_in_it_are_the_owners_only(tmp_path):
     env = {**os.environ, "SMRWEB_DATA_DIR": str(data)}
     env.pop("DATABASE_URL", None)
     env.pop("SMRWEB_ARTIFACT_ROOT", None)
-    store = ("import io; from smrweb.tracking import services; "
-             "p = services.create_project('perm'); services.store_artifact(p, 'r1', path='a.py', content=io.BytesIO(b'x'))")
+    store = (
+        "import io; from smrweb.tracking import services; "
+        "p = services.create_project('perm'); services.store_artifact(p, 'r1', path='a.py', content=io.BytesIO(b'x'))"
+    )
     for argv in (["migrate", "-v", "0"], ["shell", "-c", store]):
-        done = subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
     assert mode(data) == 0o700
     created = [p for p in data.rglob("*")]
@@ -43,11 +52,23 @@ def test_the_data_dir_and_everything_in_it_are_the_owners_only(tmp_path):
 
 
 def test_production_does_not_answer_to_testserver(tmp_path):
-    env = {**os.environ, "SMRWEB_DATA_DIR": str(tmp_path), "SMRWEB_PRODUCTION": "true", "SECRET_KEY": "k" * 60}
+    env = {
+        **os.environ,
+        "SMRWEB_DATA_DIR": str(tmp_path),
+        "SMRWEB_PRODUCTION": "true",
+        "SECRET_KEY": "k" * 60,
+    }
     env.pop("ALLOWED_HOSTS", None)
     probe = "from django.conf import settings; print(settings.ALLOWED_HOSTS)"
-    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", probe], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "testserver" not in done.stdout and "localhost" in done.stdout
 
@@ -58,8 +79,11 @@ def test_compose_refuses_to_start_without_real_passwords():
         uses = re.findall(r"\$\{" + secret + r"([^}]*)\}", compose)
         assert uses and all(use.startswith(":?") for use in uses), (secret, uses)  # required, no default
     yaml.safe_load(compose)  # still a compose file
-    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-                   if line and not line.startswith("#"))
+    example = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert example["POSTGRES_PASSWORD"] == example["MINIO_ROOT_PASSWORD"] == example["SECRET_KEY"] == ""
 
 
@@ -109,11 +133,23 @@ def test_everyone_can_change_their_password(client, carol):
     client.force_login(carol)
     page = client.get("/password/")
     assert page.status_code == 200 and 'autocomplete="new-password"' in page.content.decode()
-    wrong = client.post("/password/", {"old_password": "nope", "new_password1": "a-much-better-one-42",
-                                       "new_password2": "a-much-better-one-42"})
+    wrong = client.post(
+        "/password/",
+        {
+            "old_password": "nope",
+            "new_password1": "a-much-better-one-42",
+            "new_password2": "a-much-better-one-42",
+        },
+    )
     assert wrong.status_code == 200 and "form-error" in wrong.content.decode()
-    done = client.post("/password/", {"old_password": PASSWORD, "new_password1": "a-much-better-one-42",
-                                      "new_password2": "a-much-better-one-42"})
+    done = client.post(
+        "/password/",
+        {
+            "old_password": PASSWORD,
+            "new_password1": "a-much-better-one-42",
+            "new_password2": "a-much-better-one-42",
+        },
+    )
     assert done.status_code == 302 and done["Location"] == "/password/done/"
     carol.refresh_from_db()
     assert carol.check_password("a-much-better-one-42")

@@ -37,7 +37,12 @@ PACKAGE = "smrweb"
 # --- the layer rules --------------------------------------------------------------------------------
 
 APPS = (
-    "smrweb.tracking", "smrweb.sources", "smrweb.api", "smrweb.dashboard", "smrweb.stack", "smrweb.simulator",
+    "smrweb.tracking",
+    "smrweb.sources",
+    "smrweb.api",
+    "smrweb.dashboard",
+    "smrweb.stack",
+    "smrweb.simulator",
 )
 
 CORE = ("smrweb.core",)
@@ -47,11 +52,23 @@ TRACKING = ("smrweb.tracking",)
 # Commands are entry points, like the faces: they may reach the sources (create_project checks a branch).
 TRACKING_ENTRY_POINTS = ("smrweb.tracking.management.commands",)
 TRACKING_FORBIDDEN = (
-    "smrweb.sources", "smrweb.api", "smrweb.dashboard", "smrweb.stack", "smrweb.simulator",
+    "smrweb.sources",
+    "smrweb.api",
+    "smrweb.dashboard",
+    "smrweb.stack",
+    "smrweb.simulator",
     # No Celery (the library, or the project's Celery app), no HTTP, no subprocess, no progress bars.
-    "smrweb.celery", "celery", "rest_framework", "django.http", "subprocess", "httpx", "requests", "tqdm",
+    "smrweb.celery",
+    "celery",
+    "rest_framework",
+    "django.http",
+    "subprocess",
+    "httpx",
+    "requests",
+    "tqdm",
     # No wire format either: OTLP decoding is an adapter (sources/otlp.py) and a face (api/otlp_wire.py).
-    "google.protobuf", "opentelemetry",
+    "google.protobuf",
+    "opentelemetry",
 )
 TRACKING_ENTRY_POINTS_MAY = ("smrweb.sources",)
 
@@ -331,7 +348,8 @@ def cycles(tree: Tree) -> list[tuple[list[str], list[list[Edge]], list[Edge]]]:
                 seen.add(key)
                 paths.append(path)
         inside = sorted(
-            e for e in tree.edges
+            e
+            for e in tree.edges
             if e.internal and e.importer in members and e.target in members and e.target in graph[e.importer]
         )
         out.append((component, paths, inside))

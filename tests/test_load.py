@@ -25,8 +25,18 @@ def test_ingest_and_polling_at_once_lose_and_duplicate_nothing(live_server, proj
     alice.save(update_fields=["password"])
     token = services.create_api_token(project, name="load")[1]
 
-    result = run_load(live_server.url, token, project.slug, "alice", "load-pass-123", seconds=8,
-                      ingest_clients=3, pollers=2, points=200, turns=8)
+    result = run_load(
+        live_server.url,
+        token,
+        project.slug,
+        "alice",
+        "load-pass-123",
+        seconds=8,
+        ingest_clients=3,
+        pollers=2,
+        points=200,
+        turns=8,
+    )
 
     stats, totals = result["stats"], result["totals"]
     assert stats.error_count() == 0, dict(stats.errors)

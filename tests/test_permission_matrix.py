@@ -57,14 +57,12 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from smrweb.dashboard.artifacts import signed_artifact_path
 from smrweb.dashboard import live
+from smrweb.dashboard.artifacts import signed_artifact_path
+from smrweb.dashboard.models import UserPreference
 from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
-from smrweb.dashboard.models import UserPreference
 from smrweb.tracking.models import (
     ApiToken,
     ArenaResult,
@@ -85,6 +83,8 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from tests.conftest import TEST_ALLOWED_HOSTS
 from tests.factories import UserFactory, admin_project
 
@@ -104,8 +104,16 @@ ARTIFACT_BYTES = b"ARTIFACT-BYTES-41f0 print('hill')\n"
 KNOWLEDGE_TITLE = "Wide MLP 6a0c"
 WEBHOOK = "https://hooks.example/hill-rollback-2e9f"
 TOKEN_NAME = "ci-harness-c1d8"
-HILL_SECRETS = (PROJECT_NAME, RUN, MODEL, ARTIFACT_PATH, ARTIFACT_BYTES.decode(), KNOWLEDGE_TITLE, WEBHOOK,
-                TOKEN_NAME)
+HILL_SECRETS = (
+    PROJECT_NAME,
+    RUN,
+    MODEL,
+    ARTIFACT_PATH,
+    ARTIFACT_BYTES.decode(),
+    KNOWLEDGE_TITLE,
+    WEBHOOK,
+    TOKEN_NAME,
+)
 
 OTHER_NAME = "Other project 0c4a"
 OTHER_RUN = "orun-52b1"
@@ -137,6 +145,7 @@ PREFLIGHT_ID = "e" * 32  # a preflight of the world's scenario whose report a wo
 
 def _fake_preflight(calls: list[str]):
     """The worker's side: asking records the call; reading answers the stored report."""
+
     def request_preflight(key: str) -> str:
         calls.append(key)
         return PREFLIGHT_ID
@@ -144,9 +153,17 @@ def _fake_preflight(calls: list[str]):
     def preflight_state(key: str, request_id: str) -> dict | None:
         if request_id != PREFLIGHT_ID:
             return None
-        return {"scenario": key, "status": "done", "report": {
-            "scenario": key, "ok": True, "worker": "matrix-worker",
-            "checks": [{"name": "validator", "group": "worker", "ok": True, "detail": "`python3` found"}]}}
+        return {
+            "scenario": key,
+            "status": "done",
+            "report": {
+                "scenario": key,
+                "ok": True,
+                "worker": "matrix-worker",
+                "checks": [{"name": "validator", "group": "worker", "ok": True, "detail": "`python3` found"}],
+            },
+        }
+
     return request_preflight, preflight_state
 
 
@@ -161,28 +178,51 @@ def build_world() -> World:
 
     artifact, _ = services.store_artifact(hill, RUN, path=ARTIFACT_PATH, content=io.BytesIO(ARTIFACT_BYTES))
     sha = artifact.blob.sha256
-    _events(hill, RUN, [
-        {"type": "state", "id": "s1", "state": "running", "ts": "2026-01-01T00:00:00Z"},
-        {"type": "message", "id": "m1", "body": "kickoff", "ts": "2026-01-01T00:00:00Z"},
-        {"type": "agent.turn", "id": "t0", "turn": 0, "model": MODEL, "tokens_in": 10, "tokens_out": 5,
-         "cost_usd": 0.01, "ts": "2026-01-01T00:00:10Z"},
-        {"type": "metric", "id": "l0", "key": "loss", "value": 1.0, "step": 0},
-        {"type": "metric", "id": "l1", "key": "loss", "value": 0.5, "step": 1},
-        {"type": "checkpoint", "id": "cp-1", "label": "first", "ts": "2026-01-01T00:00:20Z"},
-        *[{"type": "score", "id": f"sc{i}", "score": 0.1 * (i + 1), "artifact": sha,
-           "ts": f"2026-01-01T00:01:{i:02d}Z"} for i in range(5)],
-    ])
+    _events(
+        hill,
+        RUN,
+        [
+            {"type": "state", "id": "s1", "state": "running", "ts": "2026-01-01T00:00:00Z"},
+            {"type": "message", "id": "m1", "body": "kickoff", "ts": "2026-01-01T00:00:00Z"},
+            {
+                "type": "agent.turn",
+                "id": "t0",
+                "turn": 0,
+                "model": MODEL,
+                "tokens_in": 10,
+                "tokens_out": 5,
+                "cost_usd": 0.01,
+                "ts": "2026-01-01T00:00:10Z",
+            },
+            {"type": "metric", "id": "l0", "key": "loss", "value": 1.0, "step": 0},
+            {"type": "metric", "id": "l1", "key": "loss", "value": 0.5, "step": 1},
+            {"type": "checkpoint", "id": "cp-1", "label": "first", "ts": "2026-01-01T00:00:20Z"},
+            *[
+                {
+                    "type": "score",
+                    "id": f"sc{i}",
+                    "score": 0.1 * (i + 1),
+                    "artifact": sha,
+                    "ts": f"2026-01-01T00:01:{i:02d}Z",
+                }
+                for i in range(5)
+            ],
+        ],
+    )
     # One submission per step of the loop, so that every action is legal for someone allowed to take it.
     cand, verifying, verified, approved, uploaded = Submission.objects.filter(project=hill).order_by("score")
     for sub in (verifying, verified, approved, uploaded):
         lifecycle.request_verification(sub, by=bob)
     for sub in (verified, approved, uploaded):
-        lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok"))
+        lifecycle.record_verification(
+            sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok")
+        )
     for sub in (approved, uploaded):
         lifecycle.review(Submission.objects.get(pk=sub.pk), by=alice, verdict=Verdict.APPROVE, comment="good")
     lifecycle.mark_uploaded(Submission.objects.get(pk=uploaded.pk), by=bob)
-    entry = knowledge.add_entry(hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big",
-                                submission=cand)
+    entry = knowledge.add_entry(
+        hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big", submission=cand
+    )
     _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
@@ -192,12 +232,19 @@ def build_world() -> World:
     dave = UserFactory(username="dave")  # the other project's admin; not one of the callers
     other = admin_project("other", name=OTHER_NAME, by=dave)
     o_artifact, _ = services.store_artifact(other, OTHER_RUN, path="o.txt", content=io.BytesIO(OTHER_BYTES))
-    _events(other, OTHER_RUN, [
-        {"type": "agent.turn", "id": "t0", "turn": 0, "model": OTHER_MODEL, "ts": "2026-01-01T00:00:10Z"},
-        {"type": "score", "id": "o1", "score": 0.9, "artifact": o_artifact.blob.sha256}])
+    _events(
+        other,
+        OTHER_RUN,
+        [
+            {"type": "agent.turn", "id": "t0", "turn": 0, "model": OTHER_MODEL, "ts": "2026-01-01T00:00:10Z"},
+            {"type": "score", "id": "o1", "score": 0.9, "artifact": o_artifact.blob.sha256},
+        ],
+    )
     o_sub = Submission.objects.get(project=other)
     lifecycle.request_verification(o_sub, by=dave)
-    lifecycle.record_verification(o_sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok"))
+    lifecycle.record_verification(
+        o_sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "ok")
+    )
     o_entry = knowledge.add_entry(other, by=dave, kind="note", title=OTHER_TITLE)
     o_token, raw_other = services.create_api_token(other, name="other-ci")
 
@@ -209,25 +256,46 @@ def build_world() -> World:
     _, expiry, signature = valid.split("/")[2].split(".")
     unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"  # well formed, no such id
     ids = {
-        "run": RUN, "scenario": SCENARIO_KEY, "cand": cand.pk, "verifying": verifying.pk, "verified": verified.pk,
-        "approved": approved.pk, "uploaded": uploaded.pk, "artifact": artifact.pk,
+        "run": RUN,
+        "scenario": SCENARIO_KEY,
+        "cand": cand.pk,
+        "verifying": verifying.pk,
+        "verified": verified.pk,
+        "approved": approved.pk,
+        "uploaded": uploaded.pk,
+        "artifact": artifact.pk,
         "turn": Run.objects.get(project=hill, external_id=RUN).turns.get().pk,
-        "checkpoint": Checkpoint.objects.get(run__project=hill).pk, "entry": entry.pk, "spare": spare.pk,
-        "o_turn": Run.objects.get(project=other).turns.get().pk, "o_artifact": o_artifact.pk, "o_sub": o_sub.pk,
-        "o_entry": o_entry.pk, "o_token": o_token.pk,
-        "preflight": PREFLIGHT_ID, "link_valid": valid, "link_expired": expired, "link_tampered": tampered, "link_unknown": unknown,
+        "checkpoint": Checkpoint.objects.get(run__project=hill).pk,
+        "entry": entry.pk,
+        "spare": spare.pk,
+        "o_turn": Run.objects.get(project=other).turns.get().pk,
+        "o_artifact": o_artifact.pk,
+        "o_sub": o_sub.pk,
+        "o_entry": o_entry.pk,
+        "o_token": o_token.pk,
+        "preflight": PREFLIGHT_ID,
+        "link_valid": valid,
+        "link_expired": expired,
+        "link_tampered": tampered,
+        "link_unknown": unknown,
     }
-    assert [Submission.objects.get(pk=ids[k]).status for k in ("cand", "verifying", "verified", "approved",
-                                                                "uploaded")] == [
-        "candidate", "verifying", "verified", "approved", "uploaded"]
+    assert [
+        Submission.objects.get(pk=ids[k]).status
+        for k in ("cand", "verifying", "verified", "approved", "uploaded")
+    ] == ["candidate", "verifying", "verified", "approved", "uploaded"]
     return World(ids=ids, users=users, raw={"token": raw_token, "other": raw_other, "revoked": raw_revoked})
 
 
 def _storages(root: Path) -> dict:
     from django.conf import settings
 
-    return {**settings.STORAGES, "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                                               "OPTIONS": {"location": str(root), "base_url": None}}}
+    return {
+        **settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(root), "base_url": None},
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -236,9 +304,13 @@ def matrix_world(django_db_setup, django_db_blocker, tmp_path_factory):
     test runs in a savepoint inside it (pytest-django's `db`), each cell in one more."""
     root = tmp_path_factory.mktemp("matrix-artifacts")
     fast = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    with (django_db_blocker.unblock(),
-          override_settings(STORAGES=_storages(root), PASSWORD_HASHERS=fast, SMRWEB_WEBHOOK_ALLOWED_HOSTS=TEST_ALLOWED_HOSTS),
-          transaction.atomic()):
+    with (
+        django_db_blocker.unblock(),
+        override_settings(
+            STORAGES=_storages(root), PASSWORD_HASHERS=fast, SMRWEB_WEBHOOK_ALLOWED_HOSTS=TEST_ALLOWED_HOSTS
+        ),
+        transaction.atomic(),
+    ):
         built = build_world()
         built.artifact_root = root
         # One client per caller for the whole module: a client loads the middleware on its first
@@ -254,8 +326,13 @@ def world(matrix_world, db, settings, monkeypatch) -> World:
     # Rate limits (being added elsewhere) must not turn a cell into a 429: off, and caches of our own,
     # cleared before every cell.
     settings.RATELIMIT_ENABLE = False
-    settings.CACHES = {alias: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                               "LOCATION": f"permission-matrix-{alias}"} for alias in settings.CACHES}
+    settings.CACHES = {
+        alias: {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"permission-matrix-{alias}",
+        }
+        for alias in settings.CACHES
+    }
     # Poll versions carry a 30-second tick; freeze it so a version read before a cell is still current in it.
     monkeypatch.setattr(live, "TICK_SECONDS", 10**12)
     matrix_world.preflights = []
@@ -306,19 +383,37 @@ def fingerprint() -> tuple:
         tuple(Submission.objects.order_by("pk").values_list("pk", "status", "proposed_by_id")),
         tuple(ApiToken.objects.order_by("pk").values_list("pk", "revoked_at")),
         tuple(KnowledgeEntry.objects.order_by("pk").values_list("pk", "kind", "title", "body")),
-        tuple(Project.objects.order_by("pk").values_list("pk", "regression_threshold", "rollback_webhook_url",
-                                                          "require_second_reviewer")),
+        tuple(
+            Project.objects.order_by("pk").values_list(
+                "pk", "regression_threshold", "rollback_webhook_url", "require_second_reviewer"
+            )
+        ),
         tuple(Run.objects.order_by("pk").values_list("pk", "budget_usd", "git_branch", "state")),
-        _counts(AuditEvent, Rollback, Scenario, MetricPoint, Artifact, ArenaResult, Review, SubmissionTransition,
-                Membership, Checkpoint, UserPreference),
+        _counts(
+            AuditEvent,
+            Rollback,
+            Scenario,
+            MetricPoint,
+            Artifact,
+            ArenaResult,
+            Review,
+            SubmissionTransition,
+            Membership,
+            Checkpoint,
+            UserPreference,
+        ),
     )
 
 
 def _counts(*models) -> tuple[int, ...]:
     """Row counts of several tables in one query (the fingerprint is taken twice per cell)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(m._meta.db_table)})"
-                                             for m in models))
+        cursor.execute(
+            "SELECT "
+            + ", ".join(
+                f"(SELECT COUNT(*) FROM {connection.ops.quote_name(m._meta.db_table)})" for m in models
+            )
+        )
         return tuple(cursor.fetchone())
 
 
@@ -345,7 +440,9 @@ class Row:
 
     def answers(self) -> dict[str, str]:
         codes = self.expect.split()
-        assert len(codes) == len(PRINCIPALS), f"{self.name}: {len(codes)} answers for {len(PRINCIPALS)} principals"
+        assert len(codes) == len(PRINCIPALS), (
+            f"{self.name}: {len(codes)} answers for {len(PRINCIPALS)} principals"
+        )
         return dict(zip(PRINCIPALS, codes))
 
 
@@ -366,221 +463,736 @@ def upload(ids) -> dict:
 ROWS = [
     # name, method, path                                                                   anon  carol victr bob   alice token other revkd
     # --- sign-in -----------------------------------------------------------------------------------------------------
-    Row("login page", "GET", "/login/",                                                   "200   302   302   302   302   200   200   200"),
-    Row("logout", "POST", "/logout/",                                                     "302   302   302   302   302   302   302   302"),
+    Row("login page", "GET", "/login/", "200   302   302   302   302   200   200   200"),
+    Row("logout", "POST", "/logout/", "302   302   302   302   302   302   302   302"),
     # Everyone signed in may change their own password (the form comes back: no old password was sent).
-    Row("password change", "GET", "/password/",                                           "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="Change your password"),
-    Row("password change: empty form", "POST", "/password/",                              "LOGIN 200   200   200   200   LOGIN LOGIN LOGIN"),
-    Row("password changed", "GET", "/password/done/",                                     "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="Password changed"),
+    Row(
+        "password change",
+        "GET",
+        "/password/",
+        "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Change your password",
+    ),
+    Row(
+        "password change: empty form", "POST", "/password/", "LOGIN 200   200   200   200   LOGIN LOGIN LOGIN"
+    ),
+    Row(
+        "password changed",
+        "GET",
+        "/password/done/",
+        "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Password changed",
+    ),
     # Everyone signed in may choose their own clock (UTC or their browser's zone); nobody else's.
-    Row("preferences", "GET", "/preferences/",                                            "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="Show times in"),
-    Row("preferences: local clock", "POST", "/preferences/",                              "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"clock": "local", "local_zone": "Europe/Paris"}, effect=count(UserPreference)),
+    Row(
+        "preferences",
+        "GET",
+        "/preferences/",
+        "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Show times in",
+    ),
+    Row(
+        "preferences: local clock",
+        "POST",
+        "/preferences/",
+        "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"clock": "local", "local_zone": "Europe/Paris"},
+        effect=count(UserPreference),
+    ),
     # --- signed artifact links: the only way in without a session ---------------------------------------------------
-    Row("signed link: valid", "GET", "{link_valid}",                                      "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
-        marker=ARTIFACT_BYTES.decode()),
-    Row("signed link: expired", "GET", "{link_expired}",                                  "410   410   410   410   410   410   410   410"),
-    Row("signed link: tampered", "GET", "{link_tampered}",                                "403   403   403   403   403   403   403   403"),
-    Row("signed link: unknown artifact", "GET", "{link_unknown}",                         "403   403   403   403   403   403   403   403"),
+    Row(
+        "signed link: valid",
+        "GET",
+        "{link_valid}",
+        "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker=ARTIFACT_BYTES.decode(),
+    ),
+    Row("signed link: expired", "GET", "{link_expired}", "410   410   410   410   410   410   410   410"),
+    Row("signed link: tampered", "GET", "{link_tampered}", "403   403   403   403   403   403   403   403"),
+    Row(
+        "signed link: unknown artifact",
+        "GET",
+        "{link_unknown}",
+        "403   403   403   403   403   403   403   403",
+    ),
     # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in) ---------------
-    Row("overview", "GET", "/",                                                           "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=PROJECT_NAME),
-    Row("overview cards (hx)", "GET", "/",                                                "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=PROJECT_NAME, **HX),
-    Row("overview cards poll, unchanged", "GET", "/",                                     "LOGIN EMPTY 204   204   204   LOGIN LOGIN LOGIN",
-        marker=PROJECT_NAME, **POLL),
-    Row("scenario page", "GET", "/scenarios/{scenario}/",                                 "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=SCENARIO_NAME),
+    Row("overview", "GET", "/", "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=PROJECT_NAME),
+    Row(
+        "overview cards (hx)",
+        "GET",
+        "/",
+        "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+        **HX,
+    ),
+    Row(
+        "overview cards poll, unchanged",
+        "GET",
+        "/",
+        "LOGIN EMPTY 204   204   204   LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+        **POLL,
+    ),
+    Row(
+        "scenario page",
+        "GET",
+        "/scenarios/{scenario}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=SCENARIO_NAME,
+    ),
     # Asking queues the preflight (a plain post is sent back to the page; htmx gets the polling fragment).
-    Row("scenario preflight", "POST", "/scenarios/{scenario}/preflight",                  "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, effect=preflight_calls),
-    Row("scenario preflight asked (hx)", "POST", "/scenarios/{scenario}/preflight",       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="Queued for a worker", effect=preflight_calls, **HX),
-    Row("scenario preflight report (hx)", "GET", "/scenarios/{scenario}/preflight/{preflight}",
-        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker="matrix-worker", **HX),
-    Row("project page", "GET", f"{P}/",                                                   "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN),
-    Row("project page: no such project", "GET", "/projects/nope/",                        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
-    Row("project runs + leaderboard (hx)", "GET", f"{P}/",                                "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN, **HX),
-    Row("project runs poll, unchanged", "GET", f"{P}/",                                   "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
-        **POLL),
-    Row("project score chart (hx)", "GET", f"{P}/chart/",                                 "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN, **HX),
-    Row("project score chart poll, unchanged", "GET", f"{P}/chart/",                      "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
-        **POLL),
-    Row("compare runs", "GET", f"{P}/compare/?runs={RUN}",                                "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN),
-    Row("compare: another project's run", "GET", f"{P}/compare/?runs={OTHER_RUN}",        "LOGIN HIDE  EMPTY EMPTY EMPTY LOGIN LOGIN LOGIN",
-        marker="/projects/other/"),
-    Row("review queue", "GET", f"{P}/review/",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN),
-    Row("knowledge page", "GET", f"{P}/knowledge/",                                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=KNOWLEDGE_TITLE),
-    Row("knowledge: add an entry", "POST", f"{P}/knowledge/",                             "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"kind": "note", "title": "matrix note", "body": "b"}, effect=count(KnowledgeEntry)),
-    Row("knowledge: edit form", "GET", f"{P}/knowledge/{{entry}}/edit",                   "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=KNOWLEDGE_TITLE),
-    Row("knowledge: edit", "POST", f"{P}/knowledge/{{entry}}/edit",                       "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"kind": "note", "title": "edited", "body": ""},
-        effect=lambda w: KnowledgeEntry.objects.get(pk=w.ids["entry"]).title),
-    Row("knowledge: edit another project's entry", "POST", f"{P}/knowledge/{{o_entry}}/edit",
-        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN", data={"kind": "note", "title": "edited", "body": ""}),
-    Row("project settings", "GET", f"{P}/settings/",                                      "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        marker=WEBHOOK),
-    Row("project settings: save", "POST", f"{P}/settings/",                               "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"regression_threshold": "0.25", "rollback_webhook_url": WEBHOOK},
-        effect=hill("regression_threshold")),
-    Row("project members: add carol as viewer", "POST", f"{P}/members",                   "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"username": "carol", "role": "viewer"}, effect=count(Membership, user__username="carol")),
-    Row("project members by GET", "GET", f"{P}/members",                                   "405   405   405   405   405   405   405   405"),
-    Row("API tokens page", "GET", f"{P}/tokens/",                                         "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        marker=TOKEN_NAME),
-    Row("API tokens: create", "POST", f"{P}/tokens/",                                     "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"name": "matrix-token"}, effect=count(ApiToken)),
-    Row("API tokens: revoke", "POST", f"{P}/tokens/{{spare}}/revoke",                     "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        ok=302, effect=lambda w: ApiToken.objects.get(pk=w.ids["spare"]).revoked_at is None),
-    Row("API tokens: revoke another project's", "POST", f"{P}/tokens/{{o_token}}/revoke", "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN"),
-    Row("API tokens: revoke by GET", "GET", f"{P}/tokens/{{spare}}/revoke",               "405   405   405   405   405   405   405   405"),
-    Row("submission page", "GET", f"{S}/{{verifying}}/",                                  "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN),
-    Row("submission live block (hx)", "GET", f"{S}/{{verifying}}/",                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=RUN, **HX),
-    Row("submission live block poll, unchanged", "GET", f"{S}/{{verifying}}/",            "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
-        **POLL),
-    Row("submission page: another project's", "GET", f"{S}/{{o_sub}}/",                   "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
-    Row("submission: verify", "POST", f"{S}/{{cand}}/verify",                             "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, effect=status_of("cand")),
-    Row("submission: approve", "POST", f"{S}/{{verified}}/approve",                       "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"comment": "ok"}, effect=status_of("verified")),
-    Row("submission: reject", "POST", f"{S}/{{verified}}/reject",                         "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"comment": "no"}, effect=status_of("verified")),
-    Row("submission: mark uploaded", "POST", f"{S}/{{approved}}/upload",                  "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, effect=status_of("approved")),
-    Row("submission: record arena result", "POST", f"{S}/{{uploaded}}/record",            "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"rank": "3", "arena_score": "1200", "note": "n"}, effect=count(ArenaResult)),
+    Row(
+        "scenario preflight",
+        "POST",
+        "/scenarios/{scenario}/preflight",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=preflight_calls,
+    ),
+    Row(
+        "scenario preflight asked (hx)",
+        "POST",
+        "/scenarios/{scenario}/preflight",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="Queued for a worker",
+        effect=preflight_calls,
+        **HX,
+    ),
+    Row(
+        "scenario preflight report (hx)",
+        "GET",
+        "/scenarios/{scenario}/preflight/{preflight}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="matrix-worker",
+        **HX,
+    ),
+    Row("project page", "GET", f"{P}/", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=RUN),
+    Row(
+        "project page: no such project",
+        "GET",
+        "/projects/nope/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "project runs + leaderboard (hx)",
+        "GET",
+        f"{P}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        **HX,
+    ),
+    Row(
+        "project runs poll, unchanged",
+        "GET",
+        f"{P}/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "project score chart (hx)",
+        "GET",
+        f"{P}/chart/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        **HX,
+    ),
+    Row(
+        "project score chart poll, unchanged",
+        "GET",
+        f"{P}/chart/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "compare runs",
+        "GET",
+        f"{P}/compare/?runs={RUN}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "compare: another project's run",
+        "GET",
+        f"{P}/compare/?runs={OTHER_RUN}",
+        "LOGIN HIDE  EMPTY EMPTY EMPTY LOGIN LOGIN LOGIN",
+        marker="/projects/other/",
+    ),
+    Row("review queue", "GET", f"{P}/review/", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=RUN),
+    Row(
+        "knowledge page",
+        "GET",
+        f"{P}/knowledge/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=KNOWLEDGE_TITLE,
+    ),
+    Row(
+        "knowledge: add an entry",
+        "POST",
+        f"{P}/knowledge/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"kind": "note", "title": "matrix note", "body": "b"},
+        effect=count(KnowledgeEntry),
+    ),
+    Row(
+        "knowledge: edit form",
+        "GET",
+        f"{P}/knowledge/{{entry}}/edit",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=KNOWLEDGE_TITLE,
+    ),
+    Row(
+        "knowledge: edit",
+        "POST",
+        f"{P}/knowledge/{{entry}}/edit",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"kind": "note", "title": "edited", "body": ""},
+        effect=lambda w: KnowledgeEntry.objects.get(pk=w.ids["entry"]).title,
+    ),
+    Row(
+        "knowledge: edit another project's entry",
+        "POST",
+        f"{P}/knowledge/{{o_entry}}/edit",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"kind": "note", "title": "edited", "body": ""},
+    ),
+    Row(
+        "project settings",
+        "GET",
+        f"{P}/settings/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=WEBHOOK,
+    ),
+    Row(
+        "project settings: save",
+        "POST",
+        f"{P}/settings/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"regression_threshold": "0.25", "rollback_webhook_url": WEBHOOK},
+        effect=hill("regression_threshold"),
+    ),
+    Row(
+        "project members: add carol as viewer",
+        "POST",
+        f"{P}/members",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"username": "carol", "role": "viewer"},
+        effect=count(Membership, user__username="carol"),
+    ),
+    Row("project members by GET", "GET", f"{P}/members", "405   405   405   405   405   405   405   405"),
+    Row(
+        "API tokens page",
+        "GET",
+        f"{P}/tokens/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME,
+    ),
+    Row(
+        "API tokens: create",
+        "POST",
+        f"{P}/tokens/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"name": "matrix-token"},
+        effect=count(ApiToken),
+    ),
+    Row(
+        "API tokens: revoke",
+        "POST",
+        f"{P}/tokens/{{spare}}/revoke",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=lambda w: ApiToken.objects.get(pk=w.ids["spare"]).revoked_at is None,
+    ),
+    Row(
+        "API tokens: revoke another project's",
+        "POST",
+        f"{P}/tokens/{{o_token}}/revoke",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "API tokens: revoke by GET",
+        "GET",
+        f"{P}/tokens/{{spare}}/revoke",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row(
+        "submission page",
+        "GET",
+        f"{S}/{{verifying}}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "submission live block (hx)",
+        "GET",
+        f"{S}/{{verifying}}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        **HX,
+    ),
+    Row(
+        "submission live block poll, unchanged",
+        "GET",
+        f"{S}/{{verifying}}/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "submission page: another project's",
+        "GET",
+        f"{S}/{{o_sub}}/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "submission: verify",
+        "POST",
+        f"{S}/{{cand}}/verify",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=status_of("cand"),
+    ),
+    Row(
+        "submission: approve",
+        "POST",
+        f"{S}/{{verified}}/approve",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"comment": "ok"},
+        effect=status_of("verified"),
+    ),
+    Row(
+        "submission: reject",
+        "POST",
+        f"{S}/{{verified}}/reject",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"comment": "no"},
+        effect=status_of("verified"),
+    ),
+    Row(
+        "submission: mark uploaded",
+        "POST",
+        f"{S}/{{approved}}/upload",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=status_of("approved"),
+    ),
+    Row(
+        "submission: record arena result",
+        "POST",
+        f"{S}/{{uploaded}}/record",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"rank": "3", "arena_score": "1200", "note": "n"},
+        effect=count(ArenaResult),
+    ),
     # Reviewers reach the action but the rule is the admin's: refused with a message, nothing changes.
-    Row("submission: exclude from the project's numbers", "POST", f"{S}/{{cand}}/exclude",
+    Row(
+        "submission: exclude from the project's numbers",
+        "POST",
+        f"{S}/{{cand}}/exclude",
         "LOGIN HIDE  DENY  302   ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"reason": "junk from the API docs"}, effect=count(AuditEvent, verb="submission.excluded")),
-    Row("submission: unknown action", "POST", f"{S}/{{cand}}/bogus",                      "LOGIN HIDE  DENY  302   302   LOGIN LOGIN LOGIN"),
-    Row("submission: approve another project's", "POST", f"{S}/{{o_sub}}/approve",        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
-        data={"comment": "ok"}),
-    Row("submission: approve by GET", "GET", f"{S}/{{verified}}/approve",                 "405   405   405   405   405   405   405   405"),
-    Row("run page", "GET", f"{R}/",                                                       "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=MODEL),
-    Row("run live block (hx)", "GET", f"{R}/",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=MODEL, **HX),
-    Row("run live block poll, unchanged", "GET", f"{R}/",                                 "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
-        **POLL),
-    Row("run page: another project's run", "GET", f"{P}/runs/{OTHER_RUN}/",               "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
-    Row("run metric panel (hx)", "GET", f"{R}/metrics/?key=loss",                         "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker="loss", **HX),
-    Row("run metric panel poll, unchanged", "GET", f"{R}/metrics/?key=loss",              "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
-        **POLL),
-    Row("run turns in a bar (hx)", "GET",
-        f"{R}/turns/?origin=2026-01-01T00:00:00%2B00:00&width_us=3600000000&bin=0&kind=d", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=MODEL, **HX),
-    Row("run turn detail (hx)", "GET", f"{R}/turns/{{turn}}/",                            "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=MODEL, **HX),
-    Row("run turn detail: another project's turn (hx)", "GET", f"{R}/turns/{{o_turn}}/",   "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
-        **HX),
-    Row("run artifact download", "GET", f"{R}/artifacts/{{artifact}}/download",           "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
-        marker=ARTIFACT_BYTES.decode()),
-    Row("run artifact download: another project's", "GET", f"{R}/artifacts/{{o_artifact}}/download",
-        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN"),
-    Row("run: stop", "POST", f"{R}/stop",                                                 "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, effect=count(AuditEvent, verb="run.stop_requested")),
-    Row("run: stop by GET", "GET", f"{R}/stop",                                           "405   405   405   405   405   405   405   405"),
-    Row("run: exclude from the project's numbers", "POST", f"{R}/exclusion",             "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data={"action": "exclude", "reason": "a test run"}, effect=count(AuditEvent, verb="run.excluded")),
-    Row("run: exclude by GET", "GET", f"{R}/exclusion",                                   "405   405   405   405   405   405   405   405"),
-    Row("run: roll back", "POST", f"{R}/rollback",                                        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data=lambda ids: {"submission": str(ids["cand"]), "reason": "matrix"}, effect=count(Rollback)),
-    Row("run: roll back to a checkpoint", "POST", f"{R}/rollback",                        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
-        ok=302, data=lambda ids: {"checkpoint": str(ids["checkpoint"])}, effect=count(Rollback)),
-    Row("run: roll back to another project's submission", "POST", f"{R}/rollback",        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
-        data=lambda ids: {"submission": str(ids["o_sub"])}),
+        ok=302,
+        data={"reason": "junk from the API docs"},
+        effect=count(AuditEvent, verb="submission.excluded"),
+    ),
+    Row(
+        "submission: unknown action",
+        "POST",
+        f"{S}/{{cand}}/bogus",
+        "LOGIN HIDE  DENY  302   302   LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "submission: approve another project's",
+        "POST",
+        f"{S}/{{o_sub}}/approve",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"comment": "ok"},
+    ),
+    Row(
+        "submission: approve by GET",
+        "GET",
+        f"{S}/{{verified}}/approve",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row("run page", "GET", f"{R}/", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=MODEL),
+    Row(
+        "run live block (hx)",
+        "GET",
+        f"{R}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL,
+        **HX,
+    ),
+    Row(
+        "run live block poll, unchanged",
+        "GET",
+        f"{R}/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "run page: another project's run",
+        "GET",
+        f"{P}/runs/{OTHER_RUN}/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "run metric panel (hx)",
+        "GET",
+        f"{R}/metrics/?key=loss",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="loss",
+        **HX,
+    ),
+    Row(
+        "run metric panel poll, unchanged",
+        "GET",
+        f"{R}/metrics/?key=loss",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "run turns in a bar (hx)",
+        "GET",
+        f"{R}/turns/?origin=2026-01-01T00:00:00%2B00:00&width_us=3600000000&bin=0&kind=d",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL,
+        **HX,
+    ),
+    Row(
+        "run turn detail (hx)",
+        "GET",
+        f"{R}/turns/{{turn}}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL,
+        **HX,
+    ),
+    Row(
+        "run turn detail: another project's turn (hx)",
+        "GET",
+        f"{R}/turns/{{o_turn}}/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        **HX,
+    ),
+    Row(
+        "run artifact download",
+        "GET",
+        f"{R}/artifacts/{{artifact}}/download",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=ARTIFACT_BYTES.decode(),
+    ),
+    Row(
+        "run artifact download: another project's",
+        "GET",
+        f"{R}/artifacts/{{o_artifact}}/download",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "run: stop",
+        "POST",
+        f"{R}/stop",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=count(AuditEvent, verb="run.stop_requested"),
+    ),
+    Row("run: stop by GET", "GET", f"{R}/stop", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: exclude from the project's numbers",
+        "POST",
+        f"{R}/exclusion",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "exclude", "reason": "a test run"},
+        effect=count(AuditEvent, verb="run.excluded"),
+    ),
+    Row("run: exclude by GET", "GET", f"{R}/exclusion", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: roll back",
+        "POST",
+        f"{R}/rollback",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data=lambda ids: {"submission": str(ids["cand"]), "reason": "matrix"},
+        effect=count(Rollback),
+    ),
+    Row(
+        "run: roll back to a checkpoint",
+        "POST",
+        f"{R}/rollback",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data=lambda ids: {"checkpoint": str(ids["checkpoint"])},
+        effect=count(Rollback),
+    ),
+    Row(
+        "run: roll back to another project's submission",
+        "POST",
+        f"{R}/rollback",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data=lambda ids: {"submission": str(ids["o_sub"])},
+    ),
     # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there) ---------
-    Row("otlp traces export", "POST", "/v1/traces",                                       "401   401   401   401   401   200   200   401",
-        data={"resourceSpans": []}, json=True),
+    Row(
+        "otlp traces export",
+        "POST",
+        "/v1/traces",
+        "401   401   401   401   401   200   200   401",
+        data={"resourceSpans": []},
+        json=True,
+    ),
     # --- REST API (sessions act by role; a project token acts within its project and cannot review) ------------------
-    Row("api health", "GET", "/api/v1/health",                                            "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
-        marker="ok"),
+    Row(
+        "api health", "GET", "/api/v1/health", "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW", marker="ok"
+    ),
     # A scenario is seen by its projects' members and tokens (and staff), shared presets by everyone.
-    Row("api scenarios", "GET", "/api/v1/scenarios/",                                     "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
-        marker=SCENARIO_KEY),
-    Row("api scenarios: create (staff only)", "POST", "/api/v1/scenarios/",               "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
-        data={"key": "matrix-new", "name": "new"}, json=True),
-    Row("api scenario", "GET", "/api/v1/scenarios/{scenario}/",                           "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
-        marker=SCENARIO_NAME),
-    Row("api scenario preflight", "POST", "/api/v1/scenarios/{scenario}/preflight",       "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
-        ok=202, marker=PREFLIGHT_ID, effect=preflight_calls),
-    Row("api scenario preflight report", "GET", "/api/v1/scenarios/{scenario}/preflight/{preflight}",
-        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN", marker="matrix-worker"),
-    Row("api projects", "GET", "/api/v1/projects/",                                       "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
-        marker=PROJECT_NAME),
+    Row(
+        "api scenarios",
+        "GET",
+        "/api/v1/scenarios/",
+        "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
+        marker=SCENARIO_KEY,
+    ),
+    Row(
+        "api scenarios: create (staff only)",
+        "POST",
+        "/api/v1/scenarios/",
+        "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        data={"key": "matrix-new", "name": "new"},
+        json=True,
+    ),
+    Row(
+        "api scenario",
+        "GET",
+        "/api/v1/scenarios/{scenario}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=SCENARIO_NAME,
+    ),
+    Row(
+        "api scenario preflight",
+        "POST",
+        "/api/v1/scenarios/{scenario}/preflight",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        ok=202,
+        marker=PREFLIGHT_ID,
+        effect=preflight_calls,
+    ),
+    Row(
+        "api scenario preflight report",
+        "GET",
+        "/api/v1/scenarios/{scenario}/preflight/{preflight}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker="matrix-worker",
+    ),
+    Row(
+        "api projects",
+        "GET",
+        "/api/v1/projects/",
+        "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
+        marker=PROJECT_NAME,
+    ),
     # Creating a project is for staff and users given `tracking.add_project` (none of the callers).
-    Row("api projects: create", "POST", "/api/v1/projects/",                              "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
-        ok=201, data={"slug": "matrix-new"}, json=True, effect=count(Project)),
-    Row("api projects: create bound to an SMR project", "POST", "/api/v1/projects/",      "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
-        ok=201, data={"slug": "mirror", "source": "smr", "smr_project_id": "victim-smr"}, json=True,
-        effect=count(Project)),
-    Row("api project", "GET", f"{A}/",                                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=PROJECT_NAME),
+    Row(
+        "api projects: create",
+        "POST",
+        "/api/v1/projects/",
+        "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        ok=201,
+        data={"slug": "matrix-new"},
+        json=True,
+        effect=count(Project),
+    ),
+    Row(
+        "api projects: create bound to an SMR project",
+        "POST",
+        "/api/v1/projects/",
+        "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        ok=201,
+        data={"slug": "mirror", "source": "smr", "smr_project_id": "victim-smr"},
+        json=True,
+        effect=count(Project),
+    ),
+    Row(
+        "api project", "GET", f"{A}/", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=PROJECT_NAME
+    ),
     # An outsider's answer is the same as for a project that does not exist; a token's names only its own.
-    Row("api project: no such project", "GET", "/api/v1/projects/nope/",                  "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN"),
-    Row("api runs", "GET", f"{A}/runs",                                                   "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=RUN),
-    Row("api carry-forward", "GET", f"{A}/knowledge/carry-forward",                       "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=KNOWLEDGE_TITLE),
-    Row("api submissions", "GET", f"{AS}",                                                "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=RUN),
-    Row("api submission", "GET", f"{AS}/{{verified}}",                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=RUN),
-    Row("api submission: another project's", "GET", f"{AS}/{{o_sub}}",                    "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
-    Row("api submission: verify", "POST", f"{AS}/{{cand}}/verify",                        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        ok=202, effect=status_of("cand")),
-    Row("api submission: approve", "POST", f"{AS}/{{verified}}/approve",                  "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        data={"comment": "ok"}, json=True, effect=status_of("verified")),
-    Row("api submission: reject", "POST", f"{AS}/{{verified}}/reject",                    "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        data={"comment": "no"}, json=True, effect=status_of("verified")),
-    Row("api submission: mark uploaded", "POST", f"{AS}/{{approved}}/uploaded",           "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        effect=status_of("approved")),
-    Row("api submission: record arena result", "POST", f"{AS}/{{uploaded}}/arena-result", "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        ok=201, data={"rank": 3, "arena_score": 1200.0, "note": "n"}, json=True, effect=count(ArenaResult)),
-    Row("api submission: approve another project's", "POST", f"{AS}/{{o_sub}}/approve",   "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
-        data={"comment": "ok"}, json=True),
-    Row("api run", "GET", f"{AR}",                                                        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=RUN),
-    Row("api run: settings", "PATCH", f"{AR}",                                            "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
-        data={"git_branch": "matrix-branch"}, json=True, effect=run_field("git_branch")),
-    Row("api run: another project's", "GET", f"{A}/runs/{OTHER_RUN}",                     "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
-    Row("api run: push events", "POST", f"{AR}/events",                                   "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
-        data=[{"type": "metric", "id": "matrix", "key": "loss", "value": 0.1, "step": 9}], json=True,
-        effect=count(MetricPoint)),
-    Row("api run: roll back", "POST", f"{AR}/rollback",                                   "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        ok=202, data=lambda ids: {"submission": ids["cand"], "reason": "matrix"}, json=True, effect=count(Rollback)),
-    Row("api run: roll back to a checkpoint", "POST", f"{AR}/rollback",                   "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
-        ok=202, data={"checkpoint": "cp-1"}, json=True, effect=count(Rollback)),
+    Row(
+        "api project: no such project",
+        "GET",
+        "/api/v1/projects/nope/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN",
+    ),
+    Row("api runs", "GET", f"{A}/runs", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api carry-forward",
+        "GET",
+        f"{A}/knowledge/carry-forward",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=KNOWLEDGE_TITLE,
+    ),
+    Row("api submissions", "GET", f"{AS}", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api submission",
+        "GET",
+        f"{AS}/{{verified}}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "api submission: another project's",
+        "GET",
+        f"{AS}/{{o_sub}}",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    Row(
+        "api submission: verify",
+        "POST",
+        f"{AS}/{{cand}}/verify",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        effect=status_of("cand"),
+    ),
+    Row(
+        "api submission: approve",
+        "POST",
+        f"{AS}/{{verified}}/approve",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"comment": "ok"},
+        json=True,
+        effect=status_of("verified"),
+    ),
+    Row(
+        "api submission: reject",
+        "POST",
+        f"{AS}/{{verified}}/reject",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"comment": "no"},
+        json=True,
+        effect=status_of("verified"),
+    ),
+    Row(
+        "api submission: mark uploaded",
+        "POST",
+        f"{AS}/{{approved}}/uploaded",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        effect=status_of("approved"),
+    ),
+    Row(
+        "api submission: record arena result",
+        "POST",
+        f"{AS}/{{uploaded}}/arena-result",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201,
+        data={"rank": 3, "arena_score": 1200.0, "note": "n"},
+        json=True,
+        effect=count(ArenaResult),
+    ),
+    Row(
+        "api submission: approve another project's",
+        "POST",
+        f"{AS}/{{o_sub}}/approve",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+        data={"comment": "ok"},
+        json=True,
+    ),
+    Row("api run", "GET", f"{AR}", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api run: settings",
+        "PATCH",
+        f"{AR}",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        data={"git_branch": "matrix-branch"},
+        json=True,
+        effect=run_field("git_branch"),
+    ),
+    Row(
+        "api run: another project's",
+        "GET",
+        f"{A}/runs/{OTHER_RUN}",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    Row(
+        "api run: push events",
+        "POST",
+        f"{AR}/events",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        data=[{"type": "metric", "id": "matrix", "key": "loss", "value": 0.1, "step": 9}],
+        json=True,
+        effect=count(MetricPoint),
+    ),
+    Row(
+        "api run: roll back",
+        "POST",
+        f"{AR}/rollback",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        data=lambda ids: {"submission": ids["cand"], "reason": "matrix"},
+        json=True,
+        effect=count(Rollback),
+    ),
+    Row(
+        "api run: roll back to a checkpoint",
+        "POST",
+        f"{AR}/rollback",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        data={"checkpoint": "cp-1"},
+        json=True,
+        effect=count(Rollback),
+    ),
     # The target is looked up before the role is checked: a refused caller of hill gets the field error.
-    Row("api run: roll back to another project's submission", "POST", f"{AR}/rollback",   "LOGIN HIDE  400   400   400   400   DENY  LOGIN",
-        data=lambda ids: {"submission": ids["o_sub"]}, json=True),
-    Row("api run turns", "GET", f"{AR}/turns",                                            "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=MODEL),
-    Row("api run metrics", "GET", f"{AR}/metrics?key=loss",                               "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker="loss"),
-    Row("api run artifacts", "GET", f"{AR}/artifacts",                                    "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=ARTIFACT_PATH),
-    Row("api run artifacts: upload", "POST", f"{AR}/artifacts",                           "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
-        ok=201, data=upload, effect=count(Artifact)),
-    Row("api run artifact download", "GET", f"{AR}/artifacts/{{artifact}}/download",      "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
-        marker=ARTIFACT_BYTES.decode()),
-    Row("api run artifact download: another project's", "GET", f"{AR}/artifacts/{{o_artifact}}/download",
-        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN"),
+    Row(
+        "api run: roll back to another project's submission",
+        "POST",
+        f"{AR}/rollback",
+        "LOGIN HIDE  400   400   400   400   DENY  LOGIN",
+        data=lambda ids: {"submission": ids["o_sub"]},
+        json=True,
+    ),
+    Row(
+        "api run turns", "GET", f"{AR}/turns", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=MODEL
+    ),
+    Row(
+        "api run metrics",
+        "GET",
+        f"{AR}/metrics?key=loss",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker="loss",
+    ),
+    Row(
+        "api run artifacts",
+        "GET",
+        f"{AR}/artifacts",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=ARTIFACT_PATH,
+    ),
+    Row(
+        "api run artifacts: upload",
+        "POST",
+        f"{AR}/artifacts",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        ok=201,
+        data=upload,
+        effect=count(Artifact),
+    ),
+    Row(
+        "api run artifact download",
+        "GET",
+        f"{AR}/artifacts/{{artifact}}/download",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=ARTIFACT_BYTES.decode(),
+    ),
+    Row(
+        "api run artifact download: another project's",
+        "GET",
+        f"{AR}/artifacts/{{o_artifact}}/download",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
 ]
 
 # URL patterns with no row, and why.
@@ -614,7 +1226,9 @@ def poll_version(row: Row, w: World, alice: APIClient) -> str:
     return found[1]
 
 
-def check_cell(row: Row, who: str, expected: str, client: APIClient, w: World, version: str | None) -> list[str]:
+def check_cell(
+    row: Row, who: str, expected: str, client: APIClient, w: World, version: str | None
+) -> list[str]:
     """Make the request in a savepoint that is rolled back; the problems with its answer (empty: as expected)."""
     for cache in caches.all():
         cache.clear()
@@ -629,7 +1243,9 @@ def check_cell(row: Row, who: str, expected: str, client: APIClient, w: World, v
             headers[live.VERSION_HEADER] = version
         data = row.data(w.ids) if callable(row.data) else row.data
         kwargs = {"format": "json"} if row.json else {}
-        response = getattr(client, row.method.lower())(row.path.format(**w.ids), data, headers=headers, **kwargs)
+        response = getattr(client, row.method.lower())(
+            row.path.format(**w.ids), data, headers=headers, **kwargs
+        )
         body = _body(response)
         after, effect_after = fingerprint(), row.effect(w) if row.effect else None
         transaction.set_rollback(True)
@@ -664,8 +1280,14 @@ def check_cell(row: Row, who: str, expected: str, client: APIClient, w: World, v
         problems.append(f"allowed, but {row.marker!r} is not in the answer")
     if expected == "EMPTY" and row.marker and row.marker in body:
         problems.append(f"{row.marker!r} is shown")
-    if who not in HILL_READERS:  # whatever the answer, nothing of hill but what the row hands out (a link's bytes)
-        problems += [f"leaks {s!r}" for s in HILL_SECRETS if s in body and not (expected == "ALLOW" and s == row.marker)]
+    if (
+        who not in HILL_READERS
+    ):  # whatever the answer, nothing of hill but what the row hands out (a link's bytes)
+        problems += [
+            f"leaks {s!r}"
+            for s in HILL_SECRETS
+            if s in body and not (expected == "ALLOW" and s == row.marker)
+        ]
     elif expected in ("LOGIN", "HIDE"):
         problems += [f"leaks {s!r}" for s in HILL_SECRETS if s in body]
     if who != "other":
@@ -729,8 +1351,10 @@ def test_every_url_pattern_has_a_row():
 
 HTMX_ATTR = re.compile(r'(?:hx-(?:get|post|put|patch|delete)|data-click-url)="([^"]*)"')
 URL_TAG = re.compile(r"""^\{%\s*url\s+'([\w:-]+)'""")
-SELF_URL = {"{{ run.get_absolute_url }}": "dashboard:run-detail",
-            "{{ project.get_absolute_url }}": "dashboard:project-detail"}
+SELF_URL = {
+    "{{ run.get_absolute_url }}": "dashboard:run-detail",
+    "{{ project.get_absolute_url }}": "dashboard:project-detail",
+}
 
 
 def htmx_endpoints() -> set[str]:
@@ -751,7 +1375,9 @@ def htmx_endpoints() -> set[str]:
 def test_every_htmx_endpoint_in_the_templates_has_an_hx_row():
     """Partials re-check access: every URL a template fetches with htmx has a row sent as htmx."""
     names = htmx_endpoints()
-    assert len(names) >= 9, names  # project list/detail/chart, run detail/metric/turns/turn, submission, preflight
+    assert len(names) >= 9, (
+        names
+    )  # project list/detail/chart, run detail/metric/turns/turn, submission, preflight
     hx_rows = {resolve(r.path.format_map(_AnyId()).split("?")[0]).view_name for r in ROWS if r.hx}
     assert not names - hx_rows, f"htmx endpoints without an HX-Request row: {sorted(names - hx_rows)}"
 
@@ -759,7 +1385,9 @@ def test_every_htmx_endpoint_in_the_templates_has_an_hx_row():
 def test_matrix_summary(request, capsys):
     """Runs last: how many cells were checked (all of them when the whole module ran)."""
     total = len(ROWS) * len(PRINCIPALS)
-    rows_run = [i for i in request.session.items if i.path == request.path and i.originalname == "test_matrix_row"]
+    rows_run = [
+        i for i in request.session.items if i.path == request.path and i.originalname == "test_matrix_row"
+    ]
     if len(rows_run) != len(ROWS):
         pytest.skip("only part of the matrix was selected")
     assert len(CELLS_CHECKED) == total == len(set(CELLS_CHECKED))

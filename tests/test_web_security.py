@@ -25,13 +25,10 @@ from django.conf import settings as django_settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from smrweb.core import ratelimits
+from smrweb.core import queue, ratelimits
 from smrweb.core.downloads import content_disposition, safe_content_type, safe_filename
 from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions as lifecycle
-from smrweb.core import queue
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     ApiToken,
@@ -41,6 +38,8 @@ from smrweb.tracking.models import (
     Submission,
     VerificationOutcome,
 )
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +83,9 @@ def test_pages_carry_the_policy_with_no_inline_or_eval_scripts(client_alice):
 
 
 def template_files() -> list[Path]:
-    return sorted((ROOT / "templates").rglob("*.html")) + sorted((ROOT / "smrweb").rglob("templates/**/*.html"))
+    return sorted((ROOT / "templates").rglob("*.html")) + sorted(
+        (ROOT / "smrweb").rglob("templates/**/*.html")
+    )
 
 
 INLINE_SCRIPT = re.compile(r"<script\b(?![^>]*\bsrc=)(?![^>]*type=\"application/json\")[^>]*>", re.IGNORECASE)
@@ -99,7 +100,9 @@ def test_no_template_has_an_inline_script_or_an_event_handler_attribute():
         assert not EVENT_HANDLER.search(text), f"{path}: on*= handler attribute (use a data- attribute)"
         # htmx would have to eval these, and the page sets allowEval=false.
         for trigger in re.findall(r'hx-trigger="([^"]*)"', text):  # a [filter]; from:input[name=q] is CSS
-            assert "[" not in re.sub(r"from:\S+", "", trigger), f"{path}: hx-trigger filter {trigger!r} needs eval"
+            assert "[" not in re.sub(r"from:\S+", "", trigger), (
+                f"{path}: hx-trigger filter {trigger!r} needs eval"
+            )
         assert not re.search(r"hx-on[:-]|hx-vars=|=['\"]js:", text), f"{path}: htmx attribute that evals"
 
 
@@ -140,29 +143,64 @@ def test_api_docs_serve_swagger_ui_start_up_code_as_a_script_of_its_own(client_a
 
 def production_env(tmp_path, **extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SMRWEB_", "DATABASE_URL", "DEBUG"))}
-    return {**env, "SMRWEB_PRODUCTION": "true", "ALLOWED_HOSTS": "smrweb.example.com",
-            "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex, "SMRWEB_DATA_DIR": str(tmp_path), **extra}
+    return {
+        **env,
+        "SMRWEB_PRODUCTION": "true",
+        "ALLOWED_HOSTS": "smrweb.example.com",
+        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
+        "SMRWEB_DATA_DIR": str(tmp_path),
+        **extra,
+    }
 
 
 def test_production_settings_pass_check_deploy_with_secure_cookies_and_hsts(tmp_path):
     env = production_env(tmp_path)
-    check = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    check = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    probe = ("from django.conf import settings as s; import json; print(json.dumps([s.SESSION_COOKIE_SECURE, "
-             "s.CSRF_COOKIE_SECURE, s.SESSION_COOKIE_HTTPONLY, s.SECURE_HSTS_SECONDS, s.SECURE_SSL_REDIRECT, "
-             "s.SECURE_PROXY_SSL_HEADER, s.CACHES['default']['BACKEND']]))")
-    shown = subprocess.run([sys.executable, "manage.py", "shell", "-c", probe], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120, check=False)
+    probe = (
+        "from django.conf import settings as s; import json; print(json.dumps([s.SESSION_COOKIE_SECURE, "
+        "s.CSRF_COOKIE_SECURE, s.SESSION_COOKIE_HTTPONLY, s.SECURE_HSTS_SECONDS, s.SECURE_SSL_REDIRECT, "
+        "s.SECURE_PROXY_SSL_HEADER, s.CACHES['default']['BACKEND']]))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert json.loads(shown.stdout.strip().splitlines()[-1]) == [
-        True, True, True, 31536000, True, ["HTTP_X_FORWARDED_PROTO", "https"],
-        "django.core.cache.backends.redis.RedisCache"]
+        True,
+        True,
+        True,
+        31536000,
+        True,
+        ["HTTP_X_FORWARDED_PROTO", "https"],
+        "django.core.cache.backends.redis.RedisCache",
+    ]
 
 
 def test_a_malformed_rate_setting_stops_start_up(tmp_path):
     env = production_env(tmp_path, SMRWEB_LOGIN_RATE="lots")
-    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode != 0 and "SMRWEB_LOGIN_RATE must look like 10/m" in result.stderr
 
 
@@ -183,7 +221,7 @@ def sign_in(client, username, password="wrong", ip="10.0.0.1", url="/login/", **
 def assert_locked_out(response):
     assert response.status_code == 429
     body = response.content.decode()
-    assert "Too many attempts. Try again in" in body and 'data-rate-limited' in body
+    assert "Too many attempts. Try again in" in body and "data-rate-limited" in body
     assert 0 < int(response["Retry-After"]) <= 24 * 3600
     assert "_auth_user_id" not in response.wsgi_request.session
 
@@ -219,7 +257,9 @@ def test_guessing_one_account_from_many_addresses_gets_one_try_per_address(clien
     assert_locked_out(sign_in(Client(), "alice", PASSWORD, ip="10.2.0.0"))
     # ... and a new address gets its one try, so the owner (who never failed) signs in.
     assert sign_in(Client(), "alice", PASSWORD, ip="10.3.0.1").status_code == 302
-    assert sign_in(Client(), "bob", PASSWORD, ip="10.2.0.0").status_code == 302  # other accounts are not affected
+    assert (
+        sign_in(Client(), "bob", PASSWORD, ip="10.2.0.0").status_code == 302
+    )  # other accounts are not affected
 
 
 def test_the_admin_sign_in_counts_against_the_same_limit(client, alice, clock):
@@ -234,7 +274,9 @@ def test_behind_a_trusted_proxy_the_limit_keys_on_the_address_the_proxy_saw(clie
     settings.SMRWEB_TRUSTED_PROXY_COUNT = 1
     n = n_of(settings.SMRWEB_LOGIN_RATE)
     for i in range(n):  # a client that forges entries in front still lands in its own bucket
-        response = sign_in(client, f"nobody-{i}", ip="172.18.0.2", HTTP_X_FORWARDED_FOR=f"1.2.3.{i}, 203.0.113.7")
+        response = sign_in(
+            client, f"nobody-{i}", ip="172.18.0.2", HTTP_X_FORWARDED_FOR=f"1.2.3.{i}, 203.0.113.7"
+        )
         assert response.status_code == 200
     assert_locked_out(sign_in(client, "alice", PASSWORD, ip="172.18.0.2", HTTP_X_FORWARDED_FOR="203.0.113.7"))
     ok = sign_in(Client(), "alice", PASSWORD, ip="172.18.0.2", HTTP_X_FORWARDED_FOR="203.0.113.8")
@@ -251,7 +293,9 @@ def test_client_address_from_the_forwarded_chain(rf, settings):
     assert ratelimits.client_ip(request) == "172.18.0.2"
 
 
-def test_token_creation_is_limited_per_user_at_the_n_plus_first(client, alice, carol, project, other_project, clock):
+def test_token_creation_is_limited_per_user_at_the_n_plus_first(
+    client, alice, carol, project, other_project, clock
+):
     n = n_of(django_settings.SMRWEB_TOKEN_CREATE_RATE)
     client.force_login(alice)
     for i in range(n):
@@ -267,8 +311,13 @@ def test_token_creation_is_limited_per_user_at_the_n_plus_first(client, alice, c
 
 
 def redis_cache(prefix: str) -> dict:
-    return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                        "LOCATION": django_settings.REDIS_URL, "KEY_PREFIX": prefix}}
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": django_settings.REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
 
 
 def test_counts_live_in_redis_so_every_web_process_shares_them(client, alice, settings, redis_server, clock):
@@ -287,9 +336,13 @@ def test_counts_live_in_redis_so_every_web_process_shares_them(client, alice, se
 
 
 def test_an_unreachable_cache_lets_sign_in_through_and_says_so(client, alice, settings, caplog):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                   "LOCATION": "redis://127.0.0.1:1/0",
-                                   "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
     assert sign_in(client, "alice", PASSWORD).status_code == 302
     assert "rate limit login could not be counted" in caplog.text
 
@@ -305,24 +358,47 @@ def hostile(project, alice, bob):
     project.name = HOSTILE
     project.save()
     artifact, _ = services.store_artifact(project, "r1", path=f"../../{HOSTILE}", content=io.BytesIO(b"x"))
-    push(project, "r1", {"type": "state", "state": "running"},
-         {"type": "agent.turn", "turn": 0, "actor": HOSTILE, "model": HOSTILE,
-          "tool_calls": [HOSTILE, {"name": HOSTILE, "args": {"path": HOSTILE}}]},
-         {"type": "agent.turn", "turn": 0, "actor": "child", "parent_actor": HOSTILE},
-         {"type": "metric", "key": HOSTILE, "step": 0, "value": 1.0},
-         {"type": "message", "topic": HOSTILE, "target": HOSTILE, "body": HOSTILE},
-         {"type": "checkpoint", "id": "c1", "label": HOSTILE, "restorable": False, "failure_reason": HOSTILE},
-         {"type": "score", "score": 0.5, "artifact": artifact.blob.sha256, "experiment": HOSTILE, "commit": "abc"})
+    push(
+        project,
+        "r1",
+        {"type": "state", "state": "running"},
+        {
+            "type": "agent.turn",
+            "turn": 0,
+            "actor": HOSTILE,
+            "model": HOSTILE,
+            "tool_calls": [HOSTILE, {"name": HOSTILE, "args": {"path": HOSTILE}}],
+        },
+        {"type": "agent.turn", "turn": 0, "actor": "child", "parent_actor": HOSTILE},
+        {"type": "metric", "key": HOSTILE, "step": 0, "value": 1.0},
+        {"type": "message", "topic": HOSTILE, "target": HOSTILE, "body": HOSTILE},
+        {"type": "checkpoint", "id": "c1", "label": HOSTILE, "restorable": False, "failure_reason": HOSTILE},
+        {
+            "type": "score",
+            "score": 0.5,
+            "artifact": artifact.blob.sha256,
+            "experiment": HOSTILE,
+            "commit": "abc",
+        },
+    )
     waiting, _ = services.store_artifact(project, "r2", path=f"sub/{HOSTILE}", content=io.BytesIO(b"y"))
-    push(project, "r2", {"type": "state", "state": "failed", "failure": {"family": HOSTILE, "detail": HOSTILE}},
-         {"type": "score", "score": 0.4, "artifact": waiting.blob.sha256})  # a candidate in the review queue
+    push(
+        project,
+        "r2",
+        {"type": "state", "state": "failed", "failure": {"family": HOSTILE, "detail": HOSTILE}},
+        {"type": "score", "score": 0.4, "artifact": waiting.blob.sha256},
+    )  # a candidate in the review queue
     services.update_run_settings(project, "r1", git_branch=HOSTILE, requested_profile=HOSTILE)
     sub = Submission.objects.get(run__external_id="r1")
     lifecycle.request_verification(sub, by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, HOSTILE, HOSTILE))
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, HOSTILE, HOSTILE)
+    )
     sub.refresh_from_db()
     lifecycle.review(sub, by=bob, verdict="approve", comment=HOSTILE)
-    entry = knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=HOSTILE, body=HOSTILE)
+    entry = knowledge.add_entry(
+        project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=HOSTILE, body=HOSTILE
+    )
     services.create_api_token(project, name=HOSTILE, by=alice)
     scenario = project.scenario
     scenario.name, scenario.description, scenario.arena_name = HOSTILE, HOSTILE, HOSTILE
@@ -362,11 +438,15 @@ def test_hostile_strings_are_text_on_every_page_that_shows_them(client_alice, ho
         body = response.content.decode()
         assert "<script>alert(1)" not in body, f"{url} ({what}): raw script"
         assert "<img src=x" not in body, f"{url} ({what}): raw img"
-        assert not re.search(r"""href\s*=\s*["']?\s*javascript:""", body, re.IGNORECASE), f"{url}: javascript: link"
+        assert not re.search(r"""href\s*=\s*["']?\s*javascript:""", body, re.IGNORECASE), (
+            f"{url}: javascript: link"
+        )
         seen[url] = ESCAPED_SCRIPT in body or "\\u003Cscript\\u003E" in body
         if ESCAPED_SCRIPT in body:
             assert ESCAPED_IMG in body or "&quot;&gt;&lt;img" in body, url
-    assert all(seen.values()), f"hostile text missing (so untested) on: {[u for u, s in seen.items() if not s]}"
+    assert all(seen.values()), (
+        f"hostile text missing (so untested) on: {[u for u, s in seen.items() if not s]}"
+    )
 
 
 def test_template_syntax_in_data_is_shown_not_evaluated(client_alice, hostile):
@@ -376,7 +456,11 @@ def test_template_syntax_in_data_is_shown_not_evaluated(client_alice, hostile):
 
 
 def test_a_javascript_arena_url_never_becomes_a_link(client_alice, hostile):
-    for url in [f"/scenarios/{hostile['scenario'].key}/", "/projects/hill/", f"/projects/hill/submissions/{hostile['sub'].pk}/"]:
+    for url in [
+        f"/scenarios/{hostile['scenario'].key}/",
+        "/projects/hill/",
+        f"/projects/hill/submissions/{hostile['sub'].pk}/",
+    ]:
         body = client_alice.get(url).content.decode()
         assert "javascript:alert(1)" not in re.findall(r'href="([^"]*)"', body)
         assert not re.search(r'href="\s*javascript:', body, re.IGNORECASE)
@@ -391,8 +475,19 @@ def test_a_good_arena_url_is_still_a_link(client_alice, project):
     assert 'href="https://arena.example/board?x=1&amp;y=2"' in body
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", " JavaScript:alert(1)", "data:text/html,<b>x</b>",
-                                 "vbscript:x", "//evil.example/", "/relative", "https:no-host", "http://a\nb/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        " JavaScript:alert(1)",
+        "data:text/html,<b>x</b>",
+        "vbscript:x",
+        "//evil.example/",
+        "/relative",
+        "https:no-host",
+        "http://a\nb/",
+    ],
+)
 def test_only_absolute_http_urls_pass_the_href_filter(url):
     from smrweb.dashboard.templatetags.smrweb import http_url
 
@@ -402,8 +497,11 @@ def test_only_absolute_http_urls_pass_the_href_filter(url):
 
 def test_hostile_run_ids_never_reach_a_page(api, client_alice):
     for run_id in ["<script>alert(1)</script>", '"><img src=x>', "{{7*7}}", "a\u202eb"]:
-        response = api.post(f"/api/v1/projects/hill/runs/{run_id}/events",
-                            [{"type": "metric", "key": "k", "value": 1}], format="json")
+        response = api.post(
+            f"/api/v1/projects/hill/runs/{run_id}/events",
+            [{"type": "metric", "key": "k", "value": 1}],
+            format="json",
+        )
         assert response.status_code in (400, 404), run_id
     assert not client_alice.get("/projects/hill/").content.decode().count("<script>alert")
 
@@ -411,15 +509,23 @@ def test_hostile_run_ids_never_reach_a_page(api, client_alice):
 def drawn_text(node) -> list[str]:
     """Every string plotly draws as (pseudo-HTML) text: names, titles, hover templates, tick labels."""
     if isinstance(node, dict):
-        return [t for k, v in node.items()
-                for t in ([v] if k in ("name", "text", "hovertemplate", "ticktext") and isinstance(v, str)
-                          else drawn_text(v))]
+        return [
+            t
+            for k, v in node.items()
+            for t in (
+                [v]
+                if k in ("name", "text", "hovertemplate", "ticktext") and isinstance(v, str)
+                else drawn_text(v)
+            )
+        ]
     if isinstance(node, list):
         return [t for v in node for t in drawn_text(v)]
     return []
 
 
-@pytest.mark.parametrize("url", ["/projects/hill/runs/r1/", "/projects/hill/", "/projects/hill/compare/?runs=r1&runs=r2"])
+@pytest.mark.parametrize(
+    "url", ["/projects/hill/runs/r1/", "/projects/hill/", "/projects/hill/compare/?runs=r1&runs=r2"]
+)
 def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url):
     body = client_alice.get(url).content.decode()
     figures = re.findall(r'<script id="[^"]+" type="application/json">(.*?)</script>', body, re.DOTALL)
@@ -452,7 +558,9 @@ def test_the_list_of_post_forms_is_complete():
     found = {}
     for path in template_files():
         count = len(re.findall(r'<form\b[^>]*method="post"', path.read_text(), re.IGNORECASE | re.DOTALL))
-        hx_only = len(re.findall(r"<(?!form)[a-z]+\b[^>]*hx-post=", path.read_text(), re.IGNORECASE | re.DOTALL))
+        hx_only = len(
+            re.findall(r"<(?!form)[a-z]+\b[^>]*hx-post=", path.read_text(), re.IGNORECASE | re.DOTALL)
+        )
         if count or hx_only:
             found[str(path.relative_to(ROOT / "templates"))] = count + hx_only
     assert found == POST_FORMS
@@ -463,11 +571,18 @@ def post_targets(project, alice, bob, monkeypatch):
     """Every dashboard POST endpoint with a body that the view accepts (side effects stubbed)."""
     monkeypatch.setattr(queue, "dispatch", lambda task, *args: True)
     monkeypatch.setattr(source_tasks, "request_preflight", lambda key: "0" * 32)  # queued, never run
-    push(project, "r1", {"type": "state", "state": "running"}, {"type": "score", "score": 0.5},
-         {"type": "checkpoint", "id": "c1", "label": "c1"})
+    push(
+        project,
+        "r1",
+        {"type": "state", "state": "running"},
+        {"type": "score", "score": 0.5},
+        {"type": "checkpoint", "id": "c1", "label": "c1"},
+    )
     sub = Submission.objects.get()
     verified = Submission.objects.get(pk=lifecycle.request_verification(sub, by=bob).pk)
-    lifecycle.record_verification(verified.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok"))
+    lifecycle.record_verification(
+        verified.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
+    )
     entry = knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title="t")
     token, _ = services.create_api_token(project, name="old")
     checkpoint = sub.run.checkpoints.get()
@@ -477,7 +592,10 @@ def post_targets(project, alice, bob, monkeypatch):
         ("/projects/hill/runs/r1/stop", {}),
         ("/projects/hill/runs/r1/rollback", {"checkpoint": checkpoint.pk, "reason": "back"}),
         ("/projects/hill/knowledge/", {"kind": KnowledgeKind.FAILED_APPROACH, "title": "new", "body": ""}),
-        (f"/projects/hill/knowledge/{entry.pk}/edit", {"kind": KnowledgeKind.FAILED_APPROACH, "title": "t2", "body": ""}),
+        (
+            f"/projects/hill/knowledge/{entry.pk}/edit",
+            {"kind": KnowledgeKind.FAILED_APPROACH, "title": "t2", "body": ""},
+        ),
         (s + "approve", {"comment": "fine"}),
         (s + "upload", {}),
         (s + "record", {"rank": "3", "arena_score": "1.5", "note": ""}),
@@ -521,8 +639,10 @@ def test_sign_in_needs_the_csrf_token_too(alice):
     client = Client(enforce_csrf_checks=True)
     assert sign_in(client, "alice", PASSWORD).status_code == 403
     client.get("/login/")
-    response = client.post("/login/", {"username": "alice", "password": PASSWORD,
-                                       "csrfmiddlewaretoken": client.cookies["csrftoken"].value})
+    response = client.post(
+        "/login/",
+        {"username": "alice", "password": PASSWORD, "csrfmiddlewaretoken": client.cookies["csrftoken"].value},
+    )
     assert response.status_code == 302
 
 
@@ -536,9 +656,16 @@ def upload(api, path=None, name="f.bin", data=b"payload", content_type="applicat
     return api.post("/api/v1/projects/hill/runs/r1/artifacts", fields, format="multipart")
 
 
-@pytest.mark.parametrize(("path", "name"), [("../../etc/passwd", "f.bin"), ("/etc/passwd", "f.bin"),
-                                            (None, "../../../tmp/evil.sh"), ("..\\..\\boot.ini", "f.bin"),
-                                            (f"a/{HOSTILE}", "f.bin")])
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("../../etc/passwd", "f.bin"),
+        ("/etc/passwd", "f.bin"),
+        (None, "../../../tmp/evil.sh"),
+        ("..\\..\\boot.ini", "f.bin"),
+        (f"a/{HOSTILE}", "f.bin"),
+    ],
+)
 def test_uploads_are_stored_by_digest_and_the_path_is_only_metadata(api, artifact_root, tmp_path, path, name):
     data = f"bytes for {path}{name}".encode()
     before = set(tmp_path.parent.rglob("*"))
@@ -558,47 +685,55 @@ def test_uploads_over_the_size_cap_are_refused_and_nothing_is_stored(api, artifa
     assert upload(api, data=b"x" * 1000).status_code == 201
     response = upload(api, data=b"y" * 1001)
     assert response.status_code == 413 and response.json()["code"] == "artifact_too_large"
-    assert ArtifactBlob.objects.count() == 1 and len([p for p in artifact_root.rglob("*") if p.is_file()]) == 1
+    assert (
+        ArtifactBlob.objects.count() == 1 and len([p for p in artifact_root.rglob("*") if p.is_file()]) == 1
+    )
 
 
-@pytest.mark.parametrize(("declared", "served"), [
-    ("text/html", "application/octet-stream"),
-    ("text/html; charset=utf-8", "application/octet-stream"),
-    ("image/svg+xml", "application/octet-stream"),
-    ("application/javascript", "application/octet-stream"),
-    ("text/javascript", "application/octet-stream"),
-    ("application/xhtml+xml", "application/octet-stream"),
-    ("application/pdf", "application/octet-stream"),
-    ("text/xml", "application/octet-stream"),
-    ("multipart/x-mixed-replace; boundary=x", "application/octet-stream"),
-    ("nonsense", "application/octet-stream"),
-    ("TEXT/PLAIN", "text/plain"),
-    ("text/plain; charset=utf-8", "text/plain; charset=utf-8"),
-    ('text/plain; charset="utf-8"; x=<script>', "text/plain; charset=utf-8"),
-    ("text/plain; charset=<script>", "text/plain"),
-    ("application/json", "application/json"),
-    ("image/png", "image/png"),
-    ("image/png; charset=utf-8", "image/png"),
-    ("text/x-python", "text/x-python"),
-    ("application/zip", "application/zip"),
-])
+@pytest.mark.parametrize(
+    ("declared", "served"),
+    [
+        ("text/html", "application/octet-stream"),
+        ("text/html; charset=utf-8", "application/octet-stream"),
+        ("image/svg+xml", "application/octet-stream"),
+        ("application/javascript", "application/octet-stream"),
+        ("text/javascript", "application/octet-stream"),
+        ("application/xhtml+xml", "application/octet-stream"),
+        ("application/pdf", "application/octet-stream"),
+        ("text/xml", "application/octet-stream"),
+        ("multipart/x-mixed-replace; boundary=x", "application/octet-stream"),
+        ("nonsense", "application/octet-stream"),
+        ("TEXT/PLAIN", "text/plain"),
+        ("text/plain; charset=utf-8", "text/plain; charset=utf-8"),
+        ('text/plain; charset="utf-8"; x=<script>', "text/plain; charset=utf-8"),
+        ("text/plain; charset=<script>", "text/plain"),
+        ("application/json", "application/json"),
+        ("image/png", "image/png"),
+        ("image/png; charset=utf-8", "image/png"),
+        ("text/x-python", "text/x-python"),
+        ("application/zip", "application/zip"),
+    ],
+)
 def test_downloads_are_served_with_a_safelisted_type_or_octet_stream(declared, served):
     assert safe_content_type(declared) == served
 
 
-@pytest.mark.parametrize(("path", "name"), [
-    ("out/solution.py", "solution.py"),
-    ("../../etc/passwd", "passwd"),
-    ("C:\\Users\\x\\evil.bat", "evil.bat"),
-    ("a/b/", "artifact"),
-    ("..", "artifact"),
-    ("dir/...", "artifact"),
-    ("x/.bashrc", "bashrc"),
-    ("report\r\nSet-Cookie: a=b.txt", "reportSet-Cookie: a=b.txt"),
-    (f"x/{RTL}", "gnp.exe"),
-    ("x/in\u200bvisible\u2028name.txt", "invisible name.txt"),
-    ("x/tab\there.txt", "tabhere.txt"),
-])
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("out/solution.py", "solution.py"),
+        ("../../etc/passwd", "passwd"),
+        ("C:\\Users\\x\\evil.bat", "evil.bat"),
+        ("a/b/", "artifact"),
+        ("..", "artifact"),
+        ("dir/...", "artifact"),
+        ("x/.bashrc", "bashrc"),
+        ("report\r\nSet-Cookie: a=b.txt", "reportSet-Cookie: a=b.txt"),
+        (f"x/{RTL}", "gnp.exe"),
+        ("x/in\u200bvisible\u2028name.txt", "invisible name.txt"),
+        ("x/tab\there.txt", "tabhere.txt"),
+    ],
+)
 def test_download_filenames_are_the_last_segment_without_control_or_bidi_characters(path, name):
     assert safe_filename(path) == name
 
@@ -610,33 +745,49 @@ def test_long_download_filenames_are_cut_keeping_the_extension():
 
 def test_content_disposition_quotes_ascii_and_adds_rfc5987_for_the_rest():
     assert content_disposition("solution.py") == 'attachment; filename="solution.py"'
-    assert content_disposition('a"b\\c.txt') == "attachment; filename=\"a'b_c.txt\"; filename*=UTF-8''a%22b%5Cc.txt"
+    assert (
+        content_disposition('a"b\\c.txt')
+        == "attachment; filename=\"a'b_c.txt\"; filename*=UTF-8''a%22b%5Cc.txt"
+    )
     assert content_disposition("résumé.txt") == (
-        "attachment; filename=\"r_sum_.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9.txt")
+        "attachment; filename=\"r_sum_.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9.txt"
+    )
 
 
 def test_a_hostile_artifact_downloads_as_an_inert_attachment(client_alice, project):
-    artifact, _ = services.store_artifact(project, "r1", path=f"x/{RTL}\r\nX-Evil: 1<script>.html",
-                                          content=io.BytesIO(b"<script>alert(1)</script>"), content_type="text/html")
+    artifact, _ = services.store_artifact(
+        project,
+        "r1",
+        path=f"x/{RTL}\r\nX-Evil: 1<script>.html",
+        content=io.BytesIO(b"<script>alert(1)</script>"),
+        content_type="text/html",
+    )
     response = client_alice.get(f"/projects/hill/runs/r1/artifacts/{artifact.pk}/download")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/octet-stream"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Content-Security-Policy"] == "default-src 'none'; sandbox"
     disposition = response["Content-Disposition"]
-    assert disposition.startswith("attachment; filename=\"") and "\r" not in disposition and "\n" not in disposition
+    assert (
+        disposition.startswith('attachment; filename="')
+        and "\r" not in disposition
+        and "\n" not in disposition
+    )
     assert "\u202e" not in disposition and "%E2%80%AE" not in disposition
     assert "X-Evil" not in response.headers
     assert b"".join(response.streaming_content) == b"<script>alert(1)</script>"  # the exact bytes, inert
 
 
 def test_the_api_and_signed_link_downloads_are_inert_too(api, client, project):
-    artifact, _ = services.store_artifact(project, "r1", path="page.svg", content=io.BytesIO(b"<svg onload=x>"),
-                                          content_type="image/svg+xml")
+    artifact, _ = services.store_artifact(
+        project, "r1", path="page.svg", content=io.BytesIO(b"<svg onload=x>"), content_type="image/svg+xml"
+    )
     from smrweb.dashboard.artifacts import signed_artifact_path
 
-    for response in (api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact.pk}/download"),
-                     client.get(signed_artifact_path(artifact))):
+    for response in (
+        api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact.pk}/download"),
+        client.get(signed_artifact_path(artifact)),
+    ):
         assert response.status_code == 200
         assert response["Content-Type"] == "application/octet-stream"
         assert response["Content-Disposition"] == 'attachment; filename="page.svg"'
@@ -646,7 +797,9 @@ def test_the_api_and_signed_link_downloads_are_inert_too(api, client, project):
 # --- API tokens -------------------------------------------------------------------------------------------------
 
 
-def test_a_token_is_hashed_at_rest_shown_once_revocable_and_records_its_last_use(client_alice, project, anon_api):
+def test_a_token_is_hashed_at_rest_shown_once_revocable_and_records_its_last_use(
+    client_alice, project, anon_api
+):
     created = client_alice.post("/projects/hill/tokens/", {"name": "harness"}, follow=True)
     body = created.content.decode()
     raw = re.search(r'<pre class="token" id="new-token">(smr_[A-Za-z0-9_-]+)</pre>', body).group(1)
@@ -663,7 +816,12 @@ def test_a_token_is_hashed_at_rest_shown_once_revocable_and_records_its_last_use
     assert anon_api.get("/api/v1/projects/hill/runs").status_code == 200
     token.refresh_from_db()
     assert token.last_used_at is not None
-    row = client_alice.get("/projects/hill/tokens/").content.decode().split('data-token="harness"')[1].split("</tr>")[0]
+    row = (
+        client_alice.get("/projects/hill/tokens/")
+        .content.decode()
+        .split('data-token="harness"')[1]
+        .split("</tr>")[0]
+    )
     assert "never" not in row and re.search(r">\d+s ago<", row)
 
     client_alice.post(f"/projects/hill/tokens/{token.pk}/revoke")

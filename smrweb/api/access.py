@@ -32,7 +32,9 @@ def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
         if token.project.slug != slug:
             raise PermissionDenied(f"This token is scoped to project {token.project.slug!r}, not {slug!r}.")
         return Project.objects.select_related("scenario").get(pk=token.project_id)
-    project = get_object_or_404(Project.objects.select_related("scenario").visible_to(request.user), slug=slug)
+    project = get_object_or_404(
+        Project.objects.select_related("scenario").visible_to(request.user), slug=slug
+    )
     if not project.allows(request.user, role):
         raise PermissionDenied(f"This needs the {role} role in project {slug!r}.")
     return project
@@ -40,7 +42,9 @@ def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
 
 def run_for(project: Project, run_id: str) -> Run:
     """The run of an already-checked project, by its external id; 404 otherwise."""
-    return get_object_or_404(Run.objects.select_related("project__scenario"), project=project, external_id=run_id)
+    return get_object_or_404(
+        Run.objects.select_related("project__scenario"), project=project, external_id=run_id
+    )
 
 
 def scenario_for(request, key: str) -> Scenario:
@@ -51,5 +55,8 @@ def scenario_for(request, key: str) -> Scenario:
 def submission_for(request, slug: str, submission_id: int) -> Submission:
     """A submission of the project named in the URL, if this request may see that project; 403/404 otherwise."""
     project = project_for(request, slug)
-    return get_object_or_404(Submission.objects.select_related("project__scenario", "run", "proposed_by"),
-                             project=project, pk=submission_id)
+    return get_object_or_404(
+        Submission.objects.select_related("project__scenario", "run", "proposed_by"),
+        project=project,
+        pk=submission_id,
+    )

@@ -13,7 +13,6 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from smrweb.tracking.errors import TrackingError
 
-
 BUSY_MESSAGE = "The database is busy; retry shortly."
 
 
@@ -67,7 +66,11 @@ def exception_handler(exc, context):
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        body = {"code": "invalid", "message": "The request has invalid fields.", "errors": _flatten(exc.detail)}
+        body = {
+            "code": "invalid",
+            "message": "The request has invalid fields.",
+            "errors": _flatten(exc.detail),
+        }
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
         code = getattr(detail, "code", None) or getattr(exc, "default_code", "error")

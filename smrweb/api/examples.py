@@ -15,54 +15,111 @@ EVENTS = OpenApiExample(
     "A few events of one agent step (example)",
     value=[
         {"type": "state", "id": "example-state-1", "state": "running", "ts": "2026-01-05T09:00:00Z"},
-        {"type": "message", "id": "example-kickoff", "topic": "kickoff", "ts": "2026-01-05T09:00:01Z",
-         "body": "Example kickoff: tune the optimizer's warmup; the best so far is 3.318 (submission #812)."},
-        {"type": "agent.turn", "id": "example-turn-1", "turn": 1, "actor": "driver", "model": "gpt-5.4-medium",
-         "tokens_in": 12840, "tokens_out": 910, "cost_usd": 0.0412, "duration_ms": 5400,
-         "tool_calls": ["read_file", "apply_patch"], "ts": "2026-01-05T09:00:06Z"},
-        {"type": "agent.turn", "id": "example-turn-2", "turn": 2, "actor": "worker-1", "parent_actor": "driver",
-         "model": "gpt-5.4-mini", "tokens_in": 3100, "tokens_out": 420, "cost_usd": 0.0031,
-         "tool_calls": ["run_tests"], "ts": "2026-01-05T09:00:31Z"},
-        {"type": "metric", "id": "example-metric-1", "key": "train_loss", "value": 3.412, "step": 120,
-         "ts": "2026-01-05T09:01:10Z"},
-        {"type": "score", "id": "example-score-1", "score": 3.318, "harness_id": "example-harness",
-         "artifact": "submission/optimizer.py", "details": {"example": True}, "ts": "2026-01-05T09:02:00Z"},
+        {
+            "type": "message",
+            "id": "example-kickoff",
+            "topic": "kickoff",
+            "ts": "2026-01-05T09:00:01Z",
+            "body": "Example kickoff: tune the optimizer's warmup; the best so far is 3.318 (submission #812).",
+        },
+        {
+            "type": "agent.turn",
+            "id": "example-turn-1",
+            "turn": 1,
+            "actor": "driver",
+            "model": "gpt-5.4-medium",
+            "tokens_in": 12840,
+            "tokens_out": 910,
+            "cost_usd": 0.0412,
+            "duration_ms": 5400,
+            "tool_calls": ["read_file", "apply_patch"],
+            "ts": "2026-01-05T09:00:06Z",
+        },
+        {
+            "type": "agent.turn",
+            "id": "example-turn-2",
+            "turn": 2,
+            "actor": "worker-1",
+            "parent_actor": "driver",
+            "model": "gpt-5.4-mini",
+            "tokens_in": 3100,
+            "tokens_out": 420,
+            "cost_usd": 0.0031,
+            "tool_calls": ["run_tests"],
+            "ts": "2026-01-05T09:00:31Z",
+        },
+        {
+            "type": "metric",
+            "id": "example-metric-1",
+            "key": "train_loss",
+            "value": 3.412,
+            "step": 120,
+            "ts": "2026-01-05T09:01:10Z",
+        },
+        {
+            "type": "score",
+            "id": "example-score-1",
+            "score": 3.318,
+            "harness_id": "example-harness",
+            "artifact": "submission/optimizer.py",
+            "details": {"example": True},
+            "ts": "2026-01-05T09:02:00Z",
+        },
     ],
     description="Sent as is, this writes six example events into the run named in the path. Every event "
-                "has an `id`, so sending it twice changes nothing.",
+    "has an `id`, so sending it twice changes nothing.",
 )
 
 PROJECT = OpenApiExample(
     "A push project (example)",
     value={"slug": "example-optimizer", "name": "Optimizer hill-climb (example)"},
     description="Add `scenario` (the key of a scenario you may use, GET /api/v1/scenarios/) to score against "
-                "it; without one the project uses the generic scenario.",
+    "it; without one the project uses the generic scenario.",
 )
 
 RUN_SETTINGS = OpenApiExample(
     "A budget and the model asked for (example)",
-    value={"budget_usd": "25.00", "budget_tokens": 5000000, "requested_profile": "gpt-5.4-medium",
-           "git_branch": "example/warmup-sweep"},
+    value={
+        "budget_usd": "25.00",
+        "budget_tokens": 5000000,
+        "requested_profile": "gpt-5.4-medium",
+        "git_branch": "example/warmup-sweep",
+    },
 )
 
 SCENARIO = OpenApiExample(
     "A scenario (example)",
-    value={"key": "example-scenario", "name": "Example: optimizer arena", "score_metric": "val_loss",
-           "direction": "minimize", "artifact_path": "submission/optimizer.py", "artifact_kind": "file"},
+    value={
+        "key": "example-scenario",
+        "name": "Example: optimizer arena",
+        "score_metric": "val_loss",
+        "direction": "minimize",
+        "artifact_path": "submission/optimizer.py",
+        "artifact_kind": "file",
+    },
 )
 
-REVIEW = OpenApiExample("A review comment (example)",
-                        value={"comment": "Example: checked the diff; the warmup change is sound."})
+REVIEW = OpenApiExample(
+    "A review comment (example)", value={"comment": "Example: checked the diff; the warmup change is sound."}
+)
 
-REJECT = OpenApiExample("A rejection reason (example)",
-                        value={"comment": "Example: the score comes from the public split only."},
-                        description="A rejection needs a reason: it is kept in the history and carried forward.")
+REJECT = OpenApiExample(
+    "A rejection reason (example)",
+    value={"comment": "Example: the score comes from the public split only."},
+    description="A rejection needs a reason: it is kept in the history and carried forward.",
+)
 
-UPLOADED = OpenApiExample("The arena's id for the upload (example)", value={"arena_ref": "https://arena.example/s/812"})
+UPLOADED = OpenApiExample(
+    "The arena's id for the upload (example)", value={"arena_ref": "https://arena.example/s/812"}
+)
 
-ARENA_RESULT = OpenApiExample("What the arena said (example)",
-                              value={"rank": 7, "arena_score": 3.31, "note": "Example: 2 places up after the upload."})
+ARENA_RESULT = OpenApiExample(
+    "What the arena said (example)",
+    value={"rank": 7, "arena_score": 3.31, "note": "Example: 2 places up after the upload."},
+)
 
-ROLLBACK = OpenApiExample("Back to a submission (example)",
-                          value={"submission": 812, "reason": "Example: the latest score regressed by 0.2."},
-                          description="A submission id of this run (or `checkpoint`: a checkpoint's external id).")
+ROLLBACK = OpenApiExample(
+    "Back to a submission (example)",
+    value={"submission": 812, "reason": "Example: the latest score regressed by 0.2."},
+    description="A submission id of this run (or `checkpoint`: a checkpoint's external id).",
+)

@@ -86,8 +86,18 @@ class Traces(View):
             if not errors.is_busy(exc):
                 raise
             # OTLP exporters retry a 503; the body is a google.rpc.Status in the request's encoding.
-            return errors.busy_response(lambda status, message: _status(status, UNAVAILABLE, message, encoding))
-        log.info("otlp export for %s: runs %s, %d accepted, %d duplicates, %d refused, %d spans ignored",
-                 token.project.slug, outcome.runs, outcome.accepted, outcome.duplicates, len(outcome.rejected),
-                 outcome.ignored)
-        return _answer(200, otlp_wire.encode_response(len(outcome.rejected), outcome.message, encoding), encoding)
+            return errors.busy_response(
+                lambda status, message: _status(status, UNAVAILABLE, message, encoding)
+            )
+        log.info(
+            "otlp export for %s: runs %s, %d accepted, %d duplicates, %d refused, %d spans ignored",
+            token.project.slug,
+            outcome.runs,
+            outcome.accepted,
+            outcome.duplicates,
+            len(outcome.rejected),
+            outcome.ignored,
+        )
+        return _answer(
+            200, otlp_wire.encode_response(len(outcome.rejected), outcome.message, encoding), encoding
+        )

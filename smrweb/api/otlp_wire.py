@@ -37,14 +37,15 @@ class PayloadTooLarge(OtlpError):
 
 
 def media_type(content_type: str) -> str:
-    """"protobuf" or "json" for the request's Content-Type; UnsupportedMediaType otherwise."""
+    """ "protobuf" or "json" for the request's Content-Type; UnsupportedMediaType otherwise."""
     base = content_type.split(";", 1)[0].strip().lower()
     if base in ("application/x-protobuf", "application/protobuf"):
         return "protobuf"
     if base == "application/json":
         return "json"
     raise UnsupportedMediaType(
-        f"Unsupported Content-Type {base or '(none)'!r}: send application/x-protobuf or application/json.")
+        f"Unsupported Content-Type {base or '(none)'!r}: send application/x-protobuf or application/json."
+    )
 
 
 def decompress(body: bytes, content_encoding: str, limit: int) -> bytes:
@@ -73,8 +74,14 @@ def decompress(body: bytes, content_encoding: str, limit: int) -> bytes:
     return data
 
 
-_HEX_LENGTHS = {"traceId": 32, "spanId": 16, "parentSpanId": 16, "trace_id": 32, "span_id": 16,
-                "parent_span_id": 16}
+_HEX_LENGTHS = {
+    "traceId": 32,
+    "spanId": 16,
+    "parentSpanId": 16,
+    "trace_id": 32,
+    "span_id": 16,
+    "parent_span_id": 16,
+}
 
 
 _HEX = re.compile(r"[0-9a-fA-F]*\Z")

@@ -16,16 +16,22 @@ ERROR = inline_serializer(
         "message": serializers.CharField(),
         "errors": inline_serializer(
             "FieldError",
-            {"index": serializers.IntegerField(allow_null=True), "field": serializers.CharField(),
-             "message": serializers.CharField()},
+            {
+                "index": serializers.IntegerField(allow_null=True),
+                "field": serializers.CharField(),
+                "message": serializers.CharField(),
+            },
             many=True,
         ),
     },
 )
 ERRORS = {code: OpenApiResponse(ERROR) for code in (400, 401, 403, 404)}
 # Operations that read a body: one without a Content-Type, or with one they do not parse, is refused.
-UNSUPPORTED_MEDIA_TYPE = {415: OpenApiResponse(
-    ERROR, description="The body's Content-Type is missing or is not one this operation accepts.")}
+UNSUPPORTED_MEDIA_TYPE = {
+    415: OpenApiResponse(
+        ERROR, description="The body's Content-Type is missing or is not one this operation accepts."
+    )
+}
 
 
 def add_event_components(result, generator, request, public):

@@ -1,6 +1,16 @@
 from django.urls import path
 
-from smrweb.api.views import artifacts, events, health, knowledge, projects, rollbacks, runs, scenarios, submissions
+from smrweb.api.views import (
+    artifacts,
+    events,
+    health,
+    knowledge,
+    projects,
+    rollbacks,
+    runs,
+    scenarios,
+    submissions,
+)
 
 app_name = "api"
 
@@ -11,12 +21,17 @@ urlpatterns = [
     path("scenarios/", scenarios.ScenarioList.as_view(), name="scenario-list"),
     path("scenarios/<slug:key>/", scenarios.ScenarioDetail.as_view(), name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.ScenarioPreflight.as_view(), name="scenario-preflight"),
-    path("scenarios/<slug:key>/preflight/<str:request_id>", scenarios.ScenarioPreflightResult.as_view(),
-         name="scenario-preflight-result"),
+    path(
+        "scenarios/<slug:key>/preflight/<str:request_id>",
+        scenarios.ScenarioPreflightResult.as_view(),
+        name="scenario-preflight-result",
+    ),
     path("projects/", projects.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", projects.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
-    path("projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"),
+    path(
+        "projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"
+    ),
     path("projects/<slug:slug>/submissions", submissions.SubmissionList.as_view(), name="submission-list"),
     path(f"{sub}", submissions.SubmissionLifecycle.as_view(), name="submission-lifecycle"),
     path(f"{sub}/verify", submissions.SubmissionVerify.as_view(), name="submission-verify"),
@@ -30,5 +45,9 @@ urlpatterns = [
     path(f"{run}/turns", runs.RunTurns.as_view(), name="run-turns"),
     path(f"{run}/metrics", runs.RunMetrics.as_view(), name="run-metrics"),
     path(f"{run}/artifacts", artifacts.RunArtifacts.as_view(), name="run-artifacts"),
-    path(f"{run}/artifacts/<int:artifact_id>/download", artifacts.ArtifactDownload.as_view(), name="artifact-download"),
+    path(
+        f"{run}/artifacts/<int:artifact_id>/download",
+        artifacts.ArtifactDownload.as_view(),
+        name="artifact-download",
+    ),
 ]

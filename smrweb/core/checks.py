@@ -11,11 +11,21 @@ def validator_sandbox(app_configs, **kwargs):
     """Validators run under bubblewrap (finding 4); without it every verification is "cannot verify", and
     SMRWEB_SANDBOX=unconfined runs agents' artifacts with the worker's rights."""
     if settings.SMRWEB_SANDBOX == "unconfined":
-        return [Warning("Validators run unconfined (SMRWEB_SANDBOX=unconfined): a validator that executes an "
-                        "artifact runs it with the worker's rights, network and data.",
-                        hint="Install bubblewrap on every worker and unset SMRWEB_SANDBOX.", id="smrweb.W001")]
+        return [
+            Warning(
+                "Validators run unconfined (SMRWEB_SANDBOX=unconfined): a validator that executes an "
+                "artifact runs it with the worker's rights, network and data.",
+                hint="Install bubblewrap on every worker and unset SMRWEB_SANDBOX.",
+                id="smrweb.W001",
+            )
+        ]
     if shutil.which("bwrap") is None:
-        return [Warning("bubblewrap (bwrap) is not installed here: verifications on this machine will answer "
-                        "'cannot verify'.", hint="apt install bubblewrap (the Docker image has it).",
-                        id="smrweb.W002")]
+        return [
+            Warning(
+                "bubblewrap (bwrap) is not installed here: verifications on this machine will answer "
+                "'cannot verify'.",
+                hint="apt install bubblewrap (the Docker image has it).",
+                id="smrweb.W002",
+            )
+        ]
     return []

@@ -24,28 +24,33 @@ from urllib.parse import quote
 from django.http import FileResponse
 
 FALLBACK_TYPE = "application/octet-stream"
-SAFE_TYPES = frozenset({
-    "application/octet-stream",
-    "text/plain",
-    "text/csv",
-    "text/tab-separated-values",
-    "text/markdown",
-    "text/x-python",
+SAFE_TYPES = frozenset(
+    {
+        "application/octet-stream",
+        "text/plain",
+        "text/csv",
+        "text/tab-separated-values",
+        "text/markdown",
+        "text/x-python",
+        "application/json",
+        "application/x-ndjson",
+        "application/zip",
+        "application/gzip",
+        "application/x-gzip",
+        "application/x-tar",
+        "application/x-bzip2",
+        "application/x-xz",
+        "application/zstd",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+    }
+)
+TEXT_TYPES = frozenset(t for t in SAFE_TYPES if t.startswith("text/")) | {
     "application/json",
     "application/x-ndjson",
-    "application/zip",
-    "application/gzip",
-    "application/x-gzip",
-    "application/x-tar",
-    "application/x-bzip2",
-    "application/x-xz",
-    "application/zstd",
-    "image/png",
-    "image/jpeg",
-    "image/gif",
-    "image/webp",
-})
-TEXT_TYPES = frozenset(t for t in SAFE_TYPES if t.startswith("text/")) | {"application/json", "application/x-ndjson"}
+}
 CHARSET_RE = re.compile(r"[A-Za-z0-9._-]{1,40}")
 DOWNLOAD_CSP = "default-src 'none'; sandbox"
 MAX_FILENAME = 150
@@ -70,8 +75,11 @@ def safe_filename(path: str) -> str:
     """The last segment of an artifact path (either slash), without control, format (bidi overrides,
     zero-width) or separator characters, at most MAX_FILENAME characters; "artifact" when nothing is left."""
     name = re.split(r"[/\\]", path or "")[-1]
-    name = "".join(" " if unicodedata.category(ch) in ("Zs", "Zl", "Zp") else ch for ch in name
-                   if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
+    name = "".join(
+        " " if unicodedata.category(ch) in ("Zs", "Zl", "Zp") else ch
+        for ch in name
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn")
+    )
     name = name.strip().strip(".")  # no "..", no hidden-file or trailing-dot names
     if len(name) > MAX_FILENAME:
         _, dot, ext = name.rpartition(".")
@@ -90,8 +98,9 @@ def content_disposition(filename: str) -> str:
     return header
 
 
-def attachment_response(content: IO[bytes], *, path: str, content_type: str, sha256: str,
-                        size: int) -> FileResponse:
+def attachment_response(
+    content: IO[bytes], *, path: str, content_type: str, sha256: str, size: int
+) -> FileResponse:
     """Stored bytes (an open file the response closes) as an attachment, with the digest in the headers."""
     response = FileResponse(content, content_type=safe_content_type(content_type))
     response["Content-Disposition"] = content_disposition(safe_filename(path))

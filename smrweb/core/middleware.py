@@ -9,7 +9,9 @@ class RejectNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if "\x00" in request.path or any("\x00" in v for values in request.GET.lists() for v in values[1] + [values[0]]):
+        if "\x00" in request.path or any(
+            "\x00" in v for values in request.GET.lists() for v in values[1] + [values[0]]
+        ):
             message = "The URL must not contain the NUL character (%00)."
             if request.path.startswith("/api/"):
                 return JsonResponse({"code": "bad_request", "message": message, "errors": []}, status=400)
@@ -49,7 +51,10 @@ class SessionIdleTimeoutMiddleware:
             now = int(time.time())
             seen = request.session.get(self.SEEN, now)
             started = request.session.setdefault(self.STARTED, now)
-            if now - seen > settings.SMRWEB_SESSION_IDLE_SECONDS or now - started > settings.SMRWEB_SESSION_MAX_AGE_SECONDS:
+            if (
+                now - seen > settings.SMRWEB_SESSION_IDLE_SECONDS
+                or now - started > settings.SMRWEB_SESSION_MAX_AGE_SECONDS
+            ):
                 logout(request)  # flushes the session; the view then sees an anonymous visitor
             elif not self._is_poll(request) and now - seen >= 60 or self.SEEN not in request.session:
                 request.session[self.SEEN] = now

@@ -26,7 +26,7 @@ def plain_number(value: float, digits: int = 4) -> str:
     size = abs(value)
     if size < 1e-9 or size >= 1e15:
         return f"{value:.{digits}g}"
-    if size >= 10 ** digits:
+    if size >= 10**digits:
         return f"{value:,.0f}"
     decimals = max(0, digits - 1 - math.floor(math.log10(size)))
     text = f"{value:.{decimals}f}"

@@ -62,9 +62,14 @@ def why_not_public(address: IPAddress) -> str | None:
     if isinstance(address, ipaddress.IPv6Address) and (inner := _embedded_v4(address)) is not None:
         reason = why_not_public(inner)
         return f"an IPv6 address embedding {inner}, {reason}" if reason else None
-    for kind, test in (("unspecified", "is_unspecified"), ("loopback", "is_loopback"),
-                       ("link-local", "is_link_local"), ("multicast", "is_multicast"),
-                       ("private", "is_private"), ("reserved", "is_reserved")):
+    for kind, test in (
+        ("unspecified", "is_unspecified"),
+        ("loopback", "is_loopback"),
+        ("link-local", "is_link_local"),
+        ("multicast", "is_multicast"),
+        ("private", "is_private"),
+        ("reserved", "is_reserved"),
+    ):
         if getattr(address, test):
             return f"a {kind} address"
     if not address.is_global:  # what remains: shared address space (CGNAT, 100.64.0.0/10) and the like
@@ -119,8 +124,10 @@ def vet(url: str) -> Target:
         for address in addresses:
             if reason := why_not_public(address):
                 shown = host if host == str(address) else f"{host} ({address})"
-                raise Refused(f"{shown} is {reason}: smrweb sends only to public addresses, unless the "
-                              f"operator lists the host in SMRWEB_WEBHOOK_ALLOWED_HOSTS.")
+                raise Refused(
+                    f"{shown} is {reason}: smrweb sends only to public addresses, unless the "
+                    f"operator lists the host in SMRWEB_WEBHOOK_ALLOWED_HOSTS."
+                )
     return Target(scheme=scheme, host=host, port=port, address=addresses[0])
 
 
@@ -137,8 +144,9 @@ class GuardedTransport(httpx.HTTPTransport):
 
 def client(*, timeout: float, **kwargs) -> httpx.Client:
     """An httpx client whose every request goes through the guard: no redirects, no environment proxies."""
-    return httpx.Client(transport=GuardedTransport(), timeout=timeout, follow_redirects=False, trust_env=False,
-                        **kwargs)
+    return httpx.Client(
+        transport=GuardedTransport(), timeout=timeout, follow_redirects=False, trust_env=False, **kwargs
+    )
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,10 @@ class Answer:
 def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -> Answer:
     """POST to a user-supplied URL through the guard. At most SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES of the
     answer are read (and dropped): callers get its status and headers, never its body."""
-    with client(timeout=timeout) as http, http.stream("POST", url, content=content, headers=headers) as response:
+    with (
+        client(timeout=timeout) as http,
+        http.stream("POST", url, content=content, headers=headers) as response,
+    ):
         read = 0
         for chunk in response.iter_raw():
             read += len(chunk)

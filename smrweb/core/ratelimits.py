@@ -44,7 +44,9 @@ def client_ip(request) -> str:
     the client cannot choose (it can only prepend entries)."""
     proxies = settings.SMRWEB_TRUSTED_PROXY_COUNT
     if proxies > 0:
-        chain = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+        chain = [
+            part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()
+        ]
         if len(chain) >= proxies:
             return chain[-proxies]
     return request.META.get("REMOTE_ADDR") or "unknown"

@@ -65,8 +65,16 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 __all__ = [
-    "CANNOT_VERIFY", "FAILED", "PASSED", "TIMED_OUT",
-    "Confinement", "SandboxResult", "remove_stale_workdirs", "run_validator", "safe_artifact_path", "scrubbed_env",
+    "CANNOT_VERIFY",
+    "FAILED",
+    "PASSED",
+    "TIMED_OUT",
+    "Confinement",
+    "SandboxResult",
+    "remove_stale_workdirs",
+    "run_validator",
+    "safe_artifact_path",
+    "scrubbed_env",
 ]
 
 logger = logging.getLogger(__name__)
@@ -128,34 +136,86 @@ class Confinement:
                 binds += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
             elif os.path.isdir(f"/{link}"):
                 binds += ["--ro-bind", f"/{link}", f"/{link}"]
-        python = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable or "/usr/bin"))}
-        mounts = sorted(path for path in {*python, *self.readonly}
-                        if path and os.path.exists(path) and path != "/usr" and not path.startswith("/usr/"))
+        python = {
+            sys.base_prefix,
+            sys.prefix,
+            os.path.dirname(os.path.realpath(sys.executable or "/usr/bin")),
+        }
+        mounts = sorted(
+            path
+            for path in {*python, *self.readonly}
+            if path and os.path.exists(path) and path != "/usr" and not path.startswith("/usr/")
+        )
         # bubblewrap makes missing parents 0700 (root's): nobody could not reach what is bound below them.
-        parents = sorted({str(parent) for path in mounts for parent in Path(path).parents if str(parent) != "/"},
-                         key=lambda p: (p.count("/"), p))
+        parents = sorted(
+            {str(parent) for path in mounts for parent in Path(path).parents if str(parent) != "/"},
+            key=lambda p: (p.count("/"), p),
+        )
         for parent in parents:
             binds += ["--perms", "0755", "--dir", parent]
         for path in mounts:
             binds += ["--ro-bind", path, path]
         for path in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
             binds += ["--ro-bind-try", path, path]
-        limits = ["prlimit", f"--as={self.memory_bytes}", f"--cpu={self.cpu_seconds}", f"--fsize={self.file_bytes}",
-                  f"--nproc={self.processes}", f"--nofile={self.open_files}", "--"]
+        limits = [
+            "prlimit",
+            f"--as={self.memory_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--fsize={self.file_bytes}",
+            f"--nproc={self.processes}",
+            f"--nofile={self.open_files}",
+            "--",
+        ]
         if os.geteuid() == 0:
             # Root makes the namespaces itself and the command drops to nobody inside (a real uid, so
             # RLIMIT_NPROC counts): no user namespace needed.
-            namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-            drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs",
-                    "--inh-caps=-all", "--bounding-set=-all", "--"]
+            namespaces = [
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]
+            drop = [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                "--no-new-privs",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
         else:
             namespaces = ["--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
             drop = []
         # The private /tmp first: a Python or validators installed under /tmp are bound on top of it.
-        return [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--hostname", "sandbox",
-                "--perms", "1777", "--tmpfs", "/tmp", *binds, "--proc", "/proc", "--dev", "/dev",
-                "--bind", str(workdir), JAIL_WORKDIR, "--chdir", JAIL_WORKDIR, "--",
-                *drop, *limits, *argv]
+        return [
+            self.bwrap,
+            *namespaces,
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            *binds,
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--bind",
+            str(workdir),
+            JAIL_WORKDIR,
+            "--chdir",
+            JAIL_WORKDIR,
+            "--",
+            *drop,
+            *limits,
+            *argv,
+        ]
 
 
 _JAIL_PROBLEMS: dict[tuple[str, int], str] = {}
@@ -164,20 +224,30 @@ _JAIL_PROBLEMS: dict[tuple[str, int], str] = {}
 def _probe(confinement: Confinement) -> str:
     """Start one confined `true`: bubblewrap present, namespaces allowed, the tools inside found."""
     if shutil.which(confinement.bwrap) is None:
-        return ("the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
-                "(apt install bubblewrap)")
+        return (
+            "the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
+            "(apt install bubblewrap)"
+        )
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX + f"{os.getpid()}-probe-"))
     try:
         _own_for_jail(workdir)
-        done = subprocess.run(confinement.wrap(["true"], workdir), env=scrubbed_env(JAIL_WORKDIR), timeout=30,
-                              capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            confinement.wrap(["true"], workdir),
+            env=scrubbed_env(JAIL_WORKDIR),
+            timeout=30,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the validator sandbox could not start on this worker: {exc}"
     finally:
         _remove_tree(workdir)
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"the validator sandbox could not start on this worker: {said[-1] if said else done.returncode}"
+        return (
+            f"the validator sandbox could not start on this worker: {said[-1] if said else done.returncode}"
+        )
     return ""
 
 
@@ -199,7 +269,7 @@ def remove_stale_workdirs(parent: str | None = None) -> list[str]:
     for entry in os.scandir(parent):
         if not entry.name.startswith(WORKDIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
-        pid = entry.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        pid = entry.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and _alive(int(pid)):
             continue
         _remove_tree(Path(entry.path))
@@ -276,17 +346,29 @@ def run_validator(
     try:
         artifact_path = _write_artifact(workdir, artifact, artifact_name)
         seen_as = Path(JAIL_WORKDIR) if confinement is not None else workdir
-        placeholders.update(artifact=str(seen_as / artifact_path.relative_to(workdir)), workdir=str(seen_as),
-                            python=sys.executable or "python3")
+        placeholders.update(
+            artifact=str(seen_as / artifact_path.relative_to(workdir)),
+            workdir=str(seen_as),
+            python=sys.executable or "python3",
+        )
         argv = [_substitute(arg, placeholders) for arg in command]
         if confinement is not None:
             env = scrubbed_env(seen_as)
             if shutil.which(argv[0], path=env["PATH"]) is None and not argv[0].startswith(str(seen_as)):
-                return SandboxResult(CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir))
+                return SandboxResult(
+                    CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir)
+                )
             _own_for_jail(workdir)
             argv = confinement.wrap(argv, workdir)
-        return _run(argv, workdir, timeout=timeout, output_cap=output_cap, on_progress=on_progress,
-                    env=scrubbed_env(seen_as), confined=confinement is not None)
+        return _run(
+            argv,
+            workdir,
+            timeout=timeout,
+            output_cap=output_cap,
+            on_progress=on_progress,
+            env=scrubbed_env(seen_as),
+            confined=confinement is not None,
+        )
     finally:
         _remove_tree(workdir)
 
@@ -345,8 +427,11 @@ def _command_problem(command: object) -> str:
     if command is None or (isinstance(command, (list, tuple)) and not command):
         return "no command configured"
     if not isinstance(command, (list, tuple)):
-        return "command must be an argument list, not a shell string" if isinstance(command, str) \
+        return (
+            "command must be an argument list, not a shell string"
+            if isinstance(command, str)
             else "command must be an argument list"
+        )
     if not all(isinstance(arg, str) for arg in command):
         return "command must be an argument list of strings"
     if not command[0].strip():
@@ -412,12 +497,26 @@ def _write_artifact(workdir: Path, artifact: BinaryIO | bytes, name: str) -> Pat
 # --- running -----------------------------------------------------------------------------------
 
 
-def _run(argv: list[str], workdir: Path, *, timeout: float, output_cap: int,
-         on_progress: Callable[[str], None] | None, env: dict[str, str], confined: bool = False) -> SandboxResult:
+def _run(
+    argv: list[str],
+    workdir: Path,
+    *,
+    timeout: float,
+    output_cap: int,
+    on_progress: Callable[[str], None] | None,
+    env: dict[str, str],
+    confined: bool = False,
+) -> SandboxResult:
     try:
         proc = subprocess.Popen(
-            argv, cwd=workdir, env=env, shell=False, close_fds=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            argv,
+            cwd=workdir,
+            env=env,
+            shell=False,
+            close_fds=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own session and process group: killpg reaches grandchildren
         )
     except FileNotFoundError:
@@ -449,8 +548,9 @@ def _run(argv: list[str], workdir: Path, *, timeout: float, output_cap: int,
     return _verdict(returncode, tail.text(), duration)
 
 
-def _supervise(proc: subprocess.Popen, tail: _Tail, timeout: float,
-               progress: _Progress) -> tuple[bool, float]:
+def _supervise(
+    proc: subprocess.Popen, tail: _Tail, timeout: float, progress: _Progress
+) -> tuple[bool, float]:
     """Read output until the validator is done; enforce the timeout. Returns (timed out, duration).
 
     One thread, one selector: no reader thread to leak when a process that escaped the group keeps
@@ -475,8 +575,10 @@ def _supervise(proc: subprocess.Popen, tail: _Tail, timeout: float,
                 if eof:
                     break
                 if now - exited_at >= DRAIN_S:
-                    logger.warning("a process started by validator %s left its group and keeps its output "
-                                   "open", proc.args[0])
+                    logger.warning(
+                        "a process started by validator %s left its group and keeps its output open",
+                        proc.args[0],
+                    )
                     break
             elif term_at is None and now >= deadline:
                 term_at = now
@@ -485,8 +587,9 @@ def _supervise(proc: subprocess.Popen, tail: _Tail, timeout: float,
                 kill_at = now
                 _signal_group(proc.pid, signal.SIGKILL)
             elif kill_at is not None and now - kill_at >= _UNKILLABLE_S:
-                logger.error("validator %s (pid %s) survived SIGKILL; giving up on it",
-                             proc.args[0], proc.pid)
+                logger.error(
+                    "validator %s (pid %s) survived SIGKILL; giving up on it", proc.args[0], proc.pid
+                )
                 break
             progress.maybe_report(now)
             if eof:
@@ -538,8 +641,13 @@ def _verdict(returncode: int | None, output: str, duration: float) -> SandboxRes
             name = str(-returncode)
         return SandboxResult(FAILED, returncode, output, duration, f"killed by signal {name}")
     if returncode == EXIT_CANNOT_VERIFY:
-        return SandboxResult(CANNOT_VERIFY, returncode, output, duration,
-                             "exited 2: the validator could not check this artifact")
+        return SandboxResult(
+            CANNOT_VERIFY,
+            returncode,
+            output,
+            duration,
+            "exited 2: the validator could not check this artifact",
+        )
     if returncode in _SHELL_CANNOT_RUN:
         detail = f"exited {returncode}: a program the validator runs {_SHELL_CANNOT_RUN[returncode]}"
         return SandboxResult(CANNOT_VERIFY, returncode, output, duration, detail)
@@ -583,7 +691,7 @@ class _Tail:
         marker = ""
         reserve = len(_cut_marker(self.total))  # `cut` has no more digits than `total`
         if self.total > len(body) and self.cap > reserve:  # with a tiny cap the marker would not fit
-            body = body[len(body) - (self.cap - reserve):]
+            body = body[len(body) - (self.cap - reserve) :]
             skip = 0
             while skip < min(3, len(body)) and 0x80 <= body[skip] <= 0xBF:  # mid UTF-8 sequence
                 skip += 1

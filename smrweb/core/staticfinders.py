@@ -30,8 +30,13 @@ class PlotlyFinder(BaseFinder):
         from django.core.checks import Error
 
         if not self.bundle.exists():
-            return [Error(f"plotly.js is missing at {self.bundle}", hint="reinstall the pinned plotly package",
-                          id="smrweb.E001")]
+            return [
+                Error(
+                    f"plotly.js is missing at {self.bundle}",
+                    hint="reinstall the pinned plotly package",
+                    id="smrweb.E001",
+                )
+            ]
         return []
 
     def find(self, path, find_all=False, **kwargs):

@@ -8,7 +8,9 @@ from smrweb.tracking.models import Project, Role, Run
 
 def project_for_user(request, slug: str, *, role: str = Role.VIEWER) -> Project:
     """The project if the user may act on it with `role`: 404 for outsiders, 403 for too low a role."""
-    project = get_object_or_404(Project.objects.select_related("scenario").visible_to(request.user), slug=slug)
+    project = get_object_or_404(
+        Project.objects.select_related("scenario").visible_to(request.user), slug=slug
+    )
     if not project.allows(request.user, role):
         raise PermissionDenied(f"This needs the {role} role in {project.slug}.")
     return project
@@ -16,7 +18,9 @@ def project_for_user(request, slug: str, *, role: str = Role.VIEWER) -> Project:
 
 def run_for_user(request, slug: str, run_id: str, *, role: str = Role.VIEWER) -> Run:
     project = project_for_user(request, slug, role=role)
-    return get_object_or_404(Run.objects.select_related("project__scenario"), project=project, external_id=run_id)
+    return get_object_or_404(
+        Run.objects.select_related("project__scenario"), project=project, external_id=run_id
+    )
 
 
 def fragment_template(request, template: str, fragment: str) -> str:

@@ -17,16 +17,21 @@ from smrweb.tracking.models import Artifact
 
 def artifact_response(artifact: Artifact) -> FileResponse:
     """The artifact's exact bytes as an attachment, with the digest in the headers."""
-    return attachment_response(services.open_blob(artifact.blob), path=artifact.path,
-                               content_type=artifact.content_type, sha256=artifact.blob.sha256,
-                               size=artifact.blob.size)
+    return attachment_response(
+        services.open_blob(artifact.blob),
+        path=artifact.path,
+        content_type=artifact.content_type,
+        sha256=artifact.blob.sha256,
+        size=artifact.blob.size,
+    )
 
 
 def signed_artifact_path(artifact: Artifact, *, ttl: timedelta | None = None) -> str:
     """`/a/<token>/` for `artifact`, valid for `ttl` (default: SMRWEB_SIGNED_LINK_TTL_SECONDS) from now.
     Needs `artifact.run` and `artifact.blob` (no query when they are already loaded)."""
-    token = signed_links.make_token(artifact.pk, project_id=artifact.run.project_id, sha256=artifact.blob.sha256,
-                                    ttl=ttl)
+    token = signed_links.make_token(
+        artifact.pk, project_id=artifact.run.project_id, sha256=artifact.blob.sha256, ttl=ttl
+    )
     return reverse("dashboard:artifact-link", args=[token])
 
 
@@ -35,7 +40,12 @@ def artifact_for_token(token: str) -> Artifact:
     with the same message, whether the id exists or the signature is wrong). The signature covers the
     artifact's project and bytes, so it is checked after the lookup; an unknown id is checked all the
     same, so both refusals cost the same work."""
-    artifact = (Artifact.objects.select_related("blob", "run").filter(pk=signed_links.artifact_id(token)).first())
-    signed_links.check_token(token, project_id=artifact.run.project_id if artifact else None,
-                             sha256=artifact.blob.sha256 if artifact else None)
+    artifact = (
+        Artifact.objects.select_related("blob", "run").filter(pk=signed_links.artifact_id(token)).first()
+    )
+    signed_links.check_token(
+        token,
+        project_id=artifact.run.project_id if artifact else None,
+        sha256=artifact.blob.sha256 if artifact else None,
+    )
     return artifact

@@ -82,7 +82,8 @@ def set_clock(user, *, clock: str, local_zone: str = "") -> UserPreference:
     if clock == Clock.LOCAL and valid_zone(local_zone) is None:
         raise ValueError("your browser did not report a time zone")
     pref, _ = UserPreference.objects.update_or_create(
-        user=user, defaults={"clock": clock, "local_zone": local_zone if clock == Clock.LOCAL else ""})
+        user=user, defaults={"clock": clock, "local_zone": local_zone if clock == Clock.LOCAL else ""}
+    )
     try:
         cache.delete(_key(user.pk))
     except Exception:

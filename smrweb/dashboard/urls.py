@@ -21,8 +21,11 @@ urlpatterns = [
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
-    path("scenarios/<slug:key>/preflight/<str:request_id>", scenarios.scenario_preflight_result,
-         name="scenario-preflight-result"),
+    path(
+        "scenarios/<slug:key>/preflight/<str:request_id>",
+        scenarios.scenario_preflight_result,
+        name="scenario-preflight-result",
+    ),
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
@@ -30,12 +33,20 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),
-    path("projects/<slug:slug>/knowledge/<int:entry_id>/edit", knowledge.knowledge_edit, name="knowledge-edit"),
+    path(
+        "projects/<slug:slug>/knowledge/<int:entry_id>/edit", knowledge.knowledge_edit, name="knowledge-edit"
+    ),
     path("projects/<slug:slug>/review/", submissions.review_queue, name="review-queue"),
-    path("projects/<slug:slug>/submissions/<int:submission_id>/", submissions.submission_detail,
-         name="submission-detail"),
-    path("projects/<slug:slug>/submissions/<int:submission_id>/<str:action>", submissions.submission_action,
-         name="submission-action"),
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/",
+        submissions.submission_detail,
+        name="submission-detail",
+    ),
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/<str:action>",
+        submissions.submission_action,
+        name="submission-action",
+    ),
     path("projects/<slug:slug>/compare/", compare.compare_runs, name="compare-runs"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/metrics/", runs.run_metric, name="run-metric"),
@@ -44,6 +55,9 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
     path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),
-    path("projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download", runs.download_artifact,
-         name="artifact-download"),
+    path(
+        "projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download",
+        runs.download_artifact,
+        name="artifact-download",
+    ),
 ]

@@ -18,8 +18,16 @@ _EXPORTS = {
     "World": "smrweb.simulator.world",
     "pico_to_cents": "smrweb.simulator.world",
 }
-__all__ = ["DEFAULT_API_KEY", "ROUTES", "FaultConfig", "FaultInjector", "SimulatorHandle", "World",
-           "pico_to_cents", "start_simulator"]
+__all__ = [
+    "DEFAULT_API_KEY",
+    "ROUTES",
+    "FaultConfig",
+    "FaultInjector",
+    "SimulatorHandle",
+    "World",
+    "pico_to_cents",
+    "start_simulator",
+]
 
 
 def __getattr__(name):

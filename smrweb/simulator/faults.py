@@ -26,8 +26,14 @@ from typing import Any
 
 KINDS = ("429", "5xx", "slow", "malformed", "truncated", "wrong_shape", "denial", "drop")
 SETTINGS = {"slow_seconds": float, "retry_after": int, "denial_status": int, "seed": int}
-KIND_ALIASES = {"500": "5xx", "rate_limit": "429", "timeout": "slow", "wrongshape": "wrong_shape",
-                "invalid": "malformed", "close": "drop"}
+KIND_ALIASES = {
+    "500": "5xx",
+    "rate_limit": "429",
+    "timeout": "slow",
+    "wrongshape": "wrong_shape",
+    "invalid": "malformed",
+    "close": "drop",
+}
 
 
 @dataclass
@@ -95,8 +101,11 @@ class FaultConfig:
     def spec(self) -> str:
         items = [f"{k}={v}" for k, v in self.rates.items()]
         items += [f"{s}:{k}={v}" for s, rates in self.scoped for k, v in rates.items()]
-        items += [f"slow_seconds={self.slow_seconds}", f"retry_after={self.retry_after}",
-                  f"denial_status={self.denial_status}"]
+        items += [
+            f"slow_seconds={self.slow_seconds}",
+            f"retry_after={self.retry_after}",
+            f"denial_status={self.denial_status}",
+        ]
         return ",".join(items)
 
 

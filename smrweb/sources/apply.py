@@ -33,21 +33,29 @@ class Applied:
     written: list[Any] = field(default_factory=list)  # tags of the events written or found duplicate
 
 
-def apply_events(project: Project, run_id: str, items: Sequence[tuple[Any, dict]], *,
-                 on_refused: Literal["raise", "skip"] = "raise", batch_size: int = MAX_EVENTS) -> Applied:
+def apply_events(
+    project: Project,
+    run_id: str,
+    items: Sequence[tuple[Any, dict]],
+    *,
+    on_refused: Literal["raise", "skip"] = "raise",
+    batch_size: int = MAX_EVENTS,
+) -> Applied:
     """Apply `items` — (tag, event dict) pairs, in order — to the run; see the module for `on_refused`.
     Each batch is one transaction: a refused batch writes nothing of itself."""
     applied = Applied()
     items = list(items)
     for start in range(0, len(items), batch_size):
-        _apply_batch(project, run_id, items[start:start + batch_size], on_refused, applied)
+        _apply_batch(project, run_id, items[start : start + batch_size], on_refused, applied)
     return applied
 
 
 def _apply_batch(project, run_id, batch, on_refused, applied: Applied) -> None:
     while batch:
         try:
-            result = services.ingest_events(project, run_id, parse_events(_encode([event for _, event in batch])))
+            result = services.ingest_events(
+                project, run_id, parse_events(_encode([event for _, event in batch]))
+            )
         except InvalidEvents as exc:
             if on_refused == "raise":
                 raise

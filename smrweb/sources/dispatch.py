@@ -16,8 +16,8 @@ from django.conf import settings
 from smrweb.core import outbound
 from smrweb.sources.base import RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import SourceKind
+from smrweb.tracking.services import rollbacks
 
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 
@@ -63,8 +63,12 @@ def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
         return Attempt("skipped")  # already applied or failed: a redelivered message acts once
     last_try = last_try or rollback.attempts >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
     if rollback.attempts > settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS:
-        rollbacks.finish(rollback.pk, ok=False, detail=f"gave up after {settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS} "
-                                                      f"attempts (SMRWEB_ROLLBACK_MAX_ATTEMPTS)")
+        rollbacks.finish(
+            rollback.pk,
+            ok=False,
+            detail=f"gave up after {settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS} "
+            f"attempts (SMRWEB_ROLLBACK_MAX_ATTEMPTS)",
+        )
         return Attempt("failed")
     project = rollback.run.project
     if project.source == SourceKind.SMR:
@@ -73,11 +77,15 @@ def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
         return _via_webhook(rollback, last_try=last_try)
     if project.source == SourceKind.GIT:
         return _via_git(rollback, last_try=last_try)
-    rollbacks.finish(rollback.pk, ok=False, detail=f"{project.get_source_display()} projects cannot roll back yet.")
+    rollbacks.finish(
+        rollback.pk, ok=False, detail=f"{project.get_source_display()} projects cannot roll back yet."
+    )
     return Attempt("failed")
 
 
-def _retry_or_fail(rollback, line: str, *, retryable: bool, last_try: bool, hint: float | None = None) -> Attempt:
+def _retry_or_fail(
+    rollback, line: str, *, retryable: bool, last_try: bool, hint: float | None = None
+) -> Attempt:
     if retryable and not last_try:
         delay = backoff(rollback.attempts, hint)
         rollbacks.note_attempt(rollback.pk, f"attempt {rollback.attempts}: {line}; retrying in {delay:g} s")
@@ -93,20 +101,31 @@ SMR_RESTORE_DONE = frozenset({"applied", "restored", "completed", "succeeded", "
 def _via_smr(rollback, *, last_try: bool) -> Attempt:
     checkpoint = rollbacks.checkpoint_for(rollback)
     if checkpoint is None:
-        rollbacks.finish(rollback.pk, ok=False,
-                         detail="No restorable checkpoint at or before this submission to restore.")
+        rollbacks.finish(
+            rollback.pk, ok=False, detail="No restorable checkpoint at or before this submission to restore."
+        )
         return Attempt("failed")
     try:
         answer = connector_for(rollback.run.project).roll_back(
-            rollback.run.external_id, checkpoint_id=checkpoint.external_id, reason=rollback.reason)
+            rollback.run.external_id, checkpoint_id=checkpoint.external_id, reason=rollback.reason
+        )
     except SourceError as exc:
-        return _retry_or_fail(rollback, f"{exc.kind}: {exc}", retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
-                              last_try=last_try, hint=exc.retry_after)
+        return _retry_or_fail(
+            rollback,
+            f"{exc.kind}: {exc}",
+            retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
+            last_try=last_try,
+            hint=exc.retry_after,
+        )
     state = str(answer.get("state") or "") if isinstance(answer, dict) else ""
     done = state.lower() in SMR_RESTORE_DONE
-    rollbacks.finish(rollback.pk, ok=True, accepted_only=not done,
-                     detail=f"SMR {'restored' if done else 'accepted the restore of'} checkpoint "
-                            f"{checkpoint.label or checkpoint.external_id}{f' (state {state})' if state else ''}.")
+    rollbacks.finish(
+        rollback.pk,
+        ok=True,
+        accepted_only=not done,
+        detail=f"SMR {'restored' if done else 'accepted the restore of'} checkpoint "
+        f"{checkpoint.label or checkpoint.external_id}{f' (state {state})' if state else ''}.",
+    )
     return Attempt("applied" if done else "accepted")
 
 
@@ -116,29 +135,39 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
     body, headers = rollbacks.webhook_request(rollback)
     url = rollback.run.project.rollback_webhook_url
     try:
-        answer = outbound.post(url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT)
+        answer = outbound.post(
+            url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT
+        )
     except outbound.Unresolvable as exc:
         return _retry_or_fail(rollback, str(exc), retryable=True, last_try=last_try)
     except outbound.Refused as exc:
         return _retry_or_fail(rollback, f"not sent: {exc}", retryable=False, last_try=last_try)
     except httpx.TimeoutException:
-        return _retry_or_fail(rollback, "the webhook did not answer in time", retryable=True, last_try=last_try)
+        return _retry_or_fail(
+            rollback, "the webhook did not answer in time", retryable=True, last_try=last_try
+        )
     except httpx.HTTPError as exc:
-        return _retry_or_fail(rollback, f"could not reach the webhook ({type(exc).__name__})", retryable=True,
-                              last_try=last_try)
+        return _retry_or_fail(
+            rollback, f"could not reach the webhook ({type(exc).__name__})", retryable=True, last_try=last_try
+        )
     line = f"the webhook answered HTTP {answer.status}"
     if 200 <= answer.status < 300:
         # 202 Accepted: the harness queued it; anything else 2xx: it says the restore is done.
         accepted_only = answer.status == 202
-        rollbacks.finish(rollback.pk, ok=True, accepted_only=accepted_only,
-                         detail=f"attempt {rollback.attempts}: {line}" + (" (queued, not confirmed)" if accepted_only
-                                                                          else ""))
+        rollbacks.finish(
+            rollback.pk,
+            ok=True,
+            accepted_only=accepted_only,
+            detail=f"attempt {rollback.attempts}: {line}"
+            + (" (queued, not confirmed)" if accepted_only else ""),
+        )
         return Attempt("accepted" if accepted_only else "applied")
     if 300 <= answer.status < 400:
         line += " (a redirect: not followed)"
     hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
-    return _retry_or_fail(rollback, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try,
-                          hint=hint)
+    return _retry_or_fail(
+        rollback, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try, hint=hint
+    )
 
 
 def _via_git(rollback, *, last_try: bool) -> Attempt:
@@ -149,7 +178,12 @@ def _via_git(rollback, *, last_try: bool) -> Attempt:
     try:
         done = git.roll_back(rollback)
     except SourceError as exc:
-        return _retry_or_fail(rollback, f"{exc.kind}: {exc}", retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
-                              last_try=last_try, hint=exc.retry_after)
+        return _retry_or_fail(
+            rollback,
+            f"{exc.kind}: {exc}",
+            retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
+            last_try=last_try,
+            hint=exc.retry_after,
+        )
     rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {done}")
     return Attempt("applied")

@@ -38,10 +38,10 @@ from typing import Any
 
 from django.conf import settings
 
+from smrweb.sources.apply import apply_events
 from smrweb.sources.base import Malformed, NotPossible, SourceError, TimedOut
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidEvents
-from smrweb.sources.apply import apply_events
 from smrweb.tracking.models import Project, Rollback, Run
 
 SCORES_FILE = ".smrweb/scores.jsonl"
@@ -82,15 +82,38 @@ def run_id_for(branch: str) -> str:
 # git passes these to the git processes it starts, but not to the upload-pack a fetch from a local
 # repository starts (it unsets GIT_CONFIG_PARAMETERS): that one gets its overrides in --upload-pack.
 SAFE_CONFIG = (
-    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.pager=cat",
-    "core.editor=false", "core.sshCommand=false", "core.askPass=false", "core.gitProxy=", "core.attributesFile=/dev/null",
-    "core.alternateRefsCommand=", "core.splitIndex=false",
-    "log.showSignature=false", "gpg.program=false", "gpg.openpgp.program=false", "gpg.x509.program=false",
-    "gpg.ssh.program=false", "gpg.ssh.defaultKeyCommand=", "commit.gpgSign=false", "tag.gpgSign=false",
-    "diff.external=", "diff.noprefix=false", "credential.helper=", "sequence.editor=false",
-    "protocol.allow=never", "protocol.file.allow=always", "uploadpack.packObjectsHook=",
-    "uploadpack.allowFilter=false", "transfer.fsckObjects=false", "fetch.recurseSubmodules=false",
-    "submodule.recurse=false", "maintenance.auto=false", "gc.auto=0",
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.sshCommand=false",
+    "core.askPass=false",
+    "core.gitProxy=",
+    "core.attributesFile=/dev/null",
+    "core.alternateRefsCommand=",
+    "core.splitIndex=false",
+    "log.showSignature=false",
+    "gpg.program=false",
+    "gpg.openpgp.program=false",
+    "gpg.x509.program=false",
+    "gpg.ssh.program=false",
+    "gpg.ssh.defaultKeyCommand=",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "diff.external=",
+    "diff.noprefix=false",
+    "credential.helper=",
+    "sequence.editor=false",
+    "protocol.allow=never",
+    "protocol.file.allow=always",
+    "uploadpack.packObjectsHook=",
+    "uploadpack.allowFilter=false",
+    "transfer.fsckObjects=false",
+    "fetch.recurseSubmodules=false",
+    "submodule.recurse=false",
+    "maintenance.auto=false",
+    "gc.auto=0",
 )
 
 
@@ -109,46 +132,84 @@ def _env(**extra: str) -> dict[str, str]:
     """The environment git runs with, built from nothing: never the worker's (its SECRET_KEY, DATABASE_URL,
     SMR key, AWS_* must not reach anything git might start), no system or global config, no prompts, no
     optional index locks while reading, no lazy fetches, literal pathspecs, replace refs ignored."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": _private_home(), "LANG": "C", "LC_ALL": "C",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
-           "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_LAZY_FETCH": "1",
-           "GIT_LITERAL_PATHSPECS": "1", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_PROTOCOL_FROM_USER": "0",
-           "GIT_ALLOW_PROTOCOL": "file"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": _private_home(),
+        "LANG": "C",
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_NO_LAZY_FETCH": "1",
+        "GIT_LITERAL_PATHSPECS": "1",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_PROTOCOL_FROM_USER": "0",
+        "GIT_ALLOW_PROTOCOL": "file",
+    }
     env.update(extra)
     return env
 
 
-def _git(cwd: str, *args: str, input: bytes | None = None, ok: tuple[int, ...] = (0,),
-         env: dict[str, str] | None = None, also_safe: str = "", config: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def _git(
+    cwd: str,
+    *args: str,
+    input: bytes | None = None,
+    ok: tuple[int, ...] = (0,),
+    env: dict[str, str] | None = None,
+    also_safe: str = "",
+    config: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
     """Run `git -c <SAFE_CONFIG>… -C cwd args…` (never through a shell, in the scrubbed environment); a
     return code outside `ok` is a GitFailed."""
     # Repository discovery stops at the path itself: a plain directory inside some other repository
     # is "not a repository", never that other repository.
     real = os.path.realpath(cwd)
     ceiling = os.path.dirname(real) or "/"
-    safe = [f"safe.directory={path}" for path in (real, also_safe) if path]  # repositories we were told to read
+    safe = [
+        f"safe.directory={path}" for path in (real, also_safe) if path
+    ]  # repositories we were told to read
     overrides = [arg for item in (*SAFE_CONFIG, *safe, *config) for arg in ("-c", item)]
     try:
-        proc = subprocess.run(["git", *overrides, "-C", cwd, *args], input=input, capture_output=True,
-                              timeout=GIT_TIMEOUT, check=False, env=env or _env(GIT_CEILING_DIRECTORIES=ceiling),
-                              stdin=None if input else subprocess.DEVNULL, cwd=_private_home())
+        proc = subprocess.run(
+            ["git", *overrides, "-C", cwd, *args],
+            input=input,
+            capture_output=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+            env=env or _env(GIT_CEILING_DIRECTORIES=ceiling),
+            stdin=None if input else subprocess.DEVNULL,
+            cwd=_private_home(),
+        )
     except subprocess.TimeoutExpired as exc:
         raise TimedOut(f"git {args[0]} took more than {GIT_TIMEOUT:g} s in {cwd}") from exc
     except OSError as exc:
         raise GitFailed(f"could not run git: {exc}") from exc
     if proc.returncode not in ok:
         message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitFailed(f"git {args[0]} failed in {cwd}: {message[-1] if message else f'exit {proc.returncode}'}")
+        raise GitFailed(
+            f"git {args[0]} failed in {cwd}: {message[-1] if message else f'exit {proc.returncode}'}"
+        )
     return proc
 
 
 def check_branch(branch: str) -> str:
     """Refuse a branch name git would refuse (`git check-ref-format --branch`) or that does not fit a run id."""
     if not services.GIT_BRANCH_RE.match(branch or ""):
-        raise NotPossible(f"{branch!r} is not a branch name smrweb follows: letters, digits and . _ / + = @ -, "
-                          "starting with a letter, digit or underscore.")
-    proc = subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True, timeout=GIT_TIMEOUT, check=False,
-                          env=_env(GIT_CEILING_DIRECTORIES="/"), cwd="/", stdin=subprocess.DEVNULL)
+        raise NotPossible(
+            f"{branch!r} is not a branch name smrweb follows: letters, digits and . _ / + = @ -, "
+            "starting with a letter, digit or underscore."
+        )
+    proc = subprocess.run(
+        ["git", "check-ref-format", "--branch", branch],
+        capture_output=True,
+        timeout=GIT_TIMEOUT,
+        check=False,
+        env=_env(GIT_CEILING_DIRECTORIES="/"),
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode != 0 or proc.stdout.decode().strip() != branch:
         raise NotPossible(f"{branch!r} is not a valid git branch name.")
     return branch
@@ -156,10 +217,19 @@ def check_branch(branch: str) -> str:
 
 def check_artifact_path(path: str) -> str:
     """The scenario's artifact path as a path inside the repository: relative, normalised, no `..`."""
-    if (not path or "\x00" in path or path.startswith("/") or "\\" in path
-            or posixpath.normpath(path) != path or path.split("/")[0] in ("..", ".") or "/../" in f"/{path}/"):
-        raise NotPossible(f"The scenario's artifact path {path!r} is not a plain relative path inside the repository; "
-                          "set it to e.g. submission/optimizer.py.")
+    if (
+        not path
+        or "\x00" in path
+        or path.startswith("/")
+        or "\\" in path
+        or posixpath.normpath(path) != path
+        or path.split("/")[0] in ("..", ".")
+        or "/../" in f"/{path}/"
+    ):
+        raise NotPossible(
+            f"The scenario's artifact path {path!r} is not a plain relative path inside the repository; "
+            "set it to e.g. submission/optimizer.py."
+        )
     return path
 
 
@@ -199,9 +269,13 @@ class Repo:
         self.path, self.branch = path, check_branch(branch)
         self.ref = f"refs/heads/{branch}"
         self.mirror = mirror_path(path)
-        proc = self.agent("rev-parse", "--absolute-git-dir", "--path-format=absolute", "--git-common-dir", ok=(0, 128))
+        proc = self.agent(
+            "rev-parse", "--absolute-git-dir", "--path-format=absolute", "--git-common-dir", ok=(0, 128)
+        )
         if proc.returncode != 0:
-            raise RepoMissing(f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]}).")
+            raise RepoMissing(
+                f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]})."
+            )
         self.gitdir, self.common_dir = proc.stdout.decode("utf-8", "surrogateescape").splitlines()[:2]
 
     @classmethod
@@ -224,28 +298,56 @@ class Repo:
             root = os.path.dirname(self.mirror)
             os.makedirs(root, mode=0o700, exist_ok=True)
             _git(root, "init", "--bare", "-q", os.path.basename(self.mirror))
-        proc = self.git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-                        "--force", f"--upload-pack={self._upload_pack()}", "--end-of-options", self.path,
-                        f"+{self.ref}:{self.ref}", ok=(0, 1, 128))
+        proc = self.git(
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--force",
+            f"--upload-pack={self._upload_pack()}",
+            "--end-of-options",
+            self.path,
+            f"+{self.ref}:{self.ref}",
+            ok=(0, 1, 128),
+        )
         if proc.returncode != 0:
             self.agent_head()  # says "no branch" when that is why
-            raise GitFailed(f"could not read {self.branch} of {self.path}: "
-                            f"{proc.stderr.decode('utf-8', 'replace').strip()[-300:]}")
+            raise GitFailed(
+                f"could not read {self.branch} of {self.path}: "
+                f"{proc.stderr.decode('utf-8', 'replace').strip()[-300:]}"
+            )
         return self.head()
 
     def _upload_pack(self) -> str:
         """The upload-pack the fetch starts in the agent's repository. git starts it with a clean slate
         (GIT_CONFIG_PARAMETERS unset), so our -c overrides and environment do not reach it on their own:
         they are given here, in the shell command git runs for a local repository."""
-        overrides = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "protocol.allow=never",
-                     "protocol.file.allow=always", f"safe.directory={os.path.realpath(self.gitdir)}",
-                     f"safe.directory={os.path.realpath(self.path)}"]
-        return " ".join(["GIT_ALLOW_PROTOCOL=", "GIT_NO_LAZY_FETCH=1", "GIT_NO_REPLACE_OBJECTS=1",
-                         "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "git",
-                         *(f"-c {shlex.quote(item)}" for item in overrides), "upload-pack"])
+        overrides = [
+            "core.hooksPath=/dev/null",
+            "core.fsmonitor=false",
+            "protocol.allow=never",
+            "protocol.file.allow=always",
+            f"safe.directory={os.path.realpath(self.gitdir)}",
+            f"safe.directory={os.path.realpath(self.path)}",
+        ]
+        return " ".join(
+            [
+                "GIT_ALLOW_PROTOCOL=",
+                "GIT_NO_LAZY_FETCH=1",
+                "GIT_NO_REPLACE_OBJECTS=1",
+                "GIT_CONFIG_NOSYSTEM=1",
+                "GIT_CONFIG_GLOBAL=/dev/null",
+                "git",
+                *(f"-c {shlex.quote(item)}" for item in overrides),
+                "upload-pack",
+            ]
+        )
 
     def _head_of(self, run) -> str:
-        proc = run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1, 128))
+        proc = run(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{self.ref}^{{commit}}", ok=(0, 1, 128)
+        )
         sha = proc.stdout.decode().strip()
         if proc.returncode != 0 or not OID_RE.match(sha):
             raise RepoMissing(f"No branch {self.branch!r} in {self.path}.")
@@ -263,7 +365,9 @@ class Repo:
         """The full hash of a commit named by a (possibly abbreviated) hash, or None."""
         if not HEX_RE.match(name):
             return None
-        proc = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}", ok=(0, 1, 128))
+        proc = self.git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}", ok=(0, 1, 128)
+        )
         sha = proc.stdout.decode().strip()
         return sha if proc.returncode == 0 and OID_RE.match(sha) else None
 
@@ -273,8 +377,18 @@ class Repo:
     def commits_touching(self, head: str, since: str | None, path: str) -> list[Commit]:
         """Commits of `head` (after `since`) that change `path`, parents before children."""
         revs = [head] if since is None else [head, f"^{since}"]
-        out = self.git("log", "-z", "--no-show-signature", "--topo-order", "--reverse", "--format=%H%x1f%ct%x1f%s",
-                       "--end-of-options", *revs, "--", path).stdout
+        out = self.git(
+            "log",
+            "-z",
+            "--no-show-signature",
+            "--topo-order",
+            "--reverse",
+            "--format=%H%x1f%ct%x1f%s",
+            "--end-of-options",
+            *revs,
+            "--",
+            path,
+        ).stdout
         commits = []
         for record in out.split(b"\x00"):
             if not record.strip():
@@ -284,8 +398,9 @@ class Repo:
         return commits
 
     def commit_time(self, sha: str) -> datetime:
-        return datetime.fromtimestamp(int(self.git("show", "-s", "--no-show-signature", "--format=%ct", sha, "--")
-                                          .stdout.strip()), UTC)
+        return datetime.fromtimestamp(
+            int(self.git("show", "-s", "--no-show-signature", "--format=%ct", sha, "--").stdout.strip()), UTC
+        )
 
     def entry(self, commit: str, path: str) -> Entry | None:
         """The tree entry of `path` at `commit` (None when the path does not exist there)."""
@@ -301,25 +416,50 @@ class Repo:
         if entry.type != "blob":
             raise Malformed(f"{what} is a {entry.type}, not a file.")
         if entry.size is not None and entry.size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
-            raise Malformed(f"{what} is {entry.size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES}.")
+            raise Malformed(
+                f"{what} is {entry.size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES}."
+            )
         return self.git("cat-file", "blob", entry.oid).stdout
 
     # --- writing: a new commit on top of the branch, never a rewrite ------------------------------
 
-    def commit_with(self, parent: str, path: str, entry: Entry, *, message: str, author: tuple[str, str]) -> str:
+    def commit_with(
+        self, parent: str, path: str, entry: Entry, *, message: str, author: tuple[str, str]
+    ) -> str:
         """A commit whose tree is `parent`'s with `path` set to `entry`, built in a temporary index
         (the repository's own index and work tree are not touched). Not published yet."""
         with tempfile.TemporaryDirectory(prefix="smrweb-git-") as tmp:
-            index_env = _env(GIT_INDEX_FILE=os.path.join(tmp, "index"),
-                             GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
+            index_env = _env(
+                GIT_INDEX_FILE=os.path.join(tmp, "index"),
+                GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/",
+            )
             self.agent("read-tree", parent, env=index_env)
-            self.agent("update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env)
+            self.agent(
+                "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env
+            )
             tree = self.agent("write-tree", env=index_env).stdout.decode().strip()
-        commit_env = _env(GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[1], GIT_COMMITTER_NAME=COMMITTER[0],
-                          GIT_COMMITTER_EMAIL=COMMITTER[1],
-                          GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/")
-        return self.agent("commit-tree", "--no-gpg-sign", tree, "-p", parent, "-F", "-", input=message.encode(),
-                          env=commit_env).stdout.decode().strip()
+        commit_env = _env(
+            GIT_AUTHOR_NAME=author[0],
+            GIT_AUTHOR_EMAIL=author[1],
+            GIT_COMMITTER_NAME=COMMITTER[0],
+            GIT_COMMITTER_EMAIL=COMMITTER[1],
+            GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/",
+        )
+        return (
+            self.agent(
+                "commit-tree",
+                "--no-gpg-sign",
+                tree,
+                "-p",
+                parent,
+                "-F",
+                "-",
+                input=message.encode(),
+                env=commit_env,
+            )
+            .stdout.decode()
+            .strip()
+        )
 
     def publish(self, new: str, old: str, *, reason: str) -> bool:
         """Move the branch from `old` to `new` only if it is still at `old` (compare-and-swap)."""
@@ -328,13 +468,29 @@ class Repo:
             return True
         if self.agent_head() != old:
             return False  # it moved: the caller rebuilds on the new head
-        raise GitFailed(f"git update-ref failed in {self.path}: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}")
+        raise GitFailed(
+            f"git update-ref failed in {self.path}: {proc.stderr.decode('utf-8', 'replace').strip()[:300]}"
+        )
 
     def find_trailer(self, head: str, trailer: str, *, depth: int = 500) -> str | None:
         """A recent commit of the branch whose message carries `trailer` (a rollback already applied)."""
         # A whole line (so #12 does not match #123); slugs and ids hold no regex syntax.
-        out = self.git("log", "-n", str(depth), "--no-show-signature", "--format=%H", "--extended-regexp",
-                       f"--grep=^{trailer}$", "--end-of-options", head, "--").stdout.decode().split()
+        out = (
+            self.git(
+                "log",
+                "-n",
+                str(depth),
+                "--no-show-signature",
+                "--format=%H",
+                "--extended-regexp",
+                f"--grep=^{trailer}$",
+                "--end-of-options",
+                head,
+                "--",
+            )
+            .stdout.decode()
+            .split()
+        )
         return out[0] if out else None
 
     def worktrees_on_branch(self) -> list[str]:
@@ -346,14 +502,20 @@ class Repo:
         for field in out.split(b"\x00"):
             text = field.decode("utf-8", "surrogateescape")
             if text.startswith("worktree "):
-                current = text[len("worktree "):]
+                current = text[len("worktree ") :]
             elif text == f"branch {self.ref}" and current and os.path.isdir(current) and self._ours(current):
                 found.append(current)
         return found
 
     def _ours(self, worktree: str) -> bool:
-        proc = _git(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir", ok=(0, 128),
-                    also_safe=self.gitdir)
+        proc = _git(
+            worktree,
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+            ok=(0, 128),
+            also_safe=self.gitdir,
+        )
         common = proc.stdout.decode("utf-8", "surrogateescape").strip()
         return proc.returncode == 0 and os.path.realpath(common) == os.path.realpath(self.common_dir)
 
@@ -438,23 +600,40 @@ def repo_index_oid(worktree: str, path: str, *, also_safe: str = "") -> str | No
     return None
 
 
-DRIVER_KEYS = {"filter": ("clean", "smudge", "process"), "diff": ("textconv", "command"), "merge": ("driver",)}
+DRIVER_KEYS = {
+    "filter": ("clean", "smudge", "process"),
+    "diff": ("textconv", "command"),
+    "merge": ("driver",),
+}
 
 
 def _drivers_disabled(worktree: str, *, also_safe: str) -> tuple[str, ...]:
     """Overrides that empty every filter, diff and merge driver the repository's configuration defines.
     Attributes (which the agent writes) pick drivers by name, and writing an index re-reads racily clean
     files through their clean filter: with the drivers emptied on the command line, none can run."""
-    out = _git(worktree, "config", "-z", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.", ok=(0, 1),
-               also_safe=also_safe).stdout
+    out = _git(
+        worktree,
+        "config",
+        "-z",
+        "--name-only",
+        "--get-regexp",
+        r"^(filter|diff|merge)\.",
+        ok=(0, 1),
+        also_safe=also_safe,
+    ).stdout
     found = set()
     for name in out.decode("utf-8", "surrogateescape").split("\x00"):
         section, _, rest = name.partition(".")
         driver, _, _ = rest.rpartition(".")
         if section in DRIVER_KEYS and driver:
             found.add((section, driver))
-    overrides = [f"{section}.{driver}.{key}=" for section, driver in sorted(found) for key in DRIVER_KEYS[section]]
-    return (*overrides, *(f"filter.{driver}.required=false" for section, driver in sorted(found) if section == "filter"))
+    overrides = [
+        f"{section}.{driver}.{key}=" for section, driver in sorted(found) for key in DRIVER_KEYS[section]
+    ]
+    return (
+        *overrides,
+        *(f"filter.{driver}.required=false" for section, driver in sorted(found) if section == "filter"),
+    )
 
 
 def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bool:
@@ -475,15 +654,24 @@ def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bo
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 os.fchmod(fh.fileno(), 0o755 if entry.mode == "100755" else 0o644)
-            os.replace(spare, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # a link at `name` is replaced, not followed
+            os.replace(
+                spare, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd
+            )  # a link at `name` is replaced, not followed
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(spare, dir_fd=dir_fd)
             raise
     finally:
         os.close(dir_fd)
-    _git(worktree, "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", also_safe=repo.gitdir,
-         config=_drivers_disabled(worktree, also_safe=repo.gitdir))
+    _git(
+        worktree,
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        f"{entry.mode},{entry.oid},{path}",
+        also_safe=repo.gitdir,
+        config=_drivers_disabled(worktree, also_safe=repo.gitdir),
+    )
     return True
 
 
@@ -494,9 +682,10 @@ def _apply(project: Project, rid: str, events: list[dict]) -> int:
     try:
         return apply_events(project, rid, [(None, event) for event in events]).accepted
     except InvalidEvents as exc:
-        raise Malformed(f"{SCORES_FILE} or the commits hold data outside the contract: "
-                        f"{[(e.index, e.field, e.message) for e in exc.errors[:3]]}") from exc
-
+        raise Malformed(
+            f"{SCORES_FILE} or the commits hold data outside the contract: "
+            f"{[(e.index, e.field, e.message) for e in exc.errors[:3]]}"
+        ) from exc
 
 
 def sync_branch(project: Project, *, report) -> None:
@@ -518,15 +707,26 @@ def sync_branch(project: Project, *, report) -> None:
     for commit in repo.commits_touching(head, since, path):
         entry = repo.entry(commit.sha, path)
         label = f"{commit.sha[:10]} {commit.subject}"[:500]
-        checkpoint: dict[str, Any] = {"id": f"git:{commit.sha}", "type": "checkpoint", "ts": commit.ts,
-                                      "label": label, "commit": commit.sha}
+        checkpoint: dict[str, Any] = {
+            "id": f"git:{commit.sha}",
+            "type": "checkpoint",
+            "ts": commit.ts,
+            "label": label,
+            "commit": commit.sha,
+        }
         if entry is None:  # the commit deleted the path: lineage, but nothing to store or restore
             checkpoint.update(restorable=False, failure_reason=f"{path} does not exist at this commit.")
         else:
             content = repo.read_blob(entry, what=f"{path} at {commit.sha[:10]}")
-            _, created = services.store_artifact(project, rid, path=path, content=io.BytesIO(content),
-                                                 kind=scenario.artifact_kind, content_type=content_type,
-                                                 commit=commit.sha)
+            _, created = services.store_artifact(
+                project,
+                rid,
+                path=path,
+                content=io.BytesIO(content),
+                kind=scenario.artifact_kind,
+                content_type=content_type,
+                commit=commit.sha,
+            )
             report.artifacts_pulled += created
         report.events_accepted += _apply(project, rid, [checkpoint])
         cursor["commit"] = commit.sha
@@ -534,11 +734,14 @@ def sync_branch(project: Project, *, report) -> None:
     cursor["commit"] = head
     scores = repo.entry(head, SCORES_FILE)
     if scores is not None and scores.oid != cursor.get("scores"):
-        events = score_events(repo, repo.read_blob(scores, what=SCORES_FILE), path=path,
-                              harness_id=scenario.harness_id or "git")
+        events = score_events(
+            repo, repo.read_blob(scores, what=SCORES_FILE), path=path, harness_id=scenario.harness_id or "git"
+        )
         report.events_accepted += _apply(project, rid, events)
         cursor["scores"] = scores.oid
-    services.record_poll(project, rid, source_cursor=dict(cursor), git_branch=repo.branch[:200], git_commit=head)
+    services.record_poll(
+        project, rid, source_cursor=dict(cursor), git_branch=repo.branch[:200], git_commit=head
+    )
     report.synced = 1
 
 
@@ -557,10 +760,12 @@ def score_events(repo: Repo, data: bytes, *, path: str, harness_id: str) -> list
         except ValueError:
             raise Malformed(f"{where}: not JSON.") from None
         if not isinstance(item, dict):
-            raise Malformed(f"{where}: expected an object like {{\"score\": 0.8, \"commit\": \"<sha>\"}}.")
+            raise Malformed(f'{where}: expected an object like {{"score": 0.8, "commit": "<sha>"}}.')
         if unknown := set(item) - SCORE_FIELDS:
-            raise Malformed(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(sorted(SCORE_FIELDS))}.")
+            raise Malformed(
+                f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(SCORE_FIELDS))}."
+            )
         score = item.get("score")
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
             raise Malformed(f"{where}: `score` must be a finite number.")
@@ -571,7 +776,9 @@ def score_events(repo: Repo, data: bytes, *, path: str, harness_id: str) -> list
             commits[name] = repo.resolve(name)
         sha = commits[name]
         if sha is None:
-            raise Malformed(f"{where}: no commit {name} in the repository (or the abbreviation is ambiguous).")
+            raise Malformed(
+                f"{where}: no commit {name} in the repository (or the abbreviation is ambiguous)."
+            )
         ts, note, details = item.get("ts"), item.get("note"), item.get("details", {})
         if ts is not None and not isinstance(ts, str):
             raise Malformed(f"{where}: `ts` must be an RFC 3339 timestamp string.")
@@ -581,13 +788,23 @@ def score_events(repo: Repo, data: bytes, *, path: str, harness_id: str) -> list
             raise Malformed(f"{where}: `details` must be an object.")
         if sha not in digests:  # the bytes of the artifact path at that commit: what the score is of
             entry = repo.entry(sha, path)
-            digests[sha] = (hashlib.sha256(repo.read_blob(entry, what=f"{path} at {sha[:10]}")).hexdigest()
-                            if entry is not None and entry.type == "blob" else None)
-        events.append({
-            "id": f"git:{sha}:{hashlib.sha256(line).hexdigest()[:16]}", "type": "score", "score": score,
-            "ts": ts if ts is not None else repo.commit_time(sha), "commit": sha, "harness_id": harness_id[:200],
-            "artifact": digests[sha], "details": {**details, **({"note": note} if note else {})},
-        })
+            digests[sha] = (
+                hashlib.sha256(repo.read_blob(entry, what=f"{path} at {sha[:10]}")).hexdigest()
+                if entry is not None and entry.type == "blob"
+                else None
+            )
+        events.append(
+            {
+                "id": f"git:{sha}:{hashlib.sha256(line).hexdigest()[:16]}",
+                "type": "score",
+                "score": score,
+                "ts": ts if ts is not None else repo.commit_time(sha),
+                "commit": sha,
+                "harness_id": harness_id[:200],
+                "artifact": digests[sha],
+                "details": {**details, **({"note": note} if note else {})},
+            }
+        )
     return events
 
 
@@ -603,7 +820,9 @@ def target_commit(repo: Repo, rollback: Rollback) -> str:
         name = sub.commit or (sub.artifact.commit if sub.artifact_id else "")
     sha = repo.resolve(name) if name else None
     if sha is None:
-        raise NotPossible(f"The rollback target names no commit of {repo.path}" + (f" ({name})." if name else "."))
+        raise NotPossible(
+            f"The rollback target names no commit of {repo.path}" + (f" ({name})." if name else ".")
+        )
     return sha
 
 
@@ -622,8 +841,10 @@ def roll_back(rollback: Rollback) -> str:
         raise NotPossible(f"{path} is not a file at {target[:10]}: nothing to restore.")
     marker = f"Smrweb-Rollback: {project.slug}#{rollback.pk}"
     who = rollback.requested_by.get_username()
-    message = (f"smrweb rollback: restore {path} from {target[:10]}\n\n{rollback.reason.strip()}\n\n"
-               f"{marker}\nRestored-From: {target}\nRequested-By: {who}\n")
+    message = (
+        f"smrweb rollback: restore {path} from {target[:10]}\n\n{rollback.reason.strip()}\n\n"
+        f"{marker}\nRestored-From: {target}\nRequested-By: {who}\n"
+    )
     author = (f"{who} via smrweb", rollback.requested_by.email or COMMITTER[1])
     for _ in range(CAS_TRIES):
         old = repo.refresh()
@@ -631,28 +852,37 @@ def roll_back(rollback: Rollback) -> str:
             return f"already applied as {done} on {repo.branch}"
         current = repo.entry(old, path)
         if current is not None and (current.mode, current.oid) == (wanted.mode, wanted.oid):
-            return (f"{path} on {repo.branch} ({old[:10]}) already has the bytes of {target[:10]}: "
-                    "no commit was needed")
+            return (
+                f"{path} on {repo.branch} ({old[:10]}) already has the bytes of {target[:10]}: "
+                "no commit was needed"
+            )
         worktrees = repo.worktrees_on_branch()
         for worktree in worktrees:
             if not _path_is_clean(repo, worktree, current, path):
-                raise NotPossible(f"{path} has uncommitted changes in the work tree {worktree}, which has "
-                                  f"{repo.branch} checked out: commit or discard them, then roll back again. "
-                                  "Nothing was changed.")
+                raise NotPossible(
+                    f"{path} has uncommitted changes in the work tree {worktree}, which has "
+                    f"{repo.branch} checked out: commit or discard them, then roll back again. "
+                    "Nothing was changed."
+                )
         new = repo.commit_with(old, path, wanted, message=message, author=author)
         if repo.publish(new, old, reason=f"smrweb rollback {project.slug}#{rollback.pk}"):
             break
     else:
-        raise BranchMoved(f"{repo.branch} moved {CAS_TRIES} times while the rollback commit was being published; "
-                          "nothing was changed. Roll back again once the branch is quiet.")
+        raise BranchMoved(
+            f"{repo.branch} moved {CAS_TRIES} times while the rollback commit was being published; "
+            "nothing was changed. Roll back again once the branch is quiet."
+        )
     notes = [f"committed {new[:12]} on {repo.branch} (parent {old[:12]}) restoring {path} from {target[:12]}"]
     for worktree in worktrees:
         # The branch moved under this work tree: its index and file still hold the old bytes, which
         # `git status` would show as a staged change undoing the rollback. The path was clean, so bring
         # that one path up to the new commit (nothing uncommitted is lost); anything else stays as it was.
         if _path_is_clean(repo, worktree, current, path):
-            notes.append(f"updated {path} in the work tree {worktree}" if _write_to_worktree(repo, worktree, wanted, path)
-                         else f"could not update {path} in {worktree} (run `git checkout HEAD -- {path}` there)")
+            notes.append(
+                f"updated {path} in the work tree {worktree}"
+                if _write_to_worktree(repo, worktree, wanted, path)
+                else f"could not update {path} in {worktree} (run `git checkout HEAD -- {path}` there)"
+            )
         else:
             notes.append(f"{path} changed in {worktree} meanwhile: left as it is")
     return "; ".join(notes)

@@ -131,8 +131,12 @@ _OUT = ("tokens_out", "output_tokens", "completion_tokens", "tokensOut", "output
 _COST = ("cost_usd", "costUsd", "cost", "usd")
 _DURATION = ("duration_ms", "durationMs", "latency_ms", "latencyMs", "elapsed_ms", "elapsedMs")
 _TS = ("ts", "timestamp", "time", "at", "created_at", "createdAt")
-_KINDS = {"driver_inference": "driver_inference", "driverInference": "driver_inference",
-          "child_work": "child_work", "childWork": "child_work"}
+_KINDS = {
+    "driver_inference": "driver_inference",
+    "driverInference": "driver_inference",
+    "child_work": "child_work",
+    "childWork": "child_work",
+}
 _TURN_TAGS = ("type", "event", "e", "name", "kind")
 
 
@@ -192,7 +196,9 @@ class AgentTurnsAdapter(Adapter):
             "ts": _ts(_first((obj,), _TS)),
             "turn": _int(_first((obj,), ("turn", "turnIndex", "turn_index", "index"))),
             "actor": _first((obj,), ("actor", "scope", "scopeId", "scope_id", "agentId", "agent_id")),
-            "parent_actor": _first((obj,), ("parent_actor", "parentActor", "parentScope", "parentScopeId", "parent")),
+            "parent_actor": _first(
+                (obj,), ("parent_actor", "parentActor", "parentScope", "parentScopeId", "parent")
+            ),
             "kind": _kind(obj),
             "model": obj.get("model"),
             "tokens_in": _int(_first((spend_tokens, tokens), ("input",))),
@@ -254,13 +260,20 @@ class UsageLogAdapter(Adapter):
         turn = self.turns.get(actor, 0)
         self.turns[actor] = turn + 1
         provider, model = obj.get("provider"), obj.get("model")
-        if isinstance(provider, str) and provider and isinstance(model, str) and not model.startswith(provider + "/"):
+        if (
+            isinstance(provider, str)
+            and provider
+            and isinstance(model, str)
+            and not model.startswith(provider + "/")
+        ):
             model = f"{provider}/{model}"
         found = {
             "ts": _ts(_first((obj,), _TS)),
             "turn": turn,
             "actor": actor,
-            "parent_actor": _first((obj,), ("parent_agent_id", "parentAgentId", "parent_actor", "parentActor")),
+            "parent_actor": _first(
+                (obj,), ("parent_agent_id", "parentAgentId", "parent_actor", "parentActor")
+            ),
             "kind": _kind(obj),
             "model": model if model is not None else provider,
             "tokens_in": _int(tokens_in),
@@ -313,8 +326,10 @@ def sniff_format(path: Path | str) -> str:
                 return found
     if seen_generic_turn:
         return "generic"
-    raise ImportFailed(f"Cannot tell the format of {Path(path).name} from its first {SNIFF_LINES} lines; "
-                       f"pass --format ({', '.join(FORMATS)}).")
+    raise ImportFailed(
+        f"Cannot tell the format of {Path(path).name} from its first {SNIFF_LINES} lines; "
+        f"pass --format ({', '.join(FORMATS)})."
+    )
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -380,8 +395,14 @@ class ImportStats:
             entry[1].append(line_no)
 
     def as_dict(self) -> dict:
-        return {"lines": self.lines, "blank": self.blank, "accepted": self.accepted, "duplicates": self.duplicates,
-                "skipped": self.skipped, "reasons": {k: [v[0], list(v[1])] for k, v in self.reasons.items()}}
+        return {
+            "lines": self.lines,
+            "blank": self.blank,
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "skipped": self.skipped,
+            "reasons": {k: [v[0], list(v[1])] for k, v in self.reasons.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> ImportStats:
@@ -488,7 +509,9 @@ def import_file(
     if fmt == "auto":
         fmt = sniff_format(path)
     adapter = ADAPTERS[fmt]()
-    store = Checkpoints(Path(state_dir) if state_dir else settings.DATA_DIR / "imports", project.slug, run, file_id, fmt)
+    store = Checkpoints(
+        Path(state_dir) if state_dir else settings.DATA_DIR / "imports", project.slug, run, file_id, fmt
+    )
     saved = None if restart else store.load()
     stats = ImportStats()
     result = ImportResult(path, project.slug, run, fmt, file_id, stats, state_path=store.path)
@@ -508,7 +531,9 @@ def import_file(
                 result.resumed_at = line_no
             except (KeyError, TypeError, ValueError, EOFError, OSError, zlib.error) as exc:
                 # A changed file, a damaged gzip stream or an unreadable checkpoint: from the start.
-                result.restarted = str(exc) if isinstance(exc, ValueError) else "the checkpoint could not be used"
+                result.restarted = (
+                    str(exc) if isinstance(exc, ValueError) else "the checkpoint could not be used"
+                )
                 stats = result.stats = ImportStats()
                 adapter = ADAPTERS[fmt]()
                 stream.seek(0)
@@ -516,10 +541,21 @@ def import_file(
         importer = _Importer(project, run, adapter, stats, batch_size)
 
         def checkpoint() -> dict:
-            data = {"version": STATE_VERSION, "project": project.slug, "run": run, "file": str(path.resolve()),
-                    "file_id": file_id, "format": fmt, "offset": offset, "line": line_no,
-                    "tail": _digest(tail), "tail_len": len(tail), "adapter": adapter.state(),
-                    "stats": stats.as_dict(), "updated": timezone.now().isoformat()}
+            data = {
+                "version": STATE_VERSION,
+                "project": project.slug,
+                "run": run,
+                "file": str(path.resolve()),
+                "file_id": file_id,
+                "format": fmt,
+                "offset": offset,
+                "line": line_no,
+                "tail": _digest(tail),
+                "tail_len": len(tail),
+                "adapter": adapter.state(),
+                "stats": stats.as_dict(),
+                "updated": timezone.now().isoformat(),
+            }
             store.save(data)
             return data
 
@@ -528,8 +564,17 @@ def import_file(
             from tqdm import tqdm
 
             size = path.stat().st_size
-            bar = tqdm(total=size, initial=min(raw.tell(), size), unit="B", unit_scale=True, unit_divisor=1024,
-                       desc=path.name, file=progress, mininterval=0.5, leave=True)
+            bar = tqdm(
+                total=size,
+                initial=min(raw.tell(), size),
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=path.name,
+                file=progress,
+                mininterval=0.5,
+                leave=True,
+            )
 
         def tick() -> None:
             if bar is not None:
@@ -577,7 +622,9 @@ def import_file(
                         continue
                     try:
                         obj = decode(text)
-                    except ValueError:  # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8
+                    except (
+                        ValueError
+                    ):  # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8
                         skip("not JSON", line_no)
                         continue
                     if type(obj) is not dict:
@@ -588,7 +635,9 @@ def import_file(
                         skip(event, line_no)
                         continue
                     if event.get("id") is None:
-                        event["id"] = f"{prefix}{line_no}:{hashlib.blake2b(canonical(obj), digest_size=8).hexdigest()}"
+                        event["id"] = (
+                            f"{prefix}{line_no}:{hashlib.blake2b(canonical(obj), digest_size=8).hexdigest()}"
+                        )
                     pending.append((line_no, event))
                     pending_bytes += len(line)
                     if len(pending) >= batch_size or pending_bytes >= MAX_BATCH_BYTES:
@@ -628,7 +677,9 @@ def format_summary(result: ImportResult) -> str:
     where = f"{result.project}/{result.run}"
     out = [f"{result.path.name} → {where} (format {result.format or '-'}, file id {result.file_id or '-'})"]
     if result.resumed_at is not None:
-        out.append(f"resumed after line {result.resumed_at:,} (the checkpoint of an earlier, unfinished import)")
+        out.append(
+            f"resumed after line {result.resumed_at:,} (the checkpoint of an earlier, unfinished import)"
+        )
     if result.restarted:
         out.append(f"started over: {result.restarted}; lines already imported count as duplicates")
     out.append(f"lines read: {s.lines:,} ({s.blank:,} blank)")
@@ -641,8 +692,12 @@ def format_summary(result: ImportResult) -> str:
     if result.error:
         out.append(f"stopped: {result.error}; the checkpoint keeps the place")
     elif result.interrupted:
-        out.append(f"interrupted: the checkpoint is after line {result.stopped_at:,}; run the same command again "
-                   "to resume")
+        out.append(
+            f"interrupted: the checkpoint is after line {result.stopped_at:,}; run the same command again "
+            "to resume"
+        )
     elif result.stopped_at is not None:
-        out.append(f"stopped after line {result.stopped_at:,} (--max-lines); run the same command again to go on")
+        out.append(
+            f"stopped after line {result.stopped_at:,} (--max-lines); run the same command again to go on"
+        )
     return "\n".join(out)

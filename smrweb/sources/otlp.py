@@ -130,7 +130,8 @@ class _Span:
     @property
     def is_genai(self) -> bool:
         return bool(self.operation) or any(
-            key in self.attrs for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"))
+            key in self.attrs for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+        )
 
     @property
     def is_turn(self) -> bool:
@@ -167,9 +168,16 @@ def _spans(request: ExportTraceServiceRequest) -> Iterable[_Span]:
                 attrs = _attributes(span.attributes)
                 run = attrs.get("smrweb.run_id", resource_run)
                 trace_id = span.trace_id.hex()
-                yield _Span(trace_id=trace_id, span_id=span.span_id.hex(), parent_id=span.parent_span_id.hex(),
-                            name=span.name, start=span.start_time_unix_nano, end=span.end_time_unix_nano,
-                            attrs=attrs, run_id=run if isinstance(run, str) and run else trace_id)
+                yield _Span(
+                    trace_id=trace_id,
+                    span_id=span.span_id.hex(),
+                    parent_id=span.parent_span_id.hex(),
+                    name=span.name,
+                    start=span.start_time_unix_nano,
+                    end=span.end_time_unix_nano,
+                    attrs=attrs,
+                    run_id=run if isinstance(run, str) and run else trace_id,
+                )
 
 
 def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, float]]) -> Mapped:
@@ -194,8 +202,11 @@ def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, 
         """Agent names from the span up to the root, nearest first, without repeats in a row."""
         chain: list[str] = []
         for node in (span, *ancestors(span)):
-            name = node.agent_name if (node is span or node.operation == "invoke_agent"
-                                       or "smrweb.actor" in node.attrs) else None
+            name = (
+                node.agent_name
+                if (node is span or node.operation == "invoke_agent" or "smrweb.actor" in node.attrs)
+                else None
+            )
             if name and (not chain or chain[-1] != name):
                 chain.append(name)
         return chain
@@ -231,12 +242,20 @@ def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, 
             if not priced:
                 out.unpriced[span.span_id] = str(model) or "(no model)"
         event = {
-            "type": "agent.turn", "id": f"otel:{span.span_id}",
-            "ts": datetime.fromtimestamp(span.start // 1_000_000_000, UTC).replace(
-                microsecond=span.start % 1_000_000_000 // 1000).isoformat(),
+            "type": "agent.turn",
+            "id": f"otel:{span.span_id}",
+            "ts": datetime.fromtimestamp(span.start // 1_000_000_000, UTC)
+            .replace(microsecond=span.start % 1_000_000_000 // 1000)
+            .isoformat(),
             "turn": _integer(span.attrs["smrweb.turn"]) if "smrweb.turn" in span.attrs else None,
-            "actor": actor, "parent_actor": parent_actor, "kind": kind, "model": model,
-            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": _number(cost), "tool_calls": [],
+            "actor": actor,
+            "parent_actor": parent_actor,
+            "kind": kind,
+            "model": model,
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+            "cost_usd": _number(cost),
+            "tool_calls": [],
             "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
         }
         turns[(span.trace_id, span.span_id)] = event
@@ -256,8 +275,10 @@ def _span_problem(span: _Span) -> str:
     if span.start >= MAX_START_NANOS:
         return "The span starts after 9999-01-01."
     if not services.RUN_ID_RE.match(span.run_id):
-        return (f"Run id {span.run_id[:100]!r} (smrweb.run_id) is not 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, "
-                "starting with a letter, digit or underscore.")
+        return (
+            f"Run id {span.run_id[:100]!r} (smrweb.run_id) is not 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, "
+            "starting with a letter, digit or underscore."
+        )
     kind = span.attrs.get("smrweb.turn_kind")
     if kind is not None and kind not in TURN_KINDS:
         return f"smrweb.turn_kind must be driver_inference or child_work, not {kind!r}."
@@ -310,8 +331,11 @@ def _attach_tools(tools, turn_spans, turns, parent, ancestors, agent_chain, out:
         target = next((a for a in ancestors(tool) if (a.trace_id, a.span_id) in turns), None)
         if target is None:
             chain = agent_chain(tool)
-            earlier = [s for s in by_agent.get((tool.trace_id, chain[0] if chain else "driver"), [])
-                       if s.start <= tool.start]
+            earlier = [
+                s
+                for s in by_agent.get((tool.trace_id, chain[0] if chain else "driver"), [])
+                if s.start <= tool.start
+            ]
             target = earlier[-1] if earlier else None
         if target is None:
             out.ignored += 1
@@ -342,10 +366,14 @@ class Outcome:
         if self.rejected:
             shown = "; ".join(f"span {span}: {why}" for span, why in self.rejected[:MAX_MESSAGE_PROBLEMS])
             more = len(self.rejected) - MAX_MESSAGE_PROBLEMS
-            parts.append(f"{len(self.rejected)} span(s) refused: {shown}" + (f"; and {more} more" if more > 0 else ""))
+            parts.append(
+                f"{len(self.rejected)} span(s) refused: {shown}" + (f"; and {more} more" if more > 0 else "")
+            )
         if self.unpriced:
             names = ", ".join(sorted(self.unpriced))
-            parts.append(f"No price for model(s) {names} (SMRWEB_MODEL_PRICES): their cost was recorded as 0.")
+            parts.append(
+                f"No price for model(s) {names} (SMRWEB_MODEL_PRICES): their cost was recorded as 0."
+            )
         return " ".join(part if part.endswith(".") else part + "." for part in parts)
 
 

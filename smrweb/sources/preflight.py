@@ -37,7 +37,6 @@ from django.core.validators import URLValidator
 from smrweb.core.sandbox import scrubbed_env
 from smrweb.tracking.models import ArtifactKind, Direction, Scenario
 
-
 VALIDATORS_DIR = Path(__file__).resolve().parent.parent / "validators"
 
 
@@ -96,15 +95,22 @@ class PreflightReport:
         return [c for c in self.checks if not c.ok]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "ok": self.ok, "worker": self.worker,
-                "checks": [asdict(c) for c in self.checks]}
+        return {
+            "scenario": self.scenario,
+            "ok": self.ok,
+            "worker": self.worker,
+            "checks": [asdict(c) for c in self.checks],
+        }
 
 
-def resolve_command(command: list[str], *, artifact: str | None = None,
-                    validators_dir: Path | str = VALIDATORS_DIR) -> list[str]:
+def resolve_command(
+    command: list[str], *, artifact: str | None = None, validators_dir: Path | str = VALIDATORS_DIR
+) -> list[str]:
     """The argument list with its placeholders filled in (`{artifact}` stays when no artifact is given)."""
-    out = [arg.replace("{validators}", str(validators_dir)).replace("{python}", sys.executable or "python3")
-           for arg in command]
+    out = [
+        arg.replace("{validators}", str(validators_dir)).replace("{python}", sys.executable or "python3")
+        for arg in command
+    ]
     return [arg.replace("{artifact}", artifact) for arg in out] if artifact is not None else out
 
 
@@ -117,20 +123,27 @@ def command_problems(command: Any, *, need_artifact: bool) -> list[str]:
     problems = []
     names = [PurePosixPath(arg).name for arg in command]
     if names[0] in SHELLS or any(n in SHELLS and nxt == "-c" for n, nxt in zip(names, command[1:])):
-        problems.append(f"runs a shell (`{' '.join(command[:3])}`): commands run without a shell, so name "
-                        "the program and pass its arguments as list items")
+        problems.append(
+            f"runs a shell (`{' '.join(command[:3])}`): commands run without a shell, so name "
+            "the program and pass its arguments as list items"
+        )
     elif any(c.isspace() for c in command[0]):
-        problems.append(f"its program `{command[0]}` contains whitespace: a shell string in one argument? "
-                        "Split it into list items")
+        problems.append(
+            f"its program `{command[0]}` contains whitespace: a shell string in one argument? "
+            "Split it into list items"
+        )
     for arg in command:
         if m := SHELL_SYNTAX.search(arg):
-            problems.append(f"argument `{arg}` has shell syntax (`{m.group()}`), which would be passed "
-                            "literally")
+            problems.append(
+                f"argument `{arg}` has shell syntax (`{m.group()}`), which would be passed literally"
+            )
     unknown = sorted({p for arg in command for p in PLACEHOLDER_RE.findall(arg)} - set(PLACEHOLDERS))
     if unknown:
         braced = ", ".join(f"{{{u}}}" for u in unknown)
-        problems.append(f"unknown placeholder{'s' * (len(unknown) > 1)} {braced} "
-                        f"(known: {', '.join(f'{{{p}}}' for p in PLACEHOLDERS)})")
+        problems.append(
+            f"unknown placeholder{'s' * (len(unknown) > 1)} {braced} "
+            f"(known: {', '.join(f'{{{p}}}' for p in PLACEHOLDERS)})"
+        )
     count = sum(arg.count("{artifact}") for arg in command)
     if need_artifact and count != 1:
         problems.append(f"must contain the `{{artifact}}` placeholder exactly once (found {count})")
@@ -164,15 +177,27 @@ def _completeness(s: Scenario) -> list[Check]:
 
     path = PurePosixPath(s.artifact_path or "")
     checks = [
-        check("harness id", bool(s.harness_id.strip()), f"`{s.harness_id}`",
-              "no harness id: scores cannot be tied to the harness that produced them"),
-        check("artifact path", bool(s.artifact_path) and not path.is_absolute() and ".." not in path.parts,
-              f"`{s.artifact_path}`",
-              "no artifact path" if not s.artifact_path
-              else f"`{s.artifact_path}` must be relative to the workspace, without `..`"),
+        check(
+            "harness id",
+            bool(s.harness_id.strip()),
+            f"`{s.harness_id}`",
+            "no harness id: scores cannot be tied to the harness that produced them",
+        ),
+        check(
+            "artifact path",
+            bool(s.artifact_path) and not path.is_absolute() and ".." not in path.parts,
+            f"`{s.artifact_path}`",
+            "no artifact path"
+            if not s.artifact_path
+            else f"`{s.artifact_path}` must be relative to the workspace, without `..`",
+        ),
         check("score metric", bool(s.score_metric.strip()), f"`{s.score_metric}`", "no score metric"),
-        check("direction", s.direction in Direction.values, s.direction,
-              f"`{s.direction}` is not one of {', '.join(Direction.values)}"),
+        check(
+            "direction",
+            s.direction in Direction.values,
+            s.direction,
+            f"`{s.direction}` is not one of {', '.join(Direction.values)}",
+        ),
     ]
     if s.arena_url:
         try:
@@ -181,28 +206,56 @@ def _completeness(s: Scenario) -> list[Check]:
         except ValidationError:
             checks.append(check("arena", False, "", f"arena URL `{s.arena_url}` is not a valid http(s) URL"))
     else:
-        checks.append(check("arena", not s.arena_name, "no arena: scores stay in smrweb",
-                            f"arena `{s.arena_name}` has no URL"))
+        checks.append(
+            check(
+                "arena",
+                not s.arena_name,
+                "no arena: scores stay in smrweb",
+                f"arena `{s.arena_name}` has no URL",
+            )
+        )
     problems = command_problems(s.validator_command, need_artifact=True)
-    checks.append(check("validator command", not problems, "an argument list with one `{artifact}`",
-                        "validator command " + "; ".join(problems)))
+    checks.append(
+        check(
+            "validator command",
+            not problems,
+            "an argument list with one `{artifact}`",
+            "validator command " + "; ".join(problems),
+        )
+    )
     if s.scoring_command:
         problems = command_problems(s.scoring_command, need_artifact=False)
-        checks.append(check("scoring command", not problems, "an argument list",
-                            "scoring command " + "; ".join(problems)))
+        checks.append(
+            check(
+                "scoring command", not problems, "an argument list", "scoring command " + "; ".join(problems)
+            )
+        )
     else:
-        checks.append(check("scoring command", True,
-                            "none: scores arrive as score events (from the harness or the arena's result)", ""))
+        checks.append(
+            check(
+                "scoring command",
+                True,
+                "none: scores arrive as score events (from the harness or the arena's result)",
+                "",
+            )
+        )
     toolchains = s.required_toolchains
     if not isinstance(toolchains, list) or not all(isinstance(t, str) for t in toolchains):
-        checks.append(check("required toolchains", False, "",
-                            "required toolchains must be a list of strings"))
+        checks.append(
+            check("required toolchains", False, "", "required toolchains must be a list of strings")
+        )
     else:
         bad = [t for t in toolchains if not _toolchain_spec_ok(t)]
         listed = ", ".join(f"`{t}`" for t in toolchains) or "none"
-        checks.append(check("required toolchains", not bad, listed,
-                            f"unknown toolchain {', '.join(f'`{t}`' for t in bad)}: use a program name "
-                            "(`cargo`) or `python:<module>`"))
+        checks.append(
+            check(
+                "required toolchains",
+                not bad,
+                listed,
+                f"unknown toolchain {', '.join(f'`{t}`' for t in bad)}: use a program name "
+                "(`cargo`) or `python:<module>`",
+            )
+        )
     return checks
 
 
@@ -217,8 +270,14 @@ def _consistency(s: Scenario) -> list[Check]:
     lo, hi = s.score_min, s.score_max
     ordered = lo is None or hi is None or lo <= hi
     bounds = f"[{'-∞' if lo is None else f'{lo:g}'}, {'∞' if hi is None else f'{hi:g}'}]"
-    checks.append(Check("score bounds", ordered,
-                        bounds if ordered else f"score_min {lo:g} is above score_max {hi:g}", "consistent"))
+    checks.append(
+        Check(
+            "score bounds",
+            ordered,
+            bounds if ordered else f"score_min {lo:g} is above score_max {hi:g}",
+            "consistent",
+        )
+    )
     name = PurePosixPath(s.artifact_path or "").name.lower()
     implied = next((k for k, exts in KIND_EXTENSIONS.items() if name.endswith(exts)), None)
     wanted = KIND_EXTENSIONS.get(s.artifact_kind)
@@ -235,10 +294,16 @@ def _consistency(s: Scenario) -> list[Check]:
     program = _validator_program(s)
     if program and "/" not in program and "{" not in program:
         declared = isinstance(s.required_toolchains, list) and program in s.required_toolchains
-        checks.append(Check("validator toolchain", declared,
-                            f"the validator's program `{program}` is a required toolchain" if declared else
-                            f"the validator runs `{program}`, which is not among the required toolchains",
-                            "consistent"))
+        checks.append(
+            Check(
+                "validator toolchain",
+                declared,
+                f"the validator's program `{program}` is a required toolchain"
+                if declared
+                else f"the validator runs `{program}`, which is not among the required toolchains",
+                "consistent",
+            )
+        )
     return checks
 
 
@@ -247,8 +312,14 @@ def _python_has(interpreter: str, module: str, env: dict[str, str]) -> bool | No
     importing could run its code); None when the interpreter does not answer."""
     code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)"
     try:
-        done = subprocess.run([interpreter, "-c", code, module], check=False, capture_output=True, timeout=10,
-                              env=env, cwd=env.get("HOME"))
+        done = subprocess.run(
+            [interpreter, "-c", code, module],
+            check=False,
+            capture_output=True,
+            timeout=10,
+            env=env,
+            cwd=env.get("HOME"),
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return {0: True, 1: False}.get(done.returncode)  # another code: find_spec raised (a broken parent)
@@ -270,14 +341,26 @@ def _on_worker(s: Scenario) -> list[Check]:
         if not spec.startswith("python:"):
             found = shutil.which(spec, path=search)
             needed = "needed by the validator" if spec == program else "a required toolchain of this scenario"
-            checks.append(Check(name, found is not None, f"`{spec}` is {found}" if found else
-                                f"`{spec}` is not on {where}; {needed}", "worker"))
+            checks.append(
+                Check(
+                    name,
+                    found is not None,
+                    f"`{spec}` is {found}" if found else f"`{spec}` is not on {where}; {needed}",
+                    "worker",
+                )
+            )
             continue
         module = spec.removeprefix("python:")
         needed = "needed by the validator" if _is_python(program) else "a required toolchain of this scenario"
         if python_path is None:
-            checks.append(Check(name, False, f"cannot check python package `{module}`: `{python}` is not on "
-                                             f"{where}", "worker"))
+            checks.append(
+                Check(
+                    name,
+                    False,
+                    f"cannot check python package `{module}`: `{python}` is not on {where}",
+                    "worker",
+                )
+            )
             continue
         has = _python_has(python_path, module, env)
         used = f"checked with {python_path}, the validator's interpreter"
@@ -299,23 +382,35 @@ def _validator_present(s: Scenario, search: str) -> Check:
     argv = resolve_command(s.validator_command)
     found = shutil.which(argv[0], path=search)
     if found is None:
-        missing = f"`{argv[0]}` does not exist or is not executable" if "/" in argv[0] else \
-            f"`{argv[0]}` is not on the validators' PATH on this worker ({search})"
+        missing = (
+            f"`{argv[0]}` does not exist or is not executable"
+            if "/" in argv[0]
+            else f"`{argv[0]}` is not on the validators' PATH on this worker ({search})"
+        )
         return Check("validator program", False, missing, "worker")
     script = argv[1] if _is_python(argv[0]) and len(argv) > 1 else None
     if script is None or script.startswith("-") or "{" in script:
         return Check("validator program", True, f"`{found}`", "worker")
     if not os.path.isabs(script):
-        return Check("validator program", False, f"validator script `{script}` is a relative path, but "
-                     "validators run in an empty temporary directory: use `{validators}/…` or an absolute "
-                     "path", "worker")
+        return Check(
+            "validator program",
+            False,
+            f"validator script `{script}` is a relative path, but "
+            "validators run in an empty temporary directory: use `{validators}/…` or an absolute "
+            "path",
+            "worker",
+        )
     if not (os.path.isfile(script) and os.access(script, os.R_OK)):
-        return Check("validator program", False, f"validator script `{script}` does not exist on this worker",
-                     "worker")
+        return Check(
+            "validator program", False, f"validator script `{script}` does not exist on this worker", "worker"
+        )
     return Check("validator program", True, f"`{found}` running `{script}`", "worker")
 
 
 def preflight(scenario: Scenario) -> PreflightReport:
     """Every check of a preset, run here: call it on the worker that will run the validator."""
-    return PreflightReport(scenario.key, socket.gethostname(),
-                           _completeness(scenario) + _consistency(scenario) + _on_worker(scenario))
+    return PreflightReport(
+        scenario.key,
+        socket.gethostname(),
+        _completeness(scenario) + _consistency(scenario) + _on_worker(scenario),
+    )

@@ -27,11 +27,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
-
-from datetime import timedelta
 
 import httpx
 from django.conf import settings
@@ -84,14 +82,21 @@ def _call(what: str, fn, *args, **kwargs):
 
 
 def _translate(what: str, exc: SmrApiError) -> SourceError:
-    detail = getattr(exc, "detail", None) or (exc.body.get("detail") if isinstance(exc.body.get("detail"), dict) else {})
+    detail = getattr(exc, "detail", None) or (
+        exc.body.get("detail") if isinstance(exc.body.get("detail"), dict) else {}
+    )
     retry_after = _seconds(detail.get("retry_after_seconds")) if isinstance(detail, dict) else None
     status, message = exc.status_code, f"{what}: {exc}"
     if status == 429:
         return RateLimited(message, retry_after=retry_after)
     if detail and detail.get("error_code"):
         code = str(detail.get("error_code"))
-        if status == 409 or code in {"terminal_run", "already_in_state", "runtime_not_live", "project_archived"}:
+        if status == 409 or code in {
+            "terminal_run",
+            "already_in_state",
+            "runtime_not_live",
+            "project_archived",
+        }:
             return NotPossible(message)
         if code == "run_not_found":
             return RunGone(message)
@@ -142,8 +147,15 @@ def _sha256(digest: str | None) -> str:
 def _fingerprint(summary, actors) -> str:
     """What changes whenever the run spends anything: its billed amounts and quantities per meter, and
     each actor's event count (a usage entry at no cost still moves these)."""
-    parts = [summary.total_pico_usd, summary.total_cents, summary.total_usd,
-             *[(m.meter_kind, m.billed_amount_pico_usd, m.billed_amount_cents, m.quantity) for m in summary.by_meter]]
+    parts = [
+        summary.total_pico_usd,
+        summary.total_cents,
+        summary.total_usd,
+        *[
+            (m.meter_kind, m.billed_amount_pico_usd, m.billed_amount_cents, m.quantity)
+            for m in summary.by_meter
+        ],
+    ]
     if actors is not None:
         parts += [(a.actor_id, a.event_count, a.billed_amount_cents) for a in actors.actors]
     return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
@@ -155,25 +167,41 @@ def _actor_profiles(row: dict[str, Any]) -> tuple[dict[str, str], ...]:
     roles = row.get("roles") if isinstance(row.get("roles"), dict) else {}
     for role, spec in sorted(roles.items()):
         if isinstance(spec, dict) and (spec.get("requested_profile_id") or spec.get("resolved_profile_id")):
-            found.append({"actor": "", "role": str(role)[:100],
-                          "requested": str(spec.get("requested_profile_id") or "")[:200],
-                          "actual": str(spec.get("resolved_profile_id") or "")[:200]})
+            found.append(
+                {
+                    "actor": "",
+                    "role": str(role)[:100],
+                    "requested": str(spec.get("requested_profile_id") or "")[:200],
+                    "actual": str(spec.get("resolved_profile_id") or "")[:200],
+                }
+            )
     listed = [(a, "") for a in (row.get("actors") if isinstance(row.get("actors"), list) else [])]
-    listed += [(a, "worker") for a in (roles.get("workers") if isinstance(roles.get("workers"), list) else [])]
+    listed += [
+        (a, "worker") for a in (roles.get("workers") if isinstance(roles.get("workers"), list) else [])
+    ]
     for actor, default_role in listed:
         if not isinstance(actor, dict):
             continue
         requested = actor.get("requested_profile_id") or actor.get("requested_model")
         actual = actor.get("resolved_profile_id") or actor.get("resolved_model") or actor.get("actual_model")
         if requested or actual:
-            found.append({"actor": str(actor.get("actor_id") or actor.get("id") or "")[:200],
-                          "role": str(actor.get("role") or actor.get("participant_role") or default_role)[:100],
-                          "requested": str(requested or "")[:200], "actual": str(actual or "")[:200]})
+            found.append(
+                {
+                    "actor": str(actor.get("actor_id") or actor.get("id") or "")[:200],
+                    "role": str(actor.get("role") or actor.get("participant_role") or default_role)[:100],
+                    "requested": str(requested or "")[:200],
+                    "actual": str(actual or "")[:200],
+                }
+            )
     return tuple(found[:200])
 
 
-ARTIFACT_KINDS = {"submission": ArtifactKind.FILE, "model": ArtifactKind.ONNX_MODEL, "log": ArtifactKind.LOG,
-                  "archive": ArtifactKind.ARCHIVE}
+ARTIFACT_KINDS = {
+    "submission": ArtifactKind.FILE,
+    "model": ArtifactKind.ONNX_MODEL,
+    "log": ArtifactKind.LOG,
+    "archive": ArtifactKind.ARCHIVE,
+}
 
 
 class SmrConnector:
@@ -184,15 +212,22 @@ class SmrConnector:
         self.pid = project.source_settings.get("smr_project_id", "")
         self.backend_base = backend_base
         # The first call after a (backend or worker) restart may be slow: give it longer.
-        timeout = settings.SMRWEB_SMR_TIMEOUT if backend_base in _warm_backends else settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT
-        self.client = ManagedResearchClient(api_key=api_key, backend_base=backend_base, timeout_seconds=timeout)
+        timeout = (
+            settings.SMRWEB_SMR_TIMEOUT
+            if backend_base in _warm_backends
+            else settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT
+        )
+        self.client = ManagedResearchClient(
+            api_key=api_key, backend_base=backend_base, timeout_seconds=timeout
+        )
         if guarded:
             # A project's own backend address is user-given: every SDK call goes through the outbound
             # guard (public addresses only, vetted once per request, no redirects, no env proxies).
             sdk_http = self.client._transport
             sdk_http.client.close()
-            sdk_http.client = outbound.client(timeout=timeout, base_url=sdk_http.client.base_url,
-                                              headers=sdk_http.client.headers)
+            sdk_http.client = outbound.client(
+                timeout=timeout, base_url=sdk_http.client.base_url, headers=sdk_http.client.headers
+            )
         self._results_by_run: dict[str, list[dict]] | None = None
         self._results_oldest: str | None = None
         self._results_limit = 0
@@ -207,8 +242,9 @@ class SmrConnector:
         _call("list runs", self.client.runs.list, self.pid, limit=1)
         self._mark_warm()
 
-    def list_runs(self, *, known: set[str] = frozenset(), live: set[str] = frozenset(),
-                  full: bool = True) -> list[RunSnapshot]:
+    def list_runs(
+        self, *, known: set[str] = frozenset(), live: set[str] = frozenset(), full: bool = True
+    ) -> list[RunSnapshot]:
         """The runs worth looking at this cycle.
 
         Pages newest first through the run list's cursor. Unless `full`, the walk stops at the first page
@@ -228,7 +264,11 @@ class SmrConnector:
             if len(page) < page_size or (not full and any(str(r["run_id"]) in known for r in page)):
                 break
             last = page[-1]
-            cursor = f"{last.get('created_at') or ''}|{last['run_id']}" if last.get("created_at") else str(last["run_id"])
+            cursor = (
+                f"{last.get('created_at') or ''}|{last['run_id']}"
+                if last.get("created_at")
+                else str(last["run_id"])
+            )
             if cursor in seen_cursors:
                 raise Malformed("list runs: the cursor did not advance")
             seen_cursors.add(cursor)
@@ -270,13 +310,17 @@ class SmrConnector:
                 family=str(failure.get("family") or ""),
                 detail=str(failure.get("detail") or failure.get("reason") or ""),
                 source=str(failure.get("source") or ""),
-            ) if failure else None,
+            )
+            if failure
+            else None,
             started_at=_when(row.get("started_at")),
             created_at=_when(row.get("created_at")),
             finished_at=_when(row.get("finished_at")),
             requested_profile=str(orchestrator.get("requested_profile_id") or ""),
             actual_profile=str(orchestrator.get("resolved_profile_id") or ""),
-            budget_usd=Decimal(str(budget)) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else None,
+            budget_usd=Decimal(str(budget))
+            if isinstance(budget, (int, float)) and not isinstance(budget, bool)
+            else None,
             actor_profiles=_actor_profiles(row),
             raw=row,
         )
@@ -310,8 +354,14 @@ class SmrConnector:
             spend = read_spend(None, summary, actors)
             if spend.tokens_in is None and cursor.get("source_tokens") is not None:
                 spend.tokens_in, spend.tokens_out = cursor["source_tokens"]  # as of the last usage read
-            return SpendReading(turns=[], spend=spend, entries=None, timeline_as_of=last_read,
-                                timeline_current=not changed, cursor=new_cursor)
+            return SpendReading(
+                turns=[],
+                spend=spend,
+                entries=None,
+                timeline_as_of=last_read,
+                timeline_current=not changed,
+                cursor=new_cursor,
+            )
         now = timezone.now()
         usage = _call("usage", self.client.runs.get_usage, rid)
         reading = read_entries(usage.entries)
@@ -323,10 +373,21 @@ class SmrConnector:
         stamps = [_when(t["ts"]) for t in reading.turns]
         if stamps:
             new_cursor["usage_ts"] = max([*stamps, *([mark] if mark else [])]).isoformat()
-        new_cursor.update(entries_at=now.isoformat(), entries_n=len(usage.entries), entries_fp=fingerprint,
-                          entries_wait=0, source_tokens=[spend.tokens_in, spend.tokens_out])
-        return SpendReading(turns=fresh, spend=spend, entries=reading, timeline_as_of=now, timeline_current=True,
-                            cursor=new_cursor)
+        new_cursor.update(
+            entries_at=now.isoformat(),
+            entries_n=len(usage.entries),
+            entries_fp=fingerprint,
+            entries_wait=0,
+            source_tokens=[spend.tokens_in, spend.tokens_out],
+        )
+        return SpendReading(
+            turns=fresh,
+            spend=spend,
+            entries=reading,
+            timeline_as_of=now,
+            timeline_current=True,
+            cursor=new_cursor,
+        )
 
     def fetch_artifacts(self, rid: str) -> list[ArtifactRef]:
         manifest = _call("artifact manifest", self.client.runs.artifact_manifest, rid, project_id=self.pid)
@@ -341,8 +402,14 @@ class SmrConnector:
                     declared.setdefault(r["metric"], str(r.get("metric_direction") or "higher_is_better"))
         return declared
 
-    def fetch_results(self, rid: str, artifacts: list[ArtifactRef], cursor: dict[str, Any],
-                      *, created_at: datetime | None = None) -> tuple[list[dict], dict]:
+    def fetch_results(
+        self,
+        rid: str,
+        artifacts: list[ArtifactRef],
+        cursor: dict[str, Any],
+        *,
+        created_at: datetime | None = None,
+    ) -> tuple[list[dict], dict]:
         mark = cursor.get("results")
         # The project's newest results, one request per cycle: a small window while it reaches back to
         # this run's last seen result, the spec's widest when not, and this run's experiments one by
@@ -351,8 +418,11 @@ class SmrConnector:
         mine = list(by_run.get(rid, []))
         if oldest is not None and (str(mark) if mark else (_iso(created_at) or "")) < oldest:
             ids = {str(r.get("result_id")) for r in mine}
-            mine += [r for r in self._run_results(rid, since=str(mark) if mark else None)
-                     if str(r.get("result_id")) not in ids]
+            mine += [
+                r
+                for r in self._run_results(rid, since=str(mark) if mark else None)
+                if str(r.get("result_id")) not in ids
+            ]
         new_cursor: dict[str, Any] = {}
         return self._results(mine, artifacts, cursor, new_cursor), new_cursor
 
@@ -362,13 +432,19 @@ class SmrConnector:
         allows, when a run needs results older than the small window reaches (`reach`)."""
         widest = max(1, min(settings.SMRWEB_SMR_RESULTS_WINDOW, 500))
         limit = self._results_limit or max(1, min(settings.SMRWEB_SMR_RESULTS_FIRST_WINDOW, widest))
-        if self._results_by_run is not None and (self._results_oldest is None or reach >= self._results_oldest
-                                                 or limit >= widest):
+        if self._results_by_run is not None and (
+            self._results_oldest is None or reach >= self._results_oldest or limit >= widest
+        ):
             return self._results_by_run, self._results_oldest
         if self._results_by_run is not None:
             limit = widest  # the small window did not reach back far enough
-        results = _call("experiment results", self.client._request_json, "GET",
-                        f"/smr/projects/{self.pid}/experiment-results", params={"limit": limit})
+        results = _call(
+            "experiment results",
+            self.client._request_json,
+            "GET",
+            f"/smr/projects/{self.pid}/experiment-results",
+            params={"limit": limit},
+        )
         if not isinstance(results, list):
             raise Malformed("experiment results: expected a list")
         by_run: dict[str, list[dict]] = {}
@@ -384,14 +460,23 @@ class SmrConnector:
 
     def _run_results(self, rid: str, *, since: str | None) -> list[dict]:
         """Every result of one run's experiments (those created since `since`), one request each."""
-        experiments = _call("experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500)
+        experiments = _call(
+            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
+        )
         rows: list[dict] = []
         for experiment in experiments if isinstance(experiments, list) else []:
             eid = experiment.get("experiment_id") if isinstance(experiment, dict) else None
-            if not eid or (since and str(experiment.get("updated_at") or experiment.get("created_at") or "") < since):
+            if not eid or (
+                since and str(experiment.get("updated_at") or experiment.get("created_at") or "") < since
+            ):
                 continue
-            answer = _call("experiment results", self.client._request_json, "GET",
-                           f"/smr/projects/{self.pid}/experiments/{eid}/results", params={"limit": 500})
+            answer = _call(
+                "experiment results",
+                self.client._request_json,
+                "GET",
+                f"/smr/projects/{self.pid}/experiments/{eid}/results",
+                params={"limit": 500},
+            )
             if not isinstance(answer, list):
                 raise Malformed("experiment results: expected a list")
             rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
@@ -400,13 +485,17 @@ class SmrConnector:
     def experiment_names(self, rid: str) -> dict[str, dict[str, str]]:
         """Each of the run's experiments' title and hypothesis (one request; asked only while some
         experiment the results named is still known by its id alone)."""
-        experiments = _call("experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500)
+        experiments = _call(
+            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
+        )
         names = {}
         for e in experiments if isinstance(experiments, list) else []:
             eid = e.get("experiment_id") if isinstance(e, dict) else None
             if eid and (e.get("title") or e.get("hypothesis")):
-                names[str(eid)[:200]] = {"title": str(e.get("title") or "")[:500],
-                                         "hypothesis": str(e.get("hypothesis") or "")[:20000]}
+                names[str(eid)[:200]] = {
+                    "title": str(e.get("title") or "")[:500],
+                    "hypothesis": str(e.get("hypothesis") or "")[:20000],
+                }
         return names
 
     def fetch_checkpoints(self, rid: str, cursor: dict[str, Any]) -> tuple[list[dict], dict]:
@@ -422,8 +511,9 @@ class SmrConnector:
         limit = max(1, settings.SMRWEB_SMR_MESSAGE_WINDOW)
         widest = max(limit, settings.SMRWEB_SMR_MESSAGE_WINDOW_MAX)
         while True:
-            messages = _call("runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid,
-                             limit=limit)
+            messages = _call(
+                "runtime messages", self.client.list_project_run_runtime_messages, self.pid, rid, limit=limit
+            )
             seqs = [m["seq"] for m in messages if isinstance(m.get("seq"), int)]
             reaches = len(messages) < limit or (mark is not None and seqs and min(seqs) <= mark + 1)
             if reaches or limit >= widest:
@@ -448,38 +538,65 @@ class SmrConnector:
             new_cursor[name] = max([*marks, *([mark] if mark is not None else [])])
         return fresh
 
-    def _results(self, results: list[dict], artifacts: list[ArtifactRef], cursor: dict,
-                 new_cursor: dict) -> list[dict]:
-        ordered = sorted(results, key=lambda r: (str(r.get("created_at") or ""), str(r.get("result_id") or "")))
+    def _results(
+        self, results: list[dict], artifacts: list[ArtifactRef], cursor: dict, new_cursor: dict
+    ) -> list[dict]:
+        ordered = sorted(
+            results, key=lambda r: (str(r.get("created_at") or ""), str(r.get("result_id") or ""))
+        )
         by_experiment = {a.experiment_id: a for a in artifacts if a.experiment_id}
         score_metric = self.project.scenario.score_metric
         events = []
-        for r in self._since(ordered, lambda r: str(r.get("created_at") or ""), cursor, "results", new_cursor):
+        for r in self._since(
+            ordered, lambda r: str(r.get("created_at") or ""), cursor, "results", new_cursor
+        ):
             rid, metric, value = str(r.get("result_id") or ""), str(r.get("metric") or ""), r.get("value")
-            if not rid or not metric or isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value):
+            if (
+                not rid
+                or not metric
+                or isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
                 # Counted (once: ties at the mark come again) and shown on the run page; the rest arrive.
                 if cursor.get("results") is not None and str(r.get("created_at") or "") <= cursor["results"]:
                     continue
-                new_cursor["results_unreadable"] = int(new_cursor.get("results_unreadable",
-                                                                      cursor.get("results_unreadable") or 0)) + 1
+                new_cursor["results_unreadable"] = (
+                    int(new_cursor.get("results_unreadable", cursor.get("results_unreadable") or 0)) + 1
+                )
                 continue
             # The step is the result's time in milliseconds: stable whatever window of results a poll
             # sees (the endpoint returns only the newest 500 of the whole project).
             created = _when(r.get("created_at"))
             step = int(created.timestamp() * 1000) if created else 0
-            events.append({"id": f"result:{rid}", "type": "metric", "key": metric, "value": value,
-                           "step": max(step, 0), "ts": r.get("created_at")})
+            events.append(
+                {
+                    "id": f"result:{rid}",
+                    "type": "metric",
+                    "key": metric,
+                    "value": value,
+                    "step": max(step, 0),
+                    "ts": r.get("created_at"),
+                }
+            )
             if metric == score_metric:
                 artifact = by_experiment.get(str(r.get("experiment_id") or ""))
-                events.append({
-                    "id": f"score:{rid}", "type": "score", "score": value, "ts": r.get("created_at"),
-                    "harness_id": str(r.get("comparison_cohort_key") or metric)[:200],
-                    "experiment": str(r.get("experiment_id") or "")[:200] or None,
-                    "artifact": artifact.sha256 if artifact else None,
-                    "details": {k: r.get(k) for k in ("baseline_value", "delta", "metric_direction", "truth_status")
-                                if r.get(k) is not None},
-                })
+                events.append(
+                    {
+                        "id": f"score:{rid}",
+                        "type": "score",
+                        "score": value,
+                        "ts": r.get("created_at"),
+                        "harness_id": str(r.get("comparison_cohort_key") or metric)[:200],
+                        "experiment": str(r.get("experiment_id") or "")[:200] or None,
+                        "artifact": artifact.sha256 if artifact else None,
+                        "details": {
+                            k: r.get(k)
+                            for k in ("baseline_value", "delta", "metric_direction", "truth_status")
+                            if r.get(k) is not None
+                        },
+                    }
+                )
         return events
 
     def _checkpoints(self, checkpoints: list, cursor: dict, new_cursor: dict) -> list[dict]:
@@ -487,27 +604,45 @@ class SmrConnector:
         for c in self._since(checkpoints, lambda c: _iso(c.captured_at), cursor, "checkpoints", new_cursor):
             meta = c.metadata or {}
             failed = c.state == "failed"
-            events.append({
-                "id": c.checkpoint_id, "type": "checkpoint", "ts": _iso(c.captured_at),
-                "label": str(meta.get("label") or c.checkpoint_id)[:500], "commit": str(meta.get("commit") or "")[:64],
-                "restorable": bool(c.restorable) and not failed,
-                "failure_reason": str(meta.get("failure_reason") or (c.error_code or "failed" if failed else ""))[:20000],
-            })
+            events.append(
+                {
+                    "id": c.checkpoint_id,
+                    "type": "checkpoint",
+                    "ts": _iso(c.captured_at),
+                    "label": str(meta.get("label") or c.checkpoint_id)[:500],
+                    "commit": str(meta.get("commit") or "")[:64],
+                    "restorable": bool(c.restorable) and not failed,
+                    "failure_reason": str(
+                        meta.get("failure_reason") or (c.error_code or "failed" if failed else "")
+                    )[:20000],
+                }
+            )
         return events
 
     def _messages(self, messages: list[dict], cursor: dict, new_cursor: dict) -> list[dict]:
         events = []
-        for m in self._since(messages, lambda m: m.get("seq") if isinstance(m.get("seq"), int) else None,
-                             cursor, "message_seq", new_cursor):
+        for m in self._since(
+            messages,
+            lambda m: m.get("seq") if isinstance(m.get("seq"), int) else None,
+            cursor,
+            "message_seq",
+            new_cursor,
+        ):
             payload = m.get("payload") if isinstance(m.get("payload"), dict) else {}
             body = m.get("body") or payload.get("body") or m.get("action") or ""
             if not body:
                 continue
-            events.append({
-                "id": f"message:{m.get('message_id') or m['seq']}", "type": "message", "ts": m.get("created_at"),
-                "body": str(body)[:100_000], "topic": str(payload.get("topic") or m.get("action") or "")[:200],
-                "target": str(m.get("target") or "")[:200], "mode": str(m.get("mode") or "")[:50],
-            })
+            events.append(
+                {
+                    "id": f"message:{m.get('message_id') or m['seq']}",
+                    "type": "message",
+                    "ts": m.get("created_at"),
+                    "body": str(body)[:100_000],
+                    "topic": str(payload.get("topic") or m.get("action") or "")[:200],
+                    "target": str(m.get("target") or "")[:200],
+                    "mode": str(m.get("mode") or "")[:50],
+                }
+            )
         return events
 
     def _artifacts(self, manifest) -> list[ArtifactRef]:
@@ -518,9 +653,13 @@ class SmrConnector:
                 continue  # nothing to verify the bytes against: not pulled
             meta = a.metadata or {}
             refs[a.artifact_id] = ArtifactRef(
-                artifact_id=a.artifact_id, path=(a.path or a.title or a.artifact_id)[:500], sha256=sha,
-                size=a.size_bytes, content_type=(a.content_type or "application/octet-stream")[:200],
-                kind=ARTIFACT_KINDS.get(a.artifact_type or "", ArtifactKind.FILE), created_at=_when(a.created_at),
+                artifact_id=a.artifact_id,
+                path=(a.path or a.title or a.artifact_id)[:500],
+                sha256=sha,
+                size=a.size_bytes,
+                content_type=(a.content_type or "application/octet-stream")[:200],
+                kind=ARTIFACT_KINDS.get(a.artifact_type or "", ArtifactKind.FILE),
+                created_at=_when(a.created_at),
                 experiment_id=str(meta.get("experiment_id") or ""),
             )
         return list(refs.values())
@@ -528,7 +667,9 @@ class SmrConnector:
     def pull_artifact(self, artifact: ArtifactRef) -> bytes:
         answer = _call("artifact content", self.client.get_artifact_content, artifact.artifact_id)
         content = answer.get("content") or ""
-        return base64.b64decode(content) if answer.get("encoding") == "base64" else str(content).encode("utf-8")
+        return (
+            base64.b64decode(content) if answer.get("encoding") == "base64" else str(content).encode("utf-8")
+        )
 
     # --- actions ------------------------------------------------------------------------------
 
@@ -539,8 +680,15 @@ class SmrConnector:
             pass  # a spec-strict backend answers a receipt without `state`; the next sync re-reads the run
 
     def roll_back(self, external_id: str, *, checkpoint_id: str, reason: str) -> dict[str, Any]:
-        return _call("restore checkpoint", self.client.runs.restore_checkpoint, external_id, project_id=self.pid,
-                     checkpoint_id=checkpoint_id, mode="in_place", reason=reason)
+        return _call(
+            "restore checkpoint",
+            self.client.runs.restore_checkpoint,
+            external_id,
+            project_id=self.pid,
+            checkpoint_id=checkpoint_id,
+            mode="in_place",
+            reason=reason,
+        )
 
 
 def connector_for(project: Project) -> SmrConnector:
@@ -554,17 +702,22 @@ def connector_for(project: Project) -> SmrConnector:
     elif project.uses_operator_smr_key and not own.get("backend_base"):
         api_key = settings.SMRWEB_SMR_API_KEY  # and only to the operator's own backend
     else:
-        raise AuthFailed("This project has no SMR API key of its own, and the operator's key is only used for "
-                         "projects staff bound, with the operator's backend; set one with "
-                         "`manage.py create_project … --smr-api-key-env`.")
+        raise AuthFailed(
+            "This project has no SMR API key of its own, and the operator's key is only used for "
+            "projects staff bound, with the operator's backend; set one with "
+            "`manage.py create_project … --smr-api-key-env`."
+        )
     backend = own.get("backend_base") or settings.SMRWEB_SMR_BACKEND_BASE
     if not api_key or not backend:
-        raise AuthFailed("No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY.")
+        raise AuthFailed(
+            "No SMR backend address or API key: set SMRWEB_SMR_BACKEND_BASE and SMRWEB_SMR_API_KEY."
+        )
     return SmrConnector(project, api_key=api_key, backend_base=backend, guarded=bool(own.get("backend_base")))
 
 
-def check_binding(*, smr_project_id: str, api_key: str = "", backend_base: str = "",
-                  operator: bool = False) -> None:
+def check_binding(
+    *, smr_project_id: str, api_key: str = "", backend_base: str = "", operator: bool = False
+) -> None:
     """Ask the backend whether this key may read this SMR project, before anything is saved (creation,
     the settings page). Raises InvalidInput naming the field at fault; nothing is written here."""
     from smrweb.tracking.errors import InvalidInput
@@ -574,12 +727,17 @@ def check_binding(*, smr_project_id: str, api_key: str = "", backend_base: str =
         api_key = settings.SMRWEB_SMR_API_KEY if not backend_base else ""
     backend = backend_base or settings.SMRWEB_SMR_BACKEND_BASE
     if not backend:
-        raise InvalidInput("smr_backend_base", "No SMR backend address: give one, or set SMRWEB_SMR_BACKEND_BASE.")
+        raise InvalidInput(
+            "smr_backend_base", "No SMR backend address: give one, or set SMRWEB_SMR_BACKEND_BASE."
+        )
     if not api_key:
         raise InvalidInput("smr_api_key", "No SMR API key to check the project with.")
     probe = _Project(slug="probe", source_settings={"smr_project_id": smr_project_id})
-    _check(SmrConnector(probe, api_key=api_key, backend_base=backend, guarded=bool(backend_base)), smr_project_id,
-           backend)
+    _check(
+        SmrConnector(probe, api_key=api_key, backend_base=backend, guarded=bool(backend_base)),
+        smr_project_id,
+        backend,
+    )
 
 
 def check_project(project: Project) -> None:
@@ -602,12 +760,17 @@ def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
     except AuthFailed as exc:
         raise InvalidInput("smr_api_key", f"The SMR backend refused this API key ({exc}).") from None
     except (RunGone, Denied) as exc:
-        raise InvalidInput("smr_project_id", f"The SMR backend does not know project {smr_project_id!r} for this "
-                                             f"key ({exc}).") from None
+        raise InvalidInput(
+            "smr_project_id",
+            f"The SMR backend does not know project {smr_project_id!r} for this key ({exc}).",
+        ) from None
     except (Unreachable, TimedOut, Blocked) as exc:
-        raise InvalidInput("smr_backend_base", f"The SMR backend at {backend} could not be reached: {exc}") from None
+        raise InvalidInput(
+            "smr_backend_base", f"The SMR backend at {backend} could not be reached: {exc}"
+        ) from None
     except SourceError as exc:
-        raise InvalidInput("smr_backend_base", f"The SMR backend at {backend} did not answer as SMR does: "
-                                               f"{exc.kind}: {exc}") from None
+        raise InvalidInput(
+            "smr_backend_base", f"The SMR backend at {backend} did not answer as SMR does: {exc.kind}: {exc}"
+        ) from None
     finally:
         connector.client._transport.client.close()

@@ -27,12 +27,38 @@ MICRO = Decimal("0.000001")
 # --- spellings --------------------------------------------------------------------------------------
 ID_KEYS = ("entry_id", "id", "usage_id", "usage_entry_id", "event_id", "record_id", "uuid")
 KIND_KEYS = ("meter_kind", "meter", "kind", "usage_kind", "usage_type", "type", "category", "source_type")
-TIME_KEYS = ("created_at", "recorded_at", "occurred_at", "timestamp", "ts", "time", "at", "event_time",
-             "started_at", "ended_at")
-TOKENS_IN_KEYS = ("input_tokens", "prompt_tokens", "tokens_in", "in_tokens", "input_token_count",
-                  "prompt_token_count", "input", "prompt")
-TOKENS_OUT_KEYS = ("output_tokens", "completion_tokens", "tokens_out", "out_tokens", "output_token_count",
-                   "completion_token_count", "output", "completion")
+TIME_KEYS = (
+    "created_at",
+    "recorded_at",
+    "occurred_at",
+    "timestamp",
+    "ts",
+    "time",
+    "at",
+    "event_time",
+    "started_at",
+    "ended_at",
+)
+TOKENS_IN_KEYS = (
+    "input_tokens",
+    "prompt_tokens",
+    "tokens_in",
+    "in_tokens",
+    "input_token_count",
+    "prompt_token_count",
+    "input",
+    "prompt",
+)
+TOKENS_OUT_KEYS = (
+    "output_tokens",
+    "completion_tokens",
+    "tokens_out",
+    "out_tokens",
+    "output_token_count",
+    "completion_token_count",
+    "output",
+    "completion",
+)
 TOKEN_NESTS = ("tokens", "usage", "token_usage", "token_counts")
 ACTOR_KEYS = ("actor_id", "participant_id", "agent_id", "worker_id", "actor")
 ROLE_KEYS = ("actor_role", "participant_role", "role", "agent_role")
@@ -51,11 +77,39 @@ COST_UNITS: tuple[tuple[tuple[str, ...], Decimal], ...] = (
 )
 COST_NESTS = ("cost", "billing", "price", "amount")
 
-INFERENCE_KINDS = frozenset({"inference", "inference_tokens", "llm", "llm_inference", "llm_tokens", "model_inference",
-                             "tokens", "completion", "completions", "chat", "chat_completion", "generation",
-                             "model_call", "llm_call", "inference_call"})
-DRIVER_ROLES = frozenset({"orchestrator", "driver", "lead", "main", "root", "coordinator", "planner", "manager",
-                          "primary", "supervisor"})
+INFERENCE_KINDS = frozenset(
+    {
+        "inference",
+        "inference_tokens",
+        "llm",
+        "llm_inference",
+        "llm_tokens",
+        "model_inference",
+        "tokens",
+        "completion",
+        "completions",
+        "chat",
+        "chat_completion",
+        "generation",
+        "model_call",
+        "llm_call",
+        "inference_call",
+    }
+)
+DRIVER_ROLES = frozenset(
+    {
+        "orchestrator",
+        "driver",
+        "lead",
+        "main",
+        "root",
+        "coordinator",
+        "planner",
+        "manager",
+        "primary",
+        "supervisor",
+    }
+)
 
 
 def _norm(value: Any) -> str:
@@ -64,7 +118,9 @@ def _norm(value: Any) -> str:
 
 def is_inference_kind(kind: Any) -> bool:
     k = _norm(kind)
-    return k in INFERENCE_KINDS or k.startswith(("inference", "llm_")) or k.endswith(("_inference", "_tokens"))
+    return (
+        k in INFERENCE_KINDS or k.startswith(("inference", "llm_")) or k.endswith(("_inference", "_tokens"))
+    )
 
 
 def is_driver_role(role: Any) -> bool:
@@ -131,8 +187,12 @@ def _usd(row: dict) -> Decimal | None:
 
 
 def _usd_flat(row: dict) -> Decimal | None:
-    units = ((("pico_usd", "pico", "total_pico_usd"), PICO), (("micro_usd", "micro"), Decimal(10) ** 6),
-             (("cents", "total_cents"), Decimal(100)), (("usd", "total_usd", "value", "amount"), Decimal(1)))
+    units = (
+        (("pico_usd", "pico", "total_pico_usd"), PICO),
+        (("micro_usd", "micro"), Decimal(10) ** 6),
+        (("cents", "total_cents"), Decimal(100)),
+        (("usd", "total_usd", "value", "amount"), Decimal(1)),
+    )
     for keys, per_usd in units:
         amount = _decimal(_first(row, keys))
         if amount is not None:
@@ -178,11 +238,15 @@ def _actor(row: dict) -> tuple[str, str, str]:
         actor = _first(actor, ("id", "actor_id", "participant_id", "name"))
     if isinstance(parent, dict):
         parent = _first(parent, ("id", "actor_id"))
-    return (str(actor) if actor is not None else ""), (str(role) if role is not None else ""), \
-        (str(parent) if parent is not None else "")
+    return (
+        (str(actor) if actor is not None else ""),
+        (str(role) if role is not None else ""),
+        (str(parent) if parent is not None else ""),
+    )
 
 
 # --- entries → turns --------------------------------------------------------------------------------
+
 
 @dataclass
 class EntriesReading:
@@ -205,7 +269,10 @@ def _entry_id(row: dict) -> str:
     if found is not None and not isinstance(found, (dict, list)):
         return str(found)[:150]
     # No id: the entry's own content names it (the same entry polled again is the same turn).
-    return "h" + hashlib.blake2b(json.dumps(row, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+    return (
+        "h"
+        + hashlib.blake2b(json.dumps(row, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+    )
 
 
 def read_entries(entries: list) -> EntriesReading:
@@ -232,22 +299,28 @@ def read_entries(entries: list) -> EntriesReading:
         if duration is None:
             seconds = _decimal(_first(row, DURATION_S_KEYS))
             duration = int(seconds * 1000) if seconds is not None else None
-        reading.turns.append({
-            "id": f"usage:{_entry_id(row)}", "type": "agent.turn", "ts": when.isoformat(),
-            "turn": min(turn if turn is not None else 0, 2**31 - 1),
-            "actor": (actor or ("orchestrator" if driver else "worker"))[:200],
-            "parent_actor": parent[:200] or None,
-            "kind": "driver_inference" if driver else "child_work",
-            "model": str(_first(row, MODEL_KEYS) or "")[:200],
-            "tokens_in": min(tokens_in or 0, 10**12), "tokens_out": min(tokens_out or 0, 10**12),
-            "cost_usd": float((cost or Decimal(0)).quantize(Decimal("0.000000000001"))),
-            "tool_calls": _tool_names(_first(row, TOOL_KEYS)),
-            "duration_ms": min(duration, 2**31 - 1) if duration is not None else None,
-        })
+        reading.turns.append(
+            {
+                "id": f"usage:{_entry_id(row)}",
+                "type": "agent.turn",
+                "ts": when.isoformat(),
+                "turn": min(turn if turn is not None else 0, 2**31 - 1),
+                "actor": (actor or ("orchestrator" if driver else "worker"))[:200],
+                "parent_actor": parent[:200] or None,
+                "kind": "driver_inference" if driver else "child_work",
+                "model": str(_first(row, MODEL_KEYS) or "")[:200],
+                "tokens_in": min(tokens_in or 0, 10**12),
+                "tokens_out": min(tokens_out or 0, 10**12),
+                "cost_usd": float((cost or Decimal(0)).quantize(Decimal("0.000000000001"))),
+                "tool_calls": _tool_names(_first(row, TOOL_KEYS)),
+                "duration_ms": min(duration, 2**31 - 1) if duration is not None else None,
+            }
+        )
     return reading
 
 
 # --- aggregates --------------------------------------------------------------------------------------
+
 
 @dataclass
 class Part:
@@ -256,8 +329,11 @@ class Part:
     tokens_out: int | None = None
 
     def as_json(self) -> dict:
-        return {"usd": None if self.usd is None else str(self.usd.quantize(MICRO)),
-                "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        return {
+            "usd": None if self.usd is None else str(self.usd.quantize(MICRO)),
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+        }
 
 
 @dataclass
@@ -280,13 +356,17 @@ class SourceSpend:
             "total_usd": None if self.total_usd is None else str(self.total_usd.quantize(MICRO)),
             "inference_usd": None if self.inference_usd is None else str(self.inference_usd.quantize(MICRO)),
             "other_usd": str(self.other_usd.quantize(MICRO)),
-            "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
             "driver": self.driver.as_json() if self.driver else None,
             "child": self.child.as_json() if self.child else None,
             "recording": self.recording,
             # Each actor's role, to show "worker 1a2b3c4d" where the turns name a bare id.
-            "roles": {str(a["actor"])[:200]: str(a.get("role") or "")[:100] for a in self.actors
-                      if a.get("actor") and a.get("role")},
+            "roles": {
+                str(a["actor"])[:200]: str(a.get("role") or "")[:100]
+                for a in self.actors
+                if a.get("actor") and a.get("role")
+            },
         }
 
 
@@ -305,14 +385,18 @@ def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
     (any of them may be None when the backend did not answer it)."""
     spend = SourceSpend()
     if cost_summary is not None:
-        spend.total_usd, spend.total_exact = _cents_or_pico(cost_summary.total_pico_usd, cost_summary.total_cents,
-                                                            cost_summary.total_usd)
+        spend.total_usd, spend.total_exact = _cents_or_pico(
+            cost_summary.total_pico_usd, cost_summary.total_cents, cost_summary.total_usd
+        )
         if cost_summary.recording_status and cost_summary.recording_status != "complete":
             spend.recording = f"{cost_summary.recording_status}" + (
-                f" (missing: {', '.join(cost_summary.missing_meters)})" if cost_summary.missing_meters else "")
+                f" (missing: {', '.join(cost_summary.missing_meters)})" if cost_summary.missing_meters else ""
+            )
         inference, other, seen_inference = Decimal(0), Decimal(0), False
         for meter in cost_summary.by_meter:
-            amount, _ = _cents_or_pico(meter.billed_amount_pico_usd, meter.billed_amount_cents, meter.billed_amount_usd)
+            amount, _ = _cents_or_pico(
+                meter.billed_amount_pico_usd, meter.billed_amount_cents, meter.billed_amount_usd
+            )
             if is_inference_kind(meter.meter_kind):
                 inference += amount
                 seen_inference = True
@@ -322,9 +406,12 @@ def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
             spend.inference_usd = inference if seen_inference else Decimal(0)
             spend.other_usd = other
     if usage is not None:
-        if spend.total_usd is None or (spend.total_usd == 0 and (usage.cost.total_cents or usage.cost.total_pico_usd)):
-            spend.total_usd, spend.total_exact = _cents_or_pico(usage.cost.total_pico_usd, usage.cost.total_cents,
-                                                                usage.cost.total_usd)
+        if spend.total_usd is None or (
+            spend.total_usd == 0 and (usage.cost.total_cents or usage.cost.total_pico_usd)
+        ):
+            spend.total_usd, spend.total_exact = _cents_or_pico(
+                usage.cost.total_pico_usd, usage.cost.total_cents, usage.cost.total_usd
+            )
         totals = usage.totals or {}
         nested = usage.tokens.get("totals") if isinstance(usage.tokens.get("totals"), dict) else {}
         spend.tokens_in = _int(_first(totals, TOKENS_IN_KEYS))
@@ -337,26 +424,42 @@ def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
         driver, child = Part(Decimal(0), 0, 0), Part(Decimal(0), 0, 0)
         tokens_known = True
         for actor in actor_usage.actors:
-            part = driver if is_driver_role(actor.participant_role or "") or (
-                not actor.participant_role and not actor.worker_id) else child
+            part = (
+                driver
+                if is_driver_role(actor.participant_role or "")
+                or (not actor.participant_role and not actor.worker_id)
+                else child
+            )
             inference_cents = [v for k, v in actor.by_source_type.items() if is_inference_kind(k)]
             part.usd += Decimal(sum(inference_cents) if inference_cents else actor.billed_amount_cents) / 100
-            t_in, t_out = _int(_first(actor.token_usage, TOKENS_IN_KEYS)), _int(_first(actor.token_usage, TOKENS_OUT_KEYS))
+            t_in, t_out = (
+                _int(_first(actor.token_usage, TOKENS_IN_KEYS)),
+                _int(_first(actor.token_usage, TOKENS_OUT_KEYS)),
+            )
             if t_in is None and t_out is None:
                 tokens_known = False
             part.tokens_in += t_in or 0
             part.tokens_out += t_out or 0
-            spend.actors.append({"actor": actor.actor_id, "role": actor.participant_role or "",
-                                 "models": sorted(actor.by_model)})
+            spend.actors.append(
+                {
+                    "actor": actor.actor_id,
+                    "role": actor.participant_role or "",
+                    "models": sorted(actor.by_model),
+                }
+            )
         if not tokens_known:
             driver.tokens_in = driver.tokens_out = child.tokens_in = child.tokens_out = None
         spend.driver, spend.child = driver, child
         if spend.tokens_in is None and tokens_known:
-            spend.tokens_in, spend.tokens_out = driver.tokens_in + child.tokens_in, driver.tokens_out + child.tokens_out
+            spend.tokens_in, spend.tokens_out = (
+                driver.tokens_in + child.tokens_in,
+                driver.tokens_out + child.tokens_out,
+            )
     return spend
 
 
 # --- reconciliation ----------------------------------------------------------------------------------
+
 
 def reconcile(spend: SourceSpend, *, turns: dict, turn_count: int, actors: int) -> dict:
     """Per channel, what the source reports that the turns do not account for (negative: the turns

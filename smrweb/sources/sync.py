@@ -11,7 +11,6 @@ import io
 import logging
 import random
 from dataclasses import dataclass
-
 from decimal import Decimal
 
 from django.conf import settings
@@ -24,7 +23,13 @@ from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot
 from smrweb.sources.smr import connector_for
 from smrweb.sources.smr_usage import reconcile
 from smrweb.tracking import services
-from smrweb.tracking.errors import TrackingError, ArtifactTooLarge, DigestMismatch, InvalidEvents, StorageQuotaExceeded
+from smrweb.tracking.errors import (
+    ArtifactTooLarge,
+    DigestMismatch,
+    InvalidEvents,
+    StorageQuotaExceeded,
+    TrackingError,
+)
 from smrweb.tracking.models import TERMINAL_STATES, Project, Run, RunState, SourceHealth, SourceKind
 
 log = logging.getLogger(__name__)
@@ -65,12 +70,15 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
     errors: list[SourceError] = []
     known = {r.external_id: r for r in Run.objects.filter(project=project)}
     health = services.source_health(project)
-    full = health.full_list_at is None or (
-        timezone.now() - health.full_list_at).total_seconds() >= settings.SMRWEB_SMR_FULL_LIST_EVERY
+    full = (
+        health.full_list_at is None
+        or (timezone.now() - health.full_list_at).total_seconds() >= settings.SMRWEB_SMR_FULL_LIST_EVERY
+    )
     try:
         connector = connector or connector_for(project)
-        snapshots = connector.list_runs(known=set(known), live={k for k, r in known.items() if not r.is_terminal},
-                                        full=full)
+        snapshots = connector.list_runs(
+            known=set(known), live={k for k, r in known.items() if not r.is_terminal}, full=full
+        )
         if full:
             services.record_full_listing(project)
     except SourceError as exc:
@@ -84,7 +92,12 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
     report.listed = len(snapshots)
     for snapshot in snapshots:
         run = known.get(snapshot.external_id)
-        if run is not None and snapshot.is_terminal and run.is_terminal and run.source_updated_at == snapshot.updated_at:
+        if (
+            run is not None
+            and snapshot.is_terminal
+            and run.is_terminal
+            and run.source_updated_at == snapshot.updated_at
+        ):
             continue  # finished and unchanged since its last complete sync
         try:
             sync_run(project, snapshot, connector=connector, run=run, report=report)
@@ -95,15 +108,18 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
         first = errors[0]
         report.error = f"{first.kind}: {first}"
         detail = str(first) + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else "")
-        services.record_source_failure(project, kind=first.kind, message=detail, retry_in=_backoff(project, errors))
+        services.record_source_failure(
+            project, kind=first.kind, message=detail, retry_in=_backoff(project, errors)
+        )
         log.warning("sync of %s: %d fault(s), first %s: %s", project.slug, len(errors), first.kind, first)
     else:
         active = sum(not s.is_terminal for s in snapshots)
         if not full:  # an incremental listing holds only new and live runs: count every live one
             active = Run.objects.filter(project=project).exclude(state__in=TERMINAL_STATES).count()
         interval = settings.SMRWEB_SMR_ACTIVE_INTERVAL if active else settings.SMRWEB_SMR_IDLE_INTERVAL
-        services.record_source_success(project, active_runs=active, next_in=interval,
-                                       warning=data_warning(project))
+        services.record_source_success(
+            project, active_runs=active, next_in=interval, warning=data_warning(project)
+        )
 
 
 def _sync_git(project: Project, report: SyncReport) -> None:
@@ -114,8 +130,9 @@ def _sync_git(project: Project, report: SyncReport) -> None:
     except (SourceError, TrackingError) as exc:
         error = exc if isinstance(exc, SourceError) else Malformed(getattr(exc, "message", str(exc)))
         report.error = f"{error.kind}: {error}"
-        services.record_source_failure(project, kind=error.kind, message=str(error),
-                                       retry_in=_backoff(project, [error]))
+        services.record_source_failure(
+            project, kind=error.kind, message=str(error), retry_in=_backoff(project, [error])
+        )
     else:
         services.record_source_success(project, active_runs=1, next_in=settings.SMRWEB_SMR_ACTIVE_INTERVAL)
 
@@ -141,22 +158,34 @@ def data_warning(project: Project) -> str:
     parts = []
     counts = unreadable.aggregate(n=Sum("entries_unreadable"), runs=Count("pk"))
     if counts["n"]:
-        example = next((r.source_spend.get("entries", {}).get("example", "")
-                        for r in unreadable.only("source_spend")[:1]), "")
-        parts.append(f"{counts['n']} usage entr{'y' if counts['n'] == 1 else 'ies'} in {counts['runs']} "
-                     f"run{'s' if counts['runs'] != 1 else ''} not understood" + (f", e.g. {example}" if example else ""))
+        example = next(
+            (
+                r.source_spend.get("entries", {}).get("example", "")
+                for r in unreadable.only("source_spend")[:1]
+            ),
+            "",
+        )
+        parts.append(
+            f"{counts['n']} usage entr{'y' if counts['n'] == 1 else 'ies'} in {counts['runs']} "
+            f"run{'s' if counts['runs'] != 1 else ''} not understood"
+            + (f", e.g. {example}" if example else "")
+        )
     # A run whose timeline is only catching up (a long run's usage is re-read less often) is not a fault.
     lagging = unaccounted.exclude(source_spend__timeline_current=False)
     first = lagging.values_list("external_id", flat=True).first()
     if first is not None:
         n = lagging.count()
-        parts.append(f"{n} run{'s' if n != 1 else ''} whose turns do not add up to the source's totals (e.g. {first})")
+        parts.append(
+            f"{n} run{'s' if n != 1 else ''} whose turns do not add up to the source's totals (e.g. {first})"
+        )
     missed = runs.filter(Q(source_cursor__messages_missed__gt=0) | Q(source_cursor__results_unreadable__gt=0))
     first = missed.values_list("external_id", flat=True).first()
     if first is not None:
         n = missed.count()
-        parts.append(f"{n} run{'s' if n != 1 else ''} with runtime messages or results that could not be read "
-                     f"(e.g. {first})")
+        parts.append(
+            f"{n} run{'s' if n != 1 else ''} with runtime messages or results that could not be read "
+            f"(e.g. {first})"
+        )
     return "; ".join(parts)
 
 
@@ -165,13 +194,17 @@ def _backoff(project: Project, errors: list[SourceError]) -> float:
     hints = [e.retry_after for e in errors if e.retry_after is not None]
     if hints:
         return min(max(hints), settings.SMRWEB_SMR_RETRY_AFTER_MAX)
-    failures = SourceHealth.objects.filter(project=project).values_list("consecutive_failures", flat=True).first() or 0
+    failures = (
+        SourceHealth.objects.filter(project=project).values_list("consecutive_failures", flat=True).first()
+        or 0
+    )
     delay = min(settings.SMRWEB_SMR_BACKOFF_MAX, settings.SMRWEB_SMR_BACKOFF_BASE * 2 ** min(failures, 10))
     return delay * random.uniform(0.5, 1.5)
 
 
-def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, run: Run | None,
-             report: SyncReport) -> None:
+def sync_run(
+    project: Project, snapshot: RunSnapshot, *, connector: Connector, run: Run | None, report: SyncReport
+) -> None:
     """Bring one run up to date, one kind of data per request; each kind is applied and its cursor
     saved as soon as it arrives, so a fault costs only what was not fetched yet (and a repeat of a
     step writes nothing twice: every event has an id, every artifact a digest)."""
@@ -182,16 +215,23 @@ def sync_run(project: Project, snapshot: RunSnapshot, *, connector: Connector, r
         try:
             report.events_accepted += apply_events(project, rid, [(None, event) for event in events]).accepted
         except InvalidEvents as exc:
-            raise Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}") from exc
+            raise Malformed(
+                f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}"
+            ) from exc
         if cursor_part and any(cursor.get(k) != v for k, v in cursor_part.items()):
             cursor.update(cursor_part)
             services.record_poll(project, rid, source_cursor=dict(cursor))
 
     apply([e for e in [_state_event(snapshot, run)] if e], {})
     services.record_poll(
-        project, rid, live_phase=snapshot.live_phase[:100], terminal_outcome=snapshot.terminal_outcome[:50],
-        requested_profile=snapshot.requested_profile[:200], actual_profile=snapshot.actual_profile[:200],
-        budget_usd=snapshot.budget_usd, actor_profiles=list(snapshot.actor_profiles),
+        project,
+        rid,
+        live_phase=snapshot.live_phase[:100],
+        terminal_outcome=snapshot.terminal_outcome[:50],
+        requested_profile=snapshot.requested_profile[:200],
+        actual_profile=snapshot.actual_profile[:200],
+        budget_usd=snapshot.budget_usd,
+        actor_profiles=list(snapshot.actor_profiles),
     )
     reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
     apply(reading.turns, {})
@@ -215,47 +255,86 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
     """Keep the source's own totals beside the turns, and what the turns do not account for."""
     run = Run.objects.get(project=project, external_id=rid)
     spend = reading.spend
-    sums = {f: getattr(run, f) for f in ("tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
-                                         "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd")}
+    sums = {
+        f: getattr(run, f)
+        for f in (
+            "tokens_in",
+            "tokens_out",
+            "cost_usd",
+            "driver_tokens_in",
+            "driver_tokens_out",
+            "driver_cost_usd",
+            "child_tokens_in",
+            "child_tokens_out",
+            "child_cost_usd",
+        )
+    }
     unaccounted = reconcile(spend, turns=sums, turn_count=run.turn_count, actors=len(spend.actors))
     previous = run.source_spend or {}
     entries = previous.get("entries", {})
     if reading.entries is not None:
-        entries = {"turns": len(reading.entries.turns), "other_meters": reading.entries.other_meters,
-                   "unreadable": reading.entries.unreadable, "example": reading.entries.example}
+        entries = {
+            "turns": len(reading.entries.turns),
+            "other_meters": reading.entries.other_meters,
+            "unreadable": reading.entries.unreadable,
+            "example": reading.entries.example,
+        }
     as_of = reading.timeline_as_of.isoformat() if reading.timeline_as_of else previous.get("timeline_as_of")
-    source_spend = {**spend.as_json(), "entries": entries, "unaccounted": unaccounted,
-                    "timeline_as_of": as_of, "timeline_current": reading.timeline_current,
-                    "checked_at": timezone.now().isoformat()}
+    source_spend = {
+        **spend.as_json(),
+        "entries": entries,
+        "unaccounted": unaccounted,
+        "timeline_as_of": as_of,
+        "timeline_current": reading.timeline_current,
+        "checked_at": timezone.now().isoformat(),
+    }
     cursor.update(reading.cursor)
     # A long run's timeline between two reads of its usage is behind, not wrong: the flag (badge, ⚠,
     # health) keeps what the last read found; the run page still says what the turns do not show yet.
     flagged = bool(unaccounted) if reading.timeline_current else run.spend_unaccounted
-    fields = {"source_spend": source_spend, "spend_unaccounted": flagged,
-              "entries_unreadable": int(entries.get("unreadable") or 0), "source_cursor": dict(cursor),
-              "other_meters_usd": spend.other_usd.quantize(Decimal("0.000001"))}
+    fields = {
+        "source_spend": source_spend,
+        "spend_unaccounted": flagged,
+        "entries_unreadable": int(entries.get("unreadable") or 0),
+        "source_cursor": dict(cursor),
+        "other_meters_usd": spend.other_usd.quantize(Decimal("0.000001")),
+    }
     if spend.total_usd is not None:
         fields["source_total_usd"] = spend.total_usd.quantize(Decimal("0.000001"))
     services.record_poll(project, rid, **fields)
 
 
-def _store_artifacts(project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict,
-                     report: SyncReport) -> None:
+def _store_artifacts(
+    project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict, report: SyncReport
+) -> None:
     handled = set(cursor.get("artifacts", []))
     for ref in artifacts:
         if ref.artifact_id in handled:
             continue
-        if services.store_known_artifact(project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind,
-                                         content_type=ref.content_type) is None:
+        if (
+            services.store_known_artifact(
+                project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind, content_type=ref.content_type
+            )
+            is None
+        ):
             content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of this digest
             report.artifacts_pulled += 1
             try:
-                services.store_artifact(project, rid, path=ref.path, content=io.BytesIO(content), kind=ref.kind,
-                                        content_type=ref.content_type, claimed_sha256=ref.sha256)
+                services.store_artifact(
+                    project,
+                    rid,
+                    path=ref.path,
+                    content=io.BytesIO(content),
+                    kind=ref.kind,
+                    content_type=ref.content_type,
+                    claimed_sha256=ref.sha256,
+                )
             except DigestMismatch as exc:
                 raise Malformed(f"artifact {ref.artifact_id}: {exc.message}") from exc
             except (StorageQuotaExceeded, ArtifactTooLarge) as exc:
-                raise QuotaExceeded(f"artifact {ref.artifact_id} ({ref.path}) not stored: {exc.message}") from exc
+                raise QuotaExceeded(
+                    f"artifact {ref.artifact_id} ({ref.path}) not stored: {exc.message}"
+                ) from exc
         handled.add(ref.artifact_id)
         cursor["artifacts"] = sorted(handled)
         services.record_poll(project, rid, source_cursor=dict(cursor))
@@ -266,8 +345,11 @@ def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:
     if snapshot.state not in RunState.values:
         return None
     failure = snapshot.failure
-    same = run is not None and run.state == snapshot.state and (
-        failure is None or (run.failure_family, run.failure_detail) == (failure.family, failure.detail))
+    same = (
+        run is not None
+        and run.state == snapshot.state
+        and (failure is None or (run.failure_family, run.failure_detail) == (failure.family, failure.detail))
+    )
     if same:
         return None
     stamp = snapshot.updated_at.isoformat() if snapshot.updated_at else "unknown"
@@ -275,6 +357,9 @@ def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:
     if snapshot.updated_at:
         event["ts"] = stamp
     if failure:
-        event["failure"] = {"family": failure.family[:100], "detail": failure.detail[:20000], "source": failure.source[:200]}
+        event["failure"] = {
+            "family": failure.family[:100],
+            "detail": failure.detail[:20000],
+            "source": failure.source[:200],
+        }
     return event
-

@@ -55,7 +55,11 @@ def poll_due_projects() -> int:
 
 # The hard limit equals the lease: a sync that overruns is killed as its lease lapses, so two workers
 # never sync one project at once.
-@shared_task(acks_late=True, soft_time_limit=settings.SMRWEB_SMR_LEASE_SECONDS * 0.9, time_limit=settings.SMRWEB_SMR_LEASE_SECONDS)
+@shared_task(
+    acks_late=True,
+    soft_time_limit=settings.SMRWEB_SMR_LEASE_SECONDS * 0.9,
+    time_limit=settings.SMRWEB_SMR_LEASE_SECONDS,
+)
 def sync_project(project_id: int) -> dict:
     """List one project's runs and bring its live or changed runs up to date."""
     project = Project.objects.select_related("scenario").filter(pk=project_id).first()
@@ -113,7 +117,11 @@ def preflight_scenario(key: str, request_id: str = "") -> dict | None:
     report = preflight.preflight(scenario).as_dict() if scenario is not None else None
     if request_id:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
-            _store(client, request_id, {"scenario": key, "status": "done" if report else "gone", "report": report})
+            _store(
+                client,
+                request_id,
+                {"scenario": key, "status": "done" if report else "gone", "report": report},
+            )
     return report
 
 
@@ -143,8 +151,12 @@ def preflight_state(key: str, request_id: str) -> dict | None:
     if state is None or state.get("scenario") != key:
         return None
     waited = time.time() - state.get("asked", 0)
-    if (state["status"] == "pending" and waited > PREFLIGHT_TIMEOUT
-            or state["status"] == "running" and waited > PREFLIGHT_TIME_LIMIT):
+    if (
+        state["status"] == "pending"
+        and waited > PREFLIGHT_TIMEOUT
+        or state["status"] == "running"
+        and waited > PREFLIGHT_TIME_LIMIT
+    ):
         state["status"] = "no_worker"  # not taken before its message expired, or its worker died
     return state
 
@@ -198,8 +210,6 @@ def verify_submission(submission_id: int) -> str:
             pass  # it expires on its own
 
 
-
-
 @shared_task(bind=True, acks_late=True, max_retries=None, name="smrweb.tracking.tasks.dispatch_rollback")
 def dispatch_rollback(self, rollback_id: int) -> str:
     """One dispatch attempt; retried with backoff while the answer says retrying may help (the attempts
@@ -208,8 +218,6 @@ def dispatch_rollback(self, rollback_id: int) -> str:
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.retry_in)
     return attempt.outcome
-
-
 
 
 def verify_new_scores(sender, run_id: int, **kwargs) -> None:
@@ -238,7 +246,11 @@ def _lost_dispatch_after() -> timedelta:
     touches come at most one call to the source and one backoff. Silent for longer, its task died with
     a worker (SIGKILL, OOM): the broker would hand the unacknowledged message out again only after its
     visibility timeout, an hour."""
-    call = max(settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, settings.SMRWEB_SMR_TIMEOUT, settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT)
+    call = max(
+        settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT,
+        settings.SMRWEB_SMR_TIMEOUT,
+        settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT,
+    )
     return _stale_after() + timedelta(seconds=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS + call)
 
 
@@ -256,9 +268,13 @@ def redispatch_stale_actions() -> dict:
     now = timezone.now()
     cutoff = now - _stale_after()
     subs = _claim(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff), now)
-    rolls = _claim(Rollback.objects.filter(
-        Q(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
-        | Q(status=RollbackStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())), now)
+    rolls = _claim(
+        Rollback.objects.filter(
+            Q(status=RollbackStatus.REQUESTED, updated__lt=cutoff)
+            | Q(status=RollbackStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())
+        ),
+        now,
+    )
     for pk in subs:
         verify_submission.delay(pk)
     for pk in rolls:

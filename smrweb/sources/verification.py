@@ -21,9 +21,12 @@ def confinement() -> sandbox.Confinement | None:
     if settings.SMRWEB_SANDBOX == "unconfined":
         return None
     return sandbox.Confinement(
-        memory_bytes=settings.SMRWEB_SANDBOX_MEMORY_BYTES, cpu_seconds=settings.SMRWEB_SANDBOX_CPU_SECONDS,
-        file_bytes=settings.SMRWEB_SANDBOX_FILE_BYTES, processes=settings.SMRWEB_SANDBOX_PROCESSES,
-        readonly=(str(VALIDATORS_DIR),))
+        memory_bytes=settings.SMRWEB_SANDBOX_MEMORY_BYTES,
+        cpu_seconds=settings.SMRWEB_SANDBOX_CPU_SECONDS,
+        file_bytes=settings.SMRWEB_SANDBOX_FILE_BYTES,
+        processes=settings.SMRWEB_SANDBOX_PROCESSES,
+        readonly=(str(VALIDATORS_DIR),),
+    )
 
 
 def verify(sub: Submission, progress: Callable[[str], None]) -> str:
@@ -33,10 +36,13 @@ def verify(sub: Submission, progress: Callable[[str], None]) -> str:
     if result is None:
         with services.open_blob(sub.artifact.blob) as fh:
             ran = sandbox.run_validator(
-                list(sub.project.scenario.validator_command), fh, artifact_name=sub.artifact.path,
+                list(sub.project.scenario.validator_command),
+                fh,
+                artifact_name=sub.artifact.path,
                 timeout=settings.SMRWEB_VALIDATOR_TIMEOUT_SECONDS,
                 extra_placeholders={"validators": str(VALIDATORS_DIR)},
-                on_progress=progress, confinement=confinement(),
+                on_progress=progress,
+                confinement=confinement(),
             )
         result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
     stored = submissions.record_verification(sub.pk, result)

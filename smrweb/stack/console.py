@@ -46,7 +46,9 @@ class EventFeed:
         self.failed: set[int] = set(Run.objects.filter(state="failed").values_list("id", flat=True))
 
     def lines(self, limit: int = 50) -> Iterator[str]:
-        events = list(AuditEvent.objects.filter(id__gt=self.last_audit).select_related("project").order_by("id")[:limit])
+        events = list(
+            AuditEvent.objects.filter(id__gt=self.last_audit).select_related("project").order_by("id")[:limit]
+        )
         if events:
             self.last_audit = events[-1].id
         for event in events:
@@ -54,16 +56,25 @@ class EventFeed:
                 continue
             where = f"{event.project.slug} " if event.project else ""
             detail = "; ".join(f"{k} {str(event.detail[k])[:80]}" for k in DETAIL_KEYS if event.detail.get(k))
-            yield (f"{_clock(event.created)}  {where}{event.verb.replace('.', ' ')} "
-                   f"{event.object_type} {event.object_id[:40]} by {event.actor_label}" + (f" ({detail})" if detail else ""))
+            yield (
+                f"{_clock(event.created)}  {where}{event.verb.replace('.', ' ')} "
+                f"{event.object_type} {event.object_id[:40]} by {event.actor_label}"
+                + (f" ({detail})" if detail else "")
+            )
         yield from self._runs()
 
     def _runs(self) -> Iterator[str]:
         """Failures are not audited (a source reports them): found by state. Stalls are (run.stalled)."""
-        for run in (Run.objects.filter(state="failed").exclude(id__in=self.failed).select_related("project")
-                    .order_by("id")[:50]):
+        for run in (
+            Run.objects.filter(state="failed")
+            .exclude(id__in=self.failed)
+            .select_related("project")
+            .order_by("id")[:50]
+        ):
             self.failed.add(run.id)
-            reason = ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
+            reason = (
+                ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
+            )
             yield f"{_clock(run.finished_at or run.last_progress_at)}  {run.project.slug} run {run.external_id} failed — {reason}"
 
 

@@ -57,37 +57,57 @@ DEMO_PROJECTS = [
     },
 ]
 
+
 def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
     """A submission/optimizer.py the scenario's validator accepts (a class `Optimizer` with `step`);
     about one in eight attempts forgets `step`, so verification has something to refuse."""
-    step = ("    def step(self, grads):\n        for p, g in zip(self.params, grads):\n"
-            "            p -= self.lr * g\n") if rng.random() > 0.125 else "    pass  # forgot step()\n"
-    return (f'"""Optimizer for {run_id} at tick {tick}."""\n\nLR = {rng.uniform(1e-4, 3e-3):.5f}\n\n\n'
-            f"class Optimizer:\n    def __init__(self, params, lr=LR):\n        self.params, self.lr = list(params), lr\n\n"
-            f"{step}")
+    step = (
+        (
+            "    def step(self, grads):\n        for p, g in zip(self.params, grads):\n"
+            "            p -= self.lr * g\n"
+        )
+        if rng.random() > 0.125
+        else "    pass  # forgot step()\n"
+    )
+    return (
+        f'"""Optimizer for {run_id} at tick {tick}."""\n\nLR = {rng.uniform(1e-4, 3e-3):.5f}\n\n\n'
+        f"class Optimizer:\n    def __init__(self, params, lr=LR):\n        self.params, self.lr = list(params), lr\n\n"
+        f"{step}"
+    )
 
 
 def onnx_policy(rng: random.Random) -> bytes:
     """A real ONNX policy for the Dogfight preset: float32[1,224] → a linear layer → float32[1,3] (675
     parameters); about one in eight attempts is too wide (a hidden layer of 2,000 units, over 250,000
     parameters), so verification has something to refuse."""
-    import onnx
     from onnx import TensorProto, helper
 
     hidden = 2000 if rng.random() < 0.125 else 0
     nodes, weights = [], []
     width = 224
     if hidden:
-        weights.append(helper.make_tensor("w0", TensorProto.FLOAT, [224, hidden],
-                                          [rng.gauss(0, 0.05) for _ in range(224 * hidden)]))
+        weights.append(
+            helper.make_tensor(
+                "w0", TensorProto.FLOAT, [224, hidden], [rng.gauss(0, 0.05) for _ in range(224 * hidden)]
+            )
+        )
         nodes.append(helper.make_node("MatMul", ["obs", "w0"], ["h0"]))
         width = hidden
-    weights += [helper.make_tensor("w", TensorProto.FLOAT, [width, 3], [rng.gauss(0, 0.1) for _ in range(width * 3)]),
-                helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [rng.gauss(0, 0.1) for _ in range(3)])]
-    nodes += [helper.make_node("MatMul", ["h0" if hidden else "obs", "w"], ["z"]),
-              helper.make_node("Add", ["z", "b"], ["action"])]
-    graph = helper.make_graph(nodes, "demo-policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 224])],
-                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, 3])], initializer=weights)
+    weights += [
+        helper.make_tensor("w", TensorProto.FLOAT, [width, 3], [rng.gauss(0, 0.1) for _ in range(width * 3)]),
+        helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [rng.gauss(0, 0.1) for _ in range(3)]),
+    ]
+    nodes += [
+        helper.make_node("MatMul", ["h0" if hidden else "obs", "w"], ["z"]),
+        helper.make_node("Add", ["z", "b"], ["action"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "demo-policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 224])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, 3])],
+        initializer=weights,
+    )
     return helper.make_model(graph, producer_name="smrweb-demo-harness").SerializeToString()
 
 
@@ -148,22 +168,42 @@ class Harness:
     def start_run(self, project: dict) -> SimRun:
         n = next(self.counter)
         fate = self.rng.choices(["done", "failed", "stalls"], weights=[6, 2, 1])[0]
-        run = SimRun(project, self.tokens[project["slug"]], f"run-{int(time.time()) % 100000:05d}-{n}",
-                     fate, length=self.rng.randint(40, 90), score=project["score"]["start"])
+        run = SimRun(
+            project,
+            self.tokens[project["slug"]],
+            f"run-{int(time.time()) % 100000:05d}-{n}",
+            fate,
+            length=self.rng.randint(40, 90),
+            score=project["score"]["start"],
+        )
         downgraded = self.rng.random() < 0.3
-        self.send(run, "PATCH", "", json={
-            "budget_usd": "2.50", "budget_tokens": 1_500_000,
-            "requested_profile": "codex_gpt_5_4_medium",
-            "actual_profile": "codex_gpt_5_4_mini_medium" if downgraded else "codex_gpt_5_4_medium",
-            "git_branch": f"agent/{run.external_id}",
-        })
-        self.events(run, [
-            {"type": "state", "state": "queued"},
-            {"type": "message", "topic": "smr.trigger.initial_runtime_message", "target": "role:orchestrator",
-             "mode": "queue", "body": f"Hill-climb {project['scenario']['fields']['score_metric']} on "
-                                      f"{project['scenario']['key']}. Carry forward: avoid the last 3 failed approaches."},
-            {"type": "state", "state": "running"},
-        ])
+        self.send(
+            run,
+            "PATCH",
+            "",
+            json={
+                "budget_usd": "2.50",
+                "budget_tokens": 1_500_000,
+                "requested_profile": "codex_gpt_5_4_medium",
+                "actual_profile": "codex_gpt_5_4_mini_medium" if downgraded else "codex_gpt_5_4_medium",
+                "git_branch": f"agent/{run.external_id}",
+            },
+        )
+        self.events(
+            run,
+            [
+                {"type": "state", "state": "queued"},
+                {
+                    "type": "message",
+                    "topic": "smr.trigger.initial_runtime_message",
+                    "target": "role:orchestrator",
+                    "mode": "queue",
+                    "body": f"Hill-climb {project['scenario']['fields']['score_metric']} on "
+                    f"{project['scenario']['key']}. Carry forward: avoid the last 3 failed approaches.",
+                },
+                {"type": "state", "state": "running"},
+            ],
+        )
         self.runs.append(run)
         return run
 
@@ -172,9 +212,15 @@ class Harness:
         tin, tout = self.rng.randint(2_000, 14_000), self.rng.randint(200, 2_500)
         pin, pout = PRICE_PER_MTOK[model]
         return {
-            "type": "agent.turn", "turn": turn, "actor": actor, "parent_actor": parent, "model": model,
+            "type": "agent.turn",
+            "turn": turn,
+            "actor": actor,
+            "parent_actor": parent,
+            "model": model,
             "kind": "driver_inference" if parent is None else "child_work",
-            "tokens_in": tin, "tokens_out": tout, "cost_usd": round(tin * pin / 1e6 + tout * pout / 1e6, 6),
+            "tokens_in": tin,
+            "tokens_out": tout,
+            "cost_usd": round(tin * pin / 1e6 + tout * pout / 1e6, 6),
             "tool_calls": self.rng.sample(TOOLS, self.rng.randint(0, 3)),
             "duration_ms": self.rng.randint(800, 20_000),
         }
@@ -194,21 +240,38 @@ class Harness:
             run.child_turns[actor] = n + 1
         for key in run.project["metrics"]:
             base = cfg["start"] if key == run.project["metrics"][0] else 0.5
-            value = base * math.exp(-run.tick / 60) + self.rng.gauss(0, 0.01) if "loss" in key else \
-                min(1.0, 0.3 + run.tick / 200 + self.rng.gauss(0, 0.02))
+            value = (
+                base * math.exp(-run.tick / 60) + self.rng.gauss(0, 0.01)
+                if "loss" in key
+                else min(1.0, 0.3 + run.tick / 200 + self.rng.gauss(0, 0.02))
+            )
             batch.append({"type": "metric", "key": key, "step": run.tick, "value": round(value, 6)})
         if run.tick % 4 == 0:
             self.score(run, batch)
         if run.tick % 15 == 0:
             failed = self.rng.random() < 0.15
-            batch.append({"type": "checkpoint", "id": f"{run.external_id}-ckpt-{run.tick}",
-                          "label": f"after turn {run.turn}", "commit": hashlib.sha1(f"{run.external_id}{run.tick}".encode()).hexdigest()[:12],
-                          "restorable": not failed,
-                          "failure_reason": "RuntimeError: workspace snapshot timed out" if failed else ""})
+            batch.append(
+                {
+                    "type": "checkpoint",
+                    "id": f"{run.external_id}-ckpt-{run.tick}",
+                    "label": f"after turn {run.turn}",
+                    "commit": hashlib.sha1(f"{run.external_id}{run.tick}".encode()).hexdigest()[:12],
+                    "restorable": not failed,
+                    "failure_reason": "RuntimeError: workspace snapshot timed out" if failed else "",
+                }
+            )
         if run.fate == "failed" and run.tick >= run.length // 2:
-            batch.append({"type": "state", "state": "failed", "failure": {
-                "family": "runtime", "source": "state_machine_runtime",
-                "detail": "repo_like_task_count_mismatch:requested=2:persisted=3 (nonretryable intent rejection)"}})
+            batch.append(
+                {
+                    "type": "state",
+                    "state": "failed",
+                    "failure": {
+                        "family": "runtime",
+                        "source": "state_machine_runtime",
+                        "detail": "repo_like_task_count_mismatch:requested=2:persisted=3 (nonretryable intent rejection)",
+                    },
+                }
+            )
             self.events(run, batch)
             return False
         if run.tick >= run.length:
@@ -224,14 +287,32 @@ class Harness:
         run.score = max(0.05, run.score)
         fields = run.project["scenario"]["fields"]
         path = fields["artifact_path"]
-        content = (onnx_policy(self.rng) if fields["artifact_kind"] == "onnx_model"
-                   else optimizer_source(run.external_id, run.tick, self.rng).encode())
-        self.send(run, "POST", "/artifacts", files={"file": (path.rsplit("/", 1)[-1], content)},
-                  data={"path": path, "sha256": hashlib.sha256(content).hexdigest(),
-                        "kind": run.project["scenario"]["fields"]["artifact_kind"]})
-        batch.append({"type": "score", "score": round(run.score, 4), "harness_id": run.project["scenario"]["fields"]["harness_id"],
-                      "artifact": hashlib.sha256(content).hexdigest(), "commit": f"{run.tick:07x}",
-                      "details": {"tick": run.tick}})
+        content = (
+            onnx_policy(self.rng)
+            if fields["artifact_kind"] == "onnx_model"
+            else optimizer_source(run.external_id, run.tick, self.rng).encode()
+        )
+        self.send(
+            run,
+            "POST",
+            "/artifacts",
+            files={"file": (path.rsplit("/", 1)[-1], content)},
+            data={
+                "path": path,
+                "sha256": hashlib.sha256(content).hexdigest(),
+                "kind": run.project["scenario"]["fields"]["artifact_kind"],
+            },
+        )
+        batch.append(
+            {
+                "type": "score",
+                "score": round(run.score, 4),
+                "harness_id": run.project["scenario"]["fields"]["harness_id"],
+                "artifact": hashlib.sha256(content).hexdigest(),
+                "commit": f"{run.tick:07x}",
+                "details": {"tick": run.tick},
+            }
+        )
 
     def loop(self, interval: float, concurrent: int) -> None:
         for project in DEMO_PROJECTS:
@@ -249,7 +330,9 @@ class Harness:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--token-file", required=True, help="lines of '<project-slug> <token>'")
     parser.add_argument("--interval", type=float, default=1.5, help="seconds between ticks")

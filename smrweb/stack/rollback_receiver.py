@@ -54,14 +54,24 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
                     return self._answer(200, "already applied")
                 applied.add(key)
             target = payload["target"]
-            what = (f"submission #{target['id']} (score {target.get('score')}, "
-                    f"{(target.get('artifact_sha256') or '')[:12]})" if target["type"] == "submission"
-                    else f"checkpoint {target['id']}")
-            message = {"type": "message", "topic": "harness.rollback", "body":
-                       f"Rolled back to {what} as asked by {payload['requested_by']}: {payload['reason']}"}
+            what = (
+                f"submission #{target['id']} (score {target.get('score')}, "
+                f"{(target.get('artifact_sha256') or '')[:12]})"
+                if target["type"] == "submission"
+                else f"checkpoint {target['id']}"
+            )
+            message = {
+                "type": "message",
+                "topic": "harness.rollback",
+                "body": f"Rolled back to {what} as asked by {payload['requested_by']}: {payload['reason']}",
+            }
             try:
-                httpx.post(f"{url}/api/v1/projects/{project}/runs/{payload['run']}/events", json=[message],
-                           headers={"Authorization": f"Bearer {tokens[project]}"}, timeout=10).raise_for_status()
+                httpx.post(
+                    f"{url}/api/v1/projects/{project}/runs/{payload['run']}/events",
+                    json=[message],
+                    headers={"Authorization": f"Bearer {tokens[project]}"},
+                    timeout=10,
+                ).raise_for_status()
             except (httpx.HTTPError, KeyError) as exc:
                 with lock:
                     applied.discard(key)  # let the retry apply it
@@ -89,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--secrets-file", required=True)
     args = parser.parse_args(argv)
-    handler = make_handler(url=args.url.rstrip("/"), tokens=_read_pairs(args.token_file),
-                           secrets=_read_pairs(args.secrets_file))
+    handler = make_handler(
+        url=args.url.rstrip("/"), tokens=_read_pairs(args.token_file), secrets=_read_pairs(args.secrets_file)
+    )
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     print(f"rollback receiver on http://127.0.0.1:{args.port}/rollback", flush=True)
     try:

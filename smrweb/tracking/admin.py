@@ -59,16 +59,50 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(m.Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["external_id", "project", "state", "stalled_since", "best_score", "turn_count", "cost_usd",
-                    "last_progress_at"]
+    list_display = [
+        "external_id",
+        "project",
+        "state",
+        "stalled_since",
+        "best_score",
+        "turn_count",
+        "cost_usd",
+        "last_progress_at",
+    ]
     list_filter = ["state", "project"]
     search_fields = ["external_id"]
     # Only the settings a person may set are editable; everything else is derived from events.
-    fields = ["project", "external_id", "budget_usd", "budget_tokens", "requested_profile", "actual_profile",
-              "git_branch", "git_commit", "state", "failure_family", "failure_detail", "failure_source",
-              "stalled_since", "tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out",
-              "driver_cost_usd", "child_tokens_in", "child_tokens_out", "child_cost_usd", "turn_count",
-              "best_score", "latest_score", "score_count", "started_at", "finished_at", "last_progress_at"]
+    fields = [
+        "project",
+        "external_id",
+        "budget_usd",
+        "budget_tokens",
+        "requested_profile",
+        "actual_profile",
+        "git_branch",
+        "git_commit",
+        "state",
+        "failure_family",
+        "failure_detail",
+        "failure_source",
+        "stalled_since",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "driver_tokens_in",
+        "driver_tokens_out",
+        "driver_cost_usd",
+        "child_tokens_in",
+        "child_tokens_out",
+        "child_cost_usd",
+        "turn_count",
+        "best_score",
+        "latest_score",
+        "score_count",
+        "started_at",
+        "finished_at",
+        "last_progress_at",
+    ]
     readonly_fields = [f for f in fields if f not in RUN_SETTINGS]
 
     def has_add_permission(self, request):
@@ -77,10 +111,25 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(m.SourceHealth)
 class SourceHealthAdmin(admin.ModelAdmin):
-    list_display = ["project", "last_success_at", "consecutive_failures", "last_error_kind", "next_attempt_at",
-                    "active_runs"]
-    readonly_fields = ["last_attempt_at", "last_success_at", "last_error_at", "last_error", "last_error_kind",
-                       "consecutive_failures", "lease_until", "lease_owner", "active_runs"]
+    list_display = [
+        "project",
+        "last_success_at",
+        "consecutive_failures",
+        "last_error_kind",
+        "next_attempt_at",
+        "active_runs",
+    ]
+    readonly_fields = [
+        "last_attempt_at",
+        "last_success_at",
+        "last_error_at",
+        "last_error",
+        "last_error_kind",
+        "consecutive_failures",
+        "lease_until",
+        "lease_owner",
+        "active_runs",
+    ]
 
 
 @admin.register(m.StateChange)
@@ -175,7 +224,15 @@ class SubmissionTransitionAdmin(ReadOnlyAdmin):
 
 @admin.register(m.Rollback)
 class RollbackAdmin(ReadOnlyAdmin):
-    list_display = ["run", "target_submission", "target_checkpoint", "status", "attempts", "requested_by", "created"]
+    list_display = [
+        "run",
+        "target_submission",
+        "target_checkpoint",
+        "status",
+        "attempts",
+        "requested_by",
+        "created",
+    ]
     list_filter = ["status"]
 
 

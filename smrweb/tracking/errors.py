@@ -66,7 +66,10 @@ class InvalidInput(TrackingError):
         self.field = field
 
     def as_dict(self) -> dict:
-        return {**super().as_dict(), "errors": [{"index": None, "field": self.field, "message": self.message}]}
+        return {
+            **super().as_dict(),
+            "errors": [{"index": None, "field": self.field, "message": self.message}],
+        }
 
 
 class NotAllowed(TrackingError):

@@ -77,7 +77,9 @@ class ScoreEvent(_Event):
     artifact: Annotated[str, Field(max_length=500)] | None = Field(
         default=None, description="The artifact's sha256, or its path in the run (latest version)."
     )
-    experiment: Text | None = Field(default=None, description="External id of the experiment that produced it.")
+    experiment: Text | None = Field(
+        default=None, description="External id of the experiment that produced it."
+    )
     commit: Annotated[str, Field(max_length=64)] = ""
     details: dict[str, Any] = Field(default_factory=dict)
 
@@ -143,11 +145,21 @@ Event = Annotated[
     MetricEvent | ScoreEvent | TurnEvent | StateEvent | MessageEvent | CheckpointEvent,
     Field(discriminator="type"),
 ]
-EVENT_TYPES = {"metric": MetricEvent, "score": ScoreEvent, "agent.turn": TurnEvent, "state": StateEvent,
-               "message": MessageEvent, "checkpoint": CheckpointEvent}
+EVENT_TYPES = {
+    "metric": MetricEvent,
+    "score": ScoreEvent,
+    "agent.turn": TurnEvent,
+    "state": StateEvent,
+    "message": MessageEvent,
+    "checkpoint": CheckpointEvent,
+}
 # The fields that can hold free-form JSON (a dict or a list), per event type.
 _CONTAINER_FIELDS = {
-    cls: tuple(name for name, f in cls.model_fields.items() if "dict" in str(f.annotation) or "list" in str(f.annotation))
+    cls: tuple(
+        name
+        for name, f in cls.model_fields.items()
+        if "dict" in str(f.annotation) or "list" in str(f.annotation)
+    )
     for cls in EVENT_TYPES.values()
 }
 _batch = TypeAdapter(Annotated[list[Event], Field(max_length=MAX_EVENTS)])
@@ -189,7 +201,9 @@ class PlainMetric(msgspec.Struct):
 _plain_metrics = msgspec.json.Decoder(list[_PlainMetricIn])
 # The timestamp forms pydantic reads to exactly the value `datetime.fromisoformat` gives; others
 # (week dates, basic format, over 6 fraction digits, …) take the pydantic path.
-_PLAIN_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})?", re.ASCII)
+_PLAIN_TS = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})?", re.ASCII
+)
 
 
 class PlainMetrics(list):
@@ -270,6 +284,7 @@ def _parse_contract(body: bytes | str) -> list[_Event]:
 
 def _refuse_non_finite_json(events: list[_Event]) -> None:
     """Free-form JSON (details, tool_calls) may not hold NaN or Infinity either: no database stores them."""
+
     def non_finite(value: Any) -> bool:
         if isinstance(value, float):
             return not math.isfinite(value)
@@ -291,6 +306,7 @@ def _refuse_non_finite_json(events: list[_Event]) -> None:
 
 def _refuse_nul_characters(events: list[_Event]) -> None:
     """PostgreSQL cannot store U+0000 in text or jsonb; refuse it with its place instead of failing later."""
+
     def has_nul(value: Any) -> bool:
         if isinstance(value, str):
             return "\x00" in value

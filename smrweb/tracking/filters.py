@@ -13,7 +13,9 @@ from smrweb.tracking.queries import budget
 LIVE = "live"
 STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)
 # A profile-level downgrade, in SQL (a worker-level one lives in `actor_profiles`: see `_downgraded`).
-PROFILE_DOWNGRADED = ~Q(requested_profile="") & ~Q(actual_profile="") & ~Q(requested_profile=F("actual_profile"))
+PROFILE_DOWNGRADED = (
+    ~Q(requested_profile="") & ~Q(actual_profile="") & ~Q(requested_profile=F("actual_profile"))
+)
 
 # ?sort= — the sortable columns. Each sorts on one expression, then on id in the same direction, so a
 # page boundary is stable however many runs tie (same state, no score yet, same spend…).
@@ -30,10 +32,17 @@ SORTS = {
     "started": F("started_at"),
 }
 DEFAULT_SORT = "-activity"
-SORT_CHOICES = [(f"{prefix}{key}", f"{key} ({'descending' if prefix else 'ascending'})")
-                for key in SORTS for prefix in ("", "-")]
-OVER_BUDGET_CHOICES = [("true", "over either budget"), ("false", "over neither"),
-                       (budget.USD, "over the USD budget"), (budget.TOKENS, "over the token budget")]
+SORT_CHOICES = [
+    (f"{prefix}{key}", f"{key} ({'descending' if prefix else 'ascending'})")
+    for key in SORTS
+    for prefix in ("", "-")
+]
+OVER_BUDGET_CHOICES = [
+    ("true", "over either budget"),
+    ("false", "over neither"),
+    (budget.USD, "over the USD budget"),
+    (budget.TOKENS, "over the token budget"),
+]
 
 # Words a search also understands as the table's badges.
 KEYWORDS = {"downgraded", "stalled", "over budget", "over-budget", *RunState.values}
@@ -51,25 +60,32 @@ def sort_runs(queryset, sort: str | None):
 
 class RunFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(
-        choices=[(LIVE, "live (not finished)"), *RunState.choices], method="filter_state",
+        choices=[(LIVE, "live (not finished)"), *RunState.choices],
+        method="filter_state",
         help_text="Repeatable; `live` means any state that is not finished.",
     )
     stalled = BooleanFilter(method="filter_stalled", help_text="Live runs flagged stalled (or not).")
     failed = BooleanFilter(method="filter_failed")
     over_budget = django_filters.ChoiceFilter(
-        choices=OVER_BUDGET_CHOICES, method="filter_over_budget",
+        choices=OVER_BUDGET_CHOICES,
+        method="filter_over_budget",
         help_text="`true`: runs whose spend exceeds their USD budget or whose tokens (in + out) exceed their "
-                  "token budget, against the source's own totals where it states them; `usd` or `tokens`: "
-                  "over that budget; `false`: over neither.")
+        "token budget, against the source's own totals where it states them; `usd` or `tokens`: "
+        "over that budget; `false`: over neither.",
+    )
     q = django_filters.CharFilter(
-        method="filter_text", max_length=200,
+        method="filter_text",
+        max_length=200,
         help_text="Case-insensitive substring of the run id, failure family or detail, requested or actual "
-                  "profile (also per actor), git branch, or the model of any of its agent turns. The words "
-                  "`downgraded`, `stalled`, `over budget` and a state name also match runs in that condition.")
+        "profile (also per actor), git branch, or the model of any of its agent turns. The words "
+        "`downgraded`, `stalled`, `over budget` and a state name also match runs in that condition.",
+    )
     sort = django_filters.ChoiceFilter(
-        choices=SORT_CHOICES, method="filter_sort",
+        choices=SORT_CHOICES,
+        method="filter_sort",
         help_text=f"Order by one column, `-` first for descending (default `{DEFAULT_SORT}`); ties are "
-                  f"broken by id in the same direction, so pages are stable.")
+        f"broken by id in the same direction, so pages are stable.",
+    )
 
     class Meta:
         model = Run
@@ -101,11 +117,16 @@ class RunFilter(django_filters.FilterSet):
         value = value.strip()
         if not value:
             return queryset
-        condition = (Q(external_id__icontains=value) | Q(failure_detail__icontains=value)
-                     | Q(failure_family__icontains=value) | Q(requested_profile__icontains=value)
-                     | Q(actual_profile__icontains=value) | Q(git_branch__icontains=value)
-                     | Q(actor_profiles__icontains=value)
-                     | Exists(AgentTurn.objects.filter(run=OuterRef("pk"), model__icontains=value)))
+        condition = (
+            Q(external_id__icontains=value)
+            | Q(failure_detail__icontains=value)
+            | Q(failure_family__icontains=value)
+            | Q(requested_profile__icontains=value)
+            | Q(actual_profile__icontains=value)
+            | Q(git_branch__icontains=value)
+            | Q(actor_profiles__icontains=value)
+            | Exists(AgentTurn.objects.filter(run=OuterRef("pk"), model__icontains=value))
+        )
         word = " ".join(value.lower().split())
         if word in KEYWORDS:
             condition |= _keyword(queryset, word)
@@ -126,14 +147,19 @@ def _downgraded_by_actor(queryset) -> list[int]:
     """Runs where a worker or role got another profile than it asked for. The rule needs each actor's
     entry (`Run.downgraded_actors`), so it is read in one query over the runs that list actors at all."""
     rows = queryset.model.objects.filter(pk__in=queryset.values("pk")).exclude(actor_profiles=[])
-    return [pk for pk, profiles in rows.values_list("pk", "actor_profiles")
-            if Run(actor_profiles=profiles).downgraded_actors]
+    return [
+        pk
+        for pk, profiles in rows.values_list("pk", "actor_profiles")
+        if Run(actor_profiles=profiles).downgraded_actors
+    ]
 
 
 class SubmissionFilter(django_filters.FilterSet):
     run = django_filters.CharFilter(
-        field_name="run__external_id", max_length=200,
-        help_text="Only this run's submissions (its external id, exactly); an unknown run gives an empty list.")
+        field_name="run__external_id",
+        max_length=200,
+        help_text="Only this run's submissions (its external id, exactly); an unknown run gives an empty list.",
+    )
 
     class Meta:
         model = Submission

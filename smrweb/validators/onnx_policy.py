@@ -36,9 +36,16 @@ def _check_io(kind: str, values: list, expected: list[int], float_type: int) -> 
     elem, shape = value.type.tensor_type.elem_type, _shape(value)
     name = f"{kind} `{value.name}`"
     return [
-        (elem == float_type, f"{name} element type is float32" if elem == float_type
-         else f"{name} element type is {elem} (ONNX TensorProto code), expected float32 (1)"),
-        (shape == expected, f"{name} shape is {shape}" + ("" if shape == expected else f", expected {expected}")),
+        (
+            elem == float_type,
+            f"{name} element type is float32"
+            if elem == float_type
+            else f"{name} element type is {elem} (ONNX TensorProto code), expected float32 (1)",
+        ),
+        (
+            shape == expected,
+            f"{name} shape is {shape}" + ("" if shape == expected else f", expected {expected}"),
+        ),
     ]
 
 
@@ -46,15 +53,23 @@ def check(model, onnx) -> list[tuple[bool, str]]:
     """(ok, message) for every rule, in the order they are reported."""
     graph = model.graph
     params = sum(math.prod(t.dims) for t in graph.initializer)
-    params += sum(math.prod(a.t.dims) for n in graph.node if n.op_type == "Constant"
-                  for a in n.attribute if a.name == "value")
+    params += sum(
+        math.prod(a.t.dims)
+        for n in graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    )
     initializers = {t.name for t in graph.initializer}
     inputs = [i for i in graph.input if i.name not in initializers]  # older IRs list weights as inputs too
     float_type = onnx.TensorProto.FLOAT
     small = params < MAX_PARAMETERS
     return [
-        (small, f"{params:,} parameters" + (f" (< {MAX_PARAMETERS:,})" if small
-                                            else f", must be fewer than {MAX_PARAMETERS:,}")),
+        (
+            small,
+            f"{params:,} parameters"
+            + (f" (< {MAX_PARAMETERS:,})" if small else f", must be fewer than {MAX_PARAMETERS:,}"),
+        ),
         *_check_io("input", inputs, INPUT_SHAPE, float_type),
         *_check_io("output", list(graph.output), OUTPUT_SHAPE, float_type),
     ]
@@ -68,8 +83,10 @@ def main(argv: list[str]) -> int:
     try:
         import onnx
     except ImportError:
-        print("CANNOT RUN  python package `onnx` is not installed for this interpreter "
-              f"({sys.executable}); install it with `pip install onnx`.")
+        print(
+            "CANNOT RUN  python package `onnx` is not installed for this interpreter "
+            f"({sys.executable}); install it with `pip install onnx`."
+        )
         return 2
     try:
         model = onnx.load(path)

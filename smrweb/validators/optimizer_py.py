@@ -82,7 +82,9 @@ def check(path: str, entry: str, max_bytes: int) -> list[tuple[bool, str]]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path")
-    parser.add_argument("--entry", default=DEFAULT_ENTRY, help="`Class.method` or `name` (default %(default)s)")
+    parser.add_argument(
+        "--entry", default=DEFAULT_ENTRY, help="`Class.method` or `name` (default %(default)s)"
+    )
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
     try:
         args = parser.parse_args(argv)

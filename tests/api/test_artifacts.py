@@ -35,7 +35,11 @@ def test_an_upload_answers_201_with_its_sha256_and_size(api, artifact_root):
     data = response.json()
     assert (data["sha256"], data["size"], data["created_now"]) == (SHA, len(DATA), True)
     assert (data["path"], data["kind"], data["commit"], data["content_type"]) == (
-        "src/solution.py", "python_source", "abc123", "text/x-python")
+        "src/solution.py",
+        "python_source",
+        "abc123",
+        "text/x-python",
+    )
     assert data["download_url"].endswith(f"/api/v1/projects/hill/runs/r1/artifacts/{data['id']}/download")
     [stored] = files_under(artifact_root)
     assert stored.read_bytes() == DATA
@@ -80,8 +84,10 @@ def test_a_sha256_mismatch_is_refused_and_nothing_is_stored(api, artifact_root):
     assert files_under(artifact_root) == []
 
 
-@pytest.mark.parametrize(("fields", "field"), [({"sha256": "xyz"}, "sha256"), ({"kind": "spreadsheet"}, "kind"),
-                                               ({"path": "p" * 501}, "path")])
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"sha256": "xyz"}, "sha256"), ({"kind": "spreadsheet"}, "kind"), ({"path": "p" * 501}, "path")],
+)
 def test_invalid_upload_fields_are_refused_with_field_errors(api, fields, field, artifact_root):
     response = upload(api, **fields)
     assert response.status_code == 400
@@ -111,8 +117,11 @@ def test_an_upload_over_the_size_limit_is_refused_with_413_json(api, settings, a
 
 
 def test_a_score_sent_before_its_artifact_is_linked_by_the_upload(api, project):
-    services.ingest_events(project, "r1", ev.parse_events(json.dumps([
-        {"type": "score", "id": "s1", "score": 0.9, "artifact": SHA}])))
+    services.ingest_events(
+        project,
+        "r1",
+        ev.parse_events(json.dumps([{"type": "score", "id": "s1", "score": 0.9, "artifact": SHA}])),
+    )
     assert Submission.objects.get(event_id="s1").artifact is None
     artifact_id = upload(api).json()["id"]
     assert Submission.objects.get(event_id="s1").artifact_id == artifact_id

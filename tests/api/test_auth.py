@@ -40,8 +40,6 @@ def as_user(username: str) -> APIClient:
     return session_client(get_user_model().objects.get(username=username))
 
 
-
-
 @pytest.mark.parametrize("url", READS)
 def test_every_read_answers_a_projects_token(api, run, url):
     assert api.get(url).status_code == 200
@@ -145,7 +143,9 @@ def test_an_outsider_cannot_tell_the_project_exists(project, run, carol):
         assert assert_json_error(as_user("carol").get(url), 404)["code"] == "not_found"
 
 
-@pytest.mark.parametrize(("username", "status"), [("alice", 200), ("bob", 403), ("victor", 403), ("carol", 404)])
+@pytest.mark.parametrize(
+    ("username", "status"), [("alice", 200), ("bob", 403), ("victor", 403), ("carol", 404)]
+)
 def test_only_project_admins_change_run_settings(project, run, carol, username, status):
     response = as_user(username).patch("/api/v1/projects/hill/runs/r1", {"budget_tokens": 5}, format="json")
     assert response.status_code == status

@@ -8,12 +8,11 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from smrweb.tracking import services
-from smrweb.tracking import queries
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking import queries, services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import assert_json_error, session_client
 
 pytestmark = pytest.mark.django_db
@@ -27,10 +26,14 @@ def scored(project, value, run="r1") -> Submission:
 
 def test_the_answer_has_best_failed_arena_and_the_text(api, project, alice, bob):
     broken = lifecycle.request_verification(scored(project, 0.99), by=bob)
-    lifecycle.record_verification(broken.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "", "exited 1"))
+    lifecycle.record_verification(
+        broken.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "", "exited 1")
+    )
     good = scored(project, 0.9, run="r2")
     good = lifecycle.request_verification(good, by=bob)
-    good = lifecycle.record_verification(good.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok"))
+    good = lifecycle.record_verification(
+        good.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
+    )
     good = lifecycle.mark_uploaded(lifecycle.review(good, by=alice, verdict="approve").submission, by=alice)
     lifecycle.record_arena_result(good, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
     knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title="Random search")
@@ -41,14 +44,25 @@ def test_the_answer_has_best_failed_arena_and_the_text(api, project, alice, bob)
     assert set(body) == {"project", "best", "failed", "arena", "text"}
     assert body["project"] == "hill"
     best = body["best"]
-    assert (best["submission_id"], best["score"], best["run"], best["status"]) == (good.pk, 0.9, "r2", "ranked")
+    assert (best["submission_id"], best["score"], best["run"], best["status"]) == (
+        good.pk,
+        0.9,
+        "r2",
+        "ranked",
+    )
     assert best["arena"]["rank"] == 12 and best["arena"]["note"] == "beat the baseline"
     assert [(f["reasons"], f["score"], f["title"]) for f in body["failed"]] == [
-        (["failed_approach"], None, "Random search"), (["invalid"], 0.99, f"submission #{broken.pk}")]
+        (["failed_approach"], None, "Random search"),
+        (["invalid"], 0.99, f"submission #{broken.pk}"),
+    ]
     assert body["failed"][1]["why"] == "verification failed (exit 1): exited 1"
     arena = body["arena"]
-    assert (arena["source"], arena["rank"], arena["arena_score"], arena["submission_id"]) == ("result", 12, 1234.0,
-                                                                                             good.pk)
+    assert (arena["source"], arena["rank"], arena["arena_score"], arena["submission_id"]) == (
+        "result",
+        12,
+        1234.0,
+        good.pk,
+    )
     assert body["text"] == queries.carry_forward(project).text
 
 
@@ -62,7 +76,9 @@ def test_n_picks_how_many_failed_approaches(api, project, bob):
     for i in range(7):
         knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=f"idea {i}")
     assert len(api.get(URL).json()["failed"]) == 3
-    assert [f["title"] for f in api.get(URL, {"n": 5}).json()["failed"]] == [f"idea {i}" for i in (6, 5, 4, 3, 2)]
+    assert [f["title"] for f in api.get(URL, {"n": 5}).json()["failed"]] == [
+        f"idea {i}" for i in (6, 5, 4, 3, 2)
+    ]
     assert len(api.get(URL, {"n": 20}).json()["failed"]) == 7
 
 

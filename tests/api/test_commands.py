@@ -61,9 +61,14 @@ def test_create_project_with_the_smr_source_asks_the_backend_first(db, settings)
 
 
 def test_create_project_with_the_smr_source_and_its_project_id(db):
-    run_command("create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123", "--skip-check")
+    run_command(
+        "create_project", "managed", "--source", "smr", "--smr-project-id", "proj-123", "--skip-check"
+    )
     project = Project.objects.get(slug="managed")
-    assert (project.source, project.source_settings) == ("smr", {"smr_project_id": "proj-123", "operator_key": True, "score_metric": "auto"})
+    assert (project.source, project.source_settings) == (
+        "smr",
+        {"smr_project_id": "proj-123", "operator_key": True, "score_metric": "auto"},
+    )
 
 
 def test_create_project_refuses_a_taken_slug(project):
@@ -85,8 +90,11 @@ def test_create_api_token_prints_a_working_token_on_the_last_line(db):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert [p["slug"] for p in client.get("/api/v1/projects/").json()] == ["scripted"]
-    response = client.post("/api/v1/projects/scripted/runs/r1/events",
-                           b'[{"type": "metric", "key": "loss", "value": 1}]', content_type="application/json")
+    response = client.post(
+        "/api/v1/projects/scripted/runs/r1/events",
+        b'[{"type": "metric", "key": "loss", "value": 1}]',
+        content_type="application/json",
+    )
     assert response.status_code == 200 and response.json()["accepted"] == 1
 
 
@@ -105,7 +113,9 @@ def test_flag_stalled_runs_command_flags_and_reports(project):
     out, _ = run_command("flag_stalled_runs")
     assert "stalled: hill/old" in out
     assert "1 run(s) flagged" in out
-    assert set(Run.objects.filter(stalled_since__isnull=False).values_list("external_id", flat=True)) == {"old"}
+    assert set(Run.objects.filter(stalled_since__isnull=False).values_list("external_id", flat=True)) == {
+        "old"
+    }
     again, _ = run_command("flag_stalled_runs")
     assert "0 run(s) flagged" in again
 

@@ -12,10 +12,10 @@ import re
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Submission, VerificationOutcome
+from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import session_client
 
 HUGE = 1.7e308
@@ -32,8 +32,14 @@ def strict(text: str):
 
 @pytest.mark.parametrize("points", [2, 1000])
 def test_the_metric_api_averages_huge_values_exactly(api, project, points):
-    push(project, "huge", [{"type": "metric", "id": f"m{i}", "key": "m", "value": HUGE if i % 2 else -HUGE / 2,
-                            "step": i} for i in range(2000)])
+    push(
+        project,
+        "huge",
+        [
+            {"type": "metric", "id": f"m{i}", "key": "m", "value": HUGE if i % 2 else -HUGE / 2, "step": i}
+            for i in range(2000)
+        ],
+    )
     response = api.get(f"/api/v1/projects/hill/runs/huge/metrics?key=m&points={points}")
     assert response.status_code == 200, response.content[:300]
     body = strict(response.content)
@@ -44,8 +50,12 @@ def test_the_metric_api_averages_huge_values_exactly(api, project, points):
 
 
 def test_the_run_page_charts_are_strict_json_and_bounded(client_alice, project):
-    push(project, "huge2", [{"type": "metric", "id": f"m{i}", "key": "m", "value": HUGE, "step": i}
-                            for i in range(3000)] + [{"type": "score", "id": "s", "score": 1e308}])
+    push(
+        project,
+        "huge2",
+        [{"type": "metric", "id": f"m{i}", "key": "m", "value": HUGE, "step": i} for i in range(3000)]
+        + [{"type": "score", "id": "s", "score": 1e308}],
+    )
     body = client_alice.get("/projects/hill/runs/huge2/").content.decode()
     figures = re.findall(r'<script id="[^"]+" type="application/json">(.*?)</script>', body, re.S)
     assert figures
@@ -69,12 +79,17 @@ def test_an_extreme_arena_score_is_a_field_error_not_a_500(project, alice, bob):
     push(project, "r1", [{"type": "score", "id": "s", "score": 0.5}])
     sub = Submission.objects.get()
     lifecycle.request_verification(sub, by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok"))
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
+    )
     lifecycle.review(Submission.objects.get(pk=sub.pk), by=alice, verdict="approve", comment="ok")
     lifecycle.mark_uploaded(Submission.objects.get(pk=sub.pk), by=bob)
     for score in (-HUGE, HUGE):
-        response = session_client(bob).post(f"/api/v1/projects/hill/submissions/{sub.pk}/arena-result",
-                                            {"rank": 1, "arena_score": score}, format="json")
+        response = session_client(bob).post(
+            f"/api/v1/projects/hill/submissions/{sub.pk}/arena-result",
+            {"rank": 1, "arena_score": score},
+            format="json",
+        )
         assert response.status_code == 400, response.content
         assert response.json()["errors"][0]["field"] == "arena_score"
     with pytest.raises(InvalidInput):

@@ -22,10 +22,15 @@ def error_fields(response) -> list[tuple]:
     return [(e["index"], e["field"]) for e in response.json()["errors"]]
 
 
-@pytest.mark.parametrize("ts", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "1969-12-31T23:59:59Z"])
+@pytest.mark.parametrize(
+    "ts", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "1969-12-31T23:59:59Z"]
+)
 def test_timestamps_outside_the_supported_range_are_field_errors(api, ts):
-    response = api.post(EVENTS, [{"type": "metric", "key": "k", "value": 1}, {"type": "metric", "key": "k", "value": 1,
-                                                                               "ts": ts}], format="json")
+    response = api.post(
+        EVENTS,
+        [{"type": "metric", "key": "k", "value": 1}, {"type": "metric", "key": "k", "value": 1, "ts": ts}],
+        format="json",
+    )
     assert response.status_code == 400
     assert error_fields(response) == [(1, "ts")]
     assert not Run.objects.exists()
@@ -42,15 +47,23 @@ def test_an_empty_batch_creates_no_run(api):
     assert not Run.objects.exists()
 
 
-@pytest.mark.parametrize("field, value", [("budget_tokens", 2**70), ("budget_usd", "1e15"), ("budget_tokens", -1)])
+@pytest.mark.parametrize(
+    "field, value", [("budget_tokens", 2**70), ("budget_usd", "1e15"), ("budget_tokens", -1)]
+)
 def test_run_settings_out_of_range_are_field_errors(api, field, value):
     response = api.patch("/api/v1/projects/hill/runs/r1", {field: value}, format="json")
     assert response.status_code == 400
     assert error_fields(response) == [(None, field)]
 
 
-@pytest.mark.parametrize("url", ["/api/v1/projects/hill/runs/a%00b", "/api/v1/projects/hill/runs?q=%00",
-                                 "/api/v1/projects/hill/runs/r1/metrics?key=%00"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/projects/hill/runs/a%00b",
+        "/api/v1/projects/hill/runs?q=%00",
+        "/api/v1/projects/hill/runs/r1/metrics?key=%00",
+    ],
+)
 def test_nul_characters_in_api_urls_are_refused_with_json(api, url):
     response = api.get(url)
     assert response.status_code == 400
@@ -80,8 +93,12 @@ def test_an_overlong_artifact_content_type_is_refused_before_any_bytes_are_store
 
 def test_an_announced_oversize_upload_is_refused_before_it_is_read(api, settings):
     settings.SMRWEB_MAX_ARTIFACT_BYTES = 1000
-    response = api.post("/api/v1/projects/hill/runs/r1/artifacts", data=b"x" * 10,
-                        content_type="multipart/form-data; boundary=zzz", CONTENT_LENGTH=str(50 * 1024 * 1024))
+    response = api.post(
+        "/api/v1/projects/hill/runs/r1/artifacts",
+        data=b"x" * 10,
+        content_type="multipart/form-data; boundary=zzz",
+        CONTENT_LENGTH=str(50 * 1024 * 1024),
+    )
     assert response.status_code == 413
     assert response.json()["code"] == "artifact_too_large"
 
@@ -119,7 +136,10 @@ def test_a_paused_run_is_never_flagged_stalled(project):
 def test_download_urls_are_built_by_reversing_the_route(api):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    api.post("/api/v1/projects/hill/runs/run:1/artifacts", {"file": SimpleUploadedFile("a.txt", b"a")},
-             format="multipart")
+    api.post(
+        "/api/v1/projects/hill/runs/run:1/artifacts",
+        {"file": SimpleUploadedFile("a.txt", b"a")},
+        format="multipart",
+    )
     [artifact] = api.get("/api/v1/projects/hill/runs/run:1/artifacts").json()
     assert api.get(artifact["download_url"]).status_code == 200

@@ -30,8 +30,6 @@ def post(client, events: list, run: str = "r1", slug: str = "hill"):
     return post_raw(client, json.dumps(events), run, slug)
 
 
-
-
 def nothing_written() -> bool:
     return not Run.objects.exists() and not MetricPoint.objects.exists() and not AgentTurn.objects.exists()
 
@@ -96,8 +94,11 @@ INVALID = {
     "negative tokens": (json.dumps([METRIC, {**TURN, "tokens_out": -1}]).encode(), 1, "tokens_out"),
     "extra field": (json.dumps([{**TURN, "price": 3}]).encode(), 0, "price"),
     "NaN in details": (b'[{"type": "score", "score": 1, "details": {"loss": NaN}}]', 0, "details"),
-    "Infinity in tool calls": (b'[{"type": "agent.turn", "turn": 1, "tool_calls": [{"ms": Infinity}]}]', 0,
-                               "tool_calls"),
+    "Infinity in tool calls": (
+        b'[{"type": "agent.turn", "turn": 1, "tool_calls": [{"ms": Infinity}]}]',
+        0,
+        "tool_calls",
+    ),
 }
 
 
@@ -128,7 +129,9 @@ def test_a_score_outside_the_scenarios_bounds_is_refused(alice, anon_api):
     project = admin_project("unit", scenario=scenario, by=alice)
     _, raw = services.create_api_token(project, name="ci")
     anon_api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    response = post(anon_api, [METRIC, {"type": "score", "score": 0.5}, {"type": "score", "score": 2}], slug="unit")
+    response = post(
+        anon_api, [METRIC, {"type": "score", "score": 0.5}, {"type": "score", "score": 2}], slug="unit"
+    )
     body = assert_json_error(response, 400, "invalid_events")
     assert [(e["index"], e["field"]) for e in body["errors"]] == [(2, "score")]
     assert nothing_written()
@@ -201,13 +204,20 @@ def run_url(run: str = "r1", slug: str = "hill") -> str:
 
 def test_patching_run_settings_sets_budget_and_profiles(api):
     post(api, [TURN])
-    response = api.patch(run_url(), {"budget_usd": "0.5", "budget_tokens": 1000, "requested_profile": "opus",
-                                     "actual_profile": "haiku"}, format="json")
+    response = api.patch(
+        run_url(),
+        {"budget_usd": "0.5", "budget_tokens": 1000, "requested_profile": "opus", "actual_profile": "haiku"},
+        format="json",
+    )
     assert response.status_code == 200
     data = response.json()
     assert Decimal(data["budget_usd"]) == Decimal("0.5")
     assert (data["budget_tokens"], data["requested_profile"], data["actual_profile"], data["downgraded"]) == (
-        1000, "opus", "haiku", True)
+        1000,
+        "opus",
+        "haiku",
+        True,
+    )
     assert data["budget_used_fraction"] == pytest.approx(0.12)  # max(0.05/0.5, 120/1000)
     run = Run.objects.get(external_id="r1")
     assert (run.budget_usd, run.budget_tokens) == (Decimal("0.5"), 1000)
@@ -264,9 +274,18 @@ def ten_thousand_events() -> list[dict]:
         kind = i % 10
         if kind < 3:  # 3,000 turns, split between the driver and a child
             child = kind == 2
-            events.append({"type": "agent.turn", "id": f"e{i}", "turn": i, "actor": "w1" if child else "driver",
-                           **({"parent_actor": "driver"} if child else {}),
-                           "tokens_in": i, "tokens_out": i // 2, "cost_usd": (i % 13) / 1000})
+            events.append(
+                {
+                    "type": "agent.turn",
+                    "id": f"e{i}",
+                    "turn": i,
+                    "actor": "w1" if child else "driver",
+                    **({"parent_actor": "driver"} if child else {}),
+                    "tokens_in": i,
+                    "tokens_out": i // 2,
+                    "cost_usd": (i % 13) / 1000,
+                }
+            )
         elif kind < 9:  # 6,000 metric points
             events.append({"type": "metric", "id": f"e{i}", "key": "loss", "value": 1 / (i + 1), "step": i})
         else:  # 1,000 scores
@@ -276,7 +295,7 @@ def ten_thousand_events() -> list[dict]:
 
 def test_ten_thousand_events_in_batches_are_stored_exactly_once_and_replays_change_nothing(api):
     events = ten_thousand_events()
-    batches = [events[i:i + 1000] for i in range(0, len(events), 1000)]
+    batches = [events[i : i + 1000] for i in range(0, len(events), 1000)]
     assert sum(post(api, b).json()["accepted"] for b in batches) == 10_000
 
     def read_back() -> tuple:

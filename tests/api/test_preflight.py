@@ -39,7 +39,9 @@ def _report(client, key: str, *, timeout: float = 60) -> dict:
     asked = client.post(URL.format(key))
     assert asked.status_code == 202, asked.content
     body = asked.json()
-    assert body["status"] == "pending" and asked["Location"] == body["poll"] == f"{URL.format(key)}/{body['id']}"
+    assert (
+        body["status"] == "pending" and asked["Location"] == body["poll"] == f"{URL.format(key)}/{body['id']}"
+    )
 
     def ready():
         answer = client.get(body["poll"])
@@ -63,12 +65,15 @@ def test_a_worker_runs_the_preflight_and_the_report_comes_back(api, climb, celer
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_reports_a_missing_python_package(alice, presets, celery_worker):
     Scenario.objects.filter(key="onnx-arena-dogfight").update(
-        required_toolchains=["python3", "python:onnx", "python:smrweb_no_such_package"])
+        required_toolchains=["python3", "python:onnx", "python:smrweb_no_such_package"]
+    )
     report = _report(session_client(alice), "onnx-arena-dogfight")  # a shared preset: any user may check it
     assert report["ok"] is False
     [missing] = [c for c in report["checks"] if not c["ok"]]  # onnx itself is there: smrweb ships it
     assert missing["name"] == "toolchain python:smrweb_no_such_package" and missing["group"] == "worker"
-    assert missing["detail"].startswith("python package `smrweb_no_such_package` is not installed on this worker")
+    assert missing["detail"].startswith(
+        "python package `smrweb_no_such_package` is not installed on this worker"
+    )
 
 
 def test_asking_never_waits_for_a_worker(api, climb, monkeypatch, redis_server):
@@ -92,8 +97,9 @@ def test_the_reviews_burst_of_ten_is_cut_at_the_default_rate(api, climb, monkeyp
     assert statuses == [202] * 6 + [429] * 4
 
 
-def test_a_burst_from_one_caller_is_refused_with_429_and_others_still_ask(api, climb, alice, monkeypatch,
-                                                                          redis_server, settings):
+def test_a_burst_from_one_caller_is_refused_with_429_and_others_still_ask(
+    api, climb, alice, monkeypatch, redis_server, settings
+):
     settings.SMRWEB_PREFLIGHT_RATE = "2/m"
     monkeypatch.setattr(tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
     assert [api.post(URL.format("optimizer-hill-climb")).status_code for _ in range(2)] == [202, 202]
@@ -111,7 +117,9 @@ def test_the_poll_is_bound_to_its_scenario_and_unknown_ids_are_404(api, climb, m
     assert_json_error(api.get(f"{URL.format('generic')}/{request_id}"), 404)  # not hill's scenario: hidden
 
 
-def test_callers_reach_only_scenarios_they_may_see(api, presets, project, alice, carol, monkeypatch, redis_server):
+def test_callers_reach_only_scenarios_they_may_see(
+    api, presets, project, alice, carol, monkeypatch, redis_server
+):
     """The review's probe: a token of one project ran another team's scenario preflight. Now 404."""
     monkeypatch.setattr(tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
     services.create_scenario(key="exec-tests", name="Exec", validator_command=["python3", "{artifact}"])
@@ -155,12 +163,14 @@ def test_the_schema_describes_the_preflight_and_its_report(anon_api, db):
     schema = json.loads(anon_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").content)
     operation = schema["paths"]["/api/v1/scenarios/{key}/preflight"]["post"]
     assert operation["responses"]["202"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/PreflightPending"}
+        "$ref": "#/components/schemas/PreflightPending"
+    }
     assert {"401", "404", "429", "503"} <= set(operation["responses"])
     assert "requestBody" not in operation
     result = schema["paths"]["/api/v1/scenarios/{key}/preflight/{request_id}"]["get"]
     assert result["responses"]["200"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/PreflightReport"}
+        "$ref": "#/components/schemas/PreflightReport"
+    }
     component = schema["components"]["schemas"]["PreflightReport"]
     assert set(component["required"]) == {"scenario", "ok", "worker", "checks"}
     check = schema["components"]["schemas"]["PreflightCheck"]

@@ -25,10 +25,6 @@ def ingest(project, run_id: str, *events: dict) -> Run:
     return services.ingest_events(project, run_id, ev.parse_events(json.dumps(list(events)))).run
 
 
-
-
-
-
 # --- projects -----------------------------------------------------------------------------------------
 
 
@@ -51,7 +47,12 @@ def test_a_superuser_lists_every_project(project, other_project):
 
 def test_a_project_is_described_with_its_scenario_and_source(api, project):
     data = api.get("/api/v1/projects/hill/").json()
-    assert (data["slug"], data["name"], data["scenario"], data["source"]) == ("hill", "Hill climb", "generic", "push")
+    assert (data["slug"], data["name"], data["scenario"], data["source"]) == (
+        "hill",
+        "Hill climb",
+        "generic",
+        "push",
+    )
     assert data["stall_after_seconds"] == int(project.stall_after.total_seconds())
 
 
@@ -62,24 +63,37 @@ def test_an_outsider_gets_404_json_for_a_project(project, carol):
 
 def test_a_user_given_the_permission_creates_a_project_and_becomes_its_admin(carol):
     grant(carol, "add_project")
-    response = session_client(carol).post("/api/v1/projects/", {"slug": "new-one", "name": "New"}, format="json")
+    response = session_client(carol).post(
+        "/api/v1/projects/", {"slug": "new-one", "name": "New"}, format="json"
+    )
     assert response.status_code == 201
     assert response.json()["slug"] == "new-one" and response.json()["scenario"] == "generic"
     project = Project.objects.get(slug="new-one")
     assert Membership.objects.get(project=project, user=carol).role == Role.ADMIN
 
 
-def test_staff_create_a_project_with_any_scenario_and_an_smr_source_on_the_operators_key(carol, start_sim, settings):
+def test_staff_create_a_project_with_any_scenario_and_an_smr_source_on_the_operators_key(
+    carol, start_sim, settings
+):
     sim = start_sim(api_key="operator-key", project_ids=["p-42"], runs=1, auto_tick=False)
-    settings.SMRWEB_SMR_BACKEND_BASE, settings.SMRWEB_SMR_API_KEY = sim.url, "operator-key"  # checked against it before saving
+    settings.SMRWEB_SMR_BACKEND_BASE, settings.SMRWEB_SMR_API_KEY = (
+        sim.url,
+        "operator-key",
+    )  # checked against it before saving
     carol.is_staff = True
     carol.save()
     services.create_scenario(key="tsp", name="TSP", direction="minimize")
-    response = session_client(carol).post("/api/v1/projects/", {"slug": "tour", "scenario": "tsp", "source": "smr",
-                                                          "smr_project_id": "p-42"}, format="json")
+    response = session_client(carol).post(
+        "/api/v1/projects/",
+        {"slug": "tour", "scenario": "tsp", "source": "smr", "smr_project_id": "p-42"},
+        format="json",
+    )
     assert response.status_code == 201
     assert (response.json()["scenario"], response.json()["smr_project_id"]) == ("tsp", "p-42")
-    assert Project.objects.get(slug="tour").source_settings == {"smr_project_id": "p-42", "operator_key": True}
+    assert Project.objects.get(slug="tour").source_settings == {
+        "smr_project_id": "p-42",
+        "operator_key": True,
+    }
 
 
 @pytest.mark.parametrize(
@@ -131,12 +145,23 @@ def test_scenarios_are_listed_to_whoever_may_use_them(api, project, alice, carol
 
 def test_staff_create_scenarios(db):
     staff = UserFactory(username="sam", is_staff=True)
-    payload = {"key": "sort", "name": "Sorting", "direction": "minimize", "score_min": 0, "score_max": 100,
-               "scoring_command": ["python", "score.py"], "required_toolchains": ["python3.12"]}
+    payload = {
+        "key": "sort",
+        "name": "Sorting",
+        "direction": "minimize",
+        "score_min": 0,
+        "score_max": 100,
+        "scoring_command": ["python", "score.py"],
+        "required_toolchains": ["python3.12"],
+    }
     response = session_client(staff).post("/api/v1/scenarios/", payload, format="json")
     assert response.status_code == 201, response.content
     scenario = Scenario.objects.get(key="sort")
-    assert (scenario.direction, scenario.score_max, scenario.scoring_command) == ("minimize", 100, ["python", "score.py"])
+    assert (scenario.direction, scenario.score_max, scenario.scoring_command) == (
+        "minimize",
+        100,
+        ["python", "score.py"],
+    )
 
 
 def test_non_staff_users_and_tokens_cannot_create_scenarios(api, alice):
@@ -169,8 +194,16 @@ def test_invalid_scenarios_are_refused_with_field_errors(db, payload, field):
 def runs(project):
     """Four runs: live, failed (with a detail), done, and one stalled."""
     ingest(project, "alpha-live", {"type": "state", "id": "s", "state": "running"})
-    ingest(project, "beta-failed", {"type": "state", "id": "s", "state": "failed",
-                                    "failure": {"family": "oom", "detail": "CUDA out of memory"}})
+    ingest(
+        project,
+        "beta-failed",
+        {
+            "type": "state",
+            "id": "s",
+            "state": "failed",
+            "failure": {"family": "oom", "detail": "CUDA out of memory"},
+        },
+    )
     ingest(project, "gamma-done", {"type": "state", "id": "s", "state": "done"})
     ingest(project, "delta-quiet", {"type": "state", "id": "s", "state": "executing"})
     Run.objects.filter(external_id="delta-quiet").update(last_progress_at=T0)
@@ -219,14 +252,30 @@ def test_runs_of_another_project_are_not_listed(api, project, other_project):
 
 
 def test_run_detail_has_state_scores_and_spend(api, project):
-    ingest(project, "r1",
-           {"type": "agent.turn", "id": "d", "turn": 1, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.25},
-           {"type": "agent.turn", "id": "c", "turn": 1, "actor": "sub", "parent_actor": "driver",
-            "tokens_in": 10, "tokens_out": 1, "cost_usd": 0.005},
-           {"type": "score", "id": "s1", "score": 0.7, "ts": at(1)},
-           {"type": "score", "id": "s2", "score": 0.6, "ts": at(2)},
-           {"type": "state", "id": "st", "state": "failed", "ts": at(3),
-            "failure": {"family": "timeout", "detail": "no answer", "source": "harness"}})
+    ingest(
+        project,
+        "r1",
+        {"type": "agent.turn", "id": "d", "turn": 1, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.25},
+        {
+            "type": "agent.turn",
+            "id": "c",
+            "turn": 1,
+            "actor": "sub",
+            "parent_actor": "driver",
+            "tokens_in": 10,
+            "tokens_out": 1,
+            "cost_usd": 0.005,
+        },
+        {"type": "score", "id": "s1", "score": 0.7, "ts": at(1)},
+        {"type": "score", "id": "s2", "score": 0.6, "ts": at(2)},
+        {
+            "type": "state",
+            "id": "st",
+            "state": "failed",
+            "ts": at(3),
+            "failure": {"family": "timeout", "detail": "no answer", "source": "harness"},
+        },
+    )
     data = api.get("/api/v1/projects/hill/runs/r1").json()
     assert (data["external_id"], data["state"], data["turn_count"]) == ("r1", "failed", 2)
     assert (data["best_score"], data["latest_score"], data["score_count"]) == (0.7, 0.6, 2)
@@ -248,7 +297,9 @@ def test_unknown_runs_and_projects_are_404_json_not_html(api, project, alice):
     assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope"), 404)["code"] == "not_found"
     assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope/turns"), 404)["code"] == "not_found"
     assert assert_json_error(api.get("/api/v1/projects/hill/runs/nope/metrics"), 404)["code"] == "not_found"
-    assert assert_json_error(session_client(alice).get("/api/v1/projects/nope/runs"), 404)["code"] == "not_found"
+    assert (
+        assert_json_error(session_client(alice).get("/api/v1/projects/nope/runs"), 404)["code"] == "not_found"
+    )
     assert assert_json_error(session_client(alice).get("/api/v1/projects/nope/"), 404)["code"] == "not_found"
     assert assert_json_error(api.get("/api/v1/no-such-endpoint"), 404)["code"] == "not_found"
 
@@ -257,17 +308,36 @@ def test_unknown_runs_and_projects_are_404_json_not_html(api, project, alice):
 
 
 def test_turns_are_listed_in_time_order(api, project):
-    ingest(project, "r1",
-           {"type": "agent.turn", "id": "late", "turn": 2, "ts": at(2), "model": "big", "tool_calls": ["bash"]},
-           {"type": "agent.turn", "id": "early", "turn": 1, "ts": at(1), "tokens_in": 5, "cost_usd": 0.5,
-            "duration_ms": 1200})
+    ingest(
+        project,
+        "r1",
+        {"type": "agent.turn", "id": "late", "turn": 2, "ts": at(2), "model": "big", "tool_calls": ["bash"]},
+        {
+            "type": "agent.turn",
+            "id": "early",
+            "turn": 1,
+            "ts": at(1),
+            "tokens_in": 5,
+            "cost_usd": 0.5,
+            "duration_ms": 1200,
+        },
+    )
     data = api.get("/api/v1/projects/hill/runs/r1/turns").json()
     assert data["count"] == 2
     first, second = data["results"]
-    assert (first["event_id"], first["turn"], first["tokens_in"], first["duration_ms"]) == ("early", 1, 5, 1200)
+    assert (first["event_id"], first["turn"], first["tokens_in"], first["duration_ms"]) == (
+        "early",
+        1,
+        5,
+        1200,
+    )
     assert Decimal(first["cost_usd"]) == Decimal("0.5")
     assert (second["event_id"], second["model"], second["tool_calls"], second["kind"]) == (
-        "late", "big", ["bash"], "driver_inference")
+        "late",
+        "big",
+        ["bash"],
+        "driver_inference",
+    )
 
 
 # --- metrics ----------------------------------------------------------------------------------------------
@@ -295,8 +365,12 @@ def test_a_metric_series_is_downsampled_to_the_asked_points(api, metric_run):
 
 def test_a_short_series_is_returned_raw(api, metric_run):
     data = api.get("/api/v1/projects/hill/runs/r1/metrics", {"key": "acc"}).json()
-    assert data == {"key": "acc", "total_points": 1, "downsampled": False,
-                    "points": [{"step": 1, "value": 0.5, "min": 0.5, "max": 0.5, "count": 1}]}
+    assert data == {
+        "key": "acc",
+        "total_points": 1,
+        "downsampled": False,
+        "points": [{"step": 1, "value": 0.5, "min": 0.5, "max": 0.5, "count": 1}],
+    }
 
 
 def test_the_default_points_cap_is_1000(api, metric_run):
@@ -306,7 +380,9 @@ def test_the_default_points_cap_is_1000(api, metric_run):
 
 @pytest.mark.parametrize("points", ["abc", "1", "0", "-5", "10001", "2.5"])
 def test_bad_points_are_refused(api, metric_run, points):
-    body = assert_json_error(api.get("/api/v1/projects/hill/runs/r1/metrics", {"key": "loss", "points": points}), 400)
+    body = assert_json_error(
+        api.get("/api/v1/projects/hill/runs/r1/metrics", {"key": "loss", "points": points}), 400
+    )
     assert body["errors"][0]["field"] == "points"
 
 
@@ -332,8 +408,24 @@ def test_a_submission_names_its_artifact_and_experiment(api, project):
     import io
 
     artifact, _ = services.store_artifact(project, "r1", path="sol.py", content=io.BytesIO(b"x = 1"))
-    ingest(project, "r1", {"type": "score", "id": "s", "score": 1, "artifact": "sol.py", "experiment": "exp-1",
-                           "harness_id": "h", "details": {"k": 1}})
+    ingest(
+        project,
+        "r1",
+        {
+            "type": "score",
+            "id": "s",
+            "score": 1,
+            "artifact": "sol.py",
+            "experiment": "exp-1",
+            "harness_id": "h",
+            "details": {"k": 1},
+        },
+    )
     [sub] = api.get("/api/v1/projects/hill/submissions").json()["results"]
-    assert (sub["artifact_sha256"], sub["artifact_ref"], sub["experiment"], sub["harness_id"], sub["details"]) == (
-        artifact.sha256, "sol.py", "exp-1", "h", {"k": 1})
+    assert (
+        sub["artifact_sha256"],
+        sub["artifact_ref"],
+        sub["experiment"],
+        sub["harness_id"],
+        sub["details"],
+    ) == (artifact.sha256, "sol.py", "exp-1", "h", {"k": 1})

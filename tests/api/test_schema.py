@@ -18,8 +18,11 @@ EVENTS_PATH = "/api/v1/projects/{slug}/runs/{run_id}/events"
 def schema(anon_api, db) -> dict:
     response = anon_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert response.status_code == 200
-    return json.loads(response.content) if response.content.lstrip().startswith(b"{") else yaml.safe_load(
-        response.content)
+    return (
+        json.loads(response.content)
+        if response.content.lstrip().startswith(b"{")
+        else yaml.safe_load(response.content)
+    )
 
 
 def test_the_schema_is_served_without_credentials(schema):
@@ -43,16 +46,28 @@ def test_the_schema_includes_the_event_component_schemas(schema):
     metric = components["MetricEvent"]
     assert {"type", "key", "value"} <= set(metric["required"])
     assert metric["additionalProperties"] is False
-    assert set(components["TurnEvent"]["properties"]) >= {"turn", "actor", "kind", "tokens_in", "tokens_out",
-                                                           "cost_usd"}
+    assert set(components["TurnEvent"]["properties"]) >= {
+        "turn",
+        "actor",
+        "kind",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+    }
 
 
 def test_the_schema_documents_the_read_endpoints_and_bearer_auth(schema):
     paths = schema["paths"]
-    for path in ("/api/v1/projects/", "/api/v1/scenarios/", "/api/v1/projects/{slug}/runs",
-                 "/api/v1/projects/{slug}/runs/{run_id}", "/api/v1/projects/{slug}/runs/{run_id}/metrics",
-                 "/api/v1/projects/{slug}/runs/{run_id}/turns", "/api/v1/projects/{slug}/submissions",
-                 "/api/v1/projects/{slug}/runs/{run_id}/artifacts"):
+    for path in (
+        "/api/v1/projects/",
+        "/api/v1/scenarios/",
+        "/api/v1/projects/{slug}/runs",
+        "/api/v1/projects/{slug}/runs/{run_id}",
+        "/api/v1/projects/{slug}/runs/{run_id}/metrics",
+        "/api/v1/projects/{slug}/runs/{run_id}/turns",
+        "/api/v1/projects/{slug}/submissions",
+        "/api/v1/projects/{slug}/runs/{run_id}/artifacts",
+    ):
         assert path in paths, path
     schemes = schema["components"]["securitySchemes"]
     assert any(s.get("scheme") == "bearer" for s in schemes.values())
@@ -109,7 +124,9 @@ def test_every_write_with_a_json_body_has_a_realistic_example_marked_as_one(sche
                 missing.append(f"{method.upper()} {path}")
             elif value is not None:
                 text = json.dumps(value)
-                assert "example" in text.lower(), f"{method.upper()} {path}: the example does not say it is one"
+                assert "example" in text.lower(), (
+                    f"{method.upper()} {path}: the example does not say it is one"
+                )
                 assert '"string"' not in text and "2147483647" not in text
     assert not missing, f"write operations without an example: {missing}"
 
@@ -117,9 +134,9 @@ def test_every_write_with_a_json_body_has_a_realistic_example_marked_as_one(sche
 def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     """Each example, sent as is by someone allowed to, is accepted by the real endpoint."""
     from smrweb.tracking import services
-    from smrweb.tracking.services import submissions as lifecycle
     from smrweb.tracking.events import parse_events
     from smrweb.tracking.models import Submission
+    from smrweb.tracking.services import submissions as lifecycle
 
     alice.is_staff = True
     alice.save()
@@ -143,14 +160,22 @@ def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     lifecycle.request_verification(sub, by=bob)
     lifecycle.record_verification(sub.pk, lifecycle.VerificationResult("passed", 0, "", "ok"))
     send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/reject", {200}, submission_id=sub.pk)
-    services.ingest_events(project, "example-run", parse_events(json.dumps([{"type": "score", "score": 3.2}])))
+    services.ingest_events(
+        project, "example-run", parse_events(json.dumps([{"type": "score", "score": 3.2}]))
+    )
     other = Submission.objects.exclude(pk=sub.pk).get()
     lifecycle.request_verification(other, by=bob)
     lifecycle.record_verification(other.pk, lifecycle.VerificationResult("passed", 0, "", "ok"))
     send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/approve", {200}, submission_id=other.pk)
-    send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/uploaded", {200}, submission_id=other.pk)
-    result = send("post", "/api/v1/projects/{slug}/submissions/{submission_id}/arena-result", {201},
-                  submission_id=other.pk).json()
+    send(
+        "post", "/api/v1/projects/{slug}/submissions/{submission_id}/uploaded", {200}, submission_id=other.pk
+    )
+    result = send(
+        "post",
+        "/api/v1/projects/{slug}/submissions/{submission_id}/arena-result",
+        {201},
+        submission_id=other.pk,
+    ).json()
     assert (result["rank"], result["better"]) == (7, None)
     other.refresh_from_db()
     assert other.arena_ref == "https://arena.example/s/812"
@@ -163,4 +188,7 @@ def test_try_it_out_sends_reads_only_unless_the_operator_turns_writes_on(anon_ap
     script = anon_api.get("/api/docs/?script=").content.decode()
     assert re.search(r'"supportedSubmitMethods": \[\s*"get",\s*"head",\s*"options"\s*\]', script)
     schema = yaml.safe_load(anon_api.get("/api/schema/").content)
-    assert "reads only" in schema["info"]["description"] and "[← Back to the dashboard](/)" in schema["info"]["description"]
+    assert (
+        "reads only" in schema["info"]["description"]
+        and "[← Back to the dashboard](/)" in schema["info"]["description"]
+    )

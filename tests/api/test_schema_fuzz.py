@@ -59,8 +59,12 @@ def no_server_error_but_a_documented_503(ctx, response, case):
     return not_a_server_error(ctx, response, case)
 
 
-CHECKS = [no_server_error_but_a_documented_503, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    no_server_error_but_a_documented_503,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 AUTH_MODES = ["token", "session", "anonymous"]
 
 # A bug found by the fuzzing and not fixed yet: (operation, auth mode) -> (status, why). That answer is
@@ -77,8 +81,12 @@ OPERATIONS = {op.label: op for op in (result.ok() for result in SCHEMA.get_all_o
 
 
 # The status each lifecycle action moves a submission from, and the action (the path's last segment).
-START_OF = {SubmissionStatus.CANDIDATE: "verify", SubmissionStatus.VERIFIED: "approve",
-            SubmissionStatus.APPROVED: "uploaded", SubmissionStatus.UPLOADED: "arena-result"}
+START_OF = {
+    SubmissionStatus.CANDIDATE: "verify",
+    SubmissionStatus.VERIFIED: "approve",
+    SubmissionStatus.APPROVED: "uploaded",
+    SubmissionStatus.UPLOADED: "arena-result",
+}
 
 
 def _events(project, run: str, events: list[dict]) -> None:
@@ -91,8 +99,13 @@ def world_artifacts(tmp_path_factory):
 
 
 def _artifact_storage(location) -> dict:
-    return {**django_settings.STORAGES, "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage",
-                                                      "OPTIONS": {"location": str(location), "base_url": None}}}
+    return {
+        **django_settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(location), "base_url": None},
+        },
+    }
 
 
 @pytest.fixture
@@ -106,10 +119,14 @@ def artifact_root(settings, world_artifacts):
 def world_rows(django_db_setup, django_db_blocker, world_artifacts):
     """The world, built once for the module inside a transaction that is rolled back after it (the
     pattern of Django's TestCase.setUpTestData): each test runs in a savepoint inside it (`db`)."""
-    with (django_db_blocker.unblock(),
-          override_settings(STORAGES=_artifact_storage(world_artifacts),
-                            PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]),
-          transaction.atomic()):
+    with (
+        django_db_blocker.unblock(),
+        override_settings(
+            STORAGES=_artifact_storage(world_artifacts),
+            PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+        ),
+        transaction.atomic(),
+    ):
         yield _build_world()
         transaction.set_rollback(True)
 
@@ -126,7 +143,9 @@ def world(world_rows, db, redis_server, monkeypatch):
 
 
 def _build_world() -> dict:
-    alice = UserFactory(username="alice", is_staff=True)  # admin of `hill`; staff, so she may create scenarios
+    alice = UserFactory(
+        username="alice", is_staff=True
+    )  # admin of `hill`; staff, so she may create scenarios
     bob = UserFactory(username="bob")
     carol = UserFactory(username="carol")
     hill = admin_project("hill", name="Hill climb", by=alice)
@@ -136,23 +155,58 @@ def _build_world() -> dict:
     hill.rollback_webhook_url = "http://127.0.0.1:9/rollback"  # else every rollback is refused (409)
     hill.save()
 
-    _events(hill, "r1", [
-        {"type": "state", "id": "s1", "state": "running"},
-        {"type": "agent.turn", "id": "t0", "turn": 0, "model": "m", "tokens_in": 10, "tokens_out": 5,
-         "cost_usd": 0.01, "tool_calls": ["read"]},
-        {"type": "agent.turn", "id": "t1", "turn": 1, "actor": "child", "parent_actor": "driver",
-         "tokens_in": 3, "tokens_out": 1, "cost_usd": 0.002},
-        *({"type": "metric", "id": f"m{i}", "key": "loss", "value": 1 / (i + 1), "step": i} for i in range(20)),
-        {"type": "message", "id": "msg1", "body": "hello"},
-        {"type": "checkpoint", "id": "ck1", "label": "first", "commit": "abc123"},
-    ])
+    _events(
+        hill,
+        "r1",
+        [
+            {"type": "state", "id": "s1", "state": "running"},
+            {
+                "type": "agent.turn",
+                "id": "t0",
+                "turn": 0,
+                "model": "m",
+                "tokens_in": 10,
+                "tokens_out": 5,
+                "cost_usd": 0.01,
+                "tool_calls": ["read"],
+            },
+            {
+                "type": "agent.turn",
+                "id": "t1",
+                "turn": 1,
+                "actor": "child",
+                "parent_actor": "driver",
+                "tokens_in": 3,
+                "tokens_out": 1,
+                "cost_usd": 0.002,
+            },
+            *(
+                {"type": "metric", "id": f"m{i}", "key": "loss", "value": 1 / (i + 1), "step": i}
+                for i in range(20)
+            ),
+            {"type": "message", "id": "msg1", "body": "hello"},
+            {"type": "checkpoint", "id": "ck1", "label": "first", "commit": "abc123"},
+        ],
+    )
     # One submission in each status a lifecycle action starts from, so each action can succeed.
     submissions, artifacts = {}, []
     for n, status in enumerate(START_OF):
-        artifact, _ = services.store_artifact(hill, "r1", path=f"submission/opt{n}.py",
-                                              content=io.BytesIO(f"print({n})".encode()))
-        _events(hill, "r1", [{"type": "score", "id": f"score{n}", "score": 0.5 + n / 10,
-                              "artifact": artifact.blob.sha256, "commit": "abc123"}])
+        artifact, _ = services.store_artifact(
+            hill, "r1", path=f"submission/opt{n}.py", content=io.BytesIO(f"print({n})".encode())
+        )
+        _events(
+            hill,
+            "r1",
+            [
+                {
+                    "type": "score",
+                    "id": f"score{n}",
+                    "score": 0.5 + n / 10,
+                    "artifact": artifact.blob.sha256,
+                    "commit": "abc123",
+                }
+            ],
+        )
         sub = Submission.objects.filter(project=hill).order_by("-id").first()
         Submission.objects.filter(pk=sub.pk).update(status=status)
         submissions[status] = sub.pk
@@ -233,17 +287,25 @@ def _credentials(case, mode: str, world) -> tuple[dict, dict]:
 
 
 def _settings():
-    return settings(max_examples=EXAMPLES, database=None, deadline=None, derandomize=SEED is None,
-                    phases=[Phase.explicit, Phase.generate, Phase.shrink], print_blob=SEED is not None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=EXAMPLES,
+        database=None,
+        deadline=None,
+        derandomize=SEED is None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        print_blob=SEED is not None,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 @pytest.mark.parametrize("mode", AUTH_MODES)
 @pytest.mark.parametrize("label", sorted(OPERATIONS))
 def test_operation_conforms_to_the_schema(label, mode, world, in_process_requests):
     operation = OPERATIONS[label]
-    strategy = st.one_of(operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
-                         operation.as_strategy(generation_mode=GenerationMode.NEGATIVE))
+    strategy = st.one_of(
+        operation.as_strategy(generation_mode=GenerationMode.POSITIVE),
+        operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
+    )
     statuses = Counter()
     known_bug = KNOWN_BUGS.get((label, mode))
 
@@ -259,7 +321,9 @@ def test_operation_conforms_to_the_schema(label, mode, world, in_process_request
                 response = case.call(app=APP, headers=headers, cookies=cookies)
                 statuses[response.status_code] += 1
                 if known_bug is None or response.status_code != known_bug[0]:
-                    case.validate_response(response, checks=CHECKS, headers=headers, transport_kwargs={"app": APP})
+                    case.validate_response(
+                        response, checks=CHECKS, headers=headers, transport_kwargs={"app": APP}
+                    )
             except Exception as exc:
                 for tb in in_process_requests:
                     exc.add_note(f"\nThe server raised:\n{tb}")
@@ -304,8 +368,11 @@ def test_an_illegal_move_is_a_documented_409(action, documented, world):
     wrong = world["submission_for"]["uploaded" if action != "uploaded" else "verify"][0]
     client = Client()
     client.force_login(world["alice"])
-    answer = client.post(f"/api/v1/projects/hill/submissions/{wrong}/{action}",
-                         {"rank": 1} if action == "arena-result" else {}, content_type="application/json")
+    answer = client.post(
+        f"/api/v1/projects/hill/submissions/{wrong}/{action}",
+        {"rank": 1} if action == "arena-result" else {},
+        content_type="application/json",
+    )
     assert answer.status_code == 409 and answer.json()["code"] == "illegal_transition"
 
 
@@ -336,7 +403,9 @@ def test_preflight_without_a_worker_is_the_documented_503(world, documented, mon
     from smrweb.sources import tasks as source_tasks
 
     assert "503" in documented["GET /api/v1/scenarios/{key}/preflight/{request_id}"]
-    asked = Client().post("/api/v1/scenarios/generic/preflight", HTTP_AUTHORIZATION=f"Bearer {world['token']}")
+    asked = Client().post(
+        "/api/v1/scenarios/generic/preflight", HTTP_AUTHORIZATION=f"Bearer {world['token']}"
+    )
     assert asked.status_code == 202
     monkeypatch.setattr(source_tasks, "PREFLIGHT_TIMEOUT", 0.0)  # nobody took it before its message expired
     answer = Client().get(asked.json()["poll"], HTTP_AUTHORIZATION=f"Bearer {world['token']}")
@@ -345,8 +414,11 @@ def test_preflight_without_a_worker_is_the_documented_503(world, documented, mon
 
 
 # Every operation that reads a body with DRF's parsers (the events endpoint reads its bytes itself).
-BODY_OPERATIONS = [label for label, op in OPERATIONS.items()
-                   if "requestBody" in op.definition.raw and not label.endswith("/events")]
+BODY_OPERATIONS = [
+    label
+    for label, op in OPERATIONS.items()
+    if "requestBody" in op.definition.raw and not label.endswith("/events")
+]
 
 
 @pytest.mark.parametrize("label", BODY_OPERATIONS)
@@ -372,8 +444,9 @@ def test_a_review_of_someone_elses_submission_is_refused_before_its_body_is_read
     _events(other, "r", [{"type": "score", "id": "s", "score": 1.0, "artifact": artifact.blob.sha256}])
     url = f"/api/v1/projects/elsewhere/submissions/{Submission.objects.get(project=other).pk}/{action}"
     bad = {"rank": 0, "comment": "x" * 5001}
-    token_answer = Client().post(url, bad, content_type="application/json",
-                                 HTTP_AUTHORIZATION=f"Bearer {world['token']}")
+    token_answer = Client().post(
+        url, bad, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {world['token']}"
+    )
     assert token_answer.status_code == 403, token_answer.content
     outsider = Client()
     outsider.force_login(world["alice"])
@@ -385,6 +458,10 @@ def test_a_signed_in_admin_can_push_events(world):
     client = Client(enforce_csrf_checks=True)
     client.force_login(world["alice"])
     client.cookies["csrftoken"] = world["csrf"]
-    answer = client.post("/api/v1/projects/hill/runs/r9/events", b'[{"type": "metric", "key": "k", "value": 1}]',
-                         content_type="application/json", HTTP_X_CSRFTOKEN=world["csrf"])
+    answer = client.post(
+        "/api/v1/projects/hill/runs/r9/events",
+        b'[{"type": "metric", "key": "k", "value": 1}]',
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=world["csrf"],
+    )
     assert answer.status_code == 200, answer.content

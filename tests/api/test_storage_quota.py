@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 from datetime import timedelta
 
-import pytest
 import time_machine
 from django.utils import timezone
 
@@ -22,8 +21,14 @@ def test_an_upload_over_the_projects_quota_is_413_and_stores_nothing(api, projec
     assert upload(api, b"a" * 60, name="one.bin").status_code == 201
     response = upload(api, b"b" * 60, name="two.bin")
     assert response.status_code == 413 and response.json()["code"] == "storage_quota_exceeded"
-    assert "holds 60 bytes of artifacts; these 60 more would pass its quota of 100" in response.json()["message"]
-    assert Artifact.objects.count() == 1 and ArtifactBlob.objects.count() == 1 and len(files_under(artifact_root)) == 1
+    assert (
+        "holds 60 bytes of artifacts; these 60 more would pass its quota of 100" in response.json()["message"]
+    )
+    assert (
+        Artifact.objects.count() == 1
+        and ArtifactBlob.objects.count() == 1
+        and len(files_under(artifact_root)) == 1
+    )
     assert upload(api, b"a" * 60, name="again.bin").status_code == 201  # bytes it holds already cost nothing
 
 
@@ -31,7 +36,11 @@ def test_uploads_are_rate_limited_per_caller(api, project, settings):
     settings.SMRWEB_UPLOAD_RATE = "2/m"
     assert [upload(api, bytes([i]) * 10, name=f"{i}.bin").status_code for i in range(2)] == [201, 201]
     refused = upload(api, b"z" * 10, name="z.bin")
-    assert refused.status_code == 429 and refused.json()["code"] == "rate_limited" and int(refused["Retry-After"]) > 0
+    assert (
+        refused.status_code == 429
+        and refused.json()["code"] == "rate_limited"
+        and int(refused["Retry-After"]) > 0
+    )
     assert Artifact.objects.count() == 2
 
 
@@ -50,7 +59,9 @@ def test_the_hourly_sweep_spares_blobs_an_upload_is_still_linking(project, artif
     from smrweb.sources.tasks import collect_unreferenced_blobs
 
     artifact, _ = services.store_artifact(project, "r1", path="a.py", content=io.BytesIO(b"bytes"))
-    Artifact.objects.filter(pk=artifact.pk).delete()  # as if an upload stored the blob and had not linked it yet
+    Artifact.objects.filter(
+        pk=artifact.pk
+    ).delete()  # as if an upload stored the blob and had not linked it yet
     assert collect_unreferenced_blobs() == 0 and ArtifactBlob.objects.count() == 1
     with time_machine.travel(timezone.now() + timedelta(hours=2)):
         assert collect_unreferenced_blobs() == 1
@@ -59,8 +70,9 @@ def test_the_hourly_sweep_spares_blobs_an_upload_is_still_linking(project, artif
 
 def test_an_smr_artifact_over_the_quota_is_a_visible_sync_failure(db, start_sim, settings):
     sim = start_sim(api_key="k", project_ids=["p"], runs=2, tick=0.1, seed=3, warmup=30)
-    project = services.create_project("smr", source=SourceKind.SMR, smr_project_id="p", smr_api_key="k",
-                                      smr_backend_base=sim.url)
+    project = services.create_project(
+        "smr", source=SourceKind.SMR, smr_project_id="p", smr_api_key="k", smr_backend_base=sim.url
+    )
     settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES = 1
     sync.sync_project(project, owner="test")
     health = SourceHealth.objects.get(project=project)

@@ -88,7 +88,9 @@ def sign_in(context, live_server) -> Callable:
         client = Client()
         client.force_login(user)
         cookie = client.cookies[settings.SESSION_COOKIE_NAME]
-        context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie.value, "url": live_server.url}])
+        context.add_cookies(
+            [{"name": settings.SESSION_COOKIE_NAME, "value": cookie.value, "url": live_server.url}]
+        )
 
     return _sign_in
 
@@ -106,10 +108,27 @@ def store(project, run_id: str, path: str, content: bytes, **kwargs):
     return artifact
 
 
-def turn(n: int, *, actor: str = "driver", parent: str | None = None, model: str = "gpt-5.4-medium",
-         tokens_in: int = 4000, tokens_out: int = 600, cost_usd: float = 0.011, **extra) -> dict:
-    event = {"type": "agent.turn", "turn": n, "actor": actor, "model": model, "tokens_in": tokens_in,
-             "tokens_out": tokens_out, "cost_usd": cost_usd, **extra}
+def turn(
+    n: int,
+    *,
+    actor: str = "driver",
+    parent: str | None = None,
+    model: str = "gpt-5.4-medium",
+    tokens_in: int = 4000,
+    tokens_out: int = 600,
+    cost_usd: float = 0.011,
+    **extra,
+) -> dict:
+    event = {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "model": model,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "cost_usd": cost_usd,
+        **extra,
+    }
     if parent:
         event["parent_actor"] = parent
     return event

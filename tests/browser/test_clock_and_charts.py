@@ -19,6 +19,7 @@ from tests.browser.conftest import DEFAULT_TIMEOUT_MS, VIEWPORT, push, score, st
 def state_at(name: str, ts: str) -> dict:
     return {"type": "state", "state": name, "ts": ts}
 
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LIVE_WAIT_MS = 8_000  # the run page polls every 3 s
@@ -52,8 +53,15 @@ def signed_in_page(ctx, user, live_server):
 
     client = Client()
     client.force_login(user)
-    ctx.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
-                      "url": live_server.url}])
+    ctx.add_cookies(
+        [
+            {
+                "name": settings.SESSION_COOKIE_NAME,
+                "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                "url": live_server.url,
+            }
+        ]
+    )
     page = ctx.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -71,7 +79,9 @@ def score_trace_index(page) -> int:
 
 def hover_score(page, point: int) -> str:
     index = score_trace_index(page)
-    page.evaluate(f"Plotly.Fx.hover(document.getElementById('run-timeline'), [{{curveNumber: {index}, pointNumber: {point}}}])")
+    page.evaluate(
+        f"Plotly.Fx.hover(document.getElementById('run-timeline'), [{{curveNumber: {index}, pointNumber: {point}}}])"
+    )
     text = page.locator("#run-timeline .hoverlayer .hovertext").first
     expect(text).to_be_visible()
     return text.text_content()
@@ -80,7 +90,9 @@ def hover_score(page, point: int) -> str:
 # --- item 9: charts behave ---------------------------------------------------------------------------
 
 
-def test_a_zoom_on_the_run_timeline_survives_live_polls_until_reset(browser, live_server, alice, project, spread_run):
+def test_a_zoom_on_the_run_timeline_survives_live_polls_until_reset(
+    browser, live_server, alice, project, spread_run
+):
     ctx = open_context(browser, live_server)
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
@@ -94,25 +106,36 @@ def test_a_zoom_on_the_run_timeline_survives_live_polls_until_reset(browser, liv
         page.mouse.move(drag["x"] + drag["width"] * 0.45, y, steps=5)
         page.mouse.move(drag["x"] + drag["width"] * 0.6, y, steps=5)
         page.mouse.up()
-        page.wait_for_function("(before) => JSON.stringify(document.getElementById('run-timeline')._fullLayout.xaxis.range)"
-                               " !== before", arg=json.dumps(before, separators=(",", ":")))
+        page.wait_for_function(
+            "(before) => JSON.stringify(document.getElementById('run-timeline')._fullLayout.xaxis.range)"
+            " !== before",
+            arg=json.dumps(before, separators=(",", ":")),
+        )
         zoomed = x_range(page)
         assert zoomed[0] > before[0] and zoomed[1] < before[1], (before, zoomed)
 
         # New data arrives and the poll redraws the chart with it (the run's end, "now", moves too) ...
         push(project, "zoom-1", turn(99, cost_usd=0.02), score(0.9))
-        page.wait_for_function("() => JSON.parse(document.getElementById('run-timeline-data').textContent).data"
-                               ".some(t => t.legendgroup === 'score' && t.y.includes(0.9))", timeout=LIVE_WAIT_MS)
-        page.wait_for_function("() => document.getElementById('run-timeline').data"
-                               ".some(t => t.legendgroup === 'score' && t.y.includes(0.9))")
+        page.wait_for_function(
+            "() => JSON.parse(document.getElementById('run-timeline-data').textContent).data"
+            ".some(t => t.legendgroup === 'score' && t.y.includes(0.9))",
+            timeout=LIVE_WAIT_MS,
+        )
+        page.wait_for_function(
+            "() => document.getElementById('run-timeline').data"
+            ".some(t => t.legendgroup === 'score' && t.y.includes(0.9))"
+        )
         page.wait_for_timeout(3500)  # and one more poll for good measure
         # ... and the zoom is the viewer's until they reset it.
         assert x_range(page) == zoomed
         page.locator("#run-timeline").hover()
-        page.locator('#run-timeline .modebar-btn[data-attr="zoom"][data-val="reset"], '
-                     '#run-timeline .modebar-btn[data-val="reset"]').first.click()
-        page.wait_for_function("(end) => document.getElementById('run-timeline')._fullLayout.xaxis.range[1] > end",
-                               arg=zoomed[1])
+        page.locator(
+            '#run-timeline .modebar-btn[data-attr="zoom"][data-val="reset"], '
+            '#run-timeline .modebar-btn[data-val="reset"]'
+        ).first.click()
+        page.wait_for_function(
+            "(end) => document.getElementById('run-timeline')._fullLayout.xaxis.range[1] > end", arg=zoomed[1]
+        )
         assert x_range(page)[1] >= before[1]
         assert not errors, errors
     finally:
@@ -134,19 +157,26 @@ def test_a_zoom_on_the_project_chart_survives_its_poll(browser, live_server, ali
         page.mouse.move(drag["x"] + drag["width"] * 0.5, drag["y"] + drag["height"] * 0.6, steps=5)
         page.mouse.move(drag["x"] + drag["width"] * 0.7, drag["y"] + drag["height"] * 0.8, steps=5)
         page.mouse.up()
-        page.wait_for_function("(before) => JSON.stringify(document.querySelector('#project-chart-plot')._fullLayout"
-                               ".xaxis.range) !== before", arg=json.dumps(before, separators=(",", ":")))
+        page.wait_for_function(
+            "(before) => JSON.stringify(document.querySelector('#project-chart-plot')._fullLayout"
+            ".xaxis.range) !== before",
+            arg=json.dumps(before, separators=(",", ":")),
+        )
         zoomed = x_range(page, plot)
         push(project, "zoom-1", score(0.95))
-        page.wait_for_function("() => document.querySelector('#project-chart-plot').data"
-                               ".some(t => t.y.includes(0.95))", timeout=15_000)
+        page.wait_for_function(
+            "() => document.querySelector('#project-chart-plot').data.some(t => t.y.includes(0.95))",
+            timeout=15_000,
+        )
         assert x_range(page, plot) == zoomed
         assert not errors, errors
     finally:
         ctx.close()
 
 
-def test_the_chart_toolbar_has_no_cloud_share_or_external_link(browser, live_server, alice, project, spread_run):
+def test_the_chart_toolbar_has_no_cloud_share_or_external_link(
+    browser, live_server, alice, project, spread_run
+):
     ctx = open_context(browser, live_server)
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
@@ -161,8 +191,10 @@ def test_the_chart_toolbar_has_no_cloud_share_or_external_link(browser, live_ser
             assert not [t for t in titles if re.search(r"share|cloud|studio|plotly|edit", t, re.I)], titles
             assert page.locator(f"{plot} .modebar a").count() == 0  # no "Produced with Plotly" logo link
             assert page.locator(f"{plot} a[href^='http']").count() == 0
-            config = page.evaluate(f"(() => {{ const c = document.querySelector('{plot}')._context; "
-                                   "return [c.showSendToCloud, c.displaylogo]; })()")
+            config = page.evaluate(
+                f"(() => {{ const c = document.querySelector('{plot}')._context; "
+                "return [c.showSendToCloud, c.displaylogo]; })()"
+            )
             assert config == [False, False]
         assert not errors, errors
     finally:
@@ -175,13 +207,19 @@ def test_the_chart_toolbar_has_no_cloud_share_or_external_link(browser, live_ser
 def run_half_an_hour_ago(project, run_id: str, *, turn_number: int) -> datetime:
     """A run started 30 minutes ago (t0) with a turn at t0+1 min and a score of 0.5 at t0+2 min."""
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
-    push(project, run_id, state_at("running", t0.isoformat()),
-         turn(turn_number, ts=(t0 + timedelta(minutes=1)).isoformat()),
-         score(0.5, ts=(t0 + timedelta(minutes=2)).isoformat()))
+    push(
+        project,
+        run_id,
+        state_at("running", t0.isoformat()),
+        turn(turn_number, ts=(t0 + timedelta(minutes=1)).isoformat()),
+        score(0.5, ts=(t0 + timedelta(minutes=2)).isoformat()),
+    )
     return t0
 
 
-def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(browser, live_server, alice, project):
+def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(
+    browser, live_server, alice, project
+):
     """P1-2: plotly drew epoch times in the browser's zone under a "time (UTC)" label."""
     t0 = run_half_an_hour_ago(project, "tz-1", turn_number=3)
     ctx = open_context(browser, live_server, timezone_id="America/Los_Angeles")
@@ -202,7 +240,9 @@ def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(b
         ctx.close()
 
 
-def test_choosing_the_browsers_zone_moves_page_text_axis_and_hover_together(browser, live_server, alice, project):
+def test_choosing_the_browsers_zone_moves_page_text_axis_and_hover_together(
+    browser, live_server, alice, project
+):
     t0 = run_half_an_hour_ago(project, "tz-2", turn_number=1)
     la = ZoneInfo("America/Los_Angeles")
     ctx = open_context(browser, live_server, timezone_id="America/Los_Angeles")
@@ -217,13 +257,18 @@ def test_choosing_the_browsers_zone_moves_page_text_axis_and_hover_together(brow
         expect(page.locator("#topnav .clock-tag")).to_have_text("America/Los_Angeles")
 
         page.goto("/projects/hill/runs/tz-2/")
-        expect(page.locator(".meta")).to_contain_text(f"started {t0.astimezone(la):%Y-%m-%d %H:%M} America/Los_Angeles")
+        expect(page.locator(".meta")).to_contain_text(
+            f"started {t0.astimezone(la):%Y-%m-%d %H:%M} America/Los_Angeles"
+        )
         expect(page.locator("#run-timeline .xtitle")).to_have_text("time (America/Los_Angeles)")
         hover = hover_score(page, 0)
         assert f"{(t0 + timedelta(minutes=2)).astimezone(la):%H:%M:%S} America/Los_Angeles" in hover, hover
         # A tooltip of a server-rendered time says the same zone.
         title = page.locator("table.turns td.when").first.get_attribute("title")
-        assert title.endswith("America/Los_Angeles") and f"{(t0 + timedelta(minutes=1)).astimezone(la):%H:%M:%S}" in title
+        assert (
+            title.endswith("America/Los_Angeles")
+            and f"{(t0 + timedelta(minutes=1)).astimezone(la):%H:%M:%S}" in title
+        )
         assert not errors, errors
     finally:
         ctx.close()
@@ -249,11 +294,13 @@ def test_relative_times_keep_ticking_on_a_page_that_is_not_polled(browser, live_
 # --- item 8: phones and dark mode ---------------------------------------------------------------------
 
 
-def test_dark_mode_follows_the_system_setting_pages_and_charts(browser, live_server, alice, project, spread_run):
+def test_dark_mode_follows_the_system_setting_pages_and_charts(
+    browser, live_server, alice, project, spread_run
+):
     def luminance(css: str) -> float:
         if css.startswith("#"):
             css = "#" + "".join(c * 2 for c in css[1:]) if len(css) == 4 else css
-            r, g, b = (int(css[i:i + 2], 16) for i in (1, 3, 5))
+            r, g, b = (int(css[i : i + 2], 16) for i in (1, 3, 5))
         else:
             r, g, b = (float(v) for v in re.findall(r"[\d.]+", css)[:3])
         return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
@@ -302,8 +349,9 @@ def test_on_a_phone_the_nav_is_a_menu_button(browser, live_server, alice, projec
         ctx.close()
 
 
-def test_on_a_phone_the_chart_toolbar_does_not_cover_the_legend(browser, live_server, alice, project, spread_run,
-                                                               screenshot_dir):
+def test_on_a_phone_the_chart_toolbar_does_not_cover_the_legend(
+    browser, live_server, alice, project, spread_run, screenshot_dir
+):
     ctx = open_context(browser, live_server, viewport={"width": 390, "height": 844})
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
@@ -318,8 +366,12 @@ def test_on_a_phone_the_chart_toolbar_does_not_cover_the_legend(browser, live_se
             b = bar.bounding_box()
             legend = page.locator(f"{plot} .legend").bounding_box()
             assert legend and b, (legend, b)
-            overlap = not (b["x"] >= legend["x"] + legend["width"] or b["x"] + b["width"] <= legend["x"]
-                           or b["y"] >= legend["y"] + legend["height"] or b["y"] + b["height"] <= legend["y"])
+            overlap = not (
+                b["x"] >= legend["x"] + legend["width"]
+                or b["x"] + b["width"] <= legend["x"]
+                or b["y"] >= legend["y"] + legend["height"]
+                or b["y"] + b["height"] <= legend["y"]
+            )
             page.screenshot(path=screenshot_dir / f"toolbar-390-{plot[1:]}.png")
             assert not overlap, (plot, b, legend)
             assert b["x"] + b["width"] <= 390

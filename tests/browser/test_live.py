@@ -40,17 +40,37 @@ def timeline_figure(page) -> dict:
 @pytest.fixture
 def running_run(project):
     services.update_run_settings(project, "live-1", budget_usd=Decimal("1.00"))
-    push(project, "live-1", state("running"),
-         turn(0, tokens_in=3000, tokens_out=400, cost_usd=0.02, tool_calls=["read_file"]),
-         turn(1, tokens_in=5000, tokens_out=700, cost_usd=0.03, duration_ms=4200,
-              tool_calls=[{"name": "run_harness", "args": {"episodes": 64}}, "git_commit"]),
-         turn(0, actor="worker-1", parent="driver", model="gpt-5.4-mini", tokens_in=900, tokens_out=90, cost_usd=0.004),
-         score(0.31), score(0.44))
+    push(
+        project,
+        "live-1",
+        state("running"),
+        turn(0, tokens_in=3000, tokens_out=400, cost_usd=0.02, tool_calls=["read_file"]),
+        turn(
+            1,
+            tokens_in=5000,
+            tokens_out=700,
+            cost_usd=0.03,
+            duration_ms=4200,
+            tool_calls=[{"name": "run_harness", "args": {"episodes": 64}}, "git_commit"],
+        ),
+        turn(
+            0,
+            actor="worker-1",
+            parent="driver",
+            model="gpt-5.4-mini",
+            tokens_in=900,
+            tokens_out=90,
+            cost_usd=0.004,
+        ),
+        score(0.31),
+        score(0.44),
+    )
     return Run.objects.get(project=project, external_id="live-1")
 
 
-def test_a_running_run_shows_a_new_turn_and_score_without_reloading(page, sign_in, alice, project, running_run,
-                                                                      screenshot_dir):
+def test_a_running_run_shows_a_new_turn_and_score_without_reloading(
+    page, sign_in, alice, project, running_run, screenshot_dir
+):
     sign_in(alice)
     page.goto("/projects/hill/runs/live-1/")
     expect(page.locator("#run-timeline .main-svg").first).to_be_visible()
@@ -58,8 +78,12 @@ def test_a_running_run_shows_a_new_turn_and_score_without_reloading(page, sign_i
     bars_before = sum(len(t["x"]) for t in timeline_figure(page)["data"] if t["type"] == "bar")
     mark_document(page)
 
-    push(project, "live-1", turn(2, tokens_in=7000, tokens_out=1200, cost_usd=0.05,
-                                 tool_calls=["apply_patch", "run_harness"]), score(0.52))
+    push(
+        project,
+        "live-1",
+        turn(2, tokens_in=7000, tokens_out=1200, cost_usd=0.05, tool_calls=["apply_patch", "run_harness"]),
+        score(0.52),
+    )
 
     expect(page.locator('table.turns tr[data-turn="2"]')).to_be_visible(timeout=LIVE_WAIT_MS)
     expect(page.locator('[data-stat="turns"]')).to_have_text("4")
@@ -74,8 +98,9 @@ def test_a_running_run_shows_a_new_turn_and_score_without_reloading(page, sign_i
     page.screenshot(path=str(screenshot_dir / "live-run-new-turn.png"), full_page=True)
 
 
-def test_a_turns_details_open_from_the_table_and_from_a_timeline_bar(page, sign_in, alice, project, running_run,
-                                                                     screenshot_dir):
+def test_a_turns_details_open_from_the_table_and_from_a_timeline_bar(
+    page, sign_in, alice, project, running_run, screenshot_dir
+):
     sign_in(alice)
     page.goto("/projects/hill/runs/live-1/")
 
@@ -84,8 +109,10 @@ def test_a_turns_details_open_from_the_table_and_from_a_timeline_bar(page, sign_
     panel = page.locator("#turn-detail")
     expect(panel.locator("h3")).to_contain_text("Turn 1")
     # The panel sits far above the table: the click brings it into view (walkthrough P1-11).
-    page.wait_for_function("() => { const r = document.getElementById('turn-detail').getBoundingClientRect();"
-                           " return r.top >= 40 && r.top < window.innerHeight / 2; }")  # below the top bar
+    page.wait_for_function(
+        "() => { const r = document.getElementById('turn-detail').getBoundingClientRect();"
+        " return r.top >= 40 && r.top < window.innerHeight / 2; }"
+    )  # below the top bar
     expect(panel.locator(".tool-calls")).to_contain_text("2 tool calls")
     expect(panel.locator(".tool-name")).to_have_text(["run_harness", "git_commit"])
     expect(panel.locator("pre")).to_contain_text('"episodes": 64')
@@ -112,8 +139,9 @@ def test_a_turns_details_open_from_the_table_and_from_a_timeline_bar(page, sign_
     expect(panel.locator("h3")).to_contain_text(re.compile(r"Turn \d+ of|\d+ turns"))
 
 
-def test_a_stalled_badge_appears_on_the_project_and_run_pages_without_reloading(page, sign_in, alice, project,
-                                                                                 running_run, screenshot_dir):
+def test_a_stalled_badge_appears_on_the_project_and_run_pages_without_reloading(
+    page, sign_in, alice, project, running_run, screenshot_dir
+):
     sign_in(alice)
     page.goto("/projects/hill/")
     row = page.locator('tr[data-run="live-1"]')
@@ -134,8 +162,9 @@ def test_a_stalled_badge_appears_on_the_project_and_run_pages_without_reloading(
     page.screenshot(path=str(screenshot_dir / "live-run-stalled.png"), full_page=False)
 
 
-def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, browser, sign_in, alice, project,
-                                                               live_server):
+def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(
+    page, context, browser, sign_in, alice, project, live_server
+):
     payload = b"onnx-bytes\x00\x01" * 50
     artifact = store(project, "live-2", "submission/policy.onnx", payload)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
@@ -168,8 +197,9 @@ def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, br
         assert fetched.headers["content-disposition"] == 'attachment; filename="policy.onnx"'
         assert fetched.headers["cache-control"] == "private, no-store"
         # The plain download link, by contrast, needs a signed-in member.
-        plain = stranger.request.get(f"{live_server.url}/projects/hill/runs/live-2/artifacts/{artifact.pk}/download",
-                                     max_redirects=0)
+        plain = stranger.request.get(
+            f"{live_server.url}/projects/hill/runs/live-2/artifacts/{artifact.pk}/download", max_redirects=0
+        )
         assert plain.status == 302 and "/login/" in plain.headers["location"]
         # An altered link is refused.
         assert stranger.request.get(link[:-5] + "x/", max_redirects=0).status == 403
@@ -179,7 +209,14 @@ def test_copy_buttons_put_the_link_and_digest_on_the_clipboard(page, context, br
 
 def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, project, screenshot_dir):
     for i, best in enumerate([0.4, 0.7, 0.55]):
-        push(project, f"cmp-{i}", state("running"), turn(0, cost_usd=0.1 * (i + 1)), score(best / 2), score(best))
+        push(
+            project,
+            f"cmp-{i}",
+            state("running"),
+            turn(0, cost_usd=0.1 * (i + 1)),
+            score(best / 2),
+            score(best),
+        )
     sign_in(alice)
     page.goto("/projects/hill/")
     compare = page.locator('[data-compare-link="hill"]')
@@ -207,7 +244,9 @@ def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, proj
     page.screenshot(path=str(screenshot_dir / "live-compare.png"), full_page=True)
 
 
-def test_a_failed_click_says_so_in_the_panel_instead_of_doing_nothing(page, sign_in, alice, project, running_run):
+def test_a_failed_click_says_so_in_the_panel_instead_of_doing_nothing(
+    page, sign_in, alice, project, running_run
+):
     sign_in(alice)
     page.goto("/projects/hill/runs/live-1/")
     link = page.locator('table.turns tr[data-turn="1"] button.turn-link')

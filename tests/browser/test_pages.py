@@ -106,14 +106,24 @@ def runs_in_every_condition(project):
     """good (best 0.9), meh (0.3, on a downgraded model), broken (failed with a reason), quiet (stalled)."""
     push(project, "good", state("running"), score(0.6), score(0.9))
     push(project, "meh", state("running"), score(0.3))
-    services.update_run_settings(project, "meh", requested_profile="codex_gpt_5_4_medium",
-                                 actual_profile="codex_gpt_5_4_mini_medium")
-    push(project, "broken", state("running"),
-         state("failed", family="runtime", detail="repo_like_task_count_mismatch requested=2 persisted=1",
-               source="state_machine_runtime"))
+    services.update_run_settings(
+        project, "meh", requested_profile="codex_gpt_5_4_medium", actual_profile="codex_gpt_5_4_mini_medium"
+    )
+    push(
+        project,
+        "broken",
+        state("running"),
+        state(
+            "failed",
+            family="runtime",
+            detail="repo_like_task_count_mismatch requested=2 persisted=1",
+            source="state_machine_runtime",
+        ),
+    )
     push(project, "quiet", state("running"), {"type": "metric", "key": "loss", "value": 1.5})
     Run.objects.filter(project=project, external_id="quiet").update(
-        last_progress_at=timezone.now() - timedelta(hours=2))  # two hours pass without news
+        last_progress_at=timezone.now() - timedelta(hours=2)
+    )  # two hours pass without news
     flagged = services.flag_stalled_runs()
     assert [r.external_id for r in flagged] == ["quiet"]
     return project
@@ -132,11 +142,15 @@ def test_project_page_shows_runs_badges_and_leaderboard(page, sign_in, alice, ru
 
     failed = page.locator('tr[data-run="broken"] .badge-failed')
     expect(failed).to_have_text("failed")
-    expect(failed).to_have_attribute("title", "runtime · repo_like_task_count_mismatch requested=2 persisted=1")
+    expect(failed).to_have_attribute(
+        "title", "runtime · repo_like_task_count_mismatch requested=2 persisted=1"
+    )
 
     downgraded = page.locator('tr[data-run="meh"] .badge-warn')
     expect(downgraded).to_have_text("downgraded")
-    expect(downgraded).to_have_attribute("title", "requested codex_gpt_5_4_medium, got codex_gpt_5_4_mini_medium")
+    expect(downgraded).to_have_attribute(
+        "title", "requested codex_gpt_5_4_medium, got codex_gpt_5_4_mini_medium"
+    )
     expect(page.locator('tr[data-run="good"] td.num b')).to_have_text("0.9")
     expect(page.locator('tr[data-run="good"] svg.spark')).to_be_visible()
 
@@ -147,8 +161,9 @@ def test_project_page_shows_runs_badges_and_leaderboard(page, sign_in, alice, ru
 
 
 def test_leaderboard_of_a_minimize_scenario_puts_the_lowest_score_first(page, sign_in, alice):
-    scenario = services.create_scenario(key="loss-bench", name="Loss bench", score_metric="val_loss",
-                                        direction="minimize")
+    scenario = services.create_scenario(
+        key="loss-bench", name="Loss bench", score_metric="val_loss", direction="minimize"
+    )
     project = admin_project("lossy", name="Lossy", scenario=scenario, by=alice)
     push(project, "a", score(3.9), score(3.61))
     push(project, "b", score(4.2), score(3.75))
@@ -210,21 +225,37 @@ def test_runs_table_shows_a_new_run_without_a_reload(page, sign_in, alice, proje
 
 def test_run_page_shows_stats_spend_split_turns_and_downloads_exact_bytes(page, sign_in, alice, project):
     payload = bytes(range(256)) * 8 + b"\x00tail\r\n"  # binary, with NULs and CRLF: bytes must survive as-is
-    artifact = store(project, "r1", "submission/policy.onnx", payload, content_type="application/octet-stream")
+    artifact = store(
+        project, "r1", "submission/policy.onnx", payload, content_type="application/octet-stream"
+    )
     services.update_run_settings(project, "r1", budget_usd=Decimal("2.00"))
-    push(project, "r1",
-         state("running"),
-         turn(0, tokens_in=1000, tokens_out=100, cost_usd=0.25, tool_calls=["read_file", "apply_patch"]),
-         turn(0, actor="worker-1", parent="driver", model="gpt-5.4-mini", tokens_in=10, tokens_out=5, cost_usd=0.5),
-         turn(1, tokens_in=2000, tokens_out=300, cost_usd=0.15),
-         score(0.42, artifact=artifact.blob.sha256), score(0.61, artifact="submission/policy.onnx"))
+    push(
+        project,
+        "r1",
+        state("running"),
+        turn(0, tokens_in=1000, tokens_out=100, cost_usd=0.25, tool_calls=["read_file", "apply_patch"]),
+        turn(
+            0,
+            actor="worker-1",
+            parent="driver",
+            model="gpt-5.4-mini",
+            tokens_in=10,
+            tokens_out=5,
+            cost_usd=0.5,
+        ),
+        turn(1, tokens_in=2000, tokens_out=300, cost_usd=0.15),
+        score(0.42, artifact=artifact.blob.sha256),
+        score(0.61, artifact="submission/policy.onnx"),
+    )
     sign_in(alice)
     page.goto("/projects/hill/runs/r1/")
 
     expect(page.locator("h1")).to_contain_text("r1")
     expect(page.locator("h1 .badge-running")).to_be_visible()
-    stat = {label: page.locator(".stat", has=page.locator(".label", has_text=label)) for label in
-            ("best", "spend", "driver inference", "child work", "turns")}
+    stat = {
+        label: page.locator(".stat", has=page.locator(".label", has_text=label))
+        for label in ("best", "spend", "driver inference", "child work", "turns")
+    }
     expect(stat["best"].locator(".big")).to_have_text("0.61")
     expect(stat["best"]).to_contain_text("2 scores")
     expect(stat["spend"].locator(".big")).to_have_text("$0.90")
@@ -234,7 +265,9 @@ def test_run_page_shows_stats_spend_split_turns_and_downloads_exact_bytes(page, 
     expect(stat["turns"]).to_contain_text("budget used 45%")
     split = page.locator("table.split tbody tr")
     expect(split.nth(2).locator("td.num").last).to_have_text("$0.90")  # total == driver + child
-    expect(page.locator(".budget").first).to_have_attribute("aria-label", "USD: driver $0.40 and child $0.50 of $2.00")
+    expect(page.locator(".budget").first).to_have_attribute(
+        "aria-label", "USD: driver $0.40 and child $0.50 of $2.00"
+    )
 
     turns = page.locator("table.turns tbody tr")
     expect(turns).to_have_count(3)

@@ -96,11 +96,28 @@ NAV_CHECK = """() => {
 
 # What each screenshot must show besides fitting its width: the things people look at it for.
 EXPECTED = {
-    "overview": ['[data-project="dogfight"] svg.spark', '[data-project="dogfight"] .count.warn', '[data-project="dogfight"] .count.bad'],
-    "project-dogfight": ["tr[data-run] svg.spark", ".badge-stalled[title]", ".badge-failed[title]", ".badge-warn", "table.leaderboard tr.top"],
+    "overview": [
+        '[data-project="dogfight"] svg.spark',
+        '[data-project="dogfight"] .count.warn',
+        '[data-project="dogfight"] .count.bad',
+    ],
+    "project-dogfight": [
+        "tr[data-run] svg.spark",
+        ".badge-stalled[title]",
+        ".badge-failed[title]",
+        ".badge-warn",
+        "table.leaderboard tr.top",
+    ],
     "project-failed-filter": ['tr[data-run="run-c04d17"] .failure-line'],
-    "run-running": ["#run-timeline .main-svg", "#budget .forecast", ".budget .budget-part.driver", "table.turns tbody tr", "table.artifacts a.btn",
-                    ".timeline .detail.bad", ".timeline .body"],
+    "run-running": [
+        "#run-timeline .main-svg",
+        "#budget .forecast",
+        ".budget .budget-part.driver",
+        "table.turns tbody tr",
+        "table.artifacts a.btn",
+        ".timeline .detail.bad",
+        ".timeline .body",
+    ],
     "run-failed": [".alert.bad"],
     "run-stalled-downgraded": [".alert.warn", "h1 .badge-stalled", "h1 .badge-warn"],
     "run-queued-empty": [".chart-empty", "td.empty"],
@@ -113,7 +130,11 @@ EXPECTED = {
 def _session_cookie(user, url: str) -> dict:
     client = Client()
     client.force_login(user)
-    return {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value, "url": url}
+    return {
+        "name": settings.SESSION_COOKIE_NAME,
+        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+        "url": url,
+    }
 
 
 def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, screenshot_dir):
@@ -150,8 +171,12 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
     for width, scheme in ((1440, "light"), (1000, "light"), (390, "light"), (1440, "dark"), (390, "dark")):
         phone = width < 600
         suffix = f"{width}" if scheme == "light" else f"{width}-dark"
-        ctx = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 900 if not phone else 844},
-                                  accept_downloads=True, color_scheme=scheme)
+        ctx = browser.new_context(
+            base_url=live_server.url,
+            viewport={"width": width, "height": 900 if not phone else 844},
+            accept_downloads=True,
+            color_scheme=scheme,
+        )
         ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
         try:
             page = ctx.new_page()
@@ -170,7 +195,11 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
                     page.wait_for_selector("[data-plot] .main-svg")
                 page.screenshot(path=screenshot_dir / f"{name}-{suffix}.png", full_page=True)
                 found = page.evaluate(OVERFLOW_CHECK, phone)
-                found += [f"nothing matches {sel}" for sel in EXPECTED.get(name, []) if not page.locator(sel).count()]
+                found += [
+                    f"nothing matches {sel}"
+                    for sel in EXPECTED.get(name, [])
+                    if not page.locator(sel).count()
+                ]
                 if phone and name != "not-found":
                     found += page.evaluate(NAV_CHECK)
                 if scheme == "dark":

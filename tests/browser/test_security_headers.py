@@ -16,9 +16,9 @@ from playwright.sync_api import expect
 
 from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
+from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
 from smrweb.tracking.services import knowledge
 from smrweb.tracking.services import submissions as lifecycle
-from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
 from tests.browser.conftest import push, score, state, store, turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,7 +38,9 @@ def watched(page):
     """The test's page with CSP violations and CSP console reports collected."""
     page.add_init_script(WATCH_CSP)
     console: list[str] = []
-    page.on("console", lambda msg: console.append(msg.text) if "Content Security Policy" in msg.text else None)
+    page.on(
+        "console", lambda msg: console.append(msg.text) if "Content Security Policy" in msg.text else None
+    )
     page.csp_console = console
     return page
 
@@ -54,7 +56,9 @@ def visit(page, url: str):
     response = page.goto(url, timeout=SLOW_MS)
     assert response.status == 200, f"{url}: {response.status}"
     policy = response.headers.get("content-security-policy", "")
-    assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    assert (
+        "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    )
     assert "frame-ancestors 'none'" in policy
     page.wait_for_load_state("networkidle", timeout=SLOW_MS)
     return response
@@ -67,18 +71,34 @@ def world(project, alice, bob):
     project.name = f"Hill {HOSTILE}"
     project.save()
     artifact = store(project, "r1", f"../../{HOSTILE}.py", b"print('ok')\n")
-    push(project, "r1", state("running"),
-         *[turn(i, actor="driver" if i % 3 else f"worker {HOSTILE}", parent=None if i % 3 else "driver",
-                tool_calls=[HOSTILE, {"name": "read_file", "args": {"path": HOSTILE}}]) for i in range(12)],
-         *[{"type": "metric", "key": f"loss {HOSTILE}", "step": i, "value": 1 / (i + 1)} for i in range(30)],
-         {"type": "message", "topic": "operator.steer", "body": HOSTILE},
-         {"type": "checkpoint", "id": "c1", "label": HOSTILE},
-         score(0.2), score(0.5, artifact=artifact.blob.sha256, experiment=HOSTILE[:200]))
+    push(
+        project,
+        "r1",
+        state("running"),
+        *[
+            turn(
+                i,
+                actor="driver" if i % 3 else f"worker {HOSTILE}",
+                parent=None if i % 3 else "driver",
+                tool_calls=[HOSTILE, {"name": "read_file", "args": {"path": HOSTILE}}],
+            )
+            for i in range(12)
+        ],
+        *[{"type": "metric", "key": f"loss {HOSTILE}", "step": i, "value": 1 / (i + 1)} for i in range(30)],
+        {"type": "message", "topic": "operator.steer", "body": HOSTILE},
+        {"type": "checkpoint", "id": "c1", "label": HOSTILE},
+        score(0.2),
+        score(0.5, artifact=artifact.blob.sha256, experiment=HOSTILE[:200]),
+    )
     push(project, "r2", state("running"), turn(0), score(0.3), score(0.4))
     sub = Submission.objects.get(run__external_id="r1", score=0.5)
     lifecycle.request_verification(sub, by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, HOSTILE, "exited 1"))
-    knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=HOSTILE[:200], body=HOSTILE)
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, HOSTILE, "exited 1")
+    )
+    knowledge.add_entry(
+        project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=HOSTILE[:200], body=HOSTILE
+    )
     services.create_api_token(project, name=HOSTILE[:200], by=alice)
     scenario = project.scenario
     scenario.arena_name, scenario.arena_url = "arena", "javascript:window.__xss=3"
@@ -91,9 +111,19 @@ def test_every_main_page_is_served_under_the_policy_without_a_violation(watched,
     sign_in(alice)
     sub, scenario = world["submission"], world["scenario"]
     charted = {"/projects/hill/", "/projects/hill/runs/r1/", "/projects/hill/compare/?runs=r1&runs=r2"}
-    pages = ["/", "/projects/hill/", "/projects/hill/runs/r1/", "/projects/hill/compare/?runs=r1&runs=r2",
-             f"/projects/hill/submissions/{sub.pk}/", "/projects/hill/review/", "/projects/hill/knowledge/",
-             "/projects/hill/settings/", "/projects/hill/tokens/", f"/scenarios/{scenario.key}/", "/admin/"]
+    pages = [
+        "/",
+        "/projects/hill/",
+        "/projects/hill/runs/r1/",
+        "/projects/hill/compare/?runs=r1&runs=r2",
+        f"/projects/hill/submissions/{sub.pk}/",
+        "/projects/hill/review/",
+        "/projects/hill/knowledge/",
+        "/projects/hill/settings/",
+        "/projects/hill/tokens/",
+        f"/scenarios/{scenario.key}/",
+        "/admin/",
+    ]
     for url in pages:
         visit(page, url)
         if url in charted:
@@ -166,12 +196,17 @@ def test_a_hidden_tab_does_not_poll(watched, sign_in, alice, project):
     assert violations(page) == []
 
 
-def test_an_htmx_post_carries_the_csrf_token_and_succeeds(watched, sign_in, alice, project, monkeypatch,
-                                                          redis_server):
+def test_an_htmx_post_carries_the_csrf_token_and_succeeds(
+    watched, sign_in, alice, project, monkeypatch, redis_server
+):
     """The preflight button is an hx-post; base.html's hx-headers sends the CSRF token with it; the
     fragment it swaps in polls until the report is there."""
-    report = {"ok": True, "worker": "test-worker",
-              "checks": [{"name": "validator", "group": "preset", "ok": True, "detail": "found `check.py`"}]}
+    report = {
+        "ok": True,
+        "worker": "test-worker",
+        "checks": [{"name": "validator", "group": "preset", "ok": True, "detail": "found `check.py`"}],
+    }
+
     def worker_answers_at_once(args, **kwargs):  # the report stored where the page polls for it
         key, request_id = args
         with redis.Redis.from_url(settings.REDIS_URL) as client:

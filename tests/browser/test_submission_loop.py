@@ -10,11 +10,11 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import Rollback, Submission
+from smrweb.tracking.services import rollbacks
 from tests.browser.conftest import push, score, state, store
-from tests.sources.test_submission_loop import CHECK_PREFIX, Receiver
 from tests.conftest import wait_for
+from tests.sources.test_submission_loop import CHECK_PREFIX, Receiver
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 WAIT_MS = 15_000
@@ -32,7 +32,8 @@ def loop_project(project):
 
 
 def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback(
-        page, context, sign_in, bob, loop_project, celery_worker, live_server, screenshot_dir):
+    page, context, sign_in, bob, loop_project, celery_worker, live_server, screenshot_dir
+):
     receiver = Receiver([200], rollbacks.webhook_secret(loop_project))
     loop_project.rollback_webhook_url = receiver.url
     loop_project.save()
@@ -63,7 +64,8 @@ def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback
         link = page.evaluate("navigator.clipboard.readText()")
         assert re.fullmatch(rf"{re.escape(live_server.url)}/a/[A-Za-z0-9._-]+/", link)
         expect(page.locator('#artifact a[href="https://optimizationarena.com/dogfight"]')).to_have_attribute(
-            "target", "_blank")
+            "target", "_blank"
+        )
 
         # The manual arena handoff: mark uploaded, record the answer.
         page.get_by_role("button", name="Mark uploaded").click()

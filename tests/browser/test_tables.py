@@ -101,11 +101,14 @@ def test_over_budget_filter_badge_and_count(page, sign_in, alice, table, screens
     expect(badge).to_have_text("over budget")
     expect(badge).to_have_attribute("title", "Over budget: 133 % of the $1.50 budget ($2.00 spent)")
     expect(page.locator('tr[data-run="echo"] .badge-over-budget')).to_have_attribute(
-        "title", "Over budget: 18.4k / 15.0k tokens (123 %)")
+        "title", "Over budget: 18.4k / 15.0k tokens (123 %)"
+    )
     expect(page.locator('tr[data-run="alpha"] .badge-over-budget')).to_have_count(0)
     expect(page.locator('#project-live [data-count="over-budget"]')).to_have_text("2 over budget")
     page.screenshot(path=screenshot_dir / "issue14-project-1440.png", full_page=True)
-    page.locator("#project-live section.card").first.screenshot(path=screenshot_dir / "issue14-project-runs-1440.png")
+    page.locator("#project-live section.card").first.screenshot(
+        path=screenshot_dir / "issue14-project-runs-1440.png"
+    )
     assert page.evaluate(OVERFLOW_CHECK) == []
 
     page.check("input[name=over_budget]")
@@ -148,7 +151,9 @@ def test_run_page_alert_and_paged_turns_and_artifacts(page, sign_in, alice, proj
     expect(turn_rows.first).to_have_attribute("data-turn", "61")
     expect(page.locator("[data-turns-range]")).to_have_text("latest 25 of 61, newest first")
     page.screenshot(path=screenshot_dir / "issue14-run-1440.png", full_page=True)
-    page.screenshot(path=screenshot_dir / "issue14-run-top-1440.png", clip={"x": 0, "y": 0, "width": 1280, "height": 330})
+    page.screenshot(
+        path=screenshot_dir / "issue14-run-top-1440.png", clip={"x": 0, "y": 0, "width": 1280, "height": 330}
+    )
     assert page.evaluate(OVERFLOW_CHECK) == []
     mark_document(page)
 
@@ -161,7 +166,9 @@ def test_run_page_alert_and_paged_turns_and_artifacts(page, sign_in, alice, proj
     expect(page.locator("table.artifacts tr[data-artifact]")).to_have_count(3)
     expect(page.locator("[data-turns-range]")).to_have_text("26–50 of 61, newest first")  # kept
     expect(page).to_have_url(re.compile(r"turns_page=2.*artifacts_page=2|artifacts_page=2.*turns_page=2"))
-    page.locator("#turns-card .card-head").screenshot(path=screenshot_dir / "issue14-run-turns-page2-1440.png")
+    page.locator("#turns-card .card-head").screenshot(
+        path=screenshot_dir / "issue14-run-turns-page2-1440.png"
+    )
     page.locator("#artifacts-card").screenshot(path=screenshot_dir / "issue14-run-artifacts-page2-1440.png")
 
     # The live refresh (every 3 s) brings new data in and stays on the pages being looked at.

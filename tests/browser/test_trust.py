@@ -9,9 +9,9 @@ import pytest
 from playwright.sync_api import expect
 
 from smrweb.tracking import services
+from smrweb.tracking.models import Submission
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
-from smrweb.tracking.models import Submission
 from tests.browser.conftest import push, score, state
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -20,8 +20,10 @@ WIDTHS = [1440, 390]
 
 def verify(sub, by, passed=True):
     lifecycle.request_verification(sub, by=by)
-    return lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(
-        "passed" if passed else "failed", 0 if passed else 1, "", "checked"))
+    return lifecycle.record_verification(
+        sub.pk,
+        lifecycle.VerificationResult("passed" if passed else "failed", 0 if passed else 1, "", "checked"),
+    )
 
 
 def fits(page) -> None:
@@ -30,7 +32,9 @@ def fits(page) -> None:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_leaderboard_counts_verified_work_and_its_toggles_say_so(page, sign_in, alice, bob, project, width):
+def test_the_leaderboard_counts_verified_work_and_its_toggles_say_so(
+    page, sign_in, alice, bob, project, width
+):
     page.set_viewport_size({"width": width, "height": 900})
     push(project, "steady", state("running"), score(0.5), score(0.6))
     push(project, "junk", state("running"), score(9.0))  # what the API docs' example once wrote
@@ -41,7 +45,9 @@ def test_the_leaderboard_counts_verified_work_and_its_toggles_say_so(page, sign_
     board = page.locator("table.leaderboard tbody tr")
     expect(board).to_have_count(1)
     expect(board.first.locator("a.rid")).to_have_text("steady")
-    expect(page.locator("[data-unverified-hint]")).to_contain_text("1 unverified submission not counted (best 9)")
+    expect(page.locator("[data-unverified-hint]")).to_contain_text(
+        "1 unverified submission not counted (best 9)"
+    )
     fits(page)
 
     page.get_by_role("link", name="including unverified").click()
@@ -104,7 +110,9 @@ def test_the_proposer_sees_why_their_approve_is_disabled(page, sign_in, alice, b
 @pytest.mark.parametrize("width", WIDTHS)
 def test_after_a_rollback_the_banner_says_what_happened(page, sign_in, alice, project, width):
     page.set_viewport_size({"width": width, "height": 900})
-    services.update_project(project, regression_threshold=0.1, rollback_webhook_url="https://hooks.example/rb", by=alice)
+    services.update_project(
+        project, regression_threshold=0.1, rollback_webhook_url="https://hooks.example/rb", by=alice
+    )
     push(project, "r", state("running"), score(0.9), score(0.3))
     best = Submission.objects.get(score=0.9)
     rollback = rollbacks.request_rollback(by=alice, reason="back", submission=best).rollback

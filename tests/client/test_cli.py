@@ -25,14 +25,25 @@ SMRWEB = Path(sys.executable).parent / "smrweb"  # the console script of [projec
 @pytest.fixture
 def env(live_server, project, token):
     """The environment of a shell harness pointed at the live server."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SMRWEB_") and k != "DJANGO_SETTINGS_MODULE"}
-    return {**base, "SMRWEB_URL": live_server.url, "SMRWEB_TOKEN": token, "SMRWEB_PROJECT": "hill",
-            "SMRWEB_RUN": "shell-1", "SMRWEB_RETRIES": "2", "PATH": f"{SMRWEB.parent}:{base.get('PATH', '')}"}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("SMRWEB_") and k != "DJANGO_SETTINGS_MODULE"
+    }
+    return {
+        **base,
+        "SMRWEB_URL": live_server.url,
+        "SMRWEB_TOKEN": token,
+        "SMRWEB_PROJECT": "hill",
+        "SMRWEB_RUN": "shell-1",
+        "SMRWEB_RETRIES": "2",
+        "PATH": f"{SMRWEB.parent}:{base.get('PATH', '')}",
+    }
 
 
 def smrweb(env, *args, cwd=None) -> subprocess.CompletedProcess:
     assert SMRWEB.exists(), f"no console script at {SMRWEB}"
-    return subprocess.run([str(SMRWEB), *args], check=False, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [str(SMRWEB), *args], check=False, env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def run_of(external_id: str = "shell-1") -> Run:
@@ -43,8 +54,21 @@ def test_score_with_artifact_is_linked_and_a_rerun_is_a_no_op(env, tmp_path):
     sub_file = tmp_path / "optimizer.py"
     sub_file.write_text("def step(x):\n    return x\n")
     digest = hashlib.sha256(sub_file.read_bytes()).hexdigest()
-    args = ["report", "score", "0.83", "--artifact", str(sub_file), "--artifact-name", "submission/optimizer.py",
-            "--commit", "abc123", "--metric", "accuracy", "--details", '{"seed": 7}']
+    args = [
+        "report",
+        "score",
+        "0.83",
+        "--artifact",
+        str(sub_file),
+        "--artifact-name",
+        "submission/optimizer.py",
+        "--commit",
+        "abc123",
+        "--metric",
+        "accuracy",
+        "--details",
+        '{"seed": 7}',
+    ]
     first = smrweb(env, *args)
     assert first.returncode == 0, first.stderr
     assert "score stored" in first.stdout and digest in first.stdout
@@ -70,9 +94,32 @@ def test_score_with_artifact_is_linked_and_a_rerun_is_a_no_op(env, tmp_path):
 
 def test_metric_turn_and_artifact(env, tmp_path):
     assert smrweb(env, "report", "metric", "loss", "0.12", "--step", "3").returncode == 0
-    assert smrweb(env, "report", "metric", "loss", "0.10", "--step", "4", "--ts", "2026-03-01T10:00:00Z").returncode == 0
-    done = smrweb(env, "report", "turn", "1", "--tokens-in", "1200", "--tokens-out", "300", "--cost-usd", "0.004",
-                  "--model", "gpt-x", "--tool-call", "bash", "--tool-call", "edit", "--duration-ms", "2100")
+    assert (
+        smrweb(
+            env, "report", "metric", "loss", "0.10", "--step", "4", "--ts", "2026-03-01T10:00:00Z"
+        ).returncode
+        == 0
+    )
+    done = smrweb(
+        env,
+        "report",
+        "turn",
+        "1",
+        "--tokens-in",
+        "1200",
+        "--tokens-out",
+        "300",
+        "--cost-usd",
+        "0.004",
+        "--model",
+        "gpt-x",
+        "--tool-call",
+        "bash",
+        "--tool-call",
+        "edit",
+        "--duration-ms",
+        "2100",
+    )
     assert done.returncode == 0, done.stderr
     log_file = tmp_path / "run.log"
     log_file.write_text("line\n")
@@ -85,12 +132,20 @@ def test_metric_turn_and_artifact(env, tmp_path):
     assert points == {3: 0.12, 4: 0.10}
     assert MetricPoint.objects.get(run=run, step=4).ts.isoformat() == "2026-03-01T10:00:00+00:00"
     turn = AgentTurn.objects.get(run=run)
-    assert (turn.turn, turn.tokens_in, turn.model, turn.tool_calls, turn.duration_ms) == (1, 1200, "gpt-x", ["bash", "edit"], 2100)
+    assert (turn.turn, turn.tokens_in, turn.model, turn.tool_calls, turn.duration_ms) == (
+        1,
+        1200,
+        "gpt-x",
+        ["bash", "edit"],
+        2100,
+    )
     assert str(run.cost_usd) == "0.004000"
     assert Artifact.objects.get(run=run).kind == "log"
     # The id is the documented hash of the input.
     event = {"type": "metric", "key": "loss", "value": 0.12, "step": 3}
-    assert MetricPoint.objects.filter(run=run, event_id=derived_id("metric", "hill", "shell-1", event)).exists()
+    assert MetricPoint.objects.filter(
+        run=run, event_id=derived_id("metric", "hill", "shell-1", event)
+    ).exists()
 
 
 def test_state_changes_are_compare_and_set(env):
@@ -110,12 +165,15 @@ def test_state_changes_are_compare_and_set(env):
     assert (run.state, run.failure_family, run.failure_detail) == ("failed", "timeout", "validator timed out")
 
 
-@pytest.mark.parametrize("args", [
-    ["report", "metric", "loss", "0.5", "--step", "1"],
-    ["report", "score", "0.9", "--commit", "c9"],
-    ["report", "state", "running"],
-    ["report", "turn", "4", "--tokens-in", "10", "--tokens-out", "1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "metric", "loss", "0.5", "--step", "1"],
+        ["report", "score", "0.9", "--commit", "c9"],
+        ["report", "state", "running"],
+        ["report", "turn", "4", "--tokens-in", "10", "--tokens-out", "1"],
+    ],
+)
 def test_a_shell_retry_after_a_lost_answer_is_a_no_op(env, live_server, args):
     """The server stores the event but the answer is lost (the proxy drops it, no retries left): exit 3.
     The shell retries the same command: the event is not stored twice."""
@@ -167,12 +225,17 @@ def test_usage_errors_exit_2(env, tmp_path):
     assert smrweb(env).returncode == 2
     assert not Run.objects.exists()
     helped = smrweb(env, "report", "--help")
-    assert helped.returncode == 0 and "Exit codes" in helped.stdout and "smrweb report score 0.83" in helped.stdout
+    assert (
+        helped.returncode == 0
+        and "Exit codes" in helped.stdout
+        and "smrweb report score 0.83" in helped.stdout
+    )
 
 
 def test_an_unreachable_server_exits_3(env):
-    done = smrweb({**env, "SMRWEB_URL": f"http://127.0.0.1:{closed_port()}"}, "report", "score", "0.5",
-                  "--retries", "1")
+    done = smrweb(
+        {**env, "SMRWEB_URL": f"http://127.0.0.1:{closed_port()}"}, "report", "score", "0.5", "--retries", "1"
+    )
     assert done.returncode == 3
     assert "server unreachable" in done.stderr and "ConnectError" in done.stderr
 
@@ -184,8 +247,15 @@ def test_docs_shell_example(env, tmp_path):
     (tmp_path / "submission" / "optimizer.py").write_text("print('x')\n")
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "run.log").write_text("ok\n")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], check=False, env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", code],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("metric loss already stored (duplicate)")
     run = Run.objects.get(project__slug="hill", external_id__startswith="nightly-")

@@ -129,7 +129,9 @@ class FaultProxy:
             h.end_headers()
             h.wfile.write(payload)
             return
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+        headers = {
+            k: v for k, v in h.headers.items() if k.lower() not in ("host", "content-length", "connection")
+        }
         upstream = self.http.request(h.command, self.upstream + h.path, content=body, headers=headers)
         if fault == "drop":
             h.close_connection = True  # the server stored it; the client never hears
@@ -198,16 +200,26 @@ def test_every_method_ends_up_stored(server, tmp_path):
         ids = [client.log_metric("loss", v) for v in (0.5, 0.4, 0.3)]  # steps 0, 1, 2
         client.log_metric("loss", 0.1, step=10)
         client.log_metric("acc", 0.9, step=10, ts="2026-01-02T03:04:05Z")
-        client.log_turn(0, tokens_in=100, tokens_out=20, cost_usd=0.01, model="m1", tool_calls=["bash"],
-                        duration_ms=1500)
+        client.log_turn(
+            0, tokens_in=100, tokens_out=20, cost_usd=0.01, model="m1", tool_calls=["bash"], duration_ms=1500
+        )
         client.log_turn(0, tokens_in=50, tokens_out=5, cost_usd=0.002, actor="child-1", parent_actor="driver")
         client.set_state("running")
         client.log_message("hello", topic="status")
         client.log_checkpoint("ckpt-1", label="after step 2", commit="abc123")
-        score_id = client.log_score(0.83, artifact=submission, artifact_name="submission/optimizer.py",
-                                    metric="accuracy", commit="abc123", harness_id="h-1", experiment="exp-1")
+        score_id = client.log_score(
+            0.83,
+            artifact=submission,
+            artifact_name="submission/optimizer.py",
+            metric="accuracy",
+            commit="abc123",
+            harness_id="h-1",
+            experiment="exp-1",
+        )
         log_digest = client.upload_artifact(log_file, "logs/run.log", kind="log")
-        client.set_state("failed", {"family": "timeout", "detail": "validator timed out", "source": "harness"})
+        client.set_state(
+            "failed", {"family": "timeout", "detail": "validator timed out", "source": "harness"}
+        )
         client.log_event({"type": "metric", "key": "raw", "value": 1.0})
 
     assert client.failed_events == 0 and client.duplicate_events == 0
@@ -215,7 +227,12 @@ def test_every_method_ends_up_stored(server, tmp_path):
     assert len(set(ids)) == 3 and all(i.startswith(client.client_id + "-") for i in ids)
     run = run_of("r-all")
     points = MetricPoint.objects.filter(run=run)
-    assert sorted(points.filter(key="loss").values_list("step", "value")) == [(0, 0.5), (1, 0.4), (2, 0.3), (10, 0.1)]
+    assert sorted(points.filter(key="loss").values_list("step", "value")) == [
+        (0, 0.5),
+        (1, 0.4),
+        (2, 0.3),
+        (10, 0.1),
+    ]
     assert points.get(key="acc").ts.isoformat() == "2026-01-02T03:04:05+00:00"
     assert points.count() == 6
     assert AgentTurn.objects.filter(run=run).count() == 2
@@ -223,7 +240,10 @@ def test_every_method_ends_up_stored(server, tmp_path):
     assert (run.driver_tokens_in, run.child_tokens_in) == (100, 50)
     assert RuntimeMessage.objects.get(run=run).body == "hello"
     assert Checkpoint.objects.get(run=run).external_id == "ckpt-1"
-    assert list(StateChange.objects.filter(run=run).order_by("ts").values_list("state", flat=True)) == ["running", "failed"]
+    assert list(StateChange.objects.filter(run=run).order_by("ts").values_list("state", flat=True)) == [
+        "running",
+        "failed",
+    ]
     assert (run.state, run.failure_family, run.failure_detail) == ("failed", "timeout", "validator timed out")
     sub = Submission.objects.get(run=run)
     local = hashlib.sha256(submission.read_bytes()).hexdigest()
@@ -266,8 +286,10 @@ def test_upload_checks_the_servers_digest(server, tmp_path):
 
     f = tmp_path / "a.bin"
     f.write_bytes(b"\x00\x01" * 100)
-    with Client(url, token, "hill", "r-up", transport=Tampering()) as client, \
-            pytest.raises(SmrwebError, match="the server stored"):
+    with (
+        Client(url, token, "hill", "r-up", transport=Tampering()) as client,
+        pytest.raises(SmrwebError, match="the server stored"),
+    ):
         client.upload_artifact(f)
 
 
@@ -278,7 +300,9 @@ def test_n_calls_take_at_most_ceil_n_over_batch_requests(server):
     url, token = server
     transport = CountingTransport()
     n, batch = 230, 50
-    with Client(url, token, "hill", "r-batch", batch_size=batch, flush_interval=3600, transport=transport) as client:
+    with Client(
+        url, token, "hill", "r-batch", batch_size=batch, flush_interval=3600, transport=transport
+    ) as client:
         for i in range(n):
             client.log_metric("loss", 1.0 / (i + 1), step=i)
         assert client.flush(timeout=30)
@@ -304,6 +328,7 @@ def test_a_batch_goes_after_flush_interval_without_a_flush(server):
 def test_concurrent_threads_lose_nothing(server):
     url, token = server
     with Client(url, token, "hill", "r-threads", batch_size=300, flush_interval=0.05) as client:
+
         def work(t):
             for i in range(250):
                 client.log_metric(f"t{t}", float(i), step=i)
@@ -329,8 +354,14 @@ def test_flush_on_exit(server, tmp_path):
         "    smr.log_metric('loss', 1.0 / (i + 1), step=i)\n"
         "smr.set_state('done')\n"
     )
-    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=60,
-                          env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+    )
     assert done.returncode == 0, done.stderr
     run = run_of("r-exit")
     assert MetricPoint.objects.filter(run=run).count() == 500
@@ -352,8 +383,15 @@ def test_the_client_module_needs_only_httpx_and_the_standard_library(server, tmp
         "assert smr.flush(10)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'celery', 'smrweb', 'pydantic'}))\n"
     )
-    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert MetricPoint.objects.filter(run=run_of("r-standalone")).count() == 1
@@ -367,8 +405,16 @@ def test_retries_store_every_event_exactly_once(server, proxy):
     stored it again: the client retries the same ids and every event is stored once."""
     _, token = server
     proxy.inject("/events", "503", "429", "drop", "slow")
-    client = Client(proxy.url, token, "hill", "r-retry", flush_interval=3600, timeout=1.0, backoff_base=0.05,
-                    max_retries=6)
+    client = Client(
+        proxy.url,
+        token,
+        "hill",
+        "r-retry",
+        flush_interval=3600,
+        timeout=1.0,
+        backoff_base=0.05,
+        max_retries=6,
+    )
     for i in range(10):
         client.log_metric("loss", float(i))
     client.log_score(0.5, commit="c1")
@@ -434,8 +480,15 @@ def test_a_bad_token_fails_the_batch_once(server):
 
 def test_an_unreachable_server_gives_up_after_max_retries(server):
     _, token = server
-    client = Client(f"http://127.0.0.1:{closed_port()}", token, "hill", "r-down", flush_interval=3600,
-                    max_retries=2, backoff_base=0.01)
+    client = Client(
+        f"http://127.0.0.1:{closed_port()}",
+        token,
+        "hill",
+        "r-down",
+        flush_interval=3600,
+        max_retries=2,
+        backoff_base=0.01,
+    )
     for i in range(4):
         client.log_metric("loss", float(i))
     assert client.flush(timeout=30)
@@ -472,9 +525,23 @@ def _run_doc_python(marker: str, server, cwd: Path, run: str) -> subprocess.Comp
     url, token = server
     lang, code = doc_block(marker)
     assert lang == "python"
-    env = {**os.environ, "SMRWEB_URL": url, "SMRWEB_TOKEN": token, "SMRWEB_PROJECT": "hill", "SMRWEB_RUN": run}
+    env = {
+        **os.environ,
+        "SMRWEB_URL": url,
+        "SMRWEB_TOKEN": token,
+        "SMRWEB_PROJECT": "hill",
+        "SMRWEB_RUN": run,
+    }
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -494,4 +561,7 @@ def test_docs_full_example(server, tmp_path):
     assert MetricPoint.objects.filter(run=run, key="loss").count() == 3
     sub = Submission.objects.get(run=run)
     assert sub.artifact is not None
-    assert sub.artifact.blob.sha256 == hashlib.sha256((tmp_path / "submission" / "optimizer.py").read_bytes()).hexdigest()
+    assert (
+        sub.artifact.blob.sha256
+        == hashlib.sha256((tmp_path / "submission" / "optimizer.py").read_bytes()).hexdigest()
+    )

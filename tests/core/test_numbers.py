@@ -19,15 +19,18 @@ from smrweb.dashboard.templatetags import smrweb as filters
 SMRWEB = Path(__file__).resolve().parents[2] / "smrweb"
 
 
-@pytest.mark.parametrize(("value", "page", "text"), [
-    (0.0123, "+0.0123", "+0.0123"),
-    (-4.5, "−4.5", "-4.5"),
-    (0, "0", "0"),
-    (-0.0, "0", "0"),
-    (1234567.0, "+1,234,567", "+1,234,567"),
-    (0.123456789, "+0.1235", "+0.123457"),
-    (None, "—", "n/a"),
-])
+@pytest.mark.parametrize(
+    ("value", "page", "text"),
+    [
+        (0.0123, "+0.0123", "+0.0123"),
+        (-4.5, "−4.5", "-4.5"),
+        (0, "0", "0"),
+        (-0.0, "0", "0"),
+        (1234567.0, "+1,234,567", "+1,234,567"),
+        (0.123456789, "+0.1235", "+0.123457"),
+        (None, "—", "n/a"),
+    ],
+)
 def test_a_difference_is_written_with_one_sign_rule_on_pages_and_in_text(value, page, text):
     assert filters.signed(value) == numbers.signed(value) == page
     assert numbers.signed_text(value) == text
@@ -69,10 +72,16 @@ def test_no_module_but_core_numbers_writes_a_sign_by_hand():
         if path.name == "numbers.py" and path.parent.name == "core" or "simulator" in path.parts:
             continue  # the simulator stands in for an outside service and writes its own text
         source = path.read_text()
-        docstrings = {n.value.lineno for n in ast.walk(ast.parse(source))
-                      if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-        offenders += [f"{path.relative_to(SMRWEB)}:{line}" for line in _hand_made_signs(source)
-                      if line not in docstrings]
+        docstrings = {
+            n.value.lineno
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+        }
+        offenders += [
+            f"{path.relative_to(SMRWEB)}:{line}"
+            for line in _hand_made_signs(source)
+            if line not in docstrings
+        ]
     assert not offenders, f"write signed numbers with smrweb.core.numbers: {offenders}"
 
 

@@ -15,12 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
-from smrweb.sources import dispatch
-from smrweb.sources import sync
+from smrweb.sources import dispatch, sync
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Rollback, SourceHealth, SourceKind
+from smrweb.tracking.services import rollbacks
 from tests.conftest import wait_for
 
 SECRET = "INTERNAL-ONLY-SECRET-4711"
@@ -38,8 +37,11 @@ class Service:
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 service.requests.append(self.path)
-                status, headers, body = (service.answers.pop(0) if service.answers
-                                         else (200, {}, json.dumps({"internal": SECRET}).encode()))
+                status, headers, body = (
+                    service.answers.pop(0)
+                    if service.answers
+                    else (200, {}, json.dumps({"internal": SECRET}).encode())
+                )
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -101,7 +103,10 @@ REVIEW_URLS = [
     "http://[2002:7f00:1::1]/",  # 6to4 of 127.0.0.1
     "http://[fe80::1]/",
     "http://224.0.0.1/",
-    "ftp://x.example/", "file:///etc/passwd", "gopher://127.0.0.1:6379/_", "javascript:alert(1)",
+    "ftp://x.example/",
+    "file:///etc/passwd",
+    "gopher://127.0.0.1:6379/_",
+    "javascript:alert(1)",
 ]
 
 
@@ -116,10 +121,14 @@ def test_every_address_the_review_stored_is_refused_when_saved(project, alice, g
 
 def test_the_settings_page_says_why_as_a_form_error(client, alice, project, guard_on):
     client.force_login(alice)
-    response = client.post("/projects/hill/settings/", {"rollback_webhook_url": "http://169.254.169.254/latest/"})
+    response = client.post(
+        "/projects/hill/settings/", {"rollback_webhook_url": "http://169.254.169.254/latest/"}
+    )
     assert response.status_code == 400
-    assert "169.254.169.254 is a link-local address: smrweb sends only to public addresses" in \
-        response.content.decode()
+    assert (
+        "169.254.169.254 is a link-local address: smrweb sends only to public addresses"
+        in response.content.decode()
+    )
 
 
 @pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2001:4860:4860::8888", "2606:4700::1111"])
@@ -134,7 +143,9 @@ def _rollback_for(project, bob, url: str) -> Rollback:
 
     project.rollback_webhook_url = url  # as stored before this fix (or a name whose address changed since)
     project.save()
-    services.ingest_events(project, "r1", parse_events(b'[{"id": "cp1", "type": "checkpoint", "label": "x"}]'))
+    services.ingest_events(
+        project, "r1", parse_events(b'[{"id": "cp1", "type": "checkpoint", "label": "x"}]')
+    )
     checkpoint = project.runs.get().checkpoints.get()
     return rollbacks.request_rollback(by=bob, reason="r", checkpoint=checkpoint).rollback
 
@@ -157,7 +168,9 @@ def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, servi
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_an_allowed_receiver_is_reached_and_its_answer_is_never_shown(client, bob, project, service, celery_worker):
+def test_an_allowed_receiver_is_reached_and_its_answer_is_never_shown(
+    client, bob, project, service, celery_worker
+):
     from smrweb.sources.tasks import dispatch_rollback
 
     rollback = _rollback_for(project, bob, service.url())  # 127.0.0.1: on the operator's list
@@ -205,10 +218,20 @@ def test_a_huge_answer_is_read_only_up_to_the_cap(service, settings):
     assert outbound.post(service.url(), content=b"{}", headers={}, timeout=5).status == 500
 
 
-@pytest.mark.parametrize(("header", "seconds"), [
-    ("inf", None), ("Infinity", None), ("nan", None), ("1e12", None), ("-5", None), ("soon", None), ("", None),
-    ("7", 7.0), ("999999999999999999999", 999999999999.0),
-])
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("inf", None),
+        ("Infinity", None),
+        ("nan", None),
+        ("1e12", None),
+        ("-5", None),
+        ("soon", None),
+        ("", None),
+        ("7", 7.0),
+        ("999999999999999999999", 999999999999.0),
+    ],
+)
 def test_retry_after_is_read_safely(header, seconds):
     assert dispatch.retry_after(header) == seconds
 
@@ -223,7 +246,9 @@ def test_the_backoff_never_exceeds_its_cap_whatever_the_hint(hint, settings):
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("retry_after", ["inf", "1e12", "999999999999"])
-def test_a_hostile_retry_after_neither_wedges_nor_outlives_the_maximum(bob, project, retry_after, celery_worker):
+def test_a_hostile_retry_after_neither_wedges_nor_outlives_the_maximum(
+    bob, project, retry_after, celery_worker
+):
     """The review's `/r429inf` and `/r429big`: the rollback is retried with a capped delay, and fails
     clearly after SMRWEB_ROLLBACK_MAX_ATTEMPTS (4 for the suite's worker), instead of staying dispatched."""
     from smrweb.sources.tasks import dispatch_rollback
@@ -241,7 +266,9 @@ def test_a_hostile_retry_after_neither_wedges_nor_outlives_the_maximum(bob, proj
     assert "inf" not in rollback.detail and "1e+12" not in rollback.detail
 
 
-def test_a_copy_queued_again_after_the_last_attempt_gives_up_instead_of_sending(bob, project, service, settings):
+def test_a_copy_queued_again_after_the_last_attempt_gives_up_instead_of_sending(
+    bob, project, service, settings
+):
     """The stale-action sweep queues a new task (Celery's retry count starts again at 0): the attempts
     counted on the rollback stop it."""
     settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS = 2
@@ -257,8 +284,9 @@ def test_a_projects_own_smr_backend_goes_through_the_guard(db, start_sim, guard_
     """A per-project backend address pointing at loopback (the simulator) is not called at all."""
     sim = start_sim(api_key="k", project_ids=["p"], runs=1, tick=0.1)
     with pytest.raises(InvalidInput) as refused:  # refused when set...
-        services.create_project("smr", source=SourceKind.SMR, smr_project_id="p", smr_api_key="k",
-                                smr_backend_base=sim.url)
+        services.create_project(
+            "smr", source=SourceKind.SMR, smr_project_id="p", smr_api_key="k", smr_backend_base=sim.url
+        )
     assert refused.value.field == "smr_backend_base"
     bound = services.create_project("smr", source=SourceKind.SMR, smr_project_id="p", smr_api_key="k")
     bound.source_settings = {**bound.source_settings, "backend_base": sim.url}  # ...and when sent

@@ -80,12 +80,14 @@ def test_exit_0_passes_and_the_validator_reads_the_artifact():
 
 
 def test_exit_1_fails_and_keeps_stdout_and_stderr_in_order():
-    result = run(py("""
+    result = run(
+        py("""
         import sys
         print("checking", flush=True)
         print("bad opset", file=sys.stderr, flush=True)
         sys.exit(1)
-    """))
+    """)
+    )
     assert (result.outcome, result.exit_code, result.detail) == ("failed", 1, "exited 1")
     assert result.output_tail == "checking\nbad opset\n"
 
@@ -120,15 +122,18 @@ def test_death_by_a_signal_fails():
 # --- command shape ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("command", "detail"), [
-    (None, "no command configured"),
-    ([], "no command configured"),
-    ([""], "no command configured"),
-    ("onnxcheck {artifact}", "command must be an argument list, not a shell string"),
-    ({"cmd": "x"}, "command must be an argument list"),
-    (["onnxcheck", 3], "command must be an argument list of strings"),
-    (["onnxcheck", "a\x00b"], "command must not contain NUL characters"),
-])
+@pytest.mark.parametrize(
+    ("command", "detail"),
+    [
+        (None, "no command configured"),
+        ([], "no command configured"),
+        ([""], "no command configured"),
+        ("onnxcheck {artifact}", "command must be an argument list, not a shell string"),
+        ({"cmd": "x"}, "command must be an argument list"),
+        (["onnxcheck", 3], "command must be an argument list of strings"),
+        (["onnxcheck", "a\x00b"], "command must not contain NUL characters"),
+    ],
+)
 def test_a_command_that_is_not_an_argument_list_cannot_verify(command, detail, sandbox_parent):
     result = run(command)
     assert result == SandboxResult("cannot_verify", None, "", 0.0, detail)
@@ -137,8 +142,9 @@ def test_a_command_that_is_not_an_argument_list_cannot_verify(command, detail, s
 
 def test_a_missing_binary_cannot_verify():
     result = run(["smrweb-no-such-validator-xyz", "{artifact}"])
-    assert result == SandboxResult("cannot_verify", None, "", 0.0,
-                                   "`smrweb-no-such-validator-xyz` is not installed on this worker")
+    assert result == SandboxResult(
+        "cannot_verify", None, "", 0.0, "`smrweb-no-such-validator-xyz` is not installed on this worker"
+    )
 
 
 def test_a_file_without_execute_permission_cannot_verify(tmp_path):
@@ -170,8 +176,14 @@ def test_shell_metacharacters_are_passed_literally(tmp_path):
 
 def test_placeholders_are_replaced_inside_arguments_in_one_pass(tmp_path):
     result = run(
-        py("import sys; print('\\n'.join(sys.argv[1:]))",
-           "--model={artifact}", "{workdir}", "{validators}/check.py", "{unknown}", '{"json": {python}}'),
+        py(
+            "import sys; print('\\n'.join(sys.argv[1:]))",
+            "--model={artifact}",
+            "{workdir}",
+            "{validators}/check.py",
+            "{unknown}",
+            '{"json": {python}}',
+        ),
         name="x{workdir}y.onnx",
         extra_placeholders={"validators": "/srv/validators"},
     )
@@ -220,11 +232,13 @@ def test_a_process_left_behind_by_a_finished_validator_is_killed():
 
 def test_a_process_that_left_the_group_does_not_hang_the_sandbox(monkeypatch):
     monkeypatch.setattr(sandbox, "DRAIN_S", 0.3)
-    result = run(py("""
+    result = run(
+        py("""
         import subprocess
         p = subprocess.Popen(["sleep", "600"], start_new_session=True)
         print(p.pid, flush=True)
-    """))
+    """)
+    )
     escaped = int(result.output_tail)
     try:
         assert result.outcome == "passed"
@@ -281,12 +295,15 @@ def test_nul_bytes_in_the_output_are_replaced():
 
 def test_progress_reports_the_latest_line_at_most_every_half_second():
     lines = []
-    result = run(py("""
+    result = run(
+        py("""
         import time
         for i in range(6):
             print(f"step {i}")
             time.sleep(0.25)
-    """), on_progress=lines.append)
+    """),
+        on_progress=lines.append,
+    )
     assert result.outcome == "passed"
     assert 1 <= len(lines) <= 5  # 1.5 s of output: throttled, not once per line
     assert all(line.startswith("step ") for line in lines)
@@ -311,8 +328,16 @@ def test_the_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("SMR_API_KEY", "hunter2-smr")
     result = run(["env"])
     env = dict(line.split("=", 1) for line in result.output_tail.splitlines())
-    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL",
-                        "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE", "PYTHONUNBUFFERED"}
+    assert set(env) == {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONNOUSERSITE",
+        "PYTHONUNBUFFERED",
+    }
     assert "hunter2" not in result.output_tail
     assert env["HOME"] == env["TMPDIR"]
     assert env["LC_ALL"] == "C.UTF-8"
@@ -329,20 +354,23 @@ def test_python3_is_the_workers_interpreter_and_runs_in_the_workdir():
 # --- artifact placement -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("submission/policy.onnx", "submission/policy.onnx"),
-    ("../../escape.txt", "escape.txt"),
-    ("/etc/passwd", "etc/passwd"),
-    ("a/../../b", "a/b"),
-    ("..", "artifact"),
-    ("", "artifact"),
-    ("\x00", "_"),
-    ("a\x00b/../c", "a_b/c"),
-    ("..\\..\\win\\model.bin", "win/model.bin"),
-    ("./././x", "x"),
-    ("  ", "artifact"),
-    ("-rf", "-rf"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("submission/policy.onnx", "submission/policy.onnx"),
+        ("../../escape.txt", "escape.txt"),
+        ("/etc/passwd", "etc/passwd"),
+        ("a/../../b", "a/b"),
+        ("..", "artifact"),
+        ("", "artifact"),
+        ("\x00", "_"),
+        ("a\x00b/../c", "a_b/c"),
+        ("..\\..\\win\\model.bin", "win/model.bin"),
+        ("./././x", "x"),
+        ("  ", "artifact"),
+        ("-rf", "-rf"),
+    ],
+)
 def test_safe_artifact_path_removes_every_way_out(name, expected):
     assert safe_artifact_path(name) == PurePosixPath(expected)
 
@@ -355,16 +383,34 @@ def test_safe_artifact_path_bounds_long_and_deep_names():
     assert len(str(safe_artifact_path("é" * 300)).encode()) <= 255
 
 
-@pytest.mark.parametrize("name", ["../../escape.txt", "/etc/passwd", "a/../../b", "..", "\x00",
-                                  "../../../../../../../../../../../../tmp/escape", "..\\..\\escape"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../escape.txt",
+        "/etc/passwd",
+        "a/../../b",
+        "..",
+        "\x00",
+        "../../../../../../../../../../../../tmp/escape",
+        "..\\..\\escape",
+    ],
+)
 def test_escaping_artifact_names_stay_inside_the_sandbox(name, sandbox_parent, tmp_path):
     before = files_under(tmp_path)
-    result = run(py("""
+    result = run(
+        py(
+            """
         import os, sys
         artifact, workdir = sys.argv[1:]
         print(os.path.realpath(artifact).startswith(os.path.realpath(workdir) + os.sep))
         print(open(artifact, "rb").read().decode())
-    """, "{artifact}", "{workdir}"), b"payload", name=name)
+    """,
+            "{artifact}",
+            "{workdir}",
+        ),
+        b"payload",
+        name=name,
+    )
     assert result.output_tail == "True\npayload\n", result
     assert files_under(tmp_path) == before  # nothing written outside, and the sandbox itself is gone
 
@@ -378,14 +424,21 @@ def test_a_large_artifact_is_streamed_from_a_file_object(tmp_path):
     tracemalloc.start()
     try:
         with open(source, "rb") as artifact:
-            result = run(py("""
+            result = run(
+                py(
+                    """
                 import hashlib, sys
                 h = hashlib.sha256()
                 with open(sys.argv[1], "rb") as f:
                     for chunk in iter(lambda: f.read(1 << 20), b""):
                         h.update(chunk)
                 print(h.hexdigest())
-            """, "{artifact}"), artifact, name="submission/big.onnx")
+            """,
+                    "{artifact}",
+                ),
+                artifact,
+                name="submission/big.onnx",
+            )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -22,9 +22,11 @@ from django.conf import settings
 from smrweb.core import sandbox
 from smrweb.core.sandbox import CANNOT_VERIFY, FAILED, PASSED, Confinement, run_validator
 
-pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is installed by make test")
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is installed by make test"
+)
 
-ESCAPES = r'''
+ESCAPES = r"""
 import json, os, socket, subprocess, sys
 out = {}
 def attempt(name, fn):
@@ -65,7 +67,7 @@ def big_write():
 attempt("big write", big_write)
 attempt("big allocation", lambda: len(bytearray(3 * 1024 ** 3)))
 print("RESULT " + json.dumps(out))
-'''
+"""
 
 
 def escape(tmp_path, **confine) -> tuple[dict, object]:
@@ -88,14 +90,25 @@ def escape(tmp_path, **confine) -> tuple[dict, object]:
     sleep_for = f"97.{tag}"
     secret, database = settings.DATA_DIR / "secret_key", Path(settings.DATABASES["default"]["NAME"])
     limits = {"memory_bytes": 1024**3, "file_bytes": 32 * 1024**2, "processes": 32, **confine}
-    result = run_validator([sys.executable, "{artifact}", str(secret), str(database),
-                            str(listener.getsockname()[1]), tag, sleep_for],
-                           ESCAPES.encode(), artifact_name="submission/selftest.py", timeout=60,
-                           confinement=Confinement(**limits))
+    result = run_validator(
+        [
+            sys.executable,
+            "{artifact}",
+            str(secret),
+            str(database),
+            str(listener.getsockname()[1]),
+            tag,
+            sleep_for,
+        ],
+        ESCAPES.encode(),
+        artifact_name="submission/selftest.py",
+        timeout=60,
+        confinement=Confinement(**limits),
+    )
     time.sleep(0.5)
     listener.close()
     line = next(line for line in result.output_tail.splitlines() if line.startswith("RESULT "))
-    found = json.loads(line[len("RESULT "):])
+    found = json.loads(line[len("RESULT ") :])
     found["connections seen"] = len(accepted)
     found["sleep outlived"] = any(sleep_for in _cmdline(pid) for pid in _pids())
     found["tmp leaked"] = Path(f"/tmp/pwned-{tag}").exists()
@@ -125,8 +138,17 @@ def test_every_escape_of_the_review_is_contained(tmp_path, db):
     assert found["write /usr"][0] == "refused" and found["write /etc"][0] == "refused"
     assert found["write /tmp"][0] == "ok" and not found["tmp leaked"]  # a private /tmp
     assert found["uid"] == 65534
-    assert set(found["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE",
-                                 "PYTHONNOUSERSITE", "PYTHONUNBUFFERED", "PWD"}  # PWD: /sandbox, set by bwrap
+    assert set(found["env"]) <= {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONNOUSERSITE",
+        "PYTHONUNBUFFERED",
+        "PWD",
+    }  # PWD: /sandbox, set by bwrap
     assert found["cwd"] == "/sandbox" and found["artifact"] == "/sandbox/artifact/submission/selftest.py"
     assert found["forks"] < 32  # RLIMIT_NPROC
     assert found["big write"] == ["refused", "OSError"]  # RLIMIT_FSIZE: EFBIG
@@ -136,35 +158,48 @@ def test_every_escape_of_the_review_is_contained(tmp_path, db):
 
 
 def test_a_cpu_loop_is_stopped_by_its_cpu_limit():
-    result = run_validator([sys.executable, "-c", "while True: pass"], b"", artifact_name="a", timeout=60,
-                           confinement=Confinement(cpu_seconds=1))
-    assert result.outcome == FAILED and result.detail in ("killed by signal SIGXCPU", "killed by signal SIGKILL"), result
+    result = run_validator(
+        [sys.executable, "-c", "while True: pass"],
+        b"",
+        artifact_name="a",
+        timeout=60,
+        confinement=Confinement(cpu_seconds=1),
+    )
+    assert result.outcome == FAILED and result.detail in (
+        "killed by signal SIGXCPU",
+        "killed by signal SIGKILL",
+    ), result
 
 
 def test_the_shipped_validator_runs_confined(tmp_path):
     validators = Path(settings.BASE_DIR) / "smrweb" / "validators"
     good = b"class Optimizer:\n    def step(self):\n        return 0\n"
-    result = run_validator([sys.executable, "{validators}/optimizer_py.py", "{artifact}"], good,
-                           artifact_name="submission/optimizer.py", extra_placeholders={"validators": str(validators)},
-                           confinement=Confinement(readonly=(str(validators),)))
+    result = run_validator(
+        [sys.executable, "{validators}/optimizer_py.py", "{artifact}"],
+        good,
+        artifact_name="submission/optimizer.py",
+        extra_placeholders={"validators": str(validators)},
+        confinement=Confinement(readonly=(str(validators),)),
+    )
     assert result.outcome in (PASSED, FAILED) and "could not start" not in result.detail, result
     assert "No such file" not in result.output_tail and "Permission denied" not in result.output_tail
 
 
 def test_without_bubblewrap_nothing_runs_and_it_says_so():
     marker = Path(f"/tmp/smrweb-unconfined-{os.getpid()}")
-    result = run_validator(["touch", str(marker)], b"", artifact_name="a",
-                           confinement=Confinement(bwrap="/nonexistent/bwrap"))
+    result = run_validator(
+        ["touch", str(marker)], b"", artifact_name="a", confinement=Confinement(bwrap="/nonexistent/bwrap")
+    )
     assert result.outcome == CANNOT_VERIFY and "bubblewrap (`bwrap`) is not installed" in result.detail
     assert not marker.exists()
 
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import sys
     from smrweb.core.sandbox import Confinement, run_validator
     print("started", flush=True)
     run_validator(["sleep", sys.argv[1]], b"", artifact_name="a", timeout=120, confinement=Confinement())
-''')
+""")
 
 
 def test_a_killed_worker_takes_its_validator_along_and_the_next_one_removes_its_work_directory(tmp_path):
@@ -172,10 +207,13 @@ def test_a_killed_worker_takes_its_validator_along_and_the_next_one_removes_its_
     and its work directory on disk."""
     sleep_for = f"98.{os.getpid()}"
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, sleep_for], env=env, stdout=subprocess.PIPE,
-                              cwd=settings.BASE_DIR)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, sleep_for], env=env, stdout=subprocess.PIPE, cwd=settings.BASE_DIR
+    )
     assert worker.stdout.readline().strip() == b"started"
-    running = f"sleep {sleep_for}"  # the validator (and its bwrap), not the worker, whose argv holds sleep_for too
+    running = (
+        f"sleep {sleep_for}"  # the validator (and its bwrap), not the worker, whose argv holds sleep_for too
+    )
     deadline = time.monotonic() + 20
     while not any(running in _cmdline(pid) for pid in _pids()):
         assert time.monotonic() < deadline, "the validator never started"
@@ -221,9 +259,9 @@ def test_the_reviews_exec_scenario_through_the_real_worker(bob, project, celery_
     project.scenario.validator_command = ["python3", "{artifact}"]
     project.scenario.save()
     sub = scored_with_artifact(project, REPORT)
-    from smrweb.tracking.services import submissions as lifecycle
-    from smrweb.tracking.models import Submission
     from smrweb.sources.tasks import verify_submission
+    from smrweb.tracking.models import Submission
+    from smrweb.tracking.services import submissions as lifecycle
     from tests.conftest import wait_for
 
     lifecycle.request_verification(sub, by=bob)
@@ -241,9 +279,9 @@ def test_a_copy_delivered_while_the_validator_runs_does_not_run_it_twice(bob, pr
     running one holds a claim its heartbeat renews; a second copy skips."""
     from django.core.cache import cache
 
-    from smrweb.tracking.services import submissions as lifecycle
-    from smrweb.tracking.models import Submission
     from smrweb.sources.tasks import _running_key, verify_submission
+    from smrweb.tracking.models import Submission
+    from smrweb.tracking.services import submissions as lifecycle
     from tests.sources.test_submission_loop import scored_with_artifact
 
     sub = scored_with_artifact(project, b"ok")

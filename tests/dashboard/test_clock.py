@@ -37,14 +37,33 @@ def figure(body: str, script_id: str) -> dict:
 
 @pytest.fixture
 def run_page(project):
-    push(project, "tz-1", {"type": "state", "state": "running", "ts": at(0)},
-         {"type": "agent.turn", "turn": 1, "actor": "driver", "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.01,
-          "ts": at(1)},
-         {"type": "score", "score": 0.5, "ts": at(0.5)},  # before any turn: no turn to name
-         {"type": "agent.turn", "turn": 7, "actor": "worker-2", "parent_actor": "driver", "tokens_in": 100,
-          "tokens_out": 10, "cost_usd": 0.01, "ts": at(2)},
-         {"type": "score", "score": 0.7, "ts": at(3)},
-         {"type": "state", "state": "done", "ts": at(4)})
+    push(
+        project,
+        "tz-1",
+        {"type": "state", "state": "running", "ts": at(0)},
+        {
+            "type": "agent.turn",
+            "turn": 1,
+            "actor": "driver",
+            "tokens_in": 100,
+            "tokens_out": 10,
+            "cost_usd": 0.01,
+            "ts": at(1),
+        },
+        {"type": "score", "score": 0.5, "ts": at(0.5)},  # before any turn: no turn to name
+        {
+            "type": "agent.turn",
+            "turn": 7,
+            "actor": "worker-2",
+            "parent_actor": "driver",
+            "tokens_in": 100,
+            "tokens_out": 10,
+            "cost_usd": 0.01,
+            "ts": at(2),
+        },
+        {"type": "score", "score": 0.7, "ts": at(3)},
+        {"type": "state", "state": "done", "ts": at(4)},
+    )
     return "/projects/hill/runs/tz-1/"
 
 
@@ -94,7 +113,10 @@ def test_local_without_a_zone_from_the_browser_is_refused_and_utc_stays(client_a
     assert response.status_code == 200
     assert "did not report a time zone" in response.content.decode()
     assert not UserPreference.objects.filter(user=alice).exists()
-    assert client_alice.post("/preferences/", {"clock": "local", "local_zone": "Mars/Olympus"}).status_code == 200
+    assert (
+        client_alice.post("/preferences/", {"clock": "local", "local_zone": "Mars/Olympus"}).status_code
+        == 200
+    )
     assert not UserPreference.objects.filter(user=alice).exists()
 
 
@@ -128,8 +150,15 @@ def test_time_axes_have_no_fixed_range_that_a_poll_would_move(client_alice, run_
     viewer's zoom despite uirevision; the axes autorange over traces that span the run instead."""
     fig = figure(client_alice.get(run_page).content.decode(), "run-timeline-data")
     assert "range" not in fig["layout"]["xaxis"] and fig["layout"]["uirevision"]
-    fig = charts.project_scores_figure([("r", "/r/", [(T0, 1.0)])], [(T0, 1.0)], maximize=True, metric="m",
-                                       start=T0, end=T0 + timedelta(hours=1), uirevision="p")
+    fig = charts.project_scores_figure(
+        [("r", "/r/", [(T0, 1.0)])],
+        [(T0, 1.0)],
+        maximize=True,
+        metric="m",
+        start=T0,
+        end=T0 + timedelta(hours=1),
+        uirevision="p",
+    )
     assert "range" not in fig["layout"]["xaxis"]
     assert fig["data"][-1]["x"][-1] == "2026-11-21 13:00:00.000"  # the best-so-far line reaches the end
 
@@ -150,7 +179,9 @@ def test_relative_times_carry_their_moment_for_the_page_to_keep_current():
     moment = timezone.now() - timedelta(seconds=90)
     html = str(ago(moment))
     assert re.fullmatch(r'<time datetime="[^"]+" data-ago="long">1m 30s ago</time>', html)
-    assert datetime.fromisoformat(re.search(r'datetime="([^"]+)"', html).group(1)) == moment.replace(microsecond=0)
+    assert datetime.fromisoformat(re.search(r'datetime="([^"]+)"', html).group(1)) == moment.replace(
+        microsecond=0
+    )
     assert re.fullmatch(r'<time datetime="[^"]+" data-ago="short">1m ago</time>', str(ago_short(moment)))
     assert ago(None) == "never"
 

@@ -37,8 +37,15 @@ def score(value, **delta):
 
 
 def turn(n, cost, *, actor="driver", tokens_in=1000, tokens_out=100, **delta):
-    event = {"type": "agent.turn", "turn": n, "actor": actor, "cost_usd": cost, "tokens_in": tokens_in,
-             "tokens_out": tokens_out, "ts": at(**delta)}
+    event = {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "cost_usd": cost,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "ts": at(**delta),
+    }
     if actor != "driver":
         event["parent_actor"] = "driver"
     return event
@@ -66,12 +73,25 @@ def row(body: str, run_id: str) -> str:
 @pytest.fixture
 def two_runs(project):
     # a (baseline): scores 0.2 → 0.5 → 0.4, a driver and a child turn ($0.75), done after 1.5 h.
-    push(project, "a", score(0.2, minutes=0), score(0.5, minutes=30), score(0.4, minutes=60),
-         turn(0, 0.25, tokens_in=1000, tokens_out=100, minutes=1),
-         turn(0, 0.5, actor="w1", tokens_in=10, tokens_out=0, minutes=2), done(minutes=90))
+    push(
+        project,
+        "a",
+        score(0.2, minutes=0),
+        score(0.5, minutes=30),
+        score(0.4, minutes=60),
+        turn(0, 0.25, tokens_in=1000, tokens_out=100, minutes=1),
+        turn(0, 0.5, actor="w1", tokens_in=10, tokens_out=0, minutes=2),
+        done(minutes=90),
+    )
     # b: scores 0.1 → 0.9, one turn ($0.10), done after 30 min.
-    push(project, "b", score(0.1, minutes=0), score(0.9, minutes=20), turn(0, 0.1, tokens_in=500, tokens_out=50, minutes=1),
-         done(minutes=30))
+    push(
+        project,
+        "b",
+        score(0.1, minutes=0),
+        score(0.9, minutes=20),
+        turn(0, 0.1, tokens_in=500, tokens_out=50, minutes=1),
+        done(minutes=30),
+    )
 
 
 def test_two_runs_show_values_and_deltas_against_the_first(client_alice, two_runs):
@@ -93,11 +113,25 @@ def test_two_runs_show_values_and_deltas_against_the_first(client_alice, two_run
     body = response.content.decode()
     base = row(body, "a")
     assert "baseline" in base and 'class="delta' not in base  # the baseline has no deltas
-    assert ">0.4<" in base and '<b title="reached 30m after the start">0.5</b>' in base and "$0.75" in base and ">1h 30m<" in base and ">0.4</span>" in base
+    assert (
+        ">0.4<" in base
+        and '<b title="reached 30m after the start">0.5</b>' in base
+        and "$0.75" in base
+        and ">1h 30m<" in base
+        and ">0.4</span>" in base
+    )
     other = row(body, "b")
-    for text in ('<span class="delta good" title="+0.5 (+125%) against a">+0.5</span>',
-                 '<span class="delta good" title="+0.4 (+80%) against a">+0.4</span>',
-                 ">−1<", ">−560<", ">−$0.65<", ">+7.6<", ">−1h<", ">30m<", ">8</span>"):
+    for text in (
+        '<span class="delta good" title="+0.5 (+125%) against a">+0.5</span>',
+        '<span class="delta good" title="+0.4 (+80%) against a">+0.4</span>',
+        ">−1<",
+        ">−560<",
+        ">−$0.65<",
+        ">+7.6<",
+        ">−1h<",
+        ">30m<",
+        ">8</span>",
+    ):
         assert text in other, text
 
 
@@ -110,7 +144,9 @@ def test_minimize_scenario_turns_gain_and_tones_around(client, alice, django_use
     response = client.get("/projects/fast/compare/?runs=a&runs=b")
     a, b = response.context["comparison"].runs
     assert a.gain_per_usd == 6.0 and b.gain_per_usd == 4.0  # first − best when lower is better
-    assert '<span class="delta bad" title="+2 (+50%) against a">+2</span>' in row(response.content.decode(), "b")
+    assert '<span class="delta bad" title="+2 (+50%) against a">+2</span>' in row(
+        response.content.decode(), "b"
+    )
 
 
 def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alice, two_runs, project):
@@ -128,8 +164,12 @@ def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alic
     assert spend["data"][0]["y"] == [0, 0.25, 0.75, 0.75]  # from zero, cumulative, held to the run's end
     assert spend["data"][0]["x"] == [0, 1, 2, 90]
     turns = figure(body, "compare-turns-data")
-    assert [t["name"] for t in turns["data"]] == ["driver inference USD", "child work USD", "tokens in / turn",
-                                                  "tokens out / turn"]
+    assert [t["name"] for t in turns["data"]] == [
+        "driver inference USD",
+        "child work USD",
+        "tokens in / turn",
+        "tokens out / turn",
+    ]
     assert turns["data"][0]["y"] == ["a", "b"] and turns["data"][0]["x"] == [0.25, 0.1]
     assert turns["data"][1]["x"] == [0.5, 0]
     assert all(f["layout"]["uirevision"] == scores["layout"]["uirevision"] for f in (spend, turns))
@@ -138,7 +178,9 @@ def test_charts_are_json_with_a_trace_per_run_and_one_colour_per_run(client_alic
     assert spend["data"][1]["line"]["color"] == colour_b
     assert f'fill="{colour_b}"' in row(body, "b")
     assert colour_b != scores["data"][1]["line"]["color"]
-    assert re.search(r'<div class="plot" data-plot="compare-score-data" role="img"\s+aria-label="score of 3 runs', body)
+    assert re.search(
+        r'<div class="plot" data-plot="compare-score-data" role="img"\s+aria-label="score of 3 runs', body
+    )
     assert "vendor/plotly.min.js" in body and "cdn" not in body.lower()
 
 
@@ -191,8 +233,14 @@ def test_sql_thinning_keeps_first_last_and_best_and_an_exact_frontier(project):
 
 def test_query_count_does_not_grow_with_runs(client_alice, project, django_assert_max_num_queries):
     for i in range(50):
-        push(project, f"r{i:02d}", score(0.1 * (i % 10), minutes=0), score(0.5, minutes=5),
-             turn(0, 0.01, minutes=1), turn(1, 0.02, actor="w", minutes=2))
+        push(
+            project,
+            f"r{i:02d}",
+            score(0.1 * (i % 10), minutes=0),
+            score(0.5, minutes=5),
+            turn(0, 0.01, minutes=1),
+            turn(1, 0.02, actor="w", minutes=2),
+        )
     with django_assert_max_num_queries(12) as two:
         assert client_alice.get(query("r00", "r01")).status_code == 200
     with django_assert_max_num_queries(len(two.captured_queries)):
@@ -213,12 +261,17 @@ def test_login_required(client, project):
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 
 
-def test_more_than_fifty_runs_are_refused_with_a_message(client_alice, project, django_assert_max_num_queries):
+def test_more_than_fifty_runs_are_refused_with_a_message(
+    client_alice, project, django_assert_max_num_queries
+):
     with django_assert_max_num_queries(8):
         response = client_alice.get(query(*[f"r{i}" for i in range(51)]))
     assert response.status_code == 400
     body = response.content.decode()
-    assert '<div class="alert bad" role="alert" id="compare-error">51 runs were picked; Compare takes at most 50.' in body
+    assert (
+        '<div class="alert bad" role="alert" id="compare-error">51 runs were picked; Compare takes at most 50.'
+        in body
+    )
     assert "compare-score-data" not in body
 
 
@@ -267,7 +320,7 @@ def test_row_links_make_a_baseline_or_drop_a_run(client_alice, two_runs):
 
 
 def test_hostile_run_ids_are_escaped(client_alice, two_runs):
-    hostile = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>']
+    hostile = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>']
     response = client_alice.get(URL, {"runs": ["a", "b", *hostile]})
     assert response.status_code == 200
     body = response.content.decode()
@@ -294,7 +347,10 @@ def test_series_are_thinned_in_sql_not_in_python(project):
     a, b = project.runs.order_by("external_id")
     rows = sorted(compare.spend_rows([a, b], per_run=50), key=lambda r: (r[0], r[3]))
     a_rows = [r for r in rows if r[0] == a.pk]
-    assert [r[3] for r in a_rows] == [*range(1, 1000, 21), 1000]  # every 21st turn (1000 // 50 + 1) and the last
+    assert [r[3] for r in a_rows] == [
+        *range(1, 1000, 21),
+        1000,
+    ]  # every 21st turn (1000 // 50 + 1) and the last
     assert float(a_rows[-1][2]) == pytest.approx(10.0) and float(a_rows[1][2]) == pytest.approx(0.22)
     assert [float(r[2]) for r in rows if r[0] == b.pk] == [0.5]
     rows = sorted(compare.score_rows([a, b], maximize=True, per_run=50), key=lambda r: r[4])
@@ -311,7 +367,9 @@ def test_fifty_run_colours_are_distinct_and_readable_on_white():
 
 
 def test_a_best_score_repeated_many_times_brings_back_one_row_not_all(project):
-    push(project, "pass-fail", *[score(float(i % 2), seconds=i) for i in range(600)])  # 300 times the best, 1.0
+    push(
+        project, "pass-fail", *[score(float(i % 2), seconds=i) for i in range(600)]
+    )  # 300 times the best, 1.0
     run = project.runs.get()
     rows = sorted(compare.score_rows([run], maximize=True, per_run=30), key=lambda r: r[4])
     assert len(rows) <= 32
@@ -320,6 +378,17 @@ def test_a_best_score_repeated_many_times_brings_back_one_row_not_all(project):
 
 def test_number_formats_for_the_table():
     assert [numbers.usd_precise(v) for v in (None, 0, 0.0431, 0.00002, 12.345, 1234.5)] == [
-        "—", "$0", "$0.0431", "<$0.0001", "$12.35", "$1,234.50"]
+        "—",
+        "$0",
+        "$0.0431",
+        "<$0.0001",
+        "$12.35",
+        "$1,234.50",
+    ]
     assert [compare_charts.rate(v) for v in (None, 0.0518, -0.25, 8000.4, 123456)] == [
-        "—", "0.0518", "−0.25", "8,000", "123,456"]
+        "—",
+        "0.0518",
+        "−0.25",
+        "8,000",
+        "123,456",
+    ]

@@ -9,12 +9,11 @@ import re
 
 import pytest
 
-from smrweb.tracking import services
-from smrweb.tracking import queries
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking import queries, services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, KnowledgeEntry, KnowledgeKind, Submission, VerificationOutcome
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 PAGE = "/projects/hill/knowledge/"
@@ -45,7 +44,9 @@ def copy_text(body: str) -> str:
 
 @pytest.fixture
 def entry(project, bob):
-    return knowledge.add_entry(project, by=bob, kind=FAILED, title="Pure random search", body="Plateaued at 0.4.")
+    return knowledge.add_entry(
+        project, by=bob, kind=FAILED, title="Pure random search", body="Plateaued at 0.4."
+    )
 
 
 # --- roles ------------------------------------------------------------------------------------------
@@ -85,12 +86,17 @@ def test_viewers_are_refused_writes_with_403(client, victor, entry):
 def test_reviewers_and_admins_add_an_entry_then_get_redirected(client, project, username, request):
     sub = scored(project, 0.42)
     as_user(client, request.getfixturevalue(username))
-    response = client.post(PAGE, {"kind": FAILED, "title": "Tiny CNN", "body": "Too slow to train.",
-                                  "submission": sub.pk})
+    response = client.post(
+        PAGE, {"kind": FAILED, "title": "Tiny CNN", "body": "Too slow to train.", "submission": sub.pk}
+    )
     entry = KnowledgeEntry.objects.get(title="Tiny CNN")
     assert response.status_code == 302 and response["Location"] == f"{PAGE}#entry-{entry.pk}"
     assert (entry.kind, entry.body, entry.submission, entry.created_by.username) == (
-        FAILED, "Too slow to train.", sub, username)
+        FAILED,
+        "Too slow to train.",
+        sub,
+        username,
+    )
     assert AuditEvent.objects.filter(verb="knowledge.added", object_id=str(entry.pk)).exists()
     body = client.get(PAGE).content.decode()
     assert "Added “Tiny CNN”." in body
@@ -104,7 +110,9 @@ def test_reviewers_and_admins_edit_an_entry(client, entry, username, request):
     form = client.get(edit_url(entry)).content.decode()
     assert 'value="Pure random search"' in form and "Plateaued at 0.4.</textarea>" in form
     assert '<option value="failed_approach" selected>' in form
-    response = client.post(edit_url(entry), {"kind": "note", "title": "Random search (noted)", "body": "Baseline."})
+    response = client.post(
+        edit_url(entry), {"kind": "note", "title": "Random search (noted)", "body": "Baseline."}
+    )
     assert response.status_code == 302 and response["Location"] == f"{PAGE}#entry-{entry.pk}"
     entry.refresh_from_db()
     assert (entry.kind, entry.title, entry.body) == ("note", "Random search (noted)", "Baseline.")
@@ -121,16 +129,22 @@ def test_an_unknown_entry_or_another_projects_entry_is_404(client, alice, other_
 # --- form errors ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"kind": FAILED, "title": ""}, "This field is required."),
-    ({"kind": FAILED, "title": "   "}, "This field is required."),
-    ({"kind": FAILED, "title": "x" * 301}, "at most 300 characters"),
-    ({"kind": "rumour", "title": "x"}, "Select a valid choice."),
-    ({"kind": FAILED, "title": "x", "body": "y" * (knowledge.BODY_MAX + 1)}, f"at most {knowledge.BODY_MAX}"),
-    ({"kind": FAILED, "title": "nul\x00"}, "Null characters are not allowed."),
-    ({"kind": FAILED, "title": "x", "submission": "999999"}, "There is no submission #999999 in hill."),
-    ({"kind": FAILED, "title": "x", "submission": "abc"}, "Enter a whole number."),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"kind": FAILED, "title": ""}, "This field is required."),
+        ({"kind": FAILED, "title": "   "}, "This field is required."),
+        ({"kind": FAILED, "title": "x" * 301}, "at most 300 characters"),
+        ({"kind": "rumour", "title": "x"}, "Select a valid choice."),
+        (
+            {"kind": FAILED, "title": "x", "body": "y" * (knowledge.BODY_MAX + 1)},
+            f"at most {knowledge.BODY_MAX}",
+        ),
+        ({"kind": FAILED, "title": "nul\x00"}, "Null characters are not allowed."),
+        ({"kind": FAILED, "title": "x", "submission": "999999"}, "There is no submission #999999 in hill."),
+        ({"kind": FAILED, "title": "x", "submission": "abc"}, "Enter a whole number."),
+    ],
+)
 def test_bad_input_comes_back_in_the_form_with_400(client, alice, project, data, message):
     response = as_user(client, alice).post(PAGE, data)
     assert response.status_code == 400
@@ -143,7 +157,10 @@ def test_bad_input_comes_back_in_the_form_with_400(client, alice, project, data,
 def test_another_projects_submission_is_refused_in_the_form(client, alice, project, other_project):
     theirs = scored(other_project, 0.3)
     response = as_user(client, alice).post(PAGE, {"kind": FAILED, "title": "x", "submission": theirs.pk})
-    assert response.status_code == 400 and f"There is no submission #{theirs.pk} in hill." in response.content.decode()
+    assert (
+        response.status_code == 400
+        and f"There is no submission #{theirs.pk} in hill." in response.content.decode()
+    )
 
 
 def test_a_bad_edit_comes_back_in_the_form_with_400_and_keeps_the_entry(client, alice, entry):
@@ -160,7 +177,9 @@ def test_a_bad_edit_comes_back_in_the_form_with_400_and_keeps_the_entry(client, 
 
 def test_the_block_on_the_page_is_the_copyable_text(client, victor, project, alice, bob):
     sub = lifecycle.request_verification(scored(project, 0.99), by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "", "exited 1"))
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "", "exited 1")
+    )
     scored(project, 0.8, run="r2")
     body = as_user(client, victor).get(PAGE).content.decode()
     text = queries.carry_forward(project).text
@@ -188,7 +207,10 @@ def test_hostile_strings_are_escaped_everywhere(client, alice, project):
     for url in (PAGE, edit_url(entry)):
         body = client.get(url).content.decode()
         assert "<script>alert" not in body and "<img src=x" not in body
-        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in body
+        assert (
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+            in body
+        )
     assert HOSTILE in copy_text(client.get(PAGE).content.decode())  # copied as written, shown as text
 
 

@@ -21,7 +21,11 @@ def push(project, run_id, *events):
 
 
 def scores(project, run_id, *values):
-    push(project, run_id, *[{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)])
+    push(
+        project,
+        run_id,
+        *[{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)],
+    )
 
 
 def test_pages_require_login(client, project):
@@ -39,12 +43,16 @@ def test_login_page_renders_a_form(client):
 
 def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     scores(project, "r1", 0.2, 0.5, 0.4)
-    push(project, "r2", {"type": "state", "state": "failed", "failure": {"family": "runtime", "detail": "boom"}})
+    push(
+        project,
+        "r2",
+        {"type": "state", "state": "failed", "failure": {"family": "runtime", "detail": "boom"}},
+    )
     response = client_alice.get("/")
     assert response.status_code == 200
     body = response.content.decode()
     assert "Hill climb" in body
-    assert "<svg class=\"spark\"" in body
+    assert '<svg class="spark"' in body
     assert "<b>1</b> failed" in body
     # Nothing verified yet: no best, but the unverified best is named and counted as waiting.
     assert '<div class="big" data-best>—</div>' in body
@@ -53,12 +61,15 @@ def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     verified = {s.score: s for s in Submission.objects.filter(run__external_id="r1")}
     Submission.objects.filter(pk__in=[verified[0.2].pk, verified[0.4].pk]).update(status="verified")
     body = client_alice.get("/").content.decode()
-    assert f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission #{verified[0.4].pk}">0.4<' in body
+    assert (
+        f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission #{verified[0.4].pk}">0.4<'
+        in body
+    )
     assert "0.5 unverified" in body  # still better than the verified best
     # Including unverified ones (remembered for the session): 0.5 leads; invalid never counts.
     Submission.objects.filter(pk=verified[0.5].pk).update(status="invalid")
     body = client_alice.get("/?unverified=1").content.decode()
-    assert f">0.4<" in body and "0.5" not in body.split('data-best>')[1].split("</div>")[0]
+    assert ">0.4<" in body and "0.5" not in body.split("data-best>")[1].split("</div>")[0]
     Submission.objects.filter(pk=verified[0.5].pk).update(status="candidate")
     body = client_alice.get("/").content.decode()
     assert f'title="Open submission #{verified[0.5].pk}">0.5<' in body and "Counting unverified" in body
@@ -82,8 +93,15 @@ def test_outsider_gets_404_and_sees_no_projects(client, carol, project):
 def test_project_page_lists_runs_with_badges_and_leaderboard_by_direction(client_alice, project):
     scores(project, "good", 0.9)
     scores(project, "meh", 0.3)
-    push(project, "broken", {"type": "state", "state": "failed",
-                             "failure": {"family": "runtime", "detail": "repo_like_task_count_mismatch"}})
+    push(
+        project,
+        "broken",
+        {
+            "type": "state",
+            "state": "failed",
+            "failure": {"family": "runtime", "detail": "repo_like_task_count_mismatch"},
+        },
+    )
     services.update_run_settings(project, "meh", requested_profile="big", actual_profile="mini")
     body = client_alice.get("/projects/hill/?unverified=1").content.decode()
     assert 'title="runtime · repo_like_task_count_mismatch"' in body
@@ -131,7 +149,9 @@ def test_project_page_queries_stay_flat_as_runs_grow(client_alice, project, djan
         client_alice.get("/projects/hill/")
 
 
-def test_overview_queries_stay_flat_as_projects_grow(client_alice, alice, project, django_assert_max_num_queries):
+def test_overview_queries_stay_flat_as_projects_grow(
+    client_alice, alice, project, django_assert_max_num_queries
+):
     with django_assert_max_num_queries(20) as small:
         client_alice.get("/")
     for i in range(10):
@@ -142,10 +162,24 @@ def test_overview_queries_stay_flat_as_projects_grow(client_alice, alice, projec
 
 
 def test_run_page_shows_spend_split_turns_and_failure(client_alice, project):
-    push(project, "r1",
-         {"type": "agent.turn", "turn": 0, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.25},
-         {"type": "agent.turn", "turn": 0, "actor": "w1", "parent_actor": "driver", "tokens_in": 10, "cost_usd": 0.5},
-         {"type": "state", "state": "failed", "failure": {"family": "runtime", "detail": "workspace does not exist"}})
+    push(
+        project,
+        "r1",
+        {"type": "agent.turn", "turn": 0, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.25},
+        {
+            "type": "agent.turn",
+            "turn": 0,
+            "actor": "w1",
+            "parent_actor": "driver",
+            "tokens_in": 10,
+            "cost_usd": 0.5,
+        },
+        {
+            "type": "state",
+            "state": "failed",
+            "failure": {"family": "runtime", "detail": "workspace does not exist"},
+        },
+    )
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     assert "$0.75" in body and "$0.25" in body and "$0.50" in body
     assert "workspace does not exist" in body
@@ -159,7 +193,9 @@ def test_live_run_page_polls_itself(client_alice, project):
 
 
 def test_artifact_download_from_the_dashboard_returns_exact_bytes(client_alice, project):
-    artifact, _ = services.store_artifact(project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"LR = 3e-4\n"))
+    artifact, _ = services.store_artifact(
+        project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"LR = 3e-4\n")
+    )
     response = client_alice.get(f"/projects/hill/runs/r1/artifacts/{artifact.pk}/download")
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == b"LR = 3e-4\n"
@@ -219,12 +255,15 @@ def test_overview_shows_each_projects_source_health_dot(client_alice, project):
 
     project.source = "smr"
     project.save()
-    SourceHealth.objects.create(project=project, consecutive_failures=3, last_error_kind="rate_limited",
-                                last_error="429 <too many>")
+    SourceHealth.objects.create(
+        project=project, consecutive_failures=3, last_error_kind="rate_limited", last_error="429 <too many>"
+    )
     body = client_alice.get("/").content.decode()
     assert 'class="source-dot bad"' in body
     assert "3 failure(s) in a row — rate_limited: 429 &lt;too many&gt;" in body
-    SourceHealth.objects.filter(project=project).update(consecutive_failures=0, last_success_at=timezone.now())
+    SourceHealth.objects.filter(project=project).update(
+        consecutive_failures=0, last_success_at=timezone.now()
+    )
     assert 'class="source-dot good"' in client_alice.get("/").content.decode()
 
 
@@ -239,10 +278,21 @@ def test_head_requests_answer_like_get_for_uptime_checkers(client_alice, project
         assert response.content == b""
 
 
-@pytest.mark.parametrize("value, text", [
-    (3.965e-05, "0.00003965"), (0.0412, "0.0412"), (3.14159, "3.142"), (12345.6, "12,346"), (-0.0, "0"),
-    (-1e-12, "-1e-12"), (2.0, "2"), (1234.6, "1235"), (-0.00001, "-0.00001"), (1e-5 / 3, "0.000003333"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (3.965e-05, "0.00003965"),
+        (0.0412, "0.0412"),
+        (3.14159, "3.142"),
+        (12345.6, "12,346"),
+        (-0.0, "0"),
+        (-1e-12, "-1e-12"),
+        (2.0, "2"),
+        (1234.6, "1235"),
+        (-0.00001, "-0.00001"),
+        (1e-5 / 3, "0.000003333"),
+    ],
+)
 def test_numbers_are_written_out_without_exponents_or_minus_zero(value, text):
     from smrweb.core.numbers import plain_number, signed
 

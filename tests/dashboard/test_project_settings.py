@@ -2,8 +2,8 @@
 
 import pytest
 
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import AuditEvent, Project
+from smrweb.tracking.services import rollbacks
 
 pytestmark = pytest.mark.django_db
 URL = "/projects/hill/settings/"
@@ -18,8 +18,15 @@ def test_only_admins_see_and_change_settings(client, bob, victor, carol, project
 
 
 def test_an_admin_saves_settings_and_the_change_is_audited(client_alice, project):
-    response = client_alice.post(URL, {"require_second_reviewer": "on", "regression_threshold": "0.05",
-                                       "rollback_webhook_url": "https://harness.example/rollback"}, follow=True)
+    response = client_alice.post(
+        URL,
+        {
+            "require_second_reviewer": "on",
+            "regression_threshold": "0.05",
+            "rollback_webhook_url": "https://harness.example/rollback",
+        },
+        follow=True,
+    )
     assert "Settings saved." in response.content.decode()
     project.refresh_from_db()
     assert project.require_second_reviewer and project.regression_threshold == 0.05
@@ -33,9 +40,16 @@ def test_the_page_shows_the_webhook_signing_secret(client_alice, project):
     assert rollbacks.webhook_secret(project) in body
 
 
-@pytest.mark.parametrize("data", [{"regression_threshold": "-1"}, {"regression_threshold": "nan"},
-                                  {"regression_threshold": "abc"}, {"rollback_webhook_url": "ftp://x.example/"},
-                                  {"rollback_webhook_url": "not a url"}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"regression_threshold": "-1"},
+        {"regression_threshold": "nan"},
+        {"regression_threshold": "abc"},
+        {"rollback_webhook_url": "ftp://x.example/"},
+        {"rollback_webhook_url": "not a url"},
+    ],
+)
 def test_bad_settings_are_form_errors_and_nothing_changes(client_alice, project, data):
     response = client_alice.post(URL, data)
     assert response.status_code == 400
@@ -48,7 +62,9 @@ def test_bad_settings_are_form_errors_and_nothing_changes(client_alice, project,
 # --- members (walkthrough P1-14: adding a teammate needed raw Django admin) ------------------------------
 
 
-def test_an_admin_adds_changes_and_removes_members_and_the_project_keeps_an_admin(client_alice, project, alice, carol):
+def test_an_admin_adds_changes_and_removes_members_and_the_project_keeps_an_admin(
+    client_alice, project, alice, carol
+):
     from smrweb.tracking.models import AuditEvent, Membership
 
     page = client_alice.get("/projects/hill/settings/").content.decode()
@@ -65,8 +81,13 @@ def test_an_admin_adds_changes_and_removes_members_and_the_project_keeps_an_admi
     membership = Membership.objects.get(project=project, user=carol)
     client_alice.post("/projects/hill/members", {"action": "remove", "membership": membership.pk})
     assert not Membership.objects.filter(project=project, user=carol).exists()
-    assert list(AuditEvent.objects.filter(verb__startswith="member.", detail__user="carol")
-                .values_list("verb", flat=True).order_by("id")) == ["member.set", "member.set", "member.removed"]
+    assert list(
+        AuditEvent.objects.filter(verb__startswith="member.", detail__user="carol")
+        .values_list("verb", flat=True)
+        .order_by("id")
+    ) == ["member.set", "member.set", "member.removed"]
     own = Membership.objects.get(project=project, user=alice)
-    response = client_alice.post("/projects/hill/members", {"action": "remove", "membership": own.pk}, follow=True)
+    response = client_alice.post(
+        "/projects/hill/members", {"action": "remove", "membership": own.pk}, follow=True
+    )
     assert "only admin" in response.content.decode() and Membership.objects.filter(pk=own.pk).exists()

@@ -17,10 +17,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from smrweb.tracking import services
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Submission
+from smrweb.tracking.services import knowledge, submissions
 from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
@@ -39,18 +38,32 @@ def grow_run(project, run_id: str, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         ts = (T0 + timedelta(seconds=i)).isoformat()
         actor, parent = ("driver", None) if i % 3 else (f"w{i % 7}", "driver")
-        events.append({"type": "agent.turn", "turn": i, "actor": actor, "parent_actor": parent, "tokens_in": 100 + i,
-                       "tokens_out": 10, "cost_usd": 0.001, "ts": ts,
-                       "tool_calls": [{"name": "bash", "arguments": {"cmd": f"make {i}"}}]})
-        events.append({"type": "metric", "id": f"m{i}", "key": "loss", "value": 1 / (i + 1), "step": i, "ts": ts})
+        events.append(
+            {
+                "type": "agent.turn",
+                "turn": i,
+                "actor": actor,
+                "parent_actor": parent,
+                "tokens_in": 100 + i,
+                "tokens_out": 10,
+                "cost_usd": 0.001,
+                "ts": ts,
+                "tool_calls": [{"name": "bash", "arguments": {"cmd": f"make {i}"}}],
+            }
+        )
+        events.append(
+            {"type": "metric", "id": f"m{i}", "key": "loss", "value": 1 / (i + 1), "step": i, "ts": ts}
+        )
         # Every turn says something: the run page's message list (20 and the kickoff) is full
         # in the small world too, so both worlds take the same branches.
         events.append({"type": "message", "body": f"note {i}", "topic": "agent", "ts": ts})
         if i % 10 == 0:
             events.append({"type": "score", "score": i / 1000, "ts": ts})
-            events.append({"type": "checkpoint", "label": f"c{i}", "commit": f"{i:07x}", "restorable": True, "ts": ts})
+            events.append(
+                {"type": "checkpoint", "label": f"c{i}", "commit": f"{i:07x}", "restorable": True, "ts": ts}
+            )
     for chunk in range(0, len(events), 4000):
-        push(project, run_id, *events[chunk:chunk + 4000])
+        push(project, run_id, *events[chunk : chunk + 4000])
 
 
 def count(client, url: str, headers: dict | None = None, expect: int = 200) -> int:
@@ -90,10 +103,19 @@ def grow_projects(world) -> None:
 def grow_runs(world) -> None:
     for i in range(1, 25):
         grow_run(world["project"], f"r{i}", 5)
-        if i % 2:  # over budget (USD, or tokens), and a worker downgraded: badges, filters and searches find them
-            services.update_run_settings(world["project"], f"r{i}", budget_usd="0.001", budget_tokens=100 if i % 4 == 1 else None)
-            services.record_poll(world["project"], f"r{i}", actor_profiles=[
-                {"role": "worker", "actor": f"w{i}", "requested": "gpt-big", "actual": "gpt-small"}])
+        if (
+            i % 2
+        ):  # over budget (USD, or tokens), and a worker downgraded: badges, filters and searches find them
+            services.update_run_settings(
+                world["project"], f"r{i}", budget_usd="0.001", budget_tokens=100 if i % 4 == 1 else None
+            )
+            services.record_poll(
+                world["project"],
+                f"r{i}",
+                actor_profiles=[
+                    {"role": "worker", "actor": f"w{i}", "requested": "gpt-big", "actual": "gpt-small"}
+                ],
+            )
 
 
 def grow_turns(world) -> None:
@@ -102,7 +124,9 @@ def grow_turns(world) -> None:
 
 def grow_entries(world) -> None:
     for i in range(40):
-        knowledge.add_entry(world["project"], kind="note", title=f"idea {i}", body=f"tried {i}", by=world["alice"])
+        knowledge.add_entry(
+            world["project"], kind="note", title=f"idea {i}", body=f"tried {i}", by=world["alice"]
+        )
 
 
 def grow_tokens(world) -> None:
@@ -131,11 +155,22 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
     "run page": ("/projects/hill/runs/r0/", {}, 200, 35, grow_turns),
     "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
-    "run page, older turns": ("/projects/hill/runs/r0/?turns_page=2&artifacts_page=2", {}, 200, 36, grow_turns),
+    "run page, older turns": (
+        "/projects/hill/runs/r0/?turns_page=2&artifacts_page=2",
+        {},
+        200,
+        36,
+        grow_turns,
+    ),
     "run poll, older turns": ("/projects/hill/runs/r0/?turns_page=2", HX, 200, 36, grow_turns),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
-    "turns of a bar": ("/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d", HX, 200, 10,
-                       grow_turns),
+    "turns of a bar": (
+        "/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d",
+        HX,
+        200,
+        10,
+        grow_turns,
+    ),
     "turn detail": ("/projects/hill/runs/r0/turns/{turn}/", HX, 200, 10, grow_turns),
     "submission page": ("/projects/hill/submissions/{submission}/", {}, 200, 25, grow_history),
     "review queue": ("/projects/hill/review/", {}, 200, 20, grow_history),
@@ -155,16 +190,23 @@ def world(project, alice, frozen):
     # One run over budget with a downgraded worker, so the filtered and searched tables are not empty
     # in the small world either (an empty table skips the per-page queries).
     services.update_run_settings(project, "r1", budget_usd="0.001")
-    services.record_poll(project, "r1", actor_profiles=[{"role": "worker", "actor": "w", "requested": "gpt-big",
-                                                         "actual": "gpt-small"}])
+    services.record_poll(
+        project,
+        "r1",
+        actor_profiles=[{"role": "worker", "actor": "w", "requested": "gpt-big", "actual": "gpt-small"}],
+    )
     return {"project": project, "alice": alice}
 
 
 def ids(world) -> dict:
     project = world["project"]
     first = AgentTurn.objects.filter(run__external_id="r0", run__project=project).order_by("ts", "pk").first()
-    return {"origin": T0.isoformat().replace("+00:00", "Z"), "turn": first.pk,
-            "submission": submission_of(project, "r0", world["alice"]).pk, "scenario": project.scenario.key}
+    return {
+        "origin": T0.isoformat().replace("+00:00", "Z"),
+        "turn": first.pk,
+        "submission": submission_of(project, "r0", world["alice"]).pk,
+        "scenario": project.scenario.key,
+    }
 
 
 @pytest.mark.parametrize("name", list(ROWS))

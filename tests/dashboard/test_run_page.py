@@ -11,15 +11,14 @@ from urllib.parse import quote
 
 import pytest
 import time_machine
-
-from smrweb.dashboard.live import VERSION_HEADER
 from django.contrib.auth.models import User
 
+from smrweb.dashboard.live import VERSION_HEADER
 from smrweb.tracking import services
-from smrweb.tracking.services import submissions
-from smrweb.tracking.queries import timeline
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
+from smrweb.tracking.queries import timeline
+from smrweb.tracking.services import submissions
 
 pytestmark = pytest.mark.django_db
 
@@ -35,8 +34,16 @@ def at(minutes: float) -> str:
 
 
 def turn(n, minutes, *, actor="driver", parent=None, cost=0.01, tin=1000, tout=100, **extra):
-    event = {"type": "agent.turn", "turn": n, "actor": actor, "tokens_in": tin, "tokens_out": tout,
-             "cost_usd": cost, "ts": at(minutes), **extra}
+    event = {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "tokens_in": tin,
+        "tokens_out": tout,
+        "cost_usd": cost,
+        "ts": at(minutes),
+        **extra,
+    }
     if parent:
         event["parent_actor"] = parent
     return event
@@ -60,8 +67,16 @@ def points_in(fig: dict) -> int:
 
 
 def test_timeline_puts_scores_and_turns_on_one_clock_with_cumulative_spend(project):
-    push(project, "r1", turn(0, 0, cost=0.5), turn(1, 10, cost=0.25), turn(0, 20, actor="w", parent="driver", cost=1.0),
-         score(0.3, 5), score(0.2, 15), score(0.7, 25))
+    push(
+        project,
+        "r1",
+        turn(0, 0, cost=0.5),
+        turn(1, 10, cost=0.25),
+        turn(0, 20, actor="w", parent="driver", cost=1.0),
+        score(0.3, 5),
+        score(0.2, 15),
+        score(0.7, 25),
+    )
     run = Run.objects.get(external_id="r1")
     with time_machine.travel(T0 + timedelta(minutes=30), tick=False):
         tl = timeline.run_timeline(run)
@@ -76,12 +91,22 @@ def test_timeline_puts_scores_and_turns_on_one_clock_with_cumulative_spend(proje
     assert totals == sorted(totals)
 
 
-def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(client_alice, project, django_assert_max_num_queries):
-    events = [turn(i, i * 0.05, actor="driver" if i % 3 else "w", parent=None if i % 3 else "driver",
-                   cost=0.001 * (i % 7)) for i in range(10_000)]
+def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(
+    client_alice, project, django_assert_max_num_queries
+):
+    events = [
+        turn(
+            i,
+            i * 0.05,
+            actor="driver" if i % 3 else "w",
+            parent=None if i % 3 else "driver",
+            cost=0.001 * (i % 7),
+        )
+        for i in range(10_000)
+    ]
     events += [score(i / 100, i * 5) for i in range(100)]
     for start in range(0, len(events), 5000):
-        push(project, "big", *events[start:start + 5000])
+        push(project, "big", *events[start : start + 5000])
     run = Run.objects.get(external_id="big")
     assert run.turn_count == 10_000
     with django_assert_max_num_queries(30):
@@ -148,8 +173,15 @@ def test_forecast_says_exceeded_and_finished_runs_burn_nothing(project):
 
 
 def test_efficiency_counts_score_gained_since_the_first_score_per_dollar_and_tokens(project):
-    push(project, "r1", turn(0, 0, cost=1.0, tin=10_000, tout=0), score(0.2, 1),
-         turn(1, 2, cost=0.5, tin=4000, tout=1000), score(0.7, 3), turn(2, 4, cost=0.5, tin=5000, tout=0))
+    push(
+        project,
+        "r1",
+        turn(0, 0, cost=1.0, tin=10_000, tout=0),
+        score(0.2, 1),
+        turn(1, 2, cost=0.5, tin=4000, tout=1000),
+        score(0.7, 3),
+        turn(2, 4, cost=0.5, tin=5000, tout=0),
+    )
     eff = timeline.efficiency(Run.objects.get(external_id="r1"))
     assert eff.gained == pytest.approx(0.5)
     assert eff.usd_since == Decimal("1.0")
@@ -171,20 +203,42 @@ def test_efficiency_of_a_minimize_scenario_counts_going_down_as_gain(project):
 
 
 def test_actor_tree_nests_children_under_parents_depth_first(project):
-    push(project, "r1", turn(0, 0), turn(0, 1, actor="planner", parent="driver"),
-         turn(0, 2, actor="coder", parent="planner", cost=0.2), turn(1, 3, actor="coder", parent="planner", cost=0.3),
-         turn(0, 4, actor="tester", parent="driver"), turn(0, 5, actor="orphan", parent="ghost"))
+    push(
+        project,
+        "r1",
+        turn(0, 0),
+        turn(0, 1, actor="planner", parent="driver"),
+        turn(0, 2, actor="coder", parent="planner", cost=0.2),
+        turn(1, 3, actor="coder", parent="planner", cost=0.3),
+        turn(0, 4, actor="tester", parent="driver"),
+        turn(0, 5, actor="orphan", parent="ghost"),
+    )
     tree = timeline.actor_tree(Run.objects.get(external_id="r1"))
     assert [(n.actor, n.depth) for n in tree] == [
-        ("driver", 0), ("planner", 1), ("coder", 2), ("tester", 1), ("ghost", 0), ("orphan", 1)]
+        ("driver", 0),
+        ("planner", 1),
+        ("coder", 2),
+        ("tester", 1),
+        ("ghost", 0),
+        ("orphan", 1),
+    ]
     coder = next(n for n in tree if n.actor == "coder")
     assert coder.turns == 2 and coder.cost_usd == Decimal("0.5")
     assert next(n for n in tree if n.actor == "ghost").turns == 0  # reported only as a parent
 
 
 def test_turn_detail_shows_tool_calls_escaped(client_alice, project):
-    push(project, "r1", turn(3, 0, model="gpt-5.4-mini", duration_ms=1234,
-                             tool_calls=["read_file", {"name": "<script>alert(1)</script>", "args": {"path": "a<b"}}]))
+    push(
+        project,
+        "r1",
+        turn(
+            3,
+            0,
+            model="gpt-5.4-mini",
+            duration_ms=1234,
+            tool_calls=["read_file", {"name": "<script>alert(1)</script>", "args": {"path": "a<b"}}],
+        ),
+    )
     pk = Run.objects.get(external_id="r1").turns.get().pk
     response = client_alice.get(f"/projects/hill/runs/r1/turns/{pk}/")
     body = response.content.decode()
@@ -200,18 +254,28 @@ def test_a_timeline_bar_click_lists_that_bins_turns_of_that_kind(client_alice, p
     url = "/projects/hill/runs/r1/turns/"
     origin = T0.isoformat()
     width_us = 60 * 1_000_000
-    body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "d"}).content.decode()
+    body = client_alice.get(
+        url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "d"}
+    ).content.decode()
     assert "2 turns" in body and body.count("data-turn-detail") == 2
-    body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "c"}).content.decode()
+    body = client_alice.get(
+        url, {"origin": origin, "width_us": width_us, "bin": 0, "kind": "c"}
+    ).content.decode()
     assert "Turn 0" in body and body.count("data-turn-detail") == 1
     body = client_alice.get(url, {"origin": origin, "width_us": width_us, "bin": 9}).content.decode()
     assert body.count("data-turn-detail") == 1 and "Turn 2" in body
 
 
-@pytest.mark.parametrize("params", [{}, {"origin": "yesterday", "width_us": 5, "bin": 0},
-                                    {"origin": T0.isoformat(), "width_us": "x", "bin": 0},
-                                    {"origin": T0.isoformat(), "width_us": 0, "bin": 0},
-                                    {"origin": T0.isoformat(), "width_us": 10, "bin": -1}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"origin": "yesterday", "width_us": 5, "bin": 0},
+        {"origin": T0.isoformat(), "width_us": "x", "bin": 0},
+        {"origin": T0.isoformat(), "width_us": 0, "bin": 0},
+        {"origin": T0.isoformat(), "width_us": 10, "bin": -1},
+    ],
+)
 def test_unreadable_bar_parameters_are_a_clear_400_not_a_500(client_alice, project, params):
     push(project, "r1", turn(0, 0))
     response = client_alice.get("/projects/hill/runs/r1/turns/", params)
@@ -223,8 +287,12 @@ def test_partials_check_access(client, carol, victor, project):
     push(project, "r1", turn(0, 0), {"type": "metric", "key": "loss", "step": 1, "value": 1.0})
     pk = Run.objects.get(external_id="r1").turns.get().pk
     origin = quote(T0.isoformat())
-    urls = [f"/projects/hill/runs/r1/turns/{pk}/", "/projects/hill/runs/r1/metrics/?key=loss",
-            f"/projects/hill/runs/r1/turns/?origin={origin}&width_us=1000&bin=0", "/projects/hill/chart/"]
+    urls = [
+        f"/projects/hill/runs/r1/turns/{pk}/",
+        "/projects/hill/runs/r1/metrics/?key=loss",
+        f"/projects/hill/runs/r1/turns/?origin={origin}&width_us=1000&bin=0",
+        "/projects/hill/chart/",
+    ]
     client.force_login(carol)
     assert [client.get(u).status_code for u in urls] == [404] * 4
     client.force_login(victor)
@@ -237,7 +305,11 @@ def test_partials_check_access(client, carol, victor, project):
 
 
 def test_metric_chart_is_downsampled_with_a_min_max_band(client_alice, project):
-    push(project, "r1", *[{"type": "metric", "key": "loss", "step": i, "value": 1 / (i + 1)} for i in range(5000)])
+    push(
+        project,
+        "r1",
+        *[{"type": "metric", "key": "loss", "step": i, "value": 1 / (i + 1)} for i in range(5000)],
+    )
     push(project, "r1", {"type": "metric", "key": "acc", "step": 1, "value": 0.5})
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     fig = figure(body, "metric-data")  # the first key, alphabetically
@@ -267,10 +339,14 @@ def test_a_poll_that_already_shows_the_latest_version_gets_204(client_alice, pro
     push(project, "r1", turn(0, 0))
     response = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true"})
     version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', response.content.decode()).group(1)
-    same = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version})
+    same = client_alice.get(
+        "/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version}
+    )
     assert same.status_code == 204 and same.content == b""
     push(project, "r1", turn(1, 1))
-    changed = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version})
+    changed = client_alice.get(
+        "/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version}
+    )
     assert changed.status_code == 200
     assert 'data-turn="1"' in changed.content.decode()
     # A full page load never answers 204, whatever it sends.
@@ -282,13 +358,19 @@ def test_project_and_overview_polls_also_answer_204_when_nothing_changed(client_
     for url in ["/", "/projects/hill/", "/projects/hill/chart/"]:
         first = client_alice.get(url, headers={"HX-Request": "true"}).content.decode()
         version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', first).group(1)
-        assert client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 204
+        assert (
+            client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 204
+        )
         push(project, "r2", score(0.1, 1) | {"ts": datetime.now(UTC).isoformat()})
-        assert client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 200
+        assert (
+            client_alice.get(url, headers={"HX-Request": "true", VERSION_HEADER: version}).status_code == 200
+        )
 
 
 def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
-    push(project, "r1", *[{"type": "message", "body": f"message number {i}.", "ts": at(i)} for i in range(30)])
+    push(
+        project, "r1", *[{"type": "message", "body": f"message number {i}.", "ts": at(i)} for i in range(30)]
+    )
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     assert "message number 29." in body and "message number 0." in body
     assert "message number 5." not in body
@@ -318,7 +400,9 @@ def test_project_chart_overlays_runs_and_steps_the_best_so_far(client_alice, pro
     assert best["y"] == [0.4, 0.5, 0.5]
     assert {t["name"] for t in fig["data"]} == {"a", "b", "project best so far (verified)"}
     # An excluded run is gone from the chart and from the best.
-    submissions.exclude_run(Run.objects.get(external_id="a"), by=User.objects.get(username="alice"), reason="test")
+    submissions.exclude_run(
+        Run.objects.get(external_id="a"), by=User.objects.get(username="alice"), reason="test"
+    )
     fig = figure(client_alice.get("/projects/hill/").content.decode(), "project-chart-data")
     assert {t["name"] for t in fig["data"]} == {"b", "project best so far (verified)"}
     assert next(t for t in fig["data"] if t["name"].startswith("project best"))["y"] == [0.4, 0.4]
@@ -334,7 +418,9 @@ def test_project_chart_downsamples_but_keeps_every_record(project):
     result = queries.project_scores(project, max_points=2000, unverified=True)
     assert result.total == 24_000
     assert sum(len(p) for p in result.series.values()) <= 2000 + len(result.frontier)
-    assert result.frontier[-1][1] == max(s for p in result.series.values() for _, s in p) == pytest.approx(3.999)
+    assert (
+        result.frontier[-1][1] == max(s for p in result.series.values() for _, s in p) == pytest.approx(3.999)
+    )
     values = [v for _, v in result.frontier]
     assert values == sorted(values) and len(set(values)) == len(values)
 
@@ -347,17 +433,20 @@ def test_project_page_has_compare_checkboxes_for_each_run(client_alice, project)
     assert 'data-compare-link="hill"' in body and 'data-href="/projects/hill/compare/"' in body
 
 
-@pytest.mark.parametrize("query", [
-    "origin=2026-01-01T00:00:00Z&width_us=999999999999999999&bin=10000000",  # OverflowError
-    "origin=2026-01-01T00:00:00Z&width_us=100000000000000000000&bin=0",  # days out of range
-    "origin=2026-13-45T00:00:00Z&width_us=1000000&bin=0",  # month 13
-    "origin=9999-12-31T23:59:59Z&width_us=86400000000&bin=1",  # past the calendar
-    "origin=0001-01-01T00:00:00%2B14:00&width_us=1000000&bin=0",  # before it, in UTC
-    "origin=2026-01-01T00:00:00Z&width_us=-5&bin=0",
-    "origin=2026-01-01T00:00:00Z&width_us=1000000&bin=-1",
-    "origin=2026-01-01T00:00:00Z&width_us=x&bin=0",
-    "origin=&width_us=1000000&bin=0",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "origin=2026-01-01T00:00:00Z&width_us=999999999999999999&bin=10000000",  # OverflowError
+        "origin=2026-01-01T00:00:00Z&width_us=100000000000000000000&bin=0",  # days out of range
+        "origin=2026-13-45T00:00:00Z&width_us=1000000&bin=0",  # month 13
+        "origin=9999-12-31T23:59:59Z&width_us=86400000000&bin=1",  # past the calendar
+        "origin=0001-01-01T00:00:00%2B14:00&width_us=1000000&bin=0",  # before it, in UTC
+        "origin=2026-01-01T00:00:00Z&width_us=-5&bin=0",
+        "origin=2026-01-01T00:00:00Z&width_us=1000000&bin=-1",
+        "origin=2026-01-01T00:00:00Z&width_us=x&bin=0",
+        "origin=&width_us=1000000&bin=0",
+    ],
+)
 def test_the_turns_bar_refuses_what_the_red_team_sent_with_400(client_alice, project, query):
     """Red-team finding 8: each of these answered 500."""
     services.ingest_events(project, "r1", parse_events(b'[{"type": "state", "state": "running"}]'))

@@ -33,7 +33,9 @@ def arena(db, alice):
 def local_preflight(monkeypatch, redis_server):
     """The preflight task run in-process when it is queued, instead of on a worker (the worker path has
     its own test below); the request and its report still go through the real Redis."""
-    monkeypatch.setattr(tasks.preflight_scenario, "apply_async", lambda args, **kw: tasks.preflight_scenario(*args))
+    monkeypatch.setattr(
+        tasks.preflight_scenario, "apply_async", lambda args, **kw: tasks.preflight_scenario(*args)
+    )
 
 
 def preflight(client, url: str = PREFLIGHT) -> str:
@@ -60,14 +62,18 @@ def test_a_member_sees_the_preset_its_commands_and_projects(client, alice, arena
     assert "<code>submission/policy.onnx</code>" in body and "<code>dogfight-elo-v1</code>" in body
     assert "<code>python:onnx</code>" in body
     assert 'href="https://optimizationarena.com/dogfight"' in body
-    validator = re.search(r'<pre class="command" data-command="validator"><code>(.*?)</code></pre>', body).group(1)
+    validator = re.search(
+        r'<pre class="command" data-command="validator"><code>(.*?)</code></pre>', body
+    ).group(1)
     assert json.loads(validator.replace("&quot;", '"')) == arena.validator_command  # the list, as a list
     assert 'data-command="scoring"' not in body and "the arena's result" in body
     assert '<a href="/projects/dogfight/">Dogfight runs</a>' in body
     assert f'hx-post="{PREFLIGHT}"' in body and 'hx-target="#preflight-report"' in body
 
 
-def test_outsiders_get_404_for_a_teams_scenario_and_staff_see_every_scenario(client, alice, carol, other_project):
+def test_outsiders_get_404_for_a_teams_scenario_and_staff_see_every_scenario(
+    client, alice, carol, other_project
+):
     services.create_scenario(key="exec-tests", name="Exec", validator_command=["python3", "{artifact}"])
     admin_project("theirs", scenario=Scenario.objects.get(key="exec-tests"), by=alice)
     client.force_login(carol)  # a member of a project on another scenario only
@@ -95,7 +101,10 @@ def test_htmx_preflight_swaps_in_the_report(client, alice, arena, local_prefligh
     if importlib_onnx_missing():
         assert "<b>Not ready:</b> 1 of" in body and "(toolchain python:onnx)" in body
         assert '<li class="check fail" data-check="toolchain python:onnx">' in body
-        assert "python package <code>onnx</code> is not installed on this worker (needed by the validator" in body
+        assert (
+            "python package <code>onnx</code> is not installed on this worker (needed by the validator"
+            in body
+        )
     assert "Run again" in body
 
 

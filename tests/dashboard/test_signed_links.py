@@ -134,7 +134,7 @@ def test_the_lifetime_comes_from_the_setting_or_the_argument(client, project, se
 
 
 def _flip(text: str, index: int) -> str:
-    return text[:index] + ("A" if text[index] != "A" else "B") + text[index + 1:]
+    return text[:index] + ("A" if text[index] != "A" else "B") + text[index + 1 :]
 
 
 def test_altered_links_are_refused_with_403(client, project):
@@ -181,7 +181,9 @@ def test_a_link_is_bound_to_the_bytes_and_the_project(client, project, other_pro
     assert client.get(path).status_code == 200
     Artifact.objects.filter(pk=artifact.pk).update(blob=replacement.blob)  # re-pointed at other bytes
     assert client.get(path).status_code == 403
-    Artifact.objects.filter(pk=artifact.pk).update(blob=artifact.blob, run=store(other_project, "x", "elsewhere.bin").run)
+    Artifact.objects.filter(pk=artifact.pk).update(
+        blob=artifact.blob, run=store(other_project, "x", "elsewhere.bin").run
+    )
     assert client.get(path).status_code == 403  # moved to another project
 
 
@@ -203,17 +205,40 @@ def test_an_unknown_id_and_a_bad_signature_are_refused_alike(client, project):
     unknown = client.get(link(str(artifact.pk + 1000), expires, sig))
     tampered = client.get(link(str(artifact.pk), expires, sig[:-1] + ("A" if sig[-1] != "A" else "B")))
     assert unknown.status_code == tampered.status_code == 403
+
     def refusal(response) -> str:  # the page around it carries a fresh CSRF token each time
-        return re.search(r'<section class="card error-page">.*?</section>', response.content.decode(), re.S).group(0)
+        return re.search(
+            r'<section class="card error-page">.*?</section>', response.content.decode(), re.S
+        ).group(0)
 
     assert refusal(unknown) == refusal(tampered) and signed_links.NOT_VALID in refusal(unknown)
 
 
-@pytest.mark.parametrize("token", [
-    "x", "1", "1.2.3", "..", "...", "0.1." + "A" * 43, "9" * 19 + ".1." + "A" * 43, "-1.1." + "A" * 43,
-    "１２.1." + "A" * 43, "1.１." + "A" * 43, "é" * 200, "💥", "A" * 10_000, "1." + "z" * 5000 + "." + "A" * 43,
-    "%00", "1.1.%00", "%FF%FE", "'; DROP TABLE x; --", "<script>alert(1)</script>", "1.1." + "A" * 43 + "%0a",
-])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "x",
+        "1",
+        "1.2.3",
+        "..",
+        "...",
+        "0.1." + "A" * 43,
+        "9" * 19 + ".1." + "A" * 43,
+        "-1.1." + "A" * 43,
+        "１２.1." + "A" * 43,
+        "1.１." + "A" * 43,
+        "é" * 200,
+        "💥",
+        "A" * 10_000,
+        "1." + "z" * 5000 + "." + "A" * 43,
+        "%00",
+        "1.1.%00",
+        "%FF%FE",
+        "'; DROP TABLE x; --",
+        "<script>alert(1)</script>",
+        "1.1." + "A" * 43 + "%0a",
+    ],
+)
 def test_garbage_tokens_are_refused_never_a_500(client, project, token):
     store(project)
     response = client.get(f"/a/{token}/")

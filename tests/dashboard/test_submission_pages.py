@@ -7,9 +7,9 @@ import json
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Submission, SubmissionStatus, VerificationOutcome
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 S = SubmissionStatus
@@ -33,20 +33,29 @@ def at(sub, status):
 
 def test_page_shows_status_lifecycle_and_history(client_alice, project, bob):
     sub = lifecycle.request_verification(scored(project, 0.75), by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(
-        VerificationOutcome.FAILED, 1, "layer <3> has 300k params", "exited 1"))
+    lifecycle.record_verification(
+        sub.pk,
+        lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "layer <3> has 300k params", "exited 1"),
+    )
     body = client_alice.get(url(sub)).content.decode()
     assert 'data-status="invalid"' in body
     assert 'data-outcome="failed"' in body and "exit code 1" in body
     assert "layer &lt;3&gt; has 300k params" in body  # validator output escaped
     assert '<li class="now bad" aria-current="step">invalid</li>' in body
-    assert body.count("<tr><td class=\"when\"") == 2  # two transitions in the history
+    assert body.count('<tr><td class="when"') == 2  # two transitions in the history
     assert "Verify again" in body
 
 
-@pytest.mark.parametrize(("status", "action"), [(S.CANDIDATE, "verify"), (S.VERIFIED, "approve"),
-                                                (S.VERIFIED, "reject"), (S.APPROVED, "upload"),
-                                                (S.UPLOADED, "record")])
+@pytest.mark.parametrize(
+    ("status", "action"),
+    [
+        (S.CANDIDATE, "verify"),
+        (S.VERIFIED, "approve"),
+        (S.VERIFIED, "reject"),
+        (S.APPROVED, "upload"),
+        (S.UPLOADED, "record"),
+    ],
+)
 def test_viewers_are_refused_every_action_and_nothing_changes(client, victor, project, status, action):
     sub = at(scored(project), status)
     client.force_login(victor)
@@ -66,12 +75,15 @@ def test_outsiders_get_404_on_pages_and_actions(client, carol, project):
 
 def test_approve_reject_upload_record_through_the_page(client_alice, project, bob):
     sub = lifecycle.request_verification(scored(project), by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok"))
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
+    )
     response = client_alice.post(url(sub, "approve"), {"comment": "solid"}, follow=True)
     assert "Submission approved." in response.content.decode()
     client_alice.post(url(sub, "upload"))
-    response = client_alice.post(url(sub, "record"), {"rank": "7", "arena_score": "1201.5", "note": "top 10"},
-                                 follow=True)
+    response = client_alice.post(
+        url(sub, "record"), {"rank": "7", "arena_score": "1201.5", "note": "top 10"}, follow=True
+    )
     sub.refresh_from_db()
     assert sub.status == S.RANKED
     body = response.content.decode()
@@ -82,13 +94,25 @@ def test_an_illegal_action_comes_back_as_a_message_not_an_error(client_alice, pr
     sub = scored(project)
     response = client_alice.post(url(sub, "upload"), follow=True)
     assert response.status_code == 200
-    assert "A candidate submission cannot become uploaded; next: verify it first." in response.content.decode()
+    assert (
+        "A candidate submission cannot become uploaded; next: verify it first." in response.content.decode()
+    )
     sub.refresh_from_db()
     assert sub.status == S.CANDIDATE
 
 
-@pytest.mark.parametrize("data", [{}, {"rank": "0"}, {"rank": "abc"}, {"arena_score": "nan"},
-                                  {"arena_score": "inf"}, {"arena_score": "1e301"}, {"rank": "99999999999"}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"rank": "0"},
+        {"rank": "abc"},
+        {"arena_score": "nan"},
+        {"arena_score": "inf"},
+        {"arena_score": "1e301"},
+        {"rank": "99999999999"},
+    ],
+)
 def test_bad_arena_results_are_form_errors_and_write_nothing(client_alice, project, data):
     sub = at(scored(project), S.UPLOADED)
     response = client_alice.post(url(sub, "record"), data)
@@ -111,7 +135,10 @@ def test_verifying_page_polls_and_answers_204_when_nothing_changed(client_alice,
     body = client_alice.get(url(sub), headers={"HX-Request": "true"}).content.decode()
     assert 'hx-trigger="every 2s' in body
     version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', body).group(1)
-    assert client_alice.get(url(sub), headers={"HX-Request": "true", "X-Smrweb-Version": version}).status_code == 204
+    assert (
+        client_alice.get(url(sub), headers={"HX-Request": "true", "X-Smrweb-Version": version}).status_code
+        == 204
+    )
     lifecycle.record_progress(sub.pk, "layer 2 ok")
     changed = client_alice.get(url(sub), headers={"HX-Request": "true", "X-Smrweb-Version": version})
     assert changed.status_code == 200 and "layer 2 ok" in changed.content.decode()
@@ -128,7 +155,9 @@ def test_empty_review_queue_says_so(client_alice, project):
     assert "Nothing waiting" in client_alice.get("/projects/hill/review/").content.decode()
 
 
-def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later(client_alice, project, monkeypatch):
+def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later(
+    client_alice, project, monkeypatch
+):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -155,7 +184,9 @@ def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later
     assert queued == [sub.pk]
 
 
-def test_review_queue_queries_do_not_grow_with_the_queue(client_alice, project, django_assert_max_num_queries):
+def test_review_queue_queries_do_not_grow_with_the_queue(
+    client_alice, project, django_assert_max_num_queries
+):
     for i in range(3):
         scored(project, i / 10, run=f"a{i}")
     with django_assert_max_num_queries(12) as few:
@@ -169,6 +200,8 @@ def test_review_queue_queries_do_not_grow_with_the_queue(client_alice, project, 
 def test_the_verification_card_does_not_repeat_the_exit_code(client_alice, project, bob):
     sub = scored(project)
     lifecycle.request_verification(sub, by=bob)
-    lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "FAIL x", "exited 1"))
+    lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "FAIL x", "exited 1")
+    )
     card = client_alice.get(url(sub)).content.decode().split('id="verification"')[1].split("</section>")[0]
     assert "exit code 1" in card and "exited 1" not in card and "data-verification-reason" not in card

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from smrweb.tracking import services
-from smrweb.tracking.queries import budget
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import SORTS
 from smrweb.tracking.models import Run
+from smrweb.tracking.queries import budget
 
 pytestmark = pytest.mark.django_db
 
@@ -29,8 +29,16 @@ def push(project, run_id, *events):
 
 
 def turn(n, *, tokens_in=1000, tokens_out=100, cost=0.5, model="gpt-5.4", actor="driver", minute=0):
-    return {"type": "agent.turn", "turn": n, "actor": actor, "model": model, "tokens_in": tokens_in,
-            "tokens_out": tokens_out, "cost_usd": cost, "ts": (T0 + timedelta(minutes=minute, seconds=n)).isoformat()}
+    return {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "model": model,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "cost_usd": cost,
+        "ts": (T0 + timedelta(minutes=minute, seconds=n)).isoformat(),
+    }
 
 
 def run_with(project, run_id, *, usd=None, tokens=None, spend=Decimal("0"), turn_tokens=(0, 0), **poll):
@@ -61,28 +69,48 @@ def budget_world(project):
     over = {
         "usd-over": run_with(project, "usd-over", usd=Decimal("5"), spend=Decimal("6.55")),
         "tokens-over": run_with(project, "tokens-over", tokens=1_500_000, turn_tokens=(1_400_000, 175_000)),
-        "both-over": run_with(project, "both-over", usd=Decimal("1"), tokens=100, spend=Decimal("2"),
-                              turn_tokens=(90, 20)),
+        "both-over": run_with(
+            project, "both-over", usd=Decimal("1"), tokens=100, spend=Decimal("2"), turn_tokens=(90, 20)
+        ),
         # The source bills more than the turns show: its total is what counts.
-        "billed-over": run_with(project, "billed-over", usd=Decimal("3"), spend=Decimal("1"),
-                                source_total_usd=Decimal("3.20")),
+        "billed-over": run_with(
+            project, "billed-over", usd=Decimal("3"), spend=Decimal("1"), source_total_usd=Decimal("3.20")
+        ),
         # The source reports tokens no turn accounts for.
-        "source-tokens-over": run_with(project, "source-tokens-over", tokens=1000, turn_tokens=(100, 10),
-                                       source_spend={"tokens_in": 900, "tokens_out": 200}),
+        "source-tokens-over": run_with(
+            project,
+            "source-tokens-over",
+            tokens=1000,
+            turn_tokens=(100, 10),
+            source_spend={"tokens_in": 900, "tokens_out": 200},
+        ),
     }
     within = {
         "exactly-at": run_with(project, "exactly-at", usd=Decimal("2"), spend=Decimal("2")),
-        "under": run_with(project, "under", usd=Decimal("10"), tokens=10_000, spend=Decimal("1"), turn_tokens=(10, 10)),
+        "under": run_with(
+            project, "under", usd=Decimal("10"), tokens=10_000, spend=Decimal("1"), turn_tokens=(10, 10)
+        ),
         "no-budget": run_with(project, "no-budget", spend=Decimal("100"), turn_tokens=(10**6, 10**6)),
         "zero-budget": run_with(project, "zero-budget", usd=Decimal("0"), tokens=0, spend=Decimal("1")),
         # The source bills less than the turns add up to: its own total is within budget.
-        "billed-under": run_with(project, "billed-under", usd=Decimal("3"), spend=Decimal("4"),
-                                 source_total_usd=Decimal("2.50")),
+        "billed-under": run_with(
+            project, "billed-under", usd=Decimal("3"), spend=Decimal("4"), source_total_usd=Decimal("2.50")
+        ),
         # A source that states no token totals (JSON null): the turns count, and they are within.
-        "source-null-tokens": run_with(project, "source-null-tokens", tokens=1000, turn_tokens=(400, 100),
-                                       source_spend={"tokens_in": None, "tokens_out": None, "total_usd": None}),
-        "source-tokens-under": run_with(project, "source-tokens-under", tokens=1000, turn_tokens=(5000, 10),
-                                        source_spend={"tokens_in": 500, "tokens_out": 100}),
+        "source-null-tokens": run_with(
+            project,
+            "source-null-tokens",
+            tokens=1000,
+            turn_tokens=(400, 100),
+            source_spend={"tokens_in": None, "tokens_out": None, "total_usd": None},
+        ),
+        "source-tokens-under": run_with(
+            project,
+            "source-tokens-under",
+            tokens=1000,
+            turn_tokens=(5000, 10),
+            source_spend={"tokens_in": 500, "tokens_out": 100},
+        ),
     }
     return over, within
 
@@ -98,9 +126,15 @@ def test_sql_and_python_agree_on_who_is_over_budget(budget_world, project):
         in_python = {r.external_id for r in runs if any(o["budget"] == on for o in r.budget_overruns)}
         assert in_sql == in_python, on
     assert set(runs.filter(budget.over_budget(on="usd")).values_list("external_id", flat=True)) == {
-        "usd-over", "both-over", "billed-over"}
+        "usd-over",
+        "both-over",
+        "billed-over",
+    }
     assert set(runs.filter(budget.over_budget(on="tokens")).values_list("external_id", flat=True)) == {
-        "tokens-over", "both-over", "source-tokens-over"}
+        "tokens-over",
+        "both-over",
+        "source-tokens-over",
+    }
 
 
 def test_overruns_name_the_budget_and_the_amounts(budget_world):
@@ -115,7 +149,7 @@ def test_overruns_name_the_budget_and_the_amounts(budget_world):
 
 def test_overview_card_counts_runs_over_budget(client_alice, budget_world, other_project):
     html = body(client_alice.get("/"))
-    card = html[html.index('data-project="hill"'):]
+    card = html[html.index('data-project="hill"') :]
     assert re.search(r'data-count="over-budget"[^>]*><b>5</b> over budget', card)
 
 
@@ -135,10 +169,15 @@ def test_project_page_badges_counts_and_filters_runs_over_budget(client_alice, b
 
     assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=true")))) == set(over)
     assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=tokens")))) == {
-        "tokens-over", "both-over", "source-tokens-over"}
+        "tokens-over",
+        "both-over",
+        "source-tokens-over",
+    }
     assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=false")))) == set(within)
     # The filter combines with the others.
-    assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=true&q=billed")))) == {"billed-over"}
+    assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=true&q=billed")))) == {
+        "billed-over"
+    }
 
 
 def test_a_bad_filter_value_is_ignored_and_named(client_alice, budget_world):
@@ -149,9 +188,11 @@ def test_a_bad_filter_value_is_ignored_and_named(client_alice, budget_world):
 
 def test_run_page_says_which_budget_is_exceeded_and_by_how_much(client_alice, budget_world):
     html = body(client_alice.get("/projects/hill/runs/usd-over/"))
-    alert = re.search(r"<div class=\"alert bad\" role=\"alert\" data-over-budget>(.*?)</div>", html, re.S).group(1)
+    alert = re.search(
+        r"<div class=\"alert bad\" role=\"alert\" data-over-budget>(.*?)</div>", html, re.S
+    ).group(1)
     assert "spent 131 % of the $5.00 budget ($6.55 spent)" in alert
-    assert 'h1' in html and re.search(r"<h1>.*data-badge=\"over-budget\".*</h1>", html, re.S)
+    assert "h1" in html and re.search(r"<h1>.*data-badge=\"over-budget\".*</h1>", html, re.S)
 
     html = body(client_alice.get("/projects/hill/runs/tokens-over/"))
     alert = re.search(r"data-over-budget>(.*?)</div>", html, re.S).group(1)
@@ -184,32 +225,50 @@ def test_the_run_api_says_over_budget_and_on_which(api, budget_world):
 @pytest.fixture
 def sortable(project):
     """Runs that differ in every sortable column, plus ties."""
-    specs = [("alpha", 3, 0.9, "done"), ("bravo", 1, 0.2, "running"), ("charlie", 2, None, "failed"),
-             ("delta", 5, 0.5, "running"), ("echo", 4, 0.2, "queued")]
+    specs = [
+        ("alpha", 3, 0.9, "done"),
+        ("bravo", 1, 0.2, "running"),
+        ("charlie", 2, None, "failed"),
+        ("delta", 5, 0.5, "running"),
+        ("echo", 4, 0.2, "queued"),
+    ]
     for i, (run_id, turns, best, state) in enumerate(specs):
         push(project, run_id, *[turn(n, cost=0.1 * (i + 1), minute=i) for n in range(turns)])
         if best is not None:
-            push(project, run_id, {"type": "score", "score": best, "ts": (T0 + timedelta(minutes=i, seconds=30)).isoformat()})
-        push(project, run_id, {"type": "state", "state": state, "ts": (T0 + timedelta(minutes=i, seconds=40)).isoformat()})
+            push(
+                project,
+                run_id,
+                {"type": "score", "score": best, "ts": (T0 + timedelta(minutes=i, seconds=30)).isoformat()},
+            )
+        push(
+            project,
+            run_id,
+            {"type": "state", "state": state, "ts": (T0 + timedelta(minutes=i, seconds=40)).isoformat()},
+        )
     return [s[0] for s in specs]
 
 
-@pytest.mark.parametrize("sort, expected", [
-    ("run", ["alpha", "bravo", "charlie", "delta", "echo"]),
-    ("-run", ["echo", "delta", "charlie", "bravo", "alpha"]),
-    ("turns", ["bravo", "charlie", "alpha", "echo", "delta"]),
-    ("-turns", ["delta", "echo", "alpha", "charlie", "bravo"]),
-    ("-best", ["alpha", "delta", "echo", "bravo", "charlie"]),  # ties on id, descending; no score last
-    ("best", ["bravo", "echo", "delta", "alpha", "charlie"]),  # ties on id, ascending; no score last
-    ("-spend", ["echo", "delta", "charlie", "alpha", "bravo"]),  # 2.0 ties on id, descending
-    ("state", ["alpha", "charlie", "echo", "bravo", "delta"]),
-    ("-activity", ["echo", "delta", "charlie", "bravo", "alpha"]),
-])
+@pytest.mark.parametrize(
+    "sort, expected",
+    [
+        ("run", ["alpha", "bravo", "charlie", "delta", "echo"]),
+        ("-run", ["echo", "delta", "charlie", "bravo", "alpha"]),
+        ("turns", ["bravo", "charlie", "alpha", "echo", "delta"]),
+        ("-turns", ["delta", "echo", "alpha", "charlie", "bravo"]),
+        ("-best", ["alpha", "delta", "echo", "bravo", "charlie"]),  # ties on id, descending; no score last
+        ("best", ["bravo", "echo", "delta", "alpha", "charlie"]),  # ties on id, ascending; no score last
+        ("-spend", ["echo", "delta", "charlie", "alpha", "bravo"]),  # 2.0 ties on id, descending
+        ("state", ["alpha", "charlie", "echo", "bravo", "delta"]),
+        ("-activity", ["echo", "delta", "charlie", "bravo", "alpha"]),
+    ],
+)
 def test_runs_table_sorts_on_the_server(client_alice, sortable, sort, expected):
     html = body(client_alice.get(f"/projects/hill/?sort={sort}"))
     assert table_ids(html) == expected
     key = sort.lstrip("-")
-    header = re.search(rf'<th class="[^"]*sortable[^"]*" aria-sort="([a-z]+)" data-sort-key="{key}">(.*?)</th>', html, re.S)
+    header = re.search(
+        rf'<th class="[^"]*sortable[^"]*" aria-sort="([a-z]+)" data-sort-key="{key}">(.*?)</th>', html, re.S
+    )
     assert header.group(1) == ("descending" if sort.startswith("-") else "ascending")
     assert ("▼" if sort.startswith("-") else "▲") in header.group(2)
     # Clicking the sorted header again flips it.
@@ -224,7 +283,9 @@ def test_every_sort_key_works_in_both_directions_on_the_api(api, sortable):
             assert response.status_code == 200, sort
             assert len(response.json()["results"]) == 5
     bad = api.get("/api/v1/projects/hill/runs?sort=password")
-    assert bad.status_code == 400 and "sort" in json.dumps(bad.json()) and "password" in json.dumps(bad.json())
+    assert (
+        bad.status_code == 400 and "sort" in json.dumps(bad.json()) and "password" in json.dumps(bad.json())
+    )
 
 
 def test_sort_links_keep_the_filters_and_drop_the_page(client_alice, sortable):
@@ -243,7 +304,11 @@ def test_paging_a_sorted_table_with_ties_is_stable(client_alice, project):
         second = table_ids(body(client_alice.get(f"/projects/hill/?sort={sort}&page=2")))
         assert len(first) == 50 and len(second) == 10
         assert set(first).isdisjoint(second) and len(set(first) | set(second)) == 60, sort
-        ids = list(Run.objects.filter(external_id__in=first + second).order_by("id").values_list("external_id", flat=True))
+        ids = list(
+            Run.objects.filter(external_id__in=first + second)
+            .order_by("id")
+            .values_list("external_id", flat=True)
+        )
         expected = ids if not sort.startswith("-") else ids[::-1]
         assert first + second == expected, sort
 
@@ -255,29 +320,50 @@ def test_paging_a_sorted_table_with_ties_is_stable(client_alice, project):
 def searchable(project):
     push(project, "plain", turn(1, model="claude-opus"))
     push(project, "turn-model", turn(1, model="codex_gpt_5_4_mini_low"))
-    services.update_run_settings(project, "profile", requested_profile="codex_gpt_5_4_medium",
-                                 actual_profile="codex_gpt_5_4_mini_medium")
-    services.record_poll(project, "worker-downgrade", requested_profile="p1", actual_profile="p1", actor_profiles=[
-        {"role": "orchestrator", "requested": "p1", "actual": "p1"},
-        {"role": "worker", "actor": "w-1", "requested": "big_model", "actual": "small_model"}])
-    services.record_poll(project, "actors-fine", actor_profiles=[
-        {"role": "worker", "actor": "w-2", "requested": "same", "actual": "same"}])
-    push(project, "broken", {"type": "state", "state": "failed", "failure": {"family": "quota", "detail": "out of credits"}})
+    services.update_run_settings(
+        project,
+        "profile",
+        requested_profile="codex_gpt_5_4_medium",
+        actual_profile="codex_gpt_5_4_mini_medium",
+    )
+    services.record_poll(
+        project,
+        "worker-downgrade",
+        requested_profile="p1",
+        actual_profile="p1",
+        actor_profiles=[
+            {"role": "orchestrator", "requested": "p1", "actual": "p1"},
+            {"role": "worker", "actor": "w-1", "requested": "big_model", "actual": "small_model"},
+        ],
+    )
+    services.record_poll(
+        project,
+        "actors-fine",
+        actor_profiles=[{"role": "worker", "actor": "w-2", "requested": "same", "actual": "same"}],
+    )
+    push(
+        project,
+        "broken",
+        {"type": "state", "state": "failed", "failure": {"family": "quota", "detail": "out of credits"}},
+    )
     services.update_run_settings(project, "branchy", git_branch="feature/faster-step")
 
 
-@pytest.mark.parametrize("q, expected", [
-    ("gpt_5_4_mini", {"turn-model", "profile"}),
-    ("GPT_5_4_MINI", {"turn-model", "profile"}),
-    ("downgraded", {"profile", "worker-downgrade"}),
-    ("small_model", {"worker-downgrade"}),
-    ("claude", {"plain"}),
-    ("quota", {"broken"}),
-    ("credits", {"broken"}),
-    ("failed", {"broken"}),
-    ("faster-step", {"branchy"}),
-    ("nothing-like-this", set()),
-])
+@pytest.mark.parametrize(
+    "q, expected",
+    [
+        ("gpt_5_4_mini", {"turn-model", "profile"}),
+        ("GPT_5_4_MINI", {"turn-model", "profile"}),
+        ("downgraded", {"profile", "worker-downgrade"}),
+        ("small_model", {"worker-downgrade"}),
+        ("claude", {"plain"}),
+        ("quota", {"broken"}),
+        ("credits", {"broken"}),
+        ("failed", {"broken"}),
+        ("faster-step", {"branchy"}),
+        ("nothing-like-this", set()),
+    ],
+)
 def test_search_matches_models_profiles_failures_and_badge_words(client_alice, searchable, q, expected):
     assert set(table_ids(body(client_alice.get("/projects/hill/", {"q": q})))) == expected
 
@@ -310,10 +396,14 @@ def test_run_page_pages_its_agent_turns(client_alice, project):
 def test_paging_the_turns_keeps_the_artifacts_page_and_the_poll_keeps_both(client_alice, project):
     push(project, "both", *[turn(n, minute=n) for n in range(1, 30)])
     for i in range(23):
-        services.store_artifact(project, "both", path="submission/optimizer.py", content=io.BytesIO(f"v{i}".encode()))
+        services.store_artifact(
+            project, "both", path="submission/optimizer.py", content=io.BytesIO(f"v{i}".encode())
+        )
     html = body(client_alice.get("/projects/hill/runs/both/?artifacts_page=2"))
     assert "11–20 of 23" in html and html.count('<tr data-artifact="submission/optimizer.py"') == 10
-    next_turns = re.search(r'data-pager="turns_page".*?hx-get="([^"]+)"', html, re.S).group(1).replace("&amp;", "&")
+    next_turns = (
+        re.search(r'data-pager="turns_page".*?hx-get="([^"]+)"', html, re.S).group(1).replace("&amp;", "&")
+    )
     assert "artifacts_page=2" in next_turns and "turns_page=2" in next_turns
     # The live poll asks for the same pages, and an htmx request answers the run-live fragment only.
     poll = re.search(r'id="run-live"[^>]*hx-get="([^"]+)"', html).group(1).replace("&amp;", "&")
@@ -340,7 +430,11 @@ def test_submissions_api_honours_run(api, project):
 
 def test_the_schema_documents_the_new_parameters(anon_api, db):
     response = anon_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
-    schema = json.loads(response.content) if response.content.lstrip().startswith(b"{") else yaml.safe_load(response.content)
+    schema = (
+        json.loads(response.content)
+        if response.content.lstrip().startswith(b"{")
+        else yaml.safe_load(response.content)
+    )
     subs = {p["name"]: p for p in schema["paths"]["/api/v1/projects/{slug}/submissions"]["get"]["parameters"]}
     assert "run" in subs and "unknown run" in subs["run"]["description"]
     runs = {p["name"]: p for p in schema["paths"]["/api/v1/projects/{slug}/runs"]["get"]["parameters"]}
@@ -353,7 +447,9 @@ def test_the_schema_documents_the_new_parameters(anon_api, db):
 def test_a_first_click_on_a_score_column_puts_the_best_first_in_the_scenarios_direction(client_alice, alice):
     from tests.factories import admin_project
 
-    minimize = services.create_scenario(key="loss", name="Loss", score_metric="val_loss", direction="minimize")
+    minimize = services.create_scenario(
+        key="loss", name="Loss", score_metric="val_loss", direction="minimize"
+    )
     admin_project("lossy", name="Lossy", scenario=minimize, by=alice)
     for slug, expected in (("hill", "-best"), ("lossy", "best")):
         html = body(client_alice.get(f"/projects/{slug}/"))

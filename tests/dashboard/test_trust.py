@@ -10,11 +10,11 @@ import re
 import pytest
 
 from smrweb.tracking import queries, services
-from smrweb.tracking.services import rollbacks
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Review, Rollback, Run, Submission, SubmissionTransition
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 HOOK = "https://hooks.example/rollback"
@@ -26,13 +26,15 @@ def push(project, run_id, *events):
 
 def scored(project, run_id, *values) -> list[Submission]:
     push(project, run_id, *[{"type": "score", "score": v} for v in values])
-    return list(Submission.objects.filter(run__external_id=run_id).order_by("id"))[-len(values):]
+    return list(Submission.objects.filter(run__external_id=run_id).order_by("id"))[-len(values) :]
 
 
 def verify(sub, by, *, passed=True) -> Submission:
     lifecycle.request_verification(sub, by=by)
     outcome = "passed" if passed else "failed"
-    return lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(outcome, 0 if passed else 1, "", outcome))
+    return lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(outcome, 0 if passed else 1, "", outcome)
+    )
 
 
 def board_rows(body: str) -> list[str]:
@@ -78,7 +80,9 @@ def test_leaderboard_counts_verified_work_one_row_per_run_and_pages(client_alice
     assert rows[0] == "junk" and "bad" not in rows
     assert board_rows(client_alice.get("/projects/hill/").content.decode())[0] == "junk"
     # An admin excludes it: gone from the board, shown as excluded where it is listed.
-    lifecycle.exclude_submission(junk, by=project.memberships.get(role="admin").user, reason="API docs example")
+    lifecycle.exclude_submission(
+        junk, by=project.memberships.get(role="admin").user, reason="API docs example"
+    )
     assert board_rows(client_alice.get("/projects/hill/").content.decode())[0] == "run-22"
     page = client_alice.get(f"/projects/hill/submissions/{junk.pk}/").content.decode()
     assert "data-excluded" in page and "API docs example" in page and "Roll back to this" not in page
@@ -117,7 +121,9 @@ def test_an_excluded_run_leaves_the_overview_queue_and_carry_forward(client_alic
     test_run = scored(project, "test-run", 0.95)[0]
     verify(test_run, bob)
     assert ">0.95<" in client_alice.get("/").content.decode()
-    response = client_alice.post("/projects/hill/runs/test-run/exclusion", {"action": "exclude", "reason": "a smoke test"})
+    response = client_alice.post(
+        "/projects/hill/runs/test-run/exclusion", {"action": "exclude", "reason": "a smoke test"}
+    )
     assert response.status_code == 302
     overview = client_alice.get("/").content.decode()
     assert ">0.95<" not in overview and ">0.5<" in overview
@@ -129,7 +135,9 @@ def test_an_excluded_run_leaves_the_overview_queue_and_carry_forward(client_alic
     assert ">0.95<" in client_alice.get("/").content.decode()
     # A reviewer cannot; a missing reason is a message, not a 500, and nothing changes.
     client_alice.force_login(bob)
-    response = client_alice.post("/projects/hill/runs/test-run/exclusion", {"action": "exclude", "reason": "x"})
+    response = client_alice.post(
+        "/projects/hill/runs/test-run/exclusion", {"action": "exclude", "reason": "x"}
+    )
     assert response.status_code == 403 and Run.objects.get(external_id="test-run").excluded_at is None
     client_alice.force_login(alice)
     response = client_alice.post("/projects/hill/runs/test-run/exclusion", {"action": "exclude"}, follow=True)
@@ -146,7 +154,9 @@ def regressing(project, alice):
     return project
 
 
-def test_roll_back_to_the_best_targets_the_best_verified_and_never_an_invalid_one(client_alice, regressing, bob):
+def test_roll_back_to_the_best_targets_the_best_verified_and_never_an_invalid_one(
+    client_alice, regressing, bob
+):
     ok, best, latest = scored(regressing, "r", 0.6, 0.9, 0.2)
     verify(ok, bob)
     verify(best, bob, passed=False)  # the best score failed verification
@@ -166,7 +176,9 @@ def test_an_unverified_target_says_so_in_the_button_and_the_confirmation(client_
     assert f"submission #{best.pk} (score 0.9, candidate: NOT verified)" in body
 
 
-def test_after_a_rollback_the_banner_says_what_happened_and_a_second_click_changes_nothing(client_alice, regressing):
+def test_after_a_rollback_the_banner_says_what_happened_and_a_second_click_changes_nothing(
+    client_alice, regressing
+):
     best, latest = scored(regressing, "r", 0.9, 0.3)
     response = client_alice.post("/projects/hill/runs/r/rollback", {"submission": best.pk, "reason": "back"})
     assert response.status_code == 302
@@ -174,10 +186,12 @@ def test_after_a_rollback_the_banner_says_what_happened_and_a_second_click_chang
     rollbacks.finish(rollback.pk, ok=True, detail="the webhook answered HTTP 200")
     body = client_alice.get("/projects/hill/runs/r/").content.decode()
     banner = re.search(r'<div class="alert info regression".*?</div>', body, re.DOTALL)[0]
-    assert f"Rolled back to" in banner and f"#{best.pk}</a> (0.9)" in banner and "applied" in banner
+    assert "Rolled back to" in banner and f"#{best.pk}</a> (0.9)" in banner and "applied" in banner
     assert "The run is <b>running</b>" in banner and "Roll back to the best" not in banner
     # A second request of the same rollback with nothing scored since returns the first.
-    again = client_alice.post("/projects/hill/runs/r/rollback", {"submission": best.pk, "reason": "back"}, follow=True)
+    again = client_alice.post(
+        "/projects/hill/runs/r/rollback", {"submission": best.pk, "reason": "back"}, follow=True
+    )
     assert Rollback.objects.count() == 1 and "already rolled back" in again.content.decode()
     # A new score after it: the regression is live again and the rollback is offered again.
     scored(regressing, "r", 0.25)
@@ -187,8 +201,9 @@ def test_after_a_rollback_the_banner_says_what_happened_and_a_second_click_chang
 
 def test_accepted_and_applied_rollbacks_are_told_apart(client_alice, regressing):
     best, latest = scored(regressing, "r", 0.9, 0.3)
-    rollback = rollbacks.request_rollback(by=regressing.memberships.get(role="admin").user, reason="x",
-                                          submission=best).rollback
+    rollback = rollbacks.request_rollback(
+        by=regressing.memberships.get(role="admin").user, reason="x", submission=best
+    ).rollback
     rollbacks.finish(rollback.pk, ok=True, detail="queued", accepted_only=True)
     body = client_alice.get("/projects/hill/runs/r/").content.decode()
     assert 'data-rolled-back="accepted"' in body and "has not confirmed the restore" in body
@@ -204,12 +219,12 @@ def test_review_queue_counts_filters_groups_per_run_and_pages(client_alice, proj
     verify(Submission.objects.filter(run__external_id="run-00").order_by("score").first(), bob)
     body = client_alice.get("/projects/hill/review/").content.decode()
     assert re.search(r'data-status="waiting">all waiting <b>120</b>', body)
-    assert re.search(r'to verify <b>119</b>', body) and re.search(r'to review <b>1</b>', body)
+    assert re.search(r"to verify <b>119</b>", body) and re.search(r"to review <b>1</b>", body)
     assert "60 rows" in body and "page 1 of 2" in body and 'data-run-waiting="2"' in body
     rows = re.findall(r'<tr data-submission="(\d+)">', body)
     assert len(rows) == 50
     verified = client_alice.get("/projects/hill/review/?status=verified").content.decode()
-    assert len(re.findall(r'<tr data-submission=', verified)) == 1
+    assert len(re.findall(r"<tr data-submission=", verified)) == 1
     every = client_alice.get("/projects/hill/review/?all=1&page=3").content.decode()
     assert "120 rows" in every and "page 3 of 3" in every
     # "Next in queue" on a waiting submission's page: the best other waiting one.
@@ -241,7 +256,10 @@ def test_the_second_person_rule_explains_itself(client, project, alice, bob):
     assert "data-own-approval" not in page
     client.post(f"/projects/hill/submissions/{sub.pk}/approve", {"comment": "looks right"})
     sub.refresh_from_db()
-    assert sub.status == "approved" and list(Review.objects.values_list("counted", flat=True)) == [False, True]
+    assert sub.status == "approved" and list(Review.objects.values_list("counted", flat=True)) == [
+        False,
+        True,
+    ]
 
 
 def test_reject_needs_a_reason_and_the_history_keeps_it(client_alice, project, bob):
@@ -252,7 +270,9 @@ def test_reject_needs_a_reason_and_the_history_keeps_it(client_alice, project, b
     sub.refresh_from_db()
     assert sub.status == "verified" and not Review.objects.exists()
     client_alice.post(f"/projects/hill/submissions/{sub.pk}/reject", {"comment": "overfits the public split"})
-    assert SubmissionTransition.objects.filter(to_status="rejected").get().reason == "overfits the public split"
+    assert (
+        SubmissionTransition.objects.filter(to_status="rejected").get().reason == "overfits the public split"
+    )
     assert not SubmissionTransition.objects.filter(reason__in=["rejectd", "approved"]).exists()
 
 
@@ -264,27 +284,40 @@ def _approved(project, bob, alice, run_id, value) -> Submission:
     return lifecycle.review(sub, by=alice, verdict="approve", comment="ok").submission
 
 
-def test_mark_uploaded_records_the_arena_id_and_results_say_better_or_worse(client_alice, project, alice, bob):
+def test_mark_uploaded_records_the_arena_id_and_results_say_better_or_worse(
+    client_alice, project, alice, bob
+):
     project.scenario.arena_direction = "minimize"  # e.g. a loss on the arena's own board
     project.scenario.save()
     first, second = _approved(project, bob, alice, "a", 0.5), _approved(project, bob, alice, "b", 0.6)
-    response = client_alice.post(f"/projects/hill/submissions/{first.pk}/upload", {"arena_ref": "javascript:alert(1)//x://"})
+    response = client_alice.post(
+        f"/projects/hill/submissions/{first.pk}/upload", {"arena_ref": "javascript:alert(1)//x://"}
+    )
     assert response.status_code == 400 and "must start with https://" in response.content.decode()
-    client_alice.post(f"/projects/hill/submissions/{first.pk}/upload", {"arena_ref": "https://arena.example/s/81"})
+    client_alice.post(
+        f"/projects/hill/submissions/{first.pk}/upload", {"arena_ref": "https://arena.example/s/81"}
+    )
     client_alice.post(f"/projects/hill/submissions/{second.pk}/upload", {"arena_ref": "sub-82"})
     first.refresh_from_db()
     assert first.arena_ref == "https://arena.example/s/81"
     client_alice.post(f"/projects/hill/submissions/{first.pk}/record", {"rank": "9", "arena_score": "3.40"})
-    response = client_alice.post(f"/projects/hill/submissions/{second.pk}/record", {"rank": "7", "arena_score": "3.31"},
-                                 follow=True)
+    response = client_alice.post(
+        f"/projects/hill/submissions/{second.pk}/record", {"rank": "7", "arena_score": "3.31"}, follow=True
+    )
     body = response.content.decode()
     assert "score −0.09 against the previous result: better (lower is better); 2 places up (rank 7)" in body
-    assert 'data-rank-delta="-2"' in body and "▲ 2 places up" in body and "arena score: lower is better" in body
+    assert (
+        'data-rank-delta="-2"' in body and "▲ 2 places up" in body and "arena score: lower is better" in body
+    )
     assert "sub-82" in body
-    response = client_alice.post(f"/projects/hill/submissions/{second.pk}/record", {"rank": "8", "arena_score": "3.5"},
-                                 follow=True)
+    response = client_alice.post(
+        f"/projects/hill/submissions/{second.pk}/record", {"rank": "8", "arena_score": "3.5"}, follow=True
+    )
     assert ": worse (lower is better); 1 place down (rank 8)" in response.content.decode()
-    assert 'class="alert warn" role="status" data-flash="warning">Arena result recorded' in response.content.decode()
+    assert (
+        'class="alert warn" role="status" data-flash="warning">Arena result recorded'
+        in response.content.decode()
+    )
 
 
 # --- carry-forward that teaches -------------------------------------------------------------------------------------
@@ -296,16 +329,26 @@ def test_carry_forward_names_approaches_and_does_not_call_a_new_runs_start_regre
     push(project, "newcomer", {"type": "state", "state": "running"})
     services.update_run_settings(project, "newcomer", git_branch="try-lion-optimizer")
     scored(project, "newcomer", 0.2, 0.5, 0.3)  # starts low (not a regression), then drops 0.2 (one)
-    push(project, "crashed", {"type": "message", "body": "Try warmup 500 with cosine decay", "topic": "kickoff"},
-         {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}})
+    push(
+        project,
+        "crashed",
+        {"type": "message", "body": "Try warmup 500 with cosine decay", "topic": "kickoff"},
+        {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}},
+    )
     sub = verify(scored(project, "rejected-run", 0.6)[0], bob)
     lifecycle.review(sub, by=alice, verdict="reject", comment="leaks the validation set")
     cf = queries.carry_forward(project, n=10)
     regressed = [item for item in cf.failed if "regressed" in item.reasons]
     assert [item.score for item in regressed] == [0.3]
-    assert regressed[0].title == "branch try-lion-optimizer" and "its run's best so far then (0.5)" in regressed[0].why
+    assert (
+        regressed[0].title == "branch try-lion-optimizer"
+        and "its run's best so far then (0.5)" in regressed[0].why
+    )
     crashed = next(item for item in cf.failed if "run_failed" in item.reasons)
-    assert crashed.title == "kickoff: Try warmup 500 with cosine decay" and "oom: CUDA out of memory" in crashed.why
+    assert (
+        crashed.title == "kickoff: Try warmup 500 with cosine decay"
+        and "oom: CUDA out of memory" in crashed.why
+    )
     rejected = next(item for item in cf.failed if "rejected" in item.reasons)
     assert "leaks the validation set" in rejected.why
     assert cf.best.run == "veteran" and "(verified)" in cf.text

@@ -30,7 +30,6 @@ from django.conf import settings
 from django.utils import timezone
 
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.models import (
     AgentTurn,
     ArtifactBlob,
@@ -45,22 +44,50 @@ from smrweb.tracking.models import (
     Submission,
     SubmissionTransition,
 )
+from smrweb.tracking.services import rollbacks
 from tests.api.helpers import session_client
 from tests.conftest import _start, _wait_for_line, wait_for
-from tests.sources.test_submission_loop import scored_with_artifact
 from tests.factories import admin_project
+from tests.sources.test_submission_loop import scored_with_artifact
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def worker_argv(name: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO", "--concurrency", "1",
-            "--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-n", f"{name}-{os.getpid()}@localhost"]
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "smrweb",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        "1",
+        "--pool",
+        "solo",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-n",
+        f"{name}-{os.getpid()}@localhost",
+    ]
 
 
 def beat_argv(schedule: Path) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "smrweb", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "smrweb",
+        "beat",
+        "--loglevel",
+        "INFO",
+        "--schedule",
+        str(schedule),
+    ]
 
 
 @pytest.fixture
@@ -100,7 +127,9 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 stamp = self.headers["X-Smrweb-Timestamp"]
-                expected = hmac.new(receiver.secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+                expected = hmac.new(
+                    receiver.secret.encode(), stamp.encode() + b"." + body, hashlib.sha256
+                ).hexdigest()
                 if self.headers["X-Smrweb-Signature"] != f"sha256={expected}":
                     receiver.bad_signatures += 1
                     return self._answer(401, "bad signature")
@@ -150,18 +179,25 @@ def receiver(project):
 
 
 def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
-        project, bob, receiver, celery_queue, redis_server, procs, tmp_path):
+    project, bob, receiver, celery_queue, redis_server, procs, tmp_path
+):
     """The webhook holds its answer; the worker is SIGKILLed while it waits for it. The rollback is left
     `dispatched` and its message unacknowledged (Redis would hand it out again only after the broker's
     visibility timeout, an hour); beat's `redispatch_stale_actions` finds it stale and queues it again,
     a new worker delivers it a second time with the same Idempotency-Key, and the receiver applies it
     once."""
     queue = f"{celery_queue}-rbkill"  # this test's workers only: the session's worker must not take it
-    env = {"SMRWEB_CELERY_QUEUE": queue, "SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT": "2", "SMRWEB_REDISPATCH_SECONDS": "1",
-           "SMRWEB_STALE_ACTION_SECONDS": "2"}
+    env = {
+        "SMRWEB_CELERY_QUEUE": queue,
+        "SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT": "2",
+        "SMRWEB_REDISPATCH_SECONDS": "1",
+        "SMRWEB_STALE_ACTION_SECONDS": "2",
+    }
     doomed_log, worker_log, beat_log = tmp_path / "doomed.log", tmp_path / "worker.log", tmp_path / "beat.log"
     doomed = procs(worker_argv("rb-doomed"), doomed_log, {**env, "SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT": "60"})
-    procs(beat_argv(tmp_path / "beat-schedule"), beat_log, env)  # its ticks wait while the doomed worker is busy
+    procs(
+        beat_argv(tmp_path / "beat-schedule"), beat_log, env
+    )  # its ticks wait while the doomed worker is busy
     _wait_for_line(doomed, doomed_log, "ready.")
     sub = scored_with_artifact(project, b"ok v1")
     rollback = rollbacks.request_rollback(by=bob, reason="regressed", submission=sub).rollback
@@ -179,10 +215,14 @@ def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
 
         worker = procs(worker_argv("rb-fresh"), worker_log, env)
         _wait_for_line(worker, worker_log, "ready.")
-        wait_for(lambda: Rollback.objects.get(pk=rollback.pk).status != "dispatched", timeout=60, interval=0.3)
+        wait_for(
+            lambda: Rollback.objects.get(pk=rollback.pk).status != "dispatched", timeout=60, interval=0.3
+        )
     except AssertionError:
         logs = "\n".join(p.read_text()[-2500:] for p in tmp_path.glob("*.log"))
-        raise AssertionError(f"rollback never finished: {Rollback.objects.get(pk=rollback.pk).__dict__}\n{logs}")
+        raise AssertionError(
+            f"rollback never finished: {Rollback.objects.get(pk=rollback.pk).__dict__}\n{logs}"
+        )
     finally:
         redis_server.delete(queue)
 
@@ -194,11 +234,16 @@ def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
     # The repeated delivery was answered "already applied"; that body is the receiver's, never shown.
     assert f"attempt {rollback.attempts}: the webhook answered HTTP 200" in rollback.detail
     assert "already applied" not in rollback.detail
-    verbs = Counter(AuditEvent.objects.filter(object_id=str(rollback.pk), verb__startswith="rollback.")
-                    .values_list("verb", flat=True))
+    verbs = Counter(
+        AuditEvent.objects.filter(object_id=str(rollback.pk), verb__startswith="rollback.").values_list(
+            "verb", flat=True
+        )
+    )
     assert verbs == {"rollback.requested": 1, "rollback.dispatched": 1, "rollback.applied": 1}
-    print(f"rollback deliveries {len(receiver.deliveries)}, effects {sum(receiver.effects.values())}, "
-          f"attempts {rollback.attempts}")
+    print(
+        f"rollback deliveries {len(receiver.deliveries)}, effects {sum(receiver.effects.values())}, "
+        f"attempts {rollback.attempts}"
+    )
 
 
 # --- (b) Redis stopped and restarted while events are ingested and tasks asked for -----------------------
@@ -242,8 +287,22 @@ class RedisProcess:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=(self.workdir / "redis.log").open("a"), stderr=subprocess.STDOUT)
+            [
+                redis_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=(self.workdir / "redis.log").open("a"),
+            stderr=subprocess.STDOUT,
+        )
         wait_for(self.up, timeout=20, interval=0.1)
 
     def shutdown(self) -> None:
@@ -308,10 +367,20 @@ class Ingester(threading.Thread):
 
     @staticmethod
     def batch(n: int) -> list[dict]:
-        turns = [{"id": f"t{n}-{j}", "type": "agent.turn", "turn": n * 10 + j, "tokens_in": 7, "cost_usd": 0.001}
-                 for j in range(10)]
-        return turns + [{"id": f"m{n}-{j}", "type": "metric", "key": "loss", "value": 1 / (n * 10 + j + 1),
-                         "step": n * 10 + j} for j in range(10)]
+        turns = [
+            {"id": f"t{n}-{j}", "type": "agent.turn", "turn": n * 10 + j, "tokens_in": 7, "cost_usd": 0.001}
+            for j in range(10)
+        ]
+        return turns + [
+            {
+                "id": f"m{n}-{j}",
+                "type": "metric",
+                "key": "loss",
+                "value": 1 / (n * 10 + j + 1),
+                "step": n * 10 + j,
+            }
+            for j in range(10)
+        ]
 
     def count(self, phase: str, status: int = 200) -> int:
         return sum(p.phase == phase and p.status == status for p in self.posts)
@@ -329,7 +398,9 @@ class Ingester(threading.Thread):
                 n = n if replay else i - i // 5
                 before = self.phase
                 try:
-                    response = client.post(self.url, data=json.dumps(self.batch(n)), content_type="application/json")
+                    response = client.post(
+                        self.url, data=json.dumps(self.batch(n)), content_type="application/json"
+                    )
                     status, body = response.status_code, response.json()
                 except Exception as exc:  # noqa: BLE001 -- a 500 raises out of the test client: counted, not lost
                     status, body = None, repr(exc)
@@ -341,17 +412,24 @@ class Ingester(threading.Thread):
 
 
 def test_ingest_and_queued_actions_survive_a_redis_restart(
-        project, bob, token, own_redis, procs, celery_queue, artifact_root, settings, tmp_path):
+    project, bob, token, own_redis, procs, celery_queue, artifact_root, settings, tmp_path
+):
     """Redis goes away (SHUTDOWN NOSAVE: what it held is lost) and comes back on the same port. Ingest
     answers 200 throughout — nothing on its path needs Redis, the cache included (pointed at this Redis
     for the test) —, and Verify and Roll back asked for while it is down are recorded in the database,
     re-queued by beat's redispatcher once it is back, and each takes effect once."""
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                   "LOCATION": own_redis.url,
-                                   "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": own_redis.url,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
     ran = tmp_path / "validator-runs.log"  # one line per validator run: "no action ran twice" is counted
-    record_and_check = ("import sys; data = open(sys.argv[1], 'rb').read(); "
-                        "open(sys.argv[2], 'a').write(data.decode() + '\\n'); sys.exit(0 if data.startswith(b'ok') else 1)")
+    record_and_check = (
+        "import sys; data = open(sys.argv[1], 'rb').read(); "
+        "open(sys.argv[2], 'a').write(data.decode() + '\\n'); sys.exit(0 if data.startswith(b'ok') else 1)"
+    )
     project.scenario.validator_command = ["python3", "-c", record_and_check, "{artifact}", str(ran)]
     project.scenario.save()
     receiver = Receiver(rollbacks.webhook_secret(project))
@@ -361,9 +439,14 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
     target = scored_with_artifact(project, b"ok target", run="rb")
     # The validator counts its runs in a file of the test's, which the sandbox would not let it write:
     # this test is about the queue, so its worker runs validators unconfined (containment has its own tests).
-    env = {"REDIS_URL": own_redis.url, "SMRWEB_CELERY_QUEUE": celery_queue, "SMRWEB_REDISPATCH_SECONDS": "1",
-           "SMRWEB_STALE_ACTION_SECONDS": "8", "SMRWEB_ARTIFACT_ROOT": str(artifact_root),
-           "SMRWEB_SANDBOX": "unconfined"}
+    env = {
+        "REDIS_URL": own_redis.url,
+        "SMRWEB_CELERY_QUEUE": celery_queue,
+        "SMRWEB_REDISPATCH_SECONDS": "1",
+        "SMRWEB_STALE_ACTION_SECONDS": "8",
+        "SMRWEB_ARTIFACT_ROOT": str(artifact_root),
+        "SMRWEB_SANDBOX": "unconfined",
+    }
     worker_log = tmp_path / "worker.log"
     worker = procs(worker_argv("redis-restart"), worker_log, env)
     procs(beat_argv(tmp_path / "beat-schedule"), tmp_path / "beat.log", env)
@@ -380,8 +463,11 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
             for sub in subs:
                 answer = bob_api.post(f"/api/v1/projects/{project.slug}/submissions/{sub.pk}/verify")
                 assert answer.status_code == 202, answer.content
-            answer = bob_api.post(f"/api/v1/projects/{project.slug}/runs/rb/rollback",
-                                  {"submission": target.pk, "reason": "redis is down"}, format="json")
+            answer = bob_api.post(
+                f"/api/v1/projects/{project.slug}/runs/rb/rollback",
+                {"submission": target.pk, "reason": "redis is down"},
+                format="json",
+            )
             assert answer.status_code == 202, answer.content
             wait_for(lambda: ingester.count("down") >= 5, timeout=30)
             # Recorded, not lost, and not run: the queue was unreachable.
@@ -394,12 +480,23 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
             ingester.stopping.set()
             ingester.join(timeout=30)
             try:
-                wait_for(lambda: Rollback.objects.get().status == "applied"
-                         and set(Submission.objects.filter(pk__in=[s.pk for s in subs]).values_list("status", flat=True))
-                         == {"verified"}, timeout=90, interval=0.3)
+                wait_for(
+                    lambda: (
+                        Rollback.objects.get().status == "applied"
+                        and set(
+                            Submission.objects.filter(pk__in=[s.pk for s in subs]).values_list(
+                                "status", flat=True
+                            )
+                        )
+                        == {"verified"}
+                    ),
+                    timeout=90,
+                    interval=0.3,
+                )
             except AssertionError:
-                raise AssertionError(f"not recovered: {Rollback.objects.get().__dict__}\n"
-                                     f"{worker_log.read_text()[-3000:]}") from None
+                raise AssertionError(
+                    f"not recovered: {Rollback.objects.get().__dict__}\n{worker_log.read_text()[-3000:]}"
+                ) from None
     finally:
         ingester.stopping.set()
         receiver.stop()
@@ -423,13 +520,18 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
     # Actions: each verification ran its validator once and recorded once; the rollback took effect once.
     assert sorted(ran.read_text().split("\n")[:-1]) == ["ok 0", "ok 1"]
     for sub in subs:
-        assert list(SubmissionTransition.objects.filter(submission=sub).order_by("id")
-                    .values_list("to_status", flat=True)) == ["verifying", "verified"]
+        assert list(
+            SubmissionTransition.objects.filter(submission=sub)
+            .order_by("id")
+            .values_list("to_status", flat=True)
+        ) == ["verifying", "verified"]
     rollback = Rollback.objects.get()
     assert receiver.effects == {f"smrweb-rollback-{rollback.pk}": 1}
     assert len(receiver.deliveries) == rollback.attempts
-    print(f"posts {len(ingester.posts)} ({ingester.count('down')} while Redis was down, {len(replays)} replays), "
-          f"events stored {accepted}, validator runs 2, rollback deliveries {len(receiver.deliveries)}, effects 1")
+    print(
+        f"posts {len(ingester.posts)} ({ingester.count('down')} while Redis was down, {len(replays)} replays), "
+        f"events stored {accepted}, validator runs 2, rollback deliveries {len(receiver.deliveries)}, effects 1"
+    )
 
 
 # --- (c) the database's write lock held by another process during ingest ----------------------------------
@@ -465,8 +567,20 @@ def hold_write_lock(hold: str) -> subprocess.Popen:
     from tests.conftest import _database_url
 
     target = connection.settings_dict["NAME"] if SQLITE else _database_url()
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, "sqlite" if SQLITE else "postgresql", target,
-                               Run._meta.db_table, hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LOCK_HOLDER,
+            "sqlite" if SQLITE else "postgresql",
+            target,
+            Run._meta.db_table,
+            hold,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = holder.stdout.readline()
     assert line.strip() == "locked", line
     return holder
@@ -474,22 +588,33 @@ def hold_write_lock(hold: str) -> subprocess.Popen:
 
 def mixed_batch(tag: str) -> list[dict]:
     """Six kinds of rows in one batch, so a half-written one would show in some table."""
-    return ([{"id": f"{tag}-t{j}", "type": "agent.turn", "turn": j, "actor": tag, "cost_usd": 0.01} for j in range(5)]
-            + [{"id": f"{tag}-m{j}", "type": "metric", "key": "loss", "value": 1 / (j + 1), "step": j}
-               for j in range(5)]
-            + [{"id": f"{tag}-s", "type": "score", "score": 0.5},
-               {"id": f"{tag}-msg", "type": "message", "body": "hello"},
-               {"id": f"{tag}-cp", "type": "checkpoint", "label": tag},
-               {"id": f"{tag}-st", "type": "state", "state": "running"}])
+    return (
+        [
+            {"id": f"{tag}-t{j}", "type": "agent.turn", "turn": j, "actor": tag, "cost_usd": 0.01}
+            for j in range(5)
+        ]
+        + [
+            {"id": f"{tag}-m{j}", "type": "metric", "key": "loss", "value": 1 / (j + 1), "step": j}
+            for j in range(5)
+        ]
+        + [
+            {"id": f"{tag}-s", "type": "score", "score": 0.5},
+            {"id": f"{tag}-msg", "type": "message", "body": "hello"},
+            {"id": f"{tag}-cp", "type": "checkpoint", "label": tag},
+            {"id": f"{tag}-st", "type": "state", "state": "running"},
+        ]
+    )
 
 
 def stored(run_id: str, tag: str) -> dict[str, int]:
-    rows = {"turns": AgentTurn.objects.filter(event_id__startswith=f"{tag}-"),
-            "metrics": MetricPoint.objects.filter(event_id__startswith=f"{tag}-"),
-            "scores": Submission.objects.filter(event_id__startswith=f"{tag}-"),
-            "messages": RuntimeMessage.objects.filter(event_id__startswith=f"{tag}-"),
-            "checkpoints": Checkpoint.objects.filter(external_id__startswith=f"{tag}-"),
-            "states": StateChange.objects.filter(event_id__startswith=f"{tag}-")}
+    rows = {
+        "turns": AgentTurn.objects.filter(event_id__startswith=f"{tag}-"),
+        "metrics": MetricPoint.objects.filter(event_id__startswith=f"{tag}-"),
+        "scores": Submission.objects.filter(event_id__startswith=f"{tag}-"),
+        "messages": RuntimeMessage.objects.filter(event_id__startswith=f"{tag}-"),
+        "checkpoints": Checkpoint.objects.filter(external_id__startswith=f"{tag}-"),
+        "states": StateChange.objects.filter(event_id__startswith=f"{tag}-"),
+    }
     return {name: qs.filter(run__external_id=run_id).count() for name, qs in rows.items()}
 
 
@@ -505,7 +630,9 @@ def test_ingest_waits_out_a_write_lock_shorter_than_the_busy_timeout(api):
     if SQLITE:
         assert connection.settings_dict["OPTIONS"]["timeout"] > 3 * 2
     url = "/api/v1/projects/hill/runs/r1/events"
-    assert api.post(url, mixed_batch("warm"), format="json").status_code == 200  # the run exists, the token is fresh
+    assert (
+        api.post(url, mixed_batch("warm"), format="json").status_code == 200
+    )  # the run exists, the token is fresh
     holder = hold_write_lock("3")
     try:
         assert stored("r1", "held") == NONE
@@ -525,7 +652,9 @@ def test_ingest_waits_out_a_write_lock_shorter_than_the_busy_timeout(api):
 
 
 @pytest.mark.skipif(not SQLITE, reason="PostgreSQL has no busy timeout: ingest waits for the lock")
-def test_a_write_lock_longer_than_the_busy_timeout_is_a_retryable_503_and_a_retrying_client_lands_it_once(api):
+def test_a_write_lock_longer_than_the_busy_timeout_is_a_retryable_503_and_a_retrying_client_lands_it_once(
+    api,
+):
     """With a 1 s busy timeout and a lock held until the client has been turned away twice, each try
     answers 503 + Retry-After (JSON, never a 500) and writes nothing; the client that honours
     Retry-After lands the batch once the lock is let go, every event exactly once."""
@@ -573,7 +702,8 @@ SMR_KEY = "fault-key"
 
 
 def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_converges_exactly(
-        alice, start_sim, celery_beat_process):
+    alice, start_sim, celery_beat_process
+):
     """Beat and the session's worker poll a living simulated world (client timeout 2 s, backoff ≤ 1 s:
     conftest's FAST_POLLING). The backend then answers nothing in time, is gone (the port refuses
     connections), comes back on the same port answering only garbage, and finally heals. Source health
@@ -583,15 +713,30 @@ def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_conv
     from tests.sources import test_smr_poller as poller
 
     sim = start_sim(api_key=SMR_KEY, project_ids=[poller.SMR_PROJECT], runs=4, tick=0.15, seed=23)
-    scenario = services.create_scenario(key="faults", name="faults", score_metric="val_loss", direction="minimize")
-    project = admin_project("smr-faults", scenario=scenario, source="smr", smr_project_id=poller.SMR_PROJECT,
-                                      smr_backend_base=sim.url, smr_api_key=SMR_KEY, by=alice)
+    scenario = services.create_scenario(
+        key="faults", name="faults", score_metric="val_loss", direction="minimize"
+    )
+    project = admin_project(
+        "smr-faults",
+        scenario=scenario,
+        source="smr",
+        smr_project_id=poller.SMR_PROJECT,
+        smr_backend_base=sim.url,
+        smr_api_key=SMR_KEY,
+        by=alice,
+    )
 
     def health() -> SourceHealth:
         return SourceHealth.objects.get(project=project)
 
-    wait_for(lambda: SourceHealth.objects.filter(project=project, last_success_at__isnull=False).exists()
-             and Run.objects.filter(project=project).count() >= 2, timeout=60, interval=0.3)
+    wait_for(
+        lambda: (
+            SourceHealth.objects.filter(project=project, last_success_at__isnull=False).exists()
+            and Run.objects.filter(project=project).count() >= 2
+        ),
+        timeout=60,
+        interval=0.3,
+    )
     last_success = health().last_success_at
     seen: list[tuple[str, int]] = []
 
@@ -618,14 +763,20 @@ def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_conv
     first_handle = sim
     sim.stop()  # the port now refuses connections
     phase("unreachable")
-    sim = start_sim(api_key=SMR_KEY, port=first_handle.port, world=first_handle.world, tick=0.15,
-                    faults="malformed=1.0")  # back on the same port, answering only truncated or misshapen bodies
+    sim = start_sim(
+        api_key=SMR_KEY, port=first_handle.port, world=first_handle.world, tick=0.15, faults="malformed=1.0"
+    )  # back on the same port, answering only truncated or misshapen bodies
     phase("malformed")
     h = health()
-    assert h.last_success_at == last_success and h.consecutive_failures >= 3  # one streak: nothing got through
+    assert (
+        h.last_success_at == last_success and h.consecutive_failures >= 3
+    )  # one streak: nothing got through
     # Each fault under its own name (no 5xx was injected, so a server_error would be a misreading).
-    assert [kind for kind, _ in seen][-1] == "malformed" and {k for k, _ in seen} == {"timeout", "unreachable",
-                                                                                      "malformed"}
+    assert [kind for kind, _ in seen][-1] == "malformed" and {k for k, _ in seen} == {
+        "timeout",
+        "unreachable",
+        "malformed",
+    }
 
     healed = timezone.now()
     world = poller.freeze_and_heal(sim)
@@ -634,16 +785,25 @@ def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_conv
     except AssertionError:
         raise AssertionError(f"did not converge; health {health().__dict__}") from None
     poller.assert_field_by_field(project, world)
-    wait_for(lambda: health().last_success_at > healed and health().consecutive_failures == 0, timeout=60,
-             interval=0.3)
+    wait_for(
+        lambda: health().last_success_at > healed and health().consecutive_failures == 0,
+        timeout=60,
+        interval=0.3,
+    )
 
     # Artifact bytes: each digest downloaded exactly once over both lives of the backend (a faulted answer
     # is not a download), and stored once.
-    served = Counter(first_handle.stats.snapshot()["content_served"]) + Counter(sim.stats.snapshot()["content_served"])
+    served = Counter(first_handle.stats.snapshot()["content_served"]) + Counter(
+        sim.stats.snapshot()["content_served"]
+    )
     digests = {a["digest"] for w in poller.world_runs(world) for a in w["artifacts"]}
     assert served and max(served.values()) == 1 and sum(served.values()) == len(digests)
-    assert ArtifactBlob.objects.filter(sha256__in=[d.removeprefix("sha256:") for d in digests]).count() == len(digests)
+    assert ArtifactBlob.objects.filter(
+        sha256__in=[d.removeprefix("sha256:") for d in digests]
+    ).count() == len(digests)
     turns = sum(poller.turn_count(w) for w in poller.world_runs(world))
     assert AgentTurn.objects.filter(run__project=project).count() == turns
-    print(f"faults seen {seen}; converged to {len(poller.world_runs(world))} runs, {turns} turns, "
-          f"{Submission.objects.filter(project=project).count()} scores, {len(digests)} artifacts downloaded once")
+    print(
+        f"faults seen {seen}; converged to {len(poller.world_runs(world))} runs, {turns} turns, "
+        f"{Submission.objects.filter(project=project).count()} scores, {len(digests)} artifacts downloaded once"
+    )

@@ -114,7 +114,9 @@ def client_for():
     clients = []
 
     def _make(handle, **kwargs) -> ManagedResearchClient:
-        client = ManagedResearchClient(api_key=kwargs.pop("api_key", API_KEY), backend_base=handle.url, **kwargs)
+        client = ManagedResearchClient(
+            api_key=kwargs.pop("api_key", API_KEY), backend_base=handle.url, **kwargs
+        )
         clients.append(client)
         return client
 
@@ -127,6 +129,7 @@ def client_for():
 def raw():
     """raw(handle, method, path, **params) -> httpx.Response, with the bearer header."""
     with httpx.Client(headers={"Authorization": f"Bearer {API_KEY}"}, timeout=10) as http:
+
         def _raw(handle, method: str, path: str, *, json=None, **params) -> httpx.Response:
             return http.request(method, handle.url + path, params=params or None, json=json)
 

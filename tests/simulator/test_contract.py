@@ -54,26 +54,62 @@ def test_every_served_route_is_an_operation_of_the_spec(spec):
 @pytest.mark.parametrize(
     ("schema_name", "good", "break_it"),
     [
-        ("SmrRunLifecycleResponse",
-         {"authority_phase": "running", "terminal_phase": "none",
-          "dispatch": {"owner": "o", "pool_id": "p", "host_kind": "docker"}},
-         lambda d: d.pop("dispatch")),
-        ("SmrActorUsageSummaryResponse",
-         {"actor_id": "a", "org_id": "o", "project_id": "p", "run_id": "r", "participant_role": "worker"},
-         lambda d: d.update(actor_role="worker")),  # additionalProperties: false
-        ("SmrWorkerRuntimeMessageResponse",
-         {"message_id": "m", "created_at": "2026-03-01T12:00:00.000001Z", "seq": 1, "run_id": "r",
-          "mode": "queue", "sender": "user", "status": "consumed"},
-         lambda d: d.update(seq="1")),
-        ("SmrExperimentResultResponse",
-         {"result_id": "x", "org_id": "o", "project_id": "p", "experiment_id": "e", "metric": "val_loss",
-          "metric_direction": "lower_is_better", "value": 1.5, "comparison_cohort_key": "c",
-          "truth_status": "observed", "created_at": "2026-03-01T12:00:00Z"},
-         lambda d: d.update(created_at="yesterday")),  # date-time format is checked
-        ("SmrRunCheckpointStatusResponse",
-         {"artifact_id": "a", "run_id": "r", "project_id": "p", "state": "ready", "artifact_type": "checkpoint",
-          "metadata": {}, "created_at": "2026-03-01T12:00:00Z"},
-         lambda d: d.pop("artifact_id")),
+        (
+            "SmrRunLifecycleResponse",
+            {
+                "authority_phase": "running",
+                "terminal_phase": "none",
+                "dispatch": {"owner": "o", "pool_id": "p", "host_kind": "docker"},
+            },
+            lambda d: d.pop("dispatch"),
+        ),
+        (
+            "SmrActorUsageSummaryResponse",
+            {"actor_id": "a", "org_id": "o", "project_id": "p", "run_id": "r", "participant_role": "worker"},
+            lambda d: d.update(actor_role="worker"),
+        ),  # additionalProperties: false
+        (
+            "SmrWorkerRuntimeMessageResponse",
+            {
+                "message_id": "m",
+                "created_at": "2026-03-01T12:00:00.000001Z",
+                "seq": 1,
+                "run_id": "r",
+                "mode": "queue",
+                "sender": "user",
+                "status": "consumed",
+            },
+            lambda d: d.update(seq="1"),
+        ),
+        (
+            "SmrExperimentResultResponse",
+            {
+                "result_id": "x",
+                "org_id": "o",
+                "project_id": "p",
+                "experiment_id": "e",
+                "metric": "val_loss",
+                "metric_direction": "lower_is_better",
+                "value": 1.5,
+                "comparison_cohort_key": "c",
+                "truth_status": "observed",
+                "created_at": "2026-03-01T12:00:00Z",
+            },
+            lambda d: d.update(created_at="yesterday"),
+        ),  # date-time format is checked
+        (
+            "SmrRunCheckpointStatusResponse",
+            {
+                "artifact_id": "a",
+                "run_id": "r",
+                "project_id": "p",
+                "state": "ready",
+                "artifact_type": "checkpoint",
+                "metadata": {},
+                "created_at": "2026-03-01T12:00:00Z",
+            },
+            lambda d: d.pop("artifact_id"),
+        ),
     ],
 )
 def test_the_validator_accepts_good_and_rejects_broken_answers(spec, schema_name, good, break_it):
@@ -133,8 +169,11 @@ def test_runs_list_and_pagination(sim, client_for, raw, check):
     keys = [(r["created_at"], r["run_id"]) for r in runs]
     assert keys == sorted(keys, reverse=True)  # newest first
 
-    for cursor_of in (lambda r: f"{r['created_at']}|{r['run_id']}", lambda r: r["run_id"],
-                      lambda r: r["created_at"]):
+    for cursor_of in (
+        lambda r: f"{r['created_at']}|{r['run_id']}",
+        lambda r: r["run_id"],
+        lambda r: r["created_at"],
+    ):
         pages, cursor = [], None
         while True:
             page = client.runs.list(pid, limit=2, cursor=cursor)
@@ -148,8 +187,9 @@ def test_runs_list_and_pagination(sim, client_for, raw, check):
     assert running and all(r["state"] in ("running", "queued") for r in running)
     active = client.runs.list_active(pid)
     check("GET", P + "/runs/active", raw(sim, "GET", f"/smr/projects/{pid}/runs/active").json())
-    assert {r["run_id"] for r in active} == {r["run_id"] for r in runs if r["state"] not in
-                                             ("done", "failed", "stopped", "canceled")}
+    assert {r["run_id"] for r in active} == {
+        r["run_id"] for r in runs if r["state"] not in ("done", "failed", "stopped", "canceled")
+    }
     projects = client.projects.list()
     assert [p.project_id for p in projects] == [pid]
     check("GET", "/smr/projects", raw(sim, "GET", "/smr/projects").json())
@@ -182,9 +222,13 @@ def test_runs_get_each_run(sim, client_for, raw, check):
             assert run.state is RunState.RUNNING and run.raw["finished_at"] is None
         workers = run.raw["roles"].get("workers")
         if sim.world.worker_downgrades:  # per worker actor: requested vs resolved
-            assert [(w["actor_id"], w["requested_profile_id"], w["resolved_profile_id"], w["model"])
-                    for w in workers] == [(a["actor_id"], a["requested_profile_id"], a["resolved_profile_id"],
-                                           a["actual_model"]) for a in truth["actors"][1:]]
+            assert [
+                (w["actor_id"], w["requested_profile_id"], w["resolved_profile_id"], w["model"])
+                for w in workers
+            ] == [
+                (a["actor_id"], a["requested_profile_id"], a["resolved_profile_id"], a["actual_model"])
+                for a in truth["actors"][1:]
+            ]
         else:
             assert workers is None
 
@@ -206,26 +250,38 @@ def test_usage_cost_summary_and_actor_usage_agree(sim, client_for, raw, check):
         assert usage.cost.total_pico_usd == (total if truth["shape"] == "a" else 0)  # b sends no pico
         totals = decode_totals(usage.totals)
         assert totals["input_tokens"] == sum(d["input_tokens"] for d in readable) + unreadable["input_tokens"]
-        assert totals["output_tokens"] == sum(d["output_tokens"] for d in readable) + unreadable["output_tokens"]
+        assert (
+            totals["output_tokens"] == sum(d["output_tokens"] for d in readable) + unreadable["output_tokens"]
+        )
         assert totals["entries"] == len(usage.entries)
 
         summary = client.runs.cost_summary(rid)
-        check("GET", "/smr/runs/{run_id}/cost_summary", raw(sim, "GET", f"/smr/runs/{rid}/cost_summary").json())
+        check(
+            "GET", "/smr/runs/{run_id}/cost_summary", raw(sim, "GET", f"/smr/runs/{rid}/cost_summary").json()
+        )
         assert summary.total_cents == pico_to_cents(total) and summary.recording_status == "complete"
         if truth["shape"] == "a":
             assert summary.total_pico_usd == total
             assert sum(m.billed_amount_pico_usd for m in summary.by_meter) == total
             assert {m.meter_kind for m in summary.by_meter} <= {"inference", "sandbox_seconds"}
         else:
-            assert summary.total_pico_usd == 0 and all(m.billed_amount_pico_usd == 0 for m in summary.by_meter)
+            assert summary.total_pico_usd == 0 and all(
+                m.billed_amount_pico_usd == 0 for m in summary.by_meter
+            )
             assert {m.meter_kind for m in summary.by_meter} <= {"inference_tokens", "sandbox_time"}
         assert {METER[m.meter_kind]: m.billed_amount_cents for m in summary.by_meter} == {
-            kind: m["cents"] for kind, m in truth["usage"]["by_meter"].items()}
+            kind: m["cents"] for kind, m in truth["usage"]["by_meter"].items()
+        }
 
         actors = client.runs.get_actor_usage(rid, project_id=pid)
-        check("GET", PR + "/actors/usage",
-              raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/actors/usage").json())
-        check("GET", "/smr/runs/{run_id}/actors/usage", raw(sim, "GET", f"/smr/runs/{rid}/actors/usage").json())
+        check(
+            "GET",
+            PR + "/actors/usage",
+            raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/actors/usage").json(),
+        )
+        check(
+            "GET", "/smr/runs/{run_id}/actors/usage", raw(sim, "GET", f"/smr/runs/{rid}/actors/usage").json()
+        )
         assert actors.count == len(actors.actors)
         assert sum(a.event_count for a in actors.actors) == len(usage.entries)
         assert sum(decode_actor_tokens(a.token_usage)[0] for a in actors.actors) == totals["input_tokens"]
@@ -244,23 +300,38 @@ def test_artifact_manifest_and_content(sim, client_for, raw, check, tmp_path):
     truth = run_with_artifacts(sim)
     rid = truth["run_id"]
     manifest = client.runs.artifact_manifest(rid, project_id=pid)
-    check("GET", PR + "/artifacts/manifest",
-          raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/artifacts/manifest").json())
-    check("GET", "/smr/runs/{run_id}/artifacts/manifest",
-          raw(sim, "GET", f"/smr/runs/{rid}/artifacts/manifest").json())
+    check(
+        "GET",
+        PR + "/artifacts/manifest",
+        raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/artifacts/manifest").json(),
+    )
+    check(
+        "GET",
+        "/smr/runs/{run_id}/artifacts/manifest",
+        raw(sim, "GET", f"/smr/runs/{rid}/artifacts/manifest").json(),
+    )
     assert manifest.artifact_count == len(manifest.artifacts) == len(truth["artifacts"])
     assert manifest.output_files == [] and manifest.result_json is None
     first = manifest.artifacts[0]
-    assert (first.artifact_type, first.path, first.content_type) == ("submission", "submission/optimizer.py",
-                                                                     "text/x-python")
+    assert (first.artifact_type, first.path, first.content_type) == (
+        "submission",
+        "submission/optimizer.py",
+        "text/x-python",
+    )
     assert set(first.metadata) >= {"experiment_id", "score"}
-    check("GET", "/smr/artifacts/{artifact_id}", raw(sim, "GET", f"/smr/artifacts/{first.artifact_id}").json())
+    check(
+        "GET", "/smr/artifacts/{artifact_id}", raw(sim, "GET", f"/smr/artifacts/{first.artifact_id}").json()
+    )
     assert client.get_artifact(first.artifact_id).digest == first.digest
 
     before = sim.stats.snapshot()["content_requests"].get(first.artifact_id, 0)
     content = client.get_artifact_content(first.artifact_id)
     assert content["encoding"] == "utf-8" and content["content_type"] == "text/x-python"
-    data = content["content"].encode() if content["encoding"] == "utf-8" else base64.b64decode(content["content"])
+    data = (
+        content["content"].encode()
+        if content["encoding"] == "utf-8"
+        else base64.b64decode(content["content"])
+    )
     assert "sha256:" + hashlib.sha256(data).hexdigest() == first.digest
     assert len(data) == first.size_bytes == content["content_bytes"]
     written = client.download_artifact(first.artifact_id, tmp_path / "optimizer.py")  # disposition=attachment
@@ -271,7 +342,9 @@ def test_artifact_manifest_and_content(sim, client_for, raw, check, tmp_path):
     assert stats["content_served"][first.artifact_id] >= 2
     response = raw(sim, "GET", f"/smr/artifacts/{first.artifact_id}/content", disposition="attachment")
     assert response.headers["content-disposition"].startswith("attachment")
-    assert raw(sim, "GET", f"/smr/artifacts/{first.artifact_id}/content", disposition="evil").status_code == 422
+    assert (
+        raw(sim, "GET", f"/smr/artifacts/{first.artifact_id}/content", disposition="evil").status_code == 422
+    )
 
 
 def test_checkpoints(sim, client_for, raw, check):
@@ -281,7 +354,9 @@ def test_checkpoints(sim, client_for, raw, check):
     for truth in truth_runs(sim):
         rid = truth["run_id"]
         checkpoints = client.runs.list_checkpoints(rid, project_id=pid)
-        check("GET", PR + "/checkpoints", raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/checkpoints").json())
+        check(
+            "GET", PR + "/checkpoints", raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/checkpoints").json()
+        )
         check("GET", "/smr/runs/{run_id}/checkpoints", raw(sim, "GET", f"/smr/runs/{rid}/checkpoints").json())
         assert [c.checkpoint_id for c in checkpoints] == [c["checkpoint_id"] for c in truth["checkpoints"]]
         for checkpoint in checkpoints:
@@ -289,15 +364,20 @@ def test_checkpoints(sim, client_for, raw, check):
             assert set(checkpoint.metadata) >= {"label", "commit", "failure_reason", "failure_source"}
             if checkpoint.state == "failed":
                 seen_failed = True
-                assert checkpoint.metadata["failure_reason"].startswith("RuntimeError: workspace does not exist:")
+                assert checkpoint.metadata["failure_reason"].startswith(
+                    "RuntimeError: workspace does not exist:"
+                )
                 assert not checkpoint.restorable
             else:
                 assert checkpoint.restorable and checkpoint.metadata["failure_reason"] is None
         if checkpoints:
             one = client.runs.checkpoint(rid, checkpoints[0].checkpoint_id, project_id=pid)
             assert one.checkpoint_id == checkpoints[0].checkpoint_id
-            check("GET", PR + "/checkpoints/{checkpoint_id}",
-                  raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/checkpoints/{one.checkpoint_id}").json())
+            check(
+                "GET",
+                PR + "/checkpoints/{checkpoint_id}",
+                raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/checkpoints/{one.checkpoint_id}").json(),
+            )
     assert seen_failed
 
 
@@ -308,15 +388,25 @@ def test_runtime_messages_scoped_and_unscoped(sim, client_for, raw, check):
         rid = truth["run_id"]
         scoped = client.list_project_run_runtime_messages(pid, rid, limit=1000)
         unscoped = client.runs.list_runtime_messages(rid, limit=1000)
-        check("GET", PR + "/runtime/messages",
-              raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/runtime/messages", limit=1000).json())
-        check("GET", "/smr/runs/{run_id}/runtime/messages",
-              raw(sim, "GET", f"/smr/runs/{rid}/runtime/messages").json())
+        check(
+            "GET",
+            PR + "/runtime/messages",
+            raw(sim, "GET", f"/smr/projects/{pid}/runs/{rid}/runtime/messages", limit=1000).json(),
+        )
+        check(
+            "GET",
+            "/smr/runs/{run_id}/runtime/messages",
+            raw(sim, "GET", f"/smr/runs/{rid}/runtime/messages").json(),
+        )
         assert scoped == unscoped
         assert len(scoped) == truth["messages"]["count"]
         kickoff = scoped[0]
         assert (kickoff["seq"], kickoff["payload"]["topic"], kickoff["target"], kickoff["mode"]) == (
-            1, KICKOFF_TOPIC, "role:orchestrator", "queue")
+            1,
+            KICKOFF_TOPIC,
+            "role:orchestrator",
+            "queue",
+        )
         assert [m["seq"] for m in scoped] == list(range(1, len(scoped) + 1))
         tail = client.list_project_run_runtime_messages(pid, rid, limit=2)
         assert tail == scoped[-2:]  # limit keeps the newest, in seq order
@@ -331,20 +421,25 @@ def test_experiments_and_results(sim, client_for, raw, check):
     check("GET", P + "/experiments", raw(sim, "GET", f"/smr/projects/{pid}/experiments", run_id=rid).json())
     assert {e["experiment_id"] for e in experiments} == {s["experiment_id"] for s in truth["scores"]}
     one = client.projects.get_experiment(pid, experiments[0]["experiment_id"])
-    check("GET", P + "/experiments/{experiment_id}",
-          raw(sim, "GET", f"/smr/projects/{pid}/experiments/{one['experiment_id']}").json())
+    check(
+        "GET",
+        P + "/experiments/{experiment_id}",
+        raw(sim, "GET", f"/smr/projects/{pid}/experiments/{one['experiment_id']}").json(),
+    )
 
     params = {"metric": truth["metric"], "limit": 500}
     results = client._request_json("GET", f"/smr/projects/{pid}/experiment-results", params=params)
     check("GET", P + "/experiment-results", results)
     mine = sorted((r for r in results if r["run_id"] == rid), key=lambda r: r["created_at"])
     assert [r["value"] for r in mine] == [s["value"] for s in truth["scores"]]
-    assert all(r["metric_direction"] == truth["metric_direction"] and r["truth_status"] == "observed"
-               for r in mine)
+    assert all(
+        r["metric_direction"] == truth["metric_direction"] and r["truth_status"] == "observed" for r in mine
+    )
     first = mine[0]
     assert first["delta"] == pytest.approx(first["value"] - first["baseline_value"])
-    by_experiment = client._request_json("GET", f"/smr/projects/{pid}/experiment-results",
-                                         params={"experiment_id": first["experiment_id"]})
+    by_experiment = client._request_json(
+        "GET", f"/smr/projects/{pid}/experiment-results", params={"experiment_id": first["experiment_id"]}
+    )
     assert [r["result_id"] for r in by_experiment] == [first["result_id"]]
     artifact_experiments = {a["experiment_id"] for a in truth["artifacts"]}
     assert artifact_experiments <= {r["experiment_id"] for r in mine if r["metadata"]["improvement"]}
@@ -382,23 +477,37 @@ def test_restore_a_checkpoint(fresh_sim, client_for, raw, check):
     pid = fresh_sim.project_id
     truth = run_with_artifacts(fresh_sim)
     ready = next(c for c in truth["checkpoints"] if c["state"] == "ready")
-    ack = client.runs.restore_checkpoint(truth["run_id"], project_id=pid, checkpoint_id=ready["checkpoint_id"],
-                                         mode="in_place", reason="roll back to a good state")
+    ack = client.runs.restore_checkpoint(
+        truth["run_id"],
+        project_id=pid,
+        checkpoint_id=ready["checkpoint_id"],
+        mode="in_place",
+        reason="roll back to a good state",
+    )
     assert ack["accepted"] is True and ack["action"] == "restore" and ack["state"] == "accepted"
     assert ack["checkpoint_id"] == ready["checkpoint_id"] and ack["mode"] == "in_place"
     check("POST", PR + "/restore", ack)
     recorded = next(r for r in truth_runs(fresh_sim) if r["run_id"] == truth["run_id"])["restores"]
-    assert [(r["checkpoint_id"], r["reason"]) for r in recorded] == [(ready["checkpoint_id"],
-                                                                     "roll back to a good state")]
+    assert [(r["checkpoint_id"], r["reason"]) for r in recorded] == [
+        (ready["checkpoint_id"], "roll back to a good state")
+    ]
     failed = [c for r in truth_runs(fresh_sim) for c in r["checkpoints"] if c["state"] == "failed"]
     if failed:
         owner = next(r for r in truth_runs(fresh_sim) if failed[0] in r["checkpoints"])
         with pytest.raises(SmrStructuredDenialError) as refused:
-            client.runs.restore_checkpoint(owner["run_id"], project_id=pid,
-                                           checkpoint_id=failed[0]["checkpoint_id"])
+            client.runs.restore_checkpoint(
+                owner["run_id"], project_id=pid, checkpoint_id=failed[0]["checkpoint_id"]
+            )
         assert refused.value.status_code == 409
-    assert raw(fresh_sim, "POST", f"/smr/runs/{truth['run_id']}/restore", json={"mode": "sideways",
-                                                                              "checkpoint_id": "x"}).status_code == 422
+    assert (
+        raw(
+            fresh_sim,
+            "POST",
+            f"/smr/runs/{truth['run_id']}/restore",
+            json={"mode": "sideways", "checkpoint_id": "x"},
+        ).status_code
+        == 422
+    )
 
 
 # ---------------------------------------------------------------------- errors
@@ -443,17 +552,26 @@ def _calls(handle):
         "runs.list_checkpoints": lambda c: c.runs.list_checkpoints(rid, project_id=pid),
         "runtime_messages": lambda c: c.list_project_run_runtime_messages(pid, rid),
         "projects.list_experiments": lambda c: c.projects.list_experiments(pid, run_id=rid),
-        "experiment_results": lambda c: c._request_json("GET", f"/smr/projects/{pid}/experiment-results",
-                                                        params={"metric": "val_loss"}),
+        "experiment_results": lambda c: c._request_json(
+            "GET", f"/smr/projects/{pid}/experiment-results", params={"metric": "val_loss"}
+        ),
         "runs.stop": lambda c: c.runs.stop(wedged, project_id=pid),
         "runs.restore_checkpoint": lambda c: c.runs.restore_checkpoint(
-            rid, project_id=pid, checkpoint_id=next(x["checkpoint_id"] for x in truth["checkpoints"]
-                                                    if x["state"] == "ready")),
+            rid,
+            project_id=pid,
+            checkpoint_id=next(x["checkpoint_id"] for x in truth["checkpoints"] if x["state"] == "ready"),
+        ),
     }
 
 
-TYPED_DICT = {"runs.get", "runs.get_usage", "runs.cost_summary", "runs.get_actor_usage",
-              "runs.artifact_manifest", "runs.stop"}
+TYPED_DICT = {
+    "runs.get",
+    "runs.get_usage",
+    "runs.cost_summary",
+    "runs.get_actor_usage",
+    "runs.artifact_manifest",
+    "runs.stop",
+}
 LISTS = {"runs.list", "runs.list_checkpoints", "runtime_messages", "projects.list_experiments"}
 RAW = {"runs.restore_checkpoint", "experiment_results"}  # the SDK hands these back without looking inside
 CONTENT = {"get_artifact_content"}
@@ -522,8 +640,12 @@ def test_429_carries_retry_after_in_header_and_body(fresh_sim, raw, client_for):
     fresh_sim.set_faults("429=1.0,retry_after=7")
     response = raw(fresh_sim, "GET", f"/smr/projects/{fresh_sim.project_id}/runs")
     assert response.status_code == 429 and response.headers["retry-after"] == "7"
-    assert response.json()["detail"] == {"error_code": "rate_limited", "message": "Too many requests (simulated)",
-                                         "retry_after_seconds": 7, "retryable": True}
+    assert response.json()["detail"] == {
+        "error_code": "rate_limited",
+        "message": "Too many requests (simulated)",
+        "retry_after_seconds": 7,
+        "retryable": True,
+    }
     with pytest.raises(SmrStructuredDenialError) as limited:
         client_for(fresh_sim).runs.list(fresh_sim.project_id)
     assert limited.value.status_code == 429 and limited.value.detail["retry_after_seconds"] == 7
@@ -567,9 +689,18 @@ def test_scoped_faults_hit_only_matching_routes(fresh_sim, client_for):
 
 
 def test_fault_config_parsing_and_seeded_decisions():
-    config = FaultConfig.parse("429=0.1, 5xx=0.05,slow=0.05,malformed=0.05,denial=0.05,drop=0.02,"
-                               "usage:5xx=0.3,slow_seconds=1.5,retry_after=3")
-    assert config.rates == {"429": 0.1, "5xx": 0.05, "slow": 0.05, "malformed": 0.05, "denial": 0.05, "drop": 0.02}
+    config = FaultConfig.parse(
+        "429=0.1, 5xx=0.05,slow=0.05,malformed=0.05,denial=0.05,drop=0.02,"
+        "usage:5xx=0.3,slow_seconds=1.5,retry_after=3"
+    )
+    assert config.rates == {
+        "429": 0.1,
+        "5xx": 0.05,
+        "slow": 0.05,
+        "malformed": 0.05,
+        "denial": 0.05,
+        "drop": 0.02,
+    }
     assert config.rates_for("usage", "/smr/runs/x/usage")["5xx"] == 0.3
     assert config.rates_for("runs", "/smr/projects/p/runs")["5xx"] == 0.05
     assert (config.slow_seconds, config.retry_after) == (1.5, 3)
@@ -598,7 +729,9 @@ def test_control_api(fresh_sim):
     assert httpx.get(f"{url}/_sim/faults").json()["rates"] == {"429": 0.5}
     assert httpx.post(f"{url}/_sim/faults", json={"spec": "bogus=1"}).status_code == 400
     httpx.post(f"{url}/_sim/faults", json={"spec": ""})
-    httpx.get(f"{url}/smr/projects/{fresh_sim.project_id}/runs", headers={"Authorization": f"Bearer {API_KEY}"})
+    httpx.get(
+        f"{url}/smr/projects/{fresh_sim.project_id}/runs", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
     stats = httpx.get(f"{url}/_sim/stats").json()
     assert stats["requests"] == {"GET /smr/projects/{project_id}/runs": 1}
     assert httpx.post(f"{url}/_sim/stats/reset").json()["total_requests"] == 0
@@ -608,6 +741,7 @@ def test_concurrent_clients_while_the_world_ticks_see_consistent_answers():
     handle = make_sim(auto_tick=True, tick=0.01, warmup=5)
     errors: list[BaseException] = []
     try:
+
         def worker():
             try:
                 with ManagedResearchClient(api_key=API_KEY, backend_base=handle.url) as client:
@@ -642,7 +776,8 @@ def test_a_stopped_simulator_refuses_connections_and_serves_the_same_world_again
     try:
         assert again.url == handle.url
         assert {r["run_id"] for r in client_for(again).runs.list(again.project_id)} == {
-            r["run_id"] for r in before["projects"][again.project_id]["runs"]}
+            r["run_id"] for r in before["projects"][again.project_id]["runs"]
+        }
         assert world.state() == before
     finally:
         again.stop()

@@ -50,8 +50,9 @@ def _world_digest(**kwargs) -> str:
         newest = next(r for r in reversed(w.runs_by_project[pid]) if r.exists and not r.terminal)
         actions.append(w.stop(newest.run_id, pid))
         checkpoint = next(c for c in first.checkpoints if c["restorable"])
-        actions.append(w.restore(first.run_id, pid, {"checkpoint_id": checkpoint["checkpoint_id"],
-                                                     "reason": "golden"}))
+        actions.append(
+            w.restore(first.run_id, pid, {"checkpoint_id": checkpoint["checkpoint_id"], "reason": "golden"})
+        )
     w.tick(60)
     return _sha(json.dumps({"wire": wire_dump(w), "state": w.state(), "actions": actions}, sort_keys=True))
 
@@ -59,11 +60,13 @@ def _world_digest(**kwargs) -> str:
 def _http_digest(**kwargs) -> str:
     """Every GET route for every project, run, experiment, checkpoint and artifact, then a stop and a
     restore over HTTP: status and body bytes, in a fixed order."""
-    handle = start_simulator(seed=13, warmup=100, auto_tick=False, api_key=API_KEY, start_time=START,
-                             **kwargs)
+    handle = start_simulator(
+        seed=13, warmup=100, auto_tick=False, api_key=API_KEY, start_time=START, **kwargs
+    )
     out = hashlib.sha256()
     try:
         with httpx.Client(base_url=handle.url, headers={"Authorization": f"Bearer {API_KEY}"}) as client:
+
             def get(path: str, **params):
                 response = client.get(path, params=params)
                 out.update(f"{path} {sorted(params.items())} {response.status_code}\n".encode())
@@ -87,8 +90,14 @@ def _http_digest(**kwargs) -> str:
                 for run in runs:
                     r, pr = f"/smr/runs/{run['run_id']}", f"{p}/runs/{run['run_id']}"
                     get(pr)
-                    for suffix in ("", "/usage", "/spend", "/cost_summary", "/actors/usage",
-                                   "/artifacts/manifest"):
+                    for suffix in (
+                        "",
+                        "/usage",
+                        "/spend",
+                        "/cost_summary",
+                        "/actors/usage",
+                        "/artifacts/manifest",
+                    ):
                         get(r + suffix)
                     get(f"{r}/runtime/messages", limit=1000)
                     get(f"{r}/runtime/messages", viewer_target="role:user", limit=5)
@@ -105,8 +114,9 @@ def _http_digest(**kwargs) -> str:
                 first, second, newest = runs[-1], runs[-2], runs[0]
                 post(f"{p}/runs/{second['run_id']}/stop", {})  # terminal by now: 409
                 post(f"/smr/runs/{newest['run_id']}/stop", {})
-                checkpoint = next(c for c in get(f"/smr/runs/{first['run_id']}/checkpoints").json()
-                                  if c["restorable"])
+                checkpoint = next(
+                    c for c in get(f"/smr/runs/{first['run_id']}/checkpoints").json() if c["restorable"]
+                )
                 post(f"{p}/runs/{first['run_id']}/restore", {"checkpoint_id": checkpoint["checkpoint_id"]})
             handle.world.tick(20)
             out.update(json.dumps(handle.world.state(), sort_keys=True).encode())

@@ -29,7 +29,8 @@ def test_world_and_server_import_only_the_stdlib_and_the_simulator():
         f"{path.relative_to(ROOT)}: {name}"
         for path in MODULES
         for name in imported(path)
-        if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("smrweb.simulator")
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and not name.startswith("smrweb.simulator")
         and name != "__future__"
     }
     assert not outside

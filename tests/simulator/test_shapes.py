@@ -50,10 +50,17 @@ def test_default_is_shape_a_only_and_options_parse():
     w = world(ticks=5)
     assert {r.shape for r in w.runs.values()} == {"a"}
     assert parse_shapes("a,b") == parse_shapes(["b", "a", "a"])[::-1] == ("a", "b")
-    assert parse_metrics(["acc:higher_is_better", "loss"]) == (("acc", "higher_is_better"),
-                                                               ("loss", "lower_is_better"))
-    for bad in ({"shapes": "c"}, {"shapes": ""}, {"unreadable_every": -1},
-                {"metrics": (("x", "up"),)}, {"metrics": ()}):
+    assert parse_metrics(["acc:higher_is_better", "loss"]) == (
+        ("acc", "higher_is_better"),
+        ("loss", "lower_is_better"),
+    )
+    for bad in (
+        {"shapes": "c"},
+        {"shapes": ""},
+        {"unreadable_every": -1},
+        {"metrics": (("x", "up"),)},
+        {"metrics": ()},
+    ):
         with pytest.raises(ValueError):
             World(seed=1, start_time=START, **bad)
 
@@ -63,8 +70,10 @@ def test_both_shapes_occur_in_every_project_of_two_or_more_runs(seed):
     w = World(seed=seed, start_time=START, project_ids=["p1", "p2"], runs=2, shapes=("a", "b"))
     for runs in w.runs_by_project.values():
         assert {r.shape for r in runs} == {"a", "b"}
-    firsts = {World(seed=s, start_time=START, runs=1, shapes=("a", "b")).runs_by_project["sim-project"][0].shape
-              for s in range(12)}
+    firsts = {
+        World(seed=s, start_time=START, runs=1, shapes=("a", "b")).runs_by_project["sim-project"][0].shape
+        for s in range(12)
+    }
     assert firsts == {"a", "b"}  # the seed chooses which comes first
 
 
@@ -78,11 +87,37 @@ def test_the_two_shapes_differ_in_every_free_form_place():
         xa, xb = w.actor_usage_wire(a), w.actor_usage_wire(b)
     keys_a = {k for e in ua["entries"] if "opaque" not in e for k in e}
     keys_b = {k for e in ub["entries"] if "opaque" not in e for k in e}
-    assert keys_a >= {"entry_id", "created_at", "meter_kind", "actor_id", "actor_role", "parent_actor_id", "model",
-                      "turn_index", "input_tokens", "output_tokens", "cost_pico_usd", "tool_calls", "duration_ms",
-                      "quantity", "quantity_unit"}
-    assert keys_b == {"id", "recorded_at", "meter", "actor", "model_name", "step", "tokens", "cost_usd",
-                      "tool_calls", "latency_ms", "units", "unit"}
+    assert keys_a >= {
+        "entry_id",
+        "created_at",
+        "meter_kind",
+        "actor_id",
+        "actor_role",
+        "parent_actor_id",
+        "model",
+        "turn_index",
+        "input_tokens",
+        "output_tokens",
+        "cost_pico_usd",
+        "tool_calls",
+        "duration_ms",
+        "quantity",
+        "quantity_unit",
+    }
+    assert keys_b == {
+        "id",
+        "recorded_at",
+        "meter",
+        "actor",
+        "model_name",
+        "step",
+        "tokens",
+        "cost_usd",
+        "tool_calls",
+        "latency_ms",
+        "units",
+        "unit",
+    }
     assert keys_a & keys_b == {"tool_calls"}  # same name, but a list of names vs a list of {"name": ...}
     assert all(isinstance(t, str) for e in ua["entries"] if "opaque" not in e for t in e["tool_calls"])
     assert all(set(t) == {"name"} for e in ub["entries"] if "opaque" not in e for t in e["tool_calls"])
@@ -96,7 +131,9 @@ def test_the_two_shapes_differ_in_every_free_form_place():
     assert {m["meter_kind"] for m in cb["by_meter"]} == {"inference_tokens", "sandbox_time"}
     assert {r["participant_role"] for r in xa["actors"]} == {"orchestrator", "worker"}
     assert {r["participant_role"] for r in xb["actors"]} == {"driver", "subagent"}
-    assert not {k for r in xa["actors"] for k in r["token_usage"]} & {k for r in xb["actors"] for k in r["token_usage"]}
+    assert not {k for r in xa["actors"] for k in r["token_usage"]} & {
+        k for r in xb["actors"] for k in r["token_usage"]
+    }
     # every shape parses with the SDK's typed parsers
     for usage, summary, actors in ((ua, ca, xa), (ub, cb, xb)):
         SmrRunUsage.from_wire(usage)
@@ -116,10 +153,14 @@ def test_shape_b_money_is_exact_and_reconciles_with_the_typed_totals():
             assert decode_totals(usage["totals"])["input_tokens"] == sum(e["input_tokens"] for e in entries)
 
 
-@pytest.mark.parametrize("options", [{}, {"unreadable_every": 4, "metrics": TWO_METRICS, "worker_downgrades": True}])
+@pytest.mark.parametrize(
+    "options", [{}, {"unreadable_every": 4, "metrics": TWO_METRICS, "worker_downgrades": True}]
+)
 def test_ground_truth_does_not_depend_on_the_shapes(options):
-    worlds = {shapes: world(seed=5, shapes=shapes, project_ids=["p1", "p2"], **options)
-              for shapes in (("a",), ("a", "b"), ("b",))}
+    worlds = {
+        shapes: world(seed=5, shapes=shapes, project_ids=["p1", "p2"], **options)
+        for shapes in (("a",), ("a", "b"), ("b",))
+    }
 
     def comparable(w):
         state = w.state()
@@ -137,10 +178,21 @@ def test_ground_truth_does_not_depend_on_the_shapes(options):
         with w.lock:  # and the non-free-form answers are the same too
             for run in w.runs.values():
                 ref = worlds[("a",)].runs[run.run_id]
-                assert w.results_wire(run.project_id, experiment_id=None, metric=None, comparison_cohort_key=None,
-                                      truth_status=None, limit=500) == worlds[("a",)].results_wire(
-                    run.project_id, experiment_id=None, metric=None, comparison_cohort_key=None, truth_status=None,
-                    limit=500)
+                assert w.results_wire(
+                    run.project_id,
+                    experiment_id=None,
+                    metric=None,
+                    comparison_cohort_key=None,
+                    truth_status=None,
+                    limit=500,
+                ) == worlds[("a",)].results_wire(
+                    run.project_id,
+                    experiment_id=None,
+                    metric=None,
+                    comparison_cohort_key=None,
+                    truth_status=None,
+                    limit=500,
+                )
                 assert w.checkpoints_wire(run) == worlds[("a",)].checkpoints_wire(ref)
                 assert w.manifest_wire(run) == worlds[("a",)].manifest_wire(ref)
     assert {r["shape"] for r in truths(worlds[("a", "b")]).values()} == {"a", "b"}
@@ -171,10 +223,13 @@ def test_unreadable_entries_are_opaque_but_counted_in_every_typed_aggregate(shap
         assert totals["output_tokens"] == sum(d["output_tokens"] for d in readable) + unread["output_tokens"]
         # the typed aggregates are exactly those of the same world served without opaque entries
         assert {k: v for k, v in usage.items() if k != "entries"} == {
-            k: v for k, v in plain_usage.items() if k != "entries"}
+            k: v for k, v in plain_usage.items() if k != "entries"
+        }
         assert summary["total_cents"] == truth["usage"]["total_cents"]
         assert sum(a["event_count"] for a in actors["actors"]) == len(usage["entries"])
-        assert sum(decode_actor_tokens(a["token_usage"])[1] for a in actors["actors"]) == totals["output_tokens"]
+        assert (
+            sum(decode_actor_tokens(a["token_usage"])[1] for a in actors["actors"]) == totals["output_tokens"]
+        )
     assert sum(t["unreadable"]["entries"] for t in truths(w).values()) > 0
     assert all(t["unreadable"]["entries"] == 0 for t in truths(plain).values())
 
@@ -203,8 +258,9 @@ def test_each_run_scores_on_its_own_metric_and_direction():
             assert improvements[-1] > improvements[0]  # it climbs up
     assert {t["metric"] for t in truths(w).values()} == {"val_loss", "val_accuracy"}
     default = world()
-    assert {(t["metric"], t["metric_direction"]) for t in truths(default).values()} == {("val_loss",
-                                                                                           "lower_is_better")}
+    assert {(t["metric"], t["metric_direction"]) for t in truths(default).values()} == {
+        ("val_loss", "lower_is_better")
+    }
 
 
 # ---------------------------------------------------------------------- worker downgrades
@@ -223,8 +279,9 @@ def test_worker_downgrades_show_per_actor_and_index_5_always_has_one():
             wire = w.run_wire(run)
             actors = {row["actor_id"]: row for row in w.actor_usage_wire(run)["actors"]}
         roles = wire["roles"]
-        assert [(x["actor_id"], x["requested_profile_id"], x["resolved_profile_id"]) for x in roles["workers"]] == [
-            (a["actor_id"], a["requested_profile_id"], a["resolved_profile_id"]) for a in workers]
+        assert [
+            (x["actor_id"], x["requested_profile_id"], x["resolved_profile_id"]) for x in roles["workers"]
+        ] == [(a["actor_id"], a["requested_profile_id"], a["resolved_profile_id"]) for a in workers]
         for actor in truth["actors"]:
             models = {e["model"] for e in run.entries if e["actor_id"] == actor["actor_id"] and e["model"]}
             assert models <= {actor["actual_model"]}
@@ -232,7 +289,9 @@ def test_worker_downgrades_show_per_actor_and_index_5_always_has_one():
                 assert set(actors[actor["actor_id"]]["by_model"]) <= {actor["actual_model"]}
         if moved:
             assert (moved[0]["requested_profile_id"], moved[0]["resolved_profile_id"]) == (
-                WORKER_PROFILE, WORKER_DOWNGRADED_PROFILE)
+                WORKER_PROFILE,
+                WORKER_DOWNGRADED_PROFILE,
+            )
             assert roles["worker"]["resolved_profile_id"] == WORKER_DOWNGRADED_PROFILE
         else:
             assert roles["worker"]["resolved_profile_id"] == WORKER_PROFILE
@@ -250,8 +309,11 @@ def test_shape_b_live_runs_post_a_progress_note_every_tick():
         run = w.runs[rid]
         notes = [m for m in run.messages if m["topic"] == PROGRESS_TOPIC]
         assert truth["messages"]["progress_notes"] == len(notes)
-        assert truth["messages"] == {"count": len(run.messages), "last_seq": len(run.messages),
-                                     "progress_notes": len(notes)}
+        assert truth["messages"] == {
+            "count": len(run.messages),
+            "last_seq": len(run.messages),
+            "progress_notes": len(notes),
+        }
         assert [m["seq"] for m in run.messages] == list(range(1, len(run.messages) + 1))
         created = [m["created_at"] for m in run.messages]
         assert created == sorted(created)

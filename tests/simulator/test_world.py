@@ -39,10 +39,18 @@ def wire_dump(w: World) -> str:
                 "checkpoints": [w.checkpoints_wire(r) for r in runs],
                 "messages": [w.messages_wire(r, limit=10_000) for r in runs],
                 "experiments": w.experiments_wire(pid, run_id=None, limit=10_000),
-                "results": w.results_wire(pid, experiment_id=None, metric=None, comparison_cohort_key=None,
-                                          truth_status=None, limit=10_000),
+                "results": w.results_wire(
+                    pid,
+                    experiment_id=None,
+                    metric=None,
+                    comparison_cohort_key=None,
+                    truth_status=None,
+                    limit=10_000,
+                ),
             }
-        out["bytes"] = {aid: hashlib.sha256(content).hexdigest() for aid, (_, _, content) in w.artifacts.items()}
+        out["bytes"] = {
+            aid: hashlib.sha256(content).hexdigest() for aid, (_, _, content) in w.artifacts.items()
+        }
     return json.dumps(out, sort_keys=True)
 
 
@@ -67,7 +75,9 @@ def test_a_run_evolves_the_same_whatever_the_other_projects():
     solo = world(seed=5, project_ids=["p1"])
     pair = world(seed=5, project_ids=["p1", "p2"])
     assert solo.state()["projects"]["p1"] == pair.state()["projects"]["p1"]
-    assert {r.run_id for r in pair.runs_by_project["p1"]}.isdisjoint(r.run_id for r in pair.runs_by_project["p2"])
+    assert {r.run_id for r in pair.runs_by_project["p1"]}.isdisjoint(
+        r.run_id for r in pair.runs_by_project["p2"]
+    )
 
 
 def test_cents_round_half_up_from_pico():
@@ -96,7 +106,9 @@ def test_usage_totals_equal_the_sum_of_entries_exactly():
             assert usage["totals"]["output_tokens"] == sum(e["output_tokens"] for e in entries)
             assert usage["totals"]["sandbox_seconds"] == sum(e["quantity"] for e in sandbox)
             assert all(e["input_tokens"] == e["output_tokens"] == 0 and e["model"] is None for e in sandbox)
-            assert usage["totals"]["orchestrator_turns"] == sum(e["actor_role"] == "orchestrator" for e in inference)
+            assert usage["totals"]["orchestrator_turns"] == sum(
+                e["actor_role"] == "orchestrator" for e in inference
+            )
             assert usage["totals"]["worker_turns"] == sum(e["actor_role"] == "worker" for e in inference)
             # turn_index counts each actor's inference turns from 0
             by_actor: dict[str, list[int]] = {}
@@ -106,7 +118,9 @@ def test_usage_totals_equal_the_sum_of_entries_exactly():
             # orchestrators have no parent, workers point at their orchestrator
             orch = {e["actor_id"] for e in entries if e["actor_role"] == "orchestrator"}
             assert all(e["parent_actor_id"] is None for e in entries if e["actor_role"] == "orchestrator")
-            assert all(e["parent_actor_id"] in orch for e in entries if e["actor_role"] == "worker") or not orch
+            assert (
+                all(e["parent_actor_id"] in orch for e in entries if e["actor_role"] == "worker") or not orch
+            )
             # entries are in time order with unique ids
             assert [e["created_at"] for e in entries] == sorted(e["created_at"] for e in entries)
             assert len({e["entry_id"] for e in entries}) == len(entries)
@@ -116,13 +130,17 @@ def test_usage_totals_equal_the_sum_of_entries_exactly():
             assert sum(m["billed_amount_pico_usd"] for m in summary["by_meter"]) == total
             meters = {m["meter_kind"]: m for m in summary["by_meter"]}
             assert meters.get("inference", {}).get("billed_amount_pico_usd", 0) == sum(
-                e["cost_pico_usd"] for e in inference)
+                e["cost_pico_usd"] for e in inference
+            )
             assert meters.get("sandbox_seconds", {}).get("quantity", 0) == usage["totals"]["sandbox_seconds"]
 
             actors = w.actor_usage_wire(run)
             assert actors["count"] == len(actors["actors"])
             assert sum(a["event_count"] for a in actors["actors"]) == len(entries)
-            assert sum(a["token_usage"]["input_tokens"] for a in actors["actors"]) == usage["totals"]["input_tokens"]
+            assert (
+                sum(a["token_usage"]["input_tokens"] for a in actors["actors"])
+                == usage["totals"]["input_tokens"]
+            )
             for row in actors["actors"]:
                 mine = [e for e in entries if e["actor_id"] == row["actor_id"]]
                 assert row["billed_amount_cents"] == pico_to_cents(sum(e["cost_pico_usd"] for e in mine))
@@ -177,21 +195,34 @@ def test_every_fate_is_present():
     assert wire["lifecycle"]["terminal_phase"] == "failed"
 
     (downgraded,) = fates["downgrade"]
-    assert (downgraded.requested_profile, downgraded.resolved_profile) == (ORCH_PROFILE, ORCH_DOWNGRADED_PROFILE)
-    assert {e["model"] for e in downgraded.entries if e["actor_role"] == "orchestrator"
-            and e["meter_kind"] == "inference"} == {"gpt-5.4-mini"}
+    assert (downgraded.requested_profile, downgraded.resolved_profile) == (
+        ORCH_PROFILE,
+        ORCH_DOWNGRADED_PROFILE,
+    )
+    assert {
+        e["model"]
+        for e in downgraded.entries
+        if e["actor_role"] == "orchestrator" and e["meter_kind"] == "inference"
+    } == {"gpt-5.4-mini"}
     others = [r for r in w.runs.values() if r.fate != "downgrade"]
     assert all(r.requested_profile == r.resolved_profile == ORCH_PROFILE for r in others)
 
     assert all(r.state == "done" and r.terminal_outcome == "done" for r in fates["climb"])
     failed_checkpoints = [c for r in w.runs.values() for c in r.checkpoints if c["state"] == "failed"]
     assert failed_checkpoints
-    assert all(c["metadata"]["failure_reason"].startswith("RuntimeError: workspace does not exist: ")
-               and not c["restorable"] for c in failed_checkpoints)
+    assert all(
+        c["metadata"]["failure_reason"].startswith("RuntimeError: workspace does not exist: ")
+        and not c["restorable"]
+        for c in failed_checkpoints
+    )
     for run in w.runs.values():
         kickoff = run.messages[0]
         assert (kickoff["seq"], kickoff["payload"]["topic"], kickoff["target"], kickoff["mode"]) == (
-            1, KICKOFF_TOPIC, "role:orchestrator", "queue")
+            1,
+            KICKOFF_TOPIC,
+            "role:orchestrator",
+            "queue",
+        )
         assert [m["seq"] for m in run.messages] == list(range(1, len(run.messages) + 1))
 
 
@@ -200,10 +231,20 @@ def test_the_wedged_run_stays_running_and_silent_forever():
     (wedged,) = runs_by_fate(w)["wedge"]
     assert wedged.state == "running" and wedged.wedged
     with w.lock:
-        before = (w.run_wire(wedged), w.usage_wire(wedged), w.messages_wire(wedged), w.checkpoints_wire(wedged))
+        before = (
+            w.run_wire(wedged),
+            w.usage_wire(wedged),
+            w.messages_wire(wedged),
+            w.checkpoints_wire(wedged),
+        )
     w.tick(200)
     with w.lock:
-        after = (w.run_wire(wedged), w.usage_wire(wedged), w.messages_wire(wedged), w.checkpoints_wire(wedged))
+        after = (
+            w.run_wire(wedged),
+            w.usage_wire(wedged),
+            w.messages_wire(wedged),
+            w.checkpoints_wire(wedged),
+        )
     assert before == after
     assert after[0]["state"] == "running" and after[0]["live_phase"] == "working"
     assert after[0]["updated_at"] < w.state()["now"]
@@ -251,8 +292,11 @@ def test_stop_and_restore_are_recorded_and_stop_refuses_terminal_runs():
 
     run = next(r for r in w.runs.values() if any(c["restorable"] for c in r.checkpoints))
     checkpoint = next(c for c in run.checkpoints if c["restorable"])
-    ack = w.restore(run.run_id, run.project_id, {"checkpoint_id": checkpoint["checkpoint_id"], "mode": "in_place",
-                                                 "reason": "roll back"})
+    ack = w.restore(
+        run.run_id,
+        run.project_id,
+        {"checkpoint_id": checkpoint["checkpoint_id"], "mode": "in_place", "reason": "roll back"},
+    )
     assert ack["accepted"] is True and ack["checkpoint_id"] == checkpoint["checkpoint_id"]
     truth = next(r for r in w.state()["projects"][run.project_id]["runs"] if r["run_id"] == run.run_id)
     assert truth["restores"][0]["reason"] == "roll back"

@@ -16,12 +16,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from smrweb.sources import dispatch, sync
 from smrweb.sources import git as gitsource
-from smrweb.sources import dispatch
-from smrweb.sources import sync
 from smrweb.sources.base import NotPossible
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     Artifact,
@@ -33,23 +31,32 @@ from smrweb.tracking.models import (
     SourceHealth,
     Submission,
 )
+from smrweb.tracking.services import rollbacks
 from tests.conftest import ROOT, wait_for
 from tests.factories import admin_project
 
 PATH = "submission/optimizer.py"
-GIT_ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-           "GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.com",
-           "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.com",
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+GIT_ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+    "GIT_AUTHOR_NAME": "agent",
+    "GIT_AUTHOR_EMAIL": "agent@example.com",
+    "GIT_COMMITTER_NAME": "agent",
+    "GIT_COMMITTER_EMAIL": "agent@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+}
 
 
 def git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=GIT_ENV,
-                          input=input).stdout.decode()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, env=GIT_ENV, input=input
+    ).stdout.decode()
 
 
 def git_bytes(repo: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=GIT_ENV).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, env=GIT_ENV
+    ).stdout
 
 
 def commit(repo: Path, files: dict[str, str], message: str) -> str:
@@ -88,31 +95,46 @@ def repo(tmp_path) -> Path:
     repo.c1 = commit(repo, {PATH: "class Optimizer:  # v1\n", "README.md": "hello\n"}, "first optimizer")
     repo.c2 = commit(repo, {"README.md": "hello again\n"}, "docs only")
     repo.c3 = commit(repo, {PATH: "class Optimizer:  # v2, faster\n"}, "faster optimizer")
-    repo.c4 = add_scores(repo, [{"score": 0.41, "commit": repo.c1, "note": "baseline"},
-                                {"score": 0.33, "commit": repo.c3[:10], "ts": "2026-01-02T03:04:05Z"}])
+    repo.c4 = add_scores(
+        repo,
+        [
+            {"score": 0.41, "commit": repo.c1, "note": "baseline"},
+            {"score": 0.33, "commit": repo.c3[:10], "ts": "2026-01-02T03:04:05Z"},
+        ],
+    )
     repo.c5 = commit(repo, {PATH: "class Optimizer:  # v3, broken\n", "notes/log.txt": "tried lr=1\n"}, "v3")
     return repo
 
 
 @pytest.fixture
 def scenario(db):
-    return services.create_scenario(key="opt", name="opt", artifact_path=PATH, artifact_kind="python_source",
-                                    score_metric="val_loss", direction="minimize", score_min=0)
+    return services.create_scenario(
+        key="opt",
+        name="opt",
+        artifact_path=PATH,
+        artifact_kind="python_source",
+        score_metric="val_loss",
+        direction="minimize",
+        score_min=0,
+    )
 
 
 @pytest.fixture
 def gproject(alice, bob, scenario, repo) -> Project:
-    project = admin_project("gitproj", scenario=scenario, source="git", git_repo_path=str(repo),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "gitproj", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice
+    )
     services.add_member(project, bob, role="reviewer")
     return project
 
 
 def counts(project) -> tuple[int, ...]:
-    return (Artifact.objects.filter(run__project=project).count(),
-            Checkpoint.objects.filter(run__project=project).count(),
-            Submission.objects.filter(project=project).count(),
-            AuditEvent.objects.filter(project=project).count())
+    return (
+        Artifact.objects.filter(run__project=project).count(),
+        Checkpoint.objects.filter(run__project=project).count(),
+        Submission.objects.filter(project=project).count(),
+        AuditEvent.objects.filter(project=project).count(),
+    )
 
 
 def do_sync(project) -> sync.SyncReport:
@@ -140,7 +162,8 @@ def test_each_commit_touching_the_path_is_one_artifact_version_with_its_bytes_an
             assert fh.read() == shown
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("ts", "id"))
     assert [(c.external_id, c.commit, c.restorable) for c in checkpoints] == [
-        (f"git:{sha}", sha, True) for sha in commits]
+        (f"git:{sha}", sha, True) for sha in commits
+    ]
     assert checkpoints[1].label.startswith(repo.c3[:10]) and "faster optimizer" in checkpoints[1].label
     assert run.source_cursor["commit"] == repo.c5
     health = SourceHealth.objects.get(project=gproject)
@@ -192,14 +215,16 @@ def test_a_rewritten_branch_is_rescanned_without_duplicates(gproject, repo):
     c5b = commit(repo, {PATH: "class Optimizer:  # v3b\n"}, "v3 again")
     do_sync(gproject)
     assert sorted(Artifact.objects.filter(run__project=gproject).values_list("commit", flat=True)) == sorted(
-        [repo.c1, repo.c3, repo.c5, c5b])
+        [repo.c1, repo.c3, repo.c5, c5b]
+    )
 
 
 def test_the_sync_task_runs_on_a_real_worker(transactional_db, alice, scenario, repo, celery_worker):
     from smrweb.sources.tasks import sync_project
 
-    project = admin_project("gitworker", scenario=scenario, source="git", git_repo_path=str(repo),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "gitworker", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice
+    )
     sync_project.delay(project.pk)
 
     wait_for(lambda: SourceHealth.objects.filter(project=project, last_success_at__isnull=False).exists())
@@ -216,8 +241,14 @@ def test_beat_claims_git_projects_as_due(gproject):
 
 
 def test_a_missing_repository_is_a_recorded_failure_with_its_message(alice, scenario, tmp_path):
-    project = admin_project("gone", scenario=scenario, source="git", git_repo_path=str(tmp_path / "nope"),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "gone",
+        scenario=scenario,
+        source="git",
+        git_repo_path=str(tmp_path / "nope"),
+        git_branch="main",
+        by=alice,
+    )
     report = do_sync(project)
     health = SourceHealth.objects.get(project=project)
     assert report.error.startswith("not_found")
@@ -228,22 +259,30 @@ def test_a_missing_repository_is_a_recorded_failure_with_its_message(alice, scen
 
 def test_a_plain_directory_inside_another_repository_is_not_that_repository(alice, scenario, repo):
     (repo / "sub").mkdir()
-    project = admin_project("inner", scenario=scenario, source="git", git_repo_path=str(repo / "sub"),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "inner", scenario=scenario, source="git", git_repo_path=str(repo / "sub"), git_branch="main", by=alice
+    )
     do_sync(project)
     health = SourceHealth.objects.get(project=project)
     assert health.last_error_kind == "not_found" and "is not a git repository" in health.last_error
 
 
 def test_a_missing_branch_and_a_bad_scores_line_are_recorded_failures(alice, scenario, repo):
-    project = admin_project("nobranch", scenario=scenario, source="git", git_repo_path=str(repo),
-                                      git_branch="feature/none", by=alice)
+    project = admin_project(
+        "nobranch",
+        scenario=scenario,
+        source="git",
+        git_repo_path=str(repo),
+        git_branch="feature/none",
+        by=alice,
+    )
     do_sync(project)
     health = SourceHealth.objects.get(project=project)
     assert health.last_error == f"No branch 'feature/none' in {repo}."
 
-    bad = admin_project("badscores", scenario=scenario, source="git", git_repo_path=str(repo),
-                                  git_branch="main", by=alice)
+    bad = admin_project(
+        "badscores", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice
+    )
     add_scores(repo, [{"score": "high", "commit": repo.c1}])
     do_sync(bad)
     health = SourceHealth.objects.get(project=bad)
@@ -252,26 +291,44 @@ def test_a_missing_branch_and_a_bad_scores_line_are_recorded_failures(alice, sce
     assert Artifact.objects.filter(run__project=bad).count() == 3  # what came before the fault is kept
 
 
-@pytest.mark.parametrize("branch", ["-rf", "a..b", "x y", "@{-1}", "foo.lock", "a//b", "HEAD~1", "main;rm", "/abs"])
+@pytest.mark.parametrize(
+    "branch", ["-rf", "a..b", "x y", "@{-1}", "foo.lock", "a//b", "HEAD~1", "main;rm", "/abs"]
+)
 def test_odd_branch_names_are_refused(alice, scenario, repo, branch):
     with pytest.raises(InvalidInput):
-        services.create_project("odd", scenario=scenario, source="git", git_repo_path=str(repo), git_branch=branch)
+        services.create_project(
+            "odd", scenario=scenario, source="git", git_repo_path=str(repo), git_branch=branch
+        )
     with pytest.raises(NotPossible):
         gitsource.check_branch(branch)
     with pytest.raises(CommandError):
-        call_command("create_project", "odd", "--scenario", "opt", "--source", "git", "--git-repo", str(repo),
-                     "--git-branch", branch)
+        call_command(
+            "create_project",
+            "odd",
+            "--scenario",
+            "opt",
+            "--source",
+            "git",
+            "--git-repo",
+            str(repo),
+            "--git-branch",
+            branch,
+        )
     assert not Project.objects.filter(slug="odd").exists()
 
 
 def test_a_branch_with_a_slash_is_followed_under_a_run_id_of_its_own(alice, scenario, repo):
     git(repo, "branch", "agent/try-1", repo.c3)
-    project = admin_project("slash", scenario=scenario, source="git", git_repo_path=str(repo),
-                                      git_branch="agent/try-1", by=alice)
+    project = admin_project(
+        "slash", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="agent/try-1", by=alice
+    )
     do_sync(project)
     run = Run.objects.get(project=project)
     assert run.external_id == "git:agent~try-1"
-    assert list(Artifact.objects.filter(run=run).order_by("id").values_list("commit", flat=True)) == [repo.c1, repo.c3]
+    assert list(Artifact.objects.filter(run=run).order_by("id").values_list("commit", flat=True)) == [
+        repo.c1,
+        repo.c3,
+    ]
 
 
 # --- rollback ------------------------------------------------------------------------------------------
@@ -284,7 +341,9 @@ def _rollback_to(project, bob, sha, reason="v3 broke the benchmark"):
     return requested.rollback
 
 
-def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_the_version(gproject, repo, bob):
+def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_the_version(
+    gproject, repo, bob
+):
     do_sync(gproject)
     old_head = git(repo, "rev-parse", "main").strip()
     rollback = _rollback_to(gproject, bob, repo.c3)
@@ -298,7 +357,9 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     changed = git(repo, "diff", "--name-only", old_head, new_head).split()
     assert changed == [PATH]  # every other file is unchanged
     for sha in (repo.c1, repo.c2, repo.c3, repo.c4, repo.c5):  # history kept, nothing rewritten
-        subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", sha, "main"], check=True, env=GIT_ENV)
+        subprocess.run(
+            ["git", "-C", str(repo), "merge-base", "--is-ancestor", sha, "main"], check=True, env=GIT_ENV
+        )
     message = git(repo, "log", "-1", "--format=%B", new_head)
     assert message.startswith(f"smrweb rollback: restore {PATH} from {repo.c3[:10]}\n")
     assert f"Smrweb-Rollback: gitproj#{rollback.pk}" in message and "Requested-By: bob" in message
@@ -309,8 +370,11 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
 
     rollback.refresh_from_db()
     assert rollback.status == "applied" and f"committed {new_head[:12]} on main" in rollback.detail
-    verbs = list(AuditEvent.objects.filter(object_type="rollback", object_id=str(rollback.pk))
-                 .order_by("id").values_list("verb", flat=True))
+    verbs = list(
+        AuditEvent.objects.filter(object_type="rollback", object_id=str(rollback.pk))
+        .order_by("id")
+        .values_list("verb", flat=True)
+    )
     assert verbs == ["rollback.requested", "rollback.dispatched", "rollback.applied"]
 
     report = do_sync(gproject)
@@ -324,12 +388,14 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     assert git(repo, "rev-parse", "main").strip() == new_head
 
 
-def test_a_rollback_to_a_submission_through_the_real_worker(transactional_db, alice, bob, scenario, repo,
-                                                            celery_worker):
+def test_a_rollback_to_a_submission_through_the_real_worker(
+    transactional_db, alice, bob, scenario, repo, celery_worker
+):
     from smrweb.sources.tasks import dispatch_rollback
 
-    project = admin_project("gitroll", scenario=scenario, source="git", git_repo_path=str(repo),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "gitroll", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice
+    )
     services.add_member(project, bob, role="reviewer")
     do_sync(project)
     sub = Submission.objects.get(project=project, commit=repo.c1)
@@ -364,7 +430,9 @@ def test_a_branch_that_moves_once_is_retried_on_the_new_head(gproject, repo, bob
     assert git_bytes(repo, "show", f"{head}:notes/race.txt") == b"agent was faster\n"  # their commit kept
 
 
-def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(gproject, repo, bob, monkeypatch):
+def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(
+    gproject, repo, bob, monkeypatch
+):
     do_sync(gproject)
     rollback = _rollback_to(gproject, bob, repo.c1)
     real = gitsource.Repo.commit_with
@@ -393,7 +461,10 @@ def test_uncommitted_changes_to_the_path_refuse_the_rollback(gproject, repo, bob
 
     assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
-    assert "has uncommitted changes in the work tree" in rollback.detail and "Nothing was changed" in rollback.detail
+    assert (
+        "has uncommitted changes in the work tree" in rollback.detail
+        and "Nothing was changed" in rollback.detail
+    )
     assert git(repo, "rev-parse", "main").strip() == head
     assert (repo / PATH).read_text() == "class Optimizer:  # work in progress\n"  # untouched
 
@@ -401,8 +472,9 @@ def test_uncommitted_changes_to_the_path_refuse_the_rollback(gproject, repo, bob
 def test_a_bare_repository_is_synced_and_rolled_back(alice, bob, scenario, repo, tmp_path):
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True, env=GIT_ENV)
-    project = admin_project("bare", scenario=scenario, source="git", git_repo_path=str(bare),
-                                      git_branch="main", by=alice)
+    project = admin_project(
+        "bare", scenario=scenario, source="git", git_repo_path=str(bare), git_branch="main", by=alice
+    )
     services.add_member(project, bob, role="reviewer")
     do_sync(project)
     assert Artifact.objects.filter(run__project=project).count() == 3
@@ -426,10 +498,20 @@ def test_the_docs_example_runs(alice, tmp_path):
     # The first block is plain shell: run it as written. The second holds manage.py commands: their
     # arguments are expanded by the same shell, then the commands run in this process (test database).
     lines = [line for line in commands.splitlines() if line.startswith("python manage.py ")]
-    script = setup + "\n" + "\n".join(
-        'printf "%s\\0" ' + line[len("python manage.py "):] + '\nprintf "\\n--\\n"' for line in lines)
-    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, check=True, capture_output=True,
-                         env={**GIT_ENV, "PATH": os.environ["PATH"]}).stdout.decode()
+    script = (
+        setup
+        + "\n"
+        + "\n".join(
+            'printf "%s\\0" ' + line[len("python manage.py ") :] + '\nprintf "\\n--\\n"' for line in lines
+        )
+    )
+    out = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        env={**GIT_ENV, "PATH": os.environ["PATH"]},
+    ).stdout.decode()
     argvs = [[a for a in chunk.strip("\n").split("\0") if a] for chunk in out.split("\n--\n")[:-1]]
     assert [a[0] for a in argvs] == ["load_presets", "create_project"]
     for argv in argvs:

@@ -12,23 +12,36 @@ from pathlib import Path
 
 import pytest
 
-from smrweb.sources import git as gitsource
 from smrweb.sources import dispatch
-from smrweb.sources.base import NotPossible
+from smrweb.sources import git as gitsource
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, Submission
 from tests.factories import admin_project
 from tests.sources.test_git import GIT_ENV, PATH, _rollback_to, add_scores, commit, do_sync, git
 
-HOOKS = ("reference-transaction", "post-index-change", "post-checkout", "pre-commit", "post-commit",
-         "commit-msg", "pre-auto-gc", "post-rewrite", "pre-receive", "update", "post-update", "pre-push",
-         "post-merge", "fsmonitor-watchman")
+HOOKS = (
+    "reference-transaction",
+    "post-index-change",
+    "post-checkout",
+    "pre-commit",
+    "post-commit",
+    "commit-msg",
+    "pre-auto-gc",
+    "post-rewrite",
+    "pre-receive",
+    "update",
+    "post-update",
+    "pre-push",
+    "post-merge",
+    "fsmonitor-watchman",
+)
 
 
 def evil_program(path: Path, marker: Path, name: str) -> str:
     """A program that records that it ran (and the environment it ran with), then behaves harmlessly."""
-    path.write_text(f"#!/bin/sh\necho \"{name} $*\" >> '{marker}'\nenv >> '{marker}.env'\ncat >/dev/null 2>&1\n"
-                    "exit 0\n")
+    path.write_text(
+        f"#!/bin/sh\necho \"{name} $*\" >> '{marker}'\nenv >> '{marker}.env'\ncat >/dev/null 2>&1\nexit 0\n"
+    )
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
 
@@ -44,8 +57,10 @@ class Hostile:
         # A commit with a (fake) signature header, made the branch head, and a scores line without `ts`
         # for it: smrweb reads the commit's time, which is where gpg.program ran (the review's trick).
         tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
-        raw = (f"tree {tree}\nparent {self.c2}\nauthor a <a@x> 1700000000 +0000\ncommitter a <a@x> 1700000000 +0000\n"
-               "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n")
+        raw = (
+            f"tree {tree}\nparent {self.c2}\nauthor a <a@x> 1700000000 +0000\ncommitter a <a@x> 1700000000 +0000\n"
+            "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n"
+        )
         self.signed = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=raw.encode()).strip()
         git(repo, "update-ref", "refs/heads/main", self.signed)
         git(repo, "reset", "-q", "--hard", "main")
@@ -54,9 +69,23 @@ class Hostile:
         # Now the traps, in the repository's own config, an included config, hooks and attributes.
         bin_ = root / "bin"
         bin_.mkdir()
-        prog = {name: evil_program(bin_ / name, self.marker, name)
-                for name in ("gpg", "fsmonitor", "filter", "textconv", "extdiff", "pager", "ssh", "askpass",
-                             "packhook", "altrefs", "editor", "credential")}
+        prog = {
+            name: evil_program(bin_ / name, self.marker, name)
+            for name in (
+                "gpg",
+                "fsmonitor",
+                "filter",
+                "textconv",
+                "extdiff",
+                "pager",
+                "ssh",
+                "askpass",
+                "packhook",
+                "altrefs",
+                "editor",
+                "credential",
+            )
+        }
         git(repo, "config", "log.showSignature", "true")
         git(repo, "config", "gpg.program", prog["gpg"])
         git(repo, "config", "core.fsmonitor", prog["fsmonitor"])
@@ -72,7 +101,9 @@ class Hostile:
         git(repo, "config", "core.editor", prog["editor"])
         git(repo, "config", "credential.helper", f"!{prog['credential']}")
         included = root / "included.config"
-        included.write_text(f"[gpg \"ssh\"]\n\tprogram = {prog['gpg']}\n[core]\n\thooksPath = {root / 'hooks2'}\n")
+        included.write_text(
+            f'[gpg "ssh"]\n\tprogram = {prog["gpg"]}\n[core]\n\thooksPath = {root / "hooks2"}\n'
+        )
         git(repo, "config", "include.path", str(included))
         (repo / ".git" / "info").mkdir(exist_ok=True)
         (repo / ".git" / "info" / "attributes").write_text("* filter=evil diff=evil\n")
@@ -96,10 +127,22 @@ def hostile(tmp_path) -> Hostile:
 
 @pytest.fixture
 def hproject(alice, bob, hostile) -> Project:
-    scenario = services.create_scenario(key="opt", name="opt", artifact_path=PATH, artifact_kind="python_source",
-                                        score_metric="val_loss", direction="minimize")
-    project = admin_project("hostile", scenario=scenario, source="git", git_repo_path=str(hostile.repo),
-                            git_branch="main", by=alice)
+    scenario = services.create_scenario(
+        key="opt",
+        name="opt",
+        artifact_path=PATH,
+        artifact_kind="python_source",
+        score_metric="val_loss",
+        direction="minimize",
+    )
+    project = admin_project(
+        "hostile",
+        scenario=scenario,
+        source="git",
+        git_repo_path=str(hostile.repo),
+        git_branch="main",
+        by=alice,
+    )
     services.add_member(project, bob, role="reviewer")
     return project
 
@@ -111,8 +154,10 @@ def plain_git(repo: Path, *args: str) -> None:
 # What plain git runs in that repository: each trick is live (so the tests below can fail).
 TRICKS = {
     "gpg.program via log.showSignature": (lambda h: ("show", "-s", "--format=%ct", h.signed), "gpg"),
-    "reference-transaction hook (from the included hooksPath)": (lambda h: ("update-ref", "refs/heads/x", "HEAD"),
-                                                                 "hook reference-transaction"),
+    "reference-transaction hook (from the included hooksPath)": (
+        lambda h: ("update-ref", "refs/heads/x", "HEAD"),
+        "hook reference-transaction",
+    ),
     "core.fsmonitor": (lambda h: ("status", "--porcelain"), "fsmonitor"),
     "clean filter from info/attributes": (lambda h: ("diff", "--quiet", "HEAD", "--", PATH), "filter"),
     "diff.external": (lambda h: ("diff", f"{h.c1}", f"{h.c2}"), "extdiff"),
@@ -133,7 +178,10 @@ def test_a_sync_runs_none_of_it(hproject, hostile):
     assert report.error == "" and report.synced == 1
     assert hostile.ran() == ""
     scores = sorted(Submission.objects.filter(project=hproject).values_list("score", "commit"))
-    assert scores == [(0.5, hostile.signed), (0.7, hostile.c1)]  # the signed commit's time was read all the same
+    assert scores == [
+        (0.5, hostile.signed),
+        (0.7, hostile.c1),
+    ]  # the signed commit's time was read all the same
     assert not os.path.exists(f"{hostile.marker}.env")
 
 
@@ -146,9 +194,27 @@ def test_a_rollback_runs_none_of_it_and_still_lands(hproject, hostile, bob):
     head = git(hostile.repo, "rev-parse", "main").strip()
     assert git(hostile.repo, "cat-file", "-p", f"{head}:{PATH}") == "class Optimizer:  # v1\n"
     assert (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"  # the work tree, written by smrweb
-    status = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c",
-                             "filter.evil.clean=", "-c", "filter.evil.smudge=", "-C", str(hostile.repo), "status",
-                             "--porcelain", "--", PATH], env=GIT_ENV, capture_output=True).stdout
+    status = subprocess.run(
+        [
+            "git",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "filter.evil.clean=",
+            "-c",
+            "filter.evil.smudge=",
+            "-C",
+            str(hostile.repo),
+            "status",
+            "--porcelain",
+            "--",
+            PATH,
+        ],
+        env=GIT_ENV,
+        capture_output=True,
+    ).stdout
     assert status == b""  # index and file agree with the new commit
     assert do_sync(hproject).error == "" and hostile.ran() == ""
 
@@ -171,20 +237,42 @@ def test_reads_come_from_smrwebs_own_mirror(hproject, hostile):
     mirror = Path(gitsource.mirror_path(str(hostile.repo)))
     assert (mirror / "HEAD").is_file() and not (mirror / "hooks" / "reference-transaction").exists()
     config = (mirror / "config").read_text()
-    assert "gpg" not in config and "fsmonitor" not in config and oct(mirror.parent.stat().st_mode)[-3:] == "700"
+    assert (
+        "gpg" not in config and "fsmonitor" not in config and oct(mirror.parent.stat().st_mode)[-3:] == "700"
+    )
     assert git(mirror, "rev-parse", "refs/heads/main").strip() == hostile.c4
 
 
 def test_git_never_sees_the_workers_environment(monkeypatch):
-    for name in ("SECRET_KEY", "DATABASE_URL", "SMRWEB_SMR_API_KEY", "AWS_SECRET_ACCESS_KEY", "GIT_DIR",
-                 "GIT_CONFIG_PARAMETERS", "LD_PRELOAD"):
+    for name in (
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "SMRWEB_SMR_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "GIT_DIR",
+        "GIT_CONFIG_PARAMETERS",
+        "LD_PRELOAD",
+    ):
         monkeypatch.setenv(name, "leak")
     env = gitsource._env(GIT_CEILING_DIRECTORIES="/")
     assert "leak" not in env.values()
-    assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL",
-                        "GIT_ATTR_NOSYSTEM", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS", "GIT_NO_LAZY_FETCH",
-                        "GIT_LITERAL_PATHSPECS", "GIT_NO_REPLACE_OBJECTS", "GIT_PROTOCOL_FROM_USER",
-                        "GIT_ALLOW_PROTOCOL", "GIT_CEILING_DIRECTORIES"}
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_ATTR_NOSYSTEM",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_OPTIONAL_LOCKS",
+        "GIT_NO_LAZY_FETCH",
+        "GIT_LITERAL_PATHSPECS",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_PROTOCOL_FROM_USER",
+        "GIT_ALLOW_PROTOCOL",
+        "GIT_CEILING_DIRECTORIES",
+    }
     assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and os.listdir(env["HOME"]) == []
 
 
@@ -193,7 +281,9 @@ def test_a_hostile_path_cannot_be_followed_by_a_non_staff_user(mallory_can_add):
     from smrweb.tracking.errors import NotAllowed
 
     with pytest.raises(NotAllowed):
-        services.create_project("x", source="git", git_repo_path="/tmp/r", git_branch="main", by=mallory_can_add)
+        services.create_project(
+            "x", source="git", git_repo_path="/tmp/r", git_branch="main", by=mallory_can_add
+        )
 
 
 @pytest.fixture
@@ -226,11 +316,15 @@ def test_a_symlink_or_hard_link_on_the_way_is_never_written_through(hproject, ho
     (hostile.repo / PATH).unlink()
     os.link(victim, hostile.repo / PATH)  # a hard link at the path: replaced, never written through
     assert gitsource._write_to_worktree(repo, str(hostile.repo), entry, PATH) is True
-    assert victim.read_text() == "precious\n" and (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"
+    assert (
+        victim.read_text() == "precious\n" and (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"
+    )
     assert hostile.ran() == ""
 
 
-def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(hproject, hostile, bob, tmp_path):
+def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(
+    hproject, hostile, bob, tmp_path
+):
     """The agent writes .git/worktrees/<name>/gitdir naming someone else's checkout of a branch main."""
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -282,8 +376,9 @@ def test_a_partial_clone_cannot_make_the_fetch_run_its_promisor_program(tmp_path
     real_env = gitsource._env
     monkeypatch.setattr(gitsource, "_env", lambda **extra: {**real_env(**extra), "GIT_NO_LAZY_FETCH": "0"})
     scenario = services.create_scenario(key="opt", name="opt", artifact_path=PATH)
-    project = admin_project("partial", scenario=scenario, source="git", git_repo_path=str(agent), git_branch="main",
-                            by=alice)
+    project = admin_project(
+        "partial", scenario=scenario, source="git", git_repo_path=str(agent), git_branch="main", by=alice
+    )
     report = do_sync(project)
     assert not marker.exists()
     assert report.error.startswith("git: could not read main")  # the old blob is missing: said, not fetched
@@ -291,6 +386,10 @@ def test_a_partial_clone_cannot_make_the_fetch_run_its_promisor_program(tmp_path
     # The same fetch by plain git (lazy fetching on) runs the agent's program: the trap was live.
     plain_mirror = tmp_path / "plain.git"
     git(tmp_path, "init", "-q", "--bare", str(plain_mirror))
-    subprocess.run(["git", "-C", str(plain_mirror), "fetch", "-q", str(agent), "+refs/heads/main:refs/heads/main"],
-                   env={**GIT_ENV, "GIT_NO_LAZY_FETCH": "0"}, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "-C", str(plain_mirror), "fetch", "-q", str(agent), "+refs/heads/main:refs/heads/main"],
+        env={**GIT_ENV, "GIT_NO_LAZY_FETCH": "0"},
+        capture_output=True,
+        timeout=60,
+    )
     assert marker.exists()

@@ -21,9 +21,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Count, Max, Sum
 
+from smrweb.sources import jsonl
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
-from smrweb.sources import jsonl
 from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import (
     AgentTurn,
@@ -65,36 +65,82 @@ def balanced(stats: jsonl.ImportStats) -> bool:
 
 # Seed 001: structured JSONL events of an LLM worker; `peer_backend_call` lines carry provider, model and
 # input/output tokens; probes and warm-ups (agent_id null) carry none.
-def call(agent: str | None, tokens_in: int, tokens_out: int, *, ts: str = "2026-04-14T10:00:01.120Z", **extra) -> dict:
-    return {"e": "peer_backend_call", "ts": ts, "request_id": "req-1", "agent_id": agent, "session_id": "s-7",
-            "lane": "fast", "provider": "openai", "model": "gpt-4o-mini", "input_tokens": tokens_in,
-            "output_tokens": tokens_out, "http_status": 200, "error": None, "fix_hint": "", **extra}
+def call(
+    agent: str | None, tokens_in: int, tokens_out: int, *, ts: str = "2026-04-14T10:00:01.120Z", **extra
+) -> dict:
+    return {
+        "e": "peer_backend_call",
+        "ts": ts,
+        "request_id": "req-1",
+        "agent_id": agent,
+        "session_id": "s-7",
+        "lane": "fast",
+        "provider": "openai",
+        "model": "gpt-4o-mini",
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "http_status": 200,
+        "error": None,
+        "fix_hint": "",
+        **extra,
+    }
 
 
-PROBE = {"e": "probe_started", "ts": "2026-04-14T09:59:58Z", "provider": "maxim_peer", "correlation_id": "c1",
-         "agent_id": None}
-FAILED = {"e": "peer_backend_call", "ts": "2026-04-14T10:00:09Z", "agent_id": "planner", "provider": "maxim_peer",
-          "model": "qwen3-32b", "input_tokens": None, "output_tokens": None, "error": "PeerBusy",
-          "fix_hint": "peer busy: retry later", "http_status": 503}
+PROBE = {
+    "e": "probe_started",
+    "ts": "2026-04-14T09:59:58Z",
+    "provider": "maxim_peer",
+    "correlation_id": "c1",
+    "agent_id": None,
+}
+FAILED = {
+    "e": "peer_backend_call",
+    "ts": "2026-04-14T10:00:09Z",
+    "agent_id": "planner",
+    "provider": "maxim_peer",
+    "model": "qwen3-32b",
+    "input_tokens": None,
+    "output_tokens": None,
+    "error": "PeerBusy",
+    "fix_hint": "peer busy: retry later",
+    "http_status": 503,
+}
 
 
 def usage_log(path: Path) -> Path:
-    return write(path, [
-        PROBE,                                                                       # 1 no usage
-        call("planner", 1840, 212, latency_ms=812.4),                                # 2 planner turn 0
-        call("coder", 5120, 933, parent_agent_id="planner", provider="anthropic", model="claude-sonnet-4",
-             cost_usd=0.0294, ts="2026-04-14T10:00:03.500Z"),                         # 3 coder turn 0
-        "",                                                                          # 4 blank
-        FAILED,                                                                      # 5 no usage
-        call("planner", 1840, 212, latency_ms=812.4),                                # 6 identical to 2: a 2nd call
-        '{"e": "peer_backend_call", "agent_id": "planner", "input_tokens": 12',     # 7 not JSON
-        call("coder", -5, 10, parent_agent_id="planner"),                            # 8 refused: tokens_in
-        {"e": "llm_call", "ts": 1776160810.5, "agent": "coder", "parent_agent_id": "planner",
-         "model": "anthropic/claude-haiku-4", "provider": "anthropic",
-         "usage": {"prompt_tokens": 700, "completion_tokens": 90, "cost": 0.0011}},   # 9 coder turn 2 (8 was 1)
-        call(None, 300, 20),                                                         # 10 driver turn 0
-        "[1, 2]",                                                                    # 11 not an object
-    ])
+    return write(
+        path,
+        [
+            PROBE,  # 1 no usage
+            call("planner", 1840, 212, latency_ms=812.4),  # 2 planner turn 0
+            call(
+                "coder",
+                5120,
+                933,
+                parent_agent_id="planner",
+                provider="anthropic",
+                model="claude-sonnet-4",
+                cost_usd=0.0294,
+                ts="2026-04-14T10:00:03.500Z",
+            ),  # 3 coder turn 0
+            "",  # 4 blank
+            FAILED,  # 5 no usage
+            call("planner", 1840, 212, latency_ms=812.4),  # 6 identical to 2: a 2nd call
+            '{"e": "peer_backend_call", "agent_id": "planner", "input_tokens": 12',  # 7 not JSON
+            call("coder", -5, 10, parent_agent_id="planner"),  # 8 refused: tokens_in
+            {
+                "e": "llm_call",
+                "ts": 1776160810.5,
+                "agent": "coder",
+                "parent_agent_id": "planner",
+                "model": "anthropic/claude-haiku-4",
+                "provider": "anthropic",
+                "usage": {"prompt_tokens": 700, "completion_tokens": 90, "cost": 0.0011},
+            },  # 9 coder turn 2 (8 was 1)
+            call(None, 300, 20),  # 10 driver turn 0
+            "[1, 2]",  # 11 not an object
+        ],
+    )
 
 
 @pytest.mark.django_db
@@ -111,10 +157,32 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
         "refused: tokens_in: Input should be greater than or equal to 0": [1, [8]],
         "not a JSON object": [1, [11]],
     }
-    got = [(t.actor, t.turn, t.parent_actor, t.kind, t.model, t.tokens_in, t.tokens_out, t.cost_usd, t.duration_ms)
-           for t in turns("session-1")]
+    got = [
+        (
+            t.actor,
+            t.turn,
+            t.parent_actor,
+            t.kind,
+            t.model,
+            t.tokens_in,
+            t.tokens_out,
+            t.cost_usd,
+            t.duration_ms,
+        )
+        for t in turns("session-1")
+    ]
     assert got == [
-        ("coder", 0, "planner", "child_work", "anthropic/claude-sonnet-4", 5120, 933, Decimal("0.029400"), None),
+        (
+            "coder",
+            0,
+            "planner",
+            "child_work",
+            "anthropic/claude-sonnet-4",
+            5120,
+            933,
+            Decimal("0.029400"),
+            None,
+        ),
         # turn 1 of the coder is line 8, refused: numbers depend on the file alone, so it keeps its number
         ("coder", 2, "planner", "child_work", "anthropic/claude-haiku-4", 700, 90, Decimal("0.001100"), None),
         ("driver", 0, "", "driver_inference", "openai/gpt-4o-mini", 300, 20, Decimal(0), None),
@@ -126,7 +194,10 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
     assert by_turn["planner", 0].ts.isoformat() == "2026-04-14T10:00:01.120000+00:00"
     ids = [t.event_id for t in turns("session-1")]
     assert all(re.fullmatch(rf"jsonl:{result.file_id}:\d+:[0-9a-f]{{16}}", i) for i in ids)
-    assert by_turn["planner", 0].event_id.split(":")[2] == "2" and by_turn["planner", 1].event_id.split(":")[2] == "6"
+    assert (
+        by_turn["planner", 0].event_id.split(":")[2] == "2"
+        and by_turn["planner", 1].event_id.split(":")[2] == "6"
+    )
     run = run_of("session-1")
     assert (run.turn_count, run.tokens_in, run.tokens_out) == (5, 9800, 1467)
     assert run.cost_usd == Decimal("0.030500") == run.driver_cost_usd + run.child_cost_usd
@@ -135,25 +206,51 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
 # Seed 003: Scope.meter emits an agent.turn trace event per driver turn: turn index, tool calls, the
 # turn's spend {iterations, tokens {input, output}, usd, ms}; nested sub-drivers have a scope of their own.
 def trace_turn(turn: int, scope: str = "root", **extra) -> dict:
-    return {"type": "agent.turn", "turn": turn, "scope": scope, "toolCalls": ["list_questions", "spawn"],
-            "spend": {"iterations": 0, "tokens": {"input": 1000 + turn, "output": 200 + turn}, "usd": 0.013, "ms": 0},
-            "ts": 1781643304000 + turn * 1000, "runId": "r-54bbddea", **extra}
+    return {
+        "type": "agent.turn",
+        "turn": turn,
+        "scope": scope,
+        "toolCalls": ["list_questions", "spawn"],
+        "spend": {
+            "iterations": 0,
+            "tokens": {"input": 1000 + turn, "output": 200 + turn},
+            "usd": 0.013,
+            "ms": 0,
+        },
+        "ts": 1781643304000 + turn * 1000,
+        "runId": "r-54bbddea",
+        **extra,
+    }
 
 
 @pytest.mark.django_db
 def test_agent_turn_traces(project, tmp_path):
-    path = write(tmp_path / "trace.jsonl", [
-        {"type": "run.started", "runId": "r-54bbddea", "ts": 1781643303000},           # 1 not a turn
-        trace_turn(0),                                                                 # 2
-        trace_turn(1, toolCalls=[{"name": "bash", "args": {"cmd": "ls"}}]),            # 3
-        trace_turn(0, scope="root/sub-1", parentScope="root", kind="childWork",
-                   spend={"tokens": {"input": 50, "output": 5}, "usd": 0.0004, "ms": 1520}),  # 4
-        {"event": "agent.turn", "turnIndex": 2, "actor": "root",
-         "usage": {"inputTokens": 10, "outputTokens": 3}, "costUsd": 0, "durationMs": 40.6},  # 5
-        trace_turn(3, spend={"tokens": {"input": 1.5, "output": 2}, "usd": 0.01}),     # 6 refused: tokens_in
-        trace_turn(1),                                                                 # 7 same (actor, turn) as 3
-        {"type": "agent.turn", "scope": "root", "spend": {"usd": 0.2}},                # 8 refused: no turn
-    ])
+    path = write(
+        tmp_path / "trace.jsonl",
+        [
+            {"type": "run.started", "runId": "r-54bbddea", "ts": 1781643303000},  # 1 not a turn
+            trace_turn(0),  # 2
+            trace_turn(1, toolCalls=[{"name": "bash", "args": {"cmd": "ls"}}]),  # 3
+            trace_turn(
+                0,
+                scope="root/sub-1",
+                parentScope="root",
+                kind="childWork",
+                spend={"tokens": {"input": 50, "output": 5}, "usd": 0.0004, "ms": 1520},
+            ),  # 4
+            {
+                "event": "agent.turn",
+                "turnIndex": 2,
+                "actor": "root",
+                "usage": {"inputTokens": 10, "outputTokens": 3},
+                "costUsd": 0,
+                "durationMs": 40.6,
+            },  # 5
+            trace_turn(3, spend={"tokens": {"input": 1.5, "output": 2}, "usd": 0.01}),  # 6 refused: tokens_in
+            trace_turn(1),  # 7 same (actor, turn) as 3
+            {"type": "agent.turn", "scope": "root", "spend": {"usd": 0.2}},  # 8 refused: no turn
+        ],
+    )
     result = jsonl.import_file(path, project, "trace-1")
 
     assert result.format == "agent-turns"
@@ -164,14 +261,55 @@ def test_agent_turn_traces(project, tmp_path):
         "refused: tokens_in: Input should be a valid integer": [1, [6]],
         "refused: turn: Field required": [1, [8]],
     }
-    got = [(t.actor, t.turn, t.parent_actor, t.kind, t.tokens_in, t.tokens_out, t.cost_usd, t.tool_calls, t.duration_ms)
-           for t in turns("trace-1")]
+    got = [
+        (
+            t.actor,
+            t.turn,
+            t.parent_actor,
+            t.kind,
+            t.tokens_in,
+            t.tokens_out,
+            t.cost_usd,
+            t.tool_calls,
+            t.duration_ms,
+        )
+        for t in turns("trace-1")
+    ]
     assert got == [
-        ("root", 0, "", "driver_inference", 1000, 200, Decimal("0.013000"), ["list_questions", "spawn"], None),
-        ("root", 1, "", "driver_inference", 1001, 201, Decimal("0.013000"), [{"name": "bash", "args": {"cmd": "ls"}}],
-         None),
+        (
+            "root",
+            0,
+            "",
+            "driver_inference",
+            1000,
+            200,
+            Decimal("0.013000"),
+            ["list_questions", "spawn"],
+            None,
+        ),
+        (
+            "root",
+            1,
+            "",
+            "driver_inference",
+            1001,
+            201,
+            Decimal("0.013000"),
+            [{"name": "bash", "args": {"cmd": "ls"}}],
+            None,
+        ),
         ("root", 2, "", "driver_inference", 10, 3, Decimal(0), [], 41),
-        ("root/sub-1", 0, "root", "child_work", 50, 5, Decimal("0.000400"), ["list_questions", "spawn"], 1520),
+        (
+            "root/sub-1",
+            0,
+            "root",
+            "child_work",
+            50,
+            5,
+            Decimal("0.000400"),
+            ["list_questions", "spawn"],
+            1520,
+        ),
     ]
     assert turns("trace-1")[0].ts.isoformat() == "2026-06-16T20:55:04+00:00"  # epoch milliseconds
     run = run_of("trace-1")
@@ -180,23 +318,26 @@ def test_agent_turn_traces(project, tmp_path):
 
 @pytest.mark.django_db
 def test_generic_contract_events(project, tmp_path):
-    path = write(tmp_path / "events.jsonl", [
-        {"type": "state", "state": "running", "ts": "2026-04-14T10:00:00Z"},                       # 1
-        {"type": "metric", "key": "loss", "value": 0.5, "step": 1},                                 # 2
-        {"type": "metric", "key": "loss", "value": 0.5, "step": 1},                                 # 3 twice: 2 points
-        {"type": "metric", "id": "loss-2", "key": "loss", "value": 0.4, "step": 2},                 # 4 own id
-        {"type": "agent.turn", "turn": 0, "tokens_in": 10, "tokens_out": 2, "cost_usd": 0.001},     # 5
-        {"type": "score", "score": 0.83, "harness_id": "h1", "commit": "3fa2c1d"},                  # 6
-        {"type": "message", "body": "try a smaller step", "topic": "hint"},                         # 7
-        {"type": "checkpoint", "id": "ck-1", "label": "before refactor", "commit": "3fa2c1d"},     # 8
-        {"type": "metric", "key": "loss", "value": 0.3, "step": 3, "extra": 1},                     # 9 refused
-        {"type": "bogus", "x": 1},                                                                  # 10 refused
-        '{"type": "metric", "key": "loss", "value": NaN}',                                          # 11 not JSON
-        {"type": "state", "state": "done", "ts": "2026-04-14T11:00:00Z"},                          # 12
-        {"type": "metric", "id": "loss-2", "key": "loss", "value": 0.4, "step": 2},                 # 13 same id: dup
-    ])
+    path = write(
+        tmp_path / "events.jsonl",
+        [
+            {"type": "state", "state": "running", "ts": "2026-04-14T10:00:00Z"},  # 1
+            {"type": "metric", "key": "loss", "value": 0.5, "step": 1},  # 2
+            {"type": "metric", "key": "loss", "value": 0.5, "step": 1},  # 3 twice: 2 points
+            {"type": "metric", "id": "loss-2", "key": "loss", "value": 0.4, "step": 2},  # 4 own id
+            {"type": "agent.turn", "turn": 0, "tokens_in": 10, "tokens_out": 2, "cost_usd": 0.001},  # 5
+            {"type": "score", "score": 0.83, "harness_id": "h1", "commit": "3fa2c1d"},  # 6
+            {"type": "message", "body": "try a smaller step", "topic": "hint"},  # 7
+            {"type": "checkpoint", "id": "ck-1", "label": "before refactor", "commit": "3fa2c1d"},  # 8
+            {"type": "metric", "key": "loss", "value": 0.3, "step": 3, "extra": 1},  # 9 refused
+            {"type": "bogus", "x": 1},  # 10 refused
+            '{"type": "metric", "key": "loss", "value": NaN}',  # 11 not JSON
+            {"type": "state", "state": "done", "ts": "2026-04-14T11:00:00Z"},  # 12
+            {"type": "metric", "id": "loss-2", "key": "loss", "value": 0.4, "step": 2},  # 13 same id: dup
+        ],
+    )
     with path.open("ab") as out:
-        out.write(b'{"type": "message", "body": "caf\xe9"}\n')                                     # 14 not UTF-8
+        out.write(b'{"type": "message", "body": "caf\xe9"}\n')  # 14 not UTF-8
     result = jsonl.import_file(path, project, "gen-1", fmt="generic")
     s = result.stats
     assert (s.lines, s.accepted, s.duplicates, s.skipped) == (14, 9, 1, 4) and balanced(s)
@@ -229,7 +370,9 @@ def test_reimport_is_all_duplicates_and_appended_lines_are_the_only_new_ones(pro
     with gzip.open(grown, "wb") as out:
         out.write(path.read_bytes())
         out.write((json.dumps(call("planner", 111, 11)) + "\n").encode())
-        out.write((json.dumps(call("planner", 1840, 212, latency_ms=812.4)) + "\n").encode())  # like line 2 again
+        out.write(
+            (json.dumps(call("planner", 1840, 212, latency_ms=812.4)) + "\n").encode()
+        )  # like line 2 again
     third = jsonl.import_file(grown, project, "s")
     assert third.file_id == first.file_id
     assert (third.stats.accepted, third.stats.duplicates) == (2, 5)
@@ -246,15 +389,27 @@ def test_gzip_reads_like_the_plain_file(project, tmp_path):
     from_gz = jsonl.import_file(packed, project, "gz")
     from_plain = jsonl.import_file(plain, project, "plain")
     assert from_gz.stats == from_plain.stats and from_gz.file_id == from_plain.file_id
-    assert [(t.actor, t.turn, t.event_id) for t in turns("gz")] == [(t.actor, t.turn, t.event_id) for t in turns("plain")]
+    assert [(t.actor, t.turn, t.event_id) for t in turns("gz")] == [
+        (t.actor, t.turn, t.event_id) for t in turns("plain")
+    ]
 
 
 @pytest.mark.django_db
 def test_format_is_told_from_the_first_lines(project, tmp_path):
     assert jsonl.sniff_format(usage_log(tmp_path / "u.jsonl")) == "usage-log"  # after a probe line
-    assert jsonl.sniff_format(write(tmp_path / "t.jsonl", [{"type": "run.started"}, trace_turn(0)])) == "agent-turns"
-    assert jsonl.sniff_format(write(tmp_path / "g.jsonl", [
-        {"type": "state", "state": "running"}, {"type": "metric", "key": "k", "value": 1}])) == "generic"
+    assert (
+        jsonl.sniff_format(write(tmp_path / "t.jsonl", [{"type": "run.started"}, trace_turn(0)]))
+        == "agent-turns"
+    )
+    assert (
+        jsonl.sniff_format(
+            write(
+                tmp_path / "g.jsonl",
+                [{"type": "state", "state": "running"}, {"type": "metric", "key": "k", "value": 1}],
+            )
+        )
+        == "generic"
+    )
     # Contract agent.turn lines fit both: generic, unless a trace line follows.
     contract_turn = {"type": "agent.turn", "turn": 0, "tokens_in": 1}
     assert jsonl.sniff_format(write(tmp_path / "ct.jsonl", [contract_turn] * 3)) == "generic"
@@ -283,7 +438,8 @@ def test_refused_events_are_mapped_back_to_their_lines_across_batches(project, t
     }
     assert result.stats.accepted == 24 and balanced(result.stats)
     assert sorted(MetricPoint.objects.filter(run=run_of("m")).values_list("step", flat=True)) == [
-        i for i in range(1, 31) if i % 7 and i % 11]
+        i for i in range(1, 31) if i % 7 and i % 11
+    ]
 
 
 @pytest.mark.django_db
@@ -303,15 +459,25 @@ def test_a_batch_refused_as_a_whole_is_checked_line_by_line(project, tmp_path, m
     lines[2]["value"] = None
     result = jsonl.import_file(write(tmp_path / "m.jsonl", lines), project, "whole", batch_size=3)
     assert result.stats.reasons == {"refused: value: Input should be a valid number": [1, [3]]}
-    assert sorted(MetricPoint.objects.filter(run=run_of("whole")).values_list("step", flat=True)) == [0, 1, 3, 4, 5]
+    assert sorted(MetricPoint.objects.filter(run=run_of("whole")).values_list("step", flat=True)) == [
+        0,
+        1,
+        3,
+        4,
+        5,
+    ]
 
 
 @pytest.mark.django_db
 def test_overlong_lines_are_skipped_without_being_held(project, tmp_path, monkeypatch):
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 200)
     path = tmp_path / "long.jsonl"
-    path.write_text(json.dumps({"type": "message", "body": "x" * 5000}) + "\n"
-                    + json.dumps({"type": "metric", "key": "k", "value": 1.0}) + "\n")
+    path.write_text(
+        json.dumps({"type": "message", "body": "x" * 5000})
+        + "\n"
+        + json.dumps({"type": "metric", "key": "k", "value": 1.0})
+        + "\n"
+    )
     result = jsonl.import_file(path, project, "long", fmt="generic")
     assert result.stats.reasons == {"line too long (over 200 bytes)": [1, [1]]}
     assert result.stats.accepted == 1 and result.stats.lines == 2
@@ -320,7 +486,9 @@ def test_overlong_lines_are_skipped_without_being_held(project, tmp_path, monkey
 def _fingerprint(external_id: str) -> list:
     """Everything an import decides about a run's turns and metrics."""
     run = run_of(external_id)
-    rows = sorted(AgentTurn.objects.filter(run=run).values_list("event_id", "actor", "turn", "tokens_in", "cost_usd"))
+    rows = sorted(
+        AgentTurn.objects.filter(run=run).values_list("event_id", "actor", "turn", "tokens_in", "cost_usd")
+    )
     points = sorted(MetricPoint.objects.filter(run=run).values_list("event_id", "step", "value"))
     return [rows, points, run.turn_count, run.tokens_in, run.cost_usd]
 
@@ -330,8 +498,15 @@ def mixed_usage_lines(n: int) -> list:
     out = []
     for i in range(n):
         if i % 8 == 0:
-            out.append(call(("planner", "coder", "critic")[i // 8 % 3], 100 + i % 97, 10 + i % 13,
-                            ts=f"2026-04-14T10:{i // 60 % 60:02d}:{i % 60:02d}Z", cost_usd=(i % 5) / 1000))
+            out.append(
+                call(
+                    ("planner", "coder", "critic")[i // 8 % 3],
+                    100 + i % 97,
+                    10 + i % 13,
+                    ts=f"2026-04-14T10:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                    cost_usd=(i % 5) / 1000,
+                )
+            )
         elif i % 32 == 1:
             out.append(call("coder", 7, 7, ts="2026-04-14T10:00:00Z"))  # the same call, many times
         else:
@@ -363,7 +538,9 @@ def test_ctrl_c_and_max_lines_resume_to_the_rows_of_a_clean_import(project, tmp_
     # --max-lines: stop, then go on where it stopped.
     part = jsonl.import_file(path, project, "limited", batch_size=50, max_lines=700)
     assert part.stopped_at == 700 and not part.complete and part.state_path.exists()
-    assert AgentTurn.objects.filter(run__external_id="limited").count() == len([n for n in calls_at if n <= 700])
+    assert AgentTurn.objects.filter(run__external_id="limited").count() == len(
+        [n for n in calls_at if n <= 700]
+    )
     rest = jsonl.import_file(path, project, "limited", batch_size=50)
     assert rest.resumed_at == 700 and rest.complete and not rest.state_path.exists()
     assert rest.stats == clean.stats  # the summary covers the whole file
@@ -410,7 +587,12 @@ def test_a_checkpoint_is_not_trusted_when_the_file_changed_before_it(project, tm
     lines = [{"type": "metric", "key": "loss", "value": 1.0, "step": i} for i in range(400)]
     path = write(tmp_path / "m.jsonl", lines)
     jsonl.import_file(path, project, "edited", batch_size=20, max_lines=200)
-    lines[150] = {"type": "metric", "key": "loss", "value": 0.25, "step": 150}  # rewritten before the checkpoint
+    lines[150] = {
+        "type": "metric",
+        "key": "loss",
+        "value": 0.25,
+        "step": 150,
+    }  # rewritten before the checkpoint
     write(path, lines)
     result = jsonl.import_file(path, project, "edited", batch_size=20)
     assert result.resumed_at is None and "file changed" in result.restarted
@@ -441,7 +623,9 @@ def test_command_options_and_summary(project, tmp_path, capsys):
     assert "calls.jsonl" in err and "100%" in err  # the progress bar, in bytes, on stderr
 
     # --format: read as contract events, no line of a usage log is one.
-    call_command("import_events", str(path), "--project", "hill", "--run", "cmd-2", "--format", "generic", "--quiet")
+    call_command(
+        "import_events", str(path), "--project", "hill", "--run", "cmd-2", "--format", "generic", "--quiet"
+    )
     out, _ = capsys.readouterr()
     assert "events: 0 accepted" in out and "refused: type: Missing event type" in out
     assert not Run.objects.filter(external_id="cmd-2").exists()
@@ -462,8 +646,12 @@ def test_command_options_and_summary(project, tmp_path, capsys):
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "DATABASE_URL": _database_url(), "SMRWEB_DATA_DIR": str(tmp_path / "data"),
-            "DJANGO_SETTINGS_MODULE": "smrweb.settings"}
+    return {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "SMRWEB_DATA_DIR": str(tmp_path / "data"),
+        "DJANGO_SETTINGS_MODULE": "smrweb.settings",
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -471,11 +659,21 @@ def test_sigkill_mid_file_then_resume_ends_with_the_rows_of_a_clean_import(proje
     n = 200_000
     lines = mixed_usage_lines(n)
     path = write(tmp_path / "calls.jsonl", lines)
-    argv = [sys.executable, "manage.py", "import_events", str(path), "--project", "hill", "--batch-size", "1000",
-            "--quiet"]
+    argv = [
+        sys.executable,
+        "manage.py",
+        "import_events",
+        str(path),
+        "--project",
+        "hill",
+        "--batch-size",
+        "1000",
+        "--quiet",
+    ]
     env = _env(tmp_path)
-    proc = subprocess.Popen([*argv, "--run", "killed"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*argv, "--run", "killed"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     imports = tmp_path / "data" / "imports"
     deadline = time.monotonic() + 120
     line = 0
@@ -494,16 +692,30 @@ def test_sigkill_mid_file_then_resume_ends_with_the_rows_of_a_clean_import(proje
     written = AgentTurn.objects.filter(run__external_id="killed").count()
     assert 0 < written < len(call_lines(lines)) // 2
 
-    resumed = subprocess.run([*argv, "--run", "killed"], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [*argv, "--run", "killed"],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert re.search(r"resumed after line [\d,]+", resumed.stdout)
     assert not list(imports.glob("*.json"))  # finished: no checkpoint left
-    clean = subprocess.run([*argv, "--run", "clean"], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    clean = subprocess.run(
+        [*argv, "--run", "clean"], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert clean.returncode == 0, clean.stderr
     assert _fingerprint("killed") == _fingerprint("clean")
     assert AgentTurn.objects.filter(run__external_id="clean").count() == len(call_lines(lines))
-    last_turns = dict(AgentTurn.objects.filter(run__external_id="killed").values("actor").annotate(
-        last=Max("turn")).values_list("actor", "last"))
+    last_turns = dict(
+        AgentTurn.objects.filter(run__external_id="killed")
+        .values("actor")
+        .annotate(last=Max("turn"))
+        .values_list("actor", "last")
+    )
     assert last_turns == {actor: count - 1 for actor, count in turns_per_actor(lines).items()}
     summary = re.search(r"lines read: ([\d,]+)", resumed.stdout).group(1)
     assert summary == f"{n:,}"
@@ -537,8 +749,15 @@ sys.exit(done.returncode)
 
 
 def _peak_rss_kib(argv: list[str], env: dict) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, *argv], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *argv],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return int(re.search(r"peak-rss-kib (\d+)", done.stdout).group(1)), done.stdout
 
@@ -546,6 +765,7 @@ def _peak_rss_kib(argv: list[str], env: dict) -> tuple[int, str]:
 @pytest.mark.django_db(transaction=True)
 def test_memory_does_not_grow_with_the_file(project, tmp_path):
     """A million-line file imports in the memory of a hundred-thousand-line one."""
+
     def generate(path: Path, n: int) -> Path:
         with path.open("w") as out:
             for i in range(n):
@@ -557,7 +777,19 @@ def test_memory_does_not_grow_with_the_file(project, tmp_path):
     for n in (100_000, 1_000_000):
         path = generate(tmp_path / f"m{n}.jsonl", n)
         peaks[n], out = _peak_rss_kib(
-            [sys.executable, "-c", MEASURED_IMPORT, str(path), "--project", "hill", "--run", f"m{n}", "--quiet"], env)
+            [
+                sys.executable,
+                "-c",
+                MEASURED_IMPORT,
+                str(path),
+                "--project",
+                "hill",
+                "--run",
+                f"m{n}",
+                "--quiet",
+            ],
+            env,
+        )
         assert f"events: {n:,} accepted" in out
         assert MetricPoint.objects.filter(run__external_id=f"m{n}").count() == n
         path.unlink()
@@ -575,8 +807,15 @@ def test_docs_example(project, tmp_path):
     work.mkdir()
     (work / "manage.py").symlink_to(ROOT / "manage.py")
     env = {**_env(tmp_path), "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", found.group(1)], check=False, cwd=work, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", found.group(1)],
+        check=False,
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     printed = re.search(r"<!-- output: jsonl-example -->\s*\n```\n(.*?)\n```", DOCS.read_text(), re.DOTALL)
     assert printed and done.stdout.startswith(printed.group(1) + "\n")  # the doc shows the real summary
@@ -587,8 +826,15 @@ def test_docs_example(project, tmp_path):
     run = run_of("session-42")
     assert run.turn_count == 3 and run.tokens_in == 1840 + 5120 + 2210
     assert sorted(AgentTurn.objects.filter(run=run).values_list("actor", "turn")) == [
-        ("coder", 0), ("planner", 0), ("planner", 1)]
+        ("coder", 0),
+        ("planner", 0),
+        ("planner", 1),
+    ]
     assert run.cost_usd == Decimal("0.029400")
-    assert dict(AgentTurn.objects.filter(run=run).values_list("kind").annotate(Count("id")).values_list(
-        "kind", "id__count")) == {"driver_inference": 2, "child_work": 1}
+    assert dict(
+        AgentTurn.objects.filter(run=run)
+        .values_list("kind")
+        .annotate(Count("id"))
+        .values_list("kind", "id__count")
+    ) == {"driver_inference": 2, "child_work": 1}
     assert AgentTurn.objects.filter(run=run).aggregate(s=Sum("tokens_out"))["s"] == 212 + 933 + 187

@@ -46,23 +46,50 @@ def test_each_task_is_sent_to_its_lane_on_the_broker(own_queue, redis_server):
 
 
 @pytest.mark.integration
-def test_a_stop_is_taken_while_a_burst_of_syncs_waits_in_its_own_lane(transactional_db, project, own_queue,
-                                                                       redis_server, tmp_path):
+def test_a_stop_is_taken_while_a_burst_of_syncs_waits_in_its_own_lane(
+    transactional_db, project, own_queue, redis_server, tmp_path
+):
     services.ingest_events(project, "r1", parse_events('[{"type": "state", "state": "running"}]'))
     run = Run.objects.get()
     for _ in range(200):
         tasks.sync_project.delay(project.pk)  # a poller's backlog
     tasks.stop_run.delay(run.pk)
     log = tmp_path / "worker.log"
-    worker = _start([sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "INFO",
-                     "--concurrency", "1", "--pool", "solo", "--without-gossip", "--without-mingle",
-                     "--without-heartbeat", "-n", f"{own_queue}@localhost", "-Q", lane_queue("actions")],
-                    log, {"SMRWEB_CELERY_QUEUE": own_queue})
+    worker = _start(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "smrweb",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "1",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"{own_queue}@localhost",
+            "-Q",
+            lane_queue("actions"),
+        ],
+        log,
+        {"SMRWEB_CELERY_QUEUE": own_queue},
+    )
     try:
         _wait_for_line(worker, log, "ready.")
         # A push project cannot be stopped by its source: the answer is recorded all the same.
-        stopped = wait_for(lambda: AuditEvent.objects.filter(verb__startswith="run.stop", object_id=str(run.pk))
-                           .exclude(verb="run.stop_requested").first())
+        stopped = wait_for(
+            lambda: (
+                AuditEvent.objects.filter(verb__startswith="run.stop", object_id=str(run.pk))
+                .exclude(verb="run.stop_requested")
+                .first()
+            )
+        )
         assert stopped.verb == "run.stop_failed"
         assert redis_server.llen(lane_queue("polling")) == 200  # not one sync ran before it
     finally:

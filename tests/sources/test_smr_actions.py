@@ -25,8 +25,15 @@ def simulator(start_sim):
 @pytest.fixture
 def smr_project(alice, bob, victor, simulator):
     scenario = services.create_scenario(key="act", name="act", score_metric="val_loss", direction="minimize")
-    project = admin_project("smr-act", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
-                                      smr_backend_base=simulator.url, smr_api_key=API_KEY, by=alice)
+    project = admin_project(
+        "smr-act",
+        scenario=scenario,
+        source="smr",
+        smr_project_id=SMR_PROJECT,
+        smr_backend_base=simulator.url,
+        smr_api_key=API_KEY,
+        by=alice,
+    )
     services.add_member(project, bob, role="reviewer")
     services.add_member(project, victor, role="viewer")
     sync.sync_project(project, owner="test")
@@ -38,8 +45,9 @@ def live_run(project) -> Run:
 
 
 @pytest.mark.integration
-def test_a_reviewer_stops_a_live_run_through_the_worker_and_the_stop_is_audited(client, bob, smr_project, simulator,
-                                                                                celery_worker):
+def test_a_reviewer_stops_a_live_run_through_the_worker_and_the_stop_is_audited(
+    client, bob, smr_project, simulator, celery_worker
+):
     run = live_run(smr_project)
     client.force_login(bob)
     response = client.post(f"/projects/smr-act/runs/{run.external_id}/stop")
@@ -90,8 +98,10 @@ def test_run_page_shows_phase_billed_total_and_other_meters(client, alice, smr_p
 
 def test_the_smr_key_is_never_shown_in_pages_or_api_answers(client, alice, smr_project):
     client.force_login(alice)
-    pages = [client.get(u).content.decode() for u in ("/", "/projects/smr-act/", "/api/v1/projects/",
-                                                       "/api/v1/projects/smr-act/")]
+    pages = [
+        client.get(u).content.decode()
+        for u in ("/", "/projects/smr-act/", "/api/v1/projects/", "/api/v1/projects/smr-act/")
+    ]
     assert all(API_KEY not in p for p in pages)
     assert API_KEY not in str(smr_project.source_settings)  # sealed at rest
     assert "api_key_sealed" not in "".join(pages)

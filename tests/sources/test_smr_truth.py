@@ -23,14 +23,23 @@ USAGE = "GET /smr/runs/{run_id}/usage"
 @pytest.fixture
 def sim(start_sim):
     def _start(**options):
-        defaults = {"api_key": API_KEY, "project_ids": [PID], "runs": 4, "auto_tick": False, "seed": 5, "warmup": 50}
+        defaults = {
+            "api_key": API_KEY,
+            "project_ids": [PID],
+            "runs": 4,
+            "auto_tick": False,
+            "seed": 5,
+            "warmup": 50,
+        }
         return start_sim(**{**defaults, **options})
+
     return _start
 
 
 def bind(sim, alice, slug="truth") -> Project:
-    return admin_project(slug, source="smr", smr_project_id=PID, smr_backend_base=sim.url, smr_api_key=API_KEY,
-                         by=alice)
+    return admin_project(
+        slug, source="smr", smr_project_id=PID, smr_backend_base=sim.url, smr_api_key=API_KEY, by=alice
+    )
 
 
 def truth(sim) -> dict[str, dict]:
@@ -97,10 +106,15 @@ def test_a_1000_run_project_is_seen_whole_then_kept_current_without_walking_ever
     states = truth(backend)
     assert Run.objects.filter(project=project).count() == len(states) >= 1000
     requests = backend.stats.snapshot()["requests"]
-    assert requests["GET /smr/projects/{project_id}/runs"] == 6  # 200 per page: five full, one empty (the end)
+    assert (
+        requests["GET /smr/projects/{project_id}/runs"] == 6
+    )  # 200 per page: five full, one empty (the end)
     for run in Run.objects.filter(project=project).only("external_id", "state", "turn_count"):
         w = states[run.external_id]
-        assert run.state == w["state"] and run.turn_count == w["usage"]["orchestrator_turns"] + w["usage"]["worker_turns"]
+        assert (
+            run.state == w["state"]
+            and run.turn_count == w["usage"]["orchestrator_turns"] + w["usage"]["worker_turns"]
+        )
     assert not SourceHealth.objects.get(project=project).warning
     # Next cycles: the first page (new runs) and the live runs, not every page; nothing finished is read again.
     world.tick(5)
@@ -150,7 +164,9 @@ def test_results_outside_the_project_wide_window_are_read_per_experiment(sim, al
     for run_id, w in truth(backend).items():
         scores = sorted(Submission.objects.filter(run__external_id=run_id).values_list("score", flat=True))
         assert scores == sorted(s["value"] for s in w["scores"])
-    assert backend.stats.snapshot()["requests"]["GET /smr/projects/{project_id}/experiments/{experiment_id}/results"]
+    assert backend.stats.snapshot()["requests"][
+        "GET /smr/projects/{project_id}/experiments/{experiment_id}/results"
+    ]
 
 
 def test_experiments_that_declare_two_metrics_wait_for_an_admin_to_pick_one(sim, alice):
@@ -158,17 +174,27 @@ def test_experiments_that_declare_two_metrics_wait_for_an_admin_to_pick_one(sim,
     project = bind(backend, alice)
     synced(project)
     project.refresh_from_db()
-    assert project.source_settings["declared_metrics"] == {"val_loss": "lower_is_better",
-                                                           "accuracy": "higher_is_better"}
-    assert project.scenario.score_metric == "score" and not Submission.objects.filter(project=project).exists()
+    assert project.source_settings["declared_metrics"] == {
+        "val_loss": "lower_is_better",
+        "accuracy": "higher_is_better",
+    }
+    assert (
+        project.scenario.score_metric == "score" and not Submission.objects.filter(project=project).exists()
+    )
     page = session_client(alice).get(project.get_absolute_url()).content.decode()
     assert "Which metric is the score?" in page and "accuracy" in page
 
     client = session_client(alice)
-    refused = client.post(f"/projects/{project.slug}/settings/", {"action": "score_metric", "score_metric": "nope"})
+    refused = client.post(
+        f"/projects/{project.slug}/settings/", {"action": "score_metric", "score_metric": "nope"}
+    )
     assert refused.status_code == 400 and "Choose one of the metrics" in refused.content.decode()
-    assert client.post(f"/projects/{project.slug}/settings/",
-                       {"action": "score_metric", "score_metric": "accuracy"}).status_code == 302
+    assert (
+        client.post(
+            f"/projects/{project.slug}/settings/", {"action": "score_metric", "score_metric": "accuracy"}
+        ).status_code
+        == 302
+    )
     synced(project)
     project.refresh_from_db()
     assert (project.scenario.score_metric, project.scenario.direction) == ("accuracy", "maximize")
@@ -179,7 +205,10 @@ def test_experiments_that_declare_two_metrics_wait_for_an_admin_to_pick_one(sim,
         assert Submission.objects.filter(run=run).count() == expected
         if expected:
             assert run.best_score == w["best_score"]
-    assert "Which metric is the score?" not in session_client(alice).get(project.get_absolute_url()).content.decode()
+    assert (
+        "Which metric is the score?"
+        not in session_client(alice).get(project.get_absolute_url()).content.decode()
+    )
 
 
 def test_a_worker_that_got_another_model_than_it_asked_for_shows(sim, alice):
@@ -200,7 +229,8 @@ def test_a_worker_that_got_another_model_than_it_asked_for_shows(sim, alice):
 
 
 def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_read_at_a_bounded_rate(
-        sim, alice, settings):
+    sim, alice, settings
+):
     backend = sim(runs=1, warmup=30)
     project = bind(backend, alice)
     synced(project)
@@ -223,8 +253,11 @@ def test_an_unchanged_run_is_not_downloaded_again_and_a_long_ones_timeline_is_re
     settings.SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = 300
     synced(project)
     run.refresh_from_db()
-    assert not run.spend_unaccounted and AgentTurn.objects.filter(run=run).count() == \
-        w["usage"]["orchestrator_turns"] + w["usage"]["worker_turns"]
+    assert (
+        not run.spend_unaccounted
+        and AgentTurn.objects.filter(run=run).count()
+        == w["usage"]["orchestrator_turns"] + w["usage"]["worker_turns"]
+    )
 
 
 def test_test_connection_and_a_new_key_are_checked_against_the_backend(sim, alice):
@@ -239,8 +272,14 @@ def test_test_connection_and_a_new_key_are_checked_against_the_backend(sim, alic
     assert connector_for(Project.objects.get(pk=project.pk)).client  # the old key is kept
     saved = client.post(url, {"action": "save_key", "smr_api_key": API_KEY}, follow=True)
     assert "accepted the new key" in saved.content.decode()
-    gone = admin_project("elsewhere", source="smr", smr_project_id="no-such-project", smr_backend_base=backend.url,
-                         smr_api_key=API_KEY, by=alice)
+    gone = admin_project(
+        "elsewhere",
+        source="smr",
+        smr_project_id="no-such-project",
+        smr_backend_base=backend.url,
+        smr_api_key=API_KEY,
+        by=alice,
+    )
     refused = client.post(f"/projects/{gone.slug}/settings/", {"action": "test"})
     assert refused.status_code == 400 and "does not know project" in refused.content.decode()
 
@@ -253,12 +292,24 @@ def test_the_migration_lets_smr_projects_on_the_generic_scenario_adopt_their_exp
     from smrweb.tracking import services
 
     migration = importlib.import_module("smrweb.tracking.migrations.0009_source_spend_and_reconciliation")
-    chosen = services.create_scenario(key="chosen", name="chosen", score_metric="val_loss", direction="minimize")
+    chosen = services.create_scenario(
+        key="chosen", name="chosen", score_metric="val_loss", direction="minimize"
+    )
     made = {
-        "generic-smr": Project.objects.create(slug="generic-smr", name="g", scenario=services.generic_scenario(),
-                                              source="smr", source_settings={"smr_project_id": "a"}),
-        "chosen-smr": Project.objects.create(slug="chosen-smr", name="c", scenario=chosen, source="smr",
-                                             source_settings={"smr_project_id": "b"}),
+        "generic-smr": Project.objects.create(
+            slug="generic-smr",
+            name="g",
+            scenario=services.generic_scenario(),
+            source="smr",
+            source_settings={"smr_project_id": "a"},
+        ),
+        "chosen-smr": Project.objects.create(
+            slug="chosen-smr",
+            name="c",
+            scenario=chosen,
+            source="smr",
+            source_settings={"smr_project_id": "b"},
+        ),
         "push": Project.objects.create(slug="push", name="p", scenario=services.generic_scenario()),
     }
     migration.adopt_experiment_metrics(apps, None)

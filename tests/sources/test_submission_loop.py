@@ -18,23 +18,30 @@ from django.db import close_old_connections
 
 from smrweb.sources import sync
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Checkpoint, Rollback, Run, Submission
+from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 from tests.conftest import wait_for
 from tests.factories import admin_project
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-CHECK_PREFIX = ("import sys; data = open(sys.argv[1], 'rb').read(); print('checked', len(data), 'bytes'); "
-                "sys.exit(0 if data.startswith(b'ok') else 1)")
+CHECK_PREFIX = (
+    "import sys; data = open(sys.argv[1], 'rb').read(); print('checked', len(data), 'bytes'); "
+    "sys.exit(0 if data.startswith(b'ok') else 1)"
+)
 
 
 def scored_with_artifact(project, content: bytes, run="r1") -> Submission:
-    artifact, _ = services.store_artifact(project, run, path="submission/optimizer.py", content=io.BytesIO(content))
-    services.ingest_events(project, run, parse_events(json.dumps(
-        [{"type": "score", "score": 0.5, "artifact": artifact.blob.sha256}])))
+    artifact, _ = services.store_artifact(
+        project, run, path="submission/optimizer.py", content=io.BytesIO(content)
+    )
+    services.ingest_events(
+        project,
+        run,
+        parse_events(json.dumps([{"type": "score", "score": 0.5, "artifact": artifact.blob.sha256}])),
+    )
     return Submission.objects.filter(project=project).order_by("-id").first()
 
 
@@ -103,8 +110,11 @@ def test_a_missing_validator_or_artifact_is_cannot_verify_not_a_crash(bob, proje
     project.scenario.validator_command = ["no-such-validator-binary", "{artifact}"]
     project.scenario.save()
     assert "`no-such-validator-binary` is not installed on this worker" in verify(
-        scored_with_artifact(project, b"ok", run="r2"))
-    services.ingest_events(project, "r3", parse_events(b'[{"type": "score", "score": 0.1, "artifact": "x.py"}]'))
+        scored_with_artifact(project, b"ok", run="r2")
+    )
+    services.ingest_events(
+        project, "r3", parse_events(b'[{"type": "score", "score": 0.1, "artifact": "x.py"}]')
+    )
     assert "x.py has not been uploaded" in verify(Submission.objects.get(run__external_id="r3"))
 
 
@@ -122,9 +132,16 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 stamp, signature = self.headers["X-Smrweb-Timestamp"], self.headers["X-Smrweb-Signature"]
-                expected = hmac.new(receiver.secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-                receiver.seen.append({"body": json.loads(body), "valid": signature == f"sha256={expected}",
-                                      "key": self.headers["Idempotency-Key"]})
+                expected = hmac.new(
+                    receiver.secret.encode(), stamp.encode() + b"." + body, hashlib.sha256
+                ).hexdigest()
+                receiver.seen.append(
+                    {
+                        "body": json.loads(body),
+                        "valid": signature == f"sha256={expected}",
+                        "key": self.headers["Idempotency-Key"],
+                    }
+                )
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
                 self.end_headers()
@@ -148,15 +165,18 @@ def webhook_project(project):
     return project
 
 
-def test_a_rollback_is_posted_signed_and_retried_until_the_receiver_takes_it(client, bob, webhook_project,
-                                                                               celery_worker):
+def test_a_rollback_is_posted_signed_and_retried_until_the_receiver_takes_it(
+    client, bob, webhook_project, celery_worker
+):
     receiver = Receiver([503, 502, 200], rollbacks.webhook_secret(webhook_project))
     webhook_project.rollback_webhook_url = receiver.url
     webhook_project.save()
     try:
         sub = scored_with_artifact(webhook_project, b"ok v1")
         client.force_login(bob)
-        response = client.post("/projects/hill/runs/r1/rollback", {"submission": sub.pk, "reason": "score regressed"})
+        response = client.post(
+            "/projects/hill/runs/r1/rollback", {"submission": sub.pk, "reason": "score regressed"}
+        )
         assert response.status_code == 302
         wait_for(lambda: Rollback.objects.get().status == "applied")
     finally:
@@ -167,7 +187,9 @@ def test_a_rollback_is_posted_signed_and_retried_until_the_receiver_takes_it(cli
     assert {s["key"] for s in receiver.seen} == {f"smrweb-rollback-{rollback.pk}"}
     body = receiver.seen[0]["body"]
     assert body["target"]["type"] == "submission" and body["target"]["id"] == sub.pk
-    assert body["target"]["artifact_sha256"] == sub.artifact.blob.sha256 and body["reason"] == "score regressed"
+    assert (
+        body["target"]["artifact_sha256"] == sub.artifact.blob.sha256 and body["reason"] == "score regressed"
+    )
     assert "HTTP 503" in rollback.detail and "retrying" in rollback.detail and "HTTP 200" in rollback.detail
 
 
@@ -208,7 +230,10 @@ def test_a_finished_runs_page_polls_while_its_rollback_is_in_flight(client, bob,
     sub = scored_with_artifact(webhook_project, b"ok v1")
     services.ingest_events(webhook_project, "r1", parse_events(b'[{"type": "state", "state": "done"}]'))
     client.force_login(bob)
-    assert "hx-trigger" not in client.get("/projects/hill/runs/r1/").content.decode().split('id="run-live"')[1][:400]
+    assert (
+        "hx-trigger"
+        not in client.get("/projects/hill/runs/r1/").content.decode().split('id="run-live"')[1][:400]
+    )
     rollbacks.request_rollback(by=bob, reason="r", submission=sub)
     page = client.get("/projects/hill/runs/r1/").content.decode()
     assert 'hx-trigger="every 3s' in page.split('id="run-live"')[1][:600]
@@ -233,7 +258,9 @@ def test_viewers_cannot_roll_back_and_push_projects_need_a_webhook(client, victo
     client.force_login(victor)
     assert client.post("/projects/hill/runs/r1/rollback", {"submission": sub.pk}).status_code == 403
     client.force_login(alice)
-    page = client.post("/projects/hill/runs/r1/rollback", {"submission": sub.pk}, follow=True).content.decode()
+    page = client.post(
+        "/projects/hill/runs/r1/rollback", {"submission": sub.pk}, follow=True
+    ).content.decode()
     assert "no rollback webhook URL" in page
     assert not Rollback.objects.exists()
 
@@ -248,21 +275,35 @@ def simulator(start_sim):
     return start_sim(api_key=API_KEY, project_ids=[SMR_PROJECT], runs=3, tick=0.1, seed=11, warmup=80)
 
 
-def test_rolling_back_an_smr_run_restores_the_checkpoint_in_the_backend(client, alice, bob, simulator, celery_worker):
+def test_rolling_back_an_smr_run_restores_the_checkpoint_in_the_backend(
+    client, alice, bob, simulator, celery_worker
+):
     scenario = services.create_scenario(key="rb", name="rb", score_metric="val_loss", direction="minimize")
-    project = admin_project("smr-rb", scenario=scenario, source="smr", smr_project_id=SMR_PROJECT,
-                                      smr_backend_base=simulator.url, smr_api_key=API_KEY, by=alice)
+    project = admin_project(
+        "smr-rb",
+        scenario=scenario,
+        source="smr",
+        smr_project_id=SMR_PROJECT,
+        smr_backend_base=simulator.url,
+        smr_api_key=API_KEY,
+        by=alice,
+    )
     services.add_member(project, bob, role="reviewer")
     sync.sync_project(project, owner="test")
     checkpoint = Checkpoint.objects.filter(run__project=project, restorable=True, failure_reason="").first()
     assert checkpoint is not None, "the simulated world should have taken a restorable checkpoint by now"
     run = checkpoint.run
     client.force_login(bob)
-    client.post(f"/projects/smr-rb/runs/{run.external_id}/rollback", {"checkpoint": checkpoint.pk, "reason": "regressed"})
+    client.post(
+        f"/projects/smr-rb/runs/{run.external_id}/rollback",
+        {"checkpoint": checkpoint.pk, "reason": "regressed"},
+    )
     # SMR answers a restore with state "accepted": taken, not confirmed done, and the page says which.
     wait_for(lambda: Rollback.objects.get().status == "accepted")
     assert "SMR accepted the restore of checkpoint" in Rollback.objects.get().detail
     world = httpx.get(f"{simulator.url}/_sim/state").json()
     [truth] = [r for r in world["projects"][SMR_PROJECT]["runs"] if r["run_id"] == run.external_id]
-    assert [(r["checkpoint_id"], r["reason"]) for r in truth["restores"]] == [(checkpoint.external_id, "regressed")]
+    assert [(r["checkpoint_id"], r["reason"]) for r in truth["restores"]] == [
+        (checkpoint.external_id, "regressed")
+    ]
     assert Run.objects.get(pk=run.pk).rollbacks.get().detail.endswith(".")

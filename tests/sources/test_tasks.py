@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def _run_with_progress(project, external_id: str, ago: timedelta) -> Run:
-    services.ingest_events(project, external_id, parse_events(b'[{"type": "metric", "key": "loss", "value": 1}]'))
+    services.ingest_events(
+        project, external_id, parse_events(b'[{"type": "metric", "key": "loss", "value": 1}]')
+    )
     Run.objects.filter(project=project, external_id=external_id).update(last_progress_at=timezone.now() - ago)
     return Run.objects.get(project=project, external_id=external_id)
 

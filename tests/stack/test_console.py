@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from smrweb.stack.console import EventFeed, log_path, tail
 from smrweb.tracking import services
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,11 @@ def test_the_feed_prints_audited_actions_and_failed_or_stalled_runs_once(project
     push(project, "r1", {"type": "score", "score": 0.4})
     push(project, "r1", *[{"type": "metric", "key": "loss", "value": v} for v in range(50)])  # not events
     lifecycle.request_verification(Submission.objects.get(), by=bob)
-    push(project, "crash", {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}})
+    push(
+        project,
+        "crash",
+        {"type": "state", "state": "failed", "failure": {"family": "oom", "detail": "CUDA out of memory"}},
+    )
     lines = list(feed.lines())
     assert len(lines) == 2, lines
     assert "hill submission verifying submission" in lines[0] and "by bob" in lines[0]

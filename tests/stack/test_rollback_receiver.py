@@ -13,9 +13,9 @@ import pytest
 from smrweb.sources import dispatch
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import RuntimeMessage, Submission
+from smrweb.tracking.services import rollbacks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,8 +23,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def receiver(project, token, live_server):
     def start(secret: str):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(url=live_server.url, tokens={"hill": token},
-                                                                     secrets={"hill": secret}))
+        server = ThreadingHTTPServer(
+            ("127.0.0.1", 0),
+            make_handler(url=live_server.url, tokens={"hill": token}, secrets={"hill": secret}),
+        )
         threading.Thread(target=server.serve_forever, daemon=True).start()
         project.rollback_webhook_url = f"http://127.0.0.1:{server.server_port}/rollback"
         project.save()
@@ -37,9 +39,14 @@ def receiver(project, token, live_server):
 
 
 def candidate(project) -> Submission:
-    artifact, _ = services.store_artifact(project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"v1"))
-    services.ingest_events(project, "r1", parse_events(json.dumps(
-        [{"type": "score", "score": 0.9, "artifact": artifact.blob.sha256}])))
+    artifact, _ = services.store_artifact(
+        project, "r1", path="submission/optimizer.py", content=io.BytesIO(b"v1")
+    )
+    services.ingest_events(
+        project,
+        "r1",
+        parse_events(json.dumps([{"type": "score", "score": 0.9, "artifact": artifact.blob.sha256}])),
+    )
     return Submission.objects.get()
 
 

@@ -15,9 +15,14 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def admin_client(client, project):
-    events = [{"type": "agent.turn", "turn": 1, "cost_usd": 0.1}, {"type": "metric", "key": "k", "value": 1},
-              {"type": "score", "score": 1.0}, {"type": "state", "state": "running"},
-              {"type": "message", "body": "hi"}, {"type": "checkpoint", "id": "c1"}]
+    events = [
+        {"type": "agent.turn", "turn": 1, "cost_usd": 0.1},
+        {"type": "metric", "key": "k", "value": 1},
+        {"type": "score", "score": 1.0},
+        {"type": "state", "state": "running"},
+        {"type": "message", "body": "hi"},
+        {"type": "checkpoint", "id": "c1"},
+    ]
     services.ingest_events(project, "r1", parse_events(json.dumps(events)))
     services.store_artifact(project, "r1", path="a.txt", content=io.BytesIO(b"x"))
     services.create_api_token(project, name="t")
@@ -41,7 +46,9 @@ def test_every_admin_changelist_and_detail_page_renders(admin_client):
         assert changelist.status_code == 200, meta.model_name
         row = model.objects.first()
         if row is not None:
-            assert admin_client.get(f"/admin/tracking/{meta.model_name}/{row.pk}/change/").status_code == 200, meta.model_name
+            assert (
+                admin_client.get(f"/admin/tracking/{meta.model_name}/{row.pk}/change/").status_code == 200
+            ), meta.model_name
 
 
 def test_api_token_secrets_are_never_shown_in_the_admin(admin_client, project):
@@ -55,7 +62,9 @@ def test_deleting_a_turn_in_the_admin_keeps_spend_equal_to_the_sum_of_turns(admi
     from smrweb.tracking.models import AgentTurn, Run
 
     turn = AgentTurn.objects.get()
-    assert admin_client.post(f"/admin/tracking/agentturn/{turn.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert (
+        admin_client.post(f"/admin/tracking/agentturn/{turn.pk}/delete/", {"post": "yes"}).status_code == 302
+    )
     run = Run.objects.get(external_id="r1")
     assert not AgentTurn.objects.exists()
     assert (run.turn_count, run.cost_usd, run.driver_cost_usd) == (0, 0, 0)
@@ -65,7 +74,9 @@ def test_event_derived_run_fields_cannot_be_edited_in_the_admin(admin_client, pr
     from smrweb.tracking.models import Run
 
     run = Run.objects.get(external_id="r1")
-    admin_client.post(f"/admin/tracking/run/{run.pk}/change/", {"budget_usd": "5", "state": "done", "turn_count": 99})
+    admin_client.post(
+        f"/admin/tracking/run/{run.pk}/change/", {"budget_usd": "5", "state": "done", "turn_count": 99}
+    )
     run.refresh_from_db()
     assert run.state == "running" and run.turn_count == 1
 

@@ -22,10 +22,7 @@ from django.utils import timezone
 
 from smrweb.core.secrets import reveal
 from smrweb.tracking import backup, services
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import rollbacks
 from smrweb.tracking import events as ev
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.backup import BackupError
 from smrweb.tracking.models import (
     AgentTurn,
@@ -52,6 +49,8 @@ from smrweb.tracking.models import (
     SubmissionTransition,
     VerificationOutcome,
 )
+from smrweb.tracking.services import knowledge, rollbacks
+from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory, admin_project
 
 pytestmark = pytest.mark.django_db
@@ -84,70 +83,190 @@ def small_chunks(monkeypatch):
 def rich(alice, bob, victor):
     """A project with rows of every kind, made through the services."""
     scenario = services.create_scenario(
-        key="bench", name="Bench", description="A benchmark", harness_id="h-1", artifact_path="model.py",
-        artifact_kind="python_source", score_min=0.0, score_max=1.0, validator_command=["python", "{artifact}"],
-        scoring_command=["score", "{artifact}"], required_toolchains=["python3"], arena_name="The Arena",
-        arena_url="https://arena.example.com/", by=alice)
+        key="bench",
+        name="Bench",
+        description="A benchmark",
+        harness_id="h-1",
+        artifact_path="model.py",
+        artifact_kind="python_source",
+        score_min=0.0,
+        score_max=1.0,
+        validator_command=["python", "{artifact}"],
+        scoring_command=["score", "{artifact}"],
+        required_toolchains=["python3"],
+        arena_name="The Arena",
+        arena_url="https://arena.example.com/",
+        by=alice,
+    )
     project = admin_project("hill", name="Hill climb", scenario=scenario, by=alice)
     services.add_member(project, bob, role=Role.REVIEWER, by=alice)
     services.add_member(project, victor, role=Role.VIEWER, by=alice)
     dora = UserFactory(username="dora", first_name="Dora", last_name="Explorer", email="dora@example.org")
     services.add_member(project, dora, role=Role.VIEWER, by=alice)
-    services.update_project(project, by=alice, knowledge="Try smaller steps.", require_second_reviewer=True,
-                            regression_threshold=0.05, rollback_webhook_url="https://hooks.example.com/rollback",
-                            stall_after=timedelta(minutes=7, microseconds=5))
-    services.set_source_backend(project, backend_base="https://smr.example.com", api_key="sk-secret", by=alice)
+    services.update_project(
+        project,
+        by=alice,
+        knowledge="Try smaller steps.",
+        require_second_reviewer=True,
+        regression_threshold=0.05,
+        rollback_webhook_url="https://hooks.example.com/rollback",
+        stall_after=timedelta(minutes=7, microseconds=5),
+    )
+    services.set_source_backend(
+        project, backend_base="https://smr.example.com", api_key="sk-secret", by=alice
+    )
     _, raw = services.create_api_token(project, name="ci", by=alice)
     services.authenticate_token(raw)  # sets last_used_at
     old, _ = services.create_api_token(project, name="old", by=alice)
     services.revoke_api_token(old, by=alice)
     project.raw_token = raw
 
-    services.update_run_settings(project, "r1", by=alice, budget_usd=Decimal("12.5"), budget_tokens=1_000_000,
-                                 requested_profile="large", actual_profile="small", git_branch="main",
-                                 git_commit="abc123")
-    ingest(project, "r1", *[{"type": "metric", "id": f"m{i}", "key": "loss" if i % 2 else "acc",
-                             "value": 1 / (i + 1), "step": i, "ts": at(i)} for i in range(25)])
-    ingest(project, "r1",
-           {"type": "agent.turn", "id": "t1", "turn": 1, "model": "gpt-x", "tokens_in": 100, "tokens_out": 10,
-            "cost_usd": 0.25, "tool_calls": ["bash", {"name": "edit", "args": {"path": "a.py"}}],
-            "duration_ms": 1200, "ts": at(1)},
-           {"type": "agent.turn", "id": "t2", "turn": 1, "actor": "w1", "parent_actor": "driver",
-            "tokens_in": 50, "tokens_out": 5, "cost_usd": 0.125, "ts": at(2)},
-           {"type": "message", "id": "msg1", "body": "héllo — ünïcode ✓\nsecond line \"quoted\"",
-            "topic": "status", "target": "driver", "mode": "queue", "ts": at(3)},
-           {"type": "message", "id": "msg2", "body": "two", "ts": at(4)},
-           {"type": "checkpoint", "id": "cp1", "label": "first", "commit": "abc123", "ts": at(3)},
-           {"type": "checkpoint", "id": "cp2", "label": "broken", "restorable": False,
-            "failure_reason": "disk full", "ts": at(4)},
-           {"type": "state", "id": "st1", "state": "executing", "ts": at(3)})
+    services.update_run_settings(
+        project,
+        "r1",
+        by=alice,
+        budget_usd=Decimal("12.5"),
+        budget_tokens=1_000_000,
+        requested_profile="large",
+        actual_profile="small",
+        git_branch="main",
+        git_commit="abc123",
+    )
+    ingest(
+        project,
+        "r1",
+        *[
+            {
+                "type": "metric",
+                "id": f"m{i}",
+                "key": "loss" if i % 2 else "acc",
+                "value": 1 / (i + 1),
+                "step": i,
+                "ts": at(i),
+            }
+            for i in range(25)
+        ],
+    )
+    ingest(
+        project,
+        "r1",
+        {
+            "type": "agent.turn",
+            "id": "t1",
+            "turn": 1,
+            "model": "gpt-x",
+            "tokens_in": 100,
+            "tokens_out": 10,
+            "cost_usd": 0.25,
+            "tool_calls": ["bash", {"name": "edit", "args": {"path": "a.py"}}],
+            "duration_ms": 1200,
+            "ts": at(1),
+        },
+        {
+            "type": "agent.turn",
+            "id": "t2",
+            "turn": 1,
+            "actor": "w1",
+            "parent_actor": "driver",
+            "tokens_in": 50,
+            "tokens_out": 5,
+            "cost_usd": 0.125,
+            "ts": at(2),
+        },
+        {
+            "type": "message",
+            "id": "msg1",
+            "body": 'héllo — ünïcode ✓\nsecond line "quoted"',
+            "topic": "status",
+            "target": "driver",
+            "mode": "queue",
+            "ts": at(3),
+        },
+        {"type": "message", "id": "msg2", "body": "two", "ts": at(4)},
+        {"type": "checkpoint", "id": "cp1", "label": "first", "commit": "abc123", "ts": at(3)},
+        {
+            "type": "checkpoint",
+            "id": "cp2",
+            "label": "broken",
+            "restorable": False,
+            "failure_reason": "disk full",
+            "ts": at(4),
+        },
+        {"type": "state", "id": "st1", "state": "executing", "ts": at(3)},
+    )
     # A score that names its artifact before the bytes arrive, then two versions of that path.
-    ingest(project, "r1", {"type": "score", "id": "s1", "score": 0.4, "experiment": "e1", "artifact": "model.py",
-                           "details": {"seed": 7, "notes": ["a", {"b": None}]}, "commit": "abc123",
-                           "harness_id": "h1", "ts": at(5)})
-    services.store_artifact(project, "r1", path="model.py", content=io.BytesIO(b"print('v1')\n"),
-                            kind="python_source", content_type="text/x-python", commit="abc123", by=alice)
-    services.store_artifact(project, "r1", path="model.py", content=io.BytesIO(b"print('v2')\n"),
-                            kind="python_source")
+    ingest(
+        project,
+        "r1",
+        {
+            "type": "score",
+            "id": "s1",
+            "score": 0.4,
+            "experiment": "e1",
+            "artifact": "model.py",
+            "details": {"seed": 7, "notes": ["a", {"b": None}]},
+            "commit": "abc123",
+            "harness_id": "h1",
+            "ts": at(5),
+        },
+    )
+    services.store_artifact(
+        project,
+        "r1",
+        path="model.py",
+        content=io.BytesIO(b"print('v1')\n"),
+        kind="python_source",
+        content_type="text/x-python",
+        commit="abc123",
+        by=alice,
+    )
+    services.store_artifact(
+        project, "r1", path="model.py", content=io.BytesIO(b"print('v2')\n"), kind="python_source"
+    )
     services.store_artifact(project, "r1", path="weights.bin", content=io.BytesIO(SHARED))
-    ingest(project, "r1", {"type": "score", "id": "s2", "score": 0.9, "experiment": "e2", "artifact": sha(SHARED),
-                           "ts": at(6)},
-           {"type": "score", "id": "s3", "score": 0.2, "ts": at(7)})
+    ingest(
+        project,
+        "r1",
+        {"type": "score", "id": "s2", "score": 0.9, "experiment": "e2", "artifact": sha(SHARED), "ts": at(6)},
+        {"type": "score", "id": "s3", "score": 0.2, "ts": at(7)},
+    )
     services.store_artifact(project, "r2", path="copy.bin", content=io.BytesIO(SHARED))
-    ingest(project, "r2",
-           {"type": "agent.turn", "id": "u1", "turn": 1, "tokens_in": 7, "cost_usd": 0.01, "ts": at(1)},
-           {"type": "score", "id": "x1", "score": 0.1, "ts": at(2)},
-           {"type": "checkpoint", "id": "c1", "label": "r2 start", "ts": at(1)},
-           {"type": "state", "id": "f", "state": "failed",
-            "failure": {"family": "oom", "detail": "killed", "source": "sandbox"}, "ts": at(9)})
-    services.record_poll(project, "r2", live_phase="finalizing", terminal_outcome="failed",
-                         other_meters_usd=Decimal("0.75"), source_total_usd=Decimal("1.234567"),
-                         source_updated_at=T0, source_cursor={"usage": "entry-9", "messages": [1, 2]})
+    ingest(
+        project,
+        "r2",
+        {"type": "agent.turn", "id": "u1", "turn": 1, "tokens_in": 7, "cost_usd": 0.01, "ts": at(1)},
+        {"type": "score", "id": "x1", "score": 0.1, "ts": at(2)},
+        {"type": "checkpoint", "id": "c1", "label": "r2 start", "ts": at(1)},
+        {
+            "type": "state",
+            "id": "f",
+            "state": "failed",
+            "failure": {"family": "oom", "detail": "killed", "source": "sandbox"},
+            "ts": at(9),
+        },
+    )
+    services.record_poll(
+        project,
+        "r2",
+        live_phase="finalizing",
+        terminal_outcome="failed",
+        other_meters_usd=Decimal("0.75"),
+        source_total_usd=Decimal("1.234567"),
+        source_updated_at=T0,
+        source_cursor={"usage": "entry-9", "messages": [1, 2]},
+    )
     # No service edits the experiment tree yet; its columns must survive all the same.
     e1 = Experiment.objects.get(run__project=project, external_id="e1")
     Experiment.objects.filter(run__project=project, external_id="e2").update(
-        parent=e1, title="smaller lr", hypothesis="lower is steadier", status="done", verdict="better",
-        commit="def456", metrics_before={"loss": 0.9}, metrics_after={"loss": 0.7})
+        parent=e1,
+        title="smaller lr",
+        hypothesis="lower is steadier",
+        status="done",
+        verdict="better",
+        commit="def456",
+        metrics_before={"loss": 0.9},
+        metrics_after={"loss": 0.7},
+    )
 
     best = Submission.objects.get(project=project, event_id="s2")
     lifecycle.request_verification(best, by=bob)
@@ -161,16 +280,21 @@ def rich(alice, bob, victor):
     bad = lifecycle.request_verification(Submission.objects.get(project=project, event_id="s3"), by=bob)
     failed = lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "no", "exit 1")
     lifecycle.record_verification(bad.pk, failed)
-    knowledge.add_entry(project, by=bob, kind="failed_approach", title="lr too high", body="diverged",
-                        submission=bad)
+    knowledge.add_entry(
+        project, by=bob, kind="failed_approach", title="lr too high", body="diverged", submission=bad
+    )
 
-    done = rollbacks.request_rollback(by=bob, reason="back to start",
-                                      checkpoint=Checkpoint.objects.get(run__project=project, external_id="c1"))
+    done = rollbacks.request_rollback(
+        by=bob,
+        reason="back to start",
+        checkpoint=Checkpoint.objects.get(run__project=project, external_id="c1"),
+    )
     rollbacks.start_attempt(done.rollback.pk)
     rollbacks.note_attempt(done.rollback.pk, "posted")
     rollbacks.finish(done.rollback.pk, ok=True, detail="applied")
-    rollbacks.request_rollback(by=alice, reason="regressed",
-                               submission=Submission.objects.get(project=project, event_id="s1"))  # left open
+    rollbacks.request_rollback(
+        by=alice, reason="regressed", submission=Submission.objects.get(project=project, event_id="s1")
+    )  # left open
 
     services.claim_source_lease(project, owner="worker-1", seconds=600)
     services.record_source_success(project, active_runs=1, next_in=30)
@@ -209,7 +333,11 @@ SCOPES = {
     AuditEvent: lambda p: AuditEvent.objects.filter(project=p),
 }
 # Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease.
-NOT_COMPARED = {Project: {"slug"}, ArtifactBlob: {"storage_name"}, SourceHealth: {"lease_until", "lease_owner"}}
+NOT_COMPARED = {
+    Project: {"slug"},
+    ArtifactBlob: {"storage_name"},
+    SourceHealth: {"lease_until", "lease_owner"},
+}
 AUDITED = {model.__name__.lower(): model for model in SCOPES}
 
 
@@ -231,8 +359,13 @@ def identity(obj):
         Membership: lambda: obj.user.get_username(),
         ApiToken: lambda: obj.token_hash,
     }.get(type(obj))
-    return natural() if natural else json.dumps(row_of(obj, obj.project if hasattr(obj, "project") else None),
-                                               sort_keys=True, default=str)
+    return (
+        natural()
+        if natural
+        else json.dumps(
+            row_of(obj, obj.project if hasattr(obj, "project") else None), sort_keys=True, default=str
+        )
+    )
 
 
 def row_of(obj, project) -> dict:
@@ -243,15 +376,21 @@ def row_of(obj, project) -> dict:
         row[f.name] = identity(getattr(obj, f.name)) if f.is_relation else f.value_from_object(obj)
     if isinstance(obj, AuditEvent):
         model = AUDITED.get(obj.object_type)
-        named = SCOPES[model](project).filter(pk=int(obj.object_id)).first() if model and obj.object_id else None
+        named = (
+            SCOPES[model](project).filter(pk=int(obj.object_id)).first() if model and obj.object_id else None
+        )
         row["object_id"] = identity(named) if named else obj.object_id
     return row
 
 
 def canonical(project) -> dict[str, list[dict]]:
-    return {model.__name__: sorted((row_of(obj, project) for obj in scope(project)),
-                                   key=lambda row: json.dumps(row, sort_keys=True, default=str))
-            for model, scope in SCOPES.items()}
+    return {
+        model.__name__: sorted(
+            (row_of(obj, project) for obj in scope(project)),
+            key=lambda row: json.dumps(row, sort_keys=True, default=str),
+        )
+        for model, scope in SCOPES.items()
+    }
 
 
 def blob_bytes(project) -> dict[str, bytes]:
@@ -283,8 +422,9 @@ def stored_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-def rewrite(src: Path, dst: Path, *, replace=None, add=None, drop=(), fix_manifest=False,
-            edit_manifest=None) -> Path:
+def rewrite(
+    src: Path, dst: Path, *, replace=None, add=None, drop=(), fix_manifest=False, edit_manifest=None
+) -> Path:
     """A copy of an archive with members replaced (bytes, or a function of the old bytes), added or
     dropped; `fix_manifest` makes the manifest agree with the new bytes, as a careful forger would."""
     replace, add = replace or {}, add or {}
@@ -331,7 +471,10 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     after = canonical(copy)
     # Token hashes are unique here and the original still holds them: left out, and said so.
     assert after.pop("ApiToken") == [] and len(before.pop("ApiToken")) == 2
-    assert result.warnings[0] == "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
+    assert (
+        result.warnings[0]
+        == "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
+    )
     assert [w.split("'")[1] for w in result.warnings[1:]] == ["ci", "old"]
     for row in before["AuditEvent"]:
         if row["verb"].startswith("token."):
@@ -347,7 +490,9 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     assert health.lease_until is None and health.lease_owner == ""
     assert reveal(copy.source_settings["api_key_sealed"]) == "sk-secret"
     audit = AuditEvent.objects.get(verb="project.imported")
-    assert audit.project is None and audit.object_id == str(copy.pk) and audit.detail["archived_slug"] == "hill"
+    assert (
+        audit.project is None and audit.object_id == str(copy.pk) and audit.detail["archived_slug"] == "hill"
+    )
 
 
 def test_a_rich_project_round_trips_into_an_emptied_database(rich, tmp_path, artifact_root):
@@ -362,7 +507,8 @@ def test_a_rich_project_round_trips_into_an_emptied_database(rich, tmp_path, art
 
     restored = result.project
     assert restored.slug == "hill" and result.warnings == [
-        "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"]
+        "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
+    ]
     assert canonical(restored) == before
     assert blob_bytes(restored) == bytes_before
     # Users that did not exist are created inactive, with no usable password, keeping their names.
@@ -390,8 +536,12 @@ def test_an_empty_project_round_trips(tmp_path):
     bare = services.create_project("bare")  # no members, no runs, no scenario of its own
     before = canonical(bare)
     manifest = backup.export_project(bare, tmp_path / "bare.zip")
-    assert manifest["counts"] == {**dict.fromkeys(manifest["counts"], 0), "scenario": 1, "project": 1,
-                                  "audit_event": 1}
+    assert manifest["counts"] == {
+        **dict.fromkeys(manifest["counts"], 0),
+        "scenario": 1,
+        "project": 1,
+        "audit_event": 1,
+    }
     copy = backup.import_project(tmp_path / "bare.zip", slug="bare2").project
     assert canonical(copy) == before
     assert copy.scenario == bare.scenario  # the same definition: the existing scenario is used
@@ -442,22 +592,34 @@ def test_a_tampered_blob_is_refused_with_nothing_written(archive, tmp_path, arti
 
 
 def test_a_blob_whose_manifest_entry_was_forged_to_match_is_still_refused(archive, tmp_path, artifact_root):
-    tampered = rewrite(archive, tmp_path / "t.zip", replace={f"blobs/{sha(SHARED)}": b"other bytes"},
-                       fix_manifest=True)
+    tampered = rewrite(
+        archive, tmp_path / "t.zip", replace={f"blobs/{sha(SHARED)}": b"other bytes"}, fix_manifest=True
+    )
     refused(tampered, artifact_root, "not named by the sha256 of its bytes", slug="copy")
 
 
 def test_a_tampered_row_is_refused(archive, tmp_path, artifact_root):
-    tampered = rewrite(archive, tmp_path / "t.zip",
-                       replace={"data/submission.jsonl": lambda b: b.replace(b'"score":0.9', b'"score":1.0')})
+    tampered = rewrite(
+        archive,
+        tmp_path / "t.zip",
+        replace={"data/submission.jsonl": lambda b: b.replace(b'"score":0.9', b'"score":1.0')},
+    )
     refused(tampered, artifact_root, "data/submission.jsonl does not match its sha256", slug="copy")
 
 
 def test_members_missing_or_not_listed_are_refused(archive, tmp_path, artifact_root):
-    refused(rewrite(archive, tmp_path / "m.zip", drop=[f"blobs/{sha(SHARED)}"]), artifact_root, "missing blobs/",
-            slug="copy")
-    refused(rewrite(archive, tmp_path / "x.zip", add={"data/extra.jsonl": b"{}\n"}), artifact_root,
-            "not listed data/extra.jsonl", slug="copy")
+    refused(
+        rewrite(archive, tmp_path / "m.zip", drop=[f"blobs/{sha(SHARED)}"]),
+        artifact_root,
+        "missing blobs/",
+        slug="copy",
+    )
+    refused(
+        rewrite(archive, tmp_path / "x.zip", add={"data/extra.jsonl": b"{}\n"}),
+        artifact_root,
+        "not listed data/extra.jsonl",
+        slug="copy",
+    )
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     refused(tmp_path / "junk.zip", artifact_root, "not a readable archive", slug="copy")
 
@@ -474,8 +636,9 @@ def test_an_existing_slug_is_refused_unless_a_new_one_is_given(archive, artifact
     assert backup.import_project(archive, slug="hill-2").project.slug == "hill-2"
 
 
-def test_a_failure_halfway_rolls_back_every_row_and_deletes_the_blobs_it_stored(archive, artifact_root,
-                                                                                 monkeypatch):
+def test_a_failure_halfway_rolls_back_every_row_and_deletes_the_blobs_it_stored(
+    archive, artifact_root, monkeypatch
+):
     empty_database()  # so that the import stores the bytes anew
     counts, files = everything(), stored_files(artifact_root)
 
@@ -496,18 +659,27 @@ def test_a_row_pointing_at_nothing_is_refused_after_blobs_were_stored(archive, t
         rows[-1]["run"] = 999
         return b"".join(json.dumps(row).encode() + b"\n" for row in rows)
 
-    broken = rewrite(archive, tmp_path / "d.zip", replace={"data/submission.jsonl": dangling}, fix_manifest=True)
+    broken = rewrite(
+        archive, tmp_path / "d.zip", replace={"data/submission.jsonl": dangling}, fix_manifest=True
+    )
     refused(broken, artifact_root, r"data/submission.jsonl line \d+: run points at 999")
 
 
 def test_a_scenario_that_differs_here_is_refused_and_can_be_restored_under_a_new_key(archive, artifact_root):
     Scenario.objects.filter(key="bench").update(direction="minimize", score_max=2.0)
-    refused(archive, artifact_root, "'bench' exists here with a different direction, score_max; .*--scenario-as",
-            slug="copy")
+    refused(
+        archive,
+        artifact_root,
+        "'bench' exists here with a different direction, score_max; .*--scenario-as",
+        slug="copy",
+    )
     copy = backup.import_project(archive, slug="copy", scenario_key="bench-v1").project
     assert copy.scenario.key == "bench-v1"
     assert (copy.scenario.direction, copy.scenario.score_max, copy.scenario.validator_command) == (
-        "maximize", 1.0, ["python", "{artifact}"])
+        "maximize",
+        1.0,
+        ["python", "{artifact}"],
+    )
 
 
 def test_a_key_sealed_by_another_deployment_is_left_out_with_a_warning(archive, settings):
@@ -529,8 +701,11 @@ def test_export_reads_one_snapshot_while_ingest_goes_on(alice, tmp_path, monkeyp
 
     def late_turn():
         try:
-            ingest(Project.objects.get(slug="live"), "r1",
-                   {"type": "agent.turn", "id": "t2", "turn": 2, "tokens_in": 7, "cost_usd": 0.25})
+            ingest(
+                Project.objects.get(slug="live"),
+                "r1",
+                {"type": "agent.turn", "id": "t2", "turn": 2, "tokens_in": 7, "cost_usd": 0.25},
+            )
         except Exception as exc:  # noqa: BLE001 — handed to the test's thread
             errors.append(exc)
         finally:
@@ -546,7 +721,9 @@ def test_export_reads_one_snapshot_while_ingest_goes_on(alice, tmp_path, monkeyp
     monkeypatch.setattr(backup._Exporter, "_write_table", write_then_ingest)
     backup.export_project(project, tmp_path / "live.zip")
 
-    assert errors == [] and AgentTurn.objects.filter(run__project=project).count() == 2  # ingest was not blocked
+    assert (
+        errors == [] and AgentTurn.objects.filter(run__project=project).count() == 2
+    )  # ingest was not blocked
     with zipfile.ZipFile(tmp_path / "live.zip") as zf:
         [run] = [json.loads(line) for line in zf.read("data/run.jsonl").splitlines()]
         turns = zf.read("data/agent_turn.jsonl").splitlines()
@@ -578,7 +755,9 @@ def test_the_commands_export_and_import(rich, tmp_path, monkeypatch):
     Scenario.objects.filter(key="bench").update(name="renamed")
     with pytest.raises(CommandError, match="--scenario-as"):
         call_command("import_project", str(path), "--as", "hill3")
-    call_command("import_project", str(path), "--as", "hill3", "--scenario-as", "bench-old", stdout=io.StringIO())
+    call_command(
+        "import_project", str(path), "--as", "hill3", "--scenario-as", "bench-old", stdout=io.StringIO()
+    )
     assert Project.objects.get(slug="hill3").scenario.name == "Bench"
     assert not list(tmp_path.glob("*.partial"))
 
@@ -591,17 +770,28 @@ def test_an_untrusted_archive_restores_no_token_membership_address_or_key(archiv
     copy = result.project
     assert not ApiToken.objects.filter(project=copy).exists()
     assert not Membership.objects.filter(project=copy).exists()
-    assert copy.rollback_webhook_url == "" and not {"backend_base", "api_key_sealed"} & set(copy.source_settings)
+    assert copy.rollback_webhook_url == "" and not {"backend_base", "api_key_sealed"} & set(
+        copy.source_settings
+    )
     assert any("left out backend_base, api_key_sealed, rollback_webhook_url" in w for w in result.warnings)
     assert any("2 api token row(s) were not restored" in w for w in result.warnings)
     assert any("membership row(s) were not restored" in w for w in result.warnings)
-    assert Submission.objects.filter(project=copy).count() == Submission.objects.filter(project__slug="hill").count()
+    assert (
+        Submission.objects.filter(project=copy).count()
+        == Submission.objects.filter(project__slug="hill").count()
+    )
 
 
 def test_a_trusted_archive_still_passes_the_outbound_guard(archive, tmp_path, artifact_root, settings):
     settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]  # the webhook is fine; the backend is not
-    pointed = rewrite(archive, tmp_path / "p.zip", fix_manifest=True, replace={
-        "data/project.jsonl": lambda b: b.replace(b"https://smr.example.com", b"http://169.254.169.254")})
+    pointed = rewrite(
+        archive,
+        tmp_path / "p.zip",
+        fix_manifest=True,
+        replace={
+            "data/project.jsonl": lambda b: b.replace(b"https://smr.example.com", b"http://169.254.169.254")
+        },
+    )
     error = refused(pointed, artifact_root, "backend_base", slug="copy", trust=True)
     assert "169.254.169.254 is a link-local address" in error.message
 
@@ -614,8 +804,12 @@ def test_a_blob_over_the_artifact_cap_is_refused_before_it_is_unpacked(archive, 
 def test_a_zip_bomb_member_is_refused_before_it_is_unpacked(archive, tmp_path, artifact_root):
     zeros = bytes(32 * 1024 * 1024)
     name = f"blobs/{sha(zeros)}"
-    bomb = rewrite(archive, tmp_path / "bomb.zip", add={name: zeros},
-                   edit_manifest=lambda m: m["files"].update({name: {"sha256": sha(zeros), "size": len(zeros)}}))
+    bomb = rewrite(
+        archive,
+        tmp_path / "bomb.zip",
+        add={name: zeros},
+        edit_manifest=lambda m: m["files"].update({name: {"sha256": sha(zeros), "size": len(zeros)}}),
+    )
     refused(bomb, artifact_root, "unpacks to 33554432 bytes from .* more than 200× is refused", slug="copy")
 
 

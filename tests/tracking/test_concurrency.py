@@ -17,14 +17,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def turn(i: int) -> dict:
-    return {"id": f"t{i}", "type": "agent.turn", "turn": i, "actor": "driver" if i % 2 else "w1",
-            "parent_actor": None if i % 2 else "driver", "tokens_in": 100 + i, "cost_usd": 0.001 * (i % 7)}
+    return {
+        "id": f"t{i}",
+        "type": "agent.turn",
+        "turn": i,
+        "actor": "driver" if i % 2 else "w1",
+        "parent_actor": None if i % 2 else "driver",
+        "tokens_in": 100 + i,
+        "cost_usd": 0.001 * (i % 7),
+    }
 
 
 def test_concurrent_overlapping_batches_on_one_run_store_each_event_once(project):
-    batches = [[turn(i) for i in range(start, start + 40)] + [{"id": f"m{start}", "type": "metric", "key": "k",
-                                                               "value": 1.0, "step": start}]
-               for start in range(0, 200, 20)]  # consecutive batches overlap by half
+    batches = [
+        [turn(i) for i in range(start, start + 40)]
+        + [{"id": f"m{start}", "type": "metric", "key": "k", "value": 1.0, "step": start}]
+        for start in range(0, 200, 20)
+    ]  # consecutive batches overlap by half
     errors: list[BaseException] = []
     results: list = []
 
@@ -38,7 +47,10 @@ def test_concurrent_overlapping_batches_on_one_run_store_each_event_once(project
             close_old_connections()
             connection.close()
 
-    threads = [threading.Thread(target=writer, args=(batches,)), threading.Thread(target=writer, args=(batches[::-1],))]
+    threads = [
+        threading.Thread(target=writer, args=(batches,)),
+        threading.Thread(target=writer, args=(batches[::-1],)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -55,5 +67,6 @@ def test_concurrent_overlapping_batches_on_one_run_store_each_event_once(project
     sums = AgentTurn.objects.filter(run=run).aggregate(usd=Sum("cost_usd"), tin=Sum("tokens_in"))
     assert run.cost_usd == sums["usd"] == run.driver_cost_usd + run.child_cost_usd
     assert run.tokens_in == sums["tin"]
-    assert run.cost_usd == sum(Decimal(str(turn(int(i[1:]))["cost_usd"])).quantize(Decimal("0.000001"))
-                               for i in expected_turns)
+    assert run.cost_usd == sum(
+        Decimal(str(turn(int(i[1:]))["cost_usd"])).quantize(Decimal("0.000001")) for i in expected_turns
+    )

@@ -47,22 +47,48 @@ def test_metric_step_defaults_to_zero_and_integer_value_is_a_float():
 
 
 def test_score_event_is_parsed_with_its_fields():
-    [event] = ev.parse_events(body({
-        "type": "score", "harness_id": "h-1", "score": 0.87, "artifact": "a" * 64, "experiment": "exp-3",
-        "commit": "abc123", "details": {"cases": 12, "notes": ["x"]},
-    }))
+    [event] = ev.parse_events(
+        body(
+            {
+                "type": "score",
+                "harness_id": "h-1",
+                "score": 0.87,
+                "artifact": "a" * 64,
+                "experiment": "exp-3",
+                "commit": "abc123",
+                "details": {"cases": 12, "notes": ["x"]},
+            }
+        )
+    )
     assert isinstance(event, ev.ScoreEvent)
     assert (event.harness_id, event.score, event.artifact, event.experiment, event.commit) == (
-        "h-1", 0.87, "a" * 64, "exp-3", "abc123")
+        "h-1",
+        0.87,
+        "a" * 64,
+        "exp-3",
+        "abc123",
+    )
     assert event.details == {"cases": 12, "notes": ["x"]}
 
 
 def test_agent_turn_event_is_parsed_with_its_fields():
-    [event] = ev.parse_events(body({
-        "type": "agent.turn", "turn": 7, "actor": "worker-1", "parent_actor": "driver", "kind": "child_work",
-        "model": "m-large", "tokens_in": 1200, "tokens_out": 340, "cost_usd": 0.0123,
-        "tool_calls": ["bash", {"name": "edit", "file": "a.py"}], "duration_ms": 4500,
-    }))
+    [event] = ev.parse_events(
+        body(
+            {
+                "type": "agent.turn",
+                "turn": 7,
+                "actor": "worker-1",
+                "parent_actor": "driver",
+                "kind": "child_work",
+                "model": "m-large",
+                "tokens_in": 1200,
+                "tokens_out": 340,
+                "cost_usd": 0.0123,
+                "tool_calls": ["bash", {"name": "edit", "file": "a.py"}],
+                "duration_ms": 4500,
+            }
+        )
+    )
     assert isinstance(event, ev.TurnEvent)
     assert (event.turn, event.actor, event.parent_actor, event.model) == (7, "worker-1", "driver", "m-large")
     assert (event.tokens_in, event.tokens_out, event.duration_ms) == (1200, 340, 4500)
@@ -79,7 +105,9 @@ def test_agent_turn_defaults_to_the_driver_actor_and_driver_inference():
 
 
 def test_agent_turn_kind_defaults_to_child_work_when_a_parent_actor_is_named():
-    [event] = ev.parse_events(body({"type": "agent.turn", "turn": 1, "actor": "sub", "parent_actor": "driver"}))
+    [event] = ev.parse_events(
+        body({"type": "agent.turn", "turn": 1, "actor": "sub", "parent_actor": "driver"})
+    )
     assert event.resolved_kind == TurnKind.CHILD_WORK
 
 
@@ -89,36 +117,83 @@ def test_turn_cost_keeps_its_decimal_value_exactly():
 
 
 def test_state_event_is_parsed_with_its_failure():
-    [event] = ev.parse_events(body({
-        "type": "state", "state": "failed", "failure": {"family": "oom", "detail": "killed", "source": "worker"},
-    }))
+    [event] = ev.parse_events(
+        body(
+            {
+                "type": "state",
+                "state": "failed",
+                "failure": {"family": "oom", "detail": "killed", "source": "worker"},
+            }
+        )
+    )
     assert isinstance(event, ev.StateEvent)
     assert event.state == RunState.FAILED
     assert (event.failure.family, event.failure.detail, event.failure.source) == ("oom", "killed", "worker")
 
 
 def test_message_event_is_parsed_with_its_fields():
-    [event] = ev.parse_events(body({"type": "message", "topic": "plan", "target": "driver", "mode": "steer",
-                                    "body": "try a smaller model"}))
+    [event] = ev.parse_events(
+        body(
+            {
+                "type": "message",
+                "topic": "plan",
+                "target": "driver",
+                "mode": "steer",
+                "body": "try a smaller model",
+            }
+        )
+    )
     assert isinstance(event, ev.MessageEvent)
-    assert (event.topic, event.target, event.mode, event.body) == ("plan", "driver", "steer", "try a smaller model")
+    assert (event.topic, event.target, event.mode, event.body) == (
+        "plan",
+        "driver",
+        "steer",
+        "try a smaller model",
+    )
 
 
 def test_checkpoint_event_is_parsed_with_its_fields():
-    [event] = ev.parse_events(body({"type": "checkpoint", "id": "cp-1", "label": "before refactor",
-                                    "commit": "deadbeef", "restorable": False, "failure_reason": "dirty tree"}))
+    [event] = ev.parse_events(
+        body(
+            {
+                "type": "checkpoint",
+                "id": "cp-1",
+                "label": "before refactor",
+                "commit": "deadbeef",
+                "restorable": False,
+                "failure_reason": "dirty tree",
+            }
+        )
+    )
     assert isinstance(event, ev.CheckpointEvent)
     assert (event.id, event.label, event.commit, event.restorable, event.failure_reason) == (
-        "cp-1", "before refactor", "deadbeef", False, "dirty tree")
+        "cp-1",
+        "before refactor",
+        "deadbeef",
+        False,
+        "dirty tree",
+    )
 
 
 def test_a_mixed_batch_keeps_its_order():
-    parsed = ev.parse_events(body(
-        METRIC, {"type": "score", "score": 1}, {"type": "agent.turn", "turn": 1}, {"type": "state", "state": "done"},
-        {"type": "message", "body": "hi"}, {"type": "checkpoint", "id": "c"},
-    ))
-    assert [type(e) for e in parsed] == [ev.MetricEvent, ev.ScoreEvent, ev.TurnEvent, ev.StateEvent,
-                                         ev.MessageEvent, ev.CheckpointEvent]
+    parsed = ev.parse_events(
+        body(
+            METRIC,
+            {"type": "score", "score": 1},
+            {"type": "agent.turn", "turn": 1},
+            {"type": "state", "state": "done"},
+            {"type": "message", "body": "hi"},
+            {"type": "checkpoint", "id": "c"},
+        )
+    )
+    assert [type(e) for e in parsed] == [
+        ev.MetricEvent,
+        ev.ScoreEvent,
+        ev.TurnEvent,
+        ev.StateEvent,
+        ev.MessageEvent,
+        ev.CheckpointEvent,
+    ]
 
 
 def test_an_empty_list_is_a_valid_batch():
@@ -239,8 +314,10 @@ def test_non_finite_metric_values_are_refused(literal):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "1e999"])
 def test_non_finite_scores_and_costs_are_refused(literal):
-    raw = (f'[{{"type": "score", "score": {literal}}}, '
-           f'{{"type": "agent.turn", "turn": 1, "cost_usd": {literal}}}]')
+    raw = (
+        f'[{{"type": "score", "score": {literal}}}, '
+        f'{{"type": "agent.turn", "turn": 1, "cost_usd": {literal}}}]'
+    )
     errors = errors_of(raw.encode())
     assert {(e["index"], e["field"]) for e in errors} == {(0, "score"), (1, "cost_usd")}
 
@@ -301,13 +378,15 @@ def test_more_than_5000_events_are_refused_as_a_batch():
 
 
 def test_every_problem_of_a_batch_is_listed_with_its_index():
-    errors = errors_of(body(
-        METRIC,
-        {"type": "metric", "key": "loss", "value": "high"},
-        {"type": "agent.turn", "turn": 1, "tokens_out": -2},
-        METRIC,
-        {"type": "nope"},
-    ))
+    errors = errors_of(
+        body(
+            METRIC,
+            {"type": "metric", "key": "loss", "value": "high"},
+            {"type": "agent.turn", "turn": 1, "tokens_out": -2},
+            METRIC,
+            {"type": "nope"},
+        )
+    )
     assert [(e["index"], e["field"]) for e in errors] == [(1, "value"), (2, "tokens_out"), (4, "type")]
 
 
@@ -316,4 +395,5 @@ def test_the_batch_schema_names_every_event_component():
     assert schema["type"] == "array"
     assert schema["maxItems"] == ev.MAX_EVENTS
     assert {"MetricEvent", "ScoreEvent", "TurnEvent", "StateEvent", "MessageEvent", "CheckpointEvent"} <= set(
-        schema["$defs"])
+        schema["$defs"]
+    )

@@ -25,8 +25,11 @@ def metric(i: int, **extra) -> dict:
 
 
 def points(run_id: str = "r1") -> list[tuple]:
-    return list(MetricPoint.objects.filter(run__external_id=run_id).order_by("event_id")
-                .values_list("event_id", "key", "step", "value"))
+    return list(
+        MetricPoint.objects.filter(run__external_id=run_id)
+        .order_by("event_id")
+        .values_list("event_id", "key", "step", "value")
+    )
 
 
 def test_duplicate_ids_inside_one_metric_batch_are_stored_once_and_counted(project):
@@ -45,7 +48,10 @@ def test_a_batch_mixing_new_and_stored_ids_counts_only_the_new_ones(project):
 
 def test_a_large_batch_and_its_replay(project):
     batch = [metric(i) for i in range(ev.MAX_EVENTS)]
-    assert (ingest(project, "r1", *batch).accepted, MetricPoint.objects.count()) == (ev.MAX_EVENTS, ev.MAX_EVENTS)
+    assert (ingest(project, "r1", *batch).accepted, MetricPoint.objects.count()) == (
+        ev.MAX_EVENTS,
+        ev.MAX_EVENTS,
+    )
     again = ingest(project, "r1", *batch)
     assert (again.accepted, again.duplicates) == (0, ev.MAX_EVENTS)
     assert MetricPoint.objects.count() == ev.MAX_EVENTS
@@ -72,8 +78,14 @@ def test_ids_are_per_run_and_per_event_type(project):
 def test_timestamps_are_stored_as_given_or_as_the_time_of_arrival(project, time_machine):
     time_machine.move_to(T0 + timedelta(days=1))
     given = T0 + timedelta(minutes=5, microseconds=123456)
-    ingest(project, "r1", metric(1, ts=given.isoformat()), metric(2, ts=given.isoformat()), metric(3),
-           metric(4, ts="2024-06-01T14:00:00+02:00"))
+    ingest(
+        project,
+        "r1",
+        metric(1, ts=given.isoformat()),
+        metric(2, ts=given.isoformat()),
+        metric(3),
+        metric(4, ts="2024-06-01T14:00:00+02:00"),
+    )
     stored = dict(MetricPoint.objects.values_list("event_id", "ts"))
     assert stored["m1"] == stored["m2"] == given
     assert abs(stored["m3"] - (T0 + timedelta(days=1))) < timedelta(seconds=5)
@@ -107,15 +119,18 @@ def test_a_failure_after_the_metric_insert_rolls_the_metrics_back(project, monke
     assert ingest(project, "r1", metric(1)).accepted == 1  # and the id is free again
 
 
-@pytest.mark.parametrize("ts, ok", [
-    ("1970-01-01T00:00:00Z", True),
-    ("1970-01-01T00:30:00+01:00", False),  # 1969-12-31 23:30 UTC
-    ("1971-01-01T00:30:00+23:59", True),
-    ("9997-12-31T23:00:00-23:59", True),
-    ("9998-12-31T23:00:00-05:00", False),  # 9999-01-01 04:00 UTC
-    ("9999-01-01T00:00:00Z", True),
-    ("9999-01-01T00:00:01", False),
-])
+@pytest.mark.parametrize(
+    "ts, ok",
+    [
+        ("1970-01-01T00:00:00Z", True),
+        ("1970-01-01T00:30:00+01:00", False),  # 1969-12-31 23:30 UTC
+        ("1971-01-01T00:30:00+23:59", True),
+        ("9997-12-31T23:00:00-23:59", True),
+        ("9998-12-31T23:00:00-05:00", False),  # 9999-01-01 04:00 UTC
+        ("9999-01-01T00:00:00Z", True),
+        ("9999-01-01T00:00:01", False),
+    ],
+)
 def test_timestamp_bounds_are_exact_at_both_ends(ts, ok):
     body = json.dumps([{"type": "metric", "key": "k", "value": 1.0, "ts": ts}])
     if ok:
@@ -130,14 +145,27 @@ def test_values_and_instants_are_stored_exactly_on_either_backend(project):
     """Extreme doubles, the largest step, keys with quotes and backslashes, and microsecond instants
     in several offsets come back bit for bit (PostgreSQL receives the batch as JSON text)."""
     values = [5e-324, 1.7976931348623157e308, -2.2250738585072014e-308, 0.1 + 0.2, 1 / 3, 123456789.123456789]
-    stamps = ["2026-01-01T00:00:00.000001Z", "2026-06-30T23:59:59.999999+05:45", "1971-01-01T00:00:00-11:00",
-              "2026-01-01 12:00:00", "2026-03-04T05:06:07.5Z", "9997-12-31T23:59:59Z"]
+    stamps = [
+        "2026-01-01T00:00:00.000001Z",
+        "2026-06-30T23:59:59.999999+05:45",
+        "1971-01-01T00:00:00-11:00",
+        "2026-01-01 12:00:00",
+        "2026-03-04T05:06:07.5Z",
+        "9997-12-31T23:59:59Z",
+    ]
     keys = ['quote"d', "back\\slash", "é ünïcode", "tab\tkey", "{brace}", "[1,2]"]
-    batch = [{"type": "metric", "id": f"x{i}", "key": keys[i], "value": v, "step": 2**62 - i, "ts": stamps[i]}
-             for i, v in enumerate(values)]
+    batch = [
+        {"type": "metric", "id": f"x{i}", "key": keys[i], "value": v, "step": 2**62 - i, "ts": stamps[i]}
+        for i, v in enumerate(values)
+    ]
     assert ingest(project, "r1", *batch).accepted == len(batch)
     expected = ev._parse_contract(json.dumps(batch))  # the contract's own reading of the batch
     stored = {p.event_id: p for p in MetricPoint.objects.filter(run__external_id="r1")}
     for event in expected:
         point = stored[event.id]
-        assert (point.key, point.step, point.value, point.ts) == (event.key, event.step, event.value, event.ts)
+        assert (point.key, point.step, point.value, point.ts) == (
+            event.key,
+            event.step,
+            event.value,
+            event.ts,
+        )

@@ -13,10 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.tracking import services
-from smrweb.tracking import queries
-from smrweb.tracking.services import knowledge
-from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
@@ -28,6 +25,8 @@ from smrweb.tracking.models import (
     SubmissionStatus,
     VerificationOutcome,
 )
+from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
@@ -43,13 +42,16 @@ def scored(project, value, minute, run="r1", **extra) -> Submission:
 
 def invalid(sub, bob, detail="exited 1", output="", code=1) -> Submission:
     lifecycle.request_verification(sub, by=bob)
-    return lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, code,
-                                                                               output, detail))
+    return lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.FAILED, code, output, detail)
+    )
 
 
 def verified(sub, bob) -> Submission:
     lifecycle.request_verification(sub, by=bob)
-    return lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok"))
+    return lifecycle.record_verification(
+        sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
+    )
 
 
 def rejected(sub, bob, alice, comment="") -> Submission:
@@ -126,18 +128,24 @@ def test_no_history_renders_a_block_that_says_so(project):
     assert queries.render_carry_forward(cf) == (
         "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score yet.\n\n"
         "**Last 3 failed or regressed approaches** (newest first):\nnone recorded.\n\n"
-        "**Latest arena feedback:** none yet.")
+        "**Latest arena feedback:** none yet."
+    )
 
 
 # --- failed or regressed ----------------------------------------------------------------------------
 
 
 def test_failed_list_is_newest_first_with_score_and_why(project, alice, bob):
-    broken = invalid(scored(project, 0.99, 1), bob, detail="validator exited 1",
-                     output="loading model\nlayer 3 has 300k params (limit 250k)\n")
+    broken = invalid(
+        scored(project, 0.99, 1),
+        bob,
+        detail="validator exited 1",
+        output="loading model\nlayer 3 has 300k params (limit 250k)\n",
+    )
     refused = rejected(scored(project, 0.95, 2), bob, alice, comment="overfits the seed")
-    entry = knowledge.add_entry(project, by=bob, kind=FAILED, title="Pure random search",
-                                body="Plateaued at 0.4 after two hours.")
+    entry = knowledge.add_entry(
+        project, by=bob, kind=FAILED, title="Pure random search", body="Plateaued at 0.4 after two hours."
+    )
     failed = queries.carry_forward(project).failed
     assert [(f.reasons, f.score, f.submission_id, f.entry_id) for f in failed] == [
         (["failed_approach"], None, None, entry.pk),
@@ -146,8 +154,9 @@ def test_failed_list_is_newest_first_with_score_and_why(project, alice, bob):
     ]
     assert failed[0].title == "Pure random search" and failed[0].why == "Plateaued at 0.4 after two hours."
     assert failed[1].why == "rejected by alice: overfits the seed"
-    assert failed[2].why == ("verification failed (exit 1): validator exited 1 — "
-                             "layer 3 has 300k params (limit 250k)")
+    assert failed[2].why == (
+        "verification failed (exit 1): validator exited 1 — layer 3 has 300k params (limit 250k)"
+    )
 
 
 def test_n_cuts_the_list_to_the_newest(project, bob):
@@ -164,13 +173,18 @@ def test_notes_and_arena_entries_are_not_failed_approaches(project, bob):
 
 def test_a_submission_found_by_several_sources_is_one_item_with_every_reason(project, alice, bob):
     sub = invalid(scored(project, 0.8, 1, experiment="wide-mlp"), bob, detail="params over the limit")
-    knowledge.add_entry(project, by=bob, kind=FAILED, title="Wide MLP", body="400k params: too big.", submission=sub)
-    knowledge.add_entry(project, by=alice, kind=FAILED, title="Wide MLP again", body="400k params: too big.",
-                        submission=sub)
+    knowledge.add_entry(
+        project, by=bob, kind=FAILED, title="Wide MLP", body="400k params: too big.", submission=sub
+    )
+    knowledge.add_entry(
+        project, by=alice, kind=FAILED, title="Wide MLP again", body="400k params: too big.", submission=sub
+    )
     failed = queries.carry_forward(project).failed
     assert len(failed) == 1
     item = failed[0]
-    assert item.reasons == ["invalid", "failed_approach"] and item.submission_id == sub.pk and item.score == 0.8
+    assert (
+        item.reasons == ["invalid", "failed_approach"] and item.submission_id == sub.pk and item.score == 0.8
+    )
     assert item.title == "Wide MLP again"  # the newest hand-written name wins over the experiment id
     assert item.why == "verification failed (exit 1): params over the limit; 400k params: too big."
 
@@ -193,7 +207,9 @@ def test_score_regressions_follow_a_minimizing_scenario_and_ignore_refused_bests
     scored(golf, 5.4, 3)  # 0.4 worse than 5.0: under the threshold
     worse = scored(golf, 6.0, 4)
     failed = queries.carry_forward(golf, 20).failed
-    assert [(f.reasons, f.submission_id) for f in failed if f.reasons == ["regressed"]] == [(["regressed"], worse.pk)]
+    assert [(f.reasons, f.submission_id) for f in failed if f.reasons == ["regressed"]] == [
+        (["regressed"], worse.pk)
+    ]
 
 
 def test_arena_results_worse_than_the_previous_one_are_carried_as_regressions(project, alice, bob):
@@ -216,13 +232,20 @@ def test_latest_arena_feedback_is_the_newest_result_not_its_own_entry(project, a
     assert arena.source == "result" and arena.submission_id == second.pk
     assert (arena.rank, arena.arena_score, arena.delta, arena.delta_best) == (7, 1260.0, 60.0, 60.0)
     assert arena.note == "better in close range"
-    assert KnowledgeEntry.objects.filter(kind=KnowledgeKind.ARENA_DELTA).count() == 2  # written, not shown twice
+    assert (
+        KnowledgeEntry.objects.filter(kind=KnowledgeKind.ARENA_DELTA).count() == 2
+    )  # written, not shown twice
 
 
 def test_a_newer_hand_written_arena_entry_is_the_latest_feedback(project, alice, bob):
     ranked(scored(project, 0.9, 1), bob, alice, rank=12, arena_score=1200.0)
-    knowledge.add_entry(project, by=bob, kind=KnowledgeKind.ARENA_DELTA, title="Dropped to rank 15 overnight",
-                        body="New entrants; our score unchanged.")
+    knowledge.add_entry(
+        project,
+        by=bob,
+        kind=KnowledgeKind.ARENA_DELTA,
+        title="Dropped to rank 15 overnight",
+        body="New entrants; our score unchanged.",
+    )
     arena = queries.carry_forward(project).arena
     assert arena.source == "entry" and arena.rank is None
     assert arena.note == "Dropped to rank 15 overnight\nNew entrants; our score unchanged."
@@ -262,13 +285,16 @@ def test_the_rendered_block_has_every_part_on_its_own_line(project, alice, bob):
     knowledge.add_entry(project, by=bob, kind=FAILED, title="Random search", body="plateaued\n\nat 0.4")
     lines = queries.carry_forward(project).text.splitlines()
     assert lines[0] == "## Carry-forward: hill (maximize score)"
-    assert lines[2] == f"**Best so far:** 0.9 — run run-a, submission #{good.pk} (ranked), experiment small-mlp"
+    assert (
+        lines[2] == f"**Best so far:** 0.9 — run run-a, submission #{good.pk} (ranked), experiment small-mlp"
+    )
     assert lines[3].startswith("  arena: generic: rank 12, score 1234 (n/a vs previous, n/a vs best), ")
     assert lines[3].endswith(" — beat the baseline")
     assert lines[5] == "**Last 2 failed or regressed approaches** (newest first):"
     assert lines[6] == "1. [failed approach] Random search (no score): plateaued at 0.4"
     assert lines[7].startswith("2. [rejected] submission #") and lines[7].endswith(
-        "(score 0.95, run run-b): rejected by alice: overfits")
+        "(score 0.95, run run-b): rejected by alice: overfits"
+    )
     assert lines[9].startswith("**Latest arena feedback:** generic: rank 12, score 1234")
     assert " for 0.9 from run run-a, " in lines[9]
 
@@ -280,10 +306,12 @@ def _history(project, alice, bob, size: int) -> None:
     subs = list(Submission.objects.filter(project=project, status=SubmissionStatus.CANDIDATE).order_by("id"))
     for i, sub in enumerate(subs[: size // 3]):
         (invalid(sub, bob) if i % 2 else rejected(sub, bob, alice, comment=f"no {i}"))
-    for i, sub in enumerate(subs[size // 3: size // 3 + 2 + size // 10]):
+    for i, sub in enumerate(subs[size // 3 : size // 3 + 2 + size // 10]):
         ranked(sub, bob, alice, rank=50 - i, arena_score=1000.0 + (-1) ** i * i)
     for i in range(size // 2):
-        knowledge.add_entry(project, by=bob, kind=FAILED, title=f"idea {i}", submission=subs[-1] if i % 2 else None)
+        knowledge.add_entry(
+            project, by=bob, kind=FAILED, title=f"idea {i}", submission=subs[-1] if i % 2 else None
+        )
 
 
 def _queries(project, n) -> int:
@@ -307,17 +335,33 @@ def test_the_query_count_does_not_grow_with_history(project, alice, bob, django_
 
 def test_add_and_edit_are_audited(project, alice, bob):
     sub = scored(project, 0.3, 1)
-    entry = knowledge.add_entry(project, by=bob, kind=FAILED, title="  Tiny CNN  ", body="too slow\n", submission=sub)
+    entry = knowledge.add_entry(
+        project, by=bob, kind=FAILED, title="  Tiny CNN  ", body="too slow\n", submission=sub
+    )
     assert (entry.title, entry.body, entry.submission, entry.created_by) == ("Tiny CNN", "too slow", sub, bob)
-    knowledge.edit_entry(entry, by=alice, kind=KnowledgeKind.NOTE, title="Tiny CNN (retired)", body="too slow")
+    knowledge.edit_entry(
+        entry, by=alice, kind=KnowledgeKind.NOTE, title="Tiny CNN (retired)", body="too slow"
+    )
     entry.refresh_from_db()
     assert (entry.kind, entry.title) == ("note", "Tiny CNN (retired)")
-    events = list(AuditEvent.objects.filter(object_type="knowledgeentry").order_by("id")
-                  .values_list("actor_label", "verb", "object_id", "detail"))
+    events = list(
+        AuditEvent.objects.filter(object_type="knowledgeentry")
+        .order_by("id")
+        .values_list("actor_label", "verb", "object_id", "detail")
+    )
     assert events == [
-        ("bob", "knowledge.added", str(entry.pk), {"kind": "failed_approach", "title": "Tiny CNN", "submission": sub.pk}),
-        ("alice", "knowledge.edited", str(entry.pk),
-         {"changed": ["kind", "title"], "before": {"kind": "failed_approach", "title": "Tiny CNN"}}),
+        (
+            "bob",
+            "knowledge.added",
+            str(entry.pk),
+            {"kind": "failed_approach", "title": "Tiny CNN", "submission": sub.pk},
+        ),
+        (
+            "alice",
+            "knowledge.edited",
+            str(entry.pk),
+            {"changed": ["kind", "title"], "before": {"kind": "failed_approach", "title": "Tiny CNN"}},
+        ),
     ]
 
 
@@ -327,18 +371,23 @@ def test_an_edit_that_changes_nothing_is_not_audited(project, bob):
     assert not AuditEvent.objects.filter(verb="knowledge.edited").exists()
 
 
-@pytest.mark.parametrize(("fields", "field", "message"), [
-    ({"title": "   "}, "title", "Give the entry a title."),
-    ({"title": "x" * 301}, "title", "at most 300 characters (this one has 301)"),
-    ({"body": "y" * (knowledge.BODY_MAX + 1)}, "body", f"at most {knowledge.BODY_MAX} characters"),
-    ({"kind": "rumour"}, "kind", "Choose one of note, failed_approach, arena_delta"),
-    ({"title": "nul\x00"}, "title", "NUL"),
-    ({"body": "nul\x00"}, "body", "NUL"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"title": "   "}, "title", "Give the entry a title."),
+        ({"title": "x" * 301}, "title", "at most 300 characters (this one has 301)"),
+        ({"body": "y" * (knowledge.BODY_MAX + 1)}, "body", f"at most {knowledge.BODY_MAX} characters"),
+        ({"kind": "rumour"}, "kind", "Choose one of note, failed_approach, arena_delta"),
+        ({"title": "nul\x00"}, "title", "NUL"),
+        ({"body": "nul\x00"}, "body", "NUL"),
+    ],
+)
 def test_bad_fields_are_refused_with_the_field_named(project, bob, fields, field, message):
     good = {"kind": FAILED, "title": "ok", "body": ""}
-    for write in (lambda _: knowledge.add_entry(project, by=bob, **{**good, **fields}),
-                  lambda entry: knowledge.edit_entry(entry, by=bob, **{**good, **fields})):
+    for write in (
+        lambda _: knowledge.add_entry(project, by=bob, **{**good, **fields}),
+        lambda entry: knowledge.edit_entry(entry, by=bob, **{**good, **fields}),
+    ):
         entry = KnowledgeEntry.objects.create(project=project, title="before")
         with pytest.raises(InvalidInput) as refused:
             write(entry)

@@ -25,10 +25,12 @@ def ingest(project, run_id: str, *events: dict) -> services.IngestResult:
 
 def metrics(project, run_id: str, key: str, values: list[float], first_step: int = 0) -> Run:
     """Store a series through the write path, in batches of the contract's maximum."""
-    batch = [ev.MetricEvent(type="metric", id=f"{key}-{i}", key=key, value=v, step=first_step + i)
-             for i, v in enumerate(values)]
+    batch = [
+        ev.MetricEvent(type="metric", id=f"{key}-{i}", key=key, value=v, step=first_step + i)
+        for i, v in enumerate(values)
+    ]
     for start in range(0, len(batch), ev.MAX_EVENTS):
-        services.ingest_events(project, run_id, batch[start:start + ev.MAX_EVENTS])
+        services.ingest_events(project, run_id, batch[start : start + ev.MAX_EVENTS])
     return Run.objects.get(project=project, external_id=run_id)
 
 
@@ -66,7 +68,8 @@ def test_a_series_with_at_most_the_asked_points_is_returned_raw(project):
     total, series = queries.metric_series(run, "loss", 4)
     assert total == 4
     assert [(p.step, p.value, p.min, p.max, p.count) for p in series] == [
-        (10 + i, v, v, v, 1) for i, v in enumerate(values)]
+        (10 + i, v, v, v, 1) for i, v in enumerate(values)
+    ]
 
 
 @pytest.mark.parametrize("points", [2, 10, 10_000])
@@ -116,8 +119,10 @@ def test_metric_keys_are_distinct_and_sorted(project):
 
 def scores(project, run_id: str, values: list[float]) -> Run:
     """Scores at increasing timestamps, sent in reverse so arrival order is not time order."""
-    events = [{"type": "score", "id": f"{run_id}-{i}", "score": v, "ts": (T0 + timedelta(minutes=i)).isoformat()}
-              for i, v in enumerate(values)]
+    events = [
+        {"type": "score", "id": f"{run_id}-{i}", "score": v, "ts": (T0 + timedelta(minutes=i)).isoformat()}
+        for i, v in enumerate(values)
+    ]
     ingest(project, run_id, *reversed(events))
     return Run.objects.get(project=project, external_id=run_id)
 
@@ -140,7 +145,9 @@ def test_score_histories_of_no_runs_make_no_query(django_assert_num_queries, db)
 
 def test_project_score_histories_span_all_runs_in_time_order(project, other_project):
     scores(project, "a", [1, 2])
-    ingest(project, "b", {"type": "score", "id": "x", "score": 9, "ts": (T0 + timedelta(seconds=30)).isoformat()})
+    ingest(
+        project, "b", {"type": "score", "id": "x", "score": 9, "ts": (T0 + timedelta(seconds=30)).isoformat()}
+    )
     scores(other_project, "z", [100])
     history = queries.project_score_histories([project, other_project], per_project=2)
     assert history == {project.pk: [9, 2], other_project.pk: [100]}
@@ -153,9 +160,13 @@ def test_project_summaries_count_runs_by_condition(project):
     ingest(project, "live", {"type": "state", "id": "s", "state": "running"})
     ingest(project, "failed", {"type": "state", "id": "s", "state": "failed"})
     ingest(project, "done", {"type": "state", "id": "s", "state": "done"})
-    ingest(project, "quiet", {"type": "state", "id": "s", "state": "executing"},
-           {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 1.25},
-           {"type": "agent.turn", "id": "t2", "turn": 2, "cost_usd": 0.5, "ts": "2001-01-01T00:00:00Z"})
+    ingest(
+        project,
+        "quiet",
+        {"type": "state", "id": "s", "state": "executing"},
+        {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 1.25},
+        {"type": "agent.turn", "id": "t2", "turn": 2, "cost_usd": 0.5, "ts": "2001-01-01T00:00:00Z"},
+    )
     Run.objects.filter(external_id="quiet").update(last_progress_at=T0)
     services.flag_stalled_runs(now=T0 + timedelta(days=1))
     [summary] = queries.project_summaries([project])
@@ -175,17 +186,29 @@ def test_project_summaries_pick_the_best_score_in_each_scenarios_direction(proje
     assert by_slug["fast"].best_score == 2.0
     # Verified only (the default): nothing verified yet; the unverified best is named beside it.
     by_slug = {s.project.slug: s for s in queries.project_summaries([project, fast])}
-    assert (by_slug["hill"].best_score, by_slug["hill"].unverified_best, by_slug["hill"].unverified) == (None, 9.0, 4)
+    assert (by_slug["hill"].best_score, by_slug["hill"].unverified_best, by_slug["hill"].unverified) == (
+        None,
+        9.0,
+        4,
+    )
     Submission.objects.filter(project=fast, score__in=[5.0, 7.0]).update(status="verified")
     Submission.objects.filter(project=fast, score=2.0).update(status="invalid")
     fast_summary = queries.project_summaries([fast])[0]
-    assert (fast_summary.best_score, fast_summary.unverified_best) == (5.0, None)  # 9.0 is unverified but worse
+    assert (fast_summary.best_score, fast_summary.unverified_best) == (
+        5.0,
+        None,
+    )  # 9.0 is unverified but worse
 
 
 def test_an_empty_project_summary_has_zeros(project):
     [summary] = queries.project_summaries([project])
     assert (summary.runs, summary.active, summary.best_score, summary.spend_usd, summary.history) == (
-        0, 0, None, Decimal(0), [])
+        0,
+        0,
+        None,
+        Decimal(0),
+        [],
+    )
 
 
 def _summaries_query_count(projects) -> int:
@@ -203,8 +226,12 @@ def test_project_summaries_take_the_same_number_of_queries_for_1_or_20_projects(
         ingest(p, "r", {"type": "agent.turn", "id": "t", "turn": 1, "cost_usd": 0.5})
     qs = Project.objects.select_related("scenario").order_by("slug")
     one, twenty = _summaries_query_count(qs[:1]), _summaries_query_count(qs)
-    assert one == twenty == 5  # run counts, spend today, histories, the review queue, the best (per direction)
-    assert [s.best_score for s in queries.project_summaries(qs, unverified=True)] == [float(i + 1) for i in range(20)]
+    assert (
+        one == twenty == 5
+    )  # run counts, spend today, histories, the review queue, the best (per direction)
+    assert [s.best_score for s in queries.project_summaries(qs, unverified=True)] == [
+        float(i + 1) for i in range(20)
+    ]
 
 
 # --- leaderboard ----------------------------------------------------------------------------------
@@ -220,8 +247,18 @@ def test_leaderboard_orders_by_the_scenario_direction(project, alice):
 
 
 def _scores(project, run, *values):
-    services.ingest_events(project, run, ev.parse_events(json.dumps(
-        [{"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"} for i, v in enumerate(values)])))
+    services.ingest_events(
+        project,
+        run,
+        ev.parse_events(
+            json.dumps(
+                [
+                    {"type": "score", "score": v, "ts": f"2026-01-01T00:00:{i:02d}Z"}
+                    for i, v in enumerate(values)
+                ]
+            )
+        ),
+    )
 
 
 def test_regressions_need_a_threshold_and_find_runs_worse_than_their_best(project):
@@ -232,7 +269,9 @@ def test_regressions_need_a_threshold_and_find_runs_worse_than_their_best(projec
     project.regression_threshold = 0.1
     project.save()
     found = queries.regressions(project)
-    assert [(r.run.external_id, r.best, r.target.score, round(r.gap, 6)) for r in found] == [("down", 0.8, 0.8, 0.3)]
+    assert [(r.run.external_id, r.best, r.target.score, round(r.gap, 6)) for r in found] == [
+        ("down", 0.8, 0.8, 0.3)
+    ]
 
 
 def test_regressions_of_a_minimize_scenario_are_scores_going_up(project):

@@ -17,14 +17,20 @@ from smrweb.tracking.models import Checkpoint, Project, Rollback, SourceKind, Su
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services.rollbacks import RollbackRefused
 
-CASES = [(SourceKind.PUSH, ""), (SourceKind.PUSH, "https://harness.example.org/rollback"),
-         (SourceKind.SMR, ""), (SourceKind.GIT, "")]
+CASES = [
+    (SourceKind.PUSH, ""),
+    (SourceKind.PUSH, "https://harness.example.org/rollback"),
+    (SourceKind.SMR, ""),
+    (SourceKind.GIT, ""),
+]
 
 
 def _run_with_a_checkpoint(project: Project) -> None:
-    events = [{"type": "state", "state": "running"},
-              {"type": "checkpoint", "id": "c1", "label": "first", "restorable": True},
-              {"type": "score", "score": 0.5}]
+    events = [
+        {"type": "state", "state": "running"},
+        {"type": "checkpoint", "id": "c1", "label": "first", "restorable": True},
+        {"type": "score", "score": 0.5},
+    ]
     services.ingest_events(project, "r1", parse_events(json.dumps(events)))
 
 
@@ -46,8 +52,9 @@ class _Undo(Exception):
 @pytest.mark.django_db
 @pytest.mark.parametrize(("source", "webhook"), CASES)
 @pytest.mark.parametrize("who", ["alice", "bob", "victor"])
-def test_the_pages_offer_a_rollback_exactly_when_the_domain_accepts_one(client, project, source, webhook, who,
-                                                                        request):
+def test_the_pages_offer_a_rollback_exactly_when_the_domain_accepts_one(
+    client, project, source, webhook, who, request
+):
     Project.objects.filter(pk=project.pk).update(source=source, rollback_webhook_url=webhook)
     project.refresh_from_db()
     _run_with_a_checkpoint(project)
@@ -82,7 +89,9 @@ def test_a_push_project_without_a_webhook_says_how_to_get_one(project, bob):
 @pytest.mark.django_db
 @pytest.mark.parametrize("source", [SourceKind.SMR, SourceKind.GIT, SourceKind.PUSH])
 def test_the_confirmation_names_what_the_source_does(client, project, bob, source):
-    Project.objects.filter(pk=project.pk).update(source=source, rollback_webhook_url="https://harness.example.org/rb")
+    Project.objects.filter(pk=project.pk).update(
+        source=source, rollback_webhook_url="https://harness.example.org/rb"
+    )
     project.refresh_from_db()
     _run_with_a_checkpoint(project)
     client.force_login(bob)

@@ -8,8 +8,8 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from smrweb.tracking.services import scenarios
 from smrweb.tracking.models import AuditEvent, Scenario
+from smrweb.tracking.services import scenarios
 
 
 def load(*args) -> str:
@@ -22,15 +22,24 @@ def test_the_shipped_presets_declare_the_arena_and_the_hill_climb(db):
     load()
     dogfight = Scenario.objects.get(key="onnx-arena-dogfight")
     assert (dogfight.artifact_path, dogfight.artifact_kind, dogfight.score_metric, dogfight.direction) == (
-        "submission/policy.onnx", "onnx_model", "elo", "maximize")
+        "submission/policy.onnx",
+        "onnx_model",
+        "elo",
+        "maximize",
+    )
     assert dogfight.validator_command == ["python3", "{validators}/onnx_policy.py", "{artifact}"]
     assert dogfight.scoring_command == []  # the arena scores remotely
     assert "python:onnx" in dogfight.required_toolchains
-    assert (dogfight.arena_name, dogfight.arena_url) == ("Optimization Arena — Dogfight",
-                                                         "https://optimizationarena.com/dogfight")
+    assert (dogfight.arena_name, dogfight.arena_url) == (
+        "Optimization Arena — Dogfight",
+        "https://optimizationarena.com/dogfight",
+    )
     climb = Scenario.objects.get(key="optimizer-hill-climb")
     assert (climb.artifact_path, climb.artifact_kind, climb.required_toolchains) == (
-        "submission/optimizer.py", "python_source", ["python3"])
+        "submission/optimizer.py",
+        "python_source",
+        ["python3"],
+    )
     assert climb.validator_command[:2] == ["python3", "{validators}/optimizer_py.py"]
 
 
@@ -62,11 +71,14 @@ def test_a_changed_preset_field_is_updated_in_place(db, tmp_path):
     assert audit.detail == {"key": "optimizer-hill-climb", "fields": ["description", "score_max"]}
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"key": "x", "colour": "red"}, "unknown field 'colour'"),
-    ({"key": "x", "arena_url": "not a url"}, "arena_url"),
-    ({"key": "x", "score_min": 5, "score_max": 1}, "not valid"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"key": "x", "colour": "red"}, "unknown field 'colour'"),
+        ({"key": "x", "arena_url": "not a url"}, "arena_url"),
+        ({"key": "x", "score_min": 5, "score_max": 1}, "not valid"),
+    ],
+)
 def test_a_bad_preset_file_is_refused_with_the_reason(db, tmp_path, fields, message):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"model": "tracking.scenario", "fields": {"name": "X", **fields}}]))

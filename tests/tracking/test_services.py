@@ -68,16 +68,35 @@ def bounded(alice):
 
 @pytest.fixture
 def minimize(alice):
-    scenario = services.create_scenario(key="runtime", name="Runtime", direction="minimize", score_metric="seconds")
+    scenario = services.create_scenario(
+        key="runtime", name="Runtime", direction="minimize", score_metric="seconds"
+    )
     return admin_project("fast", scenario=scenario, by=alice)
 
 
 MIXED = [
     {"type": "metric", "id": "m1", "key": "loss", "value": 0.9, "step": 1, "ts": at(1)},
     {"type": "metric", "id": "m2", "key": "loss", "value": 0.7, "step": 2, "ts": at(2)},
-    {"type": "agent.turn", "id": "t1", "turn": 1, "tokens_in": 100, "tokens_out": 10, "cost_usd": 0.25, "ts": at(1)},
-    {"type": "agent.turn", "id": "t2", "turn": 1, "actor": "w1", "parent_actor": "driver", "tokens_in": 50,
-     "tokens_out": 5, "cost_usd": 0.125, "ts": at(2)},
+    {
+        "type": "agent.turn",
+        "id": "t1",
+        "turn": 1,
+        "tokens_in": 100,
+        "tokens_out": 10,
+        "cost_usd": 0.25,
+        "ts": at(1),
+    },
+    {
+        "type": "agent.turn",
+        "id": "t2",
+        "turn": 1,
+        "actor": "w1",
+        "parent_actor": "driver",
+        "tokens_in": 50,
+        "tokens_out": 5,
+        "cost_usd": 0.125,
+        "ts": at(2),
+    },
     {"type": "score", "id": "s1", "score": 0.4, "ts": at(3), "experiment": "e1"},
     {"type": "state", "id": "st1", "state": "executing", "ts": at(3)},
     {"type": "message", "id": "msg1", "body": "hello", "ts": at(3)},
@@ -95,8 +114,15 @@ def test_first_event_creates_the_run(project):
     assert result.run == run
     assert (result.accepted, result.duplicates) == (len(MIXED), 0)
     assert run.started_at == T0 + timedelta(minutes=1)  # the earliest event, not the arrival
-    assert row_counts() == {"MetricPoint": 2, "AgentTurn": 2, "Submission": 1, "StateChange": 1,
-                            "RuntimeMessage": 1, "Checkpoint": 1, "Experiment": 1}
+    assert row_counts() == {
+        "MetricPoint": 2,
+        "AgentTurn": 2,
+        "Submission": 1,
+        "StateChange": 1,
+        "RuntimeMessage": 1,
+        "Checkpoint": 1,
+        "Experiment": 1,
+    }
 
 
 def test_runs_are_scoped_to_their_project(project, other_project):
@@ -122,15 +148,22 @@ def test_a_rejected_batch_leaves_an_existing_run_unchanged(bounded):
     before = run_of(bounded)
     counts = row_counts()
     with pytest.raises(InvalidEvents) as caught:
-        ingest(bounded, "r1",
-               {"type": "agent.turn", "id": "t9", "turn": 9, "tokens_in": 1000, "cost_usd": 5},
-               {"type": "score", "id": "s9", "score": -0.1})
+        ingest(
+            bounded,
+            "r1",
+            {"type": "agent.turn", "id": "t9", "turn": 9, "tokens_in": 1000, "cost_usd": 5},
+            {"type": "score", "id": "s9", "score": -0.1},
+        )
     assert [(e.index, e.field) for e in caught.value.errors] == [(1, "score")]
     assert "minimum" in caught.value.errors[0].message
     after = run_of(bounded)
     assert row_counts() == counts
     assert (after.tokens_in, after.cost_usd, after.turn_count, after.best_score) == (
-        before.tokens_in, before.cost_usd, before.turn_count, before.best_score)
+        before.tokens_in,
+        before.cost_usd,
+        before.turn_count,
+        before.best_score,
+    )
 
 
 def test_scores_on_the_bounds_are_accepted(bounded):
@@ -162,7 +195,12 @@ def test_replayed_batch_is_counted_as_duplicates(project):
     assert row_counts() == counts
     assert after.last_progress_at == before.last_progress_at  # a replay is not progress
     assert (after.tokens_in, after.cost_usd, after.turn_count, after.score_count, after.state) == (
-        before.tokens_in, before.cost_usd, before.turn_count, before.score_count, before.state)
+        before.tokens_in,
+        before.cost_usd,
+        before.turn_count,
+        before.score_count,
+        before.state,
+    )
 
 
 def test_duplicates_inside_one_batch_are_written_once(project):
@@ -195,10 +233,19 @@ def test_events_without_id_are_deduplicated_by_content(project):
 
 def test_agent_turn_with_a_new_id_but_the_same_actor_and_turn_is_a_duplicate(project):
     ingest(project, "r1", {"type": "agent.turn", "id": "t1", "turn": 4, "tokens_in": 100, "cost_usd": 1})
-    result = ingest(project, "r1",
-                    {"type": "agent.turn", "id": "t1-retry", "turn": 4, "tokens_in": 100, "cost_usd": 1},
-                    {"type": "agent.turn", "id": "t1-other", "turn": 4, "actor": "w1", "parent_actor": "driver",
-                     "tokens_in": 7})
+    result = ingest(
+        project,
+        "r1",
+        {"type": "agent.turn", "id": "t1-retry", "turn": 4, "tokens_in": 100, "cost_usd": 1},
+        {
+            "type": "agent.turn",
+            "id": "t1-other",
+            "turn": 4,
+            "actor": "w1",
+            "parent_actor": "driver",
+            "tokens_in": 7,
+        },
+    )
     assert (result.accepted, result.duplicates) == (1, 1)
     run = run_of(project)
     assert run.turn_count == 2
@@ -207,9 +254,12 @@ def test_agent_turn_with_a_new_id_but_the_same_actor_and_turn_is_a_duplicate(pro
 
 
 def test_same_actor_and_turn_twice_in_one_batch_is_written_once(project):
-    result = ingest(project, "r1",
-                    {"type": "agent.turn", "id": "a", "turn": 1, "tokens_in": 5},
-                    {"type": "agent.turn", "id": "b", "turn": 1, "tokens_in": 5})
+    result = ingest(
+        project,
+        "r1",
+        {"type": "agent.turn", "id": "a", "turn": 1, "tokens_in": 5},
+        {"type": "agent.turn", "id": "b", "turn": 1, "tokens_in": 5},
+    )
     assert (result.accepted, result.duplicates) == (1, 1)
     assert run_of(project).tokens_in == 5
 
@@ -222,10 +272,18 @@ def test_ids_are_unique_per_run_not_per_project(project):
 
 def test_checkpoints_are_keyed_by_their_id(project):
     ingest(project, "r1", {"type": "checkpoint", "id": "cp-1", "label": "first", "commit": "aaa"})
-    result = ingest(project, "r1",
-                    {"type": "checkpoint", "id": "cp-1", "label": "renamed"},
-                    {"type": "checkpoint", "id": "cp-2", "label": "second", "restorable": False,
-                     "failure_reason": "dirty"})
+    result = ingest(
+        project,
+        "r1",
+        {"type": "checkpoint", "id": "cp-1", "label": "renamed"},
+        {
+            "type": "checkpoint",
+            "id": "cp-2",
+            "label": "second",
+            "restorable": False,
+            "failure_reason": "dirty",
+        },
+    )
     assert (result.accepted, result.duplicates) == (1, 1)
     checkpoints = {c.external_id: c for c in Checkpoint.objects.filter(run=run_of(project))}
     assert set(checkpoints) == {"cp-1", "cp-2"}
@@ -237,8 +295,18 @@ def test_checkpoints_are_keyed_by_their_id(project):
 
 
 def test_messages_get_increasing_sequence_numbers_across_batches(project):
-    ingest(project, "r1", {"type": "message", "id": "a", "body": "one"}, {"type": "message", "id": "b", "body": "two"})
-    ingest(project, "r1", {"type": "message", "id": "b", "body": "two"}, {"type": "message", "id": "c", "body": "three"})
+    ingest(
+        project,
+        "r1",
+        {"type": "message", "id": "a", "body": "one"},
+        {"type": "message", "id": "b", "body": "two"},
+    )
+    ingest(
+        project,
+        "r1",
+        {"type": "message", "id": "b", "body": "two"},
+        {"type": "message", "id": "c", "body": "three"},
+    )
     ingest(project, "r2", {"type": "message", "id": "x", "body": "other run"})
     rows = list(RuntimeMessage.objects.filter(run=run_of(project)).values_list("seq", "body"))
     assert rows == [(1, "one"), (2, "two"), (3, "three")]
@@ -246,10 +314,18 @@ def test_messages_get_increasing_sequence_numbers_across_batches(project):
 
 
 def test_score_experiments_are_created_once_and_reused(project):
-    ingest(project, "r1", {"type": "score", "id": "s1", "score": 1, "experiment": "e1"},
-           {"type": "score", "id": "s2", "score": 2, "experiment": "e1"})
-    ingest(project, "r1", {"type": "score", "id": "s3", "score": 3, "experiment": "e1"},
-           {"type": "score", "id": "s4", "score": 4})
+    ingest(
+        project,
+        "r1",
+        {"type": "score", "id": "s1", "score": 1, "experiment": "e1"},
+        {"type": "score", "id": "s2", "score": 2, "experiment": "e1"},
+    )
+    ingest(
+        project,
+        "r1",
+        {"type": "score", "id": "s3", "score": 3, "experiment": "e1"},
+        {"type": "score", "id": "s4", "score": 4},
+    )
     run = run_of(project)
     [experiment] = Experiment.objects.filter(run=run)
     assert experiment.external_id == "e1"
@@ -261,14 +337,31 @@ def test_score_experiments_are_created_once_and_reused(project):
 
 
 def test_each_score_event_is_one_submission_with_its_fields(project):
-    ingest(project, "r1", {"type": "score", "id": "s1", "score": 0.5, "harness_id": "h1", "commit": "c0ffee",
-                           "details": {"passed": 3}, "ts": at(5)},
-           {"type": "score", "id": "s2", "score": 0.6})
+    ingest(
+        project,
+        "r1",
+        {
+            "type": "score",
+            "id": "s1",
+            "score": 0.5,
+            "harness_id": "h1",
+            "commit": "c0ffee",
+            "details": {"passed": 3},
+            "ts": at(5),
+        },
+        {"type": "score", "id": "s2", "score": 0.6},
+    )
     subs = {s.event_id: s for s in Submission.objects.filter(run=run_of(project))}
     assert set(subs) == {"s1", "s2"}
     s1 = subs["s1"]
     assert (s1.project, s1.score, s1.harness_id, s1.commit, s1.details, s1.ts) == (
-        project, 0.5, "h1", "c0ffee", {"passed": 3}, T0 + timedelta(minutes=5))
+        project,
+        0.5,
+        "h1",
+        "c0ffee",
+        {"passed": 3},
+        T0 + timedelta(minutes=5),
+    )
     assert s1.artifact is None and s1.status == "candidate"
 
 
@@ -300,9 +393,13 @@ def test_a_score_does_not_link_another_runs_artifact(project):
 def test_an_artifact_uploaded_after_its_score_is_linked_then(project):
     data = b"def solve(): return 42\n"
     sha = hashlib.sha256(data).hexdigest()
-    ingest(project, "r1", {"type": "score", "id": "by-sha", "score": 1, "artifact": sha},
-           {"type": "score", "id": "by-path", "score": 2, "artifact": "late.py"},
-           {"type": "score", "id": "unrelated", "score": 3, "artifact": "other.py"})
+    ingest(
+        project,
+        "r1",
+        {"type": "score", "id": "by-sha", "score": 1, "artifact": sha},
+        {"type": "score", "id": "by-path", "score": 2, "artifact": "late.py"},
+        {"type": "score", "id": "unrelated", "score": 3, "artifact": "other.py"},
+    )
     assert not Submission.objects.filter(artifact__isnull=False).exists()
     artifact, created = store(project, "r1", data, path="late.py")
     assert created
@@ -322,13 +419,26 @@ def test_state_is_the_latest_by_timestamp_whatever_the_arrival_order(project):
 
 
 def test_a_terminal_state_sets_finished_at_and_the_failure(project):
-    ingest(project, "r1", {"type": "state", "id": "a", "state": "running", "ts": at(0)},
-           {"type": "state", "id": "b", "state": "failed", "ts": at(30),
-            "failure": {"family": "oom", "detail": "killed at step 9", "source": "worker-2"}})
+    ingest(
+        project,
+        "r1",
+        {"type": "state", "id": "a", "state": "running", "ts": at(0)},
+        {
+            "type": "state",
+            "id": "b",
+            "state": "failed",
+            "ts": at(30),
+            "failure": {"family": "oom", "detail": "killed at step 9", "source": "worker-2"},
+        },
+    )
     run = run_of(project)
     assert run.state == RunState.FAILED
     assert run.finished_at == T0 + timedelta(minutes=30)
-    assert (run.failure_family, run.failure_detail, run.failure_source) == ("oom", "killed at step 9", "worker-2")
+    assert (run.failure_family, run.failure_detail, run.failure_source) == (
+        "oom",
+        "killed at step 9",
+        "worker-2",
+    )
 
 
 def test_a_late_arriving_older_state_does_not_reopen_a_finished_run(project):
@@ -340,8 +450,17 @@ def test_a_late_arriving_older_state_does_not_reopen_a_finished_run(project):
 
 
 def test_a_newer_live_state_clears_finished_at_and_failure(project):
-    ingest(project, "r1", {"type": "state", "id": "f", "state": "failed", "ts": at(10),
-                           "failure": {"family": "crash", "detail": "segfault"}})
+    ingest(
+        project,
+        "r1",
+        {
+            "type": "state",
+            "id": "f",
+            "state": "failed",
+            "ts": at(10),
+            "failure": {"family": "crash", "detail": "segfault"},
+        },
+    )
     ingest(project, "r1", {"type": "state", "id": "r", "state": "running", "ts": at(20)})
     run = run_of(project)
     assert run.state == RunState.RUNNING
@@ -350,8 +469,10 @@ def test_a_newer_live_state_clears_finished_at_and_failure(project):
 
 
 def test_state_events_are_order_independent_across_every_arrival_order(project):
-    states = [{"type": "state", "id": f"s{i}", "state": s, "ts": at(i)}
-              for i, s in enumerate(["queued", "planning", "executing", "stopped"])]
+    states = [
+        {"type": "state", "id": f"s{i}", "state": s, "ts": at(i)}
+        for i, s in enumerate(["queued", "planning", "executing", "stopped"])
+    ]
     for n, order in enumerate([[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]]):
         for i in order:
             ingest(project, f"run-{n}", states[i])
@@ -375,17 +496,27 @@ def test_news_clears_the_stalled_flag_and_moves_last_progress(project, time_mach
 
 
 def test_best_and_latest_score_follow_a_maximize_scenario(project):
-    ingest(project, "r1", {"type": "score", "id": "a", "score": 0.9, "ts": at(1)},
-           {"type": "score", "id": "c", "score": 0.5, "ts": at(3)})
-    ingest(project, "r1", {"type": "score", "id": "b", "score": 0.2, "ts": at(2)})  # arrives last, is not latest
+    ingest(
+        project,
+        "r1",
+        {"type": "score", "id": "a", "score": 0.9, "ts": at(1)},
+        {"type": "score", "id": "c", "score": 0.5, "ts": at(3)},
+    )
+    ingest(
+        project, "r1", {"type": "score", "id": "b", "score": 0.2, "ts": at(2)}
+    )  # arrives last, is not latest
     run = run_of(project)
     assert (run.best_score, run.latest_score, run.score_count) == (0.9, 0.5, 3)
 
 
 def test_best_and_latest_score_follow_a_minimize_scenario(minimize):
-    ingest(minimize, "r1", {"type": "score", "id": "a", "score": 12.0, "ts": at(1)},
-           {"type": "score", "id": "b", "score": 3.5, "ts": at(2)},
-           {"type": "score", "id": "c", "score": 7.0, "ts": at(3)})
+    ingest(
+        minimize,
+        "r1",
+        {"type": "score", "id": "a", "score": 12.0, "ts": at(1)},
+        {"type": "score", "id": "b", "score": 3.5, "ts": at(2)},
+        {"type": "score", "id": "c", "score": 7.0, "ts": at(3)},
+    )
     run = run_of(minimize)
     assert (run.best_score, run.latest_score, run.score_count) == (3.5, 7.0, 3)
 
@@ -394,21 +525,47 @@ def test_best_and_latest_score_follow_a_minimize_scenario(minimize):
 
 
 def test_spend_is_split_by_turn_kind_and_totals_are_exact_decimals(project):
-    ingest(project, "r1",
-           {"type": "agent.turn", "id": "d1", "turn": 1, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.1},
-           {"type": "agent.turn", "id": "d2", "turn": 2, "tokens_in": 2000, "tokens_out": 200, "cost_usd": 0.2},
-           {"type": "agent.turn", "id": "c1", "turn": 1, "actor": "w", "parent_actor": "driver",
-            "tokens_in": 30, "tokens_out": 3, "cost_usd": 0.000001},
-           {"type": "agent.turn", "id": "c2", "turn": 3, "kind": "child_work", "tokens_in": 7, "cost_usd": 0.3})
+    ingest(
+        project,
+        "r1",
+        {"type": "agent.turn", "id": "d1", "turn": 1, "tokens_in": 1000, "tokens_out": 100, "cost_usd": 0.1},
+        {"type": "agent.turn", "id": "d2", "turn": 2, "tokens_in": 2000, "tokens_out": 200, "cost_usd": 0.2},
+        {
+            "type": "agent.turn",
+            "id": "c1",
+            "turn": 1,
+            "actor": "w",
+            "parent_actor": "driver",
+            "tokens_in": 30,
+            "tokens_out": 3,
+            "cost_usd": 0.000001,
+        },
+        {"type": "agent.turn", "id": "c2", "turn": 3, "kind": "child_work", "tokens_in": 7, "cost_usd": 0.3},
+    )
     run = run_of(project)
     assert (run.driver_tokens_in, run.driver_tokens_out, run.driver_cost_usd) == (3000, 300, Decimal("0.3"))
     assert (run.child_tokens_in, run.child_tokens_out, run.child_cost_usd) == (37, 3, Decimal("0.300001"))
-    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.turn_count) == (3037, 303, Decimal("0.600001"), 4)
+    assert (run.tokens_in, run.tokens_out, run.cost_usd, run.turn_count) == (
+        3037,
+        303,
+        Decimal("0.600001"),
+        4,
+    )
 
 
-def _turn_event(i: int, actor: str, kind: str, tokens_in: int, tokens_out: int, cost: Decimal, with_id: bool) -> dict:
-    event = {"type": "agent.turn", "turn": i, "actor": actor, "kind": kind, "tokens_in": tokens_in,
-             "tokens_out": tokens_out, "cost_usd": float(cost), "ts": at(i)}
+def _turn_event(
+    i: int, actor: str, kind: str, tokens_in: int, tokens_out: int, cost: Decimal, with_id: bool
+) -> dict:
+    event = {
+        "type": "agent.turn",
+        "turn": i,
+        "actor": actor,
+        "kind": kind,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "cost_usd": float(cost),
+        "ts": at(i),
+    }
     if actor != "driver":
         event["parent_actor"] = "driver"
     if with_id:
@@ -442,7 +599,11 @@ def test_spend_equals_the_sum_of_turns_whatever_batching_order_and_duplication(p
     for event in rnd.sample(unique, k=rnd.randint(0, len(unique))):
         sent.append({**event, "id": f"retry-{rnd.random()}"} if rnd.random() < 0.5 else event)
     rnd.shuffle(sent)
-    cuts = sorted(rnd.sample(range(1, len(sent)), k=min(len(sent) - 1, rnd.randint(0, 5)))) if len(sent) > 1 else []
+    cuts = (
+        sorted(rnd.sample(range(1, len(sent)), k=min(len(sent) - 1, rnd.randint(0, 5))))
+        if len(sent) > 1
+        else []
+    )
     batches = [sent[a:b] for a, b in zip([0, *cuts], [*cuts, len(sent)], strict=True)]
     batches += rnd.sample(batches, k=rnd.randint(0, len(batches)))  # whole batches replayed
     rnd.shuffle(batches)
@@ -459,13 +620,30 @@ def test_spend_equals_the_sum_of_turns_whatever_batching_order_and_duplication(p
     driver = [s for s in specs if s[1] == TurnKind.DRIVER_INFERENCE]
 
     assert accepted == len(unique) == run.turn_count == turns.count()
-    assert run.tokens_in == run.driver_tokens_in + run.child_tokens_in == sums["tin"] == sum(s[2] for s in specs)
-    assert run.tokens_out == run.driver_tokens_out + run.child_tokens_out == sums["tout"] == sum(s[3] for s in specs)
+    assert (
+        run.tokens_in == run.driver_tokens_in + run.child_tokens_in == sums["tin"] == sum(s[2] for s in specs)
+    )
+    assert (
+        run.tokens_out
+        == run.driver_tokens_out + run.child_tokens_out
+        == sums["tout"]
+        == sum(s[3] for s in specs)
+    )
     assert run.cost_usd == run.driver_cost_usd + run.child_cost_usd == sums["usd"] == expected_usd
     assert run.driver_tokens_in == sum(s[2] for s in driver)
     assert run.driver_cost_usd == sum((s[4] for s in driver), Decimal(0))
-    fields = ["tokens_in", "tokens_out", "cost_usd", "driver_tokens_in", "driver_tokens_out", "driver_cost_usd",
-              "child_tokens_in", "child_tokens_out", "child_cost_usd", "turn_count"]
+    fields = [
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "driver_tokens_in",
+        "driver_tokens_out",
+        "driver_cost_usd",
+        "child_tokens_in",
+        "child_tokens_out",
+        "child_cost_usd",
+        "turn_count",
+    ]
     assert {f: getattr(run, f) for f in fields} == {f: getattr(once, f) for f in fields}
 
 
@@ -473,8 +651,15 @@ def test_spend_equals_the_sum_of_turns_whatever_batching_order_and_duplication(p
 
 
 def test_run_settings_create_the_run_and_are_audited(project, alice):
-    run = services.update_run_settings(project, "r-new", by=alice, budget_usd=Decimal("12.5"), budget_tokens=10**6,
-                                       requested_profile="large", actual_profile="small")
+    run = services.update_run_settings(
+        project,
+        "r-new",
+        by=alice,
+        budget_usd=Decimal("12.5"),
+        budget_tokens=10**6,
+        requested_profile="large",
+        actual_profile="small",
+    )
     run.refresh_from_db()
     assert (run.budget_usd, run.budget_tokens, run.is_downgraded) == (Decimal("12.5"), 10**6, True)
     audit = AuditEvent.objects.get(verb="run.settings_changed")
@@ -580,7 +765,11 @@ def test_storing_an_artifact_is_audited_and_is_progress(project, alice):
     assert run_of(project).stalled_since is None
     audit = AuditEvent.objects.get(verb="artifact.stored")
     assert (audit.actor, audit.project, audit.detail["sha256"], audit.detail["size"]) == (
-        alice, project, artifact.sha256, 4)
+        alice,
+        project,
+        artifact.sha256,
+        4,
+    )
 
 
 # --- stalled runs ---------------------------------------------------------------------------------
@@ -634,17 +823,25 @@ def test_a_score_naming_its_artifact_by_an_uppercase_digest_is_linked(project):
 
     content = b"weights"
     digest = hashlib.sha256(content).hexdigest()
-    services.ingest_events(project, "up", ev.parse_events(json.dumps([{"type": "score", "score": 1, "artifact": digest.upper()}])))
+    services.ingest_events(
+        project,
+        "up",
+        ev.parse_events(json.dumps([{"type": "score", "score": 1, "artifact": digest.upper()}])),
+    )
     artifact, _ = services.store_artifact(project, "up", path="m.onnx", content=io.BytesIO(content))
     assert Submission.objects.get(run__external_id="up").artifact == artifact
 
 
 def test_run_ids_with_a_slash_are_refused(project):
     with pytest.raises(InvalidInput):
-        services.ingest_events(project, "a/b", ev.parse_events(b'[{"type": "metric", "key": "k", "value": 1}]'))
+        services.ingest_events(
+            project, "a/b", ev.parse_events(b'[{"type": "metric", "key": "k", "value": 1}]')
+        )
 
 
-def test_a_crashed_write_never_leaves_a_blob_row_pointing_at_partial_bytes(project, artifact_root, monkeypatch):
+def test_a_crashed_write_never_leaves_a_blob_row_pointing_at_partial_bytes(
+    project, artifact_root, monkeypatch
+):
     storage = services.artifact_storage()
     real_save = storage.save
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from smrweb.tracking import services
-from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,
@@ -21,6 +20,7 @@ from smrweb.tracking.models import (
     SubmissionTransition,
     VerificationOutcome,
 )
+from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
 S = SubmissionStatus
@@ -69,8 +69,11 @@ def test_the_whole_loop_records_who_when_and_why(project, alice, bob):
     lifecycle.record_arena_result(sub, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
     sub.refresh_from_db()
     assert sub.status == S.RANKED
-    history = list(SubmissionTransition.objects.filter(submission=sub).values_list("from_status", "to_status",
-                                                                                     "by_label", "reason"))
+    history = list(
+        SubmissionTransition.objects.filter(submission=sub).values_list(
+            "from_status", "to_status", "by_label", "reason"
+        )
+    )
     assert history == [
         ("candidate", "verifying", "bob", "verification requested"),
         ("verifying", "verified", "system", "exited 0"),
@@ -79,14 +82,24 @@ def test_the_whole_loop_records_who_when_and_why(project, alice, bob):
         ("uploaded", "ranked", "alice", "beat the baseline"),
     ]
     verbs = list(AuditEvent.objects.filter(object_type="submission").values_list("verb", flat=True))
-    assert {"submission.verifying", "submission.verified", "submission.approved", "submission.uploaded",
-            "submission.ranked"} <= set(verbs)
+    assert {
+        "submission.verifying",
+        "submission.verified",
+        "submission.approved",
+        "submission.uploaded",
+        "submission.ranked",
+    } <= set(verbs)
 
 
-@pytest.mark.parametrize(("outcome", "status"), [(VerificationOutcome.PASSED, S.VERIFIED),
-                                                 (VerificationOutcome.FAILED, S.INVALID),
-                                                 (VerificationOutcome.TIMED_OUT, S.INVALID),
-                                                 (VerificationOutcome.CANNOT_VERIFY, S.CANDIDATE)])
+@pytest.mark.parametrize(
+    ("outcome", "status"),
+    [
+        (VerificationOutcome.PASSED, S.VERIFIED),
+        (VerificationOutcome.FAILED, S.INVALID),
+        (VerificationOutcome.TIMED_OUT, S.INVALID),
+        (VerificationOutcome.CANNOT_VERIFY, S.CANDIDATE),
+    ],
+)
 def test_verification_outcomes_move_the_submission(project, bob, outcome, status):
     sub = lifecycle.request_verification(scored(project), by=bob)
     done = lifecycle.record_verification(sub.pk, result(outcome, "why it ended", code=3))
@@ -162,7 +175,9 @@ def test_reviewing_an_unverified_submission_is_refused_with_the_next_step(projec
     assert not sub.reviews.exists()
 
 
-def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become_knowledge(project, alice, bob):
+def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become_knowledge(
+    project, alice, bob
+):
     def uploaded(value):
         sub = verified(project, bob, value)
         sub = lifecycle.review(sub, by=alice, verdict="approve").submission
@@ -170,21 +185,29 @@ def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become
 
     first = lifecycle.record_arena_result(uploaded(0.5), by=alice, rank=30, arena_score=1000.0)
     assert first.delta is None and first.delta_best is None
-    second = lifecycle.record_arena_result(uploaded(0.7), by=alice, rank=12, arena_score=1100.0, note="new opening")
+    second = lifecycle.record_arena_result(
+        uploaded(0.7), by=alice, rank=12, arena_score=1100.0, note="new opening"
+    )
     assert second.delta == 100.0 and second.delta_best == 100.0
     third = lifecycle.record_arena_result(uploaded(0.6), by=alice, rank=20, arena_score=1050.0)
     assert third.delta == -50.0 and third.delta_best == -50.0
-    entries = list(KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
-                   .order_by("created", "id").values_list("title", flat=True))
-    assert entries == ["Arena: rank 30, score 1000 (n/a vs previous, n/a vs best)",
-                       "Arena: rank 12, score 1100 (+100 vs previous, better, +100 vs best, rank -18)",
-                       "Arena: rank 20, score 1050 (-50 vs previous, worse, -50 vs best, rank +8)"]
+    entries = list(
+        KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
+        .order_by("created", "id")
+        .values_list("title", flat=True)
+    )
+    assert entries == [
+        "Arena: rank 30, score 1000 (n/a vs previous, n/a vs best)",
+        "Arena: rank 12, score 1100 (+100 vs previous, better, +100 vs best, rank -18)",
+        "Arena: rank 20, score 1050 (-50 vs previous, worse, -50 vs best, rank +8)",
+    ]
     assert "new opening" in KnowledgeEntry.objects.get(submission=second.submission).body
 
 
 def test_an_arena_result_needs_a_rank_or_a_score(project, alice, bob):
-    sub = lifecycle.mark_uploaded(lifecycle.review(verified(project, bob), by=alice, verdict="approve").submission,
-                                  by=alice)
+    sub = lifecycle.mark_uploaded(
+        lifecycle.review(verified(project, bob), by=alice, verdict="approve").submission, by=alice
+    )
     with pytest.raises(Exception, match="rank, its score, or both"):
         lifecycle.record_arena_result(sub, by=alice, rank=None, arena_score=None)
     sub.refresh_from_db()

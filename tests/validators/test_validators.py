@@ -16,8 +16,14 @@ VALIDATORS = preflight.VALIDATORS_DIR
 
 
 def run_validator(script: str, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(VALIDATORS / script), *map(str, args)], check=False,
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, str(VALIDATORS / script), *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def write(tmp_path, text: str | bytes, name: str = "optimizer.py"):
@@ -48,16 +54,31 @@ def test_optimizer_validator_passes_a_good_file_without_running_it(tmp_path):
     assert not ran.exists()
 
 
-@pytest.mark.parametrize("source, message", [
-    ("def step(:\n    pass\n", "FAIL  does not compile at line 1"),
-    ("def f():\n    pass\nreturn 1\n", "FAIL  does not compile at line 3: 'return' outside function"),
-    ("def optimize():\n    pass\n", "FAIL  no top-level `Optimizer` (top-level functions and classes: optimize)"),
-    ("class Optimizer:\n    def zero_grad(self):\n        pass\n", "FAIL  class `Optimizer` has no `step` method"),
-    ("def Optimizer():\n    pass\n", "FAIL  `Optimizer` is a function, expected a class with a `step` method"),
-    ("if True:\n    class Optimizer:\n        def step(self):\n            pass\n", "FAIL  no top-level `Optimizer`"),
-    (b"# caf\xe9\nclass Optimizer: pass\n", "FAIL  not UTF-8: byte 5 cannot be decoded"),
-    (b"x = 1\x00\n", "FAIL  does not compile"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("def step(:\n    pass\n", "FAIL  does not compile at line 1"),
+        ("def f():\n    pass\nreturn 1\n", "FAIL  does not compile at line 3: 'return' outside function"),
+        (
+            "def optimize():\n    pass\n",
+            "FAIL  no top-level `Optimizer` (top-level functions and classes: optimize)",
+        ),
+        (
+            "class Optimizer:\n    def zero_grad(self):\n        pass\n",
+            "FAIL  class `Optimizer` has no `step` method",
+        ),
+        (
+            "def Optimizer():\n    pass\n",
+            "FAIL  `Optimizer` is a function, expected a class with a `step` method",
+        ),
+        (
+            "if True:\n    class Optimizer:\n        def step(self):\n            pass\n",
+            "FAIL  no top-level `Optimizer`",
+        ),
+        (b"# caf\xe9\nclass Optimizer: pass\n", "FAIL  not UTF-8: byte 5 cannot be decoded"),
+        (b"x = 1\x00\n", "FAIL  does not compile"),
+    ],
+)
 def test_optimizer_validator_fails_bad_files(tmp_path, source, message):
     done = run_validator("optimizer_py.py", write(tmp_path, source))
     assert done.returncode == 1, done.stdout
@@ -85,8 +106,11 @@ def test_onnx_validator_cannot_run_without_onnx(tmp_path):
     fake = tmp_path / "site" / "onnx"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named onnx')\n")
-    done = run_validator("onnx_policy.py", write(tmp_path, b"x", "policy.onnx"),
-                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    done = run_validator(
+        "onnx_policy.py",
+        write(tmp_path, b"x", "policy.onnx"),
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
     assert done.returncode == 2
     assert "CANNOT RUN  python package `onnx` is not installed" in done.stdout
     assert run_validator("onnx_policy.py").returncode == 2  # no model named
@@ -121,8 +145,11 @@ def load(path):
 """
 
 
-GOOD_MODEL = {"initializers": {"w1": [224, 64], "b1": [64], "w2": [64, 3], "b2": [3]},
-              "inputs": [{"name": "obs", "shape": [1, 224]}], "outputs": [{"name": "action", "shape": [1, 3]}]}
+GOOD_MODEL = {
+    "initializers": {"w1": [224, 64], "b1": [64], "w2": [64, 3], "b2": [3]},
+    "inputs": [{"name": "obs", "shape": [1, 224]}],
+    "outputs": [{"name": "action", "shape": [1, 3]}],
+}
 
 
 @pytest.fixture
@@ -143,20 +170,37 @@ def test_onnx_validator_passes_a_small_policy_with_the_right_shapes(fake_onnx):
     done = fake_onnx(GOOD_MODEL)
     assert done.returncode == 0, done.stdout
     assert "PASS  14,595 parameters (< 250,000)" in done.stdout
-    assert "PASS  input `obs` shape is [1, 224]" in done.stdout and "PASS  output `action` shape is [1, 3]" in done.stdout
+    assert (
+        "PASS  input `obs` shape is [1, 224]" in done.stdout
+        and "PASS  output `action` shape is [1, 3]" in done.stdout
+    )
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"initializers": {"w1": [224, 1200], "w2": [1200, 3]}}, "FAIL  272,400 parameters, must be fewer than 250,000"),
-    ({"constants": [[250_000]]}, "FAIL  264,595 parameters"),
-    ({"inputs": [{"name": "obs", "shape": ["batch", 224]}]}, "FAIL  input `obs` shape is ['batch', 224], expected [1, 224]"),
-    ({"inputs": [{"name": "obs", "shape": [1, 224], "type": 7}]}, "FAIL  input `obs` element type is 7"),
-    ({"inputs": [{"name": "obs", "shape": [1, 224]}, {"name": "h", "shape": [1, 8]}]},
-     "FAIL  exactly one input expected, found 2 (obs, h)"),
-    ({"outputs": [{"name": "action", "shape": [1, 4]}]}, "FAIL  output `action` shape is [1, 4], expected [1, 3]"),
-    ({"outputs": []}, "FAIL  exactly one output expected, found 0 (none)"),
-    ({"broken": True}, "is not a valid ONNX model: ValueError"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"initializers": {"w1": [224, 1200], "w2": [1200, 3]}},
+            "FAIL  272,400 parameters, must be fewer than 250,000",
+        ),
+        ({"constants": [[250_000]]}, "FAIL  264,595 parameters"),
+        (
+            {"inputs": [{"name": "obs", "shape": ["batch", 224]}]},
+            "FAIL  input `obs` shape is ['batch', 224], expected [1, 224]",
+        ),
+        ({"inputs": [{"name": "obs", "shape": [1, 224], "type": 7}]}, "FAIL  input `obs` element type is 7"),
+        (
+            {"inputs": [{"name": "obs", "shape": [1, 224]}, {"name": "h", "shape": [1, 8]}]},
+            "FAIL  exactly one input expected, found 2 (obs, h)",
+        ),
+        (
+            {"outputs": [{"name": "action", "shape": [1, 4]}]},
+            "FAIL  output `action` shape is [1, 4], expected [1, 3]",
+        ),
+        ({"outputs": []}, "FAIL  exactly one output expected, found 0 (none)"),
+        ({"broken": True}, "is not a valid ONNX model: ValueError"),
+    ],
+)
 def test_onnx_validator_fails_models_that_break_a_rule(fake_onnx, changes, message):
     done = fake_onnx({**GOOD_MODEL, **changes})
     assert done.returncode == 1, done.stdout
@@ -174,11 +218,21 @@ def test_onnx_validator_on_real_models(tmp_path):
     from onnx import TensorProto, helper
 
     def model(hidden: int, outputs: int = 3):
-        weights = [helper.make_tensor("w1", TensorProto.FLOAT, [224, hidden], [0.0] * (224 * hidden)),
-                   helper.make_tensor("w2", TensorProto.FLOAT, [hidden, outputs], [0.0] * (hidden * outputs))]
-        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
-        graph = helper.make_graph(nodes, "policy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 224])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outputs])], weights)
+        weights = [
+            helper.make_tensor("w1", TensorProto.FLOAT, [224, hidden], [0.0] * (224 * hidden)),
+            helper.make_tensor("w2", TensorProto.FLOAT, [hidden, outputs], [0.0] * (hidden * outputs)),
+        ]
+        nodes = [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("MatMul", ["h", "w2"], ["y"]),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            "policy",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 224])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outputs])],
+            weights,
+        )
         path = tmp_path / f"policy-{hidden}-{outputs}.onnx"
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
         return path

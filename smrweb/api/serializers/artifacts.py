@@ -19,7 +19,9 @@ class ArtifactSerializer(serializers.ModelSerializer):
 
     def get_download_url(self, artifact: Artifact) -> str:
         request = self.context.get("request")
-        path = reverse("api:artifact-download", args=[artifact.run.project.slug, artifact.run.external_id, artifact.pk])
+        path = reverse(
+            "api:artifact-download", args=[artifact.run.project.slug, artifact.run.external_id, artifact.pk]
+        )
         return request.build_absolute_uri(path) if request else path
 
 
@@ -27,8 +29,11 @@ class ArtifactUploadSerializer(serializers.Serializer):
     file = serializers.FileField()
     path = serializers.CharField(max_length=500, required=False)
     kind = serializers.ChoiceField(choices=ArtifactKind.choices, default=ArtifactKind.FILE)
-    sha256 = serializers.RegexField(r"^[0-9a-fA-F]{64}$", required=False,
-                                    error_messages={"invalid": "Expected 64 hexadecimal characters."})
+    sha256 = serializers.RegexField(
+        r"^[0-9a-fA-F]{64}$",
+        required=False,
+        error_messages={"invalid": "Expected 64 hexadecimal characters."},
+    )
     commit = serializers.CharField(max_length=64, required=False, default="")
 
 

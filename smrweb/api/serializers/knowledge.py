@@ -6,14 +6,18 @@ from rest_framework import serializers
 
 
 class CarryForwardArenaSerializer(serializers.Serializer):
-    source = serializers.CharField(help_text="`result` (an arena result) or `entry` (an arena_delta entry written "
-                                             "by hand, newer than the latest result).")
+    source = serializers.CharField(
+        help_text="`result` (an arena result) or `entry` (an arena_delta entry written "
+        "by hand, newer than the latest result)."
+    )
     at = serializers.DateTimeField()
     arena = serializers.CharField()
     rank = serializers.IntegerField(allow_null=True)
     arena_score = serializers.FloatField(allow_null=True)
     delta = serializers.FloatField(allow_null=True, help_text="Against the previous recorded result.")
-    delta_best = serializers.FloatField(allow_null=True, help_text="Against the best recorded result before it.")
+    delta_best = serializers.FloatField(
+        allow_null=True, help_text="Against the best recorded result before it."
+    )
     note = serializers.CharField()
     submission_id = serializers.IntegerField(allow_null=True)
     submission_score = serializers.FloatField(allow_null=True)
@@ -26,7 +30,9 @@ class CarryForwardBestSerializer(serializers.Serializer):
     run = serializers.CharField()
     status = serializers.CharField()
     ts = serializers.DateTimeField()
-    approach = serializers.CharField(help_text="The experiment's title, hypothesis or id, if the score named one.")
+    approach = serializers.CharField(
+        help_text="The experiment's title, hypothesis or id, if the score named one."
+    )
     harness_id = serializers.CharField()
     artifact_path = serializers.CharField()
     artifact_sha256 = serializers.CharField(help_text="The first 12 hex digits; empty when unknown.")
@@ -35,8 +41,11 @@ class CarryForwardBestSerializer(serializers.Serializer):
 
 
 class CarryForwardItemSerializer(serializers.Serializer):
-    reasons = serializers.ListField(child=serializers.ChoiceField(
-        choices=["invalid", "rejected", "regressed", "failed_approach", "arena_regressed"]))
+    reasons = serializers.ListField(
+        child=serializers.ChoiceField(
+            choices=["invalid", "rejected", "regressed", "failed_approach", "arena_regressed"]
+        )
+    )
     title = serializers.CharField()
     score = serializers.FloatField(allow_null=True)
     run = serializers.CharField(allow_null=True)
@@ -51,4 +60,6 @@ class CarryForwardSerializer(serializers.Serializer):
     best = CarryForwardBestSerializer(allow_null=True)
     failed = CarryForwardItemSerializer(many=True)
     arena = CarryForwardArenaSerializer(allow_null=True)
-    text = serializers.CharField(help_text="The block rendered as plain text / light markdown, ready to paste.")
+    text = serializers.CharField(
+        help_text="The block rendered as plain text / light markdown, ready to paste."
+    )

@@ -11,7 +11,9 @@ class ProjectSerializer(serializers.ModelSerializer):
     scenario = serializers.SlugRelatedField(slug_field="key", queryset=Scenario.objects.all(), required=False)
     stall_after_seconds = serializers.SerializerMethodField()
     # Always present (the schema says so): "" for push projects, whose settings have no SMR id.
-    smr_project_id = serializers.CharField(source="source_settings.smr_project_id", read_only=True, default="")
+    smr_project_id = serializers.CharField(
+        source="source_settings.smr_project_id", read_only=True, default=""
+    )
 
     class Meta:
         model = Project
@@ -29,17 +31,28 @@ class ProjectCreateSerializer(serializers.Serializer):
     source = serializers.ChoiceField(choices=SourceKind.choices, default=SourceKind.PUSH)
     smr_project_id = serializers.CharField(max_length=200, required=False, default="")
     smr_api_key = serializers.CharField(
-        max_length=1000, required=False, default="", write_only=True,
+        max_length=1000,
+        required=False,
+        default="",
+        write_only=True,
         help_text="The SMR API key this project polls with (stored sealed, never shown). Required unless you "
-                  "are staff: the operator's key is not lent to user-created projects.")
+        "are staff: the operator's key is not lent to user-created projects.",
+    )
     smr_backend_base = serializers.URLField(
-        max_length=1000, required=False, default="",
-        help_text="The SMR backend address, if not the operator's; it must be a public address.")
+        max_length=1000,
+        required=False,
+        default="",
+        help_text="The SMR backend address, if not the operator's; it must be a public address.",
+    )
     allow_shared_smr_project = serializers.BooleanField(
-        required=False, default=False,
-        help_text="Staff only: bind an SMR project id that another smrweb project is already bound to.")
+        required=False,
+        default=False,
+        help_text="Staff only: bind an SMR project id that another smrweb project is already bound to.",
+    )
     check_connection = serializers.BooleanField(
-        required=False, default=True,
+        required=False,
+        default=True,
         help_text="source smr: ask the backend whether the key may read the SMR project before creating "
-                  "(a wrong id, key or address is a 400 naming the field). False: bind without asking, e.g. "
-                  "before the backend is reachable.")
+        "(a wrong id, key or address is a 400 naming the field). False: bind without asking, e.g. "
+        "before the backend is reachable.",
+    )

@@ -22,8 +22,12 @@ class SourcePartSerializer(serializers.Serializer):
 class SourceSpendSerializer(serializers.Serializer):
     """What a polled run's source states in its own typed aggregates (null: it did not say)."""
 
-    total_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True,
-                                         help_text="Everything the source bills for the run, all meters.")
+    total_usd = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=6,
+        allow_null=True,
+        help_text="Everything the source bills for the run, all meters.",
+    )
     inference_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
     other_usd = serializers.DecimalField(max_digits=18, decimal_places=6)
     tokens_in = serializers.IntegerField(allow_null=True)
@@ -31,7 +35,9 @@ class SourceSpendSerializer(serializers.Serializer):
     driver = SourcePartSerializer(allow_null=True)
     child = SourcePartSerializer(allow_null=True)
     entries_unreadable = serializers.IntegerField(help_text="Usage entries the poller could not read.")
-    timeline_as_of = serializers.DateTimeField(allow_null=True, help_text="When the usage entries were last read.")
+    timeline_as_of = serializers.DateTimeField(
+        allow_null=True, help_text="When the usage entries were last read."
+    )
     checked_at = serializers.DateTimeField(allow_null=True)
 
 
@@ -47,7 +53,8 @@ class SpendSerializer(SpendPartSerializer):
     unaccounted = serializers.DictField(
         child=serializers.CharField(),
         help_text="Channel → difference: tokens_in, tokens_out (integers), usd (inference, USD), driver_usd, "
-                  "child_usd, driver_/child_tokens_in/out.")
+        "child_usd, driver_/child_tokens_in/out.",
+    )
 
 
 class RunFailureSerializer(serializers.Serializer):
@@ -63,21 +70,48 @@ class RunSerializer(serializers.ModelSerializer):
     spend = serializers.SerializerMethodField()
     budget_used_fraction = serializers.FloatField(allow_null=True)
     over_budget = serializers.BooleanField(
-        source="is_over_budget", help_text="Spend above the USD budget or tokens (in + out) above the token budget, "
-                                           "against the source's own totals where it states them.")
+        source="is_over_budget",
+        help_text="Spend above the USD budget or tokens (in + out) above the token budget, "
+        "against the source's own totals where it states them.",
+    )
     over_budget_on = serializers.SerializerMethodField(
-        help_text="Which budgets are exceeded: `usd`, `tokens`, both or none.")
+        help_text="Which budgets are exceeded: `usd`, `tokens`, both or none."
+    )
     downgraded_actors = serializers.ListField(
-        child=serializers.DictField(child=serializers.CharField()), read_only=True,
-        help_text="Roles or actors that got another profile than they asked for: actor, role, requested, actual.")
+        child=serializers.DictField(child=serializers.CharField()),
+        read_only=True,
+        help_text="Roles or actors that got another profile than they asked for: actor, role, requested, actual.",
+    )
 
     class Meta:
         model = Run
-        fields = ["external_id", "state", "stalled", "stalled_since", "failure", "requested_profile",
-                  "actual_profile", "downgraded", "downgraded_actors", "budget_usd", "budget_tokens",
-                  "budget_used_fraction", "over_budget", "over_budget_on", "spend",
-                  "turn_count", "best_score", "latest_score", "score_count", "git_branch", "git_commit",
-                  "started_at", "finished_at", "last_progress_at", "last_polled_at"]
+        fields = [
+            "external_id",
+            "state",
+            "stalled",
+            "stalled_since",
+            "failure",
+            "requested_profile",
+            "actual_profile",
+            "downgraded",
+            "downgraded_actors",
+            "budget_usd",
+            "budget_tokens",
+            "budget_used_fraction",
+            "over_budget",
+            "over_budget_on",
+            "spend",
+            "turn_count",
+            "best_score",
+            "latest_score",
+            "score_count",
+            "git_branch",
+            "git_commit",
+            "started_at",
+            "finished_at",
+            "last_progress_at",
+            "last_polled_at",
+        ]
 
     def get_over_budget_on(self, run: Run) -> list[str]:
         return [o["budget"] for o in run.budget_overruns]
@@ -89,25 +123,47 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_spend(self, run: Run) -> SpendSerializer:  # type: ignore[valid-type]
         def part(prefix: str) -> dict:
-            return {"tokens_in": getattr(run, f"{prefix}tokens_in"), "tokens_out": getattr(run, f"{prefix}tokens_out"),
-                    "usd": str(getattr(run, f"{prefix}cost_usd"))}
+            return {
+                "tokens_in": getattr(run, f"{prefix}tokens_in"),
+                "tokens_out": getattr(run, f"{prefix}tokens_out"),
+                "usd": str(getattr(run, f"{prefix}cost_usd")),
+            }
 
         spend = run.source_spend or {}
         source = None
         if spend:
-            source = {k: spend.get(k) for k in ("total_usd", "inference_usd", "tokens_in", "tokens_out", "driver",
-                                                "child", "timeline_as_of", "checked_at")}
+            source = {
+                k: spend.get(k)
+                for k in (
+                    "total_usd",
+                    "inference_usd",
+                    "tokens_in",
+                    "tokens_out",
+                    "driver",
+                    "child",
+                    "timeline_as_of",
+                    "checked_at",
+                )
+            }
             source["other_usd"] = spend.get("other_usd") or "0"
             source["entries_unreadable"] = run.entries_unreadable
-        return {**part(""), "driver_inference": part("driver_"), "child_work": part("child_"),
-                "billed_usd": None if run.source_total_usd is None else str(run.source_total_usd),
-                "source": source, "unaccounted": {k: str(v) for k, v in run.unaccounted.items()}}
+        return {
+            **part(""),
+            "driver_inference": part("driver_"),
+            "child_work": part("child_"),
+            "billed_usd": None if run.source_total_usd is None else str(run.source_total_usd),
+            "source": source,
+            "unaccounted": {k: str(v) for k, v in run.unaccounted.items()},
+        }
 
 
 class RunSettingsSerializer(serializers.Serializer):
-    budget_usd = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, max_value=10**12 - 1,
-                                          required=False, allow_null=True)
-    budget_tokens = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False, allow_null=True)
+    budget_usd = serializers.DecimalField(
+        max_digits=18, decimal_places=6, min_value=0, max_value=10**12 - 1, required=False, allow_null=True
+    )
+    budget_tokens = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, required=False, allow_null=True
+    )
     requested_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
     actual_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
     git_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
@@ -117,8 +173,20 @@ class RunSettingsSerializer(serializers.Serializer):
 class TurnSerializer(serializers.ModelSerializer):
     class Meta:
         model = AgentTurn
-        fields = ["event_id", "turn", "actor", "parent_actor", "kind", "model", "tokens_in", "tokens_out",
-                  "cost_usd", "tool_calls", "duration_ms", "ts"]
+        fields = [
+            "event_id",
+            "turn",
+            "actor",
+            "parent_actor",
+            "kind",
+            "model",
+            "tokens_in",
+            "tokens_out",
+            "cost_usd",
+            "tool_calls",
+            "duration_ms",
+            "ts",
+        ]
 
 
 class MetricPointSerializer(serializers.Serializer):

@@ -14,12 +14,34 @@ class ScenarioSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Scenario
-        fields = ["key", "name", "description", "harness_id", "artifact_path", "artifact_kind", "score_metric",
-                  "direction", "score_min", "score_max", "validator_command", "scoring_command",
-                  "required_toolchains", "arena_name", "arena_url", "arena_direction", "shared", "created", "updated"]
+        fields = [
+            "key",
+            "name",
+            "description",
+            "harness_id",
+            "artifact_path",
+            "artifact_kind",
+            "score_metric",
+            "direction",
+            "score_min",
+            "score_max",
+            "validator_command",
+            "scoring_command",
+            "required_toolchains",
+            "arena_name",
+            "arena_url",
+            "arena_direction",
+            "shared",
+            "created",
+            "updated",
+        ]
         read_only_fields = ["created", "updated"]
-        extra_kwargs = {"shared": {"help_text": "Any project creator may use a shared scenario; the others "
-                                                "are attached to projects by staff only."}}
+        extra_kwargs = {
+            "shared": {
+                "help_text": "Any project creator may use a shared scenario; the others "
+                "are attached to projects by staff only."
+            }
+        }
 
     def validate(self, attrs):
         lo, hi = attrs.get("score_min"), attrs.get("score_max")
@@ -44,6 +66,7 @@ class PreflightReportSerializer(serializers.Serializer):
 
 class PreflightPendingSerializer(serializers.Serializer):
     id = serializers.CharField(help_text="The preflight's id.")
-    status = serializers.ChoiceField(choices=["pending", "running"],
-                                     help_text="pending: queued for a worker; running: a worker has it.")
+    status = serializers.ChoiceField(
+        choices=["pending", "running"], help_text="pending: queued for a worker; running: a worker has it."
+    )
     poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")

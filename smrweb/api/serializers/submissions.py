@@ -3,7 +3,6 @@ and answers."""
 
 from __future__ import annotations
 
-
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
@@ -22,14 +21,30 @@ class SubmissionSerializer(serializers.ModelSerializer):
     experiment = serializers.CharField(source="experiment.external_id", allow_null=True, default=None)
     counts = serializers.SerializerMethodField(
         help_text="In the project's numbers (best, leaderboard, charts, carry-forward) once verified: false for "
-                  "invalid, rejected and excluded submissions (or of an excluded run).")
-    excluded = serializers.SerializerMethodField(help_text="Why an admin took it (or its run) out of the project's "
-                                                           "numbers; null when it was not.")
+        "invalid, rejected and excluded submissions (or of an excluded run)."
+    )
+    excluded = serializers.SerializerMethodField(
+        help_text="Why an admin took it (or its run) out of the project's numbers; null when it was not."
+    )
 
     class Meta:
         model = Submission
-        fields = ["id", "run", "harness_id", "score", "status", "counts", "excluded", "artifact_ref",
-                  "artifact_sha256", "experiment", "commit", "arena_ref", "details", "ts"]
+        fields = [
+            "id",
+            "run",
+            "harness_id",
+            "score",
+            "status",
+            "counts",
+            "excluded",
+            "artifact_ref",
+            "artifact_sha256",
+            "experiment",
+            "commit",
+            "arena_ref",
+            "details",
+            "ts",
+        ]
 
     def get_counts(self, sub: Submission) -> bool:
         return sub.counts and sub.run.excluded_at is None
@@ -55,21 +70,44 @@ class LifecycleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Submission
-        fields = ["id", "run", "score", "status", "verification_outcome", "verification_exit_code",
-                  "verification_output", "verified_at", "proposed_by", "uploaded_at", "arena_ref", "transitions"]
+        fields = [
+            "id",
+            "run",
+            "score",
+            "status",
+            "verification_outcome",
+            "verification_exit_code",
+            "verification_output",
+            "verified_at",
+            "proposed_by",
+            "uploaded_at",
+            "arena_ref",
+            "transitions",
+        ]
 
 
 class ReviewIn(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
 
 
-REVIEW_OUT = inline_serializer("ReviewOut", {
-    "counted": serializers.BooleanField(), "message": serializers.CharField(), "submission": LifecycleSerializer()})
+REVIEW_OUT = inline_serializer(
+    "ReviewOut",
+    {
+        "counted": serializers.BooleanField(),
+        "message": serializers.CharField(),
+        "submission": LifecycleSerializer(),
+    },
+)
 
 
 class UploadedIn(serializers.Serializer):
-    arena_ref = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
-                                      help_text="The arena's own id or URL for the upload (https:// or http://).")
+    arena_ref = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=500,
+        default="",
+        help_text="The arena's own id or URL for the upload (https:// or http://).",
+    )
 
 
 class ArenaResultIn(serializers.Serializer):
@@ -79,11 +117,22 @@ class ArenaResultIn(serializers.Serializer):
     # A rank or a score, a score in range: the domain's rule (`submissions.record_arena_result`).
 
 
-ARENA_OUT = inline_serializer("ArenaResultOut", {
-    "id": serializers.IntegerField(), "rank": serializers.IntegerField(allow_null=True),
-    "arena_score": serializers.FloatField(allow_null=True), "delta": serializers.FloatField(allow_null=True),
-    "delta_best": serializers.FloatField(allow_null=True),
-    "rank_delta": serializers.IntegerField(allow_null=True, help_text="Rank minus the previous rank: negative is up."),
-    "better": serializers.BooleanField(allow_null=True, help_text="Whether the arena score improved on the previous "
-                                                                  "result in the arena's own direction (null: unknown)."),
-    "note": serializers.CharField()})
+ARENA_OUT = inline_serializer(
+    "ArenaResultOut",
+    {
+        "id": serializers.IntegerField(),
+        "rank": serializers.IntegerField(allow_null=True),
+        "arena_score": serializers.FloatField(allow_null=True),
+        "delta": serializers.FloatField(allow_null=True),
+        "delta_best": serializers.FloatField(allow_null=True),
+        "rank_delta": serializers.IntegerField(
+            allow_null=True, help_text="Rank minus the previous rank: negative is up."
+        ),
+        "better": serializers.BooleanField(
+            allow_null=True,
+            help_text="Whether the arena score improved on the previous "
+            "result in the arena's own direction (null: unknown).",
+        ),
+        "note": serializers.CharField(),
+    },
+)

@@ -36,21 +36,33 @@ class RunArtifacts(APIView):
 
     @extend_schema(
         request={"multipart/form-data": ArtifactUploadSerializer},
-        responses={201: ArtifactUploadResultSerializer, 200: ArtifactUploadResultSerializer,
-                   413: OpenApiResponse(ERROR, description="Larger than SMRWEB_MAX_ARTIFACT_BYTES, or over the "
-                                                           "project's storage quota."),
-                   429: OpenApiResponse(ERROR, description="Too many uploads from this caller (SMRWEB_UPLOAD_RATE)."),
-                   **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+        responses={
+            201: ArtifactUploadResultSerializer,
+            200: ArtifactUploadResultSerializer,
+            413: OpenApiResponse(
+                ERROR,
+                description="Larger than SMRWEB_MAX_ARTIFACT_BYTES, or over the project's storage quota.",
+            ),
+            429: OpenApiResponse(
+                ERROR, description="Too many uploads from this caller (SMRWEB_UPLOAD_RATE)."
+            ),
+            **ERRORS,
+            **UNSUPPORTED_MEDIA_TYPE,
+        },
         description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a mismatch. "
-                    "The same bytes at the same path are stored once (200); new content answers 201.",
+        "The same bytes at the same path are stored once (200); new content answers 201.",
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
-        limited = ratelimits.hit(request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE,
-                                 keys=[ratelimits.by_principal])
+        limited = ratelimits.hit(
+            request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE, keys=[ratelimits.by_principal]
+        )
         if limited:  # before the body is read (finding 10)
-            return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
-                            headers={"Retry-After": str(limited.retry_after)})
+            return Response(
+                {"code": "rate_limited", "message": limited.message, "errors": []},
+                status=429,
+                headers={"Retry-After": str(limited.retry_after)},
+            )
         # Refuse an announced oversize body before Django spools it to disk.
         if int(request.META.get("CONTENT_LENGTH") or 0) > settings.SMRWEB_MAX_ARTIFACT_BYTES + 1024 * 1024:
             raise ArtifactTooLarge(f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes.")
@@ -58,7 +70,8 @@ class RunArtifacts(APIView):
         form.is_valid(raise_exception=True)
         upload = form.validated_data["file"]
         artifact, created = services.store_artifact(
-            project, run_id,
+            project,
+            run_id,
             path=form.validated_data.get("path") or upload.name,
             content=upload,
             kind=form.validated_data["kind"],
@@ -77,6 +90,10 @@ class ArtifactDownload(APIView):
     def get(self, request, slug: str, run_id: str, artifact_id: int):
         run = run_for(project_for(request, slug), run_id)
         artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
-        return attachment_response(services.open_blob(artifact.blob), path=artifact.path,
-                                   content_type=artifact.content_type, sha256=artifact.blob.sha256,
-                                   size=artifact.blob.size)
+        return attachment_response(
+            services.open_blob(artifact.blob),
+            path=artifact.path,
+            content_type=artifact.content_type,
+            sha256=artifact.blob.sha256,
+            size=artifact.blob.size,
+        )

@@ -35,7 +35,8 @@ class RunEvents(APIView):
     parser_classes = [UnparsedJSON]
 
     @extend_schema(
-        request={"application/json": batch_json_schema()}, examples=[examples.EVENTS],
+        request={"application/json": batch_json_schema()},
+        examples=[examples.EVENTS],
         responses={200: IngestResultSerializer, 413: OpenApiResponse(ERROR), **ERRORS},
     )
     def post(self, request, slug: str, run_id: str):

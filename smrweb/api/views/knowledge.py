@@ -16,16 +16,31 @@ from smrweb.tracking import queries
 
 class CarryForward(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("n", OpenApiTypes.INT, description="How many failed or regressed approaches "
-                                     "(1–20, default 3).")],
+        parameters=[
+            OpenApiParameter(
+                "n",
+                OpenApiTypes.INT,
+                description="How many failed or regressed approaches (1–20, default 3).",
+            )
+        ],
         responses={200: CarryForwardSerializer, **ERRORS},
         description="Best so far, the last n failed or regressed approaches with their scores and why, and the "
-                    "latest arena feedback — as data and as `text`, for the next run's kickoff message.",
-        examples=[OpenApiExample("A project with no history yet", response_only=True, value={
-            "project": "hill", "best": None, "failed": [], "arena": None,
-            "text": "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score yet.\n\n"
+        "latest arena feedback — as data and as `text`, for the next run's kickoff message.",
+        examples=[
+            OpenApiExample(
+                "A project with no history yet",
+                response_only=True,
+                value={
+                    "project": "hill",
+                    "best": None,
+                    "failed": [],
+                    "arena": None,
+                    "text": "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score yet.\n\n"
                     "**Last 3 failed or regressed approaches** (newest first):\nnone recorded.\n\n"
-                    "**Latest arena feedback:** none yet."})],
+                    "**Latest arena feedback:** none yet.",
+                },
+            )
+        ],
     )
     def get(self, request, slug: str):
         project = project_for(request, slug)

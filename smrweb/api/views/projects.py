@@ -23,15 +23,22 @@ class ProjectList(APIView):
 
     @extend_schema(responses={200: ProjectSerializer(many=True), **ERRORS})
     def get(self, request):
-        return Response(ProjectSerializer(visible_projects(request).select_related("scenario"), many=True).data)
+        return Response(
+            ProjectSerializer(visible_projects(request).select_related("scenario"), many=True).data
+        )
 
-    @extend_schema(request=ProjectCreateSerializer, examples=[examples.PROJECT],
-                   responses={201: ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE})
+    @extend_schema(
+        request=ProjectCreateSerializer,
+        examples=[examples.PROJECT],
+        responses={201: ProjectSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+    )
     def post(self, request):
         if isinstance(request.auth, ApiToken):
             raise PermissionDenied("Project tokens cannot create projects; sign in as a user.")
         if not services.may_create_projects(request.user):  # before validation: field errors tell nothing
-            raise PermissionDenied("Creating projects is for staff and users given the permission to add projects.")
+            raise PermissionDenied(
+                "Creating projects is for staff and users given the permission to add projects."
+            )
         form = ProjectCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         fields = dict(form.validated_data)

@@ -5,7 +5,12 @@ in its own module."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -36,7 +41,11 @@ class RunList(generics.ListAPIView):
 
     def get_queryset(self):
         project = project_for(self.request, self.kwargs["slug"])
-        return Run.objects.filter(project=project).select_related("project__scenario").order_by("-last_progress_at", "-id")
+        return (
+            Run.objects.filter(project=project)
+            .select_related("project__scenario")
+            .order_by("-last_progress_at", "-id")
+        )
 
 
 class RunDetail(APIView):
@@ -44,9 +53,12 @@ class RunDetail(APIView):
     def get(self, request, slug: str, run_id: str):
         return Response(RunSerializer(run_for(project_for(request, slug), run_id)).data)
 
-    @extend_schema(request=RunSettingsSerializer, examples=[examples.RUN_SETTINGS],
-                   responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
-                   description="Set a run's budget, model profiles or git position; creates the run if new.")
+    @extend_schema(
+        request=RunSettingsSerializer,
+        examples=[examples.RUN_SETTINGS],
+        responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+        description="Set a run's budget, model profiles or git position; creates the run if new.",
+    )
     def patch(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)
         form = RunSettingsSerializer(data=request.data, partial=True)
@@ -70,12 +82,21 @@ class RunTurns(generics.ListAPIView):
 class RunMetrics(APIView):
     @extend_schema(
         parameters=[
-            OpenApiParameter("key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."),
-            OpenApiParameter("points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."),
+            OpenApiParameter(
+                "key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."
+            ),
+            OpenApiParameter(
+                "points", OpenApiTypes.INT, description="At most this many points (default 1000, max 10000)."
+            ),
         ],
-        responses={200: PolymorphicProxySerializer(
-            component_name="MetricsAnswer", serializers=[MetricKeysSerializer, MetricSeriesSerializer],
-            resource_type_field_name=None), **ERRORS},
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="MetricsAnswer",
+                serializers=[MetricKeysSerializer, MetricSeriesSerializer],
+                resource_type_field_name=None,
+            ),
+            **ERRORS,
+        },
     )
     def get(self, request, slug: str, run_id: str):
         run = run_for(project_for(request, slug), run_id)
@@ -89,7 +110,11 @@ class RunMetrics(APIView):
         if not 2 <= points <= 10000:
             raise InvalidInput("points", "Must be between 2 and 10000.")
         total, series = queries.metric_series(run, key, points)
-        return Response({
-            "key": key, "total_points": total, "downsampled": total > len(series),
-            "points": [p.__dict__ for p in series],
-        })
+        return Response(
+            {
+                "key": key,
+                "total_points": total,
+                "downsampled": total > len(series),
+                "points": [p.__dict__ for p in series],
+            }
+        )

@@ -28,9 +28,12 @@ from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 
 
-@extend_schema_view(get=extend_schema(responses={200: ScenarioSerializer(many=True), **ERRORS}),
-                    post=extend_schema(responses={201: ScenarioSerializer, **ERRORS,
-                                                  **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]))
+@extend_schema_view(
+    get=extend_schema(responses={200: ScenarioSerializer(many=True), **ERRORS}),
+    post=extend_schema(
+        responses={201: ScenarioSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE}, examples=[examples.SCENARIO]
+    ),
+)
 class ScenarioList(generics.ListCreateAPIView):
     """Scenarios you may see: the shared presets and those of your projects (a token: its project's);
     staff users see all and create them."""
@@ -60,19 +63,29 @@ class ScenarioDetail(generics.RetrieveAPIView):
 
 # --- preflight ------------------------------------------------------------------------------------
 
-NO_WORKER = OpenApiResponse(ERROR, description=f"No worker took the preflight within "
-                                               f"{tasks.PREFLIGHT_TIMEOUT:g} seconds, or the queue is down.")
+NO_WORKER = OpenApiResponse(
+    ERROR,
+    description=f"No worker took the preflight within "
+    f"{tasks.PREFLIGHT_TIMEOUT:g} seconds, or the queue is down.",
+)
 TOO_MANY = OpenApiResponse(ERROR, description="Too many preflights from this caller (SMRWEB_PREFLIGHT_RATE).")
 
 
 def _pending(key: str, request_id: str, status: str) -> Response:
     poll = reverse("api:scenario-preflight-result", args=[key, request_id])
-    return Response({"id": request_id, "status": status, "poll": poll}, status=202,
-                    headers={"Location": poll, "Retry-After": "1"})
+    return Response(
+        {"id": request_id, "status": status, "poll": poll},
+        status=202,
+        headers={"Location": poll, "Retry-After": "1"},
+    )
 
 
 def _no_worker(message: str) -> Response:
-    body = {"code": "no_worker", "message": f"Preflight runs on a worker, and {message}; retry shortly.", "errors": []}
+    body = {
+        "code": "no_worker",
+        "message": f"Preflight runs on a worker, and {message}; retry shortly.",
+        "errors": [],
+    }
     return Response(body, status=503, headers={"Retry-After": "5"})
 
 
@@ -80,13 +93,20 @@ class ScenarioPreflight(APIView):
     """Ask a worker to check that a scenario is complete and consistent, and that it has the scenario's
     required toolchains and validator. Anyone who may read the scenario may ask, a few times a minute."""
 
-    @extend_schema(request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER})
+    @extend_schema(
+        request=None, responses={202: PreflightPendingSerializer, **ERRORS, 429: TOO_MANY, 503: NO_WORKER}
+    )
     def post(self, request, key: str):
         scenario = scenario_for(request, key)
-        limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal])
+        limited = ratelimits.hit(
+            request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal]
+        )
         if limited:
-            return Response({"code": "rate_limited", "message": limited.message, "errors": []}, status=429,
-                            headers={"Retry-After": str(limited.retry_after)})
+            return Response(
+                {"code": "rate_limited", "message": limited.message, "errors": []},
+                status=429,
+                headers={"Retry-After": str(limited.retry_after)},
+            )
         try:
             request_id = tasks.request_preflight(scenario.key)
         except tasks.NoWorkerAnswer as exc:
@@ -97,8 +117,9 @@ class ScenarioPreflight(APIView):
 class ScenarioPreflightResult(APIView):
     """A preflight's report once a worker has run it; 202 while it waits or runs."""
 
-    @extend_schema(responses={200: PreflightReportSerializer, 202: PreflightPendingSerializer, **ERRORS,
-                              503: NO_WORKER})
+    @extend_schema(
+        responses={200: PreflightReportSerializer, 202: PreflightPendingSerializer, **ERRORS, 503: NO_WORKER}
+    )
     def get(self, request, key: str, request_id: str):
         scenario = scenario_for(request, key)
         try:

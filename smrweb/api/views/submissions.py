@@ -41,26 +41,39 @@ class SubmissionList(generics.ListAPIView):
         return queries.leaderboard(project_for(self.request, self.kwargs["slug"]))
 
 
-ILLEGAL_MOVE = {409: OpenApiResponse(ERROR, description="`illegal_transition`: the submission's status does not "
-                                                        "allow this move; the message names the next step.")}
+ILLEGAL_MOVE = {
+    409: OpenApiResponse(
+        ERROR,
+        description="`illegal_transition`: the submission's status does not "
+        "allow this move; the message names the next step.",
+    )
+}
 
 
 def _fresh(sub: Submission) -> dict:
-    sub = Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
+    sub = (
+        Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
+    )
     return LifecycleSerializer(sub).data
 
 
 class SubmissionLifecycle(APIView):
-    @extend_schema(operation_id="submission_lifecycle", responses={200: LifecycleSerializer, **ERRORS},
-                   summary="A submission's status, verification and history of transitions")
+    @extend_schema(
+        operation_id="submission_lifecycle",
+        responses={200: LifecycleSerializer, **ERRORS},
+        summary="A submission's status, verification and history of transitions",
+    )
     def get(self, request, slug: str, submission_id: int):
         return Response(_fresh(submission_for(request, slug, submission_id)))
 
 
 class SubmissionVerify(APIView):
-    @extend_schema(operation_id="submission_verify", request=None,
-                   responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
-                   summary="Verify a candidate (or invalid) submission on a worker (reviewers)")
+    @extend_schema(
+        operation_id="submission_verify",
+        request=None,
+        responses={202: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE},
+        summary="Verify a candidate (or invalid) submission on a worker (reviewers)",
+    )
     def post(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)
         sub = submissions.request_verification(sub, by=actor_of(request))
@@ -69,36 +82,54 @@ class SubmissionVerify(APIView):
 
 
 def _review(request, slug: str, submission_id: int, verdict: str) -> Response:
-    sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403, not field errors
+    sub = submission_for(
+        request, slug, submission_id
+    )  # first: outsiders get 404, other tokens 403, not field errors
     body = ReviewIn(data=request.data)
     body.is_valid(raise_exception=True)
-    outcome = submissions.review(sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"])
-    return Response({"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)})
+    outcome = submissions.review(
+        sub, by=actor_of(request), verdict=verdict, comment=body.validated_data["comment"]
+    )
+    return Response(
+        {"counted": outcome.counted, "message": outcome.message, "submission": _fresh(outcome.submission)}
+    )
 
 
 class SubmissionApprove(APIView):
-    @extend_schema(operation_id="submission_approve", request=ReviewIn, examples=[examples.REVIEW],
-                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
-                   summary="Approve a verified submission (reviewers)",
-                   description="With the project's second-person rule, the proposer's own approval is recorded "
-                               "but does not count (`counted: false`).")
+    @extend_schema(
+        operation_id="submission_approve",
+        request=ReviewIn,
+        examples=[examples.REVIEW],
+        responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Approve a verified submission (reviewers)",
+        description="With the project's second-person rule, the proposer's own approval is recorded "
+        "but does not count (`counted: false`).",
+    )
     def post(self, request, slug: str, submission_id: int):
         return _review(request, slug, submission_id, Verdict.APPROVE)
 
 
 class SubmissionReject(APIView):
-    @extend_schema(operation_id="submission_reject", request=ReviewIn, examples=[examples.REJECT],
-                   responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
-                   summary="Reject a verified submission (reviewers)",
-                   description="`comment` is required: why it is rejected (kept in the history, carried forward).")
+    @extend_schema(
+        operation_id="submission_reject",
+        request=ReviewIn,
+        examples=[examples.REJECT],
+        responses={200: REVIEW_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Reject a verified submission (reviewers)",
+        description="`comment` is required: why it is rejected (kept in the history, carried forward).",
+    )
     def post(self, request, slug: str, submission_id: int):
         return _review(request, slug, submission_id, Verdict.REJECT)
 
 
 class SubmissionUploaded(APIView):
-    @extend_schema(operation_id="submission_mark_uploaded", request=UploadedIn, examples=[examples.UPLOADED],
-                   responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
-                   summary="Record that an approved submission was uploaded to the arena by hand (reviewers)")
+    @extend_schema(
+        operation_id="submission_mark_uploaded",
+        request=UploadedIn,
+        examples=[examples.UPLOADED],
+        responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Record that an approved submission was uploaded to the arena by hand (reviewers)",
+    )
     def post(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = UploadedIn(data=request.data)
@@ -108,18 +139,36 @@ class SubmissionUploaded(APIView):
 
 
 class SubmissionArenaResult(APIView):
-    @extend_schema(operation_id="submission_arena_result", request=ArenaResultIn, examples=[examples.ARENA_RESULT],
-                   responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
-                   summary="Record the arena's rank and score for an uploaded submission (reviewers)")
+    @extend_schema(
+        operation_id="submission_arena_result",
+        request=ArenaResultIn,
+        examples=[examples.ARENA_RESULT],
+        responses={201: ARENA_OUT, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Record the arena's rank and score for an uploaded submission (reviewers)",
+    )
     def post(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = ArenaResultIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        result = submissions.record_arena_result(sub, by=actor_of(request), rank=data.get("rank"),
-                                                 arena_score=data.get("arena_score"), note=data["note"])
+        result = submissions.record_arena_result(
+            sub,
+            by=actor_of(request),
+            rank=data.get("rank"),
+            arena_score=data.get("arena_score"),
+            note=data["note"],
+        )
         better = submissions.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
-        return Response({"id": result.pk, "rank": result.rank, "arena_score": result.arena_score,
-                         "delta": result.delta, "delta_best": result.delta_best, "rank_delta": result.rank_delta,
-                         "better": better, "note": result.note},
-                        status=status.HTTP_201_CREATED)
+        return Response(
+            {
+                "id": result.pk,
+                "rank": result.rank,
+                "arena_score": result.arena_score,
+                "delta": result.delta,
+                "delta_best": result.delta_best,
+                "rank_delta": result.rank_delta,
+                "better": better,
+                "note": result.note,
+            },
+            status=status.HTTP_201_CREATED,
+        )

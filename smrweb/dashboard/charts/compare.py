@@ -48,12 +48,6 @@ def time_unit(c: Comparison) -> TimeUnit:
     return TimeUnit(86400, "days")
 
 
-
-
-
-
-
-
 def _x(seconds: float, unit: TimeUnit) -> float:
     return round(seconds / unit.seconds, 5)
 
@@ -74,21 +68,43 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
             continue
         rid = plotly_text(s.run.external_id)
         where = f"%{{x:.2f}} {unit.label} since start"
-        data.append({"type": "scatter", "mode": "markers", "name": rid, "legendgroup": rid, "showlegend": False,
-                     "x": [_x(x, unit) for x, _ in s.scores], "y": [y for _, y in s.scores],
-                     "marker": {"color": col, "size": 5, "opacity": 0.45},
-                     "hovertemplate": f"<b>{rid}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": rid,
+                "legendgroup": rid,
+                "showlegend": False,
+                "x": [_x(x, unit) for x, _ in s.scores],
+                "y": [y for _, y in s.scores],
+                "marker": {"color": col, "size": 5, "opacity": 0.45},
+                "hovertemplate": f"<b>{rid}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+            }
+        )
         frontier = s.frontier + [(_end(s), s.frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": rid, "legendgroup": rid,
-                     "x": [_x(x, unit) for x, _ in frontier], "y": [y for _, y in frontier],
-                     "line": {"color": col, "width": 2, "shape": "hv"},
-                     "hovertemplate": f"<b>{rid}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": rid,
+                "legendgroup": rid,
+                "x": [_x(x, unit) for x, _ in frontier],
+                "y": [y for _, y in frontier],
+                "line": {"color": col, "width": 2, "shape": "hv"},
+                "hovertemplate": f"<b>{rid}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+            }
+        )
     if not data:
         return None
     arrow = "↑" if c.maximize else "↓"
-    layout = base_layout(380, uirevision=uirevision, hovermode="closest", showlegend=legend,
-                     xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
-                     yaxis=axis(f"{metric} {arrow} · line: best so far"))
+    layout = base_layout(
+        380,
+        uirevision=uirevision,
+        hovermode="closest",
+        showlegend=legend,
+        xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
+        yaxis=axis(f"{metric} {arrow} · line: best so far"),
+    )
     return {"data": data, "layout": layout}
 
 
@@ -103,16 +119,29 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
         # turns is closer to the truth than a step drawn at each of them.
         shape = "hv" if len(s.spend) >= s.run.turn_count else "linear"
-        data.append({"type": "scatter", "mode": "lines", "name": rid, "legendgroup": rid,
-                     "x": [_x(x, unit) for x, _ in pts], "y": [round(y, 6) for _, y in pts],
-                     "line": {"color": col, "width": 2, "shape": shape},
-                     "hovertemplate": f"<b>{rid}</b><br>$%{{y:,.4~f}} spent<br>%{{x:.2f}} {unit.label} since start"
-                                      "<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": rid,
+                "legendgroup": rid,
+                "x": [_x(x, unit) for x, _ in pts],
+                "y": [round(y, 6) for _, y in pts],
+                "line": {"color": col, "width": 2, "shape": shape},
+                "hovertemplate": f"<b>{rid}</b><br>$%{{y:,.4~f}} spent<br>%{{x:.2f}} {unit.label} since start"
+                "<extra></extra>",
+            }
+        )
     if not data:
         return None
-    layout = base_layout(380, uirevision=uirevision, hovermode="closest", showlegend=len(c.runs) <= LEGEND_MAX,
-                     xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
-                     yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"))
+    layout = base_layout(
+        380,
+        uirevision=uirevision,
+        hovermode="closest",
+        showlegend=len(c.runs) <= LEGEND_MAX,
+        xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
+        yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"),
+    )
     return {"data": data, "layout": layout}
 
 
@@ -124,29 +153,74 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
     if not runs:
         return None
     ids = [s.run.external_id for s, _ in runs]
-    ticks = {"tickmode": "array", "tickvals": ids,
-             "ticktext": [f'<span style="color:{col}">■</span> {plotly_text(midtrunc(rid, 24))}' for rid, (_, col)
-                          in zip(ids, runs)]}
+    ticks = {
+        "tickmode": "array",
+        "tickvals": ids,
+        "ticktext": [
+            f'<span style="color:{col}">■</span> {plotly_text(midtrunc(rid, 24))}'
+            for rid, (_, col) in zip(ids, runs)
+        ],
+    }
 
     def bars(name, colour_, values, axis, fmt):
-        return {"type": "bar", "orientation": "h", "name": name, "y": ids, "x": values, "xaxis": f"x{axis}",
-                "yaxis": f"y{axis}", "marker": {"color": colour_},
-                "hovertemplate": f"<b>%{{y}}</b><br>{name} {fmt}<extra></extra>"}
+        return {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": ids,
+            "x": values,
+            "xaxis": f"x{axis}",
+            "yaxis": f"y{axis}",
+            "marker": {"color": colour_},
+            "hovertemplate": f"<b>%{{y}}</b><br>{name} {fmt}<extra></extra>",
+        }
 
     data = [
-        bars("driver inference USD", DRIVER, [round(float(s.run.driver_cost_usd), 6) for s, _ in runs], "",
-             "$%{x:,.4~f}"),
-        bars("child work USD", CHILD, [round(float(s.run.child_cost_usd), 6) for s, _ in runs], "", "$%{x:,.4~f}"),
-        bars("tokens in / turn", TOKENS_IN, [round(s.run.tokens_in / s.run.turn_count) for s, _ in runs], "2",
-             "%{x:,.0f}"),
-        bars("tokens out / turn", TOKENS_OUT, [round(s.run.tokens_out / s.run.turn_count) for s, _ in runs], "2",
-             "%{x:,.0f}"),
+        bars(
+            "driver inference USD",
+            DRIVER,
+            [round(float(s.run.driver_cost_usd), 6) for s, _ in runs],
+            "",
+            "$%{x:,.4~f}",
+        ),
+        bars(
+            "child work USD",
+            CHILD,
+            [round(float(s.run.child_cost_usd), 6) for s, _ in runs],
+            "",
+            "$%{x:,.4~f}",
+        ),
+        bars(
+            "tokens in / turn",
+            TOKENS_IN,
+            [round(s.run.tokens_in / s.run.turn_count) for s, _ in runs],
+            "2",
+            "%{x:,.0f}",
+        ),
+        bars(
+            "tokens out / turn",
+            TOKENS_OUT,
+            [round(s.run.tokens_out / s.run.turn_count) for s, _ in runs],
+            "2",
+            "%{x:,.0f}",
+        ),
     ]
     height = 90 + 24 * max(len(runs), 3)
     layout = base_layout(
-        height, uirevision=uirevision, hovermode="closest", showlegend=True, barmode="stack", bargap=0.3,
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal",
-                "font": {"size": 11}},
+        height,
+        uirevision=uirevision,
+        hovermode="closest",
+        showlegend=True,
+        barmode="stack",
+        bargap=0.3,
+        legend={
+            "orientation": "h",
+            "y": 1.0,
+            "yanchor": "bottom",
+            "x": 0,
+            "traceorder": "normal",
+            "font": {"size": 11},
+        },
         xaxis=axis("USD spent, by kind", domain=[0, 0.47], tickprefix="$", rangemode="tozero"),
         xaxis2=axis("mean tokens per turn", domain=[0.53, 1], tickformat="~s", rangemode="tozero"),
         yaxis={**axis("", autorange="reversed", **ticks), "anchor": "x"},
@@ -179,12 +253,6 @@ class Row:
     usd_per_turn: str
     baseline_query: str  # this run first
     without_query: str  # this run removed
-
-
-
-
-
-
 
 
 def rate(value: float | None) -> str:
@@ -227,8 +295,11 @@ def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
         b_num = b.total_seconds() if isinstance(b, timedelta) else b
         d_num = d.total_seconds() if isinstance(d, timedelta) else d
         pct = f" ({signed_number(d_num / abs(b_num) * 100, 2, percent=True)})" if b_num else ""
-        out[key] = Delta(_deltaplotly_text(key, d), _tone(key, d_num, maximize),
-                         f"{_deltaplotly_text(key, d)}{pct} against {base.run.external_id}")
+        out[key] = Delta(
+            _deltaplotly_text(key, d),
+            _tone(key, d_num, maximize),
+            f"{_deltaplotly_text(key, d)}{pct} against {base.run.external_id}",
+        )
     return out
 
 
@@ -236,12 +307,18 @@ def rows(c: Comparison, colours: list[str]) -> list[Row]:
     params = [urlencode({"runs": s.run.external_id}) for s in c.runs]  # quoted once, not once per link
     out = []
     for i, (s, col) in enumerate(zip(c.runs, colours)):
-        others = params[:i] + params[i + 1:]
-        out.append(Row(
-            s=s, colour=col, deltas=deltas(s, c.runs[0], c.maximize) if i else {},
-            gain_per_usd=rate(s.gain_per_usd), usd_per_turn=usd_precise(s.usd_per_turn),
-            baseline_query="&".join([params[i], *others]), without_query="&".join(others),
-        ))
+        others = params[:i] + params[i + 1 :]
+        out.append(
+            Row(
+                s=s,
+                colour=col,
+                deltas=deltas(s, c.runs[0], c.maximize) if i else {},
+                gain_per_usd=rate(s.gain_per_usd),
+                usd_per_turn=usd_precise(s.usd_per_turn),
+                baseline_query="&".join([params[i], *others]),
+                without_query="&".join(others),
+            )
+        )
     return out
 
 
@@ -250,11 +327,18 @@ def build(c: Comparison) -> dict:
     colours = [colour(i) for i in range(len(c.runs))]
     unit = time_unit(c)
     # Zoom survives re-renders of the same selection (a reload, a later poll), not a new one.
-    key = "compare:" + hashlib.blake2b("\n".join(s.run.external_id for s in c.runs).encode(), digest_size=8).hexdigest()
+    key = (
+        "compare:"
+        + hashlib.blake2b("\n".join(s.run.external_id for s in c.runs).encode(), digest_size=8).hexdigest()
+    )
     figures = {
         "score_figure": score_figure(c, colours, unit, uirevision=key),
         "spend_figure": spend_figure(c, colours, unit, uirevision=key),
         "turns_figure": turns_figure(c, colours, uirevision=key),
     }
-    return {**figures, "rows": rows(c, colours), "unit": unit,
-            "points": {name: points(fig) for name, fig in figures.items()}}
+    return {
+        **figures,
+        "rows": rows(c, colours),
+        "unit": unit,
+        "points": {name: points(fig) for name, fig in figures.items()},
+    }

@@ -9,10 +9,17 @@ from smrweb.dashboard.charts.style import BEST, GRID, base_layout, colour, plotl
 from smrweb.dashboard.clock import zone_label
 
 
-def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, float]]]],
-                          frontier: list[tuple[datetime, float]], *, maximize: bool, metric: str,
-                          start: datetime, end: datetime, uirevision: str,
-                          frontier_label: str = "project best so far") -> dict:
+def project_scores_figure(
+    series: list[tuple[str, str, list[tuple[datetime, float]]]],
+    frontier: list[tuple[datetime, float]],
+    *,
+    maximize: bool,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    uirevision: str,
+    frontier_label: str = "project best so far",
+) -> dict:
     """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
 
     `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
@@ -22,23 +29,52 @@ def project_scores_figure(series: list[tuple[str, str, list[tuple[datetime, floa
     many = len(series) > 12
     for i, (run_id, url, points) in enumerate(series):
         # Only what differs per run; the shared style and hover text come from layout.template.
-        data.append({"name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
-                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points], "meta": {"url": url, "run": run_id},
-                     "line": {"color": colour(i)}})
+        data.append(
+            {
+                "name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
+                "x": [x_time(t) for t, _ in points],
+                "y": [v for _, v in points],
+                "meta": {"url": url, "run": run_id},
+                "line": {"color": colour(i)},
+            }
+        )
     if frontier:
         points = frontier + [(end, frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": frontier_label, "showlegend": True,
-                     "opacity": 1,
-                     "x": [x_time(t) for t, _ in points], "y": [v for _, v in points],
-                     "line": {"color": BEST, "width": 3, "shape": "hv"},
-                     "hovertemplate": "best %{y:.6g}<extra></extra>"})
-    run_style = {"type": "scatter", "mode": "lines+markers", "showlegend": not many, "opacity": 0.55 if many else 0.85,
-                 "line": {"width": 1}, "marker": {"size": 4},
-                 "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
-                                  "<extra></extra>"}
-    layout = base_layout(320, uirevision=uirevision, hovermode="closest", showlegend=True,
-                         template={"data": {"scatter": [run_style]}},
-                         xaxis=time_axis(),
-                         yaxis={"title": {"text": f"{metric} {'↑' if maximize else '↓'}"}, "gridcolor": GRID,
-                                "automargin": True, "zeroline": False})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": frontier_label,
+                "showlegend": True,
+                "opacity": 1,
+                "x": [x_time(t) for t, _ in points],
+                "y": [v for _, v in points],
+                "line": {"color": BEST, "width": 3, "shape": "hv"},
+                "hovertemplate": "best %{y:.6g}<extra></extra>",
+            }
+        )
+    run_style = {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "showlegend": not many,
+        "opacity": 0.55 if many else 0.85,
+        "line": {"width": 1},
+        "marker": {"size": 4},
+        "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
+        "<extra></extra>",
+    }
+    layout = base_layout(
+        320,
+        uirevision=uirevision,
+        hovermode="closest",
+        showlegend=True,
+        template={"data": {"scatter": [run_style]}},
+        xaxis=time_axis(),
+        yaxis={
+            "title": {"text": f"{metric} {'↑' if maximize else '↓'}"},
+            "gridcolor": GRID,
+            "automargin": True,
+            "zeroline": False,
+        },
+    )
     return {"data": data, "layout": layout}

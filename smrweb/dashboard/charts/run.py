@@ -28,8 +28,16 @@ from smrweb.tracking.models import TurnKind
 from smrweb.tracking.queries.timeline import Burn, Timeline
 
 
-def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd: Decimal | None,
-                        burn: Burn | None, now: datetime, uirevision: str) -> dict:
+def run_timeline_figure(
+    tl: Timeline,
+    *,
+    maximize: bool,
+    metric: str,
+    budget_usd: Decimal | None,
+    burn: Burn | None,
+    now: datetime,
+    uirevision: str,
+) -> dict:
     """Scores, per-bin tokens, per-bin cost and cumulative USD against the budget, on one time axis.
 
     Bars carry `[bin index, kind initial, turns, tokens in, tokens out]` as customdata: the page turns
@@ -39,60 +47,149 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
     data: list[dict] = []
     if tl.scores:
         # customdata: the turn the score came after ("turn #12 · driver"), or "" when no turn preceded it.
-        turns = [f"<br>after turn #{n} · {plotly_text(actor)}" if n is not None else "" for n, actor in
-                 (tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores)))]
-        data.append({"type": "scattergl" if len(tl.scores) > 1000 else "scatter", "mode": "markers",
-                     "name": metric, "x": [x_time(t) for t, _ in tl.scores], "y": [v for _, v in tl.scores],
-                     "customdata": turns,
-                     "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
-                     "hovertemplate": f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
-                                      "%{customdata}<extra></extra>", "yaxis": "y", "legendgroup": "score"})
+        turns = [
+            f"<br>after turn #{n} · {plotly_text(actor)}" if n is not None else ""
+            for n, actor in (
+                tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores))
+            )
+        ]
+        data.append(
+            {
+                "type": "scattergl" if len(tl.scores) > 1000 else "scatter",
+                "mode": "markers",
+                "name": metric,
+                "x": [x_time(t) for t, _ in tl.scores],
+                "y": [v for _, v in tl.scores],
+                "customdata": turns,
+                "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
+                "hovertemplate": f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
+                "%{customdata}<extra></extra>",
+                "yaxis": "y",
+                "legendgroup": "score",
+            }
+        )
         frontier = tl.frontier + [(tl.end, tl.frontier[-1][1])]
-        data.append({"type": "scatter", "mode": "lines", "name": "best so far", "line": {"shape": "hv", "color": BEST,
-                     "width": 2}, "x": [x_time(t) for t, _ in frontier], "y": [v for _, v in frontier],
-                     "hovertemplate": "best %{y:.6g}<extra></extra>", "yaxis": "y"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "best so far",
+                "line": {"shape": "hv", "color": BEST, "width": 2},
+                "x": [x_time(t) for t, _ in frontier],
+                "y": [v for _, v in frontier],
+                "hovertemplate": "best %{y:.6g}<extra></extra>",
+                "yaxis": "y",
+            }
+        )
     width_ms = tl.bin_width.total_seconds() * 1000
-    for kind, colour, label, initial in ((TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
-                                         (TurnKind.CHILD_WORK, CHILD, "child work", "c")):
+    for kind, colour, label, initial in (
+        (TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
+        (TurnKind.CHILD_WORK, CHILD, "child work", "c"),
+    ):
         bins = [b for b in tl.bins if b.kind == kind]
         if not bins:
             continue
         x = [x_time(b.start + tl.bin_width / 2) for b in bins]
         # [bin, kind, turns, tokens in, tokens out]: the click asks for the bin's turns, the hover reads
         # the rest; per-turn detail (actor, model, tools) is one click away instead of in every bar.
-        custom = [[(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out]
-                  for b in bins]
-        data.append({"type": "bar", "name": label, "legendgroup": kind, "x": x,
-                     "y": [b.tokens_in + b.tokens_out for b in bins], "width": width_ms * 0.9, "customdata": custom,
-                     "marker": {"color": colour}, "yaxis": "y2",
-                     "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
-                                      f"<extra>{label}</extra>"})
-        data.append({"type": "bar", "name": label, "legendgroup": kind, "showlegend": False, "x": x,
-                     "y": [round(float(b.cost_usd), 5) for b in bins], "width": width_ms * 0.9,
-                     "customdata": [c[:3] for c in custom], "marker": {"color": colour}, "yaxis": "y3",
-                     "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>"})
+        custom = [
+            [(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out] for b in bins
+        ]
+        data.append(
+            {
+                "type": "bar",
+                "name": label,
+                "legendgroup": kind,
+                "x": x,
+                "y": [b.tokens_in + b.tokens_out for b in bins],
+                "width": width_ms * 0.9,
+                "customdata": custom,
+                "marker": {"color": colour},
+                "yaxis": "y2",
+                "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
+                f"<extra>{label}</extra>",
+            }
+        )
+        data.append(
+            {
+                "type": "bar",
+                "name": label,
+                "legendgroup": kind,
+                "showlegend": False,
+                "x": x,
+                "y": [round(float(b.cost_usd), 5) for b in bins],
+                "width": width_ms * 0.9,
+                "customdata": [c[:3] for c in custom],
+                "marker": {"color": colour},
+                "yaxis": "y3",
+                "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>",
+            }
+        )
     if tl.cumulative:
         xs = [x_time(tl.start)] + [x_time(t) for t, _, _ in tl.cumulative]
-        data.append({"type": "scatter", "mode": "lines", "name": "total USD", "x": xs, "yaxis": "y4",
-                     "y": [0.0] + [round(float(total), 5) for _, total, _ in tl.cumulative],
-                     "line": {"color": INK, "width": 2, "shape": "hv"}, "hovertemplate": "total $%{y:.4f}<extra></extra>"})
-        data.append({"type": "scatter", "mode": "lines", "name": "driver USD", "x": xs, "yaxis": "y4",
-                     "y": [0.0] + [round(float(drv), 5) for _, _, drv in tl.cumulative],
-                     "line": {"color": DRIVER, "width": 1.5, "shape": "hv", "dash": "dot"},
-                     "hovertemplate": "driver $%{y:.4f}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "total USD",
+                "x": xs,
+                "yaxis": "y4",
+                "y": [0.0] + [round(float(total), 5) for _, total, _ in tl.cumulative],
+                "line": {"color": INK, "width": 2, "shape": "hv"},
+                "hovertemplate": "total $%{y:.4f}<extra></extra>",
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "driver USD",
+                "x": xs,
+                "yaxis": "y4",
+                "y": [0.0] + [round(float(drv), 5) for _, _, drv in tl.cumulative],
+                "line": {"color": DRIVER, "width": 1.5, "shape": "hv", "dash": "dot"},
+                "hovertemplate": "driver $%{y:.4f}<extra></extra>",
+            }
+        )
     if budget_usd:
-        data.append({"type": "scatter", "mode": "lines", "name": f"budget ${budget_usd:,.2f}", "yaxis": "y4",
-                     "x": [x_time(tl.start), x_time(tl.end)], "y": [float(budget_usd)] * 2,
-                     "line": {"color": BUDGET, "width": 1.5, "dash": "dash"},
-                     "hovertemplate": "budget $%{y:.2f}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"budget ${budget_usd:,.2f}",
+                "yaxis": "y4",
+                "x": [x_time(tl.start), x_time(tl.end)],
+                "y": [float(budget_usd)] * 2,
+                "line": {"color": BUDGET, "width": 1.5, "dash": "dash"},
+                "hovertemplate": "budget $%{y:.2f}<extra></extra>",
+            }
+        )
         spent = float(tl.cumulative[-1][1]) if tl.cumulative else 0.0
-        if burn and burn.runs_out_at and burn.runs_out_on == "USD" and burn.runs_out_at - now <= tl.end - tl.start:
-            data.append({"type": "scatter", "mode": "lines", "name": "forecast", "yaxis": "y4",
-                         "x": [x_time(now), x_time(burn.runs_out_at)], "y": [spent, float(budget_usd)],
-                         "line": {"color": BUDGET, "width": 1, "dash": "dot"},
-                         "hovertemplate": f"budget runs out ~%{{x|%H:%M}} {zone_label()}<extra>forecast</extra>"})
+        if (
+            burn
+            and burn.runs_out_at
+            and burn.runs_out_on == "USD"
+            and burn.runs_out_at - now <= tl.end - tl.start
+        ):
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": "forecast",
+                    "yaxis": "y4",
+                    "x": [x_time(now), x_time(burn.runs_out_at)],
+                    "y": [spent, float(budget_usd)],
+                    "line": {"color": BUDGET, "width": 1, "dash": "dot"},
+                    "hovertemplate": f"budget runs out ~%{{x|%H:%M}} {zone_label()}<extra>forecast</extra>",
+                }
+            )
     layout = base_layout(
-        560, uirevision=uirevision, barmode="stack", bargap=0, hovermode="closest", showlegend=True,
+        560,
+        uirevision=uirevision,
+        barmode="stack",
+        bargap=0,
+        hovermode="closest",
+        showlegend=True,
         xaxis={**time_axis(), "anchor": "y4", "fixedrange": False},
         yaxis=axis(f"{metric} {'↑' if maximize else '↓'}", domain=[0.74, 1.0], fixedrange=True),
         yaxis2=axis("tokens", domain=[0.50, 0.70], fixedrange=True, rangemode="tozero", tickformat="~s"),
@@ -104,9 +201,20 @@ def run_timeline_figure(tl: Timeline, *, maximize: bool, metric: str, budget_usd
         # floated between two panels (walkthrough P3).
         spent = float(tl.cumulative[-1][1]) if tl.cumulative else 0.0
         layout["yaxis4"]["range"] = [0, max(spent, float(budget_usd)) * 1.18]
-        layout["annotations"] = [*layout.get("annotations", []), {
-            "text": f"budget ${budget_usd:,.2f}", "xref": "paper", "x": 1, "xanchor": "right", "yref": "y4",
-            "y": float(budget_usd), "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": BUDGET}}]
+        layout["annotations"] = [
+            *layout.get("annotations", []),
+            {
+                "text": f"budget ${budget_usd:,.2f}",
+                "xref": "paper",
+                "x": 1,
+                "xanchor": "right",
+                "yref": "y4",
+                "y": float(budget_usd),
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 10, "color": BUDGET},
+            },
+        ]
     return {"data": data, "layout": layout}
 
 
@@ -116,27 +224,62 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
     xs = [p.step for p in points]
     data = []
     if total > len(points):
-        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": [p.max for p in points], "line": {"width": 0},
-                     "hoverinfo": "skip", "showlegend": False})
-        data.append({"type": "scatter", "mode": "lines", "x": xs, "y": [p.min for p in points], "line": {"width": 0},
-                     "fill": "tonexty", "fillcolor": "rgba(37,99,235,.15)", "name": "min–max per bucket",
-                     "hoverinfo": "skip"})
-    data.append({"type": "scattergl" if len(points) > 1000 else "scatter", "mode": "lines", "name": key,
-                 "x": xs, "y": [p.value for p in points], "line": {"color": PALETTE[0], "width": 1.5},
-                 "hovertemplate": "step %{x:,}<br>" + key + " %{y:.6g}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": xs,
+                "y": [p.max for p in points],
+                "line": {"width": 0},
+                "hoverinfo": "skip",
+                "showlegend": False,
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": xs,
+                "y": [p.min for p in points],
+                "line": {"width": 0},
+                "fill": "tonexty",
+                "fillcolor": "rgba(37,99,235,.15)",
+                "name": "min–max per bucket",
+                "hoverinfo": "skip",
+            }
+        )
+    data.append(
+        {
+            "type": "scattergl" if len(points) > 1000 else "scatter",
+            "mode": "lines",
+            "name": key,
+            "x": xs,
+            "y": [p.value for p in points],
+            "line": {"color": PALETTE[0], "width": 1.5},
+            "hovertemplate": "step %{x:,}<br>" + key + " %{y:.6g}<extra></extra>",
+        }
+    )
     # Polled sources (SMR) number a result's steps by its time in epoch milliseconds: show those as dates.
     as_time = bool(xs) and xs[0] >= EPOCH_MS_2001
-    xaxis = ({"type": "date", "title": {"text": time_title()}, "hoverformat": f"%b %d, %H:%M:%S {zone_label()}"}
-             if as_time else {"title": {"text": "step"}})
+    xaxis = (
+        {"type": "date", "title": {"text": time_title()}, "hoverformat": f"%b %d, %H:%M:%S {zone_label()}"}
+        if as_time
+        else {"title": {"text": "step"}}
+    )
     if as_time:
         # Epoch milliseconds, drawn by plotly in the browser's zone: send them in the viewer's clock.
-        times = [x_time(datetime.fromtimestamp(x / 1000, tz=UTC))
-                 for x in xs]
+        times = [x_time(datetime.fromtimestamp(x / 1000, tz=UTC)) for x in xs]
         for trace in data:
             trace["x"] = times
             trace["hovertemplate"] = trace.get("hovertemplate", "").replace(
-                "step %{x:,}", "%{x|%b %d, %H:%M:%S} " + zone_label())
-    layout = base_layout(260, uirevision=uirevision, showlegend=total > len(points), hovermode="closest",
-                         xaxis={**xaxis, "gridcolor": GRID, "automargin": True},
-                         yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True})
+                "step %{x:,}", "%{x|%b %d, %H:%M:%S} " + zone_label()
+            )
+    layout = base_layout(
+        260,
+        uirevision=uirevision,
+        showlegend=total > len(points),
+        hovermode="closest",
+        xaxis={**xaxis, "gridcolor": GRID, "automargin": True},
+        yaxis={"title": {"text": key}, "gridcolor": GRID, "automargin": True},
+    )
     return {"data": data, "layout": layout}

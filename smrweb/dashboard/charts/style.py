@@ -22,19 +22,33 @@ DRIVER, CHILD, TOKENS_IN, TOKENS_OUT = "#7c3aed", "#0891b2", "#475569", "#94a3b8
 SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#eef1f4"
 # Distinct and at least 3:1 against white; runs past the palette get hues spread by the golden angle
 # (see `colour`), and their hover names tell them apart.
-PALETTE = ["#2563eb", "#d97706", "#059669", "#db2777", "#dc2626", "#4f46e5", "#65a30d", "#0f766e",
-           "#a16207", "#9333ea"]
-FONT = {"family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
-        "size": 11, "color": INK}
+PALETTE = [
+    "#2563eb",
+    "#d97706",
+    "#059669",
+    "#db2777",
+    "#dc2626",
+    "#4f46e5",
+    "#65a30d",
+    "#0f766e",
+    "#a16207",
+    "#9333ea",
+]
+FONT = {
+    "family": 'ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif',
+    "size": 11,
+    "color": INK,
+}
 EPOCH_MS_2001 = 978_307_200_000
 
 
 def contrast_on_white(hex_colour: str) -> float:
     """WCAG contrast ratio of a colour against white."""
+
     def linear(c: float) -> float:
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
-    r, g, b = (linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    r, g, b = (linear(int(hex_colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
     return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
 
 
@@ -59,8 +73,12 @@ def plotly_text(value: str) -> str:
 
 def base_layout(height: int, *, uirevision: str, **extra) -> dict:
     return {
-        "height": height, "margin": {"l": 8, "r": 12, "t": 8, "b": 8}, "font": FONT,
-        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "#fff", "uirevision": uirevision,
+        "height": height,
+        "margin": {"l": 8, "r": 12, "t": 8, "b": 8},
+        "font": FONT,
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "#fff",
+        "uirevision": uirevision,
         "hoverlabel": {"font": {"size": 11}},
         "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
         **extra,
@@ -68,8 +86,13 @@ def base_layout(height: int, *, uirevision: str, **extra) -> dict:
 
 
 def axis(title: str, **extra) -> dict:
-    return {"title": {"text": title, "font": {"size": 11}}, "gridcolor": GRID, "zeroline": False,
-            "automargin": True, **extra}
+    return {
+        "title": {"text": title, "font": {"size": 11}},
+        "gridcolor": GRID,
+        "zeroline": False,
+        "automargin": True,
+        **extra,
+    }
 
 
 def x_time(ts: datetime) -> str:
@@ -85,7 +108,15 @@ def time_axis() -> dict:
     """A date axis in the active clock. No fixed range: the traces span the run (or project) from start
     to now, and a range that moved with every poll would undo the viewer's zoom (plotly keeps ui
     state under `uirevision` only for attributes whose given value did not change)."""
-    return {"type": "date", "gridcolor": GRID, "automargin": True,
-            "showspikes": True, "spikemode": "across", "spikesnap": "cursor", "spikethickness": 1,
-            "spikecolor": "#98a2b0", "hoverformat": f"%b %d, %H:%M:%S {zone_label()}",
-            "title": {"text": time_title()}}
+    return {
+        "type": "date",
+        "gridcolor": GRID,
+        "automargin": True,
+        "showspikes": True,
+        "spikemode": "across",
+        "spikesnap": "cursor",
+        "spikethickness": 1,
+        "spikecolor": "#98a2b0",
+        "hoverformat": f"%b %d, %H:%M:%S {zone_label()}",
+        "title": {"text": time_title()},
+    }

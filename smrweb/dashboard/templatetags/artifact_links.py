@@ -33,20 +33,34 @@ def artifact_actions(artifact, *, run=None, compact: bool = False):
     link = signed_artifact_path(artifact)
     sha = artifact.blob.sha256
     name = basename(artifact.path)
-    link_title = (f"Copy a signed download link to {name}: it works without signing in (curl -OJ <link>) and "
-                  f"expires in {_lifetime(int(default_ttl().total_seconds()))}")
+    link_title = (
+        f"Copy a signed download link to {name}: it works without signing in (curl -OJ <link>) and "
+        f"expires in {_lifetime(int(default_ttl().total_seconds()))}"
+    )
     if compact:
         return format_html(
             '<button type="button" class="link" data-copy="{}" data-copy-label="signed link" title="{}" '
             'aria-label="Copy signed link to {}">link</button> · '
             '<button type="button" class="link" data-copy="{}" data-copy-label="sha256" title="Copy the sha256 {}" '
             'aria-label="Copy sha256 of {}">sha</button>',
-            link, link_title, name, sha, sha, name)
-    download = reverse("dashboard:artifact-download", args=[artifact.run.project.slug, artifact.run.external_id,
-                                                            artifact.pk])
+            link,
+            link_title,
+            name,
+            sha,
+            sha,
+            name,
+        )
+    download = reverse(
+        "dashboard:artifact-download", args=[artifact.run.project.slug, artifact.run.external_id, artifact.pk]
+    )
     return format_html(
         '<a class="btn small" href="{}" download>Download</a>\n'
         '<button type="button" class="btn small" data-copy="{}" data-copy-label="signed link" title="{}">Copy link</button>\n'
         '<button type="button" class="btn small" data-copy="{}" data-copy-label="sha256" title="Copy the sha256 {}">'
-        'Copy sha256</button>',
-        download, link, link_title, sha, sha)
+        "Copy sha256</button>",
+        download,
+        link,
+        link_title,
+        sha,
+        sha,
+    )

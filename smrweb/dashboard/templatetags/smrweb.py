@@ -60,7 +60,18 @@ def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = Tr
         'stroke-linecap="round"/>'
         '<circle class="spark-last" cx="{}" cy="{}" r="2"/>'
         '<circle class="spark-best" cx="{}" cy="{}" r="2.75"/></svg>',
-        width, height, width, height, title, title, area, points, lx, ly, bx, by,
+        width,
+        height,
+        width,
+        height,
+        title,
+        title,
+        area,
+        points,
+        lx,
+        ly,
+        bx,
+        by,
     )
 
 
@@ -72,7 +83,10 @@ def state_badge(run):
         return format_html(
             '<span class="badge badge-{}">{}</span> <span class="badge badge-stalled" '
             'title="No progress for {} (last activity {} UTC)">stalled</span>',
-            run.state, run.state, duration(since), run.last_progress_at.strftime("%Y-%m-%d %H:%M:%S"),
+            run.state,
+            run.state,
+            duration(since),
+            run.last_progress_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     if run.state == "failed":
         reason = " · ".join(x for x in (run.failure_family, run.failure_detail) if x) or "no reason given"
@@ -90,7 +104,10 @@ def budget_meter(run):
     return format_html(
         '<span class="meter {}" title="{} of the budget used"><span style="width:{}%"></span></span>'
         '<span class="meter-pct">{}</span>',
-        level, percent(fraction), round(min(fraction, 1) * 100, 1), percent(fraction),
+        level,
+        percent(fraction),
+        round(min(fraction, 1) * 100, 1),
+        percent(fraction),
     )
 
 
@@ -119,15 +136,29 @@ def budget_bar(run, unit: str = "usd"):
         '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}{}">'
         '<div class="budget-part driver" style="width:{}%"></div>'
         '<div class="budget-part child" style="width:{}%"></div>{}{}</div>',
-        " over" if over else "", "tokens" if unit == "tokens" else "USD", fmt(driver), fmt(child),
+        " over" if over else "",
+        "tokens" if unit == "tokens" else "USD",
+        fmt(driver),
+        fmt(child),
         format_html(", {} not in turns", fmt(rest)) if rest else "",
         format_html(" of {}", fmt(budget)) if budget else "",
-        round(d_pct, 2), round(c_pct, 2),
-        format_html('<div class="budget-part rest" style="width:{}%" title="{} billed by the source beyond the '
-                    'turns (other meters, spend no turn accounts for)"></div>', round(r_pct, 2), fmt(rest))
-        if rest else "",
-        format_html('<div class="budget-limit" style="left:{}%" title="budget {}"></div>',
-                    round(float(budget / scale * 100), 2), fmt(budget)) if over else "",
+        round(d_pct, 2),
+        round(c_pct, 2),
+        format_html(
+            '<div class="budget-part rest" style="width:{}%" title="{} billed by the source beyond the '
+            'turns (other meters, spend no turn accounts for)"></div>',
+            round(r_pct, 2),
+            fmt(rest),
+        )
+        if rest
+        else "",
+        format_html(
+            '<div class="budget-limit" style="left:{}%" title="budget {}"></div>',
+            round(float(budget / scale * 100), 2),
+            fmt(budget),
+        )
+        if over
+        else "",
     )
 
 
@@ -156,9 +187,6 @@ def actor_name(actor: str, run) -> str:
 def absval(value):
     """|x| of a number (rank moves: "▲ 2 places up"); None stays None."""
     return abs(value) if value is not None else None
-
-
-
 
 
 @register.filter
@@ -212,8 +240,12 @@ def ms(value) -> str:
 
 def _ticking(value: datetime, text: str, style: str) -> str:
     """A relative time the page script keeps current between polls: <time datetime=… data-ago=…>."""
-    return format_html('<time datetime="{}" data-ago="{}">{}</time>',
-                       value.astimezone(timezone.get_current_timezone()).isoformat(timespec="seconds"), style, text)
+    return format_html(
+        '<time datetime="{}" data-ago="{}">{}</time>',
+        value.astimezone(timezone.get_current_timezone()).isoformat(timespec="seconds"),
+        style,
+        text,
+    )
 
 
 @register.filter
@@ -313,11 +345,15 @@ def source_dot(project):
         level, text = "", f"{name}: not synced yet"
     elif health.consecutive_failures:
         level = "bad"
-        text = (f"{name}: {health.consecutive_failures} failure(s) in a row — "
-                f"{health.last_error_kind}: {health.last_error[:200]}")
+        text = (
+            f"{name}: {health.consecutive_failures} failure(s) in a row — "
+            f"{health.last_error_kind}: {health.last_error[:200]}"
+        )
     else:
         level, text = "good", f"{name}: last sync {ago(health.last_success_at)}"
-    return format_html('<span class="source-dot {}" role="img" aria-label="{}" title="{}"></span>', level, text, text)
+    return format_html(
+        '<span class="source-dot {}" role="img" aria-label="{}" title="{}"></span>', level, text, text
+    )
 
 
 _JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
@@ -332,8 +368,9 @@ def figure_json(value, element_id: str):
     from django.core.serializers.json import DjangoJSONEncoder
     from django.utils.safestring import mark_safe
 
-    data = json.dumps(_drawable(value), cls=DjangoJSONEncoder, separators=(",", ":"),
-                      allow_nan=False).translate(_JSON_SCRIPT_ESCAPES)
+    data = json.dumps(
+        _drawable(value), cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False
+    ).translate(_JSON_SCRIPT_ESCAPES)
     return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(data))
 
 
@@ -390,9 +427,12 @@ def over_budget_badge(run):
     overruns = run.budget_overruns
     if not overruns:
         return ""
-    return format_html('<span class="badge badge-over-budget" data-badge="over-budget" data-over="{}" title="Over budget: {}">'
-                       'over budget</span>', " ".join(o["budget"] for o in overruns),
-                       "; ".join(overrun_text(o) for o in overruns))
+    return format_html(
+        '<span class="badge badge-over-budget" data-badge="over-budget" data-over="{}" title="Over budget: {}">'
+        "over budget</span>",
+        " ".join(o["budget"] for o in overruns),
+        "; ".join(overrun_text(o) for o in overruns),
+    )
 
 
 SORT_ARROWS = {"asc": "▲", "desc": "▼"}
@@ -409,8 +449,19 @@ def sort_header(sorts: dict, key: str, label: str, css: str = ""):
     return format_html(
         '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" hx-target="#project-live" '
         'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}{}</a></th>',
-        css, " sorted" if direction else "", aria, key, link["url"], link["url"], label.lower(), link["next"], label,
-        format_html('<span class="sort-arrow" aria-hidden="true">{}</span>', SORT_ARROWS[direction]) if direction else "")
+        css,
+        " sorted" if direction else "",
+        aria,
+        key,
+        link["url"],
+        link["url"],
+        label.lower(),
+        link["next"],
+        label,
+        format_html('<span class="sort-arrow" aria-hidden="true">{}</span>', SORT_ARROWS[direction])
+        if direction
+        else "",
+    )
 
 
 @register.filter

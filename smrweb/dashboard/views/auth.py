@@ -27,23 +27,35 @@ def by_username_and_ip(group: str, request) -> str:
 def login_limited(request) -> ratelimits.Limited | None:
     """Count the attempt against its address; a Limited when the address, or this client's failures on
     this username, or (for a client that has failed on it) the username's failures are over the limit."""
-    if limited := ratelimits.hit(request, group="login", rate=settings.SMRWEB_LOGIN_RATE, keys=(ratelimits.by_ip,)):
+    if limited := ratelimits.hit(
+        request, group="login", rate=settings.SMRWEB_LOGIN_RATE, keys=(ratelimits.by_ip,)
+    ):
         return limited
-    if limited := ratelimits.peek(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE,
-                                  key=by_username_and_ip):
+    if limited := ratelimits.peek(
+        request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE, key=by_username_and_ip
+    ):
         return limited
-    attacked = ratelimits.peek(request, group="login-failed-anywhere", rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
-                               key=ratelimits.by_username)
-    if attacked and ratelimits.count(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE,
-                                     key=by_username_and_ip):
+    attacked = ratelimits.peek(
+        request,
+        group="login-failed-anywhere",
+        rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
+        key=ratelimits.by_username,
+    )
+    if attacked and ratelimits.count(
+        request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE, key=by_username_and_ip
+    ):
         return attacked
     return None
 
 
 def count_failure(request) -> None:
     ratelimits.hit(request, group="login-failed", rate=settings.SMRWEB_LOGIN_RATE, keys=(by_username_and_ip,))
-    ratelimits.hit(request, group="login-failed-anywhere", rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
-                   keys=(ratelimits.by_username,))
+    ratelimits.hit(
+        request,
+        group="login-failed-anywhere",
+        rate=settings.SMRWEB_LOGIN_USERNAME_RATE,
+        keys=(ratelimits.by_username,),
+    )
 
 
 def guarded_sign_in(request, sign_in):
@@ -58,9 +70,12 @@ def guarded_sign_in(request, sign_in):
 
 def too_many_attempts(request, limited: ratelimits.Limited):
     form = AuthenticationForm(request, initial={"username": request.POST.get("username", "")[:150]})
-    response = render(request, "registration/login.html",
-                      {"form": form, "rate_limited": limited.message, "next": request.POST.get("next", "")},
-                      status=429)
+    response = render(
+        request,
+        "registration/login.html",
+        {"form": form, "rate_limited": limited.message, "next": request.POST.get("next", "")},
+        status=429,
+    )
     response["Retry-After"] = str(limited.retry_after)
     add_never_cache_headers(response)
     return response

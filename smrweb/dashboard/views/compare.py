@@ -20,8 +20,10 @@ def compare_runs(request, slug: str):
     status = 200
     if len(requested) > compare.MAX_RUNS:
         # Refused before any lookup: the limit is what keeps the page fast.
-        context["error"] = (f"{len(requested)} runs were picked; Compare takes at most {compare.MAX_RUNS}. "
-                            "Untick some and compare again.")
+        context["error"] = (
+            f"{len(requested)} runs were picked; Compare takes at most {compare.MAX_RUNS}. "
+            "Untick some and compare again."
+        )
         status, selected = 400, []
     else:
         comparison = compare.compare(project, requested)

@@ -16,20 +16,33 @@ from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, Submissi
 from smrweb.tracking.services import knowledge
 
 ENTRIES_SHOWN = 200
-REASON_LABELS = {"invalid": "invalid", "rejected": "rejected", "regressed": "regressed",
-                 "failed_approach": "failed approach", "arena_regressed": "arena regressed"}
+REASON_LABELS = {
+    "invalid": "invalid",
+    "rejected": "rejected",
+    "regressed": "regressed",
+    "failed_approach": "failed approach",
+    "arena_regressed": "arena regressed",
+}
 
 
 class EditForm(forms.Form):
     kind = forms.ChoiceField(choices=KnowledgeKind.choices, initial=KnowledgeKind.NOTE)
     title = forms.CharField(max_length=knowledge.TITLE_MAX)
-    body = forms.CharField(required=False, max_length=knowledge.BODY_MAX, widget=forms.Textarea(attrs={"rows": 4}),
-                           help_text="What was tried, what happened, why it failed — carried into kickoff messages.")
+    body = forms.CharField(
+        required=False,
+        max_length=knowledge.BODY_MAX,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="What was tried, what happened, why it failed — carried into kickoff messages.",
+    )
 
 
 class EntryForm(EditForm):
-    submission = forms.IntegerField(required=False, min_value=1, label="Submission #",
-                                    help_text="Optional: the submission it is about (gives the entry a score).")
+    submission = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Submission #",
+        help_text="Optional: the submission it is about (gives the entry a score).",
+    )
 
 
 def _save(form: EditForm, write) -> KnowledgeEntry | None:
@@ -62,33 +75,59 @@ def knowledge_page(request, slug: str):
             sub = Submission.objects.filter(project=project, pk=number).first() if number else None
             if number and sub is None:
                 form.add_error("submission", f"There is no submission #{number} in {project.slug}.")
-            elif entry := _save(form, lambda: knowledge.add_entry(project, by=request.user, submission=sub, **data)):
+            elif entry := _save(
+                form, lambda: knowledge.add_entry(project, by=request.user, submission=sub, **data)
+            ):
                 messages.success(request, f"Added “{entry.title}”.")
                 return redirect(reverse("dashboard:knowledge", args=[project.slug]) + f"#entry-{entry.pk}")
     n = _n(request)
     cf = queries.carry_forward(project, n)
-    entries = (KnowledgeEntry.objects.filter(project=project).select_related("submission__run", "created_by")
-               .order_by("-created", "-id")[:ENTRIES_SHOWN])
-    return render(request, "dashboard/knowledge.html", {
-        "project": project, "cf": cf, "text": queries.render_carry_forward(cf), "n": n,
-        "n_choices": range(queries.N_MIN, queries.N_MAX + 1), "entries": entries, "shown": ENTRIES_SHOWN,
-        "total": KnowledgeEntry.objects.filter(project=project).count(),
-        "can_edit": project.allows(request.user, Role.REVIEWER), "form": form, "kinds": KnowledgeKind.choices,
-        "reason_labels": REASON_LABELS,
-    }, status=status)
+    entries = (
+        KnowledgeEntry.objects.filter(project=project)
+        .select_related("submission__run", "created_by")
+        .order_by("-created", "-id")[:ENTRIES_SHOWN]
+    )
+    return render(
+        request,
+        "dashboard/knowledge.html",
+        {
+            "project": project,
+            "cf": cf,
+            "text": queries.render_carry_forward(cf),
+            "n": n,
+            "n_choices": range(queries.N_MIN, queries.N_MAX + 1),
+            "entries": entries,
+            "shown": ENTRIES_SHOWN,
+            "total": KnowledgeEntry.objects.filter(project=project).count(),
+            "can_edit": project.allows(request.user, Role.REVIEWER),
+            "form": form,
+            "kinds": KnowledgeKind.choices,
+            "reason_labels": REASON_LABELS,
+        },
+        status=status,
+    )
 
 
 @require_http_methods(["GET", "POST"])
 @login_required
 def knowledge_edit(request, slug: str, entry_id: int):
     project = project_for_user(request, slug, role=Role.REVIEWER)
-    entry = get_object_or_404(KnowledgeEntry.objects.select_related("submission__run", "created_by", "project"),
-                              project=project, pk=entry_id)
+    entry = get_object_or_404(
+        KnowledgeEntry.objects.select_related("submission__run", "created_by", "project"),
+        project=project,
+        pk=entry_id,
+    )
     form, status = EditForm(initial={"kind": entry.kind, "title": entry.title, "body": entry.body}), 200
     if request.method == "POST":
         form, status = EditForm(request.POST), 400
-        if form.is_valid() and _save(form, lambda: knowledge.edit_entry(entry, by=request.user, **form.cleaned_data)):
+        if form.is_valid() and _save(
+            form, lambda: knowledge.edit_entry(entry, by=request.user, **form.cleaned_data)
+        ):
             messages.success(request, "Entry saved.")
             return redirect(reverse("dashboard:knowledge", args=[project.slug]) + f"#entry-{entry.pk}")
-    return render(request, "dashboard/knowledge_edit.html",
-                  {"project": project, "entry": entry, "form": form, "kinds": KnowledgeKind.choices}, status=status)
+    return render(
+        request,
+        "dashboard/knowledge_edit.html",
+        {"project": project, "entry": entry, "form": form, "kinds": KnowledgeKind.choices},
+        status=status,
+    )

@@ -15,8 +15,12 @@ def download_by_link(request, token: str):
     try:
         response = artifact_response(artifact_for_token(token))
     except signed_links.ExpiredLink as exc:
-        response = _refused(request, 410, "Link expired",
-                            f"{exc} Copy a fresh link from the run page (signed-in members can).")
+        response = _refused(
+            request,
+            410,
+            "Link expired",
+            f"{exc} Copy a fresh link from the run page (signed-in members can).",
+        )
     except signed_links.BadLink as exc:
         response = _refused(request, 403, "Link not valid", str(exc))
     # The token is a bearer credential: keep it out of shared caches and other sites' Referer headers.
@@ -26,5 +30,9 @@ def download_by_link(request, token: str):
 
 
 def _refused(request, status: int, title: str, message: str):
-    return render(request, "dashboard/link_refused.html", {"status": status, "title": title, "message": message},
-                  status=status)
+    return render(
+        request,
+        "dashboard/link_refused.html",
+        {"status": status, "title": title, "message": message},
+        status=status,
+    )

@@ -19,8 +19,9 @@ class PreferencesForm(forms.Form):
     def clean(self):
         data = super().clean()
         if data.get("clock") == Clock.LOCAL and clock.valid_zone(data.get("local_zone")) is None:
-            raise forms.ValidationError("Your browser did not report a time zone (is JavaScript off?); "
-                                        "times stay in UTC.")
+            raise forms.ValidationError(
+                "Your browser did not report a time zone (is JavaScript off?); times stay in UTC."
+            )
         return data
 
 
@@ -31,8 +32,9 @@ def preferences(request):
     current = clock.clock_for(request.user)
     form = PreferencesForm(request.POST or None, initial={"clock": current.mode, "local_zone": ""})
     if request.method == "POST" and form.is_valid():
-        pref = clock.set_clock(request.user, clock=form.cleaned_data["clock"],
-                               local_zone=form.cleaned_data["local_zone"])
+        pref = clock.set_clock(
+            request.user, clock=form.cleaned_data["clock"], local_zone=form.cleaned_data["local_zone"]
+        )
         messages.success(request, "Times are now shown in " + (pref.local_zone or "UTC") + ".")
         return redirect("dashboard:preferences")
     return render(request, "dashboard/preferences.html", {"form": form, "current": current})

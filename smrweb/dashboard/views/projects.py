@@ -29,15 +29,21 @@ def _projects_version(project_ids: list[int]) -> str:
 @login_required
 @vary_on_headers("HX-Request")
 def project_list(request):
-    projects = list(Project.objects.visible_to(request.user).select_related("scenario", "source_health")
-                    .order_by("slug"))
+    projects = list(
+        Project.objects.visible_to(request.user).select_related("scenario", "source_health").order_by("slug")
+    )
     version = _projects_version([p.pk for p in projects])
     if live.unchanged(request, version):
         return live.no_change()
     unverified = include_unverified(request)
-    context = {"summaries": queries.project_summaries(projects, unverified=unverified), "version": version,
-               "unverified": unverified}
-    return render(request, fragment_template(request, "dashboard/project_list.html", "project-cards"), context)
+    context = {
+        "summaries": queries.project_summaries(projects, unverified=unverified),
+        "version": version,
+        "unverified": unverified,
+    }
+    return render(
+        request, fragment_template(request, "dashboard/project_list.html", "project-cards"), context
+    )
 
 
 def filter_runs(project: Project, params) -> tuple[object, dict]:
@@ -48,10 +54,15 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     filterset.is_valid()
     data = {k: v for k, v in filterset.form.cleaned_data.items() if k not in filterset.form.errors}
     sort = data.get("sort") or DEFAULT_SORT
-    filters = {"state": (data.get("state") or [""])[0], "stalled": bool(data.get("stalled")),
-               "failed": bool(data.get("failed")), "over_budget": data.get("over_budget") or "",
-               "q": (data.get("q") or "").strip(), "sort": sort,
-               "ignored": sorted(k for k in filterset.form.errors if params.get(k))}
+    filters = {
+        "state": (data.get("state") or [""])[0],
+        "stalled": bool(data.get("stalled")),
+        "failed": bool(data.get("failed")),
+        "over_budget": data.get("over_budget") or "",
+        "q": (data.get("q") or "").strip(),
+        "sort": sort,
+        "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
+    }
     return sort_runs(filterset.qs, sort), filters
 
 
@@ -74,8 +85,11 @@ def sort_links(url: str, params, current: str, *, maximize: bool = True) -> dict
         target = (key if direction == "desc" else f"-{key}") if direction else f"{first}{key}"
         query = base.copy()
         query["sort"] = target
-        links[key] = {"url": f"{url}?{query.urlencode()}", "direction": direction,
-                      "next": "descending" if target.startswith("-") else "ascending"}
+        links[key] = {
+            "url": f"{url}?{query.urlencode()}",
+            "direction": direction,
+            "next": "descending" if target.startswith("-") else "ascending",
+        }
     return links
 
 
@@ -111,15 +125,18 @@ def project_detail(request, slug: str):
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
-    board = Paginator(queries.counted_leaderboard(project, unverified=unverified, per_run=not every_submission),
-                      LEADERBOARD_PER_PAGE).get_page(request.GET.get("lb"))
+    board = Paginator(
+        queries.counted_leaderboard(project, unverified=unverified, per_run=not every_submission),
+        LEADERBOARD_PER_PAGE,
+    ).get_page(request.GET.get("lb"))
     context = {
         "project": project,
         "page": page,
         "rows": rows,
         "filters": filters,
-        "sorts": sort_links(project.get_absolute_url(), request.GET, filters["sort"],
-                            maximize=project.scenario.maximize),
+        "sorts": sort_links(
+            project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
+        ),
         "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": board,
@@ -128,8 +145,12 @@ def project_detail(request, slug: str):
         "unverified": unverified,
         "pending": None if unverified else queries.pending_scores(project),
         "board_query": _without(request.GET, "lb"),
-        "scope_links": {"verified": _with(request.GET, unverified="0"), "unverified": _with(request.GET, unverified="1"),
-                        "per_run": _with(request.GET, board=None), "all": _with(request.GET, board="all")},
+        "scope_links": {
+            "verified": _with(request.GET, unverified="0"),
+            "unverified": _with(request.GET, unverified="1"),
+            "per_run": _with(request.GET, board=None),
+            "all": _with(request.GET, board="all"),
+        },
         "regressions": queries.regressions(project),
         "can_roll_back": rollbacks.may_roll_back(request.user, project),
         "is_admin": project.allows(request.user, Role.ADMIN),
@@ -141,9 +162,14 @@ def project_detail(request, slug: str):
     }
     if not request.htmx:
         chart_query = _chart_query(request.GET)
-        context.update(_chart_context(project, unverified, runs if chart_query else None),
-                       chart_query=chart_query, chart_version=live.version(base, "chart", unverified, chart_query))
-    return render(request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context)
+        context.update(
+            _chart_context(project, unverified, runs if chart_query else None),
+            chart_query=chart_query,
+            chart_version=live.version(base, "chart", unverified, chart_query),
+        )
+    return render(
+        request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context
+    )
 
 
 def _metric_choice(project: Project) -> dict | None:
@@ -170,16 +196,29 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
     if not scores.total:
         return {"chart_total": 0, "chart_filtered": runs is not None}
     names = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
-    series = [(names[pk], Run(project=project, external_id=names[pk]).get_absolute_url(), points)
-              for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])]
+    series = [
+        (names[pk], Run(project=project, external_id=names[pk]).get_absolute_url(), points)
+        for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])
+    ]
     figure = charts.project_scores_figure(
-        series, scores.frontier, maximize=project.scenario.maximize, metric=project.scenario.score_metric,
-        start=scores.start, end=scores.end, uirevision=f"project-{project.pk}",
+        series,
+        scores.frontier,
+        maximize=project.scenario.maximize,
+        metric=project.scenario.score_metric,
+        start=scores.start,
+        end=scores.end,
+        uirevision=f"project-{project.pk}",
         frontier_label=("best so far of these runs" if runs is not None else "project best so far")
-        + ("" if unverified else " (verified)"))
+        + ("" if unverified else " (verified)"),
+    )
     shown = sum(len(points) for _, _, points in series)
-    return {"chart_figure": figure, "chart_total": scores.total, "chart_shown": shown, "chart_runs": len(series),
-            "chart_filtered": runs is not None}
+    return {
+        "chart_figure": figure,
+        "chart_total": scores.total,
+        "chart_shown": shown,
+        "chart_runs": len(series),
+        "chart_filtered": runs is not None,
+    }
 
 
 @require_safe
@@ -193,6 +232,10 @@ def project_chart(request, slug: str):
     if live.unchanged(request, version):
         return live.no_change()
     runs = filter_runs(project, request.GET)[0] if chart_query else None
-    context = {"project": project, "chart_version": version, "chart_query": chart_query,
-               **_chart_context(project, unverified, runs)}
+    context = {
+        "project": project,
+        "chart_version": version,
+        "chart_query": chart_query,
+        **_chart_context(project, unverified, runs),
+    }
     return render(request, "dashboard/project_detail.html#project-chart", context)

@@ -61,20 +61,34 @@ def run_detail(request, slug: str, run_id: str):
         "version": version,
         "timeline": tl,
         "timeline_figure": charts.run_timeline_figure(
-            tl, maximize=scenario.maximize, metric=scenario.score_metric, budget_usd=run.budget_usd, burn=burn,
-            now=now, uirevision=f"run-{run.pk}"),
+            tl,
+            maximize=scenario.maximize,
+            metric=scenario.score_metric,
+            budget_usd=run.budget_usd,
+            burn=burn,
+            now=now,
+            uirevision=f"run-{run.pk}",
+        ),
         "burn": burn,
         "efficiency": timeline.efficiency(run),
         "actors": actors if len(actors) > 1 else [],
         "overruns": run.budget_overruns,
-        "turns_page": (turns_page := Paginator(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE)
-                       .get_page(request.GET.get("turns_page"))),
+        "turns_page": (
+            turns_page := Paginator(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE).get_page(
+                request.GET.get("turns_page")
+            )
+        ),
         "turns": list(turns_page),
-        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[:RECENT_EXPERIMENTS],
+        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[
+            :RECENT_EXPERIMENTS
+        ],
         "experiment_count": run.experiments.count(),
         "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
-        "artifacts_page": (artifacts_page := Paginator(run.artifacts.select_related("blob").order_by("-created", "-id"),
-                                                       ARTIFACTS_PER_PAGE).get_page(request.GET.get("artifacts_page"))),
+        "artifacts_page": (
+            artifacts_page := Paginator(
+                run.artifacts.select_related("blob").order_by("-created", "-id"), ARTIFACTS_PER_PAGE
+            ).get_page(request.GET.get("artifacts_page"))
+        ),
         "artifacts": list(artifacts_page),
         "artifact_count": artifacts_page.paginator.count,
         "page_query": {key: _without(request.GET, key) for key in ("turns_page", "artifacts_page")},
@@ -88,8 +102,11 @@ def run_detail(request, slug: str, run_id: str):
         "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
         "is_admin": run.project.allows(request.user, Role.ADMIN),
         "regressions": queries.regressions(run.project, [run]),
-        "rollbacks": (rollback_list := list(
-            run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10])),
+        "rollbacks": (
+            rollback_list := list(
+                run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10]
+            )
+        ),
         # A finished run's page keeps polling while a rollback of it is in flight, to show its progress.
         "rollback_in_flight": any(r.status in Rollback.OPEN for r in rollback_list),
         "metric_keys": keys,
@@ -108,7 +125,9 @@ def _without(params, key: str) -> str:
 def _runtime_messages(run, limit: int = 20) -> dict:
     """The latest messages, newest first, and always the kickoff (the run's first message) last."""
     latest = list(run.messages.order_by("-seq")[:limit])  # not "messages": that is Django's flash messages
-    kickoff = run.messages.order_by("seq").first() if len(latest) == limit else (latest[-1] if latest else None)
+    kickoff = (
+        run.messages.order_by("seq").first() if len(latest) == limit else (latest[-1] if latest else None)
+    )
     if kickoff is not None and kickoff not in latest:
         latest.append(kickoff)
     return {"runtime_messages": latest, "kickoff_seq": kickoff.seq if kickoff else None}
@@ -116,8 +135,12 @@ def _runtime_messages(run, limit: int = 20) -> dict:
 
 def _metric_context(run, key: str) -> dict:
     total, points = queries.metric_series(run, key, METRIC_POINTS)
-    return {"metric_key": key, "metric_total": total, "metric_shown": len(points),
-            "metric_figure": charts.metric_figure(key, points, total=total, uirevision=f"metric-{run.pk}-{key}")}
+    return {
+        "metric_key": key,
+        "metric_total": total,
+        "metric_shown": len(points),
+        "metric_figure": charts.metric_figure(key, points, total=total, uirevision=f"metric-{run.pk}-{key}"),
+    }
 
 
 @require_safe
@@ -128,13 +151,22 @@ def run_metric(request, slug: str, run_id: str):
     keys = queries.metric_keys(run)
     key = request.GET.get("key", "")
     if key not in keys:
-        return render(request, "dashboard/run_detail.html#metric-panel",
-                      {"project": run.project, "run": run, "metric_keys": keys, "metric_error": key}, status=404)
+        return render(
+            request,
+            "dashboard/run_detail.html#metric-panel",
+            {"project": run.project, "run": run, "metric_keys": keys, "metric_error": key},
+            status=404,
+        )
     version = live.version(_run_version(run), key)
     if live.unchanged(request, version):
         return live.no_change()
-    context = {"project": run.project, "run": run, "metric_keys": keys, "metric_version": version,
-               **_metric_context(run, key)}
+    context = {
+        "project": run.project,
+        "run": run,
+        "metric_keys": keys,
+        "metric_version": version,
+        **_metric_context(run, key),
+    }
     return render(request, "dashboard/run_detail.html#metric-panel", context)
 
 
@@ -143,8 +175,11 @@ def run_metric(request, slug: str, run_id: str):
 def turn_detail(request, slug: str, run_id: str, turn_id: int):
     run = run_for_user(request, slug, run_id)
     turn = get_object_or_404(AgentTurn, run=run, pk=turn_id)
-    return render(request, "dashboard/partials/turns_panel.html", {"project": run.project, "run": run, "turns": [turn],
-                                                             "count": 1})
+    return render(
+        request,
+        "dashboard/partials/turns_panel.html",
+        {"project": run.project, "run": run, "turns": [turn], "count": 1},
+    )
 
 
 MAX_BAR_WIDTH = timedelta(days=366)  # a timeline bar is at most a year wide, whatever the run's span
@@ -177,15 +212,28 @@ def turns_in_bar(request, slug: str, run_id: str):
     run = run_for_user(request, slug, run_id)
     bar = _bar(request.GET)
     if bar is None:
-        return render(request, "dashboard/partials/turns_panel.html",
-                      {"project": run.project, "run": run, "error": "That bar could not be read; click it again."},
-                      status=400)
+        return render(
+            request,
+            "dashboard/partials/turns_panel.html",
+            {"project": run.project, "run": run, "error": "That bar could not be read; click it again."},
+            status=400,
+        )
     origin, width, index, start, end = bar
     kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK}.get(request.GET.get("kind", ""))
     turns, count = timeline.turns_in_bin(run, origin, width, index, kind)
-    return render(request, "dashboard/partials/turns_panel.html", {
-        "project": run.project, "run": run, "turns": turns, "count": count, "start": start, "end": end,
-        "kind": kind})
+    return render(
+        request,
+        "dashboard/partials/turns_panel.html",
+        {
+            "project": run.project,
+            "run": run,
+            "turns": turns,
+            "count": count,
+            "start": start,
+            "end": end,
+            "kind": kind,
+        },
+    )
 
 
 @require_safe
@@ -209,11 +257,12 @@ def stop_run(request, slug: str, run_id: str):
         if queue.dispatch(tasks.stop_run, run.pk):
             messages.success(request, f"Asked the source to stop {run.external_id}.")
         else:  # nothing re-queues a stop later: say so instead of pretending (and instead of a 500)
-            messages.error(request, "The task queue cannot be reached right now, so the stop was not sent; "
-                                    "try again in a minute.")
+            messages.error(
+                request,
+                "The task queue cannot be reached right now, so the stop was not sent; "
+                "try again in a minute.",
+            )
     return redirect(run.get_absolute_url())
-
-
 
 
 @require_POST
@@ -232,26 +281,42 @@ def rollback(request, slug: str, run_id: str):
         messages.error(request, "That rollback target could not be read.")
         return redirect(run.get_absolute_url())
     try:
-        requested = rollbacks.request_rollback(by=request.user, reason=request.POST.get("reason", ""),
-                                               submission=submission, checkpoint=checkpoint)
+        requested = rollbacks.request_rollback(
+            by=request.user,
+            reason=request.POST.get("reason", ""),
+            submission=submission,
+            checkpoint=checkpoint,
+        )
     except TrackingError as exc:
         messages.error(request, exc.message)
     else:
         if requested.created:
             queued = queue.dispatch(tasks.dispatch_rollback, requested.rollback.pk)
             (messages.success if queued else messages.warning)(
-                request, f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
-                + ("a worker is dispatching it." if queued else "the worker queue is unreachable right now, so it "
-                   "is dispatched as soon as the queue is back."))
+                request,
+                f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
+                + (
+                    "a worker is dispatching it."
+                    if queued
+                    else "the worker queue is unreachable right now, so it "
+                    "is dispatched as soon as the queue is back."
+                ),
+            )
         elif requested.rollback.status in Rollback.OPEN:
-            messages.warning(request, f"A rollback of this run is already in flight "
-                                      f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.")
+            messages.warning(
+                request,
+                f"A rollback of this run is already in flight "
+                f"(to {rollbacks.describe_target(requested.rollback)}); it was not requested twice.",
+            )
         else:
             done = requested.rollback
             at = timezone.localtime(done.created)  # the viewer's clock (dashboard.clock)
-            messages.warning(request, f"This run was already rolled back to {rollbacks.describe_target(done)} at "
-                                      f"{at:%H:%M} {timezone.get_current_timezone_name()} ({done.status}) and has "
-                                      f"scored nothing since; nothing new was requested.")
+            messages.warning(
+                request,
+                f"This run was already rolled back to {rollbacks.describe_target(done)} at "
+                f"{at:%H:%M} {timezone.get_current_timezone_name()} ({done.status}) and has "
+                f"scored nothing since; nothing new was requested.",
+            )
     return redirect(request.POST.get("next") if _safe_next(request) else run.get_absolute_url())
 
 
@@ -266,8 +331,11 @@ def run_exclusion(request, slug: str, run_id: str):
             messages.success(request, f"{run.external_id} counts again in the project's numbers.")
         else:
             submissions.exclude_run(run, by=request.user, reason=request.POST.get("reason", ""))
-            messages.success(request, f"{run.external_id} is excluded from the project's numbers (best, "
-                                      f"leaderboard, charts, regressions, carry-forward); include it again at any time.")
+            messages.success(
+                request,
+                f"{run.external_id} is excluded from the project's numbers (best, "
+                f"leaderboard, charts, regressions, carry-forward); include it again at any time.",
+            )
     except TrackingError as exc:
         messages.error(request, exc.message)
     return redirect(run.get_absolute_url())

@@ -27,12 +27,19 @@ def scenario_for_user(request, key: str) -> tuple[Scenario, list[Project]]:
 
 
 def _context(scenario: Scenario, projects: list[Project]) -> dict:
-    commands = {name: json.dumps(value, ensure_ascii=False) if (value := getattr(scenario, name)) else ""
-                for name in ("validator_command", "scoring_command")}
+    commands = {
+        name: json.dumps(value, ensure_ascii=False) if (value := getattr(scenario, name)) else ""
+        for name in ("validator_command", "scoring_command")
+    }
     lo, hi = scenario.score_min, scenario.score_max
     bounds = f"{numbers.MINUS + '∞' if lo is None else f'{lo:g}'} … {'∞' if hi is None else f'{hi:g}'}"
-    return {"scenario": scenario, "projects": projects, "commands": commands, "bounds": bounds,
-            "timeout": tasks.PREFLIGHT_TIMEOUT}
+    return {
+        "scenario": scenario,
+        "projects": projects,
+        "commands": commands,
+        "bounds": bounds,
+        "timeout": tasks.PREFLIGHT_TIMEOUT,
+    }
 
 
 def _with_code(text: str) -> str:
@@ -57,8 +64,9 @@ def scenario_preflight(request, key: str):
     a plain form post is sent back to the page, which shows the report once it is there."""
     scenario, projects = scenario_for_user(request, key)
     context = _context(scenario, projects)
-    limited = ratelimits.hit(request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE,
-                             keys=[ratelimits.by_user])
+    limited = ratelimits.hit(
+        request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_user]
+    )
     if limited:
         context["error"] = f"you asked too often. {limited.message}"
     else:
@@ -68,7 +76,9 @@ def scenario_preflight(request, key: str):
             context["error"] = str(exc)
         else:
             if not request.htmx:
-                return redirect(f"{reverse('dashboard:scenario-detail', args=[scenario.key])}?preflight={request_id}")
+                return redirect(
+                    f"{reverse('dashboard:scenario-detail', args=[scenario.key])}?preflight={request_id}"
+                )
             context.update(pending=request_id, status="pending")
     template = f"{TEMPLATE}#preflight-report" if request.htmx else TEMPLATE
     # htmx 2 swaps 2xx answers only: the refusal is said in the fragment; a plain post gets a 429.

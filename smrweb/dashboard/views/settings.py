@@ -22,19 +22,30 @@ from smrweb.tracking.services import rollbacks
 
 class ProjectSettingsForm(forms.Form):
     require_second_reviewer = forms.BooleanField(
-        required=False, label="Require a second person to approve",
-        help_text="A reviewer's approval of a submission they proposed does not count.")
+        required=False,
+        label="Require a second person to approve",
+        help_text="A reviewer's approval of a submission they proposed does not count.",
+    )
     auto_verify = forms.BooleanField(
-        required=False, label="Verify every new score automatically",
+        required=False,
+        label="Verify every new score automatically",
         help_text="A worker runs the scenario's validator on each new submission as it arrives, so the "
-                  "project's best and leaderboard (verified submissions) fill without a click each.")
+        "project's best and leaderboard (verified submissions) fill without a click each.",
+    )
     regression_threshold = forms.FloatField(
-        required=False, min_value=0, label="Regression threshold",
+        required=False,
+        min_value=0,
+        label="Regression threshold",
         help_text="A run whose latest score is worse than its best by more than this shows a regression "
-                  "banner with a one-click rollback. Leave it empty to turn detection off.")
+        "banner with a one-click rollback. Leave it empty to turn detection off.",
+    )
     rollback_webhook_url = forms.URLField(
-        required=False, max_length=200, label="Rollback webhook URL", assume_scheme="https",
-        help_text="REST-push projects: rollbacks are POSTed here, signed (see below).")
+        required=False,
+        max_length=200,
+        label="Rollback webhook URL",
+        assume_scheme="https",
+        help_text="REST-push projects: rollbacks are POSTed here, signed (see below).",
+    )
 
     def clean_regression_threshold(self):
         value = self.cleaned_data["regression_threshold"]
@@ -45,14 +56,21 @@ class ProjectSettingsForm(forms.Form):
 
 class SmrSourceForm(forms.Form):
     smr_api_key = forms.CharField(
-        required=False, max_length=1000, label="New SMR API key", widget=forms.PasswordInput,
+        required=False,
+        max_length=1000,
+        label="New SMR API key",
+        widget=forms.PasswordInput,
         help_text="Leave empty to test the key the project has. A new key is checked against the backend "
-                  "before it is saved (sealed; never shown again).")
+        "before it is saved (sealed; never shown again).",
+    )
 
 
 class MemberForm(forms.Form):
-    username = forms.CharField(max_length=254, label="User name or e-mail",
-                               help_text="An existing account; staff create accounts in Admin → Users.")
+    username = forms.CharField(
+        max_length=254,
+        label="User name or e-mail",
+        help_text="An existing account; staff create accounts in Admin → Users.",
+    )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
 
 
@@ -94,8 +112,11 @@ def project_members(request, slug: str):
     """Add a teammate with a role, change a role, or remove someone (admins; audited)."""
     project = project_for_user(request, slug, role=Role.ADMIN)
     if request.POST.get("action") == "remove":
-        member = Membership.objects.filter(project=project, pk=request.POST.get("membership") or 0).select_related(
-            "user").first()
+        member = (
+            Membership.objects.filter(project=project, pk=request.POST.get("membership") or 0)
+            .select_related("user")
+            .first()
+        )
         if member is None:
             messages.error(request, "That member is not in this project (any more).")
         else:
@@ -104,7 +125,9 @@ def project_members(request, slug: str):
             except TrackingError as exc:
                 messages.error(request, exc.message)
             else:
-                messages.success(request, f"{member.user.get_username()} is no longer a member of {project.slug}.")
+                messages.success(
+                    request, f"{member.user.get_username()} is no longer a member of {project.slug}."
+                )
         return redirect(reverse("dashboard:project-settings", args=[project.slug]) + "#members")
     form = MemberForm(request.POST)
     if form.is_valid():
@@ -121,14 +144,24 @@ def project_members(request, slug: str):
 def _render(request, project, *, form=None, smr_form=None, metric_form=None, member_form=None, status=200):
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     smr_settings = project.source_settings if project.source == SourceKind.SMR else {}
-    return render(request, "dashboard/project_settings.html", {
-        "project": project, "form": form or ProjectSettingsForm(initial=initial),
-        "webhook_secret": rollbacks.webhook_secret(project),
-        "smr": smr_settings, "smr_form": smr_form or SmrSourceForm(),
-        "metric_form": metric_form or ScoreMetricForm(initial={"score_metric": smr_settings.get("score_metric")}),
-        "declared_metrics": smr_settings.get("declared_metrics") or {},
-        "members": project.memberships.select_related("user").order_by("user__username"),
-        "member_form": member_form or MemberForm(), "roles": Role.choices}, status=status)
+    return render(
+        request,
+        "dashboard/project_settings.html",
+        {
+            "project": project,
+            "form": form or ProjectSettingsForm(initial=initial),
+            "webhook_secret": rollbacks.webhook_secret(project),
+            "smr": smr_settings,
+            "smr_form": smr_form or SmrSourceForm(),
+            "metric_form": metric_form
+            or ScoreMetricForm(initial={"score_metric": smr_settings.get("score_metric")}),
+            "declared_metrics": smr_settings.get("declared_metrics") or {},
+            "members": project.memberships.select_related("user").order_by("user__username"),
+            "member_form": member_form or MemberForm(),
+            "roles": Role.choices,
+        },
+        status=status,
+    )
 
 
 def _smr_source(request, project, action: str):
@@ -136,8 +169,9 @@ def _smr_source(request, project, action: str):
     form = SmrSourceForm(request.POST)
     if project.source != SourceKind.SMR or not form.is_valid():
         return _render(request, project, smr_form=form, status=400)
-    limited = ratelimits.hit(request, group="smr-check", rate=settings.SMRWEB_PREFLIGHT_RATE,
-                             keys=[ratelimits.by_user])
+    limited = ratelimits.hit(
+        request, group="smr-check", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_user]
+    )
     if limited:
         form.add_error(None, f"You asked too often. {limited.message}")
         response = _render(request, project, smr_form=form, status=429)
@@ -149,12 +183,17 @@ def _smr_source(request, project, action: str):
             services.replace_smr_api_key(project, key, by=request.user, check_binding=smr.check_binding)
             messages.success(request, "The backend accepted the new key; it is saved.")
         elif key:
-            smr.check_binding(smr_project_id=project.source_settings.get("smr_project_id", ""), api_key=key,
-                              backend_base=project.source_settings.get("backend_base", ""))
+            smr.check_binding(
+                smr_project_id=project.source_settings.get("smr_project_id", ""),
+                api_key=key,
+                backend_base=project.source_settings.get("backend_base", ""),
+            )
             messages.success(request, "The backend accepts that key for this SMR project (not saved).")
         else:
             smr.check_project(project)
-            messages.success(request, "Connected: the backend accepts this project's key for its SMR project.")
+            messages.success(
+                request, "Connected: the backend accepts this project's key for its SMR project."
+            )
     except InvalidInput as exc:
         form.add_error("smr_api_key" if exc.field == "smr_api_key" else None, exc.message)
         return _render(request, project, smr_form=form, status=400)

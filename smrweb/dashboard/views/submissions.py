@@ -1,7 +1,6 @@
 """A submission's page (lifecycle history, verification, reviews, the arena handoff), its actions and
 the project's review queue. Thin: the rules live in `tracking.services.submissions`."""
 
-
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,33 +19,54 @@ from smrweb.tracking.services import rollbacks, submissions
 
 
 class ReviewForm(forms.Form):
-    comment = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
-                              help_text="Why — shown in the submission's history.")
+    comment = forms.CharField(
+        required=False,
+        max_length=5000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why — shown in the submission's history.",
+    )
 
 
 class UploadForm(forms.Form):
-    arena_ref = forms.CharField(required=False, max_length=500, label="Arena submission id or URL",
-                                help_text="What the arena calls this upload, so its result can be traced back.")
+    arena_ref = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Arena submission id or URL",
+        help_text="What the arena calls this upload, so its result can be traced back.",
+    )
 
 
 class ExcludeForm(forms.Form):
-    reason = forms.CharField(max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
-                             help_text="Why it should not count (shown wherever it is listed, and audited).")
+    reason = forms.CharField(
+        max_length=5000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why it should not count (shown wherever it is listed, and audited).",
+    )
 
 
 class ArenaResultForm(forms.Form):
-    rank = forms.IntegerField(required=False, min_value=1, max_value=10_000_000, help_text="Your place on the board.")
+    rank = forms.IntegerField(
+        required=False, min_value=1, max_value=10_000_000, help_text="Your place on the board."
+    )
     arena_score = forms.FloatField(required=False, help_text="The arena's own score for it (e.g. Elo).")
-    note = forms.CharField(required=False, max_length=5000, widget=forms.Textarea(attrs={"rows": 2}),
-                           help_text="What the arena said; becomes project knowledge.")
+    note = forms.CharField(
+        required=False,
+        max_length=5000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the arena said; becomes project knowledge.",
+    )
     # What a result must hold (a rank or a score, a score in range) is the domain's rule:
     # `submissions.record_arena_result` refuses with the field, shown on this form.
 
 
 def _submission(project, submission_id: int) -> Submission:
     return get_object_or_404(
-        Submission.objects.select_related("run", "artifact__blob", "proposed_by", "uploaded_by", "project__scenario"),
-        project=project, pk=submission_id)
+        Submission.objects.select_related(
+            "run", "artifact__blob", "proposed_by", "uploaded_by", "project__scenario"
+        ),
+        project=project,
+        pk=submission_id,
+    )
 
 
 def _version(sub: Submission) -> str:
@@ -58,7 +78,8 @@ def _context(request, project, sub: Submission, **extra) -> dict:
     ended = [t for t in transitions if t.from_status == SubmissionStatus.VERIFYING]
     return {
         # The reason the task recorded, unless it only repeats the exit code shown beside it ("exited 1").
-        "verification_reason": "" if not ended or ended[-1].reason == f"exited {sub.verification_exit_code}"
+        "verification_reason": ""
+        if not ended or ended[-1].reason == f"exited {sub.verification_exit_code}"
         else ended[-1].reason,
         "project": project,
         "sub": sub,
@@ -93,7 +114,9 @@ def submission_detail(request, slug: str, submission_id: int):
     if live.unchanged(request, _version(sub)):
         return live.no_change()
     context = _context(request, project, sub)
-    return render(request, fragment_template(request, "dashboard/submission_detail.html", "submission-live"), context)
+    return render(
+        request, fragment_template(request, "dashboard/submission_detail.html", "submission-live"), context
+    )
 
 
 @require_POST
@@ -106,25 +129,36 @@ def submission_action(request, slug: str, submission_id: int, action: str):
         if action == "verify":
             submissions.request_verification(sub, by=request.user)
             if queue.dispatch(tasks.verify_submission, sub.pk):
-                messages.success(request, "Verification started: the validator runs on a worker.",
-                                 extra_tags="until-change")
+                messages.success(
+                    request,
+                    "Verification started: the validator runs on a worker.",
+                    extra_tags="until-change",
+                )
             else:
-                messages.warning(request, "Verification recorded, but the worker queue is unreachable right now; "
-                                          "it starts as soon as the queue is back.")
+                messages.warning(
+                    request,
+                    "Verification recorded, but the worker queue is unreachable right now; "
+                    "it starts as soon as the queue is back.",
+                )
         elif action in ("approve", "reject"):
             form = ReviewForm(request.POST)
             if form.is_valid():
                 verdict = Verdict.APPROVE if action == "approve" else Verdict.REJECT
                 try:
-                    outcome = submissions.review(sub, by=request.user, verdict=verdict,
-                                                 comment=form.cleaned_data["comment"])
+                    outcome = submissions.review(
+                        sub, by=request.user, verdict=verdict, comment=form.cleaned_data["comment"]
+                    )
                 except InvalidInput as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
                 else:
                     (messages.success if outcome.counted else messages.warning)(request, outcome.message)
             if form.errors:
-                return render(request, "dashboard/submission_detail.html",
-                              _context(request, project, sub, review_form=form), status=400)
+                return render(
+                    request,
+                    "dashboard/submission_detail.html",
+                    _context(request, project, sub, review_form=form),
+                    status=400,
+                )
         elif action == "upload":
             form = UploadForm(request.POST)
             if form.is_valid():
@@ -133,8 +167,12 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                 except InvalidInput as exc:
                     form.add_error("arena_ref", exc.message)
             if form.errors:
-                return render(request, "dashboard/submission_detail.html",
-                              _context(request, project, sub, upload_form=form), status=400)
+                return render(
+                    request,
+                    "dashboard/submission_detail.html",
+                    _context(request, project, sub, upload_form=form),
+                    status=400,
+                )
             messages.success(request, "Marked uploaded. Record the arena's answer when it comes.")
         elif action == "record":
             form = ArenaResultForm(request.POST)
@@ -144,9 +182,15 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                 except InvalidInput as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             if form.errors:
-                return render(request, "dashboard/submission_detail.html",
-                              _context(request, project, sub, arena_form=form), status=400)
-            (messages.warning if _worse(result, project) else messages.success)(request, _arena_flash(result, project))
+                return render(
+                    request,
+                    "dashboard/submission_detail.html",
+                    _context(request, project, sub, arena_form=form),
+                    status=400,
+                )
+            (messages.warning if _worse(result, project) else messages.success)(
+                request, _arena_flash(result, project)
+            )
         elif action in ("exclude", "include"):
             if action == "include":
                 submissions.include_submission(sub, by=request.user)
@@ -155,11 +199,18 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                 form = ExcludeForm(request.POST)
                 if form.is_valid():
                     submissions.exclude_submission(sub, by=request.user, reason=form.cleaned_data["reason"])
-                    messages.success(request, "Excluded from the project's numbers (best, leaderboard, charts, "
-                                              "carry-forward). Include it again at any time.")
+                    messages.success(
+                        request,
+                        "Excluded from the project's numbers (best, leaderboard, charts, "
+                        "carry-forward). Include it again at any time.",
+                    )
                 else:
-                    return render(request, "dashboard/submission_detail.html",
-                                  _context(request, project, sub, exclude_form=form), status=400)
+                    return render(
+                        request,
+                        "dashboard/submission_detail.html",
+                        _context(request, project, sub, exclude_form=form),
+                        status=400,
+                    )
         else:
             messages.error(request, f"Unknown action {action!r}.")
     except TrackingError as exc:
@@ -178,17 +229,26 @@ def _arena_flash(result, project) -> str:
     if result.delta is not None:
         way = "higher" if project.scenario.arena_maximize else "lower"
         verdict = {True: "better", False: "worse", None: "no change"}[better]
-        parts.append(f"score {numbers.signed(result.delta)} against the previous result: {verdict} ({way} is better)")
+        parts.append(
+            f"score {numbers.signed(result.delta)} against the previous result: {verdict} ({way} is better)"
+        )
     if result.rank_delta is not None:
-        parts.append("same rank" if result.rank_delta == 0 else
-                     f"{abs(result.rank_delta)} place{'s' if abs(result.rank_delta) != 1 else ''} "
-                     f"{'up' if result.rank_delta < 0 else 'down'} (rank {result.rank})")
+        parts.append(
+            "same rank"
+            if result.rank_delta == 0
+            else f"{abs(result.rank_delta)} place{'s' if abs(result.rank_delta) != 1 else ''} "
+            f"{'up' if result.rank_delta < 0 else 'down'} (rank {result.rank})"
+        )
     return "Arena result recorded" + (": " + "; ".join(parts) + "." if parts else ".")
 
 
 QUEUE_PER_PAGE = 50
-QUEUE_FILTERS = {"waiting": submissions.QUEUE_STATUSES, "candidate": (SubmissionStatus.CANDIDATE,),
-                 "verifying": (SubmissionStatus.VERIFYING,), "verified": (SubmissionStatus.VERIFIED,)}
+QUEUE_FILTERS = {
+    "waiting": submissions.QUEUE_STATUSES,
+    "candidate": (SubmissionStatus.CANDIDATE,),
+    "verifying": (SubmissionStatus.VERIFYING,),
+    "verified": (SubmissionStatus.VERIFIED,),
+}
 
 
 @require_safe
@@ -203,6 +263,17 @@ def review_queue(request, slug: str):
     counts = submissions.queue_counts(project)
     params = request.GET.copy()
     params.pop("page", None)
-    return render(request, "dashboard/review_queue.html", {
-        "project": project, "page": page, "counts": counts, "total": sum(counts.values()), "status": status,
-        "every": every, "query": params.urlencode(), "can_act": project.allows(request.user, Role.REVIEWER)})
+    return render(
+        request,
+        "dashboard/review_queue.html",
+        {
+            "project": project,
+            "page": page,
+            "counts": counts,
+            "total": sum(counts.values()),
+            "status": status,
+            "every": every,
+            "query": params.urlencode(),
+            "can_act": project.allows(request.user, Role.REVIEWER),
+        },
+    )

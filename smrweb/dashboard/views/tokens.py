@@ -28,8 +28,9 @@ def project_tokens(request, slug: str):
     limited = None
     if request.method == "POST" and form.is_valid():
         # Each user may mint SMRWEB_TOKEN_CREATE_RATE tokens (default 20 an hour), across projects.
-        limited = ratelimits.hit(request, group="token-create", rate=settings.SMRWEB_TOKEN_CREATE_RATE,
-                                 keys=(ratelimits.by_user,))
+        limited = ratelimits.hit(
+            request, group="token-create", rate=settings.SMRWEB_TOKEN_CREATE_RATE, keys=(ratelimits.by_user,)
+        )
         if limited:
             form.add_error("name", limited.message)
         else:
@@ -38,8 +39,12 @@ def project_tokens(request, slug: str):
             # session for exactly one page view.
             request.session[NEW_TOKEN_KEY] = raw
             return redirect("dashboard:project-tokens", slug=project.slug)
-    context = {"project": project, "form": form, "new_token": request.session.pop(NEW_TOKEN_KEY, None),
-               "tokens": ApiToken.objects.filter(project=project).select_related("created_by")}
+    context = {
+        "project": project,
+        "form": form,
+        "new_token": request.session.pop(NEW_TOKEN_KEY, None),
+        "tokens": ApiToken.objects.filter(project=project).select_related("created_by"),
+    }
     response = render(request, "dashboard/project_tokens.html", context, status=429 if limited else 200)
     if limited:
         response["Retry-After"] = str(limited.retry_after)

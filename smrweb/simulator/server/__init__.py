@@ -16,5 +16,18 @@ from smrweb.simulator.server.httpd import LOOPBACK, SimulatorServer
 from smrweb.simulator.server.routes import ROUTES, Route, match_route
 from smrweb.simulator.server.stats import Stats
 
-__all__ = ["ACTIVE_RUNS_CAP", "DEFAULT_API_KEY", "LOOPBACK", "ROUTES", "Ctx", "HttpError", "Response",
-           "Route", "SimulatorHandle", "SimulatorServer", "Stats", "match_route", "start_simulator"]
+__all__ = [
+    "ACTIVE_RUNS_CAP",
+    "DEFAULT_API_KEY",
+    "LOOPBACK",
+    "ROUTES",
+    "Ctx",
+    "HttpError",
+    "Response",
+    "Route",
+    "SimulatorHandle",
+    "SimulatorServer",
+    "Stats",
+    "match_route",
+    "start_simulator",
+]

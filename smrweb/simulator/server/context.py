@@ -46,11 +46,16 @@ class Ctx:
         try:
             value = int(raw)
         except ValueError:
-            raise query_error(name, "int_parsing", "Input should be a valid integer, unable to parse string "
-                              "as an integer", raw) from None
+            raise query_error(
+                name,
+                "int_parsing",
+                "Input should be a valid integer, unable to parse string as an integer",
+                raw,
+            ) from None
         if value < lo:
-            raise query_error(name, "greater_than_equal", f"Input should be greater than or equal to {lo}",
-                              raw)
+            raise query_error(
+                name, "greater_than_equal", f"Input should be greater than or equal to {lo}", raw
+            )
         if value > hi:
             raise query_error(name, "less_than_equal", f"Input should be less than or equal to {hi}", raw)
         return value
@@ -62,8 +67,9 @@ class Ctx:
         try:
             return parse_iso(raw)
         except ValueError:
-            raise query_error(name, "datetime_from_date_parsing", "Input should be a valid datetime",
-                              raw) from None
+            raise query_error(
+                name, "datetime_from_date_parsing", "Input should be a valid datetime", raw
+            ) from None
 
 
 def query_error(name: str, type_: str, msg: str, value: Any) -> HttpError:

@@ -97,20 +97,31 @@ def start_simulator(
         tick_seconds = tick if tick > 0 else 1.0
         if start_time is None:
             start_time = datetime.now(UTC) - timedelta(seconds=warmup * tick_seconds)
-        world = World(seed=seed, project_ids=project_ids or [DEFAULT_PROJECT_ID], runs=runs,
-                      tick_seconds=tick_seconds, start_time=start_time, shapes=shapes,
-                      unreadable_every=unreadable_every, metrics=metrics, worker_downgrades=worker_downgrades)
+        world = World(
+            seed=seed,
+            project_ids=project_ids or [DEFAULT_PROJECT_ID],
+            runs=runs,
+            tick_seconds=tick_seconds,
+            start_time=start_time,
+            shapes=shapes,
+            unreadable_every=unreadable_every,
+            metrics=metrics,
+            worker_downgrades=worker_downgrades,
+        )
         world.tick(warmup)
     injector = faults if isinstance(faults, FaultInjector) else FaultInjector(faults, seed=seed)
     stats = Stats()
-    server = SimulatorServer((host, port), world=world, api_key=api_key, faults=injector, stats=stats,
-                             verbose=verbose)
+    server = SimulatorServer(
+        (host, port), world=world, api_key=api_key, faults=injector, stats=stats, verbose=verbose
+    )
     handle = SimulatorHandle(server=server, world=world, faults=injector, stats=stats, api_key=api_key)
-    serve = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                             name="smr-simulator-http", daemon=True)
+    serve = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="smr-simulator-http", daemon=True
+    )
     serve.start()
     handle._threads.append(serve)
     if auto_tick and tick > 0:
+
         def ticker():
             while not handle._ticker_stop.wait(tick):
                 world.tick()

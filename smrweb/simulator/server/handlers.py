@@ -101,13 +101,22 @@ def h_artifact(ctx: Ctx) -> Response:
 def h_artifact_content(ctx: Ctx) -> Response:
     disposition = ctx.q("disposition") or "inline"
     if disposition not in ("inline", "attachment"):
-        raise query_error("disposition", "string_pattern_mismatch",
-                          "String should match pattern '^(inline|attachment)$'", disposition)
+        raise query_error(
+            "disposition",
+            "string_pattern_mismatch",
+            "String should match pattern '^(inline|attachment)$'",
+            disposition,
+        )
     _, artifact, content = ctx.world.artifact(ctx.params["artifact_id"])
     filename = artifact["path"].rsplit("/", 1)[-1]
-    return Response(raw=content, content_type=artifact["content_type"],
-                    headers={"Content-Disposition": f'{disposition}; filename="{filename}"',
-                             "ETag": f'"{artifact["digest"].split(":", 1)[1]}"'})
+    return Response(
+        raw=content,
+        content_type=artifact["content_type"],
+        headers={
+            "Content-Disposition": f'{disposition}; filename="{filename}"',
+            "ETag": f'"{artifact["digest"].split(":", 1)[1]}"',
+        },
+    )
 
 
 # ---------------------------------------------------------------------- checkpoints
@@ -128,8 +137,9 @@ def h_messages(ctx: Ctx) -> Response:
     run = _run(ctx)
     limit = ctx.q_int("limit", 200, 1, 1000)
     targets = [t for t in ctx.query.get("viewer_target", []) if t.strip()]
-    return Response(payload=ctx.world.messages_wire(run, status=ctx.q("status"), viewer_targets=targets,
-                                                    limit=limit))
+    return Response(
+        payload=ctx.world.messages_wire(run, status=ctx.q("status"), viewer_targets=targets, limit=limit)
+    )
 
 
 # ---------------------------------------------------------------------- experiments and results
@@ -148,9 +158,14 @@ def h_experiment_results(ctx: Ctx) -> Response:
     limit = ctx.q_int("limit", 100, 1, 500)
     ctx.q_int("taskset_seed", 0, -(2**63), 2**63)  # validated like the real API, otherwise unused
     taskset = ctx.q("taskset_id")
-    rows = ctx.world.results_wire(pid, experiment_id=ctx.q("experiment_id") or None, metric=ctx.q("metric") or None,
-                                  comparison_cohort_key=ctx.q("comparison_cohort_key") or None,
-                                  truth_status=ctx.q("truth_status") or None, limit=limit)
+    rows = ctx.world.results_wire(
+        pid,
+        experiment_id=ctx.q("experiment_id") or None,
+        metric=ctx.q("metric") or None,
+        comparison_cohort_key=ctx.q("comparison_cohort_key") or None,
+        truth_status=ctx.q("truth_status") or None,
+        limit=limit,
+    )
     return Response(payload=[] if taskset else rows)  # no result of the simulator belongs to a task set
 
 
@@ -159,8 +174,16 @@ def h_experiment_result_list(ctx: Ctx) -> Response:
     pid = _project(ctx)
     ctx.world.experiment_wire(pid, ctx.params["experiment_id"])  # 404 for an unknown experiment
     limit = ctx.q_int("limit", 100, 1, 500)
-    return Response(payload=ctx.world.results_wire(pid, experiment_id=ctx.params["experiment_id"], metric=None,
-                                                   comparison_cohort_key=None, truth_status=None, limit=limit))
+    return Response(
+        payload=ctx.world.results_wire(
+            pid,
+            experiment_id=ctx.params["experiment_id"],
+            metric=None,
+            comparison_cohort_key=None,
+            truth_status=None,
+            limit=limit,
+        )
+    )
 
 
 # ---------------------------------------------------------------------- run actions
@@ -179,12 +202,30 @@ def h_restore(ctx: Ctx) -> Response:
     body = ctx.body if isinstance(ctx.body, dict) else {}
     mode = body.get("mode") or "in_place"
     if mode not in ("in_place", "branch"):
-        raise HttpError(422, [{"type": "literal_error", "loc": ["body", "mode"],
-                               "msg": "Input should be 'in_place' or 'branch'", "input": mode}])
+        raise HttpError(
+            422,
+            [
+                {
+                    "type": "literal_error",
+                    "loc": ["body", "mode"],
+                    "msg": "Input should be 'in_place' or 'branch'",
+                    "input": mode,
+                }
+            ],
+        )
     if not any(body.get(k) for k in ("checkpoint_id", "checkpoint_record_id", "checkpoint_uri")):
-        raise HttpError(422, [{"type": "value_error", "loc": ["body"], "input": body,
-                               "msg": "Value error, one of checkpoint_id, checkpoint_record_id or "
-                                      "checkpoint_uri is required"}])
+        raise HttpError(
+            422,
+            [
+                {
+                    "type": "value_error",
+                    "loc": ["body"],
+                    "input": body,
+                    "msg": "Value error, one of checkpoint_id, checkpoint_record_id or "
+                    "checkpoint_uri is required",
+                }
+            ],
+        )
     try:
         return Response(payload=ctx.world.restore(ctx.params["run_id"], ctx.params.get("project_id"), body))
     except Conflict as exc:

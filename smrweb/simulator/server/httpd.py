@@ -23,8 +23,16 @@ class SimulatorServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, *, world: World, api_key: str, faults: FaultInjector, stats: Stats,
-                 verbose: bool = False):
+    def __init__(
+        self,
+        address,
+        *,
+        world: World,
+        api_key: str,
+        faults: FaultInjector,
+        stats: Stats,
+        verbose: bool = False,
+    ):
         super().__init__(address, _Handler)
         self.world = world
         self.api_key = api_key
@@ -95,8 +103,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw_body) if raw_body.strip() else None
         except ValueError:
-            self._json(422, {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": "JSON decode error",
-                                         "input": raw_body.decode("utf-8", "replace")}]})
+            self._json(
+                422,
+                {
+                    "detail": [
+                        {
+                            "type": "json_invalid",
+                            "loc": ["body"],
+                            "msg": "JSON decode error",
+                            "input": raw_body.decode("utf-8", "replace"),
+                        }
+                    ]
+                },
+            )
             return
         ctx = Ctx(server.world, method, path, params, query, body)
         kind, rng = server.faults.decide(route.name, path)
@@ -108,26 +127,46 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind == "429":
             n = config.retry_after
-            self._json(429, {"detail": {"error_code": "rate_limited", "message": "Too many requests (simulated)",
-                                        "retry_after_seconds": n, "retryable": True}},
-                       {"Retry-After": str(n)})
+            self._json(
+                429,
+                {
+                    "detail": {
+                        "error_code": "rate_limited",
+                        "message": "Too many requests (simulated)",
+                        "retry_after_seconds": n,
+                        "retryable": True,
+                    }
+                },
+                {"Retry-After": str(n)},
+            )
             return
         if kind == "5xx":
             status = rng.choice((500, 502, 503))
-            self._json(status, {"failure_class": "simulated_upstream_failure",
-                                "message": f"Simulated server error ({status})",
-                                "remediation": "Retry with backoff.",
-                                "cause": [{"type": "SimulatedFault", "module": "smrweb.simulator",
-                                           "message": "fault injection"}]})
+            self._json(
+                status,
+                {
+                    "failure_class": "simulated_upstream_failure",
+                    "message": f"Simulated server error ({status})",
+                    "remediation": "Retry with backoff.",
+                    "cause": [
+                        {"type": "SimulatedFault", "module": "smrweb.simulator", "message": "fault injection"}
+                    ],
+                },
+            )
             return
         if kind == "denial":
-            self._json(config.denial_status, {"detail": {
-                "error_code": "smr_limit_exceeded",
-                "message": "Managed research request limit exceeded for this organization (simulated).",
-                "limit_kind": "requests_per_minute",
-                "retryable": True,
-                "retry_after_seconds": config.retry_after,
-            }})
+            self._json(
+                config.denial_status,
+                {
+                    "detail": {
+                        "error_code": "smr_limit_exceeded",
+                        "message": "Managed research request limit exceeded for this organization (simulated).",
+                        "limit_kind": "requests_per_minute",
+                        "retryable": True,
+                        "retry_after_seconds": config.retry_after,
+                    }
+                },
+            )
             return
         if kind == "slow":
             server.stopping.wait(config.slow_seconds)
@@ -151,8 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
             if kind == "truncated":
                 content = truncate(content)
             elif kind == "wrong_shape":
-                content = (b"<html><head><title>Service Unavailable</title></head>"
-                           b"<body>simulated: not the artifact</body></html>")
+                content = (
+                    b"<html><head><title>Service Unavailable</title></head>"
+                    b"<body>simulated: not the artifact</body></html>"
+                )
                 response.content_type = "text/html; charset=utf-8"
             if kind is None and response.status == 200:
                 # Counted before sending: a client that has the bytes must find them counted (counting
@@ -171,8 +212,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
-                                                                  self.server.api_key.encode())
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode(), self.server.api_key.encode()
+        )
 
     def _control(self, method: str, path: str, query: dict[str, list[str]], raw_body: bytes) -> None:
         if self.client_address[0] not in LOOPBACK:
@@ -201,8 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(400, {"detail": "n must be an integer"})
                 return
             applied = world.tick(n)
-            self._json(200 if applied == n else 409, {"applied": applied, "ticks": world.ticks,
-                                                       "frozen": world.frozen})
+            self._json(
+                200 if applied == n else 409,
+                {"applied": applied, "ticks": world.ticks, "frozen": world.frozen},
+            )
         elif key == ("GET", "/_sim/faults"):
             self._json(200, server.faults.config.to_dict())
         elif key == ("POST", "/_sim/faults"):

@@ -78,7 +78,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", P + "/experiments", "experiments", h_experiments),
     Route("GET", P + "/experiments/{experiment_id}", "experiment", h_experiment),
     Route("GET", P + "/experiment-results", "experiment_results", h_experiment_results),
-    Route("GET", P + "/experiments/{experiment_id}/results", "experiment_result_list", h_experiment_result_list),
+    Route(
+        "GET", P + "/experiments/{experiment_id}/results", "experiment_result_list", h_experiment_result_list
+    ),
     Route("POST", PR + "/stop", "stop", h_stop, preview_run),
     Route("POST", R + "/stop", "stop", h_stop, preview_run),
     Route("POST", PR + "/restore", "restore", h_restore, preview_run),

@@ -84,7 +84,9 @@ class ActivityMixin:
             target="role:user",
             action=None,
             status="delivered",
-            body=(f"Progress: tick {run.running_ticks}, {len(run.entries)} ledger entries, "
-                  f"{run.attempts} attempts, best {run.metric} {best}."),
+            body=(
+                f"Progress: tick {run.running_ticks}, {len(run.entries)} ledger entries, "
+                f"{run.attempts} attempts, best {run.metric} {best}."
+            ),
             payload={"topic": PROGRESS_TOPIC, "tick": run.running_ticks, "attempts": run.attempts},
         )

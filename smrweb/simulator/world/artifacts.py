@@ -17,8 +17,18 @@ from smrweb.simulator.world.wireformat import iso
 class ArtifactsMixin:
     """Submission artifacts, by run and by id (the `*_wire` methods: call under `World.lock`)."""
 
-    def _save_submission(self, run: SimRun, n: int, value: float, baseline: float, hparams: dict[str, Any],
-                         experiment_id: str, result_id: str, artifact_id: str, now: datetime) -> None:
+    def _save_submission(
+        self,
+        run: SimRun,
+        n: int,
+        value: float,
+        baseline: float,
+        hparams: dict[str, Any],
+        experiment_id: str,
+        result_id: str,
+        artifact_id: str,
+        now: datetime,
+    ) -> None:
         """The improved optimizer as a submission artifact (its bytes are served by `artifact`)."""
         metric = run.metric
         content = render_optimizer(run.run_id, n, value, baseline, hparams, metric=metric).encode()
@@ -78,8 +88,12 @@ class ArtifactsMixin:
             "title": artifact["title"],
             "uri": artifact["uri"],
             "digest": artifact["digest"],
-            "metadata": {**artifact["metadata"], "path": artifact["path"],
-                         "size_bytes": artifact["size_bytes"], "content_type": artifact["content_type"]},
+            "metadata": {
+                **artifact["metadata"],
+                "path": artifact["path"],
+                "size_bytes": artifact["size_bytes"],
+                "content_type": artifact["content_type"],
+            },
             "created_at": artifact["created_at"],
         }
 
@@ -94,8 +108,9 @@ def _copy_artifact(a: dict[str, Any]) -> dict[str, Any]:
     return {**a, "metadata": dict(a["metadata"])}
 
 
-def render_optimizer(run_id: str, attempt: int, value: float, baseline: float, hp: dict[str, Any],
-                     metric: str = METRIC) -> str:
+def render_optimizer(
+    run_id: str, attempt: int, value: float, baseline: float, hp: dict[str, Any], metric: str = METRIC
+) -> str:
     """The submission an improvement produces: a small, importable optimizer module."""
     return f'''"""AdamW variant found by SMR run {run_id}, attempt {attempt + 1}.
 

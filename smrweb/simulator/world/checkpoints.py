@@ -15,8 +15,9 @@ from smrweb.simulator.world.wireformat import hex_digest, iso, stable_uuid
 class CheckpointsMixin:
     """Checkpoint capture, `restore`, and `checkpoints_wire` (call under `World.lock`)."""
 
-    def _capture_checkpoint(self, run: SimRun, value: float, experiment_id: str, artifact_id: str,
-                            now: datetime) -> str:
+    def _capture_checkpoint(
+        self, run: SimRun, value: float, experiment_id: str, artifact_id: str, now: datetime
+    ) -> str:
         """A checkpoint of the workspace at an improvement; returns its id."""
         rng = run.rng
         metric = run.metric
@@ -28,33 +29,39 @@ class CheckpointsMixin:
         commit = hex_digest("commit", run.run_id, k)[:40]
         workspace = f"/workspace/runs/{run.run_id}/checkpoints/{checkpoint_id}"
         parent = run.checkpoints[-1]["checkpoint_id"] if run.checkpoints else None
-        run.checkpoints.append({
-            "checkpoint_id": checkpoint_id,
-            "artifact_id": stable_uuid("checkpoint-artifact", run.run_id, k),
-            "artifact_type": "checkpoint",
-            "run_id": run.run_id,
-            "project_id": run.project_id,
-            "captured_at": iso(now),
-            "created_at": iso(now),
-            "cadence_source": "per_milestone",
-            "scope": "full",
-            "parent_checkpoint_id": parent,
-            "descriptor_digest": "sha256:" + hex_digest("descriptor", checkpoint_id),
-            "size_bytes": None if failed else 1_000_000 + rng.randint(0, 4_000_000),
-            "state": "failed" if failed else "ready",
-            "uri": None if failed else f"s3://smr-simulator/{run.run_id}/checkpoints/{checkpoint_id}.tar.zst",
-            "error_code": "workspace_missing" if failed else None,
-            "restorable": not failed,
-            "branchable": not failed,
-            "metadata": {
-                "label": f"improvement {k + 1}: {metric}={value:.4f}",
-                "commit": commit,
-                "failure_reason": f"RuntimeError: workspace does not exist: {workspace}" if failed else None,
-                "failure_source": "checkpoint_capture" if failed else None,
-                "experiment_id": experiment_id,
-                "artifact_id": artifact_id,
-            },
-        })
+        run.checkpoints.append(
+            {
+                "checkpoint_id": checkpoint_id,
+                "artifact_id": stable_uuid("checkpoint-artifact", run.run_id, k),
+                "artifact_type": "checkpoint",
+                "run_id": run.run_id,
+                "project_id": run.project_id,
+                "captured_at": iso(now),
+                "created_at": iso(now),
+                "cadence_source": "per_milestone",
+                "scope": "full",
+                "parent_checkpoint_id": parent,
+                "descriptor_digest": "sha256:" + hex_digest("descriptor", checkpoint_id),
+                "size_bytes": None if failed else 1_000_000 + rng.randint(0, 4_000_000),
+                "state": "failed" if failed else "ready",
+                "uri": None
+                if failed
+                else f"s3://smr-simulator/{run.run_id}/checkpoints/{checkpoint_id}.tar.zst",
+                "error_code": "workspace_missing" if failed else None,
+                "restorable": not failed,
+                "branchable": not failed,
+                "metadata": {
+                    "label": f"improvement {k + 1}: {metric}={value:.4f}",
+                    "commit": commit,
+                    "failure_reason": f"RuntimeError: workspace does not exist: {workspace}"
+                    if failed
+                    else None,
+                    "failure_source": "checkpoint_capture" if failed else None,
+                    "experiment_id": experiment_id,
+                    "artifact_id": artifact_id,
+                },
+            }
+        )
         return checkpoint_id
 
     # ------------------------------------------------------------------ client actions
@@ -62,21 +69,29 @@ class CheckpointsMixin:
         with self.lock:
             run = self.get_run(run_id, project_id)
             checkpoint_id = body.get("checkpoint_id") or body.get("checkpoint_record_id")
-            checkpoint = next((c for c in run.checkpoints if c["checkpoint_id"] == checkpoint_id
-                               or c["artifact_id"] == checkpoint_id), None)
+            checkpoint = next(
+                (
+                    c
+                    for c in run.checkpoints
+                    if c["checkpoint_id"] == checkpoint_id or c["artifact_id"] == checkpoint_id
+                ),
+                None,
+            )
             if checkpoint is None and body.get("checkpoint_uri"):
                 checkpoint = next((c for c in run.checkpoints if c["uri"] == body["checkpoint_uri"]), None)
             if checkpoint is None:
                 raise NotFound("Checkpoint not found")
             if not checkpoint["restorable"]:
-                raise Conflict({
-                    "error_code": "checkpoint_not_restorable",
-                    "message": f"Checkpoint {checkpoint['checkpoint_id']} is {checkpoint['state']}; "
-                               "it cannot be restored.",
-                    "retryable": False,
-                    "current_state": checkpoint["state"],
-                    "run_id": run.run_id,
-                })
+                raise Conflict(
+                    {
+                        "error_code": "checkpoint_not_restorable",
+                        "message": f"Checkpoint {checkpoint['checkpoint_id']} is {checkpoint['state']}; "
+                        "it cannot be restored.",
+                        "retryable": False,
+                        "current_state": checkpoint["state"],
+                        "run_id": run.run_id,
+                    }
+                )
             now = self._stamp()
             ack = {
                 "accepted": True,

@@ -63,7 +63,6 @@ ORCH_TOOLS = ("spawn_worker", "read_file", "shell", "record_experiment_result", 
 WORKER_TOOLS = ("shell", "read_file", "apply_patch", "run_tests", "python")
 
 
-
 def parse_shapes(shapes: list[str] | tuple[str, ...] | str) -> tuple[str, ...]:
     """("a", "b") from a sequence or "a,b"; unknown names raise ValueError."""
     if isinstance(shapes, str):
@@ -94,4 +93,3 @@ def parse_metrics(metrics) -> tuple[tuple[str, str], ...]:
     if not out:
         raise ValueError("metrics must hold at least one (name, direction)")
     return tuple(out)
-

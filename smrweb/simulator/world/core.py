@@ -32,8 +32,17 @@ from smrweb.simulator.world.truth import TruthMixin
 from smrweb.simulator.world.usage import UsageMixin
 
 
-class World(RunsMixin, ActivityMixin, UsageMixin, ExperimentsMixin, ArtifactsMixin, CheckpointsMixin,
-            MessagesMixin, ProjectsMixin, TruthMixin):
+class World(
+    RunsMixin,
+    ActivityMixin,
+    UsageMixin,
+    ExperimentsMixin,
+    ArtifactsMixin,
+    CheckpointsMixin,
+    MessagesMixin,
+    ProjectsMixin,
+    TruthMixin,
+):
     """A thread-safe simulated SMR backend state. `tick()` advances it one step; `freeze()` stops it."""
 
     def __init__(

@@ -13,5 +13,3 @@ class Conflict(Exception):
     def __init__(self, detail: dict[str, Any]):
         super().__init__(detail.get("message", "conflict"))
         self.detail = detail
-
-

@@ -55,52 +55,67 @@ class ExperimentsMixin:
         result_id = stable_uuid("result", run.run_id, n)
         artifact_id = stable_uuid("artifact", run.run_id, n) if improved else None
         title = f"Attempt {n + 1}: lr={hparams['lr']:.2e}, wd={hparams['weight_decay']}"
-        run.experiments.append({
-            "experiment_id": experiment_id,
-            "org_id": self.org_id,
-            "project_id": run.project_id,
-            "run_id": run.run_id,
-            "title": title,
-            "kind": "optimization",
-            "hypothesis": (
-                f"AdamW with lr={hparams['lr']:.2e}, betas=({hparams['beta1']}, {hparams['beta2']}), "
-                f"weight_decay={hparams['weight_decay']} and {hparams['warmup_steps']} warmup steps "
-                f"{verb} {metric}"
-            ),
-            "status": "completed",
-            "verdict": "improved" if improved else "no_improvement",
-            "metrics_before": {metric: self._score(run, best_before) if best_before is not None else baseline},
-            "metrics_after": {metric: score},
-            "linked_artifact_ids": [artifact_id] if artifact_id else [],
-            "revision": 1,
-            "metadata": {"attempt_index": n, "hparams": hparams},
-            "created_at": iso(now),
-            "updated_at": iso(now),
-        })
-        run.results.append({
-            "result_id": result_id,
-            "org_id": self.org_id,
-            "project_id": run.project_id,
-            "experiment_id": experiment_id,
-            "run_id": run.run_id,
-            "candidate_id": artifact_id,
-            "metric": metric,
-            "metric_direction": run.metric_direction,
-            "value": score,
-            "baseline_value": baseline,
-            "delta": round(score - baseline, 6),
-            "comparison_cohort_key": COHORT_KEY if metric == METRIC else f"toy-optimizer/{metric}/v1",
-            "truth_status": "observed",
-            "metadata": {"attempt_index": n, "improvement": improved},
-            "created_at": iso(now),
-        })
+        run.experiments.append(
+            {
+                "experiment_id": experiment_id,
+                "org_id": self.org_id,
+                "project_id": run.project_id,
+                "run_id": run.run_id,
+                "title": title,
+                "kind": "optimization",
+                "hypothesis": (
+                    f"AdamW with lr={hparams['lr']:.2e}, betas=({hparams['beta1']}, {hparams['beta2']}), "
+                    f"weight_decay={hparams['weight_decay']} and {hparams['warmup_steps']} warmup steps "
+                    f"{verb} {metric}"
+                ),
+                "status": "completed",
+                "verdict": "improved" if improved else "no_improvement",
+                "metrics_before": {
+                    metric: self._score(run, best_before) if best_before is not None else baseline
+                },
+                "metrics_after": {metric: score},
+                "linked_artifact_ids": [artifact_id] if artifact_id else [],
+                "revision": 1,
+                "metadata": {"attempt_index": n, "hparams": hparams},
+                "created_at": iso(now),
+                "updated_at": iso(now),
+            }
+        )
+        run.results.append(
+            {
+                "result_id": result_id,
+                "org_id": self.org_id,
+                "project_id": run.project_id,
+                "experiment_id": experiment_id,
+                "run_id": run.run_id,
+                "candidate_id": artifact_id,
+                "metric": metric,
+                "metric_direction": run.metric_direction,
+                "value": score,
+                "baseline_value": baseline,
+                "delta": round(score - baseline, 6),
+                "comparison_cohort_key": COHORT_KEY if metric == METRIC else f"toy-optimizer/{metric}/v1",
+                "truth_status": "observed",
+                "metadata": {"attempt_index": n, "improvement": improved},
+                "created_at": iso(now),
+            }
+        )
         run.updated_at = now
         if improved:
             run.best = value
             self._improvement(run, n, value, hparams, experiment_id, result_id, artifact_id, now)
 
-    def _improvement(self, run: SimRun, n: int, value: float, hparams: dict[str, Any], experiment_id: str,
-                     result_id: str, artifact_id: str, now: datetime) -> None:
+    def _improvement(
+        self,
+        run: SimRun,
+        n: int,
+        value: float,
+        hparams: dict[str, Any],
+        experiment_id: str,
+        result_id: str,
+        artifact_id: str,
+        now: datetime,
+    ) -> None:
         """A new best: the submission is saved as an artifact, a checkpoint is captured, the user is told."""
         metric = run.metric
         value = self._score(run, value)  # the loss, as the run's metric
@@ -128,8 +143,12 @@ class ExperimentsMixin:
 
     # ------------------------------------------------------------------ wire shapes (call under lock)
     def experiments_wire(self, project_id: str, *, run_id: str | None, limit: int) -> list[dict[str, Any]]:
-        rows = [e for r in self.runs_by_project[project_id] for e in r.experiments
-                if run_id is None or r.run_id == run_id]
+        rows = [
+            e
+            for r in self.runs_by_project[project_id]
+            for e in r.experiments
+            if run_id is None or r.run_id == run_id
+        ]
         rows.sort(key=lambda e: (e["created_at"], e["experiment_id"]), reverse=True)
         return [copy_row(e) for e in rows[:limit]]
 
@@ -140,8 +159,16 @@ class ExperimentsMixin:
                     return copy_row(e)
         raise NotFound("Experiment not found")
 
-    def results_wire(self, project_id: str, *, experiment_id: str | None, metric: str | None,
-                     comparison_cohort_key: str | None, truth_status: str | None, limit: int) -> list[dict]:
+    def results_wire(
+        self,
+        project_id: str,
+        *,
+        experiment_id: str | None,
+        metric: str | None,
+        comparison_cohort_key: str | None,
+        truth_status: str | None,
+        limit: int,
+    ) -> list[dict]:
         rows = [x for r in self.runs_by_project[project_id] for x in r.results]
         if experiment_id:
             rows = [x for x in rows if x["experiment_id"] == experiment_id]
@@ -156,4 +183,6 @@ class ExperimentsMixin:
 
 
 def copy_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in row.items()}
+    return {
+        k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in row.items()
+    }

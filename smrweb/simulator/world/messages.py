@@ -14,8 +14,19 @@ from smrweb.simulator.world.wireformat import iso, stable_uuid
 class MessagesMixin:
     """Appends runtime messages and serves them (`messages_wire`: call under `World.lock`)."""
 
-    def _message(self, run: SimRun, now: datetime, *, mode: str, sender: str, target: str | None,
-                 action: str | None, status: str, body: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _message(
+        self,
+        run: SimRun,
+        now: datetime,
+        *,
+        mode: str,
+        sender: str,
+        target: str | None,
+        action: str | None,
+        status: str,
+        body: str,
+        payload: dict[str, Any],
+    ) -> dict[str, Any]:
         seq = len(run.messages) + 1
         message = {
             "message_id": stable_uuid("message", run.run_id, seq),
@@ -35,8 +46,14 @@ class MessagesMixin:
         run.updated_at = now
         return message
 
-    def messages_wire(self, run: SimRun, *, status: str | None = None, viewer_targets: list[str] | None = None,
-                      limit: int = 200) -> list[dict[str, Any]]:
+    def messages_wire(
+        self,
+        run: SimRun,
+        *,
+        status: str | None = None,
+        viewer_targets: list[str] | None = None,
+        limit: int = 200,
+    ) -> list[dict[str, Any]]:
         items = run.messages
         if status:
             items = [m for m in items if m["status"] == status]

@@ -22,4 +22,3 @@ def pico_to_usd(pico: int) -> float:
 def pico_to_usd_text(pico: int) -> str:
     """Exact USD as a decimal string with 12 places: 1234567 pico -> "0.000001234567"."""
     return f"{pico // PICO_PER_USD}.{pico % PICO_PER_USD:012d}"
-

@@ -39,9 +39,17 @@ class ProjectsMixin:
             "latest_run_id": runs[-1].run_id if runs else None,
         }
 
-    def list_runs(self, project_id: str, *, states: set[str] | None = None, active_only: bool = False,
-                  created_after: datetime | None = None, created_before: datetime | None = None,
-                  after: tuple[datetime, str] | None = None, limit: int = 50) -> list[SimRun]:
+    def list_runs(
+        self,
+        project_id: str,
+        *,
+        states: set[str] | None = None,
+        active_only: bool = False,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 50,
+    ) -> list[SimRun]:
         """Newest first (created_at, then run_id, descending); `after` is a keyset cursor."""
         runs = [r for r in self.runs_by_project[project_id] if r.exists]
         if states:

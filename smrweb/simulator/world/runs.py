@@ -131,8 +131,9 @@ class RunsMixin:
             payload={"topic": KICKOFF_TOPIC, "source": "trigger"},
         )
 
-    def _finish(self, run: SimRun, state: str, *, failure=None, reason=None, stop_reason=None,
-                stop_message=None) -> datetime:
+    def _finish(
+        self, run: SimRun, state: str, *, failure=None, reason=None, stop_reason=None, stop_message=None
+    ) -> datetime:
         now = self._stamp()
         run.state, run.live_phase = state, "terminal"
         run.terminal_outcome = state
@@ -167,13 +168,15 @@ class RunsMixin:
         with self.lock:
             run = self.get_run(run_id, project_id)
             if run.terminal:
-                raise Conflict({
-                    "error_code": "terminal_run",
-                    "message": f"Run is already terminal ({run.state}); nothing to stop.",
-                    "retryable": False,
-                    "current_state": run.state,
-                    "run_id": run.run_id,
-                })
+                raise Conflict(
+                    {
+                        "error_code": "terminal_run",
+                        "message": f"Run is already terminal ({run.state}); nothing to stop.",
+                        "retryable": False,
+                        "current_state": run.state,
+                        "run_id": run.run_id,
+                    }
+                )
             intent_id = stable_uuid("control", run.run_id, len(run.control_intents))
             now = self._stamp()
             run.control_intents.append({"control_intent_id": intent_id, "action": "stop", "ack_at": iso(now)})
@@ -188,22 +191,29 @@ class RunsMixin:
                 body="Stop requested through the API.",
                 payload={"topic": "smr.control.stop", "control_intent_id": intent_id},
             )
-            self._finish(run, "stopped", reason="user_requested", stop_reason="user_requested",
-                         stop_message="Stopped through the API")
+            self._finish(
+                run,
+                "stopped",
+                reason="user_requested",
+                stop_reason="user_requested",
+                stop_message="Stopped through the API",
+            )
             run.wedged = False
             wire = self.run_wire(run)
-            wire.update({
-                "control_intent_id": intent_id,
-                "control_intent_ack_at": iso(now),
-                "enqueue_status": "accepted",
-                # the spec's compact receipt fields too, so the answer is both shapes at once
-                "control_kind": "stop",
-                "requested_state": "stopped",
-                "terminal_state": "stopped",
-                "durable_state": "stopped",
-                "accepted_at": iso(now),
-                "status_url": f"/smr/projects/{run.project_id}/runs/{run.run_id}",
-            })
+            wire.update(
+                {
+                    "control_intent_id": intent_id,
+                    "control_intent_ack_at": iso(now),
+                    "enqueue_status": "accepted",
+                    # the spec's compact receipt fields too, so the answer is both shapes at once
+                    "control_kind": "stop",
+                    "requested_state": "stopped",
+                    "terminal_state": "stopped",
+                    "durable_state": "stopped",
+                    "accepted_at": iso(now),
+                    "status_url": f"/smr/projects/{run.project_id}/runs/{run.run_id}",
+                }
+            )
             return wire
 
     # ------------------------------------------------------------------ wire shape (call under lock)
@@ -246,8 +256,13 @@ class RunsMixin:
             if downgraded is not None:
                 roles["worker"]["resolved_profile_id"] = downgraded.profile_id
             roles["workers"] = [
-                {"actor_id": a.actor_id, "requested_profile_id": a.requested_profile_id,
-                 "resolved_profile_id": a.profile_id, "requested_model": a.requested_model, "model": a.model}
+                {
+                    "actor_id": a.actor_id,
+                    "requested_profile_id": a.requested_profile_id,
+                    "resolved_profile_id": a.profile_id,
+                    "requested_model": a.requested_model,
+                    "model": a.model,
+                }
                 for a in workers
             ]
         return {

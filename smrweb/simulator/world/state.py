@@ -103,8 +103,9 @@ class SimRun:
     tokens_by_model: dict[str, dict[str, int]] = field(default_factory=dict)
     by_role: dict[str, dict[str, int]] = field(default_factory=dict)
     unreadable: set[int] = field(default_factory=set)  # indexes into entries served opaque
-    unreadable_sums: dict[str, int] = field(default_factory=lambda: {
-        "entries": 0, "input_tokens": 0, "output_tokens": 0, "pico_usd": 0})
+    unreadable_sums: dict[str, int] = field(
+        default_factory=lambda: {"entries": 0, "input_tokens": 0, "output_tokens": 0, "pico_usd": 0}
+    )
     progress_notes: int = 0
     wire_cache: list[dict[str, Any]] = field(default_factory=list)  # entries as served, built once each
 
@@ -123,4 +124,3 @@ class SimRun:
     @property
     def orchestrator(self) -> Actor:
         return self.actors[0]
-

@@ -27,9 +27,12 @@ class TruthMixin:
                 "start_time": iso(self.start_time),
                 "now": iso(self.tick_time()),
                 "org_id": self.org_id,
-                "config": {"shapes": list(self.shapes), "unreadable_every": self.unreadable_every,
-                           "metrics": [list(m) for m in self.metrics],
-                           "worker_downgrades": self.worker_downgrades},
+                "config": {
+                    "shapes": list(self.shapes),
+                    "unreadable_every": self.unreadable_every,
+                    "metrics": [list(m) for m in self.metrics],
+                    "worker_downgrades": self.worker_downgrades,
+                },
                 "projects": {
                     pid: {"runs": [self._truth(r) for r in runs if r.exists]}
                     for pid, runs in self.runs_by_project.items()
@@ -60,9 +63,15 @@ class TruthMixin:
             "downgraded": run.requested_profile != run.resolved_profile,
             "worker_downgraded": any(a.downgraded for a in run.actors[1:]),
             "actors": [
-                {"actor_id": a.actor_id, "role": a.role, "requested_profile_id": a.requested_profile_id,
-                 "resolved_profile_id": a.profile_id, "requested_model": a.requested_model,
-                 "actual_model": a.model, "events": a.events}
+                {
+                    "actor_id": a.actor_id,
+                    "role": a.role,
+                    "requested_profile_id": a.requested_profile_id,
+                    "resolved_profile_id": a.profile_id,
+                    "requested_model": a.requested_model,
+                    "actual_model": a.model,
+                    "events": a.events,
+                }
                 for a in run.actors
             ],
             "budget_usd": BUDGET_USD,
@@ -79,35 +88,60 @@ class TruthMixin:
                 "total_cents": pico_to_cents(total),
                 "total_usd": pico_to_usd(total),
                 "by_meter": {
-                    kind: {"pico_usd": pico, "cents": pico_to_cents(pico),
-                           "quantity": run.quantity_by_kind.get(kind, 0),
-                           "events": run.events_by_kind.get(kind, 0)}
+                    kind: {
+                        "pico_usd": pico,
+                        "cents": pico_to_cents(pico),
+                        "quantity": run.quantity_by_kind.get(kind, 0),
+                        "events": run.events_by_kind.get(kind, 0),
+                    }
                     for kind, pico in sorted(run.pico_by_kind.items())
                 },
                 "by_role": {role: dict(row) for role, row in run.by_role.items()},
             },
-            "unreadable": {"entries": unread["entries"], "input_tokens": unread["input_tokens"],
-                           "output_tokens": unread["output_tokens"], "pico_usd": unread["pico_usd"],
-                           "cents": pico_to_cents(unread["pico_usd"])},
+            "unreadable": {
+                "entries": unread["entries"],
+                "input_tokens": unread["input_tokens"],
+                "output_tokens": unread["output_tokens"],
+                "pico_usd": unread["pico_usd"],
+                "cents": pico_to_cents(unread["pico_usd"]),
+            },
             "scores": [
-                {"result_id": x["result_id"], "experiment_id": x["experiment_id"], "value": x["value"],
-                 "created_at": x["created_at"], "improvement": x["metadata"]["improvement"]}
+                {
+                    "result_id": x["result_id"],
+                    "experiment_id": x["experiment_id"],
+                    "value": x["value"],
+                    "created_at": x["created_at"],
+                    "improvement": x["metadata"]["improvement"],
+                }
                 for x in run.results
             ],
             "best_score": None if run.best == math.inf else self._score(run, run.best),
             "artifacts": [
-                {"artifact_id": a["artifact_id"], "digest": a["digest"], "size_bytes": a["size_bytes"],
-                 "path": a["path"], "experiment_id": a["metadata"]["experiment_id"],
-                 "score": a["metadata"]["score"], "created_at": a["created_at"]}
+                {
+                    "artifact_id": a["artifact_id"],
+                    "digest": a["digest"],
+                    "size_bytes": a["size_bytes"],
+                    "path": a["path"],
+                    "experiment_id": a["metadata"]["experiment_id"],
+                    "score": a["metadata"]["score"],
+                    "created_at": a["created_at"],
+                }
                 for a in run.artifacts
             ],
             "checkpoints": [
-                {"checkpoint_id": c["checkpoint_id"], "state": c["state"], "captured_at": c["captured_at"],
-                 "failure_reason": c["metadata"]["failure_reason"]}
+                {
+                    "checkpoint_id": c["checkpoint_id"],
+                    "state": c["state"],
+                    "captured_at": c["captured_at"],
+                    "failure_reason": c["metadata"]["failure_reason"],
+                }
                 for c in run.checkpoints
             ],
-            "messages": {"count": len(run.messages), "last_seq": run.messages[-1]["seq"] if run.messages else 0,
-                         "progress_notes": run.progress_notes},
+            "messages": {
+                "count": len(run.messages),
+                "last_seq": run.messages[-1]["seq"] if run.messages else 0,
+                "progress_notes": run.progress_notes,
+            },
             "restores": [dict(r) for r in run.restores],
             "control_intents": [dict(c) for c in run.control_intents],
         }

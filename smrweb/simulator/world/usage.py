@@ -26,8 +26,9 @@ from smrweb.simulator.world.wireformat import hex_digest, iso, stable_uuid
 class UsageMixin:
     """Writes usage entries and serves them (the `*_wire` methods: call under `World.lock`)."""
 
-    def _inference(self, run: SimRun, actor: Actor, in_tok: int, out_tok: int, tools: list[str],
-                   duration_ms: int) -> None:
+    def _inference(
+        self, run: SimRun, actor: Actor, in_tok: int, out_tok: int, tools: list[str], duration_ms: int
+    ) -> None:
         price_in, price_out = MODEL_PRICE[actor.model]
         self._entry(
             run,
@@ -45,28 +46,43 @@ class UsageMixin:
         )
         actor.turns += 1
 
-    def _entry(self, run: SimRun, *, meter_kind: str, actor: Actor, model, turn_index, input_tokens: int,
-               output_tokens: int, cost: int, tool_calls: list[str], duration_ms: int, quantity: int,
-               quantity_unit: str) -> None:
+    def _entry(
+        self,
+        run: SimRun,
+        *,
+        meter_kind: str,
+        actor: Actor,
+        model,
+        turn_index,
+        input_tokens: int,
+        output_tokens: int,
+        cost: int,
+        tool_calls: list[str],
+        duration_ms: int,
+        quantity: int,
+        quantity_unit: str,
+    ) -> None:
         now = self._stamp()
         n = len(run.entries)
-        run.entries.append({
-            "entry_id": stable_uuid("entry", run.run_id, n),
-            "created_at": iso(now),
-            "meter_kind": meter_kind,
-            "actor_id": actor.actor_id,
-            "actor_role": actor.role,
-            "parent_actor_id": actor.parent_actor_id,
-            "model": model,
-            "turn_index": turn_index,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cost_pico_usd": cost,
-            "tool_calls": list(tool_calls),
-            "duration_ms": duration_ms,
-            "quantity": quantity,
-            "quantity_unit": quantity_unit,
-        })
+        run.entries.append(
+            {
+                "entry_id": stable_uuid("entry", run.run_id, n),
+                "created_at": iso(now),
+                "meter_kind": meter_kind,
+                "actor_id": actor.actor_id,
+                "actor_role": actor.role,
+                "parent_actor_id": actor.parent_actor_id,
+                "model": model,
+                "turn_index": turn_index,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "cost_pico_usd": cost,
+                "tool_calls": list(tool_calls),
+                "duration_ms": duration_ms,
+                "quantity": quantity,
+                "quantity_unit": quantity_unit,
+            }
+        )
         run.pico_by_kind[meter_kind] = run.pico_by_kind.get(meter_kind, 0) + cost
         run.quantity_by_kind[meter_kind] = run.quantity_by_kind.get(meter_kind, 0) + quantity
         run.events_by_kind[meter_kind] = run.events_by_kind.get(meter_kind, 0) + 1
@@ -81,8 +97,9 @@ class UsageMixin:
             row["input_tokens"] += input_tokens
             row["output_tokens"] += output_tokens
             row["calls"] += 1
-        role = run.by_role.setdefault(actor.role, {"cost_pico_usd": 0, "input_tokens": 0, "output_tokens": 0,
-                                                   "turns": 0, "events": 0})
+        role = run.by_role.setdefault(
+            actor.role, {"cost_pico_usd": 0, "input_tokens": 0, "output_tokens": 0, "turns": 0, "events": 0}
+        )
         role["cost_pico_usd"] += cost
         role["input_tokens"] += input_tokens
         role["output_tokens"] += output_tokens
@@ -155,17 +172,23 @@ class UsageMixin:
                 },
                 "breakdown": {
                     "meters": {
-                        B_METER[kind]: {"cost_usd": pico_to_usd_text(pico), "cost_cents": pico_to_cents(pico),
-                                        "units": run.quantity_by_kind.get(kind, 0),
-                                        "unit": B_UNIT[_UNITS[kind]],
-                                        "line_items": run.events_by_kind.get(kind, 0)}
+                        B_METER[kind]: {
+                            "cost_usd": pico_to_usd_text(pico),
+                            "cost_cents": pico_to_cents(pico),
+                            "units": run.quantity_by_kind.get(kind, 0),
+                            "unit": B_UNIT[_UNITS[kind]],
+                            "line_items": run.events_by_kind.get(kind, 0),
+                        }
                         for kind, pico in sorted(run.pico_by_kind.items())
                     },
                     "roles": {
-                        B_ENTRY_ROLE[role]: {"cost_usd": pico_to_usd_text(row["cost_pico_usd"]),
-                                             "prompt_tokens": row["input_tokens"],
-                                             "completion_tokens": row["output_tokens"],
-                                             "llm_calls": row["turns"], "line_items": row["events"]}
+                        B_ENTRY_ROLE[role]: {
+                            "cost_usd": pico_to_usd_text(row["cost_pico_usd"]),
+                            "prompt_tokens": row["input_tokens"],
+                            "completion_tokens": row["output_tokens"],
+                            "llm_calls": row["turns"],
+                            "line_items": row["events"],
+                        }
                         for role, row in run.by_role.items()
                     },
                 },
@@ -287,37 +310,49 @@ class UsageMixin:
             if b:
                 by_provider = {B_PROVIDER[k]: pico_to_cents(v) for k, v in sorted(by_kind.items())}
                 by_source_type = {B_METER[k]: pico_to_cents(v) for k, v in sorted(by_kind.items())}
-                token_usage = {"prompt_tokens": actor.input_tokens, "completion_tokens": actor.output_tokens,
-                               "total_tokens": actor.input_tokens + actor.output_tokens}
+                token_usage = {
+                    "prompt_tokens": actor.input_tokens,
+                    "completion_tokens": actor.output_tokens,
+                    "total_tokens": actor.input_tokens + actor.output_tokens,
+                }
                 role = B_PARTICIPANT_ROLE[actor.role]
             else:
-                by_provider = {"openai": pico_to_cents(by_kind.get("inference", 0)),
-                               "sandbox": pico_to_cents(by_kind.get("sandbox_seconds", 0))}
+                by_provider = {
+                    "openai": pico_to_cents(by_kind.get("inference", 0)),
+                    "sandbox": pico_to_cents(by_kind.get("sandbox_seconds", 0)),
+                }
                 by_source_type = {k: pico_to_cents(v) for k, v in sorted(by_kind.items())}
                 token_usage = {"input_tokens": actor.input_tokens, "output_tokens": actor.output_tokens}
                 role = actor.role
-            rows.append({
-                "actor_id": actor.actor_id,
-                "org_id": self.org_id,
-                "project_id": run.project_id,
-                "run_id": run.run_id,
-                "task_id": None,
-                "task_key": None,
-                "worker_id": actor.actor_id if actor.role == "worker" else None,
-                "participant_role": role,
-                "nominal_amount_cents": cents,
-                "billed_amount_cents": cents,
-                "internal_cost_cents": cents,
-                "event_count": actor.events,
-                "latest_usage_at": actor.latest_at,
-                "by_provider": by_provider,
-                "by_source_type": by_source_type,
-                "by_source_subtype": {},
-                "by_model": {k: pico_to_cents(v) for k, v in sorted(actor.pico_by_model.items())},
-                "token_usage": token_usage,
-            })
-        return {"org_id": self.org_id, "project_id": run.project_id, "run_id": run.run_id,
-                "count": len(rows), "actors": rows}
+            rows.append(
+                {
+                    "actor_id": actor.actor_id,
+                    "org_id": self.org_id,
+                    "project_id": run.project_id,
+                    "run_id": run.run_id,
+                    "task_id": None,
+                    "task_key": None,
+                    "worker_id": actor.actor_id if actor.role == "worker" else None,
+                    "participant_role": role,
+                    "nominal_amount_cents": cents,
+                    "billed_amount_cents": cents,
+                    "internal_cost_cents": cents,
+                    "event_count": actor.events,
+                    "latest_usage_at": actor.latest_at,
+                    "by_provider": by_provider,
+                    "by_source_type": by_source_type,
+                    "by_source_subtype": {},
+                    "by_model": {k: pico_to_cents(v) for k, v in sorted(actor.pico_by_model.items())},
+                    "token_usage": token_usage,
+                }
+            )
+        return {
+            "org_id": self.org_id,
+            "project_id": run.project_id,
+            "run_id": run.run_id,
+            "count": len(rows),
+            "actors": rows,
+        }
 
 
 _UNITS = {"inference": "tokens", "sandbox_seconds": "seconds"}
@@ -329,7 +364,11 @@ def _entry_b(e: dict[str, Any]) -> dict[str, Any]:
         "id": e["entry_id"],
         "recorded_at": e["created_at"],
         "meter": B_METER[e["meter_kind"]],
-        "actor": {"id": e["actor_id"], "role": B_ENTRY_ROLE[e["actor_role"]], "parent_id": e["parent_actor_id"]},
+        "actor": {
+            "id": e["actor_id"],
+            "role": B_ENTRY_ROLE[e["actor_role"]],
+            "parent_id": e["parent_actor_id"],
+        },
     }
     if e["meter_kind"] == "inference":
         out["model_name"] = e["model"]

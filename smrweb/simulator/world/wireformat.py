@@ -30,4 +30,3 @@ def hex_digest(*parts: object) -> str:
 
 def stable_uuid(*parts: object) -> str:
     return str(uuid.UUID(bytes=bytes.fromhex(hex_digest(*parts)[:32]), version=4))
-

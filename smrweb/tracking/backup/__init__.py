@@ -19,6 +19,7 @@ digest as `services.save_blob` stores them; the ones an import wrote are deleted
 
 Modules: `tables` (what an archive holds), `export`, `archive` (reading and checking one), `restore`.
 """
+
 from smrweb.tracking.backup.export import _Exporter, export_project  # noqa: F401
 from smrweb.tracking.backup.restore import ImportResult, import_project  # noqa: F401
 from smrweb.tracking.backup.tables import MANIFEST, TABLES, BackupError, default_archive_name  # noqa: F401

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from django.conf import settings
+
 from smrweb.tracking import services
 from smrweb.tracking.backup import tables
 from smrweb.tracking.backup.tables import (
@@ -57,7 +58,9 @@ class _Archive:
         try:
             info = self.zf.getinfo(MANIFEST)
         except KeyError:
-            raise BackupError(f"{self.path} has no {MANIFEST}: it is not an smrweb project archive.") from None
+            raise BackupError(
+                f"{self.path} has no {MANIFEST}: it is not an smrweb project archive."
+            ) from None
         if info.file_size > MANIFEST_MAX_BYTES:
             raise BackupError(f"{MANIFEST} is {info.file_size} bytes: not a manifest smrweb writes.")
         try:
@@ -65,23 +68,35 @@ class _Archive:
         except (ValueError, zipfile.BadZipFile, zlib.error) as exc:
             raise BackupError(f"{MANIFEST} cannot be read: {exc}") from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise BackupError(f"{self.path} is not an smrweb project archive (its manifest names no {FORMAT!r}).")
+            raise BackupError(
+                f"{self.path} is not an smrweb project archive (its manifest names no {FORMAT!r})."
+            )
         if manifest.get("version") != VERSION:
-            raise BackupError(f"The archive is in format version {manifest.get('version')!r}; this smrweb reads "
-                              f"version {VERSION} only. Nothing was imported.")
+            raise BackupError(
+                f"The archive is in format version {manifest.get('version')!r}; this smrweb reads "
+                f"version {VERSION} only. Nothing was imported."
+            )
         files, counts = manifest.get("files"), manifest.get("counts")
-        if not (isinstance(manifest.get("project"), str) and isinstance(files, dict) and isinstance(counts, dict)):
+        if not (
+            isinstance(manifest.get("project"), str) and isinstance(files, dict) and isinstance(counts, dict)
+        ):
             raise BackupError(f"{MANIFEST} lacks its project, files or counts.")
         for name, entry in files.items():
-            if not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and entry["size"] >= 0
-                    and isinstance(entry.get("sha256"), str) and services.SHA256_RE.match(entry["sha256"])):
+            if not (
+                isinstance(entry, dict)
+                and isinstance(entry.get("size"), int)
+                and entry["size"] >= 0
+                and isinstance(entry.get("sha256"), str)
+                and services.SHA256_RE.match(entry["sha256"])
+            ):
                 raise BackupError(f"{MANIFEST}: the entry of {name} needs a sha256 and a size.")
         expected_counts = {table.name for table in TABLES} | {"user"}
         if set(counts) != expected_counts or not all(isinstance(n, int) and n >= 0 for n in counts.values()):
             raise BackupError(f"{MANIFEST}: counts must name exactly the tables {sorted(expected_counts)}.")
         if counts["scenario"] != 1 or counts["project"] != 1 or counts["source_health"] > 1:
-            raise BackupError(f"{MANIFEST}: an archive holds one project, its scenario and at most one "
-                              "source-health row.")
+            raise BackupError(
+                f"{MANIFEST}: an archive holds one project, its scenario and at most one source-health row."
+            )
         return manifest
 
     def _check_members(self) -> None:
@@ -91,13 +106,23 @@ class _Archive:
         listed = set(self.files)
         missing, unlisted = sorted(listed - set(names)), sorted(set(names) - listed - {MANIFEST})
         if missing or unlisted:
-            raise BackupError("The archive does not match its manifest: "
-                              + "; ".join(filter(None, [missing and f"missing {', '.join(missing[:5])}",
-                                                        unlisted and f"not listed {', '.join(unlisted[:5])}"])))
+            raise BackupError(
+                "The archive does not match its manifest: "
+                + "; ".join(
+                    filter(
+                        None,
+                        [
+                            missing and f"missing {', '.join(missing[:5])}",
+                            unlisted and f"not listed {', '.join(unlisted[:5])}",
+                        ],
+                    )
+                )
+            )
         data = {name for name in listed if not name.startswith("blobs/")}
         if data != DATA_FILES:
-            raise BackupError(f"The archive's data files are {sorted(data)}; version {VERSION} has "
-                              f"{sorted(DATA_FILES)}.")
+            raise BackupError(
+                f"The archive's data files are {sorted(data)}; version {VERSION} has {sorted(DATA_FILES)}."
+            )
         total = 0
         for name in listed - data:
             # A blob is named by its digest, so its bytes are checked against the name, not only
@@ -109,16 +134,22 @@ class _Archive:
             # finding 5: a 622 KB archive became a 600 MiB blob).
             size = self.files[name]["size"]
             if size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
-                raise BackupError(f"{name} is {size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} "
-                                  "(SMRWEB_MAX_ARTIFACT_BYTES).")
+                raise BackupError(
+                    f"{name} is {size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} "
+                    "(SMRWEB_MAX_ARTIFACT_BYTES)."
+                )
             packed = self.zf.getinfo(name).compress_size
             if size > MAX_EXPANSION * max(packed, 1) and size > 1024 * 1024:
-                raise BackupError(f"{name} unpacks to {size} bytes from {packed}: more than {MAX_EXPANSION}× is "
-                                  "refused (a zip bomb, or not an archive export_project wrote).")
+                raise BackupError(
+                    f"{name} unpacks to {size} bytes from {packed}: more than {MAX_EXPANSION}× is "
+                    "refused (a zip bomb, or not an archive export_project wrote)."
+                )
             total += size
         if (quota := settings.SMRWEB_PROJECT_STORAGE_QUOTA_BYTES) and total > quota:
-            raise BackupError(f"The archive's artifacts hold {total} bytes, over a project's storage quota of {quota} "
-                              "(SMRWEB_PROJECT_STORAGE_QUOTA_BYTES).")
+            raise BackupError(
+                f"The archive's artifacts hold {total} bytes, over a project's storage quota of {quota} "
+                "(SMRWEB_PROJECT_STORAGE_QUOTA_BYTES)."
+            )
 
     def chunks(self, name: str) -> Iterator[bytes]:
         """The member's bytes; raises BackupError when they are exhausted and do not match the manifest
@@ -134,11 +165,14 @@ class _Archive:
                     digest.update(chunk)
                     yield chunk
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
-            raise BackupError(f"{name} cannot be read: {exc}. The archive is damaged; "
-                              "nothing was imported.") from None
+            raise BackupError(
+                f"{name} cannot be read: {exc}. The archive is damaged; nothing was imported."
+            ) from None
         if size != expected["size"] or digest.hexdigest() != expected["sha256"]:
-            raise BackupError(f"{name} does not match its sha256 in the manifest: the archive was altered or "
-                              "is damaged. Nothing was imported.")
+            raise BackupError(
+                f"{name} does not match its sha256 in the manifest: the archive was altered or "
+                "is damaged. Nothing was imported."
+            )
 
     def lines(self, name: str) -> Iterator[tuple[int, bytes]]:
         # JSON escapes newlines inside strings, so a raw newline always ends a row.

@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.duration import duration_iso_string
+
 from smrweb.tracking import services
 from smrweb.tracking.backup import tables
 from smrweb.tracking.backup.tables import (
@@ -154,7 +155,11 @@ class _Exporter:
                 pairs = table.rows(self.project).values_list("pk", table.key)
                 self.refs[table.model] = dict(pairs.iterator(chunk_size=tables.CHUNK_SIZE))
             elif table.ref:
-                pks = table.rows(self.project).values_list("pk", flat=True).iterator(chunk_size=tables.CHUNK_SIZE)
+                pks = (
+                    table.rows(self.project)
+                    .values_list("pk", flat=True)
+                    .iterator(chunk_size=tables.CHUNK_SIZE)
+                )
                 self.refs[table.model] = {pk: number for number, pk in enumerate(pks, 1)}
         for table in TABLES:
             self._write_table(table)
@@ -183,8 +188,14 @@ class _Exporter:
         columns = []  # (archive column, encode)
         for f in table.fields:
             if f.related_model is not None:
-                columns.append((f.name, self._user_encoder() if f.related_model is self.user_model
-                                else self._ref_encoder(table, f)))
+                columns.append(
+                    (
+                        f.name,
+                        self._user_encoder()
+                        if f.related_model is self.user_model
+                        else self._ref_encoder(table, f),
+                    )
+                )
             else:
                 columns.append((f.name, _encoder_for(f)))
         values = table.rows(self.project).values_list("pk", *(f.attname for f in table.fields))
@@ -206,9 +217,11 @@ class _Exporter:
             if pk is None:
                 return None
             if pk not in refs:
-                raise BackupError(f"A {table.model.__name__} of {self.project.slug} points at "
-                                  f"{f.related_model.__name__} #{pk} of another project ({f.name}); "
-                                  "such a row cannot be exported.")
+                raise BackupError(
+                    f"A {table.model.__name__} of {self.project.slug} points at "
+                    f"{f.related_model.__name__} #{pk} of another project ({f.name}); "
+                    "such a row cannot be exported."
+                )
             return refs[pk]
 
         return encode
@@ -218,8 +231,11 @@ class _Exporter:
             if pk is None:
                 return None
             if pk not in self.usernames:
-                self.usernames[pk] = self.user_model._default_manager.filter(pk=pk).values_list(
-                    self.user_model.USERNAME_FIELD, flat=True).get()
+                self.usernames[pk] = (
+                    self.user_model._default_manager.filter(pk=pk)
+                    .values_list(self.user_model.USERNAME_FIELD, flat=True)
+                    .get()
+                )
             return self.usernames[pk]
 
         return encode
@@ -249,12 +265,15 @@ class _Exporter:
             try:
                 source = services.open_blob(blob)
             except FileNotFoundError:
-                raise BackupError(f"The bytes of blob {blob.sha256} are missing from artifact storage "
-                                  f"({blob.storage_name}); the project cannot be exported whole.") from None
+                raise BackupError(
+                    f"The bytes of blob {blob.sha256} are missing from artifact storage "
+                    f"({blob.storage_name}); the project cannot be exported whole."
+                ) from None
             with source, self._member(f"blobs/{blob.sha256}") as out:
                 while chunk := source.read(tables.COPY_BYTES):
                     out.write(chunk)
             if out.digest.hexdigest() != blob.sha256 or out.size != blob.size:
-                raise BackupError(f"The stored bytes of blob {blob.sha256} ({blob.storage_name}) do not match "
-                                  "its digest: artifact storage is damaged; nothing was exported.")
-
+                raise BackupError(
+                    f"The stored bytes of blob {blob.sha256} ({blob.storage_name}) do not match "
+                    "its digest: artifact storage is damaged; nothing was exported."
+                )

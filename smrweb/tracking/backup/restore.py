@@ -10,9 +10,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DataError, IntegrityError, models, transaction
+
 from smrweb.tracking import services
-from smrweb.tracking.backup.archive import _Archive
 from smrweb.tracking.backup import tables
+from smrweb.tracking.backup.archive import _Archive
 from smrweb.tracking.backup.tables import (
     AUDITED,
     BLOBS,
@@ -45,8 +46,14 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)  # what was not restored, and why
 
 
-def import_project(path: str | os.PathLike, *, slug: str | None = None, scenario_key: str | None = None,
-                   by: Any = None, trust: bool = False) -> ImportResult:
+def import_project(
+    path: str | os.PathLike,
+    *,
+    slug: str | None = None,
+    scenario_key: str | None = None,
+    by: Any = None,
+    trust: bool = False,
+) -> ImportResult:
     """Restore an archive as a new project, under `slug` (default: the archived one).
 
     The archive is verified whole before anything is written; then every row goes in within one
@@ -71,8 +78,9 @@ def import_project(path: str | os.PathLike, *, slug: str | None = None, scenario
         except BaseException as exc:
             importer.delete_stored_blobs()  # their rows were rolled back: the bytes are nobody's
             if isinstance(exc, IntegrityError | DataError):
-                raise BackupError(f"The archive's rows do not fit this database ({exc}); "
-                                  "nothing was imported.") from exc
+                raise BackupError(
+                    f"The archive's rows do not fit this database ({exc}); nothing was imported."
+                ) from exc
             raise
 
 
@@ -80,8 +88,10 @@ def _check_new_slug(slug: str) -> None:
     if not slug or len(slug) > 100 or not services.SLUG_RE.match(slug):
         raise BackupError(f"{slug!r} is not a slug: 1 to 100 letters, digits, hyphens or underscores.")
     if Project.objects.filter(slug=slug).exists():
-        raise BackupError(f"A project with slug {slug!r} already exists here; import the archive under a new "
-                          "slug (--as NEWSLUG).")
+        raise BackupError(
+            f"A project with slug {slug!r} already exists here; import the archive under a new "
+            "slug (--as NEWSLUG)."
+        )
 
 
 def _stamped(f: models.Field) -> bool:
@@ -129,12 +139,23 @@ class _Importer:
             else:
                 self._table(table)
                 if table.name == "membership" and self.counts.get("membership"):
-                    self.warnings.append("restored memberships (--trust): " + ", ".join(
-                        f"{m.user.get_username()} {m.role}" for m in
-                        Membership.objects.filter(project=self.project).select_related("user").order_by("pk")))
+                    self.warnings.append(
+                        "restored memberships (--trust): "
+                        + ", ".join(
+                            f"{m.user.get_username()} {m.role}"
+                            for m in Membership.objects.filter(project=self.project)
+                            .select_related("user")
+                            .order_by("pk")
+                        )
+                    )
         services.record_audit(
-            by, "project.imported", self.project, slug=self.slug, archived_slug=self.archive.manifest["project"],
-            exported_at=self.archive.manifest.get("exported_at"), created_users=self.created_users,
+            by,
+            "project.imported",
+            self.project,
+            slug=self.slug,
+            archived_slug=self.archive.manifest["project"],
+            exported_at=self.archive.manifest.get("exported_at"),
+            created_users=self.created_users,
             warnings=self.warnings,
         )  # outside the project's own trail (project=None), which stays exactly the archived one
         return ImportResult(self.project, self.counts, self.created_users, self.warnings)
@@ -177,7 +198,9 @@ class _Importer:
             elif f.related_model is not None:
                 pk = self.refs.get(f.related_model, {}).get(raw)
                 if pk is None:
-                    raise BackupError(f"{where}: {f.name} points at {raw!r}, which the archive does not hold.")
+                    raise BackupError(
+                        f"{where}: {f.name} points at {raw!r}, which the archive does not hold."
+                    )
                 values[f.attname] = pk
             else:
                 try:
@@ -208,12 +231,15 @@ class _Importer:
             for obj, later in deferred:
                 for name, ref in later.items():
                     if ref not in refs:
-                        raise BackupError(f"{table.file}: a row's {name} points at ref {ref!r}, which the archive "
-                                          "does not hold.")
+                        raise BackupError(
+                            f"{table.file}: a row's {name} points at ref {ref!r}, which the archive "
+                            "does not hold."
+                        )
                     setattr(obj, table.model._meta.get_field(name).attname, refs[ref])
                     names.add(name)
-            table.model._default_manager.bulk_update([obj for obj, _ in deferred], sorted(names),
-                                                     batch_size=tables.CHUNK_SIZE)
+            table.model._default_manager.bulk_update(
+                [obj for obj, _ in deferred], sorted(names), batch_size=tables.CHUNK_SIZE
+            )
 
     def _flush(self, table: Table, batch: list[tuple[Any, models.Model, dict[str, Any]]]):
         if table.model is ApiToken:
@@ -231,27 +257,38 @@ class _Importer:
     def _without_tokens_in_use(self, batch):
         """A token hash is unique across the deployment: a restored copy next to its original (or a
         token another project holds) cannot have it too. Such tokens are left out and named."""
-        in_use = set(ApiToken.objects.filter(token_hash__in=[obj.token_hash for _, obj, _ in batch])
-                     .values_list("token_hash", flat=True))
+        in_use = set(
+            ApiToken.objects.filter(token_hash__in=[obj.token_hash for _, obj, _ in batch]).values_list(
+                "token_hash", flat=True
+            )
+        )
         kept = []
         for ref, obj, later in batch:
             if obj.token_hash in in_use:
                 self.skipped.setdefault(ApiToken, set()).add(ref)
-                self.warnings.append(f"API token {obj.name!r} ({obj.hint}…) is in use here by another project and "
-                                     "was not restored: create a new token for this project.")
+                self.warnings.append(
+                    f"API token {obj.name!r} ({obj.hint}…) is in use here by another project and "
+                    "was not restored: create a new token for this project."
+                )
             else:
                 kept.append((ref, obj, later))
         return kept
 
     def _leave_out(self, table: Table) -> None:
         """A table only a trusted import restores: its rows are counted and named, not written."""
-        refs = {row["ref"] for _, row in self.archive.rows(table.file) if table.ref and type(row.get("ref")) is int}
+        refs = {
+            row["ref"]
+            for _, row in self.archive.rows(table.file)
+            if table.ref and type(row.get("ref")) is int
+        }
         self.skipped.setdefault(table.model, set()).update(refs)
         self.counts[table.name] = 0
         left = sum(1 for _ in self.archive.rows(table.file))
         if left:
-            self.warnings.append(f"{left} {table.name.replace('_', ' ')} row(s) were not restored: they grant access, "
-                                 "and only an import with --trust restores them.")
+            self.warnings.append(
+                f"{left} {table.name.replace('_', ' ')} row(s) were not restored: they grant access, "
+                "and only an import with --trust restores them."
+            )
 
     def _resolve_audited_object(self, event: AuditEvent, row: dict[str, Any], where: str) -> None:
         ref = row.get("object_ref")
@@ -266,7 +303,9 @@ class _Importer:
         elif ref in self.skipped.get(model, set()):
             event.object_id = ""  # the object was left out on purpose (a token in use here)
         else:
-            raise BackupError(f"{where}: object_ref {ref} names a {event.object_type} the archive does not hold.")
+            raise BackupError(
+                f"{where}: object_ref {ref} names a {event.object_type} the archive does not hold."
+            )
 
     # the special tables
 
@@ -281,7 +320,9 @@ class _Importer:
                 raise BackupError(f"{where}: a user row is a username and {', '.join(USER_COLUMNS)}.")
             user = User._default_manager.filter(**{User.USERNAME_FIELD: username}).first()
             if user is None:
-                extra = {c: row[c] for c in USER_COLUMNS if isinstance(row.get(c), str) and _has_field(User, c)}
+                extra = {
+                    c: row[c] for c in USER_COLUMNS if isinstance(row.get(c), str) and _has_field(User, c)
+                }
                 user = User(**{User.USERNAME_FIELD: username}, **extra)
                 user.is_active = False
                 user.set_unusable_password()
@@ -302,12 +343,18 @@ class _Importer:
             _insert(Scenario, [archived])
             scenario = archived
         else:
-            differs = [f.name for f in SCENARIO.fields if f.name not in ("key", "created", "updated")
-                       and getattr(existing, f.attname) != getattr(archived, f.attname)]
+            differs = [
+                f.name
+                for f in SCENARIO.fields
+                if f.name not in ("key", "created", "updated")
+                and getattr(existing, f.attname) != getattr(archived, f.attname)
+            ]
             if differs:
-                raise BackupError(f"Scenario {archived.key!r} exists here with a different {', '.join(differs)}; "
-                                  "import with --scenario-as NEWKEY to restore the archived definition under a "
-                                  "new key.")
+                raise BackupError(
+                    f"Scenario {archived.key!r} exists here with a different {', '.join(differs)}; "
+                    "import with --scenario-as NEWKEY to restore the archived definition under a "
+                    "new key."
+                )
             scenario = existing
         self.refs[Scenario] = {archived_key: scenario.pk}
         return scenario
@@ -315,13 +362,16 @@ class _Importer:
     def _project(self, scenario: Scenario) -> Project:
         [(where, row)] = list(self.archive.rows(PROJECT.file))
         if row.get("slug") != self.archive.manifest["project"]:
-            raise BackupError(f"{where}: the slug is not the manifest's {self.archive.manifest['project']!r}.")
+            raise BackupError(
+                f"{where}: the slug is not the manifest's {self.archive.manifest['project']!r}."
+            )
         project, _ = self._decode(PROJECT, row, where)
         project.slug = self.slug
         self._restrict_bindings(project)
         sealed = (project.source_settings or {}).get("api_key_sealed")
         if sealed:
             from nacl.exceptions import CryptoError
+
             from smrweb.core.secrets import reveal
 
             try:
@@ -329,10 +379,13 @@ class _Importer:
             except (CryptoError, ValueError, TypeError):
                 # Sealed with the exporting deployment's SECRET_KEY: unusable here, and the poller
                 # would fail on it, so it is left out and the admin sets the key again.
-                project.source_settings = {k: v for k, v in project.source_settings.items()
-                                           if k != "api_key_sealed"}
-                self.warnings.append("The project's SMR API key was sealed with another SECRET_KEY and cannot be "
-                                     "opened here; it was left out: set it again in the project settings.")
+                project.source_settings = {
+                    k: v for k, v in project.source_settings.items() if k != "api_key_sealed"
+                }
+                self.warnings.append(
+                    "The project's SMR API key was sealed with another SECRET_KEY and cannot be "
+                    "opened here; it was left out: set it again in the project settings."
+                )
         _insert(Project, [project])
         self.refs[Project] = {row["ref"]: project.pk}
         self.counts["project"] = 1
@@ -341,12 +394,18 @@ class _Importer:
     def _restrict_bindings(self, project: Project) -> None:
         """Addresses and keys smrweb would use: left out unless trusted, and checked like any user's."""
         settings_ = dict(project.source_settings or {})
-        bound = {key: settings_[key] for key in ("backend_base", "api_key_sealed", "operator_key") if key in settings_}
+        bound = {
+            key: settings_[key]
+            for key in ("backend_base", "api_key_sealed", "operator_key")
+            if key in settings_
+        }
         if not self.trust:
             if bound or project.rollback_webhook_url:
                 dropped = [*bound, *(["rollback_webhook_url"] if project.rollback_webhook_url else [])]
-                self.warnings.append(f"left out {', '.join(dropped)}: an archive may not point this server at an "
-                                     "address or lend it a key; import with --trust to restore them, or set them again.")
+                self.warnings.append(
+                    f"left out {', '.join(dropped)}: an archive may not point this server at an "
+                    "address or lend it a key; import with --trust to restore them, or set them again."
+                )
             project.source_settings = {k: v for k, v in settings_.items() if k not in bound}
             project.rollback_webhook_url = ""
             return
@@ -356,7 +415,9 @@ class _Importer:
             if bound.get("backend_base"):
                 services.check_outbound_url("backend_base", bound["backend_base"])
         except TrackingError as exc:
-            raise BackupError(f"The archived project's {getattr(exc, 'field', 'address')}: {exc.message}") from None
+            raise BackupError(
+                f"The archived project's {getattr(exc, 'field', 'address')}: {exc.message}"
+            ) from None
 
     def _blobs(self) -> None:
         """Blob rows and bytes. Bytes already stored here (same digest) are not stored twice; new ones
@@ -367,7 +428,9 @@ class _Importer:
             blob, _ = self._decode(BLOBS, row, where)
             name = f"blobs/{blob.sha256}"
             if name not in self.archive.files or self.archive.files[name]["size"] != blob.size:
-                raise BackupError(f"{where}: the archive holds no bytes of {blob.sha256} of size {blob.size}.")
+                raise BackupError(
+                    f"{where}: the archive holds no bytes of {blob.sha256} of size {blob.size}."
+                )
             if blob.sha256 in refs:
                 raise BackupError(f"{where}: blob {blob.sha256} appears twice.")
             refs[blob.sha256] = self._store(name, blob).pk

@@ -11,6 +11,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models import QuerySet
 from django.utils import timezone
+
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
@@ -93,8 +94,11 @@ class Table:
     @cached_property
     def fields(self) -> list[models.Field]:
         """The carried columns. The link to the project is implicit (the archive holds one project)."""
-        return [f for f in self.model._meta.concrete_fields
-                if not f.primary_key and f.name not in self.omit and f.related_model is not Project]
+        return [
+            f
+            for f in self.model._meta.concrete_fields
+            if not f.primary_key and f.name not in self.omit and f.related_model is not Project
+        ]
 
     @cached_property
     def project_fields(self) -> list[models.Field]:
@@ -123,9 +127,13 @@ TABLES: tuple[Table, ...] = (
     Table("checkpoint", Checkpoint, _of_runs(Checkpoint), ref=True),
     Table("runtime_message", RuntimeMessage, _of_runs(RuntimeMessage)),
     # Where the bytes live is the storage's business: the importing side stores them anew.
-    Table("artifact_blob", ArtifactBlob,
-          lambda p: ArtifactBlob.objects.filter(artifacts__run__project=p).distinct().order_by("sha256"),
-          key="sha256", omit=("storage_name",)),
+    Table(
+        "artifact_blob",
+        ArtifactBlob,
+        lambda p: ArtifactBlob.objects.filter(artifacts__run__project=p).distinct().order_by("sha256"),
+        key="sha256",
+        omit=("storage_name",),
+    ),
     Table("artifact", Artifact, _of_runs(Artifact), ref=True),
     Table("submission", Submission, _of_project(Submission), ref=True),
     Table("submission_transition", SubmissionTransition, _of_submissions(SubmissionTransition)),
@@ -142,10 +150,12 @@ TABLES: tuple[Table, ...] = (
 TABLE_BY_NAME = {table.name: table for table in TABLES}
 
 
-MAX_EXPANSION = 200  # the most a blob member may unpack to, per packed byte (export_project stores, not packs,
+MAX_EXPANSION = (
+    200  # the most a blob member may unpack to, per packed byte (export_project stores, not packs,
+)
 
 
-                     # bytes that do not shrink; text compresses well under this)
+# bytes that do not shrink; text compresses well under this)
 # What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
 TRUSTED_ONLY = ("membership", "api_token")
 
@@ -165,6 +175,7 @@ SCENARIO, PROJECT, BLOBS = TABLE_BY_NAME["scenario"], TABLE_BY_NAME["project"], 
 
 def default_archive_name(slug: str) -> str:
     return f"{slug}-{timezone.now().astimezone(UTC):%Y%m%dT%H%M%SZ}.smrweb.zip"
+
 
 def _has_field(model: type[models.Model], name: str) -> bool:
     try:

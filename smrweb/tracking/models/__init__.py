@@ -2,21 +2,27 @@
 knowledge, audit: each imports only those before it). This package re-exports every model and choice,
 so `from smrweb.tracking.models import Run` keeps working and Django finds the models of the app."""
 
+from smrweb.tracking.models.artifact import (  # noqa: F401
+    Artifact,
+    ArtifactBlob,
+    blob_storage_name,
+)
+from smrweb.tracking.models.audit import (  # noqa: F401
+    AuditEvent,
+)
 from smrweb.tracking.models.common import (  # noqa: F401
     FLOAT_MAX,
     USD,
     finite,
 )
-from smrweb.tracking.models.scenario import (  # noqa: F401
-    ArtifactKind,
-    Direction,
-    Scenario,
-    ScenarioQuerySet,
+from smrweb.tracking.models.knowledge import (  # noqa: F401
+    KnowledgeEntry,
+    KnowledgeKind,
 )
 from smrweb.tracking.models.project import (  # noqa: F401
+    POLLED_SOURCES,
     ApiToken,
     Membership,
-    POLLED_SOURCES,
     Project,
     ProjectQuerySet,
     Role,
@@ -24,7 +30,12 @@ from smrweb.tracking.models.project import (  # noqa: F401
     SourceKind,
     hash_token,
 )
+from smrweb.tracking.models.rollback import (  # noqa: F401
+    Rollback,
+    RollbackStatus,
+)
 from smrweb.tracking.models.run import (  # noqa: F401
+    TERMINAL_STATES,
     AgentTurn,
     Checkpoint,
     Experiment,
@@ -33,35 +44,24 @@ from smrweb.tracking.models.run import (  # noqa: F401
     RunState,
     RuntimeMessage,
     StateChange,
-    TERMINAL_STATES,
     TurnKind,
 )
-from smrweb.tracking.models.artifact import (  # noqa: F401
-    Artifact,
-    ArtifactBlob,
-    blob_storage_name,
+from smrweb.tracking.models.scenario import (  # noqa: F401
+    ArtifactKind,
+    Direction,
+    Scenario,
+    ScenarioQuerySet,
 )
 from smrweb.tracking.models.submission import (  # noqa: F401
-    ArenaResult,
     NEVER_COUNTED,
+    UNVERIFIED_STATUSES,
+    VERIFIED_STATUSES,
+    ArenaResult,
     Review,
     Submission,
     SubmissionQuerySet,
     SubmissionStatus,
     SubmissionTransition,
-    UNVERIFIED_STATUSES,
-    VERIFIED_STATUSES,
     Verdict,
     VerificationOutcome,
-)
-from smrweb.tracking.models.rollback import (  # noqa: F401
-    Rollback,
-    RollbackStatus,
-)
-from smrweb.tracking.models.knowledge import (  # noqa: F401
-    KnowledgeEntry,
-    KnowledgeKind,
-)
-from smrweb.tracking.models.audit import (  # noqa: F401
-    AuditEvent,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from django.db import models
 
 from smrweb.tracking.models.run import Run
@@ -39,8 +38,11 @@ class Artifact(models.Model):
         ordering = ["-created", "-id"]
         # A version is (path, bytes, commit): the bytes are stored once (the blob), but the same bytes at
         # two commits — a revert, a rollback commit — are two versions with their own lineage.
-        constraints = [models.UniqueConstraint(fields=["run", "path", "blob", "commit"],
-                                               name="artifact_run_path_blob_commit_uniq")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "path", "blob", "commit"], name="artifact_run_path_blob_commit_uniq"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.path}@{self.blob.sha256[:12]}"

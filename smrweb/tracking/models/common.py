@@ -6,7 +6,6 @@ import sys
 
 from django.db.models import Q
 
-
 FLOAT_MAX = sys.float_info.max
 
 

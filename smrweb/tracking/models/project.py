@@ -113,7 +113,9 @@ class Membership(models.Model):
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_uniq")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} {self.role} of {self.project}"

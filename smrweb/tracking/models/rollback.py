@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -14,8 +13,12 @@ from smrweb.tracking.models.submission import Submission
 class RollbackStatus(models.TextChoices):
     REQUESTED = "requested"
     DISPATCHED = "dispatched"
-    ACCEPTED = "accepted"  # the source took the request (HTTP 202, SMR state "accepted") but has not confirmed it
-    APPLIED = "applied"  # the source says it is done (webhook 2xx other than 202, a git commit, SMR "applied")
+    ACCEPTED = (
+        "accepted"  # the source took the request (HTTP 202, SMR state "accepted") but has not confirmed it
+    )
+    APPLIED = (
+        "applied"  # the source says it is done (webhook 2xx other than 202, a git commit, SMR "applied")
+    )
     FAILED = "failed"
 
 
@@ -42,11 +45,14 @@ class Rollback(models.Model):
         ordering = ["-created", "-id"]
         constraints = [
             # Double clicks and concurrent requests: a run has at most one rollback in flight.
-            models.UniqueConstraint(fields=["run"], condition=Q(status__in=["requested", "dispatched"]),
-                                    name="rollback_one_open_per_run"),
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(status__in=["requested", "dispatched"]),
+                name="rollback_one_open_per_run",
+            ),
             models.CheckConstraint(
                 condition=(Q(target_submission__isnull=False) & Q(target_checkpoint__isnull=True))
                 | (Q(target_submission__isnull=True) & Q(target_checkpoint__isnull=False)),
                 name="rollback_exactly_one_target",
-            )
+            ),
         ]

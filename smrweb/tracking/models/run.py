@@ -79,7 +79,9 @@ class Run(models.Model):
     actor_profiles = models.JSONField(default=list, blank=True)
     # An admin took the whole run out of the project's numbers (a test run, junk); reversible.
     excluded_at = models.DateTimeField(null=True, blank=True)
-    excluded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    excluded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     excluded_reason = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -118,8 +120,9 @@ class Run(models.Model):
 
     @property
     def is_downgraded(self) -> bool:
-        return bool(self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile) \
-            or bool(self.downgraded_actors)
+        return bool(
+            self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile
+        ) or bool(self.downgraded_actors)
 
     @property
     def actor_roles(self) -> dict[str, str]:
@@ -131,23 +134,35 @@ class Run(models.Model):
     @property
     def downgraded_actors(self) -> list[dict]:
         """Roles or actors (beyond the orchestrator's own profile) that got another profile than asked."""
-        changed = [a for a in self.actor_profiles or [] if a.get("requested") and a.get("actual")
-                   and a["requested"] != a["actual"] and not (a.get("role") == "orchestrator" and not a.get("actor"))]
+        changed = [
+            a
+            for a in self.actor_profiles or []
+            if a.get("requested")
+            and a.get("actual")
+            and a["requested"] != a["actual"]
+            and not (a.get("role") == "orchestrator" and not a.get("actor"))
+        ]
         per_actor = [a for a in changed if a.get("actor")]
         return per_actor or changed  # the actors themselves when the source names them, else their roles
 
     @property
     def spend_usd(self) -> Decimal:
         """What the run cost in all: the source's billed total when it states one, else the turns'."""
-        return self.source_total_usd if self.source_total_usd is not None else self.cost_usd + self.other_meters_usd
+        return (
+            self.source_total_usd
+            if self.source_total_usd is not None
+            else self.cost_usd + self.other_meters_usd
+        )
 
     @property
     def reported_tokens(self) -> tuple[int, int]:
         """(in, out) as the source totals them when it does, else as the turns add up."""
         spend = self.source_spend or {}
         tokens_in, tokens_out = spend.get("tokens_in"), spend.get("tokens_out")
-        return (tokens_in if isinstance(tokens_in, int) else self.tokens_in,
-                tokens_out if isinstance(tokens_out, int) else self.tokens_out)
+        return (
+            tokens_in if isinstance(tokens_in, int) else self.tokens_in,
+            tokens_out if isinstance(tokens_out, int) else self.tokens_out,
+        )
 
     @property
     def unaccounted(self) -> dict:
@@ -171,12 +186,24 @@ class Run(models.Model):
         The same rule as `tracking.budget.over_budget` in SQL (the runs filter and the counts)."""
         out = []
         if self.budget_usd and self.spend_usd > self.budget_usd:
-            out.append({"budget": "usd", "spent": self.spend_usd, "limit": self.budget_usd,
-                        "fraction": float(self.spend_usd / self.budget_usd)})
+            out.append(
+                {
+                    "budget": "usd",
+                    "spent": self.spend_usd,
+                    "limit": self.budget_usd,
+                    "fraction": float(self.spend_usd / self.budget_usd),
+                }
+            )
         tokens = sum(self.reported_tokens)
         if self.budget_tokens and tokens > self.budget_tokens:
-            out.append({"budget": "tokens", "spent": tokens, "limit": self.budget_tokens,
-                        "fraction": tokens / self.budget_tokens})
+            out.append(
+                {
+                    "budget": "tokens",
+                    "spent": tokens,
+                    "limit": self.budget_tokens,
+                    "fraction": tokens / self.budget_tokens,
+                }
+            )
         return out
 
     @property
@@ -216,7 +243,9 @@ class Experiment(models.Model):
 
     class Meta:
         ordering = ["created"]
-        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="experiment_run_external_id_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "external_id"], name="experiment_run_external_id_uniq")
+        ]
 
     def __str__(self) -> str:
         return self.title or self.external_id
@@ -290,7 +319,9 @@ class Checkpoint(models.Model):
 
     class Meta:
         ordering = ["ts", "id"]
-        constraints = [models.UniqueConstraint(fields=["run", "external_id"], name="checkpoint_run_external_id_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "external_id"], name="checkpoint_run_external_id_uniq")
+        ]
 
     def __str__(self) -> str:
         return self.label or self.external_id

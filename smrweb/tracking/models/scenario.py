@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from django.db import models
 from django.db.models import Q
 
@@ -77,7 +76,9 @@ class Scenario(models.Model):
         ordering = ["key"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(score_min__isnull=True) | Q(score_max__isnull=True) | Q(score_min__lte=models.F("score_max")),
+                condition=Q(score_min__isnull=True)
+                | Q(score_max__isnull=True)
+                | Q(score_min__lte=models.F("score_max")),
                 name="scenario_bounds_ordered",
             )
         ]

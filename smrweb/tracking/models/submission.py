@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -30,8 +29,12 @@ class SubmissionStatus(models.TextChoices):
 NEVER_COUNTED = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
 
 
-VERIFIED_STATUSES = (SubmissionStatus.VERIFIED, SubmissionStatus.APPROVED, SubmissionStatus.UPLOADED,
-                     SubmissionStatus.RANKED)
+VERIFIED_STATUSES = (
+    SubmissionStatus.VERIFIED,
+    SubmissionStatus.APPROVED,
+    SubmissionStatus.UPLOADED,
+    SubmissionStatus.RANKED,
+)
 
 
 UNVERIFIED_STATUSES = (SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING)
@@ -59,7 +62,9 @@ class Submission(models.Model):
     project = models.ForeignKey(Project, models.CASCADE, related_name="submissions")
     run = models.ForeignKey(Run, models.CASCADE, related_name="submissions")
     event_id = models.CharField(max_length=200)
-    experiment = models.ForeignKey(Experiment, models.SET_NULL, null=True, blank=True, related_name="submissions")
+    experiment = models.ForeignKey(
+        Experiment, models.SET_NULL, null=True, blank=True, related_name="submissions"
+    )
     artifact = models.ForeignKey(Artifact, models.SET_NULL, null=True, blank=True, related_name="submissions")
     # What the score event named (a sha256 or a path); linked to `artifact` once that is uploaded.
     artifact_ref = models.CharField(max_length=500, blank=True)
@@ -70,19 +75,24 @@ class Submission(models.Model):
     status = models.CharField(max_length=20, choices=SubmissionStatus, default=SubmissionStatus.CANDIDATE)
     # Who put it up for review (asked for verification): with `require_second_reviewer`, their own
     # approval does not count.
-    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True,
-                                    related_name="+")
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     verification_outcome = models.CharField(max_length=20, choices=VerificationOutcome, blank=True)
     verification_output = models.TextField(blank=True)  # the tail, size-capped
     verification_exit_code = models.IntegerField(null=True, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
-    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     uploaded_at = models.DateTimeField(null=True, blank=True)
     # The arena's own id or URL for the upload (Mark uploaded), so a result can be traced back.
     arena_ref = models.CharField(max_length=500, blank=True)
     # An admin took it out of the project's numbers (junk, a test, a misconfigured harness); reversible.
     excluded_at = models.DateTimeField(null=True, blank=True)
-    excluded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    excluded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     excluded_reason = models.TextField(blank=True)
     ts = models.DateTimeField()
     created = models.DateTimeField(auto_now_add=True)
@@ -155,7 +165,9 @@ class ArenaResult(models.Model):
     arena_score = models.FloatField(null=True, blank=True)
     delta = models.FloatField(null=True, blank=True)  # against the previous recorded result
     delta_best = models.FloatField(null=True, blank=True)  # against the best recorded result before it
-    rank_delta = models.IntegerField(null=True, blank=True)  # rank minus the previous rank (negative: moved up)
+    rank_delta = models.IntegerField(
+        null=True, blank=True
+    )  # rank minus the previous rank (negative: moved up)
     note = models.TextField(blank=True)
     recorded_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="arena_results")
     created = models.DateTimeField(auto_now_add=True)

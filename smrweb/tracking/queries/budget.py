@@ -25,11 +25,14 @@ def spend_usd(prefix: str = ""):
 
 def spend_tokens(prefix: str = ""):
     """`sum(Run.reported_tokens)` as an expression."""
+
     def one(direction: str):
         # SQLite reads a JSON null as the text 'null' here (PostgreSQL as NULL): both mean "not stated".
         stated = NullIf(KeyTextTransform(f"tokens_{direction}", f"{prefix}source_spend"), Value("null"))
-        return Coalesce(Cast(stated, BigIntegerField()),
-                        F(f"{prefix}tokens_{direction}"), output_field=BigIntegerField())
+        return Coalesce(
+            Cast(stated, BigIntegerField()), F(f"{prefix}tokens_{direction}"), output_field=BigIntegerField()
+        )
+
     return ExpressionWrapper(one("in") + one("out"), output_field=BigIntegerField())
 
 
@@ -38,7 +41,9 @@ def over_usd(prefix: str = "") -> Q:
 
 
 def over_tokens(prefix: str = "") -> Q:
-    return Q(**{f"{prefix}budget_tokens__gt": 0}) & Q(GreaterThan(spend_tokens(prefix), F(f"{prefix}budget_tokens")))
+    return Q(**{f"{prefix}budget_tokens__gt": 0}) & Q(
+        GreaterThan(spend_tokens(prefix), F(f"{prefix}budget_tokens"))
+    )
 
 
 def over_budget(prefix: str = "", on: str | None = None) -> Q:

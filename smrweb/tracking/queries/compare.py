@@ -40,9 +40,14 @@ class JSONArrayLength(Func):
 
     def as_postgresql(self, compiler, connection, **extra):
         # jsonb_array_length raises on a non-array, so guard it rather than fail the whole page.
-        return self.as_sql(compiler, connection, template=(
-            "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) ELSE 0 END"
-        ), **extra)
+        return self.as_sql(
+            compiler,
+            connection,
+            template=(
+                "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) ELSE 0 END"
+            ),
+            **extra,
+        )
 
 
 @dataclass
@@ -95,9 +100,15 @@ class RunSeries:
 
     def values(self) -> dict[str, float | timedelta | None]:
         """The compared figures by name (the table's columns, the deltas' keys)."""
-        return {"final": self.run.latest_score, "best": self.run.best_score, "turns": self.run.turn_count,
-                "tokens": self.tokens, "usd": float(self.run.cost_usd), "gain_per_usd": self.gain_per_usd,
-                "duration": self.duration}
+        return {
+            "final": self.run.latest_score,
+            "best": self.run.best_score,
+            "turns": self.run.turn_count,
+            "tokens": self.tokens,
+            "usd": float(self.run.cost_usd),
+            "gain_per_usd": self.gain_per_usd,
+            "duration": self.duration,
+        }
 
 
 @dataclass
@@ -120,7 +131,9 @@ def compare(project: Project, external_ids: list[str], *, points: int = POINTS_P
 
     Series are read only when at least two runs are found: there is nothing to compare otherwise.
     """
-    found = {r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids).order_by()}
+    found = {
+        r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids).order_by()
+    }
     missing = [rid for rid in external_ids if rid not in found]
     runs = [found[rid] for rid in external_ids if rid in found]
     for run in runs:
@@ -173,8 +186,10 @@ def _thinned(rows, count_field: str, per_run: int, **running):
         # k = (count + per_run) // per_run: at least 1 even if the count were stale, so never a
         # division by zero. `%`, not Mod(): Django's SQLite MOD is a Python function called per row.
         phase=ExpressionWrapper((F("rn") - 1) % ((F("last") + per_run) / per_run), IntegerField()),
-        **{name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=frame)
-           for name, (fn, frame) in running.items()},
+        **{
+            name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=frame)
+            for name, (fn, frame) in running.items()
+        },
     )
 
 
@@ -207,8 +222,13 @@ def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
     best = Max if maximize else Min
     improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
     return (
-        _thinned(Submission.objects.filter(run__in=runs), "score_count", per_run,
-                 so_far=(best("score"), UP_TO_HERE), before=(best("score"), RowRange(start=None, end=-1)))
+        _thinned(
+            Submission.objects.filter(run__in=runs),
+            "score_count",
+            per_run,
+            so_far=(best("score"), UP_TO_HERE),
+            before=(best("score"), RowRange(start=None, end=-1)),
+        )
         .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run__best_score")) & improves))
         .values_list("run_id", "ts", "score", "so_far", "rn")
     )
@@ -219,7 +239,9 @@ def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) ->
     as its change points. Per run at most `per_run` points with the frontier and its end point."""
     kept: dict[int, list[tuple]] = defaultdict(list)
     runs = [s.run for s in by_pk.values()]
-    for run_id, ts, score, so_far, rn in score_rows(runs, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE):
+    for run_id, ts, score, so_far, rn in score_rows(
+        runs, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE
+    ):
         kept[run_id].append((rn, ts, score, so_far))
     for run_id, items in kept.items():
         items.sort()
@@ -254,9 +276,13 @@ def spend_rows(runs: list[Run], *, per_run: int):
     """(run, ts, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run: running
     sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
     return (
-        _thinned(AgentTurn.objects.filter(run__in=runs), "turn_count", per_run,
-                 # Summed as floats: far cheaper than exact decimals per row, and exact enough for a chart.
-                 total=(Sum(Cast("cost_usd", FloatField())), UP_TO_HERE))
+        _thinned(
+            AgentTurn.objects.filter(run__in=runs),
+            "turn_count",
+            per_run,
+            # Summed as floats: far cheaper than exact decimals per row, and exact enough for a chart.
+            total=(Sum(Cast("cost_usd", FloatField())), UP_TO_HERE),
+        )
         .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0))
         .values_list("run_id", "ts", "total", "rn")
     )
@@ -265,7 +291,9 @@ def spend_rows(runs: list[Run], *, per_run: int):
 def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
     """Cumulative USD over time since each run's start: thinned in SQL, then LTTB."""
     kept: dict[int, list[tuple]] = defaultdict(list)
-    for run_id, ts, total, rn in spend_rows([s.run for s in by_pk.values()], per_run=per_run * SPEND_OVERSAMPLE):
+    for run_id, ts, total, rn in spend_rows(
+        [s.run for s in by_pk.values()], per_run=per_run * SPEND_OVERSAMPLE
+    ):
         kept[run_id].append((rn, ts, total))
     for run_id, items in kept.items():
         items.sort()
@@ -281,7 +309,9 @@ def _add_deltas(series: list[RunSeries]) -> None:
     base = series[0].values()
     for s in series:
         mine = s.values()
-        s.deltas = {k: None if mine[k] is None or base[k] is None else mine[k] - base[k] for k in DELTA_FIELDS}
+        s.deltas = {
+            k: None if mine[k] is None or base[k] is None else mine[k] - base[k] for k in DELTA_FIELDS
+        }
 
 
 def parse_run_ids(values: Iterable[str]) -> list[str]:

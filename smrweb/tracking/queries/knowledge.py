@@ -89,7 +89,9 @@ class Best:
 
 @dataclass
 class FailedApproach:
-    reasons: list[str]  # invalid, rejected, regressed, failed_approach, arena_regressed (one item, many sources)
+    reasons: list[
+        str
+    ]  # invalid, rejected, regressed, failed_approach, arena_regressed (one item, many sources)
     title: str
     score: float | None
     run: str | None
@@ -152,28 +154,58 @@ def _name(sub: Submission) -> str:
 
 def _result_feedback(result: ArenaResult) -> ArenaFeedback:
     sub = result.submission
-    return ArenaFeedback("result", result.created, result.arena, result.rank, result.arena_score, result.delta,
-                         result.delta_best, result.note, sub.pk, sub.score, sub.run.external_id)
+    return ArenaFeedback(
+        "result",
+        result.created,
+        result.arena,
+        result.rank,
+        result.arena_score,
+        result.delta,
+        result.delta_best,
+        result.note,
+        sub.pk,
+        sub.score,
+        sub.run.external_id,
+    )
 
 
 def _entry_feedback(entry: KnowledgeEntry) -> ArenaFeedback:
     sub = entry.submission
-    return ArenaFeedback("entry", entry.created, note="\n".join(filter(None, [entry.title, entry.body])),
-                         submission_id=sub.pk if sub else None, submission_score=sub.score if sub else None,
-                         run=sub.run.external_id if sub else None)
+    return ArenaFeedback(
+        "entry",
+        entry.created,
+        note="\n".join(filter(None, [entry.title, entry.body])),
+        submission_id=sub.pk if sub else None,
+        submission_score=sub.score if sub else None,
+        run=sub.run.external_id if sub else None,
+    )
 
 
 def _latest_arena(project: Project) -> ArenaFeedback | None:
     """The newest ArenaResult, unless a newer arena_delta entry was written by hand (an entry on the
     same submission within seconds of the result is the result's own, written by the lifecycle)."""
-    result = (ArenaResult.objects.filter(submission__project=project).select_related("submission__run")
-              .order_by("-created", "-id").first())
-    entry = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
-             .select_related("submission__run").order_by("-created", "-id").first())
-    if entry is not None and (result is None or (
+    result = (
+        ArenaResult.objects.filter(submission__project=project)
+        .select_related("submission__run")
+        .order_by("-created", "-id")
+        .first()
+    )
+    entry = (
+        KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
+        .select_related("submission__run")
+        .order_by("-created", "-id")
+        .first()
+    )
+    if entry is not None and (
+        result is None
+        or (
             entry.created > result.created
-            and not (entry.submission_id == result.submission_id
-                     and entry.created - result.created < OWN_ENTRY_WINDOW))):
+            and not (
+                entry.submission_id == result.submission_id
+                and entry.created - result.created < OWN_ENTRY_WINDOW
+            )
+        )
+    ):
         return _entry_feedback(entry)
     return _result_feedback(result) if result else None
 
@@ -182,19 +214,37 @@ def _best(project: Project) -> Best | None:
     """The best verified submission; when none passed verification yet, the best unverified one (its
     status says so). Never an invalid, rejected or excluded one."""
     order = "-score" if project.scenario.maximize else "score"
-    rows = _with_approach(Submission.objects.filter(project=project).select_related("run", "artifact__blob", "experiment"))
-    sub = (rows.counted().order_by(order, "ts", "id").first()
-           or rows.counted(unverified=True).order_by(order, "ts", "id").first())
+    rows = _with_approach(
+        Submission.objects.filter(project=project).select_related("run", "artifact__blob", "experiment")
+    )
+    sub = (
+        rows.counted().order_by(order, "ts", "id").first()
+        or rows.counted(unverified=True).order_by(order, "ts", "id").first()
+    )
     if sub is None:
         return None
-    result = (ArenaResult.objects.filter(submission=sub).select_related("submission__run")
-              .order_by("-created", "-id").first())
+    result = (
+        ArenaResult.objects.filter(submission=sub)
+        .select_related("submission__run")
+        .order_by("-created", "-id")
+        .first()
+    )
     ref = sub.artifact_ref
     sha = sub.artifact.blob.sha256 if sub.artifact else (ref if SHA256_RE.match(ref) else "")
     path = sub.artifact.path if sub.artifact else ("" if sha else ref)
-    return Best(sub.pk, sub.score, sub.run.external_id, sub.status, sub.ts, _approach(sub), sub.harness_id, path,
-                sha[:12], sub.commit, _result_feedback(result) if result else None)
-
+    return Best(
+        sub.pk,
+        sub.score,
+        sub.run.external_id,
+        sub.status,
+        sub.ts,
+        _approach(sub),
+        sub.harness_id,
+        path,
+        sha[:12],
+        sub.commit,
+        _result_feedback(result) if result else None,
+    )
 
 
 def _last_line(text: str) -> str:
@@ -212,8 +262,15 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         item = items.get(key)
         if item is None:
             item = items[key] = FailedApproach(
-                [], title or _name(sub), sub.score if sub else None,
-                sub.run.external_id if sub else None, sub.pk if sub else None, entry_id, "", at)
+                [],
+                title or _name(sub),
+                sub.score if sub else None,
+                sub.run.external_id if sub else None,
+                sub.pk if sub else None,
+                entry_id,
+                "",
+                at,
+            )
         elif title and entry_id and item.entry_id is None:  # a person's name for the approach wins
             item.title, item.entry_id = title, entry_id
         if reason not in item.reasons:
@@ -223,12 +280,19 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         item.at = max(item.at, at)
 
     # (a) invalid or rejected submissions: why = the last transition into that status (its reason, who).
-    last = SubmissionTransition.objects.filter(submission=OuterRef("pk"), to_status=OuterRef("status")).order_by(
-        "-created", "-id")
-    bad = (_with_approach(_counted(project).filter(status__in=BAD)).select_related("run", "experiment")
-           .annotate(reason=Subquery(last.values("reason")[:1]), by_label=Subquery(last.values("by_label")[:1]),
-                     failed_at=Coalesce(Subquery(last.values("created")[:1]), F("updated")))
-           .order_by("-failed_at", "-id")[:limit])
+    last = SubmissionTransition.objects.filter(
+        submission=OuterRef("pk"), to_status=OuterRef("status")
+    ).order_by("-created", "-id")
+    bad = (
+        _with_approach(_counted(project).filter(status__in=BAD))
+        .select_related("run", "experiment")
+        .annotate(
+            reason=Subquery(last.values("reason")[:1]),
+            by_label=Subquery(last.values("by_label")[:1]),
+            failed_at=Coalesce(Subquery(last.values("created")[:1]), F("updated")),
+        )
+        .order_by("-failed_at", "-id")[:limit]
+    )
     for sub in bad:
         reason = (sub.reason or "").strip()
         if sub.status == SubmissionStatus.REJECTED:
@@ -238,8 +302,11 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
             outcome = (sub.verification_outcome or "failed").replace("_", " ")
             code = f" (exit {sub.verification_exit_code})" if sub.verification_exit_code is not None else ""
             tail = _last_line(sub.verification_output)
-            why = f"verification {outcome}{code}" + (f": {reason}" if reason else "") + (
-                f" — {tail}" if tail and tail != reason else "")
+            why = (
+                f"verification {outcome}{code}"
+                + (f": {reason}" if reason else "")
+                + (f" — {tail}" if tail and tail != reason else "")
+            )
         add(("s", sub.pk), sub.status, sub.failed_at, why, sub=sub)
 
     # (b) score regressions, only when the project sets a threshold: worse than the best valid score of
@@ -247,28 +314,55 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
     # it starts, not a regression. Without a threshold nearly every hill-climbing step is "worse than
     # the best", which would drown the explicit failures.
     if project.regression_threshold is not None:
-        prior = Window(Max("score") if maximize else Min("score"), partition_by=[F("run_id")],
-                       order_by=[F("ts").asc(), F("id").asc()], frame=RowRange(start=None, end=-1))
+        prior = Window(
+            Max("score") if maximize else Min("score"),
+            partition_by=[F("run_id")],
+            order_by=[F("ts").asc(), F("id").asc()],
+            frame=RowRange(start=None, end=-1),
+        )
         worse = F("prior_best") - F("score") if maximize else F("score") - F("prior_best")
-        regressed = (_with_approach(_counted(project).exclude(status__in=BAD))
-                     .select_related("run", "experiment").annotate(prior_best=prior).annotate(worse_by=worse)
-                     .filter(worse_by__gt=max(project.regression_threshold, 0)).order_by("-ts", "-id")[:limit])
+        regressed = (
+            _with_approach(_counted(project).exclude(status__in=BAD))
+            .select_related("run", "experiment")
+            .annotate(prior_best=prior)
+            .annotate(worse_by=worse)
+            .filter(worse_by__gt=max(project.regression_threshold, 0))
+            .order_by("-ts", "-id")[:limit]
+        )
         for sub in regressed:
-            add(("s", sub.pk), "regressed", sub.ts,
-                f"{numbers.number(sub.worse_by)} worse than its run's best so far then ({numbers.number(sub.prior_best)})", sub=sub)
+            add(
+                ("s", sub.pk),
+                "regressed",
+                sub.ts,
+                f"{numbers.number(sub.worse_by)} worse than its run's best so far then ({numbers.number(sub.prior_best)})",
+                sub=sub,
+            )
 
     # (c) failed approaches written by hand: why = the body (else the title says it all).
-    entries = (KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.FAILED_APPROACH)
-               .select_related("submission__run", "submission__experiment").order_by("-created", "-id")[:limit])
+    entries = (
+        KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.FAILED_APPROACH)
+        .select_related("submission__run", "submission__experiment")
+        .order_by("-created", "-id")[:limit]
+    )
     for entry in entries:
         key = ("s", entry.submission_id) if entry.submission_id else ("e", entry.pk)
-        add(key, "failed_approach", entry.created, entry.body, sub=entry.submission, title=entry.title,
-            entry_id=entry.pk)
+        add(
+            key,
+            "failed_approach",
+            entry.created,
+            entry.body,
+            sub=entry.submission,
+            title=entry.title,
+            entry_id=entry.pk,
+        )
 
     # (d) arena results worse than the previous recorded result (delta in the wrong direction).
     worse_arena = {"delta__lt": 0} if maximize else {"delta__gt": 0}
-    results = (ArenaResult.objects.filter(submission__project=project, **worse_arena)
-               .select_related("submission__run", "submission__experiment").order_by("-created", "-id")[:limit])
+    results = (
+        ArenaResult.objects.filter(submission__project=project, **worse_arena)
+        .select_related("submission__run", "submission__experiment")
+        .order_by("-created", "-id")[:limit]
+    )
     for result in results:
         rank = result.rank if result.rank is not None else "—"
         note = f": {result.note.strip()}" if result.note.strip() else ""
@@ -276,18 +370,25 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
 
     # (e) runs that failed, with the reason their source gave (why: family and detail).
-    failed_runs = (_with_approach(Run.objects.filter(project=project, state=RunState.FAILED, excluded_at__isnull=True),
-                                  "pk").order_by("-finished_at", "-last_progress_at", "-id")[:limit])
+    failed_runs = _with_approach(
+        Run.objects.filter(project=project, state=RunState.FAILED, excluded_at__isnull=True), "pk"
+    ).order_by("-finished_at", "-last_progress_at", "-id")[:limit]
     for run in failed_runs:
-        why = ": ".join(filter(None, [run.failure_family, _oneline(run.failure_detail, 200)])) or "no reason given"
+        why = (
+            ": ".join(filter(None, [run.failure_family, _oneline(run.failure_detail, 200)]))
+            or "no reason given"
+        )
         at = run.finished_at or run.last_progress_at
         title = _run_approach(run, run.kickoff) or f"run {run.external_id}"
-        item = items.setdefault(("r", run.pk), FailedApproach([], title, run.best_score, run.external_id, None, None,
-                                                             "", at))
+        item = items.setdefault(
+            ("r", run.pk), FailedApproach([], title, run.best_score, run.external_id, None, None, "", at)
+        )
         item.reasons.append("run_failed")
         item._whys.append(f"the run failed — {why}")
 
-    ordered = sorted(items.values(), key=lambda i: (i.at, i.submission_id or 0, i.entry_id or 0), reverse=True)[:n]
+    ordered = sorted(
+        items.values(), key=lambda i: (i.at, i.submission_id or 0, i.entry_id or 0), reverse=True
+    )[:n]
     for item in ordered:
         item.why = "; ".join(item._whys)
     return ordered
@@ -317,8 +418,15 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
     if not N_MIN <= n <= N_MAX:
         raise InvalidInput("n", f"Must be between {N_MIN} and {N_MAX}.")
     scenario = project.scenario
-    return CarryForward(project.slug, scenario.score_metric, scenario.maximize, n, _best(project),
-                        _failed(project, n), _latest_arena(project))
+    return CarryForward(
+        project.slug,
+        scenario.score_metric,
+        scenario.maximize,
+        n,
+        _best(project),
+        _failed(project, n),
+        _latest_arena(project),
+    )
 
 
 def _oneline(text: str, limit: int = 300) -> str:
@@ -329,12 +437,17 @@ def _oneline(text: str, limit: int = 300) -> str:
 def _arena_line(a: ArenaFeedback, *, with_submission: bool = True) -> str:
     when = a.at.strftime("%Y-%m-%d")
     if a.source == "entry":
-        about = f" (submission {numbers.number(a.submission_score)} from run {a.run})" if a.submission_id and with_submission \
+        about = (
+            f" (submission {numbers.number(a.submission_score)} from run {a.run})"
+            if a.submission_id and with_submission
             else ""
+        )
         return f"{_oneline(a.note)}{about}, noted {when}"
     rank = a.rank if a.rank is not None else "—"
-    line = (f"{a.arena + ': ' if a.arena else ''}rank {rank}, score {numbers.number(a.arena_score)} "
-            f"({numbers.signed_text(a.delta)} vs previous, {numbers.signed_text(a.delta_best)} vs best)")
+    line = (
+        f"{a.arena + ': ' if a.arena else ''}rank {rank}, score {numbers.number(a.arena_score)} "
+        f"({numbers.signed_text(a.delta)} vs previous, {numbers.signed_text(a.delta_best)} vs best)"
+    )
     if with_submission:
         line += f" for {numbers.number(a.submission_score)} from run {a.run}"
     line += f", {when}"
@@ -350,22 +463,36 @@ def render_carry_forward(cf: CarryForward) -> str:
         b = cf.best
         artifact = " @ ".join(filter(None, [b.artifact_path, b.artifact_sha256]))
         status = b.status if b.status in VERIFIED_STATUSES else f"{b.status}, not verified yet"
-        lines.append(f"**Best so far:** {numbers.number(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
-                     + (f", {_oneline(b.approach, 120)}" if b.approach else "")
-                     + (f", artifact {artifact}" if artifact else "")
-                     + (f", commit {b.commit[:10]}" if b.commit else ""))
+        lines.append(
+            f"**Best so far:** {numbers.number(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
+            + (f", {_oneline(b.approach, 120)}" if b.approach else "")
+            + (f", artifact {artifact}" if artifact else "")
+            + (f", commit {b.commit[:10]}" if b.commit else "")
+        )
         if b.arena:
             lines.append(f"  arena: {_arena_line(b.arena, with_submission=False)}")
     else:
         lines.append("**Best so far:** no valid score yet.")
     count = len(cf.failed) or cf.n
-    lines += ["", f"**Last {count} failed or regressed approach{'' if count == 1 else 'es'}** (newest first):"]
+    lines += [
+        "",
+        f"**Last {count} failed or regressed approach{'' if count == 1 else 'es'}** (newest first):",
+    ]
     for i, item in enumerate(cf.failed, 1):
-        where = ", ".join(filter(None, [f"score {numbers.number(item.score)}" if item.score is not None else "no score",
-                                        f"run {item.run}" if item.run else ""]))
+        where = ", ".join(
+            filter(
+                None,
+                [
+                    f"score {numbers.number(item.score)}" if item.score is not None else "no score",
+                    f"run {item.run}" if item.run else "",
+                ],
+            )
+        )
         reasons = ", ".join(r.replace("_", " ") for r in item.reasons)
-        lines.append(f"{i}. [{reasons}] {_oneline(item.title, 120)} ({where})"
-                     + (f": {_oneline(item.why)}" if item.why else ""))
+        lines.append(
+            f"{i}. [{reasons}] {_oneline(item.title, 120)} ({where})"
+            + (f": {_oneline(item.why)}" if item.why else "")
+        )
     if not cf.failed:
         lines.append("none recorded.")
     lines += ["", "**Latest arena feedback:** " + (_arena_line(cf.arena) if cf.arena else "none yet.")]

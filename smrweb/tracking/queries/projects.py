@@ -61,10 +61,19 @@ def best_submissions(projects: list[Project], *, unverified: bool = False) -> di
         ids = [p.pk for p in projects if p.scenario.maximize == maximize]
         if not ids:
             continue
-        ranked = (Submission.objects.filter(project_id__in=ids).counted(unverified=unverified)
-                  .annotate(rn=Window(RowNumber(), partition_by=[F("project_id")],
-                                      order_by=[order[0 if maximize else 1], F("ts").asc(), F("id").asc()]))
-                  .filter(rn=1).select_related("run"))
+        ranked = (
+            Submission.objects.filter(project_id__in=ids)
+            .counted(unverified=unverified)
+            .annotate(
+                rn=Window(
+                    RowNumber(),
+                    partition_by=[F("project_id")],
+                    order_by=[order[0 if maximize else 1], F("ts").asc(), F("id").asc()],
+                )
+            )
+            .filter(rn=1)
+            .select_related("run")
+        )
         best.update({s.project_id: s for s in ranked})
     return best
 
@@ -77,9 +86,12 @@ class Pending:
 
 def pending_scores(project: Project) -> Pending:
     """What is waiting to count in the project's numbers (one query)."""
-    agg = (Submission.objects.filter(project=project, status__in=UNVERIFIED_STATUSES, excluded_at__isnull=True,
-                                     run__excluded_at__isnull=True)
-           .aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score")))
+    agg = Submission.objects.filter(
+        project=project,
+        status__in=UNVERIFIED_STATUSES,
+        excluded_at__isnull=True,
+        run__excluded_at__isnull=True,
+    ).aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score"))
     return Pending(agg["n"], agg["best"])
 
 
@@ -91,7 +103,9 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
     live = ~Q(runs__state__in=TERMINAL_STATES)
     counts = {
         row["pk"]: row
-        for row in Project.objects.filter(pk__in=ids).values("pk").annotate(
+        for row in Project.objects.filter(pk__in=ids)
+        .values("pk")
+        .annotate(
             runs_n=Count("runs"),
             active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
             stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
@@ -101,15 +115,22 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
             last=Max("runs__last_progress_at"),
         )
     }
-    waiting = Q(status__in=[SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING, SubmissionStatus.VERIFIED])
+    waiting = Q(
+        status__in=[SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING, SubmissionStatus.VERIFIED]
+    )
     pending = Q(status__in=UNVERIFIED_STATUSES)
     queue = {
         row["project_id"]: row
-        for row in Submission.objects.filter(project_id__in=ids, excluded_at__isnull=True,
-                                             run__excluded_at__isnull=True)
-        .values("project_id").annotate(waiting=Count("id", filter=waiting), pending=Count("id", filter=pending),
-                                       pending_max=Max("score", filter=pending),
-                                       pending_min=Min("score", filter=pending))
+        for row in Submission.objects.filter(
+            project_id__in=ids, excluded_at__isnull=True, run__excluded_at__isnull=True
+        )
+        .values("project_id")
+        .annotate(
+            waiting=Count("id", filter=waiting),
+            pending=Count("id", filter=pending),
+            pending_max=Max("score", filter=pending),
+            pending_min=Min("score", filter=pending),
+        )
     }
     best = best_submissions(projects, unverified=unverified)
     since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
@@ -124,8 +145,9 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
     for p in projects:
         c, q, top = counts.get(p.pk, {}), queue.get(p.pk, {}), best.get(p.pk)
         pending_best = q.get("pending_max") if p.scenario.maximize else q.get("pending_min")
-        better = pending_best is not None and (top is None or (
-            pending_best > top.score if p.scenario.maximize else pending_best < top.score))
+        better = pending_best is not None and (
+            top is None or (pending_best > top.score if p.scenario.maximize else pending_best < top.score)
+        )
         out.append(
             ProjectSummary(
                 project=p,
@@ -152,8 +174,10 @@ def run_condition_counts(project: Project) -> dict[str, int]:
     """How many of the project's runs are stalled, failed and over budget (one query), for the quick
     filters above its runs table."""
     return Run.objects.filter(project=project).aggregate(
-        stalled=Count("id", filter=STALLED), failed=Count("id", filter=Q(state="failed")),
-        over_budget=Count("id", filter=budget.over_budget()))
+        stalled=Count("id", filter=STALLED),
+        failed=Count("id", filter=Q(state="failed")),
+        over_budget=Count("id", filter=budget.over_budget()),
+    )
 
 
 def leaderboard(project: Project):
@@ -173,8 +197,9 @@ def counted_leaderboard(project: Project, *, unverified: bool = False, per_run: 
     score = F("score").desc() if project.scenario.maximize else F("score").asc()
     rows = Submission.objects.filter(project=project).counted(unverified=unverified)
     if per_run:
-        best_of_run = rows.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")],
-                                              order_by=[score, F("ts").asc(), F("id").asc()])).filter(rn=1)
+        best_of_run = rows.annotate(
+            rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=[score, F("ts").asc(), F("id").asc()])
+        ).filter(rn=1)
         rows = Submission.objects.filter(pk__in=best_of_run.values("pk"))
     return rows.select_related("run__project", "artifact__blob", "experiment").order_by(score, "ts", "id")
 
@@ -188,7 +213,9 @@ class ProjectScores:
     end: datetime | None
 
 
-def project_scores(project: Project, *, max_points: int = 3000, unverified: bool = False, runs=None) -> ProjectScores:
+def project_scores(
+    project: Project, *, max_points: int = 3000, unverified: bool = False, runs=None
+) -> ProjectScores:
     """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
 
     Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart
@@ -207,16 +234,25 @@ def project_scores(project: Project, *, max_points: int = 3000, unverified: bool
     rows = subs
     if total > 4 * max_points:
         stride = total // (4 * max_points) + 1
-        rows = subs.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order)).annotate(
-            keep=Mod(F("rn"), stride)).filter(keep=0)
+        rows = (
+            subs.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
+            .annotate(keep=Mod(F("rn"), stride))
+            .filter(keep=0)
+        )
     by_run: dict[int, list[tuple[float, float, datetime]]] = defaultdict(list)
     for run_id, ts, value in rows.order_by("ts", "id").values_list("run_id", "ts", "score"):
         by_run[run_id].append((ts.timestamp(), value, ts))
     share = max(10, max_points // max(len(by_run), 1))
-    series = defaultdict(list, {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()})
+    series = defaultdict(
+        list, {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()}
+    )
     running = Max("score") if project.scenario.maximize else Min("score")
     records = subs.counted(unverified=unverified).annotate(best=Window(running, order_by=order))
-    records = records.filter(score__gte=F("best")) if project.scenario.maximize else records.filter(score__lte=F("best"))
+    records = (
+        records.filter(score__gte=F("best"))
+        if project.scenario.maximize
+        else records.filter(score__lte=F("best"))
+    )
     frontier, best = [], None
     for run_id, ts, value in records.order_by("ts", "id").values_list("run_id", "ts", "score"):
         if best is None or value != best:  # ties with the record are not new records
@@ -250,8 +286,11 @@ def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Reg
     if threshold is None:
         return []
     maximize = project.scenario.maximize
-    candidates = list(runs) if runs is not None else list(
-        Run.objects.filter(project=project, score_count__gt=1).select_related("project__scenario"))
+    candidates = (
+        list(runs)
+        if runs is not None
+        else list(Run.objects.filter(project=project, score_count__gt=1).select_related("project__scenario"))
+    )
     worse = {}
     for run in candidates:
         if run.latest_score is None or run.best_score is None:
@@ -262,18 +301,39 @@ def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Reg
     if not worse:
         return []
     verified_first = Case(When(status__in=VERIFIED_STATUSES, then=Value(0)), default=Value(1))
-    order = [verified_first.asc(), F("score").desc() if maximize else F("score").asc(), F("ts").asc(), F("id").asc()]
-    targets = {s.run_id: s for s in (
-        Submission.objects.filter(run_id__in=worse).counted(unverified=True)
-        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order)).filter(rn=1)
-        .select_related("artifact__blob"))}
-    latest_at = dict(Submission.objects.filter(run_id__in=worse).values("run_id").annotate(at=Max("created"))
-                     .values_list("run_id", "at"))
+    order = [
+        verified_first.asc(),
+        F("score").desc() if maximize else F("score").asc(),
+        F("ts").asc(),
+        F("id").asc(),
+    ]
+    targets = {
+        s.run_id: s
+        for s in (
+            Submission.objects.filter(run_id__in=worse)
+            .counted(unverified=True)
+            .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
+            .filter(rn=1)
+            .select_related("artifact__blob")
+        )
+    }
+    latest_at = dict(
+        Submission.objects.filter(run_id__in=worse)
+        .values("run_id")
+        .annotate(at=Max("created"))
+        .values_list("run_id", "at")
+    )
     done: dict[int, Rollback] = {}
-    for rollback in (Rollback.objects.filter(run_id__in=worse).exclude(status=RollbackStatus.FAILED)
-                     .select_related("target_submission", "target_checkpoint").order_by("created", "id")):
+    for rollback in (
+        Rollback.objects.filter(run_id__in=worse)
+        .exclude(status=RollbackStatus.FAILED)
+        .select_related("target_submission", "target_checkpoint")
+        .order_by("created", "id")
+    ):
         if latest_at.get(rollback.run_id) is None or rollback.created >= latest_at[rollback.run_id]:
             done[rollback.run_id] = rollback
-    out = [Regression(run, run.latest_score, run.best_score, targets.get(pk), gap, done.get(pk))
-           for pk, (run, gap) in worse.items()]
+    out = [
+        Regression(run, run.latest_score, run.best_score, targets.get(pk), gap, done.get(pk))
+        for pk, (run, gap) in worse.items()
+    ]
     return sorted(out, key=lambda r: -r.gap)

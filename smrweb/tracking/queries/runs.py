@@ -45,7 +45,9 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     if total == 0:
         return 0, []
     if total <= points:
-        return total, [SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")]
+        return total, [
+            SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")
+        ]
     lo, width = span["lo"], span["hi"] - span["lo"] + 1
     # Integer arithmetic on both backends: bucket = (step - lo) // steps_per_bucket, in [0, points).
     # No multiplication, so steps near the contract's 2**62 cannot overflow bigint.
@@ -53,7 +55,9 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     bucket = Cast((F("step") - lo) / steps_per_bucket, IntegerField())
     grouped = rows.annotate(bucket=bucket).values("bucket").order_by("bucket")
     if max(abs(span["vlo"]), abs(span["vhi"])) * total < FLOAT_MAX:
-        buckets = grouped.annotate(step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id"))
+        buckets = grouped.annotate(
+            step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id")
+        )
         return total, [SeriesPoint(b["step"], b["mean"], b["lo"], b["hi"], b["n"]) for b in buckets]
     # Values so large that a bucket's SQL sum could overflow (red-team finding 7: two points of 1.7e308
     # made AVG infinite on SQLite, an error on PostgreSQL): each mean is a sum of value/n, made here.
@@ -71,7 +75,9 @@ def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[
         return {}
     ranked = (
         Submission.objects.filter(**{f"{group_by}__in": ids})
-        .annotate(rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()]))
+        .annotate(
+            rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
+        )
         .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
         .values_list(group_by, "score", "rn")
     )
@@ -93,11 +99,17 @@ def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
 
 
 # Reconciliation channels, as the run page and the API name them.
-GAP_CHANNELS = (("tokens_in", "input tokens", "tokens"), ("tokens_out", "output tokens", "tokens"),
-                ("usd", "inference", "usd"), ("driver_usd", "driver inference", "usd"),
-                ("child_usd", "child work", "usd"), ("driver_tokens_in", "driver input tokens", "tokens"),
-                ("driver_tokens_out", "driver output tokens", "tokens"),
-                ("child_tokens_in", "child input tokens", "tokens"), ("child_tokens_out", "child output tokens", "tokens"))
+GAP_CHANNELS = (
+    ("tokens_in", "input tokens", "tokens"),
+    ("tokens_out", "output tokens", "tokens"),
+    ("usd", "inference", "usd"),
+    ("driver_usd", "driver inference", "usd"),
+    ("child_usd", "child work", "usd"),
+    ("driver_tokens_in", "driver input tokens", "tokens"),
+    ("driver_tokens_out", "driver output tokens", "tokens"),
+    ("child_tokens_in", "child input tokens", "tokens"),
+    ("child_tokens_out", "child output tokens", "tokens"),
+)
 
 
 TOTAL_CHANNELS = frozenset({"tokens_in", "tokens_out", "usd"})
@@ -148,13 +160,19 @@ class SourceGaps:
 def source_gaps(run: Run) -> SourceGaps:
     spend, cursor = run.source_spend or {}, run.source_cursor or {}
     unaccounted = spend.get("unaccounted") or {}
-    gaps = [SourceGap(key, label, unit, Decimal(str(unaccounted[key]))) for key, label, unit in GAP_CHANNELS
-            if key in unaccounted]
+    gaps = [
+        SourceGap(key, label, unit, Decimal(str(unaccounted[key])))
+        for key, label, unit in GAP_CHANNELS
+        if key in unaccounted
+    ]
     entries = spend.get("entries") or {}
     as_of = spend.get("timeline_as_of")
     return SourceGaps(
-        unaccounted=gaps, timeline_current=bool(spend.get("timeline_current", True)),
+        unaccounted=gaps,
+        timeline_current=bool(spend.get("timeline_current", True)),
         timeline_as_of=datetime.fromisoformat(as_of) if as_of else None,
-        unreadable=int(entries.get("unreadable") or 0), example=str(entries.get("example") or ""),
+        unreadable=int(entries.get("unreadable") or 0),
+        example=str(entries.get("example") or ""),
         messages_missed=int(cursor.get("messages_missed") or 0),
-        results_unreadable=int(cursor.get("results_unreadable") or 0))
+        results_unreadable=int(cursor.get("results_unreadable") or 0),
+    )

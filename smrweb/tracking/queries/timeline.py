@@ -77,8 +77,12 @@ def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]
     if not score_pks:
         return []
     latest = AgentTurn.objects.filter(run=run, ts__lte=OuterRef("ts")).order_by("-ts", "-id")
-    rows = dict((pk, (turn, actor)) for pk, turn, actor in Submission.objects.filter(pk__in=score_pks).annotate(
-        t=Subquery(latest.values("turn")[:1]), a=Subquery(latest.values("actor")[:1])).values_list("pk", "t", "a"))
+    rows = dict(
+        (pk, (turn, actor))
+        for pk, turn, actor in Submission.objects.filter(pk__in=score_pks)
+        .annotate(t=Subquery(latest.values("turn")[:1]), a=Subquery(latest.values("actor")[:1]))
+        .values_list("pk", "t", "a")
+    )
     return [rows.get(pk, (None, "")) for pk in score_pks]
 
 
@@ -99,13 +103,22 @@ class MicrosecondsSince(Func):
         super().__init__(expression, Value(origin, output_field=DateTimeField()))
 
     def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection,
-                           template="CAST(ROUND((julianday(%(expressions)s)) * 86400000000) AS INTEGER)",
-                           arg_joiner=") - julianday(", **extra)
+        return self.as_sql(
+            compiler,
+            connection,
+            template="CAST(ROUND((julianday(%(expressions)s)) * 86400000000) AS INTEGER)",
+            arg_joiner=") - julianday(",
+            **extra,
+        )
 
     def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
-                           arg_joiner=" - ", **extra)
+        return self.as_sql(
+            compiler,
+            connection,
+            template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
+            arg_joiner=" - ",
+            **extra,
+        )
 
 
 def turn_bin(origin: datetime, width: timedelta):
@@ -119,7 +132,9 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     now = now or timezone.now()
     turns = AgentTurn.objects.filter(run=run)
     span = turns.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
-    scores_all = list(Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score", "pk"))
+    scores_all = list(
+        Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score", "pk")
+    )
     times = [t for t in (span["lo"], span["hi"]) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
     start = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [start + timedelta(minutes=1)])
@@ -128,8 +143,17 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     rows = (
         turns.annotate(bin=turn_bin(start, width))
         .values("bin", "kind")
-        .annotate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"),
-                  first_turn=Min("turn"), last_turn=Max("turn"), actor=Min("actor"), model=Min("model"), pk=Min("id"))
+        .annotate(
+            n=Count("id"),
+            tin=Sum("tokens_in"),
+            tout=Sum("tokens_out"),
+            usd=Sum("cost_usd"),
+            first_turn=Min("turn"),
+            last_turn=Max("turn"),
+            actor=Min("actor"),
+            model=Min("model"),
+            pk=Min("id"),
+        )
         .order_by("bin", "kind")
     )
     bins: list[TurnBin] = []
@@ -137,10 +161,20 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     total = driver = Decimal(0)
     for r in rows:
         index = r["bin"]
-        b = TurnBin(start + width * index, start + width * (index + 1), r["kind"], count=r["n"],
-                    tokens_in=r["tin"] or 0, tokens_out=r["tout"] or 0, cost_usd=r["usd"] or Decimal(0),
-                    first_turn=r["first_turn"], last_turn=r["last_turn"], actor=r["actor"], model=r["model"],
-                    pk=r["pk"])
+        b = TurnBin(
+            start + width * index,
+            start + width * (index + 1),
+            r["kind"],
+            count=r["n"],
+            tokens_in=r["tin"] or 0,
+            tokens_out=r["tout"] or 0,
+            cost_usd=r["usd"] or Decimal(0),
+            first_turn=r["first_turn"],
+            last_turn=r["last_turn"],
+            actor=r["actor"],
+            model=r["model"],
+            pk=r["pk"],
+        )
         bins.append(b)
         total += b.cost_usd
         if b.kind == TurnKind.DRIVER_INFERENCE:
@@ -159,7 +193,9 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     scores = lttb([(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all], MAX_SCORE_POINTS)
     score_turns = _turns_before([pk for *_, pk in scores], run)
     return Timeline(
-        start=start, end=end, bin_width=width,
+        start=start,
+        end=end,
+        bin_width=width,
         bins=bins,
         cumulative=cumulative,
         scores=[(ts, v) for _, v, ts, _ in scores],
@@ -192,7 +228,8 @@ def burn_forecast(run: Run, *, now: datetime | None = None) -> Burn | None:
     # A young run is measured over its own age, not diluted over a window it has not lived.
     window = min(BURN_WINDOW, max(now - run.started_at, timedelta(minutes=1)))
     recent = AgentTurn.objects.filter(run=run, ts__gte=now - window).aggregate(
-        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out"))
+        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
+    )
     hours = Decimal(window.total_seconds()) / 3600
     usd_rate = (recent["usd"] or Decimal(0)) / hours
     token_rate = int(((recent["tin"] or 0) + (recent["tout"] or 0)) / float(hours))
@@ -241,13 +278,17 @@ def efficiency(run: Run) -> Efficiency | None:
         return None
     first_ts, first_score = first
     before = AgentTurn.objects.filter(run=run, ts__lte=first_ts).aggregate(
-        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out"))
+        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
+    )
     usd_since = run.cost_usd - (before["usd"] or Decimal(0))
     tokens_since = run.tokens_in + run.tokens_out - (before["tin"] or 0) - (before["tout"] or 0)
     sign = 1 if run.project.scenario.maximize else -1
     gained = (run.best_score - first_score) * sign
     return Efficiency(
-        first_score=first_score, best_score=run.best_score, gained=gained, usd_since=usd_since,
+        first_score=first_score,
+        best_score=run.best_score,
+        gained=gained,
+        usd_since=usd_since,
         tokens_since=tokens_since,
         per_usd=gained / float(usd_since) if usd_since > 0 else None,
         per_1k_tokens=gained / (tokens_since / 1000) if tokens_since > 0 else None,
@@ -283,8 +324,14 @@ def actor_tree(run: Run) -> list[ActorNode]:
     rows = (
         AgentTurn.objects.filter(run=run)
         .values("actor", "parent_actor", "kind", "model")
-        .annotate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"),
-                  first=Min("ts"), last=Max("ts"))
+        .annotate(
+            n=Count("id"),
+            tin=Sum("tokens_in"),
+            tout=Sum("tokens_out"),
+            usd=Sum("cost_usd"),
+            first=Min("ts"),
+            last=Max("ts"),
+        )
     )
     nodes: dict[str, ActorNode] = {}
     for r in rows:
@@ -325,15 +372,21 @@ def actor_tree(run: Run) -> list[ActorNode]:
     return ordered
 
 
-def turns_in_bin(run: Run, origin: datetime, width: timedelta, index: int, kind: str | None = None, *,
-                 limit: int = 50):
+def turns_in_bin(
+    run: Run, origin: datetime, width: timedelta, index: int, kind: str | None = None, *, limit: int = 50
+):
     """The turns of one timeline bar (a time bin, optionally one kind), oldest first, and their count.
 
     Chosen by the same SQL bin expression the timeline groups by, so a bar and its turns always agree.
     """
     start = origin + width * index
-    turns = (AgentTurn.objects.filter(run=run, ts__gte=start - timedelta(seconds=1), ts__lt=start + width + timedelta(seconds=1))
-             .alias(bin=turn_bin(origin, width)).filter(bin=index))
+    turns = (
+        AgentTurn.objects.filter(
+            run=run, ts__gte=start - timedelta(seconds=1), ts__lt=start + width + timedelta(seconds=1)
+        )
+        .alias(bin=turn_bin(origin, width))
+        .filter(bin=index)
+    )
     if kind in TurnKind.values:
         turns = turns.filter(kind=kind)
     return list(turns.order_by("ts", "id")[:limit]), turns.count()

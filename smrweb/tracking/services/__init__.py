@@ -10,8 +10,8 @@ from smrweb.tracking.services.artifacts import (  # noqa: F401
     artifact_storage,
     collect_unreferenced_blobs,
     open_blob,
-    save_blob,
     project_storage_bytes,
+    save_blob,
     store_artifact,
     store_known_artifact,
 )

@@ -36,17 +36,24 @@ from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.runs import _check_run_id, _locked_run
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
 def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(0)) -> int:
     """Delete blobs no artifact holds (rows, then bytes), created more than `older_than` ago: an upload
     stores its blob a moment before the artifact row that holds it, so the periodic sweep waits."""
     blobs = ArtifactBlob.objects.all() if blobs is None else blobs
     candidates = blobs.filter(created__lt=timezone.now() - older_than).exclude(
-        pk__in=Artifact.objects.values("blob_id"))
+        pk__in=Artifact.objects.values("blob_id")
+    )
     removed = 0
     for blob in candidates.iterator():
         with transaction.atomic():
             # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken it).
-            gone, _ = ArtifactBlob.objects.filter(pk=blob.pk).exclude(pk__in=Artifact.objects.values("blob_id")).delete()
+            gone, _ = (
+                ArtifactBlob.objects.filter(pk=blob.pk)
+                .exclude(pk__in=Artifact.objects.values("blob_id"))
+                .delete()
+            )
         if gone:
             artifact_storage().delete(blob.storage_name)
             removed += 1
@@ -64,13 +71,15 @@ def project_storage_bytes(project: Project) -> int:
     blob_ids: set[int] = set()
     for chunk in _chunks(run_ids):
         blob_ids.update(Artifact.objects.filter(run_id__in=chunk).values_list("blob_id", flat=True))
-    return sum(ArtifactBlob.objects.filter(pk__in=chunk).aggregate(total=Sum("size"))["total"] or 0
-               for chunk in _chunks(sorted(blob_ids)))
+    return sum(
+        ArtifactBlob.objects.filter(pk__in=chunk).aggregate(total=Sum("size"))["total"] or 0
+        for chunk in _chunks(sorted(blob_ids))
+    )
 
 
 def _chunks(ids: list[int], size: int = 500):
     for start in range(0, len(ids), size):
-        yield ids[start:start + size]
+        yield ids[start : start + size]
 
 
 def _check_quota(project: Project, sha256: str, size: int) -> None:
@@ -79,9 +88,11 @@ def _check_quota(project: Project, sha256: str, size: int) -> None:
         return  # no limit, or bytes the project already holds (they cost nothing more)
     used = project_storage_bytes(project)
     if used + size > quota:
-        raise StorageQuotaExceeded(f"Project {project.slug} holds {used} bytes of artifacts; these {size} more would "
-                                   f"pass its quota of {quota} (SMRWEB_PROJECT_STORAGE_QUOTA_BYTES). Nothing was "
-                                   "stored.")
+        raise StorageQuotaExceeded(
+            f"Project {project.slug} holds {used} bytes of artifacts; these {size} more would "
+            f"pass its quota of {quota} (SMRWEB_PROJECT_STORAGE_QUOTA_BYTES). Nothing was "
+            "stored."
+        )
 
 
 def artifact_storage():
@@ -119,19 +130,27 @@ def store_artifact(
     with ExitStack() as stack:
         sha256, size, readable = _hash_upload(content, stack)
         if claimed_sha256 is not None and claimed_sha256.lower() != sha256:
-            raise DigestMismatch(f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored.")
+            raise DigestMismatch(
+                f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored."
+            )
         _check_quota(project, sha256, size)
         blob, _ = save_blob(sha256, size, readable)
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
-            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type}
+            run=run,
+            path=path,
+            blob=blob,
+            commit=commit,
+            defaults={"kind": kind, "content_type": content_type},
         )
         if created:
             _link_waiting_submissions(run, artifact)
             run.last_progress_at, run.stalled_since = timezone.now(), None
             run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
-            record_audit(by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size)
+            record_audit(
+                by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size
+            )
     return artifact, created
 
 
@@ -155,8 +174,9 @@ def _hash_upload(content: IO[bytes], stack: ExitStack) -> tuple[str, int, IO[byt
     return digest.hexdigest(), size, readable
 
 
-def save_blob(sha256: str, size: int, readable: IO[bytes], *,
-              created: datetime | None = None) -> tuple[ArtifactBlob, str | None]:
+def save_blob(
+    sha256: str, size: int, readable: IO[bytes], *, created: datetime | None = None
+) -> tuple[ArtifactBlob, str | None]:
     """The blob for these bytes, storing them if they are new; with the storage name this call wrote
     (None when the bytes were already stored), so a caller that fails later can delete them again.
     `created`: when the bytes were first stored (a restored archive keeps its time).
@@ -170,7 +190,9 @@ def save_blob(sha256: str, size: int, readable: IO[bytes], *,
         return blob, None  # same bytes already stored: keep one copy
     storage = artifact_storage()
     name = storage.save(blob_storage_name(sha256, unique=uuid.uuid4().hex[:12]), File(readable))
-    blob, new = ArtifactBlob.objects.get_or_create(sha256=sha256, defaults={"size": size, "storage_name": name})
+    blob, new = ArtifactBlob.objects.get_or_create(
+        sha256=sha256, defaults={"size": size, "storage_name": name}
+    )
     if not new:
         storage.delete(name)
         return blob, None
@@ -182,8 +204,9 @@ def save_blob(sha256: str, size: int, readable: IO[bytes], *,
 
 def _link_waiting_submissions(run, artifact: Artifact) -> None:
     """Scores that named these bytes (by digest or path) before they arrived now hold them."""
-    Submission.objects.filter(run=run, artifact__isnull=True,
-                              artifact_ref__in=[artifact.blob.sha256, artifact.path]).update(artifact=artifact)
+    Submission.objects.filter(
+        run=run, artifact__isnull=True, artifact_ref__in=[artifact.blob.sha256, artifact.path]
+    ).update(artifact=artifact)
 
 
 def open_blob(blob: ArtifactBlob) -> IO[bytes]:
@@ -191,8 +214,16 @@ def open_blob(blob: ArtifactBlob) -> IO[bytes]:
     return artifact_storage().open(blob.storage_name, "rb")
 
 
-def store_known_artifact(project: Project, run_external_id: str, *, sha256: str, path: str, kind: str,
-                         content_type: str, commit: str = "") -> Artifact | None:
+def store_known_artifact(
+    project: Project,
+    run_external_id: str,
+    *,
+    sha256: str,
+    path: str,
+    kind: str,
+    content_type: str,
+    commit: str = "",
+) -> Artifact | None:
     """Record an artifact whose bytes are already stored (same digest): no download needed.
 
     Returns None when the bytes are not known yet, so the caller pulls them once.
@@ -203,7 +234,11 @@ def store_known_artifact(project: Project, run_external_id: str, *, sha256: str,
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
         artifact, created = Artifact.objects.get_or_create(
-            run=run, path=path, blob=blob, commit=commit, defaults={"kind": kind, "content_type": content_type[:200]}
+            run=run,
+            path=path,
+            blob=blob,
+            commit=commit,
+            defaults={"kind": kind, "content_type": content_type[:200]},
         )
         if created:
             _link_waiting_submissions(run, artifact)

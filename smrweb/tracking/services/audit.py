@@ -14,7 +14,9 @@ from smrweb.tracking.models import (
 )
 
 
-def record_audit(actor: Any, verb: str, obj: Any, *, project: Project | None = None, **detail: Any) -> AuditEvent:
+def record_audit(
+    actor: Any, verb: str, obj: Any, *, project: Project | None = None, **detail: Any
+) -> AuditEvent:
     """Append an audit row. `actor` is a user, an ApiToken or None (the system)."""
     user, label = None, "system"
     if isinstance(actor, ApiToken):

@@ -126,8 +126,9 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
 
 def unnamed_experiments(project: Project, external_id: str) -> int:
     """How many of the run's experiments are known by their id alone (a polled source names them later)."""
-    return Experiment.objects.filter(run__project=project, run__external_id=external_id, title="",
-                                     hypothesis="").count()
+    return Experiment.objects.filter(
+        run__project=project, run__external_id=external_id, title="", hypothesis=""
+    ).count()
 
 
 def name_experiments(project: Project, external_id: str, names: dict[str, dict[str, str]]) -> int:
@@ -136,8 +137,12 @@ def name_experiments(project: Project, external_id: str, names: dict[str, dict[s
     named = 0
     with transaction.atomic():
         for experiment in Experiment.objects.select_for_update().filter(
-                run__project=project, run__external_id=external_id, external_id__in=list(names), title="",
-                hypothesis=""):
+            run__project=project,
+            run__external_id=external_id,
+            external_id__in=list(names),
+            title="",
+            hypothesis="",
+        ):
             name = names[experiment.external_id]
             experiment.title, experiment.hypothesis = name.get("title", "")[:500], name.get("hypothesis", "")
             experiment.save(update_fields=["title", "hypothesis", "updated"])
@@ -157,9 +162,13 @@ def _check_scores_in_bounds(scenario: Scenario, events: Sequence[ev._Event]) -> 
         if event.type != "score":
             continue
         if scenario.score_min is not None and event.score < scenario.score_min:
-            errors.append(EventError(index, "score", f"Below the scenario's minimum of {scenario.score_min:g}."))
+            errors.append(
+                EventError(index, "score", f"Below the scenario's minimum of {scenario.score_min:g}.")
+            )
         if scenario.score_max is not None and event.score > scenario.score_max:
-            errors.append(EventError(index, "score", f"Above the scenario's maximum of {scenario.score_max:g}."))
+            errors.append(
+                EventError(index, "score", f"Above the scenario's maximum of {scenario.score_max:g}.")
+            )
     if errors:
         raise InvalidEvents(errors)
 
@@ -173,14 +182,22 @@ def _new_events(run: Run, events: Sequence[ev._Event]) -> list[tuple[str, Any]]:
     known: set[tuple[str, str]] = set()
     for etype, keys in keys_by_type.items():
         if etype == "checkpoint":
-            rows = Checkpoint.objects.filter(run=run, external_id__in=keys).values_list("external_id", flat=True)
+            rows = Checkpoint.objects.filter(run=run, external_id__in=keys).values_list(
+                "external_id", flat=True
+            )
         else:
-            rows = _EVENT_MODELS[etype].objects.filter(run=run, event_id__in=keys).values_list("event_id", flat=True)
+            rows = (
+                _EVENT_MODELS[etype]
+                .objects.filter(run=run, event_id__in=keys)
+                .values_list("event_id", flat=True)
+            )
         known.update((etype, k) for k in rows)
     turn_numbers = {e.turn for _, e in keyed if e.type == "agent.turn"}
-    known_turns = set(
-        AgentTurn.objects.filter(run=run, turn__in=turn_numbers).values_list("actor", "turn")
-    ) if turn_numbers else set()
+    known_turns = (
+        set(AgentTurn.objects.filter(run=run, turn__in=turn_numbers).values_list("actor", "turn"))
+        if turn_numbers
+        else set()
+    )
 
     fresh = []
     for key, event in keyed:
@@ -201,17 +218,21 @@ def _metric_insert_sql() -> str:
     columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
     # The conflict target is the unique constraint metric_run_event_uniq: a key the run already has,
     # or one repeated inside the batch, inserts nothing and is not counted.
-    return (f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
-            f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING")
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
+        f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING"
+    )
 
 
 def _metric_insert_sql_pg() -> str:
     q = connection.ops.quote_name
     columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
-    return (f"INSERT INTO {q(MetricPoint._meta.db_table)} ({columns}) "
-            "SELECT %s, r->>0, (r->>1)::bigint, (r->>2)::float8, (r->>3)::timestamptz, r->>4 "
-            "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS u(r, n) ORDER BY n "
-            f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING")
+    return (
+        f"INSERT INTO {q(MetricPoint._meta.db_table)} ({columns}) "
+        "SELECT %s, r->>0, (r->>1)::bigint, (r->>2)::float8, (r->>3)::timestamptz, r->>4 "
+        "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS u(r, n) ORDER BY n "
+        f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING"
+    )
 
 
 def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
@@ -231,8 +252,17 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now
     run_id = run.pk
     if naive_utc and type(events) is ev.PlainMetrics:
         # The fast path's batch: ids always set, UTC text usually ready (else a zone was sent, or none).
-        rows = [(run_id, e.key, e.step, e.value,
-                 e.naive_utc or (now_db if e.ts is None else str(e.ts)[:-6]), e.id) for e in events]
+        rows = [
+            (
+                run_id,
+                e.key,
+                e.step,
+                e.value,
+                e.naive_utc or (now_db if e.ts is None else str(e.ts)[:-6]),
+                e.id,
+            )
+            for e in events
+        ]
     else:
         rows = []
         append = rows.append
@@ -262,7 +292,10 @@ def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], 
     """PostgreSQL: the batch goes over as one JSON array of rows that the server unpacks in order.
     msgspec encodes it in C (floats in shortest round-trip form, timestamps as RFC 3339), where
     psycopg's array dumpers spent ~7 µs a value in Python; executemany, even pipelined, was slower."""
-    rows = [(e.key, e.step, e.value, e.ts or now, e.id if e.id is not None else e.idempotency_key()) for e in events]
+    rows = [
+        (e.key, e.step, e.value, e.ts or now, e.id if e.id is not None else e.idempotency_key())
+        for e in events
+    ]
     with connection.cursor() as cursor:
         cursor.execute(_metric_insert_sql_pg(), [run.pk, _encode_json(rows).decode()])
         return cursor.rowcount
@@ -272,9 +305,19 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
     AgentTurn.objects.bulk_create(
         [
             AgentTurn(
-                run=run, event_id=k, turn=e.turn, actor=e.actor, parent_actor=e.parent_actor or "",
-                kind=e.resolved_kind, model=e.model, tokens_in=e.tokens_in, tokens_out=e.tokens_out,
-                cost_usd=e.cost_decimal, tool_calls=list(e.tool_calls), duration_ms=e.duration_ms, ts=e.ts or now,
+                run=run,
+                event_id=k,
+                turn=e.turn,
+                actor=e.actor,
+                parent_actor=e.parent_actor or "",
+                kind=e.resolved_kind,
+                model=e.model,
+                tokens_in=e.tokens_in,
+                tokens_out=e.tokens_out,
+                cost_usd=e.cost_decimal,
+                tool_calls=list(e.tool_calls),
+                duration_ms=e.duration_ms,
+                ts=e.ts or now,
             )
             for k, e in items
         ],
@@ -285,8 +328,15 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
 def _insert_checkpoints(run: Run, items: list[tuple[str, ev.CheckpointEvent]], now: datetime) -> None:
     Checkpoint.objects.bulk_create(
         [
-            Checkpoint(run=run, external_id=k, label=e.label, commit=e.commit, restorable=e.restorable,
-                       failure_reason=e.failure_reason, ts=e.ts or now)
+            Checkpoint(
+                run=run,
+                external_id=k,
+                label=e.label,
+                commit=e.commit,
+                restorable=e.restorable,
+                failure_reason=e.failure_reason,
+                ts=e.ts or now,
+            )
             for k, e in items
         ]
     )
@@ -297,8 +347,16 @@ def _insert_messages(run: Run, items: list[tuple[str, ev.MessageEvent]], now: da
     start = (RuntimeMessage.objects.filter(run=run).aggregate(m=Max("seq"))["m"] or 0) + 1
     RuntimeMessage.objects.bulk_create(
         [
-            RuntimeMessage(run=run, seq=start + i, event_id=k, topic=e.topic, target=e.target, mode=e.mode,
-                           body=e.body, ts=e.ts or now)
+            RuntimeMessage(
+                run=run,
+                seq=start + i,
+                event_id=k,
+                topic=e.topic,
+                target=e.target,
+                mode=e.mode,
+                body=e.body,
+                ts=e.ts or now,
+            )
             for i, (k, e) in enumerate(items)
         ]
     )
@@ -308,7 +366,10 @@ def _insert_states(run: Run, items: list[tuple[str, ev.StateEvent]], now: dateti
     StateChange.objects.bulk_create(
         [
             StateChange(
-                run=run, event_id=k, state=e.state, ts=e.ts or now,
+                run=run,
+                event_id=k,
+                state=e.state,
+                ts=e.ts or now,
                 failure_family=e.failure.family if e.failure else "",
                 failure_detail=e.failure.detail if e.failure else "",
                 failure_source=e.failure.source if e.failure else "",
@@ -320,17 +381,26 @@ def _insert_states(run: Run, items: list[tuple[str, ev.StateEvent]], now: dateti
 
 def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: datetime) -> None:
     experiment_ids = {e.experiment for _, e in items if e.experiment}
-    experiments = {x.external_id: x for x in Experiment.objects.filter(run=run, external_id__in=experiment_ids)}
+    experiments = {
+        x.external_id: x for x in Experiment.objects.filter(run=run, external_id__in=experiment_ids)
+    }
     for external_id in experiment_ids - experiments.keys():
         experiments[external_id] = Experiment.objects.create(run=run, external_id=external_id)
     artifacts = _artifacts_by_ref(run, {_normal_ref(e.artifact) for _, e in items if e.artifact})
     Submission.objects.bulk_create(
         [
             Submission(
-                project_id=run.project_id, run=run, event_id=k, score=e.score, harness_id=e.harness_id,
-                artifact_ref=_normal_ref(e.artifact), artifact=artifacts.get(_normal_ref(e.artifact)),
+                project_id=run.project_id,
+                run=run,
+                event_id=k,
+                score=e.score,
+                harness_id=e.harness_id,
+                artifact_ref=_normal_ref(e.artifact),
+                artifact=artifacts.get(_normal_ref(e.artifact)),
                 experiment=experiments.get(e.experiment) if e.experiment else None,
-                commit=e.commit, details=dict(e.details), ts=e.ts or now,
+                commit=e.commit,
+                details=dict(e.details),
+                ts=e.ts or now,
             )
             for k, e in items
         ]

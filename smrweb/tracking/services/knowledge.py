@@ -42,17 +42,26 @@ def _check(project: Project, by: Any, *, kind: str, title: str, body: str) -> tu
     return title, body
 
 
-def add_entry(project: Project, *, by: Any, kind: str, title: str, body: str = "",
-              submission: Submission | None = None) -> KnowledgeEntry:
+def add_entry(
+    project: Project, *, by: Any, kind: str, title: str, body: str = "", submission: Submission | None = None
+) -> KnowledgeEntry:
     """Write an entry by hand; `submission` (of this project) gives a failed approach its score."""
     title, body = _check(project, by, kind=kind, title=title, body=body)
     if submission is not None and submission.project_id != project.pk:
         raise InvalidInput("submission", f"Submission #{submission.pk} is not in {project.slug}.")
     with transaction.atomic():
-        entry = KnowledgeEntry.objects.create(project=project, kind=kind, title=title, body=body,
-                                              submission=submission, created_by=by)
-        record_audit(by, "knowledge.added", entry, project=project, kind=kind, title=title[:200],
-                     submission=submission.pk if submission else None)
+        entry = KnowledgeEntry.objects.create(
+            project=project, kind=kind, title=title, body=body, submission=submission, created_by=by
+        )
+        record_audit(
+            by,
+            "knowledge.added",
+            entry,
+            project=project,
+            kind=kind,
+            title=title[:200],
+            submission=submission.pk if submission else None,
+        )
     return entry
 
 
@@ -64,8 +73,11 @@ def edit_entry(entry: KnowledgeEntry, *, by: Any, title: str, body: str, kind: s
     with transaction.atomic():
         entry = KnowledgeEntry.objects.select_for_update().get(pk=entry.pk)
         before = {"kind": entry.kind, "title": entry.title[:200]}
-        changed = [name for name, value in (("kind", kind), ("title", title), ("body", body))
-                   if getattr(entry, name) != value]
+        changed = [
+            name
+            for name, value in (("kind", kind), ("title", title), ("body", body))
+            if getattr(entry, name) != value
+        ]
         entry.kind, entry.title, entry.body = kind, title, body
         if changed:
             entry.save(update_fields=changed)

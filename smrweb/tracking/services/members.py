@@ -21,7 +21,9 @@ from smrweb.tracking.services.audit import record_audit
 def add_member(project: Project, user: Any, *, role: str, by: Any = None) -> Membership:
     """Give a user a role in a project (or change it)."""
     with transaction.atomic():
-        membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+        membership, _ = Membership.objects.update_or_create(
+            project=project, user=user, defaults={"role": role}
+        )
         record_audit(by, "member.set", membership, project=project, user=user.get_username(), role=role)
     return membership
 
@@ -37,10 +39,15 @@ def set_member(project: Project, *, username: str, role: str, by: Any) -> Member
         raise InvalidInput("role", f"Choose one of {', '.join(Role.values)}.")
     name = (username or "").strip()
     users = get_user_model().objects.filter(is_active=True)
-    user = users.filter(username=name).first() or (users.filter(email__iexact=name).first() if "@" in name else None)
+    user = users.filter(username=name).first() or (
+        users.filter(email__iexact=name).first() if "@" in name else None
+    )
     if user is None:
-        raise InvalidInput("username", f"No active account is called {name!r}: a staff user creates it first "
-                                       "(Admin → Users, or `manage.py createsuperuser` / `createuser`).")
+        raise InvalidInput(
+            "username",
+            f"No active account is called {name!r}: a staff user creates it first "
+            "(Admin → Users, or `manage.py createsuperuser` / `createuser`).",
+        )
     with transaction.atomic():
         _keep_an_admin(project, user, role)
         return add_member(project, user, role=role, by=by)
@@ -57,8 +64,13 @@ def remove_member(project: Project, user: Any, *, by: Any) -> None:
 
 
 def _keep_an_admin(project: Project, user: Any, role: str | None) -> None:
-    admins = set(Membership.objects.select_for_update().filter(project=project, role=Role.ADMIN)
-                 .values_list("user_id", flat=True))
+    admins = set(
+        Membership.objects.select_for_update()
+        .filter(project=project, role=Role.ADMIN)
+        .values_list("user_id", flat=True)
+    )
     if admins == {user.pk} and role != Role.ADMIN:
-        raise InvalidInput("role", f"{user.get_username()} is the only admin of {project.slug}: make someone else "
-                                   "admin first.")
+        raise InvalidInput(
+            "role",
+            f"{user.get_username()} is the only admin of {project.slug}: make someone else admin first.",
+        )

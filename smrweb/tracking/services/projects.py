@@ -43,12 +43,16 @@ def create_scenario(*, by: Any = None, **fields: Any) -> Scenario:
 
 def may_create_projects(user: Any) -> bool:
     """Creating a project is for staff and users given `tracking.add_project`, not for everyone signed in."""
-    return bool(getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.add_project"))
+    return bool(
+        getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.add_project")
+    )
 
 
 def may_bind_sources(user: Any) -> bool:
     """Binding a project to an SMR project, an SMR backend or a repository: staff, or `tracking.bind_source`."""
-    return bool(getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.bind_source"))
+    return bool(
+        getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.bind_source")
+    )
 
 
 def create_project(
@@ -76,42 +80,67 @@ def create_project(
     operator = by is None or getattr(by, "is_staff", False)
     if by is not None and not may_create_projects(by):
         raise NotAllowed("Creating projects is for staff and users given the permission to add projects.")
-    binds = source != SourceKind.PUSH or bool(smr_project_id or smr_backend_base or smr_api_key or git_repo_path)
+    binds = source != SourceKind.PUSH or bool(
+        smr_project_id or smr_backend_base or smr_api_key or git_repo_path
+    )
     if by is not None and binds and not may_bind_sources(by):
-        raise NotAllowed("Binding a project to an SMR project, a backend or a repository is for staff and users "
-                         "given the permission to bind sources.")
-    if scenario is not None and by is not None and not Scenario.objects.attachable_by(by).filter(pk=scenario.pk).exists():
-        raise InvalidInput("scenario", f"Object with key={scenario.key} does not exist.")  # as for an unknown key
+        raise NotAllowed(
+            "Binding a project to an SMR project, a backend or a repository is for staff and users "
+            "given the permission to bind sources."
+        )
+    if (
+        scenario is not None
+        and by is not None
+        and not Scenario.objects.attachable_by(by).filter(pk=scenario.pk).exists()
+    ):
+        raise InvalidInput(
+            "scenario", f"Object with key={scenario.key} does not exist."
+        )  # as for an unknown key
     if not slug or len(slug) > 100 or not SLUG_RE.match(slug):
         raise InvalidInput("slug", "A slug is 1 to 100 letters, digits, hyphens or underscores.")
     if source != SourceKind.SMR and (smr_project_id or smr_backend_base or smr_api_key):
-        raise InvalidInput("smr_project_id", "An SMR project id, backend and key are for projects whose source is smr.")
+        raise InvalidInput(
+            "smr_project_id", "An SMR project id, backend and key are for projects whose source is smr."
+        )
     if source == SourceKind.SMR:
         if not smr_project_id:
             raise InvalidInput("smr_project_id", "A project whose source is smr needs the SMR project id.")
         if not operator and not smr_api_key:
-            raise InvalidInput("smr_api_key", "A project you bind to SMR needs its own SMR API key; the "
-                                              "operator's key is not lent to user-created projects.")
+            raise InvalidInput(
+                "smr_api_key",
+                "A project you bind to SMR needs its own SMR API key; the "
+                "operator's key is not lent to user-created projects.",
+            )
         if smr_backend_base:
             if not smr_api_key:  # the operator's key goes to the operator's backend only (finding 5)
-                raise InvalidInput("smr_api_key", "A project with a backend address of its own needs an API key "
-                                                  "of its own.")
+                raise InvalidInput(
+                    "smr_api_key", "A project with a backend address of its own needs an API key of its own."
+                )
             check_outbound_url("smr_backend_base", smr_backend_base)
         bound = Project.objects.filter(source=SourceKind.SMR, source_settings__smr_project_id=smr_project_id)
         if bound.exists() and not (allow_shared_smr_project and operator):
-            raise InvalidInput("smr_project_id", f"SMR project {smr_project_id!r} is already bound to smrweb project "
-                                                 f"{bound.first().slug!r}; only staff can allow a second binding.")
+            raise InvalidInput(
+                "smr_project_id",
+                f"SMR project {smr_project_id!r} is already bound to smrweb project "
+                f"{bound.first().slug!r}; only staff can allow a second binding.",
+            )
     if source == SourceKind.GIT:
         _check_git_settings(git_repo_path, git_branch)
     elif git_repo_path or git_branch:
-        raise InvalidInput("git_repo_path", "A repository path and branch are for projects whose source is git.")
+        raise InvalidInput(
+            "git_repo_path", "A repository path and branch are for projects whose source is git."
+        )
     if Project.objects.filter(slug=slug).exists():
         raise InvalidInput("slug", f"A project with slug {slug!r} already exists.")
     if source == SourceKind.SMR and check_binding is not None:
         # The backend itself confirms the id and key (sources.smr.check_binding), after every check above
         # (so no one unauthorised can make smrweb probe a backend) and before anything is written.
-        check_binding(smr_project_id=smr_project_id, api_key=smr_api_key, backend_base=smr_backend_base,
-                      operator=operator)
+        check_binding(
+            smr_project_id=smr_project_id,
+            api_key=smr_api_key,
+            backend_base=smr_backend_base,
+            operator=operator,
+        )
     source_settings: dict[str, Any] = {"smr_project_id": smr_project_id} if smr_project_id else {}
     if smr_backend_base:
         source_settings["backend_base"] = smr_backend_base
@@ -135,8 +164,15 @@ def create_project(
         )
         if by is not None and getattr(by, "is_authenticated", False):
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
-        record_audit(by, "project.created", project, project=project, scenario=project.scenario.key,
-                     source=source, **({"smr_project_id": smr_project_id} if smr_project_id else {}))
+        record_audit(
+            by,
+            "project.created",
+            project,
+            project=project,
+            scenario=project.scenario.key,
+            source=source,
+            **({"smr_project_id": smr_project_id} if smr_project_id else {}),
+        )
     return project
 
 
@@ -165,14 +201,31 @@ GIT_BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+=@-]{0,194}\Z")
 def _check_git_settings(repo_path: str, branch: str) -> None:
 
     if not repo_path or len(repo_path) > 1000 or "\x00" in repo_path or not os.path.isabs(repo_path):
-        raise InvalidInput("git_repo_path", "A project whose source is git needs the absolute path of its repository.")
-    if not GIT_BRANCH_RE.match(branch or "") or ".." in branch or "//" in branch or branch.endswith((".", "/", ".lock")):
-        raise InvalidInput("git_branch", "A branch name of letters, digits and . _ / + = @ - (starting with a letter, "
-                                         "digit or underscore), as git accepts it.")
+        raise InvalidInput(
+            "git_repo_path", "A project whose source is git needs the absolute path of its repository."
+        )
+    if (
+        not GIT_BRANCH_RE.match(branch or "")
+        or ".." in branch
+        or "//" in branch
+        or branch.endswith((".", "/", ".lock"))
+    ):
+        raise InvalidInput(
+            "git_branch",
+            "A branch name of letters, digits and . _ / + = @ - (starting with a letter, "
+            "digit or underscore), as git accepts it.",
+        )
 
 
-PROJECT_SETTINGS = ("name", "stall_after", "knowledge", "require_second_reviewer", "auto_verify", "regression_threshold",
-                    "rollback_webhook_url")
+PROJECT_SETTINGS = (
+    "name",
+    "stall_after",
+    "knowledge",
+    "require_second_reviewer",
+    "auto_verify",
+    "regression_threshold",
+    "rollback_webhook_url",
+)
 
 
 def update_project(project: Project, *, by: Any = None, **changes: Any) -> Project:
@@ -182,14 +235,22 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
         raise InvalidInput("stall_after", "Must be at least one second.")
     threshold = changes.get("regression_threshold")
     if threshold is not None and not (0 <= threshold < float("inf")):
-        raise InvalidInput("regression_threshold", "A finite number of at least 0, or empty to turn detection off.")
+        raise InvalidInput(
+            "regression_threshold", "A finite number of at least 0, or empty to turn detection off."
+        )
     if url := changes.get("rollback_webhook_url"):
         check_outbound_url("rollback_webhook_url", url)
     with transaction.atomic():
         for field, value in changes.items():
             setattr(project, field, value)
         project.save(update_fields=[*changes, "updated"])
-        record_audit(by, "project.settings_changed", project, project=project, **{k: str(v) for k, v in changes.items()})
+        record_audit(
+            by,
+            "project.settings_changed",
+            project,
+            project=project,
+            **{k: str(v) for k, v in changes.items()},
+        )
     return project
 
 
@@ -204,6 +265,12 @@ def set_source_backend(project: Project, *, backend_base: str, api_key: str = ""
             settings_["api_key_sealed"] = seal(api_key)
         project.source_settings = settings_
         project.save(update_fields=["source_settings", "updated"])
-        record_audit(by, "project.source_changed", project, project=project, backend_base=backend_base,
-                     key_changed=bool(api_key))  # the key itself is never recorded
+        record_audit(
+            by,
+            "project.source_changed",
+            project,
+            project=project,
+            backend_base=backend_base,
+            key_changed=bool(api_key),
+        )  # the key itself is never recorded
     return project

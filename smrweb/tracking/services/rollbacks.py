@@ -69,8 +69,10 @@ def rollback_refusal(project) -> str:
     if project.source not in ROLLBACK_EFFECTS:
         return f"{project.get_source_display()} projects cannot roll back."
     if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
-        return ("This project has no rollback webhook URL: an admin sets one in the project settings, "
-                "so the harness can be told to roll back.")
+        return (
+            "This project has no rollback webhook URL: an admin sets one in the project settings, "
+            "so the harness can be told to roll back."
+        )
     return ""
 
 
@@ -82,13 +84,19 @@ def may_roll_back(user: Any, project) -> bool:
 def _refuse_uncounted(submission: Submission) -> None:
     """A rollback goes back to work that counts: never to an invalid, rejected or excluded submission."""
     if submission.status in NEVER_COUNTED or submission.excluded_at is not None or submission.run.excluded_at:
-        why = ("is excluded from the project's numbers" if submission.excluded_at or submission.run.excluded_at
-               else "failed verification" if submission.status == "invalid" else "was rejected in review")
+        why = (
+            "is excluded from the project's numbers"
+            if submission.excluded_at or submission.run.excluded_at
+            else "failed verification"
+            if submission.status == "invalid"
+            else "was rejected in review"
+        )
         raise RollbackRefused(f"Submission #{submission.pk} {why}: a rollback goes back to work that counts.")
 
 
-def request_rollback(*, by: Any, reason: str, submission: Submission | None = None,
-                     checkpoint: Checkpoint | None = None) -> Requested:
+def request_rollback(
+    *, by: Any, reason: str, submission: Submission | None = None, checkpoint: Checkpoint | None = None
+) -> Requested:
     """Record a rollback request (the caller dispatches it on commit when `created`)."""
     if (submission is None) == (checkpoint is None):
         raise RollbackRefused("Roll back to exactly one submission or one checkpoint.")
@@ -97,8 +105,10 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
     if not project.allows(by, Role.REVIEWER):
         raise NotAllowed(f"Rolling back needs the reviewer role in {project.slug}.")
     if checkpoint is not None and (checkpoint.failure_reason or not checkpoint.restorable):
-        raise RollbackRefused(f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
-                              f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}.")
+        raise RollbackRefused(
+            f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
+            f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}."
+        )
     if refusal := rollback_refusal(project):
         raise RollbackRefused(refusal)
     reason = (reason or "").strip() or "rolled back from the dashboard"
@@ -112,15 +122,32 @@ def request_rollback(*, by: Any, reason: str, submission: Submission | None = No
                 return Requested(open_one, False)
             # The same rollback again with nothing new scored since: it was done; a second click must
             # not send a second restore.
-            last = Rollback.objects.filter(run=run).exclude(status=R.FAILED).order_by("-created", "-id").first()
-            if (last is not None and last.target_submission_id == (submission.pk if submission else None)
-                    and last.target_checkpoint_id == (checkpoint.pk if checkpoint else None)
-                    and not Submission.objects.filter(run=run, created__gt=last.created).exists()):
+            last = (
+                Rollback.objects.filter(run=run).exclude(status=R.FAILED).order_by("-created", "-id").first()
+            )
+            if (
+                last is not None
+                and last.target_submission_id == (submission.pk if submission else None)
+                and last.target_checkpoint_id == (checkpoint.pk if checkpoint else None)
+                and not Submission.objects.filter(run=run, created__gt=last.created).exists()
+            ):
                 return Requested(last, False)
-            rollback = Rollback.objects.create(run=run, target_submission=submission, target_checkpoint=checkpoint,
-                                               reason=reason[:5000], requested_by=by)
-            record_audit(by, "rollback.requested", rollback, project=project, run=run.external_id,
-                         target=describe_target(rollback), reason=reason[:500])
+            rollback = Rollback.objects.create(
+                run=run,
+                target_submission=submission,
+                target_checkpoint=checkpoint,
+                reason=reason[:5000],
+                requested_by=by,
+            )
+            record_audit(
+                by,
+                "rollback.requested",
+                rollback,
+                project=project,
+                run=run.external_id,
+                target=describe_target(rollback),
+                reason=reason[:500],
+            )
     except IntegrityError:
         # A concurrent request won the race between our check and insert (the unique constraint).
         return Requested(Rollback.objects.get(run=run, status__in=Rollback.OPEN), False)
@@ -131,9 +158,11 @@ def start_attempt(rollback_id: int) -> Rollback | None:
     """Mark a dispatch attempt (requested → dispatched on the first); None if it already finished,
     so a redelivered task does not act twice."""
     with transaction.atomic():
-        rollback = (Rollback.objects.select_for_update(of=("self",))
-                    .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
-                    .get(pk=rollback_id))
+        rollback = (
+            Rollback.objects.select_for_update(of=("self",))
+            .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
+            .get(pk=rollback_id)
+        )
         if rollback.status not in Rollback.OPEN:
             return None
         first = rollback.status == R.REQUESTED
@@ -165,7 +194,11 @@ def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = Fal
     """End an attempt: applied, failed, or (`accepted_only`) taken by the source without a confirmation
     that the restore is done — the run page then says so and shows the run's state as polled."""
     with transaction.atomic():
-        rollback = Rollback.objects.select_for_update(of=("self",)).select_related("run__project").get(pk=rollback_id)
+        rollback = (
+            Rollback.objects.select_for_update(of=("self",))
+            .select_related("run__project")
+            .get(pk=rollback_id)
+        )
         if rollback.status not in Rollback.OPEN:
             return None
         rollback.status = (R.ACCEPTED if accepted_only else R.APPLIED) if ok else R.FAILED
@@ -174,7 +207,9 @@ def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = Fal
         detail = _printable(detail)
         rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
         rollback.save()
-        record_audit(None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500])
+        record_audit(
+            None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500]
+        )
         rollback.run.save(update_fields=["updated"])
     return rollback
 
@@ -198,8 +233,9 @@ def checkpoint_for(rollback: Rollback) -> Checkpoint | None:
 
 def webhook_secret(project) -> str:
     """The key a receiver checks signatures with: derived from SECRET_KEY per project (shown to admins)."""
-    return hmac.new(settings.SECRET_KEY.encode(), f"smrweb.rollback-webhook:{project.pk}".encode(),
-                    hashlib.sha256).hexdigest()
+    return hmac.new(
+        settings.SECRET_KEY.encode(), f"smrweb.rollback-webhook:{project.pk}".encode(), hashlib.sha256
+    ).hexdigest()
 
 
 def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, str]]:
@@ -211,20 +247,46 @@ def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, s
     if rollback.target_submission_id:
         sub = rollback.target_submission
         artifact = sub.artifact
-        target = {"type": "submission", "id": sub.pk, "score": sub.score, "commit": sub.commit,
-                  "artifact_path": artifact.path if artifact else None,
-                  "artifact_sha256": artifact.blob.sha256 if artifact else None, "ts": sub.ts.isoformat()}
+        target = {
+            "type": "submission",
+            "id": sub.pk,
+            "score": sub.score,
+            "commit": sub.commit,
+            "artifact_path": artifact.path if artifact else None,
+            "artifact_sha256": artifact.blob.sha256 if artifact else None,
+            "ts": sub.ts.isoformat(),
+        }
     else:
         cp = rollback.target_checkpoint
-        target = {"type": "checkpoint", "id": cp.external_id, "label": cp.label, "commit": cp.commit,
-                  "ts": cp.ts.isoformat()}
-    body = json.dumps({
-        "type": "smrweb.rollback", "rollback_id": rollback.pk, "project": run.project.slug, "run": run.external_id,
-        "target": target, "reason": rollback.reason, "requested_by": rollback.requested_by.get_username(),
-        "requested_at": rollback.created.isoformat(),
-    }, separators=(",", ":"), sort_keys=True).encode()
+        target = {
+            "type": "checkpoint",
+            "id": cp.external_id,
+            "label": cp.label,
+            "commit": cp.commit,
+            "ts": cp.ts.isoformat(),
+        }
+    body = json.dumps(
+        {
+            "type": "smrweb.rollback",
+            "rollback_id": rollback.pk,
+            "project": run.project.slug,
+            "run": run.external_id,
+            "target": target,
+            "reason": rollback.reason,
+            "requested_by": rollback.requested_by.get_username(),
+            "requested_at": rollback.created.isoformat(),
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
     stamp = str(int(now.timestamp()))
-    signature = hmac.new(webhook_secret(run.project).encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return body, {"Content-Type": "application/json", "X-Smrweb-Timestamp": stamp,
-                  "X-Smrweb-Signature": f"sha256={signature}", "Idempotency-Key": f"smrweb-rollback-{rollback.pk}",
-                  "User-Agent": "smrweb-rollback/1"}
+    signature = hmac.new(
+        webhook_secret(run.project).encode(), stamp.encode() + b"." + body, hashlib.sha256
+    ).hexdigest()
+    return body, {
+        "Content-Type": "application/json",
+        "X-Smrweb-Timestamp": stamp,
+        "X-Smrweb-Signature": f"sha256={signature}",
+        "Idempotency-Key": f"smrweb-rollback-{rollback.pk}",
+        "User-Agent": "smrweb-rollback/1",
+    }

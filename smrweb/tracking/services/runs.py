@@ -35,8 +35,11 @@ RUN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}\Z")
 def _check_run_id(external_id: str) -> None:
     # A run id goes into URLs as one path segment: no "/", "?", "#", spaces, or "."/".." tricks.
     if not RUN_ID_RE.match(external_id or ""):
-        raise InvalidInput("run", "A run id is 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, starting with a letter, "
-                                  "digit or underscore.")
+        raise InvalidInput(
+            "run",
+            "A run id is 1 to 200 of A-Z a-z 0-9 . _ : @ + = ~ -, starting with a letter, "
+            "digit or underscore.",
+        )
 
 
 def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
@@ -47,14 +50,25 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
         return run
     try:
         with transaction.atomic():  # savepoint: a concurrent creator may win the unique constraint
-            Run.objects.create(project=project, external_id=external_id, started_at=first_seen,
-                               last_progress_at=timezone.now())
+            Run.objects.create(
+                project=project,
+                external_id=external_id,
+                started_at=first_seen,
+                last_progress_at=timezone.now(),
+            )
     except IntegrityError:
         pass
     return Run.objects.select_for_update().get(project=project, external_id=external_id)
 
 
-RUN_SETTINGS = ("budget_usd", "budget_tokens", "requested_profile", "actual_profile", "git_branch", "git_commit")
+RUN_SETTINGS = (
+    "budget_usd",
+    "budget_tokens",
+    "requested_profile",
+    "actual_profile",
+    "git_branch",
+    "git_commit",
+)
 
 
 def _set_run_fields(project: Project, external_id: str, changes: dict[str, Any]) -> Run:
@@ -71,8 +85,9 @@ def update_run_settings(project: Project, external_id: str, *, by: Any = None, *
     _only(changes, RUN_SETTINGS, "a run setting")
     with transaction.atomic():
         run = _set_run_fields(project, external_id, changes)
-        record_audit(by, "run.settings_changed", run, project=project,
-                     **{k: str(v) for k, v in changes.items()})
+        record_audit(
+            by, "run.settings_changed", run, project=project, **{k: str(v) for k, v in changes.items()}
+        )
     return run
 
 
@@ -81,6 +96,7 @@ _ZERO_USD = Value(Decimal(0), output_field=DecimalField(max_digits=18, decimal_p
 
 def recompute_spend(run: Run) -> list[str]:
     """Set the run's spend totals to the sum of its turns, split by kind. Returns changed fields."""
+
     def total(field: str, kind: str | None = None):
         zero = _ZERO_USD if field == "cost_usd" else Value(0)
         return Coalesce(Sum(field, filter=Q(kind=kind) if kind else None), zero)
@@ -110,8 +126,12 @@ def recompute_scores(run: Run) -> list[str]:
     counted = Q(excluded_at__isnull=True) & ~Q(status__in=NEVER_COUNTED)
     best = Max("score", filter=counted) if maximize else Min("score", filter=counted)
     agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=best)
-    latest = (Submission.objects.filter(run=run, excluded_at__isnull=True).order_by("-ts", "-id")
-              .values_list("score", flat=True).first())
+    latest = (
+        Submission.objects.filter(run=run, excluded_at__isnull=True)
+        .order_by("-ts", "-id")
+        .values_list("score", flat=True)
+        .first()
+    )
     run.score_count, run.best_score, run.latest_score = agg["n"], agg["best"], latest
     return ["score_count", "best_score", "latest_score"]
 
@@ -123,18 +143,20 @@ def recompute_state(run: Run) -> list[str]:
         return []
     run.state = change.state
     run.failure_family, run.failure_detail, run.failure_source = (
-        change.failure_family, change.failure_detail, change.failure_source,
+        change.failure_family,
+        change.failure_detail,
+        change.failure_source,
     )
     run.finished_at = change.ts if change.state in TERMINAL_STATES else None
     return ["state", "failure_family", "failure_detail", "failure_source", "finished_at"]
 
 
-
-
 def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
     """Mark live runs with no progress for their project's stall_after as stalled; return them."""
     now = now or timezone.now()
-    deadline = ExpressionWrapper(Value(now) - F("project__stall_after"), output_field=Run._meta.get_field("last_progress_at"))
+    deadline = ExpressionWrapper(
+        Value(now) - F("project__stall_after"), output_field=Run._meta.get_field("last_progress_at")
+    )
     candidates = list(
         Run.objects.select_related("project")
         .exclude(state__in=[*TERMINAL_STATES, RunState.PAUSED])  # a paused run is quiet on purpose
@@ -149,8 +171,13 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
             ).update(stalled_since=now, updated=now)  # `updated` versions the dashboard's polls
             if claimed:
                 run.stalled_since = now
-                record_audit(None, "run.stalled", run, project=run.project,
-                             last_progress_at=run.last_progress_at.isoformat())
+                record_audit(
+                    None,
+                    "run.stalled",
+                    run,
+                    project=run.project,
+                    last_progress_at=run.last_progress_at.isoformat(),
+                )
                 flagged.append(run)
     return flagged
 
@@ -163,4 +190,6 @@ def request_stop(run: Run, *, by: Any) -> AuditEvent:
 
 
 def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
-    return record_audit(None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail)
+    return record_audit(
+        None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail
+    )

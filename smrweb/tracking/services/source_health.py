@@ -26,9 +26,23 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.runs import _set_run_fields
 
-POLL_FIELDS = ("live_phase", "terminal_outcome", "requested_profile", "actual_profile", "budget_usd",
-               "other_meters_usd", "source_total_usd", "source_updated_at", "source_cursor", "git_branch", "git_commit",
-               "source_spend", "spend_unaccounted", "entries_unreadable", "actor_profiles")
+POLL_FIELDS = (
+    "live_phase",
+    "terminal_outcome",
+    "requested_profile",
+    "actual_profile",
+    "budget_usd",
+    "other_meters_usd",
+    "source_total_usd",
+    "source_updated_at",
+    "source_cursor",
+    "git_branch",
+    "git_commit",
+    "source_spend",
+    "spend_unaccounted",
+    "entries_unreadable",
+    "actor_profiles",
+)
 
 
 def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
@@ -69,8 +83,11 @@ def record_source_success(project: Project, *, active_runs: int, next_in: float,
 
     now = timezone.now()
     SourceHealth.objects.filter(project=project).update(
-        last_success_at=now, consecutive_failures=0, active_runs=active_runs,
-        next_attempt_at=now + timedelta(seconds=next_in), updated=now,
+        last_success_at=now,
+        consecutive_failures=0,
+        active_runs=active_runs,
+        next_attempt_at=now + timedelta(seconds=next_in),
+        updated=now,
         warning=warning[:2000].replace("\x00", "\ufffd"),
     )
 
@@ -81,9 +98,16 @@ def record_full_listing(project: Project) -> None:
     SourceHealth.objects.filter(project=project).update(full_list_at=timezone.now())
 
 
-SOURCE_DIRECTIONS = {"higher_is_better": Direction.MAXIMIZE, "maximize": Direction.MAXIMIZE, "max": Direction.MAXIMIZE,
-                     "higher": Direction.MAXIMIZE, "lower_is_better": Direction.MINIMIZE,
-                     "minimize": Direction.MINIMIZE, "min": Direction.MINIMIZE, "lower": Direction.MINIMIZE}
+SOURCE_DIRECTIONS = {
+    "higher_is_better": Direction.MAXIMIZE,
+    "maximize": Direction.MAXIMIZE,
+    "max": Direction.MAXIMIZE,
+    "higher": Direction.MAXIMIZE,
+    "lower_is_better": Direction.MINIMIZE,
+    "minimize": Direction.MINIMIZE,
+    "min": Direction.MINIMIZE,
+    "lower": Direction.MINIMIZE,
+}
 
 
 def note_declared_metrics(project: Project, declared: dict[str, str]) -> Project:
@@ -99,7 +123,11 @@ def note_declared_metrics(project: Project, declared: dict[str, str]) -> Project
         if len(known) > 50:  # a source that names a metric per result is not declaring a score
             known = dict(sorted(known.items())[:50])
         choice = settings_.get("score_metric")
-        target = next(iter(known)) if choice == "auto" and len(known) == 1 else (choice if choice in known else None)
+        target = (
+            next(iter(known))
+            if choice == "auto" and len(known) == 1
+            else (choice if choice in known else None)
+        )
         changed = known != settings_.get("declared_metrics")
         if changed:
             settings_["declared_metrics"] = known
@@ -119,9 +147,15 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
 
     digest = hashlib.blake2b(f"{metric}|{direction}".encode(), digest_size=4).hexdigest()
     key = f"smr-{slugify(metric)[:60] or 'metric'}-{direction}-{digest}"
-    scenario, _ = Scenario.objects.get_or_create(key=key, defaults={
-        "name": f"SMR experiments: {direction} {metric}"[:200], "score_metric": metric, "direction": direction,
-        "description": "Adopted from the metric and direction that the SMR project's experiments declare."})
+    scenario, _ = Scenario.objects.get_or_create(
+        key=key,
+        defaults={
+            "name": f"SMR experiments: {direction} {metric}"[:200],
+            "score_metric": metric,
+            "direction": direction,
+            "description": "Adopted from the metric and direction that the SMR project's experiments declare.",
+        },
+    )
     before = project.scenario.key
     project.scenario = scenario
     project.save(update_fields=["scenario", "updated"])
@@ -130,11 +164,21 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
         cursor.pop("results", None)
         # source_updated_at cleared: a finished run is synced again too (its results are read anew).
         Run.objects.filter(pk=run.pk).update(source_cursor=cursor, source_updated_at=None)
-    record_audit(None, "project.metric_adopted", project, project=project, scenario=key, before=before,
-                 metric=metric, direction=direction)
+    record_audit(
+        None,
+        "project.metric_adopted",
+        project,
+        project=project,
+        scenario=key,
+        before=before,
+        metric=metric,
+        direction=direction,
+    )
 
 
-def replace_smr_api_key(project: Project, api_key: str, *, by: Any = None, check_binding: Any = None) -> Project:
+def replace_smr_api_key(
+    project: Project, api_key: str, *, by: Any = None, check_binding: Any = None
+) -> Project:
     """Give an SMR project a key of its own (sealed), asked of the backend first when `check_binding`."""
     from smrweb.core.secrets import seal
 
@@ -143,8 +187,12 @@ def replace_smr_api_key(project: Project, api_key: str, *, by: Any = None, check
     if not api_key or len(api_key) > 1000:
         raise InvalidInput("smr_api_key", "Enter the new API key (at most 1000 characters).")
     if check_binding is not None:
-        check_binding(smr_project_id=project.source_settings.get("smr_project_id", ""), api_key=api_key,
-                      backend_base=project.source_settings.get("backend_base", ""), operator=False)
+        check_binding(
+            smr_project_id=project.source_settings.get("smr_project_id", ""),
+            api_key=api_key,
+            backend_base=project.source_settings.get("backend_base", ""),
+            operator=False,
+        )
     with transaction.atomic():
         project = Project.objects.select_for_update().get(pk=project.pk)
         settings_ = {k: v for k, v in project.source_settings.items() if k != "operator_key"}
@@ -159,8 +207,11 @@ def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Pro
     """An admin picks which declared metric is the project's score (or "auto": the only one declared)."""
     declared = project.source_settings.get("declared_metrics") or {}
     if metric != "auto" and metric not in declared:
-        raise InvalidInput("score_metric", f"Choose one of the metrics the SMR experiments declare: "
-                                           f"{', '.join(sorted(declared)) or 'none yet'}.")
+        raise InvalidInput(
+            "score_metric",
+            f"Choose one of the metrics the SMR experiments declare: "
+            f"{', '.join(sorted(declared)) or 'none yet'}.",
+        )
     with transaction.atomic():
         project = Project.objects.select_for_update().get(pk=project.pk)
         project.source_settings = {**project.source_settings, "score_metric": metric}
@@ -176,7 +227,11 @@ def record_source_failure(project: Project, *, kind: str, message: str, retry_in
     with transaction.atomic():
         health = SourceHealth.objects.select_for_update().get(project=project)
         # A source's own words (git's stderr, a backend's body) may hold NUL, which PostgreSQL text cannot.
-        health.last_error_at, health.last_error, health.last_error_kind = now, message[:2000].replace("\x00", "\ufffd"), kind
+        health.last_error_at, health.last_error, health.last_error_kind = (
+            now,
+            message[:2000].replace("\x00", "\ufffd"),
+            kind,
+        )
         health.consecutive_failures += 1
         health.next_attempt_at = now + timedelta(seconds=retry_in)
         health.save()
@@ -191,9 +246,9 @@ def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> l
     for project in Project.objects.filter(source__in=POLLED_SOURCES, source_health__isnull=True):
         source_health(project)
     claimed = []
-    for pk in SourceHealth.objects.filter(project__source__in=POLLED_SOURCES, next_attempt_at__lte=now).values_list(
-        "project_id", flat=True
-    ):
+    for pk in SourceHealth.objects.filter(
+        project__source__in=POLLED_SOURCES, next_attempt_at__lte=now
+    ).values_list("project_id", flat=True):
         if SourceHealth.objects.filter(project_id=pk, next_attempt_at__lte=now).update(
             next_attempt_at=now + timedelta(seconds=hold_seconds)
         ):

@@ -56,8 +56,13 @@ BRANCHES = {S.INVALID: S.VERIFYING, S.REJECTED: S.VERIFIED}
 
 # The person's action that makes each move; the other moves are a verification's outcome. The page
 # shows an action's form exactly when the move is legal from the submission's status.
-ACTIONS = {S.VERIFYING: "verify", S.APPROVED: "review", S.REJECTED: "review", S.UPLOADED: "mark_uploaded",
-           S.RANKED: "record_arena_result"}
+ACTIONS = {
+    S.VERIFYING: "verify",
+    S.APPROVED: "review",
+    S.REJECTED: "review",
+    S.UPLOADED: "mark_uploaded",
+    S.RANKED: "record_arena_result",
+}
 
 # What a person must do to move on from each status (for refusals that explain themselves).
 NEXT_STEP = {
@@ -101,20 +106,31 @@ def _label(user: Any) -> str:
 def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **fields: Any) -> Submission:
     """Lock, check, update, record. Returns the fresh row."""
     with transaction.atomic():
-        locked = Submission.objects.select_for_update(of=("self",)).select_related("project__scenario", "run").get(
-            pk=submission.pk)
+        locked = (
+            Submission.objects.select_for_update(of=("self",))
+            .select_related("project__scenario", "run")
+            .get(pk=submission.pk)
+        )
         if to not in TRANSITIONS[locked.status]:
             raise IllegalTransition(
-                f"A {locked.status} submission cannot become {to}; next: {NEXT_STEP[locked.status]}.")
+                f"A {locked.status} submission cannot become {to}; next: {NEXT_STEP[locked.status]}."
+            )
         before = locked.status
         locked.status = to
         for name, value in fields.items():
             setattr(locked, name, value)
         locked.save()
-        SubmissionTransition.objects.create(submission=locked, from_status=before, to_status=to,
-                                            by=by if getattr(by, "is_authenticated", False) else None,
-                                            by_label=_label(by), reason=reason[:5000])
-        record_audit(by, f"submission.{to}", locked, project=locked.project, from_status=before, reason=reason[:500])
+        SubmissionTransition.objects.create(
+            submission=locked,
+            from_status=before,
+            to_status=to,
+            by=by if getattr(by, "is_authenticated", False) else None,
+            by_label=_label(by),
+            reason=reason[:5000],
+        )
+        record_audit(
+            by, f"submission.{to}", locked, project=locked.project, from_status=before, reason=reason[:500]
+        )
         _touch_run(locked.run, rescore=before in NEVER_COUNTED or to in NEVER_COUNTED)
     return locked
 
@@ -139,10 +155,18 @@ def request_verification(submission: Submission, *, by: Any, automatic: bool = F
     setting asked (no person, no proposer)."""
     if not automatic:
         _require(submission, by, Role.REVIEWER, "verify a submission")
-    fields: dict[str, Any] = {"verification_outcome": "", "verification_output": "", "verification_exit_code": None}
+    fields: dict[str, Any] = {
+        "verification_outcome": "",
+        "verification_output": "",
+        "verification_exit_code": None,
+    }
     if submission.proposed_by_id is None and getattr(by, "is_authenticated", False) and not automatic:
         fields["proposed_by"] = by
-    reason = "verified automatically: the project verifies every new score" if automatic else "verification requested"
+    reason = (
+        "verified automatically: the project verifies every new score"
+        if automatic
+        else "verification requested"
+    )
     return _move(submission, S.VERIFYING, by=None if automatic else by, reason=reason, **fields)
 
 
@@ -150,9 +174,17 @@ def automatic_verifications(run_id: int, limit: int = 50) -> list[Submission]:
     """Put a run's never-verified candidates up for verification (the project's auto-verify setting);
     a candidate that came back "cannot verify" keeps its outcome and is not asked again."""
     started = []
-    for sub in (Submission.objects.filter(run_id=run_id, status=S.CANDIDATE, verification_outcome="",
-                                          excluded_at__isnull=True, project__auto_verify=True)
-                .select_related("project__scenario", "run").order_by("id")[:limit]):
+    for sub in (
+        Submission.objects.filter(
+            run_id=run_id,
+            status=S.CANDIDATE,
+            verification_outcome="",
+            excluded_at__isnull=True,
+            project__auto_verify=True,
+        )
+        .select_related("project__scenario", "run")
+        .order_by("id")[:limit]
+    ):
         try:
             started.append(request_verification(sub, by=None, automatic=True))
         except IllegalTransition:
@@ -163,7 +195,8 @@ def automatic_verifications(run_id: int, limit: int = 50) -> list[Submission]:
 def record_progress(submission_id: int, line: str) -> None:
     """The validator's latest output line, shown live while it runs (only while still verifying)."""
     Submission.objects.filter(pk=submission_id, status=S.VERIFYING).update(
-        verification_output=line[-2000:], updated=timezone.now())
+        verification_output=line[-2000:], updated=timezone.now()
+    )
 
 
 @dataclass(frozen=True)
@@ -181,8 +214,10 @@ def cannot_verify(submission: Submission) -> VerificationResult | None:
     if not command:
         detail = f"The scenario {submission.project.scenario.key} has no validator command."
     elif submission.artifact is None:
-        detail = (f"No artifact bytes to check: {submission.artifact_ref or 'the score named no artifact'} "
-                  "has not been uploaded.")
+        detail = (
+            f"No artifact bytes to check: {submission.artifact_ref or 'the score named no artifact'} "
+            "has not been uploaded."
+        )
     else:
         return None
     return VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
@@ -194,12 +229,22 @@ def record_verification(submission_id: int, result: VerificationResult) -> Submi
     submission = Submission.objects.select_related("project").get(pk=submission_id)
     if submission.status != S.VERIFYING:
         return None
-    to = {VerificationOutcome.PASSED: S.VERIFIED, VerificationOutcome.FAILED: S.INVALID,
-          VerificationOutcome.TIMED_OUT: S.INVALID}.get(result.outcome, S.CANDIDATE)  # cannot verify → back
+    to = {
+        VerificationOutcome.PASSED: S.VERIFIED,
+        VerificationOutcome.FAILED: S.INVALID,
+        VerificationOutcome.TIMED_OUT: S.INVALID,
+    }.get(result.outcome, S.CANDIDATE)  # cannot verify → back
     try:
-        return _move(submission, to, by=None, reason=result.detail, verification_outcome=result.outcome,
-                     verification_exit_code=result.exit_code, verification_output=result.output_tail,
-                     verified_at=timezone.now())
+        return _move(
+            submission,
+            to,
+            by=None,
+            reason=result.detail,
+            verification_outcome=result.outcome,
+            verification_exit_code=result.exit_code,
+            verification_output=result.output_tail,
+            verified_at=timezone.now(),
+        )
     except IllegalTransition:
         return None  # another delivery got there first
 
@@ -217,8 +262,11 @@ class ReviewOutcome:
 
 def is_own_approval(submission: Submission, user: Any) -> bool:
     """True when `user` proposed this submission and the project needs a second person to approve it."""
-    return (submission.project.require_second_reviewer and submission.proposed_by_id is not None
-            and submission.proposed_by_id == getattr(user, "pk", None))
+    return (
+        submission.project.require_second_reviewer
+        and submission.proposed_by_id is not None
+        and submission.proposed_by_id == getattr(user, "pk", None)
+    )
 
 
 def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") -> ReviewOutcome:
@@ -228,24 +276,32 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
     if verdict not in Verdict.values:
         raise TrackingError(f"A review is {' or '.join(Verdict.values)}, not {verdict!r}.")
     if submission.status != S.VERIFIED:
-        raise IllegalTransition(f"Only verified submissions are reviewed; this one is {submission.status} "
-                                f"(next: {NEXT_STEP[submission.status]}).")
+        raise IllegalTransition(
+            f"Only verified submissions are reviewed; this one is {submission.status} "
+            f"(next: {NEXT_STEP[submission.status]})."
+        )
     comment = (comment or "").strip()
     if verdict == Verdict.REJECT and not comment:
-        raise InvalidInput("comment", "Say why it is rejected: the reason is kept in its history and carried "
-                                      "forward to the agents as project knowledge.")
+        raise InvalidInput(
+            "comment",
+            "Say why it is rejected: the reason is kept in its history and carried "
+            "forward to the agents as project knowledge.",
+        )
     counted = not (verdict == Verdict.APPROVE and is_own_approval(submission, by))
     with transaction.atomic():
-        made = Review.objects.create(submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000],
-                                     counted=counted)
+        made = Review.objects.create(
+            submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000], counted=counted
+        )
         if counted:
             to = S.APPROVED if verdict == Verdict.APPROVE else S.REJECTED
             submission = _move(submission, to, by=by, reason=comment or "approved")
             message = f"Submission {to}."
         else:
             record_audit(by, "submission.review_not_counted", submission, project=submission.project)
-            message = ("Your approval is recorded but does not count: this project needs a second person to "
-                       "approve a submission they did not propose.")
+            message = (
+                "Your approval is recorded but does not count: this project needs a second person to "
+                "approve a submission they did not propose."
+            )
     return ReviewOutcome(submission, made, counted, message)
 
 
@@ -260,12 +316,21 @@ def mark_uploaded(submission: Submission, *, by: Any, note: str = "", arena_ref:
     _require(submission, by, Role.REVIEWER, "mark a submission uploaded")
     arena_ref = (arena_ref or "").strip()
     if len(arena_ref) > ARENA_REF_MAX or "\x00" in arena_ref:
-        raise InvalidInput("arena_ref", f"The arena's submission id or URL, at most {ARENA_REF_MAX} characters.")
+        raise InvalidInput(
+            "arena_ref", f"The arena's submission id or URL, at most {ARENA_REF_MAX} characters."
+        )
     if "://" in arena_ref and not arena_ref.lower().startswith(("https://", "http://")):
         raise InvalidInput("arena_ref", "A link to the arena must start with https:// or http://.")
     reason = note or ("uploaded to the arena by hand" + (f" as {arena_ref}" if arena_ref else ""))
-    return _move(submission, S.UPLOADED, by=by, reason=reason, uploaded_by=by, uploaded_at=timezone.now(),
-                 arena_ref=arena_ref)
+    return _move(
+        submission,
+        S.UPLOADED,
+        by=by,
+        reason=reason,
+        uploaded_by=by,
+        uploaded_at=timezone.now(),
+        arena_ref=arena_ref,
+    )
 
 
 def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
@@ -275,12 +340,12 @@ def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
     return delta > 0 if maximize else delta < 0
 
 
-
 ARENA_SCORE_LIMIT = 1e300
 
 
-def record_arena_result(submission: Submission, *, by: Any, rank: int | None, arena_score: float | None,
-                        note: str = "") -> ArenaResult:
+def record_arena_result(
+    submission: Submission, *, by: Any, rank: int | None, arena_score: float | None, note: str = ""
+) -> ArenaResult:
     """Record what the arena said about an uploaded submission: deltas against the project's previous
     recorded result and its best so far (in the scenario's direction), and a knowledge entry."""
     _require(submission, by, Role.REVIEWER, "record an arena result")
@@ -288,11 +353,15 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
         raise InvalidInput("rank", "Give the arena's rank, its score, or both.")
     if arena_score is not None and not (-ARENA_SCORE_LIMIT <= arena_score <= ARENA_SCORE_LIMIT):
         # Deltas of two scores near the float limit overflow (red-team finding 7): no arena scores that big.
-        raise InvalidInput("arena_score", f"A finite number between -{ARENA_SCORE_LIMIT:g} and {ARENA_SCORE_LIMIT:g}.")
+        raise InvalidInput(
+            "arena_score", f"A finite number between -{ARENA_SCORE_LIMIT:g} and {ARENA_SCORE_LIMIT:g}."
+        )
     scenario = submission.project.scenario
     with transaction.atomic():
         submission = _move(submission, S.RANKED, by=by, reason=note or "arena result recorded")
-        earlier = ArenaResult.objects.select_for_update(of=("self",)).filter(submission__project=submission.project)
+        earlier = ArenaResult.objects.select_for_update(of=("self",)).filter(
+            submission__project=submission.project
+        )
         previous = earlier.exclude(arena_score__isnull=True).order_by("-created", "-id").first()
         previous_rank = earlier.exclude(rank__isnull=True).order_by("-created", "-id").first()
         scores = list(earlier.exclude(arena_score__isnull=True).values_list("arena_score", flat=True))
@@ -301,23 +370,57 @@ def record_arena_result(submission: Submission, *, by: Any, rank: int | None, ar
         delta_best = arena_score - best if arena_score is not None and best is not None else None
         rank_delta = rank - previous_rank.rank if rank is not None and previous_rank else None
         result = ArenaResult.objects.create(
-            submission=submission, arena=scenario.arena_name or scenario.key, rank=rank, arena_score=arena_score,
-            delta=delta, delta_best=delta_best, rank_delta=rank_delta, note=note[:5000], recorded_by=by)
+            submission=submission,
+            arena=scenario.arena_name or scenario.key,
+            rank=rank,
+            arena_score=arena_score,
+            delta=delta,
+            delta_best=delta_best,
+            rank_delta=rank_delta,
+            note=note[:5000],
+            recorded_by=by,
+        )
         better = arena_better(delta, maximize=scenario.arena_maximize)
         verdict = "" if better is None else (", better" if better else ", worse")
-        moved = "" if rank_delta is None else f", rank {'same' if rank_delta == 0 else numbers.signed_text(rank_delta)}"
-        title = (f"Arena: rank {rank if rank is not None else '—'}, score "
-                 f"{'—' if arena_score is None else f'{arena_score:g}'} "
-                 f"({numbers.signed_text(delta)} vs previous{verdict}, {numbers.signed_text(delta_best)} vs best{moved})")
-        body = "\n".join(filter(None, [
-            f"Submission {submission.score:g} from run {submission.run.external_id}"
-            + (f" ({submission.artifact_ref or ''})" if submission.artifact_ref else ""),
-            note,
-        ]))
-        KnowledgeEntry.objects.create(project=submission.project, kind=KnowledgeKind.ARENA_DELTA, title=title[:300],
-                                      body=body, submission=submission, created_by=by)
-        record_audit(by, "arena_result.recorded", result, project=submission.project, rank=rank,
-                     arena_score=arena_score, delta=delta, delta_best=delta_best, rank_delta=rank_delta)
+        moved = (
+            ""
+            if rank_delta is None
+            else f", rank {'same' if rank_delta == 0 else numbers.signed_text(rank_delta)}"
+        )
+        title = (
+            f"Arena: rank {rank if rank is not None else '—'}, score "
+            f"{'—' if arena_score is None else f'{arena_score:g}'} "
+            f"({numbers.signed_text(delta)} vs previous{verdict}, {numbers.signed_text(delta_best)} vs best{moved})"
+        )
+        body = "\n".join(
+            filter(
+                None,
+                [
+                    f"Submission {submission.score:g} from run {submission.run.external_id}"
+                    + (f" ({submission.artifact_ref or ''})" if submission.artifact_ref else ""),
+                    note,
+                ],
+            )
+        )
+        KnowledgeEntry.objects.create(
+            project=submission.project,
+            kind=KnowledgeKind.ARENA_DELTA,
+            title=title[:300],
+            body=body,
+            submission=submission,
+            created_by=by,
+        )
+        record_audit(
+            by,
+            "arena_result.recorded",
+            result,
+            project=submission.project,
+            rank=rank,
+            arena_score=arena_score,
+            delta=delta,
+            delta_best=delta_best,
+            rank_delta=rank_delta,
+        )
     return result
 
 
@@ -329,25 +432,39 @@ def review_queue(project, *, statuses=QUEUE_STATUSES, per_run: bool = True):
     default the best per run only (a run's other waiting ones are counted beside it). Excluded
     submissions and runs are not waiting for anyone."""
     score = F("score").desc() if project.scenario.maximize else F("score").asc()
-    waiting = Submission.objects.filter(project=project, status__in=statuses, excluded_at__isnull=True,
-                                        run__excluded_at__isnull=True)
+    waiting = Submission.objects.filter(
+        project=project, status__in=statuses, excluded_at__isnull=True, run__excluded_at__isnull=True
+    )
     rows = waiting
     if per_run:
-        best = waiting.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")],
-                                          order_by=[score, F("ts").desc(), F("id").desc()])).filter(rn=1)
-        others = (waiting.filter(run=OuterRef("run")).order_by().values("run")
-                  .annotate(n=Count("id")).values("n"))
+        best = waiting.annotate(
+            rn=Window(
+                RowNumber(), partition_by=[F("run_id")], order_by=[score, F("ts").desc(), F("id").desc()]
+            )
+        ).filter(rn=1)
+        others = (
+            waiting.filter(run=OuterRef("run")).order_by().values("run").annotate(n=Count("id")).values("n")
+        )
         rows = Submission.objects.filter(pk__in=best.values("pk")).annotate(
-            run_waiting=Coalesce(Subquery(others), 0))
-    return (rows.select_related("run__project", "artifact__blob", "proposed_by")
-            .order_by(score, F("ts").desc(), F("id").desc()))
+            run_waiting=Coalesce(Subquery(others), 0)
+        )
+    return rows.select_related("run__project", "artifact__blob", "proposed_by").order_by(
+        score, F("ts").desc(), F("id").desc()
+    )
 
 
 def queue_counts(project) -> dict[str, int]:
     """How many submissions wait in each queue status (not excluded), in one query."""
-    rows = (Submission.objects.filter(project=project, status__in=QUEUE_STATUSES, excluded_at__isnull=True,
-                                      run__excluded_at__isnull=True)
-            .values("status").annotate(n=Count("id")))
+    rows = (
+        Submission.objects.filter(
+            project=project,
+            status__in=QUEUE_STATUSES,
+            excluded_at__isnull=True,
+            run__excluded_at__isnull=True,
+        )
+        .values("status")
+        .annotate(n=Count("id"))
+    )
     counts = {status: 0 for status in QUEUE_STATUSES}
     counts.update({row["status"]: row["n"] for row in rows})
     return counts
@@ -386,18 +503,27 @@ def _set_excluded(model, obj, *, by: Any, reason: str, exclude: bool):
         raise NotAllowed(f"Excluding from the project's numbers needs the admin role in {project.slug}.")
     reason = (reason or "").strip()
     if exclude and not reason:
-        raise InvalidInput("reason", "Say why it is excluded (shown wherever it is listed, and in the audit log).")
+        raise InvalidInput(
+            "reason", "Say why it is excluded (shown wherever it is listed, and in the audit log)."
+        )
     what = "submission" if model is Submission else "run"
     with transaction.atomic():
-        locked = model.objects.select_for_update(of=("self",)).select_related("project__scenario").get(pk=obj.pk)
+        locked = (
+            model.objects.select_for_update(of=("self",)).select_related("project__scenario").get(pk=obj.pk)
+        )
         if exclude == (locked.excluded_at is not None):
             raise IllegalTransition(f"This {what} is {'already' if exclude else 'not'} excluded.")
         locked.excluded_at = timezone.now() if exclude else None
         locked.excluded_by = by if exclude and getattr(by, "is_authenticated", False) else None
         locked.excluded_reason = reason[:5000] if exclude else ""
         locked.save(update_fields=["excluded_at", "excluded_by", "excluded_reason", "updated"])
-        record_audit(by, f"{what}.{'excluded' if exclude else 'included'}", locked, project=project,
-                     reason=reason[:500])
+        record_audit(
+            by,
+            f"{what}.{'excluded' if exclude else 'included'}",
+            locked,
+            project=project,
+            reason=reason[:500],
+        )
         if model is Submission:
             _touch_run(locked.run, rescore=True)
     return locked

@@ -31,9 +31,12 @@ class Command(BaseCommand):
         parser.add_argument("--demo", action="store_true", help="seed demo projects and run the demo harness")
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
-        parser.add_argument("--verbose", action="store_true",
-                            help="print every child's own output here (every HTTP request, every task) instead "
-                                 "of one line per meaningful event; the logs are in DATA_DIR/logs either way")
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="print every child's own output here (every HTTP request, every task) instead "
+            "of one line per meaningful event; the logs are in DATA_DIR/logs either way",
+        )
 
     def handle(self, *args, demo: bool, port: int, host: str, verbose: bool = False, **options):
         self.children: list[tuple[str, subprocess.Popen]] = []
@@ -56,49 +59,134 @@ class Command(BaseCommand):
             call_command("collectstatic", interactive=False, verbosity=0)
             python = sys.executable
             bindir = Path(python).parent
-            self.spawn("web", [str(bindir / "gunicorn"), "smrweb.wsgi", "--bind", f"{host}:{port}",
-                               "--workers", "2", "--threads", "4", "--timeout", "60", "--access-logfile", "-",
-                               "--access-logformat", '%(h)s "%(r)s" %(s)s %(M)sms'])
-            self.spawn("worker", [str(bindir / "celery"), "-A", "smrweb", "worker", "--loglevel", "INFO",
-                                  "--concurrency", "2", "--without-gossip", "--without-mingle"])
-            self.spawn("beat", [str(bindir / "celery"), "-A", "smrweb", "beat", "--loglevel", "INFO",
-                                "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
+            self.spawn(
+                "web",
+                [
+                    str(bindir / "gunicorn"),
+                    "smrweb.wsgi",
+                    "--bind",
+                    f"{host}:{port}",
+                    "--workers",
+                    "2",
+                    "--threads",
+                    "4",
+                    "--timeout",
+                    "60",
+                    "--access-logfile",
+                    "-",
+                    "--access-logformat",
+                    '%(h)s "%(r)s" %(s)s %(M)sms',
+                ],
+            )
+            self.spawn(
+                "worker",
+                [
+                    str(bindir / "celery"),
+                    "-A",
+                    "smrweb",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    "2",
+                    "--without-gossip",
+                    "--without-mingle",
+                ],
+            )
+            self.spawn(
+                "beat",
+                [
+                    str(bindir / "celery"),
+                    "-A",
+                    "smrweb",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "--schedule",
+                    str(settings.DATA_DIR / "celerybeat-schedule"),
+                ],
+            )
             base_url = f"http://{host}:{port}"
             wait_until_up(f"{base_url}/api/v1/health", self.children, None if verbose else self.log_dir)
             if demo:
                 receiver_port = port + 2
                 token, secrets = seed_demo(rollback_url=f"http://127.0.0.1:{receiver_port}/rollback")
-                self.spawn("harness", [python, "-m", "smrweb.stack.harness", "--url", base_url, "--token-file", token])
+                self.spawn(
+                    "harness",
+                    [python, "-m", "smrweb.stack.harness", "--url", base_url, "--token-file", token],
+                )
                 # The harness's side of a rollback: a signed webhook it checks and reports back on.
-                self.spawn("rollback-receiver", [python, "-m", "smrweb.stack.rollback_receiver", "--port",
-                                                 str(receiver_port), "--url", base_url, "--token-file", token,
-                                                 "--secrets-file", secrets])
+                self.spawn(
+                    "rollback-receiver",
+                    [
+                        python,
+                        "-m",
+                        "smrweb.stack.rollback_receiver",
+                        "--port",
+                        str(receiver_port),
+                        "--url",
+                        base_url,
+                        "--token-file",
+                        token,
+                        "--secrets-file",
+                        secrets,
+                    ],
+                )
                 # An SMR-compatible backend with a living world, polled by the worker like a real one.
                 sim_port = port + 1
-                self.spawn("simulator", [python, "manage.py", "simulate_smr", "--port", str(sim_port),
-                                         "--api-key", DEMO_SMR_KEY, "--project-id", DEMO_SMR_PROJECT,
-                                         "--runs", "6", "--tick", "1.5", "--warmup", "40",
-                                         # both spellings of the spec's free-form parts, as two real
-                                         # deployments could send them, and a worker on a lesser model
-                                         "--shapes", "a,b", "--worker-downgrades"])
+                self.spawn(
+                    "simulator",
+                    [
+                        python,
+                        "manage.py",
+                        "simulate_smr",
+                        "--port",
+                        str(sim_port),
+                        "--api-key",
+                        DEMO_SMR_KEY,
+                        "--project-id",
+                        DEMO_SMR_PROJECT,
+                        "--runs",
+                        "6",
+                        "--tick",
+                        "1.5",
+                        "--warmup",
+                        "40",
+                        # both spellings of the spec's free-form parts, as two real
+                        # deployments could send them, and a worker on a lesser model
+                        "--shapes",
+                        "a,b",
+                        "--worker-downgrades",
+                    ],
+                )
                 seed_smr_demo(f"http://{host}:{sim_port}")
-                self.stdout.write(self.style.SUCCESS(
-                    f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
-                    f"  API docs:   {base_url}/api/docs/\n  Ctrl-C stops everything.\n"))
+                self.stdout.write(
+                    self.style.SUCCESS(
+                        f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
+                        f"  API docs:   {base_url}/api/docs/\n  Ctrl-C stops everything.\n"
+                    )
+                )
             else:
-                self.stdout.write(self.style.SUCCESS(
-                    f"\n  smrweb is up: {base_url}/  (create a login: python manage.py createsuperuser)\n"
-                    "  Ctrl-C stops everything.\n"))
+                self.stdout.write(
+                    self.style.SUCCESS(
+                        f"\n  smrweb is up: {base_url}/  (create a login: python manage.py createsuperuser)\n"
+                        "  Ctrl-C stops everything.\n"
+                    )
+                )
             if not verbose:
-                self.stdout.write(f"  Logs of each part: {self.log_dir}/ (web, worker, beat…). Events as they happen, UTC:\n")
+                self.stdout.write(
+                    f"  Logs of each part: {self.log_dir}/ (web, worker, beat…). Events as they happen, UTC:\n"
+                )
             feed = None if verbose else console.EventFeed()
             next_feed = 0.0
             while not stopping:
                 for name, proc in self.children:
                     if proc.poll() is not None:
                         last = "" if verbose else console.tail(console.log_path(self.log_dir, name))
-                        raise CommandError(f"{name} exited with code {proc.returncode}; stopping everything."
-                                           + (f"\nThe end of {name}.log:\n{last}" if last else ""))
+                        raise CommandError(
+                            f"{name} exited with code {proc.returncode}; stopping everything."
+                            + (f"\nThe end of {name}.log:\n{last}" if last else "")
+                        )
                 if feed is not None and time.monotonic() >= next_feed:
                     for line in feed.lines():
                         self.stdout.write("  " + line)
@@ -114,8 +202,13 @@ class Command(BaseCommand):
         # Own process group: Ctrl-C reaches only us, and we stop the children in order. Their output goes
         # to a log file each (the console shows events), unless --verbose.
         output = None if self.verbose else console.log_path(self.log_dir, name).open("ab")
-        proc = subprocess.Popen(argv, start_new_session=True, env=os.environ.copy(), stdout=output,
-                                stderr=subprocess.STDOUT if output else None)
+        proc = subprocess.Popen(
+            argv,
+            start_new_session=True,
+            env=os.environ.copy(),
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+        )
         if output is not None:
             output.close()  # the child has its own copy
         self.children.append((name, proc))
@@ -149,8 +242,10 @@ def wait_until_up(url: str, children, log_dir: Path | None = None, timeout: floa
         for name, proc in children:
             if proc.poll() is not None:
                 last = console.tail(console.log_path(log_dir, name)) if log_dir else ""
-                raise CommandError(f"{name} exited with code {proc.returncode} while starting."
-                                   + (f"\nThe end of {name}.log:\n{last}" if last else ""))
+                raise CommandError(
+                    f"{name} exited with code {proc.returncode} while starting."
+                    + (f"\nThe end of {name}.log:\n{last}" if last else "")
+                )
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
@@ -174,8 +269,8 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
     the projects' rollback-webhook secrets (for the demo's rollback receiver)."""
     from smrweb.stack.harness import DEMO_PROJECTS
     from smrweb.tracking import services
-    from smrweb.tracking.services import rollbacks
     from smrweb.tracking.models import ApiToken, Project, Role, Scenario
+    from smrweb.tracking.services import rollbacks
 
     User = get_user_model()
     user = User.objects.filter(username=DEMO_USER).first()
@@ -189,8 +284,13 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
             project = services.create_project(spec["slug"], name=spec["name"], scenario=scenario, by=user)
         use_preset(project, scenario)
         # Every new score is verified by a worker as it arrives: the verified best fills on its own.
-        services.update_project(project, stall_after=spec["stall_after"], auto_verify=True,
-                                regression_threshold=spec["regression_threshold"], rollback_webhook_url=rollback_url)
+        services.update_project(
+            project,
+            stall_after=spec["stall_after"],
+            auto_verify=True,
+            regression_threshold=spec["regression_threshold"],
+            rollback_webhook_url=rollback_url,
+        )
         services.add_member(project, user, role=Role.ADMIN)
         secrets.append(f"{project.slug} {rollbacks.webhook_secret(project)}")
         for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
@@ -224,8 +324,15 @@ def seed_smr_demo(backend_base: str) -> None:
     project = Project.objects.filter(slug="demo-smr").first()
     if project is None:
         project = services.create_project(
-            "demo-smr", name="Managed Research runs (demo)", scenario=scenario, source="smr",
-            smr_project_id=DEMO_SMR_PROJECT, smr_backend_base=backend_base, smr_api_key=DEMO_SMR_KEY, by=user)
+            "demo-smr",
+            name="Managed Research runs (demo)",
+            scenario=scenario,
+            source="smr",
+            smr_project_id=DEMO_SMR_PROJECT,
+            smr_backend_base=backend_base,
+            smr_api_key=DEMO_SMR_KEY,
+            by=user,
+        )
     use_preset(project, scenario)
     if project.source_settings.get("backend_base") != backend_base:  # PORT may differ from last time
         services.set_source_backend(project, backend_base=backend_base, api_key=DEMO_SMR_KEY)

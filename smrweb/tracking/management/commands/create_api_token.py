@@ -16,5 +16,7 @@ class Command(BaseCommand):
         if project is None:
             raise CommandError(f"No project {slug!r}.")
         token, raw = services.create_api_token(project, name=name)
-        self.stderr.write(f"token {token.name!r} for project {project.slug}; store it now, it is not shown again:")
+        self.stderr.write(
+            f"token {token.name!r} for project {project.slug}; store it now, it is not shown again:"
+        )
         self.stdout.write(raw)

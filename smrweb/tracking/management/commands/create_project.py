@@ -15,20 +15,49 @@ class Command(BaseCommand):
         parser.add_argument("--scenario", help="Key of an existing scenario")
         parser.add_argument("--source", choices=SourceKind.values, default=SourceKind.PUSH)
         parser.add_argument("--smr-project-id", default="")
-        parser.add_argument("--smr-backend-base", default="", help="override SMRWEB_SMR_BACKEND_BASE for this project")
-        parser.add_argument("--smr-api-key-env", default="",
-                            help="name of an environment variable holding this project's SMR API key "
-                                 "(stored sealed; never printed)")
-        parser.add_argument("--allow-duplicate", action="store_true",
-                            help="bind an SMR project id that another smrweb project is already bound to")
-        parser.add_argument("--skip-check", action="store_true",
-                            help="--source smr: bind without asking the backend whether the key may read the "
-                                 "project (e.g. before the backend is reachable)")
-        parser.add_argument("--git-repo", default="", help="--source git: absolute path of the local repository")
-        parser.add_argument("--git-branch", default="", help="--source git: the branch whose commits are the run")
+        parser.add_argument(
+            "--smr-backend-base", default="", help="override SMRWEB_SMR_BACKEND_BASE for this project"
+        )
+        parser.add_argument(
+            "--smr-api-key-env",
+            default="",
+            help="name of an environment variable holding this project's SMR API key "
+            "(stored sealed; never printed)",
+        )
+        parser.add_argument(
+            "--allow-duplicate",
+            action="store_true",
+            help="bind an SMR project id that another smrweb project is already bound to",
+        )
+        parser.add_argument(
+            "--skip-check",
+            action="store_true",
+            help="--source smr: bind without asking the backend whether the key may read the "
+            "project (e.g. before the backend is reachable)",
+        )
+        parser.add_argument(
+            "--git-repo", default="", help="--source git: absolute path of the local repository"
+        )
+        parser.add_argument(
+            "--git-branch", default="", help="--source git: the branch whose commits are the run"
+        )
 
-    def handle(self, *args, slug, name, scenario, source, smr_project_id, smr_backend_base, smr_api_key_env,
-               git_repo="", git_branch="", allow_duplicate=False, skip_check=False, **options):
+    def handle(
+        self,
+        *args,
+        slug,
+        name,
+        scenario,
+        source,
+        smr_project_id,
+        smr_backend_base,
+        smr_api_key_env,
+        git_repo="",
+        git_branch="",
+        allow_duplicate=False,
+        skip_check=False,
+        **options,
+    ):
         import os
 
         if source == SourceKind.GIT:
@@ -51,11 +80,21 @@ class Command(BaseCommand):
                 keys = ", ".join(Scenario.objects.values_list("key", flat=True))
                 raise CommandError(f"No scenario {scenario!r}. Known: {keys}")
         try:
-            project = services.create_project(slug, name=name, scenario=found, source=source,
-                                              smr_project_id=smr_project_id, smr_backend_base=smr_backend_base,
-                                              smr_api_key=api_key, git_repo_path=git_repo, git_branch=git_branch,
-                                              allow_shared_smr_project=allow_duplicate,
-                                              check_binding=None if skip_check else smr.check_binding)
+            project = services.create_project(
+                slug,
+                name=name,
+                scenario=found,
+                source=source,
+                smr_project_id=smr_project_id,
+                smr_backend_base=smr_backend_base,
+                smr_api_key=api_key,
+                git_repo_path=git_repo,
+                git_branch=git_branch,
+                allow_shared_smr_project=allow_duplicate,
+                check_binding=None if skip_check else smr.check_binding,
+            )
         except TrackingError as exc:
             raise CommandError(exc.message) from None
-        self.stdout.write(f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})")
+        self.stdout.write(
+            f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})"
+        )

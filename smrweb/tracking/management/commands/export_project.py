@@ -7,13 +7,18 @@ from smrweb.tracking.models import Project
 
 
 class Command(BaseCommand):
-    help = ("Write a project to a self-contained archive: every row, the artifact bytes and a manifest of "
-            "sha256 digests (docs/backup.md). An existing file is never overwritten.")
+    help = (
+        "Write a project to a self-contained archive: every row, the artifact bytes and a manifest of "
+        "sha256 digests (docs/backup.md). An existing file is never overwritten."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("slug")
-        parser.add_argument("-o", "--output", help="the archive to write (default: <slug>-<UTC time>.smrweb.zip "
-                                                   "in the current directory)")
+        parser.add_argument(
+            "-o",
+            "--output",
+            help="the archive to write (default: <slug>-<UTC time>.smrweb.zip in the current directory)",
+        )
 
     def handle(self, *args, slug, output, **options):
         project = Project.objects.filter(slug=slug).first()

@@ -4,8 +4,10 @@ from smrweb.tracking.services import scenarios
 
 
 class Command(BaseCommand):
-    help = ("Create or update the shipped scenario presets by key (idempotent: run it as often as you like). "
-            "runstack runs it at start-up.")
+    help = (
+        "Create or update the shipped scenario presets by key (idempotent: run it as often as you like). "
+        "runstack runs it at start-up."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--file", default=str(scenarios.PRESETS_FIXTURE), help="a fixture of presets")
