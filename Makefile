@@ -51,9 +51,10 @@ sandbox-deps:
 	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "bubblewrap not installed and no root: validators will answer 'cannot verify'"; fi; } || true
 
-# ruff's rules are in pyproject.toml ([tool.ruff]); only `check`: formatting is not enforced.
+# ruff: the lint rules (pyproject.toml [tool.ruff]: errors, import order, 110 columns) and its formatting.
 lint: install-test
 	$(BIN)/ruff check smrweb tests bench
+	$(BIN)/ruff format --check smrweb tests bench
 
 # Lint first: a finding stops the run before the (slow) suite starts.
 test: install-test lint browser-deps sandbox-deps

@@ -75,9 +75,12 @@ def main() -> None:
     if args.database_url:
         env["DATABASE_URL"] = args.database_url
     py = sys.executable
-    run = lambda *a: subprocess.run(
-        [py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
+
+    def run(*a):
+        return subprocess.run(
+            [py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        )
+
     run("migrate", "--noinput")
     web = subprocess.Popen(
         [

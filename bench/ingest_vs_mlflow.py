@@ -43,7 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pages import command_line, cpu_snapshot, machine, others_busy
+from pages import command_line, cpu_snapshot, machine, others_busy  # noqa: E402 (bench/ is put on the path above)
 
 MLFLOW_VERSION = "3.17.2"
 MLFLOW_VENV = ROOT / "var" / "bench" / "mlflow-venv"
@@ -476,11 +476,17 @@ def table(rounds: list[dict]) -> list[str]:
     pg_rows = (
         [
             f"| (b') smrweb on PostgreSQL, same requests — points/s | {spread(pg)} |",
-            f"| **smrweb on PostgreSQL / MLflow** | {spread([r['pg']['points_per_s'] / r['mlflow']['points_per_s'] for r in rounds if r.get('pg')], '{:.2f}×')} |",
+            "| **smrweb on PostgreSQL / MLflow** | "
+            + spread(
+                [r["pg"]["points_per_s"] / r["mlflow"]["points_per_s"] for r in rounds if r.get("pg")],
+                "{:.2f}×",
+            )
+            + " |",
         ]
         if pg
         else [
-            "| (b') smrweb on PostgreSQL | not measured in this run (`--no-pg`, or no local PostgreSQL: see stderr) |"
+            "| (b') smrweb on PostgreSQL | not measured in this run (`--no-pg`, or no local PostgreSQL: see "
+            "stderr) |"
         ]
     )
     return [
@@ -492,8 +498,10 @@ def table(rounds: list[dict]) -> list[str]:
         f"| (c) raw SQLite `executemany`, commit per {SMRWEB_BATCH:,} rows — points/s | {spread(raw)} |",
         f"| **smrweb / MLflow** ingest (target ≥ 5×) | {spread(vs_ml, '{:.2f}×')} |",
         f"| **smrweb / raw SQLite** (target ≥ 40 %) | {spread([x * 100 for x in vs_raw], '{:.0f} %')} |",
-        f"| (d) MLflow `get-history`, all {rounds[0]['mlflow']['read_points']:,} points (paged) — ms | {spread(ml_read, '{:,.1f}')} |",
-        f"| (d) smrweb `…/metrics?points=1000` ({rounds[0]['smrweb']['read_points']:,} points) — ms | {spread(sw_read, '{:,.1f}')} |",
+        f"| (d) MLflow `get-history`, all {rounds[0]['mlflow']['read_points']:,} points (paged) — ms | "
+        f"{spread(ml_read, '{:,.1f}')} |",
+        f"| (d) smrweb `…/metrics?points=1000` ({rounds[0]['smrweb']['read_points']:,} points) — ms | "
+        f"{spread(sw_read, '{:,.1f}')} |",
         f"| **read speedup** (MLflow time / smrweb time) | {spread(read_x, '{:.1f}×')} |",
     ]
 
@@ -513,22 +521,31 @@ def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
         f"## Metric ingest vs MLflow ({date.today().isoformat()})",
         "",
         (
-            f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} busy "
+            f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} "
+            f"busy "
             "while measuring."
         ),
         (
-            f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points = "
+            f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points "
+            f"= "
             f"{args.runs} runs × {args.keys} keys × {args.steps:,} steps, the same data for every system. "
-            f"(a) MLflow {mlflow_version()} (`mlflow server --backend-store-uri sqlite:/// --workers 1`, background "
-            f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) smrweb through gunicorn "
+            f"(a) MLflow {mlflow_version()} (`mlflow server --backend-store-uri sqlite:/// --workers 1`, "
+            f"background "
+            f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) "
+            f"smrweb through gunicorn "
             f"(1 worker, 1 thread) on SQLite in a fresh data dir, {SMRWEB_BATCH:,} metric events with ids a "
-            "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts each "
+            "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts "
+            "each "
             "point once); (b') the same requests to smrweb on PostgreSQL (the local cluster of "
-            "`scripts/local-postgres.sh`, a fresh database every repetition); (c) the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied "
+            "`scripts/local-postgres.sh`, a fresh database every repetition); (c) the same rows into "
+            "smrweb's `tracking_metricpoint` schema (CREATE statements copied "
             "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
-            f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive httpx "
-            f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, loaded "
-            "outside the timed ingest, read 3 times per repetition (median): MLflow `metrics/get-history` paged "
+            f"smrweb's pragmas) with `executemany`, one commit per {SMRWEB_BATCH:,} rows. One keep-alive "
+            f"httpx "
+            f"client each; request bodies built before the clock starts. (d) one {long_n:,}-point series, "
+            f"loaded "
+            "outside the timed ingest, read 3 times per repetition (median): MLflow `metrics/get-history` "
+            "paged "
             "by 25,000 (it does not downsample) vs smrweb `…/metrics?key=K&points=1000`."
         ),
         "",
@@ -578,7 +595,8 @@ def main() -> None:
         print(
             f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
             + (f"smrweb-pg {pg['points_per_s']:,.0f}/s, " if pg else "")
-            + f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs {sw['read_s'] * 1000:,.1f} ms",
+            + f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs "
+            f"{sw['read_s'] * 1000:,.1f} ms",
             file=sys.stderr,
             flush=True,
         )

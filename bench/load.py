@@ -430,10 +430,14 @@ def main() -> None:
             f"## Load held: ingest and dashboard polling at once ({date.today().isoformat()}, {db})",
             "",
             f"Machine: {machine(db)}.",
-            f"Command: `{command_line()}`: gunicorn with {args.workers} workers × {args.threads} threads on loopback; "
-            f"{args.ingest_clients} ingest clients (batches of 300 metric points, 10 agent turns, a score and a "
-            f"message, each with ids; every fifth request a replay of an earlier batch) and {args.pollers} signed-in "
-            f"pollers (overview, project page and run pages as htmx polls carrying their version, 20 polls/s each) "
+            f"Command: `{command_line()}`: gunicorn with {args.workers} workers × {args.threads} threads on "
+            f"loopback; "
+            f"{args.ingest_clients} ingest clients (batches of 300 metric points, 10 agent turns, a score "
+            f"and a "
+            f"message, each with ids; every fifth request a replay of an earlier batch) and {args.pollers} "
+            f"signed-in "
+            f"pollers (overview, project page and run pages as htmx polls carrying their version, 20 "
+            f"polls/s each) "
             f"for {args.seconds:.0f} s.",
             "",
             *report(result),

@@ -757,7 +757,8 @@ def dashboard_name(url: str) -> str | None:
 
 
 def url_candidates(param: str, ctx: dict) -> list | None:
-    """Values to try for a URL argument of a page no measured page links to, or None when we cannot fill it."""
+    """Values to try for a URL argument of a page no measured page links to, or None when we cannot fill
+    it."""
     name = param.lower()
     if name in ("slug", "project", "project_slug"):
         return [ctx["slug"]]
@@ -854,7 +855,10 @@ def context_for_discovery(info: dict) -> dict:
     )
 
     run = Run.objects.get(project__slug=info["project"], external_id=info["long_run"])
-    latest = lambda qs: qs.order_by("-id").first()
+
+    def latest(qs):
+        return qs.order_by("-id").first()
+
     turn = latest(AgentTurn.objects.filter(run=run))
     message = latest(RuntimeMessage.objects.filter(run=run))
     pks = {
@@ -995,7 +999,8 @@ def table(results: list[Result]) -> str:
         p = r.payload
         rows.append(
             f"| {r.target.label} | {r.status} | {t} | {'–' if r.queries is None else r.queries} "
-            f"| {'–' if r.sql_ms is None else f'{r.sql_ms:,.1f}'} | {kb(r.response_bytes) if r.times_ms else '–'} "
+            f"| {'–' if r.sql_ms is None else f'{r.sql_ms:,.1f}'} | "
+            f"{kb(r.response_bytes) if r.times_ms else '–'} "
             f"| {p.blocks if p else '–'} | {kb(p.bytes) if p else '–'} "
             f"| {f'{p.figures} / {p.traces}' if p else '–'} | {f'{p.points:,}' if p else '–'} "
             f"| {kb(p.svg_bytes) if p else '–'} |"
@@ -1112,11 +1117,13 @@ def section(
             if cfg["bulk_metrics"]
             else "too"
         )
-        + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in {tm['metrics_s']:.0f} s)."
+        + f". Seeding took {tm['total_s']:.0f} s ({tm['metric_points']:,} metric points in "
+        f"{tm['metrics_s']:.0f} s)."
     )
     lines = [
         (
-            f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a {cfg['long_turns']:,}-turn run "
+            f"## Dashboard pages: {cfg['runs']} runs × {cfg['points']:,} points, a "
+            f"{cfg['long_turns']:,}-turn run "
             f"({date.today().isoformat()})"
         ),
         "",
@@ -1128,9 +1135,12 @@ def section(
         ),
         (
             f"Each page: {warmup} warm-up request, then {repeat} timed requests with Django's test Client in "
-            "the same process (server time only: no HTTP server, no network, no browser), signed in as an admin "
-            "member; queries and SQL time counted on one more request (CaptureQueriesContext). Polls found on a "
-            "page are measured twice: as a full partial (no version header) and as a poll of an unchanged page "
+            "the same process (server time only: no HTTP server, no network, no browser), signed in as an "
+            "admin "
+            "member; queries and SQL time counted on one more request (CaptureQueriesContext). Polls found "
+            "on a "
+            "page are measured twice: as a full partial (no version header) and as a poll of an unchanged "
+            "page "
             '(sending the version the page showed). Chart payload: the `<script type="application/json">` '
             "(json_script) elements of the response, and the points in the figures' traces (length of `x`); "
             "SVG KB: server-rendered `<svg>` elements."
@@ -1280,7 +1290,8 @@ def main() -> None:
             log(f"seeded in {info['timings']['total_s']:.0f} s: {json.dumps(info['timings'])}")
             if args.keep:
                 (data / MARKER).write_text(json.dumps({"database_url": database_url, "info": info}, indent=1))
-            connection.close()  # measure on a fresh connection (SQLite checkpoints its WAL on close), as --reuse does
+            # Measure on a fresh connection (SQLite checkpoints its WAL on close), as --reuse does.
+            connection.close()
 
         try:
             get_resolver().url_patterns  # noqa: B018 - imports every URLconf and view module
@@ -1302,7 +1313,8 @@ def main() -> None:
             f"\nSeeded {info['config']['runs']} runs x {info['config']['points']:,} metric points + a "
             f"{info['config']['long_turns']:,}-turn run in {tm['total_s']:.0f} s "
             f"(runs {tm['runs_s']:.0f} s, of which metric points {tm['metrics_s']:.0f} s for "
-            f"{tm['metric_points']:,} points, {'bulk-inserted' if info['config']['bulk_metrics'] else 'through ingest_events'}; "
+            f"{tm['metric_points']:,} points, "
+            f"{'bulk-inserted' if info['config']['bulk_metrics'] else 'through ingest_events'}; "
             f"long run {tm['long_run_s']:.0f} s; small projects {tm['other_projects_s']:.0f} s)"
             + (" [reused]" if reused else "")
             + f"\n{machine(db_version())}; other processes kept "

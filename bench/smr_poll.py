@@ -1,7 +1,8 @@
 """What one SMR sync cycle costs, against the simulator (issue 13, docs/benchmarks.md).
 
 1. Per run length: one live run of 100, 1,000 and 10,000 turns; each cycle the world moves one tick
-   (~2.5 new turns and a sandbox meter, about what 10 s of a live agent run brings) and one sync runs. Reports requests and
+   (~2.5 new turns and a sandbox meter, about what 10 s of a live agent run brings) and one sync runs.
+   Reports requests and
    response bytes per cycle (the simulator's own counts), mean and worst over the cycles: the goal is
    flat within 2x from 100 to 10,000 turns (the usage list, one answer with every entry, is read only
    when the cost changed and then at most SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE entries per cycle on average).
@@ -33,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 os.environ["SMRWEB_DATA_DIR"] = tempfile.mkdtemp(prefix="smrweb-smrbench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
 os.environ.pop("DATABASE_URL", None)
-# The simulated SMR backend listens on loopback, which outbound calls refuse unless allowed (as `make demo` does).
+# The simulated SMR backend listens on loopback, which outbound calls refuse unless allowed (as `make demo`
+# does).
 os.environ.setdefault("SMRWEB_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
 
 import django  # noqa: E402

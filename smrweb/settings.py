@@ -288,7 +288,8 @@ SPECTACULAR_SETTINGS = {
             "**Try it out writes to this server's real data**, as you: the request bodies shown are examples "
             "(their ids say `example`)."
             if SMRWEB_API_DOCS_TRY_WRITES
-            else '"Try it out" runs **reads only** here; write operations show their example body and the curl '
+            else '"Try it out" runs **reads only** here; write operations show their example body and the '
+            "curl "
             "line without sending it (an operator turns sending on with `SMRWEB_API_DOCS_TRY_WRITES=true`)."
         )
     ),

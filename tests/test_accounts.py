@@ -31,7 +31,8 @@ def test_the_data_dir_and_everything_in_it_are_the_owners_only(tmp_path):
     env.pop("SMRWEB_ARTIFACT_ROOT", None)
     store = (
         "import io; from smrweb.tracking import services; "
-        "p = services.create_project('perm'); services.store_artifact(p, 'r1', path='a.py', content=io.BytesIO(b'x'))"
+        "p = services.create_project('perm'); services.store_artifact(p, 'r1', path='a.py', "
+        "content=io.BytesIO(b'x'))"
     )
     for argv in (["migrate", "-v", "0"], ["shell", "-c", store]):
         done = subprocess.run(

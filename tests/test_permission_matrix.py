@@ -254,7 +254,8 @@ def build_world() -> World:
         expired = signed_artifact_path(artifact, ttl=timedelta(hours=1))
     tampered = valid[:-2] + ("A" if valid[-2] != "A" else "B") + "/"
     _, expiry, signature = valid.split("/")[2].split(".")
-    unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"  # well formed, no such id
+    # Well formed, no such id.
+    unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"
     ids = {
         "run": RUN,
         "scenario": SCENARIO_KEY,
@@ -461,8 +462,10 @@ def upload(ids) -> dict:
 
 
 ROWS = [
-    # name, method, path                                                                   anon  carol victr bob   alice token other revkd
-    # --- sign-in -----------------------------------------------------------------------------------------------------
+    # name, method, path                                                                   anon  carol victr
+    # bob   alice token other revkd
+    # --- sign-in
+    # -----------------------------------------------------------------------------------------------------
     Row("login page", "GET", "/login/", "200   302   302   302   302   200   200   200"),
     Row("logout", "POST", "/logout/", "302   302   302   302   302   302   302   302"),
     # Everyone signed in may change their own password (the form comes back: no old password was sent).
@@ -500,7 +503,8 @@ ROWS = [
         data={"clock": "local", "local_zone": "Europe/Paris"},
         effect=count(UserPreference),
     ),
-    # --- signed artifact links: the only way in without a session ---------------------------------------------------
+    # --- signed artifact links: the only way in without a session
+    # ---------------------------------------------------
     Row(
         "signed link: valid",
         "GET",
@@ -516,7 +520,8 @@ ROWS = [
         "{link_unknown}",
         "403   403   403   403   403   403   403   403",
     ),
-    # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in) ---------------
+    # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in)
+    # ---------------
     Row("overview", "GET", "/", "LOGIN EMPTY ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=PROJECT_NAME),
     Row(
         "overview cards (hx)",
@@ -937,7 +942,8 @@ ROWS = [
         "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
         data=lambda ids: {"submission": str(ids["o_sub"])},
     ),
-    # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there) ---------
+    # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there)
+    # ---------
     Row(
         "otlp traces export",
         "POST",
@@ -946,7 +952,8 @@ ROWS = [
         data={"resourceSpans": []},
         json=True,
     ),
-    # --- REST API (sessions act by role; a project token acts within its project and cannot review) ------------------
+    # --- REST API (sessions act by role; a project token acts within its project and cannot review)
+    # ------------------
     Row(
         "api health", "GET", "/api/v1/health", "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW", marker="ok"
     ),
@@ -1198,7 +1205,8 @@ ROWS = [
 # URL patterns with no row, and why.
 EXCLUDED = {
     "admin/": "Django's admin (and its sign-in): staff only, its own login; not project access",
-    "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project data",
+    "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project "
+    "data",
     "api/docs/": "Swagger UI for the schema: public, static, no project data",
 }
 
@@ -1229,7 +1237,8 @@ def poll_version(row: Row, w: World, alice: APIClient) -> str:
 def check_cell(
     row: Row, who: str, expected: str, client: APIClient, w: World, version: str | None
 ) -> list[str]:
-    """Make the request in a savepoint that is rolled back; the problems with its answer (empty: as expected)."""
+    """Make the request in a savepoint that is rolled back; the problems with its answer (empty: as
+    expected)."""
     for cache in caches.all():
         cache.clear()
     cookies = copy.deepcopy(client.cookies)  # a logout or a flash message must not follow into the next cell

@@ -347,7 +347,8 @@ def test_an_unreachable_cache_lets_sign_in_through_and_says_so(client, alice, se
     assert "rate limit login could not be counted" in caplog.text
 
 
-# --- hostile strings -----------------------------------------------------------------------------------------
+# --- hostile strings
+# -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -415,7 +416,8 @@ def hostile_pages(h) -> dict[str, str]:
     return {
         "/": "project name",
         "/projects/hill/": "project name, failure, leaderboard",
-        "/projects/hill/runs/r1/": "actors, tool calls, metric key, messages, checkpoints, experiments, artifacts",
+        "/projects/hill/runs/r1/": "actors, tool calls, metric key, messages, checkpoints, experiments, "
+        "artifacts",
         "/projects/hill/runs/r2/": "failure detail",
         f"/projects/hill/runs/r1/turns/{turn.pk}/": "tool-call arguments",
         "/projects/hill/runs/r1/metrics/?key=" + quote(HOSTILE, safe=""): "metric key",
@@ -535,18 +537,21 @@ def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url)
     assert not [t for t in texts if "<script" in t or "<img" in t]
 
 
-# --- CSRF ------------------------------------------------------------------------------------------------------
+# --- CSRF
+# ------------------------------------------------------------------------------------------------------
 
 # Every form that POSTs, by template (grepped: method="post" and hx-post); a new one must be added here.
 POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
-    "dashboard/project_settings.html": 6,  # settings, SMR source (test / new key), score metric, member role / remove / add
+    # settings, SMR source (test / new key), score metric, member role / remove / add
+    "dashboard/project_settings.html": 6,
     "dashboard/run_detail.html": 2,  # stop, exclude/include the run
     "dashboard/partials/rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
-    "dashboard/submission_detail.html": 6,  # verify, review (approve/reject), upload, record, exclude, include
+    # verify, review (approve/reject), upload, record, exclude, include
+    "dashboard/submission_detail.html": 6,
     "dashboard/scenario_detail.html": 1,  # preflight (hx-post on the same form)
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,
@@ -646,7 +651,8 @@ def test_sign_in_needs_the_csrf_token_too(alice):
     assert response.status_code == 302
 
 
-# --- uploads and downloads ----------------------------------------------------------------------------------------
+# --- uploads and downloads
+# ----------------------------------------------------------------------------------------
 
 
 def upload(api, path=None, name="f.bin", data=b"payload", content_type="application/octet-stream"):
@@ -794,7 +800,8 @@ def test_the_api_and_signed_link_downloads_are_inert_too(api, client, project):
         assert response["X-Content-Type-Options"] == "nosniff"
 
 
-# --- API tokens -------------------------------------------------------------------------------------------------
+# --- API tokens
+# -------------------------------------------------------------------------------------------------
 
 
 def test_a_token_is_hashed_at_rest_shown_once_revocable_and_records_its_last_use(

@@ -53,7 +53,8 @@ def scenario_for(request, key: str) -> Scenario:
 
 
 def submission_for(request, slug: str, submission_id: int) -> Submission:
-    """A submission of the project named in the URL, if this request may see that project; 403/404 otherwise."""
+    """A submission of the project named in the URL, if this request may see that project; 403/404
+    otherwise."""
     project = project_for(request, slug)
     return get_object_or_404(
         Submission.objects.select_related("project__scenario", "run", "proposed_by"),

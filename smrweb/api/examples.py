@@ -20,7 +20,8 @@ EVENTS = OpenApiExample(
             "id": "example-kickoff",
             "topic": "kickoff",
             "ts": "2026-01-05T09:00:01Z",
-            "body": "Example kickoff: tune the optimizer's warmup; the best so far is 3.318 (submission #812).",
+            "body": "Example kickoff: tune the optimizer's warmup; the best so far is 3.318 (submission "
+            "#812).",
         },
         {
             "type": "agent.turn",

@@ -1,7 +1,8 @@
 """OTLP/HTTP trace ingestion at `/v1/traces` (the path OTLP exporters append to their endpoint).
 
 The view authenticates the project token, undoes the transport (Content-Type, Content-Encoding, size)
-and answers per the OTLP/HTTP spec; `api.otlp_wire` decodes and encodes, `sources.otlp` maps spans to agent turns and writes them
+and answers per the OTLP/HTTP spec; `api.otlp_wire` decodes and encodes, `sources.otlp` maps spans to agent
+turns and writes them
 through `services.ingest_events`. Answers: 200 with an ExportTraceServiceResponse in the request's
 encoding (partial_success when spans were refused or a model had no price), 400/401/413/415 with a
 google.rpc.Status, 503 + Retry-After when SQLite is busy. See docs/integrations.md.

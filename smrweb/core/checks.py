@@ -1,4 +1,5 @@
-"""System checks for the deployment (`manage.py check --deploy`): what a worker needs to contain validators."""
+"""System checks for the deployment (`manage.py check --deploy`): what a worker needs to contain
+validators."""
 
 import shutil
 

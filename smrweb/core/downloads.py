@@ -57,7 +57,8 @@ MAX_FILENAME = 150
 
 
 def safe_content_type(declared: str) -> str:
-    """`declared` when its media type is safelisted (keeping only a well-formed charset), else octet-stream."""
+    """`declared` when its media type is safelisted (keeping only a well-formed charset), else
+    octet-stream."""
     media, _, params = (declared or "").partition(";")
     media = media.strip().lower()
     if media not in SAFE_TYPES:

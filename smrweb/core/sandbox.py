@@ -255,7 +255,7 @@ def _own_for_jail(workdir: Path) -> None:
     """Running as root, the jailed command is nobody: give it the work directory (and nothing else)."""
     if os.geteuid() != 0:
         return
-    for dirpath, dirnames, filenames in os.walk(workdir):
+    for dirpath, _dirnames, filenames in os.walk(workdir):
         os.chown(dirpath, NOBODY, NOBODY)
         for name in filenames:
             os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)

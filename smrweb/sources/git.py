@@ -195,7 +195,8 @@ def _git(
 
 
 def check_branch(branch: str) -> str:
-    """Refuse a branch name git would refuse (`git check-ref-format --branch`) or that does not fit a run id."""
+    """Refuse a branch name git would refuse (`git check-ref-format --branch`) or that does not fit a run
+    id."""
     if not services.GIT_BRANCH_RE.match(branch or ""):
         raise NotPossible(
             f"{branch!r} is not a branch name smrweb follows: letters, digits and . _ / + = @ -, "
@@ -417,7 +418,8 @@ class Repo:
             raise Malformed(f"{what} is a {entry.type}, not a file.")
         if entry.size is not None and entry.size > settings.SMRWEB_MAX_ARTIFACT_BYTES:
             raise Malformed(
-                f"{what} is {entry.size} bytes; artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES}."
+                f"{what} is {entry.size} bytes; artifacts are limited to "
+                f"{settings.SMRWEB_MAX_ARTIFACT_BYTES}."
             )
         return self.git("cat-file", "blob", entry.oid).stdout
 

@@ -469,7 +469,8 @@ class _Importer:
         self.batch_size = batch_size
 
     def send(self, batch: list[tuple[int, dict]]) -> None:
-        """Validate and write one batch; refused events are skipped with their line numbers, the rest written."""
+        """Validate and write one batch; refused events are skipped with their line numbers, the rest
+        written."""
         applied = apply_events(self.project, self.run, batch, on_refused="skip", batch_size=len(batch) or 1)
         for line, errors in applied.refused:
             self.stats.skip(_reason(errors[0]) if errors else "refused", line)

@@ -2,7 +2,8 @@
 `agent.turn` events of the ingest contract and apply them with `services.ingest_events`.
 
 Pure functions apart from `ingest_request`, which calls the one write path; the HTTP view
-(`smrweb.api.otlp`) authenticates, decodes (`api/otlp_wire.py`) and answers. docs/integrations.md (section "OpenTelemetry
+(`smrweb.api.otlp`) authenticates, decodes (`api/otlp_wire.py`) and answers. docs/integrations.md (section
+"OpenTelemetry
 GenAI traces") documents every rule below; keep the two in step.
 """
 

@@ -239,7 +239,8 @@ def sync_run(
     artifacts = connector.fetch_artifacts(rid)
     _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
     apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
-    # Results name experiments by id: ask for their titles when new ones appear (one request), not every cycle.
+    # Results name experiments by id: ask for their titles when new ones appear (one request), not every
+    # cycle.
     unnamed = services.unnamed_experiments(project, rid)
     if unnamed and unnamed != cursor.get("unnamed_experiments"):
         named = services.name_experiments(project, rid, connector.experiment_names(rid))

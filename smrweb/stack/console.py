@@ -75,7 +75,8 @@ class EventFeed:
             reason = (
                 ": ".join(filter(None, [run.failure_family, run.failure_detail[:120]])) or "no reason given"
             )
-            yield f"{_clock(run.finished_at or run.last_progress_at)}  {run.project.slug} run {run.external_id} failed — {reason}"
+            when = _clock(run.finished_at or run.last_progress_at)
+            yield f"{when}  {run.project.slug} run {run.external_id} failed — {reason}"
 
 
 def _clock(at: datetime | None) -> str:

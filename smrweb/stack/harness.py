@@ -71,7 +71,8 @@ def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
     )
     return (
         f'"""Optimizer for {run_id} at tick {tick}."""\n\nLR = {rng.uniform(1e-4, 3e-3):.5f}\n\n\n'
-        f"class Optimizer:\n    def __init__(self, params, lr=LR):\n        self.params, self.lr = list(params), lr\n\n"
+        f"class Optimizer:\n    def __init__(self, params, lr=LR):\n        self.params, self.lr = "
+        f"list(params), lr\n\n"
         f"{step}"
     )
 
@@ -268,7 +269,8 @@ class Harness:
                     "failure": {
                         "family": "runtime",
                         "source": "state_machine_runtime",
-                        "detail": "repo_like_task_count_mismatch:requested=2:persisted=3 (nonretryable intent rejection)",
+                        "detail": "repo_like_task_count_mismatch:requested=2:persisted=3 (nonretryable "
+                        "intent rejection)",
                     },
                 }
             )

@@ -158,7 +158,8 @@ class SubmissionFilter(django_filters.FilterSet):
     run = django_filters.CharFilter(
         field_name="run__external_id",
         max_length=200,
-        help_text="Only this run's submissions (its external id, exactly); an unknown run gives an empty list.",
+        help_text="Only this run's submissions (its external id, exactly); an unknown run gives an empty "
+        "list.",
     )
 
     class Meta:

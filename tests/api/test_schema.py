@@ -77,7 +77,8 @@ def test_the_docs_page_is_served(anon_api, db):
     response = anon_api.get("/api/docs/")
     assert response.status_code == 200
     assert b"swagger-ui" in response.content.lower()
-    # Swagger UI's start-up code (which names the schema) is a script of its own: the CSP allows no inline code.
+    # Swagger UI's start-up code (which names the schema) is a script of its own: the CSP allows no inline
+    # code.
     assert b'<script src="/api/docs/?script="></script>' in response.content
     assert b"/api/schema/" in anon_api.get("/api/docs/?script=").content
 

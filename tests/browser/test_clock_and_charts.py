@@ -80,7 +80,8 @@ def score_trace_index(page) -> int:
 def hover_score(page, point: int) -> str:
     index = score_trace_index(page)
     page.evaluate(
-        f"Plotly.Fx.hover(document.getElementById('run-timeline'), [{{curveNumber: {index}, pointNumber: {point}}}])"
+        f"Plotly.Fx.hover(document.getElementById('run-timeline'), "
+        f"[{{curveNumber: {index}, pointNumber: {point}}}])"
     )
     text = page.locator("#run-timeline .hoverlayer .hovertext").first
     expect(text).to_be_visible()

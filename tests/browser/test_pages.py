@@ -58,7 +58,8 @@ def test_sign_in_leads_to_the_overview_with_best_score_and_sparkline(page, proje
     expect(page).to_have_url(re.compile(r"/$"))
     hill = card(page, "hill")
     expect(hill.locator("h2")).to_have_text("Hill climb")
-    # Nothing verified yet: no best, the unverified one named beside it (the project's numbers count verified work).
+    # Nothing verified yet: no best, the unverified one named beside it (the project's numbers count verified
+    # work).
     expect(hill.locator(".big")).to_have_text("—")
     expect(hill.locator("[data-unverified-best]")).to_have_text("0.5 unverified")
     spark = hill.locator("svg.spark")

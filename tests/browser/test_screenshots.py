@@ -25,9 +25,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 OVERFLOW_CHECK = """(phone) => {
   const bad = [];
   const vw = document.documentElement.clientWidth;
-  if (document.documentElement.scrollWidth > vw + 1) bad.push(`page scrolls sideways: ${document.documentElement.scrollWidth} > ${vw}`);
+  const docWidth = document.documentElement.scrollWidth;
+  if (docWidth > vw + 1) bad.push(`page scrolls sideways: ${docWidth} > ${vw}`);
   for (const wrap of document.querySelectorAll('.table-wrap')) {
-    if (!phone && wrap.scrollWidth > wrap.clientWidth + 1) bad.push(`table in "${wrap.closest('.card')?.querySelector('h2')?.textContent}" scrolls sideways: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    const title = wrap.closest('.card')?.querySelector('h2')?.textContent;
+    if (!phone && wrap.scrollWidth > wrap.clientWidth + 1) {
+      bad.push(`table in "${title}" scrolls sideways: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+    }
     if (phone && getComputedStyle(wrap).overflowX === 'visible') bad.push('a .table-wrap does not scroll');
   }
   for (const card of document.querySelectorAll('.card, .stat, .alert, .filters')) {
@@ -36,12 +40,14 @@ OVERFLOW_CHECK = """(phone) => {
     for (const el of card.querySelectorAll('h1, h2, td, th, li, .big, .badge, a, code, span')) {
       if (phone && el.closest('.table-wrap')) continue;
       const r = el.getBoundingClientRect();
-      if (r.width && r.right > box.right + 1) bad.push(`${el.tagName}.${el.className} "${el.textContent.trim().slice(0, 40)}" overflows its ${card.className}`);
+      const what = `${el.tagName}.${el.className} "${el.textContent.trim().slice(0, 40)}"`;
+      if (r.width && r.right > box.right + 1) bad.push(`${what} overflows its ${card.className}`);
     }
   }
   for (const h of document.querySelectorAll('h1')) {
     const text = h.textContent.trim();
-    if (text.length > 6 && h.getBoundingClientRect().width < 120) bad.push(`title "${text.slice(0, 30)}" squeezed to ${Math.round(h.getBoundingClientRect().width)} px`);
+    const width = Math.round(h.getBoundingClientRect().width);
+    if (text.length > 6 && width < 120) bad.push(`title "${text.slice(0, 30)}" squeezed to ${width} px`);
   }
   // A label or heading broken inside a word ("DRIVER INFERENC E"): a word wider than its line.
   for (const el of document.querySelectorAll('.label, .stat .muted, h1, h2, th')) {
@@ -53,7 +59,9 @@ OVERFLOW_CHECK = """(phone) => {
       for (const word of node.textContent.split(/([\\s-]+)/)) {
         if (word.trim()) {
           range.setStart(node, i); range.setEnd(node, i + word.length);
-          if (range.getClientRects().length > 1) bad.push(`"${word}" breaks across lines in ${el.tagName}.${el.className}`);
+          if (range.getClientRects().length > 1) {
+            bad.push(`"${word}" breaks across lines in ${el.tagName}.${el.className}`);
+          }
         }
         i += word.length;
       }
@@ -64,9 +72,13 @@ OVERFLOW_CHECK = """(phone) => {
 
 # Dark pages: a dark background, light text, and charts drawn on the dark panel with light ink.
 DARK_CHECK = """() => {
-  const lum = (css) => { const m = css.match(/[\\d.]+/g).map(Number); return (0.2126 * m[0] + 0.7152 * m[1] + 0.0722 * m[2]) / 255; };
+  const lum = (css) => {
+    const m = css.match(/[\\d.]+/g).map(Number);
+    return (0.2126 * m[0] + 0.7152 * m[1] + 0.0722 * m[2]) / 255;
+  };
   const bad = [];
-  const bg = getComputedStyle(document.documentElement).backgroundColor, ink = getComputedStyle(document.body).color;
+  const bg = getComputedStyle(document.documentElement).backgroundColor;
+  const ink = getComputedStyle(document.body).color;
   if (lum(bg) > 0.2) bad.push(`background ${bg} is not dark`);
   if (lum(ink) < 0.7) bad.push(`text ${ink} is not light`);
   for (const card of document.querySelectorAll('.card')) {

@@ -140,7 +140,8 @@ def test_every_main_page_is_served_under_the_policy_without_a_violation(watched,
     assert page.locator("#metric-panel svg a, #metric-panel svg img").count() == 0
     # plotly's WebGL traces (scattergl, for long series) compile without eval too.
     page.evaluate("""() => { const d = document.createElement("div"); document.body.appendChild(d);
-        return Plotly.newPlot(d, [{type: "scattergl", mode: "markers", x: [1, 2, 3], y: [3, 1, 2]}]).catch(() => null); }""")
+        const trace = {type: "scattergl", mode: "markers", x: [1, 2, 3], y: [3, 1, 2]};
+        return Plotly.newPlot(d, [trace]).catch(() => null); }""")
     assert violations(page) == []
 
 

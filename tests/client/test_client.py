@@ -375,7 +375,8 @@ def test_the_client_module_needs_only_httpx_and_the_standard_library(server, tmp
     script = tmp_path / "standalone.py"
     script.write_text(
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('smrclient', {str(ROOT / 'smrweb' / 'client.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('smrclient', "
+        f"{str(ROOT / 'smrweb' / 'client.py')!r})\n"
         "smr = sys.modules['smrclient'] = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(smr)\n"
         f"smr.init({url!r}, {token!r}, 'hill', 'r-standalone')\n"

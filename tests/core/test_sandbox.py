@@ -1,7 +1,8 @@
 """The validator sandbox's mechanics: outcomes, time limit, output cap, missing binaries, escaping
 artifact names, the scrubbed environment and clean-up. Real subprocesses, no database. These run the
 command directly (`confinement=None`, so a test can use its own scripts and see the processes from
-outside); the same mechanics under bubblewrap, and containment itself, are tests/core/test_sandbox_escapes.py."""
+outside); the same mechanics under bubblewrap, and containment itself, are
+tests/core/test_sandbox_escapes.py."""
 
 from __future__ import annotations
 

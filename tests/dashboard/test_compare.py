@@ -269,8 +269,8 @@ def test_more_than_fifty_runs_are_refused_with_a_message(
     assert response.status_code == 400
     body = response.content.decode()
     assert (
-        '<div class="alert bad" role="alert" id="compare-error">51 runs were picked; Compare takes at most 50.'
-        in body
+        '<div class="alert bad" role="alert" id="compare-error">51 runs were picked; Compare takes at most '
+        "50." in body
     )
     assert "compare-score-data" not in body
 

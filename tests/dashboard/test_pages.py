@@ -62,8 +62,8 @@ def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     Submission.objects.filter(pk__in=[verified[0.2].pk, verified[0.4].pk]).update(status="verified")
     body = client_alice.get("/").content.decode()
     assert (
-        f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission #{verified[0.4].pk}">0.4<'
-        in body
+        f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission '
+        f'#{verified[0.4].pk}">0.4<' in body
     )
     assert "0.5 unverified" in body  # still better than the verified best
     # Including unverified ones (remembered for the session): 0.5 leads; invalid never counts.

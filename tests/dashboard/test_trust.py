@@ -276,7 +276,8 @@ def test_reject_needs_a_reason_and_the_history_keeps_it(client_alice, project, b
     assert not SubmissionTransition.objects.filter(reason__in=["rejectd", "approved"]).exists()
 
 
-# --- the arena handoff ------------------------------------------------------------------------------------------
+# --- the arena handoff
+# ------------------------------------------------------------------------------------------
 
 
 def _approved(project, bob, alice, run_id, value) -> Submission:
@@ -320,7 +321,8 @@ def test_mark_uploaded_records_the_arena_id_and_results_say_better_or_worse(
     )
 
 
-# --- carry-forward that teaches -------------------------------------------------------------------------------------
+# --- carry-forward that teaches
+# -------------------------------------------------------------------------------------
 
 
 def test_carry_forward_names_approaches_and_does_not_call_a_new_runs_start_regressed(project, alice, bob):

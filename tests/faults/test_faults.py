@@ -46,7 +46,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.services import rollbacks
 from tests.api.helpers import session_client
-from tests.conftest import _start, _wait_for_line, wait_for
+from tests.conftest import _start, _wait_for_line, queue_and_lanes, wait_for
 from tests.factories import admin_project
 from tests.sources.test_submission_loop import scored_with_artifact
 
@@ -218,13 +218,13 @@ def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
         wait_for(
             lambda: Rollback.objects.get(pk=rollback.pk).status != "dispatched", timeout=60, interval=0.3
         )
-    except AssertionError:
+    except AssertionError as exc:
         logs = "\n".join(p.read_text()[-2500:] for p in tmp_path.glob("*.log"))
         raise AssertionError(
             f"rollback never finished: {Rollback.objects.get(pk=rollback.pk).__dict__}\n{logs}"
-        )
+        ) from exc
     finally:
-        redis_server.delete(queue)
+        redis_server.delete(*queue_and_lanes(queue))
 
     rollback.refresh_from_db()
     assert rollback.status == "applied", rollback.detail
@@ -529,8 +529,10 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
     assert receiver.effects == {f"smrweb-rollback-{rollback.pk}": 1}
     assert len(receiver.deliveries) == rollback.attempts
     print(
-        f"posts {len(ingester.posts)} ({ingester.count('down')} while Redis was down, {len(replays)} replays), "
-        f"events stored {accepted}, validator runs 2, rollback deliveries {len(receiver.deliveries)}, effects 1"
+        f"posts {len(ingester.posts)} ({ingester.count('down')} while Redis was down, {len(replays)} "
+        f"replays), "
+        f"events stored {accepted}, validator runs 2, rollback deliveries {len(receiver.deliveries)}, "
+        f"effects 1"
     )
 
 
@@ -805,5 +807,6 @@ def test_the_poller_rides_out_timeouts_refused_connections_and_garbage_then_conv
     assert AgentTurn.objects.filter(run__project=project).count() == turns
     print(
         f"faults seen {seen}; converged to {len(poller.world_runs(world))} runs, {turns} turns, "
-        f"{Submission.objects.filter(project=project).count()} scores, {len(digests)} artifacts downloaded once"
+        f"{Submission.objects.filter(project=project).count()} scores, {len(digests)} artifacts downloaded "
+        f"once"
     )

@@ -58,7 +58,8 @@ class Hostile:
         # for it: smrweb reads the commit's time, which is where gpg.program ran (the review's trick).
         tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
         raw = (
-            f"tree {tree}\nparent {self.c2}\nauthor a <a@x> 1700000000 +0000\ncommitter a <a@x> 1700000000 +0000\n"
+            f"tree {tree}\nparent {self.c2}\nauthor a <a@x> 1700000000 +0000\ncommitter a <a@x> 1700000000 "
+            f"+0000\n"
             "gpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n"
         )
         self.signed = git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=raw.encode()).strip()

@@ -343,7 +343,8 @@ def test_generic_contract_events(project, tmp_path):
     assert (s.lines, s.accepted, s.duplicates, s.skipped) == (14, 9, 1, 4) and balanced(s)
     assert s.reasons == {
         "refused: extra: Extra inputs are not permitted": [1, [9]],
-        "refused: type: Unknown event type 'bogus'; expected one of: metric, score, agent.turn, state, message, "
+        "refused: type: Unknown event type 'bogus'; expected one of: metric, score, agent.turn, state, "
+        "message, "
         "checkpoint.": [1, [10]],
         "not JSON": [2, [11, 14]],
     }

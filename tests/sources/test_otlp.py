@@ -451,7 +451,8 @@ def test_refusals(live_server, project, token, settings):
         415,
         {
             "code": 3,
-            "message": "Unsupported Content-Type 'text/plain': send application/x-protobuf or application/json.",
+            "message": "Unsupported Content-Type 'text/plain': send application/x-protobuf or "
+            "application/json.",
         },
     )
     answer = post(url, body, token, **{"Content-Encoding": "br"})
@@ -497,7 +498,8 @@ def test_partial_success(live_server, project, token):
     response = ExportTraceServiceResponse.FromString(answer.content)
     assert response.partial_success.rejected_spans == 4
     assert response.partial_success.error_message == (
-        f"4 span(s) refused: span {ids['bad kind']}: smrweb.turn_kind must be driver_inference or child_work, "
+        f"4 span(s) refused: span {ids['bad kind']}: smrweb.turn_kind must be driver_inference or "
+        f"child_work, "
         f"not 'boss'.; span {ids['bad run']}: Run id 'no spaces/here' (smrweb.run_id) is not 1 to 200 of "
         f"A-Z a-z 0-9 . _ : @ + = ~ -, starting with a letter, digit or underscore.; span {ids['negative']}: "
         f"tokens_in: Input should be greater than or equal to 0; span {ids['backwards']}: "

@@ -1,4 +1,5 @@
-"""Scenario preflight (sources/preflight.py): every check fails and says what is wrong, and passes on good\nvalues, looking programs up as the sandbox will."""
+"""Scenario preflight (sources/preflight.py): every check fails and says what is wrong, and passes on
+good\nvalues, looking programs up as the sandbox will."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_the_hill_climb_preset_passes_every_check_here():
 
 
 def test_the_onnx_preset_passes_here_because_smrweb_ships_onnx():
-    """The demo's Dogfight flow dead-ended on "onnx is not installed" (walkthrough P1-10): it is a dependency."""
+    """The demo's Dogfight flow dead-ended on "onnx is not installed" (walkthrough P1-10): it is a
+    dependency."""
     assert ONNX_INSTALLED
     report = preflight.preflight(preset("onnx-arena-dogfight"))
     assert report.ok, report.problems
@@ -192,7 +194,8 @@ FAILING = [
     (
         {"required_toolchains": ["python3", "python:smrweb_no_such_module"]},
         "toolchain python:smrweb_no_such_module",
-        "python package `smrweb_no_such_module` is not installed on this worker (needed by the validator; checked with",
+        "python package `smrweb_no_such_module` is not installed on this worker (needed by the validator; "
+        "checked with",
     ),
 ]
 

@@ -306,7 +306,8 @@ def test_a_mistyped_field_is_named(event, field):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
 def test_non_finite_metric_values_are_refused(literal):
-    raw = f'[{{"type": "metric", "key": "loss", "value": 1}}, {{"type": "metric", "key": "loss", "value": {literal}}}]'
+    first = '{"type": "metric", "key": "loss", "value": 1}'
+    raw = f'[{first}, {{"type": "metric", "key": "loss", "value": {literal}}}]'
     [error] = errors_of(raw.encode())
     assert (error["index"], error["field"]) == (1, "value")
     assert "finite" in error["message"]

@@ -1,4 +1,5 @@
-"""The validators shipped in smrweb/validators/, run as the sandbox runs them: standalone scripts that\npass good artifacts and fail bad ones with the reason."""
+"""The validators shipped in smrweb/validators/, run as the sandbox runs them: standalone scripts that\npass
+good artifacts and fail bad ones with the reason."""
 
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ class checker:
             raise ValueError("Field 'type' of 'value_info' is required but missing.")
 
 def _value(v):
-    dims = [NS(dim_param=d if isinstance(d, str) else "", dim_value=d if isinstance(d, int) else 0) for d in v["shape"]]
+    dims = [NS(dim_param=d if isinstance(d, str) else "", dim_value=d if isinstance(d, int) else 0)
+            for d in v["shape"]]
     return NS(name=v["name"], type=NS(tensor_type=NS(elem_type=v.get("type", 1), shape=NS(dim=dims))))
 
 def load(path):
@@ -140,7 +142,8 @@ def load(path):
         spec = json.load(fh)
     graph = NS(initializer=[NS(name=n, dims=d) for n, d in spec.get("initializers", {}).items()],
                input=[_value(v) for v in spec["inputs"]], output=[_value(v) for v in spec["outputs"]],
-               node=[NS(op_type="Constant", attribute=[NS(name="value", t=NS(dims=d))]) for d in spec.get("constants", [])])
+               node=[NS(op_type="Constant", attribute=[NS(name="value", t=NS(dims=d))])
+                     for d in spec.get("constants", [])])
     return NS(graph=graph, broken=spec.get("broken", False))
 """
 

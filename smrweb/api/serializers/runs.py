@@ -80,7 +80,8 @@ class RunSerializer(serializers.ModelSerializer):
     downgraded_actors = serializers.ListField(
         child=serializers.DictField(child=serializers.CharField()),
         read_only=True,
-        help_text="Roles or actors that got another profile than they asked for: actor, role, requested, actual.",
+        help_text="Roles or actors that got another profile than they asked for: actor, role, requested, "
+        "actual.",
     )
 
     class Meta:

@@ -20,7 +20,8 @@ class SubmissionSerializer(serializers.ModelSerializer):
     artifact_sha256 = serializers.CharField(source="artifact.blob.sha256", allow_null=True, default=None)
     experiment = serializers.CharField(source="experiment.external_id", allow_null=True, default=None)
     counts = serializers.SerializerMethodField(
-        help_text="In the project's numbers (best, leaderboard, charts, carry-forward) once verified: false for "
+        help_text="In the project's numbers (best, leaderboard, charts, carry-forward) once verified: false "
+        "for "
         "invalid, rejected and excluded submissions (or of an excluded run)."
     )
     excluded = serializers.SerializerMethodField(

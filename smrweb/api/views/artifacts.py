@@ -49,7 +49,8 @@ class RunArtifacts(APIView):
             **ERRORS,
             **UNSUPPORTED_MEDIA_TYPE,
         },
-        description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a mismatch. "
+        description="Upload one file. The server computes its sha256 and, when `sha256` is sent, refuses a "
+        "mismatch. "
         "The same bytes at the same path are stored once (200); new content answers 201.",
     )
     def post(self, request, slug: str, run_id: str):

@@ -24,7 +24,8 @@ class CarryForward(APIView):
             )
         ],
         responses={200: CarryForwardSerializer, **ERRORS},
-        description="Best so far, the last n failed or regressed approaches with their scores and why, and the "
+        description="Best so far, the last n failed or regressed approaches with their scores and why, and "
+        "the "
         "latest arena feedback — as data and as `text`, for the next run's kickoff message.",
         examples=[
             OpenApiExample(
@@ -35,7 +36,8 @@ class CarryForward(APIView):
                     "best": None,
                     "failed": [],
                     "arena": None,
-                    "text": "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score yet.\n\n"
+                    "text": "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score "
+                    "yet.\n\n"
                     "**Last 3 failed or regressed approaches** (newest first):\nnone recorded.\n\n"
                     "**Latest arena feedback:** none yet.",
                 },

@@ -106,7 +106,8 @@ def run_timeline_figure(
                 "customdata": custom,
                 "marker": {"color": colour},
                 "yaxis": "y2",
-                "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} out tokens"
+                "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} "
+                "out tokens"
                 f"<extra>{label}</extra>",
             }
         )

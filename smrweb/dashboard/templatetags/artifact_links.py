@@ -41,7 +41,8 @@ def artifact_actions(artifact, *, run=None, compact: bool = False):
         return format_html(
             '<button type="button" class="link" data-copy="{}" data-copy-label="signed link" title="{}" '
             'aria-label="Copy signed link to {}">link</button> · '
-            '<button type="button" class="link" data-copy="{}" data-copy-label="sha256" title="Copy the sha256 {}" '
+            '<button type="button" class="link" data-copy="{}" data-copy-label="sha256" title="Copy the '
+            'sha256 {}" '
             'aria-label="Copy sha256 of {}">sha</button>',
             link,
             link_title,
@@ -55,8 +56,10 @@ def artifact_actions(artifact, *, run=None, compact: bool = False):
     )
     return format_html(
         '<a class="btn small" href="{}" download>Download</a>\n'
-        '<button type="button" class="btn small" data-copy="{}" data-copy-label="signed link" title="{}">Copy link</button>\n'
-        '<button type="button" class="btn small" data-copy="{}" data-copy-label="sha256" title="Copy the sha256 {}">'
+        '<button type="button" class="btn small" data-copy="{}" data-copy-label="signed link" '
+        'title="{}">Copy link</button>\n'
+        '<button type="button" class="btn small" data-copy="{}" data-copy-label="sha256" title="Copy the '
+        'sha256 {}">'
         "Copy sha256</button>",
         download,
         link,

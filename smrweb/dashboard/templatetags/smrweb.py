@@ -428,7 +428,8 @@ def over_budget_badge(run):
     if not overruns:
         return ""
     return format_html(
-        '<span class="badge badge-over-budget" data-badge="over-budget" data-over="{}" title="Over budget: {}">'
+        '<span class="badge badge-over-budget" data-badge="over-budget" data-over="{}" title="Over budget: '
+        '{}">'
         "over budget</span>",
         " ".join(o["budget"] for o in overruns),
         "; ".join(overrun_text(o) for o in overruns),
@@ -447,8 +448,10 @@ def sort_header(sorts: dict, key: str, label: str, css: str = ""):
     direction = link["direction"]
     aria = {"asc": "ascending", "desc": "descending"}.get(direction, "none")
     return format_html(
-        '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" hx-target="#project-live" '
-        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, {}">{}{}</a></th>',
+        '<th class="{} sortable{}" aria-sort="{}" data-sort-key="{}"><a href="{}" hx-get="{}" '
+        'hx-target="#project-live" '
+        'hx-swap="outerHTML" hx-push-url="true" hx-sync="#runs-filter:replace" title="Sort by {}, '
+        '{}">{}{}</a></th>',
         css,
         " sorted" if direction else "",
         aria,

@@ -1,5 +1,6 @@
 """Project knowledge: the carry-forward block (copyable), the entries, and adding / editing them by hand.
-Thin: validation, roles and the audit trail live in `tracking.services.knowledge`; the forms only give errors a
+Thin: validation, roles and the audit trail live in `tracking.services.knowledge`; the forms only give errors
+a
 place next to their field (400, never 500)."""
 
 from django import forms

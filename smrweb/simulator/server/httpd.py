@@ -160,7 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "detail": {
                         "error_code": "smr_limit_exceeded",
-                        "message": "Managed research request limit exceeded for this organization (simulated).",
+                        "message": "Managed research request limit exceeded for this organization "
+                        "(simulated).",
                         "limit_kind": "requests_per_minute",
                         "retryable": True,
                         "retry_after_seconds": config.retry_after,

@@ -1,4 +1,5 @@
-"""Import: a checked archive written in one transaction, every key re-mapped; blob bytes stored the\nway every upload stores them."""
+"""Import: a checked archive written in one transaction, every key re-mapped; blob bytes stored the\nway
+every upload stores them."""
 
 from __future__ import annotations
 

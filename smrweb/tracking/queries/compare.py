@@ -44,7 +44,8 @@ class JSONArrayLength(Func):
             compiler,
             connection,
             template=(
-                "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) ELSE 0 END"
+                "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) "
+                "ELSE 0 END"
             ),
             **extra,
         )
@@ -77,7 +78,8 @@ class RunSeries:
 
     @property
     def gain(self) -> float | None:
-        """Score gained from the run's first score to its best, in the scenario's direction (never negative)."""
+        """Score gained from the run's first score to its best, in the scenario's direction (never
+        negative)."""
         if self.first_score is None or self.run.best_score is None:
             return None
         gain = self.run.best_score - self.first_score

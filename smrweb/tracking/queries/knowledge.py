@@ -334,7 +334,8 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
                 ("s", sub.pk),
                 "regressed",
                 sub.ts,
-                f"{numbers.number(sub.worse_by)} worse than its run's best so far then ({numbers.number(sub.prior_best)})",
+                f"{numbers.number(sub.worse_by)} worse than its run's best so far then "
+                f"({numbers.number(sub.prior_best)})",
                 sub=sub,
             )
 
@@ -366,7 +367,8 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
     for result in results:
         rank = result.rank if result.rank is not None else "—"
         note = f": {result.note.strip()}" if result.note.strip() else ""
-        why = f"arena rank {rank}, score {numbers.number(result.arena_score)} ({numbers.signed_text(result.delta)} vs previous){note}"
+        score, delta = numbers.number(result.arena_score), numbers.signed_text(result.delta)
+        why = f"arena rank {rank}, score {score} ({delta} vs previous){note}"
         add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
 
     # (e) runs that failed, with the reason their source gave (why: family and detail).
@@ -410,7 +412,8 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
       valid score of their own run before them by more than the threshold (why: by how much); (c)
       `failed_approach` entries (why: the body; the entry's title names the approach); (d) arena
       results worse than the previous recorded result; (e) failed runs (why: the source's reason).
-      Each item is named by its approach: experiment, else branch, else kickoff message. An item found by several sources lists every reason and why. Items
+      Each item is named by its approach: experiment, else branch, else kickoff message. An item found by
+      several sources lists every reason and why. Items
       are dated when they became invalid/rejected (a), were scored (b), written (c) or recorded (d).
     - **arena**: the newest ArenaResult (rank, arena score, deltas vs previous and vs best, note), or a
       hand-written `arena_delta` entry when one is newer than it.
@@ -464,7 +467,8 @@ def render_carry_forward(cf: CarryForward) -> str:
         artifact = " @ ".join(filter(None, [b.artifact_path, b.artifact_sha256]))
         status = b.status if b.status in VERIFIED_STATUSES else f"{b.status}, not verified yet"
         lines.append(
-            f"**Best so far:** {numbers.number(b.score)} — run {b.run}, submission #{b.submission_id} ({status})"
+            f"**Best so far:** {numbers.number(b.score)} — run {b.run}, submission #{b.submission_id} "
+            f"({status})"
             + (f", {_oneline(b.approach, 120)}" if b.approach else "")
             + (f", artifact {artifact}" if artifact else "")
             + (f", commit {b.commit[:10]}" if b.commit else "")

@@ -1,4 +1,5 @@
-"""Reads of a run: metric series, score histories, how long it has stalled, and the spend its source\nreports that no turn accounts for."""
+"""Reads of a run: metric series, score histories, how long it has stalled, and the spend its source\nreports
+that no turn accounts for."""
 
 from __future__ import annotations
 

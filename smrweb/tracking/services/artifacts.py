@@ -48,7 +48,8 @@ def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(
     removed = 0
     for blob in candidates.iterator():
         with transaction.atomic():
-            # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken it).
+            # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken
+            # it).
             gone, _ = (
                 ArtifactBlob.objects.filter(pk=blob.pk)
                 .exclude(pk__in=Artifact.objects.values("blob_id"))
@@ -114,7 +115,8 @@ def store_artifact(
     """Store an artifact content-addressed: hash it, verify the client's digest, keep the bytes once.
 
     Returns (artifact, created). The same bytes at the same path and commit of the same run are one
-    artifact (the bytes are stored once whatever the commit); score events that named this artifact before it arrived are linked to it now.
+    artifact (the bytes are stored once whatever the commit); score events that named this artifact before it
+    arrived are linked to it now.
     """
     _check_run_id(run_external_id)  # every column is checked before any bytes are stored
     if not path or len(path) > 500 or "\x00" in path:

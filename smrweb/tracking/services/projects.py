@@ -49,7 +49,8 @@ def may_create_projects(user: Any) -> bool:
 
 
 def may_bind_sources(user: Any) -> bool:
-    """Binding a project to an SMR project, an SMR backend or a repository: staff, or `tracking.bind_source`."""
+    """Binding a project to an SMR project, an SMR backend or a repository: staff, or
+    `tracking.bind_source`."""
     return bool(
         getattr(user, "is_staff", False) or getattr(user, "has_perm", lambda _: False)("tracking.bind_source")
     )
@@ -73,7 +74,8 @@ def create_project(
     """Create a project; the creating user (if any) becomes its admin.
 
     `by=None` is the operator (a management command). `check_binding`, when given, asks the SMR backend
-    whether the key may read the project before anything is written (it raises InvalidInput). A user needs `may_create_projects`, and to bind a
+    whether the key may read the project before anything is written (it raises InvalidInput). A user needs
+    `may_create_projects`, and to bind a
     source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
     red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
     another smrweb project is refused unless the operator or staff allow a second binding."""

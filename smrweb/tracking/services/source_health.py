@@ -153,7 +153,7 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
             "name": f"SMR experiments: {direction} {metric}"[:200],
             "score_metric": metric,
             "direction": direction,
-            "description": "Adopted from the metric and direction that the SMR project's experiments declare.",
+            "description": "Adopted from the metric and direction the SMR project's experiments declare.",
         },
     )
     before = project.scenario.key

@@ -136,7 +136,8 @@ def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **field
 
 
 def _touch_run(run, *, rescore: bool) -> None:
-    """A new version of the run page (it shows submission statuses); its best again when what counts changed."""
+    """A new version of the run page (it shows submission statuses); its best again when what counts
+    changed."""
     fields = recompute_scores(run) if rescore else []
     run.save(update_fields=[*fields, "updated"])
 
@@ -334,7 +335,8 @@ def mark_uploaded(submission: Submission, *, by: Any, note: str = "", arena_ref:
 
 
 def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
-    """Whether an arena-score change is an improvement in the arena's own direction (None: no change known)."""
+    """Whether an arena-score change is an improvement in the arena's own direction (None: no change
+    known)."""
     if delta is None or delta == 0:
         return None
     return delta > 0 if maximize else delta < 0
@@ -390,7 +392,8 @@ def record_arena_result(
         title = (
             f"Arena: rank {rank if rank is not None else '—'}, score "
             f"{'—' if arena_score is None else f'{arena_score:g}'} "
-            f"({numbers.signed_text(delta)} vs previous{verdict}, {numbers.signed_text(delta_best)} vs best{moved})"
+            f"({numbers.signed_text(delta)} vs previous{verdict}, {numbers.signed_text(delta_best)} vs "
+            f"best{moved})"
         )
         body = "\n".join(
             filter(

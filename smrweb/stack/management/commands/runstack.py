@@ -175,7 +175,8 @@ class Command(BaseCommand):
                 )
             if not verbose:
                 self.stdout.write(
-                    f"  Logs of each part: {self.log_dir}/ (web, worker, beat…). Events as they happen, UTC:\n"
+                    f"  Logs of each part: {self.log_dir}/ (web, worker, beat…). Events as they happen, "
+                    f"UTC:\n"
                 )
             feed = None if verbose else console.EventFeed()
             next_feed = 0.0
