@@ -27,6 +27,10 @@ LANES = {
         "smrweb.tracking.tasks.redispatch_stale_actions",
         "smrweb.tracking.tasks.collect_unreferenced_blobs",
     ),
+    "alerts": (
+        "smrweb.sources.tasks.evaluate_alerts",
+        "smrweb.sources.tasks.deliver_notification",
+    ),
     "verification": (
         "smrweb.tracking.tasks.verify_submission",
         "smrweb.tracking.tasks.auto_verify_run",

@@ -425,6 +425,19 @@ SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT = env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", d
 SMRWEB_WEBHOOK_ALLOWED_HOSTS = env.list("SMRWEB_WEBHOOK_ALLOWED_HOSTS", default=[])
 SMRWEB_ALLOW_PRIVATE_WEBHOOKS = env.bool("SMRWEB_ALLOW_PRIVATE_WEBHOOKS", default=False)
 SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES = env.int("SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES", default=64 * 1024)
+# Alerts (docs/alerts.md). Email goes through Django's mail API: EMAIL_URL in django-environ's form
+# (smtp://user:pass@host:587, smtp+tls://…, smtp+ssl://…); by default the console backend, which writes
+# each message to the worker's log. Links in notifications are absolute under SMRWEB_BASE_URL.
+_email = env.email_url("EMAIL_URL", default="consolemail://")
+globals().update(_email)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="smrweb <smrweb@localhost>")
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
+SMRWEB_BASE_URL = env.str("SMRWEB_BASE_URL", default="http://localhost:8000").rstrip("/")
+# Delivery attempts per notification, exponential backoff between them (capped), outbound call timeout.
+SMRWEB_ALERT_MAX_ATTEMPTS = env.int("SMRWEB_ALERT_MAX_ATTEMPTS", default=6)
+SMRWEB_ALERT_RETRY_BASE_SECONDS = env.float("SMRWEB_ALERT_RETRY_BASE_SECONDS", default=10.0)
+SMRWEB_ALERT_RETRY_MAX_SECONDS = env.float("SMRWEB_ALERT_RETRY_MAX_SECONDS", default=900.0)
+SMRWEB_ALERT_TIMEOUT_SECONDS = env.float("SMRWEB_ALERT_TIMEOUT_SECONDS", default=10.0)
 # A verification or rollback not picked up this long after it was asked for is queued again (beat's
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)

@@ -17,6 +17,8 @@ private; `SMRWEB_ALLOW_PRIVATE_WEBHOOKS=true` turns the address check off (labs)
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -168,3 +170,19 @@ def post(url: str, *, content: bytes, headers: dict[str, str], timeout: float) -
             if read >= settings.SMRWEB_OUTBOUND_MAX_RESPONSE_BYTES:
                 break
         return Answer(status=response.status_code, headers=response.headers)
+
+
+def signed_headers(
+    secret: str, body: bytes, *, timestamp: int, idempotency_key: str, agent: str
+) -> dict[str, str]:
+    """The headers of every signed POST smrweb makes (rollback, stop and alert webhooks): an HMAC-SHA256
+    over `<timestamp>.<body>` with the receiver's secret, so it can check the sender and refuse replays,
+    and an Idempotency-Key that stays the same across retries of one delivery."""
+    signature = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Smrweb-Timestamp": str(timestamp),
+        "X-Smrweb-Signature": f"sha256={signature}",
+        "Idempotency-Key": idempotency_key,
+        "User-Agent": agent,
+    }

@@ -12,3 +12,4 @@ class SourcesConfig(AppConfig):
         from smrweb.tracking import signals
 
         signals.new_scores_to_verify.connect(tasks.verify_new_scores, dispatch_uid="smrweb-auto-verify")
+        signals.alerts_due.connect(tasks.queue_alert_evaluation, dispatch_uid="smrweb-alerts-due")

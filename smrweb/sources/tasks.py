@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError
 
 from smrweb.core import sandbox
 from smrweb.core.queue import queue_quietly
-from smrweb.sources import dispatch, preflight, sync, verification
+from smrweb.sources import alerts, dispatch, preflight, sync, verification
 from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -27,9 +27,11 @@ from smrweb.tracking.models import (
     RollbackStatus,
     Run,
     Scenario,
+    SourceKind,
     Submission,
     SubmissionStatus,
 )
+from smrweb.tracking.services import alerts as alert_rules
 from smrweb.tracking.services import submissions
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,15 @@ def stop_run(run_id: int) -> None:
     run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
     if run is None or run.is_terminal:
         return
+    if run.project.source == SourceKind.PUSH:  # the budget guard's stop: a signed webhook
+        outcome = alerts.stop_push_run(run, reason="budget guard: the run passed its budget")
+        services.record_stop_result(run, ok=outcome.startswith("the webhook accepted"), detail=outcome)
+        return
+    if run.project.source != SourceKind.SMR:
+        services.record_stop_result(
+            run, ok=False, detail=f"{run.project.get_source_display()} runs cannot be stopped"
+        )
+        return
     try:
         connector_for(run.project).stop_run(run.external_id)
     except SourceError as exc:
@@ -83,6 +94,59 @@ def stop_run(run_id: int) -> None:
         return
     services.record_stop_result(run, ok=True, detail="accepted by the source")
     sync_project.delay(run.project_id)
+
+
+# --- alerts: evaluated after the write path's commits, delivered with retries -----------------------
+
+
+def _alerts_key(kind: str, object_id: int) -> str:
+    return f"alerts:due:{kind}:{object_id}"
+
+
+def queue_alert_evaluation(sender, kind: str, object_id: int, **kwargs) -> None:
+    """Receiver of `tracking.signals.alerts_due`. A burst of changes to one subject (a sync's batches)
+    queues one evaluation: the key is cleared when the evaluation starts, so a change after that
+    queues another, and none is lost. Without the cache, every change queues one."""
+    try:
+        first = cache.add(_alerts_key(kind, object_id), 1, timeout=60)
+    except Exception:  # noqa: BLE001 (a cache that is down must not cost an alert)
+        first = True
+    if first:
+        queue_quietly(evaluate_alerts, kind, object_id)
+
+
+@shared_task(acks_late=True, soft_time_limit=120, time_limit=150, name="smrweb.sources.tasks.evaluate_alerts")
+def evaluate_alerts(kind: str, object_id: int) -> int:
+    """Evaluate the project's rules against one run, submission or source; queue what is to deliver."""
+    try:
+        cache.delete(_alerts_key(kind, object_id))
+    except Exception:  # noqa: BLE001
+        pass
+    evaluate = {
+        "run": alert_rules.evaluate_run,
+        "submission": alert_rules.evaluate_submission,
+        "source": alert_rules.evaluate_source,
+    }[kind]
+    result = evaluate(object_id)
+    if result.stop_requested:
+        queue_quietly(stop_run, object_id)
+    for pk in result.to_deliver:
+        queue_quietly(deliver_notification, pk)
+    return len(result.to_deliver)
+
+
+@shared_task(
+    acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.deliver_notification"
+)
+def deliver_notification(notification_id: int) -> str:
+    """One delivery attempt; a retryable failure queues the next one after its backoff."""
+    attempt = alerts.deliver(notification_id)
+    if attempt.outcome == "retry":
+        try:
+            deliver_notification.apply_async((notification_id,), countdown=attempt.retry_in)
+        except OperationalError as exc:  # the stale-action sweep finds it at next_attempt_at
+            log.warning("could not queue the retry of notification %s: %s", notification_id, exc)
+    return attempt.outcome
 
 
 # --- scenario preflight: asked by a page or the API, answered by a worker, read back by polling ---------
@@ -279,7 +343,10 @@ def redispatch_stale_actions() -> dict:
         verify_submission.delay(pk)
     for pk in rolls:
         dispatch_rollback.delay(pk)
-    return {"verifications": subs, "rollbacks": rolls}
+    notifications = alert_rules.due_deliveries(now)
+    for pk in notifications:
+        deliver_notification.delay(pk)
+    return {"verifications": subs, "rollbacks": rolls, "notifications": notifications}
 
 
 @shared_task(ignore_result=True, name="smrweb.tracking.tasks.collect_unreferenced_blobs")

@@ -6,3 +6,15 @@ from django.dispatch import Signal
 # A run of a project that verifies every new score recorded new scores; sent after the commit, with
 # `run_id`. The receiver queues the run's new candidates for verification.
 new_scores_to_verify = Signal()
+
+# Something an alert rule may be watching changed; sent after the commit with `kind` ("run",
+# "submission" or "source") and `object_id` (the run, the submission, the project). The receiver queues
+# an evaluation (services.alerts.evaluate_*), coalescing a burst into one.
+alerts_due = Signal()
+
+
+def announce_alerts_due(kind: str, object_id: int) -> None:
+    """Send `alerts_due` once the current transaction commits (at once outside one)."""
+    from django.db import transaction
+
+    transaction.on_commit(lambda: alerts_due.send(sender=kind, kind=kind, object_id=object_id))

@@ -1,7 +1,17 @@
 """The tracked data, one module per noun (scenario → project → run → artifact → submission → rollback,
-knowledge, audit: each imports only those before it). This package re-exports every model and choice,
+knowledge, audit, alert: each imports only those before it). This package re-exports every model and choice,
 so `from smrweb.tracking.models import Run` keeps working and Django finds the models of the app."""
 
+from smrweb.tracking.models.alert import (  # noqa: F401
+    AlertRule,
+    Channel,
+    LoopFinding,
+    LoopPattern,
+    Notification,
+    NotificationStatus,
+    RunSnooze,
+    Trigger,
+)
 from smrweb.tracking.models.artifact import (  # noqa: F401
     Artifact,
     ArtifactBlob,

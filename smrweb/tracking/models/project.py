@@ -51,6 +51,9 @@ class Project(models.Model):
     # A scored submission worse than the best by more than this (in the scenario's direction) is a
     # regression; null turns detection off.
     regression_threshold = models.FloatField(null=True, blank=True)
+    # Budget guard: a live run past 100 % of its USD or token budget is stopped through its source
+    # (audited; the run.budget notification says so).
+    budget_guard = models.BooleanField(default=False)
     # Push projects: where a rollback is POSTed (signed); empty means rollbacks cannot be dispatched.
     rollback_webhook_url = models.URLField(blank=True)
     # Git projects: an absolute path to a local repository (a work tree or bare) and the branch whose

@@ -33,7 +33,7 @@ from smrweb.tracking.models import (
     SubmissionStatus,
     SubmissionTransition,
 )
-from smrweb.tracking.services import SHA256_RE
+from smrweb.tracking.services.artifacts import SHA256_RE
 
 N_DEFAULT, N_MIN, N_MAX = 3, 1, 20
 

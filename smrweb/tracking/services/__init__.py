@@ -5,6 +5,15 @@ raise `tracking.errors.*`, and know nothing of HTTP or Celery.
 One module per noun; this package re-exports every verb so callers keep `services.verb(...)` (and a
 test that patches `services.verb` patches what those callers call)."""
 
+from smrweb.tracking.services.alerts import (  # noqa: F401
+    create_alert_rule,
+    delete_alert_rule,
+    mark_read,
+    send_test,
+    snooze_run,
+    unsnooze_run,
+    update_alert_rule,
+)
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
     artifact_storage,

@@ -121,6 +121,8 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
             changed += ["last_progress_at", "stalled_since"]
         if changed:
             run.save(update_fields=[*dict.fromkeys(changed), "updated"])
+        if accepted:
+            signals.announce_alerts_due("run", run.pk)
     return IngestResult(run=run, accepted=accepted, duplicates=len(events) - accepted)
 
 

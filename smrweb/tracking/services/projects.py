@@ -226,6 +226,7 @@ PROJECT_SETTINGS = (
     "require_second_reviewer",
     "auto_verify",
     "regression_threshold",
+    "budget_guard",
     "rollback_webhook_url",
 )
 

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from smrweb.core import outbound
 from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -279,14 +280,34 @@ def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, s
         separators=(",", ":"),
         sort_keys=True,
     ).encode()
-    stamp = str(int(now.timestamp()))
-    signature = hmac.new(
-        webhook_secret(run.project).encode(), stamp.encode() + b"." + body, hashlib.sha256
-    ).hexdigest()
-    return body, {
-        "Content-Type": "application/json",
-        "X-Smrweb-Timestamp": stamp,
-        "X-Smrweb-Signature": f"sha256={signature}",
-        "Idempotency-Key": f"smrweb-rollback-{rollback.pk}",
-        "User-Agent": "smrweb-rollback/1",
-    }
+    return body, outbound.signed_headers(
+        webhook_secret(run.project),
+        body,
+        timestamp=int(now.timestamp()),
+        idempotency_key=f"smrweb-rollback-{rollback.pk}",
+        agent="smrweb-rollback/1",
+    )
+
+
+def stop_webhook_request(run, *, reason: str, now=None) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of the signed `stop` POST to a push project's webhook (the budget guard's
+    way to stop a harness); same secret and signature as a rollback."""
+    now = now or timezone.now()
+    body = json.dumps(
+        {
+            "type": "smrweb.stop",
+            "project": run.project.slug,
+            "run": run.external_id,
+            "reason": reason,
+            "requested_at": now.isoformat(),
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+    return body, outbound.signed_headers(
+        webhook_secret(run.project),
+        body,
+        timestamp=int(now.timestamp()),
+        idempotency_key=f"smrweb-stop-{run.pk}",
+        agent="smrweb-stop/1",
+    )

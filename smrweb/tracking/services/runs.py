@@ -12,6 +12,7 @@ from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
 )
@@ -77,6 +78,7 @@ def _set_run_fields(project: Project, external_id: str, changes: dict[str, Any])
     for field, value in changes.items():
         setattr(run, field, value)
     run.save(update_fields=[*changes, "updated"])
+    signals.announce_alerts_due("run", run.pk)  # a budget, a profile (downgrade), a phase
     return run
 
 
@@ -179,6 +181,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
                     last_progress_at=run.last_progress_at.isoformat(),
                 )
                 flagged.append(run)
+                signals.announce_alerts_due("run", run.pk)
     return flagged
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
 )
@@ -235,6 +236,7 @@ def record_source_failure(project: Project, *, kind: str, message: str, retry_in
         health.consecutive_failures += 1
         health.next_attempt_at = now + timedelta(seconds=retry_in)
         health.save()
+        signals.announce_alerts_due("source", project.pk)
 
 
 def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> list[int]:

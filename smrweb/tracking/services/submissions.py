@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from smrweb.core import numbers
+from smrweb.tracking import signals
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -132,6 +133,7 @@ def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **field
             by, f"submission.{to}", locked, project=locked.project, from_status=before, reason=reason[:500]
         )
         _touch_run(locked.run, rescore=before in NEVER_COUNTED or to in NEVER_COUNTED)
+        signals.announce_alerts_due("submission", locked.pk)
     return locked
 
 

@@ -1,0 +1,816 @@
+"""Alerts: a project's rules, and the evaluation that turns what the write path recorded into
+notifications — one per rule, subject and episode.
+
+An *episode* is one stretch of a rule's condition on one subject, named by something that only
+changes when the condition starts again: the state change that failed the run, the moment it
+stalled, the best score a regression is measured from, the budget level reached, the loop's first
+turn. The unique key (rule, subject, episode) is what keeps a replayed batch or a redelivered task
+from notifying twice, while a run that recovers and stalls again notifies again.
+
+Evaluation runs on a worker after the write path's commits (`signals.alerts_due`), never in a page
+view. Delivery (email, Slack, webhooks) is `sources/alerts.py`; the inbox channel is delivered here,
+by writing the notification.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from smrweb.core import numbers
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import (
+    NEVER_COUNTED,
+    TERMINAL_STATES,
+    AlertRule,
+    ArenaResult,
+    AuditEvent,
+    Channel,
+    LoopFinding,
+    Notification,
+    NotificationStatus,
+    Project,
+    Run,
+    RunSnooze,
+    RunState,
+    SourceHealth,
+    StateChange,
+    Submission,
+    SubmissionStatus,
+    SubmissionTransition,
+    Trigger,
+)
+from smrweb.tracking.queries import progress
+from smrweb.tracking.services.audit import record_audit
+
+
+@dataclass(frozen=True)
+class Parameter:
+    meaning: str
+    default: float | int | None
+    minimum: float
+    maximum: float
+
+
+# What `threshold` and `window` mean for each trigger (a trigger missing here takes neither).
+TRIGGER_PARAMETERS: dict[str, dict[str, Parameter]] = {
+    Trigger.RUN_BUDGET: {
+        "threshold": Parameter(
+            "fraction of the run's USD or token budget; notifies again at 1.0", 0.8, 0.01, 1.0
+        ),
+    },
+    Trigger.RUN_REGRESSED: {
+        "threshold": Parameter(
+            "worse than the run's best by more than this (default: the project's regression threshold)",
+            None,
+            0.0,
+            1e300,
+        ),
+    },
+    Trigger.RUN_NO_PROGRESS: {
+        "window": Parameter("turns without a better score", progress.DEFAULT_NO_PROGRESS_TURNS, 1, 10**7),
+        "threshold": Parameter("or this many USD spent without a better score", None, 0.0001, 1e9),
+    },
+    Trigger.RUN_LOOP: {
+        "window": Parameter(
+            "the same call this many times in a row, or two calls alternating this many times over",
+            progress.DEFAULT_LOOP_REPEATS,
+            2,
+            1000,
+        ),
+    },
+    Trigger.SOURCE_FAILING: {
+        "window": Parameter("consecutive failed syncs", 3, 1, 10**6),
+    },
+}
+
+# Loops are kept from this many repeats on (the least a rule may ask for); the badge shows those at
+# progress.DEFAULT_LOOP_REPEATS or more.
+MIN_LOOP_REPEATS = 2
+
+RUN_TRIGGERS = (
+    Trigger.RUN_FAILED,
+    Trigger.RUN_STALLED,
+    Trigger.RUN_DOWNGRADED,
+    Trigger.RUN_BUDGET,
+    Trigger.RUN_REGRESSED,
+    Trigger.SCORE_NEW_BEST,
+    Trigger.RUN_NO_PROGRESS,
+    Trigger.RUN_LOOP,
+)
+SUBMISSION_TRIGGERS = (Trigger.SUBMISSION_NEEDS_REVIEW, Trigger.SUBMISSION_APPROVED, Trigger.ARENA_RESULT)
+SOURCE_TRIGGERS = (Trigger.SOURCE_FAILING,)
+
+
+def parameter(rule: AlertRule, name: str) -> Any:
+    """The rule's `threshold` or `window`, or the trigger's default."""
+    value = getattr(rule, name)
+    if value is not None:
+        return value
+    spec = TRIGGER_PARAMETERS.get(rule.trigger, {}).get(name)
+    return spec.default if spec else None
+
+
+# --- rules --------------------------------------------------------------------------------------------
+
+
+def _check_rule(
+    project: Project, trigger: str, channel: str, target: str, recipient: str | None, threshold, window
+) -> Any:
+    """Validate a rule's fields; the inbox channel's user, or None."""
+    if trigger not in Trigger.values:
+        raise InvalidInput("trigger", f"One of: {', '.join(Trigger.values)}.")
+    if channel not in Channel.values:
+        raise InvalidInput("channel", f"One of: {', '.join(Channel.values)}.")
+    allowed = TRIGGER_PARAMETERS.get(trigger, {})
+    for name, value in (("threshold", threshold), ("window", window)):
+        if value is None:
+            continue
+        spec = allowed.get(name)
+        if spec is None:
+            raise InvalidInput(name, f"{trigger} takes no {name}.")
+        if name == "window" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidInput(name, "A whole number.")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not spec.minimum <= value <= spec.maximum
+        ):
+            raise InvalidInput(name, f"A number from {spec.minimum:g} to {spec.maximum:g}: {spec.meaning}.")
+    if trigger == Trigger.RUN_REGRESSED and threshold is None and project.regression_threshold is None:
+        raise InvalidInput(
+            "threshold", "The project has no regression threshold: set one in its settings, or give one here."
+        )
+    if channel == Channel.INBOX:
+        if target:
+            raise InvalidInput("target", "The inbox channel takes a user name (recipient), not a target.")
+        user = get_user_model().objects.filter(username=recipient or "").first()
+        if user is None or not project.members.filter(pk=user.pk).exists():
+            raise InvalidInput("recipient", f"{recipient or '(empty)'} is not a member of {project.slug}.")
+        return user
+    if recipient:
+        raise InvalidInput("recipient", "Only the inbox channel takes a recipient.")
+    if channel == Channel.EMAIL:
+        try:
+            validate_email(target)
+        except ValidationError:
+            raise InvalidInput("target", "A valid email address.") from None
+    else:
+        from smrweb.tracking.services.projects import check_outbound_url
+
+        if not target:
+            raise InvalidInput("target", "The URL to POST to.")
+        check_outbound_url("target", target)
+    return None
+
+
+def create_alert_rule(
+    project: Project,
+    *,
+    by: Any,
+    trigger: str,
+    channel: str,
+    target: str = "",
+    recipient: str | None = None,
+    threshold: float | None = None,
+    window: int | None = None,
+) -> AlertRule:
+    """A new rule. What its condition already holds for is recorded as suppressed (it predates the
+    rule): a rule speaks of what happens after it is made, not of last month's failed runs."""
+    target = (target or "").strip()
+    user = _check_rule(project, trigger, channel, target, recipient, threshold, window)
+    with transaction.atomic():
+        rule = AlertRule.objects.create(
+            project=project,
+            trigger=trigger,
+            channel=channel,
+            target=target,
+            recipient=user,
+            threshold=threshold,
+            window=window,
+            secret=secrets.token_hex(32) if channel == Channel.WEBHOOK else "",
+            created_by=by if getattr(by, "is_authenticated", False) else None,
+        )
+        record_audit(by, "alert_rule.created", rule, project=project, trigger=trigger, channel=channel)
+        _baseline(rule)
+    return rule
+
+
+def update_alert_rule(rule: AlertRule, *, by: Any, muted: bool) -> AlertRule:
+    """Mute or unmute. Episodes that start while muted are recorded as suppressed and never sent later."""
+    with transaction.atomic():
+        AlertRule.objects.filter(pk=rule.pk).update(muted=muted, updated=timezone.now())
+        rule.muted = muted
+        record_audit(by, "alert_rule.muted" if muted else "alert_rule.unmuted", rule, project=rule.project)
+    return rule
+
+
+def delete_alert_rule(rule: AlertRule, *, by: Any) -> None:
+    with transaction.atomic():
+        record_audit(by, "alert_rule.deleted", rule, project=rule.project, trigger=rule.trigger)
+        rule.delete()
+
+
+def send_test(rule: AlertRule, *, by: Any) -> Notification:
+    """A test notification through the rule's channel (the caller queues its delivery)."""
+    with transaction.atomic():
+        record_audit(by, "alert_rule.test_sent", rule, project=rule.project)
+        inbox = rule.channel == Channel.INBOX
+        return Notification.objects.create(
+            rule=rule,
+            subject=f"test:{uuid.uuid4().hex}",
+            episode="test",
+            recipient=rule.recipient if inbox else None,
+            title=f"Test of the {rule.trigger} alert of {rule.project.name}",
+            body=f"This is a test sent by {getattr(by, 'username', 'smrweb')} from the project's Alerts tab. "
+            f"The rule notifies {rule.destination} when: {rule.get_trigger_display()}.",
+            url=absolute_url(reverse("dashboard:project-alerts", args=[rule.project.slug])),
+            status=NotificationStatus.SENT if inbox else NotificationStatus.PENDING,
+            sent_at=timezone.now() if inbox else None,
+        )
+
+
+def snooze_run(run: Run, *, by: Any, hours: float) -> RunSnooze:
+    if not 0 < hours <= 24 * 30:
+        raise InvalidInput("hours", "From a minute to 30 days (720 hours).")
+    with transaction.atomic():
+        snooze, _ = RunSnooze.objects.update_or_create(
+            run=run,
+            defaults={"until": timezone.now() + timedelta(hours=hours), "by": by},
+        )
+        record_audit(by, "run.snoozed", run, project=run.project, until=snooze.until.isoformat())
+    return snooze
+
+
+def unsnooze_run(run: Run, *, by: Any) -> None:
+    with transaction.atomic():
+        if RunSnooze.objects.filter(run=run).delete()[0]:
+            record_audit(by, "run.unsnoozed", run, project=run.project)
+
+
+def mark_read(user: Any, ids: list[int] | None = None) -> int:
+    """Mark the person's inbox notifications read (all of them when `ids` is None)."""
+    rows = Notification.objects.filter(recipient=user, read_at__isnull=True)
+    if ids is not None:
+        rows = rows.filter(pk__in=ids)
+    return rows.update(read_at=timezone.now())
+
+
+# --- delivery bookkeeping (sources/alerts.py sends) -----------------------------------------------
+
+
+def claim_delivery(notification_id: int) -> Notification | None:
+    """Start an attempt: pending or retrying → sending, attempts + 1. None when another attempt has it
+    or it is done (a redelivered task acts once)."""
+    now = timezone.now()
+    claimed = Notification.objects.filter(
+        Q(status=NotificationStatus.PENDING)
+        | Q(status=NotificationStatus.RETRYING)
+        | Q(
+            status=NotificationStatus.SENDING,
+            updated__lt=now - timedelta(seconds=settings.SMRWEB_STALE_ACTION_SECONDS),
+        ),
+        pk=notification_id,
+    ).update(status=NotificationStatus.SENDING, attempts=F("attempts") + 1, updated=now)
+    if not claimed:
+        return None
+    return Notification.objects.select_related("rule__project", "rule__recipient").get(pk=notification_id)
+
+
+def finish_delivery(notification: Notification, *, error: str = "", retry_at: datetime | None = None) -> None:
+    """Record the attempt's outcome: sent (no error), retrying at `retry_at`, or failed."""
+    now = timezone.now()
+    if not error:
+        fields = {
+            "status": NotificationStatus.SENT,
+            "sent_at": now,
+            "last_error": "",
+            "next_attempt_at": None,
+        }
+    elif retry_at is not None:
+        fields = {
+            "status": NotificationStatus.RETRYING,
+            "last_error": error[:2000],
+            "next_attempt_at": retry_at,
+        }
+    else:
+        fields = {"status": NotificationStatus.FAILED, "last_error": error[:2000], "next_attempt_at": None}
+    Notification.objects.filter(pk=notification.pk, status=NotificationStatus.SENDING).update(
+        updated=now, **fields
+    )
+
+
+def due_deliveries(now: datetime | None = None) -> list[int]:
+    """Notifications whose delivery should be under way and is not (a lost task, a broker that was
+    down): pending or sending for longer than the stale-action time, or retrying past their time."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.SMRWEB_STALE_ACTION_SECONDS)
+    return list(
+        Notification.objects.filter(
+            Q(status__in=[NotificationStatus.PENDING, NotificationStatus.SENDING], updated__lt=stale)
+            | Q(status=NotificationStatus.RETRYING, next_attempt_at__lte=now)
+        ).values_list("pk", flat=True)[:500]
+    )
+
+
+# --- evaluation ---------------------------------------------------------------------------------------
+
+
+def absolute_url(path: str) -> str:
+    return f"{settings.SMRWEB_BASE_URL}{path}"
+
+
+def submission_url(sub: Submission) -> str:
+    return absolute_url(reverse("dashboard:submission-detail", args=[sub.project.slug, sub.pk]))
+
+
+@dataclass(frozen=True)
+class Episode:
+    subject: str
+    key: str
+    title: str
+    body: str
+    url: str
+    run: Run | None = None
+    submission: Submission | None = None
+
+
+@dataclass
+class Evaluation:
+    """What one evaluation did: notifications to deliver, and whether the budget guard asked for a stop."""
+
+    to_deliver: list[int] = field(default_factory=list)
+    stop_requested: bool = False
+
+
+def _snoozed(run: Run | None, now: datetime) -> bool:
+    return run is not None and RunSnooze.objects.filter(run=run, until__gt=now).exists()
+
+
+def _record(rule: AlertRule, episode: Episode, *, baseline: bool, now: datetime) -> Notification | None:
+    """Write the episode's notification unless it exists; returns it when it is new and waits for
+    delivery."""
+    inbox = rule.channel == Channel.INBOX
+    why = ""
+    if baseline:
+        why = "predates the rule"
+    elif rule.muted:
+        why = "rule muted"
+    elif _snoozed(episode.run, now):
+        why = "run snoozed"
+    elif inbox and not rule.project.members.filter(pk=rule.recipient_id).exists():
+        why = "recipient no longer a member"
+    status = (
+        NotificationStatus.SUPPRESSED
+        if why
+        else NotificationStatus.SENT
+        if inbox
+        else NotificationStatus.PENDING
+    )
+    try:
+        with transaction.atomic():
+            notification = Notification.objects.create(
+                rule=rule,
+                subject=episode.subject,
+                episode=episode.key[:200],
+                run=episode.run,
+                submission=episode.submission,
+                recipient=rule.recipient if inbox else None,
+                title=episode.title[:300],
+                body=episode.body,
+                url=episode.url[:1000],
+                status=status,
+                suppressed_because=why,
+                sent_at=now if status == NotificationStatus.SENT else None,
+            )
+    except IntegrityError:
+        return None  # this episode was recorded already: a replay, a redelivery, a second worker
+    return notification if status == NotificationStatus.PENDING else None
+
+
+def _run_label(run: Run) -> str:
+    return f"{run.project.name}: run {run.external_id}"
+
+
+def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
+    """The rule's condition on the run now: zero or more episodes (budget levels can be two)."""
+    trigger, url, label = rule.trigger, absolute_url(run.get_absolute_url()), _run_label(run)
+    subject = f"run:{run.pk}"
+
+    def episode(key: str, title: str, body: str, **kw) -> Episode:
+        return Episode(kw.pop("subject", subject), key, title, body, url, run=run, **kw)
+
+    if trigger == Trigger.RUN_FAILED and run.state == RunState.FAILED:
+        change = StateChange.objects.filter(run=run, state=RunState.FAILED).order_by("-ts", "-id").first()
+        family = run.failure_family or "unknown"
+        yield episode(
+            f"failed:{change.pk if change else run.finished_at}",
+            f"{label} failed ({family})",
+            f"{label} failed. Family: {family}."
+            + (f"\nDetail: {run.failure_detail[:1000]}" if run.failure_detail else "")
+            + (f"\nReported by: {run.failure_source}" if run.failure_source else "")
+            + f"\nBest score {numbers.number(run.best_score)}, spend {numbers.usd(run.spend_usd)}.",
+        )
+    elif trigger == Trigger.RUN_STALLED and run.is_stalled:
+        yield episode(
+            f"stalled:{run.stalled_since.isoformat()}",
+            f"{label} stalled",
+            f"{label} has sent nothing since {run.last_progress_at:%Y-%m-%d %H:%M} UTC (the project calls a "
+            f"run stalled after {numbers.duration(run.project.stall_after)} without news). State: {run.state}"
+            + (f", phase {run.live_phase}" if run.live_phase else "")
+            + ".",
+        )
+    elif trigger == Trigger.RUN_DOWNGRADED and run.is_downgraded:
+        asked, got = run.requested_profile, run.actual_profile
+        actors = run.downgraded_actors
+        if actors:
+            detail = "; ".join(
+                f"{a.get('actor') or a.get('role')}: asked {a['requested']}, got {a['actual']}"
+                for a in actors
+            )
+        else:
+            detail = f"asked {asked}, got {got}"
+        yield episode(
+            f"downgraded:{detail}",
+            f"{label} downgraded",
+            f"{label} runs on another model than asked: {detail}.",
+        )
+    elif trigger == Trigger.RUN_BUDGET:
+        yield from _budget_episodes(rule, run, memo, episode, label)
+    elif trigger == Trigger.RUN_REGRESSED:
+        yield from _regression_episodes(rule, run, episode, label)
+    elif trigger == Trigger.SCORE_NEW_BEST:
+        yield from _new_best_episodes(run, episode, label)
+    elif trigger == Trigger.RUN_NO_PROGRESS and not run.is_terminal:
+        if "progress" not in memo:
+            memo["progress"] = progress.progress_since_best(run)
+        p = memo["progress"]
+        turns, usd = parameter(rule, "window"), rule.threshold
+        if p.stuck(turns=turns, usd=usd):
+            since = (
+                f"its best score {numbers.number(p.best_score)}"
+                if p.best_submission_id
+                else "it started (no score yet)"
+            )
+            yield episode(
+                f"since-best:{p.best_submission_id or 'none'}",
+                f"{label}: no better score for {p.turns} turns",
+                f"{label} has made {p.turns} turns, {numbers.tokens(p.tokens)} tokens and "
+                f"{numbers.usd(p.usd)} "
+                f"since {since} without improving on it (this rule: {turns} turns"
+                + (f" or {numbers.usd(usd)}" if usd is not None else "")
+                + ").",
+            )
+    elif trigger == Trigger.RUN_LOOP:
+        repeats = parameter(rule, "window")
+        for finding in memo["loops"]:
+            needed = repeats if finding.pattern == "repeat" else 2 * repeats
+            if finding.repeats >= needed:
+                yield episode(
+                    f"loop:{finding.pk}",
+                    f"{label} is looping: {finding.call[:150]} ×{finding.repeats}",
+                    f"{label} ({finding.actor}) repeats itself: {finding.call} — "
+                    f"{finding.get_pattern_display()}, "
+                    f"{finding.repeats} calls over turns {finding.first_turn}–{finding.last_turn}. "
+                    "The repeats "
+                    f"cost {numbers.tokens(finding.wasted_tokens)} tokens and "
+                    f"{numbers.usd(finding.wasted_usd)}.",
+                )
+
+
+def budget_fraction(run: Run) -> tuple[float, str] | None:
+    """How much of its budget the run has used (the larger of USD and tokens) and which; None without one."""
+    used = []
+    if run.budget_usd:
+        used.append((float(run.spend_usd / run.budget_usd), "USD"))
+    if run.budget_tokens:
+        used.append(((run.tokens_in + run.tokens_out) / run.budget_tokens, "tokens"))
+    return max(used) if used else None
+
+
+def _budget_episodes(rule, run, memo, episode, label) -> Iterator[Episode]:
+    reading = budget_fraction(run)
+    if reading is None:
+        return
+    fraction, unit = reading
+    levels = sorted({min(parameter(rule, "threshold"), 1.0), 1.0})
+    for level in levels:
+        if fraction < level:
+            continue
+        spent = (
+            f"{numbers.usd(run.spend_usd)} of {numbers.usd(run.budget_usd)}"
+            if unit == "USD"
+            else f"{numbers.tokens(run.tokens_in + run.tokens_out)} of "
+            f"{numbers.tokens(run.budget_tokens)} tokens"
+        )
+        guard = ""
+        if level >= 1.0 and memo.get("guard_stopped"):
+            guard = " The project's budget guard asked its source to stop it."
+        elif level >= 1.0 and run.project.budget_guard and not run.is_terminal:
+            guard = " The project's budget guard had already asked its source to stop it."
+        yield episode(
+            f"budget:{level:g}",
+            f"{label} at {fraction:.0%} of its budget",
+            f"{label} has used {spent} ({fraction:.0%}; this rule notifies at {level:.0%}).{guard}",
+        )
+
+
+def _regression_episodes(rule, run, episode, label) -> Iterator[Episode]:
+    threshold = rule.threshold if rule.threshold is not None else run.project.regression_threshold
+    if threshold is None:
+        return
+    maximize = run.project.scenario.maximize
+    counted = Submission.objects.filter(run=run, excluded_at__isnull=True).exclude(status__in=NEVER_COUNTED)
+    latest = counted.order_by("-ts", "-id").first()
+    if latest is None:
+        return
+    before = counted.filter(Q(ts__lt=latest.ts) | Q(ts=latest.ts, id__lt=latest.pk))
+    best = before.order_by("-score" if maximize else "score", "ts", "id").first()
+    if best is None:
+        return
+    worse_by = best.score - latest.score if maximize else latest.score - best.score
+    if worse_by > threshold:
+        yield episode(
+            f"below-best:{best.pk}",
+            f"{label} regressed: {numbers.number(latest.score)} vs its best {numbers.number(best.score)}",
+            f"{label}'s latest score {numbers.number(latest.score)} is {numbers.number(worse_by)} "
+            "worse than its "
+            f"best so far ({numbers.number(best.score)}); the threshold is {numbers.number(threshold)}. "
+            f"Roll back to the best submission: {submission_url(best)}",
+            submission=latest,
+        )
+
+
+def _new_best_episodes(run, episode, label) -> Iterator[Episode]:
+    project = run.project
+    maximize = project.scenario.maximize
+    counted = Submission.objects.filter(project=project).counted(unverified=True)
+    order = ("-score" if maximize else "score", "ts", "id")
+    best = counted.order_by(*order).select_related("run").first()
+    if best is None or best.run_id != run.pk:
+        return
+    previous = counted.exclude(pk=best.pk).filter(ts__lte=best.ts).order_by(*order).first()
+    change = (
+        f"up from {numbers.number(previous.score)} ({numbers.signed_text(best.score - previous.score)})"
+        if previous
+        else "the project's first score"
+    )
+    yield Episode(
+        f"project:{project.pk}",
+        f"best:{best.pk}",
+        f"New best for {project.name}: {numbers.number(best.score)}",
+        f"{label} scored {numbers.number(best.score)}, {change}."
+        + (f" Artifact: {best.artifact_ref}" if best.artifact_ref else ""),
+        submission_url(best),
+        run=run,
+        submission=best,
+    )
+
+
+def _submission_episodes(rule: AlertRule, sub: Submission) -> Iterator[Episode]:
+    subject, url = f"submission:{sub.pk}", submission_url(sub)
+    what = f"{sub.project.name}: submission {numbers.number(sub.score)} of run {sub.run.external_id}"
+    if rule.trigger in (Trigger.SUBMISSION_NEEDS_REVIEW, Trigger.SUBMISSION_APPROVED):
+        status = (
+            SubmissionStatus.VERIFIED
+            if rule.trigger == Trigger.SUBMISSION_NEEDS_REVIEW
+            else SubmissionStatus.APPROVED
+        )
+        if sub.status != status:
+            return
+        move = (
+            SubmissionTransition.objects.filter(submission=sub, to_status=status)
+            .order_by("-created", "-id")
+            .first()
+        )
+        if rule.trigger == Trigger.SUBMISSION_NEEDS_REVIEW:
+            title = f"{what} verified — waiting for review"
+            body = f"{what} passed its validator and waits for a reviewer. Review it: {url}"
+        else:
+            arena = sub.project.scenario.arena_name or sub.project.scenario.key
+            title = f"{what} approved — ready to upload"
+            body = (
+                f"{what} was approved by {move.by_label if move else 'a reviewer'}. Upload "
+                f"{sub.artifact_ref or 'its artifact'} to {arena} by hand, then record the rank and "
+                f"score: {url}"
+            )
+        yield Episode(
+            subject, f"{status}:{move.pk if move else sub.pk}", title, body, url, run=sub.run, submission=sub
+        )
+    elif rule.trigger == Trigger.ARENA_RESULT:
+        for result in ArenaResult.objects.filter(submission=sub).order_by("created", "id"):
+            score = "—" if result.arena_score is None else numbers.number(result.arena_score)
+            rank = "—" if result.rank is None else str(result.rank)
+            yield Episode(
+                subject,
+                f"arena:{result.pk}",
+                f"{sub.project.name}: {result.arena} rank {rank}, score {score} "
+                f"({numbers.signed_text(result.delta)} vs previous)",
+                f"{what} was ranked by {result.arena}: rank {rank}"
+                + (f" ({numbers.signed_text(result.rank_delta)})" if result.rank_delta is not None else "")
+                + f", score {score}, {numbers.signed_text(result.delta)} against the previous result and "
+                f"{numbers.signed_text(result.delta_best)} against the best."
+                + (f"\nNote: {result.note}" if result.note else ""),
+                url,
+                run=sub.run,
+                submission=sub,
+            )
+
+
+def _source_episodes(rule: AlertRule, project: Project) -> Iterator[Episode]:
+    health = SourceHealth.objects.filter(project=project).first()
+    needed = parameter(rule, "window")
+    if health is None or health.consecutive_failures < needed:
+        return
+    streak = health.last_success_at.isoformat() if health.last_success_at else "never"
+    yield Episode(
+        f"project:{project.pk}",
+        f"failing-since:{streak}",
+        f"{project.name}: source sync failing ({health.consecutive_failures} in a row)",
+        f"The {project.get_source_display()} source of {project.name} failed "
+        f"{health.consecutive_failures} syncs in "
+        f"a row (last: {health.last_error_kind or 'error'}: {health.last_error[:500]}). Last success: "
+        + (f"{health.last_success_at:%Y-%m-%d %H:%M} UTC." if health.last_success_at else "never."),
+        absolute_url(project.get_absolute_url()),
+    )
+
+
+def update_loop_findings(run: Run) -> list[LoopFinding]:
+    """Look for loops in the run's recent tool calls and keep them (a stretch that grows updates its
+    finding). Returns the run's findings, newest first."""
+    for actor, calls in progress.recent_calls(run).items():
+        if not calls:
+            continue
+        window_start = calls[0].turn
+        for loop in progress.find_loops(calls, MIN_LOOP_REPEATS):
+            existing = (
+                LoopFinding.objects.filter(
+                    run=run, actor=actor, call=loop.label[:500], last_turn__gte=window_start
+                )
+                .filter(first_turn__lte=loop.first_turn, last_turn__gte=loop.first_turn - 1)
+                .first()
+            )
+            if existing is not None and loop.first_turn == window_start:
+                grown = loop.last_turn > existing.last_turn
+                if grown:
+                    extra = sum(1 for c in calls if existing.last_turn < c.turn <= loop.last_turn)
+                    LoopFinding.objects.filter(pk=existing.pk).update(
+                        last_turn=loop.last_turn,
+                        repeats=existing.repeats + extra,
+                        wasted_tokens=max(existing.wasted_tokens, loop.wasted_tokens),
+                        wasted_usd=max(existing.wasted_usd, loop.wasted_usd),
+                        updated=timezone.now(),
+                    )
+                continue
+            LoopFinding.objects.update_or_create(
+                run=run,
+                actor=actor,
+                first_turn=loop.first_turn,
+                defaults={
+                    "pattern": loop.pattern,
+                    "call": loop.label[:500],
+                    "last_turn": loop.last_turn,
+                    "repeats": loop.repeats,
+                    "wasted_tokens": loop.wasted_tokens,
+                    "wasted_usd": loop.wasted_usd,
+                },
+            )
+    return list(LoopFinding.objects.filter(run=run))
+
+
+def _guard_budget(run: Run, memo: dict) -> bool:
+    """The project's budget guard: a live run past 100 % of its budget is asked to stop, once (audited)."""
+    if not run.project.budget_guard or run.is_terminal:
+        return False
+    reading = budget_fraction(run)
+    if reading is None or reading[0] < 1.0:
+        return False
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run.pk).first()  # one guard decision per run at a time
+        if AuditEvent.objects.filter(
+            verb="run.stop_requested", object_type="run", object_id=str(run.pk), detail__budget_guard=True
+        ).exists():
+            return False
+        fraction, unit = reading
+        record_audit(
+            None,
+            "run.stop_requested",
+            run,
+            project=run.project,
+            budget_guard=True,
+            reason=f"budget guard: {fraction:.0%} of its {unit} budget",
+        )
+    memo["guard_stopped"] = True
+    return True
+
+
+def evaluate_run(run_id: int) -> Evaluation:
+    """Every run rule of the run's project against the run as it is now (after a batch, a stall flag,
+    a state change): new episodes become notifications; loops found are kept for the badge."""
+    result = Evaluation()
+    run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
+    if run is None:
+        return result
+    rules = list(
+        AlertRule.objects.filter(project=run.project, trigger__in=RUN_TRIGGERS).select_related(
+            "project", "recipient"
+        )
+    )
+    memo: dict[str, Any] = {"loops": update_loop_findings(run)}
+    result.stop_requested = _guard_budget(run, memo)
+    now = timezone.now()
+    for rule in rules:
+        for ep in _run_episodes(rule, run, memo):
+            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
+                result.to_deliver.append(notification.pk)
+    return result
+
+
+def evaluate_submission(submission_id: int) -> Evaluation:
+    result = Evaluation()
+    sub = (
+        Submission.objects.select_related("project__scenario", "run__project")
+        .filter(pk=submission_id)
+        .first()
+    )
+    if sub is None:
+        return result
+    now = timezone.now()
+    for rule in AlertRule.objects.filter(project=sub.project, trigger__in=SUBMISSION_TRIGGERS).select_related(
+        "project", "recipient"
+    ):
+        for ep in _submission_episodes(rule, sub):
+            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
+                result.to_deliver.append(notification.pk)
+    return result
+
+
+def evaluate_source(project_id: int) -> Evaluation:
+    result = Evaluation()
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        return result
+    now = timezone.now()
+    for rule in AlertRule.objects.filter(project=project, trigger__in=SOURCE_TRIGGERS).select_related(
+        "project", "recipient"
+    ):
+        for ep in _source_episodes(rule, project):
+            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
+                result.to_deliver.append(notification.pk)
+    return result
+
+
+def _baseline(rule: AlertRule) -> None:
+    """Record (as suppressed) every episode the new rule's condition holds for right now."""
+    now = timezone.now()
+    project = rule.project
+    if rule.trigger in RUN_TRIGGERS:
+        runs = Run.objects.filter(project=project).select_related("project__scenario")
+        if rule.trigger == Trigger.RUN_FAILED:
+            runs = runs.filter(state=RunState.FAILED)
+        elif rule.trigger == Trigger.RUN_STALLED:
+            runs = runs.filter(stalled_since__isnull=False)
+        elif rule.trigger == Trigger.RUN_BUDGET:
+            runs = runs.filter(Q(budget_usd__isnull=False) | Q(budget_tokens__isnull=False))
+        elif rule.trigger == Trigger.SCORE_NEW_BEST:
+            best = Submission.objects.filter(project=project).counted(unverified=True)
+            best = best.order_by("-score" if project.scenario.maximize else "score", "ts", "id").first()
+            runs = runs.filter(pk=best.run_id) if best else runs.none()
+        elif rule.trigger == Trigger.RUN_LOOP:
+            runs = runs.filter(loop_findings__isnull=False).distinct()
+        elif rule.trigger in (Trigger.RUN_NO_PROGRESS, Trigger.RUN_DOWNGRADED, Trigger.RUN_REGRESSED):
+            runs = runs.exclude(state__in=TERMINAL_STATES)
+        for run in runs.iterator(chunk_size=200):
+            memo = {
+                "loops": list(LoopFinding.objects.filter(run=run)) if rule.trigger == Trigger.RUN_LOOP else []
+            }
+            for ep in _run_episodes(rule, run, memo):
+                _record(rule, ep, baseline=True, now=now)
+    elif rule.trigger in SUBMISSION_TRIGGERS:
+        statuses = {
+            Trigger.SUBMISSION_NEEDS_REVIEW: [SubmissionStatus.VERIFIED],
+            Trigger.SUBMISSION_APPROVED: [SubmissionStatus.APPROVED],
+            Trigger.ARENA_RESULT: [SubmissionStatus.RANKED],
+        }[rule.trigger]
+        subs = Submission.objects.filter(project=project, status__in=statuses).select_related(
+            "project__scenario", "run__project"
+        )
+        for sub in subs.iterator(chunk_size=200):
+            for ep in _submission_episodes(rule, sub):
+                _record(rule, ep, baseline=True, now=now)
+    else:
+        for ep in _source_episodes(rule, project):
+            _record(rule, ep, baseline=True, now=now)
