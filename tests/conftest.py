@@ -5,8 +5,10 @@ Celery worker subprocess on the test database."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -223,11 +225,58 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+class MailCatcher:
+    """A real SMTP server (aiosmtpd) on loopback that keeps every message it receives."""
+
+    def __init__(self):
+        from aiosmtpd.controller import Controller
+
+        self.messages: list[dict] = []
+        self.arrived = threading.Condition()
+        catcher = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                with catcher.arrived:
+                    catcher.messages.append(
+                        {
+                            "from": envelope.mail_from,
+                            "to": list(envelope.rcpt_tos),
+                            "data": envelope.content.decode("utf-8", "replace"),
+                            "at": time.monotonic(),
+                        }
+                    )
+                    catcher.arrived.notify_all()
+                return "250 OK"
+
+        with socket.socket() as probe:  # aiosmtpd checks its server by connecting to the port: name one
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+        self.url = f"smtp://127.0.0.1:{self.port}"
+
+    def wait_for(self, count: int, timeout: float = 30) -> list[dict]:
+        with self.arrived:
+            self.arrived.wait_for(lambda: len(self.messages) >= count, timeout)
+            return list(self.messages)
+
+    def stop(self):
+        self.controller.stop()
+
+
+@pytest.fixture(scope="session")
+def mail_catcher():
+    catcher = MailCatcher()
+    yield catcher
+    catcher.stop()
+
+
 WORKER_NAME = f"smrweb-test-{os.getpid()}@localhost"  # unique: other sessions' workers share the broker
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
+def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory, mail_catcher):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     artifacts = tmp_path_factory.mktemp("worker-artifacts")  # shared with tests that use the worker
@@ -252,7 +301,11 @@ def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory):
             WORKER_NAME,
         ],
         log,
-        {"SMRWEB_CELERY_QUEUE": celery_queue, "SMRWEB_ARTIFACT_ROOT": str(artifacts)},
+        {
+            "SMRWEB_CELERY_QUEUE": celery_queue,
+            "SMRWEB_ARTIFACT_ROOT": str(artifacts),
+            "EMAIL_URL": mail_catcher.url,  # the worker's alert emails go to the suite's SMTP server
+        },
     )
     _wait_for_line(proc, log, "ready.")
     proc.artifact_root = artifacts
