@@ -1,5 +1,5 @@
-"""Celery lanes (smrweb/celery.py): polls, people's actions and verifications travel in queues of their
-own, so a burst of syncs cannot hold up a rollback or a stop. Checked on the real Redis broker and with
+"""Celery lanes (smrweb/celery.py): polls, people's actions, alerts and verifications travel in queues of
+their own, so a burst of syncs cannot hold up a rollback or a stop. Checked on the real Redis broker and with
 a real worker that takes only the actions lane."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_every_smrweb_task_has_a_lane():
     app.loader.import_default_modules()
     registered = {name for name in app.tasks if name.startswith("smrweb.")}
     assert registered == set(LANE_OF), "give a new task a lane in smrweb/celery.py LANES"
-    assert set(LANES) == {"polling", "actions", "verification"}
+    assert set(LANES) == {"polling", "actions", "alerts", "verification"}
 
 
 @pytest.fixture
