@@ -243,7 +243,7 @@ def test_a_loop_is_found_kept_for_the_badge_and_notified_once_as_it_grows(projec
     )
     evaluate(run)
     finding = LoopFinding.objects.get(run=run)
-    assert finding.repeats == 3 and sent(r) == []  # found (3 ≥ 2 kept), below the rule's 4
+    assert finding.repeats == 3 and sent(r) == []  # found (the badge's 3), below the rule's 4
     run = push(project, "r1", *[grep_turn(n) for n in range(7, 10)])
     evaluate(run)
     finding.refresh_from_db()
@@ -371,7 +371,7 @@ def test_an_inbox_for_someone_who_left_the_project_stays_empty(project, alice, b
         ({"trigger": Trigger.RUN_FAILED, "window": 3}, "window"),
         ({"trigger": Trigger.RUN_BUDGET, "threshold": 1.5}, "threshold"),
         ({"trigger": Trigger.RUN_BUDGET, "threshold": float("nan")}, "threshold"),
-        ({"trigger": Trigger.RUN_LOOP, "window": 1}, "window"),
+        ({"trigger": Trigger.RUN_LOOP, "window": 2}, "window"),
         ({"trigger": Trigger.RUN_LOOP, "window": 2.5}, "window"),
         ({"channel": Channel.EMAIL, "target": "not-an-address", "recipient": None}, "target"),
         ({"channel": Channel.WEBHOOK, "target": "ftp://hooks.example/x", "recipient": None}, "target"),

@@ -88,7 +88,7 @@ TRIGGER_PARAMETERS: dict[str, dict[str, Parameter]] = {
         "window": Parameter(
             "the same call this many times in a row, or two calls alternating this many times over",
             progress.DEFAULT_LOOP_REPEATS,
-            2,
+            progress.DEFAULT_LOOP_REPEATS,
             1000,
         ),
     },
@@ -97,9 +97,8 @@ TRIGGER_PARAMETERS: dict[str, dict[str, Parameter]] = {
     },
 }
 
-# Loops are kept from this many repeats on (the least a rule may ask for); the badge shows those at
-# progress.DEFAULT_LOOP_REPEATS or more.
-MIN_LOOP_REPEATS = 2
+# Loops are kept from this many repeats on: the least a rule may ask for, and what the badge shows.
+MIN_LOOP_REPEATS = progress.DEFAULT_LOOP_REPEATS
 
 RUN_TRIGGERS = (
     Trigger.RUN_FAILED,
@@ -649,45 +648,50 @@ def _source_episodes(rule: AlertRule, project: Project) -> Iterator[Episode]:
 
 
 def update_loop_findings(run: Run) -> list[LoopFinding]:
-    """Look for loops in the run's recent tool calls and keep them (a stretch that grows updates its
-    finding). Returns the run's findings, newest first."""
+    """Look for loops in the run's recent tool calls and keep them: a stretch that grows updates its
+    finding, one that began before the scanned window extends the finding that holds its start. One
+    read of the known findings per actor; a write only for what changed. Returns the run's findings."""
     for actor, calls in progress.recent_calls(run).items():
-        if not calls:
+        loops = progress.find_loops(calls, MIN_LOOP_REPEATS) if calls else []
+        if not loops:
             continue
         window_start = calls[0].turn
-        for loop in progress.find_loops(calls, MIN_LOOP_REPEATS):
-            existing = (
-                LoopFinding.objects.filter(
-                    run=run, actor=actor, call=loop.label[:500], last_turn__gte=window_start
-                )
-                .filter(first_turn__lte=loop.first_turn, last_turn__gte=loop.first_turn - 1)
-                .first()
+        known = {
+            f.first_turn: f
+            for f in LoopFinding.objects.filter(run=run, actor=actor, last_turn__gte=window_start - 1)
+        }
+        for loop in loops:
+            label = loop.label[:500]
+            earlier = next(
+                (f for f in known.values() if f.first_turn < window_start and f.call == label),
+                None,
             )
-            if existing is not None and loop.first_turn == window_start:
-                grown = loop.last_turn > existing.last_turn
-                if grown:
-                    extra = sum(1 for c in calls if existing.last_turn < c.turn <= loop.last_turn)
-                    LoopFinding.objects.filter(pk=existing.pk).update(
+            if loop.first_turn == window_start and earlier is not None:
+                if loop.last_turn > earlier.last_turn:
+                    extra = sum(1 for c in calls if earlier.last_turn < c.turn <= loop.last_turn)
+                    LoopFinding.objects.filter(pk=earlier.pk).update(
                         last_turn=loop.last_turn,
-                        repeats=existing.repeats + extra,
-                        wasted_tokens=max(existing.wasted_tokens, loop.wasted_tokens),
-                        wasted_usd=max(existing.wasted_usd, loop.wasted_usd),
+                        repeats=earlier.repeats + extra,
+                        wasted_tokens=max(earlier.wasted_tokens, loop.wasted_tokens),
+                        wasted_usd=max(earlier.wasted_usd, loop.wasted_usd),
                         updated=timezone.now(),
                     )
                 continue
-            LoopFinding.objects.update_or_create(
-                run=run,
-                actor=actor,
-                first_turn=loop.first_turn,
-                defaults={
-                    "pattern": loop.pattern,
-                    "call": loop.label[:500],
-                    "last_turn": loop.last_turn,
-                    "repeats": loop.repeats,
-                    "wasted_tokens": loop.wasted_tokens,
-                    "wasted_usd": loop.wasted_usd,
-                },
-            )
+            values = {
+                "pattern": loop.pattern,
+                "call": label,
+                "last_turn": loop.last_turn,
+                "repeats": loop.repeats,
+                "wasted_tokens": loop.wasted_tokens,
+                "wasted_usd": loop.wasted_usd,
+            }
+            finding = known.get(loop.first_turn)
+            if finding is None:
+                LoopFinding.objects.update_or_create(
+                    run=run, actor=actor, first_turn=loop.first_turn, defaults=values
+                )  # update_or_create: a concurrent evaluation may have written it meanwhile
+            elif any(getattr(finding, k) != v for k, v in values.items()):
+                LoopFinding.objects.filter(pk=finding.pk).update(updated=timezone.now(), **values)
     return list(LoopFinding.objects.filter(run=run))
 
 
