@@ -214,8 +214,8 @@ def test_no_progress_after_n_turns_without_a_better_score(project, alice):
     assert "no better score for 5 turns" in n.title and "$0.50" in n.body
 
 
-def test_no_progress_by_spend(project, alice):
-    r = rule(project, alice, Trigger.RUN_NO_PROGRESS, threshold=1.0, window=1000)
+def test_no_progress_by_spend_only(project, alice):
+    r = rule(project, alice, Trigger.RUN_NO_PROGRESS, threshold=1.0)  # no window: spend only
     run = push(
         project,
         "r1",
@@ -223,7 +223,15 @@ def test_no_progress_by_spend(project, alice):
         {"type": "agent.turn", "turn": 1, "cost_usd": 1.5},
     )
     evaluate(run)
-    assert len(sent(r)) == 1
+    assert len(sent(r)) == 1 and "(this rule: $1.00)" in sent(r)[0].body
+    cheap = push(
+        project,
+        "r2",
+        {"type": "state", "state": "running"},
+        *[{"type": "agent.turn", "turn": n, "cost_usd": 0.001} for n in range(1, 80)],
+    )
+    evaluate(cheap)
+    assert len(sent(r)) == 1  # 79 cheap turns: not this rule's concern
 
 
 def grep_turn(n: int, q="needle") -> dict:
@@ -260,7 +268,16 @@ def test_a_healthy_run_raises_no_loop(project, alice):
     r = rule(project, alice, Trigger.RUN_LOOP)
     tools = ["ls", "read", "edit", "test", "read", "grep", "edit", "test", "commit"]
     run = push(
-        project, "r1", *[{"type": "agent.turn", "turn": i, "tool_calls": [t]} for i, t in enumerate(tools)]
+        project,
+        "r1",
+        *[
+            {
+                "type": "agent.turn",
+                "turn": i,
+                "tool_calls": [{"name": t, "arguments": {"path": "src/app.py"}}],
+            }
+            for i, t in enumerate(tools)
+        ],
     )
     evaluate(run)
     assert not LoopFinding.objects.filter(run=run, repeats__gte=3).exists() and sent(r) == []

@@ -76,6 +76,17 @@ def test_every_plausible_shape_of_a_tool_call_reads_as_the_same_call(entry):
     assert label.startswith("bash(")
 
 
+def test_calls_known_by_name_alone_cannot_be_told_equal_so_never_loop():
+    """A source that records only the tool's name (the arguments may differ every time) is not looping
+    just because it reads files often; an explicit empty argument list does compare."""
+    assert call_identity("read_file") == (None, "read_file")
+    assert call_identity({"name": "read_file"}) == (None, "read_file")
+    names = calls_of((i, ["read_file"], 10, Decimal(0)) for i in range(10))
+    assert len(names) == 10 and find_loops(names) == []
+    empty = calls_of((i, [{"name": "list_jobs", "arguments": {}}], 10, Decimal(0)) for i in range(4))
+    assert [lp.repeats for lp in find_loops(empty)] == [4]
+
+
 def test_unreadable_entries_never_make_a_loop():
     assert call_identity({"arguments": {"x": 1}}) is None  # no name
     assert call_identity(42) is None
@@ -85,11 +96,12 @@ def test_unreadable_entries_never_make_a_loop():
 
 
 def test_turns_without_calls_do_not_break_a_repetition():
+    grep = {"name": "grep", "arguments": {"q": "x"}}
     rows = [
-        (1, ["grep"], 1, Decimal(0)),
+        (1, [grep], 1, Decimal(0)),
         (2, [], 1, Decimal(0)),
-        (3, ["grep"], 1, Decimal(0)),
-        (4, ["grep"], 1, Decimal(0)),
+        (3, [grep], 1, Decimal(0)),
+        (4, [grep], 1, Decimal(0)),
     ]
     assert [lp.repeats for lp in find_loops(calls_of(rows), repeats=3)] == [3]
 

@@ -47,28 +47,25 @@ class Loop:
     wasted_usd: Decimal
 
 
-def call_identity(entry: Any) -> tuple[str, str] | None:
+def call_identity(entry: Any) -> tuple[str | None, str] | None:
     """(key, label) of one stored tool call, whatever shape the source wrote it in: a bare name, or a
     dict with name/tool/function.name and arguments/args/input/parameters (an object, or a JSON string
-    of one). None when no name can be found: such an entry never makes a loop."""
+    of one). None when no name can be found. The key is None when the source recorded the name alone:
+    two such calls cannot be told equal (the arguments may differ), so they never make a loop."""
+    fields = ("arguments", "args", "input", "parameters")
     if isinstance(entry, str):
-        name, arguments = entry, None
+        name, sources = entry, []
     elif isinstance(entry, dict):
         function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
         name = entry.get("name") or entry.get("tool") or entry.get("tool_name") or function.get("name")
-        arguments = next(
-            (
-                source[field]
-                for source in (entry, function)
-                for field in ("arguments", "args", "input", "parameters")
-                if field in source
-            ),
-            None,
-        )
+        sources = [source for source in (entry, function) if any(f in source for f in fields)]
     else:
         return None
     if not isinstance(name, str) or not name.strip():
         return None
+    if not sources:
+        return None, name  # the name alone
+    arguments = next(sources[0][f] for f in fields if f in sources[0])
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
@@ -84,10 +81,14 @@ def calls_of(turns: Iterable[tuple[int, Any, int, Decimal]]) -> list[Call]:
     call are skipped (thinking between two identical calls does not break the repetition)."""
     calls = []
     for turn, tool_calls, tokens, usd in turns:
-        for entry in tool_calls if isinstance(tool_calls, list) else []:
+        for index, entry in enumerate(tool_calls if isinstance(tool_calls, list) else []):
             identity = call_identity(entry)
             if identity is not None:
-                calls.append(Call(turn, identity[0], identity[1], tokens, usd))
+                key, label = identity
+                # A call known by name alone equals no other call: it breaks a stretch, never makes one.
+                calls.append(
+                    Call(turn, key if key is not None else f"\x01{turn}:{index}", label, tokens, usd)
+                )
     return calls
 
 

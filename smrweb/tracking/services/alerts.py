@@ -81,7 +81,12 @@ TRIGGER_PARAMETERS: dict[str, dict[str, Parameter]] = {
         ),
     },
     Trigger.RUN_NO_PROGRESS: {
-        "window": Parameter("turns without a better score", progress.DEFAULT_NO_PROGRESS_TURNS, 1, 10**7),
+        "window": Parameter(
+            "turns without a better score (unset with a USD threshold: spend only)",
+            progress.DEFAULT_NO_PROGRESS_TURNS,
+            1,
+            10**7,
+        ),
         "threshold": Parameter("or this many USD spent without a better score", None, 0.0001, 1e9),
     },
     Trigger.RUN_LOOP: {
@@ -156,7 +161,7 @@ def _check_rule(
     if channel == Channel.INBOX:
         if target:
             raise InvalidInput("target", "The inbox channel takes a user name (recipient), not a target.")
-        user = get_user_model().objects.filter(username=recipient or "").first()
+        user = get_user_model().objects.filter(username=recipient or "", is_active=True).first()
         if user is None or not project.members.filter(pk=user.pk).exists():
             raise InvalidInput("recipient", f"{recipient or '(empty)'} is not a member of {project.slug}.")
         return user
@@ -211,8 +216,9 @@ def create_alert_rule(
 def update_alert_rule(rule: AlertRule, *, by: Any, muted: bool) -> AlertRule:
     """Mute or unmute. Episodes that start while muted are recorded as suppressed and never sent later."""
     with transaction.atomic():
-        AlertRule.objects.filter(pk=rule.pk).update(muted=muted, updated=timezone.now())
-        rule.muted = muted
+        now = timezone.now()
+        AlertRule.objects.filter(pk=rule.pk).update(muted=muted, updated=now)
+        rule.muted, rule.updated = muted, now
         record_audit(by, "alert_rule.muted" if muted else "alert_rule.unmuted", rule, project=rule.project)
     return rule
 
@@ -228,6 +234,11 @@ def send_test(rule: AlertRule, *, by: Any) -> Notification:
     with transaction.atomic():
         record_audit(by, "alert_rule.test_sent", rule, project=rule.project)
         inbox = rule.channel == Channel.INBOX
+        gone = inbox and not _still_member(rule)
+        if gone:
+            status = NotificationStatus.SUPPRESSED
+        else:
+            status = NotificationStatus.SENT if inbox else NotificationStatus.PENDING
         return Notification.objects.create(
             rule=rule,
             subject=f"test:{uuid.uuid4().hex}",
@@ -237,8 +248,9 @@ def send_test(rule: AlertRule, *, by: Any) -> Notification:
             body=f"This is a test sent by {getattr(by, 'username', 'smrweb')} from the project's Alerts tab. "
             f"The rule notifies {rule.destination} when: {rule.get_trigger_display()}.",
             url=absolute_url(reverse("dashboard:project-alerts", args=[rule.project.slug])),
-            status=NotificationStatus.SENT if inbox else NotificationStatus.PENDING,
-            sent_at=timezone.now() if inbox else None,
+            status=status,
+            suppressed_because="recipient no longer a member" if gone else "",
+            sent_at=timezone.now() if status == NotificationStatus.SENT else None,
         )
 
 
@@ -355,6 +367,11 @@ class Evaluation:
     stop_requested: bool = False
 
 
+def _still_member(rule: AlertRule) -> bool:
+    """An inbox rule's person is still an active member of the project."""
+    return rule.project.members.filter(pk=rule.recipient_id, is_active=True).exists()
+
+
 def _snoozed(run: Run | None, now: datetime) -> bool:
     return run is not None and RunSnooze.objects.filter(run=run, until__gt=now).exists()
 
@@ -370,7 +387,7 @@ def _record(rule: AlertRule, episode: Episode, *, baseline: bool, now: datetime)
         why = "rule muted"
     elif _snoozed(episode.run, now):
         why = "run snoozed"
-    elif inbox and not rule.project.members.filter(pk=rule.recipient_id).exists():
+    elif inbox and not _still_member(rule):
         why = "recipient no longer a member"
     status = (
         NotificationStatus.SUPPRESSED
@@ -457,7 +474,9 @@ def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
         if "progress" not in memo:
             memo["progress"] = progress.progress_since_best(run)
         p = memo["progress"]
-        turns, usd = parameter(rule, "window"), rule.threshold
+        # A rule with a USD threshold and no window watches spend only; otherwise turns (default 50).
+        usd = rule.threshold
+        turns = rule.window if rule.window is not None or usd is None else None
         if p.stuck(turns=turns, usd=usd):
             since = (
                 f"its best score {numbers.number(p.best_score)}"
@@ -469,8 +488,12 @@ def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
                 f"{label}: no better score for {p.turns} turns",
                 f"{label} has made {p.turns} turns, {numbers.tokens(p.tokens)} tokens and "
                 f"{numbers.usd(p.usd)} "
-                f"since {since} without improving on it (this rule: {turns} turns"
-                + (f" or {numbers.usd(usd)}" if usd is not None else "")
+                f"since {since} without improving on it (this rule: "
+                + " or ".join(
+                    filter(
+                        None, [f"{turns} turns" if turns else "", numbers.usd(usd) if usd is not None else ""]
+                    )
+                )
                 + ").",
             )
     elif trigger == Trigger.RUN_LOOP:
@@ -572,6 +595,7 @@ def _new_best_episodes(run, episode, label) -> Iterator[Episode]:
         f"best:{best.pk}",
         f"New best for {project.name}: {numbers.number(best.score)}",
         f"{label} scored {numbers.number(best.score)}, {change}."
+        + ("" if best.is_verified else " Not verified yet: its validator has not passed it.")
         + (f" Artifact: {best.artifact_ref}" if best.artifact_ref else ""),
         submission_url(best),
         run=run,
