@@ -279,7 +279,10 @@ class Harness:
             "apply_patch": lambda: {"path": rng.choice(FILES), "hunk": f"@@ -{rng.randint(1, 400)} @@"},
             "run_harness": lambda: {"episodes": rng.choice([16, 32, 64]), "seed": rng.randint(0, 9999)},
             "git_commit": lambda: {"message": f"step {rng.randint(1, 10**6)}"},
-            "list_dir": lambda: {"path": rng.choice([".", "data", "configs", "tests"])},
+            "list_dir": lambda: {
+                "path": rng.choice([".", "data", "configs", "tests"]),
+                "depth": rng.randint(1, 4),
+            },
             "grep": lambda: {"pattern": rng.choice(["lr", "warmup", "TODO", "def step", "loss"])},
         }[name]()
         return {"name": name, "arguments": arguments}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import socket
 import threading
 import time
@@ -71,6 +72,7 @@ class MailCatcher:
         return f"smtp://{self.host}:{self.port}"
 
     def start(self) -> MailCatcher:
+        logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd's: a line per SMTP command
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.port is None:
             self.port = free_port(self.host)
