@@ -154,7 +154,9 @@ def test_a_rule_of_another_project_is_not_found_through_this_one(admin, carol, o
 def test_mute_unmute_and_delete(admin, project):
     rule_id = create(admin, trigger="run.failed", channel="inbox", recipient="alice").json()["id"]
     url = f"{RULES}{rule_id}/"
-    assert admin.patch(url, {"muted": True}, format="json").json()["muted"] is True
+    created = admin.get(url).json()["updated"]
+    muted = admin.patch(url, {"muted": True}, format="json").json()
+    assert muted["muted"] is True and muted["updated"] > created
     assert AlertRule.objects.get(pk=rule_id).muted is True
     assert admin.patch(url, {"muted": False}, format="json").json()["muted"] is False
     assert [e.verb for e in AuditEvent.objects.filter(verb__in=["alert_rule.muted", "alert_rule.unmuted"])]

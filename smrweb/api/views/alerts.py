@@ -100,8 +100,8 @@ class AlertRuleDetail(APIView):
         rule = alert_rule_for(project_for_person(request, slug, role=Role.ADMIN, doing=MANAGE), rule_id)
         form = AlertRuleUpdate(data=request.data)
         form.is_valid(raise_exception=True)
-        rule = services.update_alert_rule(rule, by=actor_of(request), muted=form.validated_data["muted"])
-        return Response(_rule_answer(request, rule))
+        services.update_alert_rule(rule, by=actor_of(request), muted=form.validated_data["muted"])
+        return Response(_rule_answer(request, alert_rule_for(rule.project, rule.pk)))  # as stored now
 
     @extend_schema(
         operation_id="alert_rule_delete",
