@@ -217,6 +217,11 @@ BAD = [
         {"trigger": "run.budget", "channel": "email", "target": "a@example.com", "threshold": "most"},
         "threshold",
     ),
+    (
+        {"trigger": "run.budget", "channel": "email", "target": "a@example.com", "threshold": True},
+        "threshold",
+    ),
+    ({"trigger": "run.loop", "channel": "email", "target": "a@example.com", "window": True}, "window"),
     ({"trigger": "run.loop", "channel": "email", "target": "a@example.com", "window": 1}, "window"),
     ({"trigger": "run.loop", "channel": "email", "target": "a@example.com", "window": 2.5}, "window"),
     (

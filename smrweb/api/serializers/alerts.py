@@ -28,6 +28,15 @@ def shown_target(rule: AlertRule, *, admin: bool) -> str:
     return f"{origin}/…"
 
 
+class NumberField(serializers.FloatField):
+    """A float that is not a boolean (DRF's FloatField reads `true` as 1.0)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know (a misspelt `treshold` would otherwise be dropped silently and the
     rule made with the default)."""
@@ -64,7 +73,7 @@ class AlertRuleIn(StrictSerializer):
         default=None,
         help_text="inbox only: the user name of a member of the project.",
     )
-    threshold = serializers.FloatField(
+    threshold = NumberField(
         required=False,
         allow_null=True,
         default=None,
