@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from rest_framework.exceptions import PermissionDenied
 
-from smrweb.tracking.models import ApiToken, Project, Role, Run, Scenario, Submission
+from smrweb.tracking.models import AlertRule, ApiToken, Project, Role, Run, Scenario, Submission
 
 
 def actor_of(request):
@@ -38,6 +38,32 @@ def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
     if not project.allows(request.user, role):
         raise PermissionDenied(f"This needs the {role} role in project {slug!r}.")
     return project
+
+
+def project_for_person(request, slug: str, *, role: str, doing: str) -> Project:
+    """The project named in the URL, for an action that is a person's, not a harness's (alert rules:
+    they send the project's news to addresses outside it). A project token has no role: 403, after the
+    usual checks (a token of another project hears that first); a session needs `role`."""
+    project = project_for(request, slug)
+    if isinstance(request.auth, ApiToken):
+        raise PermissionDenied(
+            f"Project tokens cannot {doing}: sign in as a user with the {role} role in {slug!r}."
+        )
+    if not project.allows(request.user, role):
+        raise PermissionDenied(f"This needs the {role} role in project {slug!r}.")
+    return project
+
+
+def is_admin(request, project: Project) -> bool:
+    """Whether the request is a person with the admin role in the project (a token never is)."""
+    return not isinstance(request.auth, ApiToken) and project.allows(request.user, Role.ADMIN)
+
+
+def alert_rule_for(project: Project, rule_id: int) -> AlertRule:
+    """An alert rule of an already-checked project; 404 otherwise."""
+    return get_object_or_404(
+        AlertRule.objects.select_related("project", "recipient", "created_by"), project=project, pk=rule_id
+    )
 
 
 def run_for(project: Project, run_id: str) -> Run:

@@ -124,3 +124,31 @@ ROLLBACK = OpenApiExample(
     value={"submission": 812, "reason": "Example: the latest score regressed by 0.2."},
     description="A submission id of this run (or `checkpoint`: a checkpoint's external id).",
 )
+
+ALERT_RULE = OpenApiExample(
+    "Email the on-call address when a run fails (example)",
+    value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},
+    description="`channel` is email (`target`: an address), slack or webhook (`target`: an https URL; "
+    "private addresses are refused) or inbox (`recipient`: a member's user name). `threshold` and "
+    "`window` only for the triggers that take them, e.g. run.budget's fraction of the budget.",
+    request_only=True,
+)
+
+ALERT_RULE_WEBHOOK = OpenApiExample(
+    "A signed webhook at 80 % of a run's budget (example)",
+    value={
+        "trigger": "run.budget",
+        "threshold": 0.8,
+        "channel": "webhook",
+        "target": "https://hooks.example.com/smrweb-alerts",
+    },
+    description="The answer carries `secret` once: the receiver checks `X-Smrweb-Signature` with it.",
+    request_only=True,
+)
+
+ALERT_RULE_MUTE = OpenApiExample(
+    "Mute the rule (example)",
+    value={"muted": True},
+    description="While muted, what the rule would send is logged as suppressed and never sent later.",
+    request_only=True,
+)

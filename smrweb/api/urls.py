@@ -1,6 +1,7 @@
 from django.urls import path
 
 from smrweb.api.views import (
+    alerts,
     artifacts,
     events,
     health,
@@ -16,6 +17,7 @@ app_name = "api"
 
 run = "projects/<slug:slug>/runs/<str:run_id>"
 sub = "projects/<slug:slug>/submissions/<int:submission_id>"
+rule = "projects/<slug:slug>/alert-rules/<int:rule_id>"
 urlpatterns = [
     path("health", health.Health.as_view(), name="health"),
     path("scenarios/", scenarios.ScenarioList.as_view(), name="scenario-list"),
@@ -39,6 +41,10 @@ urlpatterns = [
     path(f"{sub}/reject", submissions.SubmissionReject.as_view(), name="submission-reject"),
     path(f"{sub}/uploaded", submissions.SubmissionUploaded.as_view(), name="submission-uploaded"),
     path(f"{sub}/arena-result", submissions.SubmissionArenaResult.as_view(), name="submission-arena-result"),
+    path("projects/<slug:slug>/alert-rules/", alerts.AlertRuleList.as_view(), name="alert-rule-list"),
+    path(f"{rule}/", alerts.AlertRuleDetail.as_view(), name="alert-rule-detail"),
+    path(f"{rule}/test", alerts.AlertRuleTest.as_view(), name="alert-rule-test"),
+    path(f"{rule}/deliveries", alerts.AlertRuleDeliveries.as_view(), name="alert-rule-deliveries"),
     path(f"{run}", runs.RunDetail.as_view(), name="run-detail"),
     path(f"{run}/events", events.RunEvents.as_view(), name="run-events"),
     path(f"{run}/rollback", rollbacks.RunRollback.as_view(), name="run-rollback"),

@@ -8,7 +8,9 @@ every run that failed, read from the database every few seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +25,9 @@ QUIET_VERBS = frozenset({"artifact.stored", "run.settings_changed"})
 # that needs a person (invalid) is shown, the routine ones are not.
 ROUTINE_SYSTEM_VERBS = frozenset({"submission.verifying", "submission.verified", "submission.candidate"})
 DETAIL_KEYS = ("reason", "detail", "from_status", "target", "rank", "arena_score")
+# Alert mail that arrives every few seconds in the demo (every verified score): counted, and summed up
+# once a minute rather than a line each.
+ROUTINE_MAIL = frozenset({"submission.needs_review"})
 
 
 def log_path(log_dir: Path, name: str) -> Path:
@@ -77,6 +82,34 @@ class EventFeed:
             )
             when = _clock(run.finished_at or run.last_progress_at)
             yield f"{when}  {run.project.slug} run {run.external_id} failed — {reason}"
+
+
+class MailFeed:
+    """Console lines for what the demo's mail catcher received: one per alert email, except the routine
+    ones, which are summed up every `every` seconds."""
+
+    def __init__(self, every: float = 60.0):
+        self.every = every
+        self.routine: Counter[tuple[str, str]] = Counter()  # (recipients, trigger) -> messages
+        self.latest: dict[tuple[str, str], str] = {}  # -> the latest one's subject
+        self.next_summary = time.monotonic() + every
+
+    def lines(self, received: Iterable, now: float | None = None) -> Iterator[str]:
+        """`received`: the catcher's news (recipients, subject, trigger of each message)."""
+        for message in received:
+            to = ", ".join(message.recipients)
+            if message.trigger in ROUTINE_MAIL:
+                self.routine[(to, message.trigger)] += 1
+                self.latest[(to, message.trigger)] = message.subject
+                continue
+            yield f"{_clock(None)}  mail to {to}: {message.subject}"
+        now = time.monotonic() if now is None else now
+        if now >= self.next_summary:
+            self.next_summary = now + self.every
+            for (to, trigger), n in sorted(self.routine.items()):
+                yield f"{_clock(None)}  mail to {to}: {n} × {trigger} (latest: {self.latest[(to, trigger)]})"
+            self.routine.clear()
+            self.latest.clear()
 
 
 def _clock(at: datetime | None) -> str:

@@ -3,7 +3,10 @@
 It talks to the server only over HTTP with project tokens, exactly as a team's harness would:
 agent turns (driver inference and nested child work), metrics, scores with the artifact they
 scored, checkpoints, kickoff messages and state changes. Some runs fail with a reason, one goes
-silent (and is flagged stalled by the beat task), one runs on a downgraded model profile.
+silent (and is flagged stalled by the beat task), one runs on a downgraded model profile. Some have a
+quirk the alerts look for: the driver repeats one tool call with the same arguments (`loops`) or
+bounces between two (`ping-pong`), or the scores stop improving (`plateau`); the first runs of each
+project have one each, so the demo's run.loop and run.no_progress alerts arrive within minutes.
 
     python -m smrweb.stack.harness --url http://127.0.0.1:8000 --token-file var/demo-tokens
 """
@@ -115,6 +118,25 @@ def onnx_policy(rng: random.Random) -> bytes:
 MODELS = {"driver": "gpt-5.4-medium", "child": "gpt-5.4-mini"}
 PRICE_PER_MTOK = {"gpt-5.4-medium": (1.25, 10.0), "gpt-5.4-mini": (0.25, 2.0)}  # $ per 1M tokens in, out
 TOOLS = ["read_file", "apply_patch", "run_harness", "git_commit", "list_dir", "grep"]
+FILES = [
+    "train.py",
+    "model.py",
+    "optimizer.py",
+    "data/loader.py",
+    "configs/base.yaml",
+    "eval.py",
+    "README.md",
+]
+# Quirks (see the module's docstring), and how often a run gets one.
+QUIRKS = {"": 6.0, "loops": 1.5, "ping-pong": 1.0, "plateau": 1.5}
+FIRST_QUIRKS = ("loops", "plateau", "ping-pong")  # the first runs of each project, in this order
+LOOP_TURNS = 5  # driver turns making the same call in a row (run.loop's default needs 3)
+PING_PONG_TURNS = 8  # driver turns alternating between two calls: 4 cycles
+LOOP_CALL = {"name": "run_harness", "arguments": {"episodes": 64, "seed": 7, "config": "configs/base.yaml"}}
+PING_PONG_CALLS = (
+    {"name": "apply_patch", "arguments": {"path": "train.py", "patch": "-lr = 3e-4\n+lr = 1e-3"}},
+    {"name": "apply_patch", "arguments": {"path": "train.py", "patch": "-lr = 1e-3\n+lr = 3e-4"}},
+)
 
 
 @dataclass
@@ -130,6 +152,17 @@ class SimRun:
     seq: itertools.count = field(default_factory=itertools.count)
     turn: int = 0
     child_turns: dict = field(default_factory=dict)
+    quirk: str = ""  # "", "loops", "ping-pong", "plateau"
+    quirk_at: int = 0  # the tick the quirk starts
+
+    def looping_call(self) -> dict | None:
+        """The tool call the driver makes this tick when it is looping, else None."""
+        since = self.tick - self.quirk_at
+        if self.quirk == "loops" and 0 <= since < LOOP_TURNS:
+            return LOOP_CALL
+        if self.quirk == "ping-pong" and 0 <= since < PING_PONG_TURNS:
+            return PING_PONG_CALLS[since % 2]
+        return None
 
     def event_id(self) -> str:
         return f"{self.external_id}:{next(self.seq)}"
@@ -166,16 +199,27 @@ class Harness:
         self.send(run, "POST", "/events", json=events)
 
     # -- the simulation --------------------------------------------------------------------------
-    def start_run(self, project: dict) -> SimRun:
+    def start_run(self, project: dict, quirk: str | None = None) -> SimRun:
         n = next(self.counter)
         fate = self.rng.choices(["done", "failed", "stalls"], weights=[6, 2, 1])[0]
+        if quirk is None:
+            quirk = self.rng.choices(list(QUIRKS), weights=list(QUIRKS.values()))[0]
+        length = self.rng.randint(40, 90)
+        if quirk == "plateau":  # long enough to be stuck for run.no_progress's 50 turns, and done at the end
+            fate, length = "done", self.rng.randint(110, 150)
         run = SimRun(
             project,
             self.tokens[project["slug"]],
             f"run-{int(time.time()) % 100000:05d}-{n}",
             fate,
-            length=self.rng.randint(40, 90),
+            length=length,
             score=project["score"]["start"],
+            quirk=quirk,
+            # Loops start early (before a failing run fails or a stalling one goes silent); a plateau after
+            # a few scores.
+            quirk_at=self.rng.randint(3, max(4, length // 5))
+            if quirk != "plateau"
+            else self.rng.randint(8, 16),
         )
         downgraded = self.rng.random() < 0.3
         self.send(
@@ -222,9 +266,26 @@ class Harness:
             "tokens_in": tin,
             "tokens_out": tout,
             "cost_usd": round(tin * pin / 1e6 + tout * pout / 1e6, 6),
-            "tool_calls": self.rng.sample(TOOLS, self.rng.randint(0, 3)),
+            "tool_calls": [self.tool_call(name) for name in self.rng.sample(TOOLS, self.rng.randint(0, 3))],
             "duration_ms": self.rng.randint(800, 20_000),
         }
+
+    def tool_call(self, name: str) -> dict:
+        """A tool call with arguments, as agents make them: a healthy run seldom makes the same call
+        twice in a row, so only the quirks trip the loop detection."""
+        rng = self.rng
+        arguments = {
+            "read_file": lambda: {"path": rng.choice(FILES)},
+            "apply_patch": lambda: {"path": rng.choice(FILES), "hunk": f"@@ -{rng.randint(1, 400)} @@"},
+            "run_harness": lambda: {"episodes": rng.choice([16, 32, 64]), "seed": rng.randint(0, 9999)},
+            "git_commit": lambda: {"message": f"step {rng.randint(1, 10**6)}"},
+            "list_dir": lambda: {
+                "path": rng.choice([".", "data", "configs", "tests"]),
+                "depth": rng.randint(1, 4),
+            },
+            "grep": lambda: {"pattern": rng.choice(["lr", "warmup", "TODO", "def step", "loss"])},
+        }[name]()
+        return {"name": name, "arguments": arguments}
 
     def step(self, run: SimRun) -> bool:
         """Advance one tick; False when the run is over."""
@@ -233,6 +294,8 @@ class Harness:
             return True  # goes silent: the stalled-run task flags it
         cfg = run.project["score"]
         batch = [self.turn_event(run, "driver", None, run.turn)]
+        if (call := run.looping_call()) is not None:
+            batch[0]["tool_calls"] = [call]
         run.turn += 1
         for worker in range(self.rng.randint(0, 2)):
             actor = f"worker-{worker + 1}"
@@ -285,8 +348,16 @@ class Harness:
 
     def score(self, run: SimRun, batch: list[dict]) -> None:
         cfg = run.project["score"]
-        run.score += cfg["step"] * self.rng.uniform(0.2, 1.6) + self.rng.gauss(0, cfg["noise"])
+        if run.quirk == "plateau" and run.tick >= run.quirk_at and run.best is not None:
+            # Stuck: every score a little worse than the best (not by the regression threshold).
+            run.score = run.best - cfg["sign"] * (
+                abs(self.rng.gauss(0, cfg["noise"] / 4)) + cfg["noise"] / 10
+            )
+        else:
+            run.score += cfg["step"] * self.rng.uniform(0.2, 1.6) + self.rng.gauss(0, cfg["noise"])
         run.score = max(0.05, run.score)
+        if run.best is None or (run.score - run.best) * cfg["sign"] > 0:
+            run.best = run.score
         fields = run.project["scenario"]["fields"]
         path = fields["artifact_path"]
         content = (
@@ -318,8 +389,8 @@ class Harness:
 
     def loop(self, interval: float, concurrent: int) -> None:
         for project in DEMO_PROJECTS:
-            for _ in range(concurrent):
-                self.start_run(project)
+            for i in range(concurrent):
+                self.start_run(project, FIRST_QUIRKS[i] if i < len(FIRST_QUIRKS) else None)
         while True:
             for run in list(self.runs):
                 if not self.step(run):

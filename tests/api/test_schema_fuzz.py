@@ -212,6 +212,13 @@ def _build_world() -> dict:
         submissions[status] = sub.pk
         artifacts.append(artifact.pk)
 
+    rules = [
+        services.create_alert_rule(
+            hill, by=alice, trigger="run.failed", channel="email", target="a@example.com"
+        ),
+        services.create_alert_rule(hill, by=alice, trigger="run.loop", channel="inbox", recipient="bob"),
+    ]
+
     browser = Client()
     browser.force_login(alice)
     csrf = get_random_string(32)
@@ -227,6 +234,7 @@ def _build_world() -> dict:
             "artifact_id": artifacts,
             "key": ["generic"],
             "request_id": [PREFLIGHT_ID],
+            "rule_id": [rule.pk for rule in rules],
         },
         "submission_for": {action: [submissions[status]] for status, action in START_OF.items()},
         "query": {"key": ["loss"]},
@@ -427,7 +435,12 @@ def test_a_body_without_a_content_type_is_a_documented_415(label, world, documen
     # answered 415 unsupported_media_type, which no operation documented.
     assert "415" in documented[label]
     method, path = label.split(" ", 1)
-    path = path.format(slug="hill", run_id="r1", submission_id=world["submission_for"]["approve"][0])
+    path = path.format(
+        slug="hill",
+        run_id="r1",
+        submission_id=world["submission_for"]["approve"][0],
+        rule_id=world["pools"]["rule_id"][0],
+    )
     client = Client()
     client.force_login(world["alice"])
     answer = client.generic(method, path, b"x", content_type="")

@@ -53,7 +53,13 @@ class Command(BaseCommand):
             signal.signal(signum, stop)
         if demo:
             allow_demo_peers(host, port)
+        base_url = f"http://{host}:{port}"
+        mail = None
         try:
+            if demo:
+                # Before the children start: they inherit where to send email and what to link to.
+                mail = start_demo_mail()
+                use_base_url(base_url)
             call_command("migrate", interactive=False, verbosity=0)
             call_command("load_presets")  # the shipped scenario presets, upserted by key
             call_command("collectstatic", interactive=False, verbosity=0)
@@ -106,7 +112,6 @@ class Command(BaseCommand):
                     str(settings.DATA_DIR / "celerybeat-schedule"),
                 ],
             )
-            base_url = f"http://{host}:{port}"
             wait_until_up(f"{base_url}/api/v1/health", self.children, None if verbose else self.log_dir)
             if demo:
                 receiver_port = port + 2
@@ -163,7 +168,8 @@ class Command(BaseCommand):
                 self.stdout.write(
                     self.style.SUCCESS(
                         f"\n  smrweb demo is up: {base_url}/\n  sign in as  {DEMO_USER} / {DEMO_PASSWORD}\n"
-                        f"  API docs:   {base_url}/api/docs/\n  Ctrl-C stops everything.\n"
+                        f"  API docs:   {base_url}/api/docs/\n  {mail_banner(mail)}\n"
+                        "  Ctrl-C stops everything.\n"
                     )
                 )
             else:
@@ -179,6 +185,7 @@ class Command(BaseCommand):
                     f"UTC:\n"
                 )
             feed = None if verbose else console.EventFeed()
+            mail_feed = console.MailFeed() if mail is not None and not verbose else None
             next_feed = 0.0
             while not stopping:
                 for name, proc in self.children:
@@ -191,12 +198,19 @@ class Command(BaseCommand):
                 if feed is not None and time.monotonic() >= next_feed:
                     for line in feed.lines():
                         self.stdout.write("  " + line)
+                    for line in mail_feed.lines(mail.news()) if mail_feed else ():
+                        self.stdout.write("  " + line)
                     next_feed = time.monotonic() + 2
                 time.sleep(0.5)
         finally:
             self.stop_children()
             if redis is not None:
                 redis.shutdown(save=True)
+            if mail is not None:
+                mail.stop()
+                self.stdout.write(
+                    f"the mail catcher kept {mail.count} message(s) in {shown_path(mail.directory)}/"
+                )
             self.stdout.write("stopped.")
 
     def spawn(self, name: str, argv: list[str]) -> None:
@@ -265,6 +279,76 @@ def allow_demo_peers(host: str, port: int) -> None:
     os.environ["SMRWEB_WEBHOOK_ALLOWED_HOSTS"] = ",".join(listed)
 
 
+def start_demo_mail():
+    """The demo's mail catcher (stack/mailcatcher.py) on loopback, and EMAIL_URL pointing at it for the
+    children; None when EMAIL_URL is set already (the operator's own mail server is used then)."""
+    from smrweb.stack.mailcatcher import MailCatcher
+
+    if os.environ.get("EMAIL_URL"):
+        return None
+    catcher = MailCatcher(settings.DATA_DIR / "mail").start()
+    os.environ["EMAIL_URL"] = catcher.url
+    return catcher
+
+
+def mail_banner(catcher) -> str:
+    if catcher is None:
+        return "email:      EMAIL_URL from the environment"
+    return f"mail catcher: {catcher.url} → {shown_path(catcher.directory)}/"
+
+
+def shown_path(path: Path) -> str:
+    """A path as the person who typed `make demo` would write it: relative to here when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def use_base_url(base_url: str) -> None:
+    """Links in notifications lead to the server the banner names (unless SMRWEB_BASE_URL says where
+    it is reached from instead): for the children, and for the rules seeded here."""
+    if not os.environ.get("SMRWEB_BASE_URL"):
+        os.environ["SMRWEB_BASE_URL"] = base_url
+    settings.SMRWEB_BASE_URL = os.environ["SMRWEB_BASE_URL"].rstrip("/")
+
+
+# The demo's alert rules: every trigger to the demo user's inbox, and these by email as well.
+DEMO_EMAIL_TRIGGERS = ("run.failed", "run.stalled", "submission.needs_review", "run.loop", "run.budget")
+DEMO_EMAIL = "demo@localhost"
+
+
+def seed_demo_alerts(project, user) -> int:
+    """Give a demo project its alert rules (those it lacks: a restarted demo adds none); how many."""
+    from smrweb.tracking import services
+    from smrweb.tracking.errors import InvalidInput
+    from smrweb.tracking.models import AlertRule, Channel, Trigger
+
+    have = set(
+        AlertRule.objects.filter(project=project).values_list("trigger", "channel", "target", "recipient")
+    )
+    wanted = [(t, Channel.INBOX, "", user.pk) for t in Trigger.values]
+    wanted += [(t, Channel.EMAIL, DEMO_EMAIL, None) for t in DEMO_EMAIL_TRIGGERS]
+    made = 0
+    for trigger, channel, target, recipient in wanted:
+        if (trigger, channel, target, recipient) in have:
+            continue
+        try:
+            services.create_alert_rule(
+                project,
+                by=user,
+                trigger=trigger,
+                channel=channel,
+                target=target,
+                recipient=user.get_username() if recipient else None,
+            )
+        except InvalidInput as exc:  # e.g. run.regressed in a project without a regression threshold
+            print(f"demo: no {trigger} rule for {project.slug}: {exc.message}", file=sys.stderr)
+            continue
+        made += 1
+    return made
+
+
 def seed_demo(*, rollback_url: str) -> tuple[str, str]:
     """Demo login, scenarios and projects; returns the paths of files holding fresh project tokens and
     the projects' rollback-webhook secrets (for the demo's rollback receiver)."""
@@ -293,6 +377,7 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
             rollback_webhook_url=rollback_url,
         )
         services.add_member(project, user, role=Role.ADMIN)
+        seed_demo_alerts(project, user)
         secrets.append(f"{project.slug} {rollbacks.webhook_secret(project)}")
         for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
             services.revoke_api_token(stale)  # one live harness token per project, whatever the restarts
@@ -339,3 +424,4 @@ def seed_smr_demo(backend_base: str) -> None:
         services.set_source_backend(project, backend_base=backend_base, api_key=DEMO_SMR_KEY)
     services.update_project(project, stall_after=timedelta(seconds=45), regression_threshold=0.3)
     services.add_member(project, user, role=Role.ADMIN)
+    seed_demo_alerts(project, user)
