@@ -122,7 +122,8 @@ def test_the_form_starts_on_the_inbox_of_the_admin_and_explains_every_trigger(cl
     for value, spec in alert_services.TRIGGER_PARAMETERS.items():
         for name, parameter in spec.items():
             assert f"{name}: {parameter.meaning}" in guide, (value, name)
-    assert "(default 0.8)" in guide and "(default the project's regression threshold)" in guide
+    assert "(default 0.8)" in guide and "(default 50)" in guide and "(default off)" in guide
+    assert guide.count("the project's regression threshold") == 2  # its label and its meaning, once each
     for channel in ("email", "slack", "webhook", "inbox"):
         assert f'<option value="{channel}"' in body
 

@@ -18,10 +18,10 @@ from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.services.alerts import TRIGGER_PARAMETERS
 
 CHANNEL_HELP = {
-    Channel.EMAIL: "an email address",
-    Channel.SLACK: "a Slack-compatible incoming webhook URL",
-    Channel.WEBHOOK: "a URL that receives signed JSON POSTs",
-    Channel.INBOX: "a member's in-app inbox (the bell in the header)",
+    Channel.EMAIL: "to an address",
+    Channel.SLACK: "incoming webhook",
+    Channel.WEBHOOK: "signed JSON POST",
+    Channel.INBOX: "a member's bell",
 }
 
 
@@ -44,7 +44,7 @@ class AlertRuleForm(forms.Form):
     )
 
 
-def _default_text(trigger: str, name: str, default) -> str:
+def _default_text(trigger: str, default) -> str:
     if default is not None:
         return numbers.number(default)
     if trigger == Trigger.RUN_REGRESSED:
@@ -59,7 +59,12 @@ def trigger_guide() -> list[dict]:
             "value": value,
             "label": label,
             "parameters": [
-                {"name": name, "meaning": spec.meaning, "default": _default_text(value, name, spec.default)}
+                {
+                    "name": name,
+                    "meaning": spec.meaning,
+                    # A meaning that names its default already ("default: the project's …") says it once.
+                    "default": "" if "default" in spec.meaning else _default_text(value, spec.default),
+                }
                 for name, spec in TRIGGER_PARAMETERS.get(value, {}).items()
             ],
         }
@@ -78,7 +83,7 @@ def rule_parameters(rule: AlertRule) -> list[dict]:
                 "meaning": spec.meaning,
                 "value": numbers.number(value)
                 if value is not None
-                else _default_text(rule.trigger, name, spec.default),
+                else _default_text(rule.trigger, spec.default),
                 "is_default": value is None,
             }
         )
