@@ -103,6 +103,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "smrweb.dashboard.clock.context",
+                "smrweb.dashboard.inbox.context",
             ],
         },
     },

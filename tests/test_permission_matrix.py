@@ -64,6 +64,7 @@ from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
+    AlertRule,
     ApiToken,
     ArenaResult,
     Artifact,
@@ -72,11 +73,13 @@ from smrweb.tracking.models import (
     KnowledgeEntry,
     Membership,
     MetricPoint,
+    Notification,
     Project,
     Review,
     Role,
     Rollback,
     Run,
+    RunSnooze,
     Scenario,
     Submission,
     SubmissionTransition,
@@ -104,6 +107,7 @@ ARTIFACT_BYTES = b"ARTIFACT-BYTES-41f0 print('hill')\n"
 KNOWLEDGE_TITLE = "Wide MLP 6a0c"
 WEBHOOK = "https://hooks.example/hill-rollback-2e9f"
 TOKEN_NAME = "ci-harness-c1d8"
+ALERT_WEBHOOK = "https://hooks.example/hill-alert-6b3d"
 HILL_SECRETS = (
     PROJECT_NAME,
     RUN,
@@ -113,6 +117,7 @@ HILL_SECRETS = (
     KNOWLEDGE_TITLE,
     WEBHOOK,
     TOKEN_NAME,
+    ALERT_WEBHOOK,
 )
 
 OTHER_NAME = "Other project 0c4a"
@@ -224,6 +229,16 @@ def build_world() -> World:
         hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big", submission=cand
     )
     _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
+    # Alerts: a webhook rule (its target is a secret of hill), alice's inbox rule with a notification in her
+    # inbox, and the run snoozed (so lifting the snooze has something to lift).
+    rule = services.create_alert_rule(
+        hill, by=alice, trigger="run.failed", channel="webhook", target=ALERT_WEBHOOK
+    )
+    note = services.send_test(
+        services.create_alert_rule(hill, by=alice, trigger="run.stalled", channel="inbox", recipient="alice"),
+        by=alice,
+    )
+    services.snooze_run(Run.objects.get(project=hill, external_id=RUN), by=bob, hours=1)
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
     services.revoke_api_token(revoked, by=alice)
@@ -247,6 +262,10 @@ def build_world() -> World:
     )
     o_entry = knowledge.add_entry(other, by=dave, kind="note", title=OTHER_TITLE)
     o_token, raw_other = services.create_api_token(other, name="other-ci")
+    o_rule = services.create_alert_rule(
+        other, by=dave, trigger="run.failed", channel="inbox", recipient="dave"
+    )
+    o_note = services.send_test(o_rule, by=dave)  # in dave's inbox; its title names the other project
 
     artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
     valid = signed_artifact_path(artifact)
@@ -274,6 +293,10 @@ def build_world() -> World:
         "o_sub": o_sub.pk,
         "o_entry": o_entry.pk,
         "o_token": o_token.pk,
+        "rule": rule.pk,
+        "note": note.pk,
+        "o_rule": o_rule.pk,
+        "o_note": o_note.pk,
         "preflight": PREFLIGHT_ID,
         "link_valid": valid,
         "link_expired": expired,
@@ -390,6 +413,9 @@ def fingerprint() -> tuple:
             )
         ),
         tuple(Run.objects.order_by("pk").values_list("pk", "budget_usd", "git_branch", "state")),
+        tuple(AlertRule.objects.order_by("pk").values_list("pk", "muted")),
+        tuple(Notification.objects.order_by("pk").values_list("pk", "status", "read_at")),
+        tuple(RunSnooze.objects.order_by("pk").values_list("pk", "until")),
         _counts(
             AuditEvent,
             Rollback,
@@ -690,6 +716,113 @@ ROWS = [
     ),
     Row("project members by GET", "GET", f"{P}/members", "405   405   405   405   405   405   405   405"),
     Row(
+        "alerts page",
+        "GET",
+        f"{P}/alerts/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=ALERT_WEBHOOK,
+    ),
+    Row(
+        "alerts: add a rule",
+        "POST",
+        f"{P}/alerts/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"trigger": "run.stalled", "channel": "email", "target": "ops@example.com"},
+        effect=count(AlertRule),
+    ),
+    Row(
+        "alerts: add a rule to a private address",
+        "POST",
+        f"{P}/alerts/",
+        "LOGIN HIDE  DENY  DENY  400   LOGIN LOGIN LOGIN",
+        data={"trigger": "run.stalled", "channel": "webhook", "target": "http://10.20.30.40/hook"},
+    ),
+    Row(
+        "alerts: mute a rule",
+        "POST",
+        f"{P}/alerts/{{rule}}/mute",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"muted": "1"},
+        effect=lambda w: AlertRule.objects.get(pk=w.ids["rule"]).muted,
+    ),
+    Row(
+        "alerts: mute another project's rule",
+        "POST",
+        f"{P}/alerts/{{o_rule}}/mute",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+        data={"muted": "1"},
+    ),
+    Row(
+        "alerts: mute by GET",
+        "GET",
+        f"{P}/alerts/{{rule}}/mute",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row(
+        "alerts: delete a rule",
+        "POST",
+        f"{P}/alerts/{{rule}}/delete",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=count(AlertRule),
+    ),
+    Row(
+        "alerts: delete another project's rule",
+        "POST",
+        f"{P}/alerts/{{o_rule}}/delete",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "alerts: send a test",
+        "POST",
+        f"{P}/alerts/{{rule}}/test",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=count(Notification),
+    ),
+    Row(
+        "alerts: send a test of another project's rule",
+        "POST",
+        f"{P}/alerts/{{o_rule}}/test",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    # Everyone signed in has an inbox; it shows their own notifications only (alice's names hill).
+    Row(
+        "inbox",
+        "GET",
+        "/inbox/",
+        "LOGIN EMPTY EMPTY EMPTY ALLOW LOGIN LOGIN LOGIN",
+        marker=f"Test of the run.stalled alert of {PROJECT_NAME}",
+    ),
+    Row(
+        "inbox: mark all read",
+        "POST",
+        "/inbox/read",
+        "LOGIN 302   302   302   ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"all": "1"},
+        effect=count(Notification, read_at__isnull=True),
+    ),
+    Row(
+        "inbox: mark one read",
+        "POST",
+        "/inbox/read",
+        "LOGIN 302   302   302   ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data=lambda ids: {"id": str(ids["note"])},
+        effect=count(Notification, read_at__isnull=True),
+    ),
+    Row(
+        "inbox: mark someone else's notification read",
+        "POST",
+        "/inbox/read",
+        "LOGIN 302   302   302   302   LOGIN LOGIN LOGIN",
+        data=lambda ids: {"id": str(ids["o_note"])},
+    ),
+    Row("inbox: mark read by GET", "GET", "/inbox/read", "405   405   405   405   405   405   405   405"),
+    Row(
         "API tokens page",
         "GET",
         f"{P}/tokens/",
@@ -907,6 +1040,32 @@ ROWS = [
         effect=count(AuditEvent, verb="run.stop_requested"),
     ),
     Row("run: stop by GET", "GET", f"{R}/stop", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: snooze alerts",
+        "POST",
+        f"{R}/snooze",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "snooze", "hours": "12"},
+        effect=lambda w: tuple(RunSnooze.objects.values_list("until", flat=True)),
+    ),
+    Row(
+        "run: lift the snooze",
+        "POST",
+        f"{R}/snooze",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "unsnooze"},
+        effect=count(RunSnooze),
+    ),
+    Row(
+        "run: snooze another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/snooze",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"action": "snooze", "hours": "12"},
+    ),
+    Row("run: snooze by GET", "GET", f"{R}/snooze", "405   405   405   405   405   405   405   405"),
     Row(
         "run: exclude from the project's numbers",
         "POST",

@@ -546,7 +546,9 @@ POST_FORMS = {
     "registration/login.html": 1,
     # settings, SMR source (test / new key), score metric, member role / remove / add
     "dashboard/project_settings.html": 6,
-    "dashboard/run_detail.html": 2,  # stop, exclude/include the run
+    "dashboard/run_detail.html": 3,  # stop, snooze/unsnooze alerts, exclude/include the run
+    "dashboard/project_alerts.html": 4,  # per rule: send a test, mute/unmute, delete; add a rule
+    "dashboard/inbox.html": 2,  # mark all read, mark one read
     "dashboard/partials/rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
@@ -592,7 +594,17 @@ def post_targets(project, alice, bob, monkeypatch):
     token, _ = services.create_api_token(project, name="old")
     checkpoint = sub.run.checkpoints.get()
     s = f"/projects/hill/submissions/{sub.pk}/"
+    rule = services.create_alert_rule(
+        project, by=alice, trigger="run.failed", channel="inbox", recipient="alice"
+    )
+    alerts = f"/projects/hill/alerts/{rule.pk}/"
     return [
+        ("/projects/hill/alerts/", {"trigger": "run.stalled", "channel": "inbox", "recipient": "alice"}),
+        (alerts + "mute", {"muted": "1"}),
+        (alerts + "test", {}),
+        ("/inbox/read", {"all": "1"}),
+        (alerts + "delete", {}),
+        ("/projects/hill/runs/r1/snooze", {"action": "snooze", "hours": "2"}),
         ("/projects/hill/settings/", {"regression_threshold": "0.5", "rollback_webhook_url": ""}),
         ("/projects/hill/runs/r1/stop", {}),
         ("/projects/hill/runs/r1/rollback", {"checkpoint": checkpoint.pk, "reason": "back"}),

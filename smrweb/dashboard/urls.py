@@ -1,7 +1,9 @@
 from django.urls import path
 
 from smrweb.dashboard.views import (
+    alerts,
     compare,
+    inbox,
     knowledge,
     links,
     preferences,
@@ -18,6 +20,8 @@ app_name = "dashboard"
 urlpatterns = [
     path("", projects.project_list, name="project-list"),
     path("preferences/", preferences.preferences, name="preferences"),
+    path("inbox/", inbox.inbox, name="inbox"),
+    path("inbox/read", inbox.mark_read, name="inbox-read"),
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
@@ -30,6 +34,12 @@ urlpatterns = [
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
     path("projects/<slug:slug>/members", settings.project_members, name="project-members"),
+    path("projects/<slug:slug>/alerts/", alerts.project_alerts, name="project-alerts"),
+    path("projects/<slug:slug>/alerts/<int:rule_id>/mute", alerts.mute_alert_rule, name="alert-rule-mute"),
+    path(
+        "projects/<slug:slug>/alerts/<int:rule_id>/delete", alerts.delete_alert_rule, name="alert-rule-delete"
+    ),
+    path("projects/<slug:slug>/alerts/<int:rule_id>/test", alerts.test_alert_rule, name="alert-rule-test"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),
@@ -54,6 +64,7 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/turns/<int:turn_id>/", runs.turn_detail, name="turn-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
+    path("projects/<slug:slug>/runs/<str:run_id>/snooze", runs.snooze_run, name="run-snooze"),
     path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),
     path(
         "projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download",

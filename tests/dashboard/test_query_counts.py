@@ -136,6 +136,16 @@ def grow_tokens(world) -> None:
             services.revoke_api_token(token, by=world["alice"])
 
 
+def grow_alerts(world) -> None:
+    """More rules, each with more notifications than its delivery log shows; more in alice's inbox."""
+    for trigger in ("run.stalled", "run.loop", "run.budget", "score.new_best", "source.failing"):
+        rule = services.create_alert_rule(
+            world["project"], by=world["alice"], trigger=trigger, channel="inbox", recipient="alice"
+        )
+        for _ in range(25):
+            services.send_test(rule, by=world["alice"])
+
+
 def grow_history(world) -> None:
     """More runs with verified, reviewed and ranked submissions (the queue, the page's history)."""
     grow_runs(world)
@@ -177,6 +187,8 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "knowledge": ("/projects/hill/knowledge/", {}, 200, 20, grow_entries),
     "tokens": ("/projects/hill/tokens/", {}, 200, 12, grow_tokens),
     "settings": ("/projects/hill/settings/", {}, 200, 12, grow_runs),
+    "alerts": ("/projects/hill/alerts/", {}, 200, 12, grow_alerts),
+    "inbox": ("/inbox/", {}, 200, 10, grow_alerts),
     "scenario": ("/scenarios/{scenario}/", {}, 200, 12, grow_projects),
     "compare": ("/projects/hill/compare/?runs=r0,r1,r2", {}, 200, 20, grow_turns),
 }
@@ -195,6 +207,11 @@ def world(project, alice, frozen):
         "r1",
         actor_profiles=[{"role": "worker", "actor": "w", "requested": "gpt-big", "actual": "gpt-small"}],
     )
+    # A rule with a notification in alice's inbox: the bell, the Alerts tab and the inbox read something.
+    rule = services.create_alert_rule(
+        project, by=alice, trigger="run.failed", channel="inbox", recipient="alice"
+    )
+    services.send_test(rule, by=alice)
     return {"project": project, "alice": alice}
 
 

@@ -17,7 +17,7 @@ from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.dashboard.artifacts import artifact_response
 from smrweb.sources import tasks
 from smrweb.tracking import queries, services
-from smrweb.tracking.errors import TrackingError
+from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
     Artifact,
@@ -28,6 +28,7 @@ from smrweb.tracking.models import (
     Submission,
     TurnKind,
 )
+from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import timeline
 from smrweb.tracking.services import rollbacks, submissions
 
@@ -55,6 +56,8 @@ def run_detail(request, slug: str, run_id: str):
     burn = timeline.burn_forecast(run, now=now)
     actors = timeline.actor_tree(run)
     keys = queries.metric_keys(run)
+    role = run.project.role_of(request.user)  # read once for the admin card and the snooze form
+    rank = Role.rank(role) if role else -1
     context = {
         "project": run.project,
         "run": run,
@@ -100,7 +103,9 @@ def run_detail(request, slug: str, run_id: str):
         "gaps": queries.source_gaps(run),
         "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
         "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
-        "is_admin": run.project.allows(request.user, Role.ADMIN),
+        "is_admin": rank >= Role.rank(Role.ADMIN),
+        "can_snooze": rank >= Role.rank(Role.REVIEWER),
+        "run_alerts": alert_queries.run_alerts(run, now),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (
             rollback_list := list(
@@ -338,6 +343,36 @@ def run_exclusion(request, slug: str, run_id: str):
             )
     except TrackingError as exc:
         messages.error(request, exc.message)
+    return redirect(run.get_absolute_url())
+
+
+@require_POST
+@login_required
+def snooze_run(request, slug: str, run_id: str):
+    """Snooze the run's alerts for `hours` (action=snooze), or lift the snooze (action=unsnooze);
+    reviewers and admins, audited."""
+    run = run_for_user(request, slug, run_id, role=Role.REVIEWER)
+    if request.POST.get("action") == "unsnooze":
+        services.unsnooze_run(run, by=request.user)
+        messages.success(request, f"Alerts about {run.external_id} are sent again.")
+        return redirect(run.get_absolute_url())
+    try:
+        hours = float(request.POST.get("hours", ""))
+    except ValueError:
+        hours = None
+    try:
+        if hours is None:
+            raise InvalidInput("hours", "A number of hours, e.g. 4 or 0.5.")
+        snooze = services.snooze_run(run, by=request.user, hours=hours)
+    except InvalidInput as exc:
+        messages.error(request, f"Not snoozed: {exc.message}")
+    else:
+        until = timezone.localtime(snooze.until)  # the viewer's clock (dashboard.clock)
+        messages.success(
+            request,
+            f"Alerts about {run.external_id} are snoozed until {until:%Y-%m-%d %H:%M} "
+            f"{timezone.get_current_timezone_name()}; what happens meanwhile is logged, not sent.",
+        )
     return redirect(run.get_absolute_url())
 
 

@@ -1,4 +1,5 @@
-"""A project's settings (admins only): review, regression and rollback, members, the SMR source."""
+"""A project's settings (admins only): review, regression, budget guard and rollback, members, the SMR
+source."""
 
 import math
 
@@ -38,6 +39,12 @@ class ProjectSettingsForm(forms.Form):
         label="Regression threshold",
         help_text="A run whose latest score is worse than its best by more than this shows a regression "
         "banner with a one-click rollback. Leave it empty to turn detection off.",
+    )
+    budget_guard = forms.BooleanField(
+        required=False,
+        label="Budget guard: stop a run that passes its budget",
+        help_text="When a live run passes 100 % of its USD or token budget, its source is asked to stop it "
+        "(SMR: a stop; REST-push: a signed stop webhook), once, audited; its budget alert says so.",
     )
     rollback_webhook_url = forms.URLField(
         required=False,
