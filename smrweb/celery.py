@@ -30,6 +30,7 @@ LANES = {
     "alerts": (
         "smrweb.sources.tasks.evaluate_alerts",
         "smrweb.sources.tasks.deliver_notification",
+        "smrweb.sources.tasks.sweep_alerts",
     ),
     "verification": (
         "smrweb.tracking.tasks.verify_submission",

@@ -255,6 +255,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0),
         "options": {"expires": env.float("SMRWEB_REDISPATCH_SECONDS", default=60.0)},
     },
+    # Alert evaluations that could not be queued when their change happened (docs/alerts.md).
+    "sweep-alerts": {
+        "task": "smrweb.sources.tasks.sweep_alerts",
+        "schedule": env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0),
+        "options": {"expires": env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0)},
+    },
     "collect-unreferenced-blobs": {  # bytes no artifact holds any more (finding 10)
         "task": "smrweb.tracking.tasks.collect_unreferenced_blobs",
         "schedule": 3600.0,
@@ -439,6 +445,7 @@ SMRWEB_ALERT_MAX_ATTEMPTS = env.int("SMRWEB_ALERT_MAX_ATTEMPTS", default=6)
 SMRWEB_ALERT_RETRY_BASE_SECONDS = env.float("SMRWEB_ALERT_RETRY_BASE_SECONDS", default=10.0)
 SMRWEB_ALERT_RETRY_MAX_SECONDS = env.float("SMRWEB_ALERT_RETRY_MAX_SECONDS", default=900.0)
 SMRWEB_ALERT_TIMEOUT_SECONDS = env.float("SMRWEB_ALERT_TIMEOUT_SECONDS", default=10.0)
+SMRWEB_ALERT_SWEEP_SECONDS = env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0)
 # A verification or rollback not picked up this long after it was asked for is queued again (beat's
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)

@@ -22,10 +22,12 @@ def dispatch(task, *args) -> bool:
     return True
 
 
-def queue_quietly(task, *args) -> None:
+def queue_quietly(task, *args) -> bool:
     """Queue now (called after a commit); a broker that cannot be reached is logged, not raised: the
-    caller's work is done, and what this task would do is found again later."""
+    caller's work is done, and what this task would do is found again later. False when not queued."""
     try:
         task.delay(*args)
     except OperationalError as exc:
         log.warning("could not queue %s%r: %s", task.name, args, exc)
+        return False
+    return True

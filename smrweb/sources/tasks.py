@@ -73,13 +73,14 @@ def sync_project(project_id: int) -> dict:
 
 
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
-def stop_run(run_id: int) -> None:
-    """Ask the run's source to stop it, audit the answer, and re-sync the project."""
+def stop_run(run_id: int, reason: str = "") -> None:
+    """Ask the run's source to stop it, audit the answer, and re-sync the project. `reason` goes to a
+    push project's harness with the signed stop (the budget guard says why; a person's stop is audited)."""
     run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
     if run is None or run.is_terminal:
         return
-    if run.project.source == SourceKind.PUSH:  # the budget guard's stop: a signed webhook
-        outcome = alerts.stop_push_run(run, reason="budget guard: the run passed its budget")
+    if run.project.source == SourceKind.PUSH:  # a signed webhook to the harness
+        outcome = alerts.stop_push_run(run, reason=reason or "a reviewer asked smrweb to stop the run")
         services.record_stop_result(run, ok=outcome.startswith("the webhook accepted"), detail=outcome)
         return
     if run.project.source != SourceKind.SMR:
@@ -107,12 +108,37 @@ def queue_alert_evaluation(sender, kind: str, object_id: int, **kwargs) -> None:
     """Receiver of `tracking.signals.alerts_due`. A burst of changes to one subject (a sync's batches)
     queues one evaluation: the key is cleared when the evaluation starts, so a change after that
     queues another, and none is lost. Without the cache, every change queues one."""
+    key = _alerts_key(kind, object_id)
     try:
-        first = cache.add(_alerts_key(kind, object_id), 1, timeout=60)
+        first = cache.add(key, 1, timeout=60)
     except Exception:  # noqa: BLE001 (a cache that is down must not cost an alert)
         first = True
-    if first:
-        queue_quietly(evaluate_alerts, kind, object_id)
+    if first and not queue_quietly(evaluate_alerts, kind, object_id):
+        try:
+            cache.delete(key)  # not queued: the next change (or the sweep) queues it
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.sweep_alerts")
+def sweep_alerts() -> int:
+    """Beat: queue an evaluation for what changed since the last sweep in projects with rules, so a
+    change whose evaluation could not be queued (the broker was down) still notifies, late."""
+    now = timezone.now()
+    try:
+        since = cache.get("alerts:swept-at")
+    except Exception:  # noqa: BLE001
+        since = None
+    since = since or now - timedelta(seconds=2 * settings.SMRWEB_ALERT_SWEEP_SECONDS)
+    changed = alert_rules.changed_since(since)
+    for kind, ids in changed.items():
+        for object_id in ids:
+            queue_alert_evaluation(None, kind, object_id)
+    try:
+        cache.set("alerts:swept-at", now, timeout=None)
+    except Exception:  # noqa: BLE001
+        pass
+    return sum(len(ids) for ids in changed.values())
 
 
 @shared_task(acks_late=True, soft_time_limit=120, time_limit=150, name="smrweb.sources.tasks.evaluate_alerts")
@@ -129,7 +155,7 @@ def evaluate_alerts(kind: str, object_id: int) -> int:
     }[kind]
     result = evaluate(object_id)
     if result.stop_requested:
-        queue_quietly(stop_run, object_id)
+        queue_quietly(stop_run, object_id, "budget guard: the run passed its budget")
     for pk in result.to_deliver:
         queue_quietly(deliver_notification, pk)
     return len(result.to_deliver)

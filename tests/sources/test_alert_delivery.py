@@ -262,3 +262,39 @@ def test_an_event_pushed_through_the_api_reaches_the_mailbox_by_the_worker(
         time.sleep(0.5)
     assert len(mail_catcher.messages) == 1
     assert Notification.objects.get(rule__project=project).status == N.SENT
+
+
+def test_an_evaluation_that_could_not_be_queued_is_found_by_the_sweep(project, alice, monkeypatch):
+    """The broker is down when the run fails: the evaluation is not queued, its coalescing key is not
+    left behind (the next change would queue again), and beat's sweep lists the run."""
+    from django.core.cache import cache
+
+    services.create_alert_rule(
+        project, by=alice, trigger=Trigger.RUN_FAILED, channel=Channel.INBOX, recipient="alice"
+    )
+    queued = []
+    monkeypatch.setattr(tasks, "queue_quietly", lambda task, *args: False)  # what a down broker answers
+    before = timezone.now()
+    run = failed_run(project)
+    tasks.queue_alert_evaluation(None, "run", run.pk)
+    assert cache.get(tasks._alerts_key("run", run.pk)) is None
+    assert alerts.changed_since(before)["run"] == [run.pk]
+    monkeypatch.setattr(tasks, "queue_quietly", lambda task, *args: queued.append((task.name, args)) or True)
+    cache.set("alerts:swept-at", before)
+    assert tasks.sweep_alerts() == 1
+    assert queued == [("smrweb.sources.tasks.evaluate_alerts", ("run", run.pk))]
+    # Run by a worker, the evaluation notifies once, however often the sweep lists the run.
+    tasks.evaluate_alerts("run", run.pk)
+    tasks.evaluate_alerts("run", run.pk)
+    assert Notification.objects.filter(status=N.SENT).count() == 1
+
+
+def test_a_persons_stop_of_a_push_run_is_not_called_a_budget_guard_stop(project, alice, receiver):
+    hook = receiver(200)
+    services.update_project(project, rollback_webhook_url=hook.url)
+    events = [{"type": "state", "state": "running"}]
+    services.ingest_events(project, "r1", parse_events(json.dumps(events)))
+    run = Run.objects.get(external_id="r1")
+    services.request_stop(run, by=alice)
+    tasks.stop_run(run.pk)
+    assert json.loads(hook.requests[0]["body"])["reason"] == "a reviewer asked smrweb to stop the run"

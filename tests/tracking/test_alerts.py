@@ -420,3 +420,13 @@ def test_mark_read_touches_only_the_persons_own(project, alice, bob):
     assert services.mark_read(alice) == 1
     assert mine.notifications.get().read_at is not None and theirs.notifications.get().read_at is None
     assert services.mark_read(bob, [mine.notifications.get().pk]) == 0
+
+
+def test_someone_who_left_the_project_no_longer_reads_about_it(project, alice, bob):
+    from smrweb.tracking.queries import alerts as alert_reads
+
+    rule(project, alice, Trigger.RUN_FAILED, recipient="bob")
+    evaluate(push(project, "r1", failed(1)))
+    assert alert_reads.unread_count(bob) == 1 and alert_reads.inbox(bob).count() == 1
+    services.remove_member(project, bob, by=alice)
+    assert alert_reads.unread_count(bob) == 0 and alert_reads.inbox(bob).count() == 0

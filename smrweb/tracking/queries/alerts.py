@@ -44,13 +44,16 @@ def unread_count(user) -> int:
     """How many of the person's inbox notifications are unread (one query on the inbox index)."""
     if not getattr(user, "is_authenticated", False):
         return 0
-    return Notification.objects.filter(recipient=user, read_at__isnull=True).count()
+    return Notification.objects.filter(
+        recipient=user, read_at__isnull=True, rule__project__in=Project.objects.visible_to(user)
+    ).count()
 
 
 def inbox(user) -> QuerySet[Notification]:
-    """The person's own notifications, newest first (never anyone else's)."""
+    """The person's own notifications, newest first (never anyone else's), from projects they can still
+    see: someone who left a project no longer reads about it."""
     return (
-        Notification.objects.filter(recipient=user)
+        Notification.objects.filter(recipient=user, rule__project__in=Project.objects.visible_to(user))
         .select_related("rule__project")
         .order_by("-created", "-id")
     )

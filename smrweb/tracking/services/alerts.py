@@ -514,13 +514,13 @@ def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
 
 
 def budget_fraction(run: Run) -> tuple[float, str] | None:
-    """How much of its budget the run has used (the larger of USD and tokens) and which; None without one."""
-    used = []
-    if run.budget_usd:
-        used.append((float(run.spend_usd / run.budget_usd), "USD"))
-    if run.budget_tokens:
-        used.append(((run.tokens_in + run.tokens_out) / run.budget_tokens, "tokens"))
-    return max(used) if used else None
+    """How much of its budget the run has used and which budget that is; None without one. The same
+    reading as the run page's (`Run.budget_used_fraction`: the source's own totals where it states them)."""
+    fraction = run.budget_used_fraction
+    if fraction is None:
+        return None
+    usd = float(run.spend_usd / run.budget_usd) if run.budget_usd else None
+    return fraction, "USD" if usd == fraction else "tokens"
 
 
 def _budget_episodes(rule, run, memo, episode, label) -> Iterator[Episode]:
@@ -535,8 +535,7 @@ def _budget_episodes(rule, run, memo, episode, label) -> Iterator[Episode]:
         spent = (
             f"{numbers.usd(run.spend_usd)} of {numbers.usd(run.budget_usd)}"
             if unit == "USD"
-            else f"{numbers.tokens(run.tokens_in + run.tokens_out)} of "
-            f"{numbers.tokens(run.budget_tokens)} tokens"
+            else f"{numbers.tokens(sum(run.reported_tokens))} of {numbers.tokens(run.budget_tokens)} tokens"
         )
         guard = ""
         if level >= 1.0 and memo.get("guard_stopped"):
@@ -743,6 +742,32 @@ def _guard_budget(run: Run, memo: dict) -> bool:
         )
     memo["guard_stopped"] = True
     return True
+
+
+def changed_since(since: datetime, limit: int = 1000) -> dict[str, list[int]]:
+    """What may need an evaluation: runs, submissions and failing sources changed since `since`, in
+    projects with rules of the matching kind (the sweep's list; evaluating twice is harmless)."""
+    with_rules = AlertRule.objects.filter(muted=False)
+    run_projects = with_rules.filter(trigger__in=RUN_TRIGGERS).values("project_id")
+    sub_projects = with_rules.filter(trigger__in=SUBMISSION_TRIGGERS).values("project_id")
+    source_projects = with_rules.filter(trigger__in=SOURCE_TRIGGERS).values("project_id")
+    return {
+        "run": list(
+            Run.objects.filter(updated__gte=since, project_id__in=run_projects).values_list("pk", flat=True)[
+                :limit
+            ]
+        ),
+        "submission": list(
+            Submission.objects.filter(updated__gte=since, project_id__in=sub_projects).values_list(
+                "pk", flat=True
+            )[:limit]
+        ),
+        "source": list(
+            SourceHealth.objects.filter(
+                updated__gte=since, consecutive_failures__gt=0, project_id__in=source_projects
+            ).values_list("project_id", flat=True)[:limit]
+        ),
+    }
 
 
 def evaluate_run(run_id: int) -> Evaluation:
