@@ -214,6 +214,20 @@ def test_no_progress_after_n_turns_without_a_better_score(project, alice):
     assert "no better score for 5 turns" in n.title and "$0.50" in n.body
 
 
+def test_no_progress_by_the_default_50_turns(project, alice):
+    r = rule(project, alice, Trigger.RUN_NO_PROGRESS)
+    run = push(
+        project,
+        "r1",
+        {"type": "state", "state": "running"},
+        *[{"type": "agent.turn", "turn": n} for n in range(1, 50)],
+    )
+    evaluate(run)
+    assert sent(r) == []
+    evaluate(push(project, "r1", {"type": "agent.turn", "turn": 50}))
+    assert len(sent(r)) == 1 and "(this rule: 50 turns)" in sent(r)[0].body
+
+
 def test_no_progress_by_spend_only(project, alice):
     r = rule(project, alice, Trigger.RUN_NO_PROGRESS, threshold=1.0)  # no window: spend only
     run = push(

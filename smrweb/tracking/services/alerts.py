@@ -476,7 +476,7 @@ def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
         p = memo["progress"]
         # A rule with a USD threshold and no window watches spend only; otherwise turns (default 50).
         usd = rule.threshold
-        turns = rule.window if rule.window is not None or usd is None else None
+        turns = parameter(rule, "window") if rule.window is not None or usd is None else None
         if p.stuck(turns=turns, usd=usd):
             since = (
                 f"its best score {numbers.number(p.best_score)}"
