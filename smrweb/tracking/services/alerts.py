@@ -770,6 +770,22 @@ def changed_since(since: datetime, limit: int = 1000) -> dict[str, list[int]]:
     }
 
 
+def _rules(project: Project, triggers) -> list[AlertRule]:
+    return list(
+        AlertRule.objects.filter(project=project, trigger__in=triggers).select_related("project", "recipient")
+    )
+
+
+def _notify(result: Evaluation, rules: list[AlertRule], episodes_of) -> Evaluation:
+    """Record each rule's episodes; what is new and waits for delivery goes into `result`."""
+    now = timezone.now()
+    for rule in rules:
+        for episode in episodes_of(rule):
+            if (notification := _record(rule, episode, baseline=False, now=now)) is not None:
+                result.to_deliver.append(notification.pk)
+    return result
+
+
 def evaluate_run(run_id: int) -> Evaluation:
     """Every run rule of the run's project against the run as it is now (after a batch, a stall flag,
     a state change): new episodes become notifications; loops found are kept for the badge."""
@@ -777,53 +793,27 @@ def evaluate_run(run_id: int) -> Evaluation:
     run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
     if run is None:
         return result
-    rules = list(
-        AlertRule.objects.filter(project=run.project, trigger__in=RUN_TRIGGERS).select_related(
-            "project", "recipient"
-        )
-    )
     memo: dict[str, Any] = {"loops": update_loop_findings(run)}
     result.stop_requested = _guard_budget(run, memo)
-    now = timezone.now()
-    for rule in rules:
-        for ep in _run_episodes(rule, run, memo):
-            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
-                result.to_deliver.append(notification.pk)
-    return result
+    return _notify(result, _rules(run.project, RUN_TRIGGERS), lambda rule: _run_episodes(rule, run, memo))
 
 
 def evaluate_submission(submission_id: int) -> Evaluation:
-    result = Evaluation()
-    sub = (
-        Submission.objects.select_related("project__scenario", "run__project")
-        .filter(pk=submission_id)
-        .first()
-    )
+    query = Submission.objects.select_related("project__scenario", "run__project")
+    sub = query.filter(pk=submission_id).first()
     if sub is None:
-        return result
-    now = timezone.now()
-    for rule in AlertRule.objects.filter(project=sub.project, trigger__in=SUBMISSION_TRIGGERS).select_related(
-        "project", "recipient"
-    ):
-        for ep in _submission_episodes(rule, sub):
-            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
-                result.to_deliver.append(notification.pk)
-    return result
+        return Evaluation()
+    rules = _rules(sub.project, SUBMISSION_TRIGGERS)
+    return _notify(Evaluation(), rules, lambda rule: _submission_episodes(rule, sub))
 
 
 def evaluate_source(project_id: int) -> Evaluation:
-    result = Evaluation()
     project = Project.objects.filter(pk=project_id).first()
     if project is None:
-        return result
-    now = timezone.now()
-    for rule in AlertRule.objects.filter(project=project, trigger__in=SOURCE_TRIGGERS).select_related(
-        "project", "recipient"
-    ):
-        for ep in _source_episodes(rule, project):
-            if (notification := _record(rule, ep, baseline=False, now=now)) is not None:
-                result.to_deliver.append(notification.pk)
-    return result
+        return Evaluation()
+    return _notify(
+        Evaluation(), _rules(project, SOURCE_TRIGGERS), lambda rule: _source_episodes(rule, project)
+    )
 
 
 def _baseline(rule: AlertRule) -> None:
