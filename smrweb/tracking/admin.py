@@ -269,3 +269,42 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ViewOnlyAdmin(admin.ModelAdmin):
+    """Alerts are changed on the project's Alerts tab, the API or `create_alert_rule`, which audit what
+    they do; the admin only shows them."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(m.AlertRule)
+class AlertRuleAdmin(ViewOnlyAdmin):
+    list_display = ["project", "trigger", "channel", "target", "recipient", "muted", "created"]
+    list_filter = ["trigger", "channel", "muted"]
+    exclude = ["secret"]  # signs the rule's webhooks: shown to the project's admins on the Alerts tab only
+
+
+@admin.register(m.Notification)
+class NotificationAdmin(ViewOnlyAdmin):
+    list_display = ["title", "rule", "status", "attempts", "created", "sent_at", "read_at"]
+    list_filter = ["status"]
+    search_fields = ["title", "subject", "episode"]
+
+
+@admin.register(m.RunSnooze)
+class RunSnoozeAdmin(ViewOnlyAdmin):
+    list_display = ["run", "until", "by", "created"]
+
+
+@admin.register(m.LoopFinding)
+class LoopFindingAdmin(ViewOnlyAdmin):
+    list_display = ["run", "actor", "pattern", "call", "first_turn", "last_turn", "repeats", "wasted_usd"]
+    list_filter = ["pattern"]

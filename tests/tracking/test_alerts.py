@@ -190,7 +190,11 @@ def test_new_project_best_notifies_for_each_improvement_after_the_rule(project, 
     evaluate(run)
     evaluate(Run.objects.get(external_id="r1"))
     [n] = sent(r)
-    assert "0.7" in n.title and "up from 0.5" in n.body and n.subject == f"project:{project.pk}"
+    assert (
+        "0.7" in n.title
+        and "the previous best was 0.5 (+0.2)" in n.body
+        and n.subject == f"project:{project.pk}"
+    )
 
 
 def test_no_progress_after_n_turns_without_a_better_score(project, alice):

@@ -585,7 +585,8 @@ def _new_best_episodes(run, episode, label) -> Iterator[Episode]:
         return
     previous = counted.exclude(pk=best.pk).filter(ts__lte=best.ts).order_by(*order).first()
     change = (
-        f"up from {numbers.number(previous.score)} ({numbers.signed_text(best.score - previous.score)})"
+        f"the previous best was {numbers.number(previous.score)} "
+        f"({numbers.signed_text(best.score - previous.score)})"
         if previous
         else "the project's first score"
     )
