@@ -26,6 +26,7 @@ from smrweb.tracking import events as ev
 from smrweb.tracking.backup import BackupError
 from smrweb.tracking.models import (
     AgentTurn,
+    AlertRule,
     ApiToken,
     ArenaResult,
     Artifact,
@@ -34,13 +35,16 @@ from smrweb.tracking.models import (
     Checkpoint,
     Experiment,
     KnowledgeEntry,
+    LoopFinding,
     Membership,
     MetricPoint,
+    Notification,
     Project,
     Review,
     Role,
     Rollback,
     Run,
+    RunSnooze,
     RuntimeMessage,
     Scenario,
     SourceHealth,
@@ -49,6 +53,7 @@ from smrweb.tracking.models import (
     SubmissionTransition,
     VerificationOutcome,
 )
+from smrweb.tracking.services import alerts as alert_service
 from smrweb.tracking.services import knowledge, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory, admin_project
@@ -303,6 +308,29 @@ def rich(alice, bob, victor):
     r1 = Run.objects.get(project=project, external_id="r1")
     services.request_stop(r1, by=alice)
     services.record_stop_result(r1, ok=False, detail="refused")
+    # Alerts: an inbox rule and a webhook rule (its secret too), their notifications, a snooze and a loop.
+    services.create_alert_rule(project, by=alice, trigger="run.loop", channel="inbox", recipient="bob")
+    services.create_alert_rule(
+        project, by=alice, trigger="run.failed", channel="webhook", target="https://hooks.example/a"
+    )
+    grep = {"name": "grep", "arguments": {"q": "needle"}}
+    ingest(
+        project,
+        "r2",
+        *[
+            {
+                "type": "agent.turn",
+                "id": f"g{n}",
+                "turn": n,
+                "actor": "looper",
+                "tool_calls": [grep],
+                "ts": at(n),
+            }
+            for n in range(4)
+        ],
+    )
+    alert_service.evaluate_run(Run.objects.get(project=project, external_id="r2").pk)
+    services.snooze_run(r1, by=bob, hours=3)
     project.refresh_from_db()
     return project
 
@@ -331,6 +359,10 @@ SCOPES = {
     Rollback: lambda p: Rollback.objects.filter(run__project=p),
     KnowledgeEntry: lambda p: KnowledgeEntry.objects.filter(project=p),
     AuditEvent: lambda p: AuditEvent.objects.filter(project=p),
+    RunSnooze: lambda p: RunSnooze.objects.filter(run__project=p),
+    LoopFinding: lambda p: LoopFinding.objects.filter(run__project=p),
+    AlertRule: lambda p: AlertRule.objects.filter(project=p),
+    Notification: lambda p: Notification.objects.filter(rule__project=p),
 }
 # Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease.
 NOT_COMPARED = {

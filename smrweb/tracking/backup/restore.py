@@ -287,8 +287,8 @@ class _Importer:
         left = sum(1 for _ in self.archive.rows(table.file))
         if left:
             self.warnings.append(
-                f"{left} {table.name.replace('_', ' ')} row(s) were not restored: they grant access, "
-                "and only an import with --trust restores them."
+                f"{left} {table.name.replace('_', ' ')} row(s) were not restored: they grant access or "
+                "send to addresses, and only an import with --trust restores them."
             )
 
     def _resolve_audited_object(self, event: AuditEvent, row: dict[str, Any], where: str) -> None:

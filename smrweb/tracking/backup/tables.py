@@ -15,6 +15,7 @@ from django.utils import timezone
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
+    AlertRule,
     ApiToken,
     ArenaResult,
     Artifact,
@@ -23,12 +24,15 @@ from smrweb.tracking.models import (
     Checkpoint,
     Experiment,
     KnowledgeEntry,
+    LoopFinding,
     Membership,
     MetricPoint,
+    Notification,
     Project,
     Review,
     Rollback,
     Run,
+    RunSnooze,
     RuntimeMessage,
     Scenario,
     SourceHealth,
@@ -141,6 +145,16 @@ TABLES: tuple[Table, ...] = (
     Table("arena_result", ArenaResult, _of_submissions(ArenaResult), ref=True),
     Table("rollback", Rollback, _of_runs(Rollback), ref=True),
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
+    Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),
+    Table("loop_finding", LoopFinding, _of_runs(LoopFinding)),
+    # Alert rules send to addresses (and sign with a secret), and their notifications are what was sent
+    # to whom: both only with --trust, like memberships and tokens.
+    Table("alert_rule", AlertRule, _of_project(AlertRule), ref=True),
+    Table(
+        "notification",
+        Notification,
+        lambda p: Notification.objects.filter(rule__project=p).order_by("pk"),
+    ),
     # Project-scoped events only (scenario edits have no project). `object_ref` replaces object_id
     # when the event names a row of the archive.
     Table("audit_event", AuditEvent, _of_project(AuditEvent), extra=("object_ref",)),
@@ -157,7 +171,7 @@ MAX_EXPANSION = (
 
 # bytes that do not shrink; text compresses well under this)
 # What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
-TRUSTED_ONLY = ("membership", "api_token")
+TRUSTED_ONLY = ("membership", "api_token", "alert_rule", "notification")
 
 
 # AuditEvent.object_type is the lower-cased model name of the object (services.record_audit).
