@@ -22,11 +22,16 @@ def dispatch(task, *args) -> bool:
     return True
 
 
-def queue_quietly(task, *args) -> bool:
+def queue_quietly(task, *args, wait_for_broker: bool = True) -> bool:
     """Queue now (called after a commit); a broker that cannot be reached is logged, not raised: the
-    caller's work is done, and what this task would do is found again later. False when not queued."""
+    caller's work is done, and what this task would do is found again later. False when not queued.
+    `wait_for_broker=False` tries the connection once (4 ms when the broker is down, against ~0.65 s for
+    Celery's default retries): for the ingest path, which must never wait for a broker."""
     try:
-        task.delay(*args)
+        if wait_for_broker:
+            task.delay(*args)
+        else:
+            task.apply_async(args, retry_policy={"max_retries": 0})
     except OperationalError as exc:
         log.warning("could not queue %s%r: %s", task.name, args, exc)
         return False

@@ -113,7 +113,7 @@ def queue_alert_evaluation(sender, kind: str, object_id: int, **kwargs) -> None:
         first = cache.add(key, 1, timeout=60)
     except Exception:  # noqa: BLE001 (a cache that is down must not cost an alert)
         first = True
-    if first and not queue_quietly(evaluate_alerts, kind, object_id):
+    if first and not queue_quietly(evaluate_alerts, kind, object_id, wait_for_broker=False):
         try:
             cache.delete(key)  # not queued: the next change (or the sweep) queues it
         except Exception:  # noqa: BLE001

@@ -273,13 +273,15 @@ def test_an_evaluation_that_could_not_be_queued_is_found_by_the_sweep(project, a
         project, by=alice, trigger=Trigger.RUN_FAILED, channel=Channel.INBOX, recipient="alice"
     )
     queued = []
-    monkeypatch.setattr(tasks, "queue_quietly", lambda task, *args: False)  # what a down broker answers
+    monkeypatch.setattr(tasks, "queue_quietly", lambda task, *args, **kw: False)  # what a down broker answers
     before = timezone.now()
     run = failed_run(project)
     tasks.queue_alert_evaluation(None, "run", run.pk)
     assert cache.get(tasks._alerts_key("run", run.pk)) is None
     assert alerts.changed_since(before)["run"] == [run.pk]
-    monkeypatch.setattr(tasks, "queue_quietly", lambda task, *args: queued.append((task.name, args)) or True)
+    monkeypatch.setattr(
+        tasks, "queue_quietly", lambda task, *args, **kw: queued.append((task.name, args)) or True
+    )
     cache.set("alerts:swept-at", before)
     assert tasks.sweep_alerts() == 1
     assert queued == [("smrweb.sources.tasks.evaluate_alerts", ("run", run.pk))]
