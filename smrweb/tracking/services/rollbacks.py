@@ -266,48 +266,39 @@ def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, s
             "commit": cp.commit,
             "ts": cp.ts.isoformat(),
         }
-    body = json.dumps(
-        {
-            "type": "smrweb.rollback",
-            "rollback_id": rollback.pk,
-            "project": run.project.slug,
-            "run": run.external_id,
-            "target": target,
-            "reason": rollback.reason,
-            "requested_by": rollback.requested_by.get_username(),
-            "requested_at": rollback.created.isoformat(),
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
-    return body, outbound.signed_headers(
-        webhook_secret(run.project),
-        body,
-        timestamp=int(now.timestamp()),
-        idempotency_key=f"smrweb-rollback-{rollback.pk}",
-        agent="smrweb-rollback/1",
+    payload = {
+        "type": "smrweb.rollback",
+        "rollback_id": rollback.pk,
+        "project": run.project.slug,
+        "run": run.external_id,
+        "target": target,
+        "reason": rollback.reason,
+        "requested_by": rollback.requested_by.get_username(),
+        "requested_at": rollback.created.isoformat(),
+    }
+    return _signed_post(
+        run.project, payload, key=f"smrweb-rollback-{rollback.pk}", agent="smrweb-rollback/1", now=now
     )
+
+
+def _signed_post(project, payload: dict, *, key: str, agent: str, now) -> tuple[bytes, dict[str, str]]:
+    """A push project's webhook POST: canonical JSON, signed with the project's secret."""
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    headers = outbound.signed_headers(
+        webhook_secret(project), body, timestamp=int(now.timestamp()), idempotency_key=key, agent=agent
+    )
+    return body, headers
 
 
 def stop_webhook_request(run, *, reason: str, now=None) -> tuple[bytes, dict[str, str]]:
     """The body and headers of the signed `stop` POST to a push project's webhook (the budget guard's
     way to stop a harness); same secret and signature as a rollback."""
     now = now or timezone.now()
-    body = json.dumps(
-        {
-            "type": "smrweb.stop",
-            "project": run.project.slug,
-            "run": run.external_id,
-            "reason": reason,
-            "requested_at": now.isoformat(),
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
-    return body, outbound.signed_headers(
-        webhook_secret(run.project),
-        body,
-        timestamp=int(now.timestamp()),
-        idempotency_key=f"smrweb-stop-{run.pk}",
-        agent="smrweb-stop/1",
-    )
+    payload = {
+        "type": "smrweb.stop",
+        "project": run.project.slug,
+        "run": run.external_id,
+        "reason": reason,
+        "requested_at": now.isoformat(),
+    }
+    return _signed_post(run.project, payload, key=f"smrweb-stop-{run.pk}", agent="smrweb-stop/1", now=now)
