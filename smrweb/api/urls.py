@@ -36,6 +36,7 @@ urlpatterns = [
     ),
     path("projects/<slug:slug>/submissions", submissions.SubmissionList.as_view(), name="submission-list"),
     path(f"{sub}", submissions.SubmissionLifecycle.as_view(), name="submission-lifecycle"),
+    path(f"{sub}/diff", submissions.SubmissionDiff.as_view(), name="submission-diff"),
     path(f"{sub}/verify", submissions.SubmissionVerify.as_view(), name="submission-verify"),
     path(f"{sub}/approve", submissions.SubmissionApprove.as_view(), name="submission-approve"),
     path(f"{sub}/reject", submissions.SubmissionReject.as_view(), name="submission-reject"),

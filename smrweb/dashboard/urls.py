@@ -8,6 +8,7 @@ from smrweb.dashboard.views import (
     links,
     preferences,
     projects,
+    review,
     runs,
     scenarios,
     settings,
@@ -52,6 +53,22 @@ urlpatterns = [
         submissions.submission_detail,
         name="submission-detail",
     ),
+    # Before the action route below: its <str:action> would match these names too.
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/diff",
+        review.submission_diff,
+        name="submission-diff",
+    ),
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/review-panel",
+        review.review_panel,
+        name="review-panel",
+    ),
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/queue-review/<str:verdict>",
+        review.queue_review,
+        name="queue-review",
+    ),
     path(
         "projects/<slug:slug>/submissions/<int:submission_id>/<str:action>",
         submissions.submission_action,
@@ -70,5 +87,10 @@ urlpatterns = [
         "projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download",
         runs.download_artifact,
         name="artifact-download",
+    ),
+    path(
+        "projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/preview",
+        review.artifact_preview,
+        name="artifact-preview",
     ),
 ]

@@ -334,6 +334,99 @@
     if (nav) nav.classList.toggle("open", open);
   });
 
+  // --- forms answered by htmx with their errors ------------------------------------------------------
+  // htmx does not swap a 400 by default; a fragment that re-renders itself with field errors (the review
+  // panel) says so with data-form-errors, and its 400 is swapped in like a 200.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (event.detail.xhr.status !== 400 || !target || !target.closest || !target.closest("[data-form-errors]")) return;
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  });
+
+  // --- the review queue as a workbench -----------------------------------------------------------------
+  // j/k select the next/previous row and open its panel (preview, diff, validator output, review form);
+  // o opens or closes it; c goes to the comment; a/r press the open panel's Approve/Reject. A reject
+  // needs a reason: with an empty comment, r goes to the comment box and Ctrl+Enter then rejects.
+  // Keys typed in a field are the field's own (Esc leaves it).
+  function queueRows() { return Array.prototype.slice.call(document.querySelectorAll("tr[data-queue-row]")); }
+  function selectedRow() { return document.querySelector("tr[data-queue-row].selected"); }
+  function panelOf(row) { return document.getElementById("panel-row-" + row.getAttribute("data-submission")); }
+  function setPanel(row, open) {
+    var panel = panelOf(row);
+    if (!panel) return;
+    panel.hidden = !open;
+    row.setAttribute("aria-expanded", open ? "true" : "false");
+    var toggle = row.querySelector("[data-toggle-panel]");
+    if (toggle) toggle.textContent = open ? "\u25BE" : "\u25B8";
+    var loader = panel.querySelector("[hx-trigger*='smrweb:open']");
+    if (open && loader) window.htmx.trigger(loader, "smrweb:open");
+  }
+  function selectRow(row) {
+    var previous = selectedRow();
+    if (previous && previous !== row) { previous.classList.remove("selected"); setPanel(previous, false); }
+    row.classList.add("selected");
+    setPanel(row, true);
+    row.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "nearest" });
+  }
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest && event.target.closest("[data-toggle-panel]");
+    if (!toggle) return;
+    var row = toggle.closest("tr[data-queue-row]");
+    if (row.classList.contains("selected") && row.getAttribute("aria-expanded") === "true") setPanel(row, false);
+    else selectRow(row);
+  });
+  function pressAct(panel, act) {
+    var button = panel.querySelector("[data-act=" + act + "]");
+    if (!button) {
+      var note = panel.querySelector("[data-no-review]");
+      if (note) note.classList.add("flash-note");
+      return;
+    }
+    var box = panel.querySelector("textarea[name=comment]");
+    if (act === "reject" && box && !box.value.trim()) {
+      box.closest("form").setAttribute("data-pending", "reject");
+      box.placeholder = "Say why it is rejected, then Ctrl+Enter";
+      box.focus();
+      return;
+    }
+    button.click();
+  }
+  document.addEventListener("keydown", function (event) {
+    if (!document.querySelector("table[data-workbench]")) return;
+    var target = event.target;
+    var typing = target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT" ||
+                            target.isContentEditable);
+    if (typing) {
+      var form = target.closest && target.closest("form[data-review-form]");
+      if (event.key === "Escape") { target.blur(); var here = selectedRow(); if (here) here.focus(); }
+      else if (form && event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        var act = form.getAttribute("data-pending") || "approve";
+        var button = form.querySelector("[data-act=" + act + "]");
+        if (button) { event.preventDefault(); button.click(); }
+      }
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    var rows = queueRows();
+    if (!rows.length) return;
+    var row = selectedRow();
+    var index = row ? rows.indexOf(row) : -1;
+    if (event.key === "j") selectRow(rows[Math.min(index + 1, rows.length - 1)]);
+    else if (event.key === "k") selectRow(rows[Math.max(index - 1, 0)]);
+    else if (event.key === "o" || (event.key === "Enter" && target === row)) {
+      if (!row) selectRow(rows[0]);
+      else setPanel(row, row.getAttribute("aria-expanded") !== "true");
+    } else if ((event.key === "a" || event.key === "r" || event.key === "c") && row) {
+      var panel = panelOf(row);
+      if (panel.hidden) setPanel(row, true);  // show what is being judged before judging it
+      else if (event.key === "c") { var box = panel.querySelector("textarea[name=comment]"); if (box) box.focus(); }
+      else pressAct(panel, event.key === "a" ? "approve" : "reject");
+    } else return;
+    event.preventDefault();
+  });
+
   function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); }
   if (DARK && DARK.addEventListener) {
     DARK.addEventListener("change", function () {

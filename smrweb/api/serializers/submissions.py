@@ -3,7 +3,7 @@ and answers."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import inline_serializer
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from smrweb.tracking.models import Submission, SubmissionTransition
@@ -137,3 +137,50 @@ ARENA_OUT = inline_serializer(
         "note": serializers.CharField(),
     },
 )
+
+
+class DiffAgainstSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    chosen_as = serializers.CharField(
+        help_text='How it was chosen, e.g. "the previous approved submission at …".'
+    )
+    status = serializers.CharField()
+    score = serializers.FloatField()
+    run = serializers.CharField(help_text="The run's external id.")
+    path = serializers.CharField()
+    sha256 = serializers.CharField()
+
+
+class DiffSerializer(serializers.Serializer):
+    submission = serializers.IntegerField(source="submission.pk")
+    against = serializers.SerializerMethodField()
+    mode = serializers.ChoiceField(
+        ["text", "onnx", "binary"],
+        help_text="text: a line diff of the files; onnx: of the models' summaries (and `structural`); "
+        "binary: only whether the bytes differ.",
+    )
+    unified = serializers.CharField(
+        source="text.unified", help_text="A unified diff (`---`, `+++`, `@@` hunks, 3 lines of context)."
+    )
+    added = serializers.IntegerField(source="text.added")
+    removed = serializers.IntegerField(source="text.removed")
+    identical = serializers.BooleanField()
+    structural = serializers.ListField(
+        child=serializers.DictField(),
+        help_text='ONNX only: {"field", "old", "new", "change"} for each input, output, opset, '
+        "parameter-count and operator-count difference.",
+    )
+    note = serializers.CharField()
+
+    @extend_schema_field(DiffAgainstSerializer)
+    def get_against(self, diff) -> dict:
+        other = diff.against
+        return {
+            "id": other.pk,
+            "chosen_as": diff.reason,
+            "status": other.status,
+            "score": other.score,
+            "run": other.run.external_id,
+            "path": other.artifact.path,
+            "sha256": other.artifact.blob.sha256,
+        }

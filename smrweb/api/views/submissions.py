@@ -4,7 +4,7 @@ tokens are for harnesses and are refused these actions by the domain rules, with
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +16,7 @@ from smrweb.api.serializers.submissions import (
     ARENA_OUT,
     REVIEW_OUT,
     ArenaResultIn,
+    DiffSerializer,
     LifecycleSerializer,
     ReviewIn,
     SubmissionSerializer,
@@ -26,6 +27,7 @@ from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.filters import SubmissionFilter
 from smrweb.tracking.models import Submission, Verdict
+from smrweb.tracking.queries import review
 from smrweb.tracking.services import submissions
 
 
@@ -65,6 +67,31 @@ class SubmissionLifecycle(APIView):
     )
     def get(self, request, slug: str, submission_id: int):
         return Response(_fresh(submission_for(request, slug, submission_id)))
+
+
+class SubmissionDiff(APIView):
+    @extend_schema(
+        operation_id="submission_diff",
+        summary="What changed: this submission's artifact against another one",
+        description="`against=approved` (default): the previous approved submission at the same path; "
+        "`best`: the project's best other submission; or a submission id of this project. ONNX models "
+        "are compared by their summaries (inputs, outputs, opsets, parameters, operators).",
+        parameters=[
+            OpenApiParameter("against", str, description="approved | best | <submission id>", required=False)
+        ],
+        responses={
+            200: DiffSerializer,
+            **ERRORS,
+            409: OpenApiResponse(
+                ERROR,
+                description="`not_comparable`: a side has no stored artifact or is over the diff limit.",
+            ),
+        },
+    )
+    def get(self, request, slug: str, submission_id: int):
+        sub = submission_for(request, slug, submission_id)
+        diff = review.artifact_diff(sub, request.query_params.get("against"))
+        return Response(DiffSerializer(diff).data)
 
 
 class SubmissionVerify(APIView):

@@ -1,0 +1,218 @@
+"""What a reviewer reads before approving: an artifact's preview, and a submission's artifact compared
+with another one — the previous approved submission at the same path, the project's best, or any
+submission the reviewer picks. Shared by the API (`…/submissions/{id}/diff`) and the dashboard.
+
+Bytes come from the artifact store, read up to a cap; ONNX summaries are cached by digest (a blob's
+bytes never change, so neither does its summary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.core.cache import cache
+from django.db.models import Q
+
+from smrweb.core import onnx_summary, preview, textdiff
+from smrweb.tracking.errors import InvalidInput, TrackingError
+from smrweb.tracking.models import Artifact, Submission, SubmissionStatus
+from smrweb.tracking.services.artifacts import open_blob
+
+DIFF_BYTES = preview.FULL_BYTES  # per side; past it a text diff is refused (download both instead)
+ONNX_BYTES = 64 * 1024 * 1024
+APPROVED_ONCE = (SubmissionStatus.APPROVED, SubmissionStatus.UPLOADED, SubmissionStatus.RANKED)
+AGAINST_CHOICES = ("approved", "best")
+PICKER_LIMIT = 100
+
+
+class NoComparison(TrackingError):
+    """There is nothing to compare with (no approved submission yet, an unknown id)."""
+
+    status = 404
+    code = "no_comparison"
+
+
+class NotComparable(TrackingError):
+    """A side has no stored bytes (an artifact reference that was never uploaded), or is too large."""
+
+    status = 409
+    code = "not_comparable"
+
+
+def read_head(artifact: Artifact, limit: int) -> bytes:
+    """The artifact's first `limit + 1` bytes at most: one more than shown says whether there is more."""
+    with open_blob(artifact.blob) as handle:
+        return handle.read(limit + 1)
+
+
+def onnx_summary_of(artifact: Artifact) -> tuple[dict | None, str]:
+    """(summary, "") or (None, why it could not be read), cached by the blob's digest."""
+    key = f"onnx-summary:v1:{artifact.blob.sha256}"
+    cached = cache.get(key)
+    if cached is None:
+        if artifact.blob.size > ONNX_BYTES:
+            cached = {"error": f"{artifact.blob.size:,} bytes: over the {ONNX_BYTES:,}-byte summary limit"}
+        else:
+            with open_blob(artifact.blob) as handle:
+                data = handle.read()
+            try:
+                cached = {"summary": onnx_summary.summarize(data)}
+            except onnx_summary.OnnxSummaryError as exc:
+                cached = {"error": str(exc)}
+        cache.set(key, cached, timeout=7 * 24 * 3600)
+    return cached.get("summary"), cached.get("error", "")
+
+
+def artifact_preview(artifact: Artifact, *, more: bool = False) -> preview.Preview:
+    limit = preview.FULL_BYTES if more else preview.PREVIEW_BYTES
+    summary, error = (None, "")
+    if preview.is_onnx(artifact.path, artifact.kind):
+        summary, error = onnx_summary_of(artifact)
+        head = read_head(artifact, preview.HEX_BYTES)
+    else:
+        head = read_head(artifact, limit)
+    return preview.render(
+        head,
+        name=artifact.path,
+        size=artifact.blob.size,
+        content_type=artifact.content_type,
+        kind=artifact.kind,
+        limit=limit,
+        onnx_summary=summary,
+        onnx_error=error,
+    )
+
+
+def _stored(sub: Submission, role: str) -> Artifact:
+    if sub.artifact is None:
+        ref = f" (it names {sub.artifact_ref!r}, never uploaded)" if sub.artifact_ref else ""
+        raise NotComparable(f"The {role} submission #{sub.pk} has no stored artifact{ref}.")
+    return sub.artifact
+
+
+def _rows(project_id: int):
+    return Submission.objects.filter(project_id=project_id).select_related("run", "artifact__blob")
+
+
+def comparison_target(sub: Submission, against: str | None) -> tuple[Submission, str]:
+    """The submission to compare `sub` with, and how it was chosen (said on the page and in the API):
+    "approved" (the latest approved — or since uploaded or ranked — submission at the same path before
+    this one, else after it), "best" (the project's best other than this one: verified first, as the
+    leaderboard counts it) or a submission id of the same project."""
+    choice = (against or "approved").strip().lower()
+    if choice == "approved":
+        path = _stored(sub, "reviewed").path
+        approved = (
+            _rows(sub.project_id).filter(status__in=APPROVED_ONCE, artifact__path=path).exclude(pk=sub.pk)
+        )
+        before = Q(ts__lt=sub.ts) | Q(ts=sub.ts, pk__lt=sub.pk)
+        other = approved.filter(before).order_by("-ts", "-id").first()
+        if other is not None:
+            return other, f"the previous approved submission at {path}"
+        other = approved.order_by("-ts", "-id").first()
+        if other is None:
+            raise NoComparison(f"No approved submission at {path} to compare with yet.")
+        return other, f"the latest approved submission at {path} (approved after this one)"
+    if choice == "best":
+        order = "-score" if sub.project.scenario.maximize else "score"
+        rows = _rows(sub.project_id).exclude(pk=sub.pk)
+        other = (
+            rows.counted().order_by(order, "ts", "id").first()
+            or rows.counted(unverified=True).order_by(order, "ts", "id").first()
+        )
+        if other is None:
+            raise NoComparison("No other submission in this project counts towards its best yet.")
+        return other, "the project's best submission" + ("" if other.is_verified else " (not verified yet)")
+    if not choice.isdigit():
+        raise InvalidInput("against", "Use approved, best or the id of a submission in this project.")
+    other = _rows(sub.project_id).filter(pk=int(choice)).first()
+    if other is None:
+        raise NoComparison(f"No submission #{choice} in this project.")
+    if other.pk == sub.pk:
+        raise InvalidInput("against", "A submission compared with itself has no changes; pick another.")
+    return other, f"submission #{other.pk}"
+
+
+def picker_choices(sub: Submission) -> list[Submission]:
+    """Other submissions at the same path, newest first, for the page's "compare with" picker."""
+    if sub.artifact is None:
+        return []
+    rows = _rows(sub.project_id).filter(artifact__path=sub.artifact.path).exclude(pk=sub.pk)
+    return list(rows.order_by("-ts", "-id")[:PICKER_LIMIT])
+
+
+@dataclass
+class ArtifactDiff:
+    submission: Submission
+    against: Submission
+    reason: str
+    mode: str  # "text" | "onnx" | "binary"
+    text: textdiff.TextDiff
+    structural: list[dict] = field(default_factory=list)  # ONNX: what changed, field by field
+    note: str = ""
+
+    @property
+    def identical(self) -> bool:
+        return self.submission.artifact.blob.sha256 == self.against.artifact.blob.sha256 or (
+            self.mode != "binary" and self.text.identical
+        )
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """An ONNX summary as stable lines of text, so two summaries diff like two files."""
+    lines = [
+        f"producer: {summary.get('producer') or '—'}",
+        f"ir_version: {summary.get('ir_version')}",
+    ]
+    lines += [f"opset {domain or 'ai.onnx'}: {v}" for domain, v in sorted(summary.get("opsets", {}).items())]
+    for kind in ("inputs", "outputs"):
+        for io in summary.get(kind, []):
+            lines.append(f"{kind[:-1]} {io.get('name')}: {io.get('type')} {io.get('shape')}")
+    lines.append(f"parameters: {summary.get('parameters', 0):,}")
+    lines.append(f"nodes: {summary.get('nodes', 0):,}")
+    lines += [f"op {op}: {n}" for op, n in sorted(summary.get("operators", {}).items())]
+    return lines
+
+
+def _decoded(artifact: Artifact, role: str) -> str | None:
+    if artifact.blob.size > DIFF_BYTES:
+        raise NotComparable(
+            f"The {role} artifact is {artifact.blob.size:,} bytes, over the {DIFF_BYTES:,}-byte diff "
+            "limit: download both to compare them."
+        )
+    return preview.decode_text(read_head(artifact, DIFF_BYTES), truncated=False)
+
+
+def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = False) -> ArtifactDiff:
+    """`sub`'s artifact against the one `against` chooses; with `highlight`, each row's lines carry
+    Pygments markup (for pages; the API reads the unified text and the counts)."""
+    other, reason = comparison_target(sub, against)
+    new, old = _stored(sub, "reviewed"), _stored(other, "compared")
+    names = {"old_name": f"#{other.pk}/{old.path}", "new_name": f"#{sub.pk}/{new.path}"}
+    if preview.is_onnx(new.path, new.kind) and preview.is_onnx(old.path, old.kind):
+        (a, a_error), (b, b_error) = onnx_summary_of(old), onnx_summary_of(new)
+        if a is None or b is None:
+            raise NotComparable(f"An ONNX model could not be read: {a_error or b_error}")
+        lines_a, lines_b = summary_lines(a), summary_lines(b)
+        text = textdiff.diff("\n".join(lines_a), "\n".join(lines_b), **names)
+        return ArtifactDiff(sub, other, reason, "onnx", text, onnx_summary.diff_summaries(a, b))
+    if old.blob.sha256 == new.blob.sha256:
+        return ArtifactDiff(
+            sub, other, reason, "text", textdiff.diff("", "", **names), note="Identical bytes."
+        )
+    a_text, b_text = _decoded(old, "compared"), _decoded(new, "reviewed")
+    if a_text is None or b_text is None:
+        text = textdiff.TextDiff(f"Binary files {names['old_name']} and {names['new_name']} differ\n", 0, 0)
+        note = f"Binary content: {old.blob.size:,} bytes → {new.blob.size:,} bytes, digests differ."
+        return ArtifactDiff(sub, other, reason, "binary", text, note=note)
+    html = {}
+    if highlight:
+        html = {
+            "old_html": preview.highlight_lines(a_text, preview.lexer_for(old.path, old.content_type)),
+            "new_html": preview.highlight_lines(b_text, preview.lexer_for(new.path, new.content_type)),
+        }
+    try:
+        text = textdiff.diff(a_text, b_text, **names, **html)
+    except textdiff.TooLarge as exc:
+        raise NotComparable(f"Too large to diff here ({exc}): download both to compare them.") from exc
+    return ArtifactDiff(sub, other, reason, "text", text)
