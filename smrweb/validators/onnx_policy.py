@@ -318,19 +318,15 @@ def main(argv: list[str]) -> int:
     if args.time_limit <= 0 or args.total_time_limit <= 0 or args.max_bytes <= 0:
         parser.error("limits must be positive")
     path = args.model
-    missing = []
-    for module, pip in (("onnx", "onnx"), ("numpy", "numpy"), ("onnxruntime", "onnxruntime")):
+    for module in ("numpy", "onnx", "onnxruntime"):  # onnx needs numpy: name numpy when it is missing
         try:
             __import__(module)
         except ImportError:
-            missing.append((module, pip))
-    if missing:
-        module, pip = missing[0]
-        print(
-            f"CANNOT RUN  python package `{module}` is not installed for this interpreter "
-            f"({sys.executable}); install it with `pip install {pip}`."
-        )
-        return 2
+            print(
+                f"CANNOT RUN  python package `{module}` is not installed for this interpreter "
+                f"({sys.executable}); install it with `pip install {module}`."
+            )
+            return 2
     import numpy as np
     import onnx
     import onnxruntime as ort
