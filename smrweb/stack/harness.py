@@ -80,39 +80,67 @@ def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
     )
 
 
-def onnx_policy(rng: random.Random) -> bytes:
-    """A real ONNX policy for the Dogfight preset: float32[1,224] → a linear layer → float32[1,3] (675
-    parameters); about one in eight attempts is too wide (a hidden layer of 2,000 units, over 250,000
-    parameters), so verification has something to refuse."""
-    from onnx import TensorProto, helper
+# What a demo policy gets wrong, and how often: most are fine; the rest break one rule each, so the
+# dogfight project shows verified submissions and invalid ones with different reasons.
+POLICY_FLAWS = {
+    "": 0.8,
+    "wide": 0.05,  # a hidden layer of 1,200 units: 273,603 parameters, over 250,000
+    "wrong-shape": 0.05,  # declares four actions: float32[1,4]
+    "nan": 0.05,  # a square root of the logits: NaN whenever one is negative
+    "reshaped": 0.05,  # declares float32[1,3] but returns [3,1] (only running it shows it)
+}
 
-    hidden = 2000 if rng.random() < 0.125 else 0
-    nodes, weights = [], []
-    width = 224
-    if hidden:
-        weights.append(
-            helper.make_tensor(
-                "w0", TensorProto.FLOAT, [224, hidden], [rng.gauss(0, 0.05) for _ in range(224 * hidden)]
-            )
-        )
-        nodes.append(helper.make_node("MatMul", ["obs", "w0"], ["h0"]))
-        width = hidden
-    weights += [
-        helper.make_tensor("w", TensorProto.FLOAT, [width, 3], [rng.gauss(0, 0.1) for _ in range(width * 3)]),
-        helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [rng.gauss(0, 0.1) for _ in range(3)]),
+
+def onnx_policy(rng: random.Random, flaw: str | None = None) -> bytes:
+    """A real ONNX policy for the Dogfight preset: float32[1,224] → MatMul, Add, Relu (16 to 48 hidden
+    units) → MatMul, Add, Tanh → float32[1,3], under 12,000 parameters and 50 KB. `flaw` (by default
+    drawn from POLICY_FLAWS) breaks one of the validator's rules."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    if flaw is None:
+        flaw = rng.choices(list(POLICY_FLAWS), weights=list(POLICY_FLAWS.values()))[0]
+    if flaw not in POLICY_FLAWS:
+        raise ValueError(f"unknown policy flaw {flaw!r}")
+    draw = np.random.default_rng(rng.getrandbits(64))
+    hidden = 1200 if flaw == "wide" else rng.choice([16, 24, 32, 48])
+    actions = 4 if flaw == "wrong-shape" else 3
+
+    def tensor(name: str, *shape: int, scale: float):
+        return numpy_helper.from_array((draw.standard_normal(shape) * scale).astype(np.float32), name)
+
+    weights = [
+        tensor("w1", 224, hidden, scale=224**-0.5),
+        tensor("b1", hidden, scale=0.01),
+        tensor("w2", hidden, actions, scale=hidden**-0.5),
+        tensor("b2", actions, scale=0.01),
     ]
-    nodes += [
-        helper.make_node("MatMul", ["h0" if hidden else "obs", "w"], ["z"]),
-        helper.make_node("Add", ["z", "b"], ["action"]),
+    nodes = [
+        helper.make_node("MatMul", ["obs", "w1"], ["z1"]),
+        helper.make_node("Add", ["z1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["h"]),
+        helper.make_node("MatMul", ["h", "w2"], ["z2"]),
+        helper.make_node("Add", ["z2", "b2"], ["logits"]),
     ]
+    head = "logits"
+    if flaw == "nan":
+        nodes.append(helper.make_node("Sqrt", ["logits"], ["soft"]))
+        head = "soft"
+    nodes.append(helper.make_node("Tanh", [head], ["squashed" if flaw == "reshaped" else "action"]))
+    if flaw == "reshaped":
+        weights.append(numpy_helper.from_array(np.array([3, 1], dtype=np.int64), "column"))
+        nodes.append(helper.make_node("Reshape", ["squashed", "column"], ["action"]))
     graph = helper.make_graph(
         nodes,
         "demo-policy",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 224])],
-        [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, actions])],
         initializer=weights,
     )
-    return helper.make_model(graph, producer_name="smrweb-demo-harness").SerializeToString()
+    opsets = [helper.make_opsetid("", 17)]
+    return helper.make_model(
+        graph, opset_imports=opsets, producer_name="smrweb-demo-harness"
+    ).SerializeToString()
 
 
 MODELS = {"driver": "gpt-5.4-medium", "child": "gpt-5.4-mini"}

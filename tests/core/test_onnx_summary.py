@@ -1,0 +1,237 @@
+"""The ONNX summary (core/onnx_summary.py): what a model is, read from its bytes without running or
+checking it, one error type for anything that is not a model, and the structural diff of two."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from onnx import TensorProto, helper
+from onnx.external_data_helper import set_external_data
+
+from smrweb.core.onnx_summary import MAX_BYTES, OnnxSummaryError, diff_summaries, io_text, summarize
+from smrweb.sources.preflight import VALIDATORS_DIR
+from tests.onnx_models import ints, io, mlp_parameters, model, policy, weights
+
+
+def test_a_small_policy_is_summarized_with_real_values():
+    data = policy(32).SerializeToString()
+    summary = summarize(data)
+    assert summary == {
+        "size_bytes": len(data),
+        "ir_version": summary["ir_version"],
+        "producer": "smrweb-tests",
+        "opsets": {"ai.onnx": 17},
+        "inputs": [{"name": "obs", "type": "float32", "shape": [1, 224]}],
+        "outputs": [{"name": "action", "type": "float32", "shape": [1, 3]}],
+        "parameters": 7_299,
+        "nodes": 6,
+        "operators": {"Add": 2, "MatMul": 2, "Relu": 1, "Tanh": 1},
+        "problems": [],
+    }
+    assert summary["ir_version"] >= 8 and mlp_parameters(32) == 7_299
+    assert list(summary["operators"]) == ["Add", "MatMul", "Relu", "Tanh"]  # by count, then name
+    assert json.loads(json.dumps(summary)) == summary  # storable as it is
+
+
+def test_symbolic_and_unknown_dimensions_and_other_types():
+    nodes = [
+        helper.make_node("Identity", ["obs"], ["action"]),
+        helper.make_node("Cast", ["obs"], ["mask"], to=TensorProto.BOOL),
+    ]
+    unknown_dim = helper.make_tensor_value_info("scores", TensorProto.FLOAT16, [None, "n"])
+    no_shape = helper.make_tensor_value_info("extra", TensorProto.INT64, None)
+    m = model(
+        nodes + [helper.make_node("Constant", [], ["scores"], value=weights("s", 2, 2))],
+        inputs=[io("obs", ["batch", 224])],
+        outputs=[io("action", ["batch", 224]), io("mask", ["batch", 224], TensorProto.BOOL), unknown_dim],
+        domains={"com.microsoft": 1},
+    )
+    m.graph.output.append(no_shape)
+    summary = summarize(m.SerializeToString())
+    assert summary["inputs"] == [{"name": "obs", "type": "float32", "shape": ["batch", 224]}]
+    assert summary["outputs"] == [
+        {"name": "action", "type": "float32", "shape": ["batch", 224]},
+        {"name": "mask", "type": "bool", "shape": ["batch", 224]},
+        {"name": "scores", "type": "float16", "shape": [None, "n"]},
+        {"name": "extra", "type": "int64", "shape": None},
+    ]
+    assert [io_text(o) for o in summary["outputs"]] == [
+        "float32[batch, 224]",
+        "bool[batch, 224]",
+        "float16[?, n]",
+        "int64",
+    ]
+    assert summary["opsets"] == {"ai.onnx": 17, "com.microsoft": 1}
+    assert summary["parameters"] == 4  # the Constant's 2×2
+
+
+def test_weights_in_constant_nodes_and_subgraphs_count_as_parameters_like_the_validator_counts_them(tmp_path):
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["z", "bias"], ["then_t"])],
+        "then",
+        [],
+        [io("then_t", [1, 3])],
+        [weights("bias", 1, 3), weights("hidden", 100, 10)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["z"], ["else_t"])], "else", [], [io("else_t", [1, 3])]
+    )
+    m = policy(
+        32,
+        tail=[
+            helper.make_node("Constant", [], ["c"], value=weights("c", 50, 40)),
+            helper.make_node("Constant", [], ["floats"], value_floats=[1.0, 2.0, 3.0]),
+            helper.make_node(
+                "Constant", [], ["yes"], value=helper.make_tensor("y", TensorProto.BOOL, [], [True])
+            ),
+            helper.make_node("If", ["yes"], ["t"], then_branch=branch, else_branch=other),
+        ],
+    )
+    summary = summarize(m.SerializeToString())
+    assert summary["parameters"] == mlp_parameters(32) + 2_000 + 3 + 1 + 3 + 1_000
+    assert summary["nodes"] == 6 + 4 + 2  # the subgraphs' nodes too
+    assert summary["operators"] == {
+        "Constant": 3,
+        "Add": 3,
+        "MatMul": 2,
+        "Identity": 1,
+        "If": 1,
+        "Relu": 1,
+        "Tanh": 1,
+    }
+    # The validator reports the same count.
+    path = tmp_path / "policy.onnx"
+    path.write_bytes(m.SerializeToString())
+    done = subprocess.run(
+        [sys.executable, str(VALIDATORS_DIR / "onnx_policy.py"), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert f"PASS  {summary['parameters']:,} parameters (< 250,000)" in done.stdout
+
+
+def test_external_data_is_a_problem_and_never_opened(tmp_path, monkeypatch):
+    m = policy(16)
+    secret = tmp_path / "weights.bin"
+    secret.write_bytes(b"\x00" * 100_000)
+    for tensor in m.graph.initializer[:2]:
+        set_external_data(tensor, location=str(secret))
+        tensor.data_location = TensorProto.EXTERNAL
+        tensor.ClearField("raw_data")
+    monkeypatch.chdir(tmp_path)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    summary = summarize(m.SerializeToString())
+    assert opened == []
+    assert summary["problems"] == [
+        f"tensor `w1` refers to external data in `{secret}` (not read)",
+        f"tensor `b1` refers to external data in `{secret}` (not read)",
+    ]
+    assert summary["parameters"] == mlp_parameters(16)  # dims are in the model, the bytes are not needed
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"", "not an ONNX model: the file is empty"),
+        (b"\xff" * 64, "not an ONNX model: the bytes are not a valid ONNX protobuf ("),
+        (b"PK\x03\x04 a zip file, not a model", "not an ONNX model: the bytes are not a valid ONNX protobuf"),
+        (b"\x08\x07", "not an ONNX model: there is no graph in it"),  # ir_version 7, and nothing else
+        ("a string", "expected the model's bytes, got str"),
+    ],
+)
+def test_garbage_raises_only_the_summary_error(data, message):
+    with pytest.raises(OnnxSummaryError) as raised:
+        summarize(data)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_truncated_model_is_refused():
+    data = policy(32).SerializeToString()
+    for cut in (len(data) // 2, len(data) - 1, 3):
+        with pytest.raises(OnnxSummaryError, match="not an ONNX model"):
+            summarize(data[:cut])
+
+
+def test_random_bytes_never_raise_anything_else():
+    import random
+
+    rng = random.Random(5)
+    valid = policy(4).SerializeToString()
+    for _ in range(300):
+        if rng.random() < 0.5:
+            data = rng.randbytes(rng.randint(1, 400))
+        else:  # a real model with a few bytes flipped
+            data = bytearray(valid)
+            for _ in range(rng.randint(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            summary = summarize(bytes(data))
+        except OnnxSummaryError:
+            continue
+        assert isinstance(summary["parameters"], int) and isinstance(summary["problems"], list)
+
+
+def test_models_over_the_size_cap_are_refused_before_parsing():
+    assert MAX_BYTES == 64 * 1024 * 1024
+    data = policy(32).SerializeToString()
+    with pytest.raises(OnnxSummaryError) as raised:
+        summarize(data, max_bytes=1000)
+    assert (
+        str(raised.value) == f"the model is {len(data):,} bytes; only models up to 1,000 bytes are summarized"
+    )
+    with pytest.raises(OnnxSummaryError, match=r"the model is 64\.0 MiB; only models up to 64\.0 MiB"):
+        summarize(b"\x00" * (MAX_BYTES + 1))
+
+
+def test_a_summary_diffs_as_empty_against_itself():
+    summary = summarize(policy(32).SerializeToString())
+    assert diff_summaries(summary, summary) == []
+    assert diff_summaries(summary, summarize(policy(32).SerializeToString())) == []
+
+
+def test_the_diff_names_every_structural_change():
+    old = summarize(policy(32).SerializeToString())
+    wider = policy(
+        64,
+        tail=[helper.make_node("Reshape", ["z", "shape"], ["t"])],
+        extra=[ints("shape", 1, 3)],
+        inputs=[io("obs", ["batch", 224]), io("memory", [1, 8])],
+        outputs=[io("action", [1, 4])],
+        opset=18,
+        domains={"com.microsoft": 1},
+    )
+    new = summarize(wider.SerializeToString())
+    rows = diff_summaries(old, new)
+    assert rows == [
+        {"field": "inputs[obs].shape", "old": [1, 224], "new": ["batch", 224], "change": "changed"},
+        {"field": "inputs[memory]", "old": None, "new": "float32[1, 8]", "change": "added"},
+        {"field": "outputs[action].shape", "old": [1, 3], "new": [1, 4], "change": "changed"},
+        {"field": "opsets[ai.onnx]", "old": 17, "new": 18, "change": "changed"},
+        {"field": "opsets[com.microsoft]", "old": None, "new": 1, "change": "added"},
+        {"field": "parameters", "old": 7_299, "new": mlp_parameters(64) + 2, "change": "changed"},
+        {"field": "nodes", "old": 6, "new": 7, "change": "changed"},
+        {"field": "operators[Reshape]", "old": None, "new": 1, "change": "added"},
+    ]
+    back = diff_summaries(new, old)
+    assert {"field": "inputs[memory]", "old": "float32[1, 8]", "new": None, "change": "removed"} in back
+    assert {"field": "operators[Reshape]", "old": 1, "new": None, "change": "removed"} in back
+
+
+def test_the_diff_sees_types_producers_and_operator_counts():
+    old = summarize(policy(8).SerializeToString())
+    changed = policy(8, tail=[helper.make_node("Relu", ["z"], ["t"])], producer="other-tool")
+    changed.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    new = summarize(changed.SerializeToString())
+    assert diff_summaries(old, new) == [
+        {"field": "outputs[action].type", "old": "float32", "new": "float64", "change": "changed"},
+        {"field": "producer", "old": "smrweb-tests", "new": "other-tool", "change": "changed"},
+        {"field": "nodes", "old": 6, "new": 7, "change": "changed"},
+        {"field": "operators[Relu]", "old": 1, "new": 2, "change": "changed"},
+    ]
