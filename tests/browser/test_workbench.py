@@ -102,3 +102,23 @@ def test_submission_page_shows_the_diff_and_switches_layout(page, sign_in, victo
     expect(page.locator("#changes [data-view=unified]")).to_be_visible()
     page.locator("[data-diff-against]").select_option("best")
     expect(page.locator("#changes .diff-summary")).to_contain_text("the project's best")
+
+
+def test_an_onnx_submission_shows_its_summary_and_a_structural_diff(
+    page, sign_in, victor, project, screenshot_dir
+):
+    import random
+
+    from smrweb.stack.harness import onnx_policy
+
+    path, kind = "submission/policy.onnx", "onnx_model"
+    submit(
+        project, onnx_policy(random.Random(1), flaw=""), score=0.5, path=path, kind=kind, status=S.APPROVED
+    )
+    sub = submit(project, onnx_policy(random.Random(2), flaw="wrong-shape"), score=0.6, path=path, kind=kind)
+    sign_in(victor)
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    page.goto(f"/projects/hill/submissions/{sub.pk}/")
+    expect(page.locator("#preview [data-onnx-summary] [data-onnx-output]")).to_contain_text("[1, 4]")
+    expect(page.locator("#changes [data-structural]")).to_contain_text("outputs")
+    page.screenshot(path=str(screenshot_dir / "submission-onnx-1440.png"), full_page=True)
