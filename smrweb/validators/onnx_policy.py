@@ -16,7 +16,7 @@ values) plus the tensors embedded in `Constant` nodes: weights hidden there are 
 external data files is refused, and they are never opened.
 
 The runtime checks start only once the static ones pass: onnxruntime on the CPU, one thread, from the
-bytes read here (so no path to resolve external data against), on RUNS seeded draws: zeros, standard
+bytes read here (so no path to resolve external data against), on the 8 seeded DRAWS: zeros, standard
 normal, uniform in [-1, 1], and large values (normal × 1,000). A run over the per-run limit is told to
 stop (onnxruntime checks between nodes); one that does not stop soon after ends the validation.
 """

@@ -57,6 +57,8 @@ def test_the_onnx_preset_passes_here_because_smrweb_ships_onnx():
     report = preflight.preflight(preset("onnx-arena-dogfight"))
     assert report.ok, report.problems
     assert check(report, "toolchain python:onnx").ok
+    # The validator also runs the policy (onnxruntime, numpy): the preset says so, and they are here too.
+    assert check(report, "toolchain python:onnxruntime").ok and check(report, "toolchain python:numpy").ok
 
 
 def test_a_missing_python_package_is_reported_exactly():

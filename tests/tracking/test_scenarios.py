@@ -29,7 +29,8 @@ def test_the_shipped_presets_declare_the_arena_and_the_hill_climb(db):
     )
     assert dogfight.validator_command == ["python3", "{validators}/onnx_policy.py", "{artifact}"]
     assert dogfight.scoring_command == []  # the arena scores remotely
-    assert "python:onnx" in dogfight.required_toolchains
+    needs = {"python3", "python:onnx", "python:onnxruntime", "python:numpy"}
+    assert needs <= set(dogfight.required_toolchains)
     assert (dogfight.arena_name, dogfight.arena_url) == (
         "Optimization Arena — Dogfight",
         "https://optimizationarena.com/dogfight",
