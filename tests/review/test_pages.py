@@ -74,8 +74,11 @@ def test_diff_fragment_side_by_side_unified_and_the_picker(client, victor, proje
     unified = unified.content.decode()
     assert 'data-view="unified"' in unified and f'value="{other.pk}" selected' in unified
     assert unified.count('<tr class="del">') == 2 and unified.count('<tr class="add">') == 4
-    first = client.get(f"/projects/hill/submissions/{approved.pk}/diff").content.decode()
+    first = client.get(f"/projects/hill/submissions/{approved.pk}/diff?against=approved").content.decode()
     assert "data-diff-refusal" in first and "No approved submission" in first
+    # Opened without a choice, a diff with nothing approved before falls back to the project's best.
+    first = client.get(f"/projects/hill/submissions/{approved.pk}/diff").content.decode()
+    assert "data-diff-fallback" in first and 'value="best" selected' in first and "data-added" in first
 
 
 def test_queue_rows_expand_into_a_panel_with_a_keyboard_hint(client, bob, project):

@@ -55,6 +55,17 @@ def diff_context(sub: Submission, against: str | None, view: str | None) -> dict
     }
     try:
         context["diff"] = review.artifact_diff(sub, against, highlight=True)
+    except review.NoComparison as exc:
+        if against:  # asked for by name: say there is none
+            context["refusal"] = exc.message
+            return context
+        # The default, and nothing approved yet (a new project): the best is the next useful comparison.
+        try:
+            context["diff"] = review.artifact_diff(sub, "best", highlight=True)
+        except TrackingError:
+            context["refusal"] = exc.message
+        else:
+            context["against"], context["fallback"] = "best", exc.message
     except TrackingError as exc:
         context["refusal"] = exc.message
     return context
