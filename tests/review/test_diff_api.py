@@ -110,7 +110,9 @@ def test_onnx_models_are_compared_by_their_summaries(project, bob):
     from smrweb.stack.harness import onnx_policy
 
     path, kind = "submission/policy.onnx", "onnx_model"
-    submit(project, onnx_policy(random.Random(1), flaw=""), score=0.5, path=path, kind=kind, status=S.APPROVED)
+    submit(
+        project, onnx_policy(random.Random(1), flaw=""), score=0.5, path=path, kind=kind, status=S.APPROVED
+    )
     wide = submit(project, onnx_policy(random.Random(2), flaw="wide"), score=0.6, path=path, kind=kind)
     body = session_client(bob).get(url(wide)).json()
     assert body["mode"] == "onnx" and not body["identical"]
