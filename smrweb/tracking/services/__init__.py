@@ -19,7 +19,6 @@ from smrweb.tracking.services.annotations import (  # noqa: F401
     check_tag,
     delete_comment,
     edit_comment,
-    members_by_name,
     parse_tag,
     remove_tag,
     save_note,

@@ -18,7 +18,6 @@ from smrweb.tracking.models import (
     TAG_KEY_MAX,
     ApiToken,
     Comment,
-    Membership,
     Notification,
     NotificationKind,
     NotificationStatus,
@@ -32,6 +31,7 @@ from smrweb.tracking.models import (
     clean_text,
     parse_tag,  # noqa: F401 (re-exported: the tag box and `?tag=` read tags with it)
 )
+from smrweb.tracking.queries.annotations import members_by_name
 from smrweb.tracking.services.alerts import absolute_url
 from smrweb.tracking.services.audit import _only, record_audit
 
@@ -168,17 +168,6 @@ def save_note(run: Run, *, body: str, by: Any) -> RunNote | None:
 
 
 # --- comments and mentions --------------------------------------------------------------------------------
-
-
-def members_by_name(project: Project) -> dict[str, str]:
-    """The project's active members who can be @mentioned: lower-cased username → username."""
-    User = get_user_model()
-    names = (
-        Membership.objects.filter(project=project, user__is_active=True)
-        .values_list(f"user__{User.USERNAME_FIELD}", flat=True)
-        .order_by(f"user__{User.USERNAME_FIELD}")
-    )
-    return {name.lower(): name for name in names}
 
 
 def add_comment(
