@@ -76,9 +76,8 @@ class TagsField(forms.Field):
     widget = forms.SelectMultiple  # reads every value of a repeated parameter
 
     def to_python(self, value) -> list[str]:
-        if not value:
-            return []
-        return [value] if isinstance(value, str) else [str(v) for v in value]
+        values = [value] if isinstance(value, str) else list(value or [])
+        return [str(v).strip() for v in values if str(v).strip()]  # an empty box adds no filter
 
     def validate(self, value) -> None:
         for text in value:

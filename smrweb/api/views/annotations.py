@@ -36,11 +36,10 @@ KEY = OpenApiParameter("key", OpenApiTypes.STR, OpenApiParameter.PATH, descripti
 
 
 def _note_answer(run) -> dict:
-    found = annotations.run_annotations(run)
-    note = found.note
+    note, html = annotations.run_note(run)
     return {
         "body": note.body if note else "",
-        "html": found.note_html,
+        "html": html,
         "edited_by": note.edited_by.get_username() if note and note.edited_by else None,
         "updated": note.updated if note else None,
     }

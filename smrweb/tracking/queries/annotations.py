@@ -1,15 +1,13 @@
-"""What people wrote on runs and submissions, read side: a run's note and tags, a comment thread, each
+"""What people wrote on runs and submissions, read side: a run's note, a comment thread, each
 text rendered once (`core.markdown`, mentions of the project's members highlighted), in a fixed number of
 queries whatever the length of the thread."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib.auth import get_user_model
 
 from smrweb.core import markdown
-from smrweb.tracking.models import Comment, Membership, Project, Run, RunNote, RunTag, Submission
+from smrweb.tracking.models import Comment, Membership, Project, Run, RunNote, Submission
 
 
 def members_by_name(project: Project) -> dict[str, str]:
@@ -23,21 +21,11 @@ def members_by_name(project: Project) -> dict[str, str]:
     return {name.lower(): name for name in names}
 
 
-@dataclass(frozen=True)
-class RunAnnotations:
-    """The run page's note and tags; `note_html` is the note rendered ("" without one)."""
-
-    note: RunNote | None
-    note_html: str
-    tags: list[RunTag]
-
-
-def run_annotations(run: Run) -> RunAnnotations:
-    """The note (one query; its mentions need the members, one more) and the tags (one)."""
+def run_note(run: Run) -> tuple[RunNote | None, str]:
+    """The run's note and its HTML ("" without one): one query, and one more for the members it may
+    mention."""
     note = RunNote.objects.filter(run=run).select_related("edited_by").first()
-    html = markdown.render(note.body, members=members_by_name(run.project)) if note else ""
-    tags = list(RunTag.objects.filter(run=run).order_by("key"))
-    return RunAnnotations(note=note, note_html=html, tags=tags)
+    return note, (markdown.render(note.body, members=members_by_name(run.project)) if note else "")
 
 
 def thread(*, run: Run | None = None, submission: Submission | None = None) -> list[Comment]:
