@@ -88,6 +88,26 @@ RUN_SETTINGS = OpenApiExample(
     },
 )
 
+RUN_LABELS = OpenApiExample(
+    "A name and a pin (example)",
+    value={"display_name": "Example: warmup sweep, lr 3e-4", "pinned": True},
+)
+
+TAG = OpenApiExample("A key → value tag (example)", value={"key": "example-sweep", "value": "warmup-3e-4"})
+
+NOTE = OpenApiExample(
+    "A run's note (example)",
+    value={
+        "body": "Example note: diverged after step 1200 when the warmup was cut to 50 steps.\n\n"
+        "#approach: keep 500 warmup steps, sweep the peak lr instead."
+    },
+)
+
+COMMENT = OpenApiExample(
+    "A comment (example)",
+    value={"body": "Example comment: the loss spike at step 1200 matches the warmup change."},
+)
+
 SCENARIO = OpenApiExample(
     "A scenario (example)",
     value={

@@ -2,6 +2,7 @@ from django.urls import path
 
 from smrweb.api.views import (
     alerts,
+    annotations,
     artifacts,
     events,
     health,
@@ -42,6 +43,10 @@ urlpatterns = [
     path(f"{sub}/reject", submissions.SubmissionReject.as_view(), name="submission-reject"),
     path(f"{sub}/uploaded", submissions.SubmissionUploaded.as_view(), name="submission-uploaded"),
     path(f"{sub}/arena-result", submissions.SubmissionArenaResult.as_view(), name="submission-arena-result"),
+    path(f"{sub}/comments", annotations.SubmissionComments.as_view(), name="submission-comments"),
+    path(
+        f"{sub}/comments/<int:comment_id>", annotations.SubmissionComment.as_view(), name="submission-comment"
+    ),
     path("projects/<slug:slug>/alert-rules/", alerts.AlertRuleList.as_view(), name="alert-rule-list"),
     path(f"{rule}/", alerts.AlertRuleDetail.as_view(), name="alert-rule-detail"),
     path(f"{rule}/test", alerts.AlertRuleTest.as_view(), name="alert-rule-test"),
@@ -50,6 +55,11 @@ urlpatterns = [
     path(f"{run}/events", events.RunEvents.as_view(), name="run-events"),
     path(f"{run}/rollback", rollbacks.RunRollback.as_view(), name="run-rollback"),
     path(f"{run}/turns", runs.RunTurns.as_view(), name="run-turns"),
+    path(f"{run}/note", annotations.RunNoteView.as_view(), name="run-note"),
+    path(f"{run}/tags", annotations.RunTags.as_view(), name="run-tags"),
+    path(f"{run}/tags/<path:key>", annotations.RunTagDetail.as_view(), name="run-tag"),
+    path(f"{run}/comments", annotations.RunComments.as_view(), name="run-comments"),
+    path(f"{run}/comments/<int:comment_id>", annotations.RunComment.as_view(), name="run-comment"),
     path(f"{run}/metrics", runs.RunMetrics.as_view(), name="run-metrics"),
     path(f"{run}/artifacts", artifacts.RunArtifacts.as_view(), name="run-artifacts"),
     path(

@@ -2,6 +2,7 @@ from django.urls import path
 
 from smrweb.dashboard.views import (
     alerts,
+    annotations,
     compare,
     inbox,
     knowledge,
@@ -70,11 +71,17 @@ urlpatterns = [
         name="queue-review",
     ),
     path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/comments/",
+        annotations.submission_comments,
+        name="submission-comments",
+    ),
+    path(
         "projects/<slug:slug>/submissions/<int:submission_id>/<str:action>",
         submissions.submission_action,
         name="submission-action",
     ),
     path("projects/<slug:slug>/compare/", compare.compare_runs, name="compare-runs"),
+    path("projects/<slug:slug>/comments/<int:comment_id>", annotations.comment_action, name="comment-action"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/metrics/", runs.run_metric, name="run-metric"),
     path("projects/<slug:slug>/runs/<str:run_id>/turns/", runs.turns_in_bar, name="run-turns"),
@@ -83,6 +90,10 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
     path("projects/<slug:slug>/runs/<str:run_id>/snooze", runs.snooze_run, name="run-snooze"),
     path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),
+    path("projects/<slug:slug>/runs/<str:run_id>/labels", annotations.run_labels, name="run-labels"),
+    path("projects/<slug:slug>/runs/<str:run_id>/tags", annotations.run_tags, name="run-tags"),
+    path("projects/<slug:slug>/runs/<str:run_id>/note", annotations.run_note, name="run-note"),
+    path("projects/<slug:slug>/runs/<str:run_id>/comments/", annotations.run_comments, name="run-comments"),
     path(
         "projects/<slug:slug>/runs/<str:run_id>/artifacts/<int:artifact_id>/download",
         runs.download_artifact,

@@ -294,8 +294,8 @@ class AlertRuleAdmin(ViewOnlyAdmin):
 
 @admin.register(m.Notification)
 class NotificationAdmin(ViewOnlyAdmin):
-    list_display = ["title", "rule", "status", "attempts", "created", "sent_at", "read_at"]
-    list_filter = ["status"]
+    list_display = ["title", "kind", "rule", "status", "attempts", "created", "sent_at", "read_at"]
+    list_filter = ["kind", "status"]
     search_fields = ["title", "subject", "episode"]
 
 
@@ -308,3 +308,34 @@ class RunSnoozeAdmin(ViewOnlyAdmin):
 class LoopFindingAdmin(ViewOnlyAdmin):
     list_display = ["run", "actor", "pattern", "call", "first_turn", "last_turn", "repeats", "wasted_usd"]
     list_filter = ["pattern"]
+
+
+class AnnotationAdmin(admin.ModelAdmin):
+    """Tags, notes and comments are written on the run and submission pages or through the API, which check
+    roles, notify mentions and audit; the admin only shows them."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(m.RunTag)
+class RunTagAdmin(AnnotationAdmin):
+    list_display = ["run", "key", "value", "updated"]
+    search_fields = ["key", "value"]
+
+
+@admin.register(m.RunNote)
+class RunNoteAdmin(AnnotationAdmin):
+    list_display = ["run", "edited_by", "updated"]
+
+
+@admin.register(m.Comment)
+class CommentAdmin(AnnotationAdmin):
+    list_display = ["pk", "project", "run", "submission", "author", "created", "edited_at", "deleted_at"]
+    list_filter = ["project"]

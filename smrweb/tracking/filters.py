@@ -1,13 +1,24 @@
 """The runs filter, shared by the runs API and the project page so both mean the same thing: state,
-stalled, failed and over-budget filters, a search, and a server-side sort."""
+stalled, failed, over-budget and tag filters, a search, and a server-side sort (pinned runs first)."""
 
 from __future__ import annotations
 
 import django_filters
-from django.db.models import Exists, F, OuterRef, Q
+from django import forms
+from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models.functions import Coalesce, NullIf
 from django_filters.rest_framework import BooleanFilter
 
-from smrweb.tracking.models import TERMINAL_STATES, AgentTurn, Run, RunState, Submission
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import (
+    TERMINAL_STATES,
+    AgentTurn,
+    Run,
+    RunState,
+    RunTag,
+    Submission,
+    parse_tag,
+)
 from smrweb.tracking.queries import budget
 
 LIVE = "live"
@@ -20,7 +31,7 @@ PROFILE_DOWNGRADED = (
 # ?sort= — the sortable columns. Each sorts on one expression, then on id in the same direction, so a
 # page boundary is stable however many runs tie (same state, no score yet, same spend…).
 SORTS = {
-    "run": F("external_id"),
+    "run": Coalesce(NullIf(F("display_name"), Value("")), F("external_id")),  # what the table shows
     "state": F("state"),
     "latest": F("latest_score"),
     "best": F("best_score"),
@@ -49,13 +60,46 @@ KEYWORDS = {"downgraded", "stalled", "over budget", "over-budget", *RunState.val
 
 
 def sort_runs(queryset, sort: str | None):
-    """The runs in `sort` order (a SORTS key, `-` first for descending; anything else: the default)."""
+    """The runs in `sort` order (a SORTS key, `-` first for descending; anything else: the default),
+    pinned runs first."""
     sort = sort if sort in dict(SORT_CHOICES) else DEFAULT_SORT
     descending = sort.startswith("-")
     expression = SORTS[sort.lstrip("-")]
     if descending:
-        return queryset.order_by(expression.desc(nulls_last=True), F("id").desc())
-    return queryset.order_by(expression.asc(nulls_last=True), F("id").asc())
+        return queryset.order_by(F("pinned").desc(), expression.desc(nulls_last=True), F("id").desc())
+    return queryset.order_by(F("pinned").desc(), expression.asc(nulls_last=True), F("id").asc())
+
+
+class TagsField(forms.Field):
+    """Every `?tag=` of the query, each `key` or `key=value`."""
+
+    widget = forms.SelectMultiple  # reads every value of a repeated parameter
+
+    def to_python(self, value) -> list[str]:
+        values = [value] if isinstance(value, str) else list(value or [])
+        return [str(v).strip() for v in values if str(v).strip()]  # an empty box adds no filter
+
+    def validate(self, value) -> None:
+        for text in value:
+            try:
+                parse_tag(text)
+            except InvalidInput as exc:
+                raise forms.ValidationError(exc.message) from None
+
+
+class TagFilter(django_filters.MultipleChoiceFilter):
+    """A repeatable free-text parameter (a multiple choice, for the OpenAPI document's sake)."""
+
+    field_class = TagsField
+
+
+def tagged(queryset, tags: list[str]):
+    """The runs that carry every one of `tags`: `key` (any value) or `key=value` (exactly that value)."""
+    for text in tags:
+        key, value = parse_tag(text)
+        has = RunTag.objects.filter(run=OuterRef("pk"), key=key, **({"value": value} if "=" in text else {}))
+        queryset = queryset.filter(Exists(has))
+    return queryset
 
 
 class RunFilter(django_filters.FilterSet):
@@ -73,12 +117,18 @@ class RunFilter(django_filters.FilterSet):
         "token budget, against the source's own totals where it states them; `usd` or `tokens`: "
         "over that budget; `false`: over neither.",
     )
+    tag = TagFilter(
+        method="filter_tag",
+        help_text="Runs tagged `key` (with any value) or `key=value` (exactly that value); repeat it for "
+        "runs that carry every one of them (`?tag=baseline&tag=model=gpt-5`).",
+    )
     q = django_filters.CharFilter(
         method="filter_text",
         max_length=200,
-        help_text="Case-insensitive substring of the run id, failure family or detail, requested or actual "
-        "profile (also per actor), git branch, or the model of any of its agent turns. The words "
-        "`downgraded`, `stalled`, `over budget` and a state name also match runs in that condition.",
+        help_text="Case-insensitive substring of the run id or display name, a tag's key or value, failure "
+        "family or detail, requested or actual profile (also per actor), git branch, or the model of any "
+        "of its agent turns. The words `downgraded`, `stalled`, `over budget` and a state name also match "
+        "runs in that condition.",
     )
     sort = django_filters.ChoiceFilter(
         choices=SORT_CHOICES,
@@ -89,7 +139,7 @@ class RunFilter(django_filters.FilterSet):
 
     class Meta:
         model = Run
-        fields = ["state", "stalled", "failed", "over_budget", "q", "sort"]
+        fields = ["state", "stalled", "failed", "over_budget", "tag", "q", "sort"]
 
     def filter_state(self, queryset, name, values):
         if not values:
@@ -110,6 +160,9 @@ class RunFilter(django_filters.FilterSet):
             return queryset.exclude(budget.over_budget())
         return queryset.filter(budget.over_budget(on=value if value in budget.KINDS else None))
 
+    def filter_tag(self, queryset, name, value: list[str]):
+        return tagged(queryset, value or [])
+
     def filter_sort(self, queryset, name, value):
         return sort_runs(queryset, value)
 
@@ -119,6 +172,10 @@ class RunFilter(django_filters.FilterSet):
             return queryset
         condition = (
             Q(external_id__icontains=value)
+            | Q(display_name__icontains=value)
+            | Exists(
+                RunTag.objects.filter(Q(key__icontains=value) | Q(value__icontains=value), run=OuterRef("pk"))
+            )
             | Q(failure_detail__icontains=value)
             | Q(failure_family__icontains=value)
             | Q(requested_profile__icontains=value)

@@ -436,6 +436,15 @@
   }
   syncZone();
 
+  // --- a link to a comment (#comment-12) in a thread that loads after the page (the submission page's) ------
+  var commentTarget = /^#comment-\d+$/.test(window.location.hash) ? window.location.hash.slice(1) : null;
+  document.addEventListener("htmx:afterSettle", function () {
+    var target = commentTarget && document.getElementById(commentTarget);
+    if (!target) return;
+    commentTarget = null;
+    target.scrollIntoView();
+  });
+
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { refresh(document); });
   else refresh(document);

@@ -41,7 +41,7 @@ def test_the_answer_has_best_failed_arena_and_the_text(api, project, alice, bob)
     response = api.get(URL)
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"project", "best", "failed", "arena", "text"}
+    assert set(body) == {"project", "best", "failed", "arena", "approaches", "text"}
     assert body["project"] == "hill"
     best = body["best"]
     assert (best["submission_id"], best["score"], best["run"], best["status"]) == (
@@ -120,4 +120,4 @@ def test_the_endpoint_is_in_the_schema(anon_api, db):
     assert [p["name"] for p in operation["parameters"] if p["in"] == "query"] == ["n"]
     assert {"200", "400", "401", "403", "404"} <= set(operation["responses"])
     component = schema["components"]["schemas"]["CarryForward"]
-    assert set(component["required"]) == {"project", "best", "failed", "arena", "text"}
+    assert set(component["required"]) == {"project", "best", "failed", "arena", "approaches", "text"}

@@ -18,6 +18,7 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from smrweb.core.secrets import reveal
@@ -33,6 +34,7 @@ from smrweb.tracking.models import (
     ArtifactBlob,
     AuditEvent,
     Checkpoint,
+    Comment,
     Experiment,
     KnowledgeEntry,
     LoopFinding,
@@ -44,7 +46,9 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunNote,
     RunSnooze,
+    RunTag,
     RuntimeMessage,
     Scenario,
     SourceHealth,
@@ -331,6 +335,15 @@ def rich(alice, bob, victor):
     )
     alert_service.evaluate_run(Run.objects.get(project=project, external_id="r2").pk)
     services.snooze_run(r1, by=bob, hours=3)
+    # What people wrote: tags (a label and a key → value), a name and a pin, a note, comments on a run
+    # and on a submission (one deleted), and the mention that landed in alice's inbox.
+    services.set_tag(r1, key="baseline", by=bob)
+    services.set_tag(r1, key="model", value="gpt-x", by=bob)
+    services.update_run_labels(r1, by=bob, display_name="First try", pinned=True)
+    services.save_note(r1, body="Diverged at step 3. #approach: smaller lr", by=bob)
+    services.add_comment(run=r1, by=bob, body="@alice look at this")
+    services.delete_comment(services.add_comment(run=r1, by=bob, body="oops"), by=bob)
+    services.add_comment(submission=best, by=alice, body="approved, *nice*")
     project.refresh_from_db()
     return project
 
@@ -362,7 +375,10 @@ SCOPES = {
     RunSnooze: lambda p: RunSnooze.objects.filter(run__project=p),
     LoopFinding: lambda p: LoopFinding.objects.filter(run__project=p),
     AlertRule: lambda p: AlertRule.objects.filter(project=p),
-    Notification: lambda p: Notification.objects.filter(rule__project=p),
+    RunTag: lambda p: RunTag.objects.filter(run__project=p),
+    RunNote: lambda p: RunNote.objects.filter(run__project=p),
+    Comment: lambda p: Comment.objects.filter(project=p),
+    Notification: lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)),
 }
 # Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease.
 NOT_COMPARED = {
@@ -521,6 +537,11 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     health = SourceHealth.objects.get(project=copy)
     assert health.lease_until is None and health.lease_owner == ""
     assert reveal(copy.source_settings["api_key_sealed"]) == "sk-secret"
+    # What people wrote came along, the mention in alice's inbox pointing at the copy's comment.
+    mention = Notification.objects.get(kind="mention", comment__project=copy)
+    assert mention.recipient.username == "alice" and mention.comment.body == "@alice look at this"
+    assert Run.objects.get(project=copy, external_id="r1").display_name == "First try"
+    assert RunTag.objects.filter(run__project=copy).count() == 2
     audit = AuditEvent.objects.get(verb="project.imported")
     assert (
         audit.project is None and audit.object_id == str(copy.pk) and audit.detail["archived_slug"] == "hill"
@@ -812,6 +833,10 @@ def test_an_untrusted_archive_restores_no_token_membership_address_or_key(archiv
         Submission.objects.filter(project=copy).count()
         == Submission.objects.filter(project__slug="hill").count()
     )
+    # Comments, notes and tags are project data: always carried; the mentions (inbox rows) are not.
+    assert Comment.objects.filter(project=copy).count() == 3 and RunNote.objects.filter(run__project=copy)
+    assert RunTag.objects.filter(run__project=copy).count() == 2
+    assert not Notification.objects.filter(comment__project=copy).exists()
 
 
 def test_a_trusted_archive_still_passes_the_outbound_guard(archive, tmp_path, artifact_root, settings):

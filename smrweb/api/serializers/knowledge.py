@@ -55,11 +55,24 @@ class CarryForwardItemSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
 
 
+class CarryForwardApproachSerializer(serializers.Serializer):
+    source = serializers.CharField(help_text="`note` (a run's note) or `comment`.")
+    run = serializers.CharField(help_text="The run's external id.")
+    run_name = serializers.CharField(help_text="The run's display name; empty without one.")
+    submission_id = serializers.IntegerField(allow_null=True, help_text="For a comment on a submission.")
+    author = serializers.CharField()
+    at = serializers.DateTimeField(help_text="When it was last written.")
+    text = serializers.CharField(help_text="As written (Markdown).")
+
+
 class CarryForwardSerializer(serializers.Serializer):
     project = serializers.CharField()
     best = CarryForwardBestSerializer(allow_null=True)
     failed = CarryForwardItemSerializer(many=True)
     arena = CarryForwardArenaSerializer(allow_null=True)
+    approaches = CarryForwardApproachSerializer(
+        many=True, help_text="The newest n run notes and comments tagged `#approach`, newest first."
+    )
     text = serializers.CharField(
         help_text="The block rendered as plain text / light markdown, ready to paste."
     )

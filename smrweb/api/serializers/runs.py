@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from smrweb.tracking.models import AgentTurn, Run
+from smrweb.api.serializers.annotations import TagSerializer
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import AgentTurn, Run, clean_text
+from smrweb.tracking.services.annotations import DISPLAY_NAME_MAX
 
 
 class SpendPartSerializer(serializers.Serializer):
@@ -83,11 +86,17 @@ class RunSerializer(serializers.ModelSerializer):
         help_text="Roles or actors that got another profile than they asked for: actor, role, requested, "
         "actual.",
     )
+    display_name = serializers.CharField(help_text="What people call the run; empty: its external id.")
+    pinned = serializers.BooleanField(help_text="Pinned runs come first in the project's runs.")
+    tags = TagSerializer(many=True, read_only=True, help_text="Labels (empty value) and key → value tags.")
 
     class Meta:
         model = Run
         fields = [
             "external_id",
+            "display_name",
+            "pinned",
+            "tags",
             "state",
             "stalled",
             "stalled_since",
@@ -169,6 +178,28 @@ class RunSettingsSerializer(serializers.Serializer):
     actual_profile = serializers.CharField(max_length=200, required=False, allow_blank=True)
     git_branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
     git_commit = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
+class RunPatchSerializer(RunSettingsSerializer):
+    """A run's settings (admins) and its labels (reviewers): any of them, in one PATCH."""
+
+    display_name = serializers.CharField(
+        max_length=DISPLAY_NAME_MAX,
+        required=False,
+        allow_blank=True,
+        help_text="Shown instead of the external id on pages (which still show it); empty clears it.",
+    )
+    pinned = serializers.BooleanField(required=False, help_text="Pinned runs come first in the runs table.")
+
+    def validate_display_name(self, value: str) -> str:
+        # The service's rule, checked before any setting of the same request is written.
+        try:
+            value = clean_text("display_name", value, limit=DISPLAY_NAME_MAX)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.message) from None
+        if "\n" in value or "\r" in value:
+            raise serializers.ValidationError("A display name is one line.")
+        return value
 
 
 class TurnSerializer(serializers.ModelSerializer):

@@ -24,9 +24,9 @@ class CarryForward(APIView):
             )
         ],
         responses={200: CarryForwardSerializer, **ERRORS},
-        description="Best so far, the last n failed or regressed approaches with their scores and why, and "
-        "the "
-        "latest arena feedback — as data and as `text`, for the next run's kickoff message.",
+        description="Best so far, the last n failed or regressed approaches with their scores and why, the "
+        "newest n notes and comments tagged #approach, and the latest arena feedback — as data and as "
+        "`text`, for the next run's kickoff message.",
         examples=[
             OpenApiExample(
                 "A project with no history yet",
@@ -36,6 +36,7 @@ class CarryForward(APIView):
                     "best": None,
                     "failed": [],
                     "arena": None,
+                    "approaches": [],
                     "text": "## Carry-forward: hill (maximize score)\n\n**Best so far:** no valid score "
                     "yet.\n\n"
                     "**Last 3 failed or regressed approaches** (newest first):\nnone recorded.\n\n"

@@ -12,6 +12,7 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import generics
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -21,19 +22,21 @@ from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.runs import (
     MetricKeysSerializer,
     MetricSeriesSerializer,
+    RunPatchSerializer,
     RunSerializer,
-    RunSettingsSerializer,
     TurnSerializer,
 )
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.filters import RunFilter
-from smrweb.tracking.models import AgentTurn, Role, Run
+from smrweb.tracking.models import AgentTurn, ApiToken, Role, Run
+from smrweb.tracking.services.annotations import RUN_LABELS
 
 
 @extend_schema_view(get=extend_schema(responses={200: RunSerializer(many=True), **ERRORS}))
 class RunList(generics.ListAPIView):
-    """A project's runs, most recently active first (or in `?sort=` order), with filters."""
+    """A project's runs, pinned ones first, then most recently active first (or in `?sort=` order), with
+    filters."""
 
     serializer_class = RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
@@ -44,7 +47,8 @@ class RunList(generics.ListAPIView):
         return (
             Run.objects.filter(project=project)
             .select_related("project__scenario")
-            .order_by("-last_progress_at", "-id")
+            .prefetch_related("tags")
+            .order_by("-pinned", "-last_progress_at", "-id")
         )
 
 
@@ -54,16 +58,29 @@ class RunDetail(APIView):
         return Response(RunSerializer(run_for(project_for(request, slug), run_id)).data)
 
     @extend_schema(
-        request=RunSettingsSerializer,
-        examples=[examples.RUN_SETTINGS],
+        request=RunPatchSerializer,
+        examples=[examples.RUN_SETTINGS, examples.RUN_LABELS],
         responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
-        description="Set a run's budget, model profiles or git position; creates the run if new.",
+        description="Set a run's budget, model profiles or git position (admins; creates the run if new), "
+        "and its display name or pin (reviewers; the run must exist).",
     )
     def patch(self, request, slug: str, run_id: str):
-        project = project_for(request, slug, role=Role.ADMIN)
-        form = RunSettingsSerializer(data=request.data, partial=True)
+        project = project_for(request, slug, role=Role.REVIEWER)  # outsiders and viewers before the body
+        form = RunPatchSerializer(data=request.data, partial=True)
         form.is_valid(raise_exception=True)
-        run = services.update_run_settings(project, run_id, by=actor_of(request), **form.validated_data)
+        settings = dict(form.validated_data)
+        labels = {name: settings.pop(name) for name in RUN_LABELS if name in settings}
+        actor = actor_of(request)
+        if settings or not labels:
+            if not isinstance(actor, ApiToken) and not project.allows(request.user, Role.ADMIN):
+                raise PermissionDenied(
+                    f"A run's budget, profiles and git position need the admin role in {slug!r}."
+                )
+            run = services.update_run_settings(project, run_id, by=actor, **settings)
+        else:
+            run = run_for(project, run_id)
+        if labels:
+            run = services.update_run_labels(run, by=actor, **labels)
         return Response(RunSerializer(run).data)
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from smrweb.core import numbers
+from smrweb.core import markdown, numbers
 from smrweb.core.numbers import MISSING, plain_number
 from smrweb.tracking.services import rollbacks
 
@@ -390,6 +390,13 @@ def _drawable(value):
     if isinstance(value, (list, tuple)):
         return [_drawable(item) for item in value]
     return value
+
+
+@register.filter
+def clean_html(value) -> str:
+    """HTML rendered from what people wrote (`core.markdown.render`: notes, comments), sanitized once more
+    and marked safe: the one way a template shows HTML that people wrote."""
+    return mark_safe(markdown.clean(str(value or "")))
 
 
 @register.filter

@@ -60,10 +60,20 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "failed": bool(data.get("failed")),
         "over_budget": data.get("over_budget") or "",
         "q": (data.get("q") or "").strip(),
+        "tags": data.get("tag") or [],
+        "tag_links": [{"tag": t, "without": _without_value(params, "tag", t)} for t in data.get("tag") or []],
         "sort": sort,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
     return sort_runs(filterset.qs, sort), filters
+
+
+def _without_value(params, key: str, value: str) -> str:
+    """The query string without one value of a repeated parameter (a tag chip's ×), back on page one."""
+    params = params.copy()
+    params.setlist(key, [v for v in params.getlist(key) if v.strip() != value])
+    params.pop("page", None)
+    return params.urlencode()
 
 
 # The runs table's sortable columns (RunFilter sort keys) and the direction a first click sorts in: names A→Z,
@@ -122,7 +132,7 @@ def project_detail(request, slug: str):
     if live.unchanged(request, version):
         return live.no_change()
     runs, filters = filter_runs(project, request.GET)
-    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(runs.prefetch_related("tags"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
     board = Paginator(
@@ -178,14 +188,17 @@ def _metric_choice(project: Project) -> dict | None:
     return declared if project.source_settings.get("score_metric") == "auto" and len(declared) > 1 else None
 
 
-CHART_FILTERS = ("state", "stalled", "failed", "q")
+CHART_FILTERS = ("state", "stalled", "failed", "tag", "q")
 
 
 def _chart_query(params) -> str:
     """The runs-table filters the chart follows (not paging, leaderboard or scope parameters)."""
     kept = params.copy()
     for key in list(kept):
-        if key not in CHART_FILTERS or not kept.get(key):
+        values = [v for v in kept.getlist(key) if v] if key in CHART_FILTERS else []
+        if values:
+            kept.setlist(key, values)  # every tag (an empty tag box is no filter)
+        else:
             kept.pop(key)
     return kept.urlencode()
 

@@ -9,7 +9,7 @@ from functools import cached_property
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from smrweb.tracking.errors import TrackingError
@@ -22,6 +22,7 @@ from smrweb.tracking.models import (
     ArtifactBlob,
     AuditEvent,
     Checkpoint,
+    Comment,
     Experiment,
     KnowledgeEntry,
     LoopFinding,
@@ -32,7 +33,9 @@ from smrweb.tracking.models import (
     Review,
     Rollback,
     Run,
+    RunNote,
     RunSnooze,
+    RunTag,
     RuntimeMessage,
     Scenario,
     SourceHealth,
@@ -145,15 +148,20 @@ TABLES: tuple[Table, ...] = (
     Table("arena_result", ArenaResult, _of_submissions(ArenaResult), ref=True),
     Table("rollback", Rollback, _of_runs(Rollback), ref=True),
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
+    # What people wrote: project data like the knowledge entries, always carried.
+    Table("run_tag", RunTag, _of_runs(RunTag)),
+    Table("run_note", RunNote, _of_runs(RunNote)),
+    Table("comment", Comment, _of_project(Comment), ref=True),
     Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),
     Table("loop_finding", LoopFinding, _of_runs(LoopFinding)),
-    # Alert rules send to addresses (and sign with a secret), and their notifications are what was sent
-    # to whom: both only with --trust, like memberships and tokens.
+    # Alert rules send to addresses (and sign with a secret), and their notifications (and the mentions in
+    # comments, which land in the same inboxes) are what was sent to whom: only with --trust, like
+    # memberships and tokens.
     Table("alert_rule", AlertRule, _of_project(AlertRule), ref=True),
     Table(
         "notification",
         Notification,
-        lambda p: Notification.objects.filter(rule__project=p).order_by("pk"),
+        lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)).order_by("pk"),
     ),
     # Project-scoped events only (scenario edits have no project). `object_ref` replaces object_id
     # when the event names a row of the archive.

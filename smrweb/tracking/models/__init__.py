@@ -1,6 +1,7 @@
 """The tracked data, one module per noun (scenario → project → run → artifact → submission → rollback,
-knowledge, audit, alert: each imports only those before it). This package re-exports every model and choice,
-so `from smrweb.tracking.models import Run` keeps working and Django finds the models of the app."""
+knowledge, audit, annotation, alert: each imports only those before it). This package re-exports every
+model and choice, so `from smrweb.tracking.models import Run` keeps working and Django finds the models of
+the app."""
 
 from smrweb.tracking.models.alert import (  # noqa: F401
     AlertRule,
@@ -8,9 +9,21 @@ from smrweb.tracking.models.alert import (  # noqa: F401
     LoopFinding,
     LoopPattern,
     Notification,
+    NotificationKind,
     NotificationStatus,
     RunSnooze,
     Trigger,
+)
+from smrweb.tracking.models.annotation import (  # noqa: F401
+    TAG_KEY_MAX,
+    TAG_KEY_RE,
+    TAG_VALUE_MAX,
+    Comment,
+    RunNote,
+    RunTag,
+    check_tag,
+    clean_text,
+    parse_tag,
 )
 from smrweb.tracking.models.artifact import (  # noqa: F401
     Artifact,

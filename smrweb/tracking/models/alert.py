@@ -1,5 +1,6 @@
 """Alerts: a project's rules (a trigger and one channel), the notifications they raise (one per rule,
-subject and episode), snoozed runs, and the loops found in a run's tool calls."""
+subject and episode) and the mentions in comments (one per comment and person), snoozed runs, and the
+loops found in a run's tool calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from smrweb.tracking.models.annotation import Comment
 from smrweb.tracking.models.common import USD
 from smrweb.tracking.models.project import Project
 from smrweb.tracking.models.run import Run
@@ -88,11 +90,20 @@ class NotificationStatus(models.TextChoices):
     )
 
 
+class NotificationKind(models.TextChoices):
+    ALERT = "alert"  # a rule's episode
+    MENTION = "mention"  # someone @mentioned the recipient in a comment
+
+
 class Notification(models.Model):
     """One episode of one rule's condition on one subject: the unique key is what makes a replayed batch
-    or a redelivered task notify once, while a run that recovers and stalls again is a new episode."""
+    or a redelivered task notify once, while a run that recovers and stalls again is a new episode.
+    A mention is a notification too (no rule; its comment), so it lands in the same inbox and bell:
+    one per comment and person, so editing a comment never notifies anyone twice."""
 
-    rule = models.ForeignKey(AlertRule, models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=10, choices=NotificationKind, default=NotificationKind.ALERT)
+    rule = models.ForeignKey(AlertRule, models.CASCADE, null=True, blank=True, related_name="notifications")
+    comment = models.ForeignKey(Comment, models.CASCADE, null=True, blank=True, related_name="notifications")
     subject = models.CharField(max_length=100)  # "run:12", "submission:7", "project:3", "test:<uuid>"
     episode = models.CharField(max_length=200)
     run = models.ForeignKey(Run, models.CASCADE, null=True, blank=True, related_name="+")
@@ -116,7 +127,13 @@ class Notification(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["rule", "subject", "episode"], name="notification_episode_uniq")
+            models.UniqueConstraint(fields=["rule", "subject", "episode"], name="notification_episode_uniq"),
+            models.UniqueConstraint(fields=["comment", "recipient"], name="notification_mention_uniq"),
+            models.CheckConstraint(
+                condition=Q(kind="alert", rule__isnull=False, comment__isnull=True)
+                | Q(kind="mention", rule__isnull=True, comment__isnull=False, recipient__isnull=False),
+                name="notification_alert_or_mention",
+            ),
         ]
         indexes = [
             models.Index(fields=["recipient", "read_at"], name="notification_inbox_idx"),
@@ -126,6 +143,11 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def project(self) -> Project:
+        """The project it is about: its rule's, or its comment's."""
+        return self.rule.project if self.rule_id else self.comment.project
 
 
 class RunSnooze(models.Model):

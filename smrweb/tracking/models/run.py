@@ -36,6 +36,10 @@ TERMINAL_STATES = frozenset({RunState.DONE, RunState.FAILED, RunState.STOPPED, R
 class Run(models.Model):
     project = models.ForeignKey(Project, models.CASCADE, related_name="runs")
     external_id = models.CharField(max_length=200)
+    # What people call the run on pages (the external id stays visible); "" shows the external id.
+    display_name = models.CharField(max_length=200, blank=True)
+    # Pinned runs come first in the project's runs table and the runs API, whatever the sort.
+    pinned = models.BooleanField(default=False)
     state = models.CharField(max_length=20, choices=RunState, default=RunState.RUNNING)
     failure_family = models.CharField(max_length=100, blank=True)
     failure_detail = models.TextField(blank=True)
@@ -109,6 +113,11 @@ class Run(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:run-detail", args=[self.project.slug, self.external_id])
+
+    @property
+    def name(self) -> str:
+        """What to call the run: its display name, else its external id."""
+        return self.display_name or self.external_id
 
     @property
     def is_terminal(self) -> bool:

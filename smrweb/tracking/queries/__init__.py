@@ -7,6 +7,7 @@ from smrweb.tracking.queries.knowledge import (  # noqa: F401
     N_DEFAULT,
     N_MAX,
     N_MIN,
+    Approach,
     CarryForward,
     carry_forward,
     parse_n,

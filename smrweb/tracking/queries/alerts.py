@@ -40,21 +40,28 @@ def rules_with_log(project: Project, per_rule: int = DELIVERY_LOG) -> list[Alert
     return rules
 
 
+def _of_visible_projects(user) -> Q:
+    """Notifications about projects the person can still see (an alert's rule's, a mention's comment's)."""
+    visible = Project.objects.visible_to(user)
+    return Q(rule__project__in=visible) | Q(comment__project__in=visible)
+
+
 def unread_count(user) -> int:
-    """How many of the person's inbox notifications are unread (one query on the inbox index)."""
+    """How many of the person's inbox notifications (alerts and mentions) are unread (one query on the
+    inbox index)."""
     if not getattr(user, "is_authenticated", False):
         return 0
     return Notification.objects.filter(
-        recipient=user, read_at__isnull=True, rule__project__in=Project.objects.visible_to(user)
+        _of_visible_projects(user), recipient=user, read_at__isnull=True
     ).count()
 
 
 def inbox(user) -> QuerySet[Notification]:
-    """The person's own notifications, newest first (never anyone else's), from projects they can still
-    see: someone who left a project no longer reads about it."""
+    """The person's own notifications (alerts and @mentions), newest first (never anyone else's), from
+    projects they can still see: someone who left a project no longer reads about it."""
     return (
-        Notification.objects.filter(recipient=user, rule__project__in=Project.objects.visible_to(user))
-        .select_related("rule__project")
+        Notification.objects.filter(_of_visible_projects(user), recipient=user)
+        .select_related("rule__project", "comment__project")
         .order_by("-created", "-id")
     )
 

@@ -14,19 +14,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F, Max, Min, OuterRef, Subquery, Window
+from django.db.models import F, Max, Min, OuterRef, Q, Subquery, Window
 from django.db.models.expressions import RowRange
 from django.db.models.functions import Coalesce
 
-from smrweb.core import numbers
+from smrweb.core import markdown, numbers
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     VERIFIED_STATUSES,
     ArenaResult,
+    Comment,
     KnowledgeEntry,
     KnowledgeKind,
     Project,
     Run,
+    RunNote,
     RunState,
     RuntimeMessage,
     Submission,
@@ -103,6 +105,19 @@ class FailedApproach:
 
 
 @dataclass(frozen=True)
+class Approach:
+    """A run note or a comment tagged `#approach`: what the team says was tried."""
+
+    source: str  # "note" or "comment"
+    run: str  # the run's external id
+    run_name: str  # its display name, "" without one
+    submission_id: int | None  # a comment on a submission
+    author: str
+    at: datetime  # last written
+    text: str  # the Markdown source, as written
+
+
+@dataclass(frozen=True)
 class CarryForward:
     project: str
     metric: str
@@ -111,6 +126,7 @@ class CarryForward:
     best: Best | None
     failed: list[FailedApproach]
     arena: ArenaFeedback | None
+    approaches: list[Approach] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -396,6 +412,55 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
     return ordered
 
 
+APPROACH_TAG = "approach"
+
+
+def _approaches(project: Project, n: int) -> list[Approach]:
+    """The newest `n` run notes and comments that say `#approach` (as a word: not `#approaches`), from
+    runs not excluded, comments not deleted. Two queries, each of its newest 4n candidates."""
+    limit, tag = 4 * n, f"#{APPROACH_TAG}"
+    notes = (
+        RunNote.objects.filter(run__project=project, run__excluded_at__isnull=True, body__icontains=tag)
+        .select_related("run", "edited_by")
+        .order_by("-updated", "-id")[:limit]
+    )
+    comments = (
+        Comment.objects.filter(project=project, deleted_at__isnull=True, body__icontains=tag)
+        .exclude(Q(run__excluded_at__isnull=False) | Q(submission__run__excluded_at__isnull=False))
+        .select_related("run", "submission__run", "author")
+        .order_by("-created", "-id")[:limit]
+    )
+    found = [
+        Approach(
+            "note",
+            note.run.external_id,
+            note.run.display_name,
+            None,
+            note.edited_by.get_username() if note.edited_by else "someone",
+            note.updated,
+            note.body,
+        )
+        for note in notes
+        if markdown.has_hashtag(note.body, APPROACH_TAG)
+    ]
+    for comment in comments:
+        if not markdown.has_hashtag(comment.body, APPROACH_TAG):
+            continue
+        run = comment.run or comment.submission.run
+        found.append(
+            Approach(
+                "comment",
+                run.external_id,
+                run.display_name,
+                comment.submission_id,
+                comment.author.get_username() if comment.author else "someone",
+                comment.edited_at or comment.created,
+                comment.body,
+            )
+        )
+    return sorted(found, key=lambda a: a.at, reverse=True)[:n]
+
+
 def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
     """What the next run should know, in a fixed number of queries whatever the history:
 
@@ -417,6 +482,8 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
       are dated when they became invalid/rejected (a), were scored (b), written (c) or recorded (d).
     - **arena**: the newest ArenaResult (rank, arena score, deltas vs previous and vs best, note), or a
       hand-written `arena_delta` entry when one is newer than it.
+    - **approaches**: the newest `n` run notes and comments tagged `#approach`, newest first, with their
+      run, author and date.
     """
     if not N_MIN <= n <= N_MAX:
         raise InvalidInput("n", f"Must be between {N_MIN} and {N_MAX}.")
@@ -429,6 +496,7 @@ def carry_forward(project: Project, n: int = N_DEFAULT) -> CarryForward:
         _best(project),
         _failed(project, n),
         _latest_arena(project),
+        _approaches(project, n),
     )
 
 
@@ -499,5 +567,11 @@ def render_carry_forward(cf: CarryForward) -> str:
         )
     if not cf.failed:
         lines.append("none recorded.")
+    if cf.approaches:
+        lines += ["", "**Approaches noted by the team** (newest first):"]
+        for a in cf.approaches:
+            run = f"run {a.run}" + (f" ({_oneline(a.run_name, 60)})" if a.run_name else "")
+            on = f"submission #{a.submission_id} of {run}" if a.submission_id else run
+            lines.append(f"- {on}, {a.source} by {a.author}, {a.at:%Y-%m-%d}: {_oneline(a.text, 400)}")
     lines += ["", "**Latest arena feedback:** " + (_arena_line(cf.arena) if cf.arena else "none yet.")]
     return "\n".join(lines)

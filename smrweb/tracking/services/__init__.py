@@ -14,6 +14,17 @@ from smrweb.tracking.services.alerts import (  # noqa: F401
     unsnooze_run,
     update_alert_rule,
 )
+from smrweb.tracking.services.annotations import (  # noqa: F401
+    add_comment,
+    check_tag,
+    delete_comment,
+    edit_comment,
+    parse_tag,
+    remove_tag,
+    save_note,
+    set_tag,
+    update_run_labels,
+)
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
     artifact_storage,
