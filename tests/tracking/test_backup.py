@@ -46,6 +46,8 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunControl,
+    RunLaunch,
     RunNote,
     RunSnooze,
     RunTag,
@@ -378,6 +380,8 @@ SCOPES = {
     RunTag: lambda p: RunTag.objects.filter(run__project=p),
     RunNote: lambda p: RunNote.objects.filter(run__project=p),
     Comment: lambda p: Comment.objects.filter(project=p),
+    RunControl: lambda p: RunControl.objects.filter(run__project=p),
+    RunLaunch: lambda p: RunLaunch.objects.filter(project=p),
     Notification: lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)),
 }
 # Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease.

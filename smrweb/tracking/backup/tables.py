@@ -33,6 +33,8 @@ from smrweb.tracking.models import (
     Review,
     Rollback,
     Run,
+    RunControl,
+    RunLaunch,
     RunNote,
     RunSnooze,
     RunTag,
@@ -147,6 +149,9 @@ TABLES: tuple[Table, ...] = (
     Table("review", Review, _of_submissions(Review)),
     Table("arena_result", ArenaResult, _of_submissions(ArenaResult), ref=True),
     Table("rollback", Rollback, _of_runs(Rollback), ref=True),
+    # Steering and launches: who asked a run for what, and what the source answered (like rollbacks).
+    Table("run_control", RunControl, _of_runs(RunControl)),
+    Table("run_launch", RunLaunch, _of_project(RunLaunch)),
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
     # What people wrote: project data like the knowledge entries, always carried.
     Table("run_tag", RunTag, _of_runs(RunTag)),

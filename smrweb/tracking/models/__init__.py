@@ -1,7 +1,7 @@
 """The tracked data, one module per noun (scenario → project → run → artifact → submission → rollback,
-knowledge, audit, annotation, alert: each imports only those before it). This package re-exports every
-model and choice, so `from smrweb.tracking.models import Run` keeps working and Django finds the models of
-the app."""
+knowledge, audit, annotation, alert, control: each imports only those before it). This package
+re-exports every model and choice, so `from smrweb.tracking.models import Run` keeps working and Django
+finds the models of the app."""
 
 from smrweb.tracking.models.alert import (  # noqa: F401
     AlertRule,
@@ -37,6 +37,13 @@ from smrweb.tracking.models.common import (  # noqa: F401
     FLOAT_MAX,
     USD,
     finite,
+)
+from smrweb.tracking.models.control import (  # noqa: F401
+    OPEN_DISPATCH,
+    ControlKind,
+    DispatchStatus,
+    RunControl,
+    RunLaunch,
 )
 from smrweb.tracking.models.knowledge import (  # noqa: F401
     KnowledgeEntry,

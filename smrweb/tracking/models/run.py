@@ -28,9 +28,13 @@ class RunState(models.TextChoices):
     FAILED = "failed"
     STOPPED = "stopped"
     CANCELED = "canceled"
+    # Closed by a reviewer: the harness went silent (crashed, killed) and will not report an end itself.
+    ABANDONED = "abandoned"
 
 
-TERMINAL_STATES = frozenset({RunState.DONE, RunState.FAILED, RunState.STOPPED, RunState.CANCELED})
+TERMINAL_STATES = frozenset(
+    {RunState.DONE, RunState.FAILED, RunState.STOPPED, RunState.CANCELED, RunState.ABANDONED}
+)
 
 
 class Run(models.Model):
@@ -65,6 +69,8 @@ class Run(models.Model):
     best_score = models.FloatField(null=True, blank=True)
     latest_score = models.FloatField(null=True, blank=True)
     score_count = models.PositiveIntegerField(default=0)
+    # Lineage: the run this one was started from ("start the next run"), shown on both runs' pages.
+    parent = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="children")
     git_branch = models.CharField(max_length=200, blank=True)
     git_commit = models.CharField(max_length=64, blank=True)
     # Filled by polled sources (SMR): the backend's own view of the run.
