@@ -469,6 +469,8 @@ SMRWEB_SMR_RETRY_AFTER_MAX = env.float(
     "SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0
 )  # trust a server's hint up to this
 SMRWEB_SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
+# "Start the next run" on SMR: the backend launch preset trigger_run names (public: lite, heavy, overnight).
+SMRWEB_SMR_RUNBOOK_PRESET = env.str("SMRWEB_SMR_RUNBOOK_PRESET", default="lite")
 # What one sync cycle reads (docs/smr.md#cost-per-cycle): runs per list page (the spec's maximum), the
 # newest runtime messages asked for first (widened when a gap shows), and how many usage entries a live
 # run's timeline may re-download per cycle on average — the whole list comes in one answer, so a long

@@ -1,7 +1,9 @@
 """Dispatching a rollback through the run's source: SMR restores a checkpoint through the SDK; a push
 project gets a signed webhook POST; a git project gets a new commit restoring the artifact path
-(`sources.git.roll_back`). One attempt per call; the task retries with backoff when the
-answer says trying again may help (timeouts, refused connections, 429, 5xx)."""
+(`sources.git.roll_back`). Starting the next run goes the same ways (`dispatch_launch`): SMR's
+`trigger_run`, a signed `smrweb.start` webhook, a new git branch. One attempt per call; the task
+retries with backoff when the answer says trying again may help (timeouts, refused connections, 429,
+5xx)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from django.conf import settings
 from smrweb.core import outbound
 from smrweb.sources.base import RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
+from smrweb.tracking import services
 from smrweb.tracking.models import SourceKind
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import launches, rollbacks
 
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 
@@ -187,3 +190,148 @@ def _via_git(rollback, *, last_try: bool) -> Attempt:
         )
     rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {done}")
     return Attempt("applied")
+
+
+# --- starting the next run -------------------------------------------------------------------------
+# The same shape as a rollback: one attempt per call, counted on the launch, retried with the same
+# backoff and limits (SMRWEB_ROLLBACK_*) while retrying may help; the launch's idempotency key goes to
+# the source every time, so a retried attempt starts one run.
+
+
+def dispatch_launch(launch_id: int, *, last_try: bool = False) -> Attempt:
+    """One attempt to start a launch's run through the project's source."""
+    launch = launches.start_attempt(launch_id)
+    if launch is None:
+        return Attempt("skipped")  # already accepted, confirmed or failed: a redelivered message acts once
+    last_try = last_try or launch.attempts >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
+    if launch.attempts > settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS:
+        launches.fail(
+            launch.pk,
+            detail=f"gave up after {settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS} attempts "
+            "(SMRWEB_ROLLBACK_MAX_ATTEMPTS)",
+        )
+        return Attempt("failed")
+    if refusal := launches.launch_refusal(launch.project):
+        launches.fail(launch.pk, detail=refusal)
+        return Attempt("failed")
+    return {
+        SourceKind.SMR: _launch_via_smr,
+        SourceKind.PUSH: _launch_via_webhook,
+        SourceKind.GIT: _launch_via_git,
+    }[launch.project.source](launch, last_try=last_try)
+
+
+def _launch_retry_or_fail(
+    launch, line: str, *, retryable: bool, last_try: bool, hint: float | None = None
+) -> Attempt:
+    if retryable and not last_try:
+        delay = backoff(launch.attempts, hint)
+        launches.note_attempt(launch.pk, f"attempt {launch.attempts}: {line}; retrying in {delay:g} s")
+        return Attempt("retry", delay)
+    launches.fail(launch.pk, detail=f"attempt {launch.attempts}: {line}; giving up")
+    return Attempt("failed")
+
+
+def _launch_via_smr(launch, *, last_try: bool) -> Attempt:
+    try:
+        answer = connector_for(launch.project).trigger_run(
+            kickoff=launch.kickoff,
+            idempotency_key=launch.idempotency_key,
+            agent_profile=launch.model_profile,
+            budget_usd=launch.budget_usd,
+            budget_tokens=launch.budget_tokens,
+        )
+    except SourceError as exc:
+        # A 4xx other than 429 is the backend refusing this request (an unknown profile, a limit it
+        # will not take): asking again changes nothing.
+        status = getattr(exc.__cause__, "status_code", None)
+        refused = isinstance(status, int) and 400 <= status < 500 and status != 429
+        return _launch_retry_or_fail(
+            launch,
+            f"{exc.kind}: {exc}",
+            retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS) and not refused,
+            last_try=last_try,
+            hint=exc.retry_after,
+        )
+    rid, state = str(answer["run_id"]), str(answer.get("state") or "")
+    launches.record_accepted(
+        launch.pk,
+        external_run_id=rid,
+        detail=f"attempt {launch.attempts}: SMR started run {rid}" + (f" (state {state})" if state else ""),
+    )
+    return Attempt("accepted")
+
+
+def _launch_via_webhook(launch, *, last_try: bool) -> Attempt:
+    """The signed `smrweb.start` POST; a 2xx means the harness took it (the run is confirmed when its
+    events arrive). The detail names the status only, never the answer's body."""
+    body, headers = launches.start_webhook_request(launch)
+    try:
+        answer = outbound.post(
+            launch.project.rollback_webhook_url,
+            content=body,
+            headers=headers,
+            timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT,
+        )
+    except outbound.Unresolvable as exc:
+        return _launch_retry_or_fail(launch, str(exc), retryable=True, last_try=last_try)
+    except outbound.Refused as exc:
+        return _launch_retry_or_fail(launch, f"not sent: {exc}", retryable=False, last_try=last_try)
+    except httpx.TimeoutException:
+        return _launch_retry_or_fail(
+            launch, "the webhook did not answer in time", retryable=True, last_try=last_try
+        )
+    except httpx.HTTPError as exc:
+        return _launch_retry_or_fail(
+            launch, f"could not reach the webhook ({type(exc).__name__})", retryable=True, last_try=last_try
+        )
+    line = f"the webhook answered HTTP {answer.status}"
+    if 200 <= answer.status < 300:
+        launches.record_accepted(
+            launch.pk,
+            external_run_id=launch.external_run_id,
+            detail=f"attempt {launch.attempts}: {line}; waiting for run {launch.external_run_id}'s events",
+        )
+        return Attempt("accepted")
+    if 300 <= answer.status < 400:
+        line += " (a redirect: not followed)"
+    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
+    return _launch_retry_or_fail(
+        launch, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try, hint=hint
+    )
+
+
+def _launch_via_git(launch, *, last_try: bool) -> Attempt:
+    """A new branch at the chosen commit; the project follows it, and the run (`git:<branch>`) starts
+    with the kickoff as its first message and its cursor at that commit, so it counts only what is
+    committed on it from now on."""
+    from smrweb.sources import git
+    from smrweb.sources.apply import apply_events
+
+    try:
+        branch, commit, done = git.start_branch(launch)
+    except SourceError as exc:
+        return _launch_retry_or_fail(
+            launch,
+            f"{exc.kind}: {exc}",
+            retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS),
+            last_try=last_try,
+            hint=exc.retry_after,
+        )
+    rid = git.run_id_for(branch)
+    launches.record_accepted(
+        launch.pk, external_run_id=rid, detail=f"attempt {launch.attempts}: {done}", follow_branch=branch
+    )
+    project = launch.project
+    services.record_poll(
+        project, rid, source_cursor={"commit": commit, "base": commit}, git_branch=branch, git_commit=commit
+    )  # the run is born here: the launch is confirmed and linked to the run it came from
+    kickoff = {
+        "id": f"smrweb-kickoff-{launch.pk}",
+        "type": "message",
+        "topic": "smrweb.kickoff",
+        "mode": "queue",
+        "body": launch.kickoff,
+    }
+    apply_events(project, rid, [(None, kickoff)])
+    return Attempt("accepted")

@@ -737,7 +737,11 @@ def sync_branch(project: Project, *, report) -> None:
     scores = repo.entry(head, SCORES_FILE)
     if scores is not None and scores.oid != cursor.get("scores"):
         events = score_events(
-            repo, repo.read_blob(scores, what=SCORES_FILE), path=path, harness_id=scenario.harness_id or "git"
+            repo,
+            repo.read_blob(scores, what=SCORES_FILE),
+            path=path,
+            harness_id=scenario.harness_id or "git",
+            skip=_inherited_lines(repo, cursor.get("base")),
         )
         report.events_accepted += _apply(project, rid, events)
         cursor["scores"] = scores.oid
@@ -747,14 +751,29 @@ def sync_branch(project: Project, *, report) -> None:
     report.synced = 1
 
 
-def score_events(repo: Repo, data: bytes, *, path: str, harness_id: str) -> list[dict]:
-    """The score events of a scores file: one JSON object a line, `score` and `commit` required."""
+def _inherited_lines(repo: Repo, base: Any) -> frozenset[bytes]:
+    """The scores file's lines at the commit a launched branch started from: the run it came from
+    scored those, so the new run does not count them again."""
+    if not isinstance(base, str) or not OID_RE.match(base):
+        return frozenset()
+    entry = repo.entry(base, SCORES_FILE)
+    if entry is None or entry.type != "blob":
+        return frozenset()
+    data = repo.read_blob(entry, what=f"{SCORES_FILE} at {base[:10]}")
+    return frozenset(line.strip() for line in data.split(b"\n") if line.strip())
+
+
+def score_events(
+    repo: Repo, data: bytes, *, path: str, harness_id: str, skip: frozenset[bytes] = frozenset()
+) -> list[dict]:
+    """The score events of a scores file: one JSON object a line, `score` and `commit` required
+    (lines in `skip` are left out: a launched branch's inherited scores)."""
     events: list[dict] = []
     commits: dict[str, str | None] = {}
     digests: dict[str, str | None] = {}
     for number, raw in enumerate(data.split(b"\n"), 1):
         line = raw.strip()
-        if not line:
+        if not line or line in skip:
             continue
         where = f"{SCORES_FILE} line {number}"
         try:
@@ -835,7 +854,10 @@ def roll_back(rollback: Rollback) -> str:
     to the path. A redelivered rollback finds its own commit (the `Smrweb-Rollback` trailer) and stops.
     """
     project = rollback.run.project
-    repo = Repo.for_project(project)
+    if not project.git_repo_path or not project.git_branch:
+        raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
+    # The run's own branch: a project that started a next run follows the new branch since.
+    repo = Repo(project.git_repo_path, rollback.run.git_branch or project.git_branch)
     path = check_artifact_path(project.scenario.artifact_path)
     target = target_commit(repo, rollback)
     wanted = repo.entry(target, path)
@@ -888,3 +910,75 @@ def roll_back(rollback: Rollback) -> str:
         else:
             notes.append(f"{path} changed in {worktree} meanwhile: left as it is")
     return "; ".join(notes)
+
+
+# --- starting the next run: a new branch -------------------------------------------------------------
+
+NEXT_SUFFIX_RE = re.compile(r"-next-\d+\Z")
+
+
+def launch_branch(launch) -> str:
+    """The branch a launch creates: the branch of the run it comes from (else the project's), its own
+    `-next-<n>` suffix dropped, then `-next-<launch id>` — the same name on every attempt."""
+    project = launch.project
+    base = (launch.from_run.git_branch if launch.from_run_id else "") or project.git_branch
+    return check_branch(f"{NEXT_SUFFIX_RE.sub('', base)[:170]}-next-{launch.pk}")
+
+
+def start_branch(launch) -> tuple[str, str, str]:
+    """Create the launch's branch at its commit (else at the head of the branch the project follows) in
+    the project's repository; (branch, commit, what was done). Creating it again at the same commit is
+    a no-op (a retried attempt); a branch of that name at another commit is refused. smrweb writes only
+    a ref there (`update-ref`: no hooks, no checkout), and only when the worker may write to the
+    repository; otherwise it refuses and says how to create the branch by hand."""
+    project = launch.project
+    if not project.git_repo_path or not project.git_branch:
+        raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
+    repo = Repo(project.git_repo_path, project.git_branch)
+    branch = launch_branch(launch)
+    if launch.git_commit:
+        proc = repo.agent(
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            f"{launch.git_commit}^{{commit}}",
+            ok=(0, 1, 128),
+        )
+        commit = proc.stdout.decode().strip()
+        if proc.returncode != 0 or not OID_RE.match(commit):
+            raise NotPossible(
+                f"No commit {launch.git_commit} in {project.git_repo_path} (or it is ambiguous)."
+            )
+    else:
+        commit = repo.agent_head()
+    refs = os.path.join(repo.common_dir, "refs", "heads")
+    if not os.access(repo.common_dir, os.W_OK) or (os.path.isdir(refs) and not os.access(refs, os.W_OK)):
+        raise NotPossible(
+            f"smrweb's worker cannot write to {project.git_repo_path}, so it cannot create the branch: "
+            f"create it there yourself (git branch {branch} {commit[:12]}) or give the worker write "
+            "access to the repository."
+        )
+    ref = f"refs/heads/{branch}"
+    proc = repo.agent(
+        "update-ref", "-m", f"smrweb launch {project.slug}#{launch.pk}", ref, commit, "", ok=(0, 1, 128)
+    )
+    if proc.returncode == 0:
+        return branch, commit, f"created branch {branch} at {commit[:12]} in {project.git_repo_path}"
+    now = (
+        repo.agent("rev-parse", "--verify", "--quiet", "--end-of-options", ref, ok=(0, 1, 128))
+        .stdout.decode()
+        .strip()
+    )
+    if now == commit:
+        return (
+            branch,
+            commit,
+            f"branch {branch} already exists at {commit[:12]} (created by an earlier attempt)",
+        )
+    if now:
+        raise NotPossible(
+            f"A branch {branch} already exists in {project.git_repo_path} at {now[:12]}; nothing was changed."
+        )
+    said = proc.stderr.decode("utf-8", "replace").strip()[:300]
+    raise GitFailed(f"git update-ref failed in {project.git_repo_path}: {said}")

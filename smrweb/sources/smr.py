@@ -16,7 +16,7 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle, newest N of the
   project) → metric points, scores; per experiment (…/experiments/{eid}/results) for a run the
   window does not reach back to
-  runs.stop / runs.restore_checkpoint → actions
+  runs.stop / runs.restore_checkpoint / trigger_run → actions
 
 The SDK never retries and drops Retry-After; its parsers raise ValueError on bad shapes. Every
 call goes through `_call`, which turns all of that into `sources.base` errors with a retry hint.
@@ -689,6 +689,37 @@ class SmrConnector:
             mode="in_place",
             reason=reason,
         )
+
+    def trigger_run(
+        self,
+        *,
+        kickoff: str,
+        idempotency_key: str,
+        agent_profile: str = "",
+        budget_usd: Decimal | None = None,
+        budget_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """Start a new run of the project ("start the next run"): the kickoff as its initial runtime
+        message, the budget as its limit, the key so that a retried call starts one run. Returns the
+        new run as the backend answers it (`run_id`)."""
+        limit: dict[str, Any] = {}
+        if budget_usd is not None:
+            limit["max_spend_usd"] = float(budget_usd)
+        if budget_tokens is not None:
+            limit["max_tokens"] = int(budget_tokens)
+        answer = _call(
+            "trigger run",
+            self.client.trigger_run,
+            self.pid,
+            runbook_preset=settings.SMRWEB_SMR_RUNBOOK_PRESET,
+            agent_profile=agent_profile or None,
+            limit=limit or None,
+            initial_runtime_messages=[{"mode": "queue", "body": kickoff}],
+            idempotency_key=idempotency_key,
+        )
+        if not isinstance(answer, dict) or not answer.get("run_id"):
+            raise Malformed("trigger run: the answer names no run_id")
+        return answer
 
 
 def connector_for(project: Project) -> SmrConnector:

@@ -22,10 +22,12 @@ from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import (
+    DispatchStatus,
     Project,
     Rollback,
     RollbackStatus,
     Run,
+    RunLaunch,
     Scenario,
     SourceKind,
     Submission,
@@ -310,6 +312,20 @@ def dispatch_rollback(self, rollback_id: int) -> str:
     return attempt.outcome
 
 
+@shared_task(bind=True, acks_late=True, max_retries=None, name="smrweb.sources.tasks.dispatch_launch")
+def dispatch_launch(self, launch_id: int) -> str:
+    """One attempt to start the next run through the project's source; retried with backoff like a
+    rollback (attempts counted on the launch). An SMR run the backend accepted is looked for at once."""
+    attempt = dispatch.dispatch_launch(launch_id)
+    if attempt.outcome == "retry":
+        raise self.retry(countdown=attempt.retry_in)
+    if attempt.outcome == "accepted":
+        launch = RunLaunch.objects.select_related("project").filter(pk=launch_id).first()
+        if launch is not None and launch.project.source == SourceKind.SMR and launch.run_id is None:
+            queue_quietly(sync_project, launch.project_id)
+    return attempt.outcome
+
+
 def verify_new_scores(sender, run_id: int, **kwargs) -> None:
     """Receiver of `tracking.signals.new_scores_to_verify` (sent after the commit)."""
     queue_quietly(auto_verify_run, run_id)
@@ -352,9 +368,9 @@ def _claim(stale, now) -> list[int]:
 
 @shared_task(ignore_result=True, name="smrweb.tracking.tasks.redispatch_stale_actions")
 def redispatch_stale_actions() -> dict:
-    """Re-queue verifications and rollbacks that were recorded but never picked up, or whose worker
-    died mid-task (both tasks are safe to run again: a finished one is skipped, and a rollback webhook
-    carries the same Idempotency-Key every time)."""
+    """Re-queue verifications, rollbacks and launches that were recorded but never picked up, or whose
+    worker died mid-task (each task is safe to run again: a finished one is skipped, and a webhook or
+    an SMR trigger carries the same idempotency key every time)."""
     now = timezone.now()
     cutoff = now - _stale_after()
     subs = _claim(Submission.objects.filter(status=SubmissionStatus.VERIFYING, updated__lt=cutoff), now)
@@ -369,10 +385,19 @@ def redispatch_stale_actions() -> dict:
         verify_submission.delay(pk)
     for pk in rolls:
         dispatch_rollback.delay(pk)
+    starts = _claim(
+        RunLaunch.objects.filter(
+            Q(status=DispatchStatus.REQUESTED, updated__lt=cutoff)
+            | Q(status=DispatchStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())
+        ),
+        now,
+    )
+    for pk in starts:
+        dispatch_launch.delay(pk)
     notifications = alert_rules.due_deliveries(now)
     for pk in notifications:
         deliver_notification.delay(pk)
-    return {"verifications": subs, "rollbacks": rolls, "notifications": notifications}
+    return {"verifications": subs, "rollbacks": rolls, "launches": starts, "notifications": notifications}
 
 
 @shared_task(ignore_result=True, name="smrweb.tracking.tasks.collect_unreferenced_blobs")

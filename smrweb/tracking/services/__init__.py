@@ -47,6 +47,14 @@ from smrweb.tracking.services.ingest import (  # noqa: F401
     name_experiments,
     unnamed_experiments,
 )
+from smrweb.tracking.services.launches import (  # noqa: F401
+    LAUNCH_EFFECTS,
+    compose_kickoff,
+    launch_defaults,
+    launch_refusal,
+    may_launch,
+    request_launch,
+)
 from smrweb.tracking.services.members import (  # noqa: F401
     add_member,
     remove_member,

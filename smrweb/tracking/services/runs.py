@@ -29,6 +29,7 @@ from smrweb.tracking.models import (
     TurnKind,
 )
 from smrweb.tracking.services.audit import _only, record_audit
+from smrweb.tracking.services.launches import link_new_run
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}\Z")
 
@@ -58,8 +59,13 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
                 last_progress_at=timezone.now(),
             )
     except IntegrityError:
-        pass
-    return Run.objects.select_for_update().get(project=project, external_id=external_id)
+        created = False
+    else:
+        created = True
+    run = Run.objects.select_for_update().get(project=project, external_id=external_id)
+    if created:  # the one place runs are born: a launch waiting for this id links it to its parent
+        link_new_run(run)
+    return run
 
 
 RUN_SETTINGS = (
