@@ -16,7 +16,7 @@ import httpx
 from django.conf import settings
 
 from smrweb.core import outbound
-from smrweb.sources.base import RateLimited, ServerError, SourceError, TimedOut, Unreachable
+from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import SourceKind
@@ -244,12 +244,13 @@ def _launch_via_smr(launch, *, last_try: bool) -> Attempt:
     except SourceError as exc:
         # A 4xx other than 429 is the backend refusing this request (an unknown profile, a limit it
         # will not take): asking again changes nothing.
+        # A garbled answer may hide a run that was started: asking again with the same key finds it.
         status = getattr(exc.__cause__, "status_code", None)
         refused = isinstance(status, int) and 400 <= status < 500 and status != 429
         return _launch_retry_or_fail(
             launch,
             f"{exc.kind}: {exc}",
-            retryable=isinstance(exc, RETRYABLE_SOURCE_ERRORS) and not refused,
+            retryable=isinstance(exc, (*RETRYABLE_SOURCE_ERRORS, Malformed)) and not refused,
             last_try=last_try,
             hint=exc.retry_after,
         )

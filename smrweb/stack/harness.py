@@ -20,6 +20,7 @@ import json
 import math
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,6 +60,26 @@ DEMO_PROJECTS = [
         "score": {"start": 3.9, "step": -0.02, "noise": 0.03, "sign": -1},
     },
 ]
+
+
+def generic_project(slug: str) -> dict:
+    """How the harness runs a project that is not one of the demo's (the generic scenario: maximize
+    `score`): an optimizer.py artifact and a score that climbs from 0.2."""
+    return {
+        "slug": slug,
+        "name": slug,
+        "metrics": ["val_loss"],
+        "score": {"start": 0.2, "step": 0.02, "noise": 0.01, "sign": 1},
+        "scenario": {
+            "key": "generic",
+            "fields": {
+                "score_metric": "score",
+                "artifact_path": "submission/optimizer.py",
+                "artifact_kind": "python_source",
+                "harness_id": "demo-harness",
+            },
+        },
+    }
 
 
 def optimizer_source(run_id: str, tick: int, rng: random.Random) -> str:
@@ -203,6 +224,7 @@ class Harness:
         self.rng = rng
         self.runs: list[SimRun] = []
         self.counter = itertools.count(1)
+        self.lock = threading.Lock()  # the webhook receiver's threads add runs while `drive` steps them
 
     # -- HTTP with retries: the server is the source of truth, ids make retries safe ----------
     def send(self, run: SimRun, method: str, path: str, **kwargs) -> httpx.Response | None:
@@ -415,6 +437,64 @@ class Harness:
             }
         )
 
+    def start_named_run(
+        self, project: dict, run_id: str, *, kickoff: str, model_profile: str = "", budget: dict | None = None
+    ) -> SimRun | None:
+        """A run smrweb asked for (`smrweb.start`): the id it chose, its kickoff as the run's first
+        runtime message, its model profile and budget; it hill-climbs and finishes. None when smrweb
+        could not be told (its API did not answer): the webhook then answers 503 and smrweb retries."""
+        run = SimRun(
+            project,
+            self.tokens[project["slug"]],
+            run_id,
+            "done",
+            length=self.rng.randint(60, 90),
+            score=project["score"]["start"],
+        )
+        settings = {"git_branch": f"agent/{run_id}"[:200]}
+        if model_profile:
+            settings["requested_profile"] = settings["actual_profile"] = model_profile
+        if budget and budget.get("usd") is not None:
+            settings["budget_usd"] = str(budget["usd"])
+        if budget and budget.get("tokens") is not None:
+            settings["budget_tokens"] = int(budget["tokens"])
+        patched = self.send(run, "PATCH", "", json=settings)
+        kickoff_event = {
+            "id": f"{run_id}:kickoff",
+            "type": "message",
+            "topic": "smr.trigger.initial_runtime_message",
+            "target": "role:orchestrator",
+            "mode": "queue",
+            "body": kickoff,
+        }
+        started = self.send(
+            run,
+            "POST",
+            "/events",
+            json=[
+                {"id": f"{run_id}:queued", "type": "state", "state": "queued"},
+                kickoff_event,
+                {"id": f"{run_id}:running", "type": "state", "state": "running"},
+            ],
+        )
+        if patched is None or started is None or started.status_code >= 400:
+            return None
+        with self.lock:
+            self.runs.append(run)
+        return run
+
+    def drive(self, interval: float) -> None:
+        """Step the runs smrweb started until each ends (the demo's webhook receiver runs this in a
+        thread; it starts no runs of its own)."""
+        while True:
+            with self.lock:
+                running = list(self.runs)
+            for run in running:
+                if not self.step(run):
+                    with self.lock:
+                        self.runs.remove(run)
+            time.sleep(interval)
+
     def loop(self, interval: float, concurrent: int) -> None:
         for project in DEMO_PROJECTS:
             for i in range(concurrent):
@@ -428,6 +508,29 @@ class Harness:
                     self.runs.remove(run)  # leave it stalled for good, start a fresh one
                     self.start_run(run.project)
             time.sleep(interval)
+
+
+def answer_start(harness: Harness, payload: dict) -> tuple[int, str]:
+    """The harness's answer to a signed `smrweb.start` (already verified): start the run smrweb named,
+    with the kickoff it sent. (status, text) for the webhook's answer: 200 started, 400 not a start this
+    harness can run, 503 when smrweb could not be told (smrweb retries with the same key)."""
+    slug = payload.get("project")
+    if not isinstance(slug, str) or slug not in harness.tokens:
+        return 400, f"no token for project {slug!r} here"
+    project = next((p for p in DEMO_PROJECTS if p["slug"] == slug), None) or generic_project(slug)
+    run_id, kickoff = payload.get("run_id"), payload.get("kickoff")
+    if not isinstance(run_id, str) or not run_id or not isinstance(kickoff, str):
+        return 400, "a start names a run_id and a kickoff"
+    with harness.lock:
+        if any(r.external_id == run_id and r.project["slug"] == slug for r in harness.runs):
+            return 200, f"run {run_id} is already running"
+    budget = payload.get("budget") if isinstance(payload.get("budget"), dict) else None
+    run = harness.start_named_run(
+        project, run_id, kickoff=kickoff, model_profile=str(payload.get("model_profile") or ""), budget=budget
+    )
+    if run is None:
+        return 503, f"could not report run {run_id} to smrweb; retry"
+    return 200, f"started run {run_id}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,11 @@
-"""The demo harness's rollback webhook: what a team's harness does when smrweb tells it to roll back.
+"""The demo harness's webhook: what a team's harness does when smrweb tells it to roll back or to start
+the next run.
 
 It checks the signature (timestamp + body, HMAC-SHA256 with the project's secret), ignores a delivery
 it has already applied (Idempotency-Key), "restores" the target, and reports back the way a harness
-would — a runtime message on the run, pushed through the REST API with the project's token.
+would — a runtime message on the run, pushed through the REST API with the project's token. A
+`smrweb.start` starts a run of the demo harness with the id smrweb chose; it posts the kickoff as the
+run's first runtime message and climbs (`smrweb.stack.harness.answer_start`).
 
     python -m smrweb.stack.rollback_receiver --port 8002 --url http://127.0.0.1:8000 \\
         --token-file var/demo/demo-tokens --secrets-file var/demo/demo-webhook-secrets
@@ -14,6 +17,7 @@ import argparse
 import hashlib
 import hmac
 import json
+import random
 import sys
 import threading
 import time
@@ -28,9 +32,10 @@ def _read_pairs(path: str) -> dict[str, str]:
     return dict(line.split() for line in open(path, encoding="utf-8") if line.strip())
 
 
-def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
+def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], interval: float = 1.5):
     applied: set[str] = set()
     lock = threading.Lock()
+    start = _starter(url=url, tokens=tokens, interval=interval)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -53,6 +58,12 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
                 if key in applied:
                     return self._answer(200, "already applied")
                 applied.add(key)
+            if payload.get("type") == "smrweb.start":  # start the next run (smrweb.stack.harness)
+                status, text = start(payload)
+                if status >= 300:
+                    with lock:
+                        applied.discard(key)  # let the retry start it
+                return self._answer(status, text)
             target = payload["target"]
             what = (
                 f"submission #{target['id']} (score {target.get('score')}, "
@@ -90,6 +101,24 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
             print(f"rollback-receiver {self.address_string()} {fmt % args}", flush=True)
 
     return Handler
+
+
+def _starter(*, url: str, tokens: dict[str, str], interval: float):
+    """`smrweb.start` → a run of the demo harness, stepped by a thread of this process (made on the first
+    start, so a receiver that is never asked starts nothing)."""
+    state: dict = {}
+    made = threading.Lock()
+
+    def start(payload: dict) -> tuple[int, str]:
+        from smrweb.stack.harness import Harness, answer_start
+
+        with made:
+            if "harness" not in state:
+                state["harness"] = Harness(url, tokens, random.Random())
+                threading.Thread(target=state["harness"].drive, args=(interval,), daemon=True).start()
+        return answer_start(state["harness"], payload)
+
+    return start
 
 
 def main(argv: list[str] | None = None) -> int:

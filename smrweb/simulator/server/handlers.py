@@ -1,5 +1,5 @@
 """The SMR route handlers, by noun: projects and runs, usage, artifacts, checkpoints, messages,
-experiments and results, and the run actions (stop, restore). Each turns a `Ctx` into a `Response` by
+experiments and results, and the run actions (stop, restore, trigger). Each turns a `Ctx` into a `Response` by
 asking the world; the HTTP layer calls them under `world.lock`.
 """
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from smrweb.simulator.server.context import Ctx, HttpError, Response, query_error
 from smrweb.simulator.world import Conflict, World, parse_iso
+from smrweb.simulator.world.launches import Invalid
 
 ACTIVE_RUNS_CAP = 200  # GET .../runs/active answers at most this many (newest first), with no cursor
 
@@ -235,3 +236,28 @@ def h_restore(ctx: Ctx) -> Response:
 def preview_run(ctx: Ctx) -> Any:
     """What a malformed answer to a POST is built from: the run as it is (the action is not applied)."""
     return ctx.world.run_wire(_run(ctx))
+
+
+def h_trigger(ctx: Ctx) -> Response:
+    """`POST /smr/projects/{pid}/trigger` (the SDK's `trigger_run`): the new run (or, for an idempotency
+    key already used, the run it started), as `SmrRunResponse`."""
+    pid = _project(ctx)
+    if not isinstance(ctx.body, dict):
+        raise HttpError(
+            422,
+            [
+                {
+                    "type": "model_type",
+                    "loc": ["body"],
+                    "msg": "Input should be a valid dictionary",
+                    "input": ctx.body,
+                }
+            ],
+        )
+    try:
+        wire, _ = ctx.world.trigger(pid, ctx.body)
+    except Invalid as exc:
+        raise HttpError(422, exc.errors) from None
+    except Conflict as exc:
+        raise HttpError(409, exc.detail) from None
+    return Response(payload=wire)

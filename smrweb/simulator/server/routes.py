@@ -27,6 +27,7 @@ from smrweb.simulator.server.handlers import (
     h_run,
     h_runs,
     h_stop,
+    h_trigger,
     h_usage,
     preview_run,
 )
@@ -85,6 +86,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", R + "/stop", "stop", h_stop, preview_run),
     Route("POST", PR + "/restore", "restore", h_restore, preview_run),
     Route("POST", R + "/restore", "restore", h_restore, preview_run),
+    Route("POST", P + "/trigger", "trigger", h_trigger),
 )
 _COMPILED = [(route, route.regex) for route in ROUTES]
 

@@ -24,6 +24,7 @@ from smrweb.simulator.world.constants import (
     parse_shapes,
 )
 from smrweb.simulator.world.experiments import ExperimentsMixin
+from smrweb.simulator.world.launches import LaunchesMixin
 from smrweb.simulator.world.messages import MessagesMixin
 from smrweb.simulator.world.projects import ProjectsMixin
 from smrweb.simulator.world.runs import RunsMixin
@@ -42,6 +43,7 @@ class World(
     MessagesMixin,
     ProjectsMixin,
     TruthMixin,
+    LaunchesMixin,
 ):
     """A thread-safe simulated SMR backend state. `tick()` advances it one step; `freeze()` stops it."""
 

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 from smrweb.simulator.world.constants import (
-    BUDGET_USD,
     FAILURE,
     FATES,
     KICKOFF_TOPIC,
@@ -284,7 +283,7 @@ class RunsMixin:
             "resolved_host_kind": "docker",
             "work_mode": "open_ended_discovery",
             "resolved_work_mode": "open_ended_discovery",
-            "limit": {"budget_usd": BUDGET_USD, "max_spend_usd": BUDGET_USD},
+            "limit": self.limit_wire(run),
             "roles": roles,
             "status_detail": {
                 "summary": f"{run.state} ({run.live_phase})",
