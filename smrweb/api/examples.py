@@ -145,6 +145,18 @@ ROLLBACK = OpenApiExample(
     description="A submission id of this run (or `checkpoint`: a checkpoint's external id).",
 )
 
+LAUNCH = OpenApiExample(
+    "The next run after a failed one (example)",
+    value={
+        "from_run": "example-run",
+        "text": "Example: keep the warmup, halve the learning rate, score every candidate.",
+        "budget_usd": "2.50",
+        "budget_tokens": 1500000,
+    },
+    description="Omitted fields take the form's prefill: the model profile and budget of `from_run` and "
+    "a kickoff of the carry-forward block followed by `text`.",
+)
+
 ALERT_RULE = OpenApiExample(
     "Email the on-call address when a run fails (example)",
     value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},

@@ -7,6 +7,7 @@ from smrweb.api.views import (
     events,
     health,
     knowledge,
+    launches,
     projects,
     rollbacks,
     runs,
@@ -34,6 +35,10 @@ urlpatterns = [
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
     path(
         "projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"
+    ),
+    path("projects/<slug:slug>/launches", launches.LaunchList.as_view(), name="launch-list"),
+    path(
+        "projects/<slug:slug>/launches/<int:launch_id>", launches.LaunchDetail.as_view(), name="launch-detail"
     ),
     path("projects/<slug:slug>/submissions", submissions.SubmissionList.as_view(), name="submission-list"),
     path(f"{sub}", submissions.SubmissionLifecycle.as_view(), name="submission-lifecycle"),

@@ -6,6 +6,7 @@ from smrweb.dashboard.views import (
     compare,
     inbox,
     knowledge,
+    launches,
     links,
     preferences,
     projects,
@@ -48,6 +49,8 @@ urlpatterns = [
     path(
         "projects/<slug:slug>/knowledge/<int:entry_id>/edit", knowledge.knowledge_edit, name="knowledge-edit"
     ),
+    path("projects/<slug:slug>/launches/new", launches.launch_new, name="launch-new"),
+    path("projects/<slug:slug>/launches/<int:launch_id>/", launches.launch_detail, name="launch-detail"),
     path("projects/<slug:slug>/review/", submissions.review_queue, name="review-queue"),
     path(
         "projects/<slug:slug>/submissions/<int:submission_id>/",

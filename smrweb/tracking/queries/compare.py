@@ -134,7 +134,10 @@ def compare(project: Project, external_ids: list[str], *, points: int = POINTS_P
     Series are read only when at least two runs are found: there is nothing to compare otherwise.
     """
     found = {
-        r.external_id: r for r in Run.objects.filter(project=project, external_id__in=external_ids).order_by()
+        r.external_id: r
+        for r in Run.objects.filter(project=project, external_id__in=external_ids)
+        .select_related("parent")  # lineage: each run's parent, named in the table
+        .order_by()
     }
     missing = [rid for rid in external_ids if rid not in found]
     runs = [found[rid] for rid in external_ids if rid in found]
