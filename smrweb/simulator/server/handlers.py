@@ -261,3 +261,10 @@ def h_trigger(ctx: Ctx) -> Response:
     except Conflict as exc:
         raise HttpError(409, exc.detail) from None
     return Response(payload=wire)
+
+
+def preview_trigger(ctx: Ctx) -> Any:
+    """What a malformed answer to a trigger is built from: no run at all (a faulted request starts none,
+    so a retry with the same key starts the one run)."""
+    _project(ctx)
+    return {"detail": "simulated: the trigger was not applied"}

@@ -30,6 +30,7 @@ from smrweb.simulator.server.handlers import (
     h_trigger,
     h_usage,
     preview_run,
+    preview_trigger,
 )
 
 P = "/smr/projects/{project_id}"
@@ -86,7 +87,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", R + "/stop", "stop", h_stop, preview_run),
     Route("POST", PR + "/restore", "restore", h_restore, preview_run),
     Route("POST", R + "/restore", "restore", h_restore, preview_run),
-    Route("POST", P + "/trigger", "trigger", h_trigger),
+    Route("POST", P + "/trigger", "trigger", h_trigger, preview_trigger),
 )
 _COMPILED = [(route, route.regex) for route in ROUTES]
 
