@@ -45,6 +45,7 @@ from schemathesis.specs.openapi.checks import (
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Role, Submission, SubmissionStatus
+from smrweb.tracking.services import launches
 from tests.factories import UserFactory, admin_project
 
 EXAMPLES = int(os.environ.get("SMRWEB_FUZZ_EXAMPLES", "12"))
@@ -219,6 +220,10 @@ def _build_world() -> dict:
         services.create_alert_rule(hill, by=alice, trigger="run.loop", channel="inbox", recipient="bob"),
     ]
 
+    launch, _ = launches.request_launch(
+        hill, by=bob, kickoff="fuzz: start the next run", idempotency_key="fuzz-launch-1"
+    )
+
     browser = Client()
     browser.force_login(alice)
     csrf = get_random_string(32)
@@ -235,6 +240,7 @@ def _build_world() -> dict:
             "key": ["generic"],
             "request_id": [PREFLIGHT_ID],
             "rule_id": [rule.pk for rule in rules],
+            "launch_id": [launch.pk],
         },
         "submission_for": {action: [submissions[status]] for status, action in START_OF.items()},
         "query": {"key": ["loss"]},

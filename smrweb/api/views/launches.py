@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,6 +37,9 @@ def _launches(project):
     )
 
 
+@extend_schema_view(
+    get=extend_schema(responses={200: LaunchSerializer(many=True), **ERRORS}, summary="A project's launches")
+)
 class LaunchList(generics.ListAPIView):
     """A project's launches, newest first."""
 
