@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from smrweb.sources import dispatch
-from smrweb.tracking import services
+from smrweb.tracking import queries, services
 from smrweb.tracking.models import Artifact, AuditEvent, Project, Run, RunLaunch, RuntimeMessage, Submission
 from smrweb.tracking.services import launches, rollbacks
 from tests.factories import admin_project
@@ -59,7 +59,7 @@ def launch(project, by, **fields):
 def test_a_branch_is_made_at_the_chosen_commit_and_its_run_counts_only_its_own_work(gproject, repo, bob):
     do_sync(gproject)
     made, parent = launch(gproject, bob, git_commit=repo.c3[:10])
-    assert launches.launch_defaults(gproject, parent).git_commit == repo.c5  # the form's prefill: the head
+    assert queries.launch_defaults(gproject, parent).git_commit == repo.c5  # the form's prefill: the head
 
     assert dispatch.dispatch_launch(made.pk).outcome == "accepted"
     branch = f"main-next-{made.pk}"

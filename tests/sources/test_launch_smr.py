@@ -12,7 +12,7 @@ import pytest
 
 from smrweb.sources import dispatch, sync
 from smrweb.sources.smr import connector_for
-from smrweb.tracking import services
+from smrweb.tracking import queries, services
 from smrweb.tracking.models import Run, RunLaunch, RuntimeMessage
 from smrweb.tracking.services import launches
 from tests.conftest import wait_for
@@ -70,7 +70,7 @@ def test_the_trigger_body_carries_kickoff_limit_profile_and_key_and_the_new_run_
     smr_project, simulator, bob
 ):
     parent = first_run(smr_project)
-    defaults = launches.launch_defaults(smr_project, parent)
+    defaults = queries.launch_defaults(smr_project, parent)
     assert defaults.model_profile == "codex_gpt_5_4_medium" and defaults.budget_usd == Decimal("5")
     kickoff = launches.compose_kickoff(defaults.carry_forward, "Halve the learning rate; keep the warmup.")
     before = sim_run_ids(simulator)

@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from django.db import close_old_connections
 
-from smrweb.tracking import services
+from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run, RunLaunch
@@ -157,7 +157,7 @@ def test_concurrent_requests_with_one_key_make_one_launch(hooked, bob, alice):
 def test_the_prefill_takes_the_runs_profile_budget_and_the_carry_forward_block(hooked, bob):
     r1 = Run.objects.get(external_id="r1")
     knowledge.add_entry(hooked, by=bob, kind="failed_approach", title="Huge batch", body="ran out of memory")
-    defaults = launches.launch_defaults(hooked, r1, n=5)
+    defaults = queries.launch_defaults(hooked, r1, n=5)
     assert (defaults.model_profile, defaults.budget_usd, defaults.budget_tokens) == (
         "codex_medium",
         Decimal("2.5"),
@@ -171,7 +171,7 @@ def test_the_prefill_takes_the_runs_profile_budget_and_the_carry_forward_block(h
     )
     # Without a run: the project's latest run is the template, nothing is its parent.
     ingest(hooked, "r2", {"type": "state", "state": "running"})
-    latest = launches.launch_defaults(hooked)
+    latest = queries.launch_defaults(hooked)
     assert latest.from_run is None and latest.template.external_id == "r2" and latest.model_profile == ""
     assert launches.compose_kickoff("  block \n", "\n mine ") == "block\n\nmine"
     assert launches.compose_kickoff("", "only mine") == "only mine"

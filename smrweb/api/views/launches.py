@@ -17,6 +17,7 @@ from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.launches import LaunchIn, LaunchSerializer
 from smrweb.core import queue
 from smrweb.sources import tasks
+from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Role, Run, RunLaunch
 from smrweb.tracking.services import launches
@@ -84,7 +85,7 @@ class LaunchList(generics.ListAPIView):
         defaults = None
         missing = {"kickoff", "model_profile", "budget_usd", "budget_tokens", "git_commit"} - data.keys()
         if missing:
-            defaults = launches.launch_defaults(project, from_run, n=data["n"])
+            defaults = queries.launch_defaults(project, from_run, n=data["n"])
         kickoff = data.get("kickoff")
         if kickoff is None:
             kickoff = launches.compose_kickoff(

@@ -34,7 +34,8 @@ def launch_button(
 
 @register.inclusion_tag("dashboard/partials/run_lineage.html", takes_context=True)
 def run_lineage(context, run):
-    """One query for the run's parent and children together, one for the person's role."""
+    """One query for the run's parent and children together (the person's role comes from the page's
+    `can_launch` when it has one)."""
     related = list(
         Run.objects.filter(Q(pk=run.parent_id) | Q(parent=run) if run.parent_id else Q(parent=run))
         .only("pk", "project_id", "external_id", "display_name", "parent_id", "started_at")
@@ -44,10 +45,8 @@ def run_lineage(context, run):
         r.project = run.project  # for get_absolute_url, without a query per run
     parent = next((r for r in related if r.pk == run.parent_id), None)
     children = [r for r in related if r.parent_id == run.pk]
-    user = context["request"].user
-    url = (
-        _launch_url(run.project, **{"from": run.external_id})
-        if launches.may_launch(user, run.project)
-        else ""
-    )
+    may = context.get("can_launch")  # the run page knows the person's role already
+    if may is None:
+        may = launches.may_launch(context["request"].user, run.project)
+    url = _launch_url(run.project, **{"from": run.external_id}) if may else ""
     return {"parent": parent, "children": children, "launch_url": url}

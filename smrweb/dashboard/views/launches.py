@@ -95,10 +95,10 @@ def launch_new(request, slug: str):
                 else:
                     _say(request, launch, created)
                     return redirect("dashboard:launch-detail", project.slug, launch.pk)
-        defaults = launches.launch_defaults(project, from_run, n=_n(request))
+        defaults = queries.launch_defaults(project, from_run, n=_n(request))
     else:
         from_run = _from_run(project, request.GET.get("from", ""))
-        defaults = launches.launch_defaults(project, from_run, n=_n(request))
+        defaults = queries.launch_defaults(project, from_run, n=_n(request))
         form = LaunchForm(
             initial={
                 "idempotency_key": launches.new_key(),

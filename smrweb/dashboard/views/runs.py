@@ -31,7 +31,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import timeline
-from smrweb.tracking.services import rollbacks, submissions
+from smrweb.tracking.services import launches, rollbacks, submissions
 
 TURNS_PER_PAGE = 25
 ARTIFACTS_PER_PAGE = 10
@@ -106,6 +106,7 @@ def run_detail(request, slug: str, run_id: str):
         "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
         "is_admin": rank >= Role.rank(Role.ADMIN),
         "can_snooze": rank >= Role.rank(Role.REVIEWER),
+        "can_launch": rank >= Role.rank(Role.REVIEWER) and not launches.launch_refusal(run.project),
         "run_alerts": alert_queries.run_alerts(run, now),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (

@@ -1,7 +1,7 @@
 """The read side, shared by the API and the dashboard; one module per noun. Each answers in a fixed
-number of queries, whatever the number of runs or points. This package re-exports the project, run
-and carry-forward reads (`queries.project_summaries(...)`); the timeline, compare and budget read
-models are imported by name (`from smrweb.tracking.queries import timeline`)."""
+number of queries, whatever the number of runs or points. This package re-exports the project, run,
+carry-forward and launch-prefill reads (`queries.project_summaries(...)`); the timeline, compare and
+budget read models are imported by name (`from smrweb.tracking.queries import timeline`)."""
 
 from smrweb.tracking.queries.knowledge import (  # noqa: F401
     N_DEFAULT,
@@ -12,6 +12,10 @@ from smrweb.tracking.queries.knowledge import (  # noqa: F401
     carry_forward,
     parse_n,
     render_carry_forward,
+)
+from smrweb.tracking.queries.launches import (  # noqa: F401
+    Defaults,
+    launch_defaults,
 )
 from smrweb.tracking.queries.projects import (  # noqa: F401
     Pending,

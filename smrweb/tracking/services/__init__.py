@@ -50,7 +50,6 @@ from smrweb.tracking.services.ingest import (  # noqa: F401
 from smrweb.tracking.services.launches import (  # noqa: F401
     LAUNCH_EFFECTS,
     compose_kickoff,
-    launch_defaults,
     launch_refusal,
     may_launch,
     request_launch,

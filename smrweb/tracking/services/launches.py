@@ -2,10 +2,10 @@
 
 A reviewer asks for the next run of a project (from the project, a run, or the knowledge page) with a
 kickoff made of the carry-forward block and their own text, a model profile and a budget prefilled
-from the run it comes from. A task dispatches it through the project's source (SMR: `trigger_run`;
-push: a signed `smrweb.start` webhook to the harness; git: a new branch) and records each attempt:
-requested → dispatched → accepted (the source took it) → confirmed (the new run appeared, linked to
-the run it came from) | failed, all audited.
+from the run it comes from (`queries.launch_defaults`, a read). A task dispatches it through the
+project's source (SMR: `trigger_run`; push: a signed `smrweb.start` webhook to the harness; git: a new
+branch) and records each attempt: requested → dispatched → accepted (the source took it) → confirmed
+(the new run appeared, linked to the run it came from) | failed, all audited.
 
 The request carries an idempotency key (a UUID rendered into the form, or the API's Idempotency-Key
 header): a double click, a resent form or a retried API call returns the launch already made, and the
@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -96,44 +95,6 @@ def may_launch(user: Any, project: Project) -> bool:
     """Whether `user` gets "Start the next run" buttons in `project`: reviewers and admins, where the
     source can start runs."""
     return not launch_refusal(project) and project.allows(user, Role.REVIEWER)
-
-
-# --- the form's prefill ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Defaults:
-    """What the "Start the next run" form is prefilled with."""
-
-    scenario: Any
-    from_run: Run | None
-    template: Run | None  # the run the profile, budget and commit come from (from_run, else the latest)
-    model_profile: str
-    budget_usd: Decimal | None
-    budget_tokens: int | None
-    git_commit: str
-    carry_forward: str  # the rendered block, editable in the form
-    n: int
-
-
-def launch_defaults(project: Project, from_run: Run | None = None, *, n: int | None = None) -> Defaults:
-    """Scenario, model profile (the run's requested profile, else what it ran on), budget and git commit
-    of `from_run` (else of the project's latest run), and the carry-forward block for the kickoff."""
-    from smrweb.tracking.queries import knowledge
-
-    template = from_run or Run.objects.filter(project=project).order_by("-started_at", "-id").first()
-    n = knowledge.N_DEFAULT if n is None else n
-    return Defaults(
-        scenario=project.scenario,
-        from_run=from_run,
-        template=template,
-        model_profile=(template.requested_profile or template.actual_profile) if template else "",
-        budget_usd=template.budget_usd if template else None,
-        budget_tokens=template.budget_tokens if template else None,
-        git_commit=(template.git_commit if template else "") if project.source == SourceKind.GIT else "",
-        carry_forward=knowledge.render_carry_forward(knowledge.carry_forward(project, n)),
-        n=n,
-    )
 
 
 def compose_kickoff(carry_forward: str, text: str) -> str:
