@@ -79,6 +79,7 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunLaunch,
     RunSnooze,
     Scenario,
     Submission,
@@ -86,7 +87,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
-from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import knowledge, launches
 from smrweb.tracking.services import submissions as lifecycle
 from tests.conftest import TEST_ALLOWED_HOSTS
 from tests.factories import UserFactory, admin_project
@@ -108,7 +109,9 @@ KNOWLEDGE_TITLE = "Wide MLP 6a0c"
 WEBHOOK = "https://hooks.example/hill-rollback-2e9f"
 TOKEN_NAME = "ci-harness-c1d8"
 ALERT_WEBHOOK = "https://hooks.example/hill-alert-6b3d"
+LAUNCH_KICKOFF = "Launch kickoff 5c9a"
 HILL_SECRETS = (
+    LAUNCH_KICKOFF,
     PROJECT_NAME,
     RUN,
     MODEL,
@@ -266,6 +269,18 @@ def build_world() -> World:
         other, by=dave, trigger="run.failed", channel="inbox", recipient="dave"
     )
     o_note = services.send_test(o_rule, by=dave)  # in dave's inbox; its title names the other project
+    # Start the next run: one launch of hill (from its run) and one of the other project.
+    launch, _ = launches.request_launch(
+        hill,
+        by=bob,
+        from_run=Run.objects.get(project=hill, external_id=RUN),
+        kickoff=f"{LAUNCH_KICKOFF}: halve the learning rate",
+        idempotency_key="matrix-launch-hill-1",
+    )
+    services.update_project(other, rollback_webhook_url="https://hooks.example/other-start", by=dave)
+    o_launch, _ = launches.request_launch(
+        other, by=dave, kickoff="other kickoff", idempotency_key="matrix-launch-other-1"
+    )
 
     artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
     valid = signed_artifact_path(artifact)
@@ -297,6 +312,8 @@ def build_world() -> World:
         "note": note.pk,
         "o_rule": o_rule.pk,
         "o_note": o_note.pk,
+        "launch": launch.pk,
+        "o_launch": o_launch.pk,
         "preflight": PREFLIGHT_ID,
         "link_valid": valid,
         "link_expired": expired,
@@ -428,6 +445,7 @@ def fingerprint() -> tuple:
             Membership,
             Checkpoint,
             UserPreference,
+            RunLaunch,
         ),
     )
 
@@ -688,6 +706,51 @@ ROWS = [
         f"{P}/knowledge/{{o_entry}}/edit",
         "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
         data={"kind": "note", "title": "edited", "body": ""},
+    ),
+    # Start the next run: reviewers and admins ask; everyone who reads hill follows a launch.
+    Row(
+        "launch form",
+        "GET",
+        f"{P}/launches/new?from={RUN}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=KNOWLEDGE_TITLE,  # in the carry-forward block the kickoff is prefilled with
+    ),
+    Row(
+        "launch: start the next run",
+        "POST",
+        f"{P}/launches/new",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"idempotency_key": "matrix-form-key-1", "from_run": RUN, "text": "matrix: next run"},
+        effect=count(RunLaunch),
+    ),
+    Row(
+        "launch status",
+        "GET",
+        f"{P}/launches/{{launch}}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=LAUNCH_KICKOFF,
+    ),
+    Row(
+        "launch status (hx)",
+        "GET",
+        f"{P}/launches/{{launch}}/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker="requested",
+        **HX,
+    ),
+    Row(
+        "launch status poll, unchanged",
+        "GET",
+        f"{P}/launches/{{launch}}/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "launch status: another project's",
+        "GET",
+        f"{P}/launches/{{o_launch}}/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
     ),
     Row(
         "project settings",
@@ -1336,6 +1399,37 @@ ROWS = [
         f"{A}/knowledge/carry-forward",
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker=KNOWLEDGE_TITLE,
+    ),
+    Row(
+        "api launches",
+        "GET",
+        f"{A}/launches",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=LAUNCH_KICKOFF,
+    ),
+    # A person's action: a project token reads launches but never starts a run.
+    Row(
+        "api launches: start the next run",
+        "POST",
+        f"{A}/launches",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201,
+        data={"from_run": RUN, "text": "matrix: next run"},
+        json=True,
+        effect=count(RunLaunch),
+    ),
+    Row(
+        "api launch",
+        "GET",
+        f"{A}/launches/{{launch}}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=LAUNCH_KICKOFF,
+    ),
+    Row(
+        "api launch: another project's",
+        "GET",
+        f"{A}/launches/{{o_launch}}",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
     ),
     Row("api submissions", "GET", f"{AS}", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
     Row(
