@@ -60,7 +60,7 @@ from smrweb.tracking.models import (
     VerificationOutcome,
 )
 from smrweb.tracking.services import alerts as alert_service
-from smrweb.tracking.services import knowledge, rollbacks
+from smrweb.tracking.services import knowledge, launches, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory, admin_project
 
@@ -346,6 +346,21 @@ def rich(alice, bob, victor):
     services.add_comment(run=r1, by=bob, body="@alice look at this")
     services.delete_comment(services.add_comment(run=r1, by=bob, body="oops"), by=bob)
     services.add_comment(submission=best, by=alice, body="approved, *nice*")
+    # Start the next run: a launch from r1 that became r1-next-1 (its parent is r1), and one still open.
+    started, _ = launches.request_launch(
+        project,
+        by=bob,
+        from_run=r1,
+        kickoff="## Carry-forward: hill\n\nTry smaller steps.",
+        model_profile="codex_medium",
+        budget_usd="2.5",
+        budget_tokens=10_000,
+        idempotency_key="rich-launch-1",
+    )
+    launches.start_attempt(started.pk)
+    launches.record_accepted(started.pk, external_run_id=started.external_run_id, detail="HTTP 200")
+    ingest(project, started.external_run_id, {"type": "state", "id": "n1", "state": "running", "ts": at(20)})
+    launches.request_launch(project, by=alice, kickoff="An open launch", idempotency_key="rich-launch-2")
     project.refresh_from_db()
     return project
 
@@ -384,9 +399,11 @@ SCOPES = {
     RunLaunch: lambda p: RunLaunch.objects.filter(project=p),
     Notification: lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)),
 }
-# Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease.
+# Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease, a
+# launch's idempotency key (re-keyed when the original holds it: checked apart).
 NOT_COMPARED = {
     Project: {"slug"},
+    RunLaunch: {"idempotency_key"},
     ArtifactBlob: {"storage_name"},
     SourceHealth: {"lease_until", "lease_owner"},
 }
@@ -527,7 +544,13 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
         result.warnings[0]
         == "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
     )
-    assert [w.split("'")[1] for w in result.warnings[1:]] == ["ci", "old"]
+    assert [w.split("'")[1] for w in result.warnings[1:3]] == ["ci", "old"]
+    # Launch keys are unique here too: the copies get a suffix, and the import says so.
+    assert result.warnings[3].startswith("2 launch(es) got a new idempotency key")
+    assert sorted(RunLaunch.objects.filter(project=copy).values_list("idempotency_key", flat=True)) == [
+        f"rich-launch-1-restored-{copy.pk}",
+        f"rich-launch-2-restored-{copy.pk}",
+    ]
     for row in before["AuditEvent"]:
         if row["verb"].startswith("token."):
             row["object_id"] = ""  # the token it named was not restored
@@ -545,6 +568,11 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     mention = Notification.objects.get(kind="mention", comment__project=copy)
     assert mention.recipient.username == "alice" and mention.comment.body == "@alice look at this"
     assert Run.objects.get(project=copy, external_id="r1").display_name == "First try"
+    # Lineage: the copy's next run comes from the copy's r1, and its launch names both.
+    child = Run.objects.get(project=copy, external_id="r1-next-1")
+    assert child.parent == Run.objects.get(project=copy, external_id="r1")
+    confirmed = RunLaunch.objects.get(project=copy, status="confirmed")
+    assert confirmed.run == child and confirmed.from_run == child.parent
     assert RunTag.objects.filter(run__project=copy).count() == 2
     audit = AuditEvent.objects.get(verb="project.imported")
     assert (
@@ -576,6 +604,12 @@ def test_a_rich_project_round_trips_into_an_emptied_database(rich, tmp_path, art
     assert User.objects.get(username="dora").get_full_name() == "Dora Explorer"
     # Token hashes came back, so the harness's token keeps working against the restored project.
     assert services.authenticate_token(raw_token).project == restored
+    # Nothing held the launch keys here: they came back as they were, with the lineage.
+    assert sorted(RunLaunch.objects.values_list("idempotency_key", flat=True)) == [
+        "rich-launch-1",
+        "rich-launch-2",
+    ]
+    assert Run.objects.get(external_id="r1-next-1").parent.external_id == "r1"
 
     # Exporting the restored project gives the same archive, byte for byte (but the export time).
     backup.export_project(restored, tmp_path / "b.zip")
@@ -807,7 +841,7 @@ def test_the_commands_export_and_import(rich, tmp_path, monkeypatch):
     call_command("import_project", str(path), "--as", "hill2", "--trust", stdout=out, stderr=err)
     assert "imported project hill2: " in out.getvalue() and "25 metric_point" in out.getvalue()
     assert "warning: API token 'ci'" in err.getvalue()
-    assert Project.objects.get(slug="hill2").runs.count() == 2
+    assert Project.objects.get(slug="hill2").runs.count() == 3
 
     Scenario.objects.filter(key="bench").update(name="renamed")
     with pytest.raises(CommandError, match="--scenario-as"):

@@ -35,6 +35,7 @@ from smrweb.tracking.models import (
     AuditEvent,
     Membership,
     Project,
+    RunLaunch,
     Scenario,
 )
 
@@ -245,6 +246,8 @@ class _Importer:
     def _flush(self, table: Table, batch: list[tuple[Any, models.Model, dict[str, Any]]]):
         if table.model is ApiToken:
             batch = self._without_tokens_in_use(batch)
+        if table.model is RunLaunch:
+            self._rekey_launches_in_use(batch)
         _insert(table.model, [obj for _, obj, _ in batch])
         self.counts[table.name] += len(batch)
         if table.ref:
@@ -274,6 +277,28 @@ class _Importer:
             else:
                 kept.append((ref, obj, later))
         return kept
+
+    def _rekey_launches_in_use(self, batch) -> None:
+        """A launch's idempotency key is unique across the deployment (it is what a repeated request is
+        recognised by): a restored copy next to its original gets the key with a suffix, and says so."""
+        keys = [obj.idempotency_key for _, obj, _ in batch]
+        in_use = set(
+            RunLaunch.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True)
+        )
+        rekeyed = 0
+        for _, obj, _ in batch:
+            if obj.idempotency_key in in_use:
+                base, n = f"{obj.idempotency_key[:78]}-restored-{self.project.pk}", 1
+                obj.idempotency_key = base
+                while RunLaunch.objects.filter(idempotency_key=obj.idempotency_key).exists():
+                    n += 1
+                    obj.idempotency_key = f"{base}-{n}"
+                rekeyed += 1
+        if rekeyed:
+            self.warnings.append(
+                f"{rekeyed} launch(es) got a new idempotency key: their keys are in use here by the "
+                "project they were exported from."
+            )
 
     def _leave_out(self, table: Table) -> None:
         """A table only a trusted import restores: its rows are counted and named, not written."""

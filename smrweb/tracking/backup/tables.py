@@ -151,7 +151,7 @@ TABLES: tuple[Table, ...] = (
     Table("rollback", Rollback, _of_runs(Rollback), ref=True),
     # Steering and launches: who asked a run for what, and what the source answered (like rollbacks).
     Table("run_control", RunControl, _of_runs(RunControl)),
-    Table("run_launch", RunLaunch, _of_project(RunLaunch)),
+    Table("run_launch", RunLaunch, _of_project(RunLaunch), ref=True),  # audit events name launches
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
     # What people wrote: project data like the knowledge entries, always carried.
     Table("run_tag", RunTag, _of_runs(RunTag)),
