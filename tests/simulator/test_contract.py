@@ -511,6 +511,56 @@ def test_restore_a_checkpoint(fresh_sim, client_for, raw, check):
 
 
 # ---------------------------------------------------------------------- errors
+def test_trigger_starts_one_run_per_key_with_the_kickoff_and_limit_asked_for(
+    fresh_sim, client_for, raw, check, spec
+):
+    client = client_for(fresh_sim)
+    pid = fresh_sim.project_id
+    before = {r["run_id"] for r in truth_runs(fresh_sim)}
+    answer = client.trigger_run(
+        pid,
+        runbook_preset="lite",
+        agent_profile=ORCH_PROFILE,
+        limit={"max_spend_usd": 1.25, "max_tokens": 50_000},
+        initial_runtime_messages=[{"mode": "queue", "body": "Carry-forward: try a smaller step."}],
+        idempotency_key="contract-key-1",
+    )
+    check("POST", P + "/trigger", answer)
+    [body] = [call["body"] for call in fresh_sim.world.trigger_log]
+    validate(component_schema(spec, "SmrProjectTriggerRequest"), body)  # what the SDK sent is the spec's
+    assert answer["state"] == "queued" and answer["project_id"] == pid
+    assert answer["limit"] == {"max_spend_usd": 1.25, "max_tokens": 50_000, "budget_usd": 1.25}
+    assert answer["roles"]["orchestrator"]["requested_profile_id"] == ORCH_PROFILE
+    again = client.trigger_run(pid, runbook_preset="lite", idempotency_key="contract-key-1")
+    assert again["run_id"] == answer["run_id"]
+    new = [r for r in truth_runs(fresh_sim) if r["run_id"] not in before]
+    assert [r["run_id"] for r in new] == [answer["run_id"]] and new[0]["fate"] == "climb"
+    [kickoff] = client.list_project_run_runtime_messages(pid, answer["run_id"])
+    assert (kickoff["seq"], kickoff["body"], kickoff["topic"]) == (
+        1,
+        "Carry-forward: try a smaller step.",
+        KICKOFF_TOPIC,
+    )
+    # It lives like any run: queued, then running with turns and scored attempts.
+    fresh_sim.world.tick(20)
+    run = client.runs.get(answer["run_id"], project_id=pid)
+    assert run.state is RunState.RUNNING
+    assert client.projects.list_experiments(pid, run_id=answer["run_id"])
+    for bad in (
+        {"agent_profile": "no_such_profile"},
+        {"limit": {"max_spend_usd": -1}},
+        {"limit": {"budget": 3}},
+        {"initial_runtime_messages": [{"body": "x", "mode": "shout"}]},
+        {"prompt": "the legacy field"},
+    ):
+        refused = raw(
+            fresh_sim, "POST", f"/smr/projects/{pid}/trigger", json={"runbook_preset": "lite", **bad}
+        )
+        assert refused.status_code == 422, bad
+        validate(component_schema(spec, "HTTPValidationError"), refused.json())
+    assert raw(fresh_sim, "POST", "/smr/projects/nope/trigger", json={}).status_code == 404
+
+
 def test_wrong_or_missing_api_key_is_refused(sim, client_for):
     with pytest.raises(SmrApiError) as refused:
         client_for(sim, api_key="not-the-key").runs.list(sim.project_id)
@@ -561,6 +611,12 @@ def _calls(handle):
             project_id=pid,
             checkpoint_id=next(x["checkpoint_id"] for x in truth["checkpoints"] if x["state"] == "ready"),
         ),
+        "trigger_run": lambda c: c.trigger_run(
+            pid,
+            runbook_preset="lite",
+            initial_runtime_messages=[{"body": "go"}],
+            idempotency_key="fault-key-1",
+        ),
     }
 
 
@@ -573,7 +629,7 @@ TYPED_DICT = {
     "runs.stop",
 }
 LISTS = {"runs.list", "runs.list_checkpoints", "runtime_messages", "projects.list_experiments"}
-RAW = {"runs.restore_checkpoint", "experiment_results"}  # the SDK hands these back without looking inside
+RAW = {"runs.restore_checkpoint", "experiment_results", "trigger_run"}  # handed back unlooked-at by the SDK
 CONTENT = {"get_artifact_content"}
 
 
