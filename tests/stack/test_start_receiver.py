@@ -54,6 +54,8 @@ def test_the_demo_harness_starts_the_named_run_with_the_kickoff_and_it_climbs(pr
     launch.refresh_from_db()
     run = Run.objects.get(project=project, external_id="r1-next-1")
     assert launch.status == "confirmed" and launch.run == run and run.parent == parent
+    # The harness reported the run before it answered: the answer is in the log all the same.
+    assert "run r1-next-1 appeared" in launch.detail and "the webhook answered HTTP 200" in launch.detail
     kickoff = RuntimeMessage.objects.filter(run=run).order_by("seq").first()
     assert kickoff.body == "## Carry-forward: hill\n\nTry momentum."
     assert kickoff.topic == "smr.trigger.initial_runtime_message"

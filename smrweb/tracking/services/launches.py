@@ -361,6 +361,12 @@ def record_accepted(
     launch's new branch, which the project follows from now on."""
     with transaction.atomic():
         launch = _locked(launch_id)
+        if launch.status == D.CONFIRMED and launch.run is not None:
+            # The run reported before the answer was recorded (a harness that starts pushing at once):
+            # keep the answer in the log, nothing else changes.
+            _append(launch, detail)
+            launch.save(update_fields=["detail", "updated"])
+            return launch
         if launch.status not in OPEN_DISPATCH:
             return None
         if follow_branch:
