@@ -236,6 +236,14 @@ class RollbackAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
 
 
+@admin.register(m.RunLaunch)
+class RunLaunchAdmin(ReadOnlyAdmin):
+    """Start the next run: requests and what their sources answered (written by services.launches)."""
+
+    list_display = ["project", "from_run", "run", "status", "attempts", "requested_by", "created"]
+    list_filter = ["status"]
+
+
 @admin.register(m.KnowledgeEntry)
 class KnowledgeEntryAdmin(admin.ModelAdmin):
     list_display = ["title", "project", "kind", "created"]

@@ -251,3 +251,13 @@ def test_the_start_webhook_is_signed_with_the_projects_secret_and_carries_the_ke
     stamp = headers["X-Smrweb-Timestamp"]
     expected = hmac.new(secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
     assert headers["X-Smrweb-Signature"] == f"sha256={expected}" and headers["Idempotency-Key"] == KEY
+
+
+def test_the_admin_shows_launches_read_only(client, hooked, bob):
+    from tests.factories import UserFactory
+
+    launch, _ = ask(hooked, bob)
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    assert client.get("/admin/tracking/runlaunch/").status_code == 200
+    assert client.get(f"/admin/tracking/runlaunch/{launch.pk}/change/").status_code == 200
+    assert client.get("/admin/tracking/runlaunch/add/").status_code == 403
