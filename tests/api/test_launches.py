@@ -169,3 +169,14 @@ def test_the_schema_documents_the_launch_endpoints(client):
     assert set(create["responses"]) >= {"200", "201", "400", "403", "409"}
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in create["parameters"])
     assert "get" in schema["paths"]["/api/v1/projects/{slug}/launches/{launch_id}"]
+
+
+def test_the_run_api_names_each_runs_parent(hooked, as_bob, queued, api):
+    made = post(as_bob, {"from_run": "r1", "kickoff": "go"}).json()
+    services.ingest_events(
+        hooked, made["external_run_id"], parse_events(b'[{"type": "state", "state": "running"}]')
+    )
+    assert as_bob.get(f"{URL}/{made['id']}").json()["run"] == "r1-next-1"
+    assert api.get("/api/v1/projects/hill/runs/r1-next-1").json()["parent"] == "r1"
+    listed = {r["external_id"]: r["parent"] for r in api.get("/api/v1/projects/hill/runs").json()["results"]}
+    assert listed == {"r1": None, "r1-next-1": "r1"}

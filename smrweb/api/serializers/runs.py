@@ -89,6 +89,13 @@ class RunSerializer(serializers.ModelSerializer):
     display_name = serializers.CharField(help_text="What people call the run; empty: its external id.")
     pinned = serializers.BooleanField(help_text="Pinned runs come first in the project's runs.")
     tags = TagSerializer(many=True, read_only=True, help_text="Labels (empty value) and key → value tags.")
+    parent = serializers.CharField(
+        source="parent.external_id",
+        allow_null=True,
+        default=None,
+        read_only=True,
+        help_text="The run this one was started from (Start the next run); null for none.",
+    )
 
     class Meta:
         model = Run
@@ -117,6 +124,7 @@ class RunSerializer(serializers.ModelSerializer):
             "score_count",
             "git_branch",
             "git_commit",
+            "parent",
             "started_at",
             "finished_at",
             "last_progress_at",

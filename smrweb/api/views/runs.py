@@ -46,7 +46,7 @@ class RunList(generics.ListAPIView):
         project = project_for(self.request, self.kwargs["slug"])
         return (
             Run.objects.filter(project=project)
-            .select_related("project__scenario")
+            .select_related("project__scenario", "parent")
             .prefetch_related("tags")
             .order_by("-pinned", "-last_progress_at", "-id")
         )
