@@ -319,14 +319,13 @@ def _launch_via_git(launch, *, last_try: bool) -> Attempt:
             last_try=last_try,
             hint=exc.retry_after,
         )
-    rid = git.run_id_for(branch)
-    launches.record_accepted(
-        launch.pk, external_run_id=rid, detail=f"attempt {launch.attempts}: {done}", follow_branch=branch
-    )
-    project = launch.project
+    # The run first (its cursor at the start commit, its kickoff: both the same on a retried attempt),
+    # then the answer, which links it and makes the project follow the branch: until then no sync reads
+    # the branch, so a crash in between leaves nothing a retry would not redo.
+    rid, project = git.run_id_for(branch), launch.project
     services.record_poll(
         project, rid, source_cursor={"commit": commit, "base": commit}, git_branch=branch, git_commit=commit
-    )  # the run is born here: the launch is confirmed and linked to the run it came from
+    )
     kickoff = {
         "id": f"smrweb-kickoff-{launch.pk}",
         "type": "message",
@@ -335,4 +334,7 @@ def _launch_via_git(launch, *, last_try: bool) -> Attempt:
         "body": launch.kickoff,
     }
     apply_events(project, rid, [(None, kickoff)])
+    launches.record_accepted(
+        launch.pk, external_run_id=rid, detail=f"attempt {launch.attempts}: {done}", follow_branch=branch
+    )
     return Attempt("accepted")
