@@ -558,6 +558,7 @@ POST_FORMS = {
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,
     "dashboard/preferences.html": 1,  # the clock
+    "dashboard/launch_new.html": 1,  # start the next run
 }
 
 
@@ -598,7 +599,12 @@ def post_targets(project, alice, bob, monkeypatch):
         project, by=alice, trigger="run.failed", channel="inbox", recipient="alice"
     )
     alerts = f"/projects/hill/alerts/{rule.pk}/"
+    services.update_project(project, rollback_webhook_url="https://hooks.example/hill")  # it may start runs
     return [
+        (
+            "/projects/hill/launches/new",
+            {"idempotency_key": "csrf-launch-key-1", "from_run": "r1", "text": "go"},
+        ),
         ("/projects/hill/alerts/", {"trigger": "run.stalled", "channel": "inbox", "recipient": "alice"}),
         (alerts + "mute", {"muted": "1"}),
         (alerts + "test", {}),
