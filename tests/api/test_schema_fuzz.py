@@ -44,7 +44,7 @@ from schemathesis.specs.openapi.checks import (
 
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import Role, Submission, SubmissionStatus
+from smrweb.tracking.models import Role, Run, Submission, SubmissionStatus
 from tests.factories import UserFactory, admin_project
 
 EXAMPLES = int(os.environ.get("SMRWEB_FUZZ_EXAMPLES", "12"))
@@ -212,6 +212,17 @@ def _build_world() -> dict:
         submissions[status] = sub.pk
         artifacts.append(artifact.pk)
 
+    # What people write: a tag whose key the `key` pool names, a note, alice's comments (a run's and a
+    # submission's), so edits and deletes can succeed.
+    run = Run.objects.get(project=hill, external_id="r1")
+    services.set_tag(run, key="generic", value="fuzz", by=alice)
+    services.save_note(run, by=alice, body="fuzz note")
+    comments = [
+        services.add_comment(run=run, by=alice, body="fuzz comment"),
+        services.add_comment(
+            submission=Submission.objects.get(pk=submissions[SubmissionStatus.VERIFIED]), by=alice, body="x"
+        ),
+    ]
     rules = [
         services.create_alert_rule(
             hill, by=alice, trigger="run.failed", channel="email", target="a@example.com"
@@ -235,6 +246,7 @@ def _build_world() -> dict:
             "key": ["generic"],
             "request_id": [PREFLIGHT_ID],
             "rule_id": [rule.pk for rule in rules],
+            "comment_id": [comment.pk for comment in comments],
         },
         "submission_for": {action: [submissions[status]] for status, action in START_OF.items()},
         "query": {"key": ["loss"]},
@@ -440,6 +452,8 @@ def test_a_body_without_a_content_type_is_a_documented_415(label, world, documen
         run_id="r1",
         submission_id=world["submission_for"]["approve"][0],
         rule_id=world["pools"]["rule_id"][0],
+        comment_id=world["pools"]["comment_id"][1 if "/submissions/" in path else 0],  # its subject's
+        key="generic",
     )
     client = Client()
     client.force_login(world["alice"])
