@@ -131,6 +131,8 @@ HILL_SECRETS = (
     SUB_COMMENT_TEXT,
 )
 
+SILENT_RUN = "run-silent-4d2e"  # a run of hill whose harness went silent: a reviewer may close it
+
 OTHER_NAME = "Other project 0c4a"
 OTHER_RUN = "orun-52b1"
 OTHER_BYTES = b"OTHER-BYTES-93de\n"
@@ -247,6 +249,8 @@ def build_world() -> World:
     entry = knowledge.add_entry(
         hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big", submission=cand
     )
+    with time_machine.travel(timezone.now() - hill.stall_after - timedelta(minutes=5), tick=False):
+        _events(hill, SILENT_RUN, [{"type": "state", "id": "s1", "state": "running"}])
     _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
     # Alerts: a webhook rule (its target is a secret of hill), alice's inbox rule with a notification in her
     # inbox, and the run snoozed (so lifting the snooze has something to lift).
@@ -432,6 +436,10 @@ def comment_field(key: str, attr: str) -> Callable[[World], Any]:
 
 def note_body(w: World) -> str:
     return RunNote.objects.get(run__project__slug="hill", run__external_id=RUN).body
+
+
+def silent_run_state(w: World) -> str:
+    return Run.objects.get(project__slug="hill", external_id=SILENT_RUN).state
 
 
 def preflight_calls(w: World) -> int:
@@ -1193,6 +1201,28 @@ ROWS = [
     ),
     Row("run: exclude by GET", "GET", f"{R}/exclusion", "405   405   405   405   405   405   405   405"),
     Row(
+        "run: close as abandoned",
+        "POST",
+        f"{P}/runs/{SILENT_RUN}/close",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"reason": "the harness died"},
+        effect=silent_run_state,
+    ),
+    Row(
+        "run: close another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/close",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"reason": "the harness died"},
+    ),
+    Row(
+        "run: close by GET",
+        "GET",
+        f"{P}/runs/{SILENT_RUN}/close",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row(
         "run: roll back",
         "POST",
         f"{R}/rollback",
@@ -1670,6 +1700,32 @@ ROWS = [
         f"{AR}/rollback",
         "LOGIN HIDE  400   400   400   400   DENY  LOGIN",
         data=lambda ids: {"submission": ids["o_sub"]},
+        json=True,
+    ),
+    Row(
+        "api run: close as abandoned",
+        "POST",
+        f"{A}/runs/{SILENT_RUN}/close",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
+        json=True,
+        effect=silent_run_state,
+    ),
+    # A run that sent news within the stall threshold: the reviewer's refusal is the domain's (409).
+    Row(
+        "api run: close a run that is not silent",
+        "POST",
+        f"{AR}/close",
+        "LOGIN HIDE  DENY  409   409   DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
+        json=True,
+    ),
+    Row(
+        "api run: close another project's run",
+        "POST",
+        f"{A}/runs/{OTHER_RUN}/close",
+        "LOGIN HIDE  DENY  HIDE  HIDE  DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
         json=True,
     ),
     Row(

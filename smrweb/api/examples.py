@@ -145,6 +145,12 @@ ROLLBACK = OpenApiExample(
     description="A submission id of this run (or `checkpoint`: a checkpoint's external id).",
 )
 
+RUN_CLOSE = OpenApiExample(
+    "Close a silent run (example)",
+    value={"reason": "Example: the harness was OOM-killed at 03:12 and never restarted."},
+    description="The reason is shown on the run page and kept in the audit trail.",
+)
+
 ALERT_RULE = OpenApiExample(
     "Email the on-call address when a run fails (example)",
     value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},

@@ -54,6 +54,7 @@ urlpatterns = [
     path(f"{run}", runs.RunDetail.as_view(), name="run-detail"),
     path(f"{run}/events", events.RunEvents.as_view(), name="run-events"),
     path(f"{run}/rollback", rollbacks.RunRollback.as_view(), name="run-rollback"),
+    path(f"{run}/close", runs.RunClose.as_view(), name="run-close"),
     path(f"{run}/turns", runs.RunTurns.as_view(), name="run-turns"),
     path(f"{run}/note", annotations.RunNoteView.as_view(), name="run-note"),
     path(f"{run}/tags", annotations.RunTags.as_view(), name="run-tags"),

@@ -87,6 +87,7 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/turns/", runs.turns_in_bar, name="run-turns"),
     path("projects/<slug:slug>/runs/<str:run_id>/turns/<int:turn_id>/", runs.turn_detail, name="turn-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
+    path("projects/<slug:slug>/runs/<str:run_id>/close", runs.close_run, name="close-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
     path("projects/<slug:slug>/runs/<str:run_id>/snooze", runs.snooze_run, name="run-snooze"),
     path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),

@@ -106,6 +106,7 @@ def run_detail(request, slug: str, run_id: str):
         "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
         "is_admin": rank >= Role.rank(Role.ADMIN),
         "can_snooze": rank >= Role.rank(Role.REVIEWER),
+        "can_close": rank >= Role.rank(Role.REVIEWER) and not services.close_refusal(run, now),
         "run_alerts": alert_queries.run_alerts(run, now),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (
@@ -269,6 +270,24 @@ def stop_run(request, slug: str, run_id: str):
                 "The task queue cannot be reached right now, so the stop was not sent; "
                 "try again in a minute.",
             )
+    return redirect(run.get_absolute_url())
+
+
+@require_POST
+@login_required
+def close_run(request, slug: str, run_id: str):
+    """Close a silent push or git run as abandoned, with the reason why (reviewers and admins; audited)."""
+    run = run_for_user(request, slug, run_id, role=Role.REVIEWER)
+    try:
+        services.close_run(run, by=request.user, reason=request.POST.get("reason", ""))
+    except TrackingError as exc:
+        messages.error(request, f"Not closed: {exc.message}")
+    else:
+        messages.success(
+            request,
+            f"{run.name} is closed as abandoned. Events its harness sends later are still recorded, and a "
+            f"state it reports after this reopens the run.",
+        )
     return redirect(run.get_absolute_url())
 
 

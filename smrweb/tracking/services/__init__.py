@@ -68,6 +68,9 @@ from smrweb.tracking.services.projects import (  # noqa: F401
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
+    CloseRefused,
+    close_refusal,
+    close_run,
     flag_stalled_runs,
     recompute_scores,
     recompute_spend,
