@@ -145,6 +145,13 @@ ROLLBACK = OpenApiExample(
     description="A submission id of this run (or `checkpoint`: a checkpoint's external id).",
 )
 
+RUN_MESSAGE = OpenApiExample(
+    "Steer the agent (example)",
+    value={
+        "body": "Example: the last three attempts overfit; try weight decay 0.05 before widening the MLP."
+    },
+)
+
 ALERT_RULE = OpenApiExample(
     "Email the on-call address when a run fails (example)",
     value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},

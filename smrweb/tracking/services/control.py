@@ -9,7 +9,7 @@ run's runtime messages, the run's state becomes (or leaves) paused — which `co
 as ingest writes those rows.
 
 The one rule of who may steer what lives here (`steer_refusal`, `may_steer`): the run page, the API and
-the dispatcher all ask it. Double clicks get the request already in flight back (`created` False).
+the dispatcher all ask it. Double clicks get the request already in flight back (`is_new` False).
 """
 
 from __future__ import annotations
@@ -88,13 +88,13 @@ def lifecycle_refusal(run: Run, kind: str) -> str:
 
 
 def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunControl:
-    """Record a steering request; the caller dispatches it on commit when `control.created` is True.
+    """Record a steering request; the caller dispatches it on commit when `control.is_new` is True.
 
     Refusals: a project token or a viewer (NotAllowed, 403); a source that cannot steer, a finished
     run, a pause of a paused run, a resume of a run that is not paused, a pause while a resume is on
     its way and the other way round (ControlRefused, 409); an empty or too long message (InvalidInput,
     400). The same request again while the first is still being sent (a double click) returns that
-    one with `created` False."""
+    one with `is_new` False."""
     project = run.project
     if kind not in ControlKind.values:
         raise InvalidInput("kind", f"Unknown control {kind!r}: message, pause or resume.")
@@ -122,7 +122,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
         if kind == ControlKind.MESSAGE:
             same = same.filter(body=body, requested_by=by)
         if (open_one := same.first()) is not None:
-            open_one.created = False
+            open_one.is_new = False
             return open_one
         if kind != ControlKind.MESSAGE:
             if refusal := lifecycle_refusal(run, kind):
@@ -143,7 +143,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
             **({"body": body[:500]} if body else {}),
         )
         run.save(update_fields=["updated"])  # the run page shows the request at its next poll
-    control.created = True
+    control.is_new = True
     return control
 
 
