@@ -39,7 +39,7 @@ class RunControlSerializer(serializers.ModelSerializer):
         ]
 
 
-class MessageIn(serializers.Serializer):
+class RunMessageIn(serializers.Serializer):
     # Length and blankness are the domain's rules (services.request_control), checked after the role.
     body = serializers.CharField(
         allow_blank=True,

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, run_for
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
-from smrweb.api.serializers.control import MessageIn, RunControlSerializer
+from smrweb.api.serializers.control import RunControlSerializer, RunMessageIn
 from smrweb.core import queue
 from smrweb.sources import tasks
 from smrweb.tracking import services
@@ -52,7 +52,7 @@ def _requested(request, slug: str, run_id: str, kind: str, body: str = "") -> Re
 class RunMessages(APIView):
     @extend_schema(
         operation_id="run_message_send",
-        request=MessageIn,
+        request=RunMessageIn,
         examples=[examples.RUN_MESSAGE],
         responses={**ANSWERS, **UNSUPPORTED_MEDIA_TYPE},
         summary="Send the run's agent a runtime message (reviewers)",
@@ -60,7 +60,7 @@ class RunMessages(APIView):
         "(the request is then `confirmed`)." + WHO,
     )
     def post(self, request, slug: str, run_id: str):
-        form = MessageIn(data=request.data)
+        form = RunMessageIn(data=request.data)
         form.is_valid(raise_exception=True)
         return _requested(request, slug, run_id, ControlKind.MESSAGE, form.validated_data["body"])
 

@@ -125,13 +125,14 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
             open_one.is_new = False
             return open_one
         if kind != ControlKind.MESSAGE:
+            other = ControlKind.RESUME if kind == ControlKind.PAUSE else ControlKind.PAUSE
+            if pending := RunControl.objects.filter(run=run, kind=other, status__in=PENDING).first():
+                raise ControlRefused(
+                    f"A {other} of this run is on its way ({pending.status}); {kind} once the run reports "
+                    f"{'paused' if other == ControlKind.PAUSE else 'running'}."
+                )
             if refusal := lifecycle_refusal(run, kind):
                 raise ControlRefused(refusal)
-            other = ControlKind.RESUME if kind == ControlKind.PAUSE else ControlKind.PAUSE
-            if RunControl.objects.filter(run=run, kind=other, status__in=OPEN_DISPATCH).exists():
-                raise ControlRefused(
-                    f"A {other} of this run is being sent; {kind} once the source has taken it."
-                )
         control = RunControl.objects.create(run=run, kind=kind, body=body, requested_by=by)
         record_audit(
             by,
