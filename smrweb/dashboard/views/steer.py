@@ -48,6 +48,7 @@ def _context(run: Run, role: str | None, **extra) -> dict:
         "steer_polls": not run.is_terminal or bool(pending),
         "steer_version": live.version(run.pk, run.updated.timestamp()),
         "message_max": MESSAGE_MAX,
+        "message_max_text": f"{MESSAGE_MAX:,}",
         **extra,
     }
 
