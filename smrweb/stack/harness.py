@@ -440,6 +440,7 @@ class Harness:
         )
 
     def loop(self, interval: float, concurrent: int) -> None:
+        steering.reset_inbox(self.inbox)
         for project in DEMO_PROJECTS:
             for i in range(concurrent):
                 self.start_run(project, FIRST_QUIRKS[i] if i < len(FIRST_QUIRKS) else None)

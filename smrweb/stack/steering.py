@@ -63,6 +63,13 @@ def deliver(payload: dict, inbox: Path) -> tuple[int, str]:
 # --- the harness's side ---------------------------------------------------------------------------------
 
 
+def reset_inbox(inbox: Path | None) -> None:
+    """A harness starting drives no run yet: what an earlier one left (it was killed) is cleared, so the
+    runs it drove are refused rather than accepted and never acted on."""
+    if inbox is not None:
+        shutil.rmtree(inbox, ignore_errors=True)
+
+
 def open_inbox(inbox: Path | None, project: str, run: str) -> None:
     """The harness drives this run: steering requests for it are taken."""
     if inbox is not None and (where := run_dir(inbox, project, run)) is not None:

@@ -112,3 +112,12 @@ def test_paths_from_a_payload_never_leave_the_inbox(tmp_path):
     for project, run in (("..", "r1"), ("hill", "../../etc"), ("hill", "a/b"), ("", "r1")):
         assert steering.run_dir(inbox, project, run) is None
         assert steering.deliver({"type": "smrweb.pause", "project": project, "run": run}, inbox)[0] == 400
+
+
+def test_a_harness_starting_again_refuses_the_runs_an_earlier_one_drove(tmp_path):
+    inbox = steering.inbox_dir(tmp_path / "demo-tokens")
+    steering.open_inbox(inbox, "hill", "old-run")  # the earlier harness was killed while driving it
+    assert steering.deliver({"type": "smrweb.pause", "project": "hill", "run": "old-run"}, inbox)[0] == 202
+    steering.reset_inbox(inbox)
+    status, text = steering.deliver({"type": "smrweb.pause", "project": "hill", "run": "old-run"}, inbox)
+    assert (status, text) == (409, "this harness does not drive run old-run (it ended or went silent)")
