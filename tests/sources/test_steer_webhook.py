@@ -154,3 +154,25 @@ def test_from_the_run_page_through_a_worker_retried_then_taken(client, bob, proj
     control = RunControl.objects.get()
     assert control.attempts == 2 and [s["valid"] for s in hook.seen] == [True, True]
     assert hook.seen[1]["body"]["body"] == "widen the MLP" and "HTTP 503; retrying in" in control.detail
+
+
+@pytest.mark.django_db
+def test_a_request_the_queue_lost_is_queued_again_by_the_stale_action_sweep(running, bob, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from smrweb.sources import tasks
+
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.dispatch_control, "delay", queued.append)
+    lost = services.request_control(running, by=bob, kind="message", body="lost in transit")
+    fresh = services.request_control(running, by=bob, kind="message", body="just asked")
+    died = services.request_control(running, by=bob, kind="pause")
+    services.start_control_attempt(died.pk)  # its worker died mid-attempt
+    long_ago = timezone.now() - timedelta(hours=2)
+    RunControl.objects.filter(pk__in=[lost.pk, died.pk]).update(updated=long_ago)
+    swept = tasks.redispatch_stale_actions()["controls"]
+    assert sorted(swept) == sorted(queued) == sorted([lost.pk, died.pk])
+    assert fresh.pk not in queued
+    assert tasks.redispatch_stale_actions()["controls"] == []  # claimed: not queued again at the next tick
