@@ -80,6 +80,7 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunControl,
     RunNote,
     RunSnooze,
     RunTag,
@@ -471,6 +472,7 @@ def fingerprint() -> tuple:
         _counts(
             AuditEvent,
             Rollback,
+            RunControl,
             Scenario,
             MetricPoint,
             Artifact,
@@ -1406,6 +1408,48 @@ ROWS = [
     Row(
         "comment by GET", "GET", f"{P}/comments/{{comment}}", "405   405   405   405   405   405   405   405"
     ),
+    # Steering a live run (message, pause, resume): reviewers and admins; the status part for readers.
+    Row(
+        "run: steer, send a message",
+        "POST",
+        f"{R}/steer",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "message", "body": "matrix message"},
+        effect=count(RunControl),
+    ),
+    Row(
+        "run: steer, pause (hx)",
+        "POST",
+        f"{R}/steer",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"action": "pause"},
+        effect=count(RunControl, kind="pause"),
+        **HX,
+    ),
+    Row("run: steer by GET", "GET", f"{R}/steer", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: steer status (hx)",
+        "GET",
+        f"{R}/steer/status",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker='id="steer-status"',
+        **HX,
+    ),
+    Row(
+        "run: steer status poll, unchanged",
+        "GET",
+        f"{R}/steer/status",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "run: steer another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/steer",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"action": "pause"},
+    ),
     # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there)
     # ---------
     Row(
@@ -1701,6 +1745,53 @@ ROWS = [
         "LOGIN HIDE  400   400   400   400   DENY  LOGIN",
         data=lambda ids: {"submission": ids["o_sub"]},
         json=True,
+    ),
+    # Steering is a person's (reviewers and admins): a project token cannot, whoever holds it.
+    Row(
+        "api run: send a message",
+        "POST",
+        f"{AR}/messages",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        data={"body": "matrix message"},
+        json=True,
+        effect=count(RunControl),
+    ),
+    Row(
+        "api run: an empty message",
+        "POST",
+        f"{AR}/messages",
+        "LOGIN HIDE  DENY  400   400   DENY  DENY  LOGIN",
+        data={"body": ""},
+        json=True,
+    ),
+    Row(
+        "api run: pause",
+        "POST",
+        f"{AR}/pause",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        effect=count(RunControl, kind="pause"),
+    ),
+    # The run is running, not paused: a resume is refused for everyone allowed to ask (409, nothing written).
+    Row(
+        "api run: resume a running run",
+        "POST",
+        f"{AR}/resume",
+        "LOGIN HIDE  DENY  409   409   DENY  DENY  LOGIN",
+    ),
+    Row(
+        "api run: controls",
+        "GET",
+        f"{AR}/controls",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker='"results"',
+    ),
+    Row(
+        "api run: pause another project's run",
+        "POST",
+        f"{A}/runs/{OTHER_RUN}/pause",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
     ),
     Row(
         "api run: close as abandoned",

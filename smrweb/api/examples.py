@@ -151,6 +151,13 @@ RUN_CLOSE = OpenApiExample(
     description="The reason is shown on the run page and kept in the audit trail.",
 )
 
+RUN_MESSAGE = OpenApiExample(
+    "Steer the agent (example)",
+    value={
+        "body": "Example: the last three attempts overfit; try weight decay 0.05 before widening the MLP."
+    },
+)
+
 ALERT_RULE = OpenApiExample(
     "Email the on-call address when a run fails (example)",
     value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},

@@ -1,4 +1,5 @@
-"""The demo harness's rollback webhook: what a team's harness does when smrweb tells it to roll back.
+"""The demo harness's webhook: what a team's harness does when smrweb tells it to roll back (or steers a run:
+messages, pause and resume go to the harness's inbox, stack/steering.py).
 
 It checks the signature (timestamp + body, HMAC-SHA256 with the project's secret), ignores a delivery
 it has already applied (Idempotency-Key), "restores" the target, and reports back the way a harness
@@ -21,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+from smrweb.stack import steering
+
 MAX_SKEW_SECONDS = 300
 
 
@@ -28,7 +31,7 @@ def _read_pairs(path: str) -> dict[str, str]:
     return dict(line.split() for line in open(path, encoding="utf-8") if line.strip())
 
 
-def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
+def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], inbox=None):
     applied: set[str] = set()
     lock = threading.Lock()
 
@@ -53,6 +56,8 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
                 if key in applied:
                     return self._answer(200, "already applied")
                 applied.add(key)
+            if payload.get("type") in steering.TYPES:
+                return self._steer(payload, key)
             target = payload["target"]
             what = (
                 f"submission #{target['id']} (score {target.get('score')}, "
@@ -78,6 +83,17 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str]):
                 return self._answer(503, f"could not report back: {exc}")
             return self._answer(200, "rolled back")
 
+        def _steer(self, payload: dict, key: str):
+            """A message, pause or resume: left in the harness's inbox (stack/steering.py)."""
+            if inbox is None:
+                status, text = 409, "this receiver has no harness inbox to steer"
+            else:
+                status, text = steering.deliver(payload, inbox)
+            if status >= 300:
+                with lock:
+                    applied.discard(key)  # not taken: a retry may be
+            return self._answer(status, text)
+
         def _answer(self, status: int, text: str):
             data = json.dumps({"status": text}).encode()
             self.send_response(status)
@@ -100,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secrets-file", required=True)
     args = parser.parse_args(argv)
     handler = make_handler(
-        url=args.url.rstrip("/"), tokens=_read_pairs(args.token_file), secrets=_read_pairs(args.secrets_file)
+        url=args.url.rstrip("/"),
+        tokens=_read_pairs(args.token_file),
+        secrets=_read_pairs(args.secrets_file),
+        inbox=steering.inbox_dir(args.token_file),
     )
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     print(f"rollback receiver on http://127.0.0.1:{args.port}/rollback", flush=True)

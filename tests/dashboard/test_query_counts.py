@@ -164,7 +164,7 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "project poll, downgraded": ("/projects/hill/?q=downgraded", HX, 200, 26, grow_runs),
     "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
     # The page (not its poll) also reads the run's note and comments; page and poll read its tags.
-    "run page": ("/projects/hill/runs/r0/", {}, 200, 37, grow_turns),
+    "run page": ("/projects/hill/runs/r0/", {}, 200, 38, grow_turns),  # 38: the Steer card's requests
     "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
     "run page, older turns": (
         "/projects/hill/runs/r0/?turns_page=2&artifacts_page=2",

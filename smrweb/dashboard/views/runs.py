@@ -16,6 +16,7 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.dashboard.artifacts import artifact_response
 from smrweb.dashboard.views.annotations import run_page_context
+from smrweb.dashboard.views.steer import steer_page_context
 from smrweb.sources import tasks
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, TrackingError
@@ -119,6 +120,7 @@ def run_detail(request, slug: str, run_id: str):
         "metric_keys": keys,
         **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
         **run_page_context(request, run, role),  # name, pin, tags, note, comments
+        **steer_page_context(request, run, role),  # the Steer card: message, pause, resume
     }
     return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
 

@@ -30,6 +30,7 @@ from smrweb.simulator.server.handlers import (
     h_usage,
     preview_run,
 )
+from smrweb.simulator.server.steering import h_enqueue_message, h_pause, h_resume
 
 P = "/smr/projects/{project_id}"
 R = "/smr/runs/{run_id}"
@@ -85,6 +86,11 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", R + "/stop", "stop", h_stop, preview_run),
     Route("POST", PR + "/restore", "restore", h_restore, preview_run),
     Route("POST", R + "/restore", "restore", h_restore, preview_run),
+    Route("POST", R + "/runtime/messages", "enqueue_message", h_enqueue_message),
+    Route("POST", PR + "/pause", "pause", h_pause, preview_run),
+    Route("POST", R + "/pause", "pause", h_pause, preview_run),
+    Route("POST", PR + "/resume", "resume", h_resume, preview_run),
+    Route("POST", R + "/resume", "resume", h_resume, preview_run),
 )
 _COMPILED = [(route, route.regex) for route in ROUTES]
 
