@@ -24,6 +24,7 @@ LANES = {
     "actions": (
         "smrweb.tracking.tasks.dispatch_rollback",
         "smrweb.sources.tasks.dispatch_launch",
+        "smrweb.sources.tasks.dispatch_control",
         "smrweb.sources.tasks.stop_run",
         "smrweb.tracking.tasks.redispatch_stale_actions",
         "smrweb.tracking.tasks.collect_unreferenced_blobs",

@@ -3,6 +3,7 @@
     smrweb report score 0.83 --artifact submission.py
     smrweb report metric loss 0.12 --step 3
     smrweb report state failed --reason "validator timed out"
+    trap report_end EXIT    # a shell harness reports its end however it exits (`smrweb report state -h`)
 
 Connection settings come from options or the environment: SMRWEB_URL, SMRWEB_TOKEN, SMRWEB_PROJECT,
 SMRWEB_RUN. Exit codes: 0 stored (or already stored), 1 refused (the server's field errors are
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from typing import Any
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -49,7 +51,29 @@ STATES = (
     "failed",
     "stopped",
     "canceled",
+    "abandoned",
 )
+
+# How a shell harness reports its end whatever happens (docs/integrations.md#cli-smrweb-report).
+END_TRAP_EXAMPLE = """\
+report_end() {                        # runs when the script exits, however it exits
+  status=$?
+  trap - EXIT TERM
+  if [ "$status" -eq 0 ]; then
+    smrweb report state done --retries 1 --timeout 5
+  elif [ "$status" -eq 143 ]; then
+    smrweb report state failed --family signal --reason SIGTERM --retries 1 --timeout 5
+  else
+    smrweb report state failed --family exit --reason "exit status $status" --retries 1 --timeout 5
+  fi
+  exit "$status"
+}
+trap report_end EXIT
+trap 'kill -TERM "$child" 2>/dev/null; exit 143' TERM
+smrweb report state running
+python train.py & child=$!            # in the background: a TERM is handled at once, not after it
+wait "$child"
+"""
 
 
 class _Usage(Exception):
@@ -188,8 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
         "state",
         parents=[conn],
         help="a state change of the run",
-        description=f"Set the run's state: {', '.join(STATES)}. A no-op when the run is already "
-        "in that state with that failure.",
+        description=textwrap.fill(
+            f"Set the run's state: {', '.join(STATES)}. A no-op when the run is already "
+            "in that state with that failure. A run that never reports its end stays live (then stalled) "
+            "until a reviewer closes it as abandoned: report it from an EXIT trap, so a crash, an error exit "
+            "and a SIGTERM are each recorded (done, failed with the exit status, failed with SIGTERM; the "
+            "script still exits with its own status, 143 after a SIGTERM). --retries and --timeout bound "
+            "how long the report may hold the exit when the server is down.",
+            78,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="report the run's end from a shell harness (bash):\n\n" + END_TRAP_EXAMPLE,
     )
     p.add_argument("state", help="the new state")
     p.add_argument("--reason", default="", help="failure detail (for failed, stopped, …)")

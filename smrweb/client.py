@@ -23,6 +23,18 @@ How it behaves (docs/integrations.md#python-client has the full story):
   that still fails after ``max_retries`` retries is counted in ``failed_events`` too.
 - **Exit.** ``flush()`` waits until everything queued is sent; an ``atexit`` hook flushes (at most
   ``exit_timeout`` seconds) when the interpreter exits, and ``close()`` / ``with Client(...)`` do too.
+  When the server cannot be reached, retries stop at that deadline: exiting never hangs.
+- **The run's end.** ``with Client(...)`` and ``init()`` report how the run ended, once, after every
+  event logged before it: ``done`` on a normal exit; ``failed`` on an uncaught exception (failure
+  ``{"family": "exception", "detail": "<type>: <message>" + the innermost frames}``) or on SIGTERM
+  (``{"family": "signal", "detail": "SIGTERM"}``; the process then exits with status 143, after any
+  SIGTERM handler the harness installed earlier has run); ``stopped`` on Ctrl-C. Nothing is added when
+  the harness already set a final state itself (``set_state("done")``, ``"failed"``, …), when the client
+  has no default run, or with ``report_end=False``. ``init()`` does it through ``sys.excepthook``,
+  ``atexit`` and a SIGTERM handler (each chained to the one before it); the ``with`` block through its
+  exit (and a SIGTERM handler while it is open). If the server is down then, the report is lost after
+  ``exit_timeout`` seconds (logged; counted in ``failed_events``), the process still exits, and the
+  run shows as stalled until a reviewer closes it as abandoned.
 
 Only httpx and the standard library: the client runs inside harness processes, not Django.
 """
@@ -37,8 +49,11 @@ import logging
 import math
 import os
 import random
+import signal
+import sys
 import threading
 import time
+import traceback
 import uuid
 import weakref
 from collections import deque
@@ -71,6 +86,10 @@ __all__ = [
 log = logging.getLogger("smrweb.client")
 
 MAX_BATCH = 5000  # the server's limit per request
+# The states that end a run (the server's TERMINAL_STATES): a harness that set one has said how it ended.
+FINAL_STATES = frozenset({"done", "failed", "stopped", "canceled", "abandoned"})
+END_SOURCE = "smrweb.client"  # the failure's `source` when the client reports the end itself
+MAX_DETAIL = 20000  # the ingest contract's limit on a failure's detail
 
 
 class SmrwebError(Exception):
@@ -181,6 +200,7 @@ class Client:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         exit_timeout: float = 10.0,
+        report_end: bool = True,
         transport: httpx.BaseTransport | None = None,
     ):
         base_url = base_url or os.environ.get("SMRWEB_URL")
@@ -208,6 +228,7 @@ class Client:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.exit_timeout = exit_timeout
+        self.report_end = report_end  # `with` and init() report the run's end (done / failed / stopped)
         self.client_id = uuid.uuid4().hex
         self._http = httpx.Client(
             base_url=f"{base}/api/v1/",
@@ -233,6 +254,16 @@ class Client:
         self._idle = threading.Condition(self._lock)  # flush() waits on it for an empty queue
         self._flush_requested = 0
         self._closed = False
+        self._stop = threading.Event()  # set by close() once its flush gave up: retries stop waiting
+        # The run's end (see the module docstring): armed by `with` or init(), reported at most once.
+        self._end_armed = False
+        self._end_reported = False
+        self._end_pid = 0
+        self._last_state: dict[str, str] = {}  # per run: the last state this client logged
+        self._signal: str | None = None  # the signal that ended the process, once one did
+        self._prev_sigterm: Any = None
+        self._sigterm_installed = False
+        self._prev_excepthook: Any = None
         self._thread = threading.Thread(
             target=self._sender, name=f"smrweb-client-{self.client_id[:8]}", daemon=True
         )
@@ -357,9 +388,11 @@ class Client:
         id: str | None = None,
         run: str | None = None,
     ) -> str:
-        """The run's state (queued, planning, running, …, done, failed, stopped, canceled). `failure` is
-        a text (its detail) or a dict with `family`, `detail`, `source`. The event's time is the time of
-        this call, so the latest call wins however the batches travel. Returns the event id."""
+        """The run's state (queued, planning, running, …, done, failed, stopped, canceled, abandoned).
+        `failure` is a text (its detail) or a dict with `family`, `detail`, `source`. The event's time is
+        the time of this call, so the latest call wins however the batches travel. A final state (done,
+        failed, stopped, canceled, abandoned) is the run's end: `with` and init() add none of their own
+        after it. Returns the event id."""
         event: dict[str, Any] = {"type": "state", "state": state}
         if failure is not None:
             event["failure"] = {"detail": failure} if isinstance(failure, str) else dict(failure)
@@ -495,10 +528,14 @@ class Client:
 
     def close(self, timeout: float | None = None) -> bool:
         """Flush (at most `timeout` seconds), stop the sender and close the connection. Returns what
-        flush returned; events still queued after the timeout are counted in `failed_events`."""
+        flush returned; events still queued after the timeout are counted in `failed_events`. A client
+        armed by `with` or init() reports the run's end first (once; see the module docstring)."""
         if self._closed:
             return True
+        self._report_end()
+        self._unwatch_end()
         done = self.flush(timeout)
+        self._stop.set()  # a retry waiting out its backoff gives up now rather than holding the exit
         with self._lock:
             self._closed = True
             left = len(self._queue)
@@ -508,16 +545,81 @@ class Client:
             self._count(failed_events=left)
             self.last_error = f"{left} events still queued at close"
             log.error("smrweb: %d events were not sent before close (timeout %ss)", left, timeout)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=2)
         self._http.close()
         atexit.unregister(self._atexit)
         return done
 
     def __enter__(self):
+        self._watch_end(excepthook=False)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._report_end(exc)
         self.close(timeout=self.exit_timeout)
+
+    # --- the run's end ---------------------------------------------------------------------------
+
+    def _watch_end(self, *, excepthook: bool) -> None:
+        """Arm the end report (a client with a default run and `report_end`): SIGTERM is handled while
+        armed (main thread only; a process that ignores SIGTERM keeps ignoring it), and with
+        `excepthook` an uncaught exception is reported through sys.excepthook."""
+        if not self.report_end or not self.run or self._closed:
+            return
+        self._end_armed = True
+        self._end_pid = os.getpid()
+        if not self._sigterm_installed and threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGTERM)
+            if previous != signal.SIG_IGN:
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+                self._prev_sigterm, self._sigterm_installed = previous, True
+        if excepthook and self._prev_excepthook is None:
+            self._prev_excepthook = sys.excepthook
+            sys.excepthook = self._on_uncaught
+
+    def _unwatch_end(self) -> None:
+        """Put back the handlers this client replaced, unless someone replaced them since."""
+        if self._sigterm_installed and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, self._prev_sigterm or signal.SIG_DFL)
+            self._sigterm_installed = False
+        if self._prev_excepthook is not None:
+            if sys.excepthook == self._on_uncaught:
+                sys.excepthook = self._prev_excepthook
+            self._prev_excepthook = None
+
+    def _on_sigterm(self, signum: int, frame) -> None:
+        """Note the signal and end the process like the default action would, as SystemExit(128 + 15)
+        so `with` blocks, finally clauses and atexit (the end report, the flush) still run. A handler
+        the harness installed before is called instead; the harness then decides when to exit."""
+        self._signal = self._signal or signal.Signals(signum).name
+        previous = self._prev_sigterm
+        if callable(previous):
+            previous(signum, frame)
+            return
+        raise SystemExit(128 + signum)
+
+    def _on_uncaught(self, exc_type, exc, tb) -> None:
+        try:
+            self._report_end(exc)  # queued; the atexit hook sends it (within exit_timeout)
+        finally:
+            (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+    def _report_end(self, exc: BaseException | None = None) -> str | None:
+        """Queue the run's end once: done, failed (an exception, a signal, a non-zero exit) or stopped
+        (Ctrl-C). Nothing when not armed, already reported, in a forked child, or when the harness set
+        a final state itself. Returns the event id."""
+        if not self._end_armed or self._end_reported or self._closed or os.getpid() != self._end_pid:
+            return None
+        self._end_reported = True
+        if self._last_state.get(self.run) in FINAL_STATES:
+            return None
+        state, failure = _ending(exc, self._signal)
+        try:
+            return self.set_state(state, failure)
+        except Exception:  # never let the report turn an exit into a second error
+            log.exception("smrweb: could not queue the run's end (%s)", state)
+            return None
 
     @property
     def pending(self) -> int:
@@ -548,6 +650,8 @@ class Client:
             event["id"] = event_id
             # Encoded now: NaN or an unserializable value fails here, in the caller, not in a batch.
             data = json.dumps(event, allow_nan=False, separators=(",", ":")).encode()
+            if event.get("type") == "state":
+                self._last_state[run] = str(event.get("state"))
             self._queue.append(_Item(run, data, event_id))
             if len(self._queue) == 1 or len(self._queue) >= self.batch_size:
                 self._wake.notify_all()  # first event: the sender starts its interval; full: send now
@@ -655,6 +759,8 @@ class Client:
         attempt = 0
         while True:
             wait: float | None = None
+            if self._stop.is_set():
+                raise Unreachable(f"{what}: the client closed before it could be sent")
             try:
                 if count:
                     self._count(requests=1)
@@ -675,7 +781,42 @@ class Client:
             log.warning(
                 "smrweb: %s: %s; retry %d/%d in %.2fs", what, problem, attempt, self.max_retries, delay
             )
-            time.sleep(delay)
+            if self._stop.wait(delay):  # close() gave up on the flush: stop retrying
+                raise Unreachable(f"{what}: {problem}; the client closed before a retry")
+
+
+def _clean(text: str, limit: int) -> str:
+    return text.replace("\x00", "\ufffd")[:limit]
+
+
+def _describe(exc: BaseException) -> str:
+    """`<type>: <message>` on the first line (as Python prints it), then the innermost frames."""
+    head = "".join(traceback.format_exception_only(type(exc), exc)).strip() or type(exc).__name__
+    head = _clean(head, 2000)
+    try:
+        frames = "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-5, chain=False)
+        ).strip()
+    except Exception:  # a hostile __str__ or frame: the head is what matters
+        frames = ""
+    return _clean(f"{head}\n\n{frames[-(MAX_DETAIL - len(head) - 2) :]}" if frames else head, MAX_DETAIL)
+
+
+def _ending(exc: BaseException | None, signal_name: str | None) -> tuple[str, dict[str, str] | None]:
+    """How a run ended, as (state, failure) for its final `state` event."""
+    if signal_name:
+        return "failed", {"family": "signal", "detail": signal_name, "source": END_SOURCE}
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return "done", None
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped", {"family": "interrupted", "detail": "KeyboardInterrupt", "source": END_SOURCE}
+    if isinstance(exc, SystemExit):
+        return "failed", {
+            "family": "exit",
+            "detail": _clean(f"SystemExit: {exc.code}", 2000),
+            "source": END_SOURCE,
+        }
+    return "failed", {"family": "exception", "detail": _describe(exc), "source": END_SOURCE}
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
@@ -699,12 +840,16 @@ def init(
     run: str | None = None,
     **options,
 ) -> Client:
-    """Create the module's client (closing a previous one) and return it. Arguments as `Client`."""
+    """Create the module's client (closing a previous one, which reports its run's end) and return it.
+    Arguments as `Client`. Unless `report_end=False`, the run's end is reported once: `done` when the
+    process exits normally, `failed` on an uncaught exception (sys.excepthook) or SIGTERM (then the
+    process exits with status 143), `stopped` on Ctrl-C; previous hooks and handlers are chained."""
     global _default
     with _default_lock:
         if _default is not None:
             _default.close(timeout=_default.exit_timeout)
         _default = Client(base_url, token, project, run, **options)
+        _default._watch_end(excepthook=True)
         return _default
 
 

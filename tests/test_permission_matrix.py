@@ -70,6 +70,7 @@ from smrweb.tracking.models import (
     Artifact,
     AuditEvent,
     Checkpoint,
+    Comment,
     KnowledgeEntry,
     Membership,
     MetricPoint,
@@ -79,8 +80,11 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunControl,
     RunLaunch,
+    RunNote,
     RunSnooze,
+    RunTag,
     Scenario,
     Submission,
     SubmissionTransition,
@@ -110,6 +114,10 @@ WEBHOOK = "https://hooks.example/hill-rollback-2e9f"
 TOKEN_NAME = "ci-harness-c1d8"
 ALERT_WEBHOOK = "https://hooks.example/hill-alert-6b3d"
 LAUNCH_KICKOFF = "Launch kickoff 5c9a"
+TAG_KEY = "sweep-5e8a"
+NOTE_TEXT = "Note 4c1e: diverged"
+COMMENT_TEXT = "Comment 9d2a on the run"
+SUB_COMMENT_TEXT = "Comment 71bf on a submission"
 HILL_SECRETS = (
     LAUNCH_KICKOFF,
     PROJECT_NAME,
@@ -121,14 +129,28 @@ HILL_SECRETS = (
     WEBHOOK,
     TOKEN_NAME,
     ALERT_WEBHOOK,
+    TAG_KEY,
+    NOTE_TEXT,
+    COMMENT_TEXT,
+    SUB_COMMENT_TEXT,
 )
+
+SILENT_RUN = "run-silent-4d2e"  # a run of hill whose harness went silent: a reviewer may close it
 
 OTHER_NAME = "Other project 0c4a"
 OTHER_RUN = "orun-52b1"
 OTHER_BYTES = b"OTHER-BYTES-93de\n"
 OTHER_TITLE = "Other entry 77e3"
 OTHER_MODEL = "omodel-1a6f"
-OTHER_SECRETS = (OTHER_NAME, OTHER_MODEL, OTHER_BYTES.decode(), OTHER_TITLE, "/projects/other/")
+OTHER_COMMENT = "Other comment 3f7b"
+OTHER_SECRETS = (
+    OTHER_NAME,
+    OTHER_MODEL,
+    OTHER_BYTES.decode(),
+    OTHER_TITLE,
+    OTHER_COMMENT,
+    "/projects/other/",
+)
 
 
 # --- the world ------------------------------------------------------------------------------------------
@@ -231,6 +253,8 @@ def build_world() -> World:
     entry = knowledge.add_entry(
         hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big", submission=cand
     )
+    with time_machine.travel(timezone.now() - hill.stall_after - timedelta(minutes=5), tick=False):
+        _events(hill, SILENT_RUN, [{"type": "state", "id": "s1", "state": "running"}])
     _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
     # Alerts: a webhook rule (its target is a secret of hill), alice's inbox rule with a notification in her
     # inbox, and the run snoozed (so lifting the snooze has something to lift).
@@ -242,6 +266,12 @@ def build_world() -> World:
         by=alice,
     )
     services.snooze_run(Run.objects.get(project=hill, external_id=RUN), by=bob, hours=1)
+    # What people wrote: a tag, a note, bob's comments on the run and on a submission.
+    hill_run = Run.objects.get(project=hill, external_id=RUN)
+    services.set_tag(hill_run, key=TAG_KEY, value="warmup", by=bob)
+    services.save_note(hill_run, by=bob, body=NOTE_TEXT)
+    comment = services.add_comment(run=hill_run, by=bob, body=COMMENT_TEXT)
+    sub_comment = services.add_comment(submission=cand, by=bob, body=SUB_COMMENT_TEXT)
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
     services.revoke_api_token(revoked, by=alice)
@@ -281,6 +311,7 @@ def build_world() -> World:
     o_launch, _ = launches.request_launch(
         other, by=dave, kickoff="other kickoff", idempotency_key="matrix-launch-other-1"
     )
+    o_comment = services.add_comment(run=Run.objects.get(project=other), by=dave, body=OTHER_COMMENT)
 
     artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
     valid = signed_artifact_path(artifact)
@@ -314,6 +345,9 @@ def build_world() -> World:
         "o_note": o_note.pk,
         "launch": launch.pk,
         "o_launch": o_launch.pk,
+        "comment": comment.pk,
+        "sub_comment": sub_comment.pk,
+        "o_comment": o_comment.pk,
         "preflight": PREFLIGHT_ID,
         "link_valid": valid,
         "link_expired": expired,
@@ -414,6 +448,18 @@ def run_field(attr: str) -> Callable[[World], Any]:
     return lambda w: getattr(Run.objects.get(project__slug="hill", external_id=RUN), attr)
 
 
+def comment_field(key: str, attr: str) -> Callable[[World], Any]:
+    return lambda w: getattr(Comment.objects.get(pk=w.ids[key]), attr)
+
+
+def note_body(w: World) -> str:
+    return RunNote.objects.get(run__project__slug="hill", run__external_id=RUN).body
+
+
+def silent_run_state(w: World) -> str:
+    return Run.objects.get(project__slug="hill", external_id=SILENT_RUN).state
+
+
 def preflight_calls(w: World) -> int:
     return len(w.preflights)
 
@@ -429,13 +475,21 @@ def fingerprint() -> tuple:
                 "pk", "regression_threshold", "rollback_webhook_url", "require_second_reviewer"
             )
         ),
-        tuple(Run.objects.order_by("pk").values_list("pk", "budget_usd", "git_branch", "state")),
+        tuple(
+            Run.objects.order_by("pk").values_list(
+                "pk", "budget_usd", "git_branch", "state", "display_name", "pinned"
+            )
+        ),
+        tuple(RunTag.objects.order_by("pk").values_list("pk", "key", "value")),
+        tuple(RunNote.objects.order_by("pk").values_list("pk", "body")),
+        tuple(Comment.objects.order_by("pk").values_list("pk", "body", "deleted_at")),
         tuple(AlertRule.objects.order_by("pk").values_list("pk", "muted")),
         tuple(Notification.objects.order_by("pk").values_list("pk", "status", "read_at")),
         tuple(RunSnooze.objects.order_by("pk").values_list("pk", "until")),
         _counts(
             AuditEvent,
             Rollback,
+            RunControl,
             Scenario,
             MetricPoint,
             Artifact,
@@ -1212,6 +1266,28 @@ ROWS = [
     ),
     Row("run: exclude by GET", "GET", f"{R}/exclusion", "405   405   405   405   405   405   405   405"),
     Row(
+        "run: close as abandoned",
+        "POST",
+        f"{P}/runs/{SILENT_RUN}/close",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"reason": "the harness died"},
+        effect=silent_run_state,
+    ),
+    Row(
+        "run: close another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/close",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"reason": "the harness died"},
+    ),
+    Row(
+        "run: close by GET",
+        "GET",
+        f"{P}/runs/{SILENT_RUN}/close",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row(
         "run: roll back",
         "POST",
         f"{R}/rollback",
@@ -1235,6 +1311,207 @@ ROWS = [
         f"{R}/rollback",
         "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
         data=lambda ids: {"submission": str(ids["o_sub"])},
+    ),
+    # --- what people write: a run's name, pin and tags, its note, comments (viewers read, reviewers write;
+    # editing a comment is its author's, deleting it its author's or an admin's)
+    Row(
+        "run: pin",
+        "POST",
+        f"{R}/labels",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"pinned": "1"},
+        effect=run_field("pinned"),
+    ),
+    Row(
+        "run: rename",
+        "POST",
+        f"{R}/labels",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"display_name": "Matrix name"},
+        effect=run_field("display_name"),
+    ),
+    Row(
+        "run: rename another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/labels",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"display_name": "Matrix name"},
+    ),
+    Row("run: labels by GET", "GET", f"{R}/labels", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: tag",
+        "POST",
+        f"{R}/tags",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"tag": "matrix=1"},
+        effect=count(RunTag),
+    ),
+    Row(
+        "run: remove a tag",
+        "POST",
+        f"{R}/tags",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"remove": TAG_KEY},
+        effect=count(RunTag),
+    ),
+    Row("run: tags by GET", "GET", f"{R}/tags", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: note (hx)",
+        "POST",
+        f"{R}/note",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"body": "matrix note"},
+        marker="matrix note",
+        effect=note_body,
+        **HX,
+    ),
+    Row(
+        "run: note",
+        "POST",
+        f"{R}/note",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"body": "matrix note"},
+        effect=note_body,
+    ),
+    Row("run: note by GET", "GET", f"{R}/note", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run comments page",
+        "GET",
+        f"{R}/comments/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=COMMENT_TEXT,
+    ),
+    Row(
+        "run comments (hx)",
+        "GET",
+        f"{R}/comments/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=COMMENT_TEXT,
+        **HX,
+    ),
+    Row(
+        "run: comment (hx)",
+        "POST",
+        f"{R}/comments/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"body": "matrix comment"},
+        marker="matrix comment",
+        effect=count(Comment),
+        **HX,
+    ),
+    Row(
+        "run: comment on another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/comments/",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"body": "matrix comment"},
+    ),
+    Row(
+        "submission comments page",
+        "GET",
+        f"{S}/{{cand}}/comments/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=SUB_COMMENT_TEXT,
+    ),
+    Row(
+        "submission comments (hx)",
+        "GET",
+        f"{S}/{{cand}}/comments/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=SUB_COMMENT_TEXT,
+        **HX,
+    ),
+    Row(
+        "submission: comment (hx)",
+        "POST",
+        f"{S}/{{cand}}/comments/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"body": "matrix comment"},
+        marker="matrix comment",
+        effect=count(Comment),
+        **HX,
+    ),
+    Row(
+        "submission comments: another project's submission",
+        "GET",
+        f"{S}/{{o_sub}}/comments/",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "comment: edit (hx)",
+        "POST",
+        f"{P}/comments/{{comment}}",
+        "LOGIN HIDE  DENY  ALLOW DENY  LOGIN LOGIN LOGIN",
+        data={"action": "edit", "body": "matrix edit"},
+        marker="matrix edit",
+        effect=comment_field("comment", "body"),
+        **HX,
+    ),
+    Row(
+        "comment: delete",
+        "POST",
+        f"{P}/comments/{{comment}}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "delete"},
+        effect=comment_field("comment", "deleted_at"),
+    ),
+    Row(
+        "comment: delete another project's comment",
+        "POST",
+        f"{P}/comments/{{o_comment}}",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"action": "delete"},
+    ),
+    Row(
+        "comment by GET", "GET", f"{P}/comments/{{comment}}", "405   405   405   405   405   405   405   405"
+    ),
+    # Steering a live run (message, pause, resume): reviewers and admins; the status part for readers.
+    Row(
+        "run: steer, send a message",
+        "POST",
+        f"{R}/steer",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "message", "body": "matrix message"},
+        effect=count(RunControl),
+    ),
+    Row(
+        "run: steer, pause (hx)",
+        "POST",
+        f"{R}/steer",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"action": "pause"},
+        effect=count(RunControl, kind="pause"),
+        **HX,
+    ),
+    Row("run: steer by GET", "GET", f"{R}/steer", "405   405   405   405   405   405   405   405"),
+    Row(
+        "run: steer status (hx)",
+        "GET",
+        f"{R}/steer/status",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker='id="steer-status"',
+        **HX,
+    ),
+    Row(
+        "run: steer status poll, unchanged",
+        "GET",
+        f"{R}/steer/status",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "run: steer another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/steer",
+        "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"action": "pause"},
     ),
     # --- OTLP/HTTP (bearer tokens only; the project is the token's, so another project's token writes there)
     # ---------
@@ -1563,6 +1840,79 @@ ROWS = [
         data=lambda ids: {"submission": ids["o_sub"]},
         json=True,
     ),
+    # Steering is a person's (reviewers and admins): a project token cannot, whoever holds it.
+    Row(
+        "api run: send a message",
+        "POST",
+        f"{AR}/messages",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        data={"body": "matrix message"},
+        json=True,
+        effect=count(RunControl),
+    ),
+    Row(
+        "api run: an empty message",
+        "POST",
+        f"{AR}/messages",
+        "LOGIN HIDE  DENY  400   400   DENY  DENY  LOGIN",
+        data={"body": ""},
+        json=True,
+    ),
+    Row(
+        "api run: pause",
+        "POST",
+        f"{AR}/pause",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=202,
+        effect=count(RunControl, kind="pause"),
+    ),
+    # The run is running, not paused: a resume is refused for everyone allowed to ask (409, nothing written).
+    Row(
+        "api run: resume a running run",
+        "POST",
+        f"{AR}/resume",
+        "LOGIN HIDE  DENY  409   409   DENY  DENY  LOGIN",
+    ),
+    Row(
+        "api run: controls",
+        "GET",
+        f"{AR}/controls",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker='"results"',
+    ),
+    Row(
+        "api run: pause another project's run",
+        "POST",
+        f"{A}/runs/{OTHER_RUN}/pause",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    Row(
+        "api run: close as abandoned",
+        "POST",
+        f"{A}/runs/{SILENT_RUN}/close",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
+        json=True,
+        effect=silent_run_state,
+    ),
+    # A run that sent news within the stall threshold: the reviewer's refusal is the domain's (409).
+    Row(
+        "api run: close a run that is not silent",
+        "POST",
+        f"{AR}/close",
+        "LOGIN HIDE  DENY  409   409   DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
+        json=True,
+    ),
+    Row(
+        "api run: close another project's run",
+        "POST",
+        f"{A}/runs/{OTHER_RUN}/close",
+        "LOGIN HIDE  DENY  HIDE  HIDE  DENY  DENY  LOGIN",
+        data={"reason": "the harness died"},
+        json=True,
+    ),
     Row(
         "api run turns", "GET", f"{AR}/turns", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=MODEL
     ),
@@ -1601,6 +1951,129 @@ ROWS = [
         "GET",
         f"{AR}/artifacts/{{o_artifact}}/download",
         "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    # What people write, over the API: readers (tokens too) read; tags are a harness's too; notes and
+    # comments are a signed-in person's (reviewer), editing a comment its author's, deleting it its
+    # author's or an admin's.
+    Row(
+        "api run: name and pin",
+        "PATCH",
+        f"{AR}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW ALLOW DENY  LOGIN",
+        data={"display_name": "Matrix name", "pinned": True},
+        json=True,
+        effect=run_field("display_name"),
+    ),
+    Row(
+        "api run note",
+        "GET",
+        f"{AR}/note",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=NOTE_TEXT,
+    ),
+    Row(
+        "api run note: write",
+        "PUT",
+        f"{AR}/note",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"body": "matrix note"},
+        json=True,
+        effect=note_body,
+    ),
+    Row(
+        "api run tags", "GET", f"{AR}/tags", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=TAG_KEY
+    ),
+    Row(
+        "api run tags: set",
+        "POST",
+        f"{AR}/tags",
+        "LOGIN HIDE  DENY  ALLOW ALLOW ALLOW DENY  LOGIN",
+        ok=201,
+        data={"key": "matrix", "value": "1"},
+        json=True,
+        effect=count(RunTag),
+    ),
+    Row(
+        "api run tag: remove",
+        "DELETE",
+        f"{AR}/tags/{TAG_KEY}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW ALLOW DENY  LOGIN",
+        ok=204,
+        effect=count(RunTag),
+    ),
+    Row(
+        "api run comments",
+        "GET",
+        f"{AR}/comments",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=COMMENT_TEXT,
+    ),
+    Row(
+        "api run comments: add",
+        "POST",
+        f"{AR}/comments",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201,
+        data={"body": "matrix comment"},
+        json=True,
+        effect=count(Comment),
+    ),
+    Row(
+        "api run comment: edit",
+        "PATCH",
+        f"{AR}/comments/{{comment}}",
+        "LOGIN HIDE  DENY  ALLOW DENY  DENY  DENY  LOGIN",
+        data={"body": "matrix edit"},
+        json=True,
+        effect=comment_field("comment", "body"),
+    ),
+    Row(
+        "api run comment: delete",
+        "DELETE",
+        f"{AR}/comments/{{comment}}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=204,
+        effect=comment_field("comment", "deleted_at"),
+    ),
+    Row(
+        "api submission comments",
+        "GET",
+        f"{AS}/{{cand}}/comments",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=SUB_COMMENT_TEXT,
+    ),
+    Row(
+        "api submission comments: another project's submission",
+        "GET",
+        f"{AS}/{{o_sub}}/comments",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    Row(
+        "api submission comments: add",
+        "POST",
+        f"{AS}/{{cand}}/comments",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201,
+        data={"body": "matrix comment"},
+        json=True,
+        effect=count(Comment),
+    ),
+    Row(
+        "api submission comment: edit",
+        "PATCH",
+        f"{AS}/{{cand}}/comments/{{sub_comment}}",
+        "LOGIN HIDE  DENY  ALLOW DENY  DENY  DENY  LOGIN",
+        data={"body": "matrix edit"},
+        json=True,
+        effect=comment_field("sub_comment", "body"),
+    ),
+    Row(
+        "api submission comment: delete",
+        "DELETE",
+        f"{AS}/{{cand}}/comments/{{sub_comment}}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=204,
+        effect=comment_field("sub_comment", "deleted_at"),
     ),
 ]
 

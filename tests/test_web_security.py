@@ -397,6 +397,12 @@ def hostile(project, alice, bob):
     )
     sub.refresh_from_db()
     lifecycle.review(sub, by=bob, verdict="approve", comment=HOSTILE)
+    # What people write on runs: a display name, a tag, a note (Markdown), comments (one @mentions alice).
+    services.update_run_labels(sub.run, by=bob, display_name=HOSTILE, pinned=True)
+    services.set_tag(sub.run, key="hostile", value=HOSTILE, by=bob)
+    services.save_note(sub.run, by=bob, body=f"{HOSTILE}\n\n[x]({JS_URL}) **b** <{JS_URL}>")
+    services.add_comment(run=sub.run, by=bob, body=f"@alice {HOSTILE} [x]({JS_URL})")
+    services.add_comment(submission=sub, by=bob, body=HOSTILE)
     entry = knowledge.add_entry(
         project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title=HOSTILE, body=HOSTILE
     )
@@ -415,13 +421,16 @@ def hostile_pages(h) -> dict[str, str]:
     sub, entry, turn = h["sub"], h["entry"], h["turn"]
     return {
         "/": "project name",
-        "/projects/hill/": "project name, failure, leaderboard",
+        "/projects/hill/": "project name, failure, leaderboard, display name, tags",
         "/projects/hill/runs/r1/": "actors, tool calls, metric key, messages, checkpoints, experiments, "
-        "artifacts",
+        "artifacts, display name, tags, note, comments",
         "/projects/hill/runs/r2/": "failure detail",
         f"/projects/hill/runs/r1/turns/{turn.pk}/": "tool-call arguments",
         "/projects/hill/runs/r1/metrics/?key=" + quote(HOSTILE, safe=""): "metric key",
         f"/projects/hill/submissions/{sub.pk}/": "validator output, review comment, artifact path",
+        f"/projects/hill/submissions/{sub.pk}/comments/": "comments",
+        "/projects/hill/runs/r1/comments/": "comments",
+        "/inbox/": "a mention's comment",
         "/projects/hill/review/": "artifact path, experiment",
         "/projects/hill/compare/?runs=r1&runs=r2": "project name",
         "/projects/hill/knowledge/": "knowledge entry",
@@ -558,6 +567,10 @@ POST_FORMS = {
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,
     "dashboard/preferences.html": 1,  # the clock
+    "dashboard/partials/run_tags.html": 4,  # remove a tag, add one, the display name, pin/unpin
+    "dashboard/partials/run_notes.html": 1,  # the note (hx-post on the same form)
+    # per comment: edit (hx-post on the same form), delete; a new one (on a run or on a submission)
+    "dashboard/partials/comments.html": 4,
     "dashboard/launch_new.html": 1,  # start the next run
 }
 
@@ -599,12 +612,19 @@ def post_targets(project, alice, bob, monkeypatch):
         project, by=alice, trigger="run.failed", channel="inbox", recipient="alice"
     )
     alerts = f"/projects/hill/alerts/{rule.pk}/"
+    comment = services.add_comment(run=sub.run, by=alice, body="mine")
     services.update_project(project, rollback_webhook_url="https://hooks.example/hill")  # it may start runs
     return [
         (
             "/projects/hill/launches/new",
             {"idempotency_key": "csrf-launch-key-1", "from_run": "r1", "text": "go"},
         ),
+        ("/projects/hill/runs/r1/labels", {"display_name": "named", "pinned": "1"}),
+        ("/projects/hill/runs/r1/tags", {"tag": "model=x"}),
+        ("/projects/hill/runs/r1/note", {"body": "a note"}),
+        ("/projects/hill/runs/r1/comments/", {"body": "a comment"}),
+        (s + "comments/", {"body": "a comment"}),
+        (f"/projects/hill/comments/{comment.pk}", {"action": "edit", "body": "edited"}),
         ("/projects/hill/alerts/", {"trigger": "run.stalled", "channel": "inbox", "recipient": "alice"}),
         (alerts + "mute", {"muted": "1"}),
         (alerts + "test", {}),

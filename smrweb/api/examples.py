@@ -157,6 +157,19 @@ LAUNCH = OpenApiExample(
     "a kickoff of the carry-forward block followed by `text`.",
 )
 
+RUN_CLOSE = OpenApiExample(
+    "Close a silent run (example)",
+    value={"reason": "Example: the harness was OOM-killed at 03:12 and never restarted."},
+    description="The reason is shown on the run page and kept in the audit trail.",
+)
+
+RUN_MESSAGE = OpenApiExample(
+    "Steer the agent (example)",
+    value={
+        "body": "Example: the last three attempts overfit; try weight decay 0.05 before widening the MLP."
+    },
+)
+
 ALERT_RULE = OpenApiExample(
     "Email the on-call address when a run fails (example)",
     value={"trigger": "run.failed", "channel": "email", "target": "oncall@example.com"},

@@ -14,10 +14,10 @@ spans of the same class), so the same lines serve the preview and both sides of 
 from __future__ import annotations
 
 import base64
+import html
 import json
 from dataclasses import dataclass, field
 
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from pygments.lexer import Lexer
 from pygments.lexers import JsonLexer, TextLexer, get_lexer_for_filename, get_lexer_for_mimetype
@@ -163,7 +163,8 @@ def highlight_lines(text: str, lexer: Lexer | None = None) -> list[SafeString]:
             if i:
                 lines.append([])
             if part:
-                lines[-1].append(f'<span class="{css}">{escape(part)}</span>' if css else escape(part))
+                text_part = html.escape(part)  # the stdlib's: ~10x faster than Django's on many small tokens
+                lines[-1].append(f'<span class="{css}">{text_part}</span>' if css else text_part)
     if text.endswith("\n"):
         lines.pop()  # the empty "line" after the final newline
     for index, lost in cut.items():

@@ -14,6 +14,7 @@ from smrweb.dashboard.views import (
     runs,
     scenarios,
     settings,
+    steer,
     submissions,
     tokens,
 )
@@ -90,7 +91,10 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/<str:run_id>/turns/", runs.turns_in_bar, name="run-turns"),
     path("projects/<slug:slug>/runs/<str:run_id>/turns/<int:turn_id>/", runs.turn_detail, name="turn-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/stop", runs.stop_run, name="stop-run"),
+    path("projects/<slug:slug>/runs/<str:run_id>/close", runs.close_run, name="close-run"),
     path("projects/<slug:slug>/runs/<str:run_id>/rollback", runs.rollback, name="rollback"),
+    path("projects/<slug:slug>/runs/<str:run_id>/steer", steer.steer_run, name="run-steer"),
+    path("projects/<slug:slug>/runs/<str:run_id>/steer/status", steer.steer_status, name="run-steer-status"),
     path("projects/<slug:slug>/runs/<str:run_id>/snooze", runs.snooze_run, name="run-snooze"),
     path("projects/<slug:slug>/runs/<str:run_id>/exclusion", runs.run_exclusion, name="run-exclusion"),
     path("projects/<slug:slug>/runs/<str:run_id>/labels", annotations.run_labels, name="run-labels"),

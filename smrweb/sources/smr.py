@@ -16,7 +16,8 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle, newest N of the
   project) → metric points, scores; per experiment (…/experiments/{eid}/results) for a run the
   window does not reach back to
-  runs.stop / runs.restore_checkpoint / trigger_run → actions
+  runs.stop / runs.restore_checkpoint / trigger_run → actions; enqueue_runtime_message, pause_run,
+                                   resume_run → steering (sources/control.py)
 
 The SDK never retries and drops Retry-After; its parsers raise ValueError on bad shapes. Every
 call goes through `_call`, which turns all of that into `sources.base` errors with a retry hint.
@@ -36,6 +37,7 @@ from django.conf import settings
 from django.utils import timezone
 from managed_research import ManagedResearchClient
 from managed_research.errors import SmrApiError
+from managed_research.models.run_control import ManagedResearchRunControlError
 
 from smrweb.core import outbound
 from smrweb.sources.base import (
@@ -59,6 +61,7 @@ from smrweb.sources.smr_usage import read_entries, read_spend
 from smrweb.tracking.models import ArtifactKind, Project
 
 PICO = Decimal(10) ** 12
+STEER_TOPIC = "smrweb.steer"  # the topic of a message a person sends from smrweb
 USAGE_MARGIN = timedelta(minutes=10)  # entries recorded this late after their own time are still read
 _warm_backends: set[str] = set()  # backends this process has already reached once
 
@@ -678,6 +681,45 @@ class SmrConnector:
             _call("stop run", self.client.runs.stop, external_id, project_id=self.pid)
         except Malformed:
             pass  # a spec-strict backend answers a receipt without `state`; the next sync re-reads the run
+
+    def send_message(self, external_id: str, *, body: str, causation_id: str) -> dict[str, Any]:
+        """A runtime message to the run's orchestrator; the answer is the message (`message_id`, `seq`)."""
+        return _call(
+            "runtime message",
+            self.client.enqueue_runtime_message,
+            external_id,
+            body=body,
+            topic=STEER_TOPIC,
+            mode="steer",
+            causation_id=causation_id,
+        )
+
+    def find_message(self, external_id: str, *, causation_id: str) -> dict[str, Any] | None:
+        """The run's runtime message sent with `causation_id`, if an earlier attempt whose answer was
+        lost (a timeout) delivered it: the SDK's enqueue has no idempotency key, so a retry looks first."""
+        messages = _call(
+            "runtime messages",
+            self.client.list_project_run_runtime_messages,
+            self.pid,
+            external_id,
+            limit=200,  # it was sent moments ago: among the newest
+        )
+        return next((m for m in messages if m.get("causation_id") == causation_id), None)
+
+    def pause_run(self, external_id: str) -> dict[str, Any]:
+        return _call("pause run", self._lifecycle, self.client.pause_run, external_id)
+
+    def resume_run(self, external_id: str) -> dict[str, Any]:
+        return _call("resume run", self._lifecycle, self.client.resume_run, external_id)
+
+    def _lifecycle(self, call, external_id: str) -> dict[str, Any]:
+        """A pause or resume; "already in that state" is an answer (`already_in_state`), not a failure."""
+        try:
+            return call(external_id, project_id=self.pid)
+        except ManagedResearchRunControlError as exc:
+            if exc.error_code != "already_in_state":
+                raise
+            return {"already_in_state": True, "state": exc.current_state, "message": str(exc)}
 
     def roll_back(self, external_id: str, *, checkpoint_id: str, reason: str) -> dict[str, Any]:
         return _call(

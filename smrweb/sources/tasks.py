@@ -18,15 +18,18 @@ from kombu.exceptions import OperationalError
 from smrweb.core import sandbox
 from smrweb.core.queue import queue_quietly
 from smrweb.sources import alerts, dispatch, preflight, sync, verification
+from smrweb.sources import control as steering
 from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import (
+    OPEN_DISPATCH,
     DispatchStatus,
     Project,
     Rollback,
     RollbackStatus,
     Run,
+    RunControl,
     RunLaunch,
     Scenario,
     SourceKind,
@@ -326,6 +329,32 @@ def dispatch_launch(self, launch_id: int) -> str:
     return attempt.outcome
 
 
+@shared_task(bind=True, acks_late=True, max_retries=None, name="smrweb.sources.tasks.dispatch_control")
+def dispatch_control(self, control_id: int) -> str:
+    """One attempt to send a steering request (message, pause, resume) to the run's source; retried with
+    backoff like a rollback (attempts counted on the control). An SMR answer queues a sync, so the
+    message or the new state comes back soon and confirms it."""
+    attempt = steering.dispatch(control_id)
+    if attempt.outcome == "retry":
+        raise self.retry(countdown=attempt.retry_in)
+    if attempt.outcome == "accepted":
+        control = RunControl.objects.select_related("run__project").filter(pk=control_id).first()
+        if control is not None and control.run.project.source == SourceKind.SMR:
+            queue_quietly(sync_project, control.run.project_id)
+    return attempt.outcome
+
+
+def _stale_controls(now) -> list[int]:
+    """Steering requests never picked up, or whose worker died mid-attempt (as for rollbacks)."""
+    return _claim(
+        RunControl.objects.filter(
+            Q(status=DispatchStatus.REQUESTED, updated__lt=now - _stale_after())
+            | Q(status=DispatchStatus.DISPATCHED, updated__lt=now - _lost_dispatch_after())
+        ).filter(status__in=OPEN_DISPATCH),
+        now,
+    )
+
+
 def verify_new_scores(sender, run_id: int, **kwargs) -> None:
     """Receiver of `tracking.signals.new_scores_to_verify` (sent after the commit)."""
     queue_quietly(auto_verify_run, run_id)
@@ -394,10 +423,19 @@ def redispatch_stale_actions() -> dict:
     )
     for pk in starts:
         dispatch_launch.delay(pk)
+    controls = _stale_controls(now)
+    for pk in controls:
+        dispatch_control.delay(pk)
     notifications = alert_rules.due_deliveries(now)
     for pk in notifications:
         deliver_notification.delay(pk)
-    return {"verifications": subs, "rollbacks": rolls, "launches": starts, "notifications": notifications}
+    return {
+        "verifications": subs,
+        "rollbacks": rolls,
+        "launches": starts,
+        "notifications": notifications,
+        "controls": controls,
+    }
 
 
 @shared_task(ignore_result=True, name="smrweb.tracking.tasks.collect_unreferenced_blobs")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import httpx
 
+from smrweb.stack import steering
+
 PRESETS = Path(__file__).resolve().parent.parent / "tracking" / "fixtures" / "scenario_presets.json"
 
 
@@ -203,6 +205,7 @@ class SimRun:
     child_turns: dict = field(default_factory=dict)
     quirk: str = ""  # "", "loops", "ping-pong", "plateau"
     quirk_at: int = 0  # the tick the quirk starts
+    paused: bool = False  # smrweb paused it (stack/steering.py): no turns until resumed
 
     def looping_call(self) -> dict | None:
         """The tool call the driver makes this tick when it is looping, else None."""
@@ -218,10 +221,11 @@ class SimRun:
 
 
 class Harness:
-    def __init__(self, base_url: str, tokens: dict[str, str], rng: random.Random):
+    def __init__(self, base_url: str, tokens: dict[str, str], rng: random.Random, inbox: Path | None = None):
         self.client = httpx.Client(base_url=base_url, timeout=30)
         self.tokens = tokens
         self.rng = rng
+        self.inbox = inbox  # where the webhook receiver leaves smrweb's steering (stack/steering.py)
         self.runs: list[SimRun] = []
         self.counter = itertools.count(1)
         self.lock = threading.Lock()  # the webhook receiver's threads add runs while `drive` steps them
@@ -300,7 +304,26 @@ class Harness:
             ],
         )
         self.runs.append(run)
+        steering.open_inbox(self.inbox, project["slug"], run.external_id)
         return run
+
+    def steer(self, run: SimRun) -> bool:
+        """Act on what smrweb sent this run (paused, resumed, messages); False while it is paused."""
+        slug = run.project["slug"]
+        if steering.is_paused(self.inbox, slug, run.external_id):
+            if not run.paused:
+                run.paused = True
+                self.events(run, [{"type": "state", "state": "paused"}])
+            return False
+        events = []
+        if run.paused:
+            run.paused = False
+            events.append({"type": "state", "state": "running"})
+        for message in steering.take_messages(self.inbox, slug, run.external_id):
+            events += steering.reported(message)
+        if events:
+            self.events(run, events)
+        return True
 
     def turn_event(self, run: SimRun, actor: str, parent: str | None, turn: int) -> dict:
         model = MODELS["driver"] if parent is None else MODELS["child"]
@@ -341,6 +364,7 @@ class Harness:
         """Advance one tick; False when the run is over."""
         run.tick += 1
         if run.fate == "stalls" and run.tick > run.length // 3:
+            steering.close_inbox(self.inbox, run.project["slug"], run.external_id)  # nobody answers now
             return True  # goes silent: the stalled-run task flags it
         cfg = run.project["score"]
         batch = [self.turn_event(run, "driver", None, run.turn)]
@@ -481,27 +505,35 @@ class Harness:
             return None
         with self.lock:
             self.runs.append(run)
+        steering.open_inbox(self.inbox, project["slug"], run_id)  # it can be steered like the others
         return run
 
     def drive(self, interval: float) -> None:
-        """Step the runs smrweb started until each ends (the demo's webhook receiver runs this in a
-        thread; it starts no runs of its own)."""
+        """Step the runs smrweb started until each ends, acting on their steering (the demo's webhook
+        receiver runs this in a thread; it starts no runs of its own)."""
         while True:
             with self.lock:
                 running = list(self.runs)
             for run in running:
+                if not self.steer(run):
+                    continue  # paused: no turns
                 if not self.step(run):
+                    steering.close_inbox(self.inbox, run.project["slug"], run.external_id)
                     with self.lock:
                         self.runs.remove(run)
             time.sleep(interval)
 
     def loop(self, interval: float, concurrent: int) -> None:
+        steering.reset_inbox(self.inbox)
         for project in DEMO_PROJECTS:
             for i in range(concurrent):
                 self.start_run(project, FIRST_QUIRKS[i] if i < len(FIRST_QUIRKS) else None)
         while True:
             for run in list(self.runs):
+                if not self.steer(run):
+                    continue  # paused: no turns
                 if not self.step(run):
+                    steering.close_inbox(self.inbox, run.project["slug"], run.external_id)
                     self.runs.remove(run)
                     self.start_run(run.project)
                 elif run.fate == "stalls" and run.tick > run.length:
@@ -545,7 +577,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     tokens = dict(line.split() for line in open(args.token_file) if line.strip())
     try:
-        Harness(args.url, tokens, random.Random(args.seed)).loop(args.interval, args.runs)
+        inbox = steering.inbox_dir(args.token_file)
+        Harness(args.url, tokens, random.Random(args.seed), inbox).loop(args.interval, args.runs)
     except KeyboardInterrupt:
         pass
 

@@ -1,5 +1,5 @@
-"""The demo harness's webhook: what a team's harness does when smrweb tells it to roll back or to start
-the next run.
+"""The demo harness's webhook: what a team's harness does when smrweb tells it to roll back, steers a run
+(messages, pause and resume go to the harness's inbox, stack/steering.py) or starts the next run.
 
 It checks the signature (timestamp + body, HMAC-SHA256 with the project's secret), ignores a delivery
 it has already applied (Idempotency-Key), "restores" the target, and reports back the way a harness
@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+from smrweb.stack import steering
+
 MAX_SKEW_SECONDS = 300
 
 
@@ -32,10 +34,12 @@ def _read_pairs(path: str) -> dict[str, str]:
     return dict(line.split() for line in open(path, encoding="utf-8") if line.strip())
 
 
-def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], interval: float = 1.5):
+def make_handler(
+    *, url: str, tokens: dict[str, str], secrets: dict[str, str], inbox=None, interval: float = 1.5
+):
     applied: set[str] = set()
     lock = threading.Lock()
-    start = _starter(url=url, tokens=tokens, interval=interval)
+    start = _starter(url=url, tokens=tokens, interval=interval, inbox=inbox)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -58,6 +62,8 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], i
                 if key in applied:
                     return self._answer(200, "already applied")
                 applied.add(key)
+            if payload.get("type") in steering.TYPES:
+                return self._steer(payload, key)
             if payload.get("type") == "smrweb.start":  # start the next run (smrweb.stack.harness)
                 status, text = start(payload)
                 if status >= 300:
@@ -89,6 +95,17 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], i
                 return self._answer(503, f"could not report back: {exc}")
             return self._answer(200, "rolled back")
 
+        def _steer(self, payload: dict, key: str):
+            """A message, pause or resume: left in the harness's inbox (stack/steering.py)."""
+            if inbox is None:
+                status, text = 409, "this receiver has no harness inbox to steer"
+            else:
+                status, text = steering.deliver(payload, inbox)
+            if status >= 300:
+                with lock:
+                    applied.discard(key)  # not taken: a retry may be
+            return self._answer(status, text)
+
         def _answer(self, status: int, text: str):
             data = json.dumps({"status": text}).encode()
             self.send_response(status)
@@ -103,9 +120,10 @@ def make_handler(*, url: str, tokens: dict[str, str], secrets: dict[str, str], i
     return Handler
 
 
-def _starter(*, url: str, tokens: dict[str, str], interval: float):
+def _starter(*, url: str, tokens: dict[str, str], interval: float, inbox=None):
     """`smrweb.start` → a run of the demo harness, stepped by a thread of this process (made on the first
-    start, so a receiver that is never asked starts nothing)."""
+    start, so a receiver that is never asked starts nothing); it reads the same inbox as the harness, so
+    the runs it starts can be steered too."""
     state: dict = {}
     made = threading.Lock()
 
@@ -114,7 +132,7 @@ def _starter(*, url: str, tokens: dict[str, str], interval: float):
 
         with made:
             if "harness" not in state:
-                state["harness"] = Harness(url, tokens, random.Random())
+                state["harness"] = Harness(url, tokens, random.Random(), inbox)
                 threading.Thread(target=state["harness"].drive, args=(interval,), daemon=True).start()
         return answer_start(state["harness"], payload)
 
@@ -129,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secrets-file", required=True)
     args = parser.parse_args(argv)
     handler = make_handler(
-        url=args.url.rstrip("/"), tokens=_read_pairs(args.token_file), secrets=_read_pairs(args.secrets_file)
+        url=args.url.rstrip("/"),
+        tokens=_read_pairs(args.token_file),
+        secrets=_read_pairs(args.secrets_file),
+        inbox=steering.inbox_dir(args.token_file),
     )
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     print(f"rollback receiver on http://127.0.0.1:{args.port}/rollback", flush=True)

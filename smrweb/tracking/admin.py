@@ -244,6 +244,12 @@ class RunLaunchAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
 
 
+@admin.register(m.RunControl)
+class RunControlAdmin(ReadOnlyAdmin):
+    list_display = ["run", "kind", "status", "attempts", "requested_by", "created"]
+    list_filter = ["kind", "status"]
+
+
 @admin.register(m.KnowledgeEntry)
 class KnowledgeEntryAdmin(admin.ModelAdmin):
     list_display = ["title", "project", "kind", "created"]

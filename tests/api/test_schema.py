@@ -205,6 +205,9 @@ def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     # The rollback example names a submission id that is not this run's: a 400 naming the field, not a 500.
     response = send("post", "/api/v1/projects/{slug}/runs/{run_id}/rollback", {400})
     assert response.json()["errors"][0]["field"] == "submission"
+    # The close example is well formed (not a 400); the run has just sent news, so it is refused (409).
+    refused = send("post", "/api/v1/projects/{slug}/runs/{run_id}/close", {409})
+    assert refused.json()["code"] == "close_refused"
     rule = send("post", "/api/v1/projects/{slug}/alert-rules/", {201}).json()
     assert (rule["trigger"], rule["channel"], rule["target"]) == ("run.failed", "email", "oncall@example.com")
     muted = send("patch", "/api/v1/projects/{slug}/alert-rules/{rule_id}/", {200}, rule_id=rule["id"])

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from smrweb.cli import derived_id
+from smrweb.cli import END_TRAP_EXAMPLE, derived_id
 from smrweb.tracking.models import AgentTurn, Artifact, MetricPoint, Run, StateChange, Submission
 from tests.client.test_client import FaultProxy, closed_port, doc_block
+from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,6 +38,7 @@ def env(live_server, project, token):
         "SMRWEB_RUN": "shell-1",
         "SMRWEB_RETRIES": "2",
         "PATH": f"{SMRWEB.parent}:{base.get('PATH', '')}",
+        "PYTHONPATH": str(ROOT),  # this checkout's smrweb, whatever the installed copy points at
     }
 
 
@@ -266,3 +269,56 @@ def test_docs_shell_example(env, tmp_path):
     sub = Submission.objects.get(run=run)
     assert sub.artifact.blob.sha256 == hashlib.sha256(b"print('x')\n").hexdigest()
     assert Artifact.objects.filter(run=run).count() == 2
+
+
+# --- a shell harness's end (docs/integrations.md, `smrweb report state -h`) ---------------------------
+
+
+def test_the_docs_trap_is_the_one_in_the_cli_help(env):
+    assert doc_block("cli-trap") == ("bash", END_TRAP_EXAMPLE.rstrip("\n"))
+    shown = smrweb(env, "report", "state", "-h")
+    assert shown.returncode == 0 and END_TRAP_EXAMPLE.rstrip("\n") in shown.stdout
+
+
+TRAIN = {
+    "ok": "print('trained')\n",
+    "error": "raise SystemExit(3)\n",
+    # Runs until it is terminated; says it started (and its pid) first.
+    "term": "import os, pathlib, time\n"
+    "pathlib.Path('started').write_text(str(os.getpid()))\n"
+    "time.sleep(60)\n",
+}
+
+
+@pytest.mark.parametrize("case", ["ok", "error", "term"])
+def test_the_docs_trap_reports_how_the_script_ended(env, tmp_path, case):
+    _, code = doc_block("cli-trap")
+    (tmp_path / "train.py").write_text(TRAIN[case])
+    script = subprocess.Popen(
+        ["bash", "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    if case == "term":
+        wait_for(lambda: (tmp_path / "started").exists(), timeout=30)
+        script.send_signal(signal.SIGTERM)
+    out, err = script.communicate(timeout=120)
+    run = run_of()
+    changes = list(StateChange.objects.filter(run=run).order_by("ts").values_list("state", flat=True))
+    if case == "ok":
+        assert script.returncode == 0, err
+        assert changes == ["running", "done"] and run.state == "done"
+    elif case == "error":
+        assert script.returncode == 3, err
+        assert (run.state, run.failure_family, run.failure_detail) == ("failed", "exit", "exit status 3")
+    else:
+        assert script.returncode == 143, err
+        assert (run.state, run.failure_family, run.failure_detail) == ("failed", "signal", "SIGTERM")
+        pid = int((tmp_path / "started").read_text())
+
+        def gone() -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(gone, timeout=10)  # the trap passed the TERM on to the work

@@ -301,7 +301,14 @@ def test_n_calls_take_at_most_ceil_n_over_batch_requests(server):
     transport = CountingTransport()
     n, batch = 230, 50
     with Client(
-        url, token, "hill", "r-batch", batch_size=batch, flush_interval=3600, transport=transport
+        url,
+        token,
+        "hill",
+        "r-batch",
+        batch_size=batch,
+        flush_interval=3600,
+        transport=transport,
+        report_end=False,  # only the points: the block's end report would be one more request
     ) as client:
         for i in range(n):
             client.log_metric("loss", 1.0 / (i + 1), step=i)
@@ -338,8 +345,9 @@ def test_concurrent_threads_lose_nothing(server):
             t.start()
         for t in threads:
             t.join()
-    assert client.accepted_events == 2000 and client.failed_events == 0
+    assert client.accepted_events == 2000 + 1 and client.failed_events == 0  # the points and the run's end
     assert MetricPoint.objects.filter(run=run_of("r-threads")).count() == 2000
+    assert run_of("r-threads").state == "done"
 
 
 def test_flush_on_exit(server, tmp_path):
@@ -360,7 +368,10 @@ def test_flush_on_exit(server, tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+            "PYTHONPATH": str(ROOT),
+        },
     )
     assert done.returncode == 0, done.stderr
     run = run_of("r-exit")
@@ -454,7 +465,10 @@ def test_an_upload_is_retried_and_stored_once(server, proxy, tmp_path):
 def test_a_400_is_not_retried_and_only_the_refused_event_is_lost(server):
     url, token = server
     transport = CountingTransport()
-    with Client(url, token, "hill", "r-400", flush_interval=3600, transport=transport) as client:
+    # report_end=False: only the events logged here (the block would add the run's end, `done`).
+    with Client(
+        url, token, "hill", "r-400", flush_interval=3600, transport=transport, report_end=False
+    ) as client:
         client.log_metric("loss", 1.0)
         client.set_state("finished")  # not a state: the server refuses that event, by index
         client.log_metric("loss", 2.0)
@@ -473,8 +487,8 @@ def test_a_bad_token_fails_the_batch_once(server):
     with Client(url, "smr_not-a-token", "hill", "r-401", flush_interval=3600, transport=transport) as client:
         for i in range(5):
             client.log_metric("loss", float(i))
-    assert transport.count("/events") == 1
-    assert client.failed_events == 5 and client.accepted_events == 0
+    assert transport.count("/events") == 1  # the five points and the run's end, in one batch
+    assert client.failed_events == 5 + 1 and client.accepted_events == 0
     assert "401" in client.last_error
     assert not Run.objects.filter(external_id="r-401").exists()
 
@@ -532,6 +546,7 @@ def _run_doc_python(marker: str, server, cwd: Path, run: str) -> subprocess.Comp
         "SMRWEB_TOKEN": token,
         "SMRWEB_PROJECT": "hill",
         "SMRWEB_RUN": run,
+        "PYTHONPATH": str(ROOT),  # this checkout's client, whatever the installed smrweb points at
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(

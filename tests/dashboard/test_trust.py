@@ -221,7 +221,7 @@ def test_review_queue_counts_filters_groups_per_run_and_pages(client_alice, proj
     assert re.search(r'data-status="waiting">all waiting <b>120</b>', body)
     assert re.search(r"to verify <b>119</b>", body) and re.search(r"to review <b>1</b>", body)
     assert "60 rows" in body and "page 1 of 2" in body and 'data-run-waiting="2"' in body
-    rows = re.findall(r'<tr data-submission="(\d+)">', body)
+    rows = re.findall(r'<tr data-submission="(\d+)" data-queue-row', body)
     assert len(rows) == 50
     verified = client_alice.get("/projects/hill/review/?status=verified").content.decode()
     assert len(re.findall(r"<tr data-submission=", verified)) == 1

@@ -131,3 +131,15 @@ def test_reject_needs_a_reason_and_a_refusal_changes_nothing(client, bob, projec
         f"/projects/hill/submissions/{sub.pk}/queue-review/reject", {"comment": "overfits"}
     )
     assert response.status_code == 200 and Submission.objects.get(pk=sub.pk).status == S.REJECTED
+
+
+def test_a_preview_is_drawn_once_per_blob_and_then_served_from_the_cache(client, victor, project):
+    from smrweb.tracking.services.artifacts import artifact_storage
+
+    sub = submit(project, b"def f():\n    return 1\n", score=0.5)
+    login(client, victor)
+    first = client.get(preview_url(sub)).content.decode()
+    # The bytes never change for a digest, so neither does the preview: with the stored file gone, the
+    # same preview still comes back (drawn once, not read and lexed again on every open).
+    artifact_storage().delete(sub.artifact.blob.storage_name)
+    assert client.get(preview_url(sub)).content.decode() == first

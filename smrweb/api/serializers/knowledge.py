@@ -43,7 +43,15 @@ class CarryForwardBestSerializer(serializers.Serializer):
 class CarryForwardItemSerializer(serializers.Serializer):
     reasons = serializers.ListField(
         child=serializers.ChoiceField(
-            choices=["invalid", "rejected", "regressed", "failed_approach", "arena_regressed"]
+            choices=[
+                "invalid",
+                "rejected",
+                "regressed",
+                "failed_approach",
+                "arena_regressed",
+                "run_failed",
+                "run_abandoned",
+            ]
         )
     )
     title = serializers.CharField()

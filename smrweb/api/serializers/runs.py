@@ -246,3 +246,9 @@ class MetricSeriesSerializer(serializers.Serializer):
 
 class MetricKeysSerializer(serializers.Serializer):
     keys = serializers.ListField(child=serializers.CharField())
+
+
+class RunCloseIn(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=5000, help_text="Why the run is abandoned: what happened to its harness (required)."
+    )

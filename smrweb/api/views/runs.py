@@ -7,6 +7,7 @@ from __future__ import annotations
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
@@ -17,11 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
-from smrweb.api.access import actor_of, project_for, run_for
-from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.access import actor_of, project_for, project_for_person, run_for
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.runs import (
     MetricKeysSerializer,
     MetricSeriesSerializer,
+    RunCloseIn,
     RunPatchSerializer,
     RunSerializer,
     TurnSerializer,
@@ -135,3 +137,36 @@ class RunMetrics(APIView):
                 "points": [p.__dict__ for p in series],
             }
         )
+
+
+class RunClose(APIView):
+    @extend_schema(
+        operation_id="run_close",
+        request=RunCloseIn,
+        examples=[examples.RUN_CLOSE],
+        responses={
+            200: RunSerializer,
+            **ERRORS,
+            **UNSUPPORTED_MEDIA_TYPE,
+            409: OpenApiResponse(
+                ERROR,
+                description="`close_refused`: the run is finished already, belongs to an SMR project (SMR "
+                "reports its runs' ends: stop it instead), or has sent news within the project's stall "
+                "threshold (the message says how long is left).",
+            ),
+        },
+        summary="Close a silent push or git run as abandoned (reviewers)",
+        description="A person's action: a signed-in session with the reviewer or admin role (project tokens "
+        "are refused). The run must not be finished and must have sent nothing for the project's "
+        "`stall_after`. It ends as `abandoned`, recorded as a state change with `failure` = `{family: "
+        '"closed", detail: <reason>, source: <who closed it>}`, and audited. Events that arrive later are '
+        "still recorded; a `state` event its harness sends after the close wins, as state always does "
+        "(latest by `ts`), and reopens the run. Answers the run.",
+    )
+    def post(self, request, slug: str, run_id: str):
+        project = project_for_person(request, slug, role=Role.REVIEWER, doing="close runs")
+        run = run_for(project, run_id)
+        body = RunCloseIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = services.close_run(run, by=request.user, reason=body.validated_data["reason"])
+        return Response(RunSerializer(run).data)

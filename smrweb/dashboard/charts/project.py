@@ -22,19 +22,21 @@ def project_scores_figure(
 ) -> dict:
     """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
 
-    `series` is (run id, run URL, points); a click on a point opens its run (trace `meta.url`).
+    `series` is (run name, run URL, points); a click on a point opens its run (trace `meta.url`).
     """
     metric = plotly_text(metric)
     data = []
     many = len(series) > 12
-    for i, (run_id, url, points) in enumerate(series):
-        # Only what differs per run; the shared style and hover text come from layout.template.
+    for i, (run_name, url, points) in enumerate(series):
+        # Only what differs per run; the shared style and hover text come from layout.template. The name
+        # is a display name (people's text) or a run id.
+        short = run_name if len(run_name) <= 28 else f"{run_name[:12]}…{run_name[-12:]}"
         data.append(
             {
-                "name": run_id if len(run_id) <= 28 else f"{run_id[:12]}…{run_id[-12:]}",
+                "name": plotly_text(short),
                 "x": [x_time(t) for t, _ in points],
                 "y": [v for _, v in points],
-                "meta": {"url": url, "run": run_id},
+                "meta": {"url": url, "run": plotly_text(run_name)},
                 "line": {"color": colour(i)},
             }
         )

@@ -91,6 +91,10 @@ def state_badge(run):
     if run.state == "failed":
         reason = " · ".join(x for x in (run.failure_family, run.failure_detail) if x) or "no reason given"
         return format_html('<span class="badge badge-failed" title="{}">failed</span>', reason)
+    if run.state == "abandoned":
+        who = f"Closed by {run.failure_source}" if run.failure_source else "Abandoned"
+        reason = f"{who}: {run.failure_detail}" if run.failure_detail else who
+        return format_html('<span class="badge badge-abandoned" title="{}">abandoned</span>', reason)
     return format_html('<span class="badge badge-{}">{}</span>', run.state, run.state)
 
 

@@ -23,6 +23,8 @@ REASON_LABELS = {
     "regressed": "regressed",
     "failed_approach": "failed approach",
     "arena_regressed": "arena regressed",
+    "run_failed": "run failed",
+    "run_abandoned": "run abandoned",
 }
 
 

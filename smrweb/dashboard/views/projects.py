@@ -208,9 +208,14 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
     scores = queries.project_scores(project, unverified=unverified, runs=runs)
     if not scores.total:
         return {"chart_total": 0, "chart_filtered": runs is not None}
-    names = dict(Run.objects.filter(pk__in=scores.series).values_list("pk", "external_id"))
+    runs_by_pk = {
+        pk: Run(project=project, external_id=external_id, display_name=display_name)
+        for pk, external_id, display_name in Run.objects.filter(pk__in=scores.series).values_list(
+            "pk", "external_id", "display_name"
+        )
+    }
     series = [
-        (names[pk], Run(project=project, external_id=names[pk]).get_absolute_url(), points)
+        (runs_by_pk[pk].name, runs_by_pk[pk].get_absolute_url(), points)  # a run's display name, else its id
         for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])
     ]
     figure = charts.project_scores_figure(

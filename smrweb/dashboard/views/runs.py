@@ -16,6 +16,7 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.dashboard.artifacts import artifact_response
 from smrweb.dashboard.views.annotations import run_page_context
+from smrweb.dashboard.views.steer import steer_page_context
 from smrweb.sources import tasks
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, TrackingError
@@ -107,6 +108,7 @@ def run_detail(request, slug: str, run_id: str):
         "is_admin": rank >= Role.rank(Role.ADMIN),
         "can_snooze": rank >= Role.rank(Role.REVIEWER),
         "can_launch": rank >= Role.rank(Role.REVIEWER) and not launches.launch_refusal(run.project),
+        "can_close": rank >= Role.rank(Role.REVIEWER) and not services.close_refusal(run, now),
         "run_alerts": alert_queries.run_alerts(run, now),
         "regressions": queries.regressions(run.project, [run]),
         "rollbacks": (
@@ -119,6 +121,7 @@ def run_detail(request, slug: str, run_id: str):
         "metric_keys": keys,
         **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
         **run_page_context(request, run, role),  # name, pin, tags, note, comments
+        **steer_page_context(request, run, role),  # the Steer card: message, pause, resume
     }
     return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
 
@@ -270,6 +273,24 @@ def stop_run(request, slug: str, run_id: str):
                 "The task queue cannot be reached right now, so the stop was not sent; "
                 "try again in a minute.",
             )
+    return redirect(run.get_absolute_url())
+
+
+@require_POST
+@login_required
+def close_run(request, slug: str, run_id: str):
+    """Close a silent push or git run as abandoned, with the reason why (reviewers and admins; audited)."""
+    run = run_for_user(request, slug, run_id, role=Role.REVIEWER)
+    try:
+        services.close_run(run, by=request.user, reason=request.POST.get("reason", ""))
+    except TrackingError as exc:
+        messages.error(request, f"Not closed: {exc.message}")
+    else:
+        messages.success(
+            request,
+            f"{run.name} is closed as abandoned. Events its harness sends later are still recorded, and a "
+            f"state it reports after this reopens the run.",
+        )
     return redirect(run.get_absolute_url())
 
 

@@ -117,6 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
+        if method != "GET":
+            server.stats.record(route, method, path, body)
         ctx = Ctx(server.world, method, path, params, query, body)
         kind, rng = server.faults.decide(route.name, path)
         config = server.faults.config

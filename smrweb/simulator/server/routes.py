@@ -32,6 +32,7 @@ from smrweb.simulator.server.handlers import (
     preview_run,
     preview_trigger,
 )
+from smrweb.simulator.server.steering import h_enqueue_message, h_pause, h_resume
 
 P = "/smr/projects/{project_id}"
 R = "/smr/runs/{run_id}"
@@ -88,6 +89,11 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", PR + "/restore", "restore", h_restore, preview_run),
     Route("POST", R + "/restore", "restore", h_restore, preview_run),
     Route("POST", P + "/trigger", "trigger", h_trigger, preview_trigger),
+    Route("POST", R + "/runtime/messages", "enqueue_message", h_enqueue_message),
+    Route("POST", PR + "/pause", "pause", h_pause, preview_run),
+    Route("POST", R + "/pause", "pause", h_pause, preview_run),
+    Route("POST", PR + "/resume", "resume", h_resume, preview_run),
+    Route("POST", R + "/resume", "resume", h_resume, preview_run),
 )
 _COMPILED = [(route, route.regex) for route in ROUTES]
 

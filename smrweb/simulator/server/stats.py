@@ -10,7 +10,8 @@ from smrweb.simulator.server.routes import Route
 
 
 class Stats:
-    """Request counts by route, faults by kind, and artifact content requests by artifact id."""
+    """Request counts by route, faults by kind, artifact content requests by artifact id, and every
+    non-GET call with its body (`calls`)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -26,12 +27,18 @@ class Stats:
             self.bytes: dict[str, int] = defaultdict(int)  # response body bytes by route
             self.unauthorized = 0
             self.unmatched = 0
+            self.calls: list[dict[str, Any]] = []  # every request with a body-bearing method, as received
 
     def count(self, route: Route, params: dict[str, str]) -> None:
         with self._lock:
             self.requests[route.key] += 1
             if route.name == "artifact_content":
                 self.content_requests[params["artifact_id"]] += 1
+
+    def record(self, route: Route, method: str, path: str, body: Any) -> None:
+        """What a client asked the backend to do (POST and the like): tests assert on what it saw."""
+        with self._lock:
+            self.calls.append({"method": method, "path": path, "route": route.name, "body": body})
 
     def fault(self, route: Route, kind: str) -> None:
         with self._lock:
@@ -63,4 +70,5 @@ class Stats:
                 "total_bytes": sum(self.bytes.values()),
                 "unauthorized": self.unauthorized,
                 "unmatched": self.unmatched,
+                "calls": [dict(c) for c in self.calls],
             }

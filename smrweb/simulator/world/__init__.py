@@ -13,7 +13,8 @@ Layout, one noun a module; `World` (core.py) combines one mixin per noun:
 - `core`: `World` (options, clock, lock); `runs`: planning, lifecycle, `stop`, `run_wire`
 - `activity`: one live tick of a run; `usage`: the ledger and its wire shapes
 - `experiments`: attempts, results, improvements; `artifacts`: submissions; `checkpoints`: + `restore`
-- `messages`: the runtime message log; `projects`: projects and run listing; `truth`: `state()`
+- `messages`: the runtime message log; `steering`: messages clients send, pause / resume
+- `projects`: projects and run listing; `truth`: `state()`
 - `launches`: `trigger` (a run started through the API, idempotent by key) and a run's limit
 
 This package re-exports the names other code imports from `smrweb.simulator.world`.

@@ -29,6 +29,7 @@ from smrweb.simulator.world.messages import MessagesMixin
 from smrweb.simulator.world.projects import ProjectsMixin
 from smrweb.simulator.world.runs import RunsMixin
 from smrweb.simulator.world.state import SimRun
+from smrweb.simulator.world.steering import SteeringMixin
 from smrweb.simulator.world.truth import TruthMixin
 from smrweb.simulator.world.usage import UsageMixin
 
@@ -41,6 +42,7 @@ class World(
     ArtifactsMixin,
     CheckpointsMixin,
     MessagesMixin,
+    SteeringMixin,
     ProjectsMixin,
     TruthMixin,
     LaunchesMixin,

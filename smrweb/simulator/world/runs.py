@@ -89,7 +89,7 @@ class RunsMixin:
             if t >= run.created_tick:
                 self._create(run)
             return
-        if run.terminal or run.wedged:
+        if run.terminal or run.wedged or run.state == "paused":
             return
         if run.state == "queued":
             if t >= run.created_tick + run.queue_ticks:
@@ -110,6 +110,7 @@ class RunsMixin:
             return
         run.running_ticks += 1
         self._activity(run)
+        self._reply_to_steering(run)  # steering.py: replies to messages clients sent
 
     def _create(self, run: SimRun) -> None:
         now = self._stamp()
@@ -218,7 +219,7 @@ class RunsMixin:
     # ------------------------------------------------------------------ wire shape (call under lock)
     def run_wire(self, run: SimRun) -> dict[str, Any]:
         terminal = run.terminal
-        authority = {"queued": "queued", "running": "running"}.get(run.state, "terminal")
+        authority = {"queued": "queued", "running": "running", "paused": "paused"}.get(run.state, "terminal")
         lifecycle = {
             "authority_phase": authority,
             "bootstrap_phase": "dispatch_pending" if run.state == "queued" else "ready",

@@ -90,6 +90,7 @@ class SimRun:
     messages: list[dict[str, Any]] = field(default_factory=list)
     restores: list[dict[str, Any]] = field(default_factory=list)
     control_intents: list[dict[str, Any]] = field(default_factory=list)
+    pending_replies: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # (message, due tick)
     best: float = math.inf
     attempts: int = 0
     shape: str = "a"
@@ -119,7 +120,7 @@ class SimRun:
 
     @property
     def live(self) -> bool:
-        return self.state == "running" and not self.wedged
+        return self.state == "running" and not self.wedged  # a paused run is not live
 
     @property
     def orchestrator(self) -> Actor:

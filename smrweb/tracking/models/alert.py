@@ -144,11 +144,6 @@ class Notification(models.Model):
     def __str__(self) -> str:
         return self.title
 
-    @property
-    def project(self) -> Project:
-        """The project it is about: its rule's, or its comment's."""
-        return self.rule.project if self.rule_id else self.comment.project
-
 
 class RunSnooze(models.Model):
     """No notification about this run until `until` (episodes that start meanwhile are recorded as

@@ -29,18 +29,11 @@ class DispatchStatus(models.TextChoices):
 OPEN_DISPATCH = (DispatchStatus.REQUESTED, DispatchStatus.DISPATCHED)
 
 
-class RunControl(models.Model):
-    """A steering action on a live run, requested by a reviewer or admin and audited; dispatched by a
-    task (retried with backoff); `source_ref` is what the source calls it (an SMR message id), so the
-    message is matched when the source reports it back."""
+class Dispatched(models.Model):
+    """What a request dispatched to a source keeps: where it is, every answer, how many attempts."""
 
-    run = models.ForeignKey(Run, models.CASCADE, related_name="controls")
-    kind = models.CharField(max_length=10, choices=ControlKind)
-    body = models.TextField(blank=True)  # the message; empty for pause and resume
     status = models.CharField(max_length=12, choices=DispatchStatus, default=DispatchStatus.REQUESTED)
     detail = models.TextField(blank=True)  # every answer of the source, appended
-    source_ref = models.CharField(max_length=200, blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="run_controls")
     attempts = models.PositiveIntegerField(default=0)
     dispatched_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -48,7 +41,22 @@ class RunControl(models.Model):
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created", "-id"]
+
+
+class RunControl(Dispatched):
+    """A steering action on a live run, requested by a reviewer or admin and audited; dispatched by a
+    task (retried with backoff); `source_ref` is what the source calls it (an SMR message id), so the
+    message is matched when the source reports it back."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="controls")
+    kind = models.CharField(max_length=10, choices=ControlKind)
+    body = models.TextField(blank=True)  # the message; empty for pause and resume
+    source_ref = models.CharField(max_length=200, blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="run_controls")
+
+    class Meta(Dispatched.Meta):
         indexes = [models.Index(fields=["run", "-created"], name="runcontrol_run_created_idx")]
 
     def __str__(self) -> str:
@@ -59,7 +67,7 @@ class RunControl(models.Model):
         return f"smrweb-control-{self.pk}"
 
 
-class RunLaunch(models.Model):
+class RunLaunch(Dispatched):
     """A request to start the next run of a project: the scenario's model profile and budget (prefilled
     from the run it comes from), and a kickoff made of the carry-forward block and the person's text.
     `idempotency_key` comes from the form, so a double click is one launch (and one run at the source);
@@ -75,17 +83,10 @@ class RunLaunch(models.Model):
     git_commit = models.CharField(max_length=64, blank=True)  # git projects: the commit the branch starts at
     external_run_id = models.CharField(max_length=200, blank=True)  # the new run's id at the source
     idempotency_key = models.CharField(max_length=100, unique=True)
-    status = models.CharField(max_length=12, choices=DispatchStatus, default=DispatchStatus.REQUESTED)
-    detail = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="run_launches")
-    attempts = models.PositiveIntegerField(default=0)
-    dispatched_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(auto_now=True)
 
-    class Meta:
-        ordering = ["-created", "-id"]
+    class Meta(Dispatched.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"launch {self.idempotency_key} in {self.project} ({self.status})"

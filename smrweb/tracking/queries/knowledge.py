@@ -91,9 +91,9 @@ class Best:
 
 @dataclass
 class FailedApproach:
-    reasons: list[
-        str
-    ]  # invalid, rejected, regressed, failed_approach, arena_regressed (one item, many sources)
+    # invalid, rejected, regressed, failed_approach, arena_regressed, run_failed, run_abandoned (one item,
+    # many sources)
+    reasons: list[str]
     title: str
     score: float | None
     run: str | None
@@ -387,13 +387,20 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         why = f"arena rank {rank}, score {score} ({delta} vs previous){note}"
         add(("s", result.submission_id), "arena_regressed", result.created, why, sub=result.submission)
 
-    # (e) runs that failed, with the reason their source gave (why: family and detail).
+    # (e) runs that failed, with the reason their source gave (why: family and detail), and runs a reviewer
+    # closed as abandoned after their harness went silent (why: the reviewer's reason).
     failed_runs = _with_approach(
-        Run.objects.filter(project=project, state=RunState.FAILED, excluded_at__isnull=True), "pk"
+        Run.objects.filter(
+            project=project, state__in=[RunState.FAILED, RunState.ABANDONED], excluded_at__isnull=True
+        ),
+        "pk",
     ).order_by("-finished_at", "-last_progress_at", "-id")[:limit]
     for run in failed_runs:
+        abandoned = run.state == RunState.ABANDONED
         why = (
-            ": ".join(filter(None, [run.failure_family, _oneline(run.failure_detail, 200)]))
+            ": ".join(
+                filter(None, [None if abandoned else run.failure_family, _oneline(run.failure_detail, 200)])
+            )
             or "no reason given"
         )
         at = run.finished_at or run.last_progress_at
@@ -401,8 +408,8 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         item = items.setdefault(
             ("r", run.pk), FailedApproach([], title, run.best_score, run.external_id, None, None, "", at)
         )
-        item.reasons.append("run_failed")
-        item._whys.append(f"the run failed — {why}")
+        item.reasons.append("run_abandoned" if abandoned else "run_failed")
+        item._whys.append(f"the run was abandoned — {why}" if abandoned else f"the run failed — {why}")
 
     ordered = sorted(
         items.values(), key=lambda i: (i.at, i.submission_id or 0, i.entry_id or 0), reverse=True

@@ -45,6 +45,7 @@ class ProjectSummary:
     active: int
     stalled: int
     failed: int
+    abandoned: int  # closed by a reviewer after the harness went silent
     over_budget: int
     runs: int
     spend_usd: Decimal
@@ -110,6 +111,7 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
             active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
             stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
             failed=Count("runs", filter=Q(runs__state="failed")),
+            abandoned=Count("runs", filter=Q(runs__state="abandoned")),
             over_budget=Count("runs", filter=budget.over_budget("runs__")),
             spend=Sum("runs__cost_usd"),
             last=Max("runs__last_progress_at"),
@@ -159,6 +161,7 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
                 active=c.get("active", 0),
                 stalled=c.get("stalled", 0),
                 failed=c.get("failed", 0),
+                abandoned=c.get("abandoned", 0),
                 over_budget=c.get("over_budget", 0),
                 runs=c.get("runs_n", 0),
                 spend_usd=c.get("spend") or Decimal(0),
@@ -171,11 +174,12 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
 
 
 def run_condition_counts(project: Project) -> dict[str, int]:
-    """How many of the project's runs are stalled, failed and over budget (one query), for the quick
-    filters above its runs table."""
+    """How many of the project's runs are stalled, failed, abandoned and over budget (one query), for the
+    quick filters above its runs table."""
     return Run.objects.filter(project=project).aggregate(
         stalled=Count("id", filter=STALLED),
         failed=Count("id", filter=Q(state="failed")),
+        abandoned=Count("id", filter=Q(state="abandoned")),
         over_budget=Count("id", filter=budget.over_budget()),
     )
 

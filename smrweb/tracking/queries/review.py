@@ -59,12 +59,32 @@ def onnx_summary_of(artifact: Artifact) -> tuple[dict | None, str]:
                 cached = {"summary": onnx_summary.summarize(data)}
             except onnx_summary.OnnxSummaryError as exc:
                 cached = {"error": str(exc)}
-        cache.set(key, cached, timeout=7 * 24 * 3600)
+        cache.set(key, cached, timeout=CACHE_SECONDS)
     return cached.get("summary"), cached.get("error", "")
+
+
+CACHE_SECONDS = 7 * 24 * 3600
+CACHE_MAX_CHARS = 4_000_000  # highlighted HTML larger than this is rendered each time, not cached
+
+
+def _cached(key: str, size: int, build):
+    """`build()`, kept in the cache under `key` when it is small enough: a blob's bytes never change, so
+    neither does what is drawn from them (lexing is the slow part: ~0.3 s per 100 KB of Python)."""
+    found = cache.get(key)
+    if found is None:
+        found = build()
+        if size <= CACHE_MAX_CHARS:
+            cache.set(key, found, timeout=CACHE_SECONDS)
+    return found
 
 
 def artifact_preview(artifact: Artifact, *, more: bool = False) -> preview.Preview:
     limit = preview.FULL_BYTES if more else preview.PREVIEW_BYTES
+    key = f"preview:v1:{artifact.blob.sha256}:{limit}:{artifact.path}:{artifact.kind}:{artifact.content_type}"
+    return _cached(key, min(artifact.blob.size, limit) * 5, lambda: _render_preview(artifact, limit))
+
+
+def _render_preview(artifact: Artifact, limit: int) -> preview.Preview:
     summary, error = (None, "")
     if preview.is_onnx(artifact.path, artifact.kind):
         summary, error = onnx_summary_of(artifact)
@@ -183,6 +203,12 @@ def _decoded(artifact: Artifact, role: str) -> str | None:
     return preview.decode_text(read_head(artifact, DIFF_BYTES), truncated=False)
 
 
+def _highlighted(artifact: Artifact, text: str) -> list[str]:
+    key = f"highlighted:v1:{artifact.blob.sha256}:{artifact.path}:{artifact.content_type}"
+    lexer = preview.lexer_for(artifact.path, artifact.content_type)
+    return _cached(key, len(text) * 5, lambda: preview.highlight_lines(text, lexer))
+
+
 def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = False) -> ArtifactDiff:
     """`sub`'s artifact against the one `against` chooses; with `highlight`, each row's lines carry
     Pygments markup (for pages; the API reads the unified text and the counts)."""
@@ -207,10 +233,7 @@ def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = Fal
         return ArtifactDiff(sub, other, reason, "binary", text, note=note)
     html = {}
     if highlight:
-        html = {
-            "old_html": preview.highlight_lines(a_text, preview.lexer_for(old.path, old.content_type)),
-            "new_html": preview.highlight_lines(b_text, preview.lexer_for(new.path, new.content_type)),
-        }
+        html = {"old_html": _highlighted(old, a_text), "new_html": _highlighted(new, b_text)}
     try:
         text = textdiff.diff(a_text, b_text, **names, **html)
     except textdiff.TooLarge as exc:

@@ -38,6 +38,18 @@ from smrweb.tracking.services.artifacts import (  # noqa: F401
 from smrweb.tracking.services.audit import (  # noqa: F401
     record_audit,
 )
+from smrweb.tracking.services.control import (  # noqa: F401
+    MESSAGE_MAX,
+    ControlRefused,
+    confirm_reported,
+    control_accepted,
+    control_failed,
+    may_steer,
+    note_control_attempt,
+    request_control,
+    start_control_attempt,
+    steer_refusal,
+)
 from smrweb.tracking.services.deletion import (  # noqa: F401
     delete_event_rows,
 )
@@ -75,6 +87,9 @@ from smrweb.tracking.services.projects import (  # noqa: F401
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
+    CloseRefused,
+    close_refusal,
+    close_run,
     flag_stalled_runs,
     recompute_scores,
     recompute_spend,

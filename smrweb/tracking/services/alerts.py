@@ -429,7 +429,19 @@ def _run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
     def episode(key: str, title: str, body: str, **kw) -> Episode:
         return Episode(kw.pop("subject", subject), key, title, body, url, run=run, **kw)
 
-    if trigger == Trigger.RUN_FAILED and run.state == RunState.FAILED:
+    if trigger == Trigger.RUN_FAILED and run.state == RunState.ABANDONED:
+        # A silent run a reviewer closed: it ended without success, so the failure rule says so.
+        change = StateChange.objects.filter(run=run, state=RunState.ABANDONED).order_by("-ts", "-id").first()
+        yield episode(
+            f"abandoned:{change.pk if change else run.finished_at}",
+            f"{label} abandoned",
+            f"{label} was closed as abandoned"
+            + (f" by {run.failure_source}" if run.failure_source else "")
+            + " after its harness went silent."
+            + (f"\nReason: {run.failure_detail[:1000]}" if run.failure_detail else "")
+            + f"\nBest score {numbers.number(run.best_score)}, spend {numbers.usd(run.spend_usd)}.",
+        )
+    elif trigger == Trigger.RUN_FAILED and run.state == RunState.FAILED:
         change = StateChange.objects.filter(run=run, state=RunState.FAILED).order_by("-ts", "-id").first()
         family = run.failure_family or "unknown"
         yield episode(
@@ -824,7 +836,7 @@ def _baseline(rule: AlertRule) -> None:
     if rule.trigger in RUN_TRIGGERS:
         runs = Run.objects.filter(project=project).select_related("project__scenario")
         if rule.trigger == Trigger.RUN_FAILED:
-            runs = runs.filter(state=RunState.FAILED)
+            runs = runs.filter(state__in=[RunState.FAILED, RunState.ABANDONED])
         elif rule.trigger == Trigger.RUN_STALLED:
             runs = runs.filter(stalled_since__isnull=False)
         elif rule.trigger == Trigger.RUN_BUDGET:

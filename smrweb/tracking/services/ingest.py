@@ -35,6 +35,7 @@ from smrweb.tracking.models import (
     Submission,
 )
 from smrweb.tracking.services.artifacts import SHA256_RE
+from smrweb.tracking.services.control import confirm_reported
 from smrweb.tracking.services.runs import (
     _check_run_id,
     _locked_run,
@@ -115,6 +116,12 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
         if by_type["state"]:
             _insert_states(run, by_type["state"], now)
             changed += recompute_state(run)
+        if by_type["message"] or by_type["state"]:  # a steering request the source reports back
+            confirm_reported(
+                run,
+                messages=[(k, e.body) for k, e in by_type["message"]],
+                state_changed=bool(by_type["state"]),
+            )
         if accepted:
             run.last_progress_at = now
             run.stalled_since = None  # news arrived: not stalled any more

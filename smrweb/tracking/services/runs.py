@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -12,9 +13,12 @@ from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from smrweb.core import numbers
 from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
+    NotAllowed,
+    TrackingError,
 )
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -22,8 +26,10 @@ from smrweb.tracking.models import (
     AgentTurn,
     AuditEvent,
     Project,
+    Role,
     Run,
     RunState,
+    SourceKind,
     StateChange,
     Submission,
     TurnKind,
@@ -202,3 +208,89 @@ def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
     return record_audit(
         None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail
     )
+
+
+# --- closing a silent run as abandoned -------------------------------------------------------------------
+
+# Sources whose runs a person may close: their harness reports its own end, or nothing does when it dies.
+# SMR reports every end itself (a dead run there is stopped through the SDK instead).
+CLOSABLE_SOURCES = (SourceKind.PUSH, SourceKind.GIT)
+CLOSED_FAMILY = "closed"  # the failure family of a close, so pages tell it from a harness's own word
+CLOSE_REASON_MAX = 5000
+
+
+class CloseRefused(TrackingError):
+    status = 409
+    code = "close_refused"
+
+
+def close_refusal(run: Run, now: datetime | None = None) -> str:
+    """Why `run` cannot be closed as abandoned now ("" when it can): the one rule the run page, the API and
+    `close_run` ask. A push or git run that is not finished and has sent nothing for at least its
+    project's stall threshold may be closed; who may close it is `project.allows(user, REVIEWER)`."""
+    project = run.project
+    if project.source not in CLOSABLE_SOURCES:
+        return (
+            f"{project.get_source_display()} reports the end of its runs itself: "
+            "stop the run instead of closing it."
+        )
+    if run.is_terminal:
+        return f"The run is already {run.state}."
+    silent = (now or timezone.now()) - run.last_progress_at
+    if silent < project.stall_after:
+        return (
+            f"The run sent news {numbers.duration(silent)} ago. A run can be closed as abandoned once it "
+            f"has been silent for the project's stall threshold ({numbers.duration(project.stall_after)}), "
+            f"that is in {numbers.duration(project.stall_after - silent + timedelta(seconds=1))}."
+        )
+    return ""
+
+
+def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) -> Run:
+    """Close a silent push or git run as `abandoned` (reviewers and admins), with the reason why: recorded
+    as a state change like any other (so the run's state stays derived from its history), audited, the
+    stall flag cleared, pages and alert rules told. Later events are still recorded; a `state` event the
+    harness sends afterwards is newer than the close and wins (it reopens the run), as state always does."""
+    project = run.project
+    if not project.allows(by, Role.REVIEWER):
+        raise NotAllowed(f"Closing a run needs the reviewer role in {project.slug}.")
+    reason = (reason or "").replace("\x00", "").strip()
+    if not reason:
+        raise InvalidInput("reason", "Say why the run is abandoned (what happened to its harness).")
+    if len(reason) > CLOSE_REASON_MAX:
+        raise InvalidInput("reason", f"At most {CLOSE_REASON_MAX} characters.")
+    with transaction.atomic():
+        # Under the run's lock, so news that ingest brought meanwhile is seen (and wins).
+        run = Run.objects.select_for_update().select_related("project__scenario").get(pk=run.pk)
+        now = now or timezone.now()
+        if refusal := close_refusal(run, now):
+            raise CloseRefused(refusal)
+        before, silent_since = run.state, run.last_progress_at
+        latest = StateChange.objects.filter(run=run).aggregate(ts=Max("ts"))["ts"]
+        # The close must be the run's latest state change even if a harness stamped one in the future.
+        ts = max(now, latest + timedelta(milliseconds=1)) if latest else now
+        who = by.get_username() if hasattr(by, "get_username") else str(by)
+        StateChange.objects.create(
+            run=run,
+            event_id=f"smrweb-close-{uuid.uuid4().hex}",
+            state=RunState.ABANDONED,
+            ts=ts,
+            failure_family=CLOSED_FAMILY,
+            failure_detail=reason,
+            failure_source=who[:200],
+        )
+        changed = recompute_state(run)
+        run.stalled_since = None
+        run.save(update_fields=[*changed, "stalled_since", "updated"])  # `updated` versions the polls
+        record_audit(
+            by,
+            "run.closed",
+            run,
+            project=project,
+            state=RunState.ABANDONED,
+            reason=reason[:500],
+            was=before,
+            silent_since=silent_since.isoformat(),
+        )
+        signals.announce_alerts_due("run", run.pk)
+    return run
