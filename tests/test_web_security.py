@@ -571,6 +571,10 @@ POST_FORMS = {
     "dashboard/partials/run_notes.html": 1,  # the note (hx-post on the same form)
     # per comment: edit (hx-post on the same form), delete; a new one (on a run or on a submission)
     "dashboard/partials/comments.html": 4,
+    # the review queue's panel: its review form, with approve and reject as hx-post buttons
+    "dashboard/partials/review_panel.html": 3,
+    "dashboard/partials/run_close.html": 1,  # close a silent run as abandoned
+    "dashboard/partials/run_steer.html": 2,  # pause/resume; a runtime message (both also hx-post)
 }
 
 
@@ -613,6 +617,9 @@ def post_targets(project, alice, bob, monkeypatch):
     alerts = f"/projects/hill/alerts/{rule.pk}/"
     comment = services.add_comment(run=sub.run, by=alice, body="mine")
     return [
+        (s + "queue-review/approve", {"comment": "from the queue"}),
+        ("/projects/hill/runs/r1/steer", {"kind": "message", "body": "try a smaller lr"}),
+        ("/projects/hill/runs/r1/close", {"reason": "the harness died"}),
         ("/projects/hill/runs/r1/labels", {"display_name": "named", "pinned": "1"}),
         ("/projects/hill/runs/r1/tags", {"tag": "model=x"}),
         ("/projects/hill/runs/r1/note", {"body": "a note"}),
