@@ -572,6 +572,10 @@ POST_FORMS = {
     # per comment: edit (hx-post on the same form), delete; a new one (on a run or on a submission)
     "dashboard/partials/comments.html": 4,
     "dashboard/launch_new.html": 1,  # start the next run
+    # the review queue's panel: its review form, with approve and reject as hx-post buttons
+    "dashboard/partials/review_panel.html": 3,
+    "dashboard/partials/run_close.html": 1,  # close a silent run as abandoned
+    "dashboard/partials/run_steer.html": 2,  # pause/resume; a runtime message (both also hx-post)
 }
 
 
@@ -619,6 +623,9 @@ def post_targets(project, alice, bob, monkeypatch):
             "/projects/hill/launches/new",
             {"idempotency_key": "csrf-launch-key-1", "from_run": "r1", "text": "go"},
         ),
+        (s + "queue-review/approve", {"comment": "from the queue"}),
+        ("/projects/hill/runs/r1/steer", {"kind": "message", "body": "try a smaller lr"}),
+        ("/projects/hill/runs/r1/close", {"reason": "the harness died"}),
         ("/projects/hill/runs/r1/labels", {"display_name": "named", "pinned": "1"}),
         ("/projects/hill/runs/r1/tags", {"tag": "model=x"}),
         ("/projects/hill/runs/r1/note", {"body": "a note"}),
