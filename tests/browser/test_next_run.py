@@ -1,10 +1,9 @@
-"""Start the next run in a real browser with a real worker: from the knowledge page, a reviewer opens the
-form prefilled with the carry-forward block, adds a line and starts the run; the worker sends the signed
-start webhook to the demo harness's receiver, which starts the run under the id smrweb chose and pushes
-its events through the API; the launch page shows it confirmed and the run climbing, and the run page
-says where it came from. Then "Start another like this" from the new run's page starts the one after.
-
-(The steering steps — message, pause, resume — go in front of this once they are merged.)"""
+"""The loop in a real browser with a real worker and the demo harness's webhook receiver: from the
+knowledge page, a reviewer opens the form prefilled with the carry-forward block, adds a line and starts
+the run; the worker sends the signed start webhook, the harness starts the run under the id smrweb chose
+and pushes its events through the API; the launch page shows it confirmed and climbing, the run page
+says where it came from. Then the reviewer steers that run — a message the agent acknowledges, pause,
+resume — and "Start another like this" starts the one after it."""
 
 from __future__ import annotations
 
@@ -27,15 +26,17 @@ WAIT_MS = 30_000
 
 
 @pytest.fixture
-def harness(project, token, live_server):
-    """The demo harness's webhook receiver, reporting to the live server with the project's token."""
+def harness(project, token, live_server, tmp_path):
+    """The demo harness's webhook receiver, reporting to the live server with the project's token; the
+    runs it starts read their steering from an inbox, as the demo's do."""
     server = ThreadingHTTPServer(
         ("127.0.0.1", 0),
         make_handler(
             url=live_server.url,
             tokens={"hill": token},
             secrets={"hill": rollbacks.webhook_secret(project)},
-            interval=0.15,
+            inbox=tmp_path / "inbox",
+            interval=0.5,  # a run lives 30–45 s: long enough to be steered
         ),
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -96,6 +97,21 @@ def test_start_the_next_run_from_the_knowledge_page_and_again_from_the_new_run(
     launch = RunLaunch.objects.get()
     assert launch.run.parent.external_id == "r1" and launch.kickoff.startswith("## Carry-forward: hill")
     assert launch.kickoff.endswith("Keep the batch at 256 and halve the learning rate.")
+
+    # Steer it: a message the agent acknowledges, then pause and resume (each through the worker, the
+    # signed webhook and the harness's inbox; the page follows the source's reports by itself).
+    page.fill("#id_steer_body", "Try cosine decay; keep the batch at 256.")
+    page.get_by_role("button", name="Send message").click()
+    message = page.locator("[data-control-kind=message]")
+    expect(message).to_have_attribute("data-control-status", "confirmed", timeout=WAIT_MS)
+    expect(page.locator("#run-live")).to_contain_text("Acknowledged: “Try cosine decay", timeout=WAIT_MS)
+    page.get_by_role("button", name="Pause run").click()
+    expect(page.get_by_role("button", name="Resume run")).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("h1 .badge-paused")).to_be_visible()
+    page.get_by_role("button", name="Resume run").click()
+    expect(page.get_by_role("button", name="Pause run")).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("h1 .badge-running")).to_be_visible(timeout=WAIT_MS)
+    page.screenshot(path=str(screenshot_dir / "next-run-steered.png"), full_page=True)
 
     page.get_by_role("link", name="Start another like this").click()
     expect(page.locator("[data-launch-from]")).to_contain_text("started from r1-next-1")
