@@ -9,12 +9,17 @@ it back (ingest calls `services.confirm_reported`)."""
 
 from __future__ import annotations
 
-import httpx
 from django.conf import settings
 
-from smrweb.core import outbound
 from smrweb.sources.base import SourceError
-from smrweb.sources.dispatch import RETRYABLE_SOURCE_ERRORS, Attempt, backoff, retry_after
+from smrweb.sources.dispatch import (
+    RETRYABLE_SOURCE_ERRORS,
+    Attempt,
+    WebhookFailure,
+    backoff,
+    post_webhook,
+    retry_after,
+)
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import ControlKind, RunControl, SourceKind
@@ -110,23 +115,9 @@ def _via_webhook(control: RunControl, *, last_try: bool) -> Attempt:
     """A signed POST through the outbound guard; the detail names the status only (the answer's body
     is never shown back: it could be an internal service's)."""
     body, headers = controls.webhook_request(control)
-    url = control.run.project.rollback_webhook_url
-    try:
-        answer = outbound.post(
-            url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT
-        )
-    except outbound.Unresolvable as exc:
-        return _retry_or_fail(control, str(exc), retryable=True, last_try=last_try)
-    except outbound.Refused as exc:
-        return _retry_or_fail(control, f"not sent: {exc}", retryable=False, last_try=last_try)
-    except httpx.TimeoutException:
-        return _retry_or_fail(
-            control, "the webhook did not answer in time", retryable=True, last_try=last_try
-        )
-    except httpx.HTTPError as exc:
-        return _retry_or_fail(
-            control, f"could not reach the webhook ({type(exc).__name__})", retryable=True, last_try=last_try
-        )
+    answer = post_webhook(control.run.project.rollback_webhook_url, body, headers)
+    if isinstance(answer, WebhookFailure):
+        return _retry_or_fail(control, answer.message, retryable=answer.retryable, last_try=last_try)
     line = f"the webhook answered HTTP {answer.status}"
     if 200 <= answer.status < 300:
         services.control_accepted(

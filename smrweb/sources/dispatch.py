@@ -57,6 +57,32 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
+@dataclass(frozen=True)
+class WebhookFailure:
+    """A webhook POST that got no HTTP answer: why (fit to show), and whether trying again may help."""
+
+    message: str
+    retryable: bool
+
+
+def post_webhook(url: str, body: bytes, headers: dict) -> outbound.Answer | WebhookFailure:
+    """The one signed-webhook POST of rollbacks, steering and launches: through the outbound guard, with
+    the webhook timeout; what went wrong is said without the answer's body (it could be an internal
+    service's, finding 2)."""
+    try:
+        return outbound.post(
+            url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT
+        )
+    except outbound.Unresolvable as exc:
+        return WebhookFailure(str(exc), retryable=True)
+    except outbound.Refused as exc:
+        return WebhookFailure(f"not sent: {exc}", retryable=False)
+    except httpx.TimeoutException:
+        return WebhookFailure("the webhook did not answer in time", retryable=True)
+    except httpx.HTTPError as exc:
+        return WebhookFailure(f"could not reach the webhook ({type(exc).__name__})", retryable=True)
+
+
 def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
     """One attempt (`last_try`: make it the final one). Attempts are counted in the database, so the
     last one is the last whether the task was retried by Celery, redelivered after a worker died, or
@@ -136,23 +162,9 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
     """A signed POST through the outbound guard. The detail names the status only: the answer's body is
     never shown back (it could be an internal service's, finding 2)."""
     body, headers = rollbacks.webhook_request(rollback)
-    url = rollback.run.project.rollback_webhook_url
-    try:
-        answer = outbound.post(
-            url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT
-        )
-    except outbound.Unresolvable as exc:
-        return _retry_or_fail(rollback, str(exc), retryable=True, last_try=last_try)
-    except outbound.Refused as exc:
-        return _retry_or_fail(rollback, f"not sent: {exc}", retryable=False, last_try=last_try)
-    except httpx.TimeoutException:
-        return _retry_or_fail(
-            rollback, "the webhook did not answer in time", retryable=True, last_try=last_try
-        )
-    except httpx.HTTPError as exc:
-        return _retry_or_fail(
-            rollback, f"could not reach the webhook ({type(exc).__name__})", retryable=True, last_try=last_try
-        )
+    answer = post_webhook(rollback.run.project.rollback_webhook_url, body, headers)
+    if isinstance(answer, WebhookFailure):
+        return _retry_or_fail(rollback, answer.message, retryable=answer.retryable, last_try=last_try)
     line = f"the webhook answered HTTP {answer.status}"
     if 200 <= answer.status < 300:
         # 202 Accepted: the harness queued it; anything else 2xx: it says the restore is done.
@@ -267,25 +279,9 @@ def _launch_via_webhook(launch, *, last_try: bool) -> Attempt:
     """The signed `smrweb.start` POST; a 2xx means the harness took it (the run is confirmed when its
     events arrive). The detail names the status only, never the answer's body."""
     body, headers = launches.start_webhook_request(launch)
-    try:
-        answer = outbound.post(
-            launch.project.rollback_webhook_url,
-            content=body,
-            headers=headers,
-            timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT,
-        )
-    except outbound.Unresolvable as exc:
-        return _launch_retry_or_fail(launch, str(exc), retryable=True, last_try=last_try)
-    except outbound.Refused as exc:
-        return _launch_retry_or_fail(launch, f"not sent: {exc}", retryable=False, last_try=last_try)
-    except httpx.TimeoutException:
-        return _launch_retry_or_fail(
-            launch, "the webhook did not answer in time", retryable=True, last_try=last_try
-        )
-    except httpx.HTTPError as exc:
-        return _launch_retry_or_fail(
-            launch, f"could not reach the webhook ({type(exc).__name__})", retryable=True, last_try=last_try
-        )
+    answer = post_webhook(launch.project.rollback_webhook_url, body, headers)
+    if isinstance(answer, WebhookFailure):
+        return _launch_retry_or_fail(launch, answer.message, retryable=answer.retryable, last_try=last_try)
     line = f"the webhook answered HTTP {answer.status}"
     if 200 <= answer.status < 300:
         launches.record_accepted(
