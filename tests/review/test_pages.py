@@ -110,7 +110,7 @@ def test_approve_in_place_returns_the_panel_and_the_rows_new_badge(client, bob, 
     body = response.content.decode()
     assert Submission.objects.get(pk=sub.pk).status == S.APPROVED
     assert "data-outcome" in body and f'id="status-{sub.pk}" hx-swap-oob="true"' in body
-    assert 'data-status="approved"' in body and 'data-act="approve"' not in body
+    assert 'data-sub-status="approved"' in body and 'data-act="approve"' not in body
 
 
 def test_reject_needs_a_reason_and_a_refusal_changes_nothing(client, bob, project):
