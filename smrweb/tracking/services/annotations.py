@@ -205,7 +205,9 @@ def edit_comment(comment: Comment, *, by: Any, body: str) -> Comment:
     body = clean_text("body", body, limit=TEXT_MAX, required=True)
     with transaction.atomic():
         comment = (
-            Comment.objects.select_for_update().select_related("run", "submission__run").get(pk=comment.pk)
+            Comment.objects.select_for_update(of=("self",))
+            .select_related("run", "submission__run")
+            .get(pk=comment.pk)
         )
         if comment.is_deleted:
             raise InvalidInput("body", "This comment was deleted.")

@@ -384,7 +384,7 @@ def record_accepted(
             detail=_printable(detail)[:500],
         )
         run = (
-            Run.objects.select_for_update()
+            Run.objects.select_for_update(of=("self",))  # PostgreSQL: not the outer join's nullable side
             .filter(project=launch.project, external_id=launch.external_run_id, launch__isnull=True)
             .first()
         )
