@@ -12,11 +12,11 @@ import pytest
 
 from smrweb.sources import dispatch, sync
 from smrweb.sources.smr import connector_for
-from smrweb.tracking import queries, services
+from smrweb.tracking import queries
 from smrweb.tracking.models import Run, RunLaunch, RuntimeMessage
 from smrweb.tracking.services import launches
 from tests.conftest import wait_for
-from tests.factories import admin_project
+from tests.sources.smr_project import smr_project_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,22 +32,16 @@ def simulator(start_sim):
 
 @pytest.fixture
 def smr_project(alice, bob, victor, simulator):
-    scenario = services.create_scenario(
-        key="lsim", name="lsim", score_metric="val_loss", direction="minimize"
+    return smr_project_on(
+        simulator,
+        slug="smr-launch",
+        key="lsim",
+        api_key=API_KEY,
+        smr_project=SMR_PROJECT,
+        alice=alice,
+        bob=bob,
+        victor=victor,
     )
-    project = admin_project(
-        "smr-launch",
-        scenario=scenario,
-        source="smr",
-        smr_project_id=SMR_PROJECT,
-        smr_backend_base=simulator.url,
-        smr_api_key=API_KEY,
-        by=alice,
-    )
-    services.add_member(project, bob, role="reviewer")
-    services.add_member(project, victor, role="viewer")
-    sync.sync_project(project, owner="test")
-    return project
 
 
 def first_run(project) -> Run:

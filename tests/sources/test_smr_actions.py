@@ -7,10 +7,9 @@ import httpx
 import pytest
 
 from smrweb.sources import sync
-from smrweb.tracking import services
 from smrweb.tracking.models import AuditEvent, Run, SourceHealth
 from tests.conftest import wait_for
-from tests.factories import admin_project
+from tests.sources.smr_project import smr_project_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,20 +23,16 @@ def simulator(start_sim):
 
 @pytest.fixture
 def smr_project(alice, bob, victor, simulator):
-    scenario = services.create_scenario(key="act", name="act", score_metric="val_loss", direction="minimize")
-    project = admin_project(
-        "smr-act",
-        scenario=scenario,
-        source="smr",
-        smr_project_id=SMR_PROJECT,
-        smr_backend_base=simulator.url,
-        smr_api_key=API_KEY,
-        by=alice,
+    return smr_project_on(
+        simulator,
+        slug="smr-act",
+        key="act",
+        api_key=API_KEY,
+        smr_project=SMR_PROJECT,
+        alice=alice,
+        bob=bob,
+        victor=victor,
     )
-    services.add_member(project, bob, role="reviewer")
-    services.add_member(project, victor, role="viewer")
-    sync.sync_project(project, owner="test")
-    return project
 
 
 def live_run(project) -> Run:

@@ -15,7 +15,7 @@ from smrweb.tracking import services
 from smrweb.tracking.models import AuditEvent, Run, RunControl, RuntimeMessage
 from tests.api.helpers import session_client
 from tests.conftest import wait_for
-from tests.factories import admin_project
+from tests.sources.smr_project import smr_project_on
 
 API_KEY, SMR_PROJECT = "steer-key", "smr-steer"
 
@@ -30,22 +30,16 @@ def simulator(start_sim):
 
 @pytest.fixture
 def smr_project(alice, bob, victor, simulator):
-    scenario = services.create_scenario(
-        key="steer", name="steer", score_metric="val_loss", direction="minimize"
+    return smr_project_on(
+        simulator,
+        slug="smr-steer",
+        key="steer",
+        api_key=API_KEY,
+        smr_project=SMR_PROJECT,
+        alice=alice,
+        bob=bob,
+        victor=victor,
     )
-    project = admin_project(
-        "smr-steer",
-        scenario=scenario,
-        source="smr",
-        smr_project_id=SMR_PROJECT,
-        smr_backend_base=simulator.url,
-        smr_api_key=API_KEY,
-        by=alice,
-    )
-    services.add_member(project, bob, role="reviewer")
-    services.add_member(project, victor, role="viewer")
-    sync.sync_project(project, owner="test")
-    return project
 
 
 def live_run(project, simulator) -> Run:
