@@ -23,4 +23,4 @@ RUN SMRWEB_PRODUCTION=true SECRET_KEY=collectstatic-only-build-key-not-used-at-r
 USER smrweb
 
 EXPOSE 8000
-CMD ["gunicorn", "smrweb.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]
+CMD ["gunicorn", "smrweb.wsgi", "--config", "python:smrweb.gunicorn_conf", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]

@@ -9,7 +9,7 @@ that polls many projects runs a worker of its own for the polling lane (docker-c
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
@@ -66,3 +66,23 @@ def worker_queues() -> list[Queue]:
 
 app.conf.task_routes = (route,)
 app.conf.task_queues = worker_queues()
+
+
+# Every log line a task writes carries the task's id as its request id (docs/operations.md#logs).
+@signals.task_prerun.connect
+def _start_log_context(task_id=None, task=None, **kwargs):
+    from smrweb.core import logcontext
+
+    task.request.smrweb_log_token = logcontext.start(task_id)
+
+
+@signals.task_postrun.connect
+def _end_log_context(task=None, **kwargs):
+    from smrweb.core import logcontext
+
+    token = getattr(task.request, "smrweb_log_token", None)
+    if token is not None:
+        try:
+            logcontext.end(token)
+        except ValueError:  # set in another context (an eager call inside a request): leave it
+            pass

@@ -4,12 +4,16 @@ Defaults run with nothing installed: SQLite (WAL) and an embedded Redis (redisli
 SMRWEB_DATA_DIR. `SMRWEB_PRODUCTION=true` turns on the hardening `manage.py check --deploy` asks for.
 """
 
+import ipaddress
+import logging
 import os
 import re
 import secrets
 from pathlib import Path
 
 import environ
+
+from smrweb.core import logcontext
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -75,6 +79,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "smrweb.core.logcontext.RequestContextMiddleware",
     "csp.middleware.CSPMiddleware",
     "smrweb.core.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -488,11 +493,26 @@ SMRWEB_SMR_CHECK_TIMEOUT = env.float(
 SMRWEB_SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
 SMRWEB_SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 
+# Logs: a readable console line by default; SMRWEB_LOG_FORMAT=json writes one JSON object per line (time,
+# level, logger, message, request_id, project, run) for web, worker and beat alike (docs/operations.md).
+SMRWEB_LOG_FORMAT = env.str("SMRWEB_LOG_FORMAT", default="console")
+if SMRWEB_LOG_FORMAT not in ("console", "json"):
+    raise environ.ImproperlyConfigured("SMRWEB_LOG_FORMAT must be console or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": logcontext.CONTEXT_FILTER},
+    "formatters": {
+        "console": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": logcontext.JSON_FORMATTER,
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": SMRWEB_LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     # One line per meaningful event, not one per outbound HTTP request (the poller makes ~7 per run).
     "loggers": {
@@ -501,6 +521,28 @@ LOGGING = {
         "httpcore": {"level": "WARNING"},
     },
 }
+# Celery's worker and beat replace the root logger's handlers with their own format unless told not to:
+# in JSON mode they keep ours, so every process writes the same objects.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = SMRWEB_LOG_FORMAT != "json"
+if SMRWEB_LOG_FORMAT == "json":
+    logging.captureWarnings(True)  # Python's warnings become log records too, not free text on stderr
+
+# /metrics (Prometheus): a scraper presents SMRWEB_METRICS_TOKEN as a bearer token or comes from one of
+# SMRWEB_METRICS_ALLOW_IPS (comma-separated addresses or networks; loopback by default).
+SMRWEB_METRICS_TOKEN = env.str("SMRWEB_METRICS_TOKEN", default="")
+# The counters ingest increments live in Redis under this prefix, shared by web, workers and beat.
+SMRWEB_OPS_COUNTERS = env.bool("SMRWEB_OPS_COUNTERS", default=True)
+SMRWEB_OPS_COUNTERS_PREFIX = env.str(
+    "SMRWEB_OPS_COUNTERS_PREFIX", default=f"{env.str('SMRWEB_CACHE_KEY_PREFIX', default='smrweb')}:ops"
+)
+try:
+    SMRWEB_METRICS_ALLOW_IPS = [
+        ipaddress.ip_network(_net.strip(), strict=False)
+        for _net in env.list("SMRWEB_METRICS_ALLOW_IPS", default=["127.0.0.1/32", "::1/128"])
+        if _net.strip()
+    ]
+except ValueError as _exc:
+    raise environ.ImproperlyConfigured(f"SMRWEB_METRICS_ALLOW_IPS: {_exc}") from None
 
 # OTLP trace ingest (/v1/traces): USD per 1M input/output tokens by model, merged over the default
 # table in smrweb/tracking/otlp.py, e.g. '{"my-model": {"input": 1.5, "output": 6}}' (docs/integrations.md).

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from smrweb.api import otlp
+from smrweb.api import opsmetrics, otlp
 from smrweb.core.apidocs import ApiDocsView
 from smrweb.dashboard.views.auth import LoginView, admin_login
 
@@ -18,7 +18,9 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("smrweb.api.urls")),
-    path("v1/traces", otlp.Traces.as_view(), name="otlp-traces"),  # OTLP/HTTP's own path
+    # OTLP/HTTP's own path
+    path("v1/traces", opsmetrics.counted_ingest("otlp")(otlp.Traces.as_view()), name="otlp-traces"),
+    path("metrics", opsmetrics.metrics, name="metrics"),  # Prometheus (operators, not project members)
     path("", include("smrweb.dashboard.urls")),
 ]
 

@@ -30,6 +30,13 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def no_ops_counters(settings):
+    """The operational counters (/metrics) live in the shared Redis: off unless a test checks them
+    (tests/test_opsmetrics.py turns them on under a prefix of its own)."""
+    settings.SMRWEB_OPS_COUNTERS = False
+
+
+@pytest.fixture(autouse=True)
 def private_cache(settings, tmp_path):
     """Each test counts rate limits in a cache of its own: the configured Redis is shared by concurrent
     test sessions and outlives them, so its counters would leak from test to test. (Redis itself is
@@ -194,7 +201,11 @@ FAST_POLLING = {
 }
 
 
-def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+def _start(
+    argv: list[str], log: Path, extra_env: dict[str, str], stdout: Path | None = None
+) -> subprocess.Popen:
+    """Start a process with the suite's database, Redis and fast polling; its output goes to `log` (only
+    its stderr when `stdout` names another file for the rest)."""
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
@@ -203,6 +214,8 @@ def _start(argv: list[str], log: Path, extra_env: dict[str, str]) -> subprocess.
         "SMRWEB_WEBHOOK_ALLOWED_HOSTS": ",".join(TEST_ALLOWED_HOSTS),
         **extra_env,
     }
+    if stdout is not None:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=stdout.open("w"), stderr=log.open("w"))
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -302,6 +315,7 @@ def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory, mail_
         ],
         log,
         {
+            "SMRWEB_OPS_COUNTERS": "false",  # (the shared counters: see no_ops_counters)
             "SMRWEB_CELERY_QUEUE": celery_queue,
             "SMRWEB_ARTIFACT_ROOT": str(artifacts),
             "EMAIL_URL": mail_catcher.url,  # the worker's alert emails go to the suite's SMTP server

@@ -2083,6 +2083,8 @@ EXCLUDED = {
     "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project "
     "data",
     "api/docs/": "Swagger UI for the schema: public, static, no project data",
+    "metrics": "the operators' Prometheus scrape: let in by SMRWEB_METRICS_TOKEN or network, never by a "
+    "project role (a signed-in admin from elsewhere is refused): tests/test_opsmetrics.py",
 }
 
 

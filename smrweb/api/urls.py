@@ -1,5 +1,6 @@
 from django.urls import path
 
+from smrweb.api.opsmetrics import counted_ingest
 from smrweb.api.views import (
     alerts,
     annotations,
@@ -58,7 +59,7 @@ urlpatterns = [
     path(f"{rule}/test", alerts.AlertRuleTest.as_view(), name="alert-rule-test"),
     path(f"{rule}/deliveries", alerts.AlertRuleDeliveries.as_view(), name="alert-rule-deliveries"),
     path(f"{run}", runs.RunDetail.as_view(), name="run-detail"),
-    path(f"{run}/events", events.RunEvents.as_view(), name="run-events"),
+    path(f"{run}/events", counted_ingest("api")(events.RunEvents.as_view()), name="run-events"),
     path(f"{run}/rollback", rollbacks.RunRollback.as_view(), name="run-rollback"),
     path(f"{run}/close", runs.RunClose.as_view(), name="run-close"),
     path(f"{run}/messages", control.RunMessages.as_view(), name="run-messages"),

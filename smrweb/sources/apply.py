@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from smrweb.core import opsmetrics
 from smrweb.tracking import services
 from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.events import MAX_EVENTS, parse_events
@@ -40,14 +41,36 @@ def apply_events(
     *,
     on_refused: Literal["raise", "skip"] = "raise",
     batch_size: int = MAX_EVENTS,
+    via: str | None = None,
 ) -> Applied:
     """Apply `items` — (tag, event dict) pairs, in order — to the run; see the module for `on_refused`.
-    Each batch is one transaction: a refused batch writes nothing of itself."""
+    Each batch is one transaction: a refused batch writes nothing of itself. What happened is counted for
+    /metrics under `via` (the way in: "otlp", "jsonl", …; the project's source by default)."""
     applied = Applied()
     items = list(items)
-    for start in range(0, len(items), batch_size):
-        _apply_batch(project, run_id, items[start : start + batch_size], on_refused, applied)
+    raised = 0
+    try:
+        for start in range(0, len(items), batch_size):
+            batch = items[start : start + batch_size]
+            try:
+                _apply_batch(project, run_id, batch, on_refused, applied)
+            except InvalidEvents:
+                raised = len(batch)
+                raise
+    finally:
+        count_events(
+            via or project.source,
+            accepted=applied.accepted,
+            duplicates=applied.duplicates,
+            refused=len(applied.refused) + raised,
+        )
     return applied
+
+
+def count_events(via: str, *, accepted: int, duplicates: int, refused: int) -> None:
+    """Add one ingest's outcome to the shared counters /metrics reports."""
+    for outcome, n in (("accepted", accepted), ("duplicate", duplicates), ("refused", refused)):
+        opsmetrics.count("ingest_events", n, via=via, outcome=outcome)
 
 
 def _apply_batch(project, run_id, batch, on_refused, applied: Applied) -> None:

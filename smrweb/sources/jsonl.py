@@ -471,7 +471,9 @@ class _Importer:
     def send(self, batch: list[tuple[int, dict]]) -> None:
         """Validate and write one batch; refused events are skipped with their line numbers, the rest
         written."""
-        applied = apply_events(self.project, self.run, batch, on_refused="skip", batch_size=len(batch) or 1)
+        applied = apply_events(
+            self.project, self.run, batch, on_refused="skip", batch_size=len(batch) or 1, via="jsonl"
+        )
         for line, errors in applied.refused:
             self.stats.skip(_reason(errors[0]) if errors else "refused", line)
         self.stats.accepted += applied.accepted

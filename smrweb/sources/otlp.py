@@ -385,7 +385,7 @@ def ingest_request(project, request: ExportTraceServiceRequest) -> Outcome:
     outcome = Outcome(rejected=list(mapped.rejected), ignored=mapped.ignored)
     for run_id, items in mapped.runs.items():
         try:
-            applied = apply_events(project, run_id, items, on_refused="skip")
+            applied = apply_events(project, run_id, items, on_refused="skip", via="otlp")
         except TrackingError as exc:  # the domain refused the run (its id, say): nothing of it was written
             outcome.rejected += [(span, exc.message) for span, _ in items]
             continue

@@ -12,8 +12,9 @@ from smrweb.api import examples
 from smrweb.api.access import project_for
 from smrweb.api.schema import ERROR, ERRORS
 from smrweb.api.serializers.events import IngestResultSerializer
+from smrweb.sources.apply import count_events
 from smrweb.tracking import services
-from smrweb.tracking.errors import BatchTooLarge
+from smrweb.tracking.errors import BatchTooLarge, InvalidEvents
 from smrweb.tracking.events import batch_json_schema, parse_events
 from smrweb.tracking.models import Role
 
@@ -45,5 +46,15 @@ class RunEvents(APIView):
             body = request.body
         except RequestDataTooBig:
             raise BatchTooLarge("The request body is over 10 MB; send smaller batches.") from None
-        result = services.ingest_events(project, run_id, parse_events(body))
+        try:
+            events = parse_events(body)
+        except InvalidEvents as exc:  # (as many refused events as the errors name)
+            count_events("api", accepted=0, duplicates=0, refused=len({e.index for e in exc.errors}) or 1)
+            raise
+        try:
+            result = services.ingest_events(project, run_id, events)
+        except InvalidEvents:  # refused whole: every event of the batch
+            count_events("api", accepted=0, duplicates=0, refused=len(events))
+            raise
+        count_events("api", accepted=result.accepted, duplicates=result.duplicates, refused=0)
         return Response({"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates})

@@ -70,6 +70,8 @@ class Command(BaseCommand):
                 [
                     str(bindir / "gunicorn"),
                     "smrweb.wsgi",
+                    "--config",
+                    "python:smrweb.gunicorn_conf",
                     "--bind",
                     f"{host}:{port}",
                     "--workers",
@@ -80,8 +82,6 @@ class Command(BaseCommand):
                     "60",
                     "--access-logfile",
                     "-",
-                    "--access-logformat",
-                    '%(h)s "%(r)s" %(s)s %(M)sms',
                 ],
             )
             self.spawn(
