@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from smrweb.core import logcontext
 from smrweb.sources import git
 from smrweb.sources.apply import apply_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
@@ -52,6 +53,7 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
     run resumes from its saved cursor next cycle.
     """
     report = SyncReport()
+    logcontext.bind(project=project.slug)  # every line this sync logs names the project
     if not services.claim_source_lease(project, owner=owner, seconds=settings.SMRWEB_SMR_LEASE_SECONDS):
         report.busy = True
         return report
