@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from smrweb.api import otlp
 from smrweb.core.apidocs import ApiDocsView
+from smrweb.dashboard import sso
 from smrweb.dashboard.views.auth import LoginView, admin_login
 
 urlpatterns = [
@@ -18,6 +19,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("smrweb.api.urls")),
+    *sso.urlpatterns(),  # single sign-on (docs/sso.md): none unless SMRWEB_OIDC_ISSUER is set
     path("v1/traces", otlp.Traces.as_view(), name="otlp-traces"),  # OTLP/HTTP's own path
     path("", include("smrweb.dashboard.urls")),
 ]

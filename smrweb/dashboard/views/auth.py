@@ -84,6 +84,11 @@ def too_many_attempts(request, limited: ratelimits.Limited):
 class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs):
+        # "Sign in with …" (docs/sso.md) when single sign-on is configured.
+        sso_label = settings.SMRWEB_OIDC_BUTTON_LABEL if settings.SMRWEB_OIDC_ISSUER else ""
+        return super().get_context_data(**kwargs, sso_label=sso_label)
+
     def post(self, request, *args, **kwargs):
         return guarded_sign_in(request, lambda req: super(LoginView, self).post(req, *args, **kwargs))
 
