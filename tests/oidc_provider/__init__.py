@@ -63,3 +63,36 @@ def running_provider(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def reload_urls() -> None:
+    """smrweb/urls.py adds the sign-on URLs at import: import it again after the settings change."""
+    import importlib
+
+    from django.urls import clear_url_caches
+
+    import smrweb.urls
+
+    importlib.reload(smrweb.urls)
+    clear_url_caches()
+
+
+@contextmanager
+def sso_enabled(settings, issuer: str, client_id: str, client_secret: str, **extra) -> Iterator[None]:
+    """Single sign-on on for the test (as SMRWEB_OIDC_* in the environment would make it), then off."""
+    from smrweb.dashboard import sso
+
+    settings.SMRWEB_OIDC_ISSUER = issuer
+    settings.SMRWEB_OIDC_CLIENT_ID = client_id
+    settings.SMRWEB_OIDC_CLIENT_SECRET = client_secret
+    for name, value in extra.items():
+        setattr(settings, name, value)
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, "smrweb.dashboard.sso.Backend"]
+    sso.forget_discovery()
+    reload_urls()
+    try:
+        yield
+    finally:
+        settings.SMRWEB_OIDC_ISSUER = ""
+        sso.forget_discovery()
+        reload_urls()
