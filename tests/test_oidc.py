@@ -302,3 +302,31 @@ def test_sso_off_means_no_button_no_urls_and_no_backend(settings):
     for name in ("sso-start", "sso-callback"):
         with pytest.raises(NoReverseMatch):
             reverse(name)
+
+
+def test_a_callback_no_sign_in_of_this_browser_asked_for_signs_nobody_out(sso_on, alice):
+    client = Client()
+    client.force_login(alice)
+    response = client.get("/oidc/callback/?error=access_denied&state=forged")
+    assert response.status_code == 302 and response["Location"] == "/login/"
+    assert client.session["_auth_user_id"] == str(alice.pk)
+
+
+def test_sso_urls_for_every_kind_of_caller(sso_on, project, alice, bob, victor, carol):
+    """The permission matrix's callers (tests/test_permission_matrix.py) on the two sign-on URLs, which are
+    public by nature: starting goes to the provider for anyone; a callback without a pending sign-in
+    goes back to the sign-in page and changes nothing (nobody is signed in or out, nothing is written)."""
+    audit_rows = AuditEvent.objects.count()
+    for user in (None, carol, victor, bob, alice):
+        client = Client()
+        if user:
+            client.force_login(user)
+        start = client.get("/oidc/login/")
+        assert start.status_code == 302 and start["Location"].startswith(f"{sso_on.issuer}/authorize/?")
+        back = client.get("/oidc/callback/?code=stolen&state=guessed")
+        assert back.status_code == 302 and back["Location"] == "/login/"
+        assert client.session.get("_auth_user_id") == (str(user.pk) if user else None)
+        api = Client(headers={"Authorization": "Bearer not-a-token"})
+        assert api.get("/oidc/callback/?code=x&state=y").status_code == 302
+    assert AuditEvent.objects.count() == audit_rows
+    assert not SsoIdentity.objects.exists()

@@ -265,6 +265,10 @@ class SsoCallback(OIDCAuthenticationCallbackView):
     get_settings = staticmethod(setting)
 
     def get(self, request):
+        if request.GET.get("state") not in request.session.get("oidc_states", {}):
+            # Not the answer to a sign-in this browser started: refused without the parent's sign-out on
+            # `error`, so a link to /oidc/callback/?error=… cannot sign a person out.
+            return self.login_failure()
         try:
             return super().get(request)
         except (SuspiciousOperation, SsoUnavailable, requests.RequestException, jwt.InvalidTokenError) as exc:
