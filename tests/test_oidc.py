@@ -330,3 +330,13 @@ def test_sso_urls_for_every_kind_of_caller(sso_on, project, alice, bob, victor, 
         assert api.get("/oidc/callback/?code=x&state=y").status_code == 302
     assert AuditEvent.objects.count() == audit_rows
     assert not SsoIdentity.objects.exists()
+
+
+def test_check_deploy_warns_about_a_plain_http_issuer(settings):
+    from smrweb.core.checks import sso_issuer_over_https
+
+    assert sso_issuer_over_https(None) == []
+    settings.SMRWEB_OIDC_ISSUER = "http://id.lab.example/realms/lab"
+    assert [w.id for w in sso_issuer_over_https(None)] == ["smrweb.W190"]
+    settings.SMRWEB_OIDC_ISSUER = "https://id.lab.example/realms/lab"
+    assert sso_issuer_over_https(None) == []
