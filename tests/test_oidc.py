@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+import jwt
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import SuspiciousOperation
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
+from jwcrypto import jwk
 
 from smrweb.dashboard import sso
 from smrweb.dashboard.models import SsoIdentity
@@ -35,14 +39,19 @@ class Discovery:
 
     def __init__(self):
         self.hits = 0
+        self.key = jwk.JWK.generate(kty="RSA", size=2048, kid="k1", alg="RS256")
+        self.public_jwk = json.loads(self.key.export_public())
         self.status = 200
         self.issuer_override: str | None = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
-                outer.hits += 1
-                body = json.dumps(outer.document()).encode()
+                if self.path.endswith("/jwks.json"):
+                    body = json.dumps({"keys": [outer.public_jwk]}).encode()
+                else:
+                    outer.hits += 1
+                    body = json.dumps(outer.document()).encode()
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -89,6 +98,13 @@ class ClaimsBackend(sso.Backend):
 
     def get_userinfo(self, access_token, id_token, payload):
         return dict(self.claims)
+
+
+def id_token(idp: Discovery, **claims) -> str:
+    now = int(time.time())
+    payload = {"iss": idp.issuer, "aud": "client-1", "sub": "42", "nonce": "n1", "iat": now, "exp": now + 60}
+    pem = idp.key.export_to_pem(private_key=True, password=None)
+    return jwt.encode({**payload, **claims}, pem, algorithm="RS256", headers={"kid": "k1"})
 
 
 def sign_in(claims: dict):
@@ -183,6 +199,22 @@ def test_the_password_form_never_reaches_the_sso_backend(sso_on, alice):
     response = client.post("/login/?code=x&state=y", {"username": "alice", "password": "pw-for-tests-only"})
     assert response.status_code == 302
     assert client.session["_auth_user_backend"] == "django.contrib.auth.backends.ModelBackend"
+
+
+def test_the_id_token_is_checked_for_signature_issuer_audience_expiry_and_nonce(sso_on):
+    backend = sso.Backend()
+    assert backend.verify_token(id_token(sso_on), nonce="n1")["sub"] == "42"
+    refused = {
+        "another issuer": (id_token(sso_on, iss="http://elsewhere.example/o"), "n1"),
+        "another client": (id_token(sso_on, aud=["client-2"]), "n1"),
+        "expired": (id_token(sso_on, exp=int(time.time()) - 120), "n1"),
+        "another nonce": (id_token(sso_on), "n2"),
+        "tampered": (id_token(sso_on)[:-4] + "AAAA", "n1"),
+    }
+    for what, (token, nonce) in refused.items():
+        with pytest.raises((SuspiciousOperation, jwt.InvalidTokenError)):
+            backend.verify_token(token, nonce=nonce)
+            pytest.fail(what)
 
 
 # --- who a sign-in is ----------------------------------------------------------------------------
