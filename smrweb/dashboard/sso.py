@@ -274,6 +274,9 @@ class SsoCallback(OIDCAuthenticationCallbackView):
         except (SuspiciousOperation, SsoUnavailable, requests.RequestException, jwt.InvalidTokenError) as exc:
             logger.warning("SSO sign-in failed: %s", exc)
             return self.login_failure()
+        except IntegrityError as exc:
+            logger.warning("SSO sign-in raced another: %s", exc)
+            return self.login_failure()
 
     def login_failure(self):
         reason = self.request.GET.get("error_description") or self.request.GET.get("error") or ""
