@@ -154,6 +154,32 @@ USE_I18N = True
 USE_TZ = True
 
 LOGIN_URL = "login"
+
+# --- Single sign-on (OIDC), optional (docs/sso.md) ----------------------------
+# Off while SMRWEB_OIDC_ISSUER is empty: no backend, no URLs, no button. On, the provider's endpoints come
+# from its discovery document (<issuer>/.well-known/openid-configuration), fetched on the first sign-in
+# and cached for SMRWEB_OIDC_DISCOVERY_TTL seconds (dashboard/sso.py): importing settings does no I/O.
+SMRWEB_OIDC_ISSUER = env.str("SMRWEB_OIDC_ISSUER", default="").rstrip("/")
+SMRWEB_OIDC_CLIENT_ID = env.str("SMRWEB_OIDC_CLIENT_ID", default="")
+SMRWEB_OIDC_CLIENT_SECRET = env.str("SMRWEB_OIDC_CLIENT_SECRET", default="")
+SMRWEB_OIDC_SCOPES = env.str("SMRWEB_OIDC_SCOPES", default="openid email profile")
+# The claim that lists a person's projects: ["lab-a:reviewer", "lab-b"] (a bare slug means viewer) or
+# {"lab-a": "reviewer"}; empty: sign-in changes no membership.
+SMRWEB_OIDC_PROJECTS_CLAIM = env.str("SMRWEB_OIDC_PROJECTS_CLAIM", default="")
+SMRWEB_OIDC_BUTTON_LABEL = env.str("SMRWEB_OIDC_BUTTON_LABEL", default="single sign-on")
+SMRWEB_OIDC_SIGN_ALGO = env.str("SMRWEB_OIDC_SIGN_ALGO", default="RS256")
+SMRWEB_OIDC_DISCOVERY_TTL = env.int("SMRWEB_OIDC_DISCOVERY_TTL", default=3600)
+SMRWEB_OIDC_TIMEOUT = env.float("SMRWEB_OIDC_TIMEOUT", default=10.0)
+if SMRWEB_OIDC_ISSUER and not (SMRWEB_OIDC_CLIENT_ID and SMRWEB_OIDC_CLIENT_SECRET):
+    raise environ.ImproperlyConfigured(
+        "SMRWEB_OIDC_ISSUER is set: SMRWEB_OIDC_CLIENT_ID and SMRWEB_OIDC_CLIENT_SECRET must be too"
+    )
+if SMRWEB_OIDC_ISSUER and not re.match(r"https?://", SMRWEB_OIDC_ISSUER):
+    raise environ.ImproperlyConfigured("SMRWEB_OIDC_ISSUER must be an http(s) URL")
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    *(["smrweb.dashboard.sso.Backend"] if SMRWEB_OIDC_ISSUER else []),
+]
 LOGIN_REDIRECT_URL = "dashboard:project-list"
 LOGOUT_REDIRECT_URL = "login"
 

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from smrweb.api import opsmetrics, otlp
 from smrweb.core.apidocs import ApiDocsView
+from smrweb.dashboard import sso
 from smrweb.dashboard.views.auth import LoginView, admin_login
 
 urlpatterns = [
@@ -18,6 +19,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("smrweb.api.urls")),
+    *sso.urlpatterns(),  # single sign-on (docs/sso.md): none unless SMRWEB_OIDC_ISSUER is set
     # OTLP/HTTP's own path
     path("v1/traces", opsmetrics.counted_ingest("otlp")(otlp.Traces.as_view()), name="otlp-traces"),
     path("metrics", opsmetrics.metrics, name="metrics"),  # Prometheus (operators, not project members)

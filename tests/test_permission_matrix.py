@@ -2077,7 +2077,9 @@ ROWS = [
     ),
 ]
 
-# URL patterns with no row, and why.
+# URL patterns with no row, and why. (The single sign-on URLs, /oidc/login/ and /oidc/callback/, exist only
+# when SMRWEB_OIDC_ISSUER is set — not here; their matrix is test_sso_urls_for_every_kind_of_caller in
+# tests/test_oidc.py.)
 EXCLUDED = {
     "admin/": "Django's admin (and its sign-in): staff only, its own login; not project access",
     "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project "

@@ -30,3 +30,18 @@ def validator_sandbox(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register(Tags.security, deploy=True)
+def sso_issuer_over_https(app_configs, **kwargs):
+    """Single sign-on (docs/sso.md) sends the client secret and receives tokens at the issuer's endpoints."""
+    if settings.SMRWEB_OIDC_ISSUER.startswith("http://"):
+        return [
+            Warning(
+                f"SMRWEB_OIDC_ISSUER is plain HTTP ({settings.SMRWEB_OIDC_ISSUER}): the client secret and "
+                "the tokens that sign people in travel unencrypted.",
+                hint="Use the provider's https:// issuer.",
+                id="smrweb.W190",
+            )
+        ]
+    return []

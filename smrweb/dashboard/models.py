@@ -25,3 +25,21 @@ class UserPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} · {self.clock}"
+
+
+class SsoIdentity(models.Model):
+    """A person's account at an OIDC provider (issuer + subject, the claims that never change) linked to
+    the smrweb user it signs in as (dashboard/sso.py). Email addresses and user names can change or be
+    reused at the provider; the subject cannot, so a second sign-in finds the same user by this row."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="sso_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created = models.DateTimeField(auto_now_add=True)
+    last_login = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.issuer} · {self.subject}"

@@ -68,6 +68,11 @@ def guarded_sign_in(request, sign_in):
     return response
 
 
+def sso_label() -> str:
+    """The "Sign in with …" button's label (docs/sso.md), or "" while single sign-on is off."""
+    return settings.SMRWEB_OIDC_BUTTON_LABEL if settings.SMRWEB_OIDC_ISSUER else ""
+
+
 def too_many_attempts(request, limited: ratelimits.Limited):
     form = AuthenticationForm(request, initial={"username": request.POST.get("username", "")[:150]})
     response = render(
@@ -83,6 +88,9 @@ def too_many_attempts(request, limited: ratelimits.Limited):
 
 class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(**kwargs, sso_label=sso_label())
 
     def post(self, request, *args, **kwargs):
         return guarded_sign_in(request, lambda req: super(LoginView, self).post(req, *args, **kwargs))

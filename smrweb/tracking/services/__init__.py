@@ -113,6 +113,10 @@ from smrweb.tracking.services.source_health import (  # noqa: F401
     replace_smr_api_key,
     source_health,
 )
+from smrweb.tracking.services.sso import (  # noqa: F401
+    apply_project_claim,
+    parse_project_claim,
+)
 from smrweb.tracking.services.tokens import (  # noqa: F401
     authenticate_token,
     create_api_token,
