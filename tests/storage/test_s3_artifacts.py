@@ -155,6 +155,41 @@ def test_bytes_missing_from_the_bucket_stop_a_backup_with_a_clear_message(api, p
         backup.export_project(project, tmp_path / "hill.zip")
 
 
+def test_bytes_missing_from_the_bucket_are_a_clear_404_everywhere_never_a_500(api, client_alice, bob, s3):
+    artifact_id = upload(api, name="solution.py").json()["id"]
+    artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact_id)
+    link = signed_artifact_path(artifact)
+    s3.empty()
+    message = f"The bytes of artifact {SHA} are missing from artifact storage"
+
+    response = api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact_id}/download")
+    assert response.status_code == 404 and response.json()["code"] == "artifact_bytes_missing"
+    assert response.json()["message"].startswith(message)
+    for who, url in (
+        (client_alice, f"/projects/hill/runs/r1/artifacts/{artifact_id}/download"),
+        (Client(), link),
+    ):
+        response = who.get(url)
+        assert response.status_code == 404 and message in response.content.decode(), url
+    preview = client_alice.get(f"/projects/hill/runs/r1/artifacts/{artifact_id}/preview")
+    assert preview.status_code == 200 and message in preview.content.decode()
+    assert client_alice.get("/projects/hill/runs/r1/").status_code == 200
+
+    # A verification says why it cannot run instead of failing the task.
+    project = artifact.run.project
+    project.scenario.validator_command = ["python3", "-c", "pass", "{artifact}"]
+    project.scenario.save()
+    services.ingest_events(
+        project, "r1", parse_events(json.dumps([{"type": "score", "score": 0.5, "artifact": SHA}]))
+    )
+    sub = Submission.objects.get(project=project)
+    submissions.request_verification(sub, by=bob)
+    assert verify_submission(sub.pk) == "cannot_verify"
+    sub.refresh_from_db()
+    assert (sub.status, sub.verification_outcome) == ("candidate", "cannot_verify")
+    assert message in [t.reason for t in sub.transitions.all()][-1]
+
+
 def test_a_large_download_is_spooled_to_disk_not_held_in_memory(project, s3, s3_storage_config):
     big = bytes(range(256)) * (s3_storage_config["OPTIONS"]["max_memory_size"] // 256 + 4096)
     artifact, _ = services.store_artifact(project, "r1", path="big.bin", content=io.BytesIO(big))
