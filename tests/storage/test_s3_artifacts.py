@@ -200,6 +200,27 @@ def test_a_large_download_is_spooled_to_disk_not_held_in_memory(project, s3, s3_
         assert hashlib.sha256(big[:4] + fh.read()).hexdigest() == artifact.blob.sha256
 
 
+def test_a_filesystem_store_copied_under_the_prefix_is_served_from_s3(api, settings, artifact_root, s3):
+    """Moving a deployment to S3: the storage names are the same on both backends, so copying
+    SMRWEB_ARTIFACT_ROOT's files under the bucket's `artifacts/` prefix is the whole migration."""
+    s3_settings = settings.STORAGES
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(artifact_root), "base_url": None},
+        },
+    }
+    artifact_id = upload(api).json()["id"]
+    assert s3.keys() == []
+    for path in artifact_root.rglob("*"):
+        if path.is_file():  # what `aws s3 sync` or `mc mirror` would do
+            s3.put(f"artifacts/{path.relative_to(artifact_root).as_posix()}", path.read_bytes())
+    settings.STORAGES = s3_settings
+    response = api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact_id}/download")
+    assert response.status_code == 200 and b"".join(response.streaming_content) == DATA
+
+
 # --- verification ----------------------------------------------------------------------------------
 
 CHECK = (
