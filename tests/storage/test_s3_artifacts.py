@@ -75,9 +75,10 @@ def test_docker_compose_sets_the_variables_settings_reads_and_creates_that_bucke
     assert env["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"]
     assert env["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"]
     assert env["SMRWEB_ARTIFACT_S3_ENDPOINT"] == "http://minio:9000"
-    make_bucket = " ".join(compose["services"]["minio-bucket"]["entrypoint"] + [""])
-    make_bucket += " ".join(compose["services"]["minio-bucket"].get("command", []) or [])
-    assert f"local/{env['SMRWEB_ARTIFACT_S3_BUCKET']}" in make_bucket
+    make_bucket = " ".join(compose["services"]["minio-bucket"]["command"])
+    assert f"mc mb --ignore-existing local/{env['SMRWEB_ARTIFACT_S3_BUCKET']}" in make_bucket
+    for name in ("web", "worker", "poller", "beat"):  # every process that reads or writes artifacts
+        assert compose["services"][name]["environment"] == env, name
 
 
 # --- upload, digest, download ----------------------------------------------------------------------
