@@ -195,6 +195,8 @@ def test_a_large_download_is_spooled_to_disk_not_held_in_memory(project, s3, s3_
     big = bytes(range(256)) * (s3_storage_config["OPTIONS"]["max_memory_size"] // 256 + 4096)
     artifact, _ = services.store_artifact(project, "r1", path="big.bin", content=io.BytesIO(big))
     assert s3.get(blob_key(artifact.blob)) == big
+    etag = s3.client.head_object(Bucket=s3.name, Key=blob_key(artifact.blob))["ETag"]
+    assert re.fullmatch(r'"[0-9a-f]{32}-[2-9]"', etag)  # boto3 stored it as a multipart upload
     with services.open_blob(artifact.blob) as fh:
         assert fh.read(4) == big[:4]
         assert fh.file._rolled  # SpooledTemporaryFile: past max_memory_size it is a file on disk
