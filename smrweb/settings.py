@@ -219,6 +219,10 @@ if bucket := env.str("SMRWEB_ARTIFACT_S3_BUCKET", default=""):
             "location": "artifacts",
             "file_overwrite": False,
             "querystring_auth": True,
+            # A read downloads the whole object into a SpooledTemporaryFile; its default (0) never spills
+            # to disk, so every download or export would hold the artifact in memory (up to
+            # SMRWEB_MAX_ARTIFACT_BYTES). Past 8 MiB it goes to a temporary file.
+            "max_memory_size": 8 * 1024 * 1024,
         },
     }
 STORAGES = {

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.http import FileResponse
+from django.http import FileResponse, HttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 
 from smrweb.core import signed_links
 from smrweb.core.downloads import attachment_response
 from smrweb.tracking import services
+from smrweb.tracking.errors import ArtifactBytesMissing
 from smrweb.tracking.models import Artifact
 
 
@@ -23,6 +25,16 @@ def artifact_response(artifact: Artifact) -> FileResponse:
         content_type=artifact.content_type,
         sha256=artifact.blob.sha256,
         size=artifact.blob.size,
+    )
+
+
+def missing_bytes_page(request, exc: ArtifactBytesMissing) -> HttpResponse:
+    """The page a download shows when storage no longer holds the artifact's bytes (404, not a 500)."""
+    return render(
+        request,
+        "dashboard/link_refused.html",
+        {"status": 404, "title": "Artifact bytes missing", "message": exc.message},
+        status=404,
     )
 
 

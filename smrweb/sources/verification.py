@@ -11,7 +11,8 @@ from django.conf import settings
 from smrweb.core import sandbox
 from smrweb.sources.preflight import VALIDATORS_DIR
 from smrweb.tracking import services
-from smrweb.tracking.models import Submission
+from smrweb.tracking.errors import ArtifactBytesMissing
+from smrweb.tracking.models import Submission, VerificationOutcome
 from smrweb.tracking.services import submissions
 
 
@@ -34,16 +35,21 @@ def verify(sub: Submission, progress: Callable[[str], None]) -> str:
     "already recorded" when another delivery stored one first."""
     result = submissions.cannot_verify(sub)
     if result is None:
-        with services.open_blob(sub.artifact.blob) as fh:
-            ran = sandbox.run_validator(
-                list(sub.project.scenario.validator_command),
-                fh,
-                artifact_name=sub.artifact.path,
-                timeout=settings.SMRWEB_VALIDATOR_TIMEOUT_SECONDS,
-                extra_placeholders={"validators": str(VALIDATORS_DIR)},
-                on_progress=progress,
-                confinement=confinement(),
-            )
-        result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
+        try:
+            # The bytes are copied into the sandbox's own directory (from a file or an S3 object alike).
+            with services.open_blob(sub.artifact.blob) as fh:
+                ran = sandbox.run_validator(
+                    list(sub.project.scenario.validator_command),
+                    fh,
+                    artifact_name=sub.artifact.path,
+                    timeout=settings.SMRWEB_VALIDATOR_TIMEOUT_SECONDS,
+                    extra_placeholders={"validators": str(VALIDATORS_DIR)},
+                    on_progress=progress,
+                    confinement=confinement(),
+                )
+        except ArtifactBytesMissing as exc:
+            result = submissions.VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", exc.message)
+        else:
+            result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
     stored = submissions.record_verification(sub.pk, result)
     return result.outcome if stored else "already recorded"

@@ -53,6 +53,14 @@ class ArtifactTooLarge(TrackingError):
     code = "artifact_too_large"
 
 
+class ArtifactBytesMissing(TrackingError):
+    """An artifact row whose bytes are not in artifact storage (a file or S3 object removed by hand, a
+    bucket restored without them): a clear refusal, never a 500."""
+
+    status = 404
+    code = "artifact_bytes_missing"
+
+
 class StorageQuotaExceeded(TrackingError):
     status = 413
     code = "storage_quota_exceeded"

@@ -206,3 +206,16 @@ def test_an_artifact_is_downloaded_only_through_its_own_run(api, stored):
     response = api.get(download_url(stored, run="r2"))
     assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert api.get(download_url({"id": 999999})).status_code == 404
+
+
+def test_bytes_missing_from_storage_are_a_404_with_a_clear_message(api, artifact_root):
+    artifact_id = upload(api).json()["id"]
+    for stored in files_under(artifact_root):
+        stored.unlink()
+    response = api.get(f"/api/v1/projects/hill/runs/r1/artifacts/{artifact_id}/download")
+    assert response.status_code == 404 and response.json() == {
+        "code": "artifact_bytes_missing",
+        "message": f"The bytes of artifact {SHA} are missing from artifact storage; an operator can "
+        "restore them from a backup.",
+        "errors": [],
+    }

@@ -5,7 +5,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from smrweb.core import signed_links
-from smrweb.dashboard.artifacts import artifact_for_token, artifact_response
+from smrweb.dashboard.artifacts import artifact_for_token, artifact_response, missing_bytes_page
+from smrweb.tracking.errors import ArtifactBytesMissing
 
 
 @require_safe
@@ -23,6 +24,8 @@ def download_by_link(request, token: str):
         )
     except signed_links.BadLink as exc:
         response = _refused(request, 403, "Link not valid", str(exc))
+    except ArtifactBytesMissing as exc:
+        response = missing_bytes_page(request, exc)
     # The token is a bearer credential: keep it out of shared caches and other sites' Referer headers.
     response["Cache-Control"] = "private, no-store"
     response["Referrer-Policy"] = "no-referrer"

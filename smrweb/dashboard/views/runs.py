@@ -14,12 +14,12 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core import queue
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
-from smrweb.dashboard.artifacts import artifact_response
+from smrweb.dashboard.artifacts import artifact_response, missing_bytes_page
 from smrweb.dashboard.views.annotations import run_page_context
 from smrweb.dashboard.views.steer import steer_page_context
 from smrweb.sources import tasks
 from smrweb.tracking import queries, services
-from smrweb.tracking.errors import InvalidInput, TrackingError
+from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
 from smrweb.tracking.models import (
     AgentTurn,
     Artifact,
@@ -252,7 +252,10 @@ def turns_in_bar(request, slug: str, run_id: str):
 def download_artifact(request, slug: str, run_id: str, artifact_id: int):
     run = run_for_user(request, slug, run_id)
     artifact = get_object_or_404(Artifact.objects.select_related("blob"), run=run, pk=artifact_id)
-    return artifact_response(artifact)
+    try:
+        return artifact_response(artifact)
+    except ArtifactBytesMissing as exc:
+        return missing_bytes_page(request, exc)
 
 
 @require_POST

@@ -32,6 +32,7 @@ from smrweb.tracking.backup.tables import (
     Table,
     _has_field,
 )
+from smrweb.tracking.errors import ArtifactBytesMissing
 from smrweb.tracking.models import (
     AuditEvent,
     Project,
@@ -264,7 +265,7 @@ class _Exporter:
         for blob in BLOBS.rows(self.project).iterator(chunk_size=tables.CHUNK_SIZE):
             try:
                 source = services.open_blob(blob)
-            except FileNotFoundError:
+            except ArtifactBytesMissing:
                 raise BackupError(
                     f"The bytes of blob {blob.sha256} are missing from artifact storage "
                     f"({blob.storage_name}); the project cannot be exported whole."

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.db.models import Q
 
 from smrweb.core import onnx_summary, preview, textdiff
-from smrweb.tracking.errors import InvalidInput, TrackingError
+from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
 from smrweb.tracking.models import Artifact, Submission, SubmissionStatus
 from smrweb.tracking.services.artifacts import open_blob
 
@@ -81,7 +81,10 @@ def _cached(key: str, size: int, build):
 def artifact_preview(artifact: Artifact, *, more: bool = False) -> preview.Preview:
     limit = preview.FULL_BYTES if more else preview.PREVIEW_BYTES
     key = f"preview:v1:{artifact.blob.sha256}:{limit}:{artifact.path}:{artifact.kind}:{artifact.content_type}"
-    return _cached(key, min(artifact.blob.size, limit) * 5, lambda: _render_preview(artifact, limit))
+    try:
+        return _cached(key, min(artifact.blob.size, limit) * 5, lambda: _render_preview(artifact, limit))
+    except ArtifactBytesMissing as exc:  # not cached: shown again until the bytes are back
+        return preview.Preview(kind="missing", name=artifact.path, size=artifact.blob.size, note=exc.message)
 
 
 def _render_preview(artifact: Artifact, limit: int) -> preview.Preview:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import tempfile
 import uuid
@@ -18,6 +19,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from smrweb.tracking.errors import (
+    ArtifactBytesMissing,
     ArtifactTooLarge,
     DigestMismatch,
     InvalidInput,
@@ -35,6 +37,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.runs import _check_run_id, _locked_run
 
+log = logging.getLogger(__name__)
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -212,8 +215,16 @@ def _link_waiting_submissions(run, artifact: Artifact) -> None:
 
 
 def open_blob(blob: ArtifactBlob) -> IO[bytes]:
-    """Open a stored blob for reading."""
-    return artifact_storage().open(blob.storage_name, "rb")
+    """Open a stored blob for reading; ArtifactBytesMissing when storage no longer holds its bytes
+    (both the filesystem and S3 backends raise FileNotFoundError for a missing name)."""
+    try:
+        return artifact_storage().open(blob.storage_name, "rb")
+    except FileNotFoundError:
+        log.error("artifact storage holds no %s (blob %s)", blob.storage_name, blob.sha256)
+        raise ArtifactBytesMissing(
+            f"The bytes of artifact {blob.sha256} are missing from artifact storage; an operator can "
+            "restore them from a backup."
+        ) from None
 
 
 def store_known_artifact(
