@@ -458,7 +458,7 @@ if SMRWEB_INVITE_MAX_AGE_DAYS <= 0:
 # Password-reset requests per client address (and per e-mail address asked about), like sign-in.
 SMRWEB_PASSWORD_RESET_RATE = env.str("SMRWEB_PASSWORD_RESET_RATE", default="5/h")
 if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", SMRWEB_PASSWORD_RESET_RATE):
-    raise environ.ImproperlyConfigured("SMRWEB_PASSWORD_RESET_RATE must look like 5/h (a count per s, m, h or d)")
+    raise environ.ImproperlyConfigured("SMRWEB_PASSWORD_RESET_RATE must look like 5/h (per s, m, h or d)")
 SMRWEB_SIGNED_LINK_TTL_SECONDS = env.int("SMRWEB_SIGNED_LINK_TTL_SECONDS", default=86400)
 if SMRWEB_SIGNED_LINK_TTL_SECONDS <= 0:
     raise environ.ImproperlyConfigured("SMRWEB_SIGNED_LINK_TTL_SECONDS must be a positive number of seconds")
