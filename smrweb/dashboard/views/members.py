@@ -161,6 +161,8 @@ def invitation(request, token: str):
     accepting (signed in with the invited address). Unusable links get a page that says why (4xx)."""
     try:
         invite = services.invitation_for_token(token)
+        if invite.accepted_by_id is not None and invite.accepted_by_id == request.user.pk:
+            return redirect(invite.project.get_absolute_url())  # their own link, opened again
         check_usable(invite, request.user)
     except InvitationUnusable as exc:
         return render(request, "registration/invitation.html", {"refusal": exc}, status=exc.status)
