@@ -4,11 +4,13 @@ step is audited."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from smrweb.tracking import services
@@ -171,3 +173,33 @@ def test_a_new_account_is_refused_when_the_address_or_the_name_is_taken(project,
     assert taken.value.field == "username"
     assert not User.objects.filter(email="new@example.com").exists()
     assert ProjectInvitation.objects.get(pk=other.pk).state == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_people_racing_on_one_link_make_one_account_and_one_membership(project, alice):
+    invitation = invite(project, alice, email="race@example.org")
+    barrier = threading.Barrier(4)
+    outcomes: list = []
+
+    def join(name: str) -> None:
+        try:
+            barrier.wait(timeout=10)
+            outcomes.append(
+                services.join_with_new_account(invitation, username=name, password="a-long-pass-9x")
+            )
+        except (InvitationUnusable, InvalidInput) as exc:
+            outcomes.append(exc)
+        finally:
+            close_old_connections()
+            connection.close()
+
+    threads = [threading.Thread(target=join, args=(f"racer{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    joined = [o for o in outcomes if isinstance(o, Membership)]
+    assert len(outcomes) == 4 and len(joined) == 1, outcomes
+    assert User.objects.filter(email="race@example.org").count() == 1
+    assert Membership.objects.filter(project=project, user__email="race@example.org").count() == 1
+    assert AuditEvent.objects.filter(verb="member.joined").count() == 1

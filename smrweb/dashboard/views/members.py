@@ -177,6 +177,7 @@ def invitation(request, token: str):
         return render(request, "registration/invitation.html", context)
     existing = account_for_email(invite.email)
     form = JoinForm(request.POST if request.method == "POST" and existing is None else None)
+    form.instance.email = invite.email  # the password validators compare the password with it too
     status = 200
     if form.is_bound:
         if form.is_valid():
