@@ -4,9 +4,14 @@ changing one's own password signed in. Both are audited."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import socket
+import threading
+import time
 from email import message_from_string
 
+import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -108,3 +113,51 @@ def test_a_signed_in_person_changes_their_password_and_it_is_audited(client):
     assert (
         wrong.status_code == 200 and AuditEvent.objects.filter(verb="account.password_changed").count() == 1
     )
+
+
+class SlowSmtp:
+    """A real SMTP server that takes `delay` seconds to accept each message."""
+
+    def __init__(self, delay: float):
+        from aiosmtpd.controller import Controller
+
+        self.delay, self.arrived = delay, threading.Event()
+        outer = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                await asyncio.sleep(outer.delay)
+                outer.arrived.set()
+                return "250 OK"
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_answer_does_not_wait_for_the_mail_server(live_server, settings):
+    """A known address must not answer slower than an unknown one: the mail goes out after the answer."""
+    slow = SlowSmtp(delay=1.5)
+    try:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", slow.port
+        settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+        settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+        UserFactory(username="dora", email="dora@example.org")
+        with httpx.Client(base_url=live_server.url, follow_redirects=False, timeout=10) as http:
+            form = http.get(RESET).text
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)[1]
+            started = time.monotonic()
+            answer = http.post(
+                RESET,
+                data={"email": "dora@example.org", "csrfmiddlewaretoken": token},
+                headers={"Referer": live_server.url + RESET},
+            )
+            took = time.monotonic() - started
+        assert answer.status_code == 302 and took < 1.0, took
+        assert slow.arrived.wait(10)  # and the mail did go out
+    finally:
+        slow.controller.stop()

@@ -13,7 +13,7 @@ Requests and Retry-After, whether or not the password was right."""
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm
 from django.shortcuts import render
 from django.utils.cache import add_never_cache_headers
 
@@ -110,12 +110,26 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return response
 
 
+class DeferredPasswordResetForm(PasswordResetForm):
+    """Django's form, but the e-mail is sent after the answer (see PasswordResetView.form_valid)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.deferred: list = []
+
+    def send_mail(self, *args, **kwargs):
+        self.deferred.append(lambda: PasswordResetForm.send_mail(self, *args, **kwargs))
+
+
 class PasswordResetView(auth_views.PasswordResetView):
-    """The same answer whether or not an account has the address (Django's); requests are limited per
-    client address and per address asked about (SMRWEB_PASSWORD_RESET_RATE), so nobody can flood a
-    mailbox or probe at speed. The link is absolute under SMRWEB_BASE_URL, not the request's Host."""
+    """The same answer whether or not an account has the address (Django's), in the same time: the mail
+    goes out once the answer is sent, so a slow mail server does not tell a known address from an
+    unknown one. Requests are limited per client address and per address asked about
+    (SMRWEB_PASSWORD_RESET_RATE), so nobody can flood a mailbox or probe at speed. The link is absolute
+    under SMRWEB_BASE_URL, not the request's Host."""
 
     email_template_name = "registration/password_reset_email.txt"
+    form_class = DeferredPasswordResetForm
 
     def post(self, request, *args, **kwargs):
         rate = settings.SMRWEB_PASSWORD_RESET_RATE
@@ -137,7 +151,11 @@ class PasswordResetView(auth_views.PasswordResetView):
             "base_url": settings.SMRWEB_BASE_URL,
             "timeout_days": max(1, settings.PASSWORD_RESET_TIMEOUT // 86400),
         }
-        return super().form_valid(form)
+        response = super().form_valid(form)
+        # The WSGI server closes a response after writing it; its closers run then (Django's own hook
+        # for releasing resources; the test client closes responses too). Sending fails quietly, logged.
+        response._resource_closers.extend(form.deferred)
+        return response
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
