@@ -25,7 +25,7 @@ class MemberForm(forms.Form):
     username = forms.CharField(
         max_length=254,
         label="User name or e-mail",
-        help_text="An existing account. Someone without one: invite their e-mail address below.",
+        help_text="An existing account. Someone without one: invite their e-mail address instead.",
     )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
 
