@@ -485,6 +485,15 @@ SMRWEB_ALERT_SWEEP_SECONDS = env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)
 # Copied artifact links (/a/<token>/) download without a session for this long (see core/signed_links.py).
+# Invitations to a project (a signed link mailed to an address) expire this many days after they are
+# sent or resent; accepting one is possible once.
+SMRWEB_INVITE_MAX_AGE_DAYS = env.int("SMRWEB_INVITE_MAX_AGE_DAYS", default=7)
+if SMRWEB_INVITE_MAX_AGE_DAYS <= 0:
+    raise environ.ImproperlyConfigured("SMRWEB_INVITE_MAX_AGE_DAYS must be a positive number of days")
+# Password-reset requests per client address (and per e-mail address asked about), like sign-in.
+SMRWEB_PASSWORD_RESET_RATE = env.str("SMRWEB_PASSWORD_RESET_RATE", default="5/h")
+if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", SMRWEB_PASSWORD_RESET_RATE):
+    raise environ.ImproperlyConfigured("SMRWEB_PASSWORD_RESET_RATE must look like 5/h (per s, m, h or d)")
 SMRWEB_SIGNED_LINK_TTL_SECONDS = env.int("SMRWEB_SIGNED_LINK_TTL_SECONDS", default=86400)
 if SMRWEB_SIGNED_LINK_TTL_SECONDS <= 0:
     raise environ.ImproperlyConfigured("SMRWEB_SIGNED_LINK_TTL_SECONDS must be a positive number of seconds")

@@ -6,16 +6,30 @@ from drf_spectacular.views import SpectacularAPIView
 from smrweb.api import opsmetrics, otlp
 from smrweb.core.apidocs import ApiDocsView
 from smrweb.dashboard import sso
-from smrweb.dashboard.views.auth import LoginView, admin_login
+from smrweb.dashboard.views.auth import (
+    LoginView,
+    PasswordChangeView,
+    PasswordResetConfirmView,
+    PasswordResetView,
+    admin_login,
+)
 
 urlpatterns = [
     path("admin/login/", admin_login),  # before the admin's own: the same sign-in rate limits
     path("admin/", admin.site.urls),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    # Everyone can change their own password (red-team finding 15); resetting one by email is issue 19's.
-    path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    # Everyone can change their own password (red-team finding 15), and reset it by e-mail (issue 19).
+    path("password/", PasswordChangeView.as_view(), name="password_change"),
     path("password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("password/reset/", PasswordResetView.as_view(), name="password_reset"),
+    path("password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path(
+        "password/reset/<uidb64>/<token>/", PasswordResetConfirmView.as_view(), name="password_reset_confirm"
+    ),
+    path(
+        "password/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("smrweb.api.urls")),

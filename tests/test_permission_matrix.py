@@ -76,6 +76,7 @@ from smrweb.tracking.models import (
     MetricPoint,
     Notification,
     Project,
+    ProjectInvitation,
     Review,
     Role,
     Rollback,
@@ -135,6 +136,7 @@ HILL_SECRETS = (
     SUB_COMMENT_TEXT,
 )
 
+INVITEE = "invitee-3c1f@example.org"  # the address of hill's pending invitation: none of the callers has it
 SILENT_RUN = "run-silent-4d2e"  # a run of hill whose harness went silent: a reviewer may close it
 
 OTHER_NAME = "Other project 0c4a"
@@ -275,6 +277,11 @@ def build_world() -> World:
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
     services.revoke_api_token(revoked, by=alice)
+    # Invitations: a pending one for an address none of the callers has, and one that expired.
+    invitation = services.invite_member(hill, email=INVITEE, role=Role.VIEWER, by=alice)
+    with time_machine.travel(timezone.now() - timedelta(days=60)):
+        stale = services.invite_member(hill, email="stale-7d1e@example.org", role=Role.VIEWER, by=alice)
+    invite_token = services.invitation_token(invitation)
 
     # Another project none of the callers belongs to, with data of its own (for cross-project ids).
     dave = UserFactory(username="dave")  # the other project's admin; not one of the callers
@@ -312,6 +319,7 @@ def build_world() -> World:
         other, by=dave, kickoff="other kickoff", idempotency_key="matrix-launch-other-1"
     )
     o_comment = services.add_comment(run=Run.objects.get(project=other), by=dave, body=OTHER_COMMENT)
+    o_invitation = services.invite_member(other, email="o-invitee@example.org", role=Role.VIEWER, by=dave)
 
     artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
     valid = signed_artifact_path(artifact)
@@ -349,6 +357,11 @@ def build_world() -> World:
         "sub_comment": sub_comment.pk,
         "o_comment": o_comment.pk,
         "preflight": PREFLIGHT_ID,
+        "invitation": invitation.pk,
+        "o_invitation": o_invitation.pk,
+        "invite_token": invite_token,
+        "invite_expired": services.invitation_token(stale),
+        "invite_tampered": invite_token[:-2] + ("A" if invite_token[-2] != "A" else "B") + invite_token[-1],
         "link_valid": valid,
         "link_expired": expired,
         "link_tampered": tampered,
@@ -486,6 +499,9 @@ def fingerprint() -> tuple:
         tuple(AlertRule.objects.order_by("pk").values_list("pk", "muted")),
         tuple(Notification.objects.order_by("pk").values_list("pk", "status", "read_at")),
         tuple(RunSnooze.objects.order_by("pk").values_list("pk", "until")),
+        tuple(
+            ProjectInvitation.objects.order_by("pk").values_list("pk", "nonce", "revoked_at", "accepted_at")
+        ),
         _counts(
             AuditEvent,
             Rollback,
@@ -584,6 +600,25 @@ ROWS = [
         "LOGIN ALLOW ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker="Password changed",
     ),
+    # Everyone may ask for a reset link (the same answer for any address) and use one.
+    Row("password reset", "GET", "/password/reset/", "ALLOW " * 8, marker="Reset your password"),
+    Row(
+        "password reset: ask",
+        "POST",
+        "/password/reset/",
+        "ALLOW " * 8,
+        ok=302,
+        data={"email": "bob@example.com"},
+    ),
+    Row("password reset: asked", "GET", "/password/reset/sent/", "ALLOW " * 8, marker="Check your e-mail"),
+    Row(
+        "password reset: a bad link",
+        "GET",
+        "/password/reset/MQ/bad-token/",
+        "ALLOW " * 8,
+        marker="This link does not work",
+    ),
+    Row("password reset: done", "GET", "/password/reset/done/", "ALLOW " * 8, marker="Password set"),
     # Everyone signed in may choose their own clock (UTC or their browser's zone); nobody else's.
     Row(
         "preferences",
@@ -823,15 +858,86 @@ ROWS = [
         effect=hill("regression_threshold"),
     ),
     Row(
+        "project members",
+        "GET",
+        f"{P}/members/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=INVITEE,
+    ),
+    Row(
         "project members: add carol as viewer",
         "POST",
-        f"{P}/members",
+        f"{P}/members/",
         "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
         ok=302,
         data={"username": "carol", "role": "viewer"},
         effect=count(Membership, user__username="carol"),
     ),
-    Row("project members by GET", "GET", f"{P}/members", "405   405   405   405   405   405   405   405"),
+    Row(
+        "project members: invite by e-mail",
+        "POST",
+        f"{P}/invitations/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"email": "new-5a0b@example.org", "role": "reviewer"},
+        effect=count(ProjectInvitation),
+    ),
+    Row(
+        "project members: resend an invitation",
+        "POST",
+        f"{P}/invitations/{{invitation}}/resend",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=lambda w: ProjectInvitation.objects.get(pk=w.ids["invitation"]).nonce,
+    ),
+    Row(
+        "project members: revoke an invitation",
+        "POST",
+        f"{P}/invitations/{{invitation}}/revoke",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=lambda w: ProjectInvitation.objects.get(pk=w.ids["invitation"]).revoked_at,
+    ),
+    Row(
+        "project members: revoke another project's invitation",
+        "POST",
+        f"{P}/invitations/{{o_invitation}}/revoke",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    # An invitation's link is for whoever holds it: signed out (bearer headers sign no page in) they see
+    # the project and make an account; signed in with another address they are refused.
+    Row(
+        "invitation page",
+        "GET",
+        "/invite/{invite_token}/",
+        "ALLOW 403   403   403   403   ALLOW ALLOW ALLOW",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "invitation: join with a new account",
+        "POST",
+        "/invite/{invite_token}/",
+        "ALLOW 403   403   403   403   ALLOW ALLOW ALLOW",
+        ok=302,
+        data={
+            "username": "invitee",
+            "password1": "matrix-pass-phrase-1",
+            "password2": "matrix-pass-phrase-1",
+        },
+        effect=count(Membership, user__email=INVITEE),
+    ),
+    Row(
+        "invitation: expired",
+        "GET",
+        "/invite/{invite_expired}/",
+        "410   410   410   410   410   410   410   410",
+    ),
+    Row(
+        "invitation: tampered",
+        "GET",
+        "/invite/{invite_tampered}/",
+        "404   404   404   404   404   404   404   404",
+    ),
     Row(
         "alerts page",
         "GET",

@@ -553,8 +553,12 @@ def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url)
 POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
-    # settings, SMR source (test / new key), score metric, member role / remove / add
-    "dashboard/project_settings.html": 6,
+    "dashboard/project_settings.html": 3,  # settings, SMR source (test / new key), score metric
+    # per member: role, remove; per invitation: resend, revoke; invite; add an existing account
+    "dashboard/project_members.html": 6,
+    "registration/invitation.html": 2,  # accept (signed in) or join with a new account
+    "registration/password_reset_form.html": 1,
+    "registration/password_reset_confirm.html": 1,
     "dashboard/run_detail.html": 3,  # stop, snooze/unsnooze alerts, exclude/include the run
     "dashboard/project_alerts.html": 4,  # per rule: send a test, mute/unmute, delete; add a rule
     "dashboard/inbox.html": 2,  # mark all read, mark one read
@@ -639,6 +643,9 @@ def post_targets(project, alice, bob, monkeypatch):
         (alerts + "delete", {}),
         ("/projects/hill/runs/r1/snooze", {"action": "snooze", "hours": "2"}),
         ("/projects/hill/settings/", {"regression_threshold": "0.5", "rollback_webhook_url": ""}),
+        ("/projects/hill/members/", {"username": "bob", "role": "viewer"}),
+        ("/projects/hill/invitations/", {"email": "csrf@example.org", "role": "viewer"}),
+        ("/password/reset/", {"email": "alice@example.com"}),
         ("/projects/hill/runs/r1/stop", {}),
         ("/projects/hill/runs/r1/rollback", {"checkpoint": checkpoint.pk, "reason": "back"}),
         ("/projects/hill/knowledge/", {"kind": KnowledgeKind.FAILED_APPROACH, "title": "new", "body": ""}),

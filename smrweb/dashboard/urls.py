@@ -8,6 +8,7 @@ from smrweb.dashboard.views import (
     knowledge,
     launches,
     links,
+    members,
     preferences,
     projects,
     review,
@@ -27,6 +28,7 @@ urlpatterns = [
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/read", inbox.mark_read, name="inbox-read"),
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
+    path("invite/<str:token>/", members.invitation, name="invitation"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
     path(
@@ -37,7 +39,13 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
-    path("projects/<slug:slug>/members", settings.project_members, name="project-members"),
+    path("projects/<slug:slug>/members/", members.project_members, name="project-members"),
+    path("projects/<slug:slug>/invitations/", members.invite_member, name="invite-member"),
+    path(
+        "projects/<slug:slug>/invitations/<int:invitation_id>/<str:action>",
+        members.invitation_action,
+        name="invitation-action",
+    ),
     path("projects/<slug:slug>/alerts/", alerts.project_alerts, name="project-alerts"),
     path("projects/<slug:slug>/alerts/<int:rule_id>/mute", alerts.mute_alert_rule, name="alert-rule-mute"),
     path(

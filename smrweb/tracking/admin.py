@@ -57,6 +57,22 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "project"]
 
 
+@admin.register(m.ProjectInvitation)
+class ProjectInvitationAdmin(admin.ModelAdmin):
+    """Read only: invitations are made, resent and revoked on a project's Members tab (audited there)."""
+
+    list_display = ["email", "project", "role", "state", "renewed_at", "sent_at", "accepted_by"]
+    list_filter = ["role", "project"]
+    search_fields = ["email"]
+    exclude = ["nonce"]  # part of the link's signature
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(m.Run)
 class RunAdmin(admin.ModelAdmin):
     list_display = [

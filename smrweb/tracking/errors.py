@@ -85,3 +85,16 @@ class NotAllowed(TrackingError):
 
     status = 403
     code = "not_allowed"
+
+
+class InvitationUnusable(TrackingError):
+    """An invitation link that cannot be used: altered or replaced, expired, used, revoked, or opened by
+    someone signed in with another address. `reason` says which (the page words it)."""
+
+    status = 410
+    code = "invitation_unusable"
+
+    def __init__(self, reason: str, message: str, *, status: int = 410):
+        super().__init__(message)
+        self.reason = reason
+        self.status = status

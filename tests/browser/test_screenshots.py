@@ -176,6 +176,7 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
         ("knowledge", "/projects/dogfight/knowledge/", alice),
         ("compare", "/projects/dogfight/compare/?runs=run-7f3a2c&runs=run-5b91e0&runs=run-c04d17", alice),
         ("settings", "/projects/dogfight/settings/", alice),
+        ("members", "/projects/dogfight/members/", alice),
         ("preferences", "/preferences/", alice),
     ]
     problems: dict[str, list[str]] = {}

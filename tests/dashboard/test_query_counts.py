@@ -20,7 +20,7 @@ from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Submission
 from smrweb.tracking.services import knowledge, submissions
-from tests.factories import admin_project
+from tests.factories import UserFactory, admin_project
 
 pytestmark = pytest.mark.django_db
 
@@ -136,6 +136,14 @@ def grow_tokens(world) -> None:
             services.revoke_api_token(token, by=world["alice"])
 
 
+def grow_members(world) -> None:
+    """More members and more pending invitations (the Members tab's two tables)."""
+    project, alice = world["project"], world["alice"]
+    for i in range(15):
+        services.add_member(project, UserFactory(username=f"teammate{i}"), role="viewer", by=alice)
+        services.invite_member(project, email=f"invitee{i}@example.org", role="reviewer", by=alice)
+
+
 def grow_alerts(world) -> None:
     """More rules, each with more notifications than its delivery log shows; more in alice's inbox."""
     for trigger in ("run.stalled", "run.loop", "run.budget", "score.new_best", "source.failing"):
@@ -189,6 +197,7 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "knowledge": ("/projects/hill/knowledge/", {}, 200, 20, grow_entries),
     "tokens": ("/projects/hill/tokens/", {}, 200, 12, grow_tokens),
     "settings": ("/projects/hill/settings/", {}, 200, 12, grow_runs),
+    "members": ("/projects/hill/members/", {}, 200, 12, grow_members),
     "alerts": ("/projects/hill/alerts/", {}, 200, 12, grow_alerts),
     "inbox": ("/inbox/", {}, 200, 10, grow_alerts),
     "scenario": ("/scenarios/{scenario}/", {}, 200, 12, grow_projects),

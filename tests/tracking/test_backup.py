@@ -42,6 +42,7 @@ from smrweb.tracking.models import (
     MetricPoint,
     Notification,
     Project,
+    ProjectInvitation,
     Review,
     Role,
     Rollback,
@@ -114,6 +115,10 @@ def rich(alice, bob, victor):
     services.add_member(project, victor, role=Role.VIEWER, by=alice)
     dora = UserFactory(username="dora", first_name="Dora", last_name="Explorer", email="dora@example.org")
     services.add_member(project, dora, role=Role.VIEWER, by=alice)
+    services.invite_member(project, email="Erin@Example.org", role=Role.REVIEWER, by=alice)
+    services.revoke_invitation(
+        services.invite_member(project, email="fay@example.org", role=Role.VIEWER, by=alice), by=alice
+    )
     services.update_project(
         project,
         by=alice,
@@ -373,6 +378,7 @@ SCOPES = {
     SourceHealth: lambda p: SourceHealth.objects.filter(project=p),
     Membership: lambda p: Membership.objects.filter(project=p),
     ApiToken: lambda p: ApiToken.objects.filter(project=p),
+    ProjectInvitation: lambda p: ProjectInvitation.objects.filter(project=p),
     Run: lambda p: Run.objects.filter(project=p),
     StateChange: lambda p: StateChange.objects.filter(run__project=p),
     Experiment: lambda p: Experiment.objects.filter(run__project=p),

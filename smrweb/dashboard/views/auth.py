@@ -13,11 +13,12 @@ Requests and Retry-After, whether or not the password was right."""
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordResetForm
 from django.shortcuts import render
 from django.utils.cache import add_never_cache_headers
 
 from smrweb.core import ratelimits
+from smrweb.tracking import services
 
 
 def by_username_and_ip(group: str, request) -> str:
@@ -101,3 +102,72 @@ def admin_login(request, extra_context=None):
     if request.method == "POST":
         return guarded_sign_in(request, lambda req: admin.site.login(req, extra_context))
     return admin.site.login(request, extra_context)
+
+
+# --- passwords: change (signed in) and reset by e-mail (everyone) ------------------------------------------
+
+
+def by_email(group: str, request) -> str:
+    return request.POST.get("email", "").strip().casefold()
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.password_changed(form.user, how="changed")
+        return response
+
+
+class DeferredPasswordResetForm(PasswordResetForm):
+    """Django's form, but the e-mail is sent after the answer (see PasswordResetView.form_valid)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.deferred: list = []
+
+    def send_mail(self, *args, **kwargs):
+        self.deferred.append(lambda: PasswordResetForm.send_mail(self, *args, **kwargs))
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """The same answer whether or not an account has the address (Django's), in the same time: the mail
+    goes out once the answer is sent, so a slow mail server does not tell a known address from an
+    unknown one. Requests are limited per client address and per address asked about
+    (SMRWEB_PASSWORD_RESET_RATE), so nobody can flood a mailbox or probe at speed. The link is absolute
+    under SMRWEB_BASE_URL, not the request's Host."""
+
+    email_template_name = "registration/password_reset_email.txt"
+    form_class = DeferredPasswordResetForm
+
+    def post(self, request, *args, **kwargs):
+        rate = settings.SMRWEB_PASSWORD_RESET_RATE
+        limited = ratelimits.hit(request, group="password-reset", rate=rate, keys=(ratelimits.by_ip,))
+        if not limited and request.POST.get("email", "").strip():
+            limited = ratelimits.hit(request, group="password-reset-email", rate=rate, keys=(by_email,))
+        if limited:
+            form = self.get_form()
+            form.is_valid()
+            form.add_error(None, f"You asked too often. {limited.message}")
+            response = self.render_to_response(self.get_context_data(form=form), status=429)
+            response["Retry-After"] = str(limited.retry_after)
+            add_never_cache_headers(response)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_valid(self, form):
+        self.extra_email_context = {
+            "base_url": settings.SMRWEB_BASE_URL,
+            "timeout_days": max(1, settings.PASSWORD_RESET_TIMEOUT // 86400),
+        }
+        response = super().form_valid(form)
+        # The WSGI server closes a response after writing it; its closers run then (Django's own hook
+        # for releasing resources; the test client closes responses too). Sending fails quietly, logged.
+        response._resource_closers.extend(form.deferred)
+        return response
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.password_changed(form.user, how="reset")
+        return response

@@ -1,5 +1,5 @@
-"""A project's settings (admins only): review, regression, budget guard and rollback, members, the SMR
-source."""
+"""A project's settings (admins only): review, regression, budget guard and rollback, the SMR source.
+Members have a tab of their own (views/members.py)."""
 
 import math
 
@@ -8,16 +8,15 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from smrweb.core import ratelimits
 from smrweb.dashboard.access import project_for_user
 from smrweb.sources import smr
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidInput, TrackingError
-from smrweb.tracking.models import Membership, Role, SourceKind
+from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.models import Role, SourceKind
 from smrweb.tracking.services import rollbacks
 
 
@@ -72,15 +71,6 @@ class SmrSourceForm(forms.Form):
     )
 
 
-class MemberForm(forms.Form):
-    username = forms.CharField(
-        max_length=254,
-        label="User name or e-mail",
-        help_text="An existing account; staff create accounts in Admin → Users.",
-    )
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
-
-
 class ScoreMetricForm(forms.Form):
     score_metric = forms.CharField(max_length=200, label="Score metric")
 
@@ -113,42 +103,7 @@ def project_settings(request, slug: str):
     return _render(request, project, form=form, status=status)
 
 
-@require_POST
-@login_required
-def project_members(request, slug: str):
-    """Add a teammate with a role, change a role, or remove someone (admins; audited)."""
-    project = project_for_user(request, slug, role=Role.ADMIN)
-    if request.POST.get("action") == "remove":
-        member = (
-            Membership.objects.filter(project=project, pk=request.POST.get("membership") or 0)
-            .select_related("user")
-            .first()
-        )
-        if member is None:
-            messages.error(request, "That member is not in this project (any more).")
-        else:
-            try:
-                services.remove_member(project, member.user, by=request.user)
-            except TrackingError as exc:
-                messages.error(request, exc.message)
-            else:
-                messages.success(
-                    request, f"{member.user.get_username()} is no longer a member of {project.slug}."
-                )
-        return redirect(reverse("dashboard:project-settings", args=[project.slug]) + "#members")
-    form = MemberForm(request.POST)
-    if form.is_valid():
-        try:
-            member = services.set_member(project, by=request.user, **form.cleaned_data)
-        except InvalidInput as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        else:
-            messages.success(request, f"{member.user.get_username()} is now {member.role} of {project.slug}.")
-            return redirect(reverse("dashboard:project-settings", args=[project.slug]) + "#members")
-    return _render(request, project, member_form=form, status=400)
-
-
-def _render(request, project, *, form=None, smr_form=None, metric_form=None, member_form=None, status=200):
+def _render(request, project, *, form=None, smr_form=None, metric_form=None, status=200):
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     smr_settings = project.source_settings if project.source == SourceKind.SMR else {}
     return render(
@@ -163,9 +118,6 @@ def _render(request, project, *, form=None, smr_form=None, metric_form=None, mem
             "metric_form": metric_form
             or ScoreMetricForm(initial={"score_metric": smr_settings.get("score_metric")}),
             "declared_metrics": smr_settings.get("declared_metrics") or {},
-            "members": project.memberships.select_related("user").order_by("user__username"),
-            "member_form": member_form or MemberForm(),
-            "roles": Role.choices,
         },
         status=status,
     )

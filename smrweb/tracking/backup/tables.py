@@ -30,6 +30,7 @@ from smrweb.tracking.models import (
     MetricPoint,
     Notification,
     Project,
+    ProjectInvitation,
     Review,
     Rollback,
     Run,
@@ -128,6 +129,9 @@ TABLES: tuple[Table, ...] = (
     Table("source_health", SourceHealth, _of_project(SourceHealth), omit=("lease_until", "lease_owner")),
     Table("membership", Membership, _of_project(Membership), ref=True),
     Table("api_token", ApiToken, _of_project(ApiToken), ref=True),
+    # Invitations grant access, like memberships: only with --trust. Their links are signed with this
+    # deployment's SECRET_KEY, so they work on the importing side only if it shares the key.
+    Table("invitation", ProjectInvitation, _of_project(ProjectInvitation), ref=True),
     Table("run", Run, _of_project(Run), ref=True),
     Table("state_change", StateChange, _of_runs(StateChange)),
     Table("experiment", Experiment, _of_runs(Experiment), ref=True),
@@ -184,7 +188,7 @@ MAX_EXPANSION = (
 
 # bytes that do not shrink; text compresses well under this)
 # What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
-TRUSTED_ONLY = ("membership", "api_token", "alert_rule", "notification")
+TRUSTED_ONLY = ("membership", "api_token", "invitation", "alert_rule", "notification")
 
 
 # AuditEvent.object_type is the lower-cased model name of the object (services.record_audit).

@@ -45,6 +45,9 @@ from smrweb.tracking.models.control import (  # noqa: F401
     RunControl,
     RunLaunch,
 )
+from smrweb.tracking.models.invitation import (  # noqa: F401
+    ProjectInvitation,
+)
 from smrweb.tracking.models.knowledge import (  # noqa: F401
     KnowledgeEntry,
     KnowledgeKind,

@@ -5,6 +5,9 @@ raise `tracking.errors.*`, and know nothing of HTTP or Celery.
 One module per noun; this package re-exports every verb so callers keep `services.verb(...)` (and a
 test that patches `services.verb` patches what those callers call)."""
 
+from smrweb.tracking.services.accounts import (  # noqa: F401
+    password_changed,
+)
 from smrweb.tracking.services.alerts import (  # noqa: F401
     create_alert_rule,
     delete_alert_rule,
@@ -58,6 +61,16 @@ from smrweb.tracking.services.ingest import (  # noqa: F401
     ingest_events,
     name_experiments,
     unnamed_experiments,
+)
+from smrweb.tracking.services.invitations import (  # noqa: F401
+    accept_invitation,
+    invitation_for_token,
+    invitation_token,
+    invite_member,
+    join_with_new_account,
+    record_invitation_sent,
+    resend_invitation,
+    revoke_invitation,
 )
 from smrweb.tracking.services.launches import (  # noqa: F401
     LAUNCH_EFFECTS,

@@ -45,8 +45,8 @@ def set_member(project: Project, *, username: str, role: str, by: Any) -> Member
     if user is None:
         raise InvalidInput(
             "username",
-            f"No active account is called {name!r}: a staff user creates it first "
-            "(Admin → Users, or `manage.py createsuperuser` / `createuser`).",
+            f"No active account is called {name!r}: invite their e-mail address instead, and they make "
+            "their own account when they accept.",
         )
     with transaction.atomic():
         _keep_an_admin(project, user, role)
