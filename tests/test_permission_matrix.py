@@ -946,6 +946,21 @@ ROWS = [
         "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
         marker=TOKEN_NAME,
     ),
+    # The audit log and its CSV: admins only (the token's name is in a token.created row's detail).
+    Row(
+        "audit log page",
+        "GET",
+        f"{P}/audit/?kind=token",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME,
+    ),
+    Row(
+        "audit log CSV",
+        "GET",
+        f"{P}/audit.csv?actor=alice",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME,
+    ),
     Row(
         "API tokens: create",
         "POST",

@@ -3,6 +3,7 @@ from django.urls import path
 from smrweb.dashboard.views import (
     alerts,
     annotations,
+    audit,
     compare,
     inbox,
     knowledge,
@@ -45,6 +46,8 @@ urlpatterns = [
     ),
     path("projects/<slug:slug>/alerts/<int:rule_id>/test", alerts.test_alert_rule, name="alert-rule-test"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
+    path("projects/<slug:slug>/audit/", audit.audit_log, name="project-audit"),
+    path("projects/<slug:slug>/audit.csv", audit.audit_log_csv, name="project-audit-csv"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),
     path(
