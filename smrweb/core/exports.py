@@ -29,6 +29,7 @@ CSV = "csv"
 JSONL = "jsonl"
 FORMATS = (CSV, JSONL)
 MEDIA_TYPES = {CSV: "text/csv; charset=utf-8", JSONL: "application/x-ndjson; charset=utf-8"}
+_ENCODER = DjangoJSONEncoder()
 ROWS_PER_CHUNK = 500  # rows written per chunk sent: big enough for few writes, small enough to stay flat
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -53,7 +54,7 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime | date):
-        return value.isoformat()
+        return _ENCODER.default(value)  # as the JSON Lines write it: ISO 8601, "Z" for UTC
     if isinstance(value, Mapping | list | tuple):
         return guard_text(json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, separators=(",", ":")))
     return guard_text(str(value))
