@@ -193,3 +193,18 @@ def test_the_csv_guards_against_formulas_in_what_people_wrote(client_alice, proj
     services.record_audit(UserFactory(username="=cmd|calc"), "run.tagged", "@SUM(A1)", project=project)
     rows = _csv(client_alice.get(CSV_URL, {"kind": "annotation"}))
     assert rows[0]["actor"] == "'=cmd|calc" and rows[0]["object_id"] == "'@SUM(A1)"
+
+
+def test_objects_are_named_and_the_page_reads_in_a_fixed_number_of_queries(
+    client_alice, project, history, alice, django_assert_max_num_queries
+):
+    body = client_alice.get(URL).content.decode()
+    assert ">run r1</a>" in body and ">token ci-harness</a>" in body and ">member bob</a>" in body
+    assert ">project hill</a>" in body
+    with django_assert_max_num_queries(30) as few:
+        client_alice.get(URL)
+    for i in range(40):
+        token, _ = services.create_api_token(project, name=f"t{i}", by=alice)
+        services.record_audit(alice, "run.tagged", history, project=project, key=f"k{i}")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        client_alice.get(URL)

@@ -31,18 +31,21 @@ def _filtered(request, project):
 def audit_log(request, slug: str):
     project = project_for_user(request, slug, role=Role.ADMIN)
     log, events = _filtered(request, project)
-    page = Paginator(events.select_related("actor"), PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(events, PER_PAGE).get_page(request.GET.get("page"))
     objects = audit.existing_objects(project, page.object_list)
-    rows = [
-        {
-            "event": e,
-            "kind": audit.kind_of(e.verb).label,
-            "what": audit.verb_words(e.verb),
-            "summary": audit.summary(e.detail),
-            "link": _link(project, e, objects.get((e.object_type, e.object_id))),
-        }
-        for e in page.object_list
-    ]
+    rows = []
+    for e in page.object_list:
+        link, label = _link(project, e, objects.get((e.object_type, e.object_id)))
+        rows.append(
+            {
+                "event": e,
+                "kind": audit.kind_of(e.verb).label,
+                "what": audit.verb_words(e.verb),
+                "summary": audit.summary(e.detail),
+                "link": link,
+                "label": label,
+            }
+        )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -89,36 +92,38 @@ def audit_log_csv(request, slug: str):
     return exports.export_response(CSV_HEADER, rows, fmt=exports.CSV, filename=filename)
 
 
-def _link(project, event, obj) -> str:
-    """Where the audited object is shown, when it still exists."""
+def _link(project, event, obj) -> tuple[str, str]:
+    """(where the audited object is shown, what to call it) when it still exists; ("", "") when not."""
     if obj is None:
-        return ""
+        return "", ""
     slug = project.slug
     match event.object_type:
         case "run":
-            return reverse("dashboard:run-detail", args=[slug, obj.external_id])
+            return reverse("dashboard:run-detail", args=[slug, obj.external_id]), f"run {obj.name}"
         case "submission":
-            return reverse("dashboard:submission-detail", args=[slug, obj.pk])
+            return reverse("dashboard:submission-detail", args=[slug, obj.pk]), f"submission #{obj.pk}"
         case "rollback" | "runcontrol":
-            return reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
+            what = "rollback" if event.object_type == "rollback" else "steering"
+            run_url = reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
+            return run_url, f"{what} #{obj.pk} of run {obj.run.name}"
         case "runlaunch":
-            return reverse("dashboard:launch-detail", args=[slug, obj.pk])
+            return reverse("dashboard:launch-detail", args=[slug, obj.pk]), f"launch #{obj.pk}"
         case "apitoken":
-            return reverse("dashboard:project-tokens", args=[slug])
+            return reverse("dashboard:project-tokens", args=[slug]), f"token {obj.name}"
         case "membership":
-            return reverse("dashboard:project-settings", args=[slug]) + "#members"
+            url = reverse("dashboard:project-settings", args=[slug]) + "#members"
+            return url, f"member {obj.user.get_username()}"
         case "knowledgeentry":
-            return reverse("dashboard:knowledge", args=[slug]) + f"#entry-{obj.pk}"
+            url = reverse("dashboard:knowledge", args=[slug]) + f"#entry-{obj.pk}"
+            return url, f"knowledge: {obj.title[:60]}"
         case "alertrule":
-            return reverse("dashboard:project-alerts", args=[slug])
+            return reverse("dashboard:project-alerts", args=[slug]), f"alert rule on {obj.trigger}"
         case "comment":
             if obj.run_id:
-                return (
-                    reverse("dashboard:run-detail", args=[slug, obj.run.external_id]) + f"#comment-{obj.pk}"
-                )
-            return (
-                reverse("dashboard:submission-detail", args=[slug, obj.submission_id]) + f"#comment-{obj.pk}"
-            )
+                url = reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
+            else:
+                url = reverse("dashboard:submission-detail", args=[slug, obj.submission_id])
+            return url + f"#comment-{obj.pk}", f"comment #{obj.pk}"
         case "project":
-            return reverse("dashboard:project-detail", args=[slug])
-    return ""
+            return reverse("dashboard:project-detail", args=[slug]), f"project {slug}"
+    return "", ""

@@ -198,7 +198,7 @@ _MODELS = {
     "comment": (Comment, "project"),
     "project": (Project, None),
 }
-_RELATED = {"rollback": ["run"], "runcontrol": ["run"], "comment": ["run", "submission"]}
+_RELATED = {"rollback": ["run"], "runcontrol": ["run"], "comment": ["run"], "membership": ["user"]}
 
 
 def existing_objects(project: Project, events: Iterable[AuditEvent]) -> dict[tuple[str, str], Any]:
