@@ -52,9 +52,7 @@ def test_an_admin_reads_filters_pages_and_exports_the_audit_log(
     expect(rows).to_have_count(50)
     expect(rows.first).to_contain_text("bob")
     expect(rows.first).to_contain_text("Run tagged")
-    expect(rows.first.get_by_role("link", name="run r1")).to_have_attribute(
-        "href", "/projects/hill/runs/r1/"
-    )
+    expect(rows.first.get_by_role("link", name="run r1")).to_have_attribute("href", "/projects/hill/runs/r1/")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"] + 1, f"the page scrolls sideways: {width}px"
     shoot(page, screenshot_dir, "audit-log")
