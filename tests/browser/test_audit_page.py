@@ -79,9 +79,18 @@ def test_an_admin_reads_filters_pages_and_exports_the_audit_log(
     exported = list(csv.DictReader(io.StringIO(Path(download.path()).read_text())))
     assert [r["verb"] for r in exported] == ["token.revoked", "token.created"]
 
+    # The project page's export buttons fit their cards' heads.
+    page.goto("/projects/hill/")
+    expect(page.locator('[data-export="runs"]').get_by_role("link", name="Export CSV")).to_be_visible()
+    expect(page.locator('[data-export="the leaderboard"]').get_by_role("link", name="JSONL")).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"] + 1, f"the project page scrolls sideways: {width}px"
+    shoot(page, screenshot_dir, "project-exports")
+
     # The run page's turns export, as a download too.
     page.goto("/projects/hill/runs/r1/")
     with page.expect_download() as info:
         page.locator('[data-export="every turn"]').get_by_role("link", name="Export CSV").click()
     turns = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text())))
     assert [t["turn"] for t in turns] == ["1", "2"]
+    shoot(page, screenshot_dir, "run-exports")
