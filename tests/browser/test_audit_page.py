@@ -25,6 +25,7 @@ SHOTS = Path("/tmp/audit-shots")
 
 def shoot(page, screenshot_dir, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")  # the sticky bar belongs on top of a full-page shot
     for folder in (SHOTS, screenshot_dir):
         page.screenshot(path=folder / f"{name}.png", full_page=True)
 
