@@ -750,6 +750,27 @@ ROWS = [
         marker=RUN,
     ),
     Row(
+        "compare table export",
+        "GET",
+        f"{P}/compare/export?runs={RUN}&format=jsonl",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "compare table export: another project's run",
+        "GET",
+        f"{P}/compare/export?runs={OTHER_RUN}&format=csv",
+        "LOGIN HIDE  EMPTY EMPTY EMPTY LOGIN LOGIN LOGIN",
+        marker=OTHER_RUN,
+    ),
+    Row(
+        "leaderboard export",
+        "GET",
+        f"{P}/leaderboard/export?board=all&format=csv",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+    ),
+    Row(
         "compare: another project's run",
         "GET",
         f"{P}/compare/?runs={OTHER_RUN}",
@@ -1049,6 +1070,21 @@ ROWS = [
         "API tokens page",
         "GET",
         f"{P}/tokens/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME,
+    ),
+    # The audit log and its CSV: admins only (the token's name is in a token.created row's detail).
+    Row(
+        "audit log page",
+        "GET",
+        f"{P}/audit/?kind=token",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=TOKEN_NAME,
+    ),
+    Row(
+        "audit log CSV",
+        "GET",
+        f"{P}/audit.csv?actor=alice",
         "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
         marker=TOKEN_NAME,
     ),
@@ -1712,6 +1748,14 @@ ROWS = [
         "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN",
     ),
     Row("api runs", "GET", f"{A}/runs", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    # Exports (?format=csv|jsonl) read what the JSON list reads, for the same callers.
+    Row(
+        "api runs: CSV export",
+        "GET",
+        f"{A}/runs?format=csv",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
     # Alert rules: the project's readers (tokens too) read them; only an admin's session changes them (a
     # rule sends project data to an address, which a harness token must not choose).
     Row(
@@ -1815,6 +1859,13 @@ ROWS = [
         "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
     ),
     Row("api submissions", "GET", f"{AS}", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api submissions: JSONL export",
+        "GET",
+        f"{AS}?format=jsonl",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
     Row(
         "api submission",
         "GET",
@@ -2026,6 +2077,20 @@ ROWS = [
         "api run metrics",
         "GET",
         f"{AR}/metrics?key=loss",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker="loss",
+    ),
+    Row(
+        "api run turns: CSV export",
+        "GET",
+        f"{AR}/turns?format=csv",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=MODEL,
+    ),
+    Row(
+        "api run metrics: CSV export",
+        "GET",
+        f"{AR}/metrics?format=csv",
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker="loss",
     ),

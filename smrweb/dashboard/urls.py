@@ -3,7 +3,9 @@ from django.urls import path
 from smrweb.dashboard.views import (
     alerts,
     annotations,
+    audit,
     compare,
+    exports,
     inbox,
     knowledge,
     launches,
@@ -53,6 +55,8 @@ urlpatterns = [
     ),
     path("projects/<slug:slug>/alerts/<int:rule_id>/test", alerts.test_alert_rule, name="alert-rule-test"),
     path("projects/<slug:slug>/tokens/", tokens.project_tokens, name="project-tokens"),
+    path("projects/<slug:slug>/audit/", audit.audit_log, name="project-audit"),
+    path("projects/<slug:slug>/audit.csv", audit.audit_log_csv, name="project-audit-csv"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", tokens.revoke_token, name="revoke-token"),
     path("projects/<slug:slug>/knowledge/", knowledge.knowledge_page, name="knowledge"),
     path(
@@ -93,6 +97,8 @@ urlpatterns = [
         name="submission-action",
     ),
     path("projects/<slug:slug>/compare/", compare.compare_runs, name="compare-runs"),
+    path("projects/<slug:slug>/compare/export", exports.compare_export, name="compare-export"),
+    path("projects/<slug:slug>/leaderboard/export", exports.leaderboard_export, name="leaderboard-export"),
     path("projects/<slug:slug>/comments/<int:comment_id>", annotations.comment_action, name="comment-action"),
     path("projects/<slug:slug>/runs/<str:run_id>/", runs.run_detail, name="run-detail"),
     path("projects/<slug:slug>/runs/<str:run_id>/metrics/", runs.run_metric, name="run-metric"),

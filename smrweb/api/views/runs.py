@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, project_for_person, run_for
+from smrweb.api.exports import ExportableList, ExportNegotiation, export_format
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.runs import (
     MetricKeysSerializer,
@@ -28,6 +29,7 @@ from smrweb.api.serializers.runs import (
     RunSerializer,
     TurnSerializer,
 )
+from smrweb.core import exports
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.filters import RunFilter
@@ -36,9 +38,14 @@ from smrweb.tracking.services.annotations import RUN_LABELS
 
 
 @extend_schema_view(get=extend_schema(responses={200: RunSerializer(many=True), **ERRORS}))
-class RunList(generics.ListAPIView):
+class RunList(ExportableList, generics.ListAPIView):
     """A project's runs, pinned ones first, then most recently active first (or in `?sort=` order), with
-    filters."""
+    filters.
+
+    `?format=csv` or `?format=jsonl`: every matching run (no pagination), streamed, with a header row of
+    these JSON field names (nested values as JSON text); errors stay JSON."""
+
+    export_name = "runs"
 
     serializer_class = RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
@@ -87,8 +94,13 @@ class RunDetail(APIView):
 
 
 @extend_schema_view(get=extend_schema(responses={200: TurnSerializer(many=True), **ERRORS}))
-class RunTurns(generics.ListAPIView):
-    """A run's agent turns in time order."""
+class RunTurns(ExportableList, generics.ListAPIView):
+    """A run's agent turns in time order.
+
+    `?format=csv` or `?format=jsonl`: every turn (no pagination), streamed, with a header row of these
+    JSON field names; errors stay JSON."""
+
+    export_name = "turns"
 
     serializer_class = TurnSerializer
     queryset = AgentTurn.objects.none()  # the model, for the schema; get_queryset scopes it
@@ -98,8 +110,14 @@ class RunTurns(generics.ListAPIView):
         return AgentTurn.objects.filter(run=run).order_by("ts", "id")
 
 
-class RunMetrics(APIView):
+METRIC_EXPORT_HEADER = ("key", "step", "value", "ts")
+
+
+class RunMetrics(ExportNegotiation, APIView):
     @extend_schema(
+        description="Without `key`, the run's metric keys; with it, that series, downsampled to `points`. "
+        "`?format=csv` or `?format=jsonl`: every stored point of the run (of `key` only, when given), "
+        "raw, in key and step order, streamed, columns key, step, value, ts; errors stay JSON.",
         parameters=[
             OpenApiParameter(
                 "key", OpenApiTypes.STR, description="Metric key; without it, the list of keys."
@@ -120,6 +138,11 @@ class RunMetrics(APIView):
     def get(self, request, slug: str, run_id: str):
         run = run_for(project_for(request, slug), run_id)
         key = request.query_params.get("key")
+        fmt = export_format(request)
+        if fmt is not None:
+            rows = queries.metric_point_rows(run, key=key or None)
+            filename = exports.export_filename(slug, run_id, "metrics", key or "", fmt=fmt)
+            return exports.export_response(METRIC_EXPORT_HEADER, rows, fmt=fmt, filename=filename)
         if not key:
             return Response({"keys": queries.metric_keys(run)})
         try:

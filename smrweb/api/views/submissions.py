@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, submission_for
+from smrweb.api.exports import ExportableList
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.submissions import (
     ARENA_OUT,
@@ -32,8 +33,13 @@ from smrweb.tracking.services import submissions
 
 
 @extend_schema_view(get=extend_schema(responses={200: SubmissionSerializer(many=True), **ERRORS}))
-class SubmissionList(generics.ListAPIView):
-    """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run."""
+class SubmissionList(ExportableList, generics.ListAPIView):
+    """A project's submissions, best first in its scenario's direction; `?run=` narrows them to one run.
+
+    `?format=csv` or `?format=jsonl`: every matching submission (no pagination), streamed, with a header
+    row of these JSON field names (nested values as JSON text); errors stay JSON."""
+
+    export_name = "submissions"
 
     serializer_class = SubmissionSerializer
     queryset = Submission.objects.none()  # the model, for the schema; get_queryset scopes it

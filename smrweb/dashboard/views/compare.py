@@ -1,5 +1,7 @@
 """Compare up to 50 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
@@ -29,6 +31,7 @@ def compare_runs(request, slug: str):
         comparison = compare.compare(project, requested)
         selected = [s.run for s in comparison.runs]
         context["comparison"] = comparison
+        context["export_query"] = urlencode([("runs", s.run.external_id) for s in comparison.runs])
         context["missing"] = comparison.missing[:MISSING_SHOWN]
         context["missing_more"] = max(len(comparison.missing) - MISSING_SHOWN, 0)
         if len(comparison.runs) >= 2:

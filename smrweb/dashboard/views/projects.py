@@ -9,6 +9,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
+from smrweb.dashboard.views import exports
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
@@ -168,6 +169,8 @@ def project_detail(request, slug: str):
         "metric_choice": _metric_choice(project),
         "query": _without(request.GET, "page"),  # for pager links
         "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
+        "runs_export_query": exports.runs_export_query(filters),  # the Export buttons (the runs API's)
+        "board_export_query": "board=all" if every_submission else "",
         "version": version,
     }
     if not request.htmx:

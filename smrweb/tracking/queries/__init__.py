@@ -3,6 +3,9 @@ number of queries, whatever the number of runs or points. This package re-export
 carry-forward and launch-prefill reads (`queries.project_summaries(...)`); the timeline, compare and
 budget read models are imported by name (`from smrweb.tracking.queries import timeline`)."""
 
+from smrweb.tracking.queries.exports import (  # noqa: F401
+    metric_point_rows,
+)
 from smrweb.tracking.queries.knowledge import (  # noqa: F401
     N_DEFAULT,
     N_MAX,
