@@ -175,7 +175,8 @@ def apply_retention(
                 reason=f"retention: archived more than {project.retention_archived_run_days} days ago",
             )
     if not dry_run and report.removes_anything:
-        record_audit(None, "retention.applied", project, project=project, **report.as_dict())
+        detail = {k: v for k, v in report.as_dict().items() if k not in ("project", "dry_run")}
+        record_audit(None, "retention.applied", project, project=project, **detail)
     return report
 
 
