@@ -107,6 +107,7 @@ from smrweb.tracking.services.retention import (  # noqa: F401
     apply_all_retention,
     apply_retention,
     check_retention,
+    update_retention,
 )
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,

@@ -22,11 +22,19 @@ def archive_role(target: Run | Project) -> str:
     return Role.ADMIN if isinstance(target, Project) else Role.REVIEWER
 
 
-def archive_refusal(user: Any, target: Run | Project) -> str:
-    """Why `user` may not archive or restore `target` ("" when they may)."""
+def _allows(project: Project, user: Any, role: str, have: str | None | bool) -> bool:
+    """`project.allows(user, role)`, or from `have` (the user's role, already read) without a query."""
+    if have is False:
+        return project.allows(user, role)
+    return have is not None and Role.rank(have) >= Role.rank(role)
+
+
+def archive_refusal(user: Any, target: Run | Project, *, have: str | None | bool = False) -> str:
+    """Why `user` may not archive or restore `target` ("" when they may). `have`: the user's role in the
+    project when the caller already read it (a page), else it is read here."""
     project = target if isinstance(target, Project) else target.project
     role = archive_role(target)
-    if isinstance(user, ApiToken) or not project.allows(user, role):
+    if isinstance(user, ApiToken) or not _allows(project, user, role, have):
         what = "a project" if isinstance(target, Project) else "a run"
         return f"Archiving or restoring {what} needs the {role} role in {project.slug}."
     if isinstance(target, Run) and target.archived_at is None and not target.is_terminal:

@@ -26,6 +26,7 @@ from smrweb.tracking.models import (
     Run,
     Submission,
 )
+from smrweb.tracking.services.archive import _allows
 from smrweb.tracking.services.artifacts import _chunks, collect_unreferenced_blobs
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.runs import recompute_scores, recompute_spend, recompute_state
@@ -113,11 +114,12 @@ def _freed_blobs(blob_ids: set[int], run_ids: list[int]) -> set[int]:
     return blob_ids - held
 
 
-def deletion_refusal(user: Any, target: Run | Project) -> str:
+def deletion_refusal(user: Any, target: Run | Project, *, have: str | None | bool = False) -> str:
     """Why `user` may not delete `target` ("" when they may): project admins delete runs and projects
-    (not tokens); a run must have finished (a live one would come back with its next event)."""
+    (not tokens); a run must have finished (a live one would come back with its next event). `have`:
+    the user's role when the caller already read it."""
     project = target if isinstance(target, Project) else target.project
-    if isinstance(user, ApiToken) or not project.allows(user, Role.ADMIN):
+    if isinstance(user, ApiToken) or not _allows(project, user, Role.ADMIN, have):
         return f"Deleting needs the admin role in {project.slug}."
     if isinstance(target, Run) and not target.is_terminal:
         return (
@@ -127,8 +129,8 @@ def deletion_refusal(user: Any, target: Run | Project) -> str:
     return ""
 
 
-def may_delete(user: Any, target: Run | Project) -> bool:
-    return not deletion_refusal(user, target)
+def may_delete(user: Any, target: Run | Project, *, have: str | None | bool = False) -> bool:
+    return not deletion_refusal(user, target, have=have)
 
 
 def confirmation_word(target: Run | Project) -> str:

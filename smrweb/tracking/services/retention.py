@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, F, Q
@@ -22,8 +23,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
-from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import TERMINAL_STATES, MetricPoint, Project, Run
+from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.models import TERMINAL_STATES, ApiToken, MetricPoint, Project, Role, Run
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.deletion import DeletionSummary, _delete_runs_now, runs_summary
 
@@ -79,6 +80,26 @@ def check_retention(metric_days, keep_points, archived_run_days) -> None:
             "retention_keep_points",
             f"Keep {KEEP_MIN:,} to {KEEP_MAX:,} points per series after downsampling.",
         )
+
+
+def update_retention(
+    project: Project, *, by: Any, metric_days: int | None, keep_points: int, archived_run_days: int | None
+) -> Project:
+    """Change the project's retention settings (admins; audited "project.retention_changed")."""
+    if isinstance(by, ApiToken) or not project.allows(by, Role.ADMIN):
+        raise NotAllowed(f"Retention settings need the admin role in {project.slug}.")
+    check_retention(metric_days, keep_points, archived_run_days)
+    changes = {
+        "retention_metric_days": metric_days,
+        "retention_keep_points": keep_points,
+        "retention_archived_run_days": archived_run_days,
+    }
+    with transaction.atomic():
+        for name, value in changes.items():
+            setattr(project, name, value)
+        project.save(update_fields=[*changes, "updated"])
+        record_audit(by, "project.retention_changed", project, project=project, **changes)
+    return project
 
 
 def keep_points(points: list[tuple[float, float, int]], keep: int) -> list[tuple[float, float, int]]:
