@@ -33,7 +33,7 @@ def test_a_reviewer_archives_and_restores_a_run_from_its_page(client, project, d
     as_user(client, bob)
     page = client.get(done.get_absolute_url()).content.decode()
     assert "Archive this run" in page and "Delete this run" not in page  # deleting is for admins
-    response = client.post(f"/projects/hill/runs/r-done/archive", {"action": "archive"})
+    response = client.post("/projects/hill/runs/r-done/archive", {"action": "archive"})
     assert response.status_code == 302
     done.refresh_from_db()
     assert done.archived_at is not None
@@ -43,7 +43,7 @@ def test_a_reviewer_archives_and_restores_a_run_from_its_page(client, project, d
     table = client.get("/projects/hill/").content.decode()
     assert 'data-run="r-done"' not in table and "show archived (1)" in table
     assert 'data-run="r-done"' in client.get("/projects/hill/?archived=1").content.decode()
-    client.post(f"/projects/hill/runs/r-done/archive", {"action": "restore"})
+    client.post("/projects/hill/runs/r-done/archive", {"action": "restore"})
     done.refresh_from_db()
     assert done.archived_at is None
     assert 'data-run="r-done"' in client.get("/projects/hill/").content.decode()
