@@ -222,3 +222,17 @@ def test_uploads_and_deletions_of_the_same_bytes_in_threads_never_lose_bytes(
         assert artifacts.open_blob(artifact.blob).read() == SHARED
     assert services.collect_unreferenced_blobs() == 0
     assert files(artifact_root) == [sha(SHARED)]
+
+
+def test_a_run_with_a_rollback_to_its_own_submission_can_be_deleted(project, alice, bob):
+    """Rollback.target_submission is PROTECT: the run's own rollbacks go first, so they do not block it."""
+    from smrweb.tracking.models import Rollback
+    from smrweb.tracking.services import rollbacks
+
+    run = finished_run(project, "rb", points=1)
+    project.rollback_webhook_url = "https://hooks.example.test/rollback"
+    project.save()
+    rollbacks.request_rollback(by=bob, reason="back", submission=Submission.objects.get(run=run))
+    assert Rollback.objects.filter(run=run).exists()
+    assert services.delete_run(run, by=alice, confirm="rb").submissions == 1
+    assert not Rollback.objects.exists() and not Run.objects.filter(external_id="rb").exists()

@@ -23,6 +23,7 @@ from smrweb.tracking.models import (
     MetricPoint,
     Project,
     Role,
+    Rollback,
     Run,
     Submission,
 )
@@ -153,6 +154,9 @@ def _delete_run_rows(run: Run) -> None:
     AgentTurn.objects.filter(run=run)._raw_delete(AgentTurn.objects.db)
     try:
         with transaction.atomic():
+            # The run's own rollbacks first: their targets (its submissions, checkpoints) are PROTECTed,
+            # which Django's collector enforces even when both sides are being deleted.
+            Rollback.objects.filter(run=run).delete()
             Run.objects.filter(pk=run.pk).delete()
     except ProtectedError as exc:
         raise DeletionRefused(

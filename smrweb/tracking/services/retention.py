@@ -13,6 +13,8 @@ what a real run removes (tests/tracking/test_retention.py holds the two equal)."
 
 from __future__ import annotations
 
+import logging
+
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,10 +25,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import TERMINAL_STATES, ApiToken, MetricPoint, Project, Role, Run
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.deletion import DeletionSummary, _delete_runs_now, runs_summary
+
+log = logging.getLogger(__name__)
 
 KEEP_MIN, KEEP_MAX = 10, 100_000
 
@@ -206,4 +210,10 @@ def apply_all_retention(*, now: datetime | None = None, dry_run: bool = False) -
     projects = Project.objects.filter(
         Q(retention_metric_days__isnull=False) | Q(retention_archived_run_days__isnull=False)
     ).order_by("slug")
-    return [apply_retention(p, now=now, dry_run=dry_run) for p in projects]
+    reports = []
+    for project in projects:
+        try:
+            reports.append(apply_retention(project, now=now, dry_run=dry_run))
+        except TrackingError as exc:  # one project's refusal (a protected row) does not stop the others
+            log.warning("retention of %s stopped: %s", project.slug, exc.message)
+    return reports
