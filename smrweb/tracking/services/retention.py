@@ -14,7 +14,6 @@ what a real run removes (tests/tracking/test_retention.py holds the two equal)."
 from __future__ import annotations
 
 import logging
-
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
