@@ -28,6 +28,7 @@ LANES = {
         "smrweb.sources.tasks.stop_run",
         "smrweb.tracking.tasks.redispatch_stale_actions",
         "smrweb.tracking.tasks.collect_unreferenced_blobs",
+        "smrweb.tracking.tasks.apply_retention",
     ),
     "alerts": (
         "smrweb.sources.tasks.evaluate_alerts",

@@ -301,6 +301,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },
+    "apply-retention": {  # each project's retention policy (docs/retention.md)
+        "task": "smrweb.tracking.tasks.apply_retention",
+        "schedule": env.float("SMRWEB_RETENTION_SECONDS", default=86400.0),
+        "options": {"expires": 3600.0},
+    },
 }
 
 # --- API --------------------------------------------------------------------------------------

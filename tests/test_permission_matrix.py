@@ -138,6 +138,7 @@ HILL_SECRETS = (
 
 INVITEE = "invitee-3c1f@example.org"  # the address of hill's pending invitation: none of the callers has it
 SILENT_RUN = "run-silent-4d2e"  # a run of hill whose harness went silent: a reviewer may close it
+DONE_RUN = "run-done-8b1c"  # a finished run of hill without artifacts: it may be archived and deleted
 
 OTHER_NAME = "Other project 0c4a"
 OTHER_RUN = "orun-52b1"
@@ -257,6 +258,7 @@ def build_world() -> World:
     )
     with time_machine.travel(timezone.now() - hill.stall_after - timedelta(minutes=5), tick=False):
         _events(hill, SILENT_RUN, [{"type": "state", "id": "s1", "state": "running"}])
+    _events(hill, DONE_RUN, [{"type": "state", "id": "d1", "state": "done"}])
     _, raw_token = services.create_api_token(hill, name=TOKEN_NAME, by=alice)
     # Alerts: a webhook rule (its target is a secret of hill), alice's inbox rule with a notification in her
     # inbox, and the run snoozed (so lifting the snooze has something to lift).
@@ -455,6 +457,12 @@ def count(model, **filters) -> Callable[[World], int]:
 
 def hill(attr: str) -> Callable[[World], Any]:
     return lambda w: getattr(Project.objects.get(slug="hill"), attr)
+
+
+def done_run_field(attr: str) -> Callable[[World], Any]:
+    return lambda w: getattr(
+        Run.objects.filter(project__slug="hill", external_id=DONE_RUN).first(), attr, None
+    )
 
 
 def run_field(attr: str) -> Callable[[World], Any]:
@@ -2245,6 +2253,98 @@ ROWS = [
         "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
         ok=204,
         effect=comment_field("sub_comment", "deleted_at"),
+    ),
+    # --- archive, delete, retention (docs/retention.md) ---------------------------------------------------
+    Row(
+        "run: archive",
+        "POST",
+        f"{P}/runs/{DONE_RUN}/archive",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "archive"},
+        effect=done_run_field("archived_at"),
+    ),
+    Row(
+        "run: archive another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/archive",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        data={"action": "archive"},
+    ),
+    Row(
+        "run: archive by GET",
+        "GET",
+        f"{P}/runs/{DONE_RUN}/archive",
+        "405   405   405   405   405   405   405   405",
+    ),
+    Row(
+        "run: delete confirmation page",
+        "GET",
+        f"{P}/runs/{DONE_RUN}/delete",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=DONE_RUN,
+    ),
+    Row(
+        "run: delete",
+        "POST",
+        f"{P}/runs/{DONE_RUN}/delete",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"confirm": DONE_RUN},
+        effect=count(Run),
+    ),
+    Row(
+        "run: delete another project's run",
+        "POST",
+        f"{P}/runs/{OTHER_RUN}/delete",
+        "LOGIN HIDE  DENY  DENY  HIDE  LOGIN LOGIN LOGIN",
+        data={"confirm": OTHER_RUN},
+    ),
+    Row(
+        "retention page",
+        "GET",
+        f"{P}/retention/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "retention: save the policy",
+        "POST",
+        f"{P}/retention/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={
+            "retention_metric_days": "30",
+            "retention_keep_points": "500",
+            "retention_archived_run_days": "",
+        },
+        effect=hill("retention_keep_points"),
+    ),
+    Row(
+        "project: archive",
+        "POST",
+        f"{P}/archive",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"action": "archive"},
+        effect=hill("archived_at"),
+    ),
+    Row("project: archive by GET", "GET", f"{P}/archive", "405   405   405   405   405   405   405   405"),
+    Row(
+        "project: delete confirmation page",
+        "GET",
+        f"{P}/delete",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    # A wrong typed confirmation: the page again with the error, nothing deleted (a real deletion would
+    # remove the world's artifact files, which no savepoint brings back; tests/dashboard covers it).
+    Row(
+        "project: delete with a wrong confirmation",
+        "POST",
+        f"{P}/delete",
+        "LOGIN HIDE  DENY  DENY  400   LOGIN LOGIN LOGIN",
+        data={"confirm": "not-hill"},
     ),
 ]
 

@@ -94,6 +94,8 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
     report.listed = len(snapshots)
     for snapshot in snapshots:
         run = known.get(snapshot.external_id)
+        if run is not None and run.archived_at is not None:
+            continue  # archived: read-only until restored (services.archive)
         if (
             run is not None
             and snapshot.is_terminal

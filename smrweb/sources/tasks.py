@@ -445,3 +445,18 @@ def collect_unreferenced_blobs() -> int:
     if removed:
         log.info("removed %d unreferenced artifact blob(s)", removed)
     return removed
+
+
+@shared_task(acks_late=True, ignore_result=True, name="smrweb.tracking.tasks.apply_retention")
+def apply_retention() -> dict:
+    """Daily: every project's retention policy (downsample old metric series, delete expired archived
+    runs; docs/retention.md)."""
+    reports = services.apply_all_retention()
+    totals = {
+        "projects": len(reports),
+        "metric_points_removed": sum(r.points_removed for r in reports),
+        "runs_deleted": sum(len(r.runs_deleted) for r in reports),
+    }
+    if totals["metric_points_removed"] or totals["runs_deleted"]:
+        log.info("retention: %s", totals)
+    return totals

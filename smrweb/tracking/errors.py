@@ -98,3 +98,24 @@ class InvitationUnusable(TrackingError):
         super().__init__(message)
         self.reason = reason
         self.status = status
+
+
+class Archived(TrackingError):
+    """The run or project is archived: read-only until it is restored (nothing is written)."""
+
+    status = 409
+    code = "archived"
+
+
+class DeletionRefused(TrackingError):
+    """A deletion that cannot go ahead (a wrong confirmation, a row another run still needs)."""
+
+    status = 409
+    code = "deletion_refused"
+
+
+class ArchiveRefused(TrackingError):
+    """Archiving or restoring that makes no sense now (already archived, a live run)."""
+
+    status = 409
+    code = "archive_refused"

@@ -129,7 +129,9 @@ class RunSerializer(serializers.ModelSerializer):
             "finished_at",
             "last_progress_at",
             "last_polled_at",
+            "archived_at",
         ]
+        read_only_fields = ["archived_at"]
 
     def get_over_budget_on(self, run: Run) -> list[str]:
         return [o["budget"] for o in run.budget_overruns]

@@ -30,9 +30,12 @@ def _projects_version(project_ids: list[int]) -> str:
 @login_required
 @vary_on_headers("HX-Request")
 def project_list(request):
-    projects = list(
+    every = list(
         Project.objects.visible_to(request.user).select_related("scenario", "source_health").order_by("slug")
     )
+    show_archived = request.GET.get("archived") == "1"  # archived projects are hidden unless asked for
+    archived_count = sum(p.archived_at is not None for p in every)
+    projects = [p for p in every if show_archived or p.archived_at is None]
     version = _projects_version([p.pk for p in projects])
     if live.unchanged(request, version):
         return live.no_change()
@@ -41,6 +44,8 @@ def project_list(request):
         "summaries": queries.project_summaries(projects, unverified=unverified),
         "version": version,
         "unverified": unverified,
+        "show_archived": show_archived,
+        "archived_count": archived_count,
     }
     return render(
         request, fragment_template(request, "dashboard/project_list.html", "project-cards"), context
@@ -51,6 +56,9 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     """The project's runs narrowed and sorted by the page's filter form and column headers. A value that
     does not read (an unknown sort, a state that does not exist…) is ignored, and named in `ignored`."""
     runs = Run.objects.filter(project=project).select_related("project__scenario")
+    show_archived = params.get("archived") == "1"  # archived runs are hidden unless asked for
+    if not show_archived:
+        runs = runs.filter(archived_at__isnull=True)
     filterset = RunFilter(params, queryset=runs)
     filterset.is_valid()
     data = {k: v for k, v in filterset.form.cleaned_data.items() if k not in filterset.form.errors}
@@ -64,6 +72,7 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "tags": data.get("tag") or [],
         "tag_links": [{"tag": t, "without": _without_value(params, "tag", t)} for t in data.get("tag") or []],
         "sort": sort,
+        "archived": show_archived,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
     return sort_runs(filterset.qs, sort), filters

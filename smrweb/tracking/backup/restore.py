@@ -469,7 +469,9 @@ class _Importer:
     def _store(self, member: str, blob: ArtifactBlob) -> ArtifactBlob:
         """The blob row of these bytes: the one already here, or a new one once the archive's bytes are
         checked and stored the way every upload stores them (`services.save_blob`)."""
-        existing = ArtifactBlob.objects.filter(sha256=blob.sha256).first()
+        # Locked until the import commits, so the blob collector cannot take bytes no artifact holds
+        # yet before the restored artifacts hold them (services.collect_blob re-checks under this lock).
+        existing = ArtifactBlob.objects.select_for_update().filter(sha256=blob.sha256).first()
         if existing is not None:
             return existing
         with tempfile.TemporaryFile() as spool:

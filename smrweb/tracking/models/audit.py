@@ -14,7 +14,9 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True)
     actor_label = models.CharField(max_length=200)  # "alice", "token:ci-harness", "system"
     verb = models.CharField(max_length=100)
-    project = models.ForeignKey(Project, models.CASCADE, null=True, blank=True, related_name="audit_events")
+    # SET_NULL: a deleted project's trail survives (its slug is in `detail["project_slug"]` of its
+    # "project.deleted" row).
+    project = models.ForeignKey(Project, models.SET_NULL, null=True, blank=True, related_name="audit_events")
     object_type = models.CharField(max_length=100)
     object_id = models.CharField(max_length=200)
     detail = models.JSONField(default=dict, blank=True)

@@ -61,6 +61,17 @@ class Project(models.Model):
     git_repo_path = models.CharField(max_length=1000, blank=True)
     git_branch = models.CharField(max_length=200, blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+    # Archived: out of the overview, not polled, read-only until an admin restores it (docs/retention.md).
+    archived_at = models.DateTimeField(null=True, blank=True)
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Retention (beat's apply_retention, docs/retention.md): metric series of runs finished more than
+    # `retention_metric_days` ago are cut to `retention_keep_points` points per series (LTTB; null days:
+    # kept whole); archived runs are deleted `retention_archived_run_days` after archiving (null: never).
+    retention_metric_days = models.PositiveIntegerField(null=True, blank=True, default=90)
+    retention_keep_points = models.PositiveIntegerField(default=1000)
+    retention_archived_run_days = models.PositiveIntegerField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

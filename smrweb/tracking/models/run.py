@@ -93,6 +93,15 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )
     excluded_reason = models.TextField(blank=True)
+    # Archived: out of the default lists and read-only (nothing is ingested, reviewed, rolled back or
+    # steered) until restored; its scores still count (exclusion is the tool for numbers). See
+    # docs/retention.md.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Retention replaced these metric series by a downsampled copy: key -> {"kept": n, "of": n before}.
+    metrics_downsampled = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_progress_at = models.DateTimeField(default=timezone.now)
@@ -124,6 +133,10 @@ class Run(models.Model):
     def name(self) -> str:
         """What to call the run: its display name, else its external id."""
         return self.display_name or self.external_id
+
+    @property
+    def is_archived(self) -> bool:
+        return self.archived_at is not None or self.project.archived_at is not None
 
     @property
     def is_terminal(self) -> bool:

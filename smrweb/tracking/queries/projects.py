@@ -181,6 +181,7 @@ def run_condition_counts(project: Project) -> dict[str, int]:
         failed=Count("id", filter=Q(state="failed")),
         abandoned=Count("id", filter=Q(state="abandoned")),
         over_budget=Count("id", filter=budget.over_budget()),
+        archived=Count("id", filter=Q(archived_at__isnull=False)),  # hidden from the table unless asked
     )
 
 

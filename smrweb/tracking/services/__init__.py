@@ -28,9 +28,20 @@ from smrweb.tracking.services.annotations import (  # noqa: F401
     set_tag,
     update_run_labels,
 )
+from smrweb.tracking.services.archive import (  # noqa: F401
+    archive_project,
+    archive_refusal,
+    archive_role,
+    archive_run,
+    check_writable,
+    may_archive,
+    restore_project,
+    restore_run,
+)
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
     artifact_storage,
+    collect_blob,
     collect_unreferenced_blobs,
     open_blob,
     project_storage_bytes,
@@ -54,7 +65,14 @@ from smrweb.tracking.services.control import (  # noqa: F401
     steer_refusal,
 )
 from smrweb.tracking.services.deletion import (  # noqa: F401
+    DeletionSummary,
+    confirmation_word,
     delete_event_rows,
+    delete_project,
+    delete_run,
+    deletion_refusal,
+    deletion_summary,
+    may_delete,
 )
 from smrweb.tracking.services.ingest import (  # noqa: F401
     IngestResult,
@@ -96,6 +114,13 @@ from smrweb.tracking.services.projects import (  # noqa: F401
     may_create_projects,
     set_source_backend,
     update_project,
+)
+from smrweb.tracking.services.retention import (  # noqa: F401
+    RetentionReport,
+    apply_all_retention,
+    apply_retention,
+    check_retention,
+    update_retention,
 )
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,

@@ -34,6 +34,7 @@ from smrweb.tracking.models import (
     Submission,
     blob_storage_name,
 )
+from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.runs import _check_run_id, _locked_run
 
@@ -43,25 +44,42 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 def collect_unreferenced_blobs(blobs=None, *, older_than: timedelta = timedelta(0)) -> int:
     """Delete blobs no artifact holds (rows, then bytes), created more than `older_than` ago: an upload
-    stores its blob a moment before the artifact row that holds it, so the periodic sweep waits."""
+    stores its blob a moment before the artifact row that holds it, so the periodic sweep waits.
+    Each blob is decided on its own under its row lock (`collect_blob`), so an upload of the same bytes
+    at the same moment either keeps it or stores it again (`store_artifact`)."""
     blobs = ArtifactBlob.objects.all() if blobs is None else blobs
-    candidates = blobs.filter(created__lt=timezone.now() - older_than).exclude(
-        pk__in=Artifact.objects.values("blob_id")
+    candidates = list(
+        blobs.filter(created__lt=timezone.now() - older_than)
+        .exclude(pk__in=Artifact.objects.values("blob_id"))
+        .values_list("pk", flat=True)
     )
-    removed = 0
-    for blob in candidates.iterator():
-        with transaction.atomic():
-            # Deleted only if still unheld at this moment (an upload of the same bytes may just have taken
-            # it).
-            gone, _ = (
-                ArtifactBlob.objects.filter(pk=blob.pk)
-                .exclude(pk__in=Artifact.objects.values("blob_id"))
-                .delete()
-            )
-        if gone:
-            artifact_storage().delete(blob.storage_name)
-            removed += 1
-    return removed
+    return sum(collect_blob(pk) for pk in candidates)
+
+
+def collect_blob(pk: int) -> bool:
+    """Delete one blob if no artifact holds it at this moment: its row is locked and the references are
+    counted again inside the transaction (an upload that took it first wins; one that comes later finds
+    the row gone and stores the bytes again under a new name). The bytes go after the commit."""
+    with transaction.atomic():
+        blob = ArtifactBlob.objects.select_for_update().filter(pk=pk).first()
+        if blob is None or Artifact.objects.filter(blob_id=pk).exists():
+            return False
+        name = blob.storage_name
+        blob.delete()
+    artifact_storage().delete(name)
+    return True
+
+
+def _held_blob(sha256: str, size: int, readable: IO[bytes]) -> ArtifactBlob:
+    """The blob row for these bytes, locked until the caller's transaction ends (call inside one), so
+    the collector cannot take it before the artifact that holds it commits; stored again when the
+    collector took it after `save_blob` found it (a run holding the same bytes was deleted meanwhile)."""
+    blob = ArtifactBlob.objects.select_for_update().filter(sha256=sha256).first()
+    if blob is None:
+        readable.seek(0)
+        blob, _ = save_blob(sha256, size, readable)
+        blob = ArtifactBlob.objects.select_for_update().get(pk=blob.pk)
+    return blob
 
 
 def project_storage_bytes(project: Project) -> int:
@@ -139,23 +157,31 @@ def store_artifact(
                 f"The upload's sha256 is {sha256}, not {claimed_sha256.lower()}; nothing was stored."
             )
         _check_quota(project, sha256, size)
-        blob, _ = save_blob(sha256, size, readable)
-    with transaction.atomic():
-        run = _locked_run(project, run_external_id, timezone.now())
-        artifact, created = Artifact.objects.get_or_create(
-            run=run,
-            path=path,
-            blob=blob,
-            commit=commit,
-            defaults={"kind": kind, "content_type": content_type},
-        )
-        if created:
-            _link_waiting_submissions(run, artifact)
-            run.last_progress_at, run.stalled_since = timezone.now(), None
-            run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
-            record_audit(
-                by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size
-            )
+        check_writable(project, Run.objects.filter(project=project, external_id=run_external_id).first())
+        save_blob(sha256, size, readable)
+        with transaction.atomic():
+            run = _locked_run(project, run_external_id, timezone.now())
+            blob = _held_blob(sha256, size, readable)
+            artifact, created = _record_artifact(run, path, blob, commit, kind, content_type)
+            if created:
+                run.last_progress_at, run.stalled_since = timezone.now(), None
+                run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
+                record_audit(
+                    by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size
+                )
+    return artifact, created
+
+
+def _record_artifact(run, path, blob, commit, kind, content_type) -> tuple[Artifact, bool]:
+    artifact, created = Artifact.objects.get_or_create(
+        run=run,
+        path=path,
+        blob=blob,
+        commit=commit,
+        defaults={"kind": kind, "content_type": content_type},
+    )
+    if created:
+        _link_waiting_submissions(run, artifact)
     return artifact, created
 
 
@@ -241,19 +267,15 @@ def store_known_artifact(
 
     Returns None when the bytes are not known yet, so the caller pulls them once.
     """
-    blob = ArtifactBlob.objects.filter(sha256=sha256).first()
-    if blob is None:
+    if not ArtifactBlob.objects.filter(sha256=sha256).exists():
         return None
     with transaction.atomic():
         run = _locked_run(project, run_external_id, timezone.now())
-        artifact, created = Artifact.objects.get_or_create(
-            run=run,
-            path=path,
-            blob=blob,
-            commit=commit,
-            defaults={"kind": kind, "content_type": content_type[:200]},
-        )
+        # Locked so the collector cannot take it before this artifact commits; gone: pull the bytes.
+        blob = ArtifactBlob.objects.select_for_update().filter(sha256=sha256).first()
+        if blob is None:
+            return None
+        artifact, created = _record_artifact(run, path, blob, commit, kind, content_type[:200])
         if created:
-            _link_waiting_submissions(run, artifact)
             run.save(update_fields=["updated"])  # the run page shows its artifacts: a new version to poll
     return artifact

@@ -56,6 +56,8 @@ STEER_EFFECTS = {
 
 def steer_refusal(project) -> str:
     """Why runs of this project cannot be steered at all ("" when they can)."""
+    if project.archived_at is not None:
+        return f"Project {project.slug} is archived: it is read-only until an admin restores it."
     if project.source == SourceKind.GIT:
         return (
             "Git workspace projects cannot be steered: smrweb reads the agent's branch and has no way to "

@@ -33,6 +33,7 @@ from smrweb.tracking.models import (
     Submission,
 )
 from smrweb.tracking.services import record_audit
+from smrweb.tracking.services.archive import check_writable
 
 R = RollbackStatus
 
@@ -67,6 +68,8 @@ ROLLBACK_EFFECTS = {
 
 def rollback_refusal(project) -> str:
     """Why this project cannot roll back at all ("" when it can)."""
+    if project.archived_at is not None:
+        return f"Project {project.slug} is archived: it is read-only until an admin restores it."
     if project.source not in ROLLBACK_EFFECTS:
         return f"{project.get_source_display()} projects cannot roll back."
     if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
@@ -112,6 +115,7 @@ def request_rollback(
         )
     if refusal := rollback_refusal(project):
         raise RollbackRefused(refusal)
+    check_writable(project, run)
     reason = (reason or "").strip() or "rolled back from the dashboard"
     try:
         with transaction.atomic():

@@ -34,6 +34,7 @@ from smrweb.tracking.models import (
     Submission,
     TurnKind,
 )
+from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.launches import link_new_run
 
@@ -53,8 +54,10 @@ def _check_run_id(external_id: str) -> None:
 def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run:
     """Get or create the run and lock its row for this transaction (one writer per run at a time)."""
     _check_run_id(external_id)
+    check_writable(project)  # an archived project takes nothing new, a new run neither
     run = Run.objects.select_for_update().filter(project=project, external_id=external_id).first()
     if run is not None:
+        check_writable(project, run)
         return run
     try:
         with transaction.atomic():  # savepoint: a concurrent creator may win the unique constraint

@@ -249,7 +249,7 @@ def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> l
         source_health(project)
     claimed = []
     for pk in SourceHealth.objects.filter(
-        project__source__in=POLLED_SOURCES, next_attempt_at__lte=now
+        project__source__in=POLLED_SOURCES, project__archived_at__isnull=True, next_attempt_at__lte=now
     ).values_list("project_id", flat=True):
         if SourceHealth.objects.filter(project_id=pk, next_attempt_at__lte=now).update(
             next_attempt_at=now + timedelta(seconds=hold_seconds)

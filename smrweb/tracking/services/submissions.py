@@ -34,6 +34,7 @@ from smrweb.tracking.models import (
     VerificationOutcome,
 )
 from smrweb.tracking.services import recompute_scores, record_audit
+from smrweb.tracking.services.archive import check_writable
 
 S = SubmissionStatus
 
@@ -147,6 +148,7 @@ def _touch_run(run, *, rescore: bool) -> None:
 def _require(submission: Submission, user: Any, role: str, action: str) -> None:
     if not submission.project.allows(user, role):
         raise NotAllowed(f"To {action} you need the {role} role in {submission.project.slug}.")
+    check_writable(submission.project, submission.run)  # an archived run's submissions are read-only
 
 
 # --- verification ---------------------------------------------------------------------------------
