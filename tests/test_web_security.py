@@ -580,6 +580,9 @@ POST_FORMS = {
     "dashboard/partials/review_panel.html": 3,
     "dashboard/partials/run_close.html": 1,  # close a silent run as abandoned
     "dashboard/partials/run_steer.html": 2,  # pause/resume; a runtime message (both also hx-post)
+    "dashboard/confirm_delete.html": 1,  # delete a run or a project (typed confirmation)
+    "dashboard/partials/run_archive.html": 1,  # archive / restore a finished run
+    "dashboard/project_retention.html": 2,  # the retention policy; archive / restore the project
 }
 
 
