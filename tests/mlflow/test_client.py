@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 def test_a_run_logged_with_the_mlflow_client_reads_back_the_same_in_smrweb(tracking, api, project, tmp_path):
     import mlflow
-    from mlflow.entities import Metric, Param, RunTag as MlflowTag
+    from mlflow.entities import Metric, Param
+    from mlflow.entities import RunTag as MlflowTag
     from mlflow.tracking import MlflowClient
 
     experiment = mlflow.set_experiment("hill")
@@ -88,7 +89,10 @@ def test_a_run_logged_with_the_mlflow_client_reads_back_the_same_in_smrweb(track
         "loss",
     ]
     artifacts = api.get(f"/api/v1/projects/hill/runs/{run_id}/artifacts").json()
-    assert sorted((a["path"], a["size"]) for a in artifacts) == [("notes/readme.txt", 23), ("weights.txt", 16)]
+    assert sorted((a["path"], a["size"]) for a in artifacts) == [
+        ("notes/readme.txt", 23),
+        ("weights.txt", 16),
+    ]
     listing = api.get("/api/v1/projects/hill/runs", {"param": "lr=0.01"}).json()
     assert [r["external_id"] for r in listing["results"]] == [run_id]
     assert api.get("/api/v1/projects/hill/runs", {"param": "lr=0.1"}).json()["results"] == []
@@ -126,7 +130,9 @@ def test_the_client_hears_mlflow_errors(tracking, project, other_project):
         mlflow.log_param("lr", "0.01")
         with pytest.raises(MlflowException) as changed:
             mlflow.log_param("lr", "0.02")
-        assert changed.value.error_code == "INVALID_PARAMETER_VALUE" and "cannot change" in changed.value.message
+        assert (
+            changed.value.error_code == "INVALID_PARAMETER_VALUE" and "cannot change" in changed.value.message
+        )
         with pytest.raises(MlflowException) as nan:
             mlflow.log_metric("loss", float("nan"))
         assert nan.value.error_code == "INVALID_PARAMETER_VALUE" and "finite" in nan.value.message
