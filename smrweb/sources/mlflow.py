@@ -598,7 +598,11 @@ def _attribute_filter(runs: QuerySet[Run], clause: Clause) -> QuerySet[Run]:
             return runs.exclude(state__in=states)
         raise invalid("status is compared with =, !=, IN or NOT IN.")
     if name == "run_name":  # the display name, or the external id where it has none
-        matching = [r.pk for r in runs.only("pk", "display_name", "external_id") if _matches(r.name, clause)]
+        matching = [
+            pk
+            for pk, shown, ext in runs.values_list("pk", "display_name", "external_id")
+            if _matches(shown or ext, clause)
+        ]
         return runs.filter(pk__in=matching)
     return _narrow(runs, _ATTRIBUTES[name], Clause(clause.entity, name, clause.op, _text(clause.value)))
 
