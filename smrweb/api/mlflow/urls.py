@@ -1,6 +1,6 @@
 """/mlflow/…: MLflow's REST paths (MLFLOW_TRACKING_URI=http://host/mlflow)."""
 
-from django.urls import path, re_path
+from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from smrweb.api.mlflow import views
@@ -35,5 +35,5 @@ urlpatterns = [
         ingest(views.ArtifactFile.as_view()),
         name="artifact-file",
     ),
-    re_path(r"^(?P<rest>.*)$", csrf_exempt(views.not_found), name="not-found"),
+    path("<path:rest>", csrf_exempt(views.not_found), name="not-found"),
 ]

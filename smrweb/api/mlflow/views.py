@@ -63,7 +63,8 @@ class MlflowView(APIView):
             )[:2]
         )
         if not runs:
-            raise MlflowError("RESOURCE_DOES_NOT_EXIST", f"Run with id={run_id[:200]!r} not found.")
+            # (the id is not echoed: an answer to someone who may not see the run says nothing of it)
+            raise MlflowError("RESOURCE_DOES_NOT_EXIST", "No run with this id is visible to this caller.")
         if len(runs) > 1:
             raise invalid(f"Run id {run_id!r} names runs in several projects; use a project token.")
         run = runs[0]
