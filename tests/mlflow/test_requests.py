@@ -283,3 +283,20 @@ def test_artifact_uploads_are_content_addressed_and_checked(api, project, run_id
         "/mlflow/api/2.0/mlflow-artifacts/artifacts", {"path": f"{project.pk}/{run_id}/artifacts"}
     ).json()
     assert listing == {"files": [{"path": "copy", "is_dir": True}, {"path": "model", "is_dir": True}]}
+
+
+def test_params_show_on_the_run_page_and_filter_the_project_page(api, client_alice, project, run_id):
+    other = post(api, "runs/create", {"experiment_id": str(project.pk), "run_name": "other-run"})[1]
+    post(api, "runs/log-batch", {"run_id": run_id, "params": [{"key": "learning rate", "value": "0.1"}]})
+    post(
+        api,
+        "runs/log-batch",
+        {"run_id": other["run"]["info"]["run_id"], "params": [{"key": "learning rate", "value": "0.2"}]},
+    )
+    page = client_alice.get(f"/projects/hill/runs/{run_id}/").content.decode()
+    assert 'id="run-params"' in page and "<dt>learning rate</dt>" in page
+    assert "?param=learning%20rate%3D0.1" in page
+    listing = client_alice.get("/projects/hill/", {"param": "learning rate=0.1"}).content.decode()
+    assert run_id in listing and "other-run" not in listing and "data-active-params" in listing
+    bare = client_alice.get(f"/projects/hill/runs/{other['run']['info']['run_id']}/").content.decode()
+    assert "<dt>learning rate</dt>" in bare

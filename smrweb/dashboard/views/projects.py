@@ -62,6 +62,10 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "q": (data.get("q") or "").strip(),
         "tags": data.get("tag") or [],
         "tag_links": [{"tag": t, "without": _without_value(params, "tag", t)} for t in data.get("tag") or []],
+        "params": data.get("param") or [],
+        "param_links": [
+            {"param": p, "without": _without_value(params, "param", p)} for p in data.get("param") or []
+        ],
         "sort": sort,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
