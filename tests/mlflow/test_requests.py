@@ -300,3 +300,12 @@ def test_params_show_on_the_run_page_and_filter_the_project_page(api, client_ali
     assert run_id in listing and "other-run" not in listing and "data-active-params" in listing
     bare = client_alice.get(f"/projects/hill/runs/{other['run']['info']['run_id']}/").content.decode()
     assert "<dt>learning rate</dt>" in bare
+
+
+def test_an_oversized_artifact_is_refused_before_anything_is_stored(api, project, run_id, settings):
+    settings.SMRWEB_MAX_ARTIFACT_BYTES = 10
+    url = f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{project.pk}/{run_id}/artifacts/big.bin"
+    response = api.put(url, data=b"x" * 11, content_type="application/octet-stream")
+    assert response.status_code == 400 and response.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert "limited to 10 bytes" in response.json()["message"]
+    assert not Run.objects.get(external_id=run_id).artifacts.exists()

@@ -8,12 +8,14 @@ import io
 import json
 from typing import Any
 
+from django.conf import settings
 from django.http import FileResponse, JsonResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.views import APIView
 
 from smrweb.api.access import actor_of, project_for, visible_projects
 from smrweb.api.mlflow.errors import as_mlflow_error, mlflow_error
+from smrweb.core import ratelimits
 from smrweb.sources import mlflow
 from smrweb.sources.mlflow import MlflowError, invalid
 from smrweb.tracking import services
@@ -257,6 +259,17 @@ class ArtifactFile(ArtifactList):
     def put(self, request, path: str):
         experiment_id, run_id, inner = mlflow.split_artifact_path(path)
         run = self.artifact_run(request, experiment_id, run_id, Role.ADMIN)
+        limited = ratelimits.hit(
+            request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE, keys=[ratelimits.by_principal]
+        )
+        if limited:  # before the body is read, as for the API's uploads (the client retries a 429)
+            response = mlflow_error(429, "REQUEST_LIMIT_EXCEEDED", limited.message)
+            response["Retry-After"] = str(limited.retry_after)
+            return response
+        if int(request.META.get("CONTENT_LENGTH") or 0) > settings.SMRWEB_MAX_ARTIFACT_BYTES:
+            raise invalid(
+                f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes; nothing was stored."
+            )
         content = request.stream or io.BytesIO()
         mlflow.store_artifact(
             run, inner, content, content_type=request.content_type or "", by=actor_of(request)
