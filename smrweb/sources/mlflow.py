@@ -21,7 +21,7 @@ import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 from django.db import transaction
@@ -137,14 +137,19 @@ def run_id_of(body: dict) -> str:
     return text_field(body, "run_id", required=False) or text_field(body, "run_uuid")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
 def _ms(dt: datetime | None) -> int | None:
-    return None if dt is None else int(dt.timestamp() * 1000)
+    """Milliseconds since 1970, in integers (a float round trip can lose the last millisecond)."""
+    return None if dt is None else (dt - _EPOCH) // _MS
 
 
 def _iso(ms: int) -> str:
     if not 0 <= ms <= 253_370_764_800_000:  # 1970 … 9999
         raise invalid(f"Invalid timestamp {ms}: expected milliseconds since 1970 before the year 9999.")
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+    return (_EPOCH + ms * _MS).isoformat().replace("+00:00", "Z")
 
 
 # --- experiments -----------------------------------------------------------------------------------------

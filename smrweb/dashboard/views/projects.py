@@ -69,6 +69,9 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "sort": sort,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
+    filters["narrowed"] = any(
+        filters[k] for k in ("state", "stalled", "failed", "over_budget", "q", "tags", "params")
+    )
     return sort_runs(filterset.qs, sort), filters
 
 
