@@ -159,3 +159,23 @@ def test_the_score_metric_becomes_a_submission_and_retries_write_nothing_twice(t
     run.refresh_from_db()
     assert (run.best_score, run.latest_score, run.score_count) == (0.57, 0.57, 2)
     assert not RunTag.objects.filter(run=run, key="mlflow.runName").exists()  # the display name holds it
+
+
+def test_nested_runs_log_dict_and_fluent_search(tracking, project):
+    import mlflow
+
+    mlflow.set_experiment("hill")
+    with mlflow.start_run(run_name="parent") as parent:
+        with mlflow.start_run(run_name="child", nested=True) as child:
+            mlflow.log_dict({"layers": [64, 32]}, "config/model.json")
+            mlflow.log_metric("loss", 0.3)
+    assert mlflow.artifacts.load_dict(f"runs:/{child.info.run_id}/config/model.json") == {"layers": [64, 32]}
+    found = mlflow.search_runs(
+        experiment_names=["hill"],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        output_format="list",
+    )
+    assert [r.info.run_name for r in found] == ["child"]
+    assert {
+        r.info.status for r in mlflow.search_runs(experiment_ids=[str(project.pk)], output_format="list")
+    } == {"FINISHED"}
