@@ -19,6 +19,10 @@ loaded outside the timed ingest). After each smrweb round the data is checked ex
 is all duplicates, the read API counts every point once).
 
     .venv/bin/python bench/ingest_vs_mlflow.py [--quick] [--repeat 3] [--append]
+
+`--client` measures instead what a harness that logs with MLflow sees: the same `MlflowClient.log_batch`
+calls (the real client of the test lock, 1,000 metrics a call) into the MLflow server of (a) and into
+smrweb's MLflow-compatible API (`/mlflow`, gunicorn as in (b), SQLite), side by side, and reports the ratio.
 """
 
 from __future__ import annotations
@@ -361,6 +365,100 @@ def smrweb_round(
         server.close()
 
 
+# --- (e) the MLflow client into both ----------------------------------------------------------------
+
+
+CLIENT_SCRIPT = r"""
+import json, sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+spec = json.load(sys.stdin)
+client = MlflowClient(spec["uri"])
+experiment = spec["experiment"]
+if experiment is None:
+    experiment = client.create_experiment("bench")
+runs = {name: client.create_run(experiment, run_name=name).info.run_id for name in spec["data"]}
+batches = [
+    (runs[name], [Metric(k, v, ts, step) for k, step, v, ts in points[i : i + spec["batch"]]])
+    for name, points in spec["data"].items()
+    for i in range(0, len(points), spec["batch"])
+]
+start = time.perf_counter()
+for run_id, metrics in batches:
+    client.log_batch(run_id, metrics=metrics)
+elapsed = time.perf_counter() - start
+again = client.get_metric_history(runs[next(iter(runs))], "metric_0")
+print(json.dumps({"ingest_s": elapsed, "requests": len(batches), "first_run_metric_0": len(again)}))
+"""
+
+
+def client_round(data: dict, workdir: Path) -> dict:
+    """`MlflowClient.log_batch` of the same points into the MLflow server and into smrweb's /mlflow, one
+    client process each (the real client, from this virtualenv), timed around the log_batch calls only."""
+    total = sum(len(p) for p in data.values())
+    out = {}
+    for system in ("mlflow", "smrweb"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+        if system == "mlflow":
+            server = MlflowServer(workdir)
+            uri, experiment = server.base, None
+        else:
+            server = SmrwebServer(workdir)
+            uri, experiment = f"{server.base}/mlflow", "0"  # the token's project: "bench"
+            env["MLFLOW_TRACKING_TOKEN"] = server.token
+        try:
+            spec = {"uri": uri, "experiment": experiment, "data": data, "batch": MLFLOW_BATCH}
+            done = subprocess.run(
+                [sys.executable, "-c", CLIENT_SCRIPT],
+                input=json.dumps(spec),
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=3600,
+            )
+        finally:
+            server.close()
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        first = next(iter(data.values()))
+        assert result["first_run_metric_0"] == sum(1 for p in first if p[0] == "metric_0"), result
+        result["points_per_s"] = total / result["ingest_s"]
+        out[system] = result
+    return out
+
+
+def client_section(rounds: list[dict], noise: str, n: int, args) -> str:
+    ml = [r["mlflow"]["points_per_s"] for r in rounds]
+    sw = [r["smrweb"]["points_per_s"] for r in rounds]
+    ratio = [s / m for s, m in zip(sw, ml)]
+    return (
+        "\n".join(
+            [
+                f"## `mlflow.log_batch` into smrweb vs into an MLflow server ({date.today().isoformat()})",
+                "",
+                f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept "
+                f"{noise} busy while measuring.",
+                f"Command: `{command_line()}`: {len(rounds)} repetition(s), fresh databases each; "
+                f"{n:,} points = {args.runs} runs × {args.keys} keys × {args.steps:,} steps, sent by the "
+                f"real MLflow client (`MlflowClient.log_batch`, {MLFLOW_BATCH:,} metrics a call, one "
+                f"process per system) into MLflow {mlflow_version()} (`mlflow server`, SQLite, 1 worker) "
+                "and into smrweb's `/mlflow` (gunicorn 1 worker 1 thread, SQLite, a project token); timed "
+                "around the log_batch calls only; after each, the first run's `metric_0` history is read "
+                "back whole through the same client.",
+                "",
+                "| system | points/s |",
+                "| --- | --- |",
+                f"| MLflow server | {spread(ml)} |",
+                f"| smrweb /mlflow | {spread(sw)} |",
+                f"| **smrweb / MLflow** | {spread(ratio, '{:.2f}×')} |",
+            ]
+        )
+        + "\n"
+    )
+
+
 # --- (b') smrweb on PostgreSQL --------------------------------------------------------------------
 
 
@@ -565,9 +663,14 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
     parser.add_argument("--append", action="store_true", help="append a dated section to docs/benchmarks.md")
     parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL column")
+    parser.add_argument(
+        "--client", action="store_true", help="MlflowClient.log_batch into MLflow vs into smrweb's /mlflow"
+    )
     args = parser.parse_args()
     if args.quick:
         args.steps, args.long, args.repeat = 400, 20_000, 1
+    if args.client:
+        return main_client(args)
 
     ensure_mlflow()
     postgres = None if args.no_pg else local_postgres()
@@ -602,6 +705,34 @@ def main() -> None:
         )
     noise = others_busy(cpu0, cpu_snapshot(children=True))
     text = section(args, rounds, noise, n, args.long)
+    print(text)
+    if args.append:
+        with open(ROOT / "docs" / "benchmarks.md", "a") as f:
+            f.write("\n" + text)
+        print("appended to docs/benchmarks.md", file=sys.stderr)
+
+
+def main_client(args) -> None:
+    ensure_mlflow()
+    data = make_points(args.runs, args.keys, args.steps)
+    n = sum(len(p) for p in data.values())
+    rounds = []
+    cpu0 = cpu_snapshot(children=True)
+    for i in range(args.repeat):
+        workdir = Path(tempfile.mkdtemp(prefix="smrweb-mlflow-client-"))
+        try:
+            result = client_round(data, workdir)
+        finally:
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+        rounds.append(result)
+        print(
+            f"round {i + 1}: MLflow {result['mlflow']['points_per_s']:,.0f}/s, "
+            f"smrweb /mlflow {result['smrweb']['points_per_s']:,.0f}/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    text = client_section(rounds, others_busy(cpu0, cpu_snapshot(children=True)), n, args)
     print(text)
     if args.append:
         with open(ROOT / "docs" / "benchmarks.md", "a") as f:

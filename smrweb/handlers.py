@@ -6,6 +6,7 @@ from django.views.defaults import bad_request as html_bad_request
 from django.views.defaults import permission_denied as html_permission_denied
 
 from smrweb.api.errors import json_error
+from smrweb.api.mlflow.errors import mlflow_error
 
 
 def not_found(request, exception=None):
@@ -15,6 +16,8 @@ def not_found(request, exception=None):
 
 
 def server_error(request):
+    if request.path.startswith("/mlflow/"):  # the MLflow client reads its own error shape
+        return mlflow_error(500, "INTERNAL_ERROR", "The server failed; the error was logged.")
     if request.path.startswith("/api/"):
         return json_error(500, "server_error", "The server failed; the error was logged.")
     return render(request, "500.html", status=500)

@@ -37,6 +37,7 @@ urlpatterns = [
     # OTLP/HTTP's own path
     path("v1/traces", opsmetrics.counted_ingest("otlp")(otlp.Traces.as_view()), name="otlp-traces"),
     path("metrics", opsmetrics.metrics, name="metrics"),  # Prometheus (operators, not project members)
+    path("mlflow/", include("smrweb.api.mlflow.urls")),  # MLflow's tracking API (docs/integrations.md)
     path("", include("smrweb.dashboard.urls")),
 ]
 

@@ -84,6 +84,7 @@ from smrweb.tracking.models import (
     RunControl,
     RunLaunch,
     RunNote,
+    RunParam,
     RunSnooze,
     RunTag,
     Scenario,
@@ -332,6 +333,7 @@ def build_world() -> World:
     # Well formed, no such id.
     unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"
     ids = {
+        "hill": hill.pk,
         "run": RUN,
         "scenario": SCENARIO_KEY,
         "cand": cand.pk,
@@ -559,7 +561,7 @@ class Row:
 
     @property
     def api(self) -> bool:
-        return self.path.startswith("/api/")
+        return self.path.startswith(("/api/", "/mlflow/"))
 
     def answers(self) -> dict[str, str]:
         codes = self.expect.split()
@@ -1673,6 +1675,176 @@ ROWS = [
         data={"resourceSpans": []},
         json=True,
     ),
+    # --- MLflow's tracking API (/mlflow: sessions by role, viewer to read and admin to write, as for events;
+    # a token within its project, where another project's token finds nothing; errors in MLflow's shape)
+    Row(
+        "mlflow experiment by name",
+        "GET",
+        "/mlflow/api/2.0/mlflow/experiments/get-by-name?experiment_name=hill",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "mlflow experiment",
+        "GET",
+        "/mlflow/api/2.0/mlflow/experiments/get?experiment_id={hill}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "mlflow experiments: search",
+        "POST",
+        "/mlflow/api/2.0/mlflow/experiments/search",
+        "LOGIN EMPTY ALLOW ALLOW ALLOW ALLOW EMPTY LOGIN",
+        marker=PROJECT_NAME,
+        data={"max_results": 100},
+        json=True,
+    ),
+    Row(
+        "mlflow experiments: create (projects are made in smrweb)",
+        "POST",
+        "/mlflow/api/2.0/mlflow/experiments/create",
+        "LOGIN DENY  DENY  DENY  DENY  DENY  DENY  LOGIN",
+        data={"name": "matrix-new"},
+        json=True,
+    ),
+    Row(
+        "mlflow run: create",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/create",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data=lambda ids: {"experiment_id": str(ids["hill"])},
+        json=True,
+        effect=count(Run, project__slug="hill"),
+    ),
+    Row(
+        "mlflow run",
+        "GET",
+        f"/mlflow/api/2.0/mlflow/runs/get?run_id={RUN}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "mlflow run: update",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/update",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"run_id": RUN, "status": "KILLED"},
+        json=True,
+        effect=run_field("state"),
+    ),
+    Row(
+        "mlflow run: log metric",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/log-metric",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"run_id": RUN, "key": "loss", "value": 0.25, "timestamp": 1_700_000_000_000, "step": 7},
+        json=True,
+        effect=count(MetricPoint, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow run: log param",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/log-parameter",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"run_id": RUN, "key": "lr", "value": "0.01"},
+        json=True,
+        effect=count(RunParam, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow run: set tag",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/set-tag",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"run_id": RUN, "key": "mlflow.source.type", "value": "LOCAL"},
+        json=True,
+        effect=count(RunTag, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow run: delete tag",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/delete-tag",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"run_id": RUN, "key": TAG_KEY},
+        json=True,
+        effect=count(RunTag, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow run: log batch",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/log-batch",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={
+            "run_id": RUN,
+            "metrics": [{"key": "acc", "value": 0.5, "timestamp": 1_700_000_000_000, "step": 1}],
+            "params": [{"key": "layers", "value": "4"}],
+        },
+        json=True,
+        effect=count(RunParam, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow runs: search",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/search",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=RUN,
+        data=lambda ids: {"experiment_ids": [str(ids["hill"])]},
+        json=True,
+    ),
+    Row(
+        "mlflow logged models: search (none kept)",
+        "POST",
+        "/mlflow/api/2.0/mlflow/logged-models/search",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker="models",
+        data=lambda ids: {"experiment_ids": [str(ids["hill"])]},
+        json=True,
+    ),
+    Row(
+        "mlflow metric history",
+        "GET",
+        f"/mlflow/api/2.0/mlflow/metrics/get-history?run_id={RUN}&metric_key=loss",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker='"loss"',
+    ),
+    Row(
+        "mlflow server info (no project data)",
+        "GET",
+        "/mlflow/api/3.0/mlflow/server-info",
+        "LOGIN ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW LOGIN",
+        marker="multipart_uploads_enabled",
+    ),
+    Row(
+        "mlflow artifacts: list",
+        "GET",
+        f"/mlflow/api/2.0/mlflow-artifacts/artifacts?path={{hill}}/{RUN}/artifacts/submission",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=ARTIFACT_PATH.split("/")[-1],
+    ),
+    Row(
+        "mlflow artifact: download",
+        "GET",
+        f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{{hill}}/{RUN}/artifacts/{ARTIFACT_PATH}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker=ARTIFACT_BYTES.decode(),
+    ),
+    Row(
+        "mlflow artifact: upload",
+        "PUT",
+        f"/mlflow/api/2.0/mlflow-artifacts/artifacts/{{hill}}/{RUN}/artifacts/matrix/upload.json",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW HIDE  LOGIN",
+        data={"matrix": "upload"},
+        json=True,
+        effect=count(Artifact, run__external_id=RUN),
+    ),
+    Row(
+        "mlflow: an endpoint smrweb does not offer",
+        "POST",
+        "/mlflow/api/2.0/mlflow/runs/delete",
+        "404   404   404   404   404   404   404   404",
+        data={"run_id": RUN},
+        json=True,
+    ),
     # --- REST API (sessions act by role; a project token acts within its project and cannot review)
     # ------------------
     Row(
@@ -2458,7 +2630,10 @@ def check_cell(
             shape = set(json.loads(body))
         except ValueError:
             shape = None
-        if shape != {"code", "message", "errors"}:
+        wanted_shape = (
+            {"error_code", "message"} if row.path.startswith("/mlflow/") else {"code", "message", "errors"}
+        )
+        if shape != wanted_shape:
             problems.append(f"the API error is not the JSON error shape: {body[:120]!r}")
     return [f"{who:8} expected {expected:6} got {status}: {p}" for p in problems]
 

@@ -360,6 +360,12 @@ class RunTagAdmin(AnnotationAdmin):
     search_fields = ["key", "value"]
 
 
+@admin.register(m.RunParam)
+class RunParamAdmin(AnnotationAdmin):  # logged by the harness (MLflow's params), immutable: shown only
+    list_display = ["run", "key", "value", "created"]
+    search_fields = ["key", "value"]
+
+
 @admin.register(m.RunNote)
 class RunNoteAdmin(AnnotationAdmin):
     list_display = ["run", "edited_by", "updated"]

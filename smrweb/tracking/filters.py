@@ -14,12 +14,14 @@ from smrweb.tracking.models import (
     TERMINAL_STATES,
     AgentTurn,
     Run,
+    RunParam,
     RunState,
     RunTag,
     Submission,
     parse_tag,
 )
 from smrweb.tracking.queries import budget
+from smrweb.tracking.services.params import check_param
 
 LIVE = "live"
 STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)
@@ -93,6 +95,39 @@ class TagFilter(django_filters.MultipleChoiceFilter):
     field_class = TagsField
 
 
+def parse_param(text: str) -> tuple[str, str | None]:
+    """`key` (any value) or `key=value`, as `?param=` reads a run's params (the value may hold "=")."""
+    key, sep, value = text.strip().partition("=")
+    key, _ = check_param(key.strip(), "")
+    return key, (value if sep else None)
+
+
+class ParamsField(TagsField):
+    """Every `?param=` of the query, each `key` or `key=value`."""
+
+    def validate(self, value) -> None:
+        for text in value:
+            try:
+                parse_param(text)
+            except InvalidInput as exc:
+                raise forms.ValidationError(exc.message) from None
+
+
+class ParamFilter(django_filters.MultipleChoiceFilter):
+    field_class = ParamsField
+
+
+def with_params(queryset, params: list[str]):
+    """The runs with every one of `params`: `key` (logged, any value) or `key=value` (exactly that value)."""
+    for text in params:
+        key, value = parse_param(text)
+        has = RunParam.objects.filter(
+            run=OuterRef("pk"), key=key, **({} if value is None else {"value": value})
+        )
+        queryset = queryset.filter(Exists(has))
+    return queryset
+
+
 def tagged(queryset, tags: list[str]):
     """The runs that carry every one of `tags`: `key` (any value) or `key=value` (exactly that value)."""
     for text in tags:
@@ -122,6 +157,11 @@ class RunFilter(django_filters.FilterSet):
         help_text="Runs tagged `key` (with any value) or `key=value` (exactly that value); repeat it for "
         "runs that carry every one of them (`?tag=baseline&tag=model=gpt-5`).",
     )
+    param = ParamFilter(
+        method="filter_param",
+        help_text="Runs with the param `key` logged (any value) or `key=value` (exactly that value; MLflow's "
+        "params); repeat it for runs with every one of them (`?param=lr=0.01&param=optimizer=adam`).",
+    )
     q = django_filters.CharFilter(
         method="filter_text",
         max_length=200,
@@ -139,7 +179,7 @@ class RunFilter(django_filters.FilterSet):
 
     class Meta:
         model = Run
-        fields = ["state", "stalled", "failed", "over_budget", "tag", "q", "sort"]
+        fields = ["state", "stalled", "failed", "over_budget", "tag", "param", "q", "sort"]
 
     def filter_state(self, queryset, name, values):
         if not values:
@@ -162,6 +202,9 @@ class RunFilter(django_filters.FilterSet):
 
     def filter_tag(self, queryset, name, value: list[str]):
         return tagged(queryset, value or [])
+
+    def filter_param(self, queryset, name, value: list[str]):
+        return with_params(queryset, value or [])
 
     def filter_sort(self, queryset, name, value):
         return sort_runs(queryset, value)

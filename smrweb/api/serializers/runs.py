@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from smrweb.api.serializers.annotations import TagSerializer
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import AgentTurn, Run, clean_text
+from smrweb.tracking.models import AgentTurn, Run, RunParam, clean_text
 from smrweb.tracking.services.annotations import DISPLAY_NAME_MAX
 
 
@@ -60,6 +60,12 @@ class SpendSerializer(SpendPartSerializer):
     )
 
 
+class ParamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunParam
+        fields = ["key", "value"]
+
+
 class RunFailureSerializer(serializers.Serializer):
     family = serializers.CharField()
     detail = serializers.CharField()
@@ -89,6 +95,9 @@ class RunSerializer(serializers.ModelSerializer):
     display_name = serializers.CharField(help_text="What people call the run; empty: its external id.")
     pinned = serializers.BooleanField(help_text="Pinned runs come first in the project's runs.")
     tags = TagSerializer(many=True, read_only=True, help_text="Labels (empty value) and key → value tags.")
+    params = ParamSerializer(
+        many=True, read_only=True, help_text="The run's params (MLflow's): key → value, each logged once."
+    )
     parent = serializers.CharField(
         source="parent.external_id",
         allow_null=True,
@@ -104,6 +113,7 @@ class RunSerializer(serializers.ModelSerializer):
             "display_name",
             "pinned",
             "tags",
+            "params",
             "state",
             "stalled",
             "stalled_since",

@@ -56,7 +56,7 @@ class RunList(ExportableList, generics.ListAPIView):
         return (
             Run.objects.filter(project=project)
             .select_related("project__scenario", "parent")
-            .prefetch_related("tags")
+            .prefetch_related("tags", "params")
             .order_by("-pinned", "-last_progress_at", "-id")
         )
 

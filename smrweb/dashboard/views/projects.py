@@ -71,10 +71,17 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "q": (data.get("q") or "").strip(),
         "tags": data.get("tag") or [],
         "tag_links": [{"tag": t, "without": _without_value(params, "tag", t)} for t in data.get("tag") or []],
+        "params": data.get("param") or [],
+        "param_links": [
+            {"param": p, "without": _without_value(params, "param", p)} for p in data.get("param") or []
+        ],
         "sort": sort,
         "archived": show_archived,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
+    filters["narrowed"] = any(
+        filters[k] for k in ("state", "stalled", "failed", "over_budget", "q", "tags", "params")
+    )
     return sort_runs(filterset.qs, sort), filters
 
 

@@ -37,6 +37,7 @@ from smrweb.tracking.models import (
     RunControl,
     RunLaunch,
     RunNote,
+    RunParam,
     RunSnooze,
     RunTag,
     RuntimeMessage,
@@ -159,6 +160,7 @@ TABLES: tuple[Table, ...] = (
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
     # What people wrote: project data like the knowledge entries, always carried.
     Table("run_tag", RunTag, _of_runs(RunTag)),
+    Table("run_param", RunParam, _of_runs(RunParam)),  # what the harness logged (MLflow params)
     Table("run_note", RunNote, _of_runs(RunNote)),
     Table("comment", Comment, _of_project(Comment), ref=True),
     Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),

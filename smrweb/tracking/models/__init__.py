@@ -74,6 +74,7 @@ from smrweb.tracking.models.run import (  # noqa: F401
     Experiment,
     MetricPoint,
     Run,
+    RunParam,
     RunState,
     RuntimeMessage,
     StateChange,

@@ -37,9 +37,10 @@ class RunTag(models.Model):
         return f"{self.key}={self.value}" if self.value else self.key
 
 
-# Tag keys are what MLflow allows but spaces (they are typed in filters and shown as chips): letters,
-# digits, _ - . / and :, starting with a letter, digit or underscore; "=" separates a key from its value.
-TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*\Z")
+# Tag keys are what MLflow allows (its client sends `mlflow.source.name`, people write "learning rate"):
+# letters, digits, _ - . / : and inner spaces, starting with a letter, digit or underscore; "=" separates a
+# key from its value where tags are typed (the tag box, `?tag=`).
+TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.:/ -]*[A-Za-z0-9_.:/-])?\Z")
 TAG_KEY_MAX = RunTag._meta.get_field("key").max_length  # 250, MLflow's
 TAG_VALUE_MAX = RunTag._meta.get_field("value").max_length  # 5000
 
@@ -65,8 +66,8 @@ def check_tag(key: Any, value: Any = "") -> tuple[str, str]:
     if not TAG_KEY_RE.match(key):
         raise InvalidInput(
             "key",
-            f"A tag key is 1 to {TAG_KEY_MAX} letters, digits and _ - . / :, starting with a letter, digit "
-            f"or underscore (not {key[:40]!r}).",
+            f"A tag key is 1 to {TAG_KEY_MAX} letters, digits, spaces and _ - . / :, starting with a letter, "
+            f"digit or underscore (not {key[:40]!r}).",
         )
     value = clean_text("value", "" if value is None else value, limit=TAG_VALUE_MAX)
     if "\n" in value or "\r" in value:

@@ -371,3 +371,23 @@ class RuntimeMessage(models.Model):
             models.UniqueConstraint(fields=["run", "event_id"], name="message_run_event_uniq"),
             models.UniqueConstraint(fields=["run", "seq"], name="message_run_seq_uniq"),
         ]
+
+
+class RunParam(models.Model):
+    """A run's parameter (MLflow's params): `key` → `value`, logged once. Like MLflow, a logged value never
+    changes: logging the same value again is a no-op, another value is refused."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="params")
+    key = models.CharField(max_length=250)
+    value = models.CharField(max_length=6000, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            # Also the runs filter's index: `?param=` asks, per run, for a key and value.
+            models.UniqueConstraint(fields=["run", "key"], name="runparam_run_key_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"

@@ -102,6 +102,10 @@ from smrweb.tracking.services.members import (  # noqa: F401
     remove_member,
     set_member,
 )
+from smrweb.tracking.services.params import (  # noqa: F401
+    check_param,
+    log_params,
+)
 from smrweb.tracking.services.projects import (  # noqa: F401
     GIT_BRANCH_RE,
     PROJECT_SETTINGS,
