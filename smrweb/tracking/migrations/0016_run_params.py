@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tracking", "0013_run_control_launch_abandoned"),
+        ("tracking", "0015_archive_retention"),
     ]
 
     operations = [
