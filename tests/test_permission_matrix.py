@@ -1850,6 +1850,10 @@ ROWS = [
     Row(
         "api health", "GET", "/api/v1/health", "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW", marker="ok"
     ),
+    # /metrics goes by network or scrape token, never by role: every caller here comes from loopback, the
+    # default allowed network (refusals from elsewhere, and the token: tests/test_opsmetrics.py). It names
+    # projects by slug and counts, never their names, runs or content.
+    Row("metrics scrape (loopback)", "GET", "/metrics", "ALLOW " * 8, marker="smrweb_broker_up"),
     # A scenario is seen by its projects' members and tokens (and staff), shared presets by everyone.
     Row(
         "api scenarios",
@@ -2528,8 +2532,6 @@ EXCLUDED = {
     "api/schema/": "the OpenAPI document: public by configuration (SERVE_PERMISSIONS AllowAny), no project "
     "data",
     "api/docs/": "Swagger UI for the schema: public, static, no project data",
-    "metrics": "the operators' Prometheus scrape: let in by SMRWEB_METRICS_TOKEN or network, never by a "
-    "project role (a signed-in admin from elsewhere is refused): tests/test_opsmetrics.py",
 }
 
 
