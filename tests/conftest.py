@@ -285,6 +285,18 @@ def mail_catcher():
     catcher.stop()
 
 
+@pytest.fixture
+def smtp(settings, mail_catcher):
+    """Django's mail goes to the real SMTP catcher (emptied first); links name https://smrweb.example."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", mail_catcher.port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    settings.SMRWEB_BASE_URL = "https://smrweb.example"
+    mail_catcher.messages.clear()
+    return mail_catcher
+
+
 WORKER_NAME = f"smrweb-test-{os.getpid()}@localhost"  # unique: other sessions' workers share the broker
 
 

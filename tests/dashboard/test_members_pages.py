@@ -23,17 +23,6 @@ User = get_user_model()
 MEMBERS = "/projects/hill/members/"
 
 
-@pytest.fixture
-def smtp(settings, mail_catcher):
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", mail_catcher.port
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
-    settings.SMRWEB_BASE_URL = "https://smrweb.example"
-    mail_catcher.messages.clear()
-    return mail_catcher
-
-
 def received(smtp, count: int) -> list:
     """The messages the SMTP server received, parsed (each has .to, .subject, .text and .link)."""
     out = []

@@ -75,16 +75,6 @@ def receiver():
         r.stop()
 
 
-@pytest.fixture
-def smtp(settings, mail_catcher):
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", mail_catcher.port
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
-    mail_catcher.messages.clear()
-    return mail_catcher
-
-
 @pytest.fixture(autouse=True)
 def quick_retries(settings):
     settings.SMRWEB_ALERT_RETRY_BASE_SECONDS = 0.5
@@ -118,7 +108,7 @@ def test_email_goes_through_a_real_smtp_server_once(project, alice, smtp):
     assert mail["Subject"] == "[smrweb] Hill climb: run r1 failed (oom)"
     assert mail["X-Smrweb-Trigger"] == "run.failed"
     text = mail.get_payload()
-    assert "CUDA out of memory" in text and "http://localhost:8000/projects/hill/runs/r1/" in text
+    assert "CUDA out of memory" in text and "https://smrweb.example/projects/hill/runs/r1/" in text
     n.refresh_from_db()
     assert n.status == N.SENT and n.attempts == 1 and n.sent_at is not None
 
