@@ -68,6 +68,8 @@ fuzz: install-test
 bench: install-test
 	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
 	$(BIN)/python bench/ingest_vs_mlflow.py --append
+	$(BIN)/python bench/ingest_vs_mlflow.py --client --repeat 2 --append
+	$(BIN)/python bench/retention.py --runs 200
 	$(BIN)/python bench/smr_poll.py --turns 100 1000 10000 --runs 100 300 1000 --cycles 3
 	$(BIN)/python bench/pages.py --append
 	$(BIN)/python bench/review.py --append
