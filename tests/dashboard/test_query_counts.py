@@ -172,14 +172,14 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "project poll, downgraded": ("/projects/hill/?q=downgraded", HX, 200, 26, grow_runs),
     "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
     # The page (not its poll) also reads the run's note and comments; page and poll read its tags and
-    # its lineage (parent and next runs, one query); 39: also the Steer card's requests.
-    "run page": ("/projects/hill/runs/r0/", {}, 200, 39, grow_turns),
+    # its lineage (parent and next runs, one query); 39: also the Steer card's requests; 40: the Params card.
+    "run page": ("/projects/hill/runs/r0/", {}, 200, 40, grow_turns),
     "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
     "run page, older turns": (
         "/projects/hill/runs/r0/?turns_page=2&artifacts_page=2",
         {},
         200,
-        39,
+        40,
         grow_turns,
     ),
     "run poll, older turns": ("/projects/hill/runs/r0/?turns_page=2", HX, 200, 36, grow_turns),

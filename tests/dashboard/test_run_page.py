@@ -110,8 +110,8 @@ def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(
     run = Run.objects.get(external_id="big")
     assert run.turn_count == 10_000
     # 36: 30 before alerts, plus the inbox bell's count and the run's alert reads (its loops, its progress
-    # since the best score, its snooze), and its lineage (parent and next runs).
-    with django_assert_max_num_queries(36):
+    # since the best score, its snooze), its lineage (parent and next runs), and its params (the MLflow card).
+    with django_assert_max_num_queries(37):
         response = client_alice.get("/projects/hill/runs/big/")
     assert response.status_code == 200
     fig = figure(response.content.decode(), "run-timeline-data")
@@ -128,9 +128,9 @@ def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(
 def test_run_page_query_count_does_not_grow_with_turns(client_alice, project, django_assert_max_num_queries):
     push(project, "small", turn(0, 0), score(0.1, 1))
     push(project, "large", *[turn(i, i) for i in range(400)], *[score(i / 10, i) for i in range(40)])
-    # 36: 30 before alerts, plus the inbox bell and the run's alert reads (loops, progress ×2, snooze), and
-    # its lineage.
-    with django_assert_max_num_queries(36) as small:
+    # 37: 30 before alerts, plus the inbox bell and the run's alert reads (loops, progress ×2, snooze), its
+    # lineage and its params.
+    with django_assert_max_num_queries(37) as small:
         client_alice.get("/projects/hill/runs/small/")
     with django_assert_max_num_queries(len(small.captured_queries)):
         client_alice.get("/projects/hill/runs/large/")
