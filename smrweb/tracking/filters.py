@@ -81,10 +81,13 @@ class TagsField(forms.Field):
         values = [value] if isinstance(value, str) else list(value or [])
         return [str(v).strip() for v in values if str(v).strip()]  # an empty box adds no filter
 
+    def parse(self, text: str):
+        return parse_tag(text)
+
     def validate(self, value) -> None:
         for text in value:
             try:
-                parse_tag(text)
+                self.parse(text)
             except InvalidInput as exc:
                 raise forms.ValidationError(exc.message) from None
 
@@ -105,12 +108,8 @@ def parse_param(text: str) -> tuple[str, str | None]:
 class ParamsField(TagsField):
     """Every `?param=` of the query, each `key` or `key=value`."""
 
-    def validate(self, value) -> None:
-        for text in value:
-            try:
-                parse_param(text)
-            except InvalidInput as exc:
-                raise forms.ValidationError(exc.message) from None
+    def parse(self, text: str):
+        return parse_param(text)
 
 
 class ParamFilter(django_filters.MultipleChoiceFilter):

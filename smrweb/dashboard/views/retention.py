@@ -84,17 +84,14 @@ def project_retention(request, slug: str):
 def project_archive(request, slug: str):
     """Archive the project (action=archive) or restore it (action=restore). Admins; audited."""
     project = project_for_user(request, slug, role=Role.ADMIN)
-    try:
-        if request.POST.get("action") == "restore":
-            services.restore_project(project, by=request.user)
-            messages.success(request, f"{project.slug} is restored: listed, polled and writable again.")
-        else:
-            services.archive_project(project, by=request.user)
-            messages.success(
-                request, f"{project.slug} is archived: hidden from the overview, not polled, read-only."
-            )
-    except TrackingError as exc:
-        messages.error(request, exc.message)
+    _archive_or_restore(
+        request,
+        project,
+        archive=services.archive_project,
+        restore=services.restore_project,
+        archived=f"{project.slug} is archived: hidden from the overview, not polled, read-only.",
+        restored=f"{project.slug} is restored: listed, polled and writable again.",
+    )
     return redirect("dashboard:project-retention", slug=project.slug)
 
 
@@ -117,19 +114,28 @@ def run_archive(request, slug: str, run_id: str):
             raise PermissionDenied(refusal)
         messages.error(request, refusal)
         return redirect(run.get_absolute_url())
+    _archive_or_restore(
+        request,
+        run,
+        archive=services.archive_run,
+        restore=services.restore_run,
+        archived=f"{run.external_id} is archived: hidden from the runs table, read-only until restored.",
+        restored=f"{run.external_id} is restored: listed and writable again.",
+    )
+    return redirect(run.get_absolute_url())
+
+
+def _archive_or_restore(request, target, *, archive, restore, archived: str, restored: str) -> None:
+    """action=restore restores `target`, anything else archives it; the outcome or refusal as a message."""
     try:
         if request.POST.get("action") == "restore":
-            services.restore_run(run, by=request.user)
-            messages.success(request, f"{run.external_id} is restored: listed and writable again.")
+            restore(target, by=request.user)
+            messages.success(request, restored)
         else:
-            services.archive_run(run, by=request.user)
-            messages.success(
-                request,
-                f"{run.external_id} is archived: hidden from the runs table, read-only until restored.",
-            )
+            archive(target, by=request.user)
+            messages.success(request, archived)
     except TrackingError as exc:
         messages.error(request, exc.message)
-    return redirect(run.get_absolute_url())
 
 
 @require_http_methods(["GET", "POST"])
