@@ -10,9 +10,9 @@ import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 
-from django.core.cache import cache
 from django.utils import timezone
 
+from smrweb.core import softcache
 from smrweb.dashboard.models import Clock, UserPreference
 
 ZONE_COOKIE = "smrweb_tz"  # the browser's IANA zone, written by smrweb.js
@@ -60,18 +60,12 @@ def _key(user_id: int) -> str:
 def _stored(user_id: int) -> tuple[str, str]:
     """(clock, local zone) of a user, from the cache when it can: every page asks, and an unchanged
     poll answers in a couple of queries."""
-    try:
-        hit = cache.get(_key(user_id))
-    except Exception:  # a Redis that is down: read the row
-        hit = None
+    hit = softcache.get(_key(user_id))  # a Redis that is down: read the row
     if hit is not None:
         return tuple(hit)
     row = UserPreference.objects.filter(user_id=user_id).values_list("clock", "local_zone").first()
     value = tuple(row) if row else (Clock.UTC, "")
-    try:
-        cache.set(_key(user_id), list(value), 3600)
-    except Exception:
-        pass
+    softcache.set(_key(user_id), list(value), 3600)
     return value
 
 
@@ -84,10 +78,7 @@ def set_clock(user, *, clock: str, local_zone: str = "") -> UserPreference:
     pref, _ = UserPreference.objects.update_or_create(
         user=user, defaults={"clock": clock, "local_zone": local_zone if clock == Clock.LOCAL else ""}
     )
-    try:
-        cache.delete(_key(user.pk))
-    except Exception:
-        pass
+    softcache.delete(_key(user.pk))
     return pref
 
 

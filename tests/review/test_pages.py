@@ -143,3 +143,23 @@ def test_a_preview_is_drawn_once_per_blob_and_then_served_from_the_cache(client,
     # same preview still comes back (drawn once, not read and lexed again on every open).
     artifact_storage().delete(sub.artifact.blob.storage_name)
     assert client.get(preview_url(sub)).content.decode() == first
+
+
+def test_previews_and_the_review_panel_work_with_the_cache_down(client, victor, project, settings):
+    """The preview cache only saves work: a Redis that is down (nothing listens on port 1) makes every
+    read a miss, so the preview is drawn each time instead of answering 500."""
+    sub = submit(project, b"def f():\n    return 1\n", score=0.5, status=S.VERIFIED)
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+        }
+    }
+    login(client, victor)
+    fragment = client.get(preview_url(sub))
+    assert fragment.status_code == 200 and "Python" in fragment.content.decode()
+    panel = client.get(f"/projects/hill/submissions/{sub.pk}/review-panel")
+    assert panel.status_code == 200 and 'data-preview="code"' in panel.content.decode()
+    page = client.get(f"/projects/hill/runs/{sub.run.external_id}/")
+    assert page.status_code == 200  # the clock preference is read from its row

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.core.cache import cache
 from django.db.models import Q
 
-from smrweb.core import onnx_summary, preview, textdiff
+from smrweb.core import onnx_summary, preview, softcache, textdiff
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
 from smrweb.tracking.models import Artifact, Submission, SubmissionStatus
 from smrweb.tracking.services.artifacts import open_blob
@@ -48,7 +47,7 @@ def read_head(artifact: Artifact, limit: int) -> bytes:
 def onnx_summary_of(artifact: Artifact) -> tuple[dict | None, str]:
     """(summary, "") or (None, why it could not be read), cached by the blob's digest."""
     key = f"onnx-summary:v1:{artifact.blob.sha256}"
-    cached = cache.get(key)
+    cached = softcache.get(key)
     if cached is None:
         if artifact.blob.size > ONNX_BYTES:
             cached = {"error": f"{artifact.blob.size:,} bytes: over the {ONNX_BYTES:,}-byte summary limit"}
@@ -59,7 +58,7 @@ def onnx_summary_of(artifact: Artifact) -> tuple[dict | None, str]:
                 cached = {"summary": onnx_summary.summarize(data)}
             except onnx_summary.OnnxSummaryError as exc:
                 cached = {"error": str(exc)}
-        cache.set(key, cached, timeout=CACHE_SECONDS)
+        softcache.set(key, cached, timeout=CACHE_SECONDS)
     return cached.get("summary"), cached.get("error", "")
 
 
@@ -70,11 +69,11 @@ CACHE_MAX_CHARS = 4_000_000  # highlighted HTML larger than this is rendered eac
 def _cached(key: str, size: int, build):
     """`build()`, kept in the cache under `key` when it is small enough: a blob's bytes never change, so
     neither does what is drawn from them (lexing is the slow part: ~0.3 s per 100 KB of Python)."""
-    found = cache.get(key)
+    found = softcache.get(key)
     if found is None:
         found = build()
         if size <= CACHE_MAX_CHARS:
-            cache.set(key, found, timeout=CACHE_SECONDS)
+            softcache.set(key, found, timeout=CACHE_SECONDS)
     return found
 
 

@@ -1,0 +1,43 @@
+"""The cache where it only saves work: a Redis that is down makes a read a miss and a write a no-op, never
+a 500. (Rate limits and task claims use the cache for correctness and handle an outage themselves.)"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.core.cache import cache
+
+log = logging.getLogger(__name__)
+_WARN_EVERY = 60.0
+_last_warned = 0.0
+
+
+def _down(action: str, key: str, exc: Exception) -> None:
+    global _last_warned
+    now = time.monotonic()
+    if now - _last_warned >= _WARN_EVERY:  # one line a minute, not one per request
+        _last_warned = now
+        log.warning("cache unavailable (%s %s): %s; working without it", action, key, exc)
+
+
+def get(key: str, default=None):
+    try:
+        return cache.get(key, default)
+    except Exception as exc:  # any backend error: redis.ConnectionError, TimeoutError, …
+        _down("get", key, exc)
+        return default
+
+
+def set(key: str, value, timeout: float | None) -> None:  # noqa: A001 - mirrors cache.set
+    try:
+        cache.set(key, value, timeout=timeout)
+    except Exception as exc:
+        _down("set", key, exc)
+
+
+def delete(key: str) -> None:
+    try:
+        cache.delete(key)
+    except Exception as exc:
+        _down("delete", key, exc)
