@@ -88,14 +88,17 @@ def test_a_signed_in_project_admin_is_not_a_scraper(client, alice, project):
 # --- what it counts --------------------------------------------------------------------------------------
 
 
-def test_ingest_requests_and_events_are_counted_by_outcome(client, api, project, counters):
+def test_ingest_requests_and_events_are_counted_by_outcome(
+    client, api, project, counters, django_capture_on_commit_callbacks
+):
     batch = [
         {"type": "metric", "key": "loss", "value": 0.5, "step": 1, "id": "m1"},
         {"type": "metric", "key": "loss", "value": 0.4, "step": 2, "id": "m2"},
         {"type": "agent.turn", "turn": 1, "tokens_in": 10, "tokens_out": 5, "cost_usd": 0.01},
     ]
-    assert api.post(EVENTS.format(run="r1"), batch, format="json").json()["accepted"] == 3
-    replay = api.post(EVENTS.format(run="r1"), batch, format="json").json()
+    with django_capture_on_commit_callbacks(execute=True):  # the test's transaction never commits
+        assert api.post(EVENTS.format(run="r1"), batch, format="json").json()["accepted"] == 3
+        replay = api.post(EVENTS.format(run="r1"), batch, format="json").json()
     assert (replay["accepted"], replay["duplicates"]) == (0, 3)
     refused = api.post(EVENTS.format(run="r1"), [{"type": "metric", "key": "loss"}] * 2, format="json")
     assert refused.status_code == 400
@@ -121,16 +124,38 @@ def test_ingest_requests_and_events_are_counted_by_outcome(client, api, project,
     assert [count for _, count in buckets] == sorted(count for _, count in buckets)
 
 
-def test_events_applied_by_the_shared_loop_are_counted_under_their_way_in(client, project, counters):
+def test_events_applied_by_the_shared_loop_are_counted_under_their_way_in(
+    client, project, counters, django_capture_on_commit_callbacks
+):
     from smrweb.sources.apply import apply_events
 
     items = [(n, {"type": "metric", "key": "acc", "value": n / 10, "step": n}) for n in range(5)]
     items.append((99, {"type": "metric", "key": "acc", "step": 6}))  # no value: refused, the rest written
-    applied = apply_events(project, "imported", items, on_refused="skip", via="jsonl")
+    with django_capture_on_commit_callbacks(execute=True):
+        applied = apply_events(project, "imported", items, on_refused="skip", via="jsonl")
     assert (applied.accepted, len(applied.refused)) == (5, 1)
     samples = scrape(client)
     assert value(samples, "smrweb_ingest_events_total", via="jsonl", outcome="accepted") == 5
     assert value(samples, "smrweb_ingest_events_total", via="jsonl", outcome="refused") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_written_inside_a_transaction_that_rolls_back_are_not_counted(client, alice, counters):
+    from django.db import transaction
+
+    from smrweb.sources.apply import apply_events
+
+    project = admin_project("rolled", by=alice)
+    items = [(n, {"type": "metric", "key": "acc", "value": n / 10, "step": n}) for n in range(4)]
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert apply_events(project, "r", items, via="jsonl").accepted == 4
+        raise RuntimeError("the caller's own work failed after the events were applied")
+    assert not Run.objects.filter(project=project).exists()  # nothing was written ...
+    assert (
+        value(scrape(client), "smrweb_ingest_events_total", via="jsonl", outcome="accepted") == 0
+    )  # ... or counted
+    assert apply_events(project, "r", items, via="jsonl").accepted == 4
+    assert value(scrape(client), "smrweb_ingest_events_total", via="jsonl", outcome="accepted") == 4
 
 
 def test_source_health_and_poll_lag_per_polled_project(client, alice, counters):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
+from django.db import transaction
 
 from smrweb.core import opsmetrics
 from smrweb.tracking import services
@@ -68,9 +69,15 @@ def apply_events(
 
 
 def count_events(via: str, *, accepted: int, duplicates: int, refused: int) -> None:
-    """Add one ingest's outcome to the shared counters /metrics reports."""
-    for outcome, n in (("accepted", accepted), ("duplicate", duplicates), ("refused", refused)):
-        opsmetrics.count("ingest_events", n, via=via, outcome=outcome)
+    """Add one ingest's outcome to the shared counters /metrics reports. Refused events count at once;
+    written ones when the transaction commits (an outer transaction that rolls back wrote nothing)."""
+    opsmetrics.count("ingest_events", refused, via=via, outcome="refused")
+
+    def written() -> None:
+        for outcome, n in (("accepted", accepted), ("duplicate", duplicates)):
+            opsmetrics.count("ingest_events", n, via=via, outcome=outcome)
+
+    transaction.on_commit(written)  # at once outside a transaction
 
 
 def _apply_batch(project, run_id, batch, on_refused, applied: Applied) -> None:
