@@ -444,6 +444,9 @@ CACHES = {
 # --- smrweb -----------------------------------------------------------------------------------
 # A run is flagged stalled when nothing arrives for its project's stall_after (default below).
 SMRWEB_DEFAULT_STALL_AFTER_SECONDS = env.int("SMRWEB_DEFAULT_STALL_AFTER_SECONDS", default=900)
+# A launch the source accepted whose run has not reported by then ends failed, saying so (a run that
+# reports later is still linked to it).
+SMRWEB_LAUNCH_APPEAR_SECONDS = env.int("SMRWEB_LAUNCH_APPEAR_SECONDS", default=1800)
 # A scenario's validator is killed (with its process group) after this long; the submission is invalid.
 # Bare mirrors of git-workspace repositories, fetched before every read (red-team finding 3: smrweb reads
 # objects from repositories whose configuration it owns, never with the agent's .git/config).

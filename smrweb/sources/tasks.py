@@ -37,17 +37,20 @@ from smrweb.tracking.models import (
     SubmissionStatus,
 )
 from smrweb.tracking.services import alerts as alert_rules
-from smrweb.tracking.services import submissions
+from smrweb.tracking.services import launches, submissions
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
 def flag_stalled_runs() -> int:
-    """Flag live runs with no progress for their project's stall_after."""
+    """Flag live runs with no progress for their project's stall_after, and end launches whose run never
+    reported."""
     flagged = services.flag_stalled_runs()
     if flagged:
         log.info("flagged %d stalled run(s): %s", len(flagged), ", ".join(str(r) for r in flagged))
+    for launch in launches.expire_unseen():
+        log.warning("launch %s: no run %s reported; ended failed", launch.pk, launch.external_run_id)
     return len(flagged)
 
 

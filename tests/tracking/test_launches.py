@@ -215,6 +215,35 @@ def test_a_run_seen_before_the_sources_answer_is_linked_when_the_answer_is_recor
     assert Run.objects.get(external_id="smr-run-42").parent == r1
 
 
+def test_an_accepted_launch_whose_run_never_reports_ends_failed_and_a_late_run_still_links(
+    hooked, bob, client, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.SMRWEB_LAUNCH_APPEAR_SECONDS = 600
+    r1 = Run.objects.get(external_id="r1")
+    launch, _ = ask(hooked, bob, from_run=r1)
+    launches.start_attempt(launch.pk)
+    launches.record_accepted(launch.pk, external_run_id="r1-next-1", detail="HTTP 202")
+    accepted_at = RunLaunch.objects.get().updated
+    assert launches.expire_unseen(now=accepted_at + timedelta(seconds=599)) == []  # still within the wait
+    [expired] = launches.expire_unseen(now=accepted_at + timedelta(seconds=601))
+    assert expired.status == "failed" and "no run r1-next-1 reported within 10 min" in expired.detail
+    event = AuditEvent.objects.get(verb="launch.unseen")
+    assert event.detail["run"] == "r1-next-1" and event.detail["waited_seconds"] == 600
+    assert launches.expire_unseen(now=timezone.now() + timedelta(days=1)) == []  # once
+    client.force_login(bob)
+    page = client.get(f"/projects/{hooked.slug}/launches/{launch.pk}/").content.decode()
+    assert "data-launch-unseen" in page and "r1-next-1" in page
+
+    ingest(hooked, "r1-next-1", {"type": "state", "state": "running"})  # it reports after all
+    launch.refresh_from_db()
+    assert launch.status == "confirmed" and launch.run.external_id == "r1-next-1"
+    assert Run.objects.get(external_id="r1-next-1").parent == r1
+
+
 def test_a_finished_launch_is_not_attempted_again_and_failures_are_recorded(hooked, bob):
     launch, _ = ask(hooked, bob)
     assert launches.start_attempt(launch.pk).attempts == 1

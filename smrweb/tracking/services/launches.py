@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -391,6 +393,43 @@ def record_accepted(
         if run is not None:
             _link(launch, run)
     return launch
+
+
+def expire_unseen(now: datetime | None = None) -> list[RunLaunch]:
+    """Accepted launches whose run has not reported within SMRWEB_LAUNCH_APPEAR_SECONDS of the source's
+    answer end failed, saying so — a person waiting on "the run shows here as soon as it reports" is told
+    it did not. A run that reports later is still linked (`link_new_run` does not look at the status)."""
+    now = now or timezone.now()
+    waited = settings.SMRWEB_LAUNCH_APPEAR_SECONDS
+    # `updated` is when the answer was recorded: nothing saves an accepted launch until it ends.
+    due = RunLaunch.objects.filter(
+        status=D.ACCEPTED, run__isnull=True, updated__lt=now - timedelta(seconds=waited)
+    ).values_list("pk", flat=True)
+    expired = []
+    for launch_id in list(due[:200]):
+        with transaction.atomic():
+            launch = _locked(launch_id)
+            if launch.status != D.ACCEPTED or launch.run_id is not None:
+                continue  # confirmed meanwhile
+            launch.status = D.FAILED
+            launch.finished_at = now
+            _append(
+                launch,
+                f"no run {launch.external_run_id} reported within {waited // 60} min of the source's answer; "
+                "if it reports later it is linked here",
+                now,
+            )
+            launch.save()
+            record_audit(
+                None,
+                "launch.unseen",
+                launch,
+                project=launch.project,
+                run=launch.external_run_id,
+                waited_seconds=waited,
+            )
+        expired.append(launch)
+    return expired
 
 
 def _follow_branch(launch: RunLaunch, branch: str) -> Project:
