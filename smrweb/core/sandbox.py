@@ -392,6 +392,9 @@ def safe_artifact_path(name: str) -> PurePosixPath:
     return PurePosixPath(*segments) if segments else PurePosixPath("artifact")
 
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def scrubbed_env(workdir: str | os.PathLike[str]) -> dict[str, str]:
     """The validator's whole environment: nothing is inherited from the worker.
 
@@ -401,6 +404,9 @@ def scrubbed_env(workdir: str | os.PathLike[str]) -> dict[str, str]:
     system Python is. The venv is used through its `pyvenv.cfg`, no VIRTUAL_ENV needed.
     PYTHONUNBUFFERED makes a Python validator's lines arrive as printed (live progress, and stdout
     and stderr interleaved in the order they happened).
+    One BLAS/OpenMP thread: the sandbox caps processes *and threads* per uid, and OpenBLAS (loaded with
+    numpy) starts a thread per core at import and raises SIGINT when it cannot, so on a worker with more
+    cores than the cap `import numpy` alone would kill any scenario's validator.
     """
     workdir = os.fspath(workdir)
     path = SAFE_PATH
@@ -416,6 +422,7 @@ def scrubbed_env(workdir: str | os.PathLike[str]) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "PYTHONUNBUFFERED": "1",
+        **dict.fromkeys(BLAS_THREAD_VARIABLES, "1"),
     }
 
 

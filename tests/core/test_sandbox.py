@@ -338,7 +338,11 @@ def test_the_environment_is_scrubbed(monkeypatch):
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONNOUSERSITE",
         "PYTHONUNBUFFERED",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
     }
+    assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
     assert "hunter2" not in result.output_tail
     assert env["HOME"] == env["TMPDIR"]
     assert env["LC_ALL"] == "C.UTF-8"
