@@ -138,6 +138,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Behind PgBouncer in transaction pooling, a server-side cursor (streamed exports use .iterator())
+    # can outlive its transaction's server connection: turn them off there (docs/operations.md).
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+        "SMRWEB_DB_DISABLE_SERVER_SIDE_CURSORS", default=False
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
