@@ -929,18 +929,20 @@ def main() -> None:
         log(f"{args.server} on {base}")
         loads, breakdowns, version, noise = run_browser(args, info, sizes, repeat, base, log)
     finally:
-        if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        stop_redis(redis)
-        if not (args.keep or args.reuse):
-            shutil.rmtree(data, ignore_errors=True)
-        else:
-            log(f"kept {data}; measure again with --reuse {data}")
+        try:
+            if server is not None:
+                server.terminate()
+                try:
+                    server.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+            stop_redis(redis)
+        finally:
+            if not (args.keep or args.reuse):
+                shutil.rmtree(data, ignore_errors=True)
+            else:
+                log(f"kept {data}; measure again with --reuse {data}")
 
     print()
     print(table(loads, sizes))
