@@ -57,6 +57,7 @@
   function renderPlots(root) {
     if (typeof window.Plotly === "undefined") return;
     (root || document).querySelectorAll("[data-plot]").forEach(function (el) {
+      if (window.smrwebDefer && window.smrwebDefer(el)) return;  // below the fold: static/js/lazy-plots.js
       var source = document.getElementById(el.dataset.plot);
       if (!source) return;
       var text = source.textContent;
