@@ -194,7 +194,6 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "smrweb.core.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the pinned plotly package
 ]
 STATIC_ROOT = Path(env.str("SMRWEB_STATIC_ROOT", default=str(DATA_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,7 @@ def run_timeline_figure(
         ]
         data.append(
             {
-                "type": "scattergl" if len(tl.scores) > 1000 else "scatter",
+                "type": "scatter",  # not scattergl: the basic bundle has none (scores are capped)
                 "mode": "markers",
                 "name": metric,
                 "x": [x_time(t) for t, _ in tl.scores],
@@ -254,7 +254,7 @@ def metric_figure(key: str, points: list, *, total: int, uirevision: str) -> dic
         )
     data.append(
         {
-            "type": "scattergl" if len(points) > 1000 else "scatter",
+            "type": "scatter",  # never scattergl: not in the basic bundle; series are downsampled to 1,000
             "mode": "lines",
             "name": key,
             "x": xs,
