@@ -255,7 +255,8 @@ class RunPage:
             return (run.state, self.can_snooze, m.snoozed_until, self.can_stop, self.can_close, *closing)
         if name == "run-alerts":
             return (
-                *_fields(run, *self.NAME, *self.STATE, *self.SCORES, "last_progress_at"),
+                *_fields(run, *self.NAME, *self.STATE, *self.SCORES),
+                run.last_progress_at if run.is_stalled else None,  # the stalled banner's
                 _json(run.actor_profiles),
                 _json(run.source_cursor),
                 *self._spend(),
@@ -452,8 +453,9 @@ def run_detail(request, slug: str, run_id: str):
         answer = page.deck().answer(sent)
         return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
     only = request.headers.get(live.ONLY_HEADER) if request.htmx else None
-    if only in PAGED:
-        return HttpResponse(live.with_token(request, page.deck((only, "run-poll")).only(only, "run-poll")))
+    if only in PAGED:  # the other list's pager links carry this page too; the poll follows the new query
+        also = ("run-poll", *(name for name in PAGED if name != only))
+        return HttpResponse(live.with_token(request, page.deck((only, *also)).only(only, *also)))
     keys = queries.metric_keys(run)
     if page.metric_key not in keys:
         page.metric_key = keys[0] if keys else None
