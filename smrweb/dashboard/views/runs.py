@@ -83,13 +83,14 @@ def _template_digest() -> str:
 
 def horizon(run, now: datetime) -> datetime:
     """Where a live run's timeline ends: `now` rounded up to a step of 1/32 to 1/64 of the run's age (a power
-    of two seconds). The bars' width is the span over a fixed number of bins, so while the end stays put a
-    new turn adds to the last bar or appends one, and the page gets the new points, not a new figure; the
-    axis ends a little ahead of now (at most a 32nd of the run's age), and the figure is re-binned when now
-    passes the end."""
+    of two seconds, and at least the 30-second tick). The bars' width is the span over a fixed number of bins,
+    so while the end stays put a new turn adds to the last bar or appends one, and the page gets the new
+    points, not a new figure; the axis ends a little ahead of now (at most a 32nd of the run's age, or the
+    tick for a young run), and the figure is binned anew when now passes the end."""
     age = max((now - run.started_at).total_seconds(), 0.0)
-    step = 2 ** max(0, math.floor(math.log2(max(age, 60.0) / TIMELINE_STEPS)))
-    return run.started_at + timedelta(seconds=math.ceil(age / step) * step if age else step)
+    tick = min(live.TICK_SECONDS, 3600)
+    step = max(2 ** max(0, math.floor(math.log2(max(age, 1.0) / TIMELINE_STEPS))), tick)
+    return run.started_at + timedelta(seconds=max(1, math.ceil(age / step)) * step)
 
 
 def _fields(run, *names: str) -> tuple:
@@ -516,11 +517,8 @@ def run_metric(request, slug: str, run_id: str):
             status=404,
         )
     page = RunPage(request, run)
-    deck = page.deck(("metric-panel",))
-    card = deck.cards["metric-panel"]
-    if live.unchanged(request, card.version):
-        return live.no_change()
-    return HttpResponse(live.strip(deck.render(["metric-panel"])["metric-panel"]))
+    page.metric_key = key
+    return HttpResponse(live.strip(page.deck(("metric-panel",)).render(["metric-panel"])["metric-panel"]))
 
 
 @require_safe
