@@ -185,9 +185,10 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     # The page (not its poll) also reads the run's note and comments; page and poll read its tags and
     # its lineage (parent and next runs, one query); 39: also the Steer card's requests; 40: the Params card;
     # 41: the live cards' markers (one query). The whole live part (an htmx request that is not a poll) reads
-    # what the page reads of it; a pager reads its list's card (and the poll's). The poll is below.
+    # what the page reads of it; a pager reads its list's card and the other list's (whose page links carry
+    # the new page too). The poll is below.
     "run page": ("/projects/hill/runs/r0/", {}, 200, 41, grow_turns),
-    "run live part": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
+    "run live part": ("/projects/hill/runs/r0/", HX, 200, 36, grow_turns),
     "run page, older turns": (
         "/projects/hill/runs/r0/?turns_page=2&artifacts_page=2",
         {},
@@ -200,7 +201,7 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
         "/projects/hill/runs/r0/?turns_page=2",
         {**HX, "X-Smrweb-Only": "turns-card"},
         200,
-        8,
+        12,
         grow_turns,
     ),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
