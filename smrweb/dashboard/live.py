@@ -51,6 +51,7 @@ TICK_SECONDS = 30
 CARD_CACHE_SECONDS = 180
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
 PATCH_MAX_SHARE = 0.5  # a figure patch bigger than this share of the figure is sent as the figure
+RENDER_WAIT_SECONDS = 5.0  # how long a poll waits for another's render of the same card before its own
 
 
 def version(*parts: object) -> str:
@@ -307,20 +308,43 @@ class Deck:
         except Exception:
             log.warning("live cards: the cache could not be written", exc_info=True)
 
+    def _shared_render(self, card: Card) -> str:
+        """A card's render, made once for everyone polling the same version: the first poll to miss it in the
+        cache renders it while the others wait for it there (a new turn brings all the page's pollers to
+        the same few cards within a second)."""
+        key = self._key(card.name, card.version)
+        try:
+            mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
+        except Exception:
+            mine = True
+        if not mine:
+            deadline = time.monotonic() + RENDER_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                time.sleep(0.02)
+                if (found := self._recall([key]).get(key)) is not None:
+                    return found
+        html = card.render()
+        self._remember({key: html})
+        if mine:
+            try:
+                cache.delete(f"{key}:lock")
+            except Exception:
+                log.warning("live cards: the cache could not be written", exc_info=True)
+        return html
+
     def render(self, names: Iterable[str] | None = None, *, fresh: bool = False) -> dict[str, str]:
         """The marked HTML of the named cards (all by default): from the cache unless `fresh`, rendered
         (and cached) otherwise."""
         chosen = [self.cards[n] for n in (self.cards if names is None else names)]
-        cached = {} if fresh else self._recall([self._key(c.name, c.version) for c in chosen])
-        out, new = {}, {}
-        for card in chosen:
-            key = self._key(card.name, card.version)
-            html = cached.get(key)
-            if html is None:
-                html = new[key] = card.render()
-            out[card.name] = html
-        self._remember(new)
-        return out
+        if fresh:
+            out = {card.name: card.render() for card in chosen}
+            self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
+            return out
+        cached = self._recall([self._key(c.name, c.version) for c in chosen])
+        return {
+            card.name: cached.get(self._key(card.name, card.version)) or self._shared_render(card)
+            for card in chosen
+        }
 
     def page(self) -> dict[str, str]:
         """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
@@ -333,22 +357,39 @@ class Deck:
         return strip("\n".join([rendered[name], *(_oob(rendered[n]) for n in also)]))
 
     def answer(self, sent: dict[str, str]) -> str | None:
-        """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None."""
+        """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
+
+        What one card's change from one version to another looks like is the same for every poll, and so is
+        the whole answer for polls that sent the same versions (the pollers of one page mostly do): both are
+        cached, so most polls cost the markers query and one cache read."""
         changed = [n for n in self.cards if sent.get(n) != self.cards[n].version]
         if not changed:
             return None
-        new = self.render(changed)
-        old = self._recall([self._key(n, sent[n]) for n in changed if sent.get(n)])
-        out: list[str] = []
-        for name in changed:
-            previous = old.get(self._key(name, sent.get(name, "")))
-            fragments = card_changes(previous, new[name]) if previous is not None else None
-            whole = _oob(new[name])
-            if fragments is None or sum(map(len, fragments)) >= len(whole):
-                out.append(whole)
-            else:
-                out += fragments
-        return strip("\n".join(out))
+        steps = {n: f"{sent.get(n, '')}>{self.cards[n].version}" for n in changed}
+        whole_key = self._key("answer", card_version(*sorted(steps.items())))
+        step_keys = {n: self._key(n, step) for n, step in steps.items()}
+        found = self._recall([whole_key, *step_keys.values()])
+        if whole_key in found:
+            return found[whole_key]
+        missing = [n for n in changed if step_keys[n] not in found]
+        if missing:
+            new = self.render(missing)
+            old = self._recall([self._key(n, sent[n]) for n in missing if sent.get(n)])
+            made = {}
+            for name in missing:
+                previous = old.get(self._key(name, sent.get(name, "")))
+                fragments = card_changes(previous, new[name]) if previous is not None else None
+                whole = _oob(new[name])
+                made[step_keys[name]] = (
+                    whole
+                    if fragments is None or sum(map(len, fragments)) >= len(whole)
+                    else "\n".join(fragments)
+                )
+            found.update(made)
+            self._remember(made)
+        text = strip("\n".join(found[step_keys[n]] for n in changed))
+        self._remember({whole_key: text})
+        return text
 
 
 def with_token(request, html: str) -> str:
