@@ -76,6 +76,8 @@ bench: install-test
 	$(BIN)/python bench/review.py --append
 	$(BIN)/python bench/load.py --seconds 60 --append
 	$(BIN)/python bench/load.py --seconds 60 --postgres --append
+	$(BIN)/python bench/load.py --live-page --seconds 60 --seed-turns 100000 --live-interval 5 --append
+	$(BIN)/python bench/load.py --live-page --seconds 60 --seed-turns 100000 --live-interval 5 --postgres --append
 
 # Re-pin every dependency (with hashes) after editing pyproject.toml.
 lock: | $(VENV)/bin/python

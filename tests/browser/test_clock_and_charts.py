@@ -281,7 +281,7 @@ def test_relative_times_keep_ticking_on_a_page_that_is_not_polled(browser, live_
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
         page.goto("/projects/hill/runs/done-1/")
-        assert page.locator("#run-live[data-live]").count() == 0  # a finished run's page is not polled
+        assert page.locator("#run-poll[data-live]").count() == 0  # a finished run's page is not polled
         when = page.locator(".meta time[data-ago]").first
         first = when.text_content()
         assert re.fullmatch(r"\d+s ago", first), first

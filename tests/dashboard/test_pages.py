@@ -189,13 +189,18 @@ def test_run_page_shows_spend_split_turns_and_failure(client_alice, project):
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     assert "$0.75" in body and "$0.25" in body and "$0.50" in body
     assert "workspace does not exist" in body
-    assert "hx-trigger" not in body.split('id="run-live"')[1].split(">")[0]  # finished runs stop polling
+    assert "data-cards-poll" not in body and 'id="run-poll"' in body  # finished runs stop polling
 
 
 def test_live_run_page_polls_itself(client_alice, project):
     push(project, "r1", {"type": "state", "state": "running"})
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
-    assert 'hx-get="/projects/hill/runs/r1/"' in body
+    poll = body.split('id="run-poll"')[1].split(">")[0]
+    assert (
+        'hx-get="/projects/hill/runs/r1/"' in poll
+        and 'hx-trigger="every 3s' in poll
+        and "data-cards-poll" in poll
+    )
 
 
 def test_artifact_download_from_the_dashboard_returns_exact_bytes(client_alice, project):

@@ -16,6 +16,7 @@ import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from smrweb.dashboard import live
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Submission
@@ -76,6 +77,16 @@ def count(client, url: str, headers: dict | None = None, expect: int = 200) -> i
 def version_of(client, url: str) -> str:
     body = client.get(url, headers=HX).content.decode()
     return re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', body).group(1)
+
+
+def poll_headers(client, url: str) -> dict:
+    """What the page's poll sends: the versions of its live cards (the run page), else the version its
+    polled fragment carries."""
+    page = client.get(url).content.decode()
+    if "data-cards-poll" in page:
+        cards = dict(re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', page))
+        return {**HX, live.CARDS_HEADER: live.cards_header(cards)}
+    return {**HX, live.VERSION_HEADER: version_of(client, url)}
 
 
 @pytest.fixture
@@ -172,17 +183,27 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "project poll, downgraded": ("/projects/hill/?q=downgraded", HX, 200, 26, grow_runs),
     "project chart": ("/projects/hill/chart/", HX, 200, 12, grow_runs),
     # The page (not its poll) also reads the run's note and comments; page and poll read its tags and
-    # its lineage (parent and next runs, one query); 39: also the Steer card's requests; 40: the Params card.
-    "run page": ("/projects/hill/runs/r0/", {}, 200, 40, grow_turns),
-    "run poll": ("/projects/hill/runs/r0/", HX, 200, 35, grow_turns),
+    # its lineage (parent and next runs, one query); 39: also the Steer card's requests; 40: the Params card;
+    # 41: the live cards' markers (one query). The whole live part (an htmx request that is not a poll) reads
+    # what the page reads of it; a pager reads its list's card and the other list's (whose page links carry
+    # the new page too). The poll is below.
+    "run page": ("/projects/hill/runs/r0/", {}, 200, 41, grow_turns),
+    "run live part": ("/projects/hill/runs/r0/", HX, 200, 36, grow_turns),
     "run page, older turns": (
         "/projects/hill/runs/r0/?turns_page=2&artifacts_page=2",
         {},
         200,
-        40,
+        41,
         grow_turns,
     ),
-    "run poll, older turns": ("/projects/hill/runs/r0/?turns_page=2", HX, 200, 36, grow_turns),
+    "run live part, older turns": ("/projects/hill/runs/r0/?turns_page=2", HX, 200, 36, grow_turns),
+    "run turns pager": (
+        "/projects/hill/runs/r0/?turns_page=2",
+        {**HX, "X-Smrweb-Only": "turns-card"},
+        200,
+        12,
+        grow_turns,
+    ),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
     "turns of a bar": (
         "/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d",
@@ -250,14 +271,15 @@ def test_queries_stay_flat_as_the_data_grows(name, world, client_alice):
 
 POLLS = {
     # name: (url, the query count an unchanged poll may make at most: the session and its user, the
-    # project and the person's role, then the one small query its version needs)
+    # project and the person's role, then the one small query its version needs; the run page's cards also
+    # read the person's role once more, for their buttons, then their markers in one query)
     "overview": ("/", 5),
     "project": ("/projects/hill/", 6),
     "project chart": ("/projects/hill/chart/", 6),
-    "run": ("/projects/hill/runs/r0/", 6),
-    "run, older turns": ("/projects/hill/runs/r0/?turns_page=2", 6),
+    "run": ("/projects/hill/runs/r0/", 7),
+    "run, older turns": ("/projects/hill/runs/r0/?turns_page=2", 7),
+    "run, with its metric": ("/projects/hill/runs/r0/?key=loss", 7),
     "project, sorted and filtered": ("/projects/hill/?sort=-turns&over_budget=true", 6),
-    "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", 6),
 }
 
 
@@ -265,13 +287,27 @@ POLLS = {
 def test_an_unchanged_poll_answers_204_in_a_few_queries_whatever_the_data(name, world, client_alice):
     url, cap = POLLS[name]
     push(world["project"], "r0", {"type": "state", "state": "running"})  # a live run keeps polling
-    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
-    small = count(client_alice, url, headers, expect=204)
+    small = count(client_alice, url, poll_headers(client_alice, url), expect=204)
     grow_runs(world)
     grow_turns(world)
-    headers = {**HX, "X-Smrweb-Version": version_of(client_alice, url)}
-    large = count(client_alice, url, headers, expect=204)
+    large = count(client_alice, url, poll_headers(client_alice, url), expect=204)
     assert small <= cap and large <= small, (name, small, large)
+
+
+def test_a_poll_after_a_new_turn_reads_as_much_whatever_the_runs_length(world, client_alice):
+    """The run page's poll when a turn arrived: the changed cards (title, stats, timeline, budget, actors,
+    turns) are read and rendered; the unchanged ones are not."""
+    url = "/projects/hill/runs/r0/?key=loss"
+
+    def after_a_turn(n: int) -> int:
+        headers = poll_headers(client_alice, url)
+        push(world["project"], "r0", {"type": "agent.turn", "turn": n, "actor": "driver", "tokens_in": 5})
+        return count(client_alice, url, headers)
+
+    small = after_a_turn(10_000)
+    grow_turns(world)
+    large = after_a_turn(10_001)
+    assert small <= 25 and large <= small, (small, large)
 
 
 def test_submission_poll_while_verifying_is_flat(world, client_alice, alice, bob):

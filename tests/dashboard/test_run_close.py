@@ -84,7 +84,7 @@ def test_closing_from_the_page_shows_who_why_and_what_happens_next(client, proje
     assert "A state its harness reports after this" in notice
     assert 'class="badge badge-abandoned" title="Closed by bob: the harness was OOM-killed at 03:12"' in body
     assert FORM not in body  # finished: nothing more to close
-    assert '<div id="run-live" class="flow" >' in body  # finished: the page stops polling
+    assert "data-cards-poll" not in body and 'id="run-poll"' in body  # finished: the page stops polling
     # The state changes list shows the close, with its reason.
     changes = body[body.index("<h2>State changes</h2>") :]
     assert re.search(r'badge-abandoned">abandoned</span', changes)

@@ -13,6 +13,7 @@ import pytest
 import time_machine
 from django.contrib.auth.models import User
 
+from smrweb.dashboard import live
 from smrweb.dashboard.live import VERSION_HEADER
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -57,6 +58,17 @@ def figure(body: str, script_id: str) -> dict:
     match = re.search(rf'<script id="{script_id}" type="application/json">(.*?)</script>', body, re.S)
     assert match, f"no {script_id} on the page"
     return json.loads(match.group(1))
+
+
+def cards_of(html: str, into: dict | None = None) -> dict:
+    """The card versions a page (or a poll's answer) shows: what the page script sends with its poll."""
+    into = {} if into is None else into
+    into.update(re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', html))
+    return into
+
+
+def poll_headers(shown: dict) -> dict:
+    return {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
 
 
 def points_in(fig: dict) -> int:
@@ -110,8 +122,9 @@ def test_timeline_of_ten_thousand_turns_ships_a_bounded_figure(
     run = Run.objects.get(external_id="big")
     assert run.turn_count == 10_000
     # 36: 30 before alerts, plus the inbox bell's count and the run's alert reads (its loops, its progress
-    # since the best score, its snooze), its lineage (parent and next runs), and its params (the MLflow card).
-    with django_assert_max_num_queries(37):
+    # since the best score, its snooze), its lineage (parent and next runs), and its params (the MLflow card);
+    # 38: the live cards' markers (one query: what each card's version is made of).
+    with django_assert_max_num_queries(38):
         response = client_alice.get("/projects/hill/runs/big/")
     assert response.status_code == 200
     fig = figure(response.content.decode(), "run-timeline-data")
@@ -129,8 +142,8 @@ def test_run_page_query_count_does_not_grow_with_turns(client_alice, project, dj
     push(project, "small", turn(0, 0), score(0.1, 1))
     push(project, "large", *[turn(i, i) for i in range(400)], *[score(i / 10, i) for i in range(40)])
     # 37: 30 before alerts, plus the inbox bell and the run's alert reads (loops, progress ×2, snooze), its
-    # lineage and its params.
-    with django_assert_max_num_queries(37) as small:
+    # lineage and its params; 38: the live cards' markers.
+    with django_assert_max_num_queries(38) as small:
         client_alice.get("/projects/hill/runs/small/")
     with django_assert_max_num_queries(len(small.captured_queries)):
         client_alice.get("/projects/hill/runs/large/")
@@ -339,22 +352,19 @@ def test_unknown_metric_key_is_a_404_panel(client_alice, project):
 # --- polling -------------------------------------------------------------------------------------------
 
 
-def test_a_poll_that_already_shows_the_latest_version_gets_204(client_alice, project):
+def test_a_poll_that_already_shows_the_latest_versions_gets_204(client_alice, project):
     push(project, "r1", turn(0, 0))
-    response = client_alice.get("/projects/hill/runs/r1/", headers={"HX-Request": "true"})
-    version = re.search(r'"X-Smrweb-Version": "([0-9a-f]+)"', response.content.decode()).group(1)
-    same = client_alice.get(
-        "/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version}
-    )
+    page = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    shown = cards_of(page)
+    assert {"run-head", "run-stats", "turns-card", "run-timeline-card", "run-poll"} <= set(shown)
+    same = client_alice.get("/projects/hill/runs/r1/", headers=poll_headers(shown))
     assert same.status_code == 204 and same.content == b""
     push(project, "r1", turn(1, 1))
-    changed = client_alice.get(
-        "/projects/hill/runs/r1/", headers={"HX-Request": "true", VERSION_HEADER: version}
-    )
+    changed = client_alice.get("/projects/hill/runs/r1/", headers=poll_headers(shown))
     assert changed.status_code == 200
     assert 'data-turn="1"' in changed.content.decode()
     # A full page load never answers 204, whatever it sends.
-    assert client_alice.get("/projects/hill/runs/r1/", headers={VERSION_HEADER: version}).status_code == 200
+    assert client_alice.get("/projects/hill/runs/r1/", headers={live.CARDS_HEADER: "x=y"}).status_code == 200
 
 
 def test_project_and_overview_polls_also_answer_204_when_nothing_changed(client_alice, project):

@@ -189,17 +189,17 @@ def test_a_bad_filter_value_is_ignored_and_named(client_alice, budget_world):
 def test_run_page_says_which_budget_is_exceeded_and_by_how_much(client_alice, budget_world):
     html = body(client_alice.get("/projects/hill/runs/usd-over/"))
     alert = re.search(
-        r"<div class=\"alert bad\" role=\"alert\" data-over-budget>(.*?)</div>", html, re.S
+        r"<div class=\"alert bad\" role=\"alert\" data-over-budget[^>]*>(.*?)</div>", html, re.S
     ).group(1)
     assert "spent 131 % of the $5.00 budget ($6.55 spent)" in alert
-    assert "h1" in html and re.search(r"<h1>.*data-badge=\"over-budget\".*</h1>", html, re.S)
+    assert "h1" in html and re.search(r"<h1[^>]*>.*data-badge=\"over-budget\".*</h1>", html, re.S)
 
     html = body(client_alice.get("/projects/hill/runs/tokens-over/"))
-    alert = re.search(r"data-over-budget>(.*?)</div>", html, re.S).group(1)
+    alert = re.search(r"data-over-budget[^>]*>(.*?)</div>", html, re.S).group(1)
     assert "used 1.6M / 1.5M tokens (105 %)" in alert and "$" not in alert
 
     html = body(client_alice.get("/projects/hill/runs/both-over/"))
-    alert = re.search(r"data-over-budget>(.*?)</div>", html, re.S).group(1)
+    alert = re.search(r"data-over-budget[^>]*>(.*?)</div>", html, re.S).group(1)
     assert "200 % of the $1.00 budget" in alert and "110 / 100 tokens (110 %)" in alert
 
     html = body(client_alice.get("/projects/hill/runs/exactly-at/"))
@@ -405,12 +405,23 @@ def test_paging_the_turns_keeps_the_artifacts_page_and_the_poll_keeps_both(clien
         re.search(r'data-pager="turns_page".*?hx-get="([^"]+)"', html, re.S).group(1).replace("&amp;", "&")
     )
     assert "artifacts_page=2" in next_turns and "turns_page=2" in next_turns
-    # The live poll asks for the same pages, and an htmx request answers the run-live fragment only.
-    poll = re.search(r'id="run-live"[^>]*hx-get="([^"]+)"', html).group(1).replace("&amp;", "&")
+    # The live poll asks for the same pages.
+    poll = re.search(r'id="run-poll"[^>]*hx-get="([^"]+)"', html).group(1).replace("&amp;", "&")
     assert "artifacts_page=2" in poll
-    fragment = body(client_alice.get(next_turns, headers={"HX-Request": "true"}))
-    assert fragment.lstrip().startswith('<div id="run-live"') and "<html" not in fragment
-    assert "26–29 of 29" in fragment and "11–20 of 23" in fragment
+    # The pager asks for its card only: the turns card comes back, and the poll (out of band) follows the
+    # new query; the artifacts card is left as it is.
+    assert 'hx-target="#turns-card"' in html and '"X-Smrweb-Only": "turns-card"' in html
+    fragment = body(
+        client_alice.get(next_turns, headers={"HX-Request": "true", "X-Smrweb-Only": "turns-card"})
+    )
+    assert fragment.lstrip().startswith('<section class="card" id="turns-card">') and "<html" not in fragment
+    assert "26–29 of 29" in fragment and "artifacts-card" not in fragment
+    poll = re.search(r'<div hx-swap-oob="true" id="run-poll"[^>]*hx-get="([^"]+)"', fragment)
+    assert poll and "turns_page=2" in poll[1] and "artifacts_page=2" in poll[1].replace("&amp;", "&")
+    # Any other htmx request gets the whole live part, with both pages.
+    whole = body(client_alice.get(next_turns, headers={"HX-Request": "true"}))
+    assert whole.lstrip().startswith('<div id="run-live"') and "<html" not in whole
+    assert "26–29 of 29" in whole and "11–20 of 23" in whole
 
 
 # --- submissions API by run -------------------------------------------------------------------------

@@ -232,11 +232,11 @@ def test_a_finished_runs_page_polls_while_its_rollback_is_in_flight(client, bob,
     client.force_login(bob)
     assert (
         "hx-trigger"
-        not in client.get("/projects/hill/runs/r1/").content.decode().split('id="run-live"')[1][:400]
+        not in client.get("/projects/hill/runs/r1/").content.decode().split('id="run-poll"')[1][:400]
     )
     rollbacks.request_rollback(by=bob, reason="r", submission=sub)
     page = client.get("/projects/hill/runs/r1/").content.decode()
-    assert 'hx-trigger="every 3s' in page.split('id="run-live"')[1][:600]
+    assert 'hx-trigger="every 3s' in page.split('id="run-poll"')[1][:600]
 
 
 def test_double_clicks_on_the_page_create_one_rollback_and_say_so(client, bob, webhook_project, monkeypatch):

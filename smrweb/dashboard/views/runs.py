@@ -1,13 +1,21 @@
 """The run page, its polled partials (turn details, metric charts) and artifact downloads."""
 
-from datetime import UTC, timedelta
+import functools
+import hashlib
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -31,106 +39,446 @@ from smrweb.tracking.models import (
     TurnKind,
 )
 from smrweb.tracking.queries import alerts as alert_queries
-from smrweb.tracking.queries import timeline
+from smrweb.tracking.queries import markers, timeline
 from smrweb.tracking.services import launches, rollbacks, submissions
 
 TURNS_PER_PAGE = 25
 ARTIFACTS_PER_PAGE = 10
 RECENT_EXPERIMENTS = 10
 METRIC_POINTS = 1000
+TEMPLATE = "dashboard/run_detail.html"
+# The live cards of the page, in page order: each is a partial of TEMPLATE whose outer element has this id.
+CARDS = (
+    "run-head",
+    "run-actions",
+    "run-alerts",
+    "run-abandoned",
+    "run-stats",
+    "run-timeline-card",
+    "budget",
+    "run-actors",
+    "turns-card",
+    "run-submissions",
+    "artifacts-card",
+    "metric-panel",
+    "run-experiments",
+    "rollbacks",
+    "run-states",
+    "run-checkpoints",
+    "run-messages",
+    "run-exclusion",
+    "run-poll",
+)
+PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
+TIMELINE_STEPS = 32  # a live timeline's axis ends at the next 1/32–1/64 of the run's age (see `horizon`)
 
 
-def _run_version(run) -> str:
-    return live.version(run.pk, run.updated.timestamp())
+@functools.cache
+def _template_digest() -> str:
+    """Cached renders are keyed by version; a changed template makes them other versions."""
+    from django.template.loader import get_template
+
+    return hashlib.blake2s(get_template(TEMPLATE).template.source.encode(), digest_size=6).hexdigest()
+
+
+def horizon(run, now: datetime) -> datetime:
+    """Where a live run's timeline ends: `now` rounded up to a step of 1/32 to 1/64 of the run's age (a power
+    of two seconds, and at least the 30-second tick). The bars' width is the span over a fixed number of bins,
+    so while the end stays put a new turn adds to the last bar or appends one, and the page gets the new
+    points, not a new figure; the axis ends a little ahead of now (at most a 32nd of the run's age, or the
+    tick for a young run), and the figure is binned anew when now passes the end."""
+    age = max((now - run.started_at).total_seconds(), 0.0)
+    tick = min(live.TICK_SECONDS, 3600)
+    step = max(2 ** max(0, math.floor(math.log2(max(age, 1.0) / TIMELINE_STEPS))), tick)
+    return run.started_at + timedelta(seconds=max(1, math.ceil(age / step)) * step)
+
+
+def _fields(run, *names: str) -> tuple:
+    return tuple(getattr(run, n) for n in names)
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+class RunPage:
+    """The run page's live cards: for each, its version (from `queries.markers` and the run row, without
+    rendering anything) and how to render it. The page renders them all; a poll renders only those whose
+    version differs from what the page says it shows (dashboard/live.py)."""
+
+    def __init__(self, request, run):
+        self.request, self.run, self.project = request, run, run.project
+        self.now = timezone.now()
+        self.tick_at = live.tick_start(self.now)
+        role = self.project.role_of(request.user)  # read once for every card's permissions
+        rank = Role.rank(role) if role else -1
+        reviewer = rank >= Role.rank(Role.REVIEWER)
+        self.role = role
+        self.is_admin = rank >= Role.rank(Role.ADMIN)
+        self.can_snooze = reviewer
+        self.can_stop = self.project.source == SourceKind.SMR and reviewer
+        self.can_roll_back = reviewer and not rollbacks.rollback_refusal(self.project)  # = may_roll_back
+        self.can_launch = reviewer and not launches.launch_refusal(self.project)
+        self.can_close = reviewer and not services.close_refusal(run, self.now)
+        self.zone = timezone.get_current_timezone_name()
+        # The metric key travels with the poll (hx-include of the key picker), not in the page's URLs.
+        self.query = request.GET.copy()
+        self.query.pop("key", None)
+        self.metric_key = request.GET.get("key") or None
+
+    # --- what the cards read ----------------------------------------------------------------------------
+
+    @cached_property
+    def markers(self):
+        return markers.run_markers(self.run, self.now, self.metric_key)
+
+    @cached_property
+    def turn_marker(self) -> tuple:
+        return (self.run.turn_count, self.markers.turn_last)
+
+    @cached_property
+    def polls(self) -> bool:
+        """A live run's page polls; a finished run's too while a rollback of it is in flight."""
+        return not self.run.is_terminal or bool(self.markers.rollbacks_open)
+
+    @cached_property
+    def tags(self) -> list:
+        return list(self.run.tags.all())
+
+    @cached_property
+    def run_alerts(self):
+        return alert_queries.run_alerts(self.run, self.now)
+
+    @cached_property
+    def gaps(self):
+        return queries.source_gaps(self.run)
+
+    @cached_property
+    def burn(self):
+        return timeline.burn_forecast(self.run, now=self.tick_at)
+
+    @cached_property
+    def horizon(self) -> datetime:
+        return horizon(self.run, self.now)
+
+    @cached_property
+    def timeline(self):
+        return timeline.run_timeline(self.run, now=self.horizon)
+
+    def _page(self, queryset, per_page: int, param: str):
+        return Paginator(queryset, per_page).get_page(self.request.GET.get(param))
+
+    def _pager_query(self, param: str) -> str:
+        """The query string minus one parameter (pager links set it again)."""
+        params = self.query.copy()
+        params.pop(param, None)
+        return params.urlencode()
+
+    # --- versions -------------------------------------------------------------------------------------------
+
+    SPEND = (
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "driver_tokens_in",
+        "driver_tokens_out",
+        "driver_cost_usd",
+        "child_tokens_in",
+        "child_tokens_out",
+        "child_cost_usd",
+        "turn_count",
+        "source_total_usd",
+        "other_meters_usd",
+        "budget_usd",
+        "budget_tokens",
+    )
+    STATE = (
+        "state",
+        "failure_family",
+        "failure_detail",
+        "failure_source",
+        "stalled_since",
+        "started_at",
+        "finished_at",
+        "live_phase",
+        "terminal_outcome",
+        "last_polled_at",
+    )
+    NAME = (
+        "external_id",
+        "display_name",
+        "pinned",
+        "excluded_at",
+        "excluded_reason",
+        "excluded_by_id",
+        "archived_at",
+        "requested_profile",
+        "actual_profile",
+        "spend_unaccounted",
+        "git_branch",
+        "git_commit",
+        "parent_id",
+    )
+    SCORES = ("best_score", "latest_score", "score_count")
+
+    def _spend(self) -> tuple:
+        return (*_fields(self.run, *self.SPEND), _json(self.run.source_spend))
+
+    def _progress(self) -> tuple:
+        """What the "no progress" reading depends on (live runs only)."""
+        m = self.markers
+        return () if self.run.is_terminal else (*self.turn_marker, m.submission_last, m.submissions_updated)
+
+    def _stalled(self) -> tuple:
+        """Durations since the last news move with the clock while the run is stalled."""
+        return (self.tick_at, self.project.stall_after) if self.run.is_stalled else ()
+
+    def version_parts(self, name: str) -> tuple:
+        run, m = self.run, self.markers
+        if name == "run-poll":
+            return (self.polls, self.query.urlencode())
+        if name == "run-head":
+            return (
+                *_fields(run, *self.NAME, *self.STATE, "last_progress_at", "entries_unreadable"),
+                _json(run.actor_profiles),
+                self.project.archived_at,
+                *self._spend(),
+                m.tags,
+                m.loops,
+                m.children,
+                m.snoozed_until,
+                self.can_launch,
+                *self._progress(),
+                *self._stalled(),
+            )
+        if name == "run-actions":
+            closing = (run.last_progress_at, self.project.stall_after) if self.can_close else ()
+            return (run.state, self.can_snooze, m.snoozed_until, self.can_stop, self.can_close, *closing)
+        if name == "run-alerts":
+            return (
+                *_fields(run, *self.NAME, *self.STATE, *self.SCORES),
+                run.last_progress_at if run.is_stalled else None,  # the stalled banner's
+                _json(run.actor_profiles),
+                _json(run.source_cursor),
+                *self._spend(),
+                self.project.regression_threshold,
+                self.project.stall_after,
+                m.loops,
+                m.submission_last,
+                m.submissions_updated,
+                m.rollbacks,
+                self.can_roll_back,
+                *self._progress(),
+                *self._stalled(),
+            )
+        if name == "run-abandoned":
+            return _fields(run, *self.STATE)
+        if name == "run-stats":
+            return (*self._spend(), *_fields(run, *self.SCORES), *self.turn_marker, m.submission_last)
+        if name == "run-timeline-card":
+            forecast = (self.tick_at,) if run.budget_usd and not run.is_terminal else ()
+            return (
+                *self.turn_marker,
+                run.score_count,
+                m.submission_last,
+                run.budget_usd,
+                run.started_at,
+                run.is_terminal,
+                self.horizon if not run.is_terminal else None,
+                *forecast,
+            )
+        if name == "budget":
+            return (
+                *self._spend(),
+                run.is_terminal,
+                *self.turn_marker,
+                None if run.is_terminal else self.tick_at,
+            )
+        if name == "run-actors":
+            return (*self.turn_marker, _json(run.actor_roles))
+        if name == "turns-card":
+            return (
+                *self.turn_marker,
+                _json(run.actor_roles),
+                self.request.GET.get("turns_page"),
+                self.query.urlencode(),
+            )
+        if name == "run-submissions":
+            return (run.score_count, m.submission_last, m.submissions_updated, m.artifacts)
+        if name == "artifacts-card":
+            return (m.artifacts, self.request.GET.get("artifacts_page"), self.query.urlencode())
+        if name == "metric-panel":
+            return (self.metric_key, m.metric, _json((run.metrics_downsampled or {}).get(self.metric_key)))
+        if name == "run-experiments":
+            return (m.experiments,)
+        if name == "rollbacks":
+            return (m.rollbacks,)
+        if name == "run-states":
+            return (m.state_changes,)
+        if name == "run-checkpoints":
+            return (m.checkpoints, self.can_roll_back)
+        if name == "run-messages":
+            return (m.message_last,)
+        if name == "run-exclusion":
+            return (self.is_admin, run.excluded_at, run.excluded_reason)
+        raise KeyError(name)
+
+    def version(self, name: str) -> str:
+        return live.card_version(
+            _template_digest(), name, self.zone, self.project.scenario_id, *self.version_parts(name)
+        )
+
+    # --- contexts ---------------------------------------------------------------------------------------
+
+    def card_context(self, name: str) -> dict:
+        run = self.run
+        if name == "run-poll":
+            return {"polls": self.polls, "poll_query": self.query.urlencode()}
+        if name == "run-head":
+            return {"tags": self.tags, "run_alerts": self.run_alerts, "gaps": self.gaps}
+        if name == "run-actions":
+            return {"run_alerts": self.run_alerts}
+        if name == "run-alerts":
+            return {
+                "run_alerts": self.run_alerts,
+                "gaps": self.gaps,
+                "overruns": run.budget_overruns,
+                "regressions": queries.regressions(self.project, [run]),
+                "stalled_for": queries.stalled_for(run, self.tick_at),
+            }
+        if name == "run-stats":
+            return {"efficiency": timeline.efficiency(run)}
+        if name == "run-timeline-card":
+            scenario = self.project.scenario
+            return {
+                "timeline": self.timeline,
+                "timeline_figure": charts.run_timeline_figure(
+                    self.timeline,
+                    maximize=scenario.maximize,
+                    metric=scenario.score_metric,
+                    budget_usd=run.budget_usd,
+                    burn=self.burn,
+                    now=self.tick_at,
+                    uirevision=f"run-{run.pk}",
+                ),
+            }
+        if name == "budget":
+            return {"burn": self.burn}
+        if name == "run-actors":
+            actors = timeline.actor_tree(run)
+            return {
+                "actors": actors if len(actors) > 1 else [],
+                "single_actor": actors[0].actor if actors else "",
+            }
+        if name == "turns-card":
+            page = self._page(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE, "turns_page")
+            return {"turns_page": page, "turns": list(page), "pager_query": self._pager_query("turns_page")}
+        if name == "run-submissions":
+            return {
+                "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20]
+            }
+        if name == "artifacts-card":
+            page = self._page(
+                run.artifacts.select_related("blob").order_by("-created", "-id"),
+                ARTIFACTS_PER_PAGE,
+                "artifacts_page",
+            )
+            return {
+                "artifacts_page": page,
+                "artifacts": list(page),
+                "artifact_count": page.paginator.count,
+                "pager_query": self._pager_query("artifacts_page"),
+            }
+        if name == "metric-panel":
+            return _metric_context(run, self.metric_key)
+        if name == "run-experiments":
+            return {
+                "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[
+                    :RECENT_EXPERIMENTS
+                ],
+                "experiment_count": run.experiments.count(),
+            }
+        if name == "rollbacks":
+            return {
+                "rollbacks": list(
+                    run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[
+                        :10
+                    ]
+                )
+            }
+        if name == "run-states":
+            return {"state_changes": run.state_changes.order_by("-ts", "-id")[:20]}
+        if name == "run-checkpoints":
+            return {"checkpoints": run.checkpoints.order_by("-ts", "-id")[:20]}
+        if name == "run-messages":
+            return _runtime_messages(run)
+        return {}
+
+    def render_card(self, name: str, version: str) -> str:
+        context = {
+            "project": self.project,
+            "run": self.run,
+            "card_name": name,
+            "card_version": version,
+            "csrf_token": live.CSRF_PLACEHOLDER,
+            "is_admin": self.is_admin,
+            "can_snooze": self.can_snooze,
+            "can_stop": self.can_stop,
+            "can_roll_back": self.can_roll_back,
+            "can_launch": self.can_launch,
+            "can_close": self.can_close,
+            **self.card_context(name),
+        }
+        return render_to_string(f"{TEMPLATE}#{name}", context, request=self.request)
+
+    def deck(self, names: tuple[str, ...] = CARDS) -> live.Deck:
+        if self.metric_key is None:
+            names = tuple(n for n in names if n != "metric-panel")
+        cards = []
+        for name in names:
+            version = self.version(name)
+            cards.append(live.Card(name, version, functools.partial(self.render_card, name, version)))
+        return live.Deck(f"run-{self.run.pk}", cards)
 
 
 @require_safe
 @login_required
-@vary_on_headers("HX-Request")
+@vary_on_headers("HX-Request", live.CARDS_HEADER, live.ONLY_HEADER)
 def run_detail(request, slug: str, run_id: str):
+    """The run page. Its poll sends the versions of the cards it shows and gets 204, or the changed cards
+    out of band; a pager asks for its card only; any other htmx request gets the live part whole."""
     run = run_for_user(request, slug, run_id)
-    version = live.version(_run_version(run), request.GET.urlencode())
-    if live.unchanged(request, version):
-        return live.no_change()
-    now = timezone.now()
-    scenario = run.project.scenario
-    tl = timeline.run_timeline(run, now=now)
-    burn = timeline.burn_forecast(run, now=now)
-    actors = timeline.actor_tree(run)
+    page = RunPage(request, run)
+    sent = live.sent_cards(request)
+    if sent is not None:
+        answer = page.deck().answer(sent)
+        return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
+    only = request.headers.get(live.ONLY_HEADER) if request.htmx else None
+    if only in PAGED:  # the other list's pager links carry this page too; the poll follows the new query
+        also = ("run-poll", *(name for name in PAGED if name != only))
+        return HttpResponse(live.with_token(request, page.deck((only, *also)).only(only, *also)))
     keys = queries.metric_keys(run)
-    role = run.project.role_of(request.user)  # read once for the admin card and the snooze form
-    rank = Role.rank(role) if role else -1
+    if page.metric_key not in keys:
+        page.metric_key = keys[0] if keys else None
+    annotations = run_page_context(request, run, page.role)  # name, pin, tags, note, comments
+    page.tags = annotations["tags"]
+    cards = {
+        name.replace("-", "_"): mark_safe(live.with_token(request, html))  # noqa: S308 (rendered templates)
+        for name, html in page.deck().page().items()
+    }
     context = {
         "project": run.project,
         "run": run,
-        "version": version,
-        "timeline": tl,
-        "timeline_figure": charts.run_timeline_figure(
-            tl,
-            maximize=scenario.maximize,
-            metric=scenario.score_metric,
-            budget_usd=run.budget_usd,
-            burn=burn,
-            now=now,
-            uirevision=f"run-{run.pk}",
-        ),
-        "burn": burn,
-        "efficiency": timeline.efficiency(run),
-        "actors": actors if len(actors) > 1 else [],
-        "overruns": run.budget_overruns,
-        "turns_page": (
-            turns_page := Paginator(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE).get_page(
-                request.GET.get("turns_page")
-            )
-        ),
-        "turns": list(turns_page),
-        "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[
-            :RECENT_EXPERIMENTS
-        ],
-        "experiment_count": run.experiments.count(),
-        "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20],
-        "artifacts_page": (
-            artifacts_page := Paginator(
-                run.artifacts.select_related("blob").order_by("-created", "-id"), ARTIFACTS_PER_PAGE
-            ).get_page(request.GET.get("artifacts_page"))
-        ),
-        "artifacts": list(artifacts_page),
-        "artifact_count": artifacts_page.paginator.count,
-        "page_query": {key: _without(request.GET, key) for key in ("turns_page", "artifacts_page")},
-        "poll_query": request.GET.urlencode(),  # the poll keeps the pages being looked at
-        "checkpoints": run.checkpoints.order_by("-ts", "-id")[:20],
-        **_runtime_messages(run),
-        "state_changes": run.state_changes.order_by("-ts", "-id")[:20],
-        "stalled_for": queries.stalled_for(run, now),
-        "gaps": queries.source_gaps(run),
-        "can_stop": run.project.source == SourceKind.SMR and run.project.allows(request.user, Role.REVIEWER),
-        "can_roll_back": rollbacks.may_roll_back(request.user, run.project),
-        "is_admin": rank >= Role.rank(Role.ADMIN),
-        "can_snooze": rank >= Role.rank(Role.REVIEWER),
-        "can_launch": rank >= Role.rank(Role.REVIEWER) and not launches.launch_refusal(run.project),
-        "can_close": rank >= Role.rank(Role.REVIEWER) and not services.close_refusal(run, now),
-        "run_alerts": alert_queries.run_alerts(run, now),
-        "regressions": queries.regressions(run.project, [run]),
-        "rollbacks": (
-            rollback_list := list(
-                run.rollbacks.select_related("target_submission", "target_checkpoint", "requested_by")[:10]
-            )
-        ),
-        # A finished run's page keeps polling while a rollback of it is in flight, to show its progress.
-        "rollback_in_flight": any(r.status in Rollback.OPEN for r in rollback_list),
+        "cards": cards,
         "metric_keys": keys,
-        **(_metric_context(run, keys[0]) if keys and not request.htmx else {}),
-        **run_page_context(request, run, role),  # name, pin, tags, note, comments
-        **steer_page_context(request, run, role),  # the Steer card: message, pause, resume
+        "metric_key": page.metric_key,
+        "is_admin": page.is_admin,  # the archive card's
+        "can_snooze": page.can_snooze,
+        "can_launch": page.can_launch,
+        **annotations,
+        **steer_page_context(request, run, page.role),  # the Steer card: message, pause, resume
     }
-    return render(request, fragment_template(request, "dashboard/run_detail.html", "run-live"), context)
-
-
-def _without(params, key: str) -> str:
-    """The query string minus one parameter (pager links set it again)."""
-    params = params.copy()
-    params.pop(key, None)
-    return params.urlencode()
+    return render(request, fragment_template(request, TEMPLATE, "run-live"), context)
 
 
 def _runtime_messages(run, limit: int = 20) -> dict:
@@ -157,28 +505,20 @@ def _metric_context(run, key: str) -> dict:
 @require_safe
 @login_required
 def run_metric(request, slug: str, run_id: str):
-    """The metric chart panel for one key (the key picker swaps it; it polls itself while the run lives)."""
+    """The metric chart panel for one key (the key picker swaps it in; the page's poll keeps it current)."""
     run = run_for_user(request, slug, run_id)
     keys = queries.metric_keys(run)
     key = request.GET.get("key", "")
     if key not in keys:
         return render(
             request,
-            "dashboard/run_detail.html#metric-panel",
+            f"{TEMPLATE}#metric-panel",
             {"project": run.project, "run": run, "metric_keys": keys, "metric_error": key},
             status=404,
         )
-    version = live.version(_run_version(run), key)
-    if live.unchanged(request, version):
-        return live.no_change()
-    context = {
-        "project": run.project,
-        "run": run,
-        "metric_keys": keys,
-        "metric_version": version,
-        **_metric_context(run, key),
-    }
-    return render(request, "dashboard/run_detail.html#metric-panel", context)
+    page = RunPage(request, run)
+    page.metric_key = key
+    return HttpResponse(live.strip(page.deck(("metric-panel",)).render(["metric-panel"])["metric-panel"]))
 
 
 @require_safe

@@ -1,0 +1,118 @@
+"""What changed in a run, cheaply: per kind of row, a few values that change whenever a row of that kind is
+added, changed or removed. The run page's live cards compare them (dashboard/live.py) instead of rendering
+to find out.
+
+One query whatever the run's size: each value is a scalar subquery that an index answers by seeking
+(the latest turn by the (run, ts) index, a metric key's latest point by (run, key, step)) or a small
+table's aggregate (checkpoints, state changes, tags…); the run's own summary columns (turn and score
+counts, spend) are on the run row the caller already holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from smrweb.tracking.models import (
+    AgentTurn,
+    Artifact,
+    Checkpoint,
+    Experiment,
+    LoopFinding,
+    MetricPoint,
+    Rollback,
+    Run,
+    RunSnooze,
+    RunTag,
+    RuntimeMessage,
+    StateChange,
+    Submission,
+)
+
+
+@dataclass(frozen=True)
+class RunMarkers:
+    turn_last: int | None  # the newest turn by (ts, id): with run.turn_count, any new or removed turn
+    submission_last: int | None
+    submissions_updated: object  # the latest `updated` of the run's submissions (status, review, exclusion)
+    artifacts: tuple  # (count, highest id)
+    checkpoints: tuple
+    message_last: int | None  # the highest message seq
+    state_changes: tuple
+    experiments: tuple  # (count, latest updated)
+    rollbacks: tuple
+    loops: tuple
+    tags: tuple
+    children: tuple  # runs started from this one: (count, highest id)
+    snoozed_until: object  # the snooze in force, if any
+    rollbacks_open: int  # requested or dispatched: the page keeps polling while one is
+    metric: tuple  # of `metric_key`: (count, latest step, latest id), () without a key
+
+
+def _table(model) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMarkers:
+    """The markers of `run` (and of one metric key) in one query."""
+    t = _table
+    key = connection.ops.quote_name("key")
+    latest = "ORDER BY step DESC, id DESC LIMIT 1"  # the (run, key, step) index, read from its end
+    parts = [
+        f"(SELECT id FROM {t(AgentTurn)} WHERE run_id = %s ORDER BY ts DESC, id DESC LIMIT 1)",
+        f"(SELECT MAX(id) FROM {t(Submission)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(Submission)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(Artifact)} WHERE run_id = %s)",
+        f"(SELECT MAX(id) FROM {t(Artifact)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(Checkpoint)} WHERE run_id = %s)",
+        f"(SELECT MAX(id) FROM {t(Checkpoint)} WHERE run_id = %s)",
+        f"(SELECT MAX(seq) FROM {t(RuntimeMessage)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(StateChange)} WHERE run_id = %s)",
+        f"(SELECT MAX(id) FROM {t(StateChange)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(Experiment)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(Experiment)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(Rollback)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(Rollback)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(LoopFinding)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(LoopFinding)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(RunTag)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(RunTag)} WHERE run_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(Run)} WHERE parent_id = %s)",
+        f"(SELECT MAX(id) FROM {t(Run)} WHERE parent_id = %s)",
+    ]
+    params: list = [run.pk] * len(parts)
+    parts += [
+        f"(SELECT until FROM {t(RunSnooze)} WHERE run_id = %s AND until > %s)",
+        f"(SELECT COUNT(*) FROM {t(Rollback)} WHERE run_id = %s AND status IN (%s, %s))",
+    ]
+    params += [run.pk, connection.ops.adapt_datetimefield_value(now), run.pk, *Rollback.OPEN]
+    if metric_key is not None:
+        parts += [
+            f"(SELECT COUNT(*) FROM {t(MetricPoint)} WHERE run_id = %s AND {key} = %s)",
+            f"(SELECT step FROM {t(MetricPoint)} WHERE run_id = %s AND {key} = %s {latest})",
+            f"(SELECT id FROM {t(MetricPoint)} WHERE run_id = %s AND {key} = %s {latest})",
+        ]
+        params += [run.pk, metric_key] * 3
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        row = cursor.fetchone()
+    # Timestamps are compared, never shown: whatever type the backend returns is kept as it is.
+    return RunMarkers(
+        turn_last=row[0],
+        submission_last=row[1],
+        submissions_updated=row[2],
+        artifacts=(row[3], row[4]),
+        checkpoints=(row[5], row[6]),
+        message_last=row[7],
+        state_changes=(row[8], row[9]),
+        experiments=(row[10], row[11]),
+        rollbacks=(row[12], row[13]),
+        loops=(row[14], row[15]),
+        tags=(row[16], row[17]),
+        children=(row[18], row[19]),
+        snoozed_until=row[20],
+        rollbacks_open=row[21],
+        metric=tuple(row[22:25]) if metric_key is not None else (),
+    )

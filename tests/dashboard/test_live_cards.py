@@ -1,0 +1,291 @@
+"""The run page's live cards (dashboard/live.py): one poll sends the versions the page shows and gets 204, or
+only the cards that changed; within a card only the parts, rows and chart points that changed. Sizes and
+contents are asserted, never times."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+
+from smrweb.dashboard import live
+from smrweb.dashboard.views.runs import horizon
+from smrweb.tracking import services
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Run
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 11, 22, 12, 0, 5, tzinfo=UTC)
+START = NOW - timedelta(hours=10)
+URL = "/projects/hill/runs/long/"
+MANY = 1200  # more turns than the timeline has bars (300 per kind), so a turn lands in an existing or new bar
+TARGET_BYTES = 20_000  # issue 21: one new turn on a 100,000-turn run sends at most this
+
+
+def push(project, run_id, *events):
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def turn(n: int, ts: datetime, actor: str = "driver", **extra) -> dict:
+    return {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "tokens_in": 1000 + n % 97,
+        "tokens_out": 100,
+        "cost_usd": 0.001 * (1 + n % 5),
+        "ts": ts.isoformat(),
+        "tool_calls": [{"name": "bash", "arguments": {"cmd": f"make {n}"}}],
+        **extra,
+    }
+
+
+def cards_of(html: str, into: dict | None = None) -> dict:
+    """The card versions shown: what the page script sends with its poll (and updates from each answer)."""
+    into = {} if into is None else into
+    into.update(re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', html))
+    return into
+
+
+def poll(client, shown: dict, query: str = ""):
+    return client.get(
+        URL + query, headers={"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    )
+
+
+@pytest.fixture
+def long_run(project):
+    """A live run of MANY turns (three actors), scores, messages, checkpoints, a metric, an artifact."""
+    with time_machine.travel(START, tick=False):
+        push(project, "long", {"type": "state", "state": "running"})
+    events = []
+    step = (NOW - START - timedelta(minutes=5)) / MANY
+    for i in range(MANY):
+        ts = START + step * i
+        actor = ("driver", "worker-1", "worker-2")[i % 3]
+        events.append(turn(i, ts, actor, **({"parent_actor": "driver"} if actor != "driver" else {})))
+        if i % 100 == 0:
+            events.append({"type": "score", "score": i / MANY, "ts": ts.isoformat()})
+            events.append({"type": "message", "body": f"note {i}", "ts": ts.isoformat()})
+            events.append({"type": "checkpoint", "label": f"c{i}", "ts": ts.isoformat()})
+            events.append(
+                {"type": "metric", "key": "loss", "step": i, "value": 1 / (i + 1), "ts": ts.isoformat()}
+            )
+    with time_machine.travel(NOW - timedelta(minutes=1), tick=False):
+        for start in range(0, len(events), 5000):
+            push(project, "long", *events[start : start + 5000])
+    return Run.objects.get(project=project, external_id="long")
+
+
+@pytest.fixture
+def now():
+    """The clock stands still (within one 30-second tick and one timeline step) unless a test moves it."""
+    with time_machine.travel(NOW, tick=False) as traveller:
+        yield traveller
+
+
+def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice, project, long_run, now):
+    page = client_alice.get(URL).content.decode()
+    shown = cards_of(page)
+    assert poll(client_alice, shown).status_code == 204
+
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=3)))
+    now.shift(timedelta(seconds=2))
+    answer = poll(client_alice, shown)
+    body = answer.content.decode()
+    assert answer.status_code == 200
+    assert len(answer.content) <= TARGET_BYTES, len(answer.content)
+    assert len(answer.content) * 10 < len(page)  # every change used to re-send the whole live part
+    changed = set(cards_of(body))
+    # What a turn changes: the title's badges and last activity, the stats, the chart, the budget, the actors,
+    # the turns table (and its "no progress" banner). Nothing else is sent.
+    assert {"run-head", "run-stats", "run-timeline-card", "budget", "run-actors", "turns-card"} <= changed
+    assert changed <= {
+        "run-head",
+        "run-stats",
+        "run-timeline-card",
+        "budget",
+        "run-actors",
+        "turns-card",
+        "run-alerts",
+    }
+    for untouched in ("run-submissions", "artifacts-card", "run-messages", "run-checkpoints", "run-states"):
+        assert f'id="{untouched}"' not in body
+    # The turns table: the new row on top and the oldest shown row out; not the table.
+    assert 'hx-swap-oob="afterbegin:#turns-body"' in body and f'data-turn="{MANY}"' in body
+    assert len(re.findall(r"<tr ", body)) <= 4 and 'hx-swap-oob="delete"' in body
+    assert '<section hx-swap-oob="true" class="card" id="turns-card">' not in body
+    # The chart: a patch of the points that changed at the ends of its traces, not the figure.
+    patch = json.loads(
+        re.search(r'<script id="run-timeline-data"[^>]*data-figure-patch[^>]*>(.*?)</script>', body)[1]
+    )
+    figure = json.loads(
+        re.search(r'<script id="run-timeline-data" type="application/json">(.*?)</script>', page)[1]
+    )
+    assert patch["base"] == [len(t["x"]) for t in figure["data"]]
+    assert patch["traces"] and all(len(values) <= 2 for _, _, _, values in patch["traces"])
+    bars = [i for i, t in enumerate(figure["data"]) if t["type"] == "bar" and t["yaxis"] == "y2"]
+    assert {i for i, key, _, _ in patch["traces"] if key == "y"} & set(bars)  # a bar grew or was appended
+
+    # The page applies the answer (its versions follow); the next poll is 204 again.
+    cards_of(body, shown)
+    assert poll(client_alice, shown).status_code == 204
+
+
+def test_the_patch_rebuilds_the_figure_the_server_would_send(client_alice, project, long_run, now):
+    """What the page does with a patch (smrweb.js applyPatch), done here: the result is the figure."""
+    page = client_alice.get(URL).content.decode()
+    shown = cards_of(page)
+    figure = json.loads(
+        re.search(r'<script id="run-timeline-data" type="application/json">(.*?)</script>', page)[1]
+    )
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=3)), turn(MANY + 1, NOW - timedelta(seconds=2)))
+    now.shift(timedelta(seconds=2))
+    body = poll(client_alice, shown).content.decode()
+    patch = json.loads(re.search(r"data-figure-patch[^>]*>(.*?)</script>", body)[1])
+    for trace, key, keep, values in patch["traces"]:
+        figure["data"][trace][key] = figure["data"][trace][key][:keep] + values
+    for key, value in patch["layout"].items():
+        figure["layout"][key] = value
+    fresh = client_alice.get(URL).content.decode()
+    assert figure == json.loads(
+        re.search(r'<script id="run-timeline-data" type="application/json">(.*?)</script>', fresh)[1]
+    )
+
+
+def test_a_changed_budget_sends_the_whole_timeline(client_alice, project, long_run, now):
+    shown = cards_of(client_alice.get(URL).content.decode())
+    services.update_run_settings(project, "long", budget_usd=Decimal("2.50"))
+    body = poll(client_alice, shown).content.decode()
+    assert '<section hx-swap-oob="true" class="card" id="run-timeline-card">' in body
+    assert "data-figure-patch" not in body
+    figure = json.loads(
+        re.search(r'<script id="run-timeline-data" type="application/json">(.*?)</script>', body)[1]
+    )
+    assert any(t["name"] == "budget $2.50" for t in figure["data"])
+    assert "budget" in cards_of(body)
+
+
+def test_the_timeline_keeps_its_bars_until_its_end_passes(client_alice, project, long_run, now):
+    """The axis of a live run ends at `horizon` (a power-of-two step ahead): within it the bars keep their
+    width and turns are patched in; once now passes it, the figure is binned anew and sent whole."""
+    run = long_run
+    end = horizon(run, NOW)
+    age = (NOW - run.started_at).total_seconds()
+    assert NOW <= end <= NOW + timedelta(seconds=age / 32)
+    shown = cards_of(client_alice.get(URL).content.decode())
+    now.move_to(end + timedelta(seconds=1))
+    push(project, "long", turn(MANY, end))
+    body = poll(client_alice, shown).content.decode()
+    assert '<section hx-swap-oob="true" class="card" id="run-timeline-card">' in body
+
+
+def test_the_metric_panel_follows_the_key_the_page_shows(client_alice, project, long_run, now):
+    page = client_alice.get(URL).content.decode()
+    shown = cards_of(page)
+    assert "metric-panel" in shown and 'hx-include="#metric-key"' in page
+    push(project, "long", {"type": "metric", "key": "loss", "step": MANY, "value": 0.001})
+    body = poll(client_alice, shown, "?key=loss").content.decode()
+    assert set(cards_of(body)) == {"metric-panel", "run-head"}  # and the run's last activity
+    assert 'id="run-h1"' not in body and 'id="run-last-activity"' in body
+    assert "data-figure-patch" in body and f"{MANY // 100 + 1} points stored" in body
+    # The key picker swaps the panel for another key; it comes with its own version.
+    other = client_alice.get(
+        "/projects/hill/runs/long/metrics/", {"key": "loss"}, headers={"HX-Request": "true"}
+    )
+    assert other.status_code == 200 and 'data-card="metric-panel"' in other.content.decode()
+
+
+def test_a_pager_gets_its_card_and_the_poll_follows_the_page(client_alice, project, long_run, now):
+    page = client_alice.get(URL).content.decode()
+    shown = cards_of(page)
+    answer = client_alice.get(
+        URL + "?turns_page=2", headers={"HX-Request": "true", live.ONLY_HEADER: "turns-card"}
+    ).content.decode()
+    assert answer.lstrip().startswith('<section class="card" id="turns-card">')
+    assert set(cards_of(answer)) == {"turns-card", "run-poll", "artifacts-card"}  # its pager links follow
+    cards_of(answer, shown)
+    # Polling page 2: a new turn moves one row from page 1 to the top of page 2.
+    assert poll(client_alice, shown, "?turns_page=2").status_code == 204
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=3)))
+    body = poll(client_alice, shown, "?turns_page=2").content.decode()
+    assert 'hx-swap-oob="afterbegin:#turns-body"' in body and f'data-turn="{MANY}"' not in body
+    assert f"26–50 of {MANY + 1}" in body
+
+
+def test_cards_with_forms_keep_the_viewers_token(client_alice, client, alice, bob, project):
+    push(project, "r1", {"type": "state", "state": "running"}, turn(0, NOW - timedelta(hours=1)))
+    page = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    assert live.CSRF_PLACEHOLDER not in page
+    assert re.search(r'name="csrfmiddlewaretoken" value="[A-Za-z0-9]{64}"', page.split('id="run-actions"')[1])
+    shown = cards_of(page)
+    services.snooze_run(Run.objects.get(external_id="r1"), by=alice, hours=2)  # the form becomes "Unsnooze"
+    client.force_login(bob)
+    body = client.get(
+        "/projects/hill/runs/r1/", headers={"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    ).content.decode()
+    assert 'id="run-actions"' in body and "Unsnooze alerts" in body and live.CSRF_PLACEHOLDER not in body
+    assert re.search(r'name="csrfmiddlewaretoken" value="[A-Za-z0-9]{64}"', body)
+
+
+# --- the comparison itself ------------------------------------------------------------------------------
+
+
+def card(*rows: str, head: str = "3 rows", residue: str = "") -> str:
+    items = "".join(f'<!--p:r{r}--><li id="r{r}">row {r}</li><!--/p-->' for r in rows)
+    return (
+        f'<section id="c"><!--p:head--><span id="head">{head}</span><!--/p-->'
+        f'<ul id="list"><!--rows:list-->{items}{residue}<!--/rows--></ul></section>'
+    )
+
+
+def test_rows_inserted_on_top_deleted_below_and_changed_in_place():
+    out = live.card_changes(card("3", "2", "1"), card("5", "4", "3", "2", head="5 rows"))
+    text = "".join(out)
+    assert '<span hx-swap-oob="true" id="head">5 rows</span>' in text
+    assert '<ul hx-swap-oob="afterbegin:#list"><li id="r5">row 5</li><li id="r4">row 4</li></ul>' in text
+    assert '<li id="r1" hx-swap-oob="delete"></li>' in text
+    assert 'id="r2"' not in text and 'id="r3"' not in text  # unchanged rows stay
+    changed = live.card_changes(card("2", "1"), card("2", "1").replace("row 1", "row one"))
+    assert changed == ['<template><li hx-swap-oob="true" id="r1">row one</li></template>']
+
+
+def test_lists_that_do_not_line_up_and_other_markup_changes_go_whole():
+    reordered = live.card_changes(card("1", "2", "3"), card("3", "1", "2"))
+    rows = card("3", "1", "2").split("<!--rows:list-->")[1].split("<!--/rows-->")[0]
+    assert reordered == [f'<template><ul hx-swap-oob="innerHTML:#list">{rows}</ul></template>']
+    assert len(live.card_changes(card("1"), card("1", residue="<li>empty</li>"))) == 1
+    assert (
+        live.card_changes(card("1"), card("1").replace('<section id="c">', '<section id="c" hidden>')) is None
+    )
+    # Relative times are kept current by the page script: a re-render later is no change.
+    time = '<time datetime="2026-01-01T00:00:00+00:00" data-ago="long">{}</time>'
+    ticking = f'<!--p:t--><b id="t">{time}</b><!--/p-->'
+    assert live.card_changes(ticking.format("3s ago"), ticking.format("9m ago")) == []
+
+
+def test_figure_patches_append_cut_and_refuse_a_new_shape():
+    old = {
+        "data": [{"type": "bar", "x": [1, 2, 3], "y": [5, 5, 5]}, {"type": "scatter", "x": [0], "y": [1]}],
+        "layout": {"height": 560, "yaxis": {"range": [0, 1]}},
+    }
+    new = {
+        "data": [
+            {"type": "bar", "x": [1, 2, 3, 4], "y": [5, 5, 6, 1]},
+            {"type": "scatter", "x": [0], "y": [1]},
+        ],
+        "layout": {"height": 560, "yaxis": {"range": [0, 2]}},
+    }
+    assert live.figure_patch(old, new) == {
+        "base": [3, 1],
+        "traces": [[0, "x", 3, [4]], [0, "y", 2, [6, 1]]],
+        "layout": {"yaxis": {"range": [0, 2]}},
+    }
+    assert live.figure_patch(old, {**new, "data": new["data"][:1]}) is None  # a trace went
+    restyled = {**new, "data": [{**new["data"][0], "type": "scatter"}, new["data"][1]]}
+    assert live.figure_patch(old, restyled) is None
