@@ -23,8 +23,8 @@ from django.utils import timezone
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
 
-MAX_BINS = 300  # per kind: with the score points, the timeline figure stays under 100 KB
-MAX_SCORE_POINTS = 400
+MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
+MAX_SCORE_POINTS = 300
 BURN_WINDOW = timedelta(minutes=30)
 # Turns are kept aggregated in buckets of a power-of-two number of seconds, aligned to the Unix epoch,
 # at most about this many over the turns' span; a bar of the timeline is a whole number of buckets.
@@ -257,6 +257,25 @@ def _turn_memo(run: Run) -> _TurnMemo:
         pass
     run._turn_memo = memo
     return memo
+
+
+def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
+    """(turns, tokens in + out, USD) of the run's turns after `moment`, exactly: the kept buckets after
+    the one `moment` falls in, plus that bucket's turns after it (an indexed range of one bucket)."""
+    memo = _turn_memo(run)
+    if not memo.count:
+        return 0, 0, Decimal(0)
+    at = _bucket_of(moment, memo.width)
+    n = tokens = micro = 0
+    for (bucket, _), (bn, tin, tout, m) in memo.buckets.items():
+        if bucket > at:
+            n, tokens, micro = n + bn, tokens + tin + tout, micro + m
+    edge = AgentTurn.objects.filter(
+        run=run, ts__gt=moment, ts__lt=EPOCH + timedelta(seconds=memo.width) * (at + 1)
+    ).aggregate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"))
+    n += edge["n"]
+    tokens += (edge["tin"] or 0) + (edge["tout"] or 0)
+    return n, tokens, (micro + _micro(edge["usd"])) * MICRO_USD
 
 
 def forget_turn_aggregates(run: Run) -> None:
