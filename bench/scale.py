@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pages import (  # noqa: E402 (bench/ is put on the path above)
+from pages import (  # noqa: E402
     ROOT,
     Config,
     Target,
@@ -54,7 +54,6 @@ from pages import (  # noqa: E402 (bench/ is put on the path above)
     dashboard_name,
     db_version,
     django_setup,
-    fetch,
     machine,
     others_busy,
     scan_page,
@@ -63,6 +62,7 @@ from pages import (  # noqa: E402 (bench/ is put on the path above)
     seed_runs,
     seed_setup,
 )
+from pages import fetch as pages_fetch  # noqa: E402 (bench/ is put on the path above)
 
 MARKER = "scale-bench.json"  # in a kept data dir: what was seeded, for --reuse
 FIGURE_KB = 100
@@ -205,21 +205,33 @@ class Pair:
         return all(ok for _, ok in self.checks)
 
 
-def _one(client, target: Target):
+def timed_one(client, target: Target):
     start, cpu = time.perf_counter(), time.thread_time()
-    response, body, _ = fetch(client, target)
+    response, body, _ = pages_fetch(client, target)
     return response, body, (time.perf_counter() - start) * 1000, (time.thread_time() - cpu) * 1000
 
 
 def measure_pair(
-    client, label: str, kind: str, small: Target, large: Target, repeat: int, warmup: int
+    client, label: str, kind: str, small: Target, large: Target, repeat: int, warmup: int, cold: bool = False
 ) -> Pair:
     """Both worlds' requests alternately (so load from other processes falls on both alike), then each
-    once for queries and once under tracemalloc."""
+    once for queries and once under tracemalloc. `cold`: the cache is emptied before every request (what
+    the pages keep there — a run's turn aggregates, a person's clock — is computed again)."""
     import traceback
 
+    from django.core.cache import cache
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
+
+    def fetch(client, target):
+        if cold:
+            cache.clear()
+        return pages_fetch(client, target)
+
+    def _one(client, target):
+        if cold:
+            cache.clear()
+        return timed_one(client, target)
 
     pair = Pair(label, kind, Side(url=small.url), Side(url=large.url))
     sides = ((small, pair.small), (large, pair.large))
@@ -278,8 +290,8 @@ def judge(pair: Pair) -> None:
         pair.checks.append((f"≤ {limit} ms", g.median is not None and g.median <= limit))
 
 
-def targets(info: dict) -> list[tuple[str, str, Target, Target]]:
-    """(label, kind, 1x target, 10x target) of the named pages."""
+def targets(info: dict) -> list[tuple[str, str, Target, Target, bool]]:
+    """(label, kind, 1x target, 10x target, cold) of the named pages."""
     small, large = info["worlds"].values()
     n_small, n_large = info["compare"], info["compare"] * info["factor"]
 
@@ -291,28 +303,31 @@ def targets(info: dict) -> list[tuple[str, str, Target, Target]]:
 
     project = lambda w: {"slug": w["slug"]}  # noqa: E731
     run = lambda w: {"slug": w["slug"], "run_id": w["long_run"]}  # noqa: E731
+    compare = (
+        Target(
+            "compare-runs", "compare-runs", project(small), [("runs", r) for r in small["runs"][:n_small]]
+        ),
+        Target(
+            "compare-runs", "compare-runs", project(large), [("runs", r) for r in large["runs"][:n_large]]
+        ),
+    )
     rows = [
-        ("project page", "project page", *both("project-detail", project)),
+        ("project page", "project page", *both("project-detail", project), False),
         (
             "project page, sorted by spend, page 3",
             "",
             *both("project-detail", project, lambda w: [("sort", "-spend"), ("page", "3")]),
+            False,
         ),
-        ("project page, htmx poll (full partial)", "", *both("project-detail", project, htmx=True)),
-        ("run page of the long run", "run page", *both("run-detail", run)),
-        ("run page, htmx poll (full partial)", "", *both("run-detail", run, htmx=True)),
-        (
-            f"compare {n_small} / {n_large} runs",
-            "compare",
-            Target(
-                "compare-runs", "compare-runs", project(small), [("runs", r) for r in small["runs"][:n_small]]
-            ),
-            Target(
-                "compare-runs", "compare-runs", project(large), [("runs", r) for r in large["runs"][:n_large]]
-            ),
-        ),
+        ("project page, htmx poll (full partial)", "", *both("project-detail", project, htmx=True), False),
+        ("run page of the long run", "run page", *both("run-detail", run), False),
+        ("run page, htmx poll (full partial)", "", *both("run-detail", run, htmx=True), False),
+        (f"compare {n_small} / {n_large} runs", "compare", *compare, False),
+        ("project page, cold", "project page", *both("project-detail", project), True),
+        ("run page of the long run, cold", "run page", *both("run-detail", run), True),
+        (f"compare {n_small} / {n_large} runs, cold", "compare", *compare, True),
     ]
-    for _, _, a, b in rows:
+    for _, _, a, b, _ in rows:
         a.resolve(), b.resolve()
     return rows
 
@@ -338,13 +353,13 @@ def polls_of(pair: Pair) -> list[tuple[str, tuple, tuple]]:
 def measure_all(client, info: dict, repeat: int, warmup: int, log, only: str = "") -> list[Pair]:
     pairs: list[Pair] = []
     done: set[str] = set()
-    for label, kind, a, b in targets(info):
+    for label, kind, a, b, cold in targets(info):
         if only and only not in label:
             continue
         log(f"measuring {label}")
-        pair = measure_pair(client, label, kind, a, b, repeat, warmup)
+        pair = measure_pair(client, label, kind, a, b, repeat, warmup, cold)
         pairs.append(pair)
-        if a.htmx or kind not in ("project page", "run page"):
+        if a.htmx or cold or kind not in ("project page", "run page"):
             continue
         for name, (url_a, h_a), (url_b, h_b) in polls_of(pair):
             for unchanged in (False, True):
@@ -379,15 +394,15 @@ def profile(client, info: dict, text: str) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    for label, _, _, target in targets(info):
+    for label, _, _, target, _ in targets(info):
         if text not in label:
             continue
-        fetch(client, target)
+        pages_fetch(client, target)
         profiler = cProfile.Profile()
         with CaptureQueriesContext(connection) as captured:
             profiler.enable()
             start = time.perf_counter()
-            response, _, _ = fetch(client, target)
+            response, _, _ = pages_fetch(client, target)
             elapsed = (time.perf_counter() - start) * 1000
             profiler.disable()
         print(f"## {label}: {target.url} -> {response.status_code} in {elapsed:,.1f} ms (profiled)")
@@ -544,6 +559,7 @@ def main() -> None:
         data = Path(tempfile.mkdtemp(prefix="smrweb-scalebench-"))
     django_setup(data)
 
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -552,6 +568,11 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    redis = None
+    if settings.EMBEDDED_REDIS:  # the cache the pages use, as `make serve` starts it
+        from smrweb.stack.management.commands.runstack import start_embedded_redis
+
+        redis = start_embedded_redis()
     try:
         if args.reuse:
             info, reused = kept, True
@@ -609,6 +630,11 @@ def main() -> None:
             log(f"appended to {docs}")
     finally:
         connection.close()
+        if redis is not None:
+            try:
+                redis.shutdown(nosave=True, now=True, force=True)
+            except Exception:  # noqa: BLE001 - the server answers shutdown by going away
+                pass
         if args.keep or args.reuse:
             log(f"kept {data}; measure again with --reuse {data}")
         else:

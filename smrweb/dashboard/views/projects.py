@@ -152,10 +152,15 @@ def project_detail(request, slug: str):
     page = Paginator(runs.prefetch_related("tags"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
-    board = Paginator(
-        queries.counted_leaderboard(project, unverified=unverified, per_run=not every_submission),
-        LEADERBOARD_PER_PAGE,
-    ).get_page(request.GET.get("lb"))
+    excluded = queries.excluded_run_ids(project)
+    board = queries.leaderboard_page(
+        project,
+        excluded=excluded,
+        unverified=unverified,
+        per_run=not every_submission,
+        page=request.GET.get("lb"),
+        per_page=LEADERBOARD_PER_PAGE,
+    )
     context = {
         "project": project,
         "page": page,
@@ -167,10 +172,10 @@ def project_detail(request, slug: str):
         "counts": queries.run_condition_counts(project),
         "states": RunState.values,
         "leaderboard": board,
-        "leaderboard_offset": board.start_index() - 1 if board.paginator.count else 0,
+        "leaderboard_offset": max(board.start_index() - 1, 0),
         "every_submission": every_submission,
         "unverified": unverified,
-        "pending": None if unverified else queries.pending_scores(project),
+        "pending": None if unverified else queries.pending_scores(project, excluded),
         "board_query": _without(request.GET, "lb"),
         "scope_links": {
             "verified": _with(request.GET, unverified="0"),
@@ -227,16 +232,14 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
     scores = queries.project_scores(project, unverified=unverified, runs=runs)
     if not scores.total:
         return {"chart_total": 0, "chart_filtered": runs is not None}
-    runs_by_pk = {
-        pk: Run(project=project, external_id=external_id, display_name=display_name)
-        for pk, external_id, display_name in Run.objects.filter(pk__in=scores.series).values_list(
-            "pk", "external_id", "display_name"
-        )
-    }
     series = [
-        (runs_by_pk[pk].name, runs_by_pk[pk].get_absolute_url(), points)  # a run's display name, else its id
-        for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])
+        # A run's display name, else its id.
+        (name, Run(project=project, external_id=external_id).get_absolute_url(), scores.series[pk])
+        for pk, (external_id, name) in scores.runs.items()
+        if pk in scores.series
     ]
+    series.sort(key=lambda s: s[2][0][0])
+    every_run = scores.every_run
     figure = charts.project_scores_figure(
         series,
         scores.frontier,
@@ -245,7 +248,7 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         start=scores.start,
         end=scores.end,
         uirevision=f"project-{project.pk}",
-        frontier_label=("best so far of these runs" if runs is not None else "project best so far")
+        frontier_label=("project best so far" if runs is None and every_run else "best so far of these runs")
         + ("" if unverified else " (verified)"),
     )
     shown = sum(len(points) for _, _, points in series)
@@ -254,6 +257,8 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         "chart_total": scores.total,
         "chart_shown": shown,
         "chart_runs": len(series),
+        "chart_matching": scores.matching,
+        "chart_every_run": every_run,
         "chart_filtered": runs is not None,
     }
 

@@ -109,8 +109,12 @@ class Submission(models.Model):
             models.Index(fields=["project", "score"], name="submission_project_score_idx"),
             # Sparklines and the score-over-time chart: a run's scores in time order.
             models.Index(fields=["run", "ts"], name="submission_run_ts_idx"),
-            # The review queue: a project's submissions waiting in one status.
-            models.Index(fields=["project", "status"], name="submission_project_status_idx"),
+            # The review queue: a project's submissions waiting in one status; with the run, score and
+            # exclusion, each run's best verified score and what waits to be verified, from the index alone.
+            models.Index(
+                fields=["project", "status", "run", "score", "excluded_at"],
+                name="submission_project_status_idx",
+            ),
         ]
 
     objects = SubmissionQuerySet.as_manager()

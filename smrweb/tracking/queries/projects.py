@@ -4,17 +4,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Case, Count, F, Max, Min, Q, Sum, Value, When, Window
+from django.db.models import (
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Max,
+    Min,
+    Q,
+    Sum,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
+    NEVER_COUNTED,
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
@@ -85,14 +99,16 @@ class Pending:
     best: float | None  # the best of them
 
 
-def pending_scores(project: Project) -> Pending:
-    """What is waiting to count in the project's numbers (one query)."""
-    agg = Submission.objects.filter(
-        project=project,
-        status__in=UNVERIFIED_STATUSES,
-        excluded_at__isnull=True,
-        run__excluded_at__isnull=True,
-    ).aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score"))
+def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
+    """What is waiting to count in the project's numbers (one query, read from the (project, status,
+    run, score, exclusion) index alone; `excluded`: the project's excluded runs, if already read)."""
+    if excluded is None:
+        excluded = excluded_run_ids(project)
+    agg = (
+        Submission.objects.filter(project=project, status__in=UNVERIFIED_STATUSES, excluded_at__isnull=True)
+        .exclude(run_id__in=excluded)
+        .aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score"))
+    )
     return Pending(agg["n"], agg["best"])
 
 
@@ -210,31 +226,180 @@ def counted_leaderboard(project: Project, *, unverified: bool = False, per_run: 
 
 
 @dataclass
+class BoardPage:
+    """One page of the project page's leaderboard (a Paginator page's interface). `count` is every row
+    of the board, or None when counting them would read every submission (`every submission`): the
+    pager then says whether there is a next page, not how many."""
+
+    object_list: list
+    number: int
+    per_page: int
+    count: int | None
+    has_more: bool
+
+    def __iter__(self):
+        return iter(self.object_list)
+
+    def __len__(self) -> int:
+        return len(self.object_list)
+
+    def has_next(self) -> bool:
+        return self.has_more
+
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    def has_other_pages(self) -> bool:
+        return self.has_next() or self.has_previous()
+
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    def start_index(self) -> int:
+        return (self.number - 1) * self.per_page + 1 if self.object_list else 0
+
+    def end_index(self) -> int:
+        return (self.number - 1) * self.per_page + len(self.object_list)
+
+
+def _page_number(value, last: int | None = None) -> int:
+    try:
+        number = max(1, int(value))
+    except (TypeError, ValueError):
+        number = 1
+    return min(number, last) if last else number
+
+
+def excluded_run_ids(project: Project) -> list[int]:
+    """The project's runs taken out of its numbers (usually none): one indexed query, so the reads
+    below filter submissions by a short list instead of joining every submission to its run."""
+    return list(Run.objects.filter(project=project, excluded_at__isnull=False).values_list("pk", flat=True))
+
+
+def leaderboard_page(
+    project: Project,
+    *,
+    unverified: bool = False,
+    per_run: bool = True,
+    page=1,
+    per_page: int = 20,
+    excluded: list[int] | None = None,
+) -> BoardPage:
+    """A page of `counted_leaderboard`, in the same order, reading what the page needs: per run, each
+    run's best score (the runs' own summary column when unverified ones count; one grouped read of the
+    verified submissions otherwise), then the best submission of the page's runs; every submission, an
+    indexed read of the page's rows (and one more, to know whether a next page exists)."""
+    maximize = project.scenario.maximize
+    score = F("score").desc() if maximize else F("score").asc()
+    order = [score, F("ts").asc(), F("id").asc()]
+    related = ("run__project", "artifact__blob", "experiment")
+    if excluded is None:
+        excluded = excluded_run_ids(project)
+    counted = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
+        run_id__in=excluded
+    )
+    counted = (
+        counted.exclude(status__in=NEVER_COUNTED)
+        if unverified
+        else counted.filter(status__in=VERIFIED_STATUSES)
+    )
+    if not per_run:
+        number = _page_number(page)
+        start = (number - 1) * per_page
+        rows = list(counted.select_related(*related).order_by(*order)[start : start + per_page + 1])
+        if not rows and number > 1:  # past the end (an old link): the first page, as a Paginator would
+            return leaderboard_page(
+                project, unverified=unverified, per_run=False, page=1, per_page=per_page, excluded=excluded
+            )
+        return BoardPage(rows[:per_page], number, per_page, None, len(rows) > per_page)
+    if unverified:
+        # A run's best_score is the best of its submissions that count with unverified ones.
+        bests = list(
+            Run.objects.filter(
+                project=project, excluded_at__isnull=True, best_score__isnull=False
+            ).values_list("pk", "best_score")
+        )
+    else:
+        best = Max("score") if maximize else Min("score")
+        bests = list(counted.order_by().values("run_id").annotate(best=best).values_list("run_id", "best"))
+    bests.sort(key=lambda rb: -rb[1] if maximize else rb[1])
+    count = len(bests)
+    number = _page_number(page, max(1, -(-count // per_page)))
+    lo, hi = (number - 1) * per_page, number * per_page
+    if not bests[lo:hi]:
+        return BoardPage([], number, per_page, count, False)
+    # Runs tied with the page's first or last score may belong on either side of its edges: ties are
+    # ordered by their best submission's time, so read those too and order them all.
+    edge = {bests[lo][1], bests[min(hi, count) - 1][1]}
+    ids = {pk for i, (pk, b) in enumerate(bests) if lo <= i < hi or b in edge}
+    before = sum(1 for i, (_, b) in enumerate(bests) if i < lo and b not in edge)
+    best_of_run = (
+        counted.filter(run_id__in=ids)
+        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
+        .filter(rn=1)
+    )
+    rows = list(
+        Submission.objects.filter(pk__in=best_of_run.values("pk")).select_related(*related).order_by(*order)
+    )
+    start = lo - before
+    return BoardPage(rows[start : start + per_page], number, per_page, count, hi < count)
+
+
+CHART_RUNS = 12  # lines on the project chart: beyond a dozen they cannot be told apart anyway
+
+
+@dataclass
 class ProjectScores:
     series: dict[int, list[tuple[datetime, float]]]  # run pk -> (ts, score), downsampled, records kept
-    frontier: list[tuple[datetime, float]]  # the project's best so far, one point per improvement
-    total: int  # scores stored
+    frontier: list[tuple[datetime, float]]  # best so far of the drawn runs, one point per improvement
+    total: int  # scores of the drawn runs
     start: datetime | None
     end: datetime | None
+    runs: dict[int, tuple[str, str]] = field(default_factory=dict)  # drawn run pk -> (external id, name)
+    matching: int = 0  # runs with a score (of those asked for), drawn or not
+
+    @property
+    def every_run(self) -> bool:
+        return len(self.series) >= self.matching
 
 
 def project_scores(
-    project: Project, *, max_points: int = 3000, unverified: bool = False, runs=None
+    project: Project,
+    *,
+    max_points: int = 1500,
+    unverified: bool = False,
+    runs=None,
+    lines: int = CHART_RUNS,
 ) -> ProjectScores:
-    """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
+    """The scores over time of the project's `lines` runs with the best scores (of `runs`, a queryset of
+    the project's runs, when given), for the project chart: at most about `max_points` points, in five
+    queries whatever the number of runs or scores.
 
-    Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart
-    shows, then each run is cut to its share with LTTB; the best-so-far frontier is computed in SQL over
-    the scores that count (verified ones unless `unverified`), so a record is never lost to downsampling.
-    Excluded runs and scores are left out altogether; `runs` (a queryset of the project's runs) narrows
-    the chart to them, the frontier included.
+    Those runs are found from their summary column (`best_score`: the best that counts with unverified
+    ones); rows are thinned in SQL (every k-th score of each run) when there are far more than the
+    chart shows, then each run is cut to its share with LTTB. The best-so-far frontier of the drawn runs
+    is computed in SQL over their scores that count (verified ones unless `unverified`), so a record is
+    never lost to downsampling. Excluded runs and scores are left out altogether.
     """
-    subs = Submission.objects.filter(project=project, excluded_at__isnull=True, run__excluded_at__isnull=True)
-    if runs is not None:
-        subs = subs.filter(run__in=runs.order_by().values("pk"))
-    total = subs.count()
-    if total == 0:
+    candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
+        excluded_at__isnull=True, best_score__isnull=False
+    )
+    best_first = F("best_score").desc() if project.scenario.maximize else F("best_score").asc()
+    drawn = list(
+        candidates.order_by(best_first, F("id").asc()).values_list("pk", "external_id", "display_name")[
+            :lines
+        ]
+    )
+    if not drawn:
         return ProjectScores({}, [], 0, None, None)
+    matching = candidates.order_by().count() if len(drawn) == lines else len(drawn)
+    names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
+    subs = Submission.objects.filter(run_id__in=names, excluded_at__isnull=True)
+    span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
+    total = span["n"]
     order = [F("ts").asc(), F("id").asc()]
     rows = subs
     if total > 4 * max_points:
@@ -265,8 +430,15 @@ def project_scores(
             best = value
             if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
                 series[run_id] = sorted([*series[run_id], (ts, value)])
-    span = subs.aggregate(lo=Min("ts"), hi=Max("ts"))
-    return ProjectScores(dict(series), frontier, total, span["lo"], span["hi"])
+    return ProjectScores(
+        {pk: series[pk] for pk in names if series.get(pk)},
+        frontier,
+        total,
+        span["lo"],
+        span["hi"],
+        runs=names,
+        matching=matching,
+    )
 
 
 @dataclass
@@ -285,17 +457,22 @@ class Regression:
 
 
 def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Regression]:
-    """Runs whose latest score is worse than their best by more than the project's threshold (three
-    queries). Off when the project sets no threshold."""
+    """Runs whose latest score is worse than their best by more than the project's threshold (four
+    queries; only the runs that regressed are read). Off when the project sets no threshold."""
     threshold = project.regression_threshold
     if threshold is None:
         return []
     maximize = project.scenario.maximize
-    candidates = (
-        list(runs)
-        if runs is not None
-        else list(Run.objects.filter(project=project, score_count__gt=1).select_related("project__scenario"))
-    )
+    if runs is None:
+        # Only the runs that regressed leave the database: the gap is compared in SQL, as below.
+        gap = F("best_score") - F("latest_score") if maximize else F("latest_score") - F("best_score")
+        runs = (
+            Run.objects.filter(project=project, score_count__gt=1)
+            .alias(gap=ExpressionWrapper(gap, output_field=FloatField()))
+            .filter(gap__gt=threshold)
+            .select_related("project__scenario")
+        )
+    candidates = list(runs)
     worse = {}
     for run in candidates:
         if run.latest_score is None or run.best_score is None:
