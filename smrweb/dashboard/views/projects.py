@@ -15,7 +15,7 @@ from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 from smrweb.tracking.services import rollbacks
 
-RUNS_PER_PAGE = 50
+RUNS_PER_PAGE = 25
 LEADERBOARD_PER_PAGE = 20
 
 
@@ -55,7 +55,7 @@ def project_list(request):
 def filter_runs(project: Project, params) -> tuple[object, dict]:
     """The project's runs narrowed and sorted by the page's filter form and column headers. A value that
     does not read (an unknown sort, a state that does not exist…) is ignored, and named in `ignored`."""
-    runs = Run.objects.filter(project=project).select_related("project__scenario")
+    runs = Run.objects.filter(project=project)
     show_archived = params.get("archived") == "1"  # archived runs are hidden unless asked for
     if not show_archived:
         runs = runs.filter(archived_at__isnull=True)
@@ -149,7 +149,11 @@ def project_detail(request, slug: str):
     if live.unchanged(request, version):
         return live.no_change()
     runs, filters = filter_runs(project, request.GET)
-    page = Paginator(runs.prefetch_related("tags"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    # The table shows neither the sources' cursors nor retention's notes: two JSON columns not decoded.
+    rows_read = runs.prefetch_related("tags").defer("source_cursor", "metrics_downsampled")
+    page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    for run in page:
+        run.project = project  # already read with its scenario: not joined into every row
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
     excluded = queries.excluded_run_ids(project)

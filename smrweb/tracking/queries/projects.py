@@ -17,6 +17,7 @@ from django.db.models import (
     Max,
     Min,
     Q,
+    Subquery,
     Sum,
     Value,
     When,
@@ -32,6 +33,8 @@ from smrweb.tracking.models import (
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
+    Artifact,
+    ArtifactBlob,
     Project,
     Rollback,
     RollbackStatus,
@@ -93,23 +96,47 @@ def best_submissions(projects: list[Project], *, unverified: bool = False) -> di
     return best
 
 
+PENDING_COUNTED = 1000  # beyond this many, the page says "1,000+" rather than count every one
+
+
 @dataclass(frozen=True)
 class Pending:
-    count: int  # submissions that would count once verified (candidates, being verified)
+    count: int  # submissions that would count once verified (candidates, being verified), up to the cap
     best: float | None  # the best of them
+    more: bool = False  # there are more than `count`
+
+    @property
+    def label(self) -> str:
+        return f"{self.count:,}+" if self.more else f"{self.count:,}"
 
 
 def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
-    """What is waiting to count in the project's numbers (one query, read from the (project, status,
-    run, score, exclusion) index alone; `excluded`: the project's excluded runs, if already read)."""
+    """What is waiting to count in the project's numbers, in two index reads however many there are:
+    how many (counted up to PENDING_COUNTED), and the best (the top of each status's score order in the
+    (project, status, score, exclusion, run) index). `excluded`: the project's excluded runs, if read."""
     if excluded is None:
         excluded = excluded_run_ids(project)
-    agg = (
-        Submission.objects.filter(project=project, status__in=UNVERIFIED_STATUSES, excluded_at__isnull=True)
-        .exclude(run_id__in=excluded)
-        .aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score"))
+    waiting = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
+        run_id__in=excluded
     )
-    return Pending(agg["n"], agg["best"])
+    n = waiting.filter(status__in=UNVERIFIED_STATUSES).order_by().values("pk")[: PENDING_COUNTED + 1].count()
+    if not n:
+        return Pending(0, None)
+    best_first = "-score" if project.scenario.maximize else "score"
+    tops = (
+        Project.objects.filter(pk=project.pk)
+        .annotate(
+            **{
+                f"top_{i}": Subquery(waiting.filter(status=status).order_by(best_first).values("score")[:1])
+                for i, status in enumerate(UNVERIFIED_STATUSES)
+            }
+        )
+        .values(*(f"top_{i}" for i in range(len(UNVERIFIED_STATUSES))))
+        .first()
+    )
+    values = [v for v in (tops or {}).values() if v is not None]
+    best = (max if project.scenario.maximize else min)(values) if values else None
+    return Pending(min(n, PENDING_COUNTED), best, n > PENDING_COUNTED)
 
 
 def project_summaries(projects: Iterable[Project], *, unverified: bool = False) -> list[ProjectSummary]:
@@ -227,14 +254,13 @@ def counted_leaderboard(project: Project, *, unverified: bool = False, per_run: 
 
 @dataclass
 class BoardPage:
-    """One page of the project page's leaderboard (a Paginator page's interface). `count` is every row
-    of the board, or None when counting them would read every submission (`every submission`): the
-    pager then says whether there is a next page, not how many."""
+    """One page of the project page's leaderboard (a Paginator page's interface); `count`: the board's
+    rows in all."""
 
     object_list: list
     number: int
     per_page: int
-    count: int | None
+    count: int
     has_more: bool
 
     def __iter__(self):
@@ -276,7 +302,9 @@ def _page_number(value, last: int | None = None) -> int:
 def excluded_run_ids(project: Project) -> list[int]:
     """The project's runs taken out of its numbers (usually none): one indexed query, so the reads
     below filter submissions by a short list instead of joining every submission to its run."""
-    return list(Run.objects.filter(project=project, excluded_at__isnull=False).values_list("pk", flat=True))
+    return list(
+        Run.objects.filter(project=project, excluded_at__isnull=False).order_by().values_list("pk", flat=True)
+    )
 
 
 def leaderboard_page(
@@ -290,12 +318,11 @@ def leaderboard_page(
 ) -> BoardPage:
     """A page of `counted_leaderboard`, in the same order, reading what the page needs: per run, each
     run's best score (the runs' own summary column when unverified ones count; one grouped read of the
-    verified submissions otherwise), then the best submission of the page's runs; every submission, an
-    indexed read of the page's rows (and one more, to know whether a next page exists)."""
+    verified submissions otherwise), then the best submission of the page's runs; every submission, a
+    count and the page's rows, both in the order of one index."""
     maximize = project.scenario.maximize
     score = F("score").desc() if maximize else F("score").asc()
     order = [score, F("ts").asc(), F("id").asc()]
-    related = ("run__project", "artifact__blob", "experiment")
     if excluded is None:
         excluded = excluded_run_ids(project)
     counted = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
@@ -307,14 +334,11 @@ def leaderboard_page(
         else counted.filter(status__in=VERIFIED_STATUSES)
     )
     if not per_run:
-        number = _page_number(page)
+        count = counted.order_by().count()  # from the (project, status, score, exclusion, run) index alone
+        number = _page_number(page, max(1, -(-count // per_page)))
         start = (number - 1) * per_page
-        rows = list(counted.select_related(*related).order_by(*order)[start : start + per_page + 1])
-        if not rows and number > 1:  # past the end (an old link): the first page, as a Paginator would
-            return leaderboard_page(
-                project, unverified=unverified, per_run=False, page=1, per_page=per_page, excluded=excluded
-            )
-        return BoardPage(rows[:per_page], number, per_page, None, len(rows) > per_page)
+        rows = _board_rows(counted.order_by(*order)[start : start + per_page], project)
+        return BoardPage(rows, number, per_page, count, start + per_page < count)
     if unverified:
         # A run's best_score is the best of its submissions that count with unverified ones.
         bests = list(
@@ -328,24 +352,44 @@ def leaderboard_page(
     bests.sort(key=lambda rb: -rb[1] if maximize else rb[1])
     count = len(bests)
     number = _page_number(page, max(1, -(-count // per_page)))
-    lo, hi = (number - 1) * per_page, number * per_page
-    if not bests[lo:hi]:
+    lo, hi = (number - 1) * per_page, min(number * per_page, count)
+    if lo >= hi:
         return BoardPage([], number, per_page, count, False)
-    # Runs tied with the page's first or last score may belong on either side of its edges: ties are
-    # ordered by their best submission's time, so read those too and order them all.
-    edge = {bests[lo][1], bests[min(hi, count) - 1][1]}
-    ids = {pk for i, (pk, b) in enumerate(bests) if lo <= i < hi or b in edge}
+    # Runs tied on a score are ordered by their best submission's time (then id): for the page's runs
+    # and every run tied with its first or last score, read the submissions that reached their best
+    # (one query, as many rows as those runs), then order them and take the page.
+    edge = {bests[lo][1], bests[hi - 1][1]}
+    candidates = {pk: b for i, (pk, b) in enumerate(bests) if lo <= i < hi or b in edge}
     before = sum(1 for i, (_, b) in enumerate(bests) if i < lo and b not in edge)
-    best_of_run = (
-        counted.filter(run_id__in=ids)
-        .annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
-        .filter(rn=1)
+    first: dict[int, tuple] = {}
+    for pk, run_id, value, ts in counted.filter(
+        run_id__in=candidates, score__in=set(candidates.values())
+    ).values_list("pk", "run_id", "score", "ts"):
+        if value == candidates[run_id]:
+            first[run_id] = min(first.get(run_id, (ts, pk)), (ts, pk))
+    ranked = sorted(first, key=lambda r: (-candidates[r] if maximize else candidates[r], *first[r]))
+    page_pks = [first[r][1] for r in ranked[lo - before : hi - before]]
+    rows = {s.pk: s for s in _board_rows(Submission.objects.filter(pk__in=page_pks), project)}
+    return BoardPage([rows[pk] for pk in page_pks if pk in rows], number, per_page, count, hi < count)
+
+
+BOARD_FIELDS = ("id", "project_id", "run_id", "score", "status", "artifact_id", "artifact_ref", "ts")
+BOARD_RUN_FIELDS = ("run__id", "run__project_id", "run__external_id", "run__display_name")
+
+
+def _board_rows(rows, project: Project) -> list[Submission]:
+    """The leaderboard's rows with what the board shows: the submission's own columns, its run's names
+    and its artifact (and blob), the project set from the one already read, not joined in again."""
+    artifact = [f"artifact__{f.name}" for f in Artifact._meta.concrete_fields]
+    blob = [f"artifact__blob__{f.name}" for f in ArtifactBlob._meta.concrete_fields]
+    out = list(
+        rows.select_related("run", "artifact__blob").only(
+            *BOARD_FIELDS, *BOARD_RUN_FIELDS, "artifact", *artifact, *blob
+        )
     )
-    rows = list(
-        Submission.objects.filter(pk__in=best_of_run.values("pk")).select_related(*related).order_by(*order)
-    )
-    start = lo - before
-    return BoardPage(rows[start : start + per_page], number, per_page, count, hi < count)
+    for s in out:
+        s.project = s.run.project = project
+    return out
 
 
 CHART_RUNS = 12  # lines on the project chart: beyond a dozen they cannot be told apart anyway
