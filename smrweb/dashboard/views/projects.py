@@ -160,6 +160,7 @@ def project_detail(request, slug: str):
     board = queries.leaderboard_page(
         project,
         excluded=excluded,
+        version=base,
         unverified=unverified,
         per_run=not every_submission,
         page=request.GET.get("lb"),
@@ -173,7 +174,7 @@ def project_detail(request, slug: str):
         "sorts": sort_links(
             project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
         ),
-        "counts": queries.run_condition_counts(project),
+        "counts": queries.run_condition_counts(project, base),
         "states": RunState.values,
         "leaderboard": board,
         "leaderboard_offset": max(board.start_index() - 1, 0),

@@ -43,6 +43,7 @@ from smrweb.tracking.models import (
     SubmissionStatus,
 )
 from smrweb.tracking.queries import budget
+from smrweb.tracking.queries.kept import kept
 from smrweb.tracking.queries.runs import _latest_scores
 
 
@@ -216,9 +217,13 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
     return out
 
 
-def run_condition_counts(project: Project) -> dict[str, int]:
-    """How many of the project's runs are stalled, failed, abandoned and over budget (one query), for the
-    quick filters above its runs table."""
+def run_condition_counts(project: Project, version: str | None = None) -> dict[str, int]:
+    """How many of the project's runs are stalled, failed, abandoned and over budget (one query, kept
+    under the page's `version` when given), for the quick filters above its runs table."""
+    return kept(f"run-conditions:{project.pk}", version, lambda: _condition_counts(project))
+
+
+def _condition_counts(project: Project) -> dict[str, int]:
     return Run.objects.filter(project=project).aggregate(
         stalled=Count("id", filter=STALLED),
         failed=Count("id", filter=Q(state="failed")),
@@ -315,11 +320,13 @@ def leaderboard_page(
     page=1,
     per_page: int = 20,
     excluded: list[int] | None = None,
+    version: str | None = None,
 ) -> BoardPage:
     """A page of `counted_leaderboard`, in the same order, reading what the page needs: per run, each
     run's best score (the runs' own summary column when unverified ones count; one grouped read of the
-    verified submissions otherwise), then the best submission of the page's runs; every submission, a
-    count and the page's rows, both in the order of one index."""
+    verified submissions otherwise; kept under `version`, the page's, when given), then the best
+    submission of the page's runs; every submission, a count and the page's rows, both in the order of
+    one index."""
     maximize = project.scenario.maximize
     score = F("score").desc() if maximize else F("score").asc()
     order = [score, F("ts").asc(), F("id").asc()]
@@ -339,17 +346,21 @@ def leaderboard_page(
         start = (number - 1) * per_page
         rows = _board_rows(counted.order_by(*order)[start : start + per_page], project)
         return BoardPage(rows, number, per_page, count, start + per_page < count)
-    if unverified:
-        # A run's best_score is the best of its submissions that count with unverified ones.
-        bests = list(
-            Run.objects.filter(
-                project=project, excluded_at__isnull=True, best_score__isnull=False
-            ).values_list("pk", "best_score")
-        )
-    else:
-        best = Max("score") if maximize else Min("score")
-        bests = list(counted.order_by().values("run_id").annotate(best=best).values_list("run_id", "best"))
-    bests.sort(key=lambda rb: -rb[1] if maximize else rb[1])
+
+    def read_bests() -> list[tuple[int, float]]:
+        if unverified:
+            # A run's best_score is the best of its submissions that count with unverified ones.
+            rows = Run.objects.filter(project=project, excluded_at__isnull=True, best_score__isnull=False)
+            bests = list(rows.values_list("pk", "best_score"))
+        else:
+            best = Max("score") if maximize else Min("score")
+            bests = list(
+                counted.order_by().values("run_id").annotate(best=best).values_list("run_id", "best")
+            )
+        return sorted(bests, key=lambda rb: -rb[1] if maximize else rb[1])
+
+    # Every run's best is what the page reads in proportion to the project: kept under its version.
+    bests = kept(f"board-bests:{project.pk}:{int(unverified)}", version, read_bests)
     count = len(bests)
     number = _page_number(page, max(1, -(-count // per_page)))
     lo, hi = (number - 1) * per_page, min(number * per_page, count)
