@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlencode
 
 from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
 from smrweb.dashboard.charts.style import (
@@ -59,7 +58,8 @@ def _end(s: RunSeries) -> float:
 
 def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
     """Every score as a faint dot and the best-so-far frontier as a step line, per run, on time since
-    each run's start. None when no run has a score."""
+    each run's start. None when no run has a score. What every trace shares (mode, hover text, line
+    shape) is said once, in the layout's template: with 200 runs it was half the figure."""
     metric = plotly_text(c.project.scenario.score_metric)
     legend = len(c.runs) <= LEGEND_MAX
     data = []
@@ -67,41 +67,49 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         if not s.scores:
             continue
         rid = plotly_text(s.run.external_id)
-        where = f"%{{x:.2f}} {unit.label} since start"
         data.append(
             {
-                "type": "scatter",
-                "mode": "markers",
                 "name": rid,
                 "legendgroup": rid,
-                "showlegend": False,
                 "x": [_x(x, unit) for x, _ in s.scores],
                 "y": [y for _, y in s.scores],
-                "marker": {"color": col, "size": 5, "opacity": 0.45},
-                "hovertemplate": f"<b>{rid}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+                "marker": {"color": col},
             }
         )
         frontier = s.frontier + [(_end(s), s.frontier[-1][1])]
         data.append(
             {
-                "type": "scatter",
-                "mode": "lines",
                 "name": rid,
                 "legendgroup": rid,
                 "x": [_x(x, unit) for x, _ in frontier],
                 "y": [y for _, y in frontier],
-                "line": {"color": col, "width": 2, "shape": "hv"},
-                "hovertemplate": f"<b>{rid}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+                "line": {"color": col, "shape": "hv"},
             }
         )
     if not data:
         return None
     arrow = "↑" if c.maximize else "↓"
+    where = f"%{{x:.2f}} {unit.label} since start"
+    # Scatter traces take the template's styles in turn: each run's dots, then its frontier.
+    dots = {
+        "type": "scatter",
+        "mode": "markers",
+        "showlegend": False,
+        "marker": {"size": 5, "opacity": 0.45},
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+    }
+    steps = {
+        "type": "scatter",
+        "mode": "lines",
+        "line": {"width": 2, "shape": "hv"},
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+    }
     layout = base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
         showlegend=legend,
+        template={"data": {"scatter": [dots, steps]}},
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis(f"{metric} {arrow} · line: best so far"),
     )
@@ -109,7 +117,8 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
 
 
 def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
-    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn."""
+    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn. The
+    traces' shared style is in the layout's template."""
     data = []
     for s, col in zip(c.runs, colours):
         if not s.spend:
@@ -118,27 +127,31 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         pts = [(0.0, 0.0), *s.spend, (_end(s), s.spend[-1][1])]
         # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
         # turns is closer to the truth than a step drawn at each of them.
-        shape = "hv" if len(s.spend) >= s.run.turn_count else "linear"
+        every_turn = len(s.spend) >= s.run.turn_count
         data.append(
             {
-                "type": "scatter",
-                "mode": "lines",
                 "name": rid,
                 "legendgroup": rid,
                 "x": [_x(x, unit) for x, _ in pts],
                 "y": [round(y, 6) for _, y in pts],
-                "line": {"color": col, "width": 2, "shape": shape},
-                "hovertemplate": f"<b>{rid}</b><br>$%{{y:,.4~f}} spent<br>%{{x:.2f}} {unit.label} since start"
-                "<extra></extra>",
+                "line": {"color": col, "shape": "hv" if every_turn else "linear"},
             }
         )
     if not data:
         return None
+    lines = {
+        "type": "scatter",
+        "mode": "lines",
+        "line": {"width": 2, "shape": "linear"},
+        "hovertemplate": "<b>%{fullData.name}</b><br>$%{y:,.4~f} spent<br>"
+        f"%{{x:.2f}} {unit.label} since start<extra></extra>",
+    }
     layout = base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
         showlegend=len(c.runs) <= LEGEND_MAX,
+        template={"data": {"scatter": [lines]}},
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"),
     )
@@ -251,8 +264,6 @@ class Row:
     deltas: dict[str, Delta]
     gain_per_usd: str
     usd_per_turn: str
-    baseline_query: str  # this run first
-    without_query: str  # this run removed
 
 
 def rate(value: float | None) -> str:
@@ -304,10 +315,8 @@ def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
 
 
 def rows(c: Comparison, colours: list[str]) -> list[Row]:
-    params = [urlencode({"runs": s.run.external_id}) for s in c.runs]  # quoted once, not once per link
     out = []
     for i, (s, col) in enumerate(zip(c.runs, colours)):
-        others = params[:i] + params[i + 1 :]
         out.append(
             Row(
                 s=s,
@@ -315,8 +324,6 @@ def rows(c: Comparison, colours: list[str]) -> list[Row]:
                 deltas=deltas(s, c.runs[0], c.maximize) if i else {},
                 gain_per_usd=rate(s.gain_per_usd),
                 usd_per_turn=usd_precise(s.usd_per_turn),
-                baseline_query="&".join([params[i], *others]),
-                without_query="&".join(others),
             )
         )
     return out

@@ -13,6 +13,7 @@ from smrweb.dashboard.views import exports
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
+from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
 from smrweb.tracking.services import rollbacks
 
 RUNS_PER_PAGE = 25
@@ -198,6 +199,7 @@ def project_detail(request, slug: str):
         "runs_export_query": exports.runs_export_query(filters),  # the Export buttons (the runs API's)
         "board_export_query": "board=all" if every_submission else "",
         "version": version,
+        "max_compare": MAX_COMPARED,
     }
     if not request.htmx:
         chart_query = _chart_query(request.GET)
