@@ -450,7 +450,7 @@ def project_scores(
     )
     if not drawn:
         return ProjectScores({}, [], 0, None, None)
-    matching = candidates.order_by().count() if len(drawn) == lines else len(drawn)
+    matching = candidates.order_by().count()  # from the (project, exclusion, best) index
     names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
     subs = Submission.objects.filter(run_id__in=names, excluded_at__isnull=True)
     span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
