@@ -309,3 +309,34 @@ def test_a_bar_lists_exactly_the_turns_it_counts(client_alice, project):
             {"origin": tl.start.isoformat(), "width_us": tl.bin_width_us, "bin": index, "kind": kind},
         ).content.decode()
         assert f"{b.count} turn" in body and body.count("data-turn-detail") == min(b.count, 50)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_run_with_many_scores_is_thinned_in_sql_with_an_exact_frontier(project, direction):
+    project.scenario.direction = direction
+    project.scenario.save()
+    rng = random.Random(3)
+    values = [
+        round(rng.gauss(0, 1) + (i / 400 if direction == "maximize" else -i / 400), 6) for i in range(1300)
+    ]
+    push(
+        project,
+        "r",
+        [
+            {"type": "score", "id": f"s{i}", "score": v, "ts": (T0 + timedelta(seconds=30 * i)).isoformat()}
+            for i, v in enumerate(values)
+        ],
+    )
+    run = Run.objects.select_related("project__scenario").get(project=project, external_id="r")
+    with CaptureQueriesContext(connection) as queries:
+        tl = timeline.run_timeline(run, now=T0 + timedelta(days=1))
+    expected, best = [], None
+    for i, v in enumerate(values):
+        if best is None or (v > best if direction == "maximize" else v < best):
+            best = v
+            expected.append((T0 + timedelta(seconds=30 * i), v))
+    assert tl.frontier == expected  # every record, from all 1,300 scores
+    assert tl.score_total == 1300 and len(tl.scores) == timeline.MAX_SCORE_POINTS
+    assert tl.scores[0] == (T0, values[0]) and tl.scores[-1][1] == values[-1]  # first and last kept
+    reads = [q["sql"] for q in queries.captured_queries if "tracking_submission" in q["sql"]]
+    assert len(reads) == 2  # the thinned scores with their records, and the plotted scores' turns

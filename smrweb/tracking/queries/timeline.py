@@ -17,7 +17,27 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.core.cache import cache
-from django.db.models import BigIntegerField, Count, Func, Max, Min, OuterRef, Subquery, Sum
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.expressions import RowRange
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
@@ -284,15 +304,49 @@ def forget_turn_aggregates(run: Run) -> None:
     cache.delete(_memo_key(run))
 
 
+def _score_rows(run: Run, maximize: bool):
+    """(scores to plot from, the best-so-far records, how many scores) of the run, in one query: every
+    score of a run with few, else every k-th (about 2 × MAX_SCORE_POINTS), its first and last and every
+    record, chosen in SQL over the (run, ts, score) index — the records from all of them, so the
+    frontier is exact however many there are."""
+    subs = Submission.objects.filter(run=run).order_by()
+    if run.score_count <= 2 * MAX_SCORE_POINTS:
+        rows = list(subs.order_by("ts", "id").values_list("ts", "score", "pk"))
+        frontier, best = [], None
+        for ts, value, _ in rows:
+            if best is None or (value > best if maximize else value < best):
+                best = value
+                frontier.append((ts, value))
+        return rows, frontier, len(rows)
+    order = [F("ts").asc(), F("id").asc()]
+    running = Max if maximize else Min
+    stride = run.score_count // (2 * MAX_SCORE_POINTS) + 1
+    improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
+    rows = list(
+        subs.annotate(
+            rn=Window(RowNumber(), order_by=order),
+            before=Window(running("score"), order_by=order, frame=RowRange(start=None, end=-1)),
+        )
+        .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
+        .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
+        .annotate(
+            record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
+        )
+        .order_by("ts", "id")
+        .values_list("ts", "score", "pk", "record")
+    )
+    frontier = [(ts, value) for ts, value, _, record in rows if record]
+    return [(ts, value, pk) for ts, value, pk, _ in rows], frontier, run.score_count
+
+
 def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
     """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
     whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
     since), whatever the number of turns."""
     now = now or timezone.now()
     memo = _turn_memo(run)
-    scores_all = list(
-        Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score", "pk")
-    )
+    maximize = run.project.scenario.maximize
+    scores_all, frontier, score_total = _score_rows(run, maximize)
     times = [t for t in (memo.lo, memo.hi) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
     first = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
@@ -324,11 +378,6 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    frontier, best = [], None
-    for ts, value, _ in scores_all:
-        if best is None or (value > best if run.project.scenario.maximize else value < best):
-            best = value
-            frontier.append((ts, value))
     scores = lttb([(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all], MAX_SCORE_POINTS)
     score_turns = _turns_before([pk for *_, pk in scores], run)
     return Timeline(
@@ -340,7 +389,7 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         scores=[(ts, v) for _, v, ts, _ in scores],
         score_turns=score_turns,
         frontier=frontier,
-        score_total=len(scores_all),
+        score_total=score_total,
         turn_total=memo.count,
     )
 
