@@ -7,6 +7,11 @@ import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
 from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
 from smrweb.dashboard.charts.style import (
     CHILD,
@@ -18,7 +23,8 @@ from smrweb.dashboard.charts.style import (
     colour,
     plotly_text,
 )
-from smrweb.dashboard.templatetags.smrweb import midtrunc
+from smrweb.dashboard.clock import zone_label
+from smrweb.dashboard.templatetags.smrweb import ago, midtrunc, ms, score, state_badge, usd
 from smrweb.tracking.queries.compare import Comparison, RunSeries
 
 LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the hover name them)
@@ -264,6 +270,8 @@ class Row:
     deltas: dict[str, Delta]
     gain_per_usd: str
     usd_per_turn: str
+    side_by_side_html: str = ""  # its rows in the two tables (`side_by_side_row`, `turns_row`)
+    turns_html: str = ""
 
 
 def rate(value: float | None) -> str:
@@ -329,6 +337,152 @@ def rows(c: Comparison, colours: list[str]) -> list[Row]:
     return out
 
 
+# --- the tables' rows, written here rather than in the template: 200 runs × two tables cost the template
+# engine ~0.4 s; the same markup from format_html costs a tenth of that.
+
+SWATCH = (
+    '<svg class="swatch" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" '
+    'height="10" rx="2.5" fill="{}"/></svg>'
+)
+
+
+def _when(value) -> str:
+    """A time in the viewer's clock, as the template's date:'Y-m-d H:i:s'."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _delta(d: Delta | None) -> SafeString:
+    if not d:
+        return mark_safe("")
+    return format_html('<span class="delta {}" title="{}">{}</span>', d.tone, d.title, d.text)
+
+
+def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString:
+    """One run's row of the side-by-side table (its deltas to the baseline under each value)."""
+    s, run = row.s, row.s.run
+    d = row.deltas
+    parent = ""
+    if run.parent_id and run.parent:
+        parent = format_html(
+            '\n<span class="muted small lineage" data-parent="{}">from <a href="{}">{}</a></span>',
+            run.parent.external_id,
+            reverse("dashboard:run-detail", args=[slug, run.parent.external_id]),
+            midtrunc(run.parent.name, 20),
+        )
+    best_title = (
+        format_html(' title="reached {} after the start"', duration(s.best_after))
+        if s.best_after is not None
+        else ""
+    )
+    gain_title = (
+        f"{score(s.gain)} gained from the first score {score(s.first_score)} to the best"
+        if s.gain is not None
+        else "no scores"
+    )
+    end = (
+        f"finished {_when(run.finished_at)}"
+        if run.finished_at
+        else f"last progress {_when(run.last_progress_at)}"
+    )
+    actions = format_html(
+        '<button class="btn small" form="compare-rows" name="drop" value="{}" aria-label="Remove {} from the '
+        'comparison" title="remove from the comparison">✕</button>',
+        run.external_id,
+        run.external_id,
+    )
+    if not first:
+        actions = format_html(
+            '<button class="btn small" form="compare-rows" name="baseline" value="{}" '
+            'aria-label="Make {} the baseline">Make baseline</button>\n{}',
+            run.external_id,
+            run.external_id,
+            actions,
+        )
+    return format_html(
+        '<tr data-run="{}"{}>\n<th scope="row"><span class="rid-cell">{}<a class="rid" href="{}" '
+        'title="{}">{}</a>{}</span>{}</th>\n'
+        '<td><span class="states">{}</span></td>\n'
+        '<td class="num">{}{}</td>\n'
+        '<td class="num"><b{}>{}</b>{}</td>\n'
+        '<td class="num">{}{}</td>\n'
+        '<td class="num"><span title="{} tokens: {} in, {} out">{}</span>{}</td>\n'
+        '<td class="num"><span title="${} — driver {}, child {}">{}</span>{}</td>\n'
+        '<td class="num"><span title="{}">{}</span>{}</td>\n'
+        '<td class="num"><span title="from {} {} to {} {}">{}</span>{}</td>\n'
+        '<td class="when" title="{} {}">{}</td>\n'
+        '<td class="row-actions">{}</td>\n</tr>',
+        run.external_id,
+        mark_safe(' class="baseline"') if first else "",
+        format_html(SWATCH, row.colour),
+        run.get_absolute_url(),
+        run.external_id,
+        midtrunc(run.external_id, 24),
+        mark_safe('<span class="badge badge-base">baseline</span>') if first else "",
+        parent,
+        state_badge(run),
+        score(run.latest_score),
+        _delta(d.get("final")),
+        best_title,
+        score(run.best_score),
+        _delta(d.get("best")),
+        run.turn_count,
+        _delta(d.get("turns")),
+        s.tokens,
+        run.tokens_in,
+        run.tokens_out,
+        tokens(s.tokens),
+        _delta(d.get("tokens")),
+        run.cost_usd,
+        usd(run.driver_cost_usd),
+        usd(run.child_cost_usd),
+        usd(run.cost_usd),
+        _delta(d.get("usd")),
+        gain_title,
+        row.gain_per_usd,
+        _delta(d.get("gain_per_usd")),
+        _when(s.start),
+        tz,
+        end,
+        tz,
+        duration(s.duration),
+        _delta(d.get("duration")),
+        _when(s.start),
+        tz,
+        ago(s.start),
+        actions,
+    )
+
+
+def turns_row(row: Row) -> SafeString:
+    """One run's row of the turn statistics table."""
+    s, run = row.s, row.s.run
+    return format_html(
+        '<tr>\n<th scope="row"><span class="rid-cell">{}<span class="rid" title="{}">{}</span></span></th>\n'
+        '<td class="num">{}</td>\n<td class="num">{} · {}</td>\n'
+        '<td class="num" title="{}">{}</td>\n<td class="num" title="{}">{}</td>\n'
+        '<td class="num">{}</td>\n<td class="num" title="{}">{}</td>\n'
+        '<td class="num">{}</td>\n<td class="num">{}</td>\n<td class="num">{}</td>\n'
+        '<td class="num">{}</td>\n</tr>',
+        format_html(SWATCH, row.colour),
+        run.external_id,
+        midtrunc(run.external_id, 24),
+        run.turn_count,
+        s.driver_turns,
+        s.child_turns,
+        run.tokens_in,
+        tokens(run.tokens_in),
+        run.tokens_out,
+        tokens(run.tokens_out),
+        tokens(s.tokens_per_turn),
+        f"${s.usd_per_turn:.6f}" if s.usd_per_turn is not None else "",
+        row.usd_per_turn,
+        usd(run.driver_cost_usd),
+        usd(run.child_cost_usd),
+        s.tool_calls,
+        ms(s.mean_turn_ms),
+    )
+
+
 def build(c: Comparison) -> dict:
     """Everything the template needs about a comparison of two or more runs."""
     colours = [colour(i) for i in range(len(c.runs))]
@@ -343,9 +497,14 @@ def build(c: Comparison) -> dict:
         "spend_figure": spend_figure(c, colours, unit, uirevision=key),
         "turns_figure": turns_figure(c, colours, uirevision=key),
     }
+    table = rows(c, colours)
+    tz = zone_label()
+    for i, row in enumerate(table):
+        row.side_by_side_html = side_by_side_row(row, first=i == 0, slug=c.project.slug, tz=tz)
+        row.turns_html = turns_row(row)
     return {
         **figures,
-        "rows": rows(c, colours),
+        "rows": table,
         "unit": unit,
         "points": {name: points(fig) for name, fig in figures.items()},
     }
