@@ -428,15 +428,15 @@ def _kb(n: int) -> str:
 
 def table(pairs: list[Pair], factor: int) -> str:
     rows = [
-        f"| page | 1x ms | {factor}x ms | ratio | CPU ratio | queries 1x / {factor}x "
+        f"| page | 1x ms | {factor}x ms | ratio | CPU ms 1x / {factor}x | CPU ratio | queries 1x / {factor}x "
         f"| response KB 1x / {factor}x | largest figure KB 1x / {factor}x | peak MiB 1x / {factor}x "
         "| result |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in pairs:
         s, g = p.small, p.large
         if s.error or g.error:
-            rows.append(f"| {p.label} | – | – | – | – | – | – | – | – | **error** |")
+            rows.append(f"| {p.label} | – | – | – | – | – | – | – | – | – | **error** |")
             continue
         failed = [name for name, ok in p.checks if not ok]
         status = f"{s.status}" if s.status == g.status else f"{s.status} / {g.status}"
@@ -444,6 +444,7 @@ def table(pairs: list[Pair], factor: int) -> str:
         rows.append(
             f"| {label} | {_ms(s.median)} | **{_ms(g.median)}** "
             f"| {'–' if p.ratio is None else f'{p.ratio:.2f}'} "
+            f"| {_ms(s.cpu_median)} / {_ms(g.cpu_median)} "
             f"| {'–' if p.cpu_ratio is None else f'{p.cpu_ratio:.2f}'} "
             f"| {s.queries} / {g.queries} | {_kb(s.response_bytes)} / {_kb(g.response_bytes)} "
             f"| {_kb(s.figure_bytes)} / {_kb(g.figure_bytes)} "
