@@ -225,21 +225,15 @@ class Hill:
         }
 
 
-def seed(cfg: Config, log) -> dict:
-    """Seed everything; returns what the measurements need and how long each part took."""
+def seed_setup(username: str = "bench-admin", scenario_key: str = "bench-hill"):
+    """The signed-in admin and the hill-climbing scenario every seeded project uses."""
     from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.utils import timezone
 
     from smrweb.tracking import services
-    from smrweb.tracking.models import MetricPoint, Run, RunState
 
-    rng = random.Random(cfg.seed)
-    timings: dict[str, float] = {}
-    now = timezone.now()
-    user = get_user_model().objects.create_user("bench-admin", email="bench@example.com", is_staff=True)
+    user = get_user_model().objects.create_user(username, email="bench@example.com", is_staff=True)
     scenario = services.create_scenario(
-        key="bench-hill",
+        key=scenario_key,
         name="Bench hill climb",
         score_metric="score",
         direction="maximize",
@@ -247,10 +241,15 @@ def seed(cfg: Config, log) -> dict:
         score_max=1,
         harness_id="bench-v1",
     )
-    project = services.create_project("bench", name=f"Bench: {cfg.runs} runs", scenario=scenario, by=user)
-    services.create_api_token(project, name="bench-harness", by=user)
+    return user, scenario
 
-    # Run plan: mostly finished, 5 % failed, some live, 3 % live but silent (to be flagged stalled).
+
+def seed_runs(project, cfg: Config, rng: random.Random, now: datetime, log) -> dict:
+    """`cfg.runs` runs in `project` through the write path: mostly finished, 5 % failed, some live, 3 %
+    live but silent (to be flagged stalled), each with its turns, 20–60 scores, state changes and
+    `cfg.points` metric points. Returns the ids, each run's last event time and the timings."""
+    from smrweb.tracking.models import MetricPoint, Run
+
     ids = [f"run-{i:03d}" for i in range(cfg.runs)]
     n_failed, n_stalled, n_live = max(1, cfg.runs // 20), max(1, cfg.runs * 3 // 100), max(2, cfg.runs // 7)
     fates = (
@@ -309,13 +308,23 @@ def seed(cfg: Config, log) -> dict:
         metric_count += len(metrics)
         if (i + 1) % max(1, cfg.runs // 10) == 0:
             log(f"  seeded {i + 1}/{cfg.runs} runs ({time.perf_counter() - t0:.0f} s)")
-    timings["runs_s"] = time.perf_counter() - t0
-    timings["metrics_s"] = metric_seconds
-    timings["metric_points"] = metric_count
+    return {
+        "ids": ids,
+        "ends": ends,
+        "runs_s": time.perf_counter() - t0,
+        "metrics_s": metric_seconds,
+        "metric_points": metric_count,
+    }
 
-    # The long run: 10,000 turns with nested children, budget, scores/messages/checkpoints interleaved.
+
+def seed_long_run(project, long_id: str, cfg: Config, rng: random.Random, now: datetime, user) -> float:
+    """One run with `cfg.long_turns` agent turns (driver, 6 children and their nested children, tool
+    calls), a budget set through `services.update_run_settings`, 20 artifacts, and scores, messages,
+    checkpoints and phase changes interleaved, plus `cfg.points` metric points. Returns the seconds."""
+    from smrweb.tracking import services
+    from smrweb.tracking.models import MetricPoint, Run
+
     t1 = time.perf_counter()
-    long_id = f"agent-{cfg.long_turns}-turns"
     end = now - timedelta(seconds=20)
     start = end - timedelta(hours=30)
     push(
@@ -403,11 +412,16 @@ def seed(cfg: Config, log) -> dict:
         )
     else:
         push(project, long_id, long_metrics)
-    timings["long_run_s"] = time.perf_counter() - t1
+    return time.perf_counter() - t1
+
+
+def seed_other_projects(count: int, scenario, rng: random.Random, now: datetime, user) -> float:
+    """`count` small projects of 5 runs each, so that the overview has more than one card."""
+    from smrweb.tracking import services
 
     # Small projects for the overview.
     t2 = time.perf_counter()
-    for p in range(cfg.other_projects):
+    for p in range(count):
         other = services.create_project(f"side-{p}", name=f"Side project {p}", scenario=scenario, by=user)
         for r in range(5):
             s, e = now - timedelta(days=r + 1, hours=3), now - timedelta(days=r + 1)
@@ -420,19 +434,57 @@ def seed(cfg: Config, log) -> dict:
                 + metric_events(rng, 2, 200, s, e)
                 + [{"id": "state:done", "type": "state", "state": "done", "ts": iso(e)}],
             )
-    timings["other_projects_s"] = time.perf_counter() - t2
+    return time.perf_counter() - t2
 
-    # Ingest sets last_progress_at to the time of arrival; events seeded in one go all "arrived" now.
-    # Backdate it to each run's last event, as if the events had arrived live (a bench-only shortcut,
-    # no service writes it), so that the runs table's order and the stall check see realistic ages.
-    t3 = time.perf_counter()
+
+def backdate(project, ends: dict[str, datetime]) -> None:
+    """Ingest sets last_progress_at to the time of arrival; events seeded in one go all "arrived" now.
+    Backdate it to each run's last event, as if the events had arrived live (a bench-only shortcut, no
+    service writes it), so that the runs table's order and the stall check see realistic ages."""
+    from smrweb.tracking.models import Run
+
     for run_id, end in ends.items():
         Run.objects.filter(project=project, external_id=run_id).update(last_progress_at=end)
-    services.update_project(project, stall_after=timedelta(hours=1), by=user)
+
+
+def seed_finish(projects_and_ends: list, user) -> list:
+    """Backdate every seeded project's runs, set a 1-hour stall threshold, flag the silent runs stalled
+    (returned), and ANALYZE on PostgreSQL (autovacuum would have by now)."""
+    from django.db import connection
+
+    from smrweb.tracking import services
+
+    for project, ends in projects_and_ends:
+        backdate(project, ends)
+        services.update_project(project, stall_after=timedelta(hours=1), by=user)
     stalled = services.flag_stalled_runs()
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:  # autovacuum would have analyzed a real database by now
+        with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
+    return stalled
+
+
+def seed(cfg: Config, log) -> dict:
+    """Seed everything; returns what the measurements need and how long each part took."""
+    from django.utils import timezone
+
+    from smrweb.tracking import services
+    from smrweb.tracking.models import Run, RunState
+
+    rng = random.Random(cfg.seed)
+    now = timezone.now()
+    user, scenario = seed_setup()
+    project = services.create_project("bench", name=f"Bench: {cfg.runs} runs", scenario=scenario, by=user)
+    services.create_api_token(project, name="bench-harness", by=user)
+    t0 = time.perf_counter()
+    seeded = seed_runs(project, cfg, rng, now, log)
+    ids = seeded["ids"]
+    timings: dict[str, float] = {k: seeded[k] for k in ("runs_s", "metrics_s", "metric_points")}
+    long_id = f"agent-{cfg.long_turns}-turns"
+    timings["long_run_s"] = seed_long_run(project, long_id, cfg, rng, now, user)
+    timings["other_projects_s"] = seed_other_projects(cfg.other_projects, scenario, rng, now, user)
+    t3 = time.perf_counter()
+    stalled = seed_finish([(project, seeded["ends"])], user)
     timings["finish_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
 
@@ -1182,6 +1234,22 @@ def drop_postgres(url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def django_setup(data: Path, database_url: str = "") -> None:
+    """Django on the data dir `data` (SQLite there, unless `database_url`), DEBUG off, request errors
+    not logged (they are reported in the results)."""
+    os.environ["SMRWEB_DATA_DIR"] = str(data)
+    os.environ["DEBUG"] = "false"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
+    os.environ.pop("DATABASE_URL", None)
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+
+    import django
+
+    django.setup()
+    logging.getLogger("django.request").setLevel(logging.CRITICAL)  # 404/501/500 are reported below
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1244,17 +1312,7 @@ def main() -> None:
         database_url = ""
         if args.postgres:
             database_url, pg_name = throwaway_postgres(args.postgres)
-    os.environ["SMRWEB_DATA_DIR"] = str(data)
-    os.environ["DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
-    os.environ.pop("DATABASE_URL", None)
-    if database_url:
-        os.environ["DATABASE_URL"] = database_url
-
-    import django
-
-    django.setup()
-    logging.getLogger("django.request").setLevel(logging.CRITICAL)  # 404/501/500 are reported below
+    django_setup(data, database_url)
 
     from django.contrib.auth import get_user_model
     from django.core.management import call_command

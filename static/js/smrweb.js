@@ -194,7 +194,7 @@
   // --- compare selection --------------------------------------------------------------------------------
   // Checkboxes <input data-pick="RUN_ID"> inside [data-pick-scope="PROJECT"]; the choice survives
   // polling swaps and paging (sessionStorage) and feeds the [data-compare-link] button.
-  var PICK_LIMIT = 50;
+  var PICK_LIMIT = 200;  // tracking.queries.compare.MAX_RUNS
 
   function pickKey(scope) { return "smrweb.pick." + scope; }
 

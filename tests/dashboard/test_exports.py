@@ -15,6 +15,7 @@ import pytest
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission, VerificationOutcome
+from smrweb.tracking.queries import compare
 from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
@@ -176,6 +177,6 @@ def test_exports_refuse_outsiders_and_bad_requests(client, carol, victor, world)
         assert client.get(url).status_code == 404
     client.force_login(victor)
     assert client.get(f"{P}/leaderboard/export?format=xlsx").status_code == 400
-    too_many = "&".join(f"runs=r{i}" for i in range(60))
+    too_many = "&".join(f"runs=r{i}" for i in range(compare.MAX_RUNS + 10))
     assert client.get(f"{P}/compare/export?{too_many}&format=csv").status_code == 400
     assert client.post(f"{P}/leaderboard/export?format=csv").status_code == 405

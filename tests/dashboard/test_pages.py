@@ -143,7 +143,10 @@ def test_project_page_queries_stay_flat_as_runs_grow(
 ):
     for i in range(3):
         scores(project, f"r{i}", 0.1 * i, 0.2 * i)
-    with django_assert_max_num_queries(21) as small:
+    # 23: the project's excluded runs are read once (the leaderboard and the pending count filter by
+    # them instead of joining every submission to its run), what waits to be verified is two index
+    # reads (how many, up to a cap, and the best), and the chart counts the runs it draws the best of.
+    with django_assert_max_num_queries(23) as small:
         client_alice.get("/projects/hill/")
     for i in range(3, 40):
         scores(project, f"r{i}", 0.1, 0.2)

@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 import yaml
 
+from smrweb.dashboard.views.projects import RUNS_PER_PAGE
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import SORTS
@@ -296,14 +297,16 @@ def test_sort_links_keep_the_filters_and_drop_the_page(client_alice, sortable):
 
 
 def test_paging_a_sorted_table_with_ties_is_stable(client_alice, project):
-    # 60 runs with the same number of turns and no score: every sort key ties; id breaks them.
-    for i in range(60):
+    # A page and a bit of runs with the same number of turns and no score: every sort key ties; id
+    # breaks them.
+    n = RUNS_PER_PAGE + 10
+    for i in range(n):
         push(project, f"tie-{i:02d}", turn(1, cost=0.25))
     for sort in ("turns", "-turns", "best", "-spend"):
         first = table_ids(body(client_alice.get(f"/projects/hill/?sort={sort}")))
         second = table_ids(body(client_alice.get(f"/projects/hill/?sort={sort}&page=2")))
-        assert len(first) == 50 and len(second) == 10
-        assert set(first).isdisjoint(second) and len(set(first) | set(second)) == 60, sort
+        assert len(first) == RUNS_PER_PAGE and len(second) == 10
+        assert set(first).isdisjoint(second) and len(set(first) | set(second)) == n, sort
         ids = list(
             Run.objects.filter(external_id__in=first + second)
             .order_by("id")

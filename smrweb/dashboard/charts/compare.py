@@ -6,7 +6,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlencode
+
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
 from smrweb.dashboard.charts.style import (
@@ -19,7 +23,8 @@ from smrweb.dashboard.charts.style import (
     colour,
     plotly_text,
 )
-from smrweb.dashboard.templatetags.smrweb import midtrunc
+from smrweb.dashboard.clock import zone_label
+from smrweb.dashboard.templatetags.smrweb import ago, midtrunc, ms, score, state_badge, usd
 from smrweb.tracking.queries.compare import Comparison, RunSeries
 
 LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the hover name them)
@@ -59,7 +64,8 @@ def _end(s: RunSeries) -> float:
 
 def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
     """Every score as a faint dot and the best-so-far frontier as a step line, per run, on time since
-    each run's start. None when no run has a score."""
+    each run's start. None when no run has a score. What every trace shares (mode, hover text, line
+    shape) is said once, in the layout's template: with 200 runs it was half the figure."""
     metric = plotly_text(c.project.scenario.score_metric)
     legend = len(c.runs) <= LEGEND_MAX
     data = []
@@ -67,41 +73,49 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         if not s.scores:
             continue
         rid = plotly_text(s.run.external_id)
-        where = f"%{{x:.2f}} {unit.label} since start"
         data.append(
             {
-                "type": "scatter",
-                "mode": "markers",
                 "name": rid,
                 "legendgroup": rid,
-                "showlegend": False,
                 "x": [_x(x, unit) for x, _ in s.scores],
                 "y": [y for _, y in s.scores],
-                "marker": {"color": col, "size": 5, "opacity": 0.45},
-                "hovertemplate": f"<b>{rid}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+                "marker": {"color": col},
             }
         )
         frontier = s.frontier + [(_end(s), s.frontier[-1][1])]
         data.append(
             {
-                "type": "scatter",
-                "mode": "lines",
                 "name": rid,
                 "legendgroup": rid,
                 "x": [_x(x, unit) for x, _ in frontier],
                 "y": [y for _, y in frontier],
-                "line": {"color": col, "width": 2, "shape": "hv"},
-                "hovertemplate": f"<b>{rid}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+                "line": {"color": col, "shape": "hv"},
             }
         )
     if not data:
         return None
     arrow = "↑" if c.maximize else "↓"
+    where = f"%{{x:.2f}} {unit.label} since start"
+    # Scatter traces take the template's styles in turn: each run's dots, then its frontier.
+    dots = {
+        "type": "scatter",
+        "mode": "markers",
+        "showlegend": False,
+        "marker": {"size": 5, "opacity": 0.45},
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+    }
+    steps = {
+        "type": "scatter",
+        "mode": "lines",
+        "line": {"width": 2, "shape": "hv"},
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+    }
     layout = base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
         showlegend=legend,
+        template={"data": {"scatter": [dots, steps]}},
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis(f"{metric} {arrow} · line: best so far"),
     )
@@ -109,7 +123,8 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
 
 
 def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
-    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn."""
+    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn. The
+    traces' shared style is in the layout's template."""
     data = []
     for s, col in zip(c.runs, colours):
         if not s.spend:
@@ -118,27 +133,31 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         pts = [(0.0, 0.0), *s.spend, (_end(s), s.spend[-1][1])]
         # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
         # turns is closer to the truth than a step drawn at each of them.
-        shape = "hv" if len(s.spend) >= s.run.turn_count else "linear"
+        every_turn = len(s.spend) >= s.run.turn_count
         data.append(
             {
-                "type": "scatter",
-                "mode": "lines",
                 "name": rid,
                 "legendgroup": rid,
                 "x": [_x(x, unit) for x, _ in pts],
                 "y": [round(y, 6) for _, y in pts],
-                "line": {"color": col, "width": 2, "shape": shape},
-                "hovertemplate": f"<b>{rid}</b><br>$%{{y:,.4~f}} spent<br>%{{x:.2f}} {unit.label} since start"
-                "<extra></extra>",
+                "line": {"color": col, "shape": "hv" if every_turn else "linear"},
             }
         )
     if not data:
         return None
+    lines = {
+        "type": "scatter",
+        "mode": "lines",
+        "line": {"width": 2, "shape": "linear"},
+        "hovertemplate": "<b>%{fullData.name}</b><br>$%{y:,.4~f} spent<br>"
+        f"%{{x:.2f}} {unit.label} since start<extra></extra>",
+    }
     layout = base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
         showlegend=len(c.runs) <= LEGEND_MAX,
+        template={"data": {"scatter": [lines]}},
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"),
     )
@@ -251,8 +270,8 @@ class Row:
     deltas: dict[str, Delta]
     gain_per_usd: str
     usd_per_turn: str
-    baseline_query: str  # this run first
-    without_query: str  # this run removed
+    side_by_side_html: str = ""  # its rows in the two tables (`side_by_side_row`, `turns_row`)
+    turns_html: str = ""
 
 
 def rate(value: float | None) -> str:
@@ -304,10 +323,8 @@ def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
 
 
 def rows(c: Comparison, colours: list[str]) -> list[Row]:
-    params = [urlencode({"runs": s.run.external_id}) for s in c.runs]  # quoted once, not once per link
     out = []
     for i, (s, col) in enumerate(zip(c.runs, colours)):
-        others = params[:i] + params[i + 1 :]
         out.append(
             Row(
                 s=s,
@@ -315,11 +332,155 @@ def rows(c: Comparison, colours: list[str]) -> list[Row]:
                 deltas=deltas(s, c.runs[0], c.maximize) if i else {},
                 gain_per_usd=rate(s.gain_per_usd),
                 usd_per_turn=usd_precise(s.usd_per_turn),
-                baseline_query="&".join([params[i], *others]),
-                without_query="&".join(others),
             )
         )
     return out
+
+
+# --- the tables' rows, written here rather than in the template: 200 runs × two tables cost the template
+# engine ~0.4 s; the same markup from format_html costs a tenth of that.
+
+SWATCH = (
+    '<svg class="swatch" width="10" height="10" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" '
+    'height="10" rx="2.5" fill="{}"/></svg>'
+)
+
+
+def _when(value) -> str:
+    """A time in the viewer's clock, as the template's date:'Y-m-d H:i:s'."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _delta(d: Delta | None) -> SafeString:
+    if not d:
+        return mark_safe("")
+    return format_html('<span class="delta {}" title="{}">{}</span>', d.tone, d.title, d.text)
+
+
+def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString:
+    """One run's row of the side-by-side table (its deltas to the baseline under each value)."""
+    s, run = row.s, row.s.run
+    d = row.deltas
+    parent = ""
+    if run.parent_id and run.parent:
+        parent = format_html(
+            '\n<span class="muted small lineage" data-parent="{}">from <a href="{}">{}</a></span>',
+            run.parent.external_id,
+            reverse("dashboard:run-detail", args=[slug, run.parent.external_id]),
+            midtrunc(run.parent.name, 20),
+        )
+    best_title = (
+        format_html(' title="reached {} after the start"', duration(s.best_after))
+        if s.best_after is not None
+        else ""
+    )
+    gain_title = (
+        f"{score(s.gain)} gained from the first score {score(s.first_score)} to the best"
+        if s.gain is not None
+        else "no scores"
+    )
+    end = (
+        f"finished {_when(run.finished_at)}"
+        if run.finished_at
+        else f"last progress {_when(run.last_progress_at)}"
+    )
+    actions = format_html(
+        '<button class="btn small" form="compare-rows" name="drop" value="{}" aria-label="Remove {} from the '
+        'comparison" title="remove from the comparison">✕</button>',
+        run.external_id,
+        run.external_id,
+    )
+    if not first:
+        actions = format_html(
+            '<button class="btn small" form="compare-rows" name="baseline" value="{}" '
+            'aria-label="Make {} the baseline">Make baseline</button>\n{}',
+            run.external_id,
+            run.external_id,
+            actions,
+        )
+    return format_html(
+        '<tr data-run="{}"{}>\n<th scope="row"><span class="rid-cell">{}<a class="rid" href="{}" '
+        'title="{}">{}</a>{}</span>{}</th>\n'
+        '<td><span class="states">{}</span></td>\n'
+        '<td class="num">{}{}</td>\n'
+        '<td class="num"><b{}>{}</b>{}</td>\n'
+        '<td class="num">{}{}</td>\n'
+        '<td class="num"><span title="{} tokens: {} in, {} out">{}</span>{}</td>\n'
+        '<td class="num"><span title="${} — driver {}, child {}">{}</span>{}</td>\n'
+        '<td class="num"><span title="{}">{}</span>{}</td>\n'
+        '<td class="num"><span title="from {} {} to {} {}">{}</span>{}</td>\n'
+        '<td class="when" title="{} {}">{}</td>\n'
+        '<td class="row-actions">{}</td>\n</tr>',
+        run.external_id,
+        mark_safe(' class="baseline"') if first else "",
+        format_html(SWATCH, row.colour),
+        run.get_absolute_url(),
+        run.external_id,
+        midtrunc(run.external_id, 24),
+        mark_safe('<span class="badge badge-base">baseline</span>') if first else "",
+        parent,
+        state_badge(run),
+        score(run.latest_score),
+        _delta(d.get("final")),
+        best_title,
+        score(run.best_score),
+        _delta(d.get("best")),
+        run.turn_count,
+        _delta(d.get("turns")),
+        s.tokens,
+        run.tokens_in,
+        run.tokens_out,
+        tokens(s.tokens),
+        _delta(d.get("tokens")),
+        run.cost_usd,
+        usd(run.driver_cost_usd),
+        usd(run.child_cost_usd),
+        usd(run.cost_usd),
+        _delta(d.get("usd")),
+        gain_title,
+        row.gain_per_usd,
+        _delta(d.get("gain_per_usd")),
+        _when(s.start),
+        tz,
+        end,
+        tz,
+        duration(s.duration),
+        _delta(d.get("duration")),
+        _when(s.start),
+        tz,
+        ago(s.start),
+        actions,
+    )
+
+
+def turns_row(row: Row) -> SafeString:
+    """One run's row of the turn statistics table."""
+    s, run = row.s, row.s.run
+    return format_html(
+        '<tr>\n<th scope="row"><span class="rid-cell">{}<span class="rid" title="{}">{}</span></span></th>\n'
+        '<td class="num">{}</td>\n<td class="num">{} · {}</td>\n'
+        '<td class="num" title="{}">{}</td>\n<td class="num" title="{}">{}</td>\n'
+        '<td class="num">{}</td>\n<td class="num" title="{}">{}</td>\n'
+        '<td class="num">{}</td>\n<td class="num">{}</td>\n<td class="num">{}</td>\n'
+        '<td class="num">{}</td>\n</tr>',
+        format_html(SWATCH, row.colour),
+        run.external_id,
+        midtrunc(run.external_id, 24),
+        run.turn_count,
+        s.driver_turns,
+        s.child_turns,
+        run.tokens_in,
+        tokens(run.tokens_in),
+        run.tokens_out,
+        tokens(run.tokens_out),
+        tokens(s.tokens_per_turn),
+        f"${s.usd_per_turn:.6f}" if s.usd_per_turn is not None else "",
+        row.usd_per_turn,
+        usd(run.driver_cost_usd),
+        usd(run.child_cost_usd),
+        s.tool_calls,
+        ms(s.mean_turn_ms),
+    )
 
 
 def build(c: Comparison) -> dict:
@@ -336,9 +497,14 @@ def build(c: Comparison) -> dict:
         "spend_figure": spend_figure(c, colours, unit, uirevision=key),
         "turns_figure": turns_figure(c, colours, uirevision=key),
     }
+    table = rows(c, colours)
+    tz = zone_label()
+    for i, row in enumerate(table):
+        row.side_by_side_html = side_by_side_row(row, first=i == 0, slug=c.project.slug, tz=tz)
+        row.turns_html = turns_row(row)
     return {
         **figures,
-        "rows": rows(c, colours),
+        "rows": table,
         "unit": unit,
         "points": {name: points(fig) for name, fig in figures.items()},
     }

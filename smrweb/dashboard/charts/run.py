@@ -22,6 +22,7 @@ from smrweb.dashboard.charts.style import (
     time_axis,
     time_title,
     x_time,
+    x_time_short,
 )
 from smrweb.dashboard.clock import zone_label
 from smrweb.tracking.models import TurnKind
@@ -89,7 +90,7 @@ def run_timeline_figure(
         bins = [b for b in tl.bins if b.kind == kind]
         if not bins:
             continue
-        x = [x_time(b.start + tl.bin_width / 2) for b in bins]
+        x = [x_time_short(b.start + tl.bin_width / 2) for b in bins]
         # [bin, kind, turns, tokens in, tokens out]: the click asks for the bin's turns, the hover reads
         # the rest; per-turn detail (actor, model, tools) is one click away instead of in every bar.
         custom = [
@@ -127,7 +128,7 @@ def run_timeline_figure(
             }
         )
     if tl.cumulative:
-        xs = [x_time(tl.start)] + [x_time(t) for t, _, _ in tl.cumulative]
+        xs = [x_time_short(tl.start)] + [x_time_short(t) for t, _, _ in tl.cumulative]
         data.append(
             {
                 "type": "scatter",

@@ -100,6 +100,13 @@ def x_time(ts: datetime) -> str:
     return timezone.localtime(ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+def x_time_short(ts: datetime) -> str:
+    """`x_time`, without the milliseconds when they are zero (bar edges and centres on whole seconds):
+    a run timeline sends a thousand of them."""
+    text = x_time(ts)
+    return text[:-4] if text.endswith(".000") else text
+
+
 def time_title() -> str:
     return f"time ({zone_label()})"
 

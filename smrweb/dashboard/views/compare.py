@@ -1,4 +1,4 @@
-"""Compare up to 50 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
+"""Compare up to 200 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
 
 from urllib.parse import urlencode
 
@@ -17,7 +17,11 @@ MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 @login_required
 def compare_runs(request, slug: str):
     project = project_for_user(request, slug)
-    requested = compare.parse_run_ids(request.GET.getlist("runs"))
+    requested = compare.reorder(
+        compare.parse_run_ids(request.GET.getlist("runs")),
+        baseline=request.GET.get("baseline", "").strip(),
+        drop=request.GET.get("drop", "").strip(),
+    )
     context = {"project": project, "requested": requested, "max_runs": compare.MAX_RUNS}
     status = 200
     if len(requested) > compare.MAX_RUNS:

@@ -13,9 +13,10 @@ from smrweb.dashboard.views import exports
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
+from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
 from smrweb.tracking.services import rollbacks
 
-RUNS_PER_PAGE = 50
+RUNS_PER_PAGE = 25
 LEADERBOARD_PER_PAGE = 20
 
 
@@ -55,7 +56,7 @@ def project_list(request):
 def filter_runs(project: Project, params) -> tuple[object, dict]:
     """The project's runs narrowed and sorted by the page's filter form and column headers. A value that
     does not read (an unknown sort, a state that does not exist…) is ignored, and named in `ignored`."""
-    runs = Run.objects.filter(project=project).select_related("project__scenario")
+    runs = Run.objects.filter(project=project)
     show_archived = params.get("archived") == "1"  # archived runs are hidden unless asked for
     if not show_archived:
         runs = runs.filter(archived_at__isnull=True)
@@ -149,13 +150,23 @@ def project_detail(request, slug: str):
     if live.unchanged(request, version):
         return live.no_change()
     runs, filters = filter_runs(project, request.GET)
-    page = Paginator(runs.prefetch_related("tags"), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    # The table shows neither the sources' cursors nor retention's notes: two JSON columns not decoded.
+    rows_read = runs.prefetch_related("tags").defer("source_cursor", "metrics_downsampled")
+    page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    for run in page:
+        run.project = project  # already read with its scenario: not joined into every row
     histories = queries.score_histories(r.pk for r in page)
     rows = [(run, histories.get(run.pk, [])) for run in page]
-    board = Paginator(
-        queries.counted_leaderboard(project, unverified=unverified, per_run=not every_submission),
-        LEADERBOARD_PER_PAGE,
-    ).get_page(request.GET.get("lb"))
+    excluded = queries.excluded_run_ids(project)
+    board = queries.leaderboard_page(
+        project,
+        excluded=excluded,
+        version=base,
+        unverified=unverified,
+        per_run=not every_submission,
+        page=request.GET.get("lb"),
+        per_page=LEADERBOARD_PER_PAGE,
+    )
     context = {
         "project": project,
         "page": page,
@@ -164,13 +175,13 @@ def project_detail(request, slug: str):
         "sorts": sort_links(
             project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
         ),
-        "counts": queries.run_condition_counts(project),
+        "counts": queries.run_condition_counts(project, base),
         "states": RunState.values,
         "leaderboard": board,
-        "leaderboard_offset": board.start_index() - 1 if board.paginator.count else 0,
+        "leaderboard_offset": max(board.start_index() - 1, 0),
         "every_submission": every_submission,
         "unverified": unverified,
-        "pending": None if unverified else queries.pending_scores(project),
+        "pending": None if unverified else queries.pending_scores(project, excluded),
         "board_query": _without(request.GET, "lb"),
         "scope_links": {
             "verified": _with(request.GET, unverified="0"),
@@ -188,6 +199,7 @@ def project_detail(request, slug: str):
         "runs_export_query": exports.runs_export_query(filters),  # the Export buttons (the runs API's)
         "board_export_query": "board=all" if every_submission else "",
         "version": version,
+        "max_compare": MAX_COMPARED,
     }
     if not request.htmx:
         chart_query = _chart_query(request.GET)
@@ -227,16 +239,14 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
     scores = queries.project_scores(project, unverified=unverified, runs=runs)
     if not scores.total:
         return {"chart_total": 0, "chart_filtered": runs is not None}
-    runs_by_pk = {
-        pk: Run(project=project, external_id=external_id, display_name=display_name)
-        for pk, external_id, display_name in Run.objects.filter(pk__in=scores.series).values_list(
-            "pk", "external_id", "display_name"
-        )
-    }
     series = [
-        (runs_by_pk[pk].name, runs_by_pk[pk].get_absolute_url(), points)  # a run's display name, else its id
-        for pk, points in sorted(scores.series.items(), key=lambda kv: kv[1][0][0])
+        # A run's display name, else its id.
+        (name, Run(project=project, external_id=external_id).get_absolute_url(), scores.series[pk])
+        for pk, (external_id, name) in scores.runs.items()
+        if pk in scores.series
     ]
+    series.sort(key=lambda s: s[2][0][0])
+    every_run = scores.every_run
     figure = charts.project_scores_figure(
         series,
         scores.frontier,
@@ -245,7 +255,7 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         start=scores.start,
         end=scores.end,
         uirevision=f"project-{project.pk}",
-        frontier_label=("best so far of these runs" if runs is not None else "project best so far")
+        frontier_label=("project best so far" if runs is None and every_run else "best so far of these runs")
         + ("" if unverified else " (verified)"),
     )
     shown = sum(len(points) for _, _, points in series)
@@ -254,6 +264,8 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         "chart_total": scores.total,
         "chart_shown": shown,
         "chart_runs": len(series),
+        "chart_matching": scores.matching,
+        "chart_every_run": every_run,
         "chart_filtered": runs is not None,
     }
 

@@ -121,6 +121,15 @@ class Run(models.Model):
             models.Index(fields=["project", "-last_progress_at"], name="run_project_progress_idx"),
             # flag_stalled_runs: non-terminal runs whose progress is old.
             models.Index(fields=["state", "last_progress_at"], name="run_state_progress_idx"),
+            # The project page's version (its runs' count and latest change), read from the index alone.
+            models.Index(fields=["project", "updated"], name="run_project_updated_idx"),
+            # The project chart's and the leaderboard's best runs, and the excluded ones, in index order.
+            models.Index(fields=["project", "excluded_at", "best_score"], name="run_project_best_idx"),
+            # The runs table's first page in its default order (pinned first, then the latest activity).
+            models.Index(
+                fields=["project", "archived_at", "pinned", "last_progress_at", "id"],
+                name="run_project_table_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -107,10 +107,15 @@ class Submission(models.Model):
         indexes = [
             # The leaderboard: a project's submissions by score.
             models.Index(fields=["project", "score"], name="submission_project_score_idx"),
-            # Sparklines and the score-over-time chart: a run's scores in time order.
-            models.Index(fields=["run", "ts"], name="submission_run_ts_idx"),
-            # The review queue: a project's submissions waiting in one status.
-            models.Index(fields=["project", "status"], name="submission_project_status_idx"),
+            # Sparklines and the score-over-time charts: a run's scores in time order, from the index alone.
+            models.Index(fields=["run", "ts", "score"], name="submission_run_ts_idx"),
+            # The review queue: a project's submissions waiting in one status; in score order with the
+            # exclusion and the run, the best waiting to be verified (the top of a range) and each run's
+            # best verified score, from the index alone.
+            models.Index(
+                fields=["project", "status", "score", "excluded_at", "run"],
+                name="submission_project_status_idx",
+            ),
         ]
 
     objects = SubmissionQuerySet.as_manager()

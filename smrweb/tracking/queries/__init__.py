@@ -21,13 +21,16 @@ from smrweb.tracking.queries.launches import (  # noqa: F401
     launch_defaults,
 )
 from smrweb.tracking.queries.projects import (  # noqa: F401
+    BoardPage,
     Pending,
     ProjectScores,
     ProjectSummary,
     Regression,
     best_submissions,
     counted_leaderboard,
+    excluded_run_ids,
     leaderboard,
+    leaderboard_page,
     pending_scores,
     project_score_histories,
     project_scores,

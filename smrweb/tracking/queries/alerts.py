@@ -92,10 +92,11 @@ def badge_loops(run: Run, limit: int = LOOP_BADGES) -> list[LoopFinding]:
 
 
 def run_alerts(run: Run, now: datetime) -> RunAlerts:
-    """Loops (one query), progress since best (two, live runs only) and the snooze (one)."""
+    """Loops (one query), progress since best (two, live runs only: the turns since from the run's kept
+    turn aggregates) and the snooze (one)."""
     stuck = None
     if not run.is_terminal:
-        reading = progress.progress_since_best(run)
+        reading = progress.progress_since_best(run, kept=True)
         if reading.turns >= progress.DEFAULT_NO_PROGRESS_TURNS:
             stuck = reading
     snooze = RunSnooze.objects.filter(run=run, until__gt=now).values_list("until", flat=True).first()

@@ -22,8 +22,8 @@ from django.db.models.functions import Cast, RowNumber
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
 
-MAX_RUNS = 50
-POINTS_PER_CHART = 4000  # per figure, all runs together
+MAX_RUNS = 200
+POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
 # Rows read from SQL per point LTTB keeps: room to choose the points that keep a noisy score series'
 # shape. Cumulative spend only rises, so an even stride already keeps its shape.
 SCORE_OVERSAMPLE, SPEND_OVERSAMPLE = 4, 2
@@ -317,6 +317,15 @@ def _add_deltas(series: list[RunSeries]) -> None:
         s.deltas = {
             k: None if mine[k] is None or base[k] is None else mine[k] - base[k] for k in DELTA_FIELDS
         }
+
+
+def reorder(run_ids: list[str], *, baseline: str = "", drop: str = "") -> list[str]:
+    """The compared runs with `baseline` moved first and `drop` left out (the table's row buttons)."""
+    ids = [rid for rid in run_ids if rid != drop]
+    if baseline in ids:
+        ids.remove(baseline)
+        ids.insert(0, baseline)
+    return ids
 
 
 def parse_run_ids(values: Iterable[str]) -> list[str]:

@@ -16,6 +16,7 @@ from django.db.models import Count, DecimalField, Sum, Value
 from django.db.models.functions import Coalesce
 
 from smrweb.tracking.models import NEVER_COUNTED, USD, AgentTurn, LoopPattern, Run, Submission
+from smrweb.tracking.queries.timeline import turns_after
 
 # Loops are looked for in this many of a run's most recent turns with tool calls: the evaluator runs
 # after every batch, so a loop is seen while it grows, and a long run costs the same as a short one.
@@ -181,8 +182,10 @@ class Progress:
         )
 
 
-def progress_since_best(run: Run) -> Progress:
-    """Two queries: the run's best counted submission (earliest of equals), then the turns after it."""
+def progress_since_best(run: Run, *, kept: bool = False) -> Progress:
+    """Two queries: the run's best counted submission (earliest of equals), then the turns after it —
+    with `kept`, from the run page's kept turn aggregates (`timeline.turns_after`: the turns of one
+    bucket read, not every turn since the best)."""
     maximize = run.project.scenario.maximize
     best = (
         Submission.objects.filter(run=run, excluded_at__isnull=True)
@@ -191,6 +194,18 @@ def progress_since_best(run: Run) -> Progress:
         .values_list("pk", "score", "ts")
         .first()
     )
+    if kept:
+        if best is None:
+            n, tokens, usd = run.turn_count, run.tokens_in + run.tokens_out, run.cost_usd
+        else:
+            n, tokens, usd = turns_after(run, best[2])
+        return Progress(
+            best_submission_id=best[0] if best else None,
+            best_score=best[1] if best else None,
+            turns=n,
+            tokens=tokens,
+            usd=Decimal(usd),
+        )
     turns = AgentTurn.objects.filter(run=run)
     if best is not None:
         turns = turns.filter(ts__gt=best[2])

@@ -4,20 +4,37 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Case, Count, F, Max, Min, Q, Sum, Value, When, Window
+from django.db.models import (
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Max,
+    Min,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
+    NEVER_COUNTED,
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
+    Artifact,
+    ArtifactBlob,
     Project,
     Rollback,
     RollbackStatus,
@@ -26,6 +43,7 @@ from smrweb.tracking.models import (
     SubmissionStatus,
 )
 from smrweb.tracking.queries import budget
+from smrweb.tracking.queries.kept import kept
 from smrweb.tracking.queries.runs import _latest_scores
 
 
@@ -79,21 +97,47 @@ def best_submissions(projects: list[Project], *, unverified: bool = False) -> di
     return best
 
 
+PENDING_COUNTED = 1000  # beyond this many, the page says "1,000+" rather than count every one
+
+
 @dataclass(frozen=True)
 class Pending:
-    count: int  # submissions that would count once verified (candidates, being verified)
+    count: int  # submissions that would count once verified (candidates, being verified), up to the cap
     best: float | None  # the best of them
+    more: bool = False  # there are more than `count`
+
+    @property
+    def label(self) -> str:
+        return f"{self.count:,}+" if self.more else f"{self.count:,}"
 
 
-def pending_scores(project: Project) -> Pending:
-    """What is waiting to count in the project's numbers (one query)."""
-    agg = Submission.objects.filter(
-        project=project,
-        status__in=UNVERIFIED_STATUSES,
-        excluded_at__isnull=True,
-        run__excluded_at__isnull=True,
-    ).aggregate(n=Count("id"), best=Max("score") if project.scenario.maximize else Min("score"))
-    return Pending(agg["n"], agg["best"])
+def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
+    """What is waiting to count in the project's numbers, in two index reads however many there are:
+    how many (counted up to PENDING_COUNTED), and the best (the top of each status's score order in the
+    (project, status, score, exclusion, run) index). `excluded`: the project's excluded runs, if read."""
+    if excluded is None:
+        excluded = excluded_run_ids(project)
+    waiting = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
+        run_id__in=excluded
+    )
+    n = waiting.filter(status__in=UNVERIFIED_STATUSES).order_by().values("pk")[: PENDING_COUNTED + 1].count()
+    if not n:
+        return Pending(0, None)
+    best_first = "-score" if project.scenario.maximize else "score"
+    tops = (
+        Project.objects.filter(pk=project.pk)
+        .annotate(
+            **{
+                f"top_{i}": Subquery(waiting.filter(status=status).order_by(best_first).values("score")[:1])
+                for i, status in enumerate(UNVERIFIED_STATUSES)
+            }
+        )
+        .values(*(f"top_{i}" for i in range(len(UNVERIFIED_STATUSES))))
+        .first()
+    )
+    values = [v for v in (tops or {}).values() if v is not None]
+    best = (max if project.scenario.maximize else min)(values) if values else None
+    return Pending(min(n, PENDING_COUNTED), best, n > PENDING_COUNTED)
 
 
 def project_summaries(projects: Iterable[Project], *, unverified: bool = False) -> list[ProjectSummary]:
@@ -173,9 +217,13 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
     return out
 
 
-def run_condition_counts(project: Project) -> dict[str, int]:
-    """How many of the project's runs are stalled, failed, abandoned and over budget (one query), for the
-    quick filters above its runs table."""
+def run_condition_counts(project: Project, version: str | None = None) -> dict[str, int]:
+    """How many of the project's runs are stalled, failed, abandoned and over budget (one query, kept
+    under the page's `version` when given), for the quick filters above its runs table."""
+    return kept(f"run-conditions:{project.pk}", version, lambda: _condition_counts(project))
+
+
+def _condition_counts(project: Project) -> dict[str, int]:
     return Run.objects.filter(project=project).aggregate(
         stalled=Count("id", filter=STALLED),
         failed=Count("id", filter=Q(state="failed")),
@@ -210,31 +258,203 @@ def counted_leaderboard(project: Project, *, unverified: bool = False, per_run: 
 
 
 @dataclass
+class BoardPage:
+    """One page of the project page's leaderboard (a Paginator page's interface); `count`: the board's
+    rows in all."""
+
+    object_list: list
+    number: int
+    per_page: int
+    count: int
+    has_more: bool
+
+    def __iter__(self):
+        return iter(self.object_list)
+
+    def __len__(self) -> int:
+        return len(self.object_list)
+
+    def has_next(self) -> bool:
+        return self.has_more
+
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    def has_other_pages(self) -> bool:
+        return self.has_next() or self.has_previous()
+
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    def start_index(self) -> int:
+        return (self.number - 1) * self.per_page + 1 if self.object_list else 0
+
+    def end_index(self) -> int:
+        return (self.number - 1) * self.per_page + len(self.object_list)
+
+
+def _page_number(value, last: int | None = None) -> int:
+    try:
+        number = max(1, int(value))
+    except (TypeError, ValueError):
+        number = 1
+    return min(number, last) if last else number
+
+
+def excluded_run_ids(project: Project) -> list[int]:
+    """The project's runs taken out of its numbers (usually none): one indexed query, so the reads
+    below filter submissions by a short list instead of joining every submission to its run."""
+    return list(
+        Run.objects.filter(project=project, excluded_at__isnull=False).order_by().values_list("pk", flat=True)
+    )
+
+
+def leaderboard_page(
+    project: Project,
+    *,
+    unverified: bool = False,
+    per_run: bool = True,
+    page=1,
+    per_page: int = 20,
+    excluded: list[int] | None = None,
+    version: str | None = None,
+) -> BoardPage:
+    """A page of `counted_leaderboard`, in the same order, reading what the page needs: per run, each
+    run's best score (the runs' own summary column when unverified ones count; one grouped read of the
+    verified submissions otherwise; kept under `version`, the page's, when given), then the best
+    submission of the page's runs; every submission, a count and the page's rows, both in the order of
+    one index."""
+    maximize = project.scenario.maximize
+    score = F("score").desc() if maximize else F("score").asc()
+    order = [score, F("ts").asc(), F("id").asc()]
+    if excluded is None:
+        excluded = excluded_run_ids(project)
+    counted = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
+        run_id__in=excluded
+    )
+    counted = (
+        counted.exclude(status__in=NEVER_COUNTED)
+        if unverified
+        else counted.filter(status__in=VERIFIED_STATUSES)
+    )
+    if not per_run:
+        count = counted.order_by().count()  # from the (project, status, score, exclusion, run) index alone
+        number = _page_number(page, max(1, -(-count // per_page)))
+        start = (number - 1) * per_page
+        rows = _board_rows(counted.order_by(*order)[start : start + per_page], project)
+        return BoardPage(rows, number, per_page, count, start + per_page < count)
+
+    def read_bests() -> list[tuple[int, float]]:
+        if unverified:
+            # A run's best_score is the best of its submissions that count with unverified ones.
+            rows = Run.objects.filter(project=project, excluded_at__isnull=True, best_score__isnull=False)
+            bests = list(rows.values_list("pk", "best_score"))
+        else:
+            best = Max("score") if maximize else Min("score")
+            bests = list(
+                counted.order_by().values("run_id").annotate(best=best).values_list("run_id", "best")
+            )
+        return sorted(bests, key=lambda rb: -rb[1] if maximize else rb[1])
+
+    # Every run's best is what the page reads in proportion to the project: kept under its version.
+    bests = kept(f"board-bests:{project.pk}:{int(unverified)}", version, read_bests)
+    count = len(bests)
+    number = _page_number(page, max(1, -(-count // per_page)))
+    lo, hi = (number - 1) * per_page, min(number * per_page, count)
+    if lo >= hi:
+        return BoardPage([], number, per_page, count, False)
+    # Runs tied on a score are ordered by their best submission's time (then id): for the page's runs
+    # and every run tied with its first or last score, read the submissions that reached their best
+    # (one query, as many rows as those runs), then order them and take the page.
+    edge = {bests[lo][1], bests[hi - 1][1]}
+    candidates = {pk: b for i, (pk, b) in enumerate(bests) if lo <= i < hi or b in edge}
+    before = sum(1 for i, (_, b) in enumerate(bests) if i < lo and b not in edge)
+    first: dict[int, tuple] = {}
+    for pk, run_id, value, ts in counted.filter(
+        run_id__in=candidates, score__in=set(candidates.values())
+    ).values_list("pk", "run_id", "score", "ts"):
+        if value == candidates[run_id]:
+            first[run_id] = min(first.get(run_id, (ts, pk)), (ts, pk))
+    ranked = sorted(first, key=lambda r: (-candidates[r] if maximize else candidates[r], *first[r]))
+    page_pks = [first[r][1] for r in ranked[lo - before : hi - before]]
+    rows = {s.pk: s for s in _board_rows(Submission.objects.filter(pk__in=page_pks), project)}
+    return BoardPage([rows[pk] for pk in page_pks if pk in rows], number, per_page, count, hi < count)
+
+
+BOARD_FIELDS = ("id", "project_id", "run_id", "score", "status", "artifact_id", "artifact_ref", "ts")
+BOARD_RUN_FIELDS = ("run__id", "run__project_id", "run__external_id", "run__display_name")
+
+
+def _board_rows(rows, project: Project) -> list[Submission]:
+    """The leaderboard's rows with what the board shows: the submission's own columns, its run's names
+    and its artifact (and blob), the project set from the one already read, not joined in again."""
+    artifact = [f"artifact__{f.name}" for f in Artifact._meta.concrete_fields]
+    blob = [f"artifact__blob__{f.name}" for f in ArtifactBlob._meta.concrete_fields]
+    out = list(
+        rows.select_related("run", "artifact__blob").only(
+            *BOARD_FIELDS, *BOARD_RUN_FIELDS, "artifact", *artifact, *blob
+        )
+    )
+    for s in out:
+        s.project = s.run.project = project
+    return out
+
+
+CHART_RUNS = 12  # lines on the project chart: beyond a dozen they cannot be told apart anyway
+
+
+@dataclass
 class ProjectScores:
     series: dict[int, list[tuple[datetime, float]]]  # run pk -> (ts, score), downsampled, records kept
-    frontier: list[tuple[datetime, float]]  # the project's best so far, one point per improvement
-    total: int  # scores stored
+    frontier: list[tuple[datetime, float]]  # best so far of the drawn runs, one point per improvement
+    total: int  # scores of the drawn runs
     start: datetime | None
     end: datetime | None
+    runs: dict[int, tuple[str, str]] = field(default_factory=dict)  # drawn run pk -> (external id, name)
+    matching: int = 0  # runs with a score (of those asked for), drawn or not
+
+    @property
+    def every_run(self) -> bool:
+        return len(self.series) >= self.matching
 
 
 def project_scores(
-    project: Project, *, max_points: int = 3000, unverified: bool = False, runs=None
+    project: Project,
+    *,
+    max_points: int = 1500,
+    unverified: bool = False,
+    runs=None,
+    lines: int = CHART_RUNS,
 ) -> ProjectScores:
-    """Every run's scores over time for the project chart, at most about `max_points` in all (four queries).
+    """The scores over time of the project's `lines` runs with the best scores (of `runs`, a queryset of
+    the project's runs, when given), for the project chart: at most about `max_points` points, in five
+    queries whatever the number of runs or scores.
 
-    Rows are thinned in SQL first (every k-th score of each run) when there are far more than the chart
-    shows, then each run is cut to its share with LTTB; the best-so-far frontier is computed in SQL over
-    the scores that count (verified ones unless `unverified`), so a record is never lost to downsampling.
-    Excluded runs and scores are left out altogether; `runs` (a queryset of the project's runs) narrows
-    the chart to them, the frontier included.
+    Those runs are found from their summary column (`best_score`: the best that counts with unverified
+    ones); rows are thinned in SQL (every k-th score of each run) when there are far more than the
+    chart shows, then each run is cut to its share with LTTB. The best-so-far frontier of the drawn runs
+    is computed in SQL over their scores that count (verified ones unless `unverified`), so a record is
+    never lost to downsampling. Excluded runs and scores are left out altogether.
     """
-    subs = Submission.objects.filter(project=project, excluded_at__isnull=True, run__excluded_at__isnull=True)
-    if runs is not None:
-        subs = subs.filter(run__in=runs.order_by().values("pk"))
-    total = subs.count()
-    if total == 0:
+    candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
+        excluded_at__isnull=True, best_score__isnull=False
+    )
+    best_first = F("best_score").desc() if project.scenario.maximize else F("best_score").asc()
+    drawn = list(
+        candidates.order_by(best_first, F("id").asc()).values_list("pk", "external_id", "display_name")[
+            :lines
+        ]
+    )
+    if not drawn:
         return ProjectScores({}, [], 0, None, None)
+    matching = candidates.order_by().count()  # from the (project, exclusion, best) index
+    names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
+    subs = Submission.objects.filter(run_id__in=names, excluded_at__isnull=True)
+    span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
+    total = span["n"]
     order = [F("ts").asc(), F("id").asc()]
     rows = subs
     if total > 4 * max_points:
@@ -265,8 +485,15 @@ def project_scores(
             best = value
             if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
                 series[run_id] = sorted([*series[run_id], (ts, value)])
-    span = subs.aggregate(lo=Min("ts"), hi=Max("ts"))
-    return ProjectScores(dict(series), frontier, total, span["lo"], span["hi"])
+    return ProjectScores(
+        {pk: series[pk] for pk in names if series.get(pk)},
+        frontier,
+        total,
+        span["lo"],
+        span["hi"],
+        runs=names,
+        matching=matching,
+    )
 
 
 @dataclass
@@ -285,17 +512,22 @@ class Regression:
 
 
 def regressions(project: Project, runs: Iterable[Run] | None = None) -> list[Regression]:
-    """Runs whose latest score is worse than their best by more than the project's threshold (three
-    queries). Off when the project sets no threshold."""
+    """Runs whose latest score is worse than their best by more than the project's threshold (four
+    queries; only the runs that regressed are read). Off when the project sets no threshold."""
     threshold = project.regression_threshold
     if threshold is None:
         return []
     maximize = project.scenario.maximize
-    candidates = (
-        list(runs)
-        if runs is not None
-        else list(Run.objects.filter(project=project, score_count__gt=1).select_related("project__scenario"))
-    )
+    if runs is None:
+        # Only the runs that regressed leave the database: the gap is compared in SQL, as below.
+        gap = F("best_score") - F("latest_score") if maximize else F("latest_score") - F("best_score")
+        runs = (
+            Run.objects.filter(project=project, score_count__gt=1)
+            .alias(gap=ExpressionWrapper(gap, output_field=FloatField()))
+            .filter(gap__gt=threshold)
+            .select_related("project__scenario")
+        )
+    candidates = list(runs)
     worse = {}
     for run in candidates:
         if run.latest_score is None or run.best_score is None:

@@ -1,41 +1,63 @@
 """Read-side answers for one run's page: the agent.turn timeline binned by time, the score series on
 the same clock, spend against budget with a forecast, efficiency, and the actor tree.
 
-Each function reads a fixed number of rows' worth of queries whatever the run's length; the timeline
-reads slim columns of every turn once and ships at most `MAX_BINS` bars.
+The turn aggregates behind the timeline and the actor tree are kept per run in the cache and brought up
+to date with the turns that arrived since (`_turn_memo`): a page of a 100,000-turn run reads the turns
+it has not seen, not all of them. What is kept is checked against the run's own summary columns (turn
+count, tokens in and out, which the write path recomputes from the rows): any difference — a deleted
+turn, one committed out of id order — and the aggregates are computed again from every row, in SQL.
+A figure ships at most `MAX_BINS` bars per kind and `MAX_SCORE_POINTS` scores whatever the run's length.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from django.core.cache import cache
 from django.db.models import (
     BigIntegerField,
+    BooleanField,
+    Case,
     Count,
-    DateTimeField,
+    ExpressionWrapper,
+    F,
     Func,
+    IntegerField,
     Max,
     Min,
     OuterRef,
+    Q,
     Subquery,
     Sum,
     Value,
+    When,
+    Window,
 )
+from django.db.models.expressions import RowRange
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
 
-MAX_BINS = 300  # per kind: with the score points, the timeline figure stays under 100 KB
-MAX_SCORE_POINTS = 800
+MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
+MAX_SCORE_POINTS = 300
 BURN_WINDOW = timedelta(minutes=30)
+# Turns are kept aggregated in buckets of a power-of-two number of seconds, aligned to the Unix epoch,
+# at most about this many over the turns' span; a bar of the timeline is a whole number of buckets.
+BASE_BUCKETS = 1024
+MEMO_SECONDS = 24 * 3600
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICRO_USD = Decimal("0.000001")
+_KINDS = (TurnKind.DRIVER_INFERENCE, TurnKind.CHILD_WORK)
 
 
 @dataclass
 class TurnBin:
-    """The turns of one kind that fall in one time bin (often exactly one turn)."""
+    """The turns of one kind that fall in one time bin."""
 
     start: datetime
     end: datetime
@@ -44,11 +66,6 @@ class TurnBin:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: Decimal = Decimal(0)
-    first_turn: int | None = None
-    last_turn: int | None = None
-    actor: str = ""  # of the single turn, when count == 1
-    model: str = ""
-    pk: int | None = None  # the single turn's id, when count == 1
 
 
 @dataclass
@@ -86,98 +103,274 @@ def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]
     return [rows.get(pk, (None, "")) for pk in score_pks]
 
 
-def _bin_width(span: timedelta, turns: int) -> timedelta:
-    """One bin per turn for short runs (most bars are then one turn), never more than MAX_BINS."""
-    bins = max(1, min(MAX_BINS, turns))
-    width = span / bins
-    return max(width, timedelta(seconds=1))
+# --- the turn aggregates, kept per run ------------------------------------------------------------
 
 
-class MicrosecondsSince(Func):
-    """Whole microseconds from `origin` to a datetime column, computed in SQL (SQLite and PostgreSQL),
-    so turns are binned by the database instead of being read one by one."""
+class EpochBucket(Func):
+    """floor(seconds since the Unix epoch / `width`) of a datetime column, exactly, on SQLite and
+    PostgreSQL: the same integer Python's `_bucket_of` gives, so a bar and its turns always agree."""
 
     output_field = BigIntegerField()
 
-    def __init__(self, expression, origin: datetime):
-        super().__init__(expression, Value(origin, output_field=DateTimeField()))
+    def __init__(self, expression, width: int):
+        super().__init__(expression)
+        self.width = int(width)
 
     def as_sqlite(self, compiler, connection, **extra):
+        # strftime('%s') truncates the fraction: whole seconds, then integer division (both positive).
         return self.as_sql(
             compiler,
             connection,
-            template="CAST(ROUND((julianday(%(expressions)s)) * 86400000000) AS INTEGER)",
-            arg_joiner=") - julianday(",
-            **extra,
+            template=f"(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / {self.width})",
         )
 
     def as_postgresql(self, compiler, connection, **extra):
         return self.as_sql(
             compiler,
             connection,
-            template="(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint",
-            arg_joiner=" - ",
-            **extra,
+            template=f"FLOOR(EXTRACT(EPOCH FROM %(expressions)s) / {self.width})::bigint",
         )
 
 
-def turn_bin(origin: datetime, width: timedelta):
-    """The SQL expression of a turn's bin index; the timeline and the bar click-through share it."""
-    return MicrosecondsSince("ts", origin) / Value(width // timedelta(microseconds=1))
+def _bucket_of(ts: datetime, width: int) -> int:
+    return (ts - EPOCH) // timedelta(seconds=width)
+
+
+def _base_width(span: timedelta) -> int:
+    """The smallest power-of-two seconds that covers `span` in at most BASE_BUCKETS buckets."""
+    seconds = max(span.total_seconds(), 1)
+    return 1 << max(0, math.ceil(math.log2(seconds / BASE_BUCKETS)))
+
+
+def _micro(usd) -> int:
+    """USD (Decimal, or the float SQLite sums to) as whole micro-dollars: the column's precision."""
+    return round(Decimal(str(usd)) / MICRO_USD) if usd is not None else 0
+
+
+@dataclass
+class _TurnMemo:
+    """Every turn of a run up to `hwm` (its highest id), aggregated: per (bucket, kind) of `width`
+    seconds `[turns, tokens in, tokens out, micro-USD]`, per (actor, parent, kind, model) the same plus
+    the first and last time, and the totals the run's summary columns are checked against."""
+
+    width: int = 1
+    hwm: int = 0
+    count: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    lo: datetime | None = None
+    hi: datetime | None = None
+    buckets: dict = field(default_factory=dict)  # (bucket, kind) -> [n, tin, tout, micro-USD]
+    actors: dict = field(
+        default_factory=dict
+    )  # (actor, parent, kind, model) -> [n, tin, tout, µUSD, first, last]
+    version: int = 1
+
+    def add(self, turns) -> None:
+        """Fold in turns (id, ts, kind, tokens in, tokens out, cost, actor, parent, model), any order."""
+        for pk, ts, kind, tin, tout, usd, actor, parent, model in turns:
+            micro = _micro(usd)
+            self.hwm = max(self.hwm, pk)
+            self.count += 1
+            self.tokens_in += tin
+            self.tokens_out += tout
+            self.lo = ts if self.lo is None else min(self.lo, ts)
+            self.hi = ts if self.hi is None else max(self.hi, ts)
+            b = self.buckets.setdefault((_bucket_of(ts, self.width), kind), [0, 0, 0, 0])
+            b[0] += 1
+            b[1] += tin
+            b[2] += tout
+            b[3] += micro
+            a = self.actors.setdefault((actor, parent, kind, model), [0, 0, 0, 0, ts, ts])
+            a[0] += 1
+            a[1] += tin
+            a[2] += tout
+            a[3] += micro
+            a[4] = min(a[4], ts)
+            a[5] = max(a[5], ts)
+        # A live run outgrows its buckets: merge them into coarser ones (a power of two holds whole ones).
+        if self.lo is not None and (self.hi - self.lo) / timedelta(seconds=self.width) > 2 * BASE_BUCKETS:
+            self.rebase(_base_width(self.hi - self.lo))
+
+    def rebase(self, width: int) -> None:
+        factor = width // self.width
+        merged: dict = {}
+        for (index, kind), values in self.buckets.items():
+            m = merged.setdefault((index // factor, kind), [0, 0, 0, 0])
+            for i in range(4):
+                m[i] += values[i]
+        self.width, self.buckets = width, merged
+
+    def matches(self, run: Run) -> bool:
+        return (self.count, self.tokens_in, self.tokens_out) == (
+            run.turn_count,
+            run.tokens_in,
+            run.tokens_out,
+        )
+
+
+TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
+
+
+def _memo_key(run: Run) -> str:
+    return f"turn-aggregates:v1:{run.pk}"
+
+
+def _computed(run: Run) -> _TurnMemo:
+    """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
+    the buckets and the actors of the turns up to the highest id the totals saw."""
+    turns = AgentTurn.objects.filter(run=run)
+    totals = turns.aggregate(
+        hwm=Max("id"), n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), lo=Min("ts"), hi=Max("ts")
+    )
+    if not totals["n"]:
+        return _TurnMemo()
+    memo = _TurnMemo(
+        width=_base_width(totals["hi"] - totals["lo"]),
+        hwm=totals["hwm"],
+        count=totals["n"],
+        tokens_in=totals["tin"] or 0,
+        tokens_out=totals["tout"] or 0,
+        lo=totals["lo"],
+        hi=totals["hi"],
+    )
+    upto = turns.filter(id__lte=memo.hwm).order_by()
+    sums = {"n": Count("id"), "tin": Sum("tokens_in"), "tout": Sum("tokens_out"), "usd": Sum("cost_usd")}
+    for r in upto.annotate(bucket=EpochBucket("ts", memo.width)).values("bucket", "kind").annotate(**sums):
+        memo.buckets[(r["bucket"], r["kind"])] = [r["n"], r["tin"] or 0, r["tout"] or 0, _micro(r["usd"])]
+    for r in upto.values("actor", "parent_actor", "kind", "model").annotate(
+        **sums, first=Min("ts"), last=Max("ts")
+    ):
+        memo.actors[(r["actor"], r["parent_actor"], r["kind"], r["model"])] = [
+            r["n"],
+            r["tin"] or 0,
+            r["tout"] or 0,
+            _micro(r["usd"]),
+            r["first"],
+            r["last"],
+        ]
+    return memo
+
+
+def _turn_memo(run: Run) -> _TurnMemo:
+    """The run's turn aggregates: the cached ones with the turns that arrived since folded in (one
+    query), else computed from every row (three queries). Kept on `run` for the rest of the request."""
+    memo = getattr(run, "_turn_memo", None)
+    if memo is not None:
+        return memo
+    key = _memo_key(run)
+    try:
+        memo = cache.get(key)
+    except Exception:  # noqa: BLE001 - a Redis that is down: compute from the rows
+        memo = None
+    if isinstance(memo, _TurnMemo) and memo.version == _TurnMemo.version:
+        memo.add(AgentTurn.objects.filter(run=run, id__gt=memo.hwm).order_by("id").values_list(*TURN_FIELDS))
+        if not memo.matches(run):
+            memo = None
+    else:
+        memo = None
+    if memo is None:
+        memo = _computed(run)
+    try:
+        cache.set(key, memo, MEMO_SECONDS)
+    except Exception:  # noqa: BLE001 - nothing kept: the next page computes again
+        pass
+    run._turn_memo = memo
+    return memo
+
+
+def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
+    """(turns, tokens in + out, USD) of the run's turns after `moment`, exactly: the kept buckets after
+    the one `moment` falls in, plus that bucket's turns after it (an indexed range of one bucket)."""
+    memo = _turn_memo(run)
+    if not memo.count:
+        return 0, 0, Decimal(0)
+    at = _bucket_of(moment, memo.width)
+    n = tokens = micro = 0
+    for (bucket, _), (bn, tin, tout, m) in memo.buckets.items():
+        if bucket > at:
+            n, tokens, micro = n + bn, tokens + tin + tout, micro + m
+    edge = AgentTurn.objects.filter(
+        run=run, ts__gt=moment, ts__lt=EPOCH + timedelta(seconds=memo.width) * (at + 1)
+    ).aggregate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"))
+    n += edge["n"]
+    tokens += (edge["tin"] or 0) + (edge["tout"] or 0)
+    return n, tokens, (micro + _micro(edge["usd"])) * MICRO_USD
+
+
+def forget_turn_aggregates(run: Run) -> None:
+    """Drop what is kept for `run` (tests and benchmarks measure the cold path with it)."""
+    run.__dict__.pop("_turn_memo", None)
+    cache.delete(_memo_key(run))
+
+
+def _score_rows(run: Run, maximize: bool):
+    """(scores to plot from, the best-so-far records, how many scores) of the run, in one query: every
+    score of a run with few, else every k-th (about 2 × MAX_SCORE_POINTS), its first and last and every
+    record, chosen in SQL over the (run, ts, score) index — the records from all of them, so the
+    frontier is exact however many there are."""
+    subs = Submission.objects.filter(run=run).order_by()
+    if run.score_count <= 2 * MAX_SCORE_POINTS:
+        rows = list(subs.order_by("ts", "id").values_list("ts", "score", "pk"))
+        frontier, best = [], None
+        for ts, value, _ in rows:
+            if best is None or (value > best if maximize else value < best):
+                best = value
+                frontier.append((ts, value))
+        return rows, frontier, len(rows)
+    order = [F("ts").asc(), F("id").asc()]
+    running = Max if maximize else Min
+    stride = run.score_count // (2 * MAX_SCORE_POINTS) + 1
+    improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
+    rows = list(
+        subs.annotate(
+            rn=Window(RowNumber(), order_by=order),
+            before=Window(running("score"), order_by=order, frame=RowRange(start=None, end=-1)),
+        )
+        .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
+        .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
+        .annotate(
+            record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
+        )
+        .order_by("ts", "id")
+        .values_list("ts", "score", "pk", "record")
+    )
+    frontier = [(ts, value) for ts, value, _, record in rows if record]
+    return [(ts, value, pk) for ts, value, pk, _ in rows], frontier, run.score_count
 
 
 def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
-    """Turns binned by time in SQL and scores on the same time axis (four queries, at most
-    2 × MAX_BINS bin rows read whatever the number of turns)."""
+    """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
+    whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
+    since), whatever the number of turns."""
     now = now or timezone.now()
-    turns = AgentTurn.objects.filter(run=run)
-    span = turns.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
-    scores_all = list(
-        Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score", "pk")
-    )
-    times = [t for t in (span["lo"], span["hi"]) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
-    start = min(times + [run.started_at])
-    end = max(times + ([now] if not run.is_terminal else []) + [start + timedelta(minutes=1)])
-    width = _bin_width(end - start, span["n"])
+    memo = _turn_memo(run)
+    maximize = run.project.scenario.maximize
+    scores_all, frontier, score_total = _score_rows(run, maximize)
+    times = [t for t in (memo.lo, memo.hi) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
+    first = min(times + [run.started_at])
+    end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
+    base = timedelta(seconds=memo.width)
+    origin_bucket = _bucket_of(first, memo.width)
+    start = EPOCH + base * origin_bucket
+    # One bar per turn for short runs (most bars are then one turn), never more than MAX_BINS.
+    buckets = max(1, math.ceil((end - start) / base))
+    per_bar = max(1, math.ceil(buckets / max(1, min(MAX_BINS, memo.count))))
+    width = base * per_bar
 
-    rows = (
-        turns.annotate(bin=turn_bin(start, width))
-        .values("bin", "kind")
-        .annotate(
-            n=Count("id"),
-            tin=Sum("tokens_in"),
-            tout=Sum("tokens_out"),
-            usd=Sum("cost_usd"),
-            first_turn=Min("turn"),
-            last_turn=Max("turn"),
-            actor=Min("actor"),
-            model=Min("model"),
-            pk=Min("id"),
-        )
-        .order_by("bin", "kind")
-    )
+    merged: dict[tuple[int, str], list[int]] = {}
+    for (bucket, kind), values in memo.buckets.items():
+        m = merged.setdefault(((bucket - origin_bucket) // per_bar, kind), [0, 0, 0, 0])
+        for i in range(4):
+            m[i] += values[i]
     bins: list[TurnBin] = []
     cumulative: list[tuple[datetime, Decimal, Decimal]] = []
     total = driver = Decimal(0)
-    for r in rows:
-        index = r["bin"]
-        b = TurnBin(
-            start + width * index,
-            start + width * (index + 1),
-            r["kind"],
-            count=r["n"],
-            tokens_in=r["tin"] or 0,
-            tokens_out=r["tout"] or 0,
-            cost_usd=r["usd"] or Decimal(0),
-            first_turn=r["first_turn"],
-            last_turn=r["last_turn"],
-            actor=r["actor"],
-            model=r["model"],
-            pk=r["pk"],
-        )
+    for (index, kind), (n, tin, tout, micro) in sorted(merged.items()):
+        b = TurnBin(start + width * index, start + width * (index + 1), kind, n, tin, tout, micro * MICRO_USD)
         bins.append(b)
         total += b.cost_usd
-        if b.kind == TurnKind.DRIVER_INFERENCE:
+        if kind == TurnKind.DRIVER_INFERENCE:
             driver += b.cost_usd
         point = (min(b.end, end), total, driver)
         if cumulative and cumulative[-1][0] == point[0]:
@@ -185,11 +378,6 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    frontier, best = [], None
-    for ts, value, _ in scores_all:
-        if best is None or (value > best if run.project.scenario.maximize else value < best):
-            best = value
-            frontier.append((ts, value))
     scores = lttb([(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all], MAX_SCORE_POINTS)
     score_turns = _turns_before([pk for *_, pk in scores], run)
     return Timeline(
@@ -201,8 +389,8 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         scores=[(ts, v) for _, v, ts, _ in scores],
         score_turns=score_turns,
         frontier=frontier,
-        score_total=len(scores_all),
-        turn_total=span["n"],
+        score_total=score_total,
+        turn_total=memo.count,
     )
 
 
@@ -316,23 +504,26 @@ class ActorNode:
 
 
 def actor_tree(run: Run) -> list[ActorNode]:
-    """Actors in depth-first order (each with its depth), from one GROUP BY over the run's turns.
+    """Actors in depth-first order (each with its depth), from the run's kept turn aggregates.
 
     An actor whose parent never took a turn itself hangs under that parent as a placeholder node,
     so the tree stays whole when only children report.
     """
-    rows = (
-        AgentTurn.objects.filter(run=run)
-        .values("actor", "parent_actor", "kind", "model")
-        .annotate(
-            n=Count("id"),
-            tin=Sum("tokens_in"),
-            tout=Sum("tokens_out"),
-            usd=Sum("cost_usd"),
-            first=Min("ts"),
-            last=Max("ts"),
-        )
-    )
+    rows = [
+        {
+            "actor": actor,
+            "parent_actor": parent,
+            "kind": kind,
+            "model": model,
+            "n": n,
+            "tin": tin,
+            "tout": tout,
+            "usd": micro * MICRO_USD,
+            "first": first,
+            "last": last,
+        }
+        for (actor, parent, kind, model), (n, tin, tout, micro, first, last) in _turn_memo(run).actors.items()
+    ]
     nodes: dict[str, ActorNode] = {}
     for r in rows:
         node = nodes.setdefault(r["actor"], ActorNode(r["actor"], r["parent_actor"]))
@@ -377,16 +568,11 @@ def turns_in_bin(
 ):
     """The turns of one timeline bar (a time bin, optionally one kind), oldest first, and their count.
 
-    Chosen by the same SQL bin expression the timeline groups by, so a bar and its turns always agree.
+    A bar is `[origin + width × index, origin + width × (index + 1))`: the range the timeline's buckets
+    are aggregated over, so a bar and its turns always agree (an indexed range read).
     """
     start = origin + width * index
-    turns = (
-        AgentTurn.objects.filter(
-            run=run, ts__gte=start - timedelta(seconds=1), ts__lt=start + width + timedelta(seconds=1)
-        )
-        .alias(bin=turn_bin(origin, width))
-        .filter(bin=index)
-    )
+    turns = AgentTurn.objects.filter(run=run, ts__gte=start, ts__lt=start + width)
     if kind in TurnKind.values:
         turns = turns.filter(kind=kind)
     return list(turns.order_by("ts", "id")[:limit]), turns.count()

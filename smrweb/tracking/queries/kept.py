@@ -1,0 +1,36 @@
+"""Reads kept in the cache under the version of what they read, so that pages asked for again before
+anything changed do not read every row again.
+
+The version is the caller's: the project page's (its runs' count and latest change, which the write
+path moves with every run, score, status or exclusion change, plus a 30-second tick) is the one its
+own poll answers 204 with. What is kept under a version is therefore exactly as fresh as the page that
+shows it. A cache that is down only costs the read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.core.cache import cache
+
+T = TypeVar("T")
+KEPT_SECONDS = 120  # a version moves on at least every 30 s: what is kept longer is never asked for
+
+
+def kept(name: str, version: str | None, build: Callable[[], T]) -> T:
+    """`build()`, kept under `name` and `version`; without a version, built every time."""
+    if version is None:
+        return build()
+    key = f"kept:v1:{name}:{version}"
+    try:
+        hit = cache.get(key)
+    except Exception:  # noqa: BLE001 - a Redis that is down: read the rows
+        hit = None
+    if hit is not None:
+        return hit[0]
+    value = build()
+    try:
+        cache.set(key, (value,), KEPT_SECONDS)
+    except Exception:  # noqa: BLE001 - nothing kept: the next page reads again
+        pass
+    return value
