@@ -220,8 +220,10 @@ class PlainMetrics(list):
 
 
 def _naive_utc_texts(texts: list[str]) -> list[str]:
-    """Canonical UTC texts (see PlainMetric) as Django stores datetimes in SQLite, by slicing."""
-    return [t[:10] + " " + t[11:26] if t[19] == "." else t[:10] + " " + t[11:19] for t in texts]
+    """Canonical UTC texts (see PlainMetric) as Django stores datetimes in SQLite, "YYYY-MM-DD
+    HH:MM:SS[.ffffff]": in a canonical text "T" is only the separator, "Z" and "+00:00" only the zone,
+    so three replacements over the whole batch at once do it."""
+    return "\n".join(texts).replace("T", " ").replace("Z", "").replace("+00:00", "").split("\n")
 
 
 def _canonical_ts(text: str) -> str | None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -250,9 +250,9 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now
         if None in texts:
             now_text = now.astimezone(UTC).isoformat()
             texts = [now_text if t is None else t for t in texts]
+        stamps = ev._naive_utc_texts(texts)
         rows = [
-            (run_id, e.key, e.step, e.value, stamp, e.id)
-            for e, stamp in zip(events, ev._naive_utc_texts(texts), strict=True)
+            (run_id, e.key, e.step, e.value, stamp, e.id) for e, stamp in zip(events, stamps, strict=True)
         ]
     else:
         adapt = connection.ops.adapt_datetimefield_value
@@ -279,49 +279,88 @@ def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now
     return inserted
 
 
-_STAGE = "smrweb_metric_stage"
 # COPY's text format: a backslash, tab, newline or carriage return in a value is written escaped.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_STAGE = "smrweb_metric_stage"
 
 
-def _copy_text(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> str:
-    """The batch as COPY text rows: key, step, value, ts, event_id (tab-separated, one a line).
+def _copy_lines(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> tuple[list[str], list[str]]:
+    """The batch as COPY text lines "key, step, value, ts, event_id" (tab-separated), and the ids.
 
     Floats as repr() (the shortest text that reads back to the same double), instants in RFC 3339
-    with their offset (so the session's time zone never matters)."""
+    with their offset (the session's time zone never matters)."""
     now_text = now.astimezone(UTC).isoformat()
     if type(events) is ev.PlainMetrics:
-        rows = [(e.key, str(e.step), repr(e.value), e.ts_text or now_text, e.id) for e in events]
+        ids = [e.id for e in events]
+        stamps = [e.ts_text or now_text for e in events]
     else:
-        rows = [
-            (
-                e.key,
-                str(e.step),
-                repr(e.value),
-                now_text if e.ts is None else e.ts.isoformat(),
-                e.id if e.id is not None else e.idempotency_key(),
-            )
-            for e in events
-        ]
-    text = "\n".join(["\t".join(row) for row in rows])
+        ids = [e.id if e.id is not None else e.idempotency_key() for e in events]
+        stamps = [now_text if e.ts is None else e.ts.isoformat() for e in events]
+    rows = zip(events, stamps, ids, strict=True)
+    lines = [f"{e.key}\t{e.step}\t{e.value!r}\t{stamp}\t{i}" for e, stamp, i in rows]
+    text = "\n".join(lines)
     if (
-        any(c in text for c in "\\\r")
-        or text.count("\t") != 4 * len(rows)
-        or text.count("\n") != len(rows) - 1
+        "\\" in text
+        or "\r" in text
+        or text.count("\t") != 4 * len(lines)
+        or text.count("\n") != len(lines) - 1
     ):
-        # A key or id holds a character COPY reads specially: escape every field.
-        text = "\n".join(
-            "\t".join((row[0].translate(_COPY_ESCAPES), *row[1:4], row[4].translate(_COPY_ESCAPES)))
-            for row in rows
-        )
-    return text + "\n"
+        # A key or id holds a character COPY reads specially: write those fields escaped.
+        esc = _COPY_ESCAPES
+        rows = zip(events, stamps, ids, strict=True)
+        lines = [
+            f"{e.key.translate(esc)}\t{e.step}\t{e.value!r}\t{stamp}\t{i.translate(esc)}"
+            for e, stamp, i in rows
+        ]
+    return lines, ids
+
+
+def _known_ids(cursor, run_id: int, ids: list[str]) -> set[str]:
+    """Which of `ids` the run's metric points already have (one probe of metric_run_event_uniq each)."""
+    cursor.execute(
+        f"SELECT event_id FROM {connection.ops.quote_name(MetricPoint._meta.db_table)} "
+        "WHERE run_id = %s AND event_id = ANY(%s)",
+        [run_id, ids],
+    )
+    return {row[0] for row in cursor.fetchall()}
 
 
 def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
-    """PostgreSQL: COPY the batch into a temporary staging table (one per connection, emptied at every
-    commit), then move it into the metric table with one INSERT … SELECT … ON CONFLICT DO NOTHING, in
-    the batch's order. The move deletes what it reads, so a batch never sees another's rows, even when
-    two batches share one transaction."""
+    """PostgreSQL: look up which ids the run already has, then COPY the rest straight into the metric
+    table, in the batch's order (the first of two lines with one id wins).
+
+    The run's row lock (held by the caller, as by every writer of metric points) makes the look-up
+    exact: no other batch into this run commits in between. Should a row with one of these ids appear
+    anyway, the unique constraint refuses the COPY, which is undone to its savepoint, and the batch goes
+    through a staging table and INSERT … ON CONFLICT DO NOTHING instead: never stored twice."""
+    lines, ids = _copy_lines(events, now)
+    with connection.cursor() as cursor:
+        known = _known_ids(cursor, run.pk, ids)
+        if known or len(set(ids)) != len(ids):
+            new = []
+            for line, event_id in zip(lines, ids, strict=True):
+                if event_id not in known:
+                    known.add(event_id)
+                    new.append(line)
+            lines = new
+        if not lines:
+            return 0
+        prefix = f"{run.pk}\t"
+        q = connection.ops.quote_name
+        columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
+        try:
+            with transaction.atomic(), connection.wrap_database_errors:
+                with cursor.copy(f"COPY {q(MetricPoint._meta.db_table)} ({columns}) FROM STDIN") as copy:
+                    copy.write(prefix + ("\n" + prefix).join(lines) + "\n")
+        except IntegrityError:
+            return _insert_metrics_pg_staged(run, lines)
+    return len(lines)
+
+
+def _insert_metrics_pg_staged(run: Run, lines: list[str]) -> int:
+    """The batch's COPY lines into a temporary staging table (one per connection, emptied at every
+    commit), moved into the metric table by one INSERT … SELECT … ON CONFLICT DO NOTHING in their
+    order. The move deletes what it reads: a batch never sees another's rows, even in one transaction."""
     q = connection.ops.quote_name
     columns = ", ".join(q(c) for c in ("key", "step", "value", "ts", "event_id"))
     with connection.cursor() as cursor:
@@ -330,12 +369,12 @@ def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], 
             "key text, step bigint, value double precision, ts timestamptz, event_id text) "
             "ON COMMIT DELETE ROWS"
         )
-        with cursor.copy(f"COPY {_STAGE} (key, step, value, ts, event_id) FROM STDIN") as copy:
-            copy.write(_copy_text(events, now))
+        with cursor.copy(f"COPY {_STAGE} ({columns}) FROM STDIN") as copy:
+            copy.write("\n".join(lines) + "\n")
         cursor.execute(
             f"WITH batch AS (DELETE FROM {_STAGE} RETURNING *) "
             f"INSERT INTO {q(MetricPoint._meta.db_table)} ({q('run_id')}, {columns}) "
-            f"SELECT %s, key, step, value, ts, event_id FROM batch ORDER BY n "
+            f"SELECT %s, {columns} FROM batch ORDER BY n "
             f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING",
             [run.pk],
         )
