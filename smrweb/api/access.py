@@ -31,7 +31,7 @@ def project_for(request, slug: str, *, role: str = Role.VIEWER) -> Project:
         # A project's token may do everything the API offers within that project, nothing outside it.
         if token.project.slug != slug:
             raise PermissionDenied(f"This token is scoped to project {token.project.slug!r}, not {slug!r}.")
-        return Project.objects.select_related("scenario").get(pk=token.project_id)
+        return token.project  # loaded with its scenario by the authentication, this request
     project = get_object_or_404(
         Project.objects.select_related("scenario").visible_to(request.user), slug=slug
     )

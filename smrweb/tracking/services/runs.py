@@ -55,7 +55,10 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
     """Get or create the run and lock its row for this transaction (one writer per run at a time)."""
     _check_run_id(external_id)
     check_writable(project)  # an archived project takes nothing new, a new run neither
-    run = Run.objects.select_for_update().filter(project=project, external_id=external_id).first()
+    # (project, external_id) is unique: no ORDER BY to compile (first() would add one, ~half the
+    # ORM's time for this query on every ingest batch).
+    found = Run.objects.select_for_update().filter(project=project, external_id=external_id).order_by()[:1]
+    run = next(iter(found), None)
     if run is not None:
         check_writable(project, run)
         return run

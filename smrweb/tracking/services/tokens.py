@@ -42,7 +42,10 @@ def revoke_api_token(token: ApiToken, *, by: Any = None) -> ApiToken:
 
 def authenticate_token(raw: str) -> ApiToken | None:
     """The active token matching `raw`, with its last-used time refreshed (at most once a minute)."""
-    token = ApiToken.objects.select_related("project").filter(token_hash=hash_token(raw)).first()
+    # The project with its scenario, which every API view then uses (api.access.project_for); the hash
+    # is unique, so no ORDER BY to compile.
+    found = ApiToken.objects.select_related("project__scenario").filter(token_hash=hash_token(raw))
+    token = next(iter(found.order_by()[:1]), None)
     if token is None or not token.is_active:
         return None
     now = timezone.now()
