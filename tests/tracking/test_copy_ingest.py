@@ -43,12 +43,8 @@ def ingest(project, *events: dict, run: str = "r1") -> services.IngestResult:
 
 
 def stored(run: str = "r1") -> dict[str, tuple]:
-    return {
-        p[0]: p[1:]
-        for p in MetricPoint.objects.filter(run__external_id=run).values_list(
-            "event_id", "key", "step", "value"
-        )
-    }
+    points = MetricPoint.objects.filter(run__external_id=run)
+    return {p[0]: p[1:] for p in points.values_list("event_id", "key", "step", "value")}
 
 
 @pytest.fixture
