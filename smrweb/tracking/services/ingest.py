@@ -316,7 +316,7 @@ def _copy_lines(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) ->
 
 
 def _known_ids(cursor, run_id: int, ids: list[str]) -> set[str]:
-    """Which of `ids` the run's metric points already have (one probe of metric_run_event_uniq each)."""
+    """Which of `ids` the run's metric points already have."""
     cursor.execute(
         f"SELECT event_id FROM {connection.ops.quote_name(MetricPoint._meta.db_table)} "
         "WHERE run_id = %s AND event_id = ANY(%s)",
@@ -326,35 +326,34 @@ def _known_ids(cursor, run_id: int, ids: list[str]) -> set[str]:
 
 
 def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
-    """PostgreSQL: look up which ids the run already has, then COPY the rest straight into the metric
-    table, in the batch's order (the first of two lines with one id wins).
+    """PostgreSQL: COPY the batch straight into the metric table when it looks new, else (or when the
+    unique constraint says otherwise) through a staging table and INSERT … ON CONFLICT DO NOTHING.
 
-    The run's row lock (held by the caller, as by every writer of metric points) makes the look-up
-    exact: no other batch into this run commits in between. Should a row with one of these ids appear
-    anyway, the unique constraint refuses the COPY, which is undone to its savepoint, and the batch goes
-    through a staging table and INSERT … ON CONFLICT DO NOTHING instead: never stored twice."""
+    "Looks new": no id repeated inside the batch, and the run has neither its first nor its last id —
+    what a replayed batch, or one that re-sends the tail of the last, always has. Two probes instead of
+    one per event; COPY then skips the executor's per-row conflict handling. Should a row of the run
+    have one of the ids in between, the unique constraint refuses the COPY, which is undone to its
+    savepoint, and the staging path stores the batch: never a point twice, whatever the batch holds.
+    (The caller holds the run's row lock, as every writer of metric points does: no other batch into
+    this run commits in between.)"""
     lines, ids = _copy_lines(events, now)
-    with connection.cursor() as cursor:
-        known = _known_ids(cursor, run.pk, ids)
-        if known or len(set(ids)) != len(ids):
-            new = []
-            for line, event_id in zip(lines, ids, strict=True):
-                if event_id not in known:
-                    known.add(event_id)
-                    new.append(line)
-            lines = new
-        if not lines:
-            return 0
-        prefix = f"{run.pk}\t"
+    if len(set(ids)) == len(ids):
         q = connection.ops.quote_name
         columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
-        try:
-            with transaction.atomic(), connection.wrap_database_errors:
-                with cursor.copy(f"COPY {q(MetricPoint._meta.db_table)} ({columns}) FROM STDIN") as copy:
-                    copy.write(prefix + ("\n" + prefix).join(lines) + "\n")
-        except IntegrityError:
-            return _insert_metrics_pg_staged(run, lines)
-    return len(lines)
+        with connection.cursor() as cursor:
+            if not _known_ids(cursor, run.pk, [ids[0], ids[-1]]):
+                prefix = f"{run.pk}\t"
+                try:
+                    with transaction.atomic(), connection.wrap_database_errors:
+                        with cursor.copy(
+                            f"COPY {q(MetricPoint._meta.db_table)} ({columns}) FROM STDIN"
+                        ) as copy:
+                            copy.write(prefix + ("\n" + prefix).join(lines) + "\n")
+                except IntegrityError:
+                    pass  # an id between the first and the last was stored already
+                else:
+                    return len(lines)
+    return _insert_metrics_pg_staged(run, lines)
 
 
 def _insert_metrics_pg_staged(run: Run, lines: list[str]) -> int:
