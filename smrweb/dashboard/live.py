@@ -23,6 +23,11 @@ part. Everything outside the marked parts must be the same for a part-wise answe
 previous render is no longer cached) the whole card goes. Cards are rendered with a placeholder for the CSRF
 token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
 Relative times (`<time data-ago>`) are kept current by the page script and are not compared.
+
+Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
+miss it renders, the others wait for it in the cache), each card's change from one version to another is
+computed once, and a whole answer is cached under the changes it carries, so most polls cost the markers
+query and a cache read. A cache that is down costs the part-wise answers (whole cards go), never an answer.
 """
 
 from __future__ import annotations

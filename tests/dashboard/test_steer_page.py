@@ -1,14 +1,16 @@
-"""The run page's Steer card: outside the polled fragment, its status part polling itself while the run is
-live; the message form (htmx: the card back, the typed text kept on an error; without JavaScript: back to
-the page with a message), Pause / Resume, and the run's requests with their status and the source's
-answers."""
+"""The run page's Steer card: outside the live part, its status part one of the page's live cards (the
+page's one poll keeps it current); the message form (htmx: the card back, the typed text kept on an error;
+without JavaScript: back to the page with a message), Pause / Resume, and the run's requests with their
+status and the source's answers."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from smrweb.dashboard import live as live_cards
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, RunControl
@@ -37,16 +39,22 @@ def live(project, monkeypatch):
     return project
 
 
-def test_the_card_sits_outside_the_polled_fragment_and_its_status_polls_itself(client, bob, live):
+def test_the_card_sits_outside_the_live_part_and_its_status_is_one_of_the_pages_live_cards(client, bob, live):
     client.force_login(bob)
     html = client.get(PAGE).content.decode()
     polled, rest = html.split('id="run-steer"')
-    assert 'id="run-live"' in polled  # the page's poll swaps #run-live only: the textarea is never in it
+    assert 'id="run-live"' in polled  # the page's poll swaps cards of #run-live: the textarea is never in one
     assert '<textarea name="body" id="id_steer_body"' in rest and f'maxlength="{MESSAGE_MAX}"' in rest
-    status = rest.split('id="steer-status"')[1][:600]
-    assert 'hx-get="/projects/hill/runs/r1/steer/status"' in status and "every 3s" in status
-    # A poll of the page does not render the card again.
-    assert 'id="run-steer"' not in client.get(PAGE, headers=HX).content.decode()
+    status = rest.split('id="steer-status"')[1].split("</div>\n      </div>")[0]
+    # The page's one poll keeps the status current: it does not poll itself, it shows its version.
+    assert "hx-trigger" not in status.split(">")[0] and 'data-card="steer-status"' in status
+    cards = dict(re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', html))
+    poll = {**HX, live_cards.CARDS_HEADER: live_cards.cards_header(cards)}
+    assert client.get(PAGE, headers=poll).status_code == 204
+    # A request changes the status (and only it): the poll brings it, and never the card's form.
+    client.post(STEER, {"action": "pause"}, headers=HX)
+    answer = client.get(PAGE, headers=poll).content.decode()
+    assert 'id="steer-status"' in answer and "Pausing…" in answer and 'id="run-steer"' not in answer
 
 
 def test_sending_a_message_with_htmx_answers_the_card_with_the_request(client, bob, live):

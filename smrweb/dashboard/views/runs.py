@@ -23,6 +23,7 @@ from smrweb.core import queue
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.dashboard.artifacts import artifact_response, missing_bytes_page
+from smrweb.dashboard.views import steer
 from smrweb.dashboard.views.annotations import run_page_context
 from smrweb.dashboard.views.steer import steer_page_context
 from smrweb.sources import tasks
@@ -67,6 +68,7 @@ CARDS = (
     "run-checkpoints",
     "run-messages",
     "run-exclusion",
+    "steer-status",  # the Steer card's status part (partials/run_steer.html), outside the live part
     "run-poll",
 )
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
@@ -117,6 +119,7 @@ class RunPage:
         self.is_admin = rank >= Role.rank(Role.ADMIN)
         self.can_snooze = reviewer
         self.can_stop = self.project.source == SourceKind.SMR and reviewer
+        self.reviewer = reviewer
         self.can_roll_back = reviewer and not rollbacks.rollback_refusal(self.project)  # = may_roll_back
         self.can_launch = reviewer and not launches.launch_refusal(self.project)
         self.can_close = reviewer and not services.close_refusal(run, self.now)
@@ -321,6 +324,16 @@ class RunPage:
             return (m.message_last,)
         if name == "run-exclusion":
             return (self.is_admin, run.excluded_at, run.excluded_reason)
+        if name == "steer-status":
+            project = self.project
+            return (
+                m.controls,
+                run.state,
+                self.reviewer,
+                project.source,
+                project.rollback_webhook_url,
+                project.archived_at,
+            )
         raise KeyError(name)
 
     def version(self, name: str) -> str:
@@ -415,6 +428,13 @@ class RunPage:
         return {}
 
     def render_card(self, name: str, version: str) -> str:
+        if name == "steer-status":
+            context = {
+                **steer.status_context(self.run, self.role),
+                "steer_live_version": version,
+                "csrf_token": live.CSRF_PLACEHOLDER,
+            }
+            return render_to_string(steer.STATUS, context, request=self.request)
         context = {
             "project": self.project,
             "run": self.run,
@@ -431,9 +451,16 @@ class RunPage:
         }
         return render_to_string(f"{TEMPLATE}#{name}", context, request=self.request)
 
+    @property
+    def shows_steer(self) -> bool:
+        """The Steer card is on the page for reviewers, and for anyone once the run was steered."""
+        return self.reviewer or bool(self.markers.controls[0])
+
     def deck(self, names: tuple[str, ...] = CARDS) -> live.Deck:
         if self.metric_key is None:
             names = tuple(n for n in names if n != "metric-panel")
+        if not self.shows_steer:
+            names = tuple(n for n in names if n != "steer-status")
         cards = []
         for name in names:
             version = self.version(name)
@@ -462,9 +489,11 @@ def run_detail(request, slug: str, run_id: str):
         page.metric_key = keys[0] if keys else None
     annotations = run_page_context(request, run, page.role)  # name, pin, tags, note, comments
     page.tags = annotations["tags"]
+    deck = page.deck()
+    steer_version = deck.cards.pop("steer-status").version if "steer-status" in deck.cards else None
     cards = {
         name.replace("-", "_"): mark_safe(live.with_token(request, html))  # noqa: S308 (rendered templates)
-        for name, html in page.deck().page().items()
+        for name, html in deck.page().items()
     }
     context = {
         "project": run.project,
@@ -477,6 +506,7 @@ def run_detail(request, slug: str, run_id: str):
         "can_launch": page.can_launch,
         **annotations,
         **steer_page_context(request, run, page.role),  # the Steer card: message, pause, resume
+        "steer_live_version": steer_version,  # its status part is a live card (the page's poll keeps it)
     }
     return render(request, fragment_template(request, TEMPLATE, "run-live"), context)
 

@@ -32,6 +32,12 @@ def steer_page_context(request, run: Run, role: str | None) -> dict:
     return _context(run, role)
 
 
+def status_context(run: Run, role: str | None) -> dict:
+    """What the card's status part needs: the run page renders it as one of its live cards (views/runs.py),
+    so the page's one poll keeps it current."""
+    return _context(run, role)
+
+
 def _context(run: Run, role: str | None, **extra) -> dict:
     reviewer = role is not None and Role.rank(role) >= Role.rank(Role.REVIEWER)
     controls = list(run.controls.select_related("requested_by")[:CONTROLS_SHOWN])

@@ -24,6 +24,7 @@ from smrweb.tracking.models import (
     MetricPoint,
     Rollback,
     Run,
+    RunControl,
     RunSnooze,
     RunTag,
     RuntimeMessage,
@@ -48,6 +49,7 @@ class RunMarkers:
     children: tuple  # runs started from this one: (count, highest id)
     snoozed_until: object  # the snooze in force, if any
     rollbacks_open: int  # requested or dispatched: the page keeps polling while one is
+    controls: tuple  # steering requests: (count, latest updated)
     metric: tuple  # of `metric_key`: (count, latest step, latest id), () without a key
 
 
@@ -81,6 +83,8 @@ def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMa
         f"(SELECT MAX(updated) FROM {t(RunTag)} WHERE run_id = %s)",
         f"(SELECT COUNT(*) FROM {t(Run)} WHERE parent_id = %s)",
         f"(SELECT MAX(id) FROM {t(Run)} WHERE parent_id = %s)",
+        f"(SELECT COUNT(*) FROM {t(RunControl)} WHERE run_id = %s)",
+        f"(SELECT MAX(updated) FROM {t(RunControl)} WHERE run_id = %s)",
     ]
     params: list = [run.pk] * len(parts)
     parts += [
@@ -112,7 +116,8 @@ def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMa
         loops=(row[14], row[15]),
         tags=(row[16], row[17]),
         children=(row[18], row[19]),
-        snoozed_until=row[20],
-        rollbacks_open=row[21],
-        metric=tuple(row[22:25]) if metric_key is not None else (),
+        controls=(row[20], row[21]),
+        snoozed_until=row[22],
+        rollbacks_open=row[23],
+        metric=tuple(row[24:27]) if metric_key is not None else (),
     )
