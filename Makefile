@@ -72,6 +72,7 @@ bench: install-test
 	$(BIN)/python bench/retention.py --runs 200
 	$(BIN)/python bench/smr_poll.py --turns 100 1000 10000 --runs 100 300 1000 --cycles 3
 	$(BIN)/python bench/pages.py --append
+	$(BIN)/python bench/scale.py --append
 	$(BIN)/python bench/browser.py --append
 	$(BIN)/python bench/review.py --append
 	$(BIN)/python bench/load.py --seconds 60 --append

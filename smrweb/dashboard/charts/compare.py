@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
+from html import escape  # as Django's escape (& < > " '), without its lazy-string wrapper
 
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
@@ -351,26 +351,27 @@ def _when(value) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _delta(d: Delta | None) -> SafeString:
+def _delta(d: Delta | None) -> str:
     if not d:
-        return mark_safe("")
-    return format_html('<span class="delta {}" title="{}">{}</span>', d.tone, d.title, d.text)
+        return ""
+    return f'<span class="delta {d.tone}" title="{escape(d.title)}">{escape(d.text)}</span>'
 
 
 def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString:
-    """One run's row of the side-by-side table (its deltas to the baseline under each value)."""
+    """One run's row of the side-by-side table (its deltas to the baseline under each value). Every
+    text is escaped here (ids and names are the agents'; the zone label comes from a cookie)."""
     s, run = row.s, row.s.run
     d = row.deltas
+    rid, tz = escape(run.external_id), escape(tz)
     parent = ""
     if run.parent_id and run.parent:
-        parent = format_html(
-            '\n<span class="muted small lineage" data-parent="{}">from <a href="{}">{}</a></span>',
-            run.parent.external_id,
-            reverse("dashboard:run-detail", args=[slug, run.parent.external_id]),
-            midtrunc(run.parent.name, 20),
+        url = reverse("dashboard:run-detail", args=[slug, run.parent.external_id])
+        parent = (
+            f'\n<span class="muted small lineage" data-parent="{escape(run.parent.external_id)}">from '
+            f'<a href="{escape(url)}">{escape(midtrunc(run.parent.name, 20))}</a></span>'
         )
     best_title = (
-        format_html(' title="reached {} after the start"', duration(s.best_after))
+        f' title="reached {escape(duration(s.best_after))} after the start"'
         if s.best_after is not None
         else ""
     )
@@ -384,102 +385,55 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         if run.finished_at
         else f"last progress {_when(run.last_progress_at)}"
     )
-    actions = format_html(
-        '<button class="btn small" form="compare-rows" name="drop" value="{}" aria-label="Remove {} from the '
-        'comparison" title="remove from the comparison">✕</button>',
-        run.external_id,
-        run.external_id,
+    actions = (
+        f'<button class="btn small" form="compare-rows" name="drop" value="{rid}" '
+        f'aria-label="Remove {rid} from the comparison" title="remove from the comparison">✕</button>'
     )
     if not first:
-        actions = format_html(
-            '<button class="btn small" form="compare-rows" name="baseline" value="{}" '
-            'aria-label="Make {} the baseline">Make baseline</button>\n{}',
-            run.external_id,
-            run.external_id,
-            actions,
+        actions = (
+            f'<button class="btn small" form="compare-rows" name="baseline" value="{rid}" '
+            f'aria-label="Make {rid} the baseline">Make baseline</button>\n{actions}'
         )
-    return format_html(
-        '<tr data-run="{}"{}>\n<th scope="row"><span class="rid-cell">{}<a class="rid" href="{}" '
-        'title="{}">{}</a>{}</span>{}</th>\n'
-        '<td><span class="states">{}</span></td>\n'
-        '<td class="num">{}{}</td>\n'
-        '<td class="num"><b{}>{}</b>{}</td>\n'
-        '<td class="num">{}{}</td>\n'
-        '<td class="num"><span title="{} tokens: {} in, {} out">{}</span>{}</td>\n'
-        '<td class="num"><span title="${} — driver {}, child {}">{}</span>{}</td>\n'
-        '<td class="num"><span title="{}">{}</span>{}</td>\n'
-        '<td class="num"><span title="from {} {} to {} {}">{}</span>{}</td>\n'
-        '<td class="when" title="{} {}">{}</td>\n'
-        '<td class="row-actions">{}</td>\n</tr>',
-        run.external_id,
-        mark_safe(' class="baseline"') if first else "",
-        format_html(SWATCH, row.colour),
-        run.get_absolute_url(),
-        run.external_id,
-        midtrunc(run.external_id, 24),
-        mark_safe('<span class="badge badge-base">baseline</span>') if first else "",
-        parent,
-        state_badge(run),
-        score(run.latest_score),
-        _delta(d.get("final")),
-        best_title,
-        score(run.best_score),
-        _delta(d.get("best")),
-        run.turn_count,
-        _delta(d.get("turns")),
-        s.tokens,
-        run.tokens_in,
-        run.tokens_out,
-        tokens(s.tokens),
-        _delta(d.get("tokens")),
-        run.cost_usd,
-        usd(run.driver_cost_usd),
-        usd(run.child_cost_usd),
-        usd(run.cost_usd),
-        _delta(d.get("usd")),
-        gain_title,
-        row.gain_per_usd,
-        _delta(d.get("gain_per_usd")),
-        _when(s.start),
-        tz,
-        end,
-        tz,
-        duration(s.duration),
-        _delta(d.get("duration")),
-        _when(s.start),
-        tz,
-        ago(s.start),
-        actions,
+    start = _when(s.start)
+    baseline_class = ' class="baseline"' if first else ""
+    badge = '<span class="badge badge-base">baseline</span>' if first else ""
+    return mark_safe(
+        f'<tr data-run="{rid}"{baseline_class}>\n'
+        f'<th scope="row"><span class="rid-cell">{SWATCH.format(escape(row.colour))}<a class="rid" '
+        f'href="{escape(run.get_absolute_url())}" title="{rid}">{escape(midtrunc(run.external_id, 24))}</a>'
+        f"{badge}</span>{parent}</th>\n"
+        f'<td><span class="states">{state_badge(run)}</span></td>\n'
+        f'<td class="num">{escape(score(run.latest_score))}{_delta(d.get("final"))}</td>\n'
+        f'<td class="num"><b{best_title}>{escape(score(run.best_score))}</b>{_delta(d.get("best"))}</td>\n'
+        f'<td class="num">{run.turn_count}{_delta(d.get("turns"))}</td>\n'
+        f'<td class="num"><span title="{s.tokens} tokens: {run.tokens_in} in, {run.tokens_out} out">'
+        f"{escape(tokens(s.tokens))}</span>{_delta(d.get('tokens'))}</td>\n"
+        f'<td class="num"><span title="${run.cost_usd} — driver {escape(usd(run.driver_cost_usd))}, child '
+        f'{escape(usd(run.child_cost_usd))}">{escape(usd(run.cost_usd))}</span>{_delta(d.get("usd"))}</td>\n'
+        f'<td class="num"><span title="{escape(gain_title)}">{escape(row.gain_per_usd)}</span>'
+        f"{_delta(d.get('gain_per_usd'))}</td>\n"
+        f'<td class="num"><span title="from {start} {tz} to {end} {tz}">{escape(duration(s.duration))}</span>'
+        f"{_delta(d.get('duration'))}</td>\n"
+        f'<td class="when" title="{start} {tz}">{ago(s.start)}</td>\n'
+        f'<td class="row-actions">{actions}</td>\n</tr>'
     )
 
 
 def turns_row(row: Row) -> SafeString:
     """One run's row of the turn statistics table."""
     s, run = row.s, row.s.run
-    return format_html(
-        '<tr>\n<th scope="row"><span class="rid-cell">{}<span class="rid" title="{}">{}</span></span></th>\n'
-        '<td class="num">{}</td>\n<td class="num">{} · {}</td>\n'
-        '<td class="num" title="{}">{}</td>\n<td class="num" title="{}">{}</td>\n'
-        '<td class="num">{}</td>\n<td class="num" title="{}">{}</td>\n'
-        '<td class="num">{}</td>\n<td class="num">{}</td>\n<td class="num">{}</td>\n'
-        '<td class="num">{}</td>\n</tr>',
-        format_html(SWATCH, row.colour),
-        run.external_id,
-        midtrunc(run.external_id, 24),
-        run.turn_count,
-        s.driver_turns,
-        s.child_turns,
-        run.tokens_in,
-        tokens(run.tokens_in),
-        run.tokens_out,
-        tokens(run.tokens_out),
-        tokens(s.tokens_per_turn),
-        f"${s.usd_per_turn:.6f}" if s.usd_per_turn is not None else "",
-        row.usd_per_turn,
-        usd(run.driver_cost_usd),
-        usd(run.child_cost_usd),
-        s.tool_calls,
-        ms(s.mean_turn_ms),
+    usd_title = f"${s.usd_per_turn:.6f}" if s.usd_per_turn is not None else ""
+    return mark_safe(
+        f'<tr>\n<th scope="row"><span class="rid-cell">{SWATCH.format(escape(row.colour))}<span class="rid" '
+        f'title="{escape(run.external_id)}">{escape(midtrunc(run.external_id, 24))}</span></span></th>\n'
+        f'<td class="num">{run.turn_count}</td>\n<td class="num">{s.driver_turns} · {s.child_turns}</td>\n'
+        f'<td class="num" title="{run.tokens_in}">{escape(tokens(run.tokens_in))}</td>\n'
+        f'<td class="num" title="{run.tokens_out}">{escape(tokens(run.tokens_out))}</td>\n'
+        f'<td class="num">{escape(tokens(s.tokens_per_turn))}</td>\n'
+        f'<td class="num" title="{usd_title}">{escape(row.usd_per_turn)}</td>\n'
+        f'<td class="num">{escape(usd(run.driver_cost_usd))}</td>\n'
+        f'<td class="num">{escape(usd(run.child_cost_usd))}</td>\n'
+        f'<td class="num">{s.tool_calls}</td>\n<td class="num">{escape(ms(s.mean_turn_ms))}</td>\n</tr>'
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
@@ -21,6 +21,7 @@ from django.db.models.functions import Cast, RowNumber
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
+from smrweb.tracking.queries.timeline import EpochSeconds
 
 MAX_RUNS = 200
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
@@ -221,9 +222,9 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
 
 
 def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
-    """(run, ts, score, best so far, rn) rows of the runs' scores, about `per_run` per run: each run's
-    first and last score, the first score equal to its best, and every k-th between. The best so far
-    is computed over all rows before thinning, so it is exact at every row kept."""
+    """(run, epoch seconds, score, best so far, rn) rows of the runs' scores, about `per_run` per run:
+    each run's first and last score, the first score equal to its best, and every k-th between. The best
+    so far is computed over all rows before thinning, so it is exact at every row kept."""
     best = Max if maximize else Min
     improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
     return (
@@ -235,7 +236,8 @@ def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
             before=(best("score"), RowRange(start=None, end=-1)),
         )
         .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run__best_score")) & improves))
-        .values_list("run_id", "ts", "score", "so_far", "rn")
+        .annotate(t=EpochSeconds("ts"))
+        .values_list("run_id", "t", "score", "so_far", "rn")
     )
 
 
@@ -251,10 +253,12 @@ def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) ->
     for run_id, items in kept.items():
         items.sort()
         s = by_pk[run_id]
-        s.start = min(s.start, items[0][1])  # a late batch may carry earlier scores than the first one
+        if items[0][1] < s.start.timestamp():  # a late batch may carry earlier scores than the first one
+            s.start = datetime.fromtimestamp(items[0][1], UTC)
+        start = s.start.timestamp()
         s.first_score = items[0][2]
         best_rn = next((rn for rn, _, score, _ in items if score == s.run.best_score), None)
-        pts = [((ts - s.start).total_seconds(), score, rn == best_rn) for rn, ts, score, _ in items]
+        pts = [(t - start, score, rn == best_rn) for rn, t, score, _ in items]
         frontier = _changes([(x, so_far) for (x, _, _), (_, _, _, so_far) in zip(pts, items)])
         if len(frontier) > per_run // 4:
             frontier = lttb(frontier, max(per_run // 4, 3))
@@ -278,8 +282,9 @@ def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def spend_rows(runs: list[Run], *, per_run: int):
-    """(run, ts, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run: running
-    sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th between."""
+    """(run, epoch seconds, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run:
+    running sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th
+    between."""
     return (
         _thinned(
             AgentTurn.objects.filter(run__in=runs),
@@ -289,7 +294,8 @@ def spend_rows(runs: list[Run], *, per_run: int):
             total=(Sum(Cast("cost_usd", FloatField())), UP_TO_HERE),
         )
         .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0))
-        .values_list("run_id", "ts", "total", "rn")
+        .annotate(t=EpochSeconds("ts"))
+        .values_list("run_id", "t", "total", "rn")
     )
 
 
@@ -302,8 +308,8 @@ def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
         kept[run_id].append((rn, ts, total))
     for run_id, items in kept.items():
         items.sort()
-        start = by_pk[run_id].start
-        pts = [((ts - start).total_seconds(), float(total)) for _, ts, total in items]
+        start = by_pk[run_id].start.timestamp()
+        pts = [(t - start, float(total)) for _, t, total in items]
         by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))  # the chart adds the origin and the end
 
 

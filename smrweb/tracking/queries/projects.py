@@ -414,11 +414,11 @@ class ProjectScores:
     start: datetime | None
     end: datetime | None
     runs: dict[int, tuple[str, str]] = field(default_factory=dict)  # drawn run pk -> (external id, name)
-    matching: int = 0  # runs with a score (of those asked for), drawn or not
+    matching: int = 0  # runs with scores (of those asked for), drawn or not
 
     @property
     def every_run(self) -> bool:
-        return len(self.series) >= self.matching
+        return len(self.runs) >= self.matching
 
 
 def project_scores(
@@ -440,9 +440,11 @@ def project_scores(
     never lost to downsampling. Excluded runs and scores are left out altogether.
     """
     candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
-        excluded_at__isnull=True, best_score__isnull=False
+        excluded_at__isnull=True, score_count__gt=0
     )
-    best_first = F("best_score").desc() if project.scenario.maximize else F("best_score").asc()
+    # Runs whose scores all failed validation have no best: drawn last.
+    best = F("best_score")
+    best_first = best.desc(nulls_last=True) if project.scenario.maximize else best.asc(nulls_last=True)
     drawn = list(
         candidates.order_by(best_first, F("id").asc()).values_list("pk", "external_id", "display_name")[
             :lines
