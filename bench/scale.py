@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -634,10 +635,12 @@ def main() -> None:
             log(f"appended to {docs}")
     finally:
         connection.close()
-        if redis is not None:
+        if redis is not None:  # the embedded server this run started (it outlives a closed client)
+            import signal
+
             try:
-                redis.shutdown(nosave=True, now=True, force=True)
-            except Exception:  # noqa: BLE001 - the server answers shutdown by going away
+                os.kill(redis.pid, signal.SIGTERM)
+            except (OSError, TypeError):
                 pass
         if args.keep or args.reuse:
             log(f"kept {data}; measure again with --reuse {data}")
