@@ -411,14 +411,16 @@ def test_paging_the_turns_keeps_the_artifacts_page_and_the_poll_keeps_both(clien
     # The live poll asks for the same pages.
     poll = re.search(r'id="run-poll"[^>]*hx-get="([^"]+)"', html).group(1).replace("&amp;", "&")
     assert "artifacts_page=2" in poll
-    # The pager asks for its card only: the turns card comes back, and the poll (out of band) follows the
-    # new query; the artifacts card is left as it is.
+    # The pager asks for its card: the turns card comes back, and out of band the poll and the artifacts
+    # card (still on its page 2) follow the new query, so their links keep the turns page.
     assert 'hx-target="#turns-card"' in html and '"X-Smrweb-Only": "turns-card"' in html
     fragment = body(
         client_alice.get(next_turns, headers={"HX-Request": "true", "X-Smrweb-Only": "turns-card"})
     )
     assert fragment.lstrip().startswith('<section class="card" id="turns-card">') and "<html" not in fragment
-    assert "26–29 of 29" in fragment and "artifacts-card" not in fragment
+    assert "26–29 of 29" in fragment
+    artifacts = fragment[fragment.index('<section hx-swap-oob="true" class="card" id="artifacts-card">') :]
+    assert "11–20 of 23" in artifacts and "?turns_page=2&amp;artifacts_page=3" in artifacts
     poll = re.search(r'<div hx-swap-oob="true" id="run-poll"[^>]*hx-get="([^"]+)"', fragment)
     assert poll and "turns_page=2" in poll[1] and "artifacts_page=2" in poll[1].replace("&amp;", "&")
     # Any other htmx request gets the whole live part, with both pages.
