@@ -313,16 +313,19 @@ class Deck:
         except Exception:
             log.warning("live cards: the cache could not be written", exc_info=True)
 
-    def _shared_render(self, card: Card) -> str:
+    def _shared_render(self, card: Card, *, wait: bool = True) -> str | None:
         """A card's render, made once for everyone polling the same version: the first poll to miss it in the
         cache renders it while the others wait for it there (a new turn brings all the page's pollers to
-        the same few cards within a second)."""
+        the same few cards within a second) — or, when not `wait`, go without it (None): a poll then
+        answers with what is ready and gets the rest at its next poll, instead of holding a server thread."""
         key = self._key(card.name, card.version)
         try:
             mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
         except Exception:
             mine = True
         if not mine:
+            if not wait:
+                return None
             deadline = time.monotonic() + RENDER_WAIT_SECONDS
             while time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -337,19 +340,23 @@ class Deck:
                 log.warning("live cards: the cache could not be written", exc_info=True)
         return html
 
-    def render(self, names: Iterable[str] | None = None, *, fresh: bool = False) -> dict[str, str]:
+    def render(
+        self, names: Iterable[str] | None = None, *, fresh: bool = False, wait: bool = True
+    ) -> dict[str, str]:
         """The marked HTML of the named cards (all by default): from the cache unless `fresh`, rendered
-        (and cached) otherwise."""
+        (and cached) otherwise; without `wait`, cards another request is rendering right now are left out."""
         chosen = [self.cards[n] for n in (self.cards if names is None else names)]
         if fresh:
             out = {card.name: card.render() for card in chosen}
             self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
             return out
         cached = self._recall([self._key(c.name, c.version) for c in chosen])
-        return {
-            card.name: cached.get(self._key(card.name, card.version)) or self._shared_render(card)
-            for card in chosen
-        }
+        out = {}
+        for card in chosen:
+            html = cached.get(self._key(card.name, card.version)) or self._shared_render(card, wait=wait)
+            if html is not None:
+                out[card.name] = html
+        return out
 
     def page(self) -> dict[str, str]:
         """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
@@ -378,10 +385,10 @@ class Deck:
             return found[whole_key]
         missing = [n for n in changed if step_keys[n] not in found]
         if missing:
-            new = self.render(missing)
-            old = self._recall([self._key(n, sent[n]) for n in missing if sent.get(n)])
+            new = self.render(missing, wait=False)
+            old = self._recall([self._key(n, sent[n]) for n in new if sent.get(n)])
             made = {}
-            for name in missing:
+            for name in new:
                 previous = old.get(self._key(name, sent.get(name, "")))
                 fragments = card_changes(previous, new[name]) if previous is not None else None
                 whole = _oob(new[name])
@@ -392,8 +399,12 @@ class Deck:
                 )
             found.update(made)
             self._remember(made)
-        text = strip("\n".join(found[step_keys[n]] for n in changed))
-        self._remember({whole_key: text})
+        ready = [n for n in changed if step_keys[n] in found]
+        if not ready:
+            return None  # what changed is being rendered for another poll: this one gets it next time
+        text = strip("\n".join(found[step_keys[n]] for n in ready))
+        if len(ready) == len(changed):
+            self._remember({whole_key: text})
         return text
 
 

@@ -218,6 +218,20 @@ def test_a_pager_gets_its_card_and_the_poll_follows_the_page(client_alice, proje
     assert f"26–50 of {MANY + 1}" in body
 
 
+def test_a_poll_never_waits_for_a_render_another_poll_is_making(
+    client_alice, project, long_run, now, monkeypatch
+):
+    """While one poll renders a card's new version, the others answer with what is ready (here: nothing, a
+    204) and get the card at their next poll, rather than holding a server thread."""
+    shown = cards_of(client_alice.get(URL).content.decode())
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=3)))
+    with monkeypatch.context() as busy:
+        busy.setattr(live.cache, "add", lambda *args, **kwargs: False)  # every render is someone else's
+        assert poll(client_alice, shown).status_code == 204
+    answer = poll(client_alice, shown)
+    assert answer.status_code == 200 and f'data-turn="{MANY}"' in answer.content.decode()
+
+
 def test_cards_with_forms_keep_the_viewers_token(client_alice, client, alice, bob, project):
     push(project, "r1", {"type": "state", "state": "running"}, turn(0, NOW - timedelta(hours=1)))
     page = client_alice.get("/projects/hill/runs/r1/").content.decode()
