@@ -5,7 +5,8 @@ reused by later runs) and measures, on the same data and with fresh databases ev
 
   (a) MLflow 3.x on SQLite (`mlflow server --workers 1`): `runs/log-batch`, 1,000 metrics a request,
       one keep-alive httpx client;
-  (b) smrweb's REST API (gunicorn, 1 worker, 1 thread, SQLite in a fresh data dir, its embedded Redis):
+  (b) smrweb's REST API (gunicorn's threaded worker as deployed, 1 worker, 1 thread, SQLite in a fresh
+      data dir, its embedded Redis):
       `POST /api/v1/projects/P/runs/R/events`, 5,000 metric events with ids a request;
   (b') the same on PostgreSQL (scripts/local-postgres.sh installs and starts a local cluster;
       a fresh database per repetition; --no-pg skips it);
@@ -275,6 +276,11 @@ class SmrwebServer:
                 "1",
                 "--threads",
                 "1",
+                # The threaded worker, as runstack and the Docker image run smrweb: it keeps the client's
+                # connection alive (as MLflow's uvicorn does), where the sync worker closed it after every
+                # request (+5 ms a request here, a new connection each).
+                "--worker-class",
+                "gthread",
                 "--log-level",
                 "warning",
             ],
@@ -687,7 +693,8 @@ def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
             f"background "
             f"jobs off, its own virtualenv), `runs/log-batch` with {MLFLOW_BATCH:,} metrics a request; (b) "
             f"smrweb through gunicorn "
-            f"(1 worker, 1 thread; its Redis, embedded as `runstack` starts it) on SQLite in a fresh data "
+            f"(gthread worker as deployed, 1 worker, 1 thread; its Redis, embedded as `runstack` starts it) "
+            "on SQLite in a fresh data "
             f"dir, {SMRWEB_BATCH:,} metric events with ids a "
             "request, then checked exactly-once (a replayed batch is all duplicates, the read API counts "
             "each "
