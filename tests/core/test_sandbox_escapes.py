@@ -147,8 +147,11 @@ def test_every_escape_of_the_review_is_contained(tmp_path, db):
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONNOUSERSITE",
         "PYTHONUNBUFFERED",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
         "PWD",
-    }  # PWD: /sandbox, set by bwrap
+    }  # PWD: /sandbox, set by bwrap; one BLAS thread (the per-uid thread cap)
     assert found["cwd"] == "/sandbox" and found["artifact"] == "/sandbox/artifact/submission/selftest.py"
     assert found["forks"] < 32  # RLIMIT_NPROC
     assert found["big write"] == ["refused", "OSError"]  # RLIMIT_FSIZE: EFBIG
