@@ -62,4 +62,7 @@ class SessionIdleTimeoutMiddleware:
 
     @staticmethod
     def _is_poll(request) -> bool:
-        return request.headers.get("HX-Request") == "true" and "X-Smrweb-Version" in request.headers
+        # Either poll header: one version (most pages) or a version per card (the run page).
+        headers = request.headers
+        polled = "X-Smrweb-Version" in headers or "X-Smrweb-Cards" in headers
+        return headers.get("HX-Request") == "true" and polled
