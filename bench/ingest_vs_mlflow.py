@@ -12,7 +12,8 @@ reused by later runs) and measures, on the same data and with fresh databases ev
       a fresh database per repetition; --no-pg skips it);
   (c) raw SQLite: the same rows into smrweb's `tracking_metricpoint` schema (CREATE statements copied
       from the migrated database, same pragmas), `executemany`, one commit per 5,000 rows, one batch
-      after each request of (b) so that both meet the same load on a shared machine;
+      after each request of (b) so that both meet the same load on a shared machine; (c') the same
+      with smrweb's own statement (multi-row INSERT, 500 rows each), for reference;
   (d) reading one 100,000-point series: MLflow `metrics/get-history` (paged) vs smrweb
       `GET …/metrics?key=K&points=1000`.
 
@@ -55,6 +56,7 @@ MLFLOW_VERSION = "3.17.2"
 MLFLOW_VENV = ROOT / "var" / "bench" / "mlflow-venv"
 MLFLOW_BATCH = 1000  # log-batch accepts at most 1,000 metrics a request
 SMRWEB_BATCH = 5000  # events.MAX_EVENTS
+MULTI_ROWS = 500  # rows a statement in smrweb's SQLite insert (services.ingest._METRIC_ROWS_PER_STATEMENT)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -333,7 +335,11 @@ def smrweb_round(
     """smrweb's ingest of `data`, timed request by request; with `raw`, (c) interleaved (one raw batch
     after each request, see RawSqlite) and its result returned too."""
     server = SmrwebServer(workdir, database_url)
-    rawdb = RawSqlite(data, server.database, workdir) if raw else None
+    raws = (
+        [RawSqlite(data, server.database, workdir), RawSqlite(data, server.database, workdir, MULTI_ROWS)]
+        if raw
+        else []
+    )
     try:
         with httpx.Client(
             base_url=server.base,
@@ -351,7 +357,7 @@ def smrweb_round(
                 r.raise_for_status()
                 ingest_s += time.perf_counter() - start
                 accepted += r.json()["accepted"]
-                if rawdb is not None:
+                for rawdb in raws[:: 1 if i % 2 else -1]:  # (each first every other time)
                     rawdb.insert(i)
             total = sum(len(p) for p in data.values())
             assert accepted == total, (accepted, total)
@@ -387,7 +393,7 @@ def smrweb_round(
                     "read_s": statistics.median(read_s),
                     "read_points": len(got["points"]),
                 },
-                rawdb.result() if rawdb is not None else None,
+                {"raw": raws[0].result(), "raw_multi": raws[1].result()} if raws else None,
             )
     finally:
         server.close()
@@ -537,7 +543,7 @@ class RawSqlite:
     COMMIT) and adds its time. The smrweb round calls it after each of its requests, so both see the
     same moments of a shared machine's load (run one after the other, their ratio swung by 2× here)."""
 
-    def __init__(self, data: dict, migrated: Path, workdir: Path):
+    def __init__(self, data: dict, migrated: Path, workdir: Path, rows_per_statement: int = 1):
         src = sqlite3.connect(migrated)
         self.ddl = [
             sql
@@ -547,7 +553,7 @@ class RawSqlite:
             )
         ]
         src.close()
-        self.db = sqlite3.connect(workdir / "raw.sqlite3", isolation_level=None)
+        self.db = sqlite3.connect(workdir / f"raw-{rows_per_statement}.sqlite3", isolation_level=None)
         self.db.executescript(PRAGMAS)
         self.db.execute(
             'CREATE TABLE "tracking_run" ("id" integer NOT NULL PRIMARY KEY AUTOINCREMENT)'
@@ -579,12 +585,34 @@ class RawSqlite:
             'INSERT INTO "tracking_metricpoint" ("run_id", "key", "step", "value", "ts", "event_id") '
             "VALUES (?, ?, ?, ?, ?, ?)"
         )
+        # rows_per_statement > 1: smrweb's own statement shape (INSERT … VALUES (…), (…), … ON CONFLICT
+        # DO NOTHING, that many rows a statement), for reference next to executemany.
+        self.rows = rows_per_statement
+        self.multi = (
+            'INSERT INTO "tracking_metricpoint" ("run_id", "key", "step", "value", "ts", "event_id") VALUES '
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows_per_statement)
+            + ' ON CONFLICT ("run_id", "event_id") DO NOTHING'
+        )
         self.seconds = 0.0
 
     def insert(self, i: int) -> None:
+        batch = self.batches[i]
         start = time.perf_counter()
         self.db.execute("BEGIN IMMEDIATE")
-        self.db.executemany(self.sql, self.batches[i])
+        if self.rows == 1:
+            self.db.executemany(self.sql, batch)
+        else:
+            for j in range(0, len(batch), self.rows):
+                chunk = batch[j : j + self.rows]
+                sql = (
+                    self.multi
+                    if len(chunk) == self.rows
+                    else self.multi.replace(
+                        ", ".join(["(?, ?, ?, ?, ?, ?)"] * self.rows),
+                        ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk)),
+                    )
+                )
+                self.db.execute(sql, [v for row in chunk for v in row])
         self.db.execute("COMMIT")
         self.seconds += time.perf_counter() - start
 
@@ -613,6 +641,7 @@ def ratios(round_: dict) -> dict[str, float]:
     """One repetition's ratios: smrweb against raw SQLite and against MLflow, on each database."""
     out = {
         "vs_raw": round_["smrweb"]["points_per_s"] / round_["raw"]["points_per_s"],
+        "vs_raw_multi": round_["smrweb"]["points_per_s"] / round_["raw_multi"]["points_per_s"],
         "vs_mlflow": round_["smrweb"]["points_per_s"] / round_["mlflow"]["points_per_s"],
     }
     if round_.get("pg"):
@@ -628,6 +657,8 @@ def table(rounds: list[dict]) -> list[str]:
     ml = [r["mlflow"]["points_per_s"] for r in rounds]
     sw = [r["smrweb"]["points_per_s"] for r in rounds]
     raw = [r["raw"]["points_per_s"] for r in rounds]
+    raw_multi = [r["raw_multi"]["points_per_s"] for r in rounds]
+    vs_raw_multi = [ratios(r)["vs_raw_multi"] for r in rounds]
     ml_read = [r["mlflow"]["read_s"] * 1000 for r in rounds]
     sw_read = [r["smrweb"]["read_s"] * 1000 for r in rounds]
     vs_ml = [ratios(r)["vs_mlflow"] for r in rounds]
@@ -657,6 +688,10 @@ def table(rounds: list[dict]) -> list[str]:
         f"{verdict(vs_ml, TARGET_VS_MLFLOW)}) | {spread(vs_ml, '{:.2f}×')} |",
         f"| **smrweb / raw SQLite** (target ≥ {TARGET_VS_RAW:.0%}: {verdict(vs_raw, TARGET_VS_RAW)}) | "
         f"{spread([x * 100 for x in vs_raw], '{:.0f} %')} |",
+        f"| (c') raw SQLite with smrweb's own statement ({MULTI_ROWS} rows a multi-row INSERT … ON CONFLICT "
+        f"DO NOTHING), commit per {SMRWEB_BATCH:,} rows — points/s | {spread(raw_multi)} |",
+        f"| smrweb / (c') (for reference: what smrweb adds to its own insert; no target) | "
+        f"{spread([x * 100 for x in vs_raw_multi], '{:.0f} %')} |",
         *pg_rows,
         f"| (d) MLflow `get-history`, all {rounds[0]['mlflow']['read_points']:,} points (paged) — ms | "
         f"{spread(ml_read, '{:,.1f}')} |",
@@ -704,6 +739,8 @@ def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
             "from the migrated database: unique (run, event_id), index (run, key, step), CHECK finite value; "
             "smrweb's pragmas, one connection kept open as smrweb keeps its own) with `executemany` of a "
             "plain INSERT (smrweb's adds ON CONFLICT DO NOTHING), rows built before the clock starts, "
+            f"and (c') the same with smrweb's own statement ({MULTI_ROWS} rows a multi-row INSERT … ON "
+            "CONFLICT DO NOTHING, faster than executemany: the issue's target stays against (c)), "
             f"one commit per {SMRWEB_BATCH:,} rows, one batch after each smrweb request (interleaved, so "
             "both meet the same load; each timed on its own). One untimed warm-up request to MLflow and "
             "to smrweb. One keep-alive "
@@ -754,18 +791,20 @@ def main() -> None:
         workdir = Path(tempfile.mkdtemp(prefix="smrweb-vs-mlflow-"))
         try:
             ml = mlflow_round(data, long_series, workdir)
-            sw, raw = smrweb_round(data, long_series, workdir, raw=True)
+            sw, raws = smrweb_round(data, long_series, workdir, raw=True)
+            raw, raw_multi = raws["raw"], raws["raw_multi"]
             pg = pg_round(data, long_series, workdir, postgres) if postgres else None
         finally:
             if not args.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
-        rounds.append({"mlflow": ml, "smrweb": sw, "raw": raw, "pg": pg})
+        rounds.append({"mlflow": ml, "smrweb": sw, "raw": raw, "raw_multi": raw_multi, "pg": pg})
         x = ratios(rounds[-1])
         print(
             f"round {i + 1}: mlflow {ml['points_per_s']:,.0f}/s, smrweb {sw['points_per_s']:,.0f}/s, "
             + (f"smrweb-pg {pg['points_per_s']:,.0f}/s, " if pg else "")
             + f"raw {raw['points_per_s']:,.0f}/s; read {ml['read_s'] * 1000:,.0f} ms vs "
-            f"{sw['read_s'] * 1000:,.1f} ms; smrweb/raw {x['vs_raw']:.0%} (target {TARGET_VS_RAW:.0%}), "
+            f"{sw['read_s'] * 1000:,.1f} ms; smrweb/raw {x['vs_raw']:.0%} (target {TARGET_VS_RAW:.0%}; "
+            f"vs raw multi-row {raw_multi['points_per_s']:,.0f}/s: {x['vs_raw_multi']:.0%}), "
             f"smrweb/MLflow {x['vs_mlflow']:.1f}× (target {TARGET_VS_MLFLOW:.0f}×)"
             + (
                 f", PostgreSQL/MLflow {x['pg_vs_mlflow']:.1f}× (target {TARGET_PG_VS_MLFLOW:.0f}×)"
