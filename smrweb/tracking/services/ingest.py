@@ -236,24 +236,28 @@ def _metric_insert_sql(rows: int) -> str:
     # The conflict target is the unique constraint metric_run_event_uniq: a key the run already has,
     # or one repeated inside the batch (the later row), inserts nothing and is not counted.
     return (
-        f"INSERT INTO {table} ({columns}) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * rows)} "
+        f"INSERT INTO {table} ({columns}) VALUES {', '.join(['(?, ?, ?, ?, ?, ?)'] * rows)} "
         f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING"
     )
 
 
 def _insert_rows_sqlite(rows: list[tuple]) -> int:
     """INSERT the (run_id, key, step, value, ts, event_id) rows in order, a statement per
-    _METRIC_ROWS_PER_STATEMENT (within SQLite's limit on bound variables); how many were new."""
-    limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    size = max(1, min(_METRIC_ROWS_PER_STATEMENT, limit // 6))
+    _METRIC_ROWS_PER_STATEMENT (within SQLite's limit on bound variables); how many were new.
+
+    Straight through the DB-API connection, in the caller's transaction: Django's cursor would rewrite
+    each statement's 3,000 "%s" into "?" with a regular expression first (~0.5 ms a statement)."""
+    connection.ensure_connection()
+    db = connection.connection
+    size = max(1, min(_METRIC_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 6))
     inserted = 0
-    with connection.cursor() as cursor:
+    with connection.wrap_database_errors:
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
-            cursor.execute(_metric_insert_sql(len(chunk)), list(chain.from_iterable(chunk)))
-            if cursor.rowcount < 0:  # every supported driver reports it; never guess the duplicates
+            count = db.execute(_metric_insert_sql(len(chunk)), list(chain.from_iterable(chunk))).rowcount
+            if count < 0:  # every supported driver reports it; never guess the duplicate count
                 raise RuntimeError("The database driver did not report how many metric points were inserted.")
-            inserted += cursor.rowcount
+            inserted += count
     return inserted
 
 
