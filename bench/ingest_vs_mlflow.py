@@ -745,14 +745,32 @@ def mlflow_version() -> str:
     return out.stdout.strip() or MLFLOW_VERSION
 
 
-def section(args, rounds: list[dict], noise: str, n: int, long_n: int) -> str:
+def git_commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return (out.stdout.strip() or "unknown") + (" + uncommitted changes" if dirty else "")
+
+
+def postgres_version(base_url: str | None) -> str:
+    if not base_url:
+        return ""
+    import psycopg
+
+    with psycopg.connect(base_url) as conn:
+        return f", PostgreSQL {conn.execute('SHOW server_version').fetchone()[0].split()[0]}"
+
+
+def section(args, rounds: list[dict], noise: str, n: int, long_n: int, postgres: str | None = None) -> str:
     lines = [
         f"## Metric ingest vs MLflow ({date.today().isoformat()})",
         "",
         (
-            f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL)')}; other processes kept {noise} "
-            f"busy "
-            "while measuring."
+            f"Machine: {machine(f'SQLite {sqlite3.sqlite_version} (WAL){postgres_version(postgres)}')}; "
+            f"commit {git_commit()}; other processes kept {noise} busy while measuring."
         ),
         (
             f"Command: `{command_line()}`: {len(rounds)} repetitions, each on fresh databases; {n:,} points "
@@ -847,7 +865,7 @@ def main() -> None:
             flush=True,
         )
     noise = others_busy(cpu0, cpu_snapshot(children=True))
-    text = section(args, rounds, noise, n, args.long)
+    text = section(args, rounds, noise, n, args.long, postgres)
     print(text)
     if args.append:
         with open(ROOT / "docs" / "benchmarks.md", "a") as f:
