@@ -20,7 +20,7 @@ from tests.api.helpers import assert_json_error
 
 pytestmark = pytest.mark.skipif(
     not settings.DATABASES["default"]["ENGINE"].endswith("postgresql"),
-    reason="the COPY path is PostgreSQL's (SQLite's executemany is covered by test_fast_ingest.py)",
+    reason="the COPY path is PostgreSQL's (SQLite's insert is covered by test_fast_ingest.py)",
 )
 
 # Keys that COPY's text format must escape, in batches that go either way.

@@ -3,12 +3,17 @@ become rows, idempotent per event key and atomic per batch."""
 
 from __future__ import annotations
 
+import functools
+import operator
+import sqlite3
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
+import msgspec
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
@@ -220,65 +225,94 @@ def _new_events(run: Run, events: Sequence[ev._Event]) -> list[tuple[str, Any]]:
     return fresh
 
 
-def _metric_insert_sql() -> str:
+# SQLite inserts a batch's points this many to a statement: one INSERT … VALUES (…), (…), … runs about
+# 40 % faster than executemany of a one-row INSERT (whose per-row reset and bind is most of its time).
+_METRIC_ROWS_PER_STATEMENT = 500
+
+
+@functools.cache
+def _metric_insert_sql(rows: int) -> str:
     q = connection.ops.quote_name
     table = q(MetricPoint._meta.db_table)
     columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
     # The conflict target is the unique constraint metric_run_event_uniq: a key the run already has,
-    # or one repeated inside the batch, inserts nothing and is not counted.
+    # or one repeated inside the batch (the later row), inserts nothing and is not counted.
     return (
-        f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s) "
+        f"INSERT INTO {table} ({columns}) VALUES {', '.join(['(?, ?, ?, ?, ?, ?)'] * rows)} "
         f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING"
     )
+
+
+def _insert_rows_sqlite(flat: list) -> int:
+    """INSERT the rows (run_id, key, step, value, ts, event_id, one after the other in `flat`) in order,
+    a statement per _METRIC_ROWS_PER_STATEMENT (within SQLite's limit on bound variables); how many
+    were new.
+
+    Straight through the DB-API connection, in the caller's transaction: Django's cursor would rewrite
+    each statement's 3,000 "%s" into "?" with a regular expression first (~0.5 ms a statement)."""
+    connection.ensure_connection()
+    db = connection.connection
+    size = max(1, min(_METRIC_ROWS_PER_STATEMENT, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 6))
+    inserted, rows = 0, len(flat) // 6
+    with connection.wrap_database_errors:
+        for start in range(0, rows, size):
+            n = min(size, rows - start)
+            count = db.execute(_metric_insert_sql(n), flat[6 * start : 6 * (start + n)]).rowcount
+            if count < 0:  # every supported driver reports it; never guess the duplicate count
+                raise RuntimeError("The database driver did not report how many metric points were inserted.")
+            inserted += count
+    return inserted
 
 
 def _insert_metrics(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> int:
     """Insert the batch's metric points; return how many were new (the rest are duplicates).
 
-    One statement for the batch (SQLite: one prepared INSERT … ON CONFLICT DO NOTHING run by
-    executemany; PostgreSQL: COPY into a staging table, then one INSERT … SELECT … ON CONFLICT DO
-    NOTHING): no model instances, no per-event lookup, the arrival time adapted once. Call inside the
-    batch's transaction, with the run row locked; the database's row count is the number of new
-    points, and the first of two rows with one key wins.
+    SQLite: multi-row INSERT … ON CONFLICT DO NOTHING statements of 500 rows; PostgreSQL: COPY (see
+    _insert_metrics_pg). No model instances, no per-event lookup, the arrival time adapted once. Call
+    inside the batch's transaction, with the run row locked; the database's row count is the number of
+    new points, and the first of two rows with one key wins.
     """
     if connection.vendor == "postgresql":
         return _insert_metrics_pg(run, events, now)
     run_id = run.pk
     if type(events) is ev.PlainMetrics and settings.USE_TZ and connection.timezone_name == "UTC":
         # The fast path's batch: canonical UTC texts, sliced into the stored form (no datetime made).
+        # In event id order (a stable sort: of two rows with one id the first still comes first): the
+        # unique index (run, event_id) then takes its entries in order, ~15 % less insert time; laid
+        # out flat, a column at a time (slice assignment: no tuple per row).
+        events = sorted(events, key=_by_id)
         texts = [e.ts_text for e in events]
         if None in texts:
             now_text = now.astimezone(UTC).isoformat()
             texts = [now_text if t is None else t for t in texts]
-        stamps = ev._naive_utc_texts(texts)
-        rows = [
-            (run_id, e.key, e.step, e.value, stamp, e.id) for e, stamp in zip(events, stamps, strict=True)
-        ]
-    else:
-        adapt = connection.ops.adapt_datetimefield_value
-        # SQLite stores a UTC datetime as its naive str(); the validator already converted every ts to
-        # UTC, so skip Django's per-value make_naive for those (anything else goes through Django).
-        naive_utc = settings.USE_TZ and connection.timezone_name == "UTC"
-        now_db = adapt(now)
-        rows = []
-        append = rows.append
-        for e in events:
-            ts = e.ts
-            if ts is None:
-                stamp = now_db
-            elif naive_utc and ts.tzinfo is UTC:
-                stamp = str(ts)[:-6]  # == str(ts.replace(tzinfo=None)): drop "+00:00"
-            else:
-                stamp = adapt(ts)
-            append((run_id, e.key, e.step, e.value, stamp, e.id if e.id is not None else e.idempotency_key()))
-    with connection.cursor() as cursor:
-        cursor.executemany(_metric_insert_sql(), rows)
-        inserted = cursor.rowcount
-    if inserted < 0:  # every supported driver reports it; never guess the duplicate count
-        raise RuntimeError("The database driver did not report how many metric points were inserted.")
-    return inserted
+        flat = [run_id] * (6 * len(events))
+        flat[1::6] = [e.key for e in events]
+        flat[2::6] = [e.step for e in events]
+        flat[3::6] = [e.value for e in events]
+        flat[4::6] = ev._naive_utc_texts(texts)
+        flat[5::6] = [e.id for e in events]
+        return _insert_rows_sqlite(flat)
+    adapt = connection.ops.adapt_datetimefield_value
+    # SQLite stores a UTC datetime as its naive str(); the validator already converted every ts to
+    # UTC, so skip Django's per-value make_naive for those (anything else goes through Django).
+    naive_utc = settings.USE_TZ and connection.timezone_name == "UTC"
+    now_db = adapt(now)
+    rows = []
+    append = rows.append
+    for e in events:
+        ts = e.ts
+        if ts is None:
+            stamp = now_db
+        elif naive_utc and ts.tzinfo is UTC:
+            stamp = str(ts)[:-6]  # == str(ts.replace(tzinfo=None)): drop "+00:00"
+        else:
+            stamp = adapt(ts)
+        append((run_id, e.key, e.step, e.value, stamp, e.id if e.id is not None else e.idempotency_key()))
+    return _insert_rows_sqlite(list(chain.from_iterable(rows)))
 
 
+_encode_json = msgspec.json.Encoder().encode
+_by_id = operator.attrgetter("id")
 # COPY's text format: a backslash, tab, newline or carriage return in a value is written escaped.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _STAGE = "smrweb_metric_stage"
@@ -287,8 +321,8 @@ _STAGE = "smrweb_metric_stage"
 def _copy_lines(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) -> tuple[list[str], list[str]]:
     """The batch as COPY text lines "key, step, value, ts, event_id" (tab-separated), and the ids.
 
-    Floats as repr() (the shortest text that reads back to the same double), instants in RFC 3339
-    with their offset (the session's time zone never matters)."""
+    Floats in the shortest text that reads back to the same double, instants in RFC 3339 with their
+    offset (the session's time zone never matters)."""
     now_text = now.astimezone(UTC).isoformat()
     if type(events) is ev.PlainMetrics:
         ids = [e.id for e in events]
@@ -296,8 +330,11 @@ def _copy_lines(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) ->
     else:
         ids = [e.id if e.id is not None else e.idempotency_key() for e in events]
         stamps = [now_text if e.ts is None else e.ts.isoformat() for e in events]
-    rows = zip(events, stamps, ids, strict=True)
-    lines = [f"{e.key}\t{e.step}\t{e.value!r}\t{stamp}\t{i}" for e, stamp, i in rows]
+    # Floats in their shortest round-trip text, all at once by msgspec's encoder (repr() one by one
+    # was most of this function's time); a JSON number is a float8 literal PostgreSQL reads exactly.
+    values = _encode_json([e.value for e in events])[1:-1].decode().split(",")
+    rows = zip(events, values, stamps, ids, strict=True)
+    lines = [f"{e.key}\t{e.step}\t{value}\t{stamp}\t{i}" for e, value, stamp, i in rows]
     text = "\n".join(lines)
     if (
         "\\" in text
@@ -307,10 +344,10 @@ def _copy_lines(events: list[ev.MetricEvent | ev.PlainMetric], now: datetime) ->
     ):
         # A key or id holds a character COPY reads specially: write those fields escaped.
         esc = _COPY_ESCAPES
-        rows = zip(events, stamps, ids, strict=True)
+        rows = zip(events, values, stamps, ids, strict=True)
         lines = [
-            f"{e.key.translate(esc)}\t{e.step}\t{e.value!r}\t{stamp}\t{i.translate(esc)}"
-            for e, stamp, i in rows
+            f"{e.key.translate(esc)}\t{e.step}\t{value}\t{stamp}\t{i.translate(esc)}"
+            for e, value, stamp, i in rows
         ]
     return lines, ids
 
@@ -342,6 +379,9 @@ def _insert_metrics_pg(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], 
         columns = ", ".join(q(c) for c in ("run_id", "key", "step", "value", "ts", "event_id"))
         with connection.cursor() as cursor:
             if not _known_ids(cursor, run.pk, [ids[0], ids[-1]]):
+                # In event id order: the unique index (run, event_id) takes its entries in order (~15 %
+                # less time for the COPY and its commit). No id repeats: arrival order decides nothing.
+                lines = [lines[i] for i in sorted(range(len(ids)), key=ids.__getitem__)]
                 prefix = f"{run.pk}\t"
                 try:
                     with transaction.atomic(), connection.wrap_database_errors:
