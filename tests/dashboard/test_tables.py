@@ -409,13 +409,18 @@ def test_paging_the_turns_keeps_the_artifacts_page_and_the_poll_keeps_both(clien
     poll = re.search(r'id="run-poll"[^>]*hx-get="([^"]+)"', html).group(1).replace("&amp;", "&")
     assert "artifacts_page=2" in poll
     # The pager asks for its card only: the turns card comes back, and the poll (out of band) follows the
-    # new query; the artifacts card is left as it is.
+    # new query, as do the artifacts pager's links (the artifacts card, out of band, still on its page 2).
     assert 'hx-target="#turns-card"' in html and '"X-Smrweb-Only": "turns-card"' in html
     fragment = body(
         client_alice.get(next_turns, headers={"HX-Request": "true", "X-Smrweb-Only": "turns-card"})
     )
     assert fragment.lstrip().startswith('<section class="card" id="turns-card">') and "<html" not in fragment
-    assert "26–29 of 29" in fragment and "artifacts-card" not in fragment
+    assert "26–29 of 29" in fragment and "11–20 of 23" in fragment
+    artifacts = fragment.split('id="artifacts-card"')[1]
+    assert 'hx-swap-oob="true"' in fragment.split('id="artifacts-card"')[0].rsplit("<section", 1)[1]
+    assert all(
+        "turns_page=2" in link for link in re.findall(r'hx-get="([^"]+)"', artifacts.split("</nav>")[0])
+    )
     poll = re.search(r'<div hx-swap-oob="true" id="run-poll"[^>]*hx-get="([^"]+)"', fragment)
     assert poll and "turns_page=2" in poll[1] and "artifacts_page=2" in poll[1].replace("&amp;", "&")
     # Any other htmx request gets the whole live part, with both pages.
