@@ -12,8 +12,8 @@ when none changed, else only the changed cards as htmx out-of-band swaps, each w
 Within a card, a change re-sends only what changed. A card's template marks its parts:
 
 - `<!--p:ID-->…<!--/p-->` one element with id ID (a stat, a banner, a table row);
-- `<!--rows:ID-->…<!--/rows-->` inside the element ID (a tbody, a list): rows that are parts; new rows at the
-  top or the bottom are inserted, rows that left are deleted, changed rows replaced;
+- `<!--rows:ID-->…<!--/rows-->` inside the element ID (a tbody, a list): rows that are parts; rows that
+  arrived or moved are inserted after the row they now follow, rows that left deleted, changed rows replaced;
 - `<!--f:ID-->…<!--/f-->` a chart's figure (`figure_json` script ID): re-sent as a patch of its traces (what
   was appended or replaced at their ends, and changed layout keys) when the figure kept its shape.
 
@@ -181,32 +181,53 @@ def _in_template(html: str) -> str:
     return f"<template>{html}</template>"
 
 
+def _kept_in_place(old: list[str], new: list[str]) -> set[str]:
+    """The rows that keep their place: a longest common subsequence of the two orders (lists are short)."""
+    lengths = [[0] * (len(new) + 1) for _ in range(len(old) + 1)]
+    for i in range(len(old) - 1, -1, -1):
+        for j in range(len(new) - 1, -1, -1):
+            lengths[i][j] = (
+                lengths[i + 1][j + 1] + 1 if old[i] == new[j] else max(lengths[i + 1][j], lengths[i][j + 1])
+            )
+    kept, i, j = set(), 0, 0
+    while i < len(old) and j < len(new):
+        if old[i] == new[j]:
+            kept.add(old[i])
+            i, j = i + 1, j + 1
+        elif lengths[i + 1][j] >= lengths[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return kept
+
+
 def _row_fragments(rid: str, old: _Rows, new: _Rows) -> list[str]:
+    """Rows that left (or moved) deleted, rows that arrived (or moved) inserted after the row they follow now,
+    rows that stayed replaced when they changed; the whole list when that is not smaller."""
     tag = _tag(next(iter(new.html.values()), "") or next(iter(old.html.values()), ""))
     container = CONTAINER.get(tag, "div")
     whole = [_in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{new.inner}</{container}>')]
     if old.residue != new.residue:
         return whole
-    known, kept = set(old.order), set(new.order)
-    n = new.order
-    top = 0
-    while top < len(n) and n[top] not in known:
-        top += 1
-    bottom = len(n)
-    while bottom > top and n[bottom - 1] not in known:
-        bottom -= 1
-    middle = n[top:bottom]
-    if any(x not in known for x in middle) or middle != [x for x in old.order if x in kept]:
-        return whole
+    kept = _kept_in_place(old.order, new.order)
     out = [_in_template(f'<{tag} id="{x}" hx-swap-oob="delete"></{tag}>') for x in old.order if x not in kept]
-    out += [_in_template(_oob(new.html[x])) for x in middle if not _same(old.html[x], new.html[x])]
-    if top:
-        rows = "".join(new.html[x] for x in n[:top])
-        out.append(_in_template(f'<{container} hx-swap-oob="afterbegin:#{rid}">{rows}</{container}>'))
-    if bottom < len(n):
-        rows = "".join(new.html[x] for x in n[bottom:])
-        out.append(_in_template(f'<{container} hx-swap-oob="beforeend:#{rid}">{rows}</{container}>'))
-    return out
+    out += [
+        _in_template(_oob(new.html[x]))
+        for x in new.order
+        if x in kept and not _same(old.html[x], new.html[x])
+    ]
+    order, i = new.order, 0
+    while i < len(order):
+        if order[i] in kept:
+            i += 1
+            continue
+        start = i
+        while i < len(order) and order[i] not in kept:
+            i += 1
+        rows = "".join(new.html[x] for x in order[start:i])
+        where = f"afterend:#{order[start - 1]}" if start else f"afterbegin:#{rid}"
+        out.append(_in_template(f'<{container} hx-swap-oob="{where}">{rows}</{container}>'))
+    return whole if sum(map(len, out)) >= len(whole[0]) else out
 
 
 ARRAY_KEYS = ("x", "y", "customdata", "text", "hovertext", "base", "width")

@@ -269,10 +269,22 @@ def test_rows_inserted_on_top_deleted_below_and_changed_in_place():
     assert changed == ['<template><li hx-swap-oob="true" id="r1">row one</li></template>']
 
 
+def test_a_row_that_moved_is_taken_out_and_put_back_after_the_row_it_now_follows():
+    moved = live.card_changes(card("1", "2", "3", "4"), card("3", "1", "2", "4"))
+    assert moved == [
+        '<template><li id="r3" hx-swap-oob="delete"></li></template>',
+        '<template><ul hx-swap-oob="afterbegin:#list"><li id="r3">row 3</li></ul></template>',
+    ]
+    assert live.card_changes(card("1", "2", "3"), card("1", "3", "2")) == [
+        '<template><li id="r2" hx-swap-oob="delete"></li></template>',
+        '<template><ul hx-swap-oob="afterend:#r3"><li id="r2">row 2</li></ul></template>',
+    ]
+
+
 def test_lists_that_do_not_line_up_and_other_markup_changes_go_whole():
-    reordered = live.card_changes(card("1", "2", "3"), card("3", "1", "2"))
-    rows = card("3", "1", "2").split("<!--rows:list-->")[1].split("<!--/rows-->")[0]
-    assert reordered == [f'<template><ul hx-swap-oob="innerHTML:#list">{rows}</ul></template>']
+    shuffled = live.card_changes(card("1", "2", "3"), card("3", "2", "1"))  # moving two rows is no smaller
+    rows = card("3", "2", "1").split("<!--rows:list-->")[1].split("<!--/rows-->")[0]
+    assert shuffled == [f'<template><ul hx-swap-oob="innerHTML:#list">{rows}</ul></template>']
     assert len(live.card_changes(card("1"), card("1", residue="<li>empty</li>"))) == 1
     assert (
         live.card_changes(card("1"), card("1").replace('<section id="c">', '<section id="c" hidden>')) is None
