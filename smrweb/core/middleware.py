@@ -62,4 +62,7 @@ class SessionIdleTimeoutMiddleware:
 
     @staticmethod
     def _is_poll(request) -> bool:
-        return request.headers.get("HX-Request") == "true" and "X-Smrweb-Version" in request.headers
+        # A polled fragment sends its version; a page of live cards (the run page) their versions.
+        return request.headers.get("HX-Request") == "true" and (
+            "X-Smrweb-Version" in request.headers or "X-Smrweb-Cards" in request.headers
+        )
