@@ -110,7 +110,8 @@ class Card:
     render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
 
 
-MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|/[pf]|/rows)-->")
+MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|card:[\w.-]+|/[pf]|/rows|/card)-->")
+CARD_BLOCK = re.compile(r"<!--card:([\w.-]+)-->(.*?)<!--/card-->", re.S)  # a card rendered in its page
 ROWS = re.compile(r"<!--rows:([\w.-]+)-->(.*?)<!--/rows-->", re.S)
 PART = re.compile(r"<!--([pf]):([\w.-]+)-->(.*?)<!--/\1-->", re.S)
 FIRST_TAG = re.compile(r"^(\s*<([a-zA-Z][\w-]*))")
@@ -121,6 +122,11 @@ CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
 
 def strip(html: str) -> str:
     return MARKERS.sub("", html)
+
+
+def _unwrap(html: str) -> str:
+    """A card's render without the <!--card:--> block markers it may carry (when it is an inline partial)."""
+    return CARD_BLOCK.sub(lambda m: m[2], html)
 
 
 def _same(a: str, b: str) -> bool:
@@ -352,7 +358,7 @@ class Deck:
                 time.sleep(0.02)
                 if (found := self._recall([key]).get(key)) is not None:
                     return found
-        html = card.render()
+        html = _unwrap(card.render())
         self._remember({key: html})
         if mine:
             try:
@@ -368,7 +374,7 @@ class Deck:
         (and cached) otherwise; without `wait`, cards another request is rendering right now are left out."""
         chosen = [self.cards[n] for n in (self.cards if names is None else names)]
         if fresh:
-            out = {card.name: card.render() for card in chosen}
+            out = {card.name: _unwrap(card.render()) for card in chosen}
             self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
             return out
         cached = self._recall([self._key(c.name, c.version) for c in chosen])
@@ -383,6 +389,18 @@ class Deck:
         """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
         for the next poll's comparison, without markers."""
         return {name: strip(html) for name, html in self.render(fresh=True).items()}
+
+    def keep(self, page: str) -> str:
+        """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next
+        poll's comparison; the page without markers."""
+        self._remember(
+            {
+                self._key(m[1], self.cards[m[1]].version): m[2]
+                for m in CARD_BLOCK.finditer(page)
+                if m[1] in self.cards
+            }
+        )
+        return strip(page)
 
     def only(self, name: str, *also: str) -> str:
         """One card (what a pager asks for), with the cards `also` out of band (the poll, to follow)."""

@@ -315,3 +315,34 @@ def test_figure_patches_append_cut_and_refuse_a_new_shape():
     assert live.figure_patch(old, {**new, "data": new["data"][:1]}) is None  # a trace went
     restyled = {**new, "data": [{**new["data"][0], "type": "scatter"}, new["data"][1]]}
     assert live.figure_patch(old, restyled) is None
+
+
+# --- the project page's runs block ----------------------------------------------------------------------
+
+
+def test_a_change_to_one_run_sends_its_row_not_the_project_table(client_alice, project, now):
+    for i in range(30):
+        push(
+            project, f"p{i}", {"type": "state", "state": "running"}, turn(0, NOW - timedelta(minutes=60 - i))
+        )
+    page = client_alice.get("/projects/hill/").content.decode()
+    shown = cards_of(page)
+    assert (
+        set(shown) == {"project-live"}
+        and live.CSRF_PLACEHOLDER not in page
+        and "<!--" not in page.split("<main")[1]
+    )
+    headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
+
+    now.shift(timedelta(seconds=2))  # (the project's version is made of its runs' `updated` stamps)
+    push(project, "p3", turn(1, NOW - timedelta(seconds=5)))  # one run moves on, to the top: newest first
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    body = answer.content.decode()
+    pk = Run.objects.get(external_id="p3").pk
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in body
+    assert len(re.findall(r'<tr data-run="', body)) == 1  # that row, not the table of 25
+    assert len(answer.content) < len(page) / 10
+    cards_of(body, shown)
+    headers[live.CARDS_HEADER] = live.cards_header(shown)
+    assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
