@@ -257,10 +257,12 @@ def poller(
 ) -> None:
     http = login(base, username, password)
     versions: dict[str, str] = {}
+    # The project page's runs block and the run pages poll their live cards; the overview its version.
     pages = {r: LivePage(f"/projects/{project}/runs/{r}/") for r in runs}
+    pages["project"] = LivePage(f"/projects/{project}/")
     targets = [
         ("overview poll", "/"),
-        ("project poll", f"/projects/{project}/"),
+        ("project poll", "project"),
         *[("run poll", r) for r in runs],
     ]
     i = poller_no
@@ -270,7 +272,7 @@ def poller(
             i += 1
             start = time.perf_counter()
             try:
-                if url in pages:  # the run page polls its live cards
+                if url in pages:
                     page = pages[url]
                     r = page.poll(http) if page.versions else page.load(http)
                 else:
