@@ -257,10 +257,12 @@ def poller(
 ) -> None:
     http = login(base, username, password)
     versions: dict[str, str] = {}
+    # The project page's runs block and the run pages poll their live cards; the overview its version.
     pages = {r: LivePage(f"/projects/{project}/runs/{r}/") for r in runs}
+    pages["project"] = LivePage(f"/projects/{project}/")
     targets = [
         ("overview poll", "/"),
-        ("project poll", f"/projects/{project}/"),
+        ("project poll", "project"),
         *[("run poll", r) for r in runs],
     ]
     i = poller_no
@@ -270,7 +272,7 @@ def poller(
             i += 1
             start = time.perf_counter()
             try:
-                if url in pages:  # the run page polls its live cards
+                if url in pages:
                     page = pages[url]
                     r = page.poll(http) if page.versions else page.load(http)
                 else:
@@ -494,6 +496,7 @@ def run_live_load(
     seed_turns: int,
     ingest_clients: int = 3,
     live_interval: float = 1.0,
+    ingest_interval: float = 0.0,
     points: int = 300,
     turns: int = 10,
 ) -> dict:
@@ -546,7 +549,7 @@ def run_live_load(
             totals,
             points,
             turns,
-            live_interval if i == 0 else 0.0,
+            live_interval if i == 0 else ingest_interval,
         )
         for i in range(ingest_clients)
     ]
@@ -699,6 +702,12 @@ def main() -> None:
     parser.add_argument(
         "--live-interval", type=float, default=1.0, help="seconds between batches to the watched run"
     )
+    parser.add_argument(
+        "--ingest-interval",
+        type=float,
+        default=0.0,
+        help="--live-page: seconds between the other clients' batches (0: as fast as they are answered)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
     from ingest_vs_mlflow import free_port, local_postgres, stop, wait_http
@@ -770,6 +779,7 @@ def main() -> None:
                     seed_turns=args.seed_turns,
                     ingest_clients=args.ingest_clients,
                     live_interval=args.live_interval,
+                    ingest_interval=args.ingest_interval,
                 )
             else:
                 result = run_load(
@@ -803,7 +813,13 @@ def main() -> None:
             f"interval with the versions of the cards it shows and taking the new versions from each "
             f"answer, as the browser does; one ingest client sends that run a batch (10 turns, a score, a "
             f"message, 300 metric points) every {args.live_interval:g} s, {args.ingest_clients - 1} more "
-            f"load runs of their own as fast as they are answered; {args.seconds:.0f} s."
+            f"load runs of their own "
+            + (
+                f"every {args.ingest_interval:g} s"
+                if args.ingest_interval
+                else "as fast as they are answered"
+            )
+            + f"; {args.seconds:.0f} s."
         )
         lines = report_live(result)
     else:

@@ -110,9 +110,10 @@ def test_a_session_ends_after_its_idle_time(signed_in, time_machine, settings):
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 
 
-def test_polls_are_not_activity(signed_in, time_machine, settings):
+@pytest.mark.parametrize("poll", [{"X-Smrweb-Version": "0"}, {"X-Smrweb-Cards": "run-head=0"}])
+def test_polls_are_not_activity(signed_in, time_machine, settings, poll):
     settings.SMRWEB_SESSION_IDLE_SECONDS = 3600
-    poll = {"HX-Request": "true", "X-Smrweb-Version": "0"}
+    poll = {"HX-Request": "true", **poll}  # a fragment's poll, or a page of live cards' (the run page)
     for _ in range(3):  # a tab left open keeps polling
         time_machine.shift(1000)
         assert signed_in.get("/", headers=poll).status_code in (200, 204)

@@ -12,8 +12,8 @@ when none changed, else only the changed cards as htmx out-of-band swaps, each w
 Within a card, a change re-sends only what changed. A card's template marks its parts:
 
 - `<!--p:ID-->…<!--/p-->` one element with id ID (a stat, a banner, a table row);
-- `<!--rows:ID-->…<!--/rows-->` inside the element ID (a tbody, a list): rows that are parts; new rows at the
-  top or the bottom are inserted, rows that left are deleted, changed rows replaced;
+- `<!--rows:ID-->…<!--/rows-->` inside the element ID (a tbody, a list): rows that are parts; rows that
+  arrived or moved are inserted after the row they now follow, rows that left deleted, changed rows replaced;
 - `<!--f:ID-->…<!--/f-->` a chart's figure (`figure_json` script ID): re-sent as a patch of its traces (what
   was appended or replaced at their ends, and changed layout keys) when the figure kept its shape.
 
@@ -110,7 +110,8 @@ class Card:
     render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
 
 
-MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|/[pf]|/rows)-->")
+MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|card:[\w.-]+|/[pf]|/rows|/card)-->")
+CARD_BLOCK = re.compile(r"<!--card:([\w.-]+)-->(.*?)<!--/card-->", re.S)  # a card rendered in its page
 ROWS = re.compile(r"<!--rows:([\w.-]+)-->(.*?)<!--/rows-->", re.S)
 PART = re.compile(r"<!--([pf]):([\w.-]+)-->(.*?)<!--/\1-->", re.S)
 FIRST_TAG = re.compile(r"^(\s*<([a-zA-Z][\w-]*))")
@@ -121,6 +122,11 @@ CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
 
 def strip(html: str) -> str:
     return MARKERS.sub("", html)
+
+
+def _unwrap(html: str) -> str:
+    """A card's render without the <!--card:--> block markers it may carry (when it is an inline partial)."""
+    return CARD_BLOCK.sub(lambda m: m[2], html)
 
 
 def _same(a: str, b: str) -> bool:
@@ -181,32 +187,53 @@ def _in_template(html: str) -> str:
     return f"<template>{html}</template>"
 
 
+def _kept_in_place(old: list[str], new: list[str]) -> set[str]:
+    """The rows that keep their place: a longest common subsequence of the two orders (lists are short)."""
+    lengths = [[0] * (len(new) + 1) for _ in range(len(old) + 1)]
+    for i in range(len(old) - 1, -1, -1):
+        for j in range(len(new) - 1, -1, -1):
+            lengths[i][j] = (
+                lengths[i + 1][j + 1] + 1 if old[i] == new[j] else max(lengths[i + 1][j], lengths[i][j + 1])
+            )
+    kept, i, j = set(), 0, 0
+    while i < len(old) and j < len(new):
+        if old[i] == new[j]:
+            kept.add(old[i])
+            i, j = i + 1, j + 1
+        elif lengths[i + 1][j] >= lengths[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return kept
+
+
 def _row_fragments(rid: str, old: _Rows, new: _Rows) -> list[str]:
+    """Rows that left (or moved) deleted, rows that arrived (or moved) inserted after the row they follow now,
+    rows that stayed replaced when they changed; the whole list when that is not smaller."""
     tag = _tag(next(iter(new.html.values()), "") or next(iter(old.html.values()), ""))
     container = CONTAINER.get(tag, "div")
     whole = [_in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{new.inner}</{container}>')]
     if old.residue != new.residue:
         return whole
-    known, kept = set(old.order), set(new.order)
-    n = new.order
-    top = 0
-    while top < len(n) and n[top] not in known:
-        top += 1
-    bottom = len(n)
-    while bottom > top and n[bottom - 1] not in known:
-        bottom -= 1
-    middle = n[top:bottom]
-    if any(x not in known for x in middle) or middle != [x for x in old.order if x in kept]:
-        return whole
+    kept = _kept_in_place(old.order, new.order)
     out = [_in_template(f'<{tag} id="{x}" hx-swap-oob="delete"></{tag}>') for x in old.order if x not in kept]
-    out += [_in_template(_oob(new.html[x])) for x in middle if not _same(old.html[x], new.html[x])]
-    if top:
-        rows = "".join(new.html[x] for x in n[:top])
-        out.append(_in_template(f'<{container} hx-swap-oob="afterbegin:#{rid}">{rows}</{container}>'))
-    if bottom < len(n):
-        rows = "".join(new.html[x] for x in n[bottom:])
-        out.append(_in_template(f'<{container} hx-swap-oob="beforeend:#{rid}">{rows}</{container}>'))
-    return out
+    out += [
+        _in_template(_oob(new.html[x]))
+        for x in new.order
+        if x in kept and not _same(old.html[x], new.html[x])
+    ]
+    order, i = new.order, 0
+    while i < len(order):
+        if order[i] in kept:
+            i += 1
+            continue
+        start = i
+        while i < len(order) and order[i] not in kept:
+            i += 1
+        rows = "".join(new.html[x] for x in order[start:i])
+        where = f"afterend:#{order[start - 1]}" if start else f"afterbegin:#{rid}"
+        out.append(_in_template(f'<{container} hx-swap-oob="{where}">{rows}</{container}>'))
+    return whole if sum(map(len, out)) >= len(whole[0]) else out
 
 
 ARRAY_KEYS = ("x", "y", "customdata", "text", "hovertext", "base", "width")
@@ -331,7 +358,7 @@ class Deck:
                 time.sleep(0.02)
                 if (found := self._recall([key]).get(key)) is not None:
                     return found
-        html = card.render()
+        html = _unwrap(card.render())
         self._remember({key: html})
         if mine:
             try:
@@ -347,7 +374,7 @@ class Deck:
         (and cached) otherwise; without `wait`, cards another request is rendering right now are left out."""
         chosen = [self.cards[n] for n in (self.cards if names is None else names)]
         if fresh:
-            out = {card.name: card.render() for card in chosen}
+            out = {card.name: _unwrap(card.render()) for card in chosen}
             self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
             return out
         cached = self._recall([self._key(c.name, c.version) for c in chosen])
@@ -362,6 +389,18 @@ class Deck:
         """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
         for the next poll's comparison, without markers."""
         return {name: strip(html) for name, html in self.render(fresh=True).items()}
+
+    def keep(self, page: str) -> str:
+        """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next
+        poll's comparison; the page without markers."""
+        self._remember(
+            {
+                self._key(m[1], self.cards[m[1]].version): m[2]
+                for m in CARD_BLOCK.finditer(page)
+                if m[1] in self.cards
+            }
+        )
+        return strip(page)
 
     def only(self, name: str, *also: str) -> str:
         """One card (what a pager asks for), with the cards `also` out of band (the poll, to follow)."""

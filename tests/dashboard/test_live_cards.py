@@ -269,10 +269,22 @@ def test_rows_inserted_on_top_deleted_below_and_changed_in_place():
     assert changed == ['<template><li hx-swap-oob="true" id="r1">row one</li></template>']
 
 
+def test_a_row_that_moved_is_taken_out_and_put_back_after_the_row_it_now_follows():
+    moved = live.card_changes(card("1", "2", "3", "4"), card("3", "1", "2", "4"))
+    assert moved == [
+        '<template><li id="r3" hx-swap-oob="delete"></li></template>',
+        '<template><ul hx-swap-oob="afterbegin:#list"><li id="r3">row 3</li></ul></template>',
+    ]
+    assert live.card_changes(card("1", "2", "3"), card("1", "3", "2")) == [
+        '<template><li id="r2" hx-swap-oob="delete"></li></template>',
+        '<template><ul hx-swap-oob="afterend:#r3"><li id="r2">row 2</li></ul></template>',
+    ]
+
+
 def test_lists_that_do_not_line_up_and_other_markup_changes_go_whole():
-    reordered = live.card_changes(card("1", "2", "3"), card("3", "1", "2"))
-    rows = card("3", "1", "2").split("<!--rows:list-->")[1].split("<!--/rows-->")[0]
-    assert reordered == [f'<template><ul hx-swap-oob="innerHTML:#list">{rows}</ul></template>']
+    shuffled = live.card_changes(card("1", "2", "3"), card("3", "2", "1"))  # moving two rows is no smaller
+    rows = card("3", "2", "1").split("<!--rows:list-->")[1].split("<!--/rows-->")[0]
+    assert shuffled == [f'<template><ul hx-swap-oob="innerHTML:#list">{rows}</ul></template>']
     assert len(live.card_changes(card("1"), card("1", residue="<li>empty</li>"))) == 1
     assert (
         live.card_changes(card("1"), card("1").replace('<section id="c">', '<section id="c" hidden>')) is None
@@ -303,3 +315,34 @@ def test_figure_patches_append_cut_and_refuse_a_new_shape():
     assert live.figure_patch(old, {**new, "data": new["data"][:1]}) is None  # a trace went
     restyled = {**new, "data": [{**new["data"][0], "type": "scatter"}, new["data"][1]]}
     assert live.figure_patch(old, restyled) is None
+
+
+# --- the project page's runs block ----------------------------------------------------------------------
+
+
+def test_a_change_to_one_run_sends_its_row_not_the_project_table(client_alice, project, now):
+    for i in range(30):
+        push(
+            project, f"p{i}", {"type": "state", "state": "running"}, turn(0, NOW - timedelta(minutes=60 - i))
+        )
+    page = client_alice.get("/projects/hill/").content.decode()
+    shown = cards_of(page)
+    assert (
+        set(shown) == {"project-live"}
+        and live.CSRF_PLACEHOLDER not in page
+        and "<!--" not in page.split("<main")[1]
+    )
+    headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
+
+    now.shift(timedelta(seconds=2))  # (the project's version is made of its runs' `updated` stamps)
+    push(project, "p3", turn(1, NOW - timedelta(seconds=5)))  # one run moves on, to the top: newest first
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    body = answer.content.decode()
+    pk = Run.objects.get(external_id="p3").pk
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in body
+    assert len(re.findall(r'<tr data-run="', body)) == 1  # that row, not the table of 25
+    assert len(answer.content) < len(page) / 10
+    cards_of(body, shown)
+    headers[live.CARDS_HEADER] = live.cards_header(shown)
+    assert client_alice.get("/projects/hill/", headers=headers).status_code == 204

@@ -157,15 +157,15 @@ def test_overview_card_counts_runs_over_budget(client_alice, budget_world, other
 def test_project_page_badges_counts_and_filters_runs_over_budget(client_alice, budget_world):
     over, within = budget_world
     html = body(client_alice.get("/projects/hill/"))
-    assert set(re.findall(r'<tr data-run="([^"]+)">.*?</tr>', html, re.S)) == set(over) | set(within)
+    assert set(re.findall(r'<tr data-run="([^"]+)"[^>]*>.*?</tr>', html, re.S)) == set(over) | set(within)
     for run_id in over:
-        row = re.search(rf'<tr data-run="{run_id}">(.*?)</tr>', html, re.S).group(1)
+        row = re.search(rf'<tr data-run="{run_id}"[^>]*>(.*?)</tr>', html, re.S).group(1)
         assert 'data-badge="over-budget"' in row, run_id
     for run_id in within:
-        row = re.search(rf'<tr data-run="{run_id}">(.*?)</tr>', html, re.S).group(1)
+        row = re.search(rf'<tr data-run="{run_id}"[^>]*>(.*?)</tr>', html, re.S).group(1)
         assert 'data-badge="over-budget"' not in row, run_id
     assert re.search(r'data-count="over-budget"[^>]*><b>5</b> over budget', html)
-    usd_row = re.search(r'<tr data-run="usd-over">(.*?)</tr>', html, re.S).group(1)
+    usd_row = re.search(r'<tr data-run="usd-over"[^>]*>(.*?)</tr>', html, re.S).group(1)
     assert "131 % of the $5.00 budget ($6.55 spent)" in usd_row
 
     assert set(table_ids(body(client_alice.get("/projects/hill/?over_budget=true")))) == set(over)

@@ -1,9 +1,14 @@
 """Projects overview and project page (runs table, leaderboard)."""
 
+import functools
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Max
+from django.http import HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils import timezone
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -140,8 +145,11 @@ def _without(params, key: str) -> str:
 
 @require_safe
 @login_required
-@vary_on_headers("HX-Request")
+@vary_on_headers("HX-Request", live.CARDS_HEADER)
 def project_detail(request, slug: str):
+    """The project page. The runs and leaderboard block is a live card: its poll (X-Smrweb-Cards) gets 204,
+    or the rows, counts and banners that changed out of band (dashboard/live.py); any other htmx request
+    (filters, sorting, pagers) gets the block whole."""
     project = project_for_user(request, slug)
     unverified = include_unverified(request)
     every_submission = request.GET.get("board") == "all"
@@ -149,68 +157,95 @@ def project_detail(request, slug: str):
     version = live.version(base, request.GET.urlencode(), unverified)
     if live.unchanged(request, version):
         return live.no_change()
-    runs, filters = filter_runs(project, request.GET)
-    # The table shows neither the sources' cursors nor retention's notes: two JSON columns not decoded.
-    rows_read = runs.prefetch_related("tags").defer("source_cursor", "metrics_downsampled")
-    page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    for run in page:
-        run.project = project  # already read with its scenario: not joined into every row
-    histories = queries.score_histories(r.pk for r in page)
-    rows = [(run, histories.get(run.pk, [])) for run in page]
-    excluded = queries.excluded_run_ids(project)
-    board = queries.leaderboard_page(
-        project,
-        excluded=excluded,
-        version=base,
-        unverified=unverified,
-        per_run=not every_submission,
-        page=request.GET.get("lb"),
-        per_page=LEADERBOARD_PER_PAGE,
+    sent = live.sent_cards(request)
+    if sent is not None and sent.get("project-live") == version:
+        return live.no_change()
+
+    @functools.cache
+    def context() -> dict:
+        runs, filters = filter_runs(project, request.GET)
+        # The table shows neither the sources' cursors nor retention's notes: two JSON columns not decoded.
+        rows_read = runs.prefetch_related("tags").defer("source_cursor", "metrics_downsampled")
+        page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+        for run in page:
+            run.project = project  # already read with its scenario: not joined into every row
+        histories = queries.score_histories(r.pk for r in page)
+        rows = [(run, histories.get(run.pk, [])) for run in page]
+        excluded = queries.excluded_run_ids(project)
+        board = queries.leaderboard_page(
+            project,
+            excluded=excluded,
+            version=base,
+            unverified=unverified,
+            per_run=not every_submission,
+            page=request.GET.get("lb"),
+            per_page=LEADERBOARD_PER_PAGE,
+        )
+        return {
+            "project": project,
+            "page": page,
+            "rows": rows,
+            "filters": filters,
+            "sorts": sort_links(
+                project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
+            ),
+            "counts": queries.run_condition_counts(project, base),
+            "states": RunState.values,
+            "leaderboard": board,
+            "leaderboard_offset": max(board.start_index() - 1, 0),
+            "every_submission": every_submission,
+            "unverified": unverified,
+            "pending": None if unverified else queries.pending_scores(project, excluded),
+            "board_query": _without(request.GET, "lb"),
+            "scope_links": {
+                "verified": _with(request.GET, unverified="0"),
+                "unverified": _with(request.GET, unverified="1"),
+                "per_run": _with(request.GET, board=None),
+                "all": _with(request.GET, board="all"),
+            },
+            "regressions": queries.regressions(project),
+            "can_roll_back": rollbacks.may_roll_back(request.user, project),
+            "is_admin": project.allows(request.user, Role.ADMIN),
+            "health": getattr(project, "source_health", None) if project.source != "push" else None,
+            "metric_choice": _metric_choice(project),
+            "query": _without(request.GET, "page"),  # for pager links
+            "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
+            "runs_export_query": exports.runs_export_query(filters),  # the Export buttons (the runs API's)
+            "board_export_query": "board=all" if every_submission else "",
+            "version": version,
+            "runs": runs,
+            "csrf_token": live.CSRF_PLACEHOLDER,  # one render serves every viewer; each answer gets its token
+            "max_compare": MAX_COMPARED,
+        }
+
+    # Cached renders of the block are keyed by its version and what else they depend on (the viewer's buttons
+    # and zone); the page shows the version alone.
+    viewer = f"{rollbacks.may_roll_back(request.user, project)}|{timezone.get_current_timezone_name()}"
+    template = "dashboard/project_detail.html"
+    deck = live.Deck(
+        f"project-{project.pk}",
+        [
+            live.Card(
+                "project-live",
+                live.card_version(version, viewer),
+                lambda: render_to_string(f"{template}#project-live", context(), request=request),
+            )
+        ],
     )
-    context = {
-        "project": project,
-        "page": page,
-        "rows": rows,
-        "filters": filters,
-        "sorts": sort_links(
-            project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
-        ),
-        "counts": queries.run_condition_counts(project, base),
-        "states": RunState.values,
-        "leaderboard": board,
-        "leaderboard_offset": max(board.start_index() - 1, 0),
-        "every_submission": every_submission,
-        "unverified": unverified,
-        "pending": None if unverified else queries.pending_scores(project, excluded),
-        "board_query": _without(request.GET, "lb"),
-        "scope_links": {
-            "verified": _with(request.GET, unverified="0"),
-            "unverified": _with(request.GET, unverified="1"),
-            "per_run": _with(request.GET, board=None),
-            "all": _with(request.GET, board="all"),
-        },
-        "regressions": queries.regressions(project),
-        "can_roll_back": rollbacks.may_roll_back(request.user, project),
-        "is_admin": project.allows(request.user, Role.ADMIN),
-        "health": getattr(project, "source_health", None) if project.source != "push" else None,
-        "metric_choice": _metric_choice(project),
-        "query": _without(request.GET, "page"),  # for pager links
-        "poll_query": request.GET.urlencode(),  # the poll keeps the page being looked at
-        "runs_export_query": exports.runs_export_query(filters),  # the Export buttons (the runs API's)
-        "board_export_query": "board=all" if every_submission else "",
-        "version": version,
-        "max_compare": MAX_COMPARED,
-    }
+    if sent is not None:
+        answer = deck.answer({"project-live": live.card_version(sent.get("project-live"), viewer)})
+        return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
+    page_context = dict(context())
     if not request.htmx:
         chart_query = _chart_query(request.GET)
-        context.update(
-            _chart_context(project, unverified, runs if chart_query else None),
+        page_context.update(
+            _chart_context(project, unverified, page_context.pop("runs") if chart_query else None),
             chart_query=chart_query,
             chart_version=live.version(base, "chart", unverified, chart_query),
         )
-    return render(
-        request, fragment_template(request, "dashboard/project_detail.html", "project-live"), context
-    )
+    response = render(request, fragment_template(request, template, "project-live"), page_context)
+    response.content = live.with_token(request, deck.keep(response.content.decode())).encode()
+    return response
 
 
 def _metric_choice(project: Project) -> dict | None:
