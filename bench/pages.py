@@ -720,6 +720,9 @@ class _PageParser(HTMLParser):
     def __init__(self, page_url: str):
         super().__init__(convert_charrefs=True)
         self.page_url, self.scan, self.plots = page_url, Scan(), []
+        self.cards: dict[str, str] = {}  # live cards' versions ([data-card][data-version], dashboard/live.py)
+        self.inputs: dict[str, tuple[str, str]] = {}  # id -> (name, value), for hx-include
+        self.card_polls: list[tuple[int, str]] = []  # (index in scan.polls, its hx-include)
 
     def handle_starttag(self, tag, attrs):
         a = {k: (v or "") for k, v in attrs}
@@ -735,11 +738,28 @@ class _PageParser(HTMLParser):
                 headers = json.loads(a.get("hx-headers") or "{}")
             except ValueError:
                 headers = {}
+            if "data-cards-poll" in a:
+                self.card_polls.append((len(self.scan.polls), a.get("hx-include", "")))
             self.scan.polls.append(
                 (a["hx-get"] or self.page_url, headers if isinstance(headers, dict) else {})
             )
+        if "data-card" in a and "data-version" in a:
+            self.cards[a["data-card"]] = a["data-version"]
+        if a.get("id") and a.get("name"):
+            self.inputs[a["id"]] = (a["name"], a.get("value", ""))
         if a.get("data-plot") and a.get("data-click-url"):
             self.plots.append((a["data-plot"], a["data-click-url"]))
+
+    def finish(self) -> None:
+        """A cards poll sends the version of every card on the page and its hx-include'd inputs, as
+        static/js/smrweb.js does."""
+        for index, include in self.card_polls:
+            url, headers = self.scan.polls[index]
+            ids = [i.strip()[1:] for i in include.split(",") if i.strip().startswith("#")]
+            extra = [self.inputs[i] for i in ids if i in self.inputs]
+            if extra:
+                url += ("&" if "?" in url else "?") + urlencode(extra)
+            self.scan.polls[index] = (url, {**headers, "X-Smrweb-Cards": urlencode(self.cards)})
 
 
 def _json_blocks(body: bytes) -> dict[str, object]:
@@ -772,6 +792,7 @@ def scan_page(body: bytes, page_url: str) -> Scan:
         parser.feed(body.decode("utf-8", "replace"))
     except Exception:  # noqa: BLE001 - a page we cannot read just yields nothing to follow
         return parser.scan
+    parser.finish()
     blocks = _json_blocks(body)
     for doc in blocks.values():
         _strings(doc, parser.scan.urls)

@@ -389,7 +389,13 @@ def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
     )
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     assert "message number 29." in body and "message number 0." in body
-    assert "message number 5." not in body
+    # The newest twenty (10 to 29) and the first; nothing between.
+    assert (
+        "message number 10." in body and "message number 9." not in body and "message number 5." not in body
+    )
+    assert (
+        body.index("message number 29.") < body.index("message number 10.") < body.index("message number 0.")
+    )
     assert body.count("badge-kickoff") == 1
 
 

@@ -511,15 +511,9 @@ def run_detail(request, slug: str, run_id: str):
     return render(request, fragment_template(request, TEMPLATE, "run-live"), context)
 
 
-def _runtime_messages(run, limit: int = 20) -> dict:
-    """The latest messages, newest first, and always the kickoff (the run's first message) last."""
-    latest = list(run.messages.order_by("-seq")[:limit])  # not "messages": that is Django's flash messages
-    kickoff = (
-        run.messages.order_by("seq").first() if len(latest) == limit else (latest[-1] if latest else None)
-    )
-    if kickoff is not None and kickoff not in latest:
-        latest.append(kickoff)
-    return {"runtime_messages": latest, "kickoff_seq": kickoff.seq if kickoff else None}
+def _runtime_messages(run) -> dict:
+    shown = queries.runtime_messages(run)
+    return {"runtime_messages": shown, "kickoff_seq": shown[-1].seq if shown else None}
 
 
 def _metric_context(run, key: str) -> dict:

@@ -46,6 +46,7 @@ from smrweb.tracking.queries.runs import (  # noqa: F401
     SourceGaps,
     metric_keys,
     metric_series,
+    runtime_messages,
     score_histories,
     source_gaps,
     stalled_for,

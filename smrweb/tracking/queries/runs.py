@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Count, F, IntegerField, Max, Min, Window
+from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -17,6 +17,7 @@ from smrweb.tracking.models import (
     FLOAT_MAX,
     MetricPoint,
     Run,
+    RuntimeMessage,
     Submission,
 )
 
@@ -177,3 +178,12 @@ def source_gaps(run: Run) -> SourceGaps:
         messages_missed=int(cursor.get("messages_missed") or 0),
         results_unreadable=int(cursor.get("results_unreadable") or 0),
     )
+
+
+def runtime_messages(run: Run, limit: int = 20) -> list[RuntimeMessage]:
+    """The run's newest `limit` runtime messages and always its first (the kickoff), newest first, in one
+    query whatever their count."""
+    said = run.messages  # not "messages": that is Django's flash messages
+    newest = said.order_by("-seq").values("pk")[:limit]
+    first = said.order_by("seq").values("pk")[:1]
+    return list(said.filter(Q(pk__in=newest) | Q(pk=Subquery(first))).order_by("-seq"))
