@@ -88,6 +88,12 @@ def card_version(*parts: object) -> str:
     return hashlib.blake2s(raw.encode(), digest_size=8).hexdigest()
 
 
+def wants_fresh(request) -> bool:
+    """A hard reload (the browser sends Cache-Control: no-cache) renders every card again rather than
+    trusting the renders kept under their versions: the way out should a version ever miss a change."""
+    return "no-cache" in request.headers.get("Cache-Control", "")
+
+
 def sent_cards(request) -> dict[str, str] | None:
     """The card versions a poll says its page shows, or None for a request that is not such a poll."""
     if not request.htmx:
@@ -385,10 +391,11 @@ class Deck:
                 out[card.name] = html
         return out
 
-    def page(self) -> dict[str, str]:
-        """Every card for a page load: rendered now (what was cached is not trusted for a full page), kept
-        for the next poll's comparison, without markers."""
-        return {name: strip(html) for name, html in self.render(fresh=True).items()}
+    def page(self, *, fresh: bool = False) -> dict[str, str]:
+        """Every card for a page load, without markers: the renders of these versions the polls share (a
+        card's version says all it shows), or rendered now when `fresh` (a hard reload, see `wants_fresh`);
+        kept for the next poll's comparison either way."""
+        return {name: strip(html) for name, html in self.render(fresh=fresh).items()}
 
     def keep(self, page: str) -> str:
         """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next

@@ -232,6 +232,33 @@ def test_a_poll_never_waits_for_a_render_another_poll_is_making(
     assert answer.status_code == 200 and f'data-turn="{MANY}"' in answer.content.decode()
 
 
+def test_a_page_load_takes_the_cards_the_polls_share_and_a_hard_reload_renders_them(
+    client_alice, project, long_run, now, monkeypatch
+):
+    """A card's version says everything it shows, so a page load serves the render kept under it (rendered
+    once for every viewer) instead of rendering the page's cards again; a hard reload renders afresh."""
+    client_alice.get(URL)  # renders and keeps every card
+    renders = []
+    original = live.Deck.render
+
+    def counting(deck, names=None, *, fresh=False, wait=True):
+        out = original(deck, names, fresh=fresh, wait=wait)
+        renders.append(fresh)
+        return out
+
+    monkeypatch.setattr(live.Deck, "render", counting)
+    from smrweb.dashboard.views import runs
+
+    rendered = []
+    card = runs.RunPage.render_card
+    monkeypatch.setattr(runs.RunPage, "render_card", lambda page, *a: rendered.append(a[0]) or card(page, *a))
+    page = client_alice.get(URL).content.decode()
+    assert rendered == [] and renders == [False] and f'data-turn="{MANY - 1}"' in page
+    hard = client_alice.get(URL, headers={"Cache-Control": "no-cache"}).content.decode()
+    assert renders[-1] is True and "run-head" in rendered and "turns-card" in rendered
+    assert cards_of(hard) == cards_of(page)
+
+
 def test_cards_with_forms_keep_the_viewers_token(client_alice, client, alice, bob, project):
     push(project, "r1", {"type": "state", "state": "running"}, turn(0, NOW - timedelta(hours=1)))
     page = client_alice.get("/projects/hill/runs/r1/").content.decode()

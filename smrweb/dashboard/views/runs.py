@@ -493,7 +493,7 @@ def run_detail(request, slug: str, run_id: str):
     steer_version = deck.cards.pop("steer-status").version if "steer-status" in deck.cards else None
     cards = {
         name.replace("-", "_"): mark_safe(live.with_token(request, html))  # noqa: S308 (rendered templates)
-        for name, html in deck.page().items()
+        for name, html in deck.page(fresh=live.wants_fresh(request)).items()
     }
     context = {
         "project": run.project,
