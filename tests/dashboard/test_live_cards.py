@@ -5,6 +5,7 @@ contents are asserted, never times."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -135,6 +136,34 @@ def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice,
     # The page applies the answer (its versions follow); the next poll is 204 again.
     cards_of(body, shown)
     assert poll(client_alice, shown).status_code == 204
+
+
+def test_one_new_score_on_a_run_of_thousands_sends_a_patch_not_the_figure(
+    client_alice, project, long_run, now
+):
+    """Past MAX_SCORE_POINTS scores the chart shows every k-th (k a power of two), the records and the last:
+    a new score keeps the others in place, so the chart gets a few points, not a resampled series."""
+    # 2,987 and the run's 12 make 2,999: the new score is the 3,000th, where a stride of count // 600 + 1
+    # (what the chart used) would step from 5 to 6 and pick other scores all along.
+    step = (NOW - START - timedelta(minutes=5)) / 2987
+    rng = random.Random(4)
+    scores = [
+        {"type": "score", "score": rng.random(), "ts": (START + step * i).isoformat()} for i in range(2987)
+    ]
+    with time_machine.travel(NOW - timedelta(minutes=1), tick=False):
+        push(project, "long", *scores)
+    page = client_alice.get(URL).content.decode()
+    shown = cards_of(page)
+    push(project, "long", {"type": "score", "score": 0.5, "ts": (NOW - timedelta(seconds=3)).isoformat()})
+    now.shift(timedelta(seconds=2))
+    answer = poll(client_alice, shown)
+    body = answer.content.decode()
+    assert answer.status_code == 200 and len(answer.content) <= TARGET_BYTES, len(answer.content)
+    patch = json.loads(
+        re.search(r'<script id="run-timeline-data"[^>]*data-figure-patch[^>]*>(.*?)</script>', body)[1]
+    )
+    print("PATCH", [(i, k, keep, len(v)) for i, k, keep, v in patch["traces"]], len(answer.content))
+    assert patch["traces"] and all(len(values) <= 3 for _, _, _, values in patch["traces"])
 
 
 def test_the_patch_rebuilds_the_figure_the_server_would_send(client_alice, project, long_run, now):

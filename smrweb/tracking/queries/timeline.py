@@ -327,12 +327,14 @@ def forget_turn_aggregates(run: Run) -> None:
 
 
 def _score_rows(run: Run, maximize: bool):
-    """(scores to plot from, the best-so-far records, how many scores) of the run, in one query: every
-    score of a run with few, else every k-th (about 2 × MAX_SCORE_POINTS), its first and last and every
-    record, chosen in SQL over the (run, ts, score) index — the records from all of them, so the
-    frontier is exact however many there are."""
+    """(scores to plot, the best-so-far records, how many scores) of the run, in one query: every score of
+    a run with few, else every k-th, its last and every record, chosen in SQL over the (run, ts, score)
+    index — the records from all of them, so the frontier is exact however many there are.
+
+    k is a power of two, so the scores picked stay picked as scores arrive (until k doubles): a live
+    page's chart then gets the new scores as a patch that appends, not a reshuffled series."""
     subs = Submission.objects.filter(run=run).order_by()
-    if run.score_count <= 2 * MAX_SCORE_POINTS:
+    if run.score_count <= MAX_SCORE_POINTS:
         rows = list(subs.order_by("ts", "id").values_list("ts", "score", "pk"))
         frontier, best = [], None
         for ts, value, _ in rows:
@@ -342,7 +344,7 @@ def _score_rows(run: Run, maximize: bool):
         return rows, frontier, len(rows)
     order = [F("ts").asc(), F("id").asc()]
     running = Max if maximize else Min
-    stride = run.score_count // (2 * MAX_SCORE_POINTS) + 1
+    stride = 1 << math.ceil(math.log2(run.score_count / MAX_SCORE_POINTS))  # ≥ 2: count/k ≤ MAX_SCORE_POINTS
     improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
     rows = list(
         subs.annotate(
@@ -400,7 +402,9 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    scores = lttb([(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all], MAX_SCORE_POINTS)
+    scores = [(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all]
+    if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
+        scores = lttb(scores, MAX_SCORE_POINTS)
     score_turns = _turns_before([pk for *_, pk in scores], run)
     return Timeline(
         start=start,
