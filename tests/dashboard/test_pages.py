@@ -41,6 +41,12 @@ def test_login_page_renders_a_form(client):
     assert b'name="password"' in response.content
 
 
+def moved(project):
+    """What the write path does on a status change (the test changes statuses with update()): the runs'
+    `updated` moves, and with it the overview's version, under which its figures are kept."""
+    Run.objects.filter(project=project).update(updated=timezone.now())
+
+
 def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     scores(project, "r1", 0.2, 0.5, 0.4)
     push(
@@ -60,6 +66,7 @@ def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     # Verified ones count, best of a maximize scenario, linked to its submission.
     verified = {s.score: s for s in Submission.objects.filter(run__external_id="r1")}
     Submission.objects.filter(pk__in=[verified[0.2].pk, verified[0.4].pk]).update(status="verified")
+    moved(project)
     body = client_alice.get("/").content.decode()
     assert (
         f'href="/projects/hill/submissions/{verified[0.4].pk}/" title="Open submission '
@@ -68,9 +75,11 @@ def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
     assert "0.5 unverified" in body  # still better than the verified best
     # Including unverified ones (remembered for the session): 0.5 leads; invalid never counts.
     Submission.objects.filter(pk=verified[0.5].pk).update(status="invalid")
+    moved(project)
     body = client_alice.get("/?unverified=1").content.decode()
     assert ">0.4<" in body and "0.5" not in body.split("data-best>")[1].split("</div>")[0]
     Submission.objects.filter(pk=verified[0.5].pk).update(status="candidate")
+    moved(project)
     body = client_alice.get("/").content.decode()
     assert f'title="Open submission #{verified[0.5].pk}">0.5<' in body and "Counting unverified" in body
 
@@ -312,3 +321,24 @@ def test_numbers_are_written_out_without_exponents_or_minus_zero(value, text):
 
     assert plain_number(value) == text
     assert signed(-0.0) == "0" and signed(-4e-11) == "−4e-11" and signed(3.965e-05) == "+0.00003965"
+
+
+def test_the_overviews_figures_are_kept_until_a_run_moves(
+    client_alice, project, django_assert_max_num_queries
+):
+    """The per-project figures (counts, best, spend, sparkline) read every run: a second load of the same
+    version reads none of them again; a write to a run is seen at once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    scores(project, "r1", 0.2, 0.5)
+    with CaptureQueriesContext(connection) as first:
+        client_alice.get("/")
+    with CaptureQueriesContext(connection) as second:
+        body = client_alice.get("/").content.decode()
+    figures = ("tracking_submission", "tracking_agentturn")
+    assert any(t in q["sql"] for q in first.captured_queries for t in figures)
+    assert not any(t in q["sql"] for q in second.captured_queries for t in figures)
+    assert "<b>2</b> waiting for review" in body
+    scores(project, "r1", 0.7)
+    assert "<b>3</b> waiting for review" in client_alice.get("/").content.decode()

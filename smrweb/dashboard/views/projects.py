@@ -47,7 +47,7 @@ def project_list(request):
         return live.no_change()
     unverified = include_unverified(request)
     context = {
-        "summaries": queries.project_summaries(projects, unverified=unverified),
+        "summaries": queries.project_summaries(projects, unverified=unverified, version=version),
         "version": version,
         "unverified": unverified,
         "show_archived": show_archived,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -140,10 +141,20 @@ def pending_scores(project: Project, excluded: list[int] | None = None) -> Pendi
     return Pending(min(n, PENDING_COUNTED), best, n > PENDING_COUNTED)
 
 
-def project_summaries(projects: Iterable[Project], *, unverified: bool = False) -> list[ProjectSummary]:
+def project_summaries(
+    projects: Iterable[Project], *, unverified: bool = False, version: str | None = None
+) -> list[ProjectSummary]:
     """Per project: best score that counts (and what is waiting to count), run counts by condition (over
-    budget included), spend — in a fixed number of queries."""
+    budget included), spend — in a fixed number of queries, whose figures are kept under `version` (the
+    overview's) when given; the projects themselves are the caller's, as fresh as its read."""
     projects = list(projects)
+    which = ",".join(f"{p.pk}{'+' if p.scenario.maximize else '-'}" for p in projects)  # and their direction
+    key = f"project-summaries:{int(unverified)}:{hashlib.blake2s(which.encode(), digest_size=8).hexdigest()}"
+    figures = kept(key, version, lambda: _summary_figures(projects, unverified))
+    return [ProjectSummary(project=p, **figures[p.pk]) for p in projects]
+
+
+def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
     ids = [p.pk for p in projects]
     live = ~Q(runs__state__in=TERMINAL_STATES)
     counts = {
@@ -187,32 +198,29 @@ def project_summaries(projects: Iterable[Project], *, unverified: bool = False) 
         .values_list("pk", "usd")
     )
     histories = project_score_histories(projects)
-    out = []
+    out = {}
     for p in projects:
         c, q, top = counts.get(p.pk, {}), queue.get(p.pk, {}), best.get(p.pk)
         pending_best = q.get("pending_max") if p.scenario.maximize else q.get("pending_min")
         better = pending_best is not None and (
             top is None or (pending_best > top.score if p.scenario.maximize else pending_best < top.score)
         )
-        out.append(
-            ProjectSummary(
-                project=p,
-                best_score=top.score if top else None,
-                best_submission_id=top.pk if top else None,
-                unverified_best=pending_best if better and not unverified else None,
-                unverified=q.get("pending", 0),
-                waiting_review=q.get("waiting", 0),
-                active=c.get("active", 0),
-                stalled=c.get("stalled", 0),
-                failed=c.get("failed", 0),
-                abandoned=c.get("abandoned", 0),
-                over_budget=c.get("over_budget", 0),
-                runs=c.get("runs_n", 0),
-                spend_usd=c.get("spend") or Decimal(0),
-                spend_today_usd=today.get(p.pk) or Decimal(0),
-                last_activity=c.get("last"),
-                history=histories.get(p.pk, []),
-            )
+        out[p.pk] = dict(
+            best_score=top.score if top else None,
+            best_submission_id=top.pk if top else None,
+            unverified_best=pending_best if better and not unverified else None,
+            unverified=q.get("pending", 0),
+            waiting_review=q.get("waiting", 0),
+            active=c.get("active", 0),
+            stalled=c.get("stalled", 0),
+            failed=c.get("failed", 0),
+            abandoned=c.get("abandoned", 0),
+            over_budget=c.get("over_budget", 0),
+            runs=c.get("runs_n", 0),
+            spend_usd=c.get("spend") or Decimal(0),
+            spend_today_usd=today.get(p.pk) or Decimal(0),
+            last_activity=c.get("last"),
+            history=histories.get(p.pk, []),
         )
     return out
 
