@@ -557,6 +557,7 @@ class Row:
     data: Any = None  # a dict, or a callable of the world's ids
     json: bool = False  # send `data` as JSON (API); else as a form
     hx: bool = False  # an htmx request (HX-Request: true)
+    only: str = ""  # ... that asks for one part of the page (X-Smrweb-Only), as a pager or a lazy card does
     poll: bool = (
         False  # also send the version(s) alice's copy of the fragment carries (X-Smrweb-Version/-Cards)
     )
@@ -760,6 +761,15 @@ ROWS = [
         f"{P}/compare/?runs={RUN}",
         "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker=RUN,
+    ),
+    Row(
+        "compare runs: the picker, once scrolled to",
+        "GET",
+        f"{P}/compare/?runs={RUN}&runs={RUN}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        hx=True,
+        only="pick",
     ),
     Row(
         "compare table export",
@@ -2573,6 +2583,8 @@ def check_cell(
         headers = {}
         if row.hx:
             headers["HX-Request"] = "true"
+        if row.only:
+            headers["X-Smrweb-Only"] = row.only
         if version:
             headers.update(version)
         data = row.data(w.ids) if callable(row.data) else row.data

@@ -241,6 +241,11 @@ def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, proj
     for run_id in ("cmp-0", "cmp-2", "cmp-1"):
         expect(page.locator("main")).to_contain_text(run_id)
     expect(page.locator("[data-plot] .main-svg").first).to_be_visible()
+    # The picker below loads once scrolled to: the compared runs first, ticked, in their order.
+    page.locator("#pick").scroll_into_view_if_needed()
+    expect(page.locator("#pick input[name=runs]:checked")).to_have_count(3)
+    ticked = page.locator("#pick input[name=runs]:checked").evaluate_all("els => els.map(e => e.value)")
+    assert ticked == ["cmp-0", "cmp-2", "cmp-1"]
     page.screenshot(path=str(screenshot_dir / "live-compare.png"), full_page=True)
 
 

@@ -229,9 +229,12 @@ def test_compare_of_two_hundred_runs_ships_figures_under_100_kb(client_alice, pr
     )
     assert len(score["data"]) == 2 * compare.MAX_RUNS  # every run drawn: its scores and its best so far
     # Each row's buttons name the run; the selection is sent once, by the form they submit.
-    assert (
-        response.content.count(b'name="runs" value="bulk-') == 2 * compare.MAX_RUNS
-    )  # the form and the picker
+    assert response.content.count(b'name="runs" value="bulk-') == compare.MAX_RUNS  # the form
+    # The picker comes once scrolled to: the compared runs first, ticked, in the comparison's order.
+    assert b'id="pick" hx-get=' in response.content
+    picker = client_alice.get(url, headers={"HX-Request": "true", "X-Smrweb-Only": "pick"}).content.decode()
+    ticked = re.findall(r'name="runs" value="(bulk-[^"]+)" checked', picker)
+    assert ticked == [run.external_id for run in runs] and "<html" not in picker
 
 
 # --- the kept turn aggregates -----------------------------------------------------------------------

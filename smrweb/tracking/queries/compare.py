@@ -158,13 +158,23 @@ def compare(project: Project, external_ids: list[str], *, points: int = POINTS_P
     return Comparison(project=project, runs=series, missing=missing)
 
 
+PICKER_FIELDS = ("external_id", "state", "best_score", "last_progress_at", "stalled_since", "turn_count")
+
+
 def recent_runs(project: Project, *, limit: int = RECENT_RUNS) -> list[Run]:
     """The project's most recently active runs, for the picker."""
     return list(
-        Run.objects.filter(project=project)
-        .order_by("-last_progress_at", "-id")
-        .only("external_id", "state", "best_score", "last_progress_at", "stalled_since", "turn_count")[:limit]
+        Run.objects.filter(project=project).order_by("-last_progress_at", "-id").only(*PICKER_FIELDS)[:limit]
     )
+
+
+def picked_runs(project: Project, external_ids: list[str]) -> list[Run]:
+    """The runs of `external_ids` that exist, in that order, for the picker (what it shows of them only)."""
+    found = {
+        run.external_id: run
+        for run in Run.objects.filter(project=project, external_id__in=external_ids).only(*PICKER_FIELDS)
+    }
+    return [found[i] for i in external_ids if i in found]
 
 
 # Time order is `ts` alone: the (run, ts) index yields it without sorting the rows (a tie-breaker on
