@@ -76,18 +76,12 @@ from pages import (  # noqa: E402 - after the path is set
     spread,
 )
 
+from smrweb.stack import chromium  # noqa: E402 - after the path is set
+from smrweb.stack.chromium import CHROMIUM, VIEWPORT  # noqa: E402
+
 MARKER = "browser-bench.json"  # in a kept data dir: what was seeded, for --reuse
 USERNAME, PASSWORD = "bench-browser", "bench-browser-pass-9"
 GOAL_MS = 2000.0
-CHROMIUM = os.environ.get("SMRWEB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-VIEWPORT = {"width": 1280, "height": 900}
 TIMEOUT_MS = 60_000
 
 
@@ -969,11 +963,10 @@ def main() -> None:
 def run_browser(args, info, sizes, repeat, base, log):
     from playwright.sync_api import sync_playwright
 
-    executable = shutil.which(CHROMIUM) or CHROMIUM
     loads: list[Load] = []
     breakdowns: dict[str, dict] = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        browser = chromium.launch(pw)
         version = chromium_version(browser)
         try:
             # Sign in once through the login form; every load starts from that session.

@@ -260,20 +260,7 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
     """Keep the source's own totals beside the turns, and what the turns do not account for."""
     run = Run.objects.get(project=project, external_id=rid)
     spend = reading.spend
-    sums = {
-        f: getattr(run, f)
-        for f in (
-            "tokens_in",
-            "tokens_out",
-            "cost_usd",
-            "driver_tokens_in",
-            "driver_tokens_out",
-            "driver_cost_usd",
-            "child_tokens_in",
-            "child_tokens_out",
-            "child_cost_usd",
-        )
-    }
+    sums = {f: getattr(run, f) for f in Run.SPEND_FIELDS}
     unaccounted = reconcile(spend, turns=sums, turn_count=run.turn_count, actors=len(spend.actors))
     previous = run.source_spend or {}
     entries = previous.get("entries", {})

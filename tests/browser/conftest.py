@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,28 +17,20 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from smrweb.stack import chromium
+from smrweb.stack.chromium import CHROMIUM, VIEWPORT
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 
-CHROMIUM = os.environ.get("SMRWEB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+# Beyond the flags it shares with bench/browser.py: no first-run setup, no QUIC.
+EXTRA_CHROMIUM_ARGS = ("--no-first-run", "--disable-quic")
 DEFAULT_TIMEOUT_MS = 10_000
-VIEWPORT = {"width": 1280, "height": 900}
 
 
 @pytest.fixture(scope="session")
 def browser():
     """One headless Chromium for the whole session (launching costs ~1 s)."""
-    executable = shutil.which(CHROMIUM) or CHROMIUM
-    if not Path(executable).exists():
+    if not Path(chromium.executable()).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (set SMRWEB_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
@@ -51,7 +42,7 @@ def browser():
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+            browser = chromium.launch(pw, *EXTRA_CHROMIUM_ARGS)
             yield browser
             browser.close()
     finally:

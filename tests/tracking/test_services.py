@@ -632,18 +632,7 @@ def test_spend_equals_the_sum_of_turns_whatever_batching_order_and_duplication(p
     assert run.cost_usd == run.driver_cost_usd + run.child_cost_usd == sums["usd"] == expected_usd
     assert run.driver_tokens_in == sum(s[2] for s in driver)
     assert run.driver_cost_usd == sum((s[4] for s in driver), Decimal(0))
-    fields = [
-        "tokens_in",
-        "tokens_out",
-        "cost_usd",
-        "driver_tokens_in",
-        "driver_tokens_out",
-        "driver_cost_usd",
-        "child_tokens_in",
-        "child_tokens_out",
-        "child_cost_usd",
-        "turn_count",
-    ]
+    fields = [*Run.SPEND_FIELDS, "turn_count"]
     assert {f: getattr(run, f) for f in fields} == {f: getattr(once, f) for f in fields}
 
 

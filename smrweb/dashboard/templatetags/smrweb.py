@@ -75,6 +75,12 @@ def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = Tr
     )
 
 
+@register.inclusion_tag("dashboard/partials/card_head.html")
+def card_head(title: str, note: str = ""):
+    """A card's head: its title, and a muted note when there is one (the same markup on every card)."""
+    return {"title": title, "note": note}
+
+
 @register.simple_tag
 def state_badge(run):
     """The run's state as a coloured badge; failure detail and stall evidence in the hover text."""

@@ -35,6 +35,7 @@ from smrweb.tracking.models import (
     Checkpoint,
     Role,
     Rollback,
+    Run,
     SourceKind,
     Submission,
     TurnKind,
@@ -180,15 +181,7 @@ class RunPage:
     # --- versions -------------------------------------------------------------------------------------------
 
     SPEND = (
-        "tokens_in",
-        "tokens_out",
-        "cost_usd",
-        "driver_tokens_in",
-        "driver_tokens_out",
-        "driver_cost_usd",
-        "child_tokens_in",
-        "child_tokens_out",
-        "child_cost_usd",
+        *Run.SPEND_FIELDS,
         "turn_count",
         "source_total_usd",
         "other_meters_usd",

@@ -54,6 +54,18 @@ class Run(models.Model):
     budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     budget_usd = models.DecimalField(null=True, blank=True, **USD)
     # Spend, recomputed from agent turns by the write path: total == driver + child == sum(turns).
+    # SPEND_FIELDS names them for the places that read or list them all (run page versions, admin, sync).
+    SPEND_FIELDS = (
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "driver_tokens_in",
+        "driver_tokens_out",
+        "driver_cost_usd",
+        "child_tokens_in",
+        "child_tokens_out",
+        "child_cost_usd",
+    )
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(default=Decimal(0), **USD)
