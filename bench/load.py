@@ -145,7 +145,9 @@ def batch(
             {
                 "type": "agent.turn",
                 "id": f"c{client_no}-b{seq}-t{t}",
-                "turn": seq * turns + t,
+                # Turn numbers apart per client, as the ids are: (actor, turn) is a turn's second key, so
+                # two clients' batches could never be taken for each other's even in one run.
+                "turn": client_no * 10**7 + seq * turns + t,
                 "actor": "driver" if t % 2 else "worker-1",
                 "parent_actor": None if t % 2 else "driver",
                 "tokens_in": 1000 + t,
