@@ -447,7 +447,7 @@ def run_load(
             except Exception as exc:  # a client that died is an error of the run, not a silent gap
                 stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
 
-        return threading.Thread(target=body, daemon=True)
+        return threading.Thread(target=body, daemon=True, name=name)
 
     deadline = time.monotonic() + seconds
     threads = [
@@ -464,6 +464,9 @@ def run_load(
     for t in threads:
         t.join(timeout=seconds + 180)
     elapsed = time.monotonic() - started
+    for t in threads:  # counting while a client still writes would count wrong: say so instead
+        if t.is_alive():
+            stats.record(t.name, 0.0, "still running when the rows were counted")
     problems = count_stored(base, token, project, totals)
     return {"stats": stats, "totals": totals, "problems": problems, "elapsed": elapsed}
 
@@ -625,7 +628,7 @@ def run_live_load(
             except Exception as exc:
                 stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
 
-        return threading.Thread(target=body, daemon=True)
+        return threading.Thread(target=body, daemon=True, name=name)
 
     # The page, loaded as a tab opens it: once to warm the server (templates compiled), then a few times
     # timed; the pollers' tabs were opened with it (they poll from these versions, each on its own timer).
@@ -666,6 +669,9 @@ def run_live_load(
     for t in threads:
         t.join(timeout=seconds + 180)
     elapsed = time.monotonic() - started
+    for t in threads:  # counting while a client still writes would count wrong: say so instead
+        if t.is_alive():
+            stats.record(t.name, 0.0, "still running when the rows were counted")
     totals[watched].turns += seeded.turns
     problems = count_stored(base, token, project, totals)
     return {
