@@ -7,6 +7,9 @@ Pollers, signed in as a project member, poll what an open browser polls: the ove
 page and a run page as htmx partials, each carrying the version it last saw (so unchanged polls
 answer 204, as in a browser). Afterwards the API is asked how much it holds, per run: points per
 key, turns, scores, messages — each must equal what was sent once, no more, no less.
+Every new batch must be answered as taken whole (accepted = its events, no duplicates), every replay as all
+duplicates. A mismatch is counted again 3 s later; if it stays, the batches whose rows are missing (or that
+were stored though their request failed) are named: client, batch index, ids, when sent, status and answer.
 
 Reports per endpoint: requests, errors, p50 / p99 / max latency. "Errors" are transport failures
 and any status other than the expected ones (2xx; 204 for unchanged polls).
