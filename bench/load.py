@@ -7,6 +7,9 @@ Pollers, signed in as a project member, poll what an open browser polls: the ove
 page and a run page as htmx partials, each carrying the version it last saw (so unchanged polls
 answer 204, as in a browser). Afterwards the API is asked how much it holds, per run: points per
 key, turns, scores, messages — each must equal what was sent once, no more, no less.
+Every new batch must be answered as taken whole (accepted = its events, no duplicates), every replay as all
+duplicates. A mismatch is counted again 3 s later; if it stays, the batches whose rows are missing (or that
+were stored though their request failed) are named: client, batch index, ids, when sent, status and answer.
 
 Reports per endpoint: requests, errors, p50 / p99 / max latency. "Errors" are transport failures
 and any status other than the expected ones (2xx; 204 for unchanged polls).
@@ -74,8 +77,38 @@ class Stats:
 
 
 @dataclass
+class BatchRecord:
+    """One request of an ingest client, as sent and as answered: what the final check names when rows are
+    missing (or stored though never counted)."""
+
+    client: int
+    seq: int  # the batch's index in its client (a replay: the index of the batch it re-sends)
+    replay: bool
+    events: int
+    turn_ids: tuple[str, ...]
+    steps: range  # the metric points' steps (unique per batch across keys)
+    sent_at: float  # seconds since the client started
+    answered_at: float = 0.0
+    status: int | None = None  # None: no answer (transport error)
+    answer: str = ""  # the answer's body (or the transport error), shortened
+
+    @property
+    def ids(self) -> str:
+        return f"c{self.client}-b{self.seq}-*"
+
+    def describe(self) -> str:
+        what = f"replay of batch {self.seq}" if self.replay else f"batch {self.seq}"
+        return (
+            f"client {self.client} {what} (ids {self.ids}, {self.events} events, "
+            f"sent at {self.sent_at:.2f} s): "
+            f"answered {self.status if self.status is not None else 'nothing'} at {self.answered_at:.2f} s "
+            f"{self.answer}"
+        )
+
+
+@dataclass
 class Sent:
-    """What one ingest client sent once (its replays are not counted here)."""
+    """What one ingest client sent once (its replays are not counted here), and every request it made."""
 
     points: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     turns: int = 0
@@ -83,6 +116,7 @@ class Sent:
     messages: int = 0
     requests: int = 0
     replays: int = 0
+    log: list[BatchRecord] = field(default_factory=list)
 
 
 def batch(
@@ -114,7 +148,9 @@ def batch(
             {
                 "type": "agent.turn",
                 "id": f"c{client_no}-b{seq}-t{t}",
-                "turn": seq * turns + t,
+                # Turn numbers apart per client, as the ids are: (actor, turn) is a turn's second key, so
+                # two clients' batches could never be taken for each other's even in one run.
+                "turn": client_no * 10**7 + seq * turns + t,
                 "actor": "driver" if t % 2 else "worker-1",
                 "parent_actor": None if t % 2 else "driver",
                 "tokens_in": 1000 + t,
@@ -159,9 +195,10 @@ def ingest_client(
     """Batches to the client's own run as fast as they are answered, or one every `pace` seconds (then
     stamped now: a live run)."""
     run = f"load-{client_no}"
-    mine = Sent()
-    bodies: list[bytes] = []
+    mine = totals[run] = Sent()  # registered first: a client that crashes is still checked
+    bodies: list[tuple[int, bytes, int]] = []  # (seq, body, events) of the batches answered 200
     url = f"/api/v1/projects/{project}/runs/{run}/events"
+    began = time.monotonic()
     with httpx.Client(
         base_url=base,
         timeout=60,
@@ -169,29 +206,47 @@ def ingest_client(
     ) as http:
         seq = 0
         while time.monotonic() < deadline:
-            replay = bodies and mine.requests % 5 == 4
+            replay = bool(bodies) and mine.requests % 5 == 4
             if replay:
-                body = bodies[(mine.requests * 7) % len(bodies)]
+                batch_seq, body, n_events = bodies[(mine.requests * 7) % len(bodies)]
             else:
                 events, sent = batch(client_no, seq, points, turns, live=pace > 0)
-                body = json.dumps(events).encode()
+                batch_seq, body, n_events = seq, json.dumps(events).encode(), len(events)
             if pace:
                 time.sleep(max(0.0, min(pace, deadline - time.monotonic())))
+            record = BatchRecord(
+                client=client_no,
+                seq=batch_seq,
+                replay=replay,
+                events=n_events,
+                turn_ids=tuple(f"c{client_no}-b{batch_seq}-t{t}" for t in range(turns)),
+                steps=range(batch_seq * points, (batch_seq + 1) * points),
+                sent_at=time.monotonic() - began,
+            )
+            mine.log.append(record)
             start = time.perf_counter()
             try:
                 r = http.post(url, content=body)
+                record.status, record.answer = r.status_code, r.text[:300]
                 error = None if r.status_code == 200 else f"{r.status_code}: {r.text[:200]}"
-                if error is None and replay and r.json()["accepted"] != 0:
-                    error = f"a replay was accepted again: {r.json()}"
+                if error is None:
+                    answer = r.json()
+                    # A replay writes nothing; a new batch (ids never sent before) is taken whole. Anything
+                    # else is the server's exactly-once logic deciding differently from the client.
+                    want = (0, n_events) if replay else (n_events, 0)
+                    if (answer.get("accepted"), answer.get("duplicates")) != want:
+                        error = f"{record.describe()}: expected accepted={want[0]}, duplicates={want[1]}"
             except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                record.answer = f"{type(exc).__name__}: {exc}"
+                error = record.answer
+            record.answered_at = time.monotonic() - began
             stats.record("ingest (replay)" if replay else "ingest", time.perf_counter() - start, error)
             mine.requests += 1
             if replay:
                 mine.replays += 1
-            elif error is None:
+            elif record.status == 200:
                 # Only a batch the server answered 200 counts as sent; a failed one was all-or-nothing.
-                bodies.append(body)
+                bodies.append((seq, body, n_events))
                 for key, n in sent.points.items():
                     mine.points[key] += n
                 mine.turns += sent.turns
@@ -200,7 +255,6 @@ def ingest_client(
                 seq += 1
             else:
                 seq += 1  # its ids are never reused: a half-written batch would show in the counts
-    totals[run] = mine
 
 
 def login(base: str, username: str, password: str) -> httpx.Client:
@@ -292,7 +346,23 @@ def poller(
 
 
 def count_stored(base: str, token: str, project: str, totals: dict[str, Sent]) -> list[str]:
-    """Every run's stored counts against what was sent once; returns the mismatches."""
+    """Every run's stored counts against what was sent once; returns the mismatches, each run's followed
+    by the batches whose rows are missing (or stored though never counted), as sent and as answered. A
+    mismatch is counted again a few seconds later, to tell rows that were late from rows that are gone."""
+    problems = _count_mismatches(base, token, project, totals)
+    if not problems:
+        return []
+    time.sleep(3)
+    again = _count_mismatches(base, token, project, totals)
+    if not again:
+        return [f"{p} (all equal 3 s later: counted before the write was visible)" for p in problems]
+    with httpx.Client(base_url=base, timeout=300, headers={"Authorization": f"Bearer {token}"}) as http:
+        for run in sorted({p.split(":", 1)[0].split("/", 1)[0] for p in again}):
+            again += [f"{run}: {line}" for line in missing_batches(http, project, run, totals[run])]
+    return again
+
+
+def _count_mismatches(base: str, token: str, project: str, totals: dict[str, Sent]) -> list[str]:
     problems = []
     with httpx.Client(base_url=base, timeout=120, headers={"Authorization": f"Bearer {token}"}) as http:
         for run, sent in totals.items():
@@ -312,6 +382,42 @@ def count_stored(base: str, token: str, project: str, totals: dict[str, Sent]) -
                 if got.get("total_points") != n:
                     problems.append(f"{run}/{key}: {got.get('total_points')} points stored, {n} sent")
     return problems
+
+
+def _jsonl(http: httpx.Client, url: str) -> list[dict]:
+    r = http.get(url, params={"format": "jsonl"})
+    r.raise_for_status()
+    return [json.loads(line) for line in r.text.splitlines() if line]
+
+
+def missing_batches(http: httpx.Client, project: str, run: str, sent: Sent) -> list[str]:
+    """Which of the client's batches lack stored rows (turns by event id, metric points by step), and
+    which failed requests' rows were stored all the same; each with its request and answer."""
+    prefix = f"/api/v1/projects/{project}/runs/{run}"
+    turn_ids = {row["event_id"] for row in _jsonl(http, f"{prefix}/turns")}
+    steps = {row["step"] for row in _jsonl(http, f"{prefix}/metrics")}
+    lines = []
+    for record in sent.log:
+        if record.replay:
+            continue
+        turns_there = sum(i in turn_ids for i in record.turn_ids)
+        points_there = sum(s in steps for s in record.steps)
+        whole = turns_there == len(record.turn_ids) and points_there == len(record.steps)
+        if record.status == 200 and not whole:
+            replays = [r for r in sent.log if r.replay and r.seq == record.seq]
+            lines.append(
+                f"MISSING rows of {record.describe()}: {len(record.turn_ids) - turns_there} of "
+                f"{len(record.turn_ids)} turns and {len(record.steps) - points_there} of {len(record.steps)} "
+                f"points are not stored" + "".join(f"; then {r.describe()}" for r in replays)
+            )
+        elif record.status != 200 and (turns_there or points_there):
+            lines.append(
+                f"STORED though not counted: {record.describe()}: {turns_there} turns and {points_there} "
+                f"points are stored"
+            )
+    if not lines:
+        lines.append("every batch answered 200 has all its turn and point rows (the summaries disagree)")
+    return lines
 
 
 def run_load(
@@ -344,7 +450,7 @@ def run_load(
             except Exception as exc:  # a client that died is an error of the run, not a silent gap
                 stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
 
-        return threading.Thread(target=body, daemon=True)
+        return threading.Thread(target=body, daemon=True, name=name)
 
     deadline = time.monotonic() + seconds
     threads = [
@@ -361,6 +467,9 @@ def run_load(
     for t in threads:
         t.join(timeout=seconds + 180)
     elapsed = time.monotonic() - started
+    for t in threads:  # counting while a client still writes would count wrong: say so instead
+        if t.is_alive():
+            stats.record(t.name, 0.0, "still running when the rows were counted")
     problems = count_stored(base, token, project, totals)
     return {"stats": stats, "totals": totals, "problems": problems, "elapsed": elapsed}
 
@@ -522,7 +631,7 @@ def run_live_load(
             except Exception as exc:
                 stats.record(name, 0.0, f"client crashed: {type(exc).__name__}: {exc}")
 
-        return threading.Thread(target=body, daemon=True)
+        return threading.Thread(target=body, daemon=True, name=name)
 
     # The page, loaded as a tab opens it: once to warm the server (templates compiled), then a few times
     # timed; the pollers' tabs were opened with it (they poll from these versions, each on its own timer).
@@ -563,6 +672,9 @@ def run_live_load(
     for t in threads:
         t.join(timeout=seconds + 180)
     elapsed = time.monotonic() - started
+    for t in threads:  # counting while a client still writes would count wrong: say so instead
+        if t.is_alive():
+            stats.record(t.name, 0.0, "still running when the rows were counted")
     totals[watched].turns += seeded.turns
     problems = count_stored(base, token, project, totals)
     return {

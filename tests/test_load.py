@@ -14,7 +14,7 @@ from smrweb.tracking import services
 from smrweb.tracking.models import AgentTurn, MetricPoint, Run, RuntimeMessage, Submission
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from load import run_load  # noqa: E402
+from load import count_stored, run_load  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -53,3 +53,37 @@ def test_ingest_and_polling_at_once_lose_and_duplicate_nothing(live_server, proj
         assert AgentTurn.objects.filter(run=run).count() == run.turn_count == sent.turns
         assert Submission.objects.filter(run=run).count() == sent.scores
         assert RuntimeMessage.objects.filter(run=run).count() == sent.messages
+
+
+def test_the_final_check_names_the_batch_whose_rows_are_missing(live_server, project):
+    # The check a rare mismatch depends on: not only "1,350 turns stored, 1,360 sent" but which batch,
+    # with what the server answered it.
+    token = services.create_api_token(project, name="load")[1]
+    result = run_load(
+        live_server.url,
+        token,
+        project.slug,
+        "",
+        "",
+        seconds=3,
+        ingest_clients=2,
+        pollers=0,
+        points=30,
+        turns=4,
+    )
+    assert result["problems"] == [] and result["stats"].error_count() == 0, result
+    totals = result["totals"]
+    lost = next(r for r in totals["load-1"].log if r.seq == 1 and not r.replay)
+    assert lost.status == 200 and lost.turn_ids == tuple(f"c1-b1-t{t}" for t in range(4))
+    run = Run.objects.get(project=project, external_id="load-1")
+    assert AgentTurn.objects.filter(run=run, event_id__in=lost.turn_ids).delete()[0] == 4
+
+    problems = count_stored(live_server.url, token, project.slug, totals)
+
+    sent = totals["load-1"].turns
+    assert problems[0] == f"load-1: {sent - 4} turn rows stored, {sent} sent"
+    named = [p for p in problems if "MISSING" in p]
+    assert len(named) == 1, problems
+    assert named[0].startswith("load-1: MISSING rows of client 1 batch 1 (ids c1-b1-*, 36 events, sent at ")
+    assert "answered 200 at " in named[0] and '{"run":"load-1","accepted":36,"duplicates":0}' in named[0]
+    assert ": 4 of 4 turns and 0 of 30 points are not stored" in named[0]
