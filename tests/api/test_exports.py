@@ -229,7 +229,7 @@ def test_a_50000_point_export_streams_in_bounded_memory(api, project, world, rec
         )
     lines, size, peak = _stream(api.get(f"{A}/runs/r2/metrics?key=big&format=csv"))
     assert lines == 50_001  # the header and every point
-    small_lines, _, small_peak = _stream(api.get(f"{A}/runs/r2/metrics?key=small&format=csv"))
+    small_lines, small_size, small_peak = _stream(api.get(f"{A}/runs/r2/metrics?key=small&format=csv"))
     assert small_lines == 10_001
     jsonl_lines, jsonl_size, jsonl_peak = _stream(api.get(f"{A}/runs/r2/metrics?key=small&format=jsonl"))
     assert jsonl_lines == 10_000
@@ -255,5 +255,8 @@ def test_a_50000_point_export_streams_in_bounded_memory(api, project, world, rec
         f"{materialised:,}"
     )
     # Flat: ten times the rows costs about the same; far below the export's size and the rows held whole.
-    assert peak < small_peak * 1.5 + 500_000 and jsonl_peak < 4_000_000
-    assert peak < 4_000_000 and peak < size and peak < materialised / 5
+    assert peak < small_peak * 1.5 + 500_000 and jsonl_peak < 4_000_000 and peak < 4_000_000
+    # What the 40,000 more rows add to the peak is a small share of their bytes and of the rows held whole
+    # (the peak itself is mostly fixed: the database driver's fetch buffer is ~2 MB on PostgreSQL).
+    grown = peak - small_peak
+    assert grown < (size - small_size) / 5 and grown < materialised * 0.8 / 20, (grown, size - small_size)
