@@ -508,10 +508,11 @@ class Harness:
         steering.open_inbox(self.inbox, project["slug"], run_id)  # it can be steered like the others
         return run
 
-    def drive(self, interval: float) -> None:
+    def drive(self, interval: float, stop: threading.Event | None = None) -> None:
         """Step the runs smrweb started until each ends, acting on their steering (the demo's webhook
-        receiver runs this in a thread; it starts no runs of its own)."""
-        while True:
+        receiver runs this in a thread; it starts no runs of its own), or until `stop` is set."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
             with self.lock:
                 running = list(self.runs)
             for run in running:
@@ -521,7 +522,7 @@ class Harness:
                     steering.close_inbox(self.inbox, run.project["slug"], run.external_id)
                     with self.lock:
                         self.runs.remove(run)
-            time.sleep(interval)
+            stop.wait(interval)
 
     def loop(self, interval: float, concurrent: int) -> None:
         steering.reset_inbox(self.inbox)

@@ -117,6 +117,7 @@ def make_handler(
         def log_message(self, fmt, *args):
             print(f"rollback-receiver {self.address_string()} {fmt % args}", flush=True)
 
+    Handler.stop_harness = staticmethod(start.stop)  # the runs it started stop being stepped
     return Handler
 
 
@@ -126,6 +127,7 @@ def _starter(*, url: str, tokens: dict[str, str], interval: float, inbox=None):
     the runs it starts can be steered too."""
     state: dict = {}
     made = threading.Lock()
+    stopping = threading.Event()
 
     def start(payload: dict) -> tuple[int, str]:
         from smrweb.stack.harness import Harness, answer_start
@@ -133,9 +135,20 @@ def _starter(*, url: str, tokens: dict[str, str], interval: float, inbox=None):
         with made:
             if "harness" not in state:
                 state["harness"] = Harness(url, tokens, random.Random(), inbox)
-                threading.Thread(target=state["harness"].drive, args=(interval,), daemon=True).start()
+                state["thread"] = threading.Thread(
+                    target=state["harness"].drive, args=(interval, stopping), daemon=True
+                )
+                state["thread"].start()
         return answer_start(state["harness"], payload)
 
+    def stop() -> None:
+        """Stop stepping the started runs, and wait for a step under way to end (a test tearing its
+        database down must not meet a push)."""
+        stopping.set()
+        if "thread" in state:
+            state["thread"].join(timeout=30)
+
+    start.stop = stop
     return start
 
 

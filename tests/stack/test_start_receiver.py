@@ -23,18 +23,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def harness_webhook(project, token, live_server):
-    server = ThreadingHTTPServer(
-        ("127.0.0.1", 0),
-        make_handler(
-            url=live_server.url,
-            tokens={"hill": token},
-            secrets={"hill": rollbacks.webhook_secret(project)},
-            interval=0.05,
-        ),
+    handler = make_handler(
+        url=live_server.url,
+        tokens={"hill": token},
+        secrets={"hill": rollbacks.webhook_secret(project)},
+        interval=0.05,
     )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     services.update_project(project, rollback_webhook_url=f"http://127.0.0.1:{server.server_port}/rollback")
     yield server
+    # The run it started would climb on into the database's teardown (on PostgreSQL a push meeting the
+    # flush's TRUNCATE is a deadlock): stop it first.
+    handler.stop_harness()
     server.shutdown()
 
 
