@@ -307,14 +307,20 @@ def targets(info: dict) -> list[tuple[str, str, Target, Target, bool]]:
 
     project = lambda w: {"slug": w["slug"]}  # noqa: E731
     run = lambda w: {"slug": w["slug"], "run_id": w["long_run"]}  # noqa: E731
-    compare = (
-        Target(
-            "compare-runs", "compare-runs", project(small), [("runs", r) for r in small["runs"][:n_small]]
-        ),
-        Target(
-            "compare-runs", "compare-runs", project(large), [("runs", r) for r in large["runs"][:n_large]]
-        ),
-    )
+
+    def compare_of(headers=None):
+        return tuple(
+            Target(
+                "compare-runs",
+                "compare-runs",
+                project(w),
+                [("runs", r) for r in w["runs"][:n]],
+                headers=dict(headers or {}),
+            )
+            for w, n in ((small, n_small), (large, n_large))
+        )
+
+    compare = compare_of()
     rows = [
         ("project page", "project page", *both("project-detail", project), False),
         (
@@ -327,6 +333,14 @@ def targets(info: dict) -> list[tuple[str, str, Target, Target, bool]]:
         ("run page of the long run", "run page", *both("run-detail", run), False),
         ("run page, htmx poll (full partial)", "", *both("run-detail", run, htmx=True), False),
         (f"compare {n_small} / {n_large} runs", "compare", *compare, False),
+        # A hard reload renders the comparison again from the series kept per run: what a new baseline or a
+        # dropped run costs (the render kept for the page as it was does not apply).
+        (
+            f"compare {n_small} / {n_large} runs, re-rendered (series kept)",
+            "compare",
+            *compare_of({"Cache-Control": "no-cache"}),
+            False,
+        ),
         ("project page, cold", "project page", *both("project-detail", project), True),
         ("run page of the long run, cold", "run page", *both("run-detail", run), True),
         (f"compare {n_small} / {n_large} runs, cold", "compare", *compare, True),

@@ -41,3 +41,22 @@ def delete(key: str) -> None:
         cache.delete(key)
     except Exception as exc:
         _down("delete", key, exc)
+
+
+def get_many(keys: list[str]) -> dict:
+    if not keys:
+        return {}
+    try:
+        return cache.get_many(keys)
+    except Exception as exc:
+        _down("get_many", keys[0], exc)
+        return {}
+
+
+def set_many(values: dict, timeout: float | None) -> None:
+    if not values:
+        return
+    try:
+        cache.set_many(values, timeout=timeout)
+    except Exception as exc:
+        _down("set_many", next(iter(values)), exc)

@@ -286,7 +286,7 @@ def test_fifty_distinct_runs_are_allowed_and_duplicates_do_not_count(client_alic
 def test_unknown_run_ids_are_listed_and_the_rest_compared(client_alice, two_runs):
     response = client_alice.get(query("a", "nope", "b", "gone"))
     assert response.status_code == 200
-    assert [s.run.external_id for s in response.context["comparison"].runs] == ["a", "b"]
+    assert [r.external_id for r in response.context["compared"]] == ["a", "b"]
     body = response.content.decode()
     missing = body.split('id="compare-missing"')[1].split("</div>")[0]
     assert '<code title="nope">nope</code>, <code title="gone">gone</code>' in missing
@@ -309,7 +309,7 @@ def test_fewer_than_two_runs_show_the_empty_state_and_the_picker(client_alice, t
 
 def test_run_ids_are_deduplicated_in_order_and_may_be_comma_separated(client_alice, two_runs):
     response = client_alice.get(URL + "?runs=b,a&runs=b&runs=%20a%20")
-    assert [s.run.external_id for s in response.context["comparison"].runs] == ["b", "a"]
+    assert [r.external_id for r in response.context["compared"]] == ["b", "a"]
     assert compare.parse_run_ids(["b,a", "b", " a ", ",,"]) == ["b", "a"]
 
 
@@ -322,9 +322,9 @@ def test_row_buttons_make_a_baseline_or_drop_a_run(client_alice, two_runs):
     form = body.split('id="compare-rows"')[1].split("</form>")[0]
     assert form.count('name="runs"') == 2 and 'value="a"' in form and 'value="b"' in form
     made = client_alice.get(URL, {"runs": ["a", "b"], "baseline": "b"})
-    assert [s.run.external_id for s in made.context["comparison"].runs] == ["b", "a"]
+    assert [r.external_id for r in made.context["compared"]] == ["b", "a"]
     dropped = client_alice.get(URL, {"runs": ["a", "b"], "drop": "b"})
-    assert [s.run.external_id for s in dropped.context["comparison"].runs] == ["a"]
+    assert [r.external_id for r in dropped.context["compared"]] == ["a"]
 
 
 def test_hostile_run_ids_are_escaped(client_alice, two_runs):
@@ -400,3 +400,78 @@ def test_number_formats_for_the_table():
         "8,000",
         "123,456",
     ]
+
+
+# --- kept renders and kept series ---------------------------------------------------------------
+
+
+def _rows_read(queries) -> list[str]:
+    """The SQL of the queries that read scores or turns (what a comparison's series cost)."""
+    return [
+        q["sql"] for q in queries if "tracking_submission" in q["sql"] or "tracking_agentturn" in q["sql"]
+    ]
+
+
+def test_a_comparison_seen_again_is_served_from_its_kept_render(client_alice, two_runs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    first = client_alice.get(query("a", "b"))
+    assert "comparison" in first.context  # rendered: nothing was kept yet
+    with CaptureQueriesContext(connection) as seen:
+        again = client_alice.get(query("a", "b"))
+    assert _rows_read(seen.captured_queries) == []
+    assert "comparison" not in again.context  # not rendered: the kept render was served
+    section = re.compile(r'<div class="grid-2 even">.*</table>', re.S)
+    assert section.search(again.content.decode())[0] == section.search(first.content.decode())[0]
+    # A hard reload renders it afresh (the way out should a version ever miss a change).
+    with CaptureQueriesContext(connection) as seen:
+        fresh = client_alice.get(query("a", "b"), headers={"cache-control": "no-cache"})
+    assert "comparison" in fresh.context and _rows_read(seen.captured_queries) == []  # the series were kept
+
+
+def test_a_new_score_shows_at_once_and_only_its_run_is_read_again(client_alice, two_runs, project):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client_alice.get(query("a", "b"))
+    push(project, "b", score(0.95, minutes=25))
+    with CaptureQueriesContext(connection) as seen:
+        response = client_alice.get(query("a", "b"))
+    body = response.content.decode()
+    assert "0.95" in row(body, "b")
+    assert [
+        y for t in figure(body, "compare-score-data")["data"] if t.get("name") == "b" for y in t["y"]
+    ].count(0.95) >= 1
+    b = project.runs.get(external_id="b")
+    read = _rows_read(seen.captured_queries)
+    assert len(read) == 3  # turn statistics, scores, spend: of run b alone
+    a = project.runs.get(external_id="a")
+    for sql in read:
+        assert re.search(rf"IN \({b.pk}\)", sql), sql
+        assert not re.search(rf"IN \([^)]*\b{a.pk}\b", sql), sql
+
+
+def test_a_new_baseline_reads_no_series_and_its_deltas_are_against_it(client_alice, two_runs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client_alice.get(query("a", "b"))
+    with CaptureQueriesContext(connection) as seen:
+        response = client_alice.get(URL, {"runs": ["a", "b"], "baseline": "b"})
+    assert _rows_read(seen.captured_queries) == []
+    body = response.content.decode()
+    assert 'class="badge badge-base">baseline' in row(body, "b")
+    # a's best (0.5) against the new baseline b's (0.9): −0.4, worse
+    assert re.search(r'class="delta bad" title="[^"]*against b">[−-]0\.4', row(body, "a")), row(body, "a")
+
+
+def test_a_renamed_parent_changes_the_kept_render(client_alice, alice, project):
+    for rid in ("p", "c", "d"):
+        push(project, rid, score(0.1, minutes=0))
+    c = project.runs.get(external_id="c")
+    c.parent = project.runs.get(external_id="p")
+    c.save(update_fields=["parent", "updated"])
+    assert ">p</a>" in row(client_alice.get(query("c", "d")).content.decode(), "c")
+    services.update_run_labels(project.runs.get(external_id="p"), by=alice, display_name="the-parent")
+    assert ">the-parent</a>" in row(client_alice.get(query("c", "d")).content.decode(), "c")

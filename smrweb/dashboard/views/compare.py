@@ -1,17 +1,24 @@
 """Compare up to 200 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
 
+import functools
+import hashlib
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
+from django.template.loader import get_template, render_to_string
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import live
 from smrweb.dashboard.access import project_for_user
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
+from smrweb.dashboard.clock import zone_label
 from smrweb.tracking.queries import compare
 
+TEMPLATE = "dashboard/compare.html"
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 
 
@@ -35,7 +42,7 @@ def compare_runs(request, slug: str):
             "picker": _picker(project, selected),
             "picked_now": bool(selected),
         }
-        return render(request, "dashboard/compare.html#pick", context)
+        return render(request, f"{TEMPLATE}#pick", context)
     context = {"project": project, "requested": requested, "max_runs": compare.MAX_RUNS}
     status = 200
     if len(requested) > compare.MAX_RUNS:
@@ -46,20 +53,53 @@ def compare_runs(request, slug: str):
         )
         status, selected = 400, []
     else:
-        comparison = compare.compare(project, requested)
-        selected = [s.run for s in comparison.runs]
-        context["comparison"] = comparison
-        context["export_query"] = urlencode([("runs", s.run.external_id) for s in comparison.runs])
-        context["missing"] = comparison.missing[:MISSING_SHOWN]
-        context["missing_more"] = max(len(comparison.missing) - MISSING_SHOWN, 0)
-        if len(comparison.runs) >= 2:
-            context.update(compare_charts.build(comparison))
+        selected, missing = compare.find_markers(project, requested)
+        context["compared"] = selected
+        context["missing"] = missing[:MISSING_SHOWN]
+        context["missing_more"] = max(len(missing) - MISSING_SHOWN, 0)
+        if len(selected) >= 2:
+            context["comparison_html"] = _comparison(request, project, selected)
     context["picked_now"] = bool(selected)
     if len(selected) >= 2:
         context["picker_later"] = True
     else:
-        context["picker"] = _picker(project, selected, chosen=set(requested))
-    return render(request, "dashboard/compare.html", context, status=status)
+        picked = compare.picked_runs(project, [marker.external_id for marker in selected])
+        context["picker"] = _picker(project, picked, chosen=set(requested))
+    return render(request, TEMPLATE, context, status=status)
+
+
+@functools.cache
+def _template_digest() -> str:
+    """Kept renders are keyed by version; a changed template makes them other versions."""
+    return hashlib.blake2s(get_template(TEMPLATE).template.source.encode(), digest_size=6).hexdigest()
+
+
+def _comparison(request, project, runs: list[compare.RunMarker]) -> SafeString:
+    """The charts and tables of two or more runs, rendered once per version of what they show and kept in
+    the cache: the runs as they are now (`Run.updated` moves with every write to a run, and the parents
+    named in the table), in this order, the scenario, the viewer's clock and the 30-second tick of the
+    relative times. A hard reload renders it afresh (`live.wants_fresh`)."""
+    scenario = project.scenario
+    version = live.version(
+        _template_digest(),
+        (scenario.pk, scenario.maximize, scenario.score_metric, scenario.name),
+        timezone.get_current_timezone_name(),
+        zone_label(),
+        [tuple(marker) for marker in runs],
+    )
+
+    def render() -> str:
+        comparison = compare.compare(project, [marker.external_id for marker in runs])
+        context = {
+            "project": project,
+            "comparison": comparison,
+            "export_query": urlencode([("runs", s.run.external_id) for s in comparison.runs]),
+            **compare_charts.build(comparison),
+        }
+        return render_to_string(f"{TEMPLATE}#comparison", context, request=request)
+
+    deck = live.Deck(f"compare-{project.pk}", [live.Card("comparison", version, render)])
+    return mark_safe(deck.page(fresh=live.wants_fresh(request))["comparison"])
 
 
 def _picker(project, selected: list, chosen: set[str] | None = None) -> list:

@@ -5,6 +5,11 @@ spend series, one aggregate of turn statistics, and the picker's recent runs. Se
 SQL (a row-number stride per run, so 50 runs × 10,000 turns never come back whole) and then
 downsampled with LTTB, so a chart holds at most POINTS_PER_CHART points however long the runs are.
 Totals come from the run's maintained summary columns, which the write path keeps exact.
+
+What is read per run (its series and turn statistics) is kept in the cache under the run's change marker
+(`Run.updated`, which every write to the run moves) and the chart's resolution, so a comparison that is
+opened again, re-ordered, or that drops or adds a run reads only the runs it has not seen as they are now:
+three queries for those, none when every run is kept.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
 from django.db.models.expressions import ExpressionWrapper, RowRange
 from django.db.models.functions import Cast, RowNumber
 
+from smrweb.core import softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
 from smrweb.tracking.queries.timeline import EpochSeconds
@@ -29,6 +36,7 @@ POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 10
 # shape. Cumulative spend only rises, so an even stride already keeps its shape.
 SCORE_OVERSAMPLE, SPEND_OVERSAMPLE = 4, 2
 RECENT_RUNS = 200
+SERIES_CACHE_SECONDS = 3600
 
 DELTA_FIELDS = ("final", "best", "turns", "tokens", "usd", "gain_per_usd", "duration")
 
@@ -129,33 +137,107 @@ class Comparison:
         return self.runs[0] if self.runs else None
 
 
-def compare(project: Project, external_ids: list[str], *, points: int = POINTS_PER_CHART) -> Comparison:
-    """The runs named by `external_ids` (order kept, first = baseline) with series and deltas.
+def compare(
+    project: Project,
+    external_ids: list[str],
+    *,
+    points: int = POINTS_PER_CHART,
+    found: tuple[list[Run], list[str]] | None = None,
+) -> Comparison:
+    """The runs named by `external_ids` (order kept, first = baseline) with series and deltas; `found`
+    is what `find_runs` answered for them, when the caller has it already.
 
     Series are read only when at least two runs are found: there is nothing to compare otherwise.
     """
-    found = {
-        r.external_id: r
-        for r in Run.objects.filter(project=project, external_id__in=external_ids)
-        .select_related("parent")  # lineage: each run's parent, named in the table
-        .order_by()
-    }
-    missing = [rid for rid in external_ids if rid not in found]
-    runs = [found[rid] for rid in external_ids if rid in found]
-    for run in runs:
-        run.project = project  # already loaded, with its scenario: no query per row
+    runs, missing = found or find_runs(project, external_ids)
     series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
     if len(series) >= 2:
-        per_run = max(points // len(series), 8)
-        by_pk = {s.run.pk: s for s in series}
-        _add_turn_stats(by_pk)
-        _add_scores(by_pk, maximize=project.scenario.maximize, per_run=per_run)
-        _add_spend(by_pk, per_run=per_run)
+        _add_series(series, maximize=project.scenario.maximize, per_run=max(points // len(series), 8))
     for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
     _add_deltas(series)
     return Comparison(project=project, runs=series, missing=missing)
+
+
+def find_runs(project: Project, external_ids: list[str]) -> tuple[list[Run], list[str]]:
+    """The runs of `external_ids` the project has, in that order (with their parents, named in the table),
+    and the ids it does not have. One query."""
+    found = {
+        r.external_id: r
+        for r in Run.objects.filter(project=project, external_id__in=external_ids)
+        .select_related("parent")  # lineage: each run's parent, named in the table
+        .defer("source_cursor", "metrics_downsampled", "parent__source_cursor", "parent__metrics_downsampled")
+        .order_by()
+    }
+    runs = [found[rid] for rid in external_ids if rid in found]
+    for run in runs:
+        run.project = project  # already loaded, with its scenario: no query per row
+    return runs, [rid for rid in external_ids if rid not in found]
+
+
+class RunMarker(NamedTuple):
+    """What says a compared run changed: its change marker and its parent's (named in the table)."""
+
+    external_id: str
+    pk: int
+    updated: datetime
+    parent_updated: datetime | None
+
+
+def find_markers(project: Project, external_ids: list[str]) -> tuple[list[RunMarker], list[str]]:
+    """`find_runs`, reading only what a kept render is looked up by (no model is built: one query)."""
+    found = {
+        m[0]: RunMarker(*m)
+        for m in Run.objects.filter(project=project, external_id__in=external_ids)
+        .order_by()
+        .values_list("external_id", "pk", "updated", "parent__updated")
+    }
+    return [found[rid] for rid in external_ids if rid in found], [
+        rid for rid in external_ids if rid not in found
+    ]
+
+
+# What a RunSeries holds beyond its run: read from the rows, kept per run version and resolution.
+READ_FIELDS = (
+    "start",
+    "first_score",
+    "scores",
+    "frontier",
+    "spend",
+    "best_after",
+    "driver_turns",
+    "child_turns",
+    "tool_calls",
+    "mean_turn_ms",
+)
+
+
+def _series_key(run: Run, *, maximize: bool, per_run: int) -> str:
+    return f"compare-series:v1:{run.pk}:{run.updated.timestamp():.6f}:{int(maximize)}:{per_run}"
+
+
+def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> None:
+    """Fill each run's series and turn statistics: from the cache where the run is kept as it is now,
+    from the rows (three queries, whatever their number) for the others, which are then kept."""
+    keys = {s.run.pk: _series_key(s.run, maximize=maximize, per_run=per_run) for s in series}
+    kept = softcache.get_many(list(keys.values()))
+    by_pk: dict[int, RunSeries] = {}
+    for s in series:
+        if (values := kept.get(keys[s.run.pk])) is not None:
+            for name, value in zip(READ_FIELDS, values):
+                setattr(s, name, value)
+        else:
+            by_pk[s.run.pk] = s
+    if not by_pk:
+        return
+    _add_turn_stats(by_pk)
+    _add_scores(by_pk, maximize=maximize, per_run=per_run)
+    _add_spend(by_pk, per_run=per_run)
+    softcache.set_many(
+        {keys[pk]: tuple(getattr(s, name) for name in READ_FIELDS) for pk, s in by_pk.items()},
+        SERIES_CACHE_SECONDS,
+    )
 
 
 PICKER_FIELDS = ("external_id", "state", "best_score", "last_progress_at", "stalled_since", "turn_count")
