@@ -303,9 +303,11 @@ def _tone(key: str, d, maximize: bool) -> str:
     return "" if d == 0 else "good" if better else "bad"
 
 
-def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
+def deltas(
+    s: RunSeries, base: RunSeries, maximize: bool, base_values: dict | None = None
+) -> dict[str, Delta]:
     out = {}
-    base_values = base.values()
+    base_values = base_values or base.values()  # the same for every row: `rows` reads it once
     for key, d in s.deltas.items():
         if d is None:
             out[key] = Delta("—", "", "no value to compare")
@@ -314,22 +316,20 @@ def deltas(s: RunSeries, base: RunSeries, maximize: bool) -> dict[str, Delta]:
         b_num = b.total_seconds() if isinstance(b, timedelta) else b
         d_num = d.total_seconds() if isinstance(d, timedelta) else d
         pct = f" ({signed_number(d_num / abs(b_num) * 100, 2, percent=True)})" if b_num else ""
-        out[key] = Delta(
-            _deltaplotly_text(key, d),
-            _tone(key, d_num, maximize),
-            f"{_deltaplotly_text(key, d)}{pct} against {base.run.external_id}",
-        )
+        text = _deltaplotly_text(key, d)
+        out[key] = Delta(text, _tone(key, d_num, maximize), f"{text}{pct} against {base.run.external_id}")
     return out
 
 
 def rows(c: Comparison, colours: list[str]) -> list[Row]:
     out = []
+    base_values = c.runs[0].values() if c.runs else {}
     for i, (s, col) in enumerate(zip(c.runs, colours)):
         out.append(
             Row(
                 s=s,
                 colour=col,
-                deltas=deltas(s, c.runs[0], c.maximize) if i else {},
+                deltas=deltas(s, c.runs[0], c.maximize, base_values) if i else {},
                 gain_per_usd=rate(s.gain_per_usd),
                 usd_per_turn=usd_precise(s.usd_per_turn),
             )
