@@ -32,6 +32,17 @@ def test_no_template_line_is_over_160_characters():
     assert not long_lines, f"template lines over {MAX_LINE} characters:\n" + "\n".join(long_lines)
 
 
+def test_no_comment_spans_lines():
+    """Django's {# #} comment is one line: one spread over two is shown on the page as text."""
+    spread = [
+        f"{path.relative_to(TEMPLATES)}:{number}"
+        for path in _templates()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if "{#" in line and "#}" not in line.split("{#", 1)[1]
+    ]
+    assert not spread, "{# comments over several lines (use {% comment %}):\n" + "\n".join(spread)
+
+
 def test_underscore_names_only_for_partials():
     misplaced = [
         str(path.relative_to(TEMPLATES))

@@ -418,6 +418,7 @@ def test_a_comparison_seen_again_is_served_from_its_kept_render(client_alice, tw
 
     first = client_alice.get(query("a", "b"))
     assert "comparison" in first.context  # rendered: nothing was kept yet
+    assert "{#" not in first.content.decode() and "{%" not in first.content.decode()  # no template text shows
     with CaptureQueriesContext(connection) as seen:
         again = client_alice.get(query("a", "b"))
     assert _rows_read(seen.captured_queries) == []
