@@ -77,11 +77,12 @@ def _template_digest() -> str:
 def _comparison(request, project, runs: list[compare.RunMarker]) -> SafeString:
     """The charts and tables of two or more runs, rendered once per version of what they show and kept in
     the cache: the runs as they are now (`Run.updated` moves with every write to a run, and the parents
-    named in the table), in this order, the scenario, the viewer's clock and the 30-second tick of the
-    relative times. A hard reload renders it afresh (`live.wants_fresh`)."""
+    named in the table), in this order, the project's slug and scenario, the viewer's clock and the
+    30-second tick of the relative times. A hard reload renders it afresh (`live.wants_fresh`)."""
     scenario = project.scenario
     version = live.version(
         _template_digest(),
+        project.slug,  # in the rows' links
         (scenario.pk, scenario.maximize, scenario.score_metric, scenario.name),
         timezone.get_current_timezone_name(),
         zone_label(),
