@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import AgentTurn, Run, Submission, SubmissionStatus
+from smrweb.tracking.models import AgentTurn, Run, Submission, SubmissionStatus, TurnRollup
 from smrweb.tracking.queries import compare, progress, timeline
 from tests.factories import admin_project
 
@@ -241,7 +241,9 @@ def test_compare_of_two_hundred_runs_ships_figures_under_100_kb(client_alice, pr
 
 
 def fresh(run: Run):
+    """Computed from every row: neither the cache's aggregates nor the run's rollup row."""
     timeline.forget_turn_aggregates(run)
+    TurnRollup.objects.filter(run=run).delete()
     run = Run.objects.select_related("project__scenario").get(pk=run.pk)
     return timeline.run_timeline(run, now=T0 + timedelta(days=2)), timeline.actor_tree(run)
 

@@ -3,9 +3,12 @@ the same clock, spend against budget with a forecast, efficiency, and the actor 
 
 The turn aggregates behind the timeline and the actor tree are kept per run in the cache and brought up
 to date with the turns that arrived since (`_turn_memo`): a page of a 100,000-turn run reads the turns
-it has not seen, not all of them. What is kept is checked against the run's own summary columns (turn
-count, tokens in and out, which the write path recomputes from the rows): any difference — a deleted
-turn, one committed out of id order — and the aggregates are computed again from every row, in SQL.
+it has not seen, not all of them. The write path keeps the same aggregates in the database too (a
+`TurnRollup` row per run, advanced in each batch's transaction), so a page after the cache lost them
+(a restart, an eviction) reads one row instead of every turn. What is kept is checked against the
+run's own summary columns (turn count, tokens in and out, which the write path recomputes from the
+rows): any difference — a deleted turn, one committed out of id order — and the aggregates are
+computed again from every row, in SQL.
 A figure ships at most `MAX_BINS` bars per kind and `MAX_SCORE_POINTS` scores whatever the run's length.
 """
 
@@ -42,7 +45,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
-from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
+from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind, TurnRollup
 
 MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
 MAX_SCORE_POINTS = 300
@@ -224,11 +227,62 @@ class _TurnMemo:
         self.width, self.buckets = width, merged
 
     def matches(self, run: Run) -> bool:
-        return (self.count, self.tokens_in, self.tokens_out) == (
-            run.turn_count,
-            run.tokens_in,
-            run.tokens_out,
+        return self.totals() == (run.turn_count, run.tokens_in, run.tokens_out)
+
+    def totals(self) -> tuple[int, int, int]:
+        return self.count, self.tokens_in, self.tokens_out
+
+    def rollup(self, run: Run) -> TurnRollup:
+        """The memo as the run's `TurnRollup` row (unsaved)."""
+        return TurnRollup(
+            run=run,
+            hwm=self.hwm,
+            turn_count=self.count,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            width=self.width,
+            first_ts=self.lo,
+            last_ts=self.hi,
+            buckets=[[index, kind, *values] for (index, kind), values in self.buckets.items()],
+            actors=[
+                [*key, n, tin, tout, micro, _epoch_us(first), _epoch_us(last)]
+                for key, (n, tin, tout, micro, first, last) in self.actors.items()
+            ],
         )
+
+    @classmethod
+    def from_rollup(cls, row: TurnRollup) -> _TurnMemo:
+        return cls(
+            width=row.width,
+            hwm=row.hwm,
+            count=row.turn_count,
+            tokens_in=row.tokens_in,
+            tokens_out=row.tokens_out,
+            lo=row.first_ts,
+            hi=row.last_ts,
+            buckets={
+                (index, kind): [n, tin, tout, micro] for index, kind, n, tin, tout, micro in row.buckets
+            },
+            actors={
+                (actor, parent, kind, model): [
+                    n,
+                    tin,
+                    tout,
+                    micro,
+                    _from_epoch_us(first),
+                    _from_epoch_us(last),
+                ]
+                for actor, parent, kind, model, n, tin, tout, micro, first, last in row.actors
+            },
+        )
+
+
+def _epoch_us(ts: datetime) -> int:
+    return (ts - EPOCH) // timedelta(microseconds=1)
+
+
+def _from_epoch_us(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
 
 
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
@@ -238,7 +292,7 @@ def _memo_key(run: Run) -> str:
     return f"turn-aggregates:v1:{run.pk}"
 
 
-def _computed(run: Run) -> _TurnMemo:
+def computed_turn_memo(run: Run) -> _TurnMemo:
     """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
     the buckets and the actors of the turns up to the highest id the totals saw."""
     turns = AgentTurn.objects.filter(run=run)
@@ -274,9 +328,22 @@ def _computed(run: Run) -> _TurnMemo:
     return memo
 
 
+def _kept(run: Run) -> _TurnMemo | None:
+    """The run's `TurnRollup` (one query) with the turns past its high-water mark folded in (one more:
+    an indexed range, empty when the write path kept the rollup in the batch's transaction), or None
+    when there is none or it disagrees with the run's summary columns."""
+    row = TurnRollup.objects.filter(run=run).first()
+    if row is None:
+        return None
+    memo = _TurnMemo.from_rollup(row)
+    memo.add(AgentTurn.objects.filter(run=run, id__gt=memo.hwm).order_by("id").values_list(*TURN_FIELDS))
+    return memo if memo.matches(run) else None
+
+
 def _turn_memo(run: Run) -> _TurnMemo:
     """The run's turn aggregates: the cached ones with the turns that arrived since folded in (one
-    query), else computed from every row (three queries). Kept on `run` for the rest of the request."""
+    query), else the run's `TurnRollup` likewise (two), else computed from every row (three queries).
+    Kept on `run` for the rest of the request."""
     memo = getattr(run, "_turn_memo", None)
     if memo is not None:
         return memo
@@ -292,7 +359,7 @@ def _turn_memo(run: Run) -> _TurnMemo:
     else:
         memo = None
     if memo is None:
-        memo = _computed(run)
+        memo = _kept(run) or computed_turn_memo(run)
     try:
         cache.set(key, memo, MEMO_SECONDS)
     except Exception:  # noqa: BLE001 - nothing kept: the next page computes again
