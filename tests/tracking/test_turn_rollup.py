@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from smrweb.tracking import backup, services
 from smrweb.tracking.models import AgentTurn, Run, TurnRollup
 from smrweb.tracking.queries import timeline
+from smrweb.tracking.services.rollups import ROLLUP_LAG
 from smrweb.tracking.services.runs import recompute_spend
 from tests.dashboard.test_scale import T0, push, turn_events
 
@@ -32,7 +33,13 @@ def load(run: Run) -> Run:
 
 
 def kept(run: Run) -> timeline._TurnMemo:
-    return timeline._TurnMemo.from_rollup(TurnRollup.objects.get(run=run))
+    """The rollup as a page reads it: the row, and the turns past its mark (fewer than ROLLUP_LAG)."""
+    run = load(run)
+    row = TurnRollup.objects.get(run=run)
+    assert 0 <= run.turn_count - row.turn_count < ROLLUP_LAG
+    memo = timeline.kept_turn_memo(run)
+    assert memo is not None  # it agrees with the run's summary columns
+    return memo
 
 
 def from_rows(run: Run) -> timeline._TurnMemo:
@@ -106,6 +113,22 @@ def test_a_page_after_the_cache_was_lost_reads_the_rollup_not_every_turn(project
     assert cold[0].turn_total == 500 and sum(b.count for b in cold[0].bins) == 500
     assert sum(b.cost_usd for b in cold[0].bins) == load(run).cost_usd  # to the micro-dollar
     assert sum(n.turns for n in cold[1]) == 500
+
+
+def test_the_rollup_row_is_written_every_rollup_lag_turns_and_a_page_folds_in_the_rest(project):
+    push(project, "r", turn_events(300))
+    run = Run.objects.get(project=project, external_id="r")
+    assert TurnRollup.objects.get(run=run).turn_count == 300  # the first batch writes it
+    for start in range(300, 300 + ROLLUP_LAG - 1, 85):
+        push(project, "r", turn_events(min(85, 300 + ROLLUP_LAG - 1 - start), start=start))
+    assert TurnRollup.objects.get(run=run).turn_count == 300  # 255 behind: left as it is
+    cold, sql = page(run)
+    assert cold[0].turn_total == 300 + ROLLUP_LAG - 1 and len(turn_reads(sql)) == 1
+    agree(kept(run), from_rows(run))
+    push(project, "r", turn_events(1, start=300 + ROLLUP_LAG - 1))
+    row = TurnRollup.objects.get(run=run)
+    assert row.turn_count == 300 + ROLLUP_LAG == load(run).turn_count  # 256 behind: written
+    agree(timeline._TurnMemo.from_rollup(row), from_rows(run))
 
 
 def test_a_deleted_turn_rebuilds_the_rollup_from_the_rows(project):

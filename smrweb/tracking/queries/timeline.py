@@ -4,11 +4,11 @@ the same clock, spend against budget with a forecast, efficiency, and the actor 
 The turn aggregates behind the timeline and the actor tree are kept per run in the cache and brought up
 to date with the turns that arrived since (`_turn_memo`): a page of a 100,000-turn run reads the turns
 it has not seen, not all of them. The write path keeps the same aggregates in the database too (a
-`TurnRollup` row per run, advanced in each batch's transaction), so a page after the cache lost them
-(a restart, an eviction) reads one row instead of every turn. What is kept is checked against the
-run's own summary columns (turn count, tokens in and out, which the write path recomputes from the
-rows): any difference — a deleted turn, one committed out of id order — and the aggregates are
-computed again from every row, in SQL.
+`TurnRollup` row per run, advanced in the batches' transactions), so a page after the cache lost them
+(a restart, an eviction) reads one row and the few turns past it instead of every turn. What is kept
+is checked against the run's own summary columns (turn count, tokens in and out, which the write path
+recomputes from the rows): any difference — a deleted turn, one committed out of id order — and the
+aggregates are computed again from every row, in SQL.
 A figure ships at most `MAX_BINS` bars per kind and `MAX_SCORE_POINTS` scores whatever the run's length.
 """
 
@@ -328,10 +328,10 @@ def computed_turn_memo(run: Run) -> _TurnMemo:
     return memo
 
 
-def _kept(run: Run) -> _TurnMemo | None:
+def kept_turn_memo(run: Run) -> _TurnMemo | None:
     """The run's `TurnRollup` (one query) with the turns past its high-water mark folded in (one more:
-    an indexed range, empty when the write path kept the rollup in the batch's transaction), or None
-    when there is none or it disagrees with the run's summary columns."""
+    an indexed range of fewer than `services.rollups.ROLLUP_LAG` turns, as the write path keeps it), or
+    None when there is none or it disagrees with the run's summary columns."""
     row = TurnRollup.objects.filter(run=run).first()
     if row is None:
         return None
@@ -359,7 +359,7 @@ def _turn_memo(run: Run) -> _TurnMemo:
     else:
         memo = None
     if memo is None:
-        memo = _kept(run) or computed_turn_memo(run)
+        memo = kept_turn_memo(run) or computed_turn_memo(run)
     try:
         cache.set(key, memo, MEMO_SECONDS)
     except Exception:  # noqa: BLE001 - nothing kept: the next page computes again
