@@ -44,7 +44,7 @@ def delete_event_rows(rows) -> int:
         for run in Run.objects.select_for_update().select_related("project__scenario").filter(pk__in=run_ids):
             fields = recompute_spend(run) + recompute_scores(run) + recompute_state(run)
             run.save(update_fields=[*fields, "updated"])
-        if rows.model is AgentTurn:
+        if rows.model is AgentTurn:  # under the runs' locks, like the summaries
             rebuild_turn_rollups(run_ids)
     if blob_ids:
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=blob_ids))
