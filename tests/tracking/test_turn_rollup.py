@@ -104,7 +104,9 @@ def test_a_page_after_the_cache_was_lost_reads_the_rollup_not_every_turn(project
     cold, sql = page(run)
     assert len([s for s in sql if '"tracking_turnrollup"' in s]) == 1
     reads = turn_reads(sql)
-    assert len(reads) == 1 and '"id" >' in reads[0], reads  # only the turns past the mark (none)
+    assert len(reads) == 1 and ('"id" >' in reads[0] or '"id") >' in reads[0]), (
+        reads
+    )  # only the turns past the mark (none)
     # What it shows is what the rows say: the same page with no rollup computes it from them.
     TurnRollup.objects.filter(run=run).delete()
     computed, sql = page(run)

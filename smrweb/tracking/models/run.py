@@ -329,7 +329,8 @@ class TurnKind(models.TextChoices):
 
 
 class AgentTurn(models.Model):
-    run = models.ForeignKey(Run, models.CASCADE, related_name="turns")
+    # Indexed by the (run, id) index below (and every constraint and index here leads with the run).
+    run = models.ForeignKey(Run, models.CASCADE, related_name="turns", db_index=False)
     event_id = models.CharField(max_length=200)
     turn = models.PositiveIntegerField()
     actor = models.CharField(max_length=200, default="driver")
@@ -354,6 +355,9 @@ class AgentTurn(models.Model):
         indexes = [
             # The turn timeline: one run's turns in time order.
             models.Index(fields=["run", "ts"], name="turn_run_ts_idx"),
+            # A run's turns past an id (the turn rollup's mark): an exact range, not every turn of the run
+            # filtered (a run-only index) nor every later turn of every run (the primary key).
+            models.Index(fields=["run", "id"], name="turn_run_id_idx"),
         ]
 
 

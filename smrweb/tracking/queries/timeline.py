@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.core.cache import cache
+from django.db import connection
 from django.db.models import (
     BigIntegerField,
     BooleanField,
@@ -40,7 +41,7 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.expressions import RowRange
+from django.db.models.expressions import RawSQL, RowRange
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -288,6 +289,19 @@ def _from_epoch_us(us: int) -> datetime:
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
 
 
+def turns_past(run: Run, mark: int):
+    """The run's turns with an id above `mark`: one exact range of the (run, id) index. PostgreSQL gets
+    it as a row-value range, since with `run_id = X AND id > mark` its planner walks the primary key
+    from the mark (every later turn of every run: all of a busy server's turns since an old run's mark)
+    or positions on the run alone (every turn of the run); SQLite ranges `run_id = X AND id > mark`."""
+    if connection.vendor != "postgresql":
+        return AgentTurn.objects.filter(run=run, id__gt=mark)
+    table = connection.ops.quote_name(AgentTurn._meta.db_table)
+    key = f'({table}."run_id", {table}."id")'
+    past = f"{key} > (%s, %s) AND {key} <= (%s, %s)"
+    return AgentTurn.objects.filter(RawSQL(past, (run.pk, mark, run.pk, 2**63 - 1), BooleanField()))
+
+
 def _memo_key(run: Run) -> str:
     return f"turn-aggregates:v1:{run.pk}"
 
@@ -336,7 +350,7 @@ def kept_turn_memo(run: Run) -> _TurnMemo | None:
     if row is None:
         return None
     memo = _TurnMemo.from_rollup(row)
-    memo.add(AgentTurn.objects.filter(run=run, id__gt=memo.hwm).order_by("id").values_list(*TURN_FIELDS))
+    memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
     return memo if memo.matches(run) else None
 
 
@@ -353,7 +367,7 @@ def _turn_memo(run: Run) -> _TurnMemo:
     except Exception:  # noqa: BLE001 - a Redis that is down: compute from the rows
         memo = None
     if isinstance(memo, _TurnMemo) and memo.version == _TurnMemo.version:
-        memo.add(AgentTurn.objects.filter(run=run, id__gt=memo.hwm).order_by("id").values_list(*TURN_FIELDS))
+        memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
             memo = None
     else:

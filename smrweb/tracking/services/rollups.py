@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from smrweb.tracking.models import AgentTurn, Run, TurnRollup
-from smrweb.tracking.queries.timeline import _TurnMemo, computed_turn_memo, kept_turn_memo
+from smrweb.tracking.models import Run, TurnRollup
+from smrweb.tracking.queries.timeline import _TurnMemo, computed_turn_memo, kept_turn_memo, turns_past
 
 # At most this many turns a run's rollup may lag behind it: what a cold page folds in from the rows,
 # against a rollup written every this many turns instead of every batch (~1–3 ms for ~1,000 buckets).
@@ -29,7 +29,7 @@ def advance_turn_rollup(run: Run) -> None:
     if kept is not None and run.turn_count - kept[0] < ROLLUP_LAG:
         # Still close enough, if the turns past the mark are the ones it lacks (a count of an indexed
         # range of fewer than ROLLUP_LAG): else it is wrong, and written now.
-        if kept[0] + AgentTurn.objects.filter(run=run, id__gt=kept[1]).count() == run.turn_count:
+        if kept[0] + turns_past(run, kept[1]).count() == run.turn_count:
             return
     memo = kept_turn_memo(run) if kept is not None else None
     _save(run, memo or computed_turn_memo(run), exists=kept is not None)
