@@ -4,9 +4,10 @@ mark), not every turn.
 
 `advance_turn_rollup` runs inside ingest's transaction, under the run's lock, after the batch's turns
 went in. A rollup fewer than `ROLLUP_LAG` turns behind the run is left as it is (two small queries): a
-page folds in the turns past its mark, an indexed range of fewer than that. Otherwise it is brought up to
-date (the batch's turns as inserted, the older ones past the mark read) and written; one that then disagrees with the run's summary columns (turns written
-some other way, a turn committed below the mark) is computed again from the rows, in SQL.
+page folds in the turns past its mark, an indexed range of fewer than that. Otherwise it is brought up
+to date (the batch's turns as inserted, the older ones past the mark read) and written; one that then
+disagrees with the run's summary columns (turns written some other way, a turn committed below the
+mark) is computed again from the rows, in SQL.
 `rebuild_turn_rollups` does that on purpose, after turns were deleted or restored.
 """
 
