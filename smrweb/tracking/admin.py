@@ -168,6 +168,21 @@ class AgentTurnAdmin(EventRowAdmin):
     show_full_result_count = False
 
 
+@admin.register(m.TurnRollup)
+class TurnRollupAdmin(admin.ModelAdmin):
+    """A window: derived from the turns by the write path. Deleting one (or its run) is harmless: a page
+    computes the aggregates from the rows, and the run's next batch of turns writes the rollup again."""
+
+    list_display = ["run", "turn_count", "tokens_in", "tokens_out", "width", "first_ts", "last_ts", "hwm"]
+    raw_id_fields = ["run"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(m.ArtifactBlob)
 class ArtifactBlobAdmin(EventRowAdmin):
     list_display = ["sha256", "size", "created"]

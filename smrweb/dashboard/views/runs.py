@@ -169,8 +169,11 @@ class RunPage:
     def timeline(self):
         return timeline.run_timeline(self.run, now=self.horizon)
 
-    def _page(self, queryset, per_page: int, param: str):
-        return Paginator(queryset, per_page).get_page(self.request.GET.get(param))
+    def _page(self, queryset, per_page: int, param: str, *, count: int | None = None):
+        paginator = Paginator(queryset, per_page)
+        if count is not None:
+            paginator.count = count  # known already: the paginator's COUNT query is not needed
+        return paginator.get_page(self.request.GET.get(param))
 
     def _pager_query(self, param: str) -> str:
         """The query string minus one parameter (pager links set it again)."""
@@ -377,7 +380,11 @@ class RunPage:
                 "single_actor": actors[0].actor if actors else "",
             }
         if name == "turns-card":
-            page = self._page(run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE, "turns_page")
+            # The run's turn count is its summary column (recomputed from the rows by every write): no
+            # COUNT over a long run's turns.
+            page = self._page(
+                run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE, "turns_page", count=run.turn_count
+            )
             return {"turns_page": page, "turns": list(page), "pager_query": self._pager_query("turns_page")}
         if name == "run-submissions":
             return {

@@ -35,6 +35,7 @@ from smrweb.tracking.models import (
     AuditEvent,
     Membership,
     Project,
+    Run,
     RunLaunch,
     Scenario,
 )
@@ -150,6 +151,9 @@ class _Importer:
                             .order_by("pk")
                         )
                     )
+        services.rebuild_turn_rollups(  # derived, not archived (tables.DERIVED)
+            Run.objects.filter(project=self.project, turn_count__gt=0).values_list("pk", flat=True)
+        )
         services.record_audit(
             by,
             "project.imported",

@@ -46,6 +46,7 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
     SubmissionTransition,
+    TurnRollup,
 )
 
 FORMAT = "smrweb.project-archive"
@@ -178,6 +179,11 @@ TABLES: tuple[Table, ...] = (
     # when the event names a row of the archive.
     Table("audit_event", AuditEvent, _of_project(AuditEvent), extra=("object_ref",)),
 )
+
+
+# Derived from the archived rows, never archived: a restore computes them again (`TurnRollup`, the run
+# page's turn aggregates, holds turn ids that are new on the importing side).
+DERIVED: tuple[type[models.Model], ...] = (TurnRollup,)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}

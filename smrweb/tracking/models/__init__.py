@@ -79,6 +79,7 @@ from smrweb.tracking.models.run import (  # noqa: F401
     RuntimeMessage,
     StateChange,
     TurnKind,
+    TurnRollup,
 )
 from smrweb.tracking.models.scenario import (  # noqa: F401
     ArtifactKind,

@@ -329,7 +329,8 @@ class TurnKind(models.TextChoices):
 
 
 class AgentTurn(models.Model):
-    run = models.ForeignKey(Run, models.CASCADE, related_name="turns")
+    # Indexed by the (run, id) index below (and every constraint and index here leads with the run).
+    run = models.ForeignKey(Run, models.CASCADE, related_name="turns", db_index=False)
     event_id = models.CharField(max_length=200)
     turn = models.PositiveIntegerField()
     actor = models.CharField(max_length=200, default="driver")
@@ -354,7 +355,31 @@ class AgentTurn(models.Model):
         indexes = [
             # The turn timeline: one run's turns in time order.
             models.Index(fields=["run", "ts"], name="turn_run_ts_idx"),
+            # A run's turns past an id (the turn rollup's mark): an exact range, not every turn of the run
+            # filtered (a run-only index) nor every later turn of every run (the primary key).
+            models.Index(fields=["run", "id"], name="turn_run_id_idx"),
         ]
+
+
+class TurnRollup(models.Model):
+    """A run's agent turns aggregated, kept in the database by the write path (`services.ingest`, in
+    the batch's transaction): what the run page's timeline and actor tree read when the cache lost its
+    copy, so a cold page reads one row, not every turn. Derived data: checked against the run's summary
+    columns on every read and computed again from the rows on any difference; not archived (a restore
+    rebuilds it). `buckets` holds `[bucket, kind, turns, tokens in, tokens out, micro-USD]` per bucket
+    of `width` seconds since the Unix epoch; `actors` `[actor, parent, kind, model, turns, tokens in,
+    tokens out, micro-USD, first µs, last µs]` (µs since the epoch); `hwm` the highest turn id in it."""
+
+    run = models.OneToOneField(Run, models.CASCADE, primary_key=True, related_name="turn_rollup")
+    hwm = models.BigIntegerField(default=0)
+    turn_count = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    width = models.PositiveBigIntegerField(default=1)
+    first_ts = models.DateTimeField(null=True, blank=True)
+    last_ts = models.DateTimeField(null=True, blank=True)
+    buckets = models.JSONField(default=list, blank=True)
+    actors = models.JSONField(default=list, blank=True)
 
 
 class Checkpoint(models.Model):

@@ -3,9 +3,12 @@ the same clock, spend against budget with a forecast, efficiency, and the actor 
 
 The turn aggregates behind the timeline and the actor tree are kept per run in the cache and brought up
 to date with the turns that arrived since (`_turn_memo`): a page of a 100,000-turn run reads the turns
-it has not seen, not all of them. What is kept is checked against the run's own summary columns (turn
-count, tokens in and out, which the write path recomputes from the rows): any difference — a deleted
-turn, one committed out of id order — and the aggregates are computed again from every row, in SQL.
+it has not seen, not all of them. The write path keeps the same aggregates in the database too (a
+`TurnRollup` row per run, advanced in the batches' transactions), so a page after the cache lost them
+(a restart, an eviction) reads one row and the few turns past it instead of every turn. What is kept
+is checked against the run's own summary columns (turn count, tokens in and out, which the write path
+recomputes from the rows): any difference — a deleted turn, one committed out of id order — and the
+aggregates are computed again from every row, in SQL.
 A figure ships at most `MAX_BINS` bars per kind and `MAX_SCORE_POINTS` scores whatever the run's length.
 """
 
@@ -17,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.core.cache import cache
+from django.db import connection
 from django.db.models import (
     BigIntegerField,
     BooleanField,
@@ -37,12 +41,12 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.expressions import RowRange
+from django.db.models.expressions import RawSQL, RowRange
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
-from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind
+from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind, TurnRollup
 
 MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
 MAX_SCORE_POINTS = 300
@@ -224,21 +228,85 @@ class _TurnMemo:
         self.width, self.buckets = width, merged
 
     def matches(self, run: Run) -> bool:
-        return (self.count, self.tokens_in, self.tokens_out) == (
-            run.turn_count,
-            run.tokens_in,
-            run.tokens_out,
+        return self.totals() == (run.turn_count, run.tokens_in, run.tokens_out)
+
+    def totals(self) -> tuple[int, int, int]:
+        return self.count, self.tokens_in, self.tokens_out
+
+    def rollup(self, run: Run) -> TurnRollup:
+        """The memo as the run's `TurnRollup` row (unsaved)."""
+        return TurnRollup(
+            run=run,
+            hwm=self.hwm,
+            turn_count=self.count,
+            tokens_in=self.tokens_in,
+            tokens_out=self.tokens_out,
+            width=self.width,
+            first_ts=self.lo,
+            last_ts=self.hi,
+            buckets=[[index, kind, *values] for (index, kind), values in self.buckets.items()],
+            actors=[
+                [*key, n, tin, tout, micro, _epoch_us(first), _epoch_us(last)]
+                for key, (n, tin, tout, micro, first, last) in self.actors.items()
+            ],
+        )
+
+    @classmethod
+    def from_rollup(cls, row: TurnRollup) -> _TurnMemo:
+        return cls(
+            width=row.width,
+            hwm=row.hwm,
+            count=row.turn_count,
+            tokens_in=row.tokens_in,
+            tokens_out=row.tokens_out,
+            lo=row.first_ts,
+            hi=row.last_ts,
+            buckets={
+                (index, kind): [n, tin, tout, micro] for index, kind, n, tin, tout, micro in row.buckets
+            },
+            actors={
+                (actor, parent, kind, model): [
+                    n,
+                    tin,
+                    tout,
+                    micro,
+                    _from_epoch_us(first),
+                    _from_epoch_us(last),
+                ]
+                for actor, parent, kind, model, n, tin, tout, micro, first, last in row.actors
+            },
         )
 
 
+def _epoch_us(ts: datetime) -> int:
+    return (ts - EPOCH) // timedelta(microseconds=1)
+
+
+def _from_epoch_us(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
+
+
+def turns_past(run: Run, mark: int):
+    """The run's turns with an id above `mark`: one exact range of the (run, id) index. PostgreSQL gets
+    it as a row-value range, since with `run_id = X AND id > mark` its planner walks the primary key
+    from the mark (every later turn of every run: all of a busy server's turns since an old run's mark)
+    or positions on the run alone (every turn of the run); SQLite ranges `run_id = X AND id > mark`."""
+    if connection.vendor != "postgresql":
+        return AgentTurn.objects.filter(run=run, id__gt=mark)
+    table = connection.ops.quote_name(AgentTurn._meta.db_table)
+    key = f'({table}."run_id", {table}."id")'
+    past = f"{key} > (%s, %s) AND {key} <= (%s, %s)"
+    return AgentTurn.objects.filter(RawSQL(past, (run.pk, mark, run.pk, 2**63 - 1), BooleanField()))
 
 
 def _memo_key(run: Run) -> str:
     return f"turn-aggregates:v1:{run.pk}"
 
 
-def _computed(run: Run) -> _TurnMemo:
+def computed_turn_memo(run: Run) -> _TurnMemo:
     """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
     the buckets and the actors of the turns up to the highest id the totals saw."""
     turns = AgentTurn.objects.filter(run=run)
@@ -274,9 +342,22 @@ def _computed(run: Run) -> _TurnMemo:
     return memo
 
 
+def kept_turn_memo(run: Run) -> _TurnMemo | None:
+    """The run's `TurnRollup` (one query) with the turns past its high-water mark folded in (one more:
+    an indexed range of fewer than `services.rollups.ROLLUP_LAG` turns, as the write path keeps it), or
+    None when there is none or it disagrees with the run's summary columns."""
+    row = TurnRollup.objects.filter(run=run).first()
+    if row is None:
+        return None
+    memo = _TurnMemo.from_rollup(row)
+    memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
+    return memo if memo.matches(run) else None
+
+
 def _turn_memo(run: Run) -> _TurnMemo:
     """The run's turn aggregates: the cached ones with the turns that arrived since folded in (one
-    query), else computed from every row (three queries). Kept on `run` for the rest of the request."""
+    query), else the run's `TurnRollup` likewise (two), else computed from every row (three queries).
+    Kept on `run` for the rest of the request."""
     memo = getattr(run, "_turn_memo", None)
     if memo is not None:
         return memo
@@ -286,13 +367,13 @@ def _turn_memo(run: Run) -> _TurnMemo:
     except Exception:  # noqa: BLE001 - a Redis that is down: compute from the rows
         memo = None
     if isinstance(memo, _TurnMemo) and memo.version == _TurnMemo.version:
-        memo.add(AgentTurn.objects.filter(run=run, id__gt=memo.hwm).order_by("id").values_list(*TURN_FIELDS))
+        memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
             memo = None
     else:
         memo = None
     if memo is None:
-        memo = _computed(run)
+        memo = kept_turn_memo(run) or computed_turn_memo(run)
     try:
         cache.set(key, memo, MEMO_SECONDS)
     except Exception:  # noqa: BLE001 - nothing kept: the next page computes again

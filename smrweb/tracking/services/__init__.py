@@ -126,6 +126,10 @@ from smrweb.tracking.services.retention import (  # noqa: F401
     check_retention,
     update_retention,
 )
+from smrweb.tracking.services.rollups import (  # noqa: F401
+    advance_turn_rollup,
+    rebuild_turn_rollups,
+)
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,

@@ -30,6 +30,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services.archive import _allows
 from smrweb.tracking.services.artifacts import _chunks, collect_unreferenced_blobs
 from smrweb.tracking.services.audit import record_audit
+from smrweb.tracking.services.rollups import rebuild_turn_rollups
 from smrweb.tracking.services.runs import recompute_scores, recompute_spend, recompute_state
 
 
@@ -43,6 +44,8 @@ def delete_event_rows(rows) -> int:
         for run in Run.objects.select_for_update().select_related("project__scenario").filter(pk__in=run_ids):
             fields = recompute_spend(run) + recompute_scores(run) + recompute_state(run)
             run.save(update_fields=[*fields, "updated"])
+        if rows.model is AgentTurn:  # under the runs' locks, like the summaries
+            rebuild_turn_rollups(run_ids)
     if blob_ids:
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=blob_ids))
     return deleted

@@ -40,6 +40,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.services.artifacts import SHA256_RE
 from smrweb.tracking.services.control import confirm_reported
+from smrweb.tracking.services.rollups import advance_turn_rollup
 from smrweb.tracking.services.runs import (
     _check_run_id,
     _locked_run,
@@ -106,8 +107,9 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
         if metrics:
             accepted += _insert_metrics(run, metrics, now)
         if by_type["agent.turn"]:
-            _insert_turns(run, by_type["agent.turn"], now)
+            turns = _insert_turns(run, by_type["agent.turn"], now)
             changed += recompute_spend(run)
+            advance_turn_rollup(run, turns)
         if by_type["checkpoint"]:
             _insert_checkpoints(run, by_type["checkpoint"], now)
         if by_type["message"]:
@@ -420,8 +422,8 @@ def _insert_metrics_pg_staged(run: Run, lines: list[str]) -> int:
         return cursor.rowcount
 
 
-def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> None:
-    AgentTurn.objects.bulk_create(
+def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> list[AgentTurn]:
+    return AgentTurn.objects.bulk_create(
         [
             AgentTurn(
                 run=run,
