@@ -34,7 +34,9 @@ def missing_run_id() -> int:
 def test_a_point_of_a_missing_run_is_refused(project):
     ingest(project, 3)
     with pytest.raises(IntegrityError), transaction.atomic():
-        MetricPoint.objects.create(run_id=missing_run_id(), key="loss", step=0, value=1.0, ts=TS, event_id="x")
+        MetricPoint.objects.create(
+            run_id=missing_run_id(), key="loss", step=0, value=1.0, ts=TS, event_id="x"
+        )
     with pytest.raises(IntegrityError), transaction.atomic():  # one bad row among good ones: all refused
         run = Run.objects.get()
         MetricPoint.objects.bulk_create(
@@ -81,11 +83,13 @@ def test_deleting_a_run_the_ordinary_ways_takes_its_points(project, alice):
 def test_postgres_checks_the_run_once_per_statement_not_per_point():
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT tgname, tgconstraint <> 0 FROM pg_trigger WHERE tgrelid = 'tracking_metricpoint'::regclass"
+            "SELECT tgname, tgconstraint <> 0 FROM pg_trigger "
+            "WHERE tgrelid = 'tracking_metricpoint'::regclass"
         )
         triggers = dict(cursor.fetchall())
         cursor.execute(
-            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'tracking_metricpoint'::regclass AND contype = 'f'"
+            "SELECT count(*) FROM pg_constraint "
+            "WHERE conrelid = 'tracking_metricpoint'::regclass AND contype = 'f'"
         )
         (foreign_keys,) = cursor.fetchone()
     # No built-in (per-row, constraint) trigger on the point table: only the two statement triggers.
