@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
@@ -153,3 +154,32 @@ def test_concurrent_overlapping_batches_into_one_run_never_count_a_point_twice(p
     assert MetricPoint.objects.filter(run__external_id="shared").count() == len(unique_ids) == 1400
     assert sum(r.accepted for r in results) == len(unique_ids)
     assert sum(r.accepted + r.duplicates for r in results) == 2 * sum(len(b) for b in batches)
+
+
+def test_copy_rows_are_in_event_id_order_with_the_run_first_and_specials_escaped():
+    batch = ev.parse_events(
+        json.dumps([metric(3), metric(1), metric(2, value=0.1), {**metric(0), "key": "tab\there"}])
+    )
+    rows = ingest_service._copy_rows(42, batch, datetime(2026, 1, 1, tzinfo=UTC))
+    lines = rows.text.split("\n")
+    assert len(rows) == 4 and lines[-1] == "" and len(lines) == 5
+    assert [line.split("\t")[0] for line in lines[:-1]] == ["42"] * 4
+    assert [line.split("\t")[-1] for line in lines[:-1]] == ["m0", "m1", "m2", "m3"]
+    assert lines[0].split("\t")[1] == "tab\\there"  # escaped, so the line keeps its six fields
+    assert lines[2].split("\t")[2:5] == ["2", "0.1", "2026-01-01T00:00:02.000002Z"]
+
+
+def test_metrics_of_a_mixed_batch_without_ids_are_keyed_by_digest_and_stored_once(project, staged):
+    batch = [
+        {"type": "metric", "key": "loss", "value": 0.5, "step": 1, "ts": "2026-01-01T02:00:00+02:00"},
+        {"type": "metric", "key": "loss", "value": 0.25, "step": 2},
+        {"type": "state", "id": "s1", "state": "running"},
+    ]
+    first = ingest(project, *batch)
+    assert (first.accepted, first.duplicates, staged) == (3, 0, [])
+    again = ingest(project, *batch)
+    assert (again.accepted, again.duplicates) == (0, 3)
+    points = MetricPoint.objects.order_by("step")
+    assert [(p.step, p.value) for p in points] == [(1, 0.5), (2, 0.25)]
+    assert points[0].ts == datetime(2026, 1, 1, tzinfo=UTC)  # the offset read, stored as the instant
+    assert all(p.event_id and p.event_id != "None" for p in points)
