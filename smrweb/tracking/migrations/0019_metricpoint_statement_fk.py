@@ -114,7 +114,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tracking", "0017_scale_indexes"),
+        ("tracking", "0018_turn_rollup"),
     ]
 
     operations = [migrations.RunPython(forwards, backwards, elidable=False)]
