@@ -1,5 +1,5 @@
 """A metric point always names an existing run, on both databases: SQLite by its foreign key, PostgreSQL
-by the statement-level triggers of migration 0018 (one check per statement instead of one per point at
+by the statement-level triggers of migration 0019 (one check per statement instead of one per point at
 commit). Points of a missing run are refused, a run with points cannot be deleted under them, and the
 write path's own deletions (points first, under the run's lock) still work."""
 
