@@ -22,6 +22,7 @@ from smrweb.tracking.queries import timeline
 from smrweb.tracking.services.rollups import ROLLUP_LAG
 from smrweb.tracking.services.runs import recompute_spend
 from tests.dashboard.test_scale import T0, push, turn_events
+from tests.dashboard.test_scale import same as _same
 
 pytestmark = pytest.mark.django_db
 
@@ -197,12 +198,3 @@ def test_the_rollup_keeps_micro_dollars_exactly(project):
     rollup = kept(run)
     assert sum(b[3] for b in rollup.buckets.values()) * timeline.MICRO_USD == run.cost_usd
     assert run.cost_usd == Decimal("0.000001") * 10 + Decimal("0.123457") * 10 + Decimal("1.5") * 10
-
-
-def _same(a, b) -> None:
-    (tl_a, actors_a), (tl_b, actors_b) = a, b
-    assert tl_a.turn_total == tl_b.turn_total and tl_a.bin_width == tl_b.bin_width
-    assert tl_a.bins == tl_b.bins and tl_a.cumulative == tl_b.cumulative
-    assert [
-        (n.actor, n.depth, n.turns, n.tokens_in, n.cost_usd, n.first_ts, n.last_ts) for n in actors_a
-    ] == [(n.actor, n.depth, n.turns, n.tokens_in, n.cost_usd, n.first_ts, n.last_ts) for n in actors_b]
