@@ -39,13 +39,16 @@ def harness_env(live_server, project, token):
 
 
 def harness(env: dict, run: str, code: str) -> subprocess.Popen:
-    """A harness process running `code` (dedented) with SMRWEB_RUN=run."""
+    """A harness process running `code` (dedented) with SMRWEB_RUN=run, SIGINT at its default as a shell
+    starts it (a suite run as a background job inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt)."""
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         env={**env, "SMRWEB_RUN": run},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
