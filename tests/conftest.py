@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from celery.signals import after_task_publish
 from django.conf import settings
 from rest_framework.test import APIClient
 
@@ -298,11 +299,59 @@ def smtp(settings, mail_catcher):
 
 
 WORKER_NAME = f"smrweb-test-{os.getpid()}@localhost"  # unique: other sessions' workers share the broker
+_worker_started: list[bool] = []  # set once a test of this session has started the worker
+_tasks_published = [0]  # by this process (tests, their live servers): a test that queued none needs no drain
+
+
+@after_task_publish.connect(weak=False)
+def _count_publish(**kwargs) -> None:
+    _tasks_published[0] += 1
+
+
+def drain_worker(redis_client, queue: str) -> None:
+    """Drop the queued tasks, then wait until the session's worker has finished the one it runs, so no
+    task writes while the database is flushed (on PostgreSQL a flush racing a task's transaction
+    deadlocks and fails the next test's setup)."""
+    from smrweb.celery import app
+
+    redis_client.delete(*queue_and_lanes(queue))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # A solo-pool worker answers only between tasks, so no answer means busy.
+        active = app.control.inspect(destination=[WORKER_NAME], timeout=1.0).active()
+        if active and not any(active.values()):
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"the worker is still busy after the test: {active}")
+
+
+def _flushes_database(request) -> bool:
+    marker = request.node.get_closest_marker("django_db")
+    marked = marker is not None and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
+    return bool(marked) or bool({"transactional_db", "live_server"} & set(request.fixturenames))
+
+
+@pytest.fixture(autouse=True)
+def no_task_outlives_its_test(request):
+    """A test that commits (a live server, a transactional database) may queue tasks without asking for
+    the worker, e.g. an ingest's alert evaluation. Once the session's worker runs, such a task would
+    run during the flush after the test; so before that flush (this fixture is set up after the database
+    helper, hence torn down before it) the queue is drained and the worker waited on."""
+    if not _flushes_database(request) or "celery_worker" in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")
+    published = _tasks_published[0]
+    yield
+    if _worker_started and _tasks_published[0] != published:
+        drain_worker(request.getfixturevalue("redis_server"), request.getfixturevalue("celery_queue"))
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory, mail_catcher):
+def celery_worker_process(django_db_setup, celery_queue, redis_server, tmp_path_factory, mail_catcher):
     """A real `celery worker` subprocess consuming from the real Redis, on the test database."""
+    # Tasks queued by earlier tests with no worker running are theirs, not the next test's.
+    redis_server.delete(*queue_and_lanes(celery_queue))
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     artifacts = tmp_path_factory.mktemp("worker-artifacts")  # shared with tests that use the worker
     proc = _start(
@@ -334,6 +383,7 @@ def celery_worker_process(django_db_setup, celery_queue, tmp_path_factory, mail_
         },
     )
     _wait_for_line(proc, log, "ready.")
+    _worker_started.append(True)
     proc.artifact_root = artifacts
     yield proc, log
     _stop(proc)
@@ -353,17 +403,7 @@ def celery_worker(celery_worker_process, celery_queue, redis_server, settings, a
         },
     }
     yield celery_worker_process
-    from smrweb.celery import app
-
-    redis_server.delete(*queue_and_lanes(celery_queue))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        # A solo-pool worker answers only between tasks, so no answer means busy.
-        active = app.control.inspect(destination=[WORKER_NAME], timeout=1.0).active()
-        if active and not any(active.values()):
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"the worker is still busy after the test: {active}")
+    drain_worker(redis_server, celery_queue)
 
 
 @pytest.fixture
