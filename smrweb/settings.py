@@ -440,7 +440,7 @@ RATELIMIT_USE_CACHE = "default"
 RATELIMIT_IP_META_KEY = "smrweb.core.ratelimits.client_ip_meta"
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "smrweb.core.rediscache.RedisCache",  # Django's, one client per pool
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": env.str("SMRWEB_CACHE_KEY_PREFIX", default="smrweb"),
         # A Redis that is down costs a second, not a hung sign-in (limits then fail open, logged).

@@ -186,7 +186,7 @@ def test_production_settings_pass_check_deploy_with_secure_cookies_and_hsts(tmp_
         31536000,
         True,
         ["HTTP_X_FORWARDED_PROTO", "https"],
-        "django.core.cache.backends.redis.RedisCache",
+        "smrweb.core.rediscache.RedisCache",
     ]
 
 
@@ -313,7 +313,7 @@ def test_token_creation_is_limited_per_user_at_the_n_plus_first(
 def redis_cache(prefix: str) -> dict:
     return {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "smrweb.core.rediscache.RedisCache",
             "LOCATION": django_settings.REDIS_URL,
             "KEY_PREFIX": prefix,
         }
@@ -338,7 +338,7 @@ def test_counts_live_in_redis_so_every_web_process_shares_them(client, alice, se
 def test_an_unreachable_cache_lets_sign_in_through_and_says_so(client, alice, settings, caplog):
     settings.CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "smrweb.core.rediscache.RedisCache",
             "LOCATION": "redis://127.0.0.1:1/0",
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }

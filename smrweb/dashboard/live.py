@@ -346,50 +346,70 @@ class Deck:
         except Exception:
             log.warning("live cards: the cache could not be written", exc_info=True)
 
-    def _shared_render(self, card: Card, *, wait: bool = True) -> str | None:
-        """A card's render, made once for everyone polling the same version: the first poll to miss it in the
-        cache renders it while the others wait for it there (a new turn brings all the page's pollers to
-        the same few cards within a second) — or, when not `wait`, go without it (None): a poll then
-        answers with what is ready and gets the rest at its next poll, instead of holding a server thread."""
-        key = self._key(card.name, card.version)
-        try:
-            mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
-        except Exception:
-            mine = True
-        if not mine:
-            if not wait:
-                return None
-            deadline = time.monotonic() + RENDER_WAIT_SECONDS
-            while time.monotonic() < deadline:
-                time.sleep(0.02)
-                if (found := self._recall([key]).get(key)) is not None:
-                    return found
-        html = _unwrap(card.render())
-        self._remember({key: html})
-        if mine:
+    def _claim(self, keys: list[str]) -> list[str]:
+        """The keys whose render is this request's to make: those no other request is making now (a
+        cache that is down: all of them)."""
+        claimed = []
+        for key in keys:
             try:
-                cache.delete(f"{key}:lock")
+                mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
             except Exception:
-                log.warning("live cards: the cache could not be written", exc_info=True)
-        return html
+                mine = True
+            if mine:
+                claimed.append(key)
+        return claimed
+
+    def _release(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        try:
+            cache.delete_many([f"{key}:lock" for key in keys])
+        except Exception:
+            log.warning("live cards: the cache could not be written", exc_info=True)
+
+    def _await(self, key: str) -> str | None:
+        """Another request's render of `key`, once it is in the cache; None if it is not within the wait."""
+        deadline = time.monotonic() + RENDER_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            if (found := self._recall([key]).get(key)) is not None:
+                return found
+        return None
 
     def render(
         self, names: Iterable[str] | None = None, *, fresh: bool = False, wait: bool = True
     ) -> dict[str, str]:
         """The marked HTML of the named cards (all by default): from the cache unless `fresh`, rendered
-        (and cached) otherwise; without `wait`, cards another request is rendering right now are left out."""
+        (and cached) otherwise. A card's render is made once for everyone asking for the same version (a
+        new turn brings all the page's pollers to the same few cards within a second): the first request
+        to miss it renders it while the others wait for it in the cache — or, when not `wait`, go without
+        it (left out): a poll then answers with what is ready and gets the rest at its next poll, instead
+        of holding a server thread. The renders a request makes are written, and their claims released,
+        in one cache call each (a cold page makes ~20: not three per card)."""
         chosen = [self.cards[n] for n in (self.cards if names is None else names)]
+        keys = {card.name: self._key(card.name, card.version) for card in chosen}
         if fresh:
             out = {card.name: _unwrap(card.render()) for card in chosen}
-            self._remember({self._key(n, self.cards[n].version): html for n, html in out.items()})
+            self._remember({keys[name]: html for name, html in out.items()})
             return out
-        cached = self._recall([self._key(c.name, c.version) for c in chosen])
-        out = {}
-        for card in chosen:
-            html = cached.get(self._key(card.name, card.version)) or self._shared_render(card, wait=wait)
-            if html is not None:
-                out[card.name] = html
-        return out
+        found = self._recall(list(keys.values()))
+        missing = [card for card in chosen if keys[card.name] not in found]
+        claimed = self._claim([keys[card.name] for card in missing])
+        try:
+            made = {keys[card.name]: _unwrap(card.render()) for card in missing if keys[card.name] in claimed}
+            self._remember(made)
+        finally:
+            self._release(claimed)
+        found.update(made)
+        for card in missing:
+            key = keys[card.name]
+            if key not in found and wait:
+                html = self._await(key)
+                if html is None:  # the other request failed or is slow: render it here
+                    html = _unwrap(card.render())
+                    self._remember({key: html})
+                found[key] = html
+        return {card.name: found[keys[card.name]] for card in chosen if keys[card.name] in found}
 
     def page(self, *, fresh: bool = False) -> dict[str, str]:
         """Every card for a page load, without markers: the renders of these versions the polls share (a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -286,6 +287,61 @@ def test_a_page_load_takes_the_cards_the_polls_share_and_a_hard_reload_renders_t
     hard = client_alice.get(URL, headers={"Cache-Control": "no-cache"}).content.decode()
     assert renders[-1] is True and "run-head" in rendered and "turns-card" in rendered
     assert cards_of(hard) == cards_of(page)
+
+
+def test_a_cold_page_renders_each_card_once_in_few_cache_calls_and_waits_for_one_being_rendered(
+    client_alice, project, long_run, now, monkeypatch
+):
+    """With nothing kept (a restart, an evicted cache), a page load claims each card, renders it, then writes
+    every render in one call and releases the claims in one more; a card another request is rendering
+    (claimed by it) is waited for and taken from the cache, not rendered twice."""
+    from smrweb.dashboard.views import runs
+
+    shown = cards_of(client_alice.get(URL).content.decode())
+    stats_key = f"live:run-{long_run.pk}:run-stats:{shown['run-stats']}"
+    stats_render = live.cache.get(stats_key)
+    assert stats_render is not None
+    live.cache.clear()
+
+    calls = []
+
+    class Recording:
+        """The cache, with its calls on live keys written down."""
+
+        def __init__(self, cache):
+            self._cache = cache
+
+        def __getattr__(self, method):
+            original = getattr(self._cache, method)
+
+            def recording(*args, **kwargs):
+                keys = args[0] if args and isinstance(args[0], (list, dict)) else args[:1]
+                if any(str(k).startswith("live:") for k in keys):
+                    calls.append((method, len(keys)))
+                return original(*args, **kwargs)
+
+            return recording
+
+    rendered = []
+    card = runs.RunPage.render_card
+    monkeypatch.setattr(runs.RunPage, "render_card", lambda page, *a: rendered.append(a[0]) or card(page, *a))
+    other = live.cache  # the other request's calls are not this page's
+    other.add(f"{stats_key}:lock", 1, 30)  # another request is rendering the stats card
+    finish = threading.Timer(0.3, lambda: other.set(stats_key, stats_render, 30))
+    monkeypatch.setattr(live, "cache", Recording(live.cache))
+    finish.start()
+    try:
+        page = client_alice.get(URL).content.decode()
+    finally:
+        finish.join()
+    assert cards_of(page) == shown
+    assert "run-stats" not in rendered and len(rendered) == len(set(rendered)) >= 15
+    made = len(rendered)
+    claims = [c for c in calls if c[0] == "add"]
+    assert claims == [("add", 1)] * (made + 1)  # one claim per card missing, the stats card's refused
+    # The renders in one write, the claims released in one call, and the waited-for card read (get_many).
+    writes = [c for c in calls if c[0] not in ("add", "get_many")]
+    assert writes == [("set_many", made), ("delete_many", made)]
 
 
 def test_cards_with_forms_keep_the_viewers_token(client_alice, client, alice, bob, project):

@@ -420,7 +420,7 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
     re-queued by beat's redispatcher once it is back, and each takes effect once."""
     settings.CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "smrweb.core.rediscache.RedisCache",
             "LOCATION": own_redis.url,
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }

@@ -151,7 +151,7 @@ def test_previews_and_the_review_panel_work_with_the_cache_down(client, victor, 
     sub = submit(project, b"def f():\n    return 1\n", score=0.5, status=S.VERIFIED)
     settings.CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "smrweb.core.rediscache.RedisCache",
             "LOCATION": "redis://127.0.0.1:1/0",
             "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
         }
