@@ -95,3 +95,26 @@ def test_an_extreme_arena_score_is_a_field_error_not_a_500(project, alice, bob):
     with pytest.raises(InvalidInput):
         lifecycle.record_arena_result(Submission.objects.get(pk=sub.pk), by=bob, rank=1, arena_score=-HUGE)
     assert Submission.objects.get(pk=sub.pk).status == "uploaded"  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("value", "drawn"),
+    [
+        (0.5, 0.5),
+        (1e299, 1e299),
+        (1e300, 1e300),
+        (-1.5e305, -1e300),
+        (HUGE, 1e300),
+        (float("nan"), None),
+        (float("-inf"), None),
+    ],
+)
+def test_a_figure_is_written_as_a_browser_can_draw_it(value, drawn):
+    """figure_json encodes a figure as it is when it can be drawn so, and otherwise (NaN, ±inf, magnitudes
+    plotly's axis arithmetic overflows on) the drawable copy of it."""
+    from smrweb.dashboard.templatetags.smrweb import figure_json
+
+    html = figure_json({"data": [{"y": [1.0, value, 2], "name": "a <b>"}], "layout": {"n": 3}}, "f")
+    raw = re.fullmatch(r'<script id="f" type="application/json">(.*)</script>', html)[1]
+    assert "<" not in raw
+    assert strict(raw) == {"data": [{"y": [1.0, drawn, 2], "name": "a <b>"}], "layout": {"n": 3}}

@@ -97,7 +97,7 @@ def axis(title: str, **extra) -> dict:
 
 def x_time(ts: datetime) -> str:
     """`ts` in the active clock as a zone-less date string, which plotly draws as it is."""
-    return timezone.localtime(ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return timezone.localtime(ts).replace(tzinfo=None).isoformat(" ", "milliseconds")  # (strftime: 3x slower)
 
 
 def x_time_short(ts: datetime) -> str:
