@@ -772,6 +772,14 @@ ROWS = [
         only="pick",
     ),
     Row(
+        "compare runs: a table's later rows, once scrolled to",
+        "GET",
+        f"{P}/compare/?runs={RUN}&runs={SILENT_RUN}&runs={DONE_RUN}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        hx=True,
+        only="side-rows",
+    ),
+    Row(
         "compare table export",
         "GET",
         f"{P}/compare/export?runs={RUN}&format=jsonl",

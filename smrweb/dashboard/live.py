@@ -411,11 +411,11 @@ class Deck:
                 found[key] = html
         return {card.name: found[keys[card.name]] for card in chosen if keys[card.name] in found}
 
-    def page(self, *, fresh: bool = False) -> dict[str, str]:
-        """Every card for a page load, without markers: the renders of these versions the polls share (a
-        card's version says all it shows), or rendered now when `fresh` (a hard reload, see `wants_fresh`);
-        kept for the next poll's comparison either way."""
-        return {name: strip(html) for name, html in self.render(fresh=fresh).items()}
+    def page(self, names: Iterable[str] | None = None, *, fresh: bool = False) -> dict[str, str]:
+        """Every card (or the named ones) for a page load, without markers: the renders of these versions
+        the polls share (a card's version says all it shows), or rendered now when `fresh` (a hard reload,
+        see `wants_fresh`); kept for the next poll's comparison either way."""
+        return {name: strip(html) for name, html in self.render(names, fresh=fresh).items()}
 
     def keep(self, page: str) -> str:
         """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next

@@ -249,6 +249,34 @@ def test_runs_picked_on_the_project_page_are_compared(page, sign_in, alice, proj
     page.screenshot(path=str(screenshot_dir / "live-compare.png"), full_page=True)
 
 
+def test_a_long_comparison_loads_its_later_rows_once_scrolled_to(
+    page, sign_in, alice, project, screenshot_dir
+):
+    from smrweb.dashboard.views.compare import ROWS_FIRST
+
+    ids = [f"long-{i:02d}" for i in range(ROWS_FIRST + 4)]
+    for i, rid in enumerate(ids):
+        push(project, rid, turn(0, cost_usd=0.01 * (i + 1)), score(0.3 + i / 100))
+    sign_in(alice)
+    page.goto("/projects/hill/compare/?" + "&".join(f"runs={rid}" for rid in ids))
+    expect(page.locator("[data-plot] .main-svg").first).to_be_visible()
+    side = page.locator("table.compare-table tbody tr[data-run]")
+    expect(side).to_have_count(ROWS_FIRST)
+    # Scrolled to, each table's placeholder row is replaced by the other runs' rows, in order.
+    page.locator('tr[data-later="side-rows"]').scroll_into_view_if_needed()
+    expect(side).to_have_count(len(ids))
+    assert side.evaluate_all("rows => rows.map(r => r.dataset.run)") == ids
+    page.locator('tr[data-later="turn-rows"]').scroll_into_view_if_needed()
+    turns = page.locator("table.compare-turns tbody tr")
+    expect(turns).to_have_count(len(ids))
+    assert turns.locator(".rid").last.get_attribute("title") == ids[-1]
+    expect(page.locator("tr.rows-later")).to_have_count(0)
+    # A later row's button works like the first rows': it makes that run the baseline.
+    page.locator(f'tr[data-run="{ids[-1]}"] button[name="baseline"]').click()
+    expect(page.locator(f'tr[data-run="{ids[-1]}"].baseline')).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "live-compare-long.png"), full_page=True)
+
+
 def test_a_failed_click_says_so_in_the_panel_instead_of_doing_nothing(
     page, sign_in, alice, project, running_run
 ):

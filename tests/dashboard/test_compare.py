@@ -245,7 +245,7 @@ def test_query_count_does_not_grow_with_runs(client_alice, project, django_asser
         assert client_alice.get(query("r00", "r01")).status_code == 200
     with django_assert_max_num_queries(len(two.captured_queries)):
         response = client_alice.get(query(*[f"r{i:02d}" for i in range(50)]))
-    assert len(response.context["rows"]) == 50
+    assert len(response.context["comparison"].runs) == 50
     assert response.context["points"]["score_figure"] == 50 * (2 + 3)  # 2 dots + frontier (2 + end) each
 
 
@@ -476,3 +476,57 @@ def test_a_renamed_parent_changes_the_kept_render(client_alice, alice, project):
     assert ">p</a>" in row(client_alice.get(query("c", "d")).content.decode(), "c")
     services.update_run_labels(project.runs.get(external_id="p"), by=alice, display_name="the-parent")
     assert ">the-parent</a>" in row(client_alice.get(query("c", "d")).content.decode(), "c")
+
+
+def test_a_long_comparison_shows_its_first_rows_and_loads_the_others_once_scrolled_to(client_alice, project):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from smrweb.dashboard.views.compare import ROWS_FIRST
+
+    n = ROWS_FIRST + 5
+    ids = [f"r{i:02d}" for i in range(n)]
+    for i, rid in enumerate(ids):
+        push(project, rid, score(0.5 + i / 100, minutes=i), turn(0, 0.01 * (i + 1), minutes=i + 1))
+    body = client_alice.get(query(*ids)).content.decode()
+    # Each table holds the first rows, then a row that fetches the others once revealed.
+    assert re.findall(r'<tr data-run="(r\d\d)"', body) == ids[:ROWS_FIRST]
+    assert [tbody.count("<tr") for tbody in _bodies(body)] == [ROWS_FIRST + 1, ROWS_FIRST + 1]
+    later = re.findall(
+        r'<tr class="rows-later" data-later="([a-z-]+)" hx-get="([^"]+)" hx-trigger="revealed"', body
+    )
+    assert [table for table, _ in later] == ["side-rows", "turn-rows"]
+    assert "5 more runs load as you scroll" in body
+    assert f'name="runs" value="{ids[-1]}"' in body  # the rows' buttons still carry every run
+    url = unescape(later[0][1])
+    assert url == query(*ids)  # the compared runs, in the comparison's order
+    # The side-by-side table's later rows: the other runs in order, their deltas against the baseline.
+    rest = client_alice.get(url, headers={"HX-Request": "true", "X-Smrweb-Only": "side-rows"})
+    rest_body = rest.content.decode()
+    assert rest.status_code == 200 and "<html" not in rest_body
+    assert re.findall(r'<tr data-run="(r\d\d)"', rest_body) == ids[ROWS_FIRST:]
+    assert re.search(r'class="delta good" title="[^"]*against r00">\+0\.24', row(rest_body, "r24"))
+    # The turn table's later rows were made by the same request: served from the cache, no run read.
+    with CaptureQueriesContext(connection) as seen:
+        rest = client_alice.get(url, headers={"HX-Request": "true", "X-Smrweb-Only": "turn-rows"})
+    assert _rows_read(seen.captured_queries) == []
+    assert re.findall(r'<span class="rid" title="(r\d\d)"', rest.content.decode()) == ids[ROWS_FIRST:]
+    # Without JavaScript the placeholder's link shows every row in the page.
+    link = re.search(r'<a href="([^"]+)">show every row now</a>', body)[1]
+    whole = client_alice.get(unescape(link)).content.decode()
+    assert re.findall(r'<tr data-run="(r\d\d)"', whole) == ids and 'class="rows-later"' not in whole
+    assert [tbody.count("<tr") for tbody in _bodies(whole)] == [n, n]
+
+
+def _bodies(body: str) -> list[str]:
+    """The two tables' bodies (side by side, turn statistics)."""
+    return [part.split("</tbody>")[0] for part in body.split("<tbody>")[1:]]
+
+
+def test_a_short_comparison_has_no_later_rows_and_a_later_request_for_too_few_runs_is_empty(
+    client_alice, two_runs
+):
+    body = client_alice.get(query("a", "b")).content.decode()
+    assert 'class="rows-later"' not in body and re.findall(r'<tr data-run="(\w)"', body) == ["a", "b"]
+    gone = client_alice.get(query("a", "nope"), headers={"HX-Request": "true", "X-Smrweb-Only": "side-rows"})
+    assert gone.status_code == 200 and gone.content == b""

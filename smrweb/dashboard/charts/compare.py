@@ -270,7 +270,7 @@ class Row:
     deltas: dict[str, Delta]
     gain_per_usd: str
     usd_per_turn: str
-    side_by_side_html: str = ""  # its rows in the two tables (`side_by_side_row`, `turns_row`)
+    side_by_side_html: str = ""  # its rows in the two tables (`side_by_side_row`, `turns_row`), set by `rows`
     turns_html: str = ""
 
 
@@ -321,10 +321,12 @@ def deltas(
     return out
 
 
-def rows(c: Comparison, colours: list[str]) -> list[Row]:
+def rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = None) -> list[Row]:
+    """The table rows of the runs `start` to `stop` (all by default), with their deltas and HTML."""
     out = []
     base_values = c.runs[0].values() if c.runs else {}
-    for i, (s, col) in enumerate(zip(c.runs, colours)):
+    tz = zone_label()
+    for i, (s, col) in enumerate(zip(c.runs[start:stop], colours[start:stop]), start):
         out.append(
             Row(
                 s=s,
@@ -334,6 +336,8 @@ def rows(c: Comparison, colours: list[str]) -> list[Row]:
                 usd_per_turn=usd_precise(s.usd_per_turn),
             )
         )
+        out[-1].side_by_side_html = side_by_side_row(out[-1], first=i == 0, slug=c.project.slug, tz=tz)
+        out[-1].turns_html = turns_row(out[-1])
     return out
 
 
@@ -437,8 +441,9 @@ def turns_row(row: Row) -> SafeString:
     )
 
 
-def build(c: Comparison) -> dict:
-    """Everything the template needs about a comparison of two or more runs."""
+def build(c: Comparison, *, shown: int | None = None) -> dict:
+    """Everything the template needs about a comparison of two or more runs: the figures, and the tables'
+    first `shown` rows (all by default; `later_rows` writes the others when they are asked for)."""
     colours = [colour(i) for i in range(len(c.runs))]
     unit = time_unit(c)
     # Zoom survives re-renders of the same selection (a reload, a later poll), not a new one.
@@ -451,14 +456,17 @@ def build(c: Comparison) -> dict:
         "spend_figure": spend_figure(c, colours, unit, uirevision=key),
         "turns_figure": turns_figure(c, colours, uirevision=key),
     }
-    table = rows(c, colours)
-    tz = zone_label()
-    for i, row in enumerate(table):
-        row.side_by_side_html = side_by_side_row(row, first=i == 0, slug=c.project.slug, tz=tz)
-        row.turns_html = turns_row(row)
     return {
         **figures,
-        "rows": table,
+        "rows_shown": rows(c, colours, 0, shown),
+        "rows_later": max(len(c.runs) - shown, 0) if shown is not None else 0,
         "unit": unit,
         "points": {name: points(fig) for name, fig in figures.items()},
     }
+
+
+def later_rows(c: Comparison, after: int) -> tuple[str, str]:
+    """The two tables' rows after the first `after` (side by side, turn statistics), as HTML: what a
+    page that shows the first rows loads once its table is scrolled to."""
+    later = rows(c, [colour(i) for i in range(len(c.runs))], after)
+    return "\n".join(r.side_by_side_html for r in later), "\n".join(r.turns_html for r in later)

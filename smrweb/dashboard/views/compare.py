@@ -5,10 +5,11 @@ import hashlib
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import get_template, render_to_string
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -20,6 +21,10 @@ from smrweb.tracking.queries import compare
 
 TEMPLATE = "dashboard/compare.html"
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
+# Each table's rows in the page; the others come in one request once a table is scrolled to (or all in the
+# page with ?rows=all): the page of 200 runs costs about what the page of 20 does, and its charts come first.
+ROWS_FIRST = 20
+LATER = ("side-rows", "turn-rows")  # the later rows of each table (X-Smrweb-Only), cards of the same deck
 
 
 @require_safe
@@ -34,7 +39,13 @@ def compare_runs(request, slug: str):
         baseline=request.GET.get("baseline", "").strip(),
         drop=request.GET.get("drop", "").strip(),
     )
-    if request.htmx and request.headers.get(live.ONLY_HEADER) == "pick":
+    only = request.headers.get(live.ONLY_HEADER) if request.htmx else None
+    if only in LATER:
+        selected, _ = compare.find_markers(project, requested[: compare.MAX_RUNS])
+        if len(selected) < 2:  # nothing to compare any more (runs were deleted): the placeholder goes
+            return HttpResponse("")
+        return HttpResponse(_deck(request, project, selected, shown=ROWS_FIRST).render(LATER)[only])
+    if only == "pick":
         selected = compare.picked_runs(project, requested[: compare.MAX_RUNS])
         context = {
             "project": project,
@@ -58,7 +69,11 @@ def compare_runs(request, slug: str):
         context["missing"] = missing[:MISSING_SHOWN]
         context["missing_more"] = max(len(missing) - MISSING_SHOWN, 0)
         if len(selected) >= 2:
-            context["comparison_html"] = _comparison(request, project, selected)
+            shown = None if request.GET.get("rows") == "all" else ROWS_FIRST
+            deck = _deck(request, project, selected, shown=shown)
+            context["comparison_html"] = mark_safe(
+                deck.page(["comparison"], fresh=live.wants_fresh(request))["comparison"]
+            )
     context["picked_now"] = bool(selected)
     if len(selected) >= 2:
         context["picker_later"] = True
@@ -74,11 +89,12 @@ def _template_digest() -> str:
     return hashlib.blake2s(get_template(TEMPLATE).template.source.encode(), digest_size=6).hexdigest()
 
 
-def _comparison(request, project, runs: list[compare.RunMarker]) -> SafeString:
-    """The charts and tables of two or more runs, rendered once per version of what they show and kept in
-    the cache: the runs as they are now (`Run.updated` moves with every write to a run, and the parents
-    named in the table), in this order, the project's slug and scenario, the viewer's clock and the
-    30-second tick of the relative times. A hard reload renders it afresh (`live.wants_fresh`)."""
+def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None) -> live.Deck:
+    """The comparison's renders, each made once per version of what it shows and kept in the cache: the
+    charts with each table's first `shown` rows (all when None), and the tables' later rows. The version
+    is the runs as they are now (`Run.updated` moves with every write to a run, and the parents named in
+    the table), in this order, the project's slug and scenario, the viewer's clock and the 30-second tick
+    of the relative times. A hard reload renders the page's afresh (`live.wants_fresh`)."""
     scenario = project.scenario
     version = live.version(
         _template_digest(),
@@ -89,18 +105,32 @@ def _comparison(request, project, runs: list[compare.RunMarker]) -> SafeString:
         [tuple(marker) for marker in runs],
     )
 
-    def render() -> str:
-        comparison = compare.compare(project, [marker.external_id for marker in runs])
+    @functools.cache  # the cards of one request read the runs once
+    def comparison() -> compare.Comparison:
+        return compare.compare(project, [marker.external_id for marker in runs])
+
+    def render_page() -> str:
+        c = comparison()
         context = {
             "project": project,
-            "comparison": comparison,
-            "export_query": urlencode([("runs", s.run.external_id) for s in comparison.runs]),
-            **compare_charts.build(comparison),
+            "comparison": c,
+            "export_query": urlencode([("runs", s.run.external_id) for s in c.runs]),
+            **compare_charts.build(c, shown=shown),
         }
         return render_to_string(f"{TEMPLATE}#comparison", context, request=request)
 
-    deck = live.Deck(f"compare-{project.pk}", [live.Card("comparison", version, render)])
-    return mark_safe(deck.page(fresh=live.wants_fresh(request))["comparison"])
+    @functools.cache
+    def later() -> tuple[str, str]:
+        return compare_charts.later_rows(comparison(), ROWS_FIRST)
+
+    return live.Deck(
+        f"compare-{project.pk}",
+        [
+            live.Card("comparison", live.card_version(version, shown), render_page),
+            live.Card("side-rows", version, lambda: later()[0]),
+            live.Card("turn-rows", version, lambda: later()[1]),
+        ],
+    )
 
 
 def _picker(project, selected: list, chosen: set[str] | None = None) -> list:
