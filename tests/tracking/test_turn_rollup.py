@@ -33,7 +33,7 @@ def load(run: Run) -> Run:
     return Run.objects.select_related("project__scenario").get(pk=run.pk)
 
 
-def kept(run: Run) -> timeline._TurnMemo:
+def kept(run: Run) -> timeline.TurnMemo:
     """The rollup as a page reads it: the row, and the turns past its mark (fewer than ROLLUP_LAG)."""
     run = load(run)
     row = TurnRollup.objects.get(run=run)
@@ -43,11 +43,11 @@ def kept(run: Run) -> timeline._TurnMemo:
     return memo
 
 
-def from_rows(run: Run) -> timeline._TurnMemo:
+def from_rows(run: Run) -> timeline.TurnMemo:
     return timeline.computed_turn_memo(load(run))
 
 
-def agree(a: timeline._TurnMemo, b: timeline._TurnMemo) -> None:
+def agree(a: timeline.TurnMemo, b: timeline.TurnMemo) -> None:
     """The same turns aggregated: totals, span, actors, and buckets once both are as coarse."""
     assert (a.hwm, a.totals(), a.lo, a.hi) == (b.hwm, b.totals(), b.lo, b.hi)
     assert a.actors == b.actors
@@ -131,7 +131,7 @@ def test_the_rollup_row_is_written_every_rollup_lag_turns_and_a_page_folds_in_th
     push(project, "r", turn_events(1, start=300 + ROLLUP_LAG - 1))
     row = TurnRollup.objects.get(run=run)
     assert row.turn_count == 300 + ROLLUP_LAG == load(run).turn_count  # 256 behind: written
-    agree(timeline._TurnMemo.from_rollup(row), from_rows(run))
+    agree(timeline.TurnMemo.from_rollup(row), from_rows(run))
 
 
 def test_a_deleted_turn_rebuilds_the_rollup_from_the_rows(project):

@@ -174,7 +174,7 @@ def _micro(usd) -> int:
 
 
 @dataclass
-class _TurnMemo:
+class TurnMemo:
     """Every turn of a run up to `hwm` (its highest id), aggregated: per (bucket, kind) of `width`
     seconds `[turns, tokens in, tokens out, micro-USD]`, per (actor, parent, kind, model) the same plus
     the first and last time, and the totals the run's summary columns are checked against."""
@@ -252,7 +252,7 @@ class _TurnMemo:
         )
 
     @classmethod
-    def from_rollup(cls, row: TurnRollup) -> _TurnMemo:
+    def from_rollup(cls, row: TurnRollup) -> TurnMemo:
         return cls(
             width=row.width,
             hwm=row.hwm,
@@ -303,10 +303,10 @@ def turns_past(run: Run, mark: int):
 
 
 def _memo_key(run: Run) -> str:
-    return f"turn-aggregates:v1:{run.pk}"
+    return f"turn-aggregates:v2:{run.pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
-def computed_turn_memo(run: Run) -> _TurnMemo:
+def computed_turn_memo(run: Run) -> TurnMemo:
     """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
     the buckets and the actors of the turns up to the highest id the totals saw."""
     turns = AgentTurn.objects.filter(run=run)
@@ -314,8 +314,8 @@ def computed_turn_memo(run: Run) -> _TurnMemo:
         hwm=Max("id"), n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), lo=Min("ts"), hi=Max("ts")
     )
     if not totals["n"]:
-        return _TurnMemo()
-    memo = _TurnMemo(
+        return TurnMemo()
+    memo = TurnMemo(
         width=_base_width(totals["hi"] - totals["lo"]),
         hwm=totals["hwm"],
         count=totals["n"],
@@ -342,19 +342,19 @@ def computed_turn_memo(run: Run) -> _TurnMemo:
     return memo
 
 
-def kept_turn_memo(run: Run) -> _TurnMemo | None:
+def kept_turn_memo(run: Run) -> TurnMemo | None:
     """The run's `TurnRollup` (one query) with the turns past its high-water mark folded in (one more:
     an indexed range of fewer than `services.rollups.ROLLUP_LAG` turns, as the write path keeps it), or
     None when there is none or it disagrees with the run's summary columns."""
     row = TurnRollup.objects.filter(run=run).first()
     if row is None:
         return None
-    memo = _TurnMemo.from_rollup(row)
+    memo = TurnMemo.from_rollup(row)
     memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
     return memo if memo.matches(run) else None
 
 
-def _turn_memo(run: Run) -> _TurnMemo:
+def _turn_memo(run: Run) -> TurnMemo:
     """The run's turn aggregates: the cached ones with the turns that arrived since folded in (one
     query), else the run's `TurnRollup` likewise (two), else computed from every row (three queries).
     Kept on `run` for the rest of the request."""
@@ -366,7 +366,7 @@ def _turn_memo(run: Run) -> _TurnMemo:
         memo = cache.get(key)
     except Exception:  # noqa: BLE001 - a Redis that is down: compute from the rows
         memo = None
-    if isinstance(memo, _TurnMemo) and memo.version == _TurnMemo.version:
+    if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
         memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
             memo = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from smrweb.tracking.models import AgentTurn, Run, TurnRollup
-from smrweb.tracking.queries.timeline import TURN_FIELDS, _TurnMemo, computed_turn_memo, turns_past
+from smrweb.tracking.queries.timeline import TURN_FIELDS, TurnMemo, computed_turn_memo, turns_past
 
 # At most this many turns a run's rollup may lag behind it: what a cold page folds in from the rows,
 # against a rollup written every this many turns instead of every batch (~1–3 ms for ~1,000 buckets).
@@ -36,7 +36,7 @@ def advance_turn_rollup(run: Run, turns: Sequence[AgentTurn] = ()) -> None:
     memo = None
     if kept is not None:
         row = TurnRollup.objects.get(run=run)
-        memo = _TurnMemo.from_rollup(row)
+        memo = TurnMemo.from_rollup(row)
         fresh = [t.pk for t in turns]
         if fresh and all(fresh) and min(fresh) > row.hwm:
             memo.add(turns_past(run, row.hwm).filter(id__lt=min(fresh)).order_by().values_list(*TURN_FIELDS))
@@ -65,5 +65,5 @@ def rebuild_turn_rollups(run_ids: Iterable[int]) -> int:
     return written
 
 
-def _save(run: Run, memo: _TurnMemo, *, exists: bool) -> None:
+def _save(run: Run, memo: TurnMemo, *, exists: bool) -> None:
     memo.rollup(run).save(force_update=exists, force_insert=not exists)
