@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from django.conf import settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+log = logging.getLogger(__name__)
 
 
 class Refused(Exception):
@@ -109,28 +111,53 @@ def allow_listed(url: str) -> bool:
 
 
 def vet(url: str) -> Target:
-    """Resolve the URL's host once and check every address; the Target to connect to, or Refused."""
+    """Resolve the URL's host once and check every address; the Target to connect to, or Refused.
+
+    A refusal never says what a host name resolved to, nor whether it resolved at all (finding N9):
+    whoever may save a webhook would otherwise learn the internal DNS (`minio (172.18.0.3) is a private
+    address`). Only an address typed as such is named with its kind; the details go to the log."""
     scheme, host, port = parse(url)
+    literal = _is_address(host)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise Unresolvable(f"The host {host} cannot be resolved from this server ({exc}).") from None
+        log.info("outbound: %s does not resolve (%s)", host, exc)
+        raise Unresolvable(_not_public(host)) from None
     addresses = []
     for info in infos:
         address = ipaddress.ip_address(info[4][0].split("%", 1)[0])  # drop an IPv6 zone id
         if address not in addresses:
             addresses.append(address)
     if not addresses:
-        raise Unresolvable(f"The host {host} has no address.")
+        log.info("outbound: %s has no address", host)
+        raise Unresolvable(_not_public(host))
     if not (settings.SMRWEB_ALLOW_PRIVATE_WEBHOOKS or _allow_listed(host, port)):
         for address in addresses:
             if reason := why_not_public(address):
-                shown = host if host == str(address) else f"{host} ({address})"
-                raise Refused(
-                    f"{shown} is {reason}: smrweb sends only to public addresses, unless the "
-                    f"operator lists the host in SMRWEB_WEBHOOK_ALLOWED_HOSTS."
-                )
+                if literal:
+                    raise Refused(f"{host} is {reason}: {_ONLY_PUBLIC}")
+                log.warning("outbound: refused %s: it resolves to %s, %s", host, address, reason)
+                raise Refused(_not_public(host))
     return Target(scheme=scheme, host=host, port=port, address=addresses[0])
+
+
+_ONLY_PUBLIC = (
+    "smrweb sends only to public addresses, unless the operator lists the host in "
+    "SMRWEB_WEBHOOK_ALLOWED_HOSTS."
+)
+
+
+def _not_public(host: str) -> str:
+    """One answer for a name that resolves to a non-public address and for one that does not resolve."""
+    return f"The host {host} does not resolve to a public address from this server: {_ONLY_PUBLIC}"
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
 
 
 class GuardedTransport(httpx.HTTPTransport):

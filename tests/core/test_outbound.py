@@ -131,6 +131,22 @@ def test_the_settings_page_says_why_as_a_form_error(client, alice, project, guar
     )
 
 
+def test_a_refusal_never_tells_what_a_name_resolves_to(project, alice, guard_on, caplog):
+    """Finding N9: `localhost (127.0.0.1) is a loopback address` told whoever may save a webhook the
+    internal DNS. A name that resolves privately and one that does not resolve read the same; only an
+    address typed as such is named with its kind. The details go to the operator's log."""
+    answers = {}
+    for url in ("http://localhost:8120/", "http://no-such-host.invalid/", "http://127.0.0.1:8120/"):
+        with pytest.raises(InvalidInput) as refused:
+            services.update_project(project, rollback_webhook_url=url, by=alice)
+        answers[url] = refused.value.message
+    internal, unknown, literal = answers.values()
+    assert "127.0.0.1" not in internal and "::1" not in internal and "loopback" not in internal
+    assert internal.replace("localhost", "X") == unknown.replace("no-such-host.invalid", "X")
+    assert literal.startswith("127.0.0.1 is a loopback address")  # the user typed the address
+    assert any("localhost" in r.message and "loopback" in r.message for r in caplog.records)
+
+
 @pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2001:4860:4860::8888", "2606:4700::1111"])
 def test_public_addresses_pass(address):
     import ipaddress
@@ -162,7 +178,8 @@ def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, servi
     wait_for(lambda: Rollback.objects.get(pk=rollback.pk).status == "failed")
     rollback.refresh_from_db()
     assert service.requests == []
-    assert re.search(r"not sent: localhost \((127\.0\.0\.1|::1)\) is a loopback address", rollback.detail)
+    assert "not sent: The host localhost does not resolve to a public address" in rollback.detail
+    assert "127.0.0.1" not in rollback.detail and "::1" not in rollback.detail  # finding N9
     assert rollback.attempts == 1 and "giving up" in rollback.detail  # a refusal is not retried
 
 
