@@ -7,7 +7,6 @@ capped and the attempts stop at the maximum."""
 from __future__ import annotations
 
 import json
-import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
