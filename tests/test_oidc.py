@@ -256,6 +256,32 @@ def test_only_a_verified_email_links_an_existing_account_and_never_a_superuser(s
     assert other.pk != root.pk
 
 
+def test_a_verified_email_never_links_an_account_holding_site_rights(sso_on):
+    """Finding N11: staff, and accounts granted site permissions directly or through a group, are not
+    linked by email (whoever controls the address at the provider would inherit them); a plain account
+    with the same kind of address still is."""
+    from django.contrib.auth.models import Group, Permission
+
+    staff = User.objects.create_user("staff", "staff@example.org", is_staff=True)
+    granted = User.objects.create_user("granted", "granted@example.org")
+    granted.user_permissions.add(Permission.objects.get(codename="add_project"))
+    grouped = User.objects.create_user("grouped", "grouped@example.org")
+    binders = Group.objects.create(name="binders")
+    binders.permissions.add(Permission.objects.get(codename="bind_source"))
+    grouped.groups.add(binders)
+    plain = User.objects.create_user("plain", "plain@example.org")
+    plain.groups.add(Group.objects.create(name="no-rights"))  # a group without permissions is no right
+    for n, user in enumerate((staff, granted, grouped, plain)):
+        signed_in = sign_in({"sub": f"n11-{n}", "email": user.email, "email_verified": True})
+        if user is plain:
+            assert signed_in.pk == plain.pk
+        else:
+            assert signed_in.pk != user.pk, user.username
+            assert not (
+                signed_in.is_staff or signed_in.user_permissions.exists() or signed_in.groups.exists()
+            )
+
+
 # --- the projects claim -------------------------------------------------------------------------
 
 

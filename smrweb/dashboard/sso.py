@@ -206,14 +206,26 @@ class Backend(OIDCAuthenticationBackend):
         return user
 
     def _linkable_user(self, claims: dict, issuer: str):
-        """An existing account with the same provider-verified email address, not yet linked here."""
+        """An existing account with the same provider-verified email address, not yet linked here.
+
+        Never one that holds more than project roles (finding N11): a superuser, a staff member, or an
+        account granted site permissions (`add_project`, `bind_source`…) directly or through a group.
+        Whoever controls an address at the provider would otherwise inherit those rights; such an
+        account gets a new, plain one instead."""
         email = claims.get("email")
         if not (_verified(claims) and isinstance(email, str) and email):
             return None
         users = list(
-            self.UserModel.objects.filter(email__iexact=email, is_active=True, is_superuser=False).exclude(
-                sso_identities__issuer=issuer
-            )[:2]
+            self.UserModel.objects.filter(
+                email__iexact=email,
+                is_active=True,
+                is_superuser=False,
+                is_staff=False,
+                user_permissions__isnull=True,
+                groups__permissions__isnull=True,
+            )
+            .exclude(sso_identities__issuer=issuer)
+            .distinct()[:2]
         )
         return users[0] if len(users) == 1 else None
 
