@@ -435,7 +435,15 @@ SMRWEB_LOGIN_RATE = env.str("SMRWEB_LOGIN_RATE", default="10/m")
 SMRWEB_TOKEN_CREATE_RATE = env.str("SMRWEB_TOKEN_CREATE_RATE", default="20/h")
 # Wrong passwords for one username from anywhere; past it, only clients that have not failed on it may try.
 SMRWEB_LOGIN_USERNAME_RATE = env.str("SMRWEB_LOGIN_USERNAME_RATE", default="30/h")
-for _name in ("SMRWEB_LOGIN_RATE", "SMRWEB_TOKEN_CREATE_RATE", "SMRWEB_LOGIN_USERNAME_RATE"):
+# Test sends of alert rules, per person and per rule (finding N5): a test mails or posts to an address the
+# admin typed, unconfirmed, so without a limit the server relays whatever an admin asks to anyone.
+SMRWEB_ALERT_TEST_RATE = env.str("SMRWEB_ALERT_TEST_RATE", default="10/h")
+for _name in (
+    "SMRWEB_LOGIN_RATE",
+    "SMRWEB_TOKEN_CREATE_RATE",
+    "SMRWEB_LOGIN_USERNAME_RATE",
+    "SMRWEB_ALERT_TEST_RATE",
+):
     if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", globals()[_name]):
         raise environ.ImproperlyConfigured(f"{_name} must look like 10/m (a count per s, m, h or d)")
 # How many reverse proxies in front of gunicorn append to X-Forwarded-For; 0 means clients connect

@@ -33,6 +33,15 @@ def busy_response(render: Callable[[int, str], HttpResponse] | None = None) -> H
     return response
 
 
+def rate_limited(limited) -> Response:
+    """429 with Retry-After: a caller over one of smrweb's rate limits (`core.ratelimits.Limited`)."""
+    return Response(
+        {"code": "rate_limited", "message": limited.message, "errors": []},
+        status=429,
+        headers={"Retry-After": str(limited.retry_after)},
+    )
+
+
 def _flatten(detail, prefix: str = "") -> list[dict]:
     """DRF's nested error detail as a flat list of {index, field, message}."""
     if isinstance(detail, dict):

@@ -1,4 +1,5 @@
-"""Rate limits on sign-in and token creation, counted with django-ratelimit in the shared cache (Redis).
+"""Rate limits (sign-in, token creation, uploads, preflights, alert test sends), counted with
+django-ratelimit in the shared cache (Redis).
 
 `hit(request, group, rate, key)` counts one attempt and says whether it is over the limit; a view that
 is over answers 429 with a form error and `Retry-After` rather than raising (django-ratelimit's
@@ -74,6 +75,18 @@ def by_principal(group: str, request) -> str:
     """The API caller: its project token, else its user (one caller's burst does not block another's)."""
     token = getattr(request, "auth", None)
     return f"token:{token.pk}" if getattr(token, "token_hash", None) else f"user:{request.user.pk}"
+
+
+def by_alert_rule(group: str, request) -> str:
+    """The alert rule a URL names (`<rule_id>` in the API's and the dashboard's routes)."""
+    return str(request.resolver_match.kwargs["rule_id"])
+
+
+def alert_test(request) -> Limited | None:
+    """Count one test send of an alert rule, per person and per rule (finding N5)."""
+    return hit(
+        request, group="alert-test", rate=settings.SMRWEB_ALERT_TEST_RATE, keys=(by_user, by_alert_rule)
+    )
 
 
 def count(request, *, group: str, rate: str, key) -> int:

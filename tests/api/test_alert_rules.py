@@ -14,9 +14,10 @@ from smrweb.sources import alerts as delivery
 from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import AlertRule, AuditEvent, Notification, NotificationStatus
+from smrweb.tracking.models import AlertRule, AuditEvent, Notification, NotificationStatus, Role
 from smrweb.tracking.services import alerts as alert_service
 from tests.api.helpers import assert_json_error, session_client
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 RULES = "/api/v1/projects/hill/alert-rules/"
@@ -315,6 +316,31 @@ def test_a_failed_delivery_shows_its_error_and_next_attempt(admin, settings, que
     [row] = admin.get(f"{RULES}{rule_id}/deliveries").json()["results"]
     assert row["status"] == "retrying" and row["attempts"] == 1 and row["next_attempt_at"]
     assert "attempt 1: the mail server" in row["last_error"] and "retrying in" in row["last_error"]
+
+
+def test_test_sends_are_limited_per_person_and_per_rule(admin, project, settings, queued):
+    """Finding N5: 25 test sends in seconds mailed an unconfirmed outside address 25 times. Past
+    SMRWEB_ALERT_TEST_RATE per person and per rule the API answers 429 with Retry-After, and nothing is
+    recorded or sent; another admin is held by the rule's count, the same admin by their own."""
+    settings.SMRWEB_ALERT_TEST_RATE = "3/h"
+    rule_id = create(admin, trigger="run.failed", channel="email", target="ext@example.com").json()["id"]
+    answers = [admin.post(f"{RULES}{rule_id}/test") for _ in range(25)]
+    assert [a.status_code for a in answers] == [202] * 3 + [429] * 22
+    refused = assert_json_error(answers[-1], 429, "rate_limited")
+    assert "Too many attempts" in refused["message"] and int(answers[-1]["Retry-After"]) > 0
+    assert len(queued) == 3 and Notification.objects.filter(rule_id=rule_id).count() == 3
+    assert AuditEvent.objects.filter(verb="alert_rule.test_sent").count() == 3
+
+    dana = UserFactory(username="dana")
+    services.add_member(project, dana, role=Role.ADMIN)
+    other_admin = session_client(dana)
+    assert other_admin.post(f"{RULES}{rule_id}/test").status_code == 429  # the rule's count
+    second = create(other_admin, trigger="run.failed", channel="email", target="b@example.com").json()["id"]
+    assert other_admin.post(f"{RULES}{second}/test").status_code == 202  # dana's own count, a fresh rule
+    assert admin.post(f"{RULES}{second}/test").status_code == 429  # alice's count
+    for _, pk in queued:
+        assert delivery.deliver(pk).outcome == "sent"
+    assert len(mail.outbox) == 4  # of the 28 asked for
 
 
 def test_the_delivery_log_is_paged_newest_first(admin, queued):

@@ -249,6 +249,18 @@ def test_actions_refuse_get(client_alice, alice, project):
         assert client_alice.get(f"{ALERTS}{rule.pk}/{action}").status_code == 405
 
 
+def test_test_sends_from_the_page_are_limited_too(client_alice, alice, project, settings, monkeypatch):
+    """Finding N5 on the Alerts tab: past SMRWEB_ALERT_TEST_RATE the page says so and sends nothing."""
+    settings.SMRWEB_ALERT_TEST_RATE = "2/h"
+    monkeypatch.setattr(queue, "dispatch", lambda task, *args: True)
+    rule = inbox_rule(project, alice)
+    for _ in range(2):
+        client_alice.post(f"{ALERTS}{rule.pk}/test")
+    response = client_alice.post(f"{ALERTS}{rule.pk}/test", follow=True)
+    assert "No test sent: too many tests. Too many attempts. Try again in" in shown(response.content)
+    assert Notification.objects.count() == 2
+
+
 def test_a_test_to_the_inbox_arrives_at_once_and_is_not_queued(client_alice, alice, project, monkeypatch):
     queued = []
     monkeypatch.setattr(queue, "dispatch", lambda task, *args: queued.append((task, args)) or True)

@@ -17,14 +17,15 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, alert_rule_for, is_admin, project_for, project_for_person
-from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
+from smrweb.api.errors import rate_limited
+from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.alerts import (
     AlertRuleIn,
     AlertRuleSerializer,
     AlertRuleUpdate,
     DeliverySerializer,
 )
-from smrweb.core import queue
+from smrweb.core import queue, ratelimits
 from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import AlertRule, Channel, Notification, Role
@@ -114,19 +115,26 @@ class AlertRuleDetail(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+TOO_MANY = OpenApiResponse(ERROR, description="Too many test sends (SMRWEB_ALERT_TEST_RATE).")
+
+
 class AlertRuleTest(APIView):
     @extend_schema(
         operation_id="alert_rule_test",
         summary="Send a test notification through the rule's channel (admins)",
         request=None,
-        responses={202: DeliverySerializer, **ERRORS},
-        description="The test is a delivery like any other: email, Slack and webhooks are sent by a worker "
+        responses={202: DeliverySerializer, **ERRORS, 429: TOO_MANY},
+        description="At most `SMRWEB_ALERT_TEST_RATE` tests (default 10 an hour) per person and per rule; "
+        "past it, 429 with Retry-After. "
+        "The test is a delivery like any other: email, Slack and webhooks are sent by a worker "
         "(follow it in the delivery log), the inbox gets it at once (`status: sent`). A muted rule still "
         "sends its tests.",
     )
     def post(self, request, slug: str, rule_id: int):
         project = project_for_person(request, slug, role=Role.ADMIN, doing="send test alerts")
         rule = alert_rule_for(project, rule_id)
+        if limited := ratelimits.alert_test(request):
+            return rate_limited(limited)
         notification = services.send_test(rule, by=actor_of(request))
         if rule.channel != Channel.INBOX:
             queue.dispatch(tasks.deliver_notification, notification.pk)  # else redispatch_stale_actions

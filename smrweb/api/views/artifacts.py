@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api.access import actor_of, project_for, run_for
+from smrweb.api.errors import rate_limited
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.artifacts import (
     ArtifactSerializer,
@@ -59,11 +60,7 @@ class RunArtifacts(APIView):
             request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE, keys=[ratelimits.by_principal]
         )
         if limited:  # before the body is read (finding 10)
-            return Response(
-                {"code": "rate_limited", "message": limited.message, "errors": []},
-                status=429,
-                headers={"Retry-After": str(limited.retry_after)},
-            )
+            return rate_limited(limited)
         # Refuse an announced oversize body before Django spools it to disk.
         if int(request.META.get("CONTENT_LENGTH") or 0) > settings.SMRWEB_MAX_ARTIFACT_BYTES + 1024 * 1024:
             raise ArtifactTooLarge(f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes.")

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, scenario_for
+from smrweb.api.errors import rate_limited
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.scenarios import (
     PreflightPendingSerializer,
@@ -102,11 +103,7 @@ class ScenarioPreflight(APIView):
             request, group="preflight", rate=settings.SMRWEB_PREFLIGHT_RATE, keys=[ratelimits.by_principal]
         )
         if limited:
-            return Response(
-                {"code": "rate_limited", "message": limited.message, "errors": []},
-                status=429,
-                headers={"Retry-After": str(limited.retry_after)},
-            )
+            return rate_limited(limited)
         try:
             request_id = tasks.request_preflight(scenario.key)
         except tasks.NoWorkerAnswer as exc:

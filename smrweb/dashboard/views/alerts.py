@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from smrweb.core import numbers, queue
+from smrweb.core import numbers, queue, ratelimits
 from smrweb.dashboard.access import project_for_user
 from smrweb.sources import tasks
 from smrweb.tracking import services
@@ -178,6 +178,9 @@ def test_alert_rule(request, slug: str, rule_id: int):
     """A test notification through the rule's channel: the inbox gets it at once, other channels from a
     worker (its delivery shows in the rule's log)."""
     rule = _rule_for(request, slug, rule_id)
+    if limited := ratelimits.alert_test(request):
+        messages.error(request, f"No test sent: too many tests. {limited.message}")
+        return _back(rule)
     notification = services.send_test(rule, by=request.user)
     if rule.channel == Channel.INBOX:
         messages.success(request, f"Test sent to the {rule.destination}.")
