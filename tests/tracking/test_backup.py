@@ -773,13 +773,46 @@ def test_a_scenario_that_differs_here_is_refused_and_can_be_restored_under_a_new
         "'bench' exists here with a different direction, score_max; .*--scenario-as",
         slug="copy",
     )
-    copy = backup.import_project(archive, slug="copy", scenario_key="bench-v1").project
+    copy = backup.import_project(archive, slug="copy", scenario_key="bench-v1", trust=True).project
     assert copy.scenario.key == "bench-v1"
     assert (copy.scenario.direction, copy.scenario.score_max, copy.scenario.validator_command) == (
         "maximize",
         1.0,
         ["python", "{artifact}"],
     )
+
+
+def test_an_untrusted_archive_restores_no_command_and_no_sharing_of_its_scenario(archive, tmp_path):
+    """Finding N7: an archive's scenario came back with `validator_command ["python3", "{artifact}"]` and
+    `shared: true`, said nothing, and any user with add_project could attach it. Untrusted, a new
+    scenario is restored without its commands and unshared, and the import says so; `--trust` restores
+    them; an existing scenario of the key keeps this server's own definition."""
+    shared = rewrite(
+        archive,
+        tmp_path / "s.zip",
+        fix_manifest=True,
+        replace={
+            "data/scenario.jsonl": lambda b: json.dumps({**json.loads(b), "shared": True}).encode() + b"\n"
+        },
+    )
+    result = backup.import_project(shared, slug="imp-meta", scenario_key="imp-exec")
+    scenario = Scenario.objects.get(key="imp-exec")
+    assert (scenario.validator_command, scenario.scoring_command, scenario.shared) == ([], [], False)
+    assert result.project.scenario == scenario
+    [warning] = [w for w in result.warnings if "scenario" in w]
+    assert "'imp-exec' restored without its validator_command, scoring_command, shared" in warning
+    assert "--trust" in warning
+
+    trusted = backup.import_project(shared, slug="imp-trusted", scenario_key="imp-exec-2", trust=True)
+    assert (
+        trusted.project.scenario.validator_command,
+        trusted.project.scenario.scoring_command,
+        trusted.project.scenario.shared,
+    ) == (["python", "{artifact}"], ["score", "{artifact}"], True)
+
+    Scenario.objects.filter(key="bench").update(validator_command=["local-validator"], shared=False)
+    kept = backup.import_project(shared, slug="imp-onto-bench").project.scenario
+    assert (kept.key, kept.validator_command, kept.shared) == ("bench", ["local-validator"], False)
 
 
 def test_a_key_sealed_by_another_deployment_is_left_out_with_a_warning(archive, settings):

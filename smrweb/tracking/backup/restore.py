@@ -20,6 +20,7 @@ from smrweb.tracking.backup.tables import (
     BLOBS,
     PROJECT,
     SCENARIO,
+    SCENARIO_TRUSTED_ONLY,
     TABLES,
     TRUSTED_ONLY,
     USER_COLUMNS,
@@ -363,20 +364,28 @@ class _Importer:
     def _scenario(self) -> Scenario:
         """The archived scenario: the one of its key when that is the same definition, else created
         (under `scenario_key` when given). A different definition under the same key is refused:
-        direction and bounds change what every score means."""
+        direction and bounds change what every score means.
+
+        Without `trust`, what the scenario would make this server do is not taken from the archive
+        (finding N7): the commands a worker runs on every submission, and sharing with every user who
+        may create a project. A new scenario is created without them, and said so; an existing one of
+        the same key is this server's own and keeps its own."""
         [(where, row)] = list(self.archive.rows(SCENARIO.file))
         archived, _ = self._decode(SCENARIO, row, where)
         archived_key = archived.key
         archived.key = self.scenario_key or archived_key
+        ignored = () if self.trust else SCENARIO_TRUSTED_ONLY
         existing = Scenario.objects.filter(key=archived.key).first()
         if existing is None:
+            if not self.trust:
+                self._restrict_scenario(archived)
             _insert(Scenario, [archived])
             scenario = archived
         else:
             differs = [
                 f.name
                 for f in SCENARIO.fields
-                if f.name not in ("key", "created", "updated")
+                if f.name not in ("key", "created", "updated", *ignored)
                 and getattr(existing, f.attname) != getattr(archived, f.attname)
             ]
             if differs:
@@ -388,6 +397,21 @@ class _Importer:
             scenario = existing
         self.refs[Scenario] = {archived_key: scenario.pk}
         return scenario
+
+    def _restrict_scenario(self, scenario: Scenario) -> None:
+        dropped = [
+            name
+            for name in SCENARIO_TRUSTED_ONLY
+            if getattr(scenario, name) != Scenario._meta.get_field(name).get_default()
+        ]
+        for name in SCENARIO_TRUSTED_ONLY:
+            setattr(scenario, name, Scenario._meta.get_field(name).get_default())
+        if dropped:
+            self.warnings.append(
+                f"scenario {scenario.key!r} restored without its {', '.join(dropped)}: an archive may not "
+                "make this server run a command or publish a scenario to everyone; import with --trust to "
+                "restore them, or set them again (staff, the scenario's page)."
+            )
 
     def _project(self, scenario: Scenario) -> Project:
         [(where, row)] = list(self.archive.rows(PROJECT.file))

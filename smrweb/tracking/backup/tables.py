@@ -197,6 +197,9 @@ MAX_EXPANSION = (
 # bytes that do not shrink; text compresses well under this)
 # What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
 TRUSTED_ONLY = ("membership", "api_token", "invitation", "alert_rule", "notification")
+# The scenario fields only such an import restores (finding N7): commands a worker runs on submissions, and
+# sharing the scenario with everyone who may create a project.
+SCENARIO_TRUSTED_ONLY = ("validator_command", "scoring_command", "shared")
 
 
 # AuditEvent.object_type is the lower-cased model name of the object (services.record_audit).
