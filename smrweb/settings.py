@@ -595,8 +595,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = SMRWEB_LOG_FORMAT != "json"
 if SMRWEB_LOG_FORMAT == "json":
     logging.captureWarnings(True)  # Python's warnings become log records too, not free text on stderr
 
-# /metrics (Prometheus): a scraper presents SMRWEB_METRICS_TOKEN as a bearer token or comes from one of
-# SMRWEB_METRICS_ALLOW_IPS (comma-separated addresses or networks; loopback by default).
+# /metrics (Prometheus): a scraper presents SMRWEB_METRICS_TOKEN as a bearer token or connects directly, not
+# through a proxy, from one of SMRWEB_METRICS_ALLOW_IPS (comma-separated addresses or networks; loopback by
+# default, none in production: behind a reverse proxy on the same host every client is loopback, N6).
 SMRWEB_METRICS_TOKEN = env.str("SMRWEB_METRICS_TOKEN", default="")
 # The counters ingest increments live in Redis under this prefix, shared by web, workers and beat.
 SMRWEB_OPS_COUNTERS = env.bool("SMRWEB_OPS_COUNTERS", default=True)
@@ -606,7 +607,9 @@ SMRWEB_OPS_COUNTERS_PREFIX = env.str(
 try:
     SMRWEB_METRICS_ALLOW_IPS = [
         ipaddress.ip_network(_net.strip(), strict=False)
-        for _net in env.list("SMRWEB_METRICS_ALLOW_IPS", default=["127.0.0.1/32", "::1/128"])
+        for _net in env.list(
+            "SMRWEB_METRICS_ALLOW_IPS", default=[] if PRODUCTION else ["127.0.0.1/32", "::1/128"]
+        )
         if _net.strip()
     ]
 except ValueError as _exc:

@@ -80,6 +80,84 @@ def test_metrics_token_lets_a_scraper_in_from_anywhere_and_a_wrong_one_does_not(
     assert client.post("/metrics").status_code == 405
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"HTTP_X_FORWARDED_FOR": "203.0.113.9"},  # nginx on the same host, SMRWEB_TRUSTED_PROXY_COUNT=0
+        {"HTTP_X_FORWARDED_FOR": "127.0.0.1"},
+        {"HTTP_FORWARDED": "for=203.0.113.9"},
+        {"HTTP_X_REAL_IP": "203.0.113.9"},
+    ],
+)
+def test_a_forwarded_request_is_not_let_in_by_the_proxys_address(client, settings, headers):
+    """Finding N6: behind a reverse proxy on the same host, every client arrived from 127.0.0.1 and was let
+    in. A request that names another client is the proxy's: only the token lets it in."""
+    settings.SMRWEB_METRICS_TOKEN = "scrape-secret"
+    assert client.get("/metrics").status_code == 200  # a direct scrape from loopback
+    assert client.get("/metrics", **headers).status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret", **headers).status_code == 200
+
+
+@pytest.mark.parametrize("forwarded_for", ["127.0.0.1", "1.2.3.4,127.0.0.1", "127.0.0.1,1.2.3.4"])
+def test_a_client_reaching_gunicorn_directly_cannot_spoof_loopback(client, settings, forwarded_for):
+    """Finding N6, the review's table: with SMRWEB_TRUSTED_PROXY_COUNT=1, a client at 127.0.0.2 sending
+    `X-Forwarded-For: 127.0.0.1` (or `1.2.3.4,127.0.0.1`) was let in."""
+    settings.SMRWEB_TRUSTED_PROXY_COUNT, settings.SMRWEB_METRICS_TOKEN = 1, ""
+    answer = client.get("/metrics", REMOTE_ADDR="127.0.0.2", HTTP_X_FORWARDED_FOR=forwarded_for)
+    assert answer.status_code == 403 and b"not through a proxy" in answer.content
+
+
+def test_check_deploy_warns_when_production_lets_loopback_in_without_a_token(settings):
+    import ipaddress
+
+    from smrweb.core.checks import metrics_open_to_loopback
+
+    settings.PRODUCTION, settings.SMRWEB_METRICS_TOKEN = True, ""
+    settings.SMRWEB_METRICS_ALLOW_IPS = [
+        ipaddress.ip_network("127.0.0.1/32"),
+        ipaddress.ip_network("::1/128"),
+    ]
+    [warning] = metrics_open_to_loopback(None)
+    assert warning.id == "smrweb.W191" and "127.0.0.1/32, ::1/128 without a token" in warning.msg
+    settings.SMRWEB_METRICS_ALLOW_IPS = [ipaddress.ip_network("10.0.0.0/8")]
+    assert metrics_open_to_loopback(None) == []
+    settings.SMRWEB_METRICS_ALLOW_IPS = [ipaddress.ip_network("0.0.0.0/0")]  # holds loopback too
+    assert len(metrics_open_to_loopback(None)) == 1
+    settings.SMRWEB_METRICS_TOKEN = "scrape-secret"
+    assert metrics_open_to_loopback(None) == []
+    settings.PRODUCTION = False
+    settings.SMRWEB_METRICS_TOKEN = ""
+    assert metrics_open_to_loopback(None) == []
+
+
+def test_production_lets_no_network_in_by_default(tmp_path):
+    """In production the allow-list is empty unless set: /metrics is token-only."""
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "SMRWEB_PRODUCTION": "true",
+        "SECRET_KEY": "x" * 60,
+        "ALLOWED_HOSTS": "smrweb.example.com",
+        "SMRWEB_DATA_DIR": str(tmp_path),
+    }
+    env.pop("SMRWEB_METRICS_ALLOW_IPS", None)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.SMRWEB_METRICS_ALLOW_IPS)",
+        ],
+        env={**env, "DJANGO_SETTINGS_MODULE": "smrweb.settings"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == "[]"
+
+
 def test_a_signed_in_project_admin_is_not_a_scraper(client, alice, project):
     client.force_login(alice)
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403

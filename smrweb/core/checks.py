@@ -1,6 +1,7 @@
 """System checks for the deployment (`manage.py check --deploy`): what a worker needs to contain
 validators."""
 
+import ipaddress
 import shutil
 
 from django.conf import settings
@@ -45,3 +46,25 @@ def sso_issuer_over_https(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register(Tags.security, deploy=True)
+def metrics_open_to_loopback(app_configs, **kwargs):
+    """/metrics names every project (finding N6). With loopback allowed and no token, a reverse proxy on the
+    same host that does not send X-Forwarded-For (the only sign smrweb has of it) makes every client
+    loopback."""
+    loopback = [net for net in settings.SMRWEB_METRICS_ALLOW_IPS if net.overlaps(_LOOPBACK[net.version])]
+    if settings.PRODUCTION and loopback and not settings.SMRWEB_METRICS_TOKEN:
+        return [
+            Warning(
+                f"/metrics lets in {', '.join(map(str, loopback))} without a token: behind a reverse "
+                "proxy on this host that sends no X-Forwarded-For, every client of the proxy is loopback.",
+                hint="Set SMRWEB_METRICS_TOKEN and leave SMRWEB_METRICS_ALLOW_IPS empty "
+                "(docs/operations.md#metrics-prometheus).",
+                id="smrweb.W191",
+            )
+        ]
+    return []
+
+
+_LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
