@@ -54,9 +54,6 @@ class Cgroup:
             return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
         return _keyed(self.memory / "memory.oom_control").get("oom_kill", 0) > 0
 
-    def hit_process_limit(self) -> bool:
-        return _keyed(self.pids / "pids.events").get("max", 0) > 0
-
     def peak_memory(self) -> int | None:
         """The most memory the group held at once (processes, page cache and tmpfs), when the kernel
         tells."""

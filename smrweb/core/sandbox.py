@@ -81,7 +81,9 @@ __all__ = [
     "PASSED",
     "TIMED_OUT",
     "Confinement",
+    "Unsafe",
     "SandboxResult",
+    "confinement_from",
     "remove_stale_cgroups",
     "remove_stale_workdirs",
     "run_validator",
@@ -295,6 +297,23 @@ class Confinement:
             *limits,
             *argv,
         ]
+
+
+def confinement_from(config: object, readonly: tuple[str, ...] = ()) -> Confinement:
+    """The Confinement the SMRWEB_SANDBOX_* settings describe (`config`: django.conf.settings)."""
+    return Confinement(
+        memory_bytes=config.SMRWEB_SANDBOX_MEMORY_BYTES,
+        cpu_seconds=config.SMRWEB_SANDBOX_CPU_SECONDS,
+        file_bytes=config.SMRWEB_SANDBOX_FILE_BYTES,
+        processes=config.SMRWEB_SANDBOX_PROCESSES,
+        disk_bytes=config.SMRWEB_SANDBOX_DISK_BYTES,
+        readonly=readonly,
+        uid_base=config.SMRWEB_SANDBOX_UID_BASE,
+        slots=config.SMRWEB_SANDBOX_SLOTS,
+        slot_dir=config.SMRWEB_SANDBOX_SLOT_DIR,
+        cgroup_root=config.SMRWEB_SANDBOX_CGROUP_ROOT,
+        cgroup_parent=config.SMRWEB_SANDBOX_CGROUP,
+    )
 
 
 class Unsafe(Exception):
@@ -766,16 +785,7 @@ def _run(
         )
     if returncode is not None and 128 < returncode < 128 + 65:
         returncode = 128 - returncode  # bubblewrap reports its command's death by signal N as 128 + N
-    result = _verdict(returncode, tail.text(), duration)
-    if result.outcome == FAILED and jail.cgroup.hit_process_limit():
-        limit = jail.confinement.processes
-        result = SandboxResult(
-            **{
-                **result.__dict__,
-                "detail": f"{result.detail} (it reached the sandbox's limit of {limit} processes)",
-            }
-        )
-    return result
+    return _verdict(returncode, tail.text(), duration)
 
 
 def _timed_out(timeout: float, tail: _Tail, duration: float) -> SandboxResult:
