@@ -472,7 +472,7 @@ SMRWEB_SANDBOX_CPU_SECONDS = env.int("SMRWEB_SANDBOX_CPU_SECONDS", default=300)
 SMRWEB_SANDBOX_FILE_BYTES = env.int("SMRWEB_SANDBOX_FILE_BYTES", default=256 * 1024**2)
 SMRWEB_SANDBOX_PROCESSES = env.int("SMRWEB_SANDBOX_PROCESSES", default=64)  # the cgroup's pids limit
 # Size of each writable place, /tmp and /sandbox (tmpfs, so they also count in the memory limit).
-SMRWEB_SANDBOX_DISK_BYTES = env.int("SMRWEB_SANDBOX_DISK_BYTES", default=1024**3)
+SMRWEB_SANDBOX_DISK_BYTES = env.int("SMRWEB_SANDBOX_DISK_BYTES", default=256 * 1024**2)
 # Sandboxes at once on a host (across all its workers): slot n runs as uid SMRWEB_SANDBOX_UID_BASE + n
 # (uids no one else on the host uses), locked by a file in SMRWEB_SANDBOX_SLOT_DIR (host-local).
 SMRWEB_SANDBOX_UID_BASE = env.int("SMRWEB_SANDBOX_UID_BASE", default=60000)

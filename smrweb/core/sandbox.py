@@ -143,7 +143,7 @@ class Confinement:
     file_bytes: int = 256 * 1024**2
     processes: int = 64  # the sandbox's pids limit, and RLIMIT_NPROC of its own uid
     open_files: int = 256
-    disk_bytes: int = 1024**3  # size of /tmp and of /sandbox, each (counted in memory_bytes too)
+    disk_bytes: int = 256 * 1024**2  # size of /tmp and of /sandbox, each (counted in memory_bytes too)
     readonly: tuple[str, ...] = ()  # more host paths to bind read-only at the same place (the validators)
     bwrap: str = "bwrap"
     uid_base: int = 60000  # slot n runs as uid uid_base + n
