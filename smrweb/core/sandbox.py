@@ -173,8 +173,8 @@ class Confinement:
             raise Unsafe(str(exc)) from exc
         slot, fd = _acquire_slot(self.slot_dir, self.slots)
         try:
-            _forget(fd)  # a previous holder killed before it cleaned up
             try:
+                _forget(fd)  # a previous holder killed before it cleaned up
                 group = hierarchy.create(
                     f"slot-{slot}", memory_bytes=self.memory_bytes, processes=self.processes + _JAIL_PROCESSES
                 )
@@ -774,7 +774,10 @@ def _run(
             if not timed_out
             else _timed_out(timeout, tail, duration)
         )
-    jail.cgroup.kill()  # anything that left the process group goes too
+    try:
+        jail.cgroup.kill()  # anything that left the process group goes too
+    except cgroups.CgroupError as exc:  # stuck in the kernel; the slot's next holder tries again
+        logger.error("validator %s: %s", argv[0], exc)
     if limit := jail.limit_hit():  # checked after the exit too: the kernel may have been quicker than us
         return SandboxResult(FAILED, None, tail.text(), duration, limit)
     if timed_out:
