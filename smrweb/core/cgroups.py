@@ -54,15 +54,6 @@ class Cgroup:
             return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
         return _keyed(self.memory / "memory.oom_control").get("oom_kill", 0) > 0
 
-    def peak_memory(self) -> int | None:
-        """The most memory the group held at once (processes, page cache and tmpfs), when the kernel
-        tells."""
-        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self.memory / name).read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def pids_in(self) -> list[int]:
         found: set[int] = set()
         for path in self.dirs:
@@ -155,15 +146,6 @@ class Hierarchy:
                 pass
             raise CgroupError(f"could not set up cgroup {group.memory}: {exc.strerror or exc}") from exc
         return group
-
-    def children(self) -> list[str]:
-        names: set[str] = set()
-        for base in {self.memory_base, self.pids_base}:
-            try:
-                names.update(entry.name for entry in os.scandir(base) if entry.is_dir(follow_symlinks=False))
-            except FileNotFoundError:
-                pass
-        return sorted(names)
 
 
 def detect(root: str, parent: str = "") -> Hierarchy:
