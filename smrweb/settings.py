@@ -472,17 +472,30 @@ SMRWEB_LAUNCH_APPEAR_SECONDS = env.int("SMRWEB_LAUNCH_APPEAR_SECONDS", default=1
 # Bare mirrors of git-workspace repositories, fetched before every read (red-team finding 3: smrweb reads
 # objects from repositories whose configuration it owns, never with the agent's .git/config).
 SMRWEB_GIT_MIRROR_ROOT = Path(env.str("SMRWEB_GIT_MIRROR_ROOT", default=str(DATA_DIR / "git-mirrors")))
-# Validators run under bubblewrap (core/sandbox.py, red-team finding 4): no network, nobody, a root of
-# read-only binds, these limits. "unconfined" runs them directly: only where every scenario's validator
-# and every artifact are trusted; a missing or broken bubblewrap otherwise makes verifications say
-# "cannot verify", and `check --deploy` warns.
+# Validators run under bubblewrap (core/sandbox.py, red-team findings 4 and N4): no network, a uid and a
+# cgroup of their own per run, a root of read-only binds, these limits. "unconfined" runs them directly:
+# only where every scenario's validator and every artifact are trusted; a host that cannot confine them
+# (no bubblewrap ≥ 0.8, not root, no writable cgroup) otherwise makes verifications say "cannot verify
+# safely: …", and `check --deploy` warns. docs/operations.md ("Validator sandbox") has the host setup.
 SMRWEB_SANDBOX = env.str("SMRWEB_SANDBOX", default="bwrap")
 if SMRWEB_SANDBOX not in ("bwrap", "unconfined"):
     raise environ.ImproperlyConfigured("SMRWEB_SANDBOX must be bwrap or unconfined")
+# The whole sandbox (its cgroup: every process, /tmp and /sandbox); also each process's RLIMIT_AS.
 SMRWEB_SANDBOX_MEMORY_BYTES = env.int("SMRWEB_SANDBOX_MEMORY_BYTES", default=4 * 1024**3)
 SMRWEB_SANDBOX_CPU_SECONDS = env.int("SMRWEB_SANDBOX_CPU_SECONDS", default=300)
 SMRWEB_SANDBOX_FILE_BYTES = env.int("SMRWEB_SANDBOX_FILE_BYTES", default=256 * 1024**2)
-SMRWEB_SANDBOX_PROCESSES = env.int("SMRWEB_SANDBOX_PROCESSES", default=64)
+SMRWEB_SANDBOX_PROCESSES = env.int("SMRWEB_SANDBOX_PROCESSES", default=64)  # the cgroup's pids limit
+# Size of each writable place, /tmp and /sandbox (tmpfs, so they also count in the memory limit).
+SMRWEB_SANDBOX_DISK_BYTES = env.int("SMRWEB_SANDBOX_DISK_BYTES", default=256 * 1024**2)
+# Sandboxes at once on a host (across all its workers): slot n runs as uid SMRWEB_SANDBOX_UID_BASE + n
+# (uids no one else on the host uses), locked by a file in SMRWEB_SANDBOX_SLOT_DIR (host-local).
+SMRWEB_SANDBOX_UID_BASE = env.int("SMRWEB_SANDBOX_UID_BASE", default=60000)
+SMRWEB_SANDBOX_SLOTS = env.int("SMRWEB_SANDBOX_SLOTS", default=64)
+SMRWEB_SANDBOX_SLOT_DIR = env.str("SMRWEB_SANDBOX_SLOT_DIR", default="/run/smrweb-sandbox")
+# Where the cgroup filesystems are mounted (cgroup v2 there, or v1 memory/ and pids/ under it), and the
+# cgroup to make smrweb-sandbox/ in ("" = the worker's own; on v2 a delegated one it does not run in).
+SMRWEB_SANDBOX_CGROUP_ROOT = env.str("SMRWEB_SANDBOX_CGROUP_ROOT", default="/sys/fs/cgroup")
+SMRWEB_SANDBOX_CGROUP = env.str("SMRWEB_SANDBOX_CGROUP", default="")
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
 # Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
 SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)

@@ -7,6 +7,8 @@ import shutil
 from django.conf import settings
 from django.core.checks import Tags, Warning, register
 
+from smrweb.core import sandbox
+
 
 @register(Tags.security, deploy=True)
 def validator_sandbox(app_configs, **kwargs):
@@ -28,6 +30,17 @@ def validator_sandbox(app_configs, **kwargs):
                 "'cannot verify'.",
                 hint="apt install bubblewrap (the Docker image has it).",
                 id="smrweb.W002",
+            )
+        ]
+    # Finding N4: a uid, a cgroup and sized tmpfs per validator, or no validator at all.
+    if problem := sandbox.confinement_from(settings).problem():
+        return [
+            Warning(
+                f"Validators cannot be confined safely on this machine: {problem}. Verifications here will "
+                "answer 'cannot verify safely'.",
+                hint="Run the worker as root with bubblewrap 0.8 or later and a writable cgroup with the "
+                'memory and pids controllers (docs/operations.md, "Validator sandbox").',
+                id="smrweb.W003",
             )
         ]
     return []

@@ -24,19 +24,26 @@ What the sandbox guarantees:
   bytes are kept, so a validator printing gigabytes costs a bounded amount of memory.
 * The temporary directory is removed afterwards, whatever happened.
 
-Confinement (red-team finding 4): with a `Confinement` (what the verification task always passes,
-unless the operator set SMRWEB_SANDBOX=unconfined) the command runs under bubblewrap: new PID, network,
-IPC and UTS namespaces (no network at all; /proc shows only the sandbox's own processes), a root made of
-read-only binds of /usr, the Python installation and the validators, a private /tmp and the work
-directory at /sandbox (the only writable place); as the unprivileged uid 65534 with no capabilities and
-no_new_privs; with RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC and RLIMIT_NOFILE; killed with
-everything it started when it exits, times out, or when the worker dies (--die-with-parent, and the
-PID namespace ends with its first process, so `setsid` escapes nothing). Nothing of the data
-directory, the worker's environment or other processes is visible. When bubblewrap is missing or
-cannot start here, the verification says so ("cannot verify") rather than run unconfined.
+Confinement (red-team findings 4 and N4): with a `Confinement` (what the verification task always
+passes, unless the operator set SMRWEB_SANDBOX=unconfined) the command runs under bubblewrap: new user,
+PID, network, IPC, UTS and cgroup namespaces (no network at all; /proc shows only the sandbox's own
+processes; no further user namespace can be made inside, `--disable-userns`), a root made of read-only
+binds of /usr, the Python installation and the validators, the artifact read-only at /sandbox/artifact,
+and two size-limited tmpfs, /tmp and /sandbox, the only writable places (a disk quota that lives in the
+sandbox's memory). Each run takes a *slot* of its own (a lock file per slot, released by the kernel even
+when the worker is SIGKILLed), which gives it its own uid (`uid_base` + slot: RLIMIT_NPROC is no longer
+shared between validators) and its own cgroup (`core.cgroups`): one memory limit for all its processes
+and its tmpfs, one pids limit, and the whole group killed at the memory limit. The worker (root) puts a
+tiny shell in the cgroup, which then execs bubblewrap, so the untrusted command is in the cgroup
+before it starts. Also RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NPROC and RLIMIT_NOFILE per process,
+no capabilities, no_new_privs; killed with everything it started when it exits, times out, or when the
+worker dies (--die-with-parent, the PID namespace ends with its first process, and the next holder of
+the slot kills whatever is left in its cgroup). Nothing of the data directory, the worker's environment
+or other processes is visible. When the host cannot give all this (bubblewrap missing or older than
+0.8, a worker not running as root, no writable cgroup with the memory and pids controllers), the
+verification says "cannot verify safely: <what is missing>" rather than run with weaker limits.
 
-What it does not do: it does not judge what a validator concludes from an artifact, and limits are
-per process tree, not a cgroup (memory is bounded per process by RLIMIT_AS).
+What it does not do: it does not judge what a validator concludes from an artifact.
 
 Exit-code convention for validators: **0 = passed, 1 (or any other code) = failed, 2 = cannot
 verify** (the validator could not check the artifact: a Python package missing, an unreadable
@@ -49,6 +56,8 @@ Pure module: no Django, no models, no database.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -64,13 +73,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from smrweb.core import cgroups
+
 __all__ = [
     "CANNOT_VERIFY",
     "FAILED",
     "PASSED",
     "TIMED_OUT",
     "Confinement",
+    "Unsafe",
     "SandboxResult",
+    "confinement_from",
+    "remove_stale_cgroups",
     "remove_stale_workdirs",
     "run_validator",
     "safe_artifact_path",
@@ -104,32 +118,83 @@ _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-NOBODY = 65534
 JAIL_WORKDIR = "/sandbox"  # where the work directory is inside the jail (so no worker path shows in output)
 WORKDIR_PREFIX = "smrweb-validate-"
+# Processes of the jail itself in its cgroup besides the validator's: the outer bubblewrap and its pid 1,
+# the inner bubblewrap and its child.
+_JAIL_PROCESSES = 5
+SLOT_WAIT_S = 60.0  # how long a verification waits for a free sandbox slot
+# Joins the cgroup(s) named by its first arguments, then execs the rest: the pid is in the cgroup
+# before setpriv, bubblewrap and the validator exist.
+_JOIN = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || '
+    '{ echo "smrweb: could not join the sandbox cgroup" >&2; exit 125; }; shift; n=$((n - 1)); done; '
+    'exec "$@"'
+)
+_JOIN_FAILED = 125
 
 
 @dataclass(frozen=True)
 class Confinement:
     """Run validators under bubblewrap with these limits (see the module docstring)."""
 
-    memory_bytes: int = 2 * 1024**3
+    memory_bytes: int = 2 * 1024**3  # the whole sandbox (cgroup: processes + tmpfs), and RLIMIT_AS
     cpu_seconds: int = 300
     file_bytes: int = 256 * 1024**2
-    processes: int = 64
+    processes: int = 64  # the sandbox's pids limit, and RLIMIT_NPROC of its own uid
     open_files: int = 256
+    disk_bytes: int = 256 * 1024**2  # size of /tmp and of /sandbox, each (counted in memory_bytes too)
     readonly: tuple[str, ...] = ()  # more host paths to bind read-only at the same place (the validators)
     bwrap: str = "bwrap"
+    uid_base: int = 60000  # slot n runs as uid uid_base + n
+    slots: int = 64  # sandboxes at once on this host, across all workers
+    slot_dir: str = "/run/smrweb-sandbox"  # one lock file per slot (host-local)
+    cgroup_root: str = "/sys/fs/cgroup"  # where the cgroup filesystems are mounted
+    cgroup_parent: str = ""  # the cgroup smrweb-sandbox/ is made in; "" = the worker's own
 
     def problem(self) -> str:
-        """Why validators cannot be confined on this machine, or ""; checked once per process."""
-        key = (self.bwrap, os.geteuid())
+        """Why validators cannot be confined safely on this machine, or ""; checked once per process."""
+        key = (self, os.geteuid())
         if key not in _JAIL_PROBLEMS:
             _JAIL_PROBLEMS[key] = _probe(self)
         return _JAIL_PROBLEMS[key]
 
-    def wrap(self, argv: list[str], workdir: Path) -> list[str]:
-        """The bubblewrap command line that runs `argv` confined, with `workdir` at /sandbox."""
+    def hierarchy(self) -> cgroups.Hierarchy:
+        """Where this host's sandbox cgroups are (raises cgroups.CgroupError saying what is missing)."""
+        return cgroups.detect(self.cgroup_root, self.cgroup_parent)
+
+    @contextlib.contextmanager
+    def jail(self):
+        """A slot of its own for one run: its uid and a fresh cgroup with the limits, both given back
+        (the cgroup killed and removed) afterwards. Raises Unsafe when the host cannot give them."""
+        try:
+            hierarchy = self.hierarchy()
+        except cgroups.CgroupError as exc:
+            raise Unsafe(str(exc)) from exc
+        slot, fd = _acquire_slot(self.slot_dir, self.slots)
+        try:
+            try:
+                _forget(fd)  # a previous holder killed before it cleaned up
+                group = hierarchy.create(
+                    f"slot-{slot}", memory_bytes=self.memory_bytes, processes=self.processes + _JAIL_PROCESSES
+                )
+            except cgroups.CgroupError as exc:
+                raise Unsafe(str(exc)) from exc
+            _remember(fd, group)
+            try:
+                yield Jail(self.uid_base + slot, group, self)
+            finally:
+                try:
+                    group.remove()
+                    os.ftruncate(fd, 0)
+                except (cgroups.CgroupError, OSError) as exc:  # the next holder of the slot retries
+                    logger.error("could not remove the sandbox cgroup: %s", exc)
+        finally:
+            os.close(fd)  # releases the slot
+
+    def wrap(self, argv: list[str], workdir: Path, jail: Jail) -> list[str]:
+        """The command line that runs `argv` confined in `jail`, with `workdir`'s artifact read-only at
+        /sandbox/artifact."""
         binds = ["--ro-bind", "/usr", "/usr"]
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
@@ -166,31 +231,39 @@ class Confinement:
             f"--nofile={self.open_files}",
             "--",
         ]
-        if os.geteuid() == 0:
-            # Root makes the namespaces itself and the command drops to nobody inside (a real uid, so
-            # RLIMIT_NPROC counts): no user namespace needed.
-            namespaces = [
-                "--unshare-pid",
-                "--unshare-net",
-                "--unshare-ipc",
-                "--unshare-uts",
-                "--unshare-cgroup-try",
-            ]
-            drop = [
-                "setpriv",
-                f"--reuid={NOBODY}",
-                f"--regid={NOBODY}",
-                "--clear-groups",
-                "--no-new-privs",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--",
-            ]
-        else:
-            namespaces = ["--unshare-all", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
-            drop = []
+        files = jail.cgroup.procs_files()
+        join = ["/bin/sh", "-c", _JOIN, "smrweb-join", str(len(files)), *files]
+        # Root's bubblewrap makes the namespaces and mounts (it can read every path it binds), then the
+        # command drops to the slot's uid (a real uid, so RLIMIT_NPROC is its own) and an unprivileged
+        # bubblewrap inside adds a user namespace whose --disable-userns leaves no way to make another.
+        drop = [
+            "setpriv",
+            f"--reuid={jail.uid}",
+            f"--regid={jail.uid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+            self.bwrap,
+            "--unshare-user",
+            "--disable-userns",
+            "--dev-bind",
+            "/",
+            "/",
+            "--die-with-parent",
+            "--",
+        ]
+        namespaces = [
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup",
+        ]
         # The private /tmp first: a Python or validators installed under /tmp are bound on top of it.
         return [
+            *join,
             self.bwrap,
             *namespaces,
             "--die-with-parent",
@@ -199,6 +272,8 @@ class Confinement:
             "sandbox",
             "--perms",
             "1777",
+            "--size",
+            str(self.disk_bytes),
             "--tmpfs",
             "/tmp",
             *binds,
@@ -206,9 +281,15 @@ class Confinement:
             "/proc",
             "--dev",
             "/dev",
-            "--bind",
-            str(workdir),
+            "--perms",
+            "1777",
+            "--size",
+            str(self.disk_bytes),
+            "--tmpfs",
             JAIL_WORKDIR,
+            "--ro-bind",
+            str(workdir / _ARTIFACT_DIR),
+            f"{JAIL_WORKDIR}/{_ARTIFACT_DIR}",
             "--chdir",
             JAIL_WORKDIR,
             "--",
@@ -218,27 +299,171 @@ class Confinement:
         ]
 
 
+def confinement_from(config: object, readonly: tuple[str, ...] = ()) -> Confinement:
+    """The Confinement the SMRWEB_SANDBOX_* settings describe (`config`: django.conf.settings)."""
+    return Confinement(
+        memory_bytes=config.SMRWEB_SANDBOX_MEMORY_BYTES,
+        cpu_seconds=config.SMRWEB_SANDBOX_CPU_SECONDS,
+        file_bytes=config.SMRWEB_SANDBOX_FILE_BYTES,
+        processes=config.SMRWEB_SANDBOX_PROCESSES,
+        disk_bytes=config.SMRWEB_SANDBOX_DISK_BYTES,
+        readonly=readonly,
+        uid_base=config.SMRWEB_SANDBOX_UID_BASE,
+        slots=config.SMRWEB_SANDBOX_SLOTS,
+        slot_dir=config.SMRWEB_SANDBOX_SLOT_DIR,
+        cgroup_root=config.SMRWEB_SANDBOX_CGROUP_ROOT,
+        cgroup_parent=config.SMRWEB_SANDBOX_CGROUP,
+    )
+
+
+class Unsafe(Exception):
+    """The host cannot give a validator its own uid, cgroup and limits: what is missing."""
+
+
+@dataclass(frozen=True)
+class Jail:
+    """One run's slot: its uid and its cgroup."""
+
+    uid: int
+    cgroup: cgroups.Cgroup
+    confinement: Confinement
+
+    def limit_hit(self) -> str:
+        """Why the sandbox must be (or was) killed as a whole, or ""."""
+        if self.cgroup.oom_killed():
+            return (
+                f"killed: the sandbox went over its memory limit of {_size(self.confinement.memory_bytes)} "
+                "(its processes, /tmp and /sandbox together)"
+            )
+        return ""
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024**3:g} GiB" if n >= 1024**3 else f"{n / 1024**2:g} MiB"
+
+
+def _acquire_slot(slot_dir: str, slots: int) -> tuple[int, int]:
+    """Lock a free slot's file (flock: the kernel releases it when the holder dies, however it dies);
+    returns (slot, fd). Raises Unsafe when the directory is unusable, or none frees up in time."""
+    try:
+        os.makedirs(slot_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise Unsafe(f"cannot create the sandbox slot directory {slot_dir}: {exc.strerror}") from exc
+    first = os.getpid() % slots  # workers start at different slots: fewer collisions
+    deadline = time.monotonic() + SLOT_WAIT_S
+    while True:
+        for slot in [*range(first, slots), *range(first)]:
+            try:
+                fd = os.open(
+                    os.path.join(slot_dir, f"slot-{slot}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                )
+            except OSError as exc:
+                raise Unsafe(f"cannot open a sandbox slot in {slot_dir}: {exc.strerror}") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return slot, fd
+        if time.monotonic() > deadline:
+            raise Unsafe(f"all {slots} sandbox slots stayed busy for {SLOT_WAIT_S:g} s")
+        time.sleep(0.2)
+
+
+def _remember(fd: int, group: cgroups.Cgroup) -> None:
+    """Write the slot's cgroup into its lock file, for whoever takes the slot after a crash."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{group.version}\n{group.memory}\n{group.pids}\n".encode(), 0)
+
+
+def _forget(fd: int) -> list[str]:
+    """Kill and remove the cgroup a dead holder of this (locked) slot left; returns what was removed."""
+    try:
+        version, memory, pids = os.pread(fd, 4096, 0).decode().split("\n")[:3]
+        group = cgroups.Cgroup(int(version), Path(memory), Path(pids))
+    except (ValueError, UnicodeDecodeError):
+        return []
+    if not group.exists():
+        return []
+    group.remove()
+    os.ftruncate(fd, 0)
+    return [str(group.memory)]
+
+
+def remove_stale_cgroups(confinement: Confinement) -> list[str]:
+    """Kill and remove sandbox cgroups whose slot nobody holds (their worker was killed); called when a
+    worker starts. Returns what was removed."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(confinement.slot_dir)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        if not (name.startswith("slot-") and name.endswith(".lock")):
+            continue
+        try:
+            fd = os.open(os.path.join(confinement.slot_dir, name), os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            removed += _forget(fd)
+        except BlockingIOError:
+            pass  # a live verification holds it
+        except cgroups.CgroupError as exc:
+            logger.error("could not remove a stale sandbox cgroup: %s", exc)
+        finally:
+            os.close(fd)
+    return removed
+
+
 _JAIL_PROBLEMS: dict[tuple[str, int], str] = {}
 
 
 def _probe(confinement: Confinement) -> str:
-    """Start one confined `true`: bubblewrap present, namespaces allowed, the tools inside found."""
+    """What the host lacks, checked in turn; then start one confined `true` in a slot of its own:
+    namespaces allowed, the cgroup joined, the tools inside found."""
     if shutil.which(confinement.bwrap) is None:
         return (
             "the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
             "(apt install bubblewrap)"
         )
+    try:
+        usage = subprocess.run(
+            [confinement.bwrap, "--help"], capture_output=True, timeout=30, check=False
+        ).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the validator sandbox could not start on this worker: {exc}"
+    if "--size" not in usage or "--disable-userns" not in usage:
+        return (
+            "bubblewrap on this worker is older than 0.8 (no --size for the /tmp quota, no --disable-userns)"
+        )
+    if os.geteuid() != 0:
+        return (
+            "the worker does not run as root, so it cannot give each validator a uid and a cgroup of its own"
+        )
+    for tool in ("setpriv", "prlimit"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` (util-linux) is not installed on this worker"
+    try:
+        confinement.hierarchy()
+    except cgroups.CgroupError as exc:
+        return str(exc)
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX + f"{os.getpid()}-probe-"))
     try:
-        _own_for_jail(workdir)
-        done = subprocess.run(
-            confinement.wrap(["true"], workdir),
-            env=scrubbed_env(JAIL_WORKDIR),
-            timeout=30,
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        (workdir / _ARTIFACT_DIR).mkdir()
+        with confinement.jail() as jail:
+            _own_for_jail(workdir, jail.uid)
+            done = subprocess.run(
+                confinement.wrap(["true"], workdir, jail),
+                env=scrubbed_env(JAIL_WORKDIR),
+                timeout=30,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+    except Unsafe as exc:
+        return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the validator sandbox could not start on this worker: {exc}"
     finally:
@@ -251,14 +476,13 @@ def _probe(confinement: Confinement) -> str:
     return ""
 
 
-def _own_for_jail(workdir: Path) -> None:
-    """Running as root, the jailed command is nobody: give it the work directory (and nothing else)."""
-    if os.geteuid() != 0:
-        return
+def _own_for_jail(workdir: Path, uid: int) -> None:
+    """The jailed command runs as its slot's uid: give it the work directory (and nothing else), which
+    bubblewrap, already that uid, binds read-only."""
     for dirpath, _dirnames, filenames in os.walk(workdir):
-        os.chown(dirpath, NOBODY, NOBODY)
+        os.chown(dirpath, uid, uid)
         for name in filenames:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def remove_stale_workdirs(parent: str | None = None) -> list[str]:
@@ -339,7 +563,7 @@ def run_validator(
         return SandboxResult(CANNOT_VERIFY, None, "", 0.0, problem)
 
     if confinement is not None and (problem := confinement.problem()):
-        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, problem)
+        return SandboxResult(CANNOT_VERIFY, None, "", 0.0, f"cannot verify safely: {problem}")
 
     # The worker's pid is in the name: a worker starting later removes what a dead one left behind.
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")).resolve()
@@ -352,23 +576,20 @@ def run_validator(
             python=sys.executable or "python3",
         )
         argv = [_substitute(arg, placeholders) for arg in command]
-        if confinement is not None:
-            env = scrubbed_env(seen_as)
-            if shutil.which(argv[0], path=env["PATH"]) is None and not argv[0].startswith(str(seen_as)):
-                return SandboxResult(
-                    CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir)
-                )
-            _own_for_jail(workdir)
-            argv = confinement.wrap(argv, workdir)
-        return _run(
-            argv,
-            workdir,
-            timeout=timeout,
-            output_cap=output_cap,
-            on_progress=on_progress,
-            env=scrubbed_env(seen_as),
-            confined=confinement is not None,
-        )
+        run = dict(timeout=timeout, output_cap=output_cap, on_progress=on_progress, env=scrubbed_env(seen_as))
+        if confinement is None:
+            return _run(argv, workdir, **run)
+        env = scrubbed_env(seen_as)
+        if shutil.which(argv[0], path=env["PATH"]) is None and not argv[0].startswith(str(seen_as)):
+            return SandboxResult(
+                CANNOT_VERIFY, None, "", 0.0, _not_found_detail(argv[0], env["PATH"], workdir)
+            )
+        try:
+            with confinement.jail() as jail:
+                _own_for_jail(workdir, jail.uid)
+                return _run(confinement.wrap(argv, workdir, jail), workdir, **run, jail=jail)
+        except Unsafe as exc:
+            return SandboxResult(CANNOT_VERIFY, None, "", 0.0, f"cannot verify safely: {exc}")
     finally:
         _remove_tree(workdir)
 
@@ -512,7 +733,7 @@ def _run(
     output_cap: int,
     on_progress: Callable[[str], None] | None,
     env: dict[str, str],
-    confined: bool = False,
+    jail: Jail | None = None,
 ) -> SandboxResult:
     try:
         proc = subprocess.Popen(
@@ -536,7 +757,7 @@ def _run(
 
     tail = _Tail(output_cap)
     try:
-        timed_out, duration = _supervise(proc, tail, timeout, _Progress(on_progress, tail))
+        timed_out, duration = _supervise(proc, tail, timeout, _Progress(on_progress, tail), jail)
     finally:
         # Reached with the group still alive only if _supervise raised (e.g. KeyboardInterrupt).
         if proc.returncode is None and not _has_exited(proc):
@@ -547,16 +768,37 @@ def _run(
                 pass
         proc.stdout.close()
     returncode = proc.poll()  # reaps: the group was signalled while the leader was still a zombie
-    if confined and returncode is not None and 128 < returncode < 128 + 65:
-        returncode = 128 - returncode  # bubblewrap reports its command's death by signal N as 128 + N
+    if jail is None:
+        return (
+            _verdict(returncode, tail.text(), duration)
+            if not timed_out
+            else _timed_out(timeout, tail, duration)
+        )
+    try:
+        jail.cgroup.kill()  # anything that left the process group goes too
+    except cgroups.CgroupError as exc:  # stuck in the kernel; the slot's next holder tries again
+        logger.error("validator %s: %s", argv[0], exc)
+    if limit := jail.limit_hit():  # checked after the exit too: the kernel may have been quicker than us
+        return SandboxResult(FAILED, None, tail.text(), duration, limit)
     if timed_out:
-        detail = f"killed after {timeout:g} s (the time limit)"
-        return SandboxResult(TIMED_OUT, None, tail.text(), duration, detail)
+        return _timed_out(timeout, tail, duration)
+    if returncode == _JOIN_FAILED and "smrweb: could not join the sandbox cgroup" in tail.text():
+        return SandboxResult(
+            CANNOT_VERIFY, None, "", 0.0, "cannot verify safely: could not join the sandbox cgroup"
+        )
+    if returncode is not None and 128 < returncode < 128 + 65:
+        returncode = 128 - returncode  # bubblewrap reports its command's death by signal N as 128 + N
     return _verdict(returncode, tail.text(), duration)
 
 
+def _timed_out(timeout: float, tail: _Tail, duration: float) -> SandboxResult:
+    return SandboxResult(
+        TIMED_OUT, None, tail.text(), duration, f"killed after {timeout:g} s (the time limit)"
+    )
+
+
 def _supervise(
-    proc: subprocess.Popen, tail: _Tail, timeout: float, progress: _Progress
+    proc: subprocess.Popen, tail: _Tail, timeout: float, progress: _Progress, jail: Jail | None = None
 ) -> tuple[bool, float]:
     """Read output until the validator is done; enforce the timeout. Returns (timed out, duration).
 
@@ -578,6 +820,8 @@ def _supervise(
                 exited_at = now
                 # Whatever it left behind in its group dies with it, and stops holding the pipe.
                 _signal_group(proc.pid, signal.SIGKILL)
+            elif exited_at is None and jail is not None and jail.limit_hit():
+                jail.cgroup.kill()  # at the memory limit the whole sandbox goes, not one process of it
             if exited_at is not None:
                 if eof:
                     break

@@ -269,6 +269,8 @@ def remove_stale_validator_workdirs(**kwargs) -> None:
     """Work directories of validators whose worker was killed (finding 12) go when a worker starts."""
     if removed := sandbox.remove_stale_workdirs():
         log.warning("removed %d validator work directories left by dead workers: %s", len(removed), removed)
+    if (confined := verification.confinement()) and (removed := sandbox.remove_stale_cgroups(confined)):
+        log.warning("removed %d validator cgroups left by dead workers: %s", len(removed), removed)
 
 
 def _running_key(submission_id: int) -> str:

@@ -21,13 +21,7 @@ def confinement() -> sandbox.Confinement | None:
     chose SMRWEB_SANDBOX=unconfined (finding 4)."""
     if settings.SMRWEB_SANDBOX == "unconfined":
         return None
-    return sandbox.Confinement(
-        memory_bytes=settings.SMRWEB_SANDBOX_MEMORY_BYTES,
-        cpu_seconds=settings.SMRWEB_SANDBOX_CPU_SECONDS,
-        file_bytes=settings.SMRWEB_SANDBOX_FILE_BYTES,
-        processes=settings.SMRWEB_SANDBOX_PROCESSES,
-        readonly=(str(VALIDATORS_DIR),),
-    )
+    return sandbox.confinement_from(settings, readonly=(str(VALIDATORS_DIR),))
 
 
 def verify(sub: Submission, progress: Callable[[str], None]) -> str:
