@@ -837,7 +837,10 @@ def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bo
     Only ever the repository's own work tree, checked again right before the write."""
     if not repo.own.work_tree or os.path.realpath(worktree) != repo.own.work_tree:
         return False
-    repo.verify()
+    try:
+        repo.verify()
+    except SourceError:
+        return False  # the commit is published; the work tree is not written (the note says how)
     data = repo.agent("cat-file", "blob", entry.oid).stdout  # raw bytes: cat-file applies no filters
     *dirs, name = path.split("/")
     try:
