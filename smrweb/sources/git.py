@@ -731,16 +731,18 @@ def _open_dir(worktree: str, parts: list[str], *, create: bool = False) -> int:
     O_NOFOLLOW relative to the last (so a symlink swapped in after a check, on the way to the work tree or
     inside it, is never followed); created below the work tree when `create`."""
     above = [part for part in worktree.split("/") if part]
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    # O_PATH: a step needs only search permission (a 0711 home on the way to the work tree is fine).
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open("/", flags)
     try:
         for number, part in enumerate([*above, *parts]):
             try:
-                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                step = os.open(part, flags, dir_fd=fd)
             except FileNotFoundError:
                 if not create or number < len(above):
                     raise
                 os.mkdir(part, 0o755, dir_fd=fd)
-                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                step = os.open(part, flags, dir_fd=fd)
             except (NotADirectoryError, OSError) as exc:  # ELOOP: a symlink; ENOTDIR: a file
                 raise _Unsafe(part) from exc
             os.close(fd)
