@@ -41,7 +41,7 @@ from django.conf import settings
 from smrweb.sources.apply import apply_events
 from smrweb.sources.base import Malformed, NotPossible, SourceError, TimedOut
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidEvents
+from smrweb.tracking.errors import InvalidEvents, InvalidInput
 from smrweb.tracking.models import Project, Rollback, Run
 
 SCORES_FILE = ".smrweb/scores.jsonl"
@@ -118,14 +118,17 @@ SAFE_CONFIG = (
 
 
 def _private_home() -> str:
-    """An empty home of smrweb's own for git (no ~/.gitconfig of the worker's user is read)."""
-    global _HOME
-    if _HOME is None or not os.path.isdir(_HOME):
-        _HOME = tempfile.mkdtemp(prefix="smrweb-git-home-")
-    return _HOME
-
-
-_HOME: str | None = None
+    """An empty home of smrweb's own for git (no ~/.gitconfig of the worker's user is read): one fixed
+    directory under the data dir, so no process leaves a temporary one behind (the review found six
+    `smrweb-git-home-*` directories, one per worker process that ever ran git)."""
+    home = os.path.join(str(settings.DATA_DIR), "git-home")
+    try:
+        os.mkdir(home, 0o700)
+    except FileExistsError:
+        pass
+    if os.path.islink(home) or not os.path.isdir(home):
+        raise GitFailed(f"{home} (git's private home) is not a plain directory.")
+    return home
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -149,7 +152,28 @@ def _env(**extra: str) -> dict[str, str]:
         "GIT_ALLOW_PROTOCOL": "file",
     }
     env.update(extra)
+    for name in REDIRECTING_ENV:  # never from a caller either: the repository is named on the command line
+        env.pop(name, None)
     return env
+
+
+# Variables that make git read or write another repository than the one named on its command line
+# (red-team N3). `_env` starts from nothing, so the worker's own never reach git; none is ever added.
+REDIRECTING_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+)
 
 
 def _git(
@@ -160,9 +184,11 @@ def _git(
     env: dict[str, str] | None = None,
     also_safe: str = "",
     config: tuple[str, ...] = (),
+    repo_opts: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
-    """Run `git -c <SAFE_CONFIG>… -C cwd args…` (never through a shell, in the scrubbed environment); a
-    return code outside `ok` is a GitFailed."""
+    """Run `git -c <SAFE_CONFIG>… -C cwd [repo_opts] args…` (never through a shell, in the scrubbed
+    environment); a return code outside `ok` is a GitFailed. `repo_opts` names the repository explicitly
+    (`--git-dir`/`--work-tree`, see OwnRepository): then git discovers nothing."""
     # Repository discovery stops at the path itself: a plain directory inside some other repository
     # is "not a repository", never that other repository.
     real = os.path.realpath(cwd)
@@ -173,7 +199,7 @@ def _git(
     overrides = [arg for item in (*SAFE_CONFIG, *safe, *config) for arg in ("-c", item)]
     try:
         proc = subprocess.run(
-            ["git", *overrides, "-C", cwd, *args],
+            ["git", *overrides, "-C", cwd, *repo_opts, *args],
             input=input,
             capture_output=True,
             timeout=GIT_TIMEOUT,
@@ -257,44 +283,231 @@ def mirror_path(repo_path: str) -> str:
     return os.path.join(str(settings.SMRWEB_GIT_MIRROR_ROOT), f"{key}.git")
 
 
+# --- the repository is the agent's own (red-team N3) ----------------------------------------------------
+# The agent chooses what lies at the bound path, so the path alone could lead git into another team's
+# repository: a `.git` file (`gitdir: …`), a symlinked `.git` or repository directory, a `commondir` or an
+# alternates file, a linked work tree, or smrweb's own mirror of another project. Every sync and every write
+# checks the repository here first, then runs git with `--git-dir`/`--work-tree` naming what was checked
+# (git discovers nothing). What it resolves to is pinned on the project (`source_settings`, under
+# services.GIT_PIN) at bind time, or by the first sync that passes, and may not change afterwards.
+
+
+class ForeignRepository(SourceError):
+    """The bound directory does not hold a repository of its own: git would read or write another one."""
+
+    kind = "foreign_repository"
+
+
+@dataclass(frozen=True)
+class OwnRepository:
+    """A repository that passed `check_own_repository`: real paths with no symlink on the way."""
+
+    path: str  # as bound (Project.git_repo_path)
+    git_dir: str  # <work tree>/.git, or the bare repository itself
+    work_tree: str  # "" for a bare repository
+
+    def pin(self) -> dict[str, str]:
+        return {"path": self.path, "git_dir": self.git_dir, "work_tree": self.work_tree}
+
+    def opts(self) -> tuple[str, ...]:
+        """git's command-line options naming this repository and nothing else."""
+        return (f"--git-dir={self.git_dir}", *((f"--work-tree={self.work_tree}",) if self.work_tree else ()))
+
+
+def _refused(path: str, why: str) -> ForeignRepository:
+    return ForeignRepository(
+        f"Refused {path}: {why} smrweb reads and writes only the repository that lives in the bound "
+        "directory itself; nothing was imported or written."
+    )
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _looks_bare(path: str) -> bool:
+    """What git itself requires of a repository directory: HEAD, objects/ and refs/."""
+    return all(
+        check(os.path.join(path, name))
+        for check, name in ((os.path.isfile, "HEAD"), (os.path.isdir, "objects"), (os.path.isdir, "refs"))
+    )
+
+
+def check_own_repository(path: str, pin: dict | None = None) -> OwnRepository:
+    """The repository at `path`, if it is its own: `path` and its `.git` are real directories (not links,
+    not a `gitdir:` file), it is not in smrweb's data directory, its git dir has no `commondir`, no
+    alternates, no linked work trees and no symlink leading out of it, and it resolves to what `pin`
+    recorded (a pin made for another path does not apply). RepoMissing when there is no repository yet,
+    ForeignRepository for anything that would lead git elsewhere. Filesystem checks only: no git runs."""
+    if not path or not os.path.isabs(path) or "\x00" in path:
+        raise NotPossible(f"The repository path {path!r} is not an absolute path.")
+    where = os.path.normpath(path)
+    try:
+        st = os.lstat(where)
+    except FileNotFoundError:
+        raise RepoMissing(f"No repository at {path}: the directory does not exist.") from None
+    except OSError as exc:
+        raise RepoMissing(f"No repository at {path}: {exc.strerror}.") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _refused(path, f"the repository directory is a symbolic link (to {os.readlink(where)}).")
+    if not stat.S_ISDIR(st.st_mode):
+        raise RepoMissing(f"No repository at {path}: not a directory.")
+    real = os.path.realpath(where)
+    for root, what in (
+        (settings.DATA_DIR, "smrweb's data directory"),
+        (settings.SMRWEB_GIT_MIRROR_ROOT, "smrweb's git mirrors"),
+    ):
+        root = os.path.realpath(str(root))
+        if _inside(real, root) or _inside(root, real):
+            raise _refused(path, f"it is in (or holds) {what} {root}, which is never an agent's repository.")
+    dotgit = os.path.join(real, ".git")
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is None:
+        if not _looks_bare(real):
+            raise RepoMissing(
+                f"{path} is not a git repository (no .git directory in it, and not a bare repository)."
+            )
+        git_dir, work_tree = real, ""
+    elif stat.S_ISLNK(mode):
+        raise _refused(path, f"its .git is a symbolic link (to {os.readlink(dotgit)}), not a directory.")
+    elif stat.S_ISREG(mode):
+        raise _refused(
+            path,
+            "its .git is a file (`gitdir: …`: a linked work tree, a submodule checkout or a redirect to "
+            "another repository), not the repository's own directory.",
+        )
+    elif not stat.S_ISDIR(mode):
+        raise _refused(path, "its .git is not a directory.")
+    else:
+        git_dir, work_tree = dotgit, real
+    if pin and pin.get("path") == path and (pin.get("git_dir"), pin.get("work_tree")) != (git_dir, work_tree):
+        raise _refused(
+            path,
+            f"it now resolves to {git_dir}, but {pin.get('git_dir')} was pinned when it was bound (a "
+            "directory on the way was moved or replaced by a link). If the operator moved the repository, "
+            "set the project's repository path to its new location: that is pinned anew.",
+        )
+    for name, why in (
+        ("commondir", "its git dir has a `commondir` file, which makes git use another repository's refs."),
+        ("objects/info/alternates", "its git dir borrows objects from elsewhere (objects/info/alternates)."),
+        (
+            "objects/info/http-alternates",
+            "its git dir borrows objects from elsewhere (objects/info/http-alternates).",
+        ),
+        (".git", "its git dir holds a .git of its own, which git would follow instead."),
+    ):
+        if os.path.lexists(os.path.join(git_dir, name)):
+            raise _refused(path, why)
+    linked = os.path.join(git_dir, "worktrees")
+    if os.path.lexists(linked) and (
+        os.path.islink(linked) or not os.path.isdir(linked) or os.listdir(linked)
+    ):
+        raise _refused(
+            path,
+            "the repository has linked work trees (.git/worktrees/…), whose files say where they are: "
+            "remove them (`git worktree remove`) or bind a repository without them.",
+        )
+    _no_link_leads_out(path, git_dir)
+    return OwnRepository(path, git_dir, work_tree)
+
+
+def _no_link_leads_out(path: str, git_dir: str) -> None:
+    """No symlink anywhere in the git dir leads outside it (refs/, objects/ or HEAD pointing at another
+    repository's would make its refs and objects ours)."""
+    todo = [git_dir]
+    while todo:
+        with os.scandir(todo.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    if not _inside(target, git_dir):
+                        raise _refused(path, f"{entry.path} is a symbolic link leading out (to {target}).")
+                elif entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+
+
+def pinned(project: Project) -> dict | None:
+    """The project's pin, when it was made for the path the project is bound to now."""
+    pin = (project.source_settings or {}).get(services.GIT_PIN)
+    return pin if isinstance(pin, dict) and pin.get("path") == project.git_repo_path else None
+
+
+def pin_for_binding(path: str) -> dict | None:
+    """At bind time: the pin of the repository at `path`, or None when there is none yet (the first sync
+    that passes pins it). A repository that would lead git elsewhere is refused (InvalidInput)."""
+    try:
+        own = check_own_repository(path)
+        _confirm(own)
+    except RepoMissing:
+        return None
+    except SourceError as exc:
+        raise InvalidInput("git_repo_path", str(exc)) from None
+    return own.pin()
+
+
+def _confirm(own: OwnRepository) -> None:
+    """git, told exactly which repository, agrees it is one and that its common dir is its git dir."""
+    proc = _git(
+        own.work_tree or own.git_dir,
+        "rev-parse",
+        "--absolute-git-dir",
+        "--path-format=absolute",
+        "--git-common-dir",
+        ok=(0, 128),
+        repo_opts=own.opts(),
+    )
+    if proc.returncode != 0:
+        raise RepoMissing(
+            f"{own.path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]})."
+        )
+    said = proc.stdout.decode("utf-8", "surrogateescape").splitlines()[:2]
+    if [os.path.realpath(p) for p in said] != [own.git_dir, own.git_dir]:
+        raise _refused(own.path, f"git resolves it to {' and '.join(said)}, not {own.git_dir}.")
+
+
 class Repo:
     """One branch of one local repository. Reads go to a bare mirror smrweb owns (fetched from the agent's
     repository, with smrweb's configuration); only a rollback writes to the agent's repository, with
     plumbing that runs no hooks, filters or helpers (SAFE_CONFIG)."""
 
-    def __init__(self, path: str, branch: str):
-        if not path or not os.path.isabs(path) or "\x00" in path:
-            raise NotPossible(f"The repository path {path!r} is not an absolute path.")
-        if not os.path.isdir(path):
-            raise RepoMissing(f"No repository at {path}: the directory does not exist.")
+    def __init__(self, path: str, branch: str, *, pin: dict | None = None):
+        self.own = check_own_repository(path, pin)
         self.path, self.branch = path, check_branch(branch)
         self.ref = f"refs/heads/{branch}"
-        self.mirror = mirror_path(path)
-        proc = self.agent(
-            "rev-parse", "--absolute-git-dir", "--path-format=absolute", "--git-common-dir", ok=(0, 128)
-        )
-        if proc.returncode != 0:
-            raise RepoMissing(
-                f"{path} is not a git repository ({proc.stderr.decode('utf-8', 'replace').strip()[:300]})."
-            )
-        self.gitdir, self.common_dir = proc.stdout.decode("utf-8", "surrogateescape").splitlines()[:2]
+        self.mirror = mirror_path(self.own.work_tree or self.own.git_dir)
+        _confirm(self.own)
+        self.gitdir = self.common_dir = self.own.git_dir  # no commondir, no linked work trees (checked)
 
     @classmethod
-    def for_project(cls, project: Project) -> Repo:
+    def for_project(cls, project: Project, branch: str = "") -> Repo:
+        """The project's repository, checked against its pin; an unpinned binding (made before pins, or
+        before the repository existed) is pinned now, from this check that passed."""
         if not project.git_repo_path or not project.git_branch:
             raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
-        return cls(project.git_repo_path, project.git_branch)
+        pin = pinned(project)
+        repo = cls(project.git_repo_path, branch or project.git_branch, pin=pin)
+        if pin is None:
+            services.pin_git_repository(project, repo.own.pin())
+        return repo
+
+    def verify(self) -> None:
+        """The repository is still the one checked (and pinned): before every write, and every fetch."""
+        check_own_repository(self.path, self.own.pin())
 
     def git(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
         """git in the mirror (reads)."""
         return _git(self.mirror, *args, **kwargs)
 
     def agent(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
-        """git in the agent's repository (its refs, and a rollback's writes)."""
-        return _git(self.path, *args, **kwargs)
+        """git in the agent's repository (its refs, and a rollback's writes), named explicitly."""
+        return _git(self.own.work_tree or self.own.git_dir, *args, repo_opts=self.own.opts(), **kwargs)
 
     def refresh(self) -> str:
         """Fetch the branch into the mirror (created on first use); the branch's head commit."""
+        self.verify()
         if not os.path.isdir(self.mirror):
             root = os.path.dirname(self.mirror)
             os.makedirs(root, mode=0o700, exist_ok=True)
@@ -308,7 +521,7 @@ class Repo:
             "--force",
             f"--upload-pack={self._upload_pack()}",
             "--end-of-options",
-            self.path,
+            self.own.git_dir,  # the checked git dir itself (upload-pack --strict looks nowhere else)
             f"+{self.ref}:{self.ref}",
             ok=(0, 1, 128),
         )
@@ -329,8 +542,8 @@ class Repo:
             "core.fsmonitor=false",
             "protocol.allow=never",
             "protocol.file.allow=always",
-            f"safe.directory={os.path.realpath(self.gitdir)}",
-            f"safe.directory={os.path.realpath(self.path)}",
+            f"safe.directory={self.own.git_dir}",
+            f"safe.directory={self.own.work_tree or self.own.git_dir}",
         ]
         return " ".join(
             [
@@ -342,6 +555,7 @@ class Repo:
                 "git",
                 *(f"-c {shlex.quote(item)}" for item in overrides),
                 "upload-pack",
+                "--strict",  # the path is the git dir: no `<path>/.git` or `gitdir:` file is followed
             ]
         )
 
@@ -430,11 +644,9 @@ class Repo:
     ) -> str:
         """A commit whose tree is `parent`'s with `path` set to `entry`, built in a temporary index
         (the repository's own index and work tree are not touched). Not published yet."""
+        self.verify()
         with tempfile.TemporaryDirectory(prefix="smrweb-git-") as tmp:
-            index_env = _env(
-                GIT_INDEX_FILE=os.path.join(tmp, "index"),
-                GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/",
-            )
+            index_env = _env(GIT_INDEX_FILE=os.path.join(tmp, "index"))
             self.agent("read-tree", parent, env=index_env)
             self.agent(
                 "update-index", "--add", "--cacheinfo", f"{entry.mode},{entry.oid},{path}", env=index_env
@@ -445,7 +657,6 @@ class Repo:
             GIT_AUTHOR_EMAIL=author[1],
             GIT_COMMITTER_NAME=COMMITTER[0],
             GIT_COMMITTER_EMAIL=COMMITTER[1],
-            GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.realpath(self.path)) or "/",
         )
         return (
             self.agent(
@@ -465,6 +676,7 @@ class Repo:
 
     def publish(self, new: str, old: str, *, reason: str) -> bool:
         """Move the branch from `old` to `new` only if it is still at `old` (compare-and-swap)."""
+        self.verify()
         proc = self.agent("update-ref", "-m", reason, self.ref, new, old, ok=(0, 1, 128))
         if proc.returncode == 0:
             return True
@@ -496,30 +708,12 @@ class Repo:
         return out[0] if out else None
 
     def worktrees_on_branch(self) -> list[str]:
-        """Work trees that have the branch checked out (their HEAD moves with it) and really are this
-        repository's: the list comes from files the agent can write (.git/worktrees/*/gitdir), so a
-        work tree whose own .git does not lead back here (another repository's) is left out."""
-        out = self.agent("worktree", "list", "--porcelain", "-z").stdout
-        found, current = [], None
-        for field in out.split(b"\x00"):
-            text = field.decode("utf-8", "surrogateescape")
-            if text.startswith("worktree "):
-                current = text[len("worktree ") :]
-            elif text == f"branch {self.ref}" and current and os.path.isdir(current) and self._ours(current):
-                found.append(current)
-        return found
-
-    def _ours(self, worktree: str) -> bool:
-        proc = _git(
-            worktree,
-            "rev-parse",
-            "--path-format=absolute",
-            "--git-common-dir",
-            ok=(0, 128),
-            also_safe=self.gitdir,
-        )
-        common = proc.stdout.decode("utf-8", "surrogateescape").strip()
-        return proc.returncode == 0 and os.path.realpath(common) == os.path.realpath(self.common_dir)
+        """The work tree, when it has the branch checked out (its HEAD moves with it). Only the repository's
+        own: linked work trees are refused (check_own_repository), and their list is the agent's to write."""
+        if not self.own.work_tree:
+            return []
+        proc = self.agent("symbolic-ref", "--quiet", "HEAD", ok=(0, 1, 128))
+        return [self.own.work_tree] if proc.stdout.decode("utf-8", "replace").strip() == self.ref else []
 
 
 def _blob_id(data: bytes, like: str) -> str:
@@ -533,18 +727,22 @@ class _Unsafe(Exception):
 
 
 def _open_dir(worktree: str, parts: list[str], *, create: bool = False) -> int:
-    """A descriptor of the directory `parts` below `worktree`, each step opened with O_NOFOLLOW relative to
-    the last (so a symlink swapped in after a check is never followed); created when `create`."""
-    fd = os.open(os.path.realpath(worktree), os.O_RDONLY | os.O_DIRECTORY)
+    """A descriptor of the directory `parts` below `worktree` (a real path), each step from / opened with
+    O_NOFOLLOW relative to the last (so a symlink swapped in after a check, on the way to the work tree or
+    inside it, is never followed); created below the work tree when `create`."""
+    above = [part for part in worktree.split("/") if part]
+    # O_PATH: a step needs only search permission (a 0711 home on the way to the work tree is fine).
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open("/", flags)
     try:
-        for part in parts:
+        for number, part in enumerate([*above, *parts]):
             try:
-                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                step = os.open(part, flags, dir_fd=fd)
             except FileNotFoundError:
-                if not create:
+                if not create or number < len(above):
                     raise
                 os.mkdir(part, 0o755, dir_fd=fd)
-                step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                step = os.open(part, flags, dir_fd=fd)
             except (NotADirectoryError, OSError) as exc:  # ELOOP: a symlink; ENOTDIR: a file
                 raise _Unsafe(part) from exc
             os.close(fd)
@@ -582,19 +780,21 @@ def _path_is_clean(repo: Repo, worktree: str, entry: Entry | None, path: str) ->
     """No staged or unstaged change to `path` in the work tree against `entry` (the path at the branch
     head). Compared by blob ids computed here from the raw bytes and read from the index: `git diff`
     would run the agent's clean filters and fsmonitor. A symlink anywhere on the way is a change."""
+    if os.path.realpath(worktree) != repo.own.work_tree:
+        return False  # only ever the repository's own work tree
     try:
-        data = _read_worktree_file(worktree, path)
-    except _Unsafe:
+        data = _read_worktree_file(repo.own.work_tree, path)
+    except (_Unsafe, FileNotFoundError):
         return False
-    staged = repo_index_oid(worktree, path, also_safe=repo.gitdir)
+    staged = _index_oid(repo, path)
     if entry is None:
         return staged is None and data is None
     return staged == entry.oid and data is not None and _blob_id(data, entry.oid) == entry.oid
 
 
-def repo_index_oid(worktree: str, path: str, *, also_safe: str = "") -> str | None:
+def _index_oid(repo: Repo, path: str) -> str | None:
     """The blob id the work tree's index holds for `path` (stage 0), or None."""
-    out = _git(worktree, "ls-files", "-s", "-z", "--", path, also_safe=also_safe).stdout
+    out = repo.agent("ls-files", "-s", "-z", "--", path).stdout
     for record in out.split(b"\x00"):
         meta, _, name = record.partition(b"\t")
         if name.decode("utf-8", "surrogateescape") == path and meta.split()[2:3] == [b"0"]:
@@ -609,19 +809,12 @@ DRIVER_KEYS = {
 }
 
 
-def _drivers_disabled(worktree: str, *, also_safe: str) -> tuple[str, ...]:
+def _drivers_disabled(repo: Repo) -> tuple[str, ...]:
     """Overrides that empty every filter, diff and merge driver the repository's configuration defines.
     Attributes (which the agent writes) pick drivers by name, and writing an index re-reads racily clean
     files through their clean filter: with the drivers emptied on the command line, none can run."""
-    out = _git(
-        worktree,
-        "config",
-        "-z",
-        "--name-only",
-        "--get-regexp",
-        r"^(filter|diff|merge)\.",
-        ok=(0, 1),
-        also_safe=also_safe,
+    out = repo.agent(
+        "config", "-z", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.", ok=(0, 1)
     ).stdout
     found = set()
     for name in out.decode("utf-8", "surrogateescape").split("\x00"):
@@ -642,12 +835,19 @@ def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bo
     """Put the committed bytes of `path` in the work tree and its index (what `git checkout <new> -- path`
     did, without the agent's smudge filters, hooks or fsmonitor). Written beside it under a new name and
     moved into place within directories opened without following symlinks, so neither a symlink nor a
-    hard link planted at the path or on the way (even after the check) makes smrweb write elsewhere."""
+    hard link planted at the path or on the way (even after the check) makes smrweb write elsewhere.
+    Only ever the repository's own work tree, checked again right before the write."""
+    if not repo.own.work_tree or os.path.realpath(worktree) != repo.own.work_tree:
+        return False
+    try:
+        repo.verify()
+    except SourceError:
+        return False  # the commit is published; the work tree is not written (the note says how)
     data = repo.agent("cat-file", "blob", entry.oid).stdout  # raw bytes: cat-file applies no filters
     *dirs, name = path.split("/")
     try:
-        dir_fd = _open_dir(worktree, dirs, create=True)
-    except _Unsafe:
+        dir_fd = _open_dir(repo.own.work_tree, dirs, create=True)
+    except (_Unsafe, FileNotFoundError):
         return False
     try:
         spare = f".{name}.smrweb-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -665,14 +865,12 @@ def _write_to_worktree(repo: Repo, worktree: str, entry: Entry, path: str) -> bo
             raise
     finally:
         os.close(dir_fd)
-    _git(
-        worktree,
+    repo.agent(
         "update-index",
         "--add",
         "--cacheinfo",
         f"{entry.mode},{entry.oid},{path}",
-        also_safe=repo.gitdir,
-        config=_drivers_disabled(worktree, also_safe=repo.gitdir),
+        config=_drivers_disabled(repo),
     )
     return True
 
@@ -857,7 +1055,7 @@ def roll_back(rollback: Rollback) -> str:
     if not project.git_repo_path or not project.git_branch:
         raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
     # The run's own branch: a project that started a next run follows the new branch since.
-    repo = Repo(project.git_repo_path, rollback.run.git_branch or project.git_branch)
+    repo = Repo.for_project(project, rollback.run.git_branch)
     path = check_artifact_path(project.scenario.artifact_path)
     target = target_commit(repo, rollback)
     wanted = repo.entry(target, path)
@@ -934,7 +1132,7 @@ def start_branch(launch) -> tuple[str, str, str]:
     project = launch.project
     if not project.git_repo_path or not project.git_branch:
         raise NotPossible(f"Project {project.slug} has no repository path or branch set.")
-    repo = Repo(project.git_repo_path, project.git_branch)
+    repo = Repo.for_project(project)
     branch = launch_branch(launch)
     if launch.git_commit:
         proc = repo.agent(
@@ -960,6 +1158,7 @@ def start_branch(launch) -> tuple[str, str, str]:
             "access to the repository."
         )
     ref = f"refs/heads/{branch}"
+    repo.verify()
     proc = repo.agent(
         "update-ref", "-m", f"smrweb launch {project.slug}#{launch.pk}", ref, commit, "", ok=(0, 1, 128)
     )

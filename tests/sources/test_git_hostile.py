@@ -327,6 +327,8 @@ def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(
     hproject, hostile, bob, tmp_path
 ):
     """The agent writes .git/worktrees/<name>/gitdir naming someone else's checkout of a branch main."""
+    do_sync(hproject)  # the checkpoints, while the repository is still plain
+    head = git(hostile.repo, "rev-parse", "main").strip()
     victim = tmp_path / "victim"
     victim.mkdir()
     git(victim, "init", "-q", "-b", "main")
@@ -337,13 +339,14 @@ def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(
     (fake / "HEAD").write_text("ref: refs/heads/main\n")
     (fake / "commondir").write_text("../..\n")
     assert str(victim) in git(hostile.repo, "worktree", "list", "--porcelain")  # git lists it
-    do_sync(hproject)
+    # Linked work trees are refused outright since red-team N3 (their list is the agent's to write).
+    assert do_sync(hproject).error.startswith("foreign_repository: ")
     rollback = _rollback_to(hproject, bob, hostile.c1)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
     assert (victim / PATH).read_text() == "class Optimizer:  # v3, broken\n"  # theirs, untouched
     assert git(victim, "status", "--porcelain") == ""
     rollback.refresh_from_db()
-    assert str(victim) not in rollback.detail
+    assert "linked work trees" in rollback.detail and git(hostile.repo, "rev-parse", "main").strip() == head
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the repository to another user")

@@ -108,6 +108,7 @@ from smrweb.tracking.services.params import (  # noqa: F401
 )
 from smrweb.tracking.services.projects import (  # noqa: F401
     GIT_BRANCH_RE,
+    GIT_PIN,
     PROJECT_SETTINGS,
     SLUG_RE,
     check_outbound_url,
@@ -116,6 +117,7 @@ from smrweb.tracking.services.projects import (  # noqa: F401
     generic_scenario,
     may_bind_sources,
     may_create_projects,
+    pin_git_repository,
     set_source_backend,
     update_project,
 )

@@ -70,6 +70,7 @@ def create_project(
     allow_shared_smr_project: bool = False,
     by: Any = None,
     check_binding: Any = None,
+    pin_repository: Any = None,
 ) -> Project:
     """Create a project; the creating user (if any) becomes its admin.
 
@@ -78,7 +79,10 @@ def create_project(
     `may_create_projects`, and to bind a
     source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
     red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
-    another smrweb project is refused unless the operator or staff allow a second binding."""
+    another smrweb project is refused unless the operator or staff allow a second binding.
+    `pin_repository`, when given, checks a git project's repository (sources.git.pin_for_binding: it
+    raises InvalidInput for one that would lead git into another repository) and returns what to pin, or
+    None when there is no repository there yet (the first sync that passes pins it)."""
     operator = by is None or getattr(by, "is_staff", False)
     if by is not None and not may_create_projects(by):
         raise NotAllowed("Creating projects is for staff and users given the permission to add projects.")
@@ -144,6 +148,9 @@ def create_project(
             operator=operator,
         )
     source_settings: dict[str, Any] = {"smr_project_id": smr_project_id} if smr_project_id else {}
+    if source == SourceKind.GIT and pin_repository is not None:
+        if pin := pin_repository(git_repo_path):  # after every check above, before anything is written
+            source_settings[GIT_PIN] = pin
     if smr_backend_base:
         source_settings["backend_base"] = smr_backend_base
     if smr_api_key:
@@ -175,6 +182,25 @@ def create_project(
             source=source,
             **({"smr_project_id": smr_project_id} if smr_project_id else {}),
         )
+    return project
+
+
+# Where a git project's repository resolved to when it was bound (sources/git.py, red-team N3): the
+# path as bound, its real git dir and work tree. A later sync or rollback that finds it elsewhere refuses.
+GIT_PIN = "git_pin"
+
+
+def pin_git_repository(project: Project, pin: dict[str, str]) -> Project:
+    """Record where an unpinned git project's repository resolved to, from a check that passed (a binding
+    made before pins, or before the repository existed). A pin made meanwhile for the same path wins."""
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        current = (project.source_settings or {}).get(GIT_PIN)
+        if isinstance(current, dict) and current.get("path") == project.git_repo_path:
+            return project
+        project.source_settings = {**(project.source_settings or {}), GIT_PIN: dict(pin)}
+        project.save(update_fields=["source_settings", "updated"])
+        record_audit(None, "project.git_repository_pinned", project, project=project, **pin)
     return project
 
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from smrweb.sources import smr
+from smrweb.sources import git, smr
 from smrweb.tracking import services
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import Scenario, SourceKind
@@ -92,9 +92,14 @@ class Command(BaseCommand):
                 git_branch=git_branch,
                 allow_shared_smr_project=allow_duplicate,
                 check_binding=None if skip_check else smr.check_binding,
+                pin_repository=git.pin_for_binding if source == SourceKind.GIT else None,
             )
         except TrackingError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(
             f"created project {project.slug} (scenario {project.scenario.key}, source {project.source})"
         )
+        if pin := project.source_settings.get(services.GIT_PIN):
+            self.stdout.write(f"pinned its repository to {pin['git_dir']}")
+        elif source == SourceKind.GIT:
+            self.stdout.write(f"no repository at {git_repo} yet: the first sync that finds one pins it")
