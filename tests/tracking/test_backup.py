@@ -919,6 +919,29 @@ def test_an_untrusted_archive_restores_no_token_membership_address_or_key(archiv
     assert not Notification.objects.filter(comment__project=copy).exists()
 
 
+def test_an_untrusted_archive_binds_no_repository_on_this_servers_disk(archive, tmp_path):
+    """Red-team N3 through an archive: a project row naming another team's repository (and a pin for it)
+    would have this server read it. Untrusted, the path and the pin are left out, and said so."""
+
+    def pointed(data: bytes) -> bytes:
+        row = json.loads(data)
+        row["git_repo_path"] = "/srv/other-team/repo"
+        row["source_settings"] = {
+            **(row["source_settings"] or {}),
+            "git_pin": {"path": "/srv/other-team/repo"},
+        }
+        return json.dumps(row).encode() + b"\n"
+
+    forged = rewrite(archive, tmp_path / "g.zip", fix_manifest=True, replace={"data/project.jsonl": pointed})
+    result = backup.import_project(forged, slug="copy")
+    assert result.project.git_repo_path == "" and "git_pin" not in result.project.source_settings
+    assert any("git_repo_path" in w and "--trust" in w for w in result.warnings)
+    trusted = backup.import_project(forged, slug="copy2", trust=True).project
+    assert (
+        trusted.git_repo_path == "/srv/other-team/repo"
+    )  # the operator's choice; the pin is checked at sync
+
+
 def test_a_trusted_archive_still_passes_the_outbound_guard(archive, tmp_path, artifact_root, settings):
     settings.SMRWEB_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]  # the webhook is fine; the backend is not
     pointed = rewrite(

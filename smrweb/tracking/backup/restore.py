@@ -454,14 +454,21 @@ class _Importer:
             if key in settings_
         }
         if not self.trust:
-            if bound or project.rollback_webhook_url:
-                dropped = [*bound, *(["rollback_webhook_url"] if project.rollback_webhook_url else [])]
+            # A repository path too: an archive may not bind this server to a directory on its disk
+            # (another team's repository, red-team N3), nor pin one.
+            bound.update({k: settings_[k] for k in (services.GIT_PIN,) if k in settings_})
+            dropped = [
+                *(k for k in bound if k != services.GIT_PIN),
+                *(["rollback_webhook_url"] if project.rollback_webhook_url else []),
+                *(["git_repo_path"] if project.git_repo_path else []),
+            ]
+            if dropped:
                 self.warnings.append(
                     f"left out {', '.join(dropped)}: an archive may not point this server at an "
-                    "address or lend it a key; import with --trust to restore them, or set them again."
+                    "address, a repository or a key; import with --trust to restore them, or set them again."
                 )
             project.source_settings = {k: v for k, v in settings_.items() if k not in bound}
-            project.rollback_webhook_url = ""
+            project.rollback_webhook_url = project.git_repo_path = ""
             return
         try:
             if project.rollback_webhook_url:
