@@ -470,6 +470,11 @@ SMRWEB_SANDBOX_CPU_SECONDS = env.int("SMRWEB_SANDBOX_CPU_SECONDS", default=300)
 SMRWEB_SANDBOX_FILE_BYTES = env.int("SMRWEB_SANDBOX_FILE_BYTES", default=256 * 1024**2)
 SMRWEB_SANDBOX_PROCESSES = env.int("SMRWEB_SANDBOX_PROCESSES", default=64)
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
+# Uploaded models are summarized on a worker in a subprocess with these limits (sources/summaries.py,
+# red-team N2); past one the page says "too large to summarise" and which.
+SMRWEB_SUMMARY_MEMORY_BYTES = env.int("SMRWEB_SUMMARY_MEMORY_BYTES", default=1024**3)
+SMRWEB_SUMMARY_CPU_SECONDS = env.int("SMRWEB_SUMMARY_CPU_SECONDS", default=20)
+SMRWEB_SUMMARY_WALL_SECONDS = env.float("SMRWEB_SUMMARY_WALL_SECONDS", default=30.0)
 # Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
 SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)
 SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
