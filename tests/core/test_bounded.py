@@ -36,5 +36,5 @@ def test_the_wall_clock_ends_a_program_that_only_waits():
 
 
 def test_the_program_writes_no_files(tmp_path):
-    done = run(f"open({str(tmp_path / 'out')!r}, 'w').write('x' * 10)")
-    assert not done.ok and not (tmp_path / "out").read_text()
+    done = run(f"with open({str(tmp_path / 'out')!r}, 'w') as f: f.write('x' * 10)")
+    assert not done.ok and "File too large" in done.stderr and not (tmp_path / "out").read_text()
