@@ -2,9 +2,10 @@
 
 Tasks run in lanes, one queue each, so that a burst of one kind cannot hold up another: the pollers'
 syncs (many, long) go to `<queue>.polling`, people's actions (rollbacks, stops) to `<queue>.actions`,
-validators and preflights to `<queue>.verification`; anything else to `<queue>` itself (`<queue>` is
-SMRWEB_CELERY_QUEUE, default "celery"). A worker started without `-Q` takes every lane; a deployment
-that polls many projects runs a worker of its own for the polling lane (docker-compose.yml does).
+validators, preflights and the summaries of uploaded models to `<queue>.verification`; anything else to
+`<queue>` itself (`<queue>` is SMRWEB_CELERY_QUEUE, default "celery"). A worker started without `-Q`
+takes every lane; a deployment that polls many projects runs a worker of its own for the polling lane
+(docker-compose.yml does).
 """
 
 import os
@@ -39,6 +40,7 @@ LANES = {
         "smrweb.tracking.tasks.verify_submission",
         "smrweb.tracking.tasks.auto_verify_run",
         "smrweb.sources.tasks.preflight_scenario",
+        "smrweb.sources.tasks.summarize_blob",  # untrusted bytes, read under limits like a validator
     ),
 }
 LANE_OF = {name: lane for lane, names in LANES.items() for name in names}

@@ -497,6 +497,11 @@ SMRWEB_SANDBOX_SLOT_DIR = env.str("SMRWEB_SANDBOX_SLOT_DIR", default="/run/smrwe
 SMRWEB_SANDBOX_CGROUP_ROOT = env.str("SMRWEB_SANDBOX_CGROUP_ROOT", default="/sys/fs/cgroup")
 SMRWEB_SANDBOX_CGROUP = env.str("SMRWEB_SANDBOX_CGROUP", default="")
 SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS", default=120.0)
+# Uploaded models are summarized on a worker in a subprocess with these limits (sources/summaries.py,
+# red-team N2); past one the page says "too large to summarise" and which.
+SMRWEB_SUMMARY_MEMORY_BYTES = env.int("SMRWEB_SUMMARY_MEMORY_BYTES", default=1024**3)
+SMRWEB_SUMMARY_CPU_SECONDS = env.int("SMRWEB_SUMMARY_CPU_SECONDS", default=20)
+SMRWEB_SUMMARY_WALL_SECONDS = env.float("SMRWEB_SUMMARY_WALL_SECONDS", default=30.0)
 # Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
 SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)
 SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)

@@ -73,3 +73,37 @@ def policy(hidden: int = 32, *, tail: list[NodeProto] = (), extra: list[TensorPr
 
 def mlp_parameters(hidden: int) -> int:
     return 224 * hidden + hidden + hidden * 3 + 3
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+_HEAD = b"\x08\x08" + b"\x42\x02\x10\x11"  # ir_version 8, opset_import {version 17}
+
+
+def empty_node_bomb(nodes: int) -> bytes:
+    """The red-team's N2 model: ModelProto{ir_version 8, opset 17, graph{node{} × nodes}}, 2 bytes a node."""
+    graph = b"\x0a\x00" * nodes
+    return _HEAD + b"\x3a" + _varint(len(graph)) + graph
+
+
+def nested_bomb(nodes: int) -> bytes:
+    """One `If` node whose graph attribute holds `nodes` empty nodes: invisible to a count of the main
+    graph's nodes on the wire, so only parsing (and its memory) finds them."""
+    sub = b"\x0a\x00" * nodes
+    attr = b"\x0a\x01x" + b"\x32" + _varint(len(sub)) + sub + b"\xa0\x01\x05"  # name, g, type GRAPH
+    node = b"\x2a" + _varint(len(attr)) + attr + b"\x22\x02If"  # attribute, op_type
+    graph = b"\x0a" + _varint(len(node)) + node
+    return _HEAD + b"\x3a" + _varint(len(graph)) + graph
+
+
+def many_operators(count: int, *, prefix: str = "Op") -> bytes:
+    """A model of `count` nodes, each a distinct operator (red-team N8: summaries too long to diff)."""
+    nodes = [helper.make_node(f"{prefix}{i}", [], [f"t{i}"], domain="ai.custom") for i in range(count)]
+    return model(nodes, domains={"ai.custom": 1}).SerializeToString()

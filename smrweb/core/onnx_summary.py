@@ -3,8 +3,14 @@ parameter count, operator histogram; and a structural diff of two such summaries
 
 The bytes are parsed as a protobuf and walked, nothing more: no external data file is ever opened (a
 tensor that refers to one is reported as a problem), no graph is checked, optimized or executed. Models
-over MAX_BYTES are refused. Whatever the bytes are, the only exception is `OnnxSummaryError`, whose
-message can be shown as it is.
+over MAX_BYTES are refused, and so are models past MAX_NODES nodes, MAX_INITIALIZERS initializers or
+MAX_DEPTH levels of subgraphs (`OnnxTooLarge`): top-level counts are read from the wire before parsing, so
+a model of millions of empty nodes is refused without building them (red-team N2). Whatever the bytes
+are, the only exception is `OnnxSummaryError`, whose message can be shown as it is.
+
+Uploaded models are summarized out of the web process: `python onnx_summary.py` (this file, run on its
+own: it needs only the standard library and `onnx`) reads a model on stdin and writes one JSON object,
+and `sources/summaries.py` runs it on a worker under memory and time limits.
 
 Parameters are counted as the Dogfight validator (smrweb/validators/onnx_policy.py) counts them: the
 elements of every initializer, in subgraphs too (a sparse one by its stored values), plus the tensors
@@ -19,9 +25,27 @@ import math
 from collections import Counter
 from typing import Any
 
-__all__ = ["MAX_BYTES", "OnnxSummaryError", "diff_summaries", "io_text", "summarize"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_INITIALIZERS",
+    "MAX_NODES",
+    "VERSION",
+    "OnnxSummaryError",
+    "OnnxTooLarge",
+    "diff_summaries",
+    "io_text",
+    "summarize",
+]
 
-MAX_BYTES = 64 * 1024 * 1024
+VERSION = 2  # of what `summarize` returns: stored summaries of another version are computed again
+MAX_BYTES = 64 * 1024 * 1024  # weights make a model large, and parse cheaply: nodes are what cost
+# Far past real models (a transformer export has some thousands of nodes), far below a bomb: the
+# review's 8 MB model held 4 M empty nodes, which took 0.7 s and 640 MB to parse and 17 s to walk.
+MAX_NODES = 200_000  # in all graphs together
+MAX_INITIALIZERS = 200_000  # in all graphs together, sparse ones included
+MAX_DEPTH = 16  # subgraphs in subgraphs (If, Loop, Scan bodies)
+MAX_FIELDS = 1_000_000  # entries of the model and of its main graph read on the wire before parsing
 DEFAULT_DOMAIN = "ai.onnx"  # what the empty domain means in opset imports and on nodes
 
 # TensorProto.DataType names as numpy spells them (the rest: the lower-cased ONNX name).
@@ -49,6 +73,10 @@ class OnnxSummaryError(Exception):
     """The bytes cannot be summarized; the message says why, in words a reviewer can read."""
 
 
+class OnnxTooLarge(OnnxSummaryError):
+    """The model may be fine but is past a limit (bytes, nodes, initializers, depth)."""
+
+
 def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """The summary of a serialized ONNX model (JSON-serializable):
 
@@ -63,7 +91,7 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
         raise OnnxSummaryError(f"expected the model's bytes, got {type(data).__name__}")
     size = len(data)
     if size > max_bytes:
-        raise OnnxSummaryError(
+        raise OnnxTooLarge(
             f"the model is {_size_text(size)}; only models up to {_size_text(max_bytes)} are summarized"
         )
     if size == 0:
@@ -72,10 +100,15 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
         import onnx
     except ImportError as exc:  # a dependency: only a broken installation gets here
         raise OnnxSummaryError("cannot read ONNX models here: the `onnx` package is not installed") from exc
+    _precheck(memoryview(data))
     try:
         model = onnx.ModelProto()
         model.ParseFromString(bytes(data))  # parsing only: external data stays where it is
+    except MemoryError:
+        raise  # a limit of the process, not a fault of the bytes: the caller reports it
     except Exception as exc:  # DecodeError, and whatever else the protobuf runtime raises on garbage
+        if "alloc failed" in str(exc).lower():  # upb's arena, out of address space: the same limit
+            raise MemoryError(str(exc)) from exc
         raise OnnxSummaryError(
             f"not an ONNX model: the bytes are not a valid ONNX protobuf ({_one_line(exc)})"
         ) from exc
@@ -83,6 +116,8 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
         raise OnnxSummaryError("not an ONNX model: there is no graph in it")
     try:
         return _summary(model, onnx, size)
+    except (OnnxSummaryError, MemoryError):
+        raise
     except Exception as exc:  # a message the walk did not expect: still one error type for callers
         raise OnnxSummaryError(
             f"the model could not be read: {type(exc).__name__}: {_one_line(exc)}"
@@ -90,6 +125,7 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
 
 
 def _summary(model, onnx, size: int) -> dict[str, Any]:
+    _check_counts(model.graph)
     problems: list[str] = []
     graph = model.graph
     weights = {t.name for t in graph.initializer}
@@ -123,15 +159,111 @@ def _summary(model, onnx, size: int) -> dict[str, Any]:
     return summary
 
 
-def _graphs(graph):
+def _graphs(graph, depth: int = 0):
     """The graph and every subgraph in its nodes' attributes (If, Loop, Scan bodies), depth first."""
+    if depth > MAX_DEPTH:
+        raise OnnxTooLarge(
+            f"subgraphs are nested more than {MAX_DEPTH} deep; only models up to that are summarized"
+        )
     yield graph
     for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("g"):
-                yield from _graphs(attr.g)
+                yield from _graphs(attr.g, depth + 1)
             for sub in attr.graphs:
-                yield from _graphs(sub)
+                yield from _graphs(sub, depth + 1)
+
+
+def _check_counts(graph) -> None:
+    """Nodes and initializers of every graph against the limits, before anything walks them node by node
+    (`len` of a repeated field is free; the walk stops at the first graph past a limit)."""
+    nodes = initializers = 0
+    for sub in _graphs(graph):
+        nodes += len(sub.node)
+        initializers += len(sub.initializer) + len(sub.sparse_initializer)
+        _refuse_counts(nodes, initializers)
+
+
+def _refuse_counts(nodes: int, initializers: int) -> None:
+    if nodes > MAX_NODES:
+        raise OnnxTooLarge(f"more than {MAX_NODES:,} nodes; only models up to that are summarized")
+    if initializers > MAX_INITIALIZERS:
+        raise OnnxTooLarge(
+            f"more than {MAX_INITIALIZERS:,} initializers; only models up to that are summarized"
+        )
+
+
+# Protobuf field numbers of onnx.proto: ModelProto.graph, GraphProto.node / initializer / sparse_initializer.
+_MODEL_GRAPH, _GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_SPARSE_INITIALIZER = 7, 1, 5, 15
+
+
+def _precheck(data: memoryview) -> None:
+    """The main graph's nodes and initializers counted on the wire, before parsing: parsing builds every
+    node (~150 bytes of memory for each 2-byte empty one), so a bomb is refused here, after at most
+    MAX_NODES + MAX_INITIALIZERS steps. Bytes that are not well-formed are left to the parser to refuse."""
+    nodes = initializers = fields = 0
+    try:
+        for field, start, end in _fields(data, 0, len(data)):
+            fields += 1
+            if field != _MODEL_GRAPH or end is None:
+                continue
+            for inner, _, _ in _fields(data, start, end):  # a repeated graph field merges: counts add up
+                fields += 1
+                if fields > MAX_FIELDS:
+                    raise OnnxTooLarge(
+                        f"more than {MAX_FIELDS:,} entries in the model's graph; only models up to that "
+                        "are summarized"
+                    )
+                if inner == _GRAPH_NODE:
+                    nodes += 1
+                elif inner in (_GRAPH_INITIALIZER, _GRAPH_SPARSE_INITIALIZER):
+                    initializers += 1
+                else:
+                    continue
+                _refuse_counts(nodes, initializers)
+    except _Malformed:
+        return
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _Malformed
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(data: memoryview, pos: int, end: int):
+    """(field number, start, end) of each field of the message in data[pos:end]; start/end delimit a
+    length-delimited field's payload (end is None for the other wire types)."""
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(data, pos, end)
+            yield field, pos, None
+        elif wire == 2:
+            length, pos = _varint(data, pos, end)
+            if pos + length > end:
+                raise _Malformed
+            yield field, pos, pos + length
+            pos += length
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise _Malformed
+            yield field, pos, None
+        else:  # groups (3, 4) are not in onnx.proto; anything else is not protobuf
+            raise _Malformed
 
 
 def parameter_count(model) -> int:
@@ -287,3 +419,32 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 
 def _size_text(size: int) -> str:
     return f"{size / 1024**2:,.1f} MiB" if size >= 1024**2 else f"{size:,} bytes"
+
+
+def main() -> int:
+    """A model's bytes on stdin → one JSON object on stdout: {"summary": …}, {"error": why it is not a
+    readable model} or {"too_large": which limit}. Run by `sources/summaries.py` in a limited subprocess;
+    running out of memory there is reported as such when Python still can (else the exit status says)."""
+    import json
+    import sys
+
+    data = b""
+    try:
+        data = sys.stdin.buffer.read()
+        try:
+            answer: dict[str, Any] = {"summary": summarize(data)}
+        except OnnxTooLarge as exc:
+            answer = {"too_large": str(exc)}
+        except OnnxSummaryError as exc:
+            answer = {"error": str(exc)}
+        out = json.dumps(answer)
+    except MemoryError:
+        del data
+        sys.stdout.write('{"limit": "memory"}')
+        return 3
+    sys.stdout.write(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -70,6 +70,7 @@ class Preview:
     note: str = ""  # e.g. "not valid JSON: …", "not highlighted: larger than …"
     onnx: dict | None = None
     onnx_error: str = ""
+    onnx_status: str = ""  # pending | done | unreadable | too_large (tracking.models.SummaryStatus)
 
 
 def is_onnx(name: str, kind: str = "") -> bool:
@@ -183,10 +184,11 @@ def render(
     limit: int = PREVIEW_BYTES,
     onnx_summary: dict | None = None,
     onnx_error: str = "",
+    onnx_status: str = "",
 ) -> Preview:
     """The preview of an artifact whose first bytes are `data` (at most `limit` of them are shown; pass
     one more byte than `limit` or the whole file). `size` is the artifact's full size. ONNX models come
-    with their summary (read by the caller, which may cache it by digest)."""
+    with their summary and its status (read by the caller on a worker: never parsed here)."""
     truncated = size > limit or len(data) > limit
     data = data[:limit]
     base = {"name": name, "size": size, "shown": len(data), "truncated": truncated}
@@ -198,6 +200,7 @@ def render(
             kind="onnx",
             onnx=onnx_summary,
             onnx_error=onnx_error,
+            onnx_status=onnx_status,
             hexdump=hexdump(data[:HEX_BYTES]),
             description="ONNX model",
             **{**base, "shown": 0, "truncated": False, "can_show_more": False},

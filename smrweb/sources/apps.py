@@ -13,3 +13,4 @@ class SourcesConfig(AppConfig):
 
         signals.new_scores_to_verify.connect(tasks.verify_new_scores, dispatch_uid="smrweb-auto-verify")
         signals.alerts_due.connect(tasks.queue_alert_evaluation, dispatch_uid="smrweb-alerts-due")
+        signals.summary_wanted.connect(tasks.queue_summary, dispatch_uid="smrweb-summary-wanted")

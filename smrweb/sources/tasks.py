@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError
 
 from smrweb.core import sandbox
 from smrweb.core.queue import queue_quietly
-from smrweb.sources import alerts, dispatch, preflight, sync, verification
+from smrweb.sources import alerts, dispatch, preflight, summaries, sync, verification
 from smrweb.sources import control as steering
 from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
@@ -257,6 +257,27 @@ def preflight_state(key: str, request_id: str) -> dict | None:
     ):
         state["status"] = "no_worker"  # not taken before its message expired, or its worker died
     return state
+
+
+# --- blob summaries: uploaded bytes are parsed here, never in a web request (red-team N2) ---------------
+# The subprocess's own limits (settings.SMRWEB_SUMMARY_*) end it first; the task's are a backstop.
+
+
+def queue_summary(sender, summary_id: int, **kwargs) -> None:
+    """Receiver of `tracking.signals.summary_wanted` (sent after the claim's commit, from a request: it
+    never waits for a broker; a claim that was not queued is queued again by a later request)."""
+    queue_quietly(summarize_blob, summary_id, wait_for_broker=False)
+
+
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    soft_time_limit=settings.SMRWEB_SUMMARY_WALL_SECONDS + 20,
+    time_limit=settings.SMRWEB_SUMMARY_WALL_SECONDS + 30,
+    name="smrweb.sources.tasks.summarize_blob",
+)
+def summarize_blob(summary_id: int) -> str:
+    return summaries.summarize(summary_id)
 
 
 # --- verification, rollbacks and the clean-up of actions lost in transit ---------------------------

@@ -168,6 +168,22 @@ class AgentTurnAdmin(EventRowAdmin):
     show_full_result_count = False
 
 
+@admin.register(m.BlobSummary)
+class BlobSummaryAdmin(admin.ModelAdmin):
+    """A window: what a worker read from a blob (sources/summaries.py). Deleting one is harmless: the next
+    page that shows the blob queues it again."""
+
+    list_display = ["blob", "kind", "version", "status", "claimed", "finished", "attempts"]
+    list_filter = ["kind", "status"]
+    raw_id_fields = ["blob"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(m.TurnRollup)
 class TurnRollupAdmin(admin.ModelAdmin):
     """A window: derived from the turns by the write path. Deleting one (or its run) is harmless: a page

@@ -12,6 +12,10 @@ new_scores_to_verify = Signal()
 # an evaluation (services.alerts.evaluate_*), coalescing a burst into one.
 alerts_due = Signal()
 
+# A blob summary (`BlobSummary`) was claimed and needs a worker; sent after the commit with
+# `summary_id`. The receiver queues `sources.tasks.summarize_blob`.
+summary_wanted = Signal()
+
 
 def announce_alerts_due(kind: str, object_id: int) -> None:
     """Send `alerts_due` once the current transaction commits (at once outside one)."""

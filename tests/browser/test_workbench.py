@@ -108,8 +108,10 @@ def test_submission_page_shows_the_diff_and_switches_layout(page, sign_in, victo
 
 
 def test_an_onnx_submission_shows_its_summary_and_a_structural_diff(
-    page, sign_in, victor, project, screenshot_dir
+    celery_worker, page, sign_in, victor, project, screenshot_dir
 ):
+    """The models are summarised on the real worker (red-team N2): the page says so, polls, and swaps
+    the summary and the structural diff in."""
     import random
 
     from smrweb.stack.harness import onnx_policy

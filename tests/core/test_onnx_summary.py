@@ -11,7 +11,16 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.external_data_helper import set_external_data
 
-from smrweb.core.onnx_summary import MAX_BYTES, OnnxSummaryError, diff_summaries, io_text, summarize
+from smrweb.core.onnx_summary import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    OnnxSummaryError,
+    OnnxTooLarge,
+    diff_summaries,
+    io_text,
+    summarize,
+)
 from smrweb.sources.preflight import VALIDATORS_DIR
 from tests.onnx_models import ints, io, mlp_parameters, model, policy, weights
 
@@ -235,3 +244,51 @@ def test_the_diff_sees_types_producers_and_operator_counts():
         {"field": "nodes", "old": 6, "new": 7, "change": "changed"},
         {"field": "operators[Relu]", "old": 1, "new": 2, "change": "changed"},
     ]
+
+
+# --- red-team N2: a model of millions of nodes is refused before it is built --------------------------
+
+
+def test_the_review_bomb_is_refused_on_the_wire_before_parsing():
+    from tests.onnx_models import empty_node_bomb
+
+    with pytest.raises(OnnxTooLarge, match=r"more than 200,000 nodes"):
+        summarize(empty_node_bomb(2_500_000))  # 5 MB: the old code built 2.5 M nodes and walked them
+
+
+def test_nodes_past_the_limit_in_a_subgraph_are_refused_after_parsing_without_a_walk():
+    from tests.onnx_models import nested_bomb
+
+    assert summarize(nested_bomb(1000))["nodes"] == 1001
+    with pytest.raises(OnnxTooLarge, match=r"more than 200,000 nodes"):
+        summarize(nested_bomb(MAX_NODES + 1))
+
+
+def test_initializers_and_subgraph_depth_have_limits_too(monkeypatch):
+    from smrweb.core import onnx_summary
+
+    monkeypatch.setattr(onnx_summary, "MAX_INITIALIZERS", 3)
+    with pytest.raises(OnnxTooLarge, match=r"more than 3 initializers"):
+        summarize(policy(4).SerializeToString())  # four initializers
+    body = model([helper.make_node("Identity", ["obs"], ["action"])])
+    for _ in range(MAX_DEPTH + 1):  # If(then = the previous graph) around and around
+        body = model(
+            [helper.make_node("If", ["c"], ["action"], then_branch=body.graph, else_branch=body.graph)]
+        )
+    with pytest.raises(OnnxTooLarge, match=rf"nested more than {MAX_DEPTH} deep"):
+        summarize(body.SerializeToString())
+
+
+def test_the_summary_program_answers_one_json_object_on_stdout():
+    from smrweb.core import onnx_summary
+    from tests.onnx_models import empty_node_bomb
+
+    def run(data: bytes) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-I", onnx_summary.__file__], input=data, capture_output=True, check=True
+        )
+        return json.loads(done.stdout)
+
+    assert run(policy(8).SerializeToString())["summary"]["parameters"] == mlp_parameters(8)
+    assert run(b"not a model")["error"].startswith("not an ONNX model")
+    assert "200,000 nodes" in run(empty_node_bomb(MAX_NODES + 1))["too_large"]

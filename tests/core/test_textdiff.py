@@ -77,3 +77,17 @@ def test_added_and_removed_files():
 def test_too_many_lines_are_refused():
     with pytest.raises(textdiff.TooLarge):
         textdiff.diff("x\n" * (textdiff.MAX_LINES + 1), "y\n")
+
+
+def test_files_of_many_repeated_lines_are_refused_before_the_quadratic_matcher_runs():
+    # Red-team N2 follow-up (textdiff in the request): 250 lines repeated ~120 times, shuffled: 112 s.
+    import time
+
+    a = "\n".join(f"l{i % 250}" for i in range(29_999))
+    b = "\n".join(f"l{(i * 7) % 250}" for i in range(29_999))
+    started = time.monotonic()
+    with pytest.raises(textdiff.TooLarge, match="pairs of repeated lines"):
+        textdiff.diff(a, b)
+    assert time.monotonic() - started < 3
+    ordinary = "\n".join(f"line {i}" for i in range(29_000))  # unique lines: as before
+    assert textdiff.diff(ordinary, ordinary.replace("line 7", "line seven")).added == 1111

@@ -151,7 +151,13 @@ class DiffAgainstSerializer(serializers.Serializer):
     sha256 = serializers.CharField()
 
 
+class DiffPendingSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(["pending"])
+    message = serializers.CharField()
+
+
 class DiffSerializer(serializers.Serializer):
+    status = serializers.SerializerMethodField(help_text='"done": the diff is here (202 answers "pending").')
     submission = serializers.IntegerField(source="submission.pk")
     against = serializers.SerializerMethodField()
     mode = serializers.ChoiceField(
@@ -171,6 +177,9 @@ class DiffSerializer(serializers.Serializer):
         "parameter-count and operator-count difference.",
     )
     note = serializers.CharField()
+
+    def get_status(self, diff) -> str:
+        return "done"
 
     @extend_schema_field(DiffAgainstSerializer)
     def get_against(self, diff) -> dict:

@@ -17,6 +17,7 @@ from smrweb.api.serializers.submissions import (
     ARENA_OUT,
     REVIEW_OUT,
     ArenaResultIn,
+    DiffPendingSerializer,
     DiffSerializer,
     LifecycleSerializer,
     ReviewIn,
@@ -81,22 +82,36 @@ class SubmissionDiff(APIView):
         summary="What changed: this submission's artifact against another one",
         description="`against=approved` (default): the previous approved submission at the same path; "
         "`best`: the project's best other submission; or a submission id of this project. ONNX models "
-        "are compared by their summaries (inputs, outputs, opsets, parameters, operators).",
+        "are compared by their summaries (inputs, outputs, opsets, parameters, operators), which a worker "
+        "computes once per model under memory and time limits: until it has, the answer is 202 with "
+        '`{"status": "pending"}` and a `Retry-After`; ask again.',
         parameters=[
             OpenApiParameter("against", str, description="approved | best | <submission id>", required=False)
         ],
         responses={
             200: DiffSerializer,
+            202: OpenApiResponse(
+                DiffPendingSerializer,
+                description="An ONNX model's summary is being computed on a worker: ask again after "
+                "`Retry-After` seconds.",
+            ),
             **ERRORS,
             409: OpenApiResponse(
                 ERROR,
-                description="`not_comparable`: a side has no stored artifact or is over the diff limit.",
+                description="`not_comparable`: a side has no stored artifact, is over the diff limit or is "
+                "not a readable model; `too_large`: an ONNX model is past the summary's limits (the message "
+                "says which: bytes, nodes, initializers, depth, memory or time), or the two summaries are "
+                "too large to diff.",
             ),
         },
     )
     def get(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)
-        diff = review.artifact_diff(sub, request.query_params.get("against"))
+        try:
+            diff = review.artifact_diff(sub, request.query_params.get("against"))
+        except review.SummaryPending as exc:
+            body = {"status": "pending", "message": exc.message}
+            return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": "1"})
         return Response(DiffSerializer(diff).data)
 
 

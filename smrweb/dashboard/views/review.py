@@ -55,6 +55,8 @@ def diff_context(sub: Submission, against: str | None, view: str | None) -> dict
     }
     try:
         context["diff"] = review.artifact_diff(sub, against, highlight=True)
+    except review.SummaryPending as exc:  # the fragment polls until the worker has read the models
+        context["pending"] = exc.message
     except review.NoComparison as exc:
         if against:  # asked for by name: say there is none
             context["refusal"] = exc.message
@@ -62,6 +64,8 @@ def diff_context(sub: Submission, against: str | None, view: str | None) -> dict
         # The default, and nothing approved yet (a new project): the best is the next useful comparison.
         try:
             context["diff"] = review.artifact_diff(sub, "best", highlight=True)
+        except review.SummaryPending as pending:
+            context["against"], context["fallback"], context["pending"] = "best", exc.message, pending.message
         except TrackingError:
             context["refusal"] = exc.message
         else:

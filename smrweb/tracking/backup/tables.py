@@ -21,6 +21,7 @@ from smrweb.tracking.models import (
     Artifact,
     ArtifactBlob,
     AuditEvent,
+    BlobSummary,
     Checkpoint,
     Comment,
     Experiment,
@@ -183,7 +184,8 @@ TABLES: tuple[Table, ...] = (
 
 # Derived from the archived rows, never archived: a restore computes them again (`TurnRollup`, the run
 # page's turn aggregates, holds turn ids that are new on the importing side).
-DERIVED: tuple[type[models.Model], ...] = (TurnRollup,)
+# Blob summaries are read from the bytes again on the importing side when a page first shows them.
+DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}

@@ -28,6 +28,8 @@ from smrweb.tracking.models.annotation import (  # noqa: F401
 from smrweb.tracking.models.artifact import (  # noqa: F401
     Artifact,
     ArtifactBlob,
+    BlobSummary,
+    SummaryStatus,
     blob_storage_name,
 )
 from smrweb.tracking.models.audit import (  # noqa: F401

@@ -54,3 +54,38 @@ class Artifact(models.Model):
     @property
     def size(self) -> int:
         return self.blob.size
+
+
+class SummaryStatus(models.TextChoices):
+    PENDING = "pending"  # claimed: a worker has it queued or running
+    DONE = "done"
+    UNREADABLE = "unreadable"  # not a model of that kind: `reason` says why
+    TOO_LARGE = "too_large"  # past a limit (bytes, nodes, memory, time): `reason` says which
+
+
+class BlobSummary(models.Model):
+    """What a blob's bytes are (an ONNX model's summary), read once per digest on a worker under limits
+    (red-team N2: never in a web request). A blob's bytes never change, so neither does this, until the
+    summariser's `version` does. The row is also the claim: one pending row per blob, kind and version,
+    so concurrent requests queue one computation."""
+
+    blob = models.ForeignKey(ArtifactBlob, models.CASCADE, related_name="summaries")
+    kind = models.CharField(max_length=20)  # "onnx"
+    version = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, choices=SummaryStatus, default=SummaryStatus.PENDING)
+    result = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    claimed = models.DateTimeField()  # when it was (last) queued
+    started = models.DateTimeField(null=True, blank=True)  # when a worker (last) took it
+    attempts = models.PositiveIntegerField(default=1)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["blob", "kind", "version"], name="blob_summary_blob_kind_version_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} v{self.version} of {self.blob_id}: {self.status}"

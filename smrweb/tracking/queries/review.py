@@ -2,8 +2,9 @@
 with another one — the previous approved submission at the same path, the project's best, or any
 submission the reviewer picks. Shared by the API (`…/submissions/{id}/diff`) and the dashboard.
 
-Bytes come from the artifact store, read up to a cap; ONNX summaries are cached by digest (a blob's
-bytes never change, so neither does its summary).
+Bytes come from the artifact store, read up to a cap. ONNX summaries are never computed here: a worker
+reads the model under limits, once per digest (`services.summaries`, red-team N2), and until it has, the
+preview and the diff say "summarising" (`OnnxState.status` pending) and the page polls.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from django.db.models import Q
 
 from smrweb.core import onnx_summary, preview, softcache, textdiff
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
-from smrweb.tracking.models import Artifact, Submission, SubmissionStatus
+from smrweb.tracking.models import Artifact, Submission, SubmissionStatus, SummaryStatus
+from smrweb.tracking.services import summaries
 from smrweb.tracking.services.artifacts import open_blob
 
 DIFF_BYTES = preview.FULL_BYTES  # per side; past it a text diff is refused (download both instead)
-ONNX_BYTES = 64 * 1024 * 1024
 APPROVED_ONCE = (SubmissionStatus.APPROVED, SubmissionStatus.UPLOADED, SubmissionStatus.RANKED)
 AGAINST_CHOICES = ("approved", "best")
 PICKER_LIMIT = 100
@@ -44,22 +45,31 @@ def read_head(artifact: Artifact, limit: int) -> bytes:
         return handle.read(limit + 1)
 
 
-def onnx_summary_of(artifact: Artifact) -> tuple[dict | None, str]:
-    """(summary, "") or (None, why it could not be read), cached by the blob's digest."""
-    key = f"onnx-summary:v1:{artifact.blob.sha256}"
-    cached = softcache.get(key)
-    if cached is None:
-        if artifact.blob.size > ONNX_BYTES:
-            cached = {"error": f"{artifact.blob.size:,} bytes: over the {ONNX_BYTES:,}-byte summary limit"}
-        else:
-            with open_blob(artifact.blob) as handle:
-                data = handle.read()
-            try:
-                cached = {"summary": onnx_summary.summarize(data)}
-            except onnx_summary.OnnxSummaryError as exc:
-                cached = {"error": str(exc)}
-        softcache.set(key, cached, timeout=CACHE_SECONDS)
-    return cached.get("summary"), cached.get("error", "")
+class TooLargeToCompare(NotComparable):
+    """A side is too large to summarise, or the summaries too large to diff."""
+
+    code = "too_large"
+
+
+class SummaryPending(TrackingError):
+    """A model's summary is being computed on a worker: ask again shortly (the API answers 202)."""
+
+    status = 202
+    code = "pending"
+
+
+@dataclass(frozen=True)
+class OnnxState:
+    status: str  # SummaryStatus: pending | done | unreadable | too_large
+    summary: dict | None = None
+    reason: str = ""  # unreadable: why; too_large: which limit
+
+
+def onnx_summary_of(artifact: Artifact) -> OnnxState:
+    """The artifact's ONNX summary as a worker read it, or that it is being read (claimed and queued here
+    the first time anyone asks)."""
+    row = summaries.claimed_summary(artifact.blob, summaries.ONNX, onnx_summary.VERSION)
+    return OnnxState(row.status, row.result if row.status == SummaryStatus.DONE else None, row.reason)
 
 
 CACHE_SECONDS = 7 * 24 * 3600
@@ -81,16 +91,18 @@ def artifact_preview(artifact: Artifact, *, more: bool = False) -> preview.Previ
     limit = preview.FULL_BYTES if more else preview.PREVIEW_BYTES
     key = f"preview:v1:{artifact.blob.sha256}:{limit}:{artifact.path}:{artifact.kind}:{artifact.content_type}"
     try:
+        if preview.is_onnx(artifact.path, artifact.kind):  # not cached: may be pending; its summary's row is
+            return _render_preview(artifact, limit)
         return _cached(key, min(artifact.blob.size, limit) * 5, lambda: _render_preview(artifact, limit))
     except ArtifactBytesMissing as exc:  # not cached: shown again until the bytes are back
         return preview.Preview(kind="missing", name=artifact.path, size=artifact.blob.size, note=exc.message)
 
 
 def _render_preview(artifact: Artifact, limit: int) -> preview.Preview:
-    summary, error = (None, "")
+    state = OnnxState("")
     if preview.is_onnx(artifact.path, artifact.kind):
-        summary, error = onnx_summary_of(artifact)
-        head = read_head(artifact, preview.HEX_BYTES)
+        head = read_head(artifact, preview.HEX_BYTES)  # first: missing bytes are said, not summarised
+        state = onnx_summary_of(artifact)
     else:
         head = read_head(artifact, limit)
     return preview.render(
@@ -100,8 +112,9 @@ def _render_preview(artifact: Artifact, limit: int) -> preview.Preview:
         content_type=artifact.content_type,
         kind=artifact.kind,
         limit=limit,
-        onnx_summary=summary,
-        onnx_error=error,
+        onnx_summary=state.summary,
+        onnx_error=state.reason,
+        onnx_status=state.status,
     )
 
 
@@ -218,12 +231,23 @@ def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = Fal
     new, old = _stored(sub, "reviewed"), _stored(other, "compared")
     names = {"old_name": f"#{other.pk}/{old.path}", "new_name": f"#{sub.pk}/{new.path}"}
     if preview.is_onnx(new.path, new.kind) and preview.is_onnx(old.path, old.kind):
-        (a, a_error), (b, b_error) = onnx_summary_of(old), onnx_summary_of(new)
-        if a is None or b is None:
-            raise NotComparable(f"An ONNX model could not be read: {a_error or b_error}")
-        lines_a, lines_b = summary_lines(a), summary_lines(b)
-        text = textdiff.diff("\n".join(lines_a), "\n".join(lines_b), **names)
-        return ArtifactDiff(sub, other, reason, "onnx", text, onnx_summary.diff_summaries(a, b))
+        a, b = onnx_summary_of(old), onnx_summary_of(new)
+        for state in (a, b):  # a side that will never have a summary is said at once
+            if state.status == SummaryStatus.TOO_LARGE:
+                raise TooLargeToCompare(f"An ONNX model is too large to summarise: {state.reason}.")
+            if state.status == SummaryStatus.UNREADABLE:
+                raise NotComparable(f"An ONNX model could not be read: {state.reason}")
+        if a.summary is None or b.summary is None:
+            raise SummaryPending("The models are being summarised on a worker; ask again shortly.")
+        lines_a, lines_b = summary_lines(a.summary), summary_lines(b.summary)
+        try:
+            text = textdiff.diff("\n".join(lines_a), "\n".join(lines_b), **names)
+        except textdiff.TooLarge as exc:  # red-team N8: was a 500
+            raise TooLargeToCompare(
+                f"The models' summaries are too large to diff here ({exc}): download both to compare them."
+            ) from exc
+        structural = onnx_summary.diff_summaries(a.summary, b.summary)
+        return ArtifactDiff(sub, other, reason, "onnx", text, structural)
     if old.blob.sha256 == new.blob.sha256:
         return ArtifactDiff(
             sub, other, reason, "text", textdiff.diff("", "", **names), note="Identical bytes."

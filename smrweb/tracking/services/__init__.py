@@ -165,6 +165,11 @@ from smrweb.tracking.services.sso import (  # noqa: F401
     apply_project_claim,
     parse_project_claim,
 )
+from smrweb.tracking.services.summaries import (  # noqa: F401
+    claimed_summary,
+    record_summary,
+    start_summary,
+)
 from smrweb.tracking.services.tokens import (  # noqa: F401
     authenticate_token,
     create_api_token,
