@@ -2,10 +2,12 @@
 
 Tasks run in lanes, one queue each, so that a burst of one kind cannot hold up another: the pollers'
 syncs (many, long) go to `<queue>.polling`, people's actions (rollbacks, stops) to `<queue>.actions`,
-validators, preflights and the summaries of uploaded models to `<queue>.verification`; anything else to
-`<queue>` itself (`<queue>` is SMRWEB_CELERY_QUEUE, default "celery"). A worker started without `-Q`
-takes every lane; a deployment that polls many projects runs a worker of its own for the polling lane
-(docker-compose.yml does).
+validators and preflights to `<queue>.verification`, the summaries of uploaded models to
+`<queue>.summaries`; anything else to `<queue>` itself (`<queue>` is SMRWEB_CELERY_QUEUE, default
+"celery"). A worker started without `-Q` takes every lane; a deployment that polls many projects runs a
+worker of its own for the polling lane, and validators run only where the sandbox can confine them
+(docker-compose.yml's root `verifier`): summaries stay off that worker, in a lane of their own so that a
+validator backlog does not hold up a page waiting for one.
 """
 
 import os
@@ -40,8 +42,9 @@ LANES = {
         "smrweb.tracking.tasks.verify_submission",
         "smrweb.tracking.tasks.auto_verify_run",
         "smrweb.sources.tasks.preflight_scenario",
-        "smrweb.sources.tasks.summarize_blob",  # untrusted bytes, read under limits like a validator
     ),
+    # Untrusted bytes read in a resource-limited subprocess (core.bounded), not in the validator sandbox.
+    "summaries": ("smrweb.sources.tasks.summarize_blob",),
 }
 LANE_OF = {name: lane for lane, names in LANES.items() for name in names}
 

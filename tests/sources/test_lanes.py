@@ -21,7 +21,7 @@ def test_every_smrweb_task_has_a_lane():
     app.loader.import_default_modules()
     registered = {name for name in app.tasks if name.startswith("smrweb.")}
     assert registered == set(LANE_OF), "give a new task a lane in smrweb/celery.py LANES"
-    assert set(LANES) == {"polling", "actions", "alerts", "verification"}
+    assert set(LANES) == {"polling", "actions", "alerts", "verification", "summaries"}
 
 
 @pytest.fixture
