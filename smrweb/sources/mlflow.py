@@ -808,12 +808,14 @@ def split_artifact_path(path: str) -> tuple[str, str, str]:
     normal = posixpath.normpath(inner) if inner else ""
     if normal in (".",):
         normal = ""
-    if normal.startswith("..") or normal.startswith("/") or "\x00" in normal:
-        raise invalid(f"Invalid artifact path {inner[:200]!r}.")
+    if normal.startswith("/"):
+        raise invalid(f"Invalid artifact path {inner[:200]!r}: it is absolute.")
     if any(_decoded(part) in (".", "..") for part in normal.split("/")):
-        # `%2e%2e` (sent as `%252e%252e`) was kept as a directory: a client that decodes it once more
-        # would walk up (review N10)
-        raise invalid(f"Invalid artifact path {inner[:200]!r}: a part percent-decodes to '.' or '..'.")
+        # `..` left after normalizing, or `%2e%2e` (sent as `%252e%252e`), which was kept as a directory:
+        # a client that decodes it once more would walk up (review N10)
+        raise invalid(
+            f"Invalid artifact path {inner[:200]!r}: a part is, or percent-decodes to, '.' or '..'."
+        )
     return parts[0], parts[1], normal
 
 
