@@ -50,6 +50,10 @@ MAX_SEARCH_RESULTS = 50_000
 # A page token's offset: far past any project's runs, and small enough that offset + max_results stays a
 # 64-bit integer for the database (an offset of 2**63 was a 500, review N8).
 MAX_PAGE_OFFSET = 1_000_000_000
+# A filter's size: each clause is a query and a pass over its rows, and an IN list is one SQL variable per
+# value (SQLite's and PostgreSQL's limits are 32,766 and 65,535 in common builds): bounded work per search.
+MAX_FILTER_CLAUSES = 50
+MAX_IN_VALUES = 10_000
 
 STATUS_TO_STATE = {
     "RUNNING": RunState.RUNNING,
@@ -524,6 +528,8 @@ def _clauses(filter_string: str) -> list[Clause]:
     clauses: list[Clause] = []
     rest = filter_string.strip()
     while rest:
+        if len(clauses) == MAX_FILTER_CLAUSES:
+            raise invalid(f"A filter holds at most {MAX_FILTER_CLAUSES} clauses joined by AND.")
         match = _CLAUSE.match(rest)
         if match is None:
             raise invalid(f"Cannot read the filter at {rest[:80]!r}.")
@@ -544,6 +550,8 @@ def _clauses(filter_string: str) -> list[Clause]:
             value = None
         elif raw.startswith("("):
             value = [_unquote(v.strip()) for v in re.findall(r"'[^']*'|\"[^\"]*\"|[^,()\s]+", raw)]
+            if len(value) > MAX_IN_VALUES:
+                raise invalid(f"An IN list holds at most {MAX_IN_VALUES} values ({len(value)} given).")
         elif raw[0] in "'\"":
             value = _unquote(raw)
         elif entity in ("metrics", "attributes"):

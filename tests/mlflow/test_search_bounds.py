@@ -102,6 +102,19 @@ def test_patterns_over_the_limits_are_a_400_naming_the_filter(api, project, long
     assert seconds < CEILING
 
 
+def test_filters_are_bounded_in_clauses_and_in_list_values(api, project, long_run):
+    many = " AND ".join(["params.x LIKE '%a%'"] * 51)
+    status, body, seconds = search(api, project, many)
+    assert (status, body["error_code"]) == (400, "INVALID_PARAMETER_VALUE") and "at most 50 clauses" in body[
+        "message"
+    ]
+    ids = ", ".join(f"'{i:032x}'" for i in range(40_000))  # each one a SQL variable
+    status, body, seconds = search(api, project, f"attributes.run_id IN ({ids})")
+    assert (status, body["error_code"]) == (400, "INVALID_PARAMETER_VALUE")
+    assert "at most 10000 values (40000 given)" in body["message"] and seconds < CEILING
+    assert search(api, project, " AND ".join(["params.x LIKE '%a%'"] * 50))[0] == 200
+
+
 def test_experiment_search_by_name_pattern_is_bounded_too(api, project):
     start = time.monotonic()
     status, body = post(api, "experiments/search", {"filter": "name LIKE '%a%a%a%a%a%a%a%a%a%b'"})
