@@ -20,14 +20,17 @@ import posixpath
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import IO, Any
+from urllib.parse import unquote
 
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from smrweb.core.patterns import Like, PatternRefused
 from smrweb.sources.apply import apply_events, describe
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidEvents, TrackingError
@@ -44,6 +47,13 @@ MAX_BATCH_PARAMS = 100
 MAX_BATCH_TAGS = 100
 MAX_BATCH_TOTAL = 1000
 MAX_SEARCH_RESULTS = 50_000
+# A page token's offset: far past any project's runs, and small enough that offset + max_results stays a
+# 64-bit integer for the database (an offset of 2**63 was a 500, review N8).
+MAX_PAGE_OFFSET = 1_000_000_000
+# A filter's size: each clause is a query and a pass over its rows, and an IN list is one SQL variable per
+# value (SQLite's and PostgreSQL's limits are 32,766 and 65,535 in common builds): bounded work per search.
+MAX_FILTER_CLAUSES = 50
+MAX_IN_VALUES = 10_000
 
 STATUS_TO_STATE = {
     "RUNNING": RunState.RUNNING,
@@ -464,12 +474,23 @@ def metric_history(run: Run, key: str) -> dict:
 # --- search-runs -----------------------------------------------------------------------------------------
 
 
+LIKE_OPS = ("LIKE", "ILIKE", "NOT LIKE", "NOT ILIKE")
+
+
 @dataclass(frozen=True)
 class Clause:
     entity: str  # attributes, metrics, params, tags
     name: str
     op: str
     value: Any
+
+    @cached_property
+    def like(self) -> Like:
+        """The LIKE/ILIKE pattern, checked (core/patterns.py: bounded, matched without backtracking)."""
+        try:
+            return Like(str(self.value), ignore_case="ILIKE" in self.op, field=f"{self.entity}.{self.name}")
+        except PatternRefused as exc:
+            raise invalid(f"Filter {exc.field}: {exc.message}") from None
 
 
 _ENTITIES = {
@@ -507,6 +528,8 @@ def _clauses(filter_string: str) -> list[Clause]:
     clauses: list[Clause] = []
     rest = filter_string.strip()
     while rest:
+        if len(clauses) == MAX_FILTER_CLAUSES:
+            raise invalid(f"A filter holds at most {MAX_FILTER_CLAUSES} clauses joined by AND.")
         match = _CLAUSE.match(rest)
         if match is None:
             raise invalid(f"Cannot read the filter at {rest[:80]!r}.")
@@ -527,11 +550,21 @@ def _clauses(filter_string: str) -> list[Clause]:
             value = None
         elif raw.startswith("("):
             value = [_unquote(v.strip()) for v in re.findall(r"'[^']*'|\"[^\"]*\"|[^,()\s]+", raw)]
+            if len(value) > MAX_IN_VALUES:
+                raise invalid(f"An IN list holds at most {MAX_IN_VALUES} values ({len(value)} given).")
         elif raw[0] in "'\"":
             value = _unquote(raw)
+        elif entity in ("metrics", "attributes"):
+            try:
+                value = float(raw)
+            except ValueError:  # `1.2.3`, `.`: the value pattern reads digits and dots (review N8)
+                raise invalid(f"Invalid number {raw!r} in {match.group(0).strip()[:200]!r}.") from None
         else:
-            value = float(raw) if entity in ("metrics", "attributes") else raw
-        clauses.append(Clause(entity, name, op, value))
+            value = raw
+        clause = Clause(entity, name, op, value)
+        if op in LIKE_OPS:
+            clause.like  # noqa: B018 — checked now: a refused pattern is a 400 before any query runs
+        clauses.append(clause)
         rest = rest[match.end() :]
         if rest:
             joiner = _AND.match(rest)
@@ -543,11 +576,6 @@ def _clauses(filter_string: str) -> list[Clause]:
     return clauses
 
 
-def _like(pattern: str) -> re.Pattern:
-    parts = [".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern]
-    return re.compile("".join(parts) + r"\Z", re.DOTALL)
-
-
 def _narrow(qs: QuerySet, field: str, clause: Clause) -> QuerySet:
     op, value = clause.op, clause.value
     if op == "=":
@@ -556,11 +584,9 @@ def _narrow(qs: QuerySet, field: str, clause: Clause) -> QuerySet:
         return qs.exclude(**{field: value})
     if op in ("IN", "NOT IN"):
         return qs.filter(**{f"{field}__in": value}) if op == "IN" else qs.exclude(**{f"{field}__in": value})
-    if op in ("LIKE", "ILIKE", "NOT LIKE", "NOT ILIKE"):
-        flags = "(?is)" if "ILIKE" in op else "(?s)"
-        regex = flags + "^" + _like(str(value)).pattern
-        lookup = {f"{field}__regex": regex}
-        return qs.exclude(**lookup) if op.startswith("NOT") else qs.filter(**lookup)
+    if op in LIKE_OPS:  # in Python, not as a database regex (SQLite's REGEXP is Python's backtracking re)
+        rows = qs.values_list("pk", field)
+        return qs.filter(pk__in=[pk for pk, text in rows if _matches(str(text), clause)])
     lookups = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
     if op in lookups:
         return qs.filter(**{f"{field}__{lookups[op]}": value})
@@ -591,7 +617,7 @@ def _attribute_filter(runs: QuerySet[Run], clause: Clause) -> QuerySet[Run]:
             raise invalid(
                 f"{name} is compared with a number of milliseconds, not {clause.value!r}."
             ) from None
-        return _narrow(runs, _ATTRIBUTES[name], Clause(clause.entity, name, clause.op, moment))
+        return _narrow(runs, _ATTRIBUTES[name], replace(clause, name=name, value=moment))
     if clause.op in (">", ">=", "<", "<="):
         raise invalid(f"{name} is compared with =, !=, IN, NOT IN, LIKE or ILIKE.")
     if name == "status":
@@ -609,7 +635,7 @@ def _attribute_filter(runs: QuerySet[Run], clause: Clause) -> QuerySet[Run]:
             if _matches(shown or ext, clause)
         ]
         return runs.filter(pk__in=matching)
-    return _narrow(runs, _ATTRIBUTES[name], Clause(clause.entity, name, clause.op, _text(clause.value)))
+    return _narrow(runs, _ATTRIBUTES[name], replace(clause, name=name, value=_text(clause.value)))
 
 
 def _text(value: Any) -> Any:
@@ -637,10 +663,8 @@ def _matches(text: str | None, clause: Clause) -> bool:
         return text != str(value)
     if op in ("IN", "NOT IN"):
         return (text in [str(v) for v in value]) == (op == "IN")
-    if op in ("LIKE", "NOT LIKE"):
-        return bool(_like(str(value)).match(text)) == (op == "LIKE")
-    if op in ("ILIKE", "NOT ILIKE"):
-        return bool(_like(str(value).lower()).match(text.lower())) == (op == "ILIKE")
+    if op in LIKE_OPS:
+        return clause.like.matches(text) != op.startswith("NOT")
     raise invalid(f"Operator {op!r} compares numbers; params and tags are text.")
 
 
@@ -675,7 +699,7 @@ def _offset(token: Any) -> int:
         offset = json.loads(base64.urlsafe_b64decode(str(token).encode()))["offset"]
     except Exception:  # noqa: BLE001 — any malformed token is the client's error
         raise invalid("Invalid page token.") from None
-    if not isinstance(offset, int) or offset < 0:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_PAGE_OFFSET:
         raise invalid("Invalid page token.")
     return offset
 
@@ -705,7 +729,7 @@ def search_runs(projects: list[Project], body: dict) -> dict:
         else:
             model = RunParam if clause.entity == "params" else RunTag
             if clause.entity == "tags" and clause.name == RUN_NAME_TAG:
-                runs = _attribute_filter(runs, Clause("attributes", "run_name", clause.op, clause.value))
+                runs = _attribute_filter(runs, replace(clause, entity="attributes", name="run_name"))
                 continue
             rows = model.objects.filter(run__in=runs, key=clause.name).values_list("run_id", "value")
             if clause.op == "IS NULL":
@@ -784,12 +808,30 @@ def split_artifact_path(path: str) -> tuple[str, str, str]:
             f"No artifact location {path[:200]!r}: expected <experiment>/<run>/artifacts/…",
         )
     inner = parts[3] if len(parts) == 4 else ""
+    if inner:
+        try:
+            services.check_artifact_path(inner)
+        except TrackingError as exc:
+            raise invalid(f"Invalid artifact path {inner[:200]!r}: {exc.message}") from None
     normal = posixpath.normpath(inner) if inner else ""
     if normal in (".",):
         normal = ""
-    if normal.startswith("..") or normal.startswith("/") or "\x00" in normal:
-        raise invalid(f"Invalid artifact path {inner[:200]!r}.")
+    if normal.startswith("/"):
+        raise invalid(f"Invalid artifact path {inner[:200]!r}: it is absolute.")
+    if any(_decoded(part) in (".", "..") for part in normal.split("/")):
+        # `..` left after normalizing, or `%2e%2e` (sent as `%252e%252e`), which was kept as a directory:
+        # a client that decodes it once more would walk up (review N10)
+        raise invalid(
+            f"Invalid artifact path {inner[:200]!r}: a part is, or percent-decodes to, '.' or '..'."
+        )
     return parts[0], parts[1], normal
+
+
+def _decoded(part: str) -> str:
+    """`part` percent-decoded until nothing changes (each round shortens it, so this ends)."""
+    while "%" in part and (decoded := unquote(part)) != part:
+        part = decoded
+    return part
 
 
 def store_artifact(run: Run, path: str, content: IO[bytes], *, content_type: str, by: Any) -> Artifact:

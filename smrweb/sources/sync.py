@@ -28,6 +28,7 @@ from smrweb.tracking.errors import (
     ArtifactTooLarge,
     DigestMismatch,
     InvalidEvents,
+    InvalidInput,
     StorageQuotaExceeded,
     TrackingError,
 )
@@ -303,6 +304,10 @@ def _store_artifacts(
     for ref in artifacts:
         if ref.artifact_id in handled:
             continue
+        try:
+            services.check_artifact_path(ref.path)
+        except InvalidInput as exc:  # a backend's path smrweb will not hand to MLflow clients (review N10)
+            raise Malformed(f"artifact {ref.artifact_id} ({ref.path[:200]!r}): {exc.message}") from exc
         if (
             services.store_known_artifact(
                 project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind, content_type=ref.content_type

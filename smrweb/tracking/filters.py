@@ -9,6 +9,7 @@ from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce, NullIf
 from django_filters.rest_framework import BooleanFilter
 
+from smrweb.core import patterns
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     TERMINAL_STATES,
@@ -136,6 +137,21 @@ def tagged(queryset, tags: list[str]):
     return queryset
 
 
+class SearchField(forms.CharField):
+    """A search box's text, checked by the rule every search and pattern shares (core/patterns.py)."""
+
+    def validate(self, value) -> None:
+        super().validate(value)
+        try:
+            patterns.check_search(value or "", field="q")
+        except patterns.PatternRefused as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+class SearchFilter(django_filters.CharFilter):
+    field_class = SearchField
+
+
 class RunFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(
         choices=[(LIVE, "live (not finished)"), *RunState.choices],
@@ -161,9 +177,9 @@ class RunFilter(django_filters.FilterSet):
         help_text="Runs with the param `key` logged (any value) or `key=value` (exactly that value; MLflow's "
         "params); repeat it for runs with every one of them (`?param=lr=0.01&param=optimizer=adam`).",
     )
-    q = django_filters.CharFilter(
+    q = SearchFilter(
         method="filter_text",
-        max_length=200,
+        max_length=patterns.MAX_SEARCH_CHARS,
         help_text="Case-insensitive substring of the run id or display name, a tag's key or value, failure "
         "family or detail, requested or actual profile (also per actor), git branch, or the model of any "
         "of its agent turns. The words `downgraded`, `stalled`, `over budget` and a state name also match "

@@ -43,8 +43,12 @@ class MlflowView(APIView):
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise invalid(f"The request body is not valid JSON: {exc}.") from None
+        except RecursionError:  # `[` × 50,000: the decoder's own depth limit (review N8)
+            raise invalid("The request body is not valid JSON: it is nested too deeply.") from None
         if not isinstance(body, dict):
             raise invalid("The request body must be a JSON object.")
+        if _deeper_than(body, MAX_BODY_DEPTH):  # decoded, but a repr of it in an answer would recurse
+            raise invalid(f"The request body is nested more than {MAX_BODY_DEPTH} levels deep.")
         return body
 
     # --- what the caller may reach ---
@@ -75,6 +79,21 @@ class MlflowView(APIView):
 
     def write_run(self, request, body: dict) -> Run:
         return self.run(request, mlflow.run_id_of(body), Role.ADMIN)
+
+
+MAX_BODY_DEPTH = 32  # MLflow's requests nest 3 levels (log-batch: {"metrics": [{…}]})
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests more than `limit` levels (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def ok(data: dict | None = None) -> JsonResponse:

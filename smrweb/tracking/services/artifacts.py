@@ -121,6 +121,17 @@ def artifact_storage():
     return storages["artifacts"]
 
 
+def check_artifact_path(path: str) -> str:
+    """The rule for every stored artifact path, whoever writes it: 1 to 500 characters, no NUL, and `/` as
+    the only separator. A backslash is refused: a Windows client that mirrors a run's artifacts would read
+    `a\\..\\..\\b` as a way out of its target directory (review N10)."""
+    if not path or len(path) > 500 or "\x00" in path:
+        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters, without NUL.")
+    if "\\" in path:
+        raise InvalidInput("path", "An artifact path separates its parts with / only, not a backslash.")
+    return path
+
+
 def store_artifact(
     project: Project,
     run_external_id: str,
@@ -140,8 +151,7 @@ def store_artifact(
     arrived are linked to it now.
     """
     _check_run_id(run_external_id)  # every column is checked before any bytes are stored
-    if not path or len(path) > 500 or "\x00" in path:
-        raise InvalidInput("path", "An artifact needs a path of 1 to 500 characters, without NUL.")
+    check_artifact_path(path)
     if kind not in ArtifactKind.values:
         raise InvalidInput("kind", f"Expected one of: {', '.join(ArtifactKind.values)}.")
     if not content_type or len(content_type) > 200 or "\x00" in content_type:
@@ -267,6 +277,7 @@ def store_known_artifact(
 
     Returns None when the bytes are not known yet, so the caller pulls them once.
     """
+    check_artifact_path(path)
     if not ArtifactBlob.objects.filter(sha256=sha256).exists():
         return None
     with transaction.atomic():
