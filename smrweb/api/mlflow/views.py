@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from smrweb.api.access import actor_of, project_for, visible_projects
 from smrweb.api.mlflow.errors import as_mlflow_error, mlflow_error
+from smrweb.api.parsers import MAX_DEPTH, too_deep
 from smrweb.core import ratelimits
 from smrweb.sources import mlflow
 from smrweb.sources.mlflow import MlflowError, invalid
@@ -47,8 +48,8 @@ class MlflowView(APIView):
             raise invalid("The request body is not valid JSON: it is nested too deeply.") from None
         if not isinstance(body, dict):
             raise invalid("The request body must be a JSON object.")
-        if _deeper_than(body, MAX_BODY_DEPTH):  # decoded, but a repr of it in an answer would recurse
-            raise invalid(f"The request body is nested more than {MAX_BODY_DEPTH} levels deep.")
+        if too_deep(body):  # decoded, but a repr of it in an answer would recurse (the API's one bound)
+            raise invalid(f"The request body is nested more than {MAX_DEPTH} levels deep.")
         return body
 
     # --- what the caller may reach ---
@@ -79,21 +80,6 @@ class MlflowView(APIView):
 
     def write_run(self, request, body: dict) -> Run:
         return self.run(request, mlflow.run_id_of(body), Role.ADMIN)
-
-
-MAX_BODY_DEPTH = 32  # MLflow's requests nest 3 levels (log-batch: {"metrics": [{…}]})
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether JSON `value` nests more than `limit` levels (walked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 def ok(data: dict | None = None) -> JsonResponse:
