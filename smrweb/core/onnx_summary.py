@@ -21,6 +21,7 @@ Pure module: no Django, no models; needs the `onnx` package (imported when first
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import Counter
 from typing import Any
@@ -33,12 +34,14 @@ __all__ = [
     "VERSION",
     "OnnxSummaryError",
     "OnnxTooLarge",
+    "compare",
     "diff_summaries",
+    "diff_tensors",
     "io_text",
     "summarize",
 ]
 
-VERSION = 2  # of what `summarize` returns: stored summaries of another version are computed again
+VERSION = 3  # of what `summarize` and `compare` return: stored ones of another version are computed again
 MAX_BYTES = 64 * 1024 * 1024  # weights make a model large, and parse cheaply: nodes are what cost
 # Far past real models (a transformer export has some thousands of nodes), far below a bomb: the
 # review's 8 MB model held 4 M empty nodes, which took 0.7 s and 640 MB to parse and 17 s to walk.
@@ -46,6 +49,12 @@ MAX_NODES = 200_000  # in all graphs together
 MAX_INITIALIZERS = 200_000  # in all graphs together, sparse ones included
 MAX_DEPTH = 16  # subgraphs in subgraphs (If, Loop, Scan bodies)
 MAX_FIELDS = 1_000_000  # entries of the model and of its main graph read on the wire before parsing
+# Weights (issue 33 P1-A): each tensor is listed with a digest of its values; two models' tensors of the
+# same name and shape are compared element by element (`compare`), on a worker under the same limits.
+MAX_TENSORS = 10_000  # listed per model; past it the weights are not compared ("too large to compare")
+MAX_COMPARED_ELEMENTS = 64 * 1024 * 1024  # read by one comparison (both models are ≤ MAX_BYTES anyway)
+CHUNK = 1 << 20  # elements compared at a time: float64 working copies stay small
+TOP_TENSORS = 50  # changed tensors kept per comparison (largest change first)
 DEFAULT_DOMAIN = "ai.onnx"  # what the empty domain means in opset imports and on nodes
 
 # TensorProto.DataType names as numpy spells them (the rest: the lower-cased ONNX name).
@@ -84,9 +93,23 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     default domain), `inputs` and `outputs` [{name, type, shape}] (type e.g. "float32"; shape a list of
     ints, symbolic dimensions as their names, unknown ones as None; None for an unknown rank; weights
     that older IRs list as inputs are left out), `parameters`, `nodes` (in subgraphs too), `operators`
-    {op_type: count} by count (descending) then name (other domains' operators as "domain.Op"), and
+    {op_type: count} by count (descending) then name (other domains' operators as "domain.Op"),
+    `tensors` (the weights, `tensor_entries`; None past MAX_TENSORS, `tensors_omitted` says why) and
     `problems`: what could not be read (external data, unknown element types…).
     """
+    model, onnx = _parse(data, max_bytes)
+    try:
+        return _summary(model, onnx, len(data))
+    except (OnnxSummaryError, MemoryError):
+        raise
+    except Exception as exc:  # a message the walk did not expect: still one error type for callers
+        raise OnnxSummaryError(
+            f"the model could not be read: {type(exc).__name__}: {_one_line(exc)}"
+        ) from exc
+
+
+def _parse(data: bytes, max_bytes: int):
+    """(ModelProto, the onnx module) for the bytes, after the size and wire checks."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise OnnxSummaryError(f"expected the model's bytes, got {type(data).__name__}")
     size = len(data)
@@ -114,18 +137,11 @@ def summarize(data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
         ) from exc
     if not model.HasField("graph"):
         raise OnnxSummaryError("not an ONNX model: there is no graph in it")
-    try:
-        return _summary(model, onnx, size)
-    except (OnnxSummaryError, MemoryError):
-        raise
-    except Exception as exc:  # a message the walk did not expect: still one error type for callers
-        raise OnnxSummaryError(
-            f"the model could not be read: {type(exc).__name__}: {_one_line(exc)}"
-        ) from exc
+    _check_counts(model.graph)
+    return model, onnx
 
 
 def _summary(model, onnx, size: int) -> dict[str, Any]:
-    _check_counts(model.graph)
     problems: list[str] = []
     graph = model.graph
     weights = {t.name for t in graph.initializer}
@@ -156,22 +172,35 @@ def _summary(model, onnx, size: int) -> dict[str, Any]:
         "operators": dict(sorted(operators.items(), key=lambda item: (-item[1], item[0]))),
         "problems": problems,
     }
+    weights = list(_weights(model))
+    if len(weights) > MAX_TENSORS:
+        summary["tensors"] = None
+        summary["tensors_omitted"] = f"more than {MAX_TENSORS:,} tensors of weights"
+    else:
+        summary["tensors"] = [_tensor_entry(key, tensor, sparse, onnx) for key, tensor, sparse in weights]
     return summary
 
 
-def _graphs(graph, depth: int = 0):
+def _graphs(graph):
     """The graph and every subgraph in its nodes' attributes (If, Loop, Scan bodies), depth first."""
+    return (sub for _, sub in _graph_paths(graph))
+
+
+def _graph_paths(graph, prefix: str = "", depth: int = 0):
+    """(prefix, graph) for the graph and its subgraphs: a subgraph's prefix names the node and attribute
+    it sits in ("loop.body/"), so its tensors' names do not collide with the main graph's."""
     if depth > MAX_DEPTH:
         raise OnnxTooLarge(
             f"subgraphs are nested more than {MAX_DEPTH} deep; only models up to that are summarized"
         )
-    yield graph
+    yield prefix, graph
     for node in graph.node:
         for attr in node.attribute:
+            where = f"{prefix}{node.name or node.op_type}.{attr.name}"
             if attr.HasField("g"):
-                yield from _graphs(attr.g, depth + 1)
-            for sub in attr.graphs:
-                yield from _graphs(sub, depth + 1)
+                yield from _graph_paths(attr.g, f"{where}/", depth + 1)
+            for i, sub in enumerate(attr.graphs):
+                yield from _graph_paths(sub, f"{where}[{i}]/", depth + 1)
 
 
 def _check_counts(graph) -> None:
@@ -264,6 +293,232 @@ def _fields(data: memoryview, pos: int, end: int):
             yield field, pos, None
         else:  # groups (3, 4) are not in onnx.proto; anything else is not protobuf
             raise _Malformed
+
+
+def _weights(model):
+    """(name, TensorProto, sparse) for every tensor of weights, as `parameter_count` counts them:
+    initializers, sparse ones (the values; dense shape), and `Constant` nodes' tensors (by their output's
+    name); a subgraph's names carry its prefix."""
+    for prefix, graph in _graph_paths(model.graph):
+        for tensor in graph.initializer:
+            yield prefix + tensor.name, tensor, False
+        for sparse in graph.sparse_initializer:
+            yield prefix + sparse.values.name, sparse, True
+        for node in graph.node:
+            if node.op_type != "Constant" or node.domain not in ("", DEFAULT_DOMAIN) or not node.output:
+                continue
+            for a in node.attribute:
+                if a.name == "value":
+                    yield prefix + node.output[0], a.t, False
+                elif a.name == "sparse_value":
+                    yield prefix + node.output[0], a.sparse_tensor, True
+
+
+def _tensor_entry(name: str, tensor, sparse: bool, onnx) -> dict[str, Any]:
+    """{name, dtype, shape, elements, sha256} of a tensor of weights (and `sparse` for a sparse one, whose
+    elements are its stored values and whose digest covers its indices too); sha256 of the values'
+    little-endian bytes, the same whether they are stored as raw_data or in a typed field; "" for values
+    in an external file (never read)."""
+    values = tensor.values if sparse else tensor
+    digest = _digest(values, onnx)
+    if sparse and digest:
+        digest = hashlib.sha256(f"{digest}:{_digest(tensor.indices, onnx)}".encode()).hexdigest()
+    entry = {
+        "name": name,
+        "dtype": _elem_name(values.data_type, onnx),
+        "shape": list(tensor.dims),
+        "elements": math.prod(values.dims),
+        "sha256": digest,
+    }
+    if sparse:
+        entry["sparse"] = True
+    return entry
+
+
+def _external(tensor, onnx) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def _digest(tensor, onnx) -> str:
+    if _external(tensor, onnx):
+        return ""
+    if tensor.raw_data:
+        return hashlib.sha256(tensor.raw_data).hexdigest()
+    digest = hashlib.sha256()
+    if tensor.data_type == onnx.TensorProto.STRING:
+        for value in tensor.string_data:
+            digest.update(len(value).to_bytes(8, "little") + value)
+        return digest.hexdigest()
+    try:
+        array = _array(tensor)
+    except Exception:  # a typed field numpy_helper cannot read: the tensor's own bytes, name aside
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)
+        copy.name = ""
+        digest.update(copy.SerializeToString(deterministic=True))
+        return digest.hexdigest()
+    digest.update(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    return digest.hexdigest()
+
+
+def _array(tensor):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(tensor).reshape(-1)
+
+
+def diff_tensors(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The weights of two summaries compared by name, shape, type and digest: `added` and `removed`
+    (names), `reshaped` [{name, old, new}] (shape or type changed, as "float32[224, 32]"), `changed` (names
+    of tensors of the same shape and type whose values differ), `same` (how many are equal), and
+    `omitted`: why the weights cannot be compared (a summary did not list them), else ""."""
+    if old.get("tensors") is None or new.get("tensors") is None:
+        why = old.get("tensors_omitted") or new.get("tensors_omitted") or "a summary does not list them"
+        return {"added": [], "removed": [], "reshaped": [], "changed": [], "same": 0, "omitted": why}
+    before = {t["name"]: t for t in old["tensors"]}
+    after = {t["name"]: t for t in new["tensors"]}
+    result: dict[str, Any] = {
+        "added": [n for n in after if n not in before],
+        "removed": [n for n in before if n not in after],
+        "reshaped": [],
+        "changed": [],
+        "same": 0,
+        "omitted": "",
+    }
+    for name, a in before.items():
+        b = after.get(name)
+        if b is None:
+            continue
+        if (a["shape"], a["dtype"], a.get("sparse")) != (b["shape"], b["dtype"], b.get("sparse")):
+            result["reshaped"].append({"name": name, "old": _tensor_text(a), "new": _tensor_text(b)})
+        elif a["sha256"] != b["sha256"] or not a["sha256"]:  # no digest (external data): not known equal
+            result["changed"].append(name)
+        else:
+            result["same"] += 1
+    return result
+
+
+def _tensor_text(entry: dict[str, Any]) -> str:
+    return f"{'sparse ' if entry.get('sparse') else ''}{entry['dtype']}{entry['shape']}"
+
+
+def compare(old_data: bytes, new_data: bytes, *, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+    """Two models' weights compared element by element: every tensor of the same name, type and shape
+    in both (dense, values stored in the model) is read, and the answer says how many `tensors_compared`
+    and `elements_compared`, how many of them changed (`tensors_changed`, `elements_changed`: elements
+    whose values differ; NaN equals NaN), the `max_abs_change` and `mean_abs_change` (over every element
+    compared, unchanged ones as 0) of the finite changes, `nonfinite_changes` (changes to or from
+    inf/NaN), and `tensors`: the TOP_TENSORS changed tensors with the largest change
+    [{name, dtype, shape, elements, changed, max_abs_change, mean_abs_change}]. Strings are counted, not
+    measured; sparse tensors and values in external files are `not_compared` (names).
+
+    Raises OnnxTooLarge past MAX_TENSORS tensors or MAX_COMPARED_ELEMENTS elements, OnnxSummaryError for
+    bytes that are not a model."""
+    old_model, onnx = _parse(old_data, max_bytes)
+    del old_data
+    new_model, _ = _parse(new_data, max_bytes)
+    del new_data
+    sides = []
+    for model in (old_model, new_model):
+        weights = {name: (tensor, sparse) for name, tensor, sparse in _weights(model)}
+        if len(weights) > MAX_TENSORS:
+            raise OnnxTooLarge(
+                f"more than {MAX_TENSORS:,} tensors of weights; only models up to that are compared"
+            )
+        sides.append(weights)
+    before, after = sides
+    totals = {"tensors": 0, "elements": 0, "changed_tensors": 0, "changed": 0, "nonfinite": 0}
+    largest, total_abs = 0.0, 0.0
+    rows, not_compared = [], []
+    for name, (a, sparse) in before.items():
+        if name not in after:
+            continue
+        b, other_sparse = after[name]
+        if sparse or other_sparse or _external(a, onnx) or _external(b, onnx):
+            not_compared.append(name)
+            continue
+        if (list(a.dims), a.data_type) != (list(b.dims), b.data_type):
+            continue  # reshaped: said by `diff_tensors`
+        elements = math.prod(a.dims)
+        totals["tensors"] += 1
+        totals["elements"] += elements
+        if totals["elements"] > MAX_COMPARED_ELEMENTS:
+            raise OnnxTooLarge(
+                f"more than {MAX_COMPARED_ELEMENTS:,} elements of weights to compare; only models up to "
+                "that are compared"
+            )
+        if a.raw_data and a.raw_data == b.raw_data:
+            continue
+        row = _compare_tensor(a, b, onnx)
+        if not row["changed"]:
+            continue
+        totals["changed_tensors"] += 1
+        totals["changed"] += row["changed"]
+        totals["nonfinite"] += row.pop("nonfinite")
+        largest = max(largest, row["max_abs_change"] or 0.0)
+        total_abs += row.pop("sum_abs")
+        rows.append(
+            {
+                "name": name,
+                "dtype": _elem_name(a.data_type, onnx),
+                "shape": list(a.dims),
+                "elements": elements,
+            }
+            | row
+        )
+    rows.sort(key=lambda r: (-(r["max_abs_change"] or 0.0), -r["changed"], r["name"]))
+    return {
+        "tensors_compared": totals["tensors"],
+        "tensors_changed": totals["changed_tensors"],
+        "elements_compared": totals["elements"],
+        "elements_changed": totals["changed"],
+        "max_abs_change": largest,
+        "mean_abs_change": total_abs / totals["elements"] if totals["elements"] else 0.0,
+        "nonfinite_changes": totals["nonfinite"],
+        "tensors": rows[:TOP_TENSORS],
+        "not_compared": not_compared[:TOP_TENSORS],
+    }
+
+
+def _compare_tensor(a, b, onnx) -> dict[str, Any]:
+    """{changed, max_abs_change, mean_abs_change, sum_abs, nonfinite} of two tensors of one shape and type,
+    read CHUNK elements at a time (max/mean None for strings)."""
+    import numpy as np
+
+    if a.data_type == onnx.TensorProto.STRING:
+        changed = sum(x != y for x, y in zip(a.string_data, b.string_data, strict=False))
+        return {
+            "changed": changed,
+            "max_abs_change": None,
+            "mean_abs_change": None,
+            "sum_abs": 0.0,
+            "nonfinite": 0,
+        }
+    x, y = _array(a), _array(b)
+    complex_ = np.iscomplexobj(x)
+    wide = np.complex128 if complex_ else np.float64
+    changed = nonfinite = 0
+    largest = total = 0.0
+    with np.errstate(all="ignore"):
+        for start in range(0, x.size, CHUNK):
+            p = x[start : start + CHUNK].astype(wide)
+            q = y[start : start + CHUNK].astype(wide)
+            differs = (p != q) & ~(np.isnan(p) & np.isnan(q))
+            changed += int(np.count_nonzero(differs))
+            change = np.abs(p - q)
+            finite = np.isfinite(change)
+            nonfinite += int(np.count_nonzero(differs & ~finite))
+            change = change[finite & differs]
+            if change.size:
+                largest = max(largest, float(change.max()))
+                total += float(change.sum())
+    return {
+        "changed": changed,
+        "max_abs_change": largest,
+        "mean_abs_change": total / x.size if x.size else 0.0,
+        "sum_abs": total,
+        "nonfinite": nonfinite,
+    }
 
 
 def parameter_count(model) -> int:
@@ -421,23 +676,34 @@ def _size_text(size: int) -> str:
     return f"{size / 1024**2:,.1f} MiB" if size >= 1024**2 else f"{size:,} bytes"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """A model's bytes on stdin → one JSON object on stdout: {"summary": …}, {"error": why it is not a
-    readable model} or {"too_large": which limit}. Run by `sources/summaries.py` in a limited subprocess;
-    running out of memory there is reported as such when Python still can (else the exit status says)."""
+    readable model} or {"too_large": which limit}. With `--compare`, stdin holds two models (the first's
+    length as 8 bytes big-endian, the first, the second) and the answer is {"comparison": `compare`'s}.
+    Run by `sources/summaries.py` in a limited subprocess; running out of memory there is reported as
+    such when Python still can (else the exit status says)."""
     import json
     import sys
 
+    argv = sys.argv[1:] if argv is None else argv
     data = b""
     try:
         data = sys.stdin.buffer.read()
         try:
-            answer: dict[str, Any] = {"summary": summarize(data)}
+            if argv == ["--compare"]:
+                first = int.from_bytes(data[:8], "big")
+                if len(data) < 8 + first:
+                    raise OnnxSummaryError("expected two models: the input is cut short")
+                old, new = data[8 : 8 + first], data[8 + first :]
+                data = b""
+                answer: dict[str, Any] = {"comparison": compare(old, new)}
+            else:
+                answer = {"summary": summarize(data)}
         except OnnxTooLarge as exc:
             answer = {"too_large": str(exc)}
         except OnnxSummaryError as exc:
             answer = {"error": str(exc)}
-        out = json.dumps(answer)
+        out = json.dumps(answer, allow_nan=False)
     except MemoryError:
         del data
         sys.stdout.write('{"limit": "memory"}')

@@ -3,12 +3,14 @@ checking it, one error type for anything that is not a model, and the structural
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 from smrweb.core.onnx_summary import (
@@ -17,7 +19,9 @@ from smrweb.core.onnx_summary import (
     MAX_NODES,
     OnnxSummaryError,
     OnnxTooLarge,
+    compare,
     diff_summaries,
+    diff_tensors,
     io_text,
     summarize,
 )
@@ -28,6 +32,7 @@ from tests.onnx_models import ints, io, mlp_parameters, model, policy, weights
 def test_a_small_policy_is_summarized_with_real_values():
     data = policy(32).SerializeToString()
     summary = summarize(data)
+    tensors = summary.pop("tensors")
     assert summary == {
         "size_bytes": len(data),
         "ir_version": summary["ir_version"],
@@ -40,6 +45,19 @@ def test_a_small_policy_is_summarized_with_real_values():
         "operators": {"Add": 2, "MatMul": 2, "Relu": 1, "Tanh": 1},
         "problems": [],
     }
+    # The weights, each with a digest of its values' bytes.
+    m = policy(32)
+    assert tensors == [
+        {
+            "name": t.name,
+            "dtype": "float32",
+            "shape": list(t.dims),
+            "elements": numpy_helper.to_array(t).size,
+            "sha256": hashlib.sha256(numpy_helper.to_array(t).astype("<f4").tobytes()).hexdigest(),
+        }
+        for t in m.graph.initializer
+    ]
+    assert [t["name"] for t in tensors] == ["w1", "b1", "w2", "b2"] and tensors[0]["shape"] == [224, 32]
     assert summary["ir_version"] >= 8 and mlp_parameters(32) == 7_299
     assert list(summary["operators"]) == ["Add", "MatMul", "Relu", "Tanh"]  # by count, then name
     assert json.loads(json.dumps(summary)) == summary  # storable as it is
@@ -292,3 +310,152 @@ def test_the_summary_program_answers_one_json_object_on_stdout():
     assert run(policy(8).SerializeToString())["summary"]["parameters"] == mlp_parameters(8)
     assert run(b"not a model")["error"].startswith("not an ONNX model")
     assert "200,000 nodes" in run(empty_node_bomb(MAX_NODES + 1))["too_large"]
+
+
+# --- weights (issue 33 P1-A): listed with digests, compared element by element ----------------------
+
+
+def retrained(m, name: str, change) -> None:
+    """Replace the initializer `name` of `m` by `change(values)`."""
+    tensor = next(t for t in m.graph.initializer if t.name == name)
+    tensor.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(tensor).copy()), name))
+
+
+def test_a_digest_is_of_the_values_whether_stored_raw_or_typed():
+    values = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    raw = model([helper.make_node("Identity", ["obs"], ["action"])], [numpy_helper.from_array(values, "w")])
+    typed = model(
+        [helper.make_node("Identity", ["obs"], ["action"])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [2, 3], values.reshape(-1).tolist())],
+    )
+    assert not typed.graph.initializer[0].raw_data  # float_data
+    a, b = summarize(raw.SerializeToString()), summarize(typed.SerializeToString())
+    assert a["tensors"] == b["tensors"]
+    assert a["tensors"][0]["sha256"] == hashlib.sha256(values.tobytes()).hexdigest()
+    assert diff_tensors(a, b)["changed"] == []
+
+
+def test_constant_nodes_and_subgraphs_tensors_are_listed_under_their_own_names():
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["z", "w1"], ["then_t"])],
+        "then",
+        [],
+        [io("then_t", [1, 3])],
+        [weights("w1", 1, 3)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["z"], ["else_t"])], "else", [], [io("else_t", [1, 3])]
+    )
+    m = policy(
+        4,
+        tail=[
+            helper.make_node("Constant", [], ["c"], value=weights("c", 5, 4)),
+            helper.make_node(
+                "Constant", [], ["yes"], value=helper.make_tensor("y", TensorProto.BOOL, [], [True])
+            ),
+            helper.make_node("If", ["yes"], ["t"], name="gate", then_branch=branch, else_branch=other),
+        ],
+    )
+    names = [t["name"] for t in summarize(m.SerializeToString())["tensors"]]
+    assert names == ["w1", "b1", "w2", "b2", "c", "yes", "gate.then_branch/w1"]
+
+
+def test_the_tensor_diff_names_added_removed_reshaped_and_changed():
+    old = policy(8)
+    new = policy(8, extra=[weights("extra", 3)])
+    retrained(new, "w2", lambda v: v + 1)
+    retrained(new, "b1", lambda v: np.concatenate([v, v]))  # 8 → 16: reshaped
+    new.graph.initializer.remove(next(t for t in new.graph.initializer if t.name == "b2"))
+    found = diff_tensors(summarize(old.SerializeToString()), summarize(new.SerializeToString()))
+    assert found == {
+        "added": ["extra"],
+        "removed": ["b2"],
+        "reshaped": [{"name": "b1", "old": "float32[8]", "new": "float32[16]"}],
+        "changed": ["w2"],
+        "same": 1,
+        "omitted": "",
+    }
+
+
+def test_compare_gives_true_counts_and_max_and_mean_absolute_change():
+    old, new = policy(32), policy(32)
+    rng = np.random.default_rng(5)
+    retrained(
+        new, "w1", lambda v: v + rng.normal(0, 0.01, v.shape).astype(np.float32) * (rng.random(v.shape) < 0.3)
+    )
+    retrained(new, "b2", lambda v: v * np.float32(-2))
+    a = {t.name: numpy_helper.to_array(t) for t in old.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in new.graph.initializer}
+    change = {n: np.abs(a[n].astype(np.float64) - b[n].astype(np.float64)) for n in a}
+    elements = sum(v.size for v in a.values())
+
+    figures = compare(old.SerializeToString(), new.SerializeToString())
+    assert figures["tensors_compared"] == 4 and figures["tensors_changed"] == 2
+    assert figures["elements_compared"] == elements == mlp_parameters(32)
+    assert figures["elements_changed"] == sum(int(np.count_nonzero(a[n] != b[n])) for n in a)
+    assert figures["max_abs_change"] == pytest.approx(max(c.max() for c in change.values()), rel=1e-12)
+    assert figures["mean_abs_change"] == pytest.approx(
+        sum(c.sum() for c in change.values()) / elements, rel=1e-9
+    )
+    rows = {r["name"]: r for r in figures["tensors"]}
+    assert set(rows) == {"w1", "b2"}
+    assert rows["w1"]["changed"] == int(np.count_nonzero(a["w1"] != b["w1"])) > 1000
+    assert rows["w1"]["mean_abs_change"] == pytest.approx(change["w1"].mean(), rel=1e-9)
+    assert rows["b2"] == {
+        "name": "b2",
+        "dtype": "float32",
+        "shape": [3],
+        "elements": 3,
+        "changed": 3,
+        "max_abs_change": pytest.approx(change["b2"].max()),
+        "mean_abs_change": pytest.approx(change["b2"].mean()),
+    }
+    assert figures["tensors"][0]["name"] == max(rows, key=lambda n: change[n].max())  # largest first
+    assert json.loads(json.dumps(figures, allow_nan=False)) == figures
+
+
+def test_compare_counts_nan_as_equal_and_keeps_inf_out_of_the_figures():
+    old, new = policy(4), policy(4)
+    retrained(old, "b2", lambda v: np.array([np.nan, 1.0, 2.0], dtype=np.float32))
+    retrained(new, "b2", lambda v: np.array([np.nan, np.inf, 2.5], dtype=np.float32))
+    figures = compare(old.SerializeToString(), new.SerializeToString())
+    assert figures["elements_changed"] == 2 and figures["nonfinite_changes"] == 1
+    assert figures["max_abs_change"] == 0.5
+
+
+def test_compare_has_limits_of_tensors_and_elements(monkeypatch):
+    from smrweb.core import onnx_summary
+
+    old, new = policy(8).SerializeToString(), policy(8, extra=[weights("x", 2)]).SerializeToString()
+    monkeypatch.setattr(onnx_summary, "MAX_COMPARED_ELEMENTS", 1000)
+    with pytest.raises(OnnxTooLarge, match=r"more than 1,000 elements of weights to compare"):
+        compare(old, new)
+    monkeypatch.setattr(onnx_summary, "MAX_TENSORS", 4)
+    with pytest.raises(OnnxTooLarge, match=r"more than 4 tensors"):
+        compare(old, new)
+    summary = summarize(new)
+    assert summary["tensors"] is None and summary["tensors_omitted"] == "more than 4 tensors of weights"
+    assert diff_tensors(summarize(old), summary)["omitted"] == "more than 4 tensors of weights"
+
+
+def test_the_summary_program_compares_two_models_on_stdin():
+    from smrweb.core import onnx_summary
+
+    old, new = policy(8), policy(8)
+    retrained(new, "b1", lambda v: v + np.float32(0.5))
+    a, b = old.SerializeToString(), new.SerializeToString()
+    done = subprocess.run(
+        [sys.executable, "-I", onnx_summary.__file__, "--compare"],
+        input=len(a).to_bytes(8, "big") + a + b,
+        capture_output=True,
+        check=True,
+    )
+    figures = json.loads(done.stdout)["comparison"]
+    assert figures["elements_changed"] == 8 and figures["max_abs_change"] == pytest.approx(0.5)
+    cut = subprocess.run(
+        [sys.executable, "-I", onnx_summary.__file__, "--compare"],
+        input=(10**6).to_bytes(8, "big") + a,
+        capture_output=True,
+        check=True,
+    )
+    assert json.loads(cut.stdout) == {"error": "expected two models: the input is cut short"}

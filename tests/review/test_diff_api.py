@@ -96,7 +96,45 @@ def test_identical_bytes_and_binaries(project, bob):
     body = session_client(bob).get(url(other)).json()
     assert body["mode"] == "binary" and not body["identical"]
     assert body["unified"].startswith("Binary files ") and (body["added"], body["removed"]) == (0, 0)
-    assert body["note"] == "Binary content: 8 bytes → 9 bytes, digests differ."
+    assert body["note"] == "Binary content of a kind not compared here: download both to compare them."
+
+
+def test_binary_artifacts_of_unknown_kind_say_bytes_differ_never_no_changes(project, bob):
+    """Issue 33 P1-A: different digests are never "identical"; an unknown binary kind says whose bytes
+    differ, with both digests and sizes."""
+    old = submit(project, b"\x00\x01weights" * 100, score=0.5, path="ckpt.bin", status=S.APPROVED)
+    new = submit(project, b"\x00\x02weights" * 100 + b"!", score=0.6, path="ckpt.bin", run="r2")
+    client = session_client(bob)
+    body = client.get(url(new)).json()
+    sha_old, sha_new = old.artifact.blob.sha256, new.artifact.blob.sha256
+    assert body["mode"] == "binary" and body["identical"] is False
+    assert (
+        body["summary"]
+        == f"bytes differ (sha256 {sha_old[:8]}… vs {sha_new[:8]}…, sizes 900 bytes → 901 bytes)"
+    )
+    assert body["bytes"] == {"old_sha256": sha_old, "new_sha256": sha_new, "old_size": 900, "new_size": 901}
+    assert body["weights"] is None and body["same_structure"] is None
+    page = client.get(f"/projects/{project.slug}/submissions/{new.pk}/diff").content.decode()
+    assert "data-diff-identical" not in page and "no changes" not in page
+    assert f"bytes differ (sha256 {sha_old[:8]}… vs {sha_new[:8]}…, sizes 900 bytes → 901 bytes)" in page
+    # The same bytes at another run: identical, by digest.
+    again = submit(project, b"\x00\x02weights" * 100 + b"!", score=0.7, path="ckpt.bin", run="r3")
+    body = client.get(url(again, new.pk)).json()
+    assert body["identical"] is True and body["summary"] == "identical bytes"
+    page = client.get(
+        f"/projects/{project.slug}/submissions/{again.pk}/diff?against={new.pk}"
+    ).content.decode()
+    assert "data-diff-identical" in page and "identical bytes" in page
+
+
+def test_text_that_decodes_alike_but_has_other_bytes_is_not_identical(project, bob):
+    """The digest comparison comes first: CRLF against LF has no changed line, and still differs."""
+    submit(project, V1, score=0.5, status=S.APPROVED)
+    crlf = submit(project, V1.replace(b"\n", b"\r\n"), score=0.6, run="r2")
+    body = session_client(bob).get(url(crlf)).json()
+    assert body["mode"] == "text" and body["identical"] is False
+    assert (body["added"], body["removed"]) == (0, 0)
+    assert body["summary"].startswith("same text, bytes differ (sha256 ")
 
 
 def test_project_tokens_read_diffs_too(project, api, three):

@@ -156,6 +156,57 @@ class DiffPendingSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class DiffBytesSerializer(serializers.Serializer):
+    old_sha256 = serializers.CharField(help_text="Of the artifact compared with (`against`).")
+    new_sha256 = serializers.CharField(help_text="Of this submission's artifact.")
+    old_size = serializers.IntegerField()
+    new_size = serializers.IntegerField()
+
+
+class ReshapedTensorSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    old = serializers.CharField(help_text='Type and shape, e.g. "float32[224, 32]".')
+    new = serializers.CharField()
+
+
+class ChangedTensorSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    dtype = serializers.CharField()
+    shape = serializers.ListField(child=serializers.IntegerField())
+    elements = serializers.IntegerField()
+    changed = serializers.IntegerField(help_text="Elements whose values differ.")
+    max_abs_change = serializers.FloatField(allow_null=True, help_text="null for string tensors.")
+    mean_abs_change = serializers.FloatField(
+        allow_null=True, help_text="Over all the tensor's elements (unchanged ones as 0)."
+    )
+
+
+class DiffWeightsSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(
+        ["done", "too_large", "unreadable"],
+        help_text="done: the figures below are complete; too_large: past the comparison's limits (tensors, "
+        "elements, memory or time: `reason` says which), only the names, shapes and digests were compared; "
+        "unreadable: `reason` says why.",
+    )
+    reason = serializers.CharField()
+    added = serializers.ListField(child=serializers.CharField(), help_text="Tensors only in this model.")
+    removed = serializers.ListField(child=serializers.CharField(), help_text="Tensors only in the other.")
+    reshaped = ReshapedTensorSerializer(many=True, help_text="Same name, another shape or element type.")
+    tensors_compared = serializers.IntegerField(
+        help_text="In both models with the same name, type and shape."
+    )
+    tensors_changed = serializers.IntegerField()
+    parameters_compared = serializers.IntegerField(help_text="Elements of the tensors compared.")
+    parameters_changed = serializers.IntegerField(help_text="Elements whose values differ (NaN equals NaN).")
+    max_abs_change = serializers.FloatField(help_text="The largest finite absolute change of an element.")
+    mean_abs_change = serializers.FloatField(
+        help_text="The mean absolute change over every element compared (unchanged ones as 0)."
+    )
+    nonfinite_changes = serializers.IntegerField(help_text="Changes to or from inf or NaN (not in max/mean).")
+    tensors = ChangedTensorSerializer(many=True, help_text="The changed tensors with the largest change.")
+    more_tensors = serializers.IntegerField(help_text="Changed tensors not listed in `tensors`.")
+
+
 class DiffSerializer(serializers.Serializer):
     status = serializers.SerializerMethodField(help_text='"done": the diff is here (202 answers "pending").')
     submission = serializers.IntegerField(source="submission.pk")
@@ -170,7 +221,26 @@ class DiffSerializer(serializers.Serializer):
     )
     added = serializers.IntegerField(source="text.added")
     removed = serializers.IntegerField(source="text.removed")
-    identical = serializers.BooleanField()
+    identical = serializers.BooleanField(
+        help_text="The digests are equal. Only then: different bytes are never identical, whatever else is "
+        "equal (the text once decoded, an ONNX model's graph)."
+    )
+    summary = serializers.CharField(
+        source="headline",
+        help_text='What changed, in one line: "identical bytes", "bytes differ (sha256 … vs …, sizes …)", '
+        '"same structure, weights differ (sha256 … vs …)", "+3 −1 lines", …',
+    )
+    bytes = serializers.SerializerMethodField()
+    same_structure = serializers.BooleanField(
+        allow_null=True,
+        help_text="ONNX only (else null): the graph summaries and the tensors' names, types and shapes are "
+        "equal.",
+    )
+    weights = DiffWeightsSerializer(
+        allow_null=True,
+        help_text="ONNX models with different bytes only (else null): their weights compared tensor by "
+        "tensor, element by element on a worker.",
+    )
     structural = serializers.ListField(
         child=serializers.DictField(),
         help_text='ONNX only: {"field", "old", "new", "change"} for each input, output, opset, '
@@ -180,6 +250,15 @@ class DiffSerializer(serializers.Serializer):
 
     def get_status(self, diff) -> str:
         return "done"
+
+    @extend_schema_field(DiffBytesSerializer)
+    def get_bytes(self, diff) -> dict:
+        return {
+            "old_sha256": diff.old_blob.sha256,
+            "new_sha256": diff.new_blob.sha256,
+            "old_size": diff.old_blob.size,
+            "new_size": diff.new_blob.size,
+        }
 
     @extend_schema_field(DiffAgainstSerializer)
     def get_against(self, diff) -> dict:

@@ -81,10 +81,12 @@ class SubmissionDiff(APIView):
         operation_id="submission_diff",
         summary="What changed: this submission's artifact against another one",
         description="`against=approved` (default): the previous approved submission at the same path; "
-        "`best`: the project's best other submission; or a submission id of this project. ONNX models "
-        "are compared by their summaries (inputs, outputs, opsets, parameters, operators), which a worker "
-        "computes once per model under memory and time limits: until it has, the answer is 202 with "
-        '`{"status": "pending"}` and a `Retry-After`; ask again.',
+        "`best`: the project's best other submission; or a submission id of this project. Different "
+        "digests are never `identical`. ONNX models are compared by their summaries (inputs, outputs, "
+        "opsets, parameters, operators) and their weights (tensors added, removed, reshaped; parameters "
+        "changed, max and mean absolute change), which a worker computes once per model (and per pair) "
+        'under memory and time limits: until it has, the answer is 202 with `{"status": "pending"}` and a '
+        "`Retry-After`; ask again.",
         parameters=[
             OpenApiParameter("against", str, description="approved | best | <submission id>", required=False)
         ],

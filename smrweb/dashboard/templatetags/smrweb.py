@@ -227,6 +227,12 @@ def score(value) -> str:
 
 
 @register.filter
+def change(value) -> str:
+    """An absolute change of weights: three significant digits ("0.25", "0.000171", "1.2e-07")."""
+    return "—" if value is None else f"{value:.3g}"
+
+
+@register.filter
 def tokens(value) -> str:
     return numbers.tokens(value)
 

@@ -51,7 +51,7 @@ def diff_context(sub: Submission, against: str | None, view: str | None) -> dict
         "sub": sub,
         "against": (against or "approved").strip().lower(),
         "view": view if view in VIEWS else "split",
-        "choices": review.picker_choices(sub),
+        "picker": review.picker_choices(sub, chosen=against),
     }
     try:
         context["diff"] = review.artifact_diff(sub, against, highlight=True)

@@ -64,13 +64,17 @@ class SummaryStatus(models.TextChoices):
 
 
 class BlobSummary(models.Model):
-    """What a blob's bytes are (an ONNX model's summary), read once per digest on a worker under limits
-    (red-team N2: never in a web request). A blob's bytes never change, so neither does this, until the
-    summariser's `version` does. The row is also the claim: one pending row per blob, kind and version,
-    so concurrent requests queue one computation."""
+    """What a blob's bytes are (an ONNX model's summary), or what changed between two blobs (`other`: two
+    models' weights compared), read once per digest (pair) on a worker under limits (red-team N2: never in
+    a web request). A blob's bytes never change, so neither does this, until the summariser's `version`
+    does. The row is also the claim: one pending row per blob (pair), kind and version, so concurrent
+    requests queue one computation."""
 
     blob = models.ForeignKey(ArtifactBlob, models.CASCADE, related_name="summaries")
-    kind = models.CharField(max_length=20)  # "onnx"
+    # The second blob of a comparison (kind "onnx-weights"), the one with the larger id: a pair is
+    # stored once whichever side is asked about. None for a summary of one blob.
+    other = models.ForeignKey(ArtifactBlob, models.CASCADE, null=True, blank=True, related_name="+")
+    kind = models.CharField(max_length=20)  # "onnx" | "onnx-weights"
     version = models.PositiveIntegerField()
     status = models.CharField(max_length=20, choices=SummaryStatus, default=SummaryStatus.PENDING)
     result = models.JSONField(null=True, blank=True)
@@ -83,9 +87,17 @@ class BlobSummary(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["blob", "kind", "version"], name="blob_summary_blob_kind_version_uniq"
-            )
+                fields=["blob", "kind", "version"],
+                condition=models.Q(other__isnull=True),
+                name="blob_summary_blob_kind_version_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["blob", "other", "kind", "version"],
+                condition=models.Q(other__isnull=False),
+                name="blob_summary_pair_kind_version_uniq",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} v{self.version} of {self.blob_id}: {self.status}"
+        of = f"{self.blob_id}" if self.other_id is None else f"{self.blob_id}/{self.other_id}"
+        return f"{self.kind} v{self.version} of {of}: {self.status}"

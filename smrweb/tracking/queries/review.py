@@ -4,7 +4,11 @@ submission the reviewer picks. Shared by the API (`…/submissions/{id}/diff`) a
 
 Bytes come from the artifact store, read up to a cap. ONNX summaries are never computed here: a worker
 reads the model under limits, once per digest (`services.summaries`, red-team N2), and until it has, the
-preview and the diff say "summarising" (`OnnxState.status` pending) and the page polls.
+preview and the diff say "summarising" (`OnnxState.status` pending) and the page polls. Two models whose
+weights differ are compared element by element on a worker too, once per pair of digests.
+
+One rule for every diff (issue 33 P1-A): two artifacts are identical when, and only when, their digests
+are; whatever else is compared (lines, a graph) is said beside that, never instead of it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db.models import Q
+from django.template.defaultfilters import filesizeformat
 
 from smrweb.core import onnx_summary, preview, softcache, textdiff
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
@@ -22,7 +27,8 @@ from smrweb.tracking.services.artifacts import open_blob
 DIFF_BYTES = preview.FULL_BYTES  # per side; past it a text diff is refused (download both instead)
 APPROVED_ONCE = (SubmissionStatus.APPROVED, SubmissionStatus.UPLOADED, SubmissionStatus.RANKED)
 AGAINST_CHOICES = ("approved", "best")
-PICKER_LIMIT = 100
+PICKER_LIMIT = 100  # the newest at the path, listed; any other is picked by its number
+TOP_TENSORS = 10  # changed tensors shown per ONNX diff (the largest change first)
 
 
 class NoComparison(TrackingError):
@@ -168,12 +174,31 @@ def comparison_target(sub: Submission, against: str | None) -> tuple[Submission,
     return other, f"submission #{other.pk}"
 
 
-def picker_choices(sub: Submission) -> list[Submission]:
-    """Other submissions at the same path, newest first, for the page's "compare with" picker."""
+@dataclass
+class Picker:
+    choices: list[Submission]  # the newest PICKER_LIMIT at the path, and the one compared with if older
+    total: int  # other submissions at the path
+
+    @property
+    def more(self) -> int:
+        """How many at the path are not listed (picked by typing their number)."""
+        return max(0, self.total - len(self.choices))
+
+
+def picker_choices(sub: Submission, *, chosen: str | None = None) -> Picker:
+    """Other submissions at the same path, newest first, for the page's "compare with" picker: the newest
+    PICKER_LIMIT, plus `chosen` (a submission id typed in) when it is older, so it shows as selected."""
     if sub.artifact is None:
-        return []
+        return Picker([], 0)
     rows = _rows(sub.project_id).filter(artifact__path=sub.artifact.path).exclude(pk=sub.pk)
-    return list(rows.order_by("-ts", "-id")[:PICKER_LIMIT])
+    choices = list(rows.order_by("-ts", "-id")[:PICKER_LIMIT])
+    total = len(choices) if len(choices) < PICKER_LIMIT else rows.count()
+    chosen = (chosen or "").strip()
+    if chosen.isdigit() and int(chosen) != sub.pk and all(c.pk != int(chosen) for c in choices):
+        picked = _rows(sub.project_id).filter(pk=int(chosen)).first()
+        if picked is not None:
+            choices.append(picked)
+    return Picker(choices, total)
 
 
 @dataclass
@@ -185,12 +210,109 @@ class ArtifactDiff:
     text: textdiff.TextDiff
     structural: list[dict] = field(default_factory=list)  # ONNX: what changed, field by field
     note: str = ""
+    weights: dict | None = None  # ONNX: the tensors compared (`_weights`)
+
+    @property
+    def old_blob(self):
+        return self.against.artifact.blob
+
+    @property
+    def new_blob(self):
+        return self.submission.artifact.blob
 
     @property
     def identical(self) -> bool:
-        return self.submission.artifact.blob.sha256 == self.against.artifact.blob.sha256 or (
-            self.mode != "binary" and self.text.identical
-        )
+        """The one rule: identical bytes, by digest. Equal text or an equal graph is not enough."""
+        return self.old_blob.sha256 == self.new_blob.sha256
+
+    @property
+    def same_structure(self) -> bool | None:
+        """ONNX: whether the graph summaries and the tensors' names, types and shapes are equal."""
+        if self.mode != "onnx":
+            return None
+        w = self.weights or {}
+        return not self.structural and not (w.get("added") or w.get("removed") or w.get("reshaped"))
+
+    @property
+    def headline(self) -> str:
+        """What changed, in one line: the page's and the API's `summary`."""
+        if self.identical:
+            return "identical bytes"
+        sha = f"sha256 {self.old_blob.sha256[:8]}… vs {self.new_blob.sha256[:8]}…"
+        if self.mode == "binary":
+            sizes = f"{_size(self.old_blob.size)} → {_size(self.new_blob.size)}"
+            return f"bytes differ ({sha}, sizes {sizes})"
+        if self.mode == "text":
+            if self.text.identical:  # decoded alike: an encoding, a byte-order mark, line endings
+                return f"same text, bytes differ ({sha}): encoding or line endings changed"
+            return f"+{self.text.added} −{self.text.removed} lines"
+        w = self.weights or {}
+        if w.get("status") != "done":
+            weights = f"weights not compared: {w.get('reason') or 'unknown'}"
+        elif w.get("tensors_changed"):
+            weights = "weights differ"
+        else:
+            weights = "same weights"
+        if self.same_structure:
+            if weights == "same weights":
+                return f"same structure and weights, bytes differ ({sha}): names, attributes or metadata"
+            return f"same structure, {weights} ({sha})"
+        return f"structure differs, {weights} ({sha})"
+
+
+def _size(n: int) -> str:
+    return filesizeformat(n).replace("\xa0", " ")
+
+
+def _weights(old: Artifact, new: Artifact, a: dict, b: dict) -> dict:
+    """The tensors of two ONNX summaries compared (`onnx_summary.diff_tensors`) and, when some differ, the
+    worker's element-by-element figures for the pair: `status` done | too_large | unreadable (`reason`),
+    `added`, `removed`, `reshaped`, `tensors_changed`, `tensors_compared`, `parameters_compared`,
+    `parameters_changed`, `max_abs_change`, `mean_abs_change`, `nonfinite_changes`, `tensors` (the
+    TOP_TENSORS largest changes) and `more_tensors` (changed ones not listed). Raises SummaryPending while
+    the worker compares."""
+    found = onnx_summary.diff_tensors(a, b)
+    weights = {
+        "status": "done",
+        "reason": "",
+        "added": found["added"],
+        "removed": found["removed"],
+        "reshaped": found["reshaped"],
+        "tensors_changed": len(found["changed"]),
+        "tensors_compared": len(found["changed"]) + found["same"],
+        "parameters_compared": 0,
+        "parameters_changed": 0,
+        "max_abs_change": 0.0,
+        "mean_abs_change": 0.0,
+        "nonfinite_changes": 0,
+        "tensors": [],
+        "more_tensors": 0,
+    }
+    if found["omitted"]:
+        return weights | {"status": SummaryStatus.TOO_LARGE, "reason": found["omitted"]}
+    if not found["changed"]:  # equal digests: nothing to read, every parameter unchanged
+        shapes = {t["name"]: t["elements"] for t in b["tensors"]}
+        same = [t["name"] for t in a["tensors"] if t["name"] in shapes]
+        reshaped = {r["name"] for r in found["reshaped"]}
+        weights["parameters_compared"] = sum(shapes[n] for n in same if n not in reshaped)
+        return weights
+    row = summaries.claimed_summary(old.blob, summaries.ONNX_WEIGHTS, onnx_summary.VERSION, other=new.blob)
+    if row.status == SummaryStatus.PENDING:
+        raise SummaryPending("The models' weights are being compared on a worker; ask again shortly.")
+    if row.status != SummaryStatus.DONE:
+        return weights | {"status": row.status, "reason": row.reason}
+    figures = row.result
+    return weights | {
+        "tensors_changed": figures["tensors_changed"],
+        "tensors_compared": figures["tensors_compared"],
+        "parameters_compared": figures["elements_compared"],
+        "parameters_changed": figures["elements_changed"],
+        "max_abs_change": figures["max_abs_change"],
+        "mean_abs_change": figures["mean_abs_change"],
+        "nonfinite_changes": figures["nonfinite_changes"],
+        "tensors": figures["tensors"][:TOP_TENSORS],
+        "more_tensors": max(0, figures["tensors_changed"] - TOP_TENSORS),
+    }
 
 
 def summary_lines(summary: dict) -> list[str]:
@@ -206,6 +328,10 @@ def summary_lines(summary: dict) -> list[str]:
     lines.append(f"parameters: {summary.get('parameters', 0):,}")
     lines.append(f"nodes: {summary.get('nodes', 0):,}")
     lines += [f"op {op}: {n}" for op, n in sorted(summary.get("operators", {}).items())]
+    lines += [
+        f"tensor {t['name']}: {t['dtype']}{t['shape']} sha256 {t['sha256'][:12] or '(external)'}"
+        for t in summary.get("tensors") or []
+    ]
     return lines
 
 
@@ -230,7 +356,11 @@ def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = Fal
     other, reason = comparison_target(sub, against)
     new, old = _stored(sub, "reviewed"), _stored(other, "compared")
     names = {"old_name": f"#{other.pk}/{old.path}", "new_name": f"#{sub.pk}/{new.path}"}
-    if preview.is_onnx(new.path, new.kind) and preview.is_onnx(old.path, old.kind):
+    onnx = preview.is_onnx(new.path, new.kind) and preview.is_onnx(old.path, old.kind)
+    if old.blob.sha256 == new.blob.sha256:  # the one rule, first: equal digests, and only they, are equal
+        mode = "onnx" if onnx else "text"
+        return ArtifactDiff(sub, other, reason, mode, textdiff.diff("", "", **names), note="Identical bytes.")
+    if onnx:
         a, b = onnx_summary_of(old), onnx_summary_of(new)
         for state in (a, b):  # a side that will never have a summary is said at once
             if state.status == SummaryStatus.TOO_LARGE:
@@ -247,15 +377,12 @@ def artifact_diff(sub: Submission, against: str | None, *, highlight: bool = Fal
                 f"The models' summaries are too large to diff here ({exc}): download both to compare them."
             ) from exc
         structural = onnx_summary.diff_summaries(a.summary, b.summary)
-        return ArtifactDiff(sub, other, reason, "onnx", text, structural)
-    if old.blob.sha256 == new.blob.sha256:
-        return ArtifactDiff(
-            sub, other, reason, "text", textdiff.diff("", "", **names), note="Identical bytes."
-        )
+        weights = _weights(old, new, a.summary, b.summary)
+        return ArtifactDiff(sub, other, reason, "onnx", text, structural, weights=weights)
     a_text, b_text = _decoded(old, "compared"), _decoded(new, "reviewed")
     if a_text is None or b_text is None:
         text = textdiff.TextDiff(f"Binary files {names['old_name']} and {names['new_name']} differ\n", 0, 0)
-        note = f"Binary content: {old.blob.size:,} bytes → {new.blob.size:,} bytes, digests differ."
+        note = "Binary content of a kind not compared here: download both to compare them."
         return ArtifactDiff(sub, other, reason, "binary", text, note=note)
     html = {}
     if highlight:

@@ -1,5 +1,6 @@
-"""Blob summaries (an ONNX model's, `core.onnx_summary`): claimed by the page or API call that first
-needs one, computed once per digest on a worker (`sources/summaries.py`, red-team N2), read back here.
+"""Blob summaries (an ONNX model's, `core.onnx_summary`; two models' weights compared): claimed by the
+page or API call that first needs one, computed once per digest (pair) on a worker
+(`sources/summaries.py`, red-team N2), read back here.
 
 The row is the claim. A request that finds no row creates it pending and announces `summary_wanted`
 (the sources app queues the task); one that finds it pending waits. A claim no worker started within
@@ -19,19 +20,26 @@ from smrweb.tracking.models import ArtifactBlob, BlobSummary, SummaryStatus
 from smrweb.tracking.signals import summary_wanted
 
 ONNX = "onnx"  # the kinds of summary (BlobSummary.kind)
+ONNX_WEIGHTS = "onnx-weights"  # of a pair of blobs: two models' weights, element by element
 CLAIM_SECONDS = 120  # past the summary task's hard time limit (sources/tasks.py): its worker is gone
 
 
-def claimed_summary(blob: ArtifactBlob, kind: str, version: int) -> BlobSummary:
-    """The blob's summary row of `kind` and `version`, claimed and queued when nobody has it."""
+def claimed_summary(
+    blob: ArtifactBlob, kind: str, version: int, *, other: ArtifactBlob | None = None
+) -> BlobSummary:
+    """The blob's (or the pair's, with `other`) summary row of `kind` and `version`, claimed and queued
+    when nobody has it. A pair is one row whichever way round it is asked for."""
+    if other is not None and other.pk < blob.pk:
+        blob, other = other, blob
+    key = {"blob": blob, "other": other, "kind": kind, "version": version}
     now = timezone.now()
-    row = BlobSummary.objects.filter(blob=blob, kind=kind, version=version).first()
+    row = BlobSummary.objects.filter(**key).first()
     if row is None:
         try:
             with transaction.atomic():
-                row = BlobSummary.objects.create(blob=blob, kind=kind, version=version, claimed=now)
+                row = BlobSummary.objects.create(**key, claimed=now)
         except IntegrityError:  # a concurrent request claimed it first: theirs is queued
-            return BlobSummary.objects.get(blob=blob, kind=kind, version=version)
+            return BlobSummary.objects.get(**key)
         _announce(row.pk)
         return row
     lost = now - timedelta(seconds=CLAIM_SECONDS)
@@ -58,7 +66,7 @@ def start_summary(summary_id: int) -> BlobSummary | None:
         .filter(Q(started__isnull=True) | Q(started__lt=now - timedelta(seconds=CLAIM_SECONDS)))
         .update(started=now)
     )
-    return BlobSummary.objects.select_related("blob").get(pk=summary_id) if taken else None
+    return BlobSummary.objects.select_related("blob", "other").get(pk=summary_id) if taken else None
 
 
 def record_summary(summary_id: int, status: str, *, result: dict | None = None, reason: str = "") -> None:
