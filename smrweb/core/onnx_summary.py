@@ -52,7 +52,7 @@ MAX_FIELDS = 1_000_000  # entries of the model and of its main graph read on the
 # Weights (issue 33 P1-A): each tensor is listed with a digest of its values; two models' tensors of the
 # same name and shape are compared element by element (`compare`), on a worker under the same limits.
 MAX_TENSORS = 10_000  # listed per model; past it the weights are not compared ("too large to compare")
-MAX_COMPARED_ELEMENTS = 64 * 1024 * 1024  # read by one comparison (both models are ≤ MAX_BYTES anyway)
+MAX_COMPARED_ELEMENTS = 32 * 1024 * 1024  # read by one comparison: a MAX_BYTES model of float32 is 16 M
 CHUNK = 1 << 20  # elements compared at a time: float64 working copies stay small
 TOP_TENSORS = 50  # changed tensors kept per comparison (largest change first)
 DEFAULT_DOMAIN = "ai.onnx"  # what the empty domain means in opset imports and on nodes

@@ -163,3 +163,26 @@ def test_previews_and_the_review_panel_work_with_the_cache_down(client, victor, 
     assert panel.status_code == 200 and 'data-preview="code"' in panel.content.decode()
     page = client.get(f"/projects/hill/runs/{sub.run.external_id}/")
     assert page.status_code == 200  # the clock preference is read from its row
+
+
+def test_the_picker_reaches_a_submission_older_than_the_newest_hundred(client, victor, project):
+    """Issue 33 P3: from #187 the reviewer could not pick #193, the list held only the newest ~100 at the
+    path. Any submission is picked by its number, and then shows as the one selected."""
+    from smrweb.tracking.queries.review import PICKER_LIMIT
+
+    oldest = submit(project, V1, score=0.1, run="r-old")
+    for i in range(PICKER_LIMIT + 4):
+        submit(project, V1 + f"# {i}\n".encode(), score=0.2 + i / 1000, run=f"r{i}")
+    sub = submit(project, V2, score=0.9, status=S.VERIFIED)
+    login(client, victor)
+    fragment = client.get(f"/projects/hill/submissions/{sub.pk}/diff").content.decode()
+    assert f'<option value="{oldest.pk}"' not in fragment  # the list stays the newest hundred
+    assert "data-diff-against-number" in fragment and 'name="against"' in fragment
+    assert "data-diff-picker-more" in fragment and "5 older at this path not listed" in fragment
+    picked = client.get(f"/projects/hill/submissions/{sub.pk}/diff?against={oldest.pk}&view=split")
+    picked = picked.content.decode()
+    assert f'<option value="{oldest.pk}" selected' in picked
+    assert f"submission #{oldest.pk}" in picked and 'data-added="4"' in picked
+    # A number that is no submission of this project is said in place.
+    missing = client.get(f"/projects/hill/submissions/{sub.pk}/diff?against=999999").content.decode()
+    assert "data-diff-refusal" in missing and "No submission #999999 in this project." in missing
