@@ -173,9 +173,9 @@ class BlobSummaryAdmin(admin.ModelAdmin):
     """A window: what a worker read from a blob (sources/summaries.py). Deleting one is harmless: the next
     page that shows the blob queues it again."""
 
-    list_display = ["blob", "kind", "version", "status", "claimed", "finished", "attempts"]
+    list_display = ["blob", "other", "kind", "version", "status", "claimed", "finished", "attempts"]
     list_filter = ["kind", "status"]
-    raw_id_fields = ["blob"]
+    raw_id_fields = ["blob", "other"]
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -78,7 +78,9 @@ def test_an_onnx_diff_of_other_weights_says_weights_differ(
             # P3: a submission picked by its number, not from the list.
             changes.locator("[data-diff-against-number]").fill(str(older.pk))
             changes.locator("[data-diff-against-number]").press("Enter")
-            expect(changes.locator(".diff-summary")).to_contain_text(f"submission #{older.pk}", timeout=WORKER_MS)
+            expect(changes.locator(".diff-summary")).to_contain_text(
+                f"submission #{older.pk}", timeout=WORKER_MS
+            )
             expect(changes.locator(".diff-summary")).to_contain_text("weights differ")
             expect(changes.locator("[data-diff-against] option:checked")).to_have_attribute(
                 "value", str(older.pk)
