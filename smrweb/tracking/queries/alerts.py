@@ -3,16 +3,15 @@ says about a run's loops, progress and snooze. Each answers in a fixed number of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from collections.abc import Mapping
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
 from django.db.models import Case, Count, F, IntegerField, Max, Q, QuerySet, Value, When, Window
 from django.db.models.functions import Left, RowNumber, StrIndex, TruncHour
 
+from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     AlertRule,
     LoopFinding,
@@ -24,7 +23,6 @@ from smrweb.tracking.models import (
     RunSnooze,
     Trigger,
 )
-from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.queries import progress
 from smrweb.tracking.services.alerts import counted_label
 
