@@ -10,6 +10,7 @@ from datetime import timedelta
 from email import message_from_string, policy
 
 import pytest
+from django.core.cache import cache
 from django.utils import timezone
 
 from smrweb.sources import tasks
@@ -39,6 +40,9 @@ def test_a_review_digest_is_one_email_sent_by_the_worker(project, alice, bob, ce
         push(project, "r1", {"type": "score", "score": value})
         sub = project.submissions.order_by("-id").first()
         lifecycle.request_verification(sub, by=bob)
+        # The worker clears an evaluation's coalescing key in its own cache (Redis), not in this test's
+        # private one (conftest.private_cache): cleared here as the worker's start would have.
+        cache.delete(tasks._alerts_key("submission", sub.pk))
         # The commit announces the change: the worker evaluates the rule (signals → Redis → Celery).
         subs.append(
             lifecycle.record_verification(sub.pk, lifecycle.VerificationResult("passed", 0, "ok", "ok"))

@@ -125,7 +125,7 @@ def test_a_duplicate_rule_is_refused_naming_the_existing_one(project, alice):
             project, alice, Trigger.SUBMISSION_NEEDS_REVIEW, channel=Channel.EMAIL, target="team@example.com"
         )
     assert f"rule #{first.pk}" in err.value.message and "email Team@example.com" in err.value.message
-    assert err.value.as_dict()["existing_rule"] == first.pk
+    assert err.value.existing == first and err.value.as_dict()["code"] == "duplicate_rule"
     inbox = rule(project, alice, Trigger.RUN_BUDGET)
     with pytest.raises(alerts.DuplicateRule):
         rule(project, alice, Trigger.RUN_BUDGET)

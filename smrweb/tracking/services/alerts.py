@@ -279,10 +279,7 @@ class DuplicateRule(InvalidInput):
             f"(added{by} on {when}{', muted' if existing.muted else ''}). Change that one, or give this one "
             "another trigger, option or destination.",
         )
-        self.existing = existing
-
-    def as_dict(self) -> dict:
-        return {**super().as_dict(), "existing_rule": self.existing.pk}
+        self.existing = existing  # the API's answer keeps its one error shape: the message names it
 
 
 def _check_delivery(trigger: str, channel: str, delivery: str | None, minutes: int | None) -> tuple:
