@@ -303,6 +303,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0),
         "options": {"expires": env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0)},
     },
+    # Email digests of high-volume alert rules (submission.needs_review, score.new_best …).
+    "send-alert-digests": {
+        "task": "smrweb.sources.tasks.send_alert_digests",
+        "schedule": env.float("SMRWEB_ALERT_DIGEST_TICK_SECONDS", default=60.0),
+        "options": {"expires": env.float("SMRWEB_ALERT_DIGEST_TICK_SECONDS", default=60.0)},
+    },
     "collect-unreferenced-blobs": {  # bytes no artifact holds any more (finding 10)
         "task": "smrweb.tracking.tasks.collect_unreferenced_blobs",
         "schedule": 3600.0,

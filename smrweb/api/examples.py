@@ -191,6 +191,28 @@ ALERT_RULE_WEBHOOK = OpenApiExample(
     request_only=True,
 )
 
+ALERT_RULE_DIGEST = OpenApiExample(
+    "A review digest by email every hour (example)",
+    value={
+        "trigger": "submission.needs_review",
+        "channel": "email",
+        "target": "reviewers@example.com",
+        "delivery": "digest",
+        "digest_minutes": 60,
+    },
+    description="One email an hour listing the submissions that passed their validator, instead of one "
+    "each. A rule with the same trigger, options and destination as an existing one is refused (400 "
+    "`duplicate_rule`, naming it).",
+    request_only=True,
+)
+
+INBOX_READ = OpenApiExample(
+    "Mark every needs-review notification of a project read (example)",
+    value={"kind": "submission.needs_review", "project": "example-project", "upto": 4821},
+    description='Or `{"ids": [1, 2]}`. `upto` (the newest id you saw) leaves what arrived since unread.',
+    request_only=True,
+)
+
 ALERT_RULE_MUTE = OpenApiExample(
     "Mute the rule (example)",
     value={"muted": True},

@@ -119,6 +119,10 @@ def _send_email(notification: Notification) -> None:
             "X-Smrweb-Notification": str(notification.pk),
         },
     )
+    _mail(message)
+
+
+def _mail(message: EmailMessage) -> None:
     try:
         with get_connection(timeout=settings.EMAIL_TIMEOUT) as connection:
             connection.send_messages([message])
@@ -128,6 +132,53 @@ def _send_email(notification: Notification) -> None:
         ) from None
     except (smtplib.SMTPException, OSError, socket.timeout) as exc:
         raise Undelivered(f"the mail server: {type(exc).__name__}: {exc}"[:500], retryable=True) from None
+
+
+def digest_message(batch: list[Notification]) -> EmailMessage:
+    """One email for a rule's window: "12 submissions waiting for review", each item newest first
+    with its link."""
+    rule = batch[0].rule
+    label = alerts.counted_label(rule.trigger, len(batch))
+    oldest = min(n.created for n in batch)
+    lines = [
+        f"{label} in {rule.project.name} since {oldest:%Y-%m-%d %H:%M} UTC, newest first:",
+        "",
+    ]
+    for n in batch:
+        lines += [f"- {n.title}", f"  {n.url}"]
+    lines += [
+        "",
+        f"— smrweb alert rule: {rule} (a digest every {rule.digest_minutes} minutes; the project's "
+        "Alerts tab changes it)",
+    ]
+    return EmailMessage(
+        subject=f"[smrweb] {label} — {rule.project.name}",
+        body="\n".join(lines),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[rule.target],
+        headers={
+            "X-Smrweb-Trigger": rule.trigger,
+            "X-Smrweb-Digest": str(len(batch)),
+            "X-Smrweb-Notification": ",".join(str(n.pk) for n in batch[:50]),
+        },
+    )
+
+
+def deliver_digest(rule_id: int) -> Attempt:
+    """Send a rule's due digest: one email for its held notifications. A retryable failure holds them
+    again for the next digest (until SMRWEB_ALERT_MAX_ATTEMPTS); nothing due is skipped."""
+    batch = alerts.claim_digest(rule_id)
+    if not batch:
+        return Attempt("skipped")
+    try:
+        _mail(digest_message(batch))
+    except Undelivered as exc:
+        line = f"digest attempt {batch[0].attempts}: {exc}"
+        alerts.finish_digest(batch, error=line, retry=exc.retryable)
+        log.warning("alert digest of rule %s not delivered: %s", rule_id, line)
+        return Attempt("retry" if exc.retryable else "failed")
+    alerts.finish_digest(batch)
+    return Attempt("sent")
 
 
 def _send(notification: Notification) -> None:

@@ -183,6 +183,25 @@ def deliver_notification(notification_id: int) -> str:
     return attempt.outcome
 
 
+@shared_task(
+    acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.send_alert_digests"
+)
+def send_alert_digests() -> int:
+    """Beat: queue the digest of each email rule whose window has passed (one email per rule and window)."""
+    due = alert_rules.digests_due()
+    for rule_id in due:
+        queue_quietly(deliver_alert_digest, rule_id)
+    return len(due)
+
+
+@shared_task(
+    acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.deliver_alert_digest"
+)
+def deliver_alert_digest(rule_id: int) -> str:
+    """One digest email for the rule; a failure holds its notifications for the next tick's digest."""
+    return alerts.deliver_digest(rule_id).outcome
+
+
 # --- scenario preflight: asked by a page or the API, answered by a worker, read back by polling ---------
 # The asker never waits on the worker: it stores a pending request, enqueues the task and answers at once
 # (red-team finding 9: ten synchronous preflights held ten web threads for 10 s each).

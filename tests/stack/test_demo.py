@@ -1,4 +1,5 @@
-"""The demo's alerts: the seeded rules (every trigger to the demo user's inbox, five by email), and a
+"""The demo's alerts: the seeded rules (every trigger to the demo user's inbox; failures, stalls, loops
+and budgets by email at once, needs_review and new bests in a digest), and a
 harness whose first runs loop, ping-pong and plateau — pushed through the real API, evaluated, and the
 run.loop email delivered to the demo's mail catcher."""
 
@@ -33,17 +34,23 @@ def demo(settings, tmp_path) -> dict[str, str]:
     return dict(line.split() for line in Path(token_file).read_text().splitlines())
 
 
-def test_each_demo_project_has_every_trigger_in_the_inbox_and_five_by_email(demo):
+def test_each_demo_project_has_every_trigger_in_the_inbox_and_email_digests_for_the_busy_ones(demo):
     for spec in harness.DEMO_PROJECTS:
         rules = AlertRule.objects.filter(project__slug=spec["slug"])
         inbox = rules.filter(channel="inbox", recipient__username=runstack.DEMO_USER)
         assert sorted(inbox.values_list("trigger", flat=True)) == sorted(Trigger.values)
         email = rules.filter(channel="email", target="demo@localhost")
-        assert sorted(email.values_list("trigger", flat=True)) == sorted(runstack.DEMO_EMAIL_TRIGGERS)
-        assert rules.count() == len(Trigger.values) + len(runstack.DEMO_EMAIL_TRIGGERS)
+        # At once what someone must act on; a digest for what comes by the hundred (issue 33 §5).
+        immediate = email.filter(delivery="immediate")
+        assert sorted(immediate.values_list("trigger", flat=True)) == sorted(runstack.DEMO_EMAIL_TRIGGERS)
+        digests = email.filter(delivery="digest", digest_minutes=runstack.DEMO_DIGEST_MINUTES)
+        assert sorted(digests.values_list("trigger", flat=True)) == sorted(runstack.DEMO_DIGEST_TRIGGERS)
+        assert "submission.needs_review" in runstack.DEMO_DIGEST_TRIGGERS
+        assert {"run.failed", "run.stalled"} <= set(runstack.DEMO_EMAIL_TRIGGERS)
+        assert rules.count() == len(Trigger.values) + email.count() and email.count() == 6
     # A restarted demo adds none.
     runstack.seed_demo(rollback_url="https://harness.example/rollback")
-    assert AlertRule.objects.count() == 2 * (len(Trigger.values) + len(runstack.DEMO_EMAIL_TRIGGERS))
+    assert AlertRule.objects.count() == 2 * (len(Trigger.values) + 6)
 
 
 def api_transport() -> httpx.MockTransport:

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from smrweb.tracking.models import AlertRule, Channel, Notification, Trigger
+from smrweb.tracking.models import AlertRule, Channel, Delivery, Notification, Trigger
 
 URL_CHANNELS = (Channel.SLACK, Channel.WEBHOOK)
 
@@ -89,6 +89,29 @@ class AlertRuleIn(StrictSerializer):
         "(default 3); source.failing: consecutive failed syncs (default 3). Other triggers take none.",
     )
 
+    delivery = serializers.ChoiceField(
+        choices=Delivery.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="email only: `digest` collects the rule's notifications into one email every "
+        "`digest_minutes`; `immediate` sends each. Default: a digest for submission.needs_review, "
+        "score.new_best and run.regressed, immediate for the rest. Other channels are immediate (the inbox "
+        "groups by itself).",
+    )
+    digest_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A digest's window in minutes (5–1440, default 30); giving one asks for a digest.",
+    )
+    include_candidates = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="score.new_best only: announce unverified (candidate) scores too. Off by default: the "
+        "project's best counts verified submissions only.",
+    )
+
 
 class AlertRuleUpdate(StrictSerializer):
     """Mute or unmute: the only change a rule takes."""
@@ -129,6 +152,9 @@ class AlertRuleSerializer(serializers.ModelSerializer):
             "destination",
             "threshold",
             "window",
+            "delivery",
+            "digest_minutes",
+            "include_candidates",
             "muted",
             "created_by",
             "created",
@@ -171,3 +197,32 @@ class DeliverySerializer(serializers.ModelSerializer):
             "sent_at",
             "created",
         ]
+
+
+class InboxItemSerializer(serializers.ModelSerializer):
+    """One notification of the person's inbox: an alert rule's (with its trigger) or a mention."""
+
+    trigger = serializers.CharField(source="rule.trigger", allow_null=True, default=None)
+    project = serializers.SerializerMethodField()
+    read = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Notification
+        fields = ["id", "kind", "trigger", "project", "title", "body", "url", "read", "read_at", "created"]
+
+    def get_project(self, n: Notification) -> str:
+        return n.rule.project.slug if n.rule_id else n.comment.project.slug
+
+    def get_read(self, n: Notification) -> bool:
+        return n.read_at is not None
+
+
+class InboxReadIn(StrictSerializer):
+    """What to mark read: `ids`, or everything matching `kind` / `project` / `unread` (all of the
+    inbox when none is given), up to `upto` (the newest id the reader saw)."""
+
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=1000)
+    kind = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    project = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    unread = serializers.BooleanField(required=False)
+    upto = serializers.IntegerField(required=False, min_value=1)

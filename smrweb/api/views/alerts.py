@@ -67,7 +67,7 @@ class AlertRuleList(generics.ListAPIView):
         operation_id="alert_rule_create",
         summary="Create an alert rule (admins)",
         request=AlertRuleIn,
-        examples=[examples.ALERT_RULE, examples.ALERT_RULE_WEBHOOK],
+        examples=[examples.ALERT_RULE, examples.ALERT_RULE_WEBHOOK, examples.ALERT_RULE_DIGEST],
         responses={201: AlertRuleSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
         description="What the rule's condition already holds for when it is made is logged as suppressed: "
         "a rule speaks of what happens after it. A webhook rule's answer carries its signing `secret`.",

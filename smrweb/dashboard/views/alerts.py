@@ -13,7 +13,7 @@ from smrweb.dashboard.access import project_for_user
 from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import AlertRule, Channel, Role, Trigger
+from smrweb.tracking.models import AlertRule, Channel, Delivery, Role, Trigger
 from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.services.alerts import TRIGGER_PARAMETERS
 
@@ -41,6 +41,19 @@ class AlertRuleForm(forms.Form):
         max_length=150,
         label="Recipient (inbox)",
         help_text="The user name of a member of this project.",
+    )
+    delivery = forms.ChoiceField(
+        required=False,
+        choices=[("", "the trigger's default"), *Delivery.choices],
+        label="Email delivery",
+        help_text="Email rules of submission.needs_review, score.new_best and run.regressed send a digest "
+        "(every 30 minutes unless you set the minutes); the others send each at once.",
+    )
+    digest_minutes = forms.IntegerField(
+        required=False, min_value=5, max_value=24 * 60, label="Digest every (minutes)"
+    )
+    include_candidates = forms.BooleanField(
+        required=False, label="score.new_best: announce unverified (candidate) scores too"
     )
 
 
@@ -113,6 +126,9 @@ def project_alerts(request, slug: str):
                     recipient=data["recipient"] if inbox else None,
                     threshold=data["threshold"],
                     window=data["window"],
+                    delivery=data["delivery"] or None,
+                    digest_minutes=data["digest_minutes"],
+                    include_candidates=data["include_candidates"],
                 )
             except InvalidInput as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)

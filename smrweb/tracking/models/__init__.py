@@ -6,6 +6,7 @@ finds the models of the app."""
 from smrweb.tracking.models.alert import (  # noqa: F401
     AlertRule,
     Channel,
+    Delivery,
     LoopFinding,
     LoopPattern,
     Notification,

@@ -39,9 +39,15 @@ class Channel(models.TextChoices):
     INBOX = "inbox"
 
 
+class Delivery(models.TextChoices):
+    IMMEDIATE = "immediate", "at once"
+    DIGEST = "digest", "in a digest"
+
+
 class AlertRule(models.Model):
     """When `trigger` happens in `project`, tell `channel`. What `threshold` and `window` mean depends
-    on the trigger (services.alerts.TRIGGER_PARAMETERS says, with the defaults)."""
+    on the trigger (services.alerts.TRIGGER_PARAMETERS says, with the defaults). An email rule may
+    collect its notifications into one digest every `digest_minutes` instead of one email each."""
 
     project = models.ForeignKey(Project, models.CASCADE, related_name="alert_rules")
     trigger = models.CharField(max_length=40, choices=Trigger)
@@ -54,6 +60,9 @@ class AlertRule(models.Model):
     )  # the inbox channel's person
     secret = models.CharField(max_length=64, blank=True)  # signs the webhook channel's requests
     muted = models.BooleanField(default=False)
+    delivery = models.CharField(max_length=10, choices=Delivery, default=Delivery.IMMEDIATE)
+    digest_minutes = models.PositiveIntegerField(null=True, blank=True)  # the digest's window
+    include_candidates = models.BooleanField(default=False)  # score.new_best: unverified scores too
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -88,6 +97,7 @@ class NotificationStatus(models.TextChoices):
     SUPPRESSED = (
         "suppressed"  # recorded, never sent: the rule is muted, the run snoozed, or it predates the rule
     )
+    HELD = "held"  # waits for its rule's next digest email
 
 
 class NotificationKind(models.TextChoices):
@@ -115,6 +125,7 @@ class Notification(models.Model):
     body = models.TextField()
     url = models.CharField(max_length=1000)
     status = models.CharField(max_length=12, choices=NotificationStatus, default=NotificationStatus.PENDING)
+    in_digest = models.BooleanField(default=False)  # delivered in its rule's digest, never on its own
     suppressed_because = models.CharField(max_length=100, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)

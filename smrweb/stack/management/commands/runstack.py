@@ -313,8 +313,13 @@ def use_base_url(base_url: str) -> None:
     settings.SMRWEB_BASE_URL = os.environ["SMRWEB_BASE_URL"].rstrip("/")
 
 
-# The demo's alert rules: every trigger to the demo user's inbox, and these by email as well.
-DEMO_EMAIL_TRIGGERS = ("run.failed", "run.stalled", "submission.needs_review", "run.loop", "run.budget")
+# The demo's alert rules, as a team would set them: every trigger to the demo user's inbox (which groups
+# them per rule and hour), and by email what someone must act on — at once for failures, stalls, loops
+# and budgets; a digest for the high-volume ones (every verified submission was an email: 1,085 in 38
+# minutes of the 2026-11-28 walkthrough).
+DEMO_EMAIL_TRIGGERS = ("run.failed", "run.stalled", "run.loop", "run.budget")
+DEMO_DIGEST_TRIGGERS = ("submission.needs_review", "score.new_best")
+DEMO_DIGEST_MINUTES = 15  # short enough that a demo session sees one
 DEMO_EMAIL = "demo@localhost"
 
 
@@ -327,10 +332,11 @@ def seed_demo_alerts(project, user) -> int:
     have = set(
         AlertRule.objects.filter(project=project).values_list("trigger", "channel", "target", "recipient")
     )
-    wanted = [(t, Channel.INBOX, "", user.pk) for t in Trigger.values]
-    wanted += [(t, Channel.EMAIL, DEMO_EMAIL, None) for t in DEMO_EMAIL_TRIGGERS]
+    wanted = [(t, Channel.INBOX, "", user.pk, None) for t in Trigger.values]
+    wanted += [(t, Channel.EMAIL, DEMO_EMAIL, None, None) for t in DEMO_EMAIL_TRIGGERS]
+    wanted += [(t, Channel.EMAIL, DEMO_EMAIL, None, DEMO_DIGEST_MINUTES) for t in DEMO_DIGEST_TRIGGERS]
     made = 0
-    for trigger, channel, target, recipient in wanted:
+    for trigger, channel, target, recipient, digest in wanted:
         if (trigger, channel, target, recipient) in have:
             continue
         try:
@@ -341,6 +347,8 @@ def seed_demo_alerts(project, user) -> int:
                 channel=channel,
                 target=target,
                 recipient=user.get_username() if recipient else None,
+                delivery="digest" if digest else "immediate" if channel == Channel.EMAIL else None,
+                digest_minutes=digest,
             )
         except InvalidInput as exc:  # e.g. run.regressed in a project without a regression threshold
             print(f"demo: no {trigger} rule for {project.slug}: {exc.message}", file=sys.stderr)
