@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tracking', '0019_metricpoint_statement_fk'),
+        ('tracking', '0021_blob_summary_pairs'),
     ]
 
     operations = [
