@@ -16,7 +16,7 @@
   // backgrounds are swapped here for the page's dark palette before plotly draws them.
   var DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
   var DARK_INK = "#d6dde6", DARK_GRID = "#2b3440", DARK_PANEL = "#161b22";
-  var DARK_LINES = { "#3b4656": "#d6dde6", "#15803d": "#4ade80", "#b91c1c": "#f87171" };
+  var DARK_LINES = { "#3b4656": "#d6dde6", "#15803d": "#4ade80", "#b91c1c": "#f87171", "#c2410c": "#fb923c" };
 
   function isDark() { return !!(DARK && DARK.matches); }
 
@@ -35,7 +35,14 @@
     });
     var data = (figure.data || []).map(function (trace) {
       var line = trace.line && DARK_LINES[trace.line.color];
-      return line ? Object.assign({}, trace, { line: Object.assign({}, trace.line, { color: line }) }) : trace;
+      if (line) trace = Object.assign({}, trace, { line: Object.assign({}, trace.line, { color: line }) });
+      // Hollow "not counted" points: their marker and its outline in the dark palette too.
+      var marker = trace.marker && typeof trace.marker.color === "string" && DARK_LINES[trace.marker.color];
+      if (marker) {
+        var outline = trace.marker.line ? Object.assign({}, trace.marker.line, { color: marker }) : undefined;
+        trace = Object.assign({}, trace, { marker: Object.assign({}, trace.marker, { color: marker, line: outline }) });
+      }
+      return trace;
     });
     return { data: data, layout: layout, config: figure.config };
   }

@@ -362,3 +362,48 @@ def _verify_most(by) -> None:
                 f"exited {0 if passed else 1}",
             ),
         )
+
+
+P0A_RUN_ID = "ux-regress-1"
+
+
+def seed_p0a(project: Project, by) -> Run:
+    """The walkthrough's P0-A run (issue 33) in a minimize project: 3.30 whose artifact failed validation
+    (invalid), 3.45 (verified), 3.80 (a candidate, a regression), a turn before each — the run page then
+    draws 3.30 hollow and its best-so-far line at 3.45."""
+    now = timezone.now()
+    events = []
+    for i, value in enumerate((3.30, 3.45, 3.80)):
+        at = now - timedelta(minutes=9 - 3 * i)
+        events.append(
+            {
+                "type": "agent.turn",
+                "turn": i + 1,
+                "actor": "driver",
+                "model": "gpt-5.4-medium",
+                "tokens_in": 8000,
+                "tokens_out": 700,
+                "cost_usd": 0.02,
+                "ts": (at - timedelta(seconds=40)).isoformat(),
+            }
+        )
+        events.append({"type": "score", "score": value, "id": f"p0a-{i}", "ts": at.isoformat()})
+    push(
+        project,
+        P0A_RUN_ID,
+        {"type": "state", "state": "running", "ts": (now - timedelta(minutes=10)).isoformat()},
+        *events,
+    )
+    subs = list(Submission.objects.filter(run__project=project, run__external_id=P0A_RUN_ID).order_by("ts"))
+    for sub, passed in zip(subs[:2], (False, True), strict=True):
+        lifecycle.request_verification(sub, by=by)
+        lifecycle.record_verification(
+            sub.pk,
+            lifecycle.VerificationResult(
+                "passed" if passed else "failed",
+                0 if passed else 1,
+                "PASS" if passed else "FAIL  optimizer.py has no step()",
+                f"exited {0 if passed else 1}",
+            ),
+        )
+    return Run.objects.get(project=project, external_id=P0A_RUN_ID)

@@ -64,8 +64,13 @@ def test_sign_in_leads_to_the_overview_with_best_score_and_sparkline(page, proje
     expect(hill.locator("[data-unverified-best]")).to_have_text("0.5 unverified")
     spark = hill.locator("svg.spark")
     expect(spark).to_be_visible()
-    assert spark.locator("polyline").get_attribute("points").count(",") == 3  # one point per score
-    expect(spark.locator("title")).to_have_text("3 scores · latest 0.4 · best 0.5")
+    # The sparkline reads the headline's rule: none of the three counts yet, so three hollow dots and no
+    # line, and its title says it is a window of the newest scores (issue 33).
+    expect(spark.locator("circle.spark-void")).to_have_count(3)
+    expect(spark.locator("polyline")).to_have_count(0)
+    expect(spark.locator("title")).to_have_text(
+        "the newest 60 scores of every run, verified ones counted: 3 · 3 not counted (candidate)"
+    )
     expect(hill.locator('[data-count="runs"]')).to_have_text("1 run")
 
 

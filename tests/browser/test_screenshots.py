@@ -13,7 +13,7 @@ from django.test import Client
 
 from smrweb.tracking import services
 from tests.browser.conftest import DEFAULT_TIMEOUT_MS
-from tests.browser.seed import LONG_RUN_ID, seed
+from tests.browser.seed import LONG_RUN_ID, P0A_RUN_ID, seed, seed_p0a
 from tests.factories import UserFactory, admin_project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -133,6 +133,7 @@ EXPECTED = {
     "run-failed": [".alert.bad"],
     "run-stalled-downgraded": [".alert.warn", "h1 .badge-stalled", "h1 .badge-warn"],
     "run-queued-empty": [".chart-empty", "td.empty"],
+    "run-invalid-score-hollow": ['#run-timeline .legendtext:has-text("not counted")'],
     "overview-no-projects": [".empty-state"],
     "project-empty": ["table.runs td.empty", "table.leaderboard td.empty"],
     "tokens": [".badge-revoked", "button.danger"],
@@ -151,6 +152,7 @@ def _session_cookie(user, url: str) -> dict:
 
 def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, screenshot_dir):
     data = seed(alice, bob)
+    seed_p0a(data.projects["optimizer"], alice)
     dogfight = data.projects["dogfight"]
     services.create_api_token(dogfight, name="ci-harness", by=alice)
     old, _ = services.create_api_token(dogfight, name="laptop (old)", by=alice)
@@ -167,6 +169,8 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
         ("run-failed", "/projects/dogfight/runs/run-c04d17/", alice),
         ("run-stalled-downgraded", f"/projects/dogfight/runs/{LONG_RUN_ID}/", alice),
         ("run-queued-empty", "/projects/dogfight/runs/run-e8a1f2/", alice),
+        # Issue 33 P0-A: an invalid score drawn hollow, the best-so-far line at the valid 3.45.
+        ("run-invalid-score-hollow", f"/projects/optimizer/runs/{P0A_RUN_ID}/", alice),
         ("tokens", "/projects/dogfight/tokens/", alice),
         ("overview-new-user", "/", carol),
         ("overview-no-projects", "/", newcomer),

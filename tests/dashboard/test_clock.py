@@ -151,7 +151,7 @@ def test_time_axes_have_no_fixed_range_that_a_poll_would_move(client_alice, run_
     fig = figure(client_alice.get(run_page).content.decode(), "run-timeline-data")
     assert "range" not in fig["layout"]["xaxis"] and fig["layout"]["uirevision"]
     fig = charts.project_scores_figure(
-        [("r", "/r/", [(T0, 1.0)])],
+        [("r", "/r/", [(T0, 1.0)], [])],
         [(T0, 1.0)],
         maximize=True,
         metric="m",

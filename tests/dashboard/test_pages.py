@@ -254,7 +254,7 @@ def test_token_form_without_a_name_shows_a_form_error(client_alice, project):
 def test_sparkline_marks_the_best_point_in_the_scenario_direction():
     up = str(sparkline([1.0, 3.0, 2.0], maximize=True))
     down = str(sparkline([1.0, 3.0, 2.0], maximize=False))
-    assert "best 3" in up and "best 1" in down
+    assert "best of these 3" in up and "best of these 1" in down
     assert "—" in str(sparkline([]))
 
 

@@ -51,7 +51,9 @@ def test_a_run_best_never_counts_an_invalid_or_rejected_score(project, bob, alic
     assert run.best_score == 0.9
     verify(high, bob, passed=False)
     run.refresh_from_db()
-    assert run.best_score == 0.3 and run.latest_score == 0.9  # the latest is what the agent got
+    # Latest reads the rule best reads (it never reads better than best beside it); the newer invalid
+    # score is still shown, marked, beside it (tests/dashboard/test_counted_everywhere.py).
+    assert run.best_score == 0.3 and run.latest_score == 0.3
     lifecycle.request_verification(high, by=alice)  # invalid → verifying: it may count again
     run.refresh_from_db()
     assert run.best_score == 0.9

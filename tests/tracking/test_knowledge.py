@@ -297,7 +297,7 @@ def test_the_rendered_block_has_every_part_on_its_own_line(project, alice, bob):
         "(score 0.95, run run-b): rejected by alice: overfits"
     )
     assert lines[9].startswith("**Latest arena feedback:** generic: rank 12, score 1234")
-    assert " for 0.9 from run run-a, " in lines[9]
+    assert f" for submission #{good.pk} (score 0.9) from run run-a, " in lines[9]  # named by its number
 
 
 def _history(project, alice, bob, size: int) -> None:

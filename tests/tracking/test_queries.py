@@ -135,7 +135,8 @@ def test_score_histories_return_the_last_n_scores_per_run_in_time_order_in_one_q
     c = Run.objects.create(project=project, external_id="c")
     with django_assert_num_queries(1):
         history = queries.score_histories([a.pk, b.pk, c.pk], per_run=4)
-    assert history == {a.pk: [3, 4, 5, 6], b.pk: [10, 20]}
+    # Each score with why it does not count in the run's figures ("" : it counts; candidates count there).
+    assert history == {a.pk: [(s, "") for s in (3, 4, 5, 6)], b.pk: [(10, ""), (20, "")]}
 
 
 def test_score_histories_of_no_runs_make_no_query(django_assert_num_queries, db):
@@ -150,7 +151,13 @@ def test_project_score_histories_span_all_runs_in_time_order(project, other_proj
     )
     scores(other_project, "z", [100])
     history = queries.project_score_histories([project, other_project], per_project=2)
-    assert history == {project.pk: [9, 2], other_project.pk: [100]}
+    # By the project's rule (the headline best's): verified ones unless unverified ones are asked for.
+    assert history == {
+        project.pk: [(9, "candidate"), (2, "candidate")],
+        other_project.pk: [(100, "candidate")],
+    }
+    history = queries.project_score_histories([project], per_project=2, unverified=True)
+    assert history == {project.pk: [(9, ""), (2, "")]}
 
 
 # --- project summaries ----------------------------------------------------------------------------

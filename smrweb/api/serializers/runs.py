@@ -142,6 +142,16 @@ class RunSerializer(serializers.ModelSerializer):
             "archived_at",
         ]
         read_only_fields = ["archived_at"]
+        extra_kwargs = {
+            "best_score": {
+                "help_text": "The run's best of its scores that count: not invalid, rejected or excluded "
+                "(unverified ones count here; the project's best counts verified ones)."
+            },
+            "latest_score": {
+                "help_text": "The run's latest score that counts, by the rule `best_score` reads; a newer "
+                "one that does not count is in the submissions list (`counts: false`)."
+            },
+        }
 
     def get_over_budget_on(self, run: Run) -> list[str]:
         return [o["budget"] for o in run.budget_overruns]

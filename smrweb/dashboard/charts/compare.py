@@ -69,20 +69,24 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
     metric = plotly_text(c.project.scenario.score_metric)
     legend = len(c.runs) <= LEGEND_MAX
     data = []
+    hollow = []  # per run with any: its scores that do not count in its figures
     for s, col in zip(c.runs, colours):
         if not s.scores:
             continue
         rid = plotly_text(s.run.external_id)
+        why = s.score_standing or [""] * len(s.scores)
+        counted = [p for p, w in zip(s.scores, why) if not w]
+        void = [(p, w) for p, w in zip(s.scores, why) if w]
         data.append(
             {
                 "name": rid,
                 "legendgroup": rid,
-                "x": [_x(x, unit) for x, _ in s.scores],
-                "y": [y for _, y in s.scores],
+                "x": [_x(x, unit) for x, _ in counted],
+                "y": [y for _, y in counted],
                 "marker": {"color": col},
             }
         )
-        frontier = s.frontier + [(_end(s), s.frontier[-1][1])]
+        frontier = s.frontier + [(_end(s), s.frontier[-1][1])] if s.frontier else []
         data.append(
             {
                 "name": rid,
@@ -92,10 +96,36 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
                 "line": {"color": col, "shape": "hv"},
             }
         )
+        if void:
+            hollow.append((rid, col, void))
     if not data:
         return None
     arrow = "↑" if c.maximize else "↓"
     where = f"%{{x:.2f}} {unit.label} since start"
+    # Scores that do not count (invalid, rejected, excluded): hollow, why on hover. After every run's
+    # pair of traces, styled in full, so the pairs still take the template's two styles in turn.
+    for rid, col, void in hollow:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": rid,
+                "legendgroup": rid,
+                "showlegend": False,
+                "x": [_x(x, unit) for (x, _), _ in void],
+                "y": [y for (_, y), _ in void],
+                "customdata": [w for _, w in void],
+                "marker": {
+                    "symbol": "circle-open",
+                    "size": 7,
+                    "opacity": 1,
+                    "color": col,
+                    "line": {"width": 1.5},
+                },
+                "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>"
+                f"<b>%{{customdata}}</b>: not counted<br>{where}<extra></extra>",
+            }
+        )
     # Scatter traces take the template's styles in turn: each run's dots, then its frontier.
     dots = {
         "type": "scatter",
@@ -110,6 +140,7 @@ def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         "line": {"width": 2, "shape": "hv"},
         "hovertemplate": f"<b>%{{fullData.name}}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
     }
+
     layout = base_layout(
         380,
         uirevision=uirevision,
@@ -380,7 +411,7 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         else ""
     )
     gain_title = (
-        f"{score(s.gain)} gained from the first score {score(s.first_score)} to the best"
+        f"{score(s.gain)} gained from the first score that counts {score(s.first_score)} to the best"
         if s.gain is not None
         else "no scores"
     )
@@ -407,8 +438,9 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         f'href="{escape(run.get_absolute_url())}" title="{rid}">{escape(midtrunc(run.external_id, 24))}</a>'
         f"{badge}</span>{parent}</th>\n"
         f'<td><span class="states">{state_badge(run)}</span></td>\n'
-        f'<td class="num">{escape(score(run.latest_score))}{_delta(d.get("final"))}</td>\n'
-        f'<td class="num"><b{best_title}>{escape(score(run.best_score))}</b>{_delta(d.get("best"))}</td>\n'
+        f'<td class="num" data-final>{escape(score(run.latest_score))}{_delta(d.get("final"))}</td>\n'
+        f'<td class="num" data-best><b{best_title}>{escape(score(run.best_score))}</b>'
+        f"{_delta(d.get('best'))}</td>\n"
         f'<td class="num">{run.turn_count}{_delta(d.get("turns"))}</td>\n'
         f'<td class="num"><span title="{s.tokens} tokens: {run.tokens_in} in, {run.tokens_out} out">'
         f"{escape(tokens(s.tokens))}</span>{_delta(d.get('tokens'))}</td>\n"

@@ -10,7 +10,7 @@ from smrweb.dashboard.clock import zone_label
 
 
 def project_scores_figure(
-    series: list[tuple[str, str, list[tuple[datetime, float]]]],
+    series: list[tuple[str, str, list[tuple[datetime, float]], list[tuple[datetime, float, str]]]],
     frontier: list[tuple[datetime, float]],
     *,
     maximize: bool,
@@ -22,24 +22,51 @@ def project_scores_figure(
 ) -> dict:
     """Every run's scores over time, overlaid, and the project's best-so-far as a step line.
 
-    `series` is (run name, run URL, points); a click on a point opens its run (trace `meta.url`).
+    `series` is (run name, run URL, points that count, points that do not with why); a click on a point
+    opens its run (trace `meta.url`). A run's line joins its scores that count; the others are hollow
+    dots of its colour beside it, with why on hover (`void` traces, in the run's legend group).
     """
     metric = plotly_text(metric)
     data = []
     many = len(series) > 12
-    for i, (run_name, url, points) in enumerate(series):
+    for i, (run_name, url, points, void) in enumerate(series):
         # Only what differs per run; the shared style and hover text come from layout.template. The name
         # is a display name (people's text) or a run id.
         short = run_name if len(run_name) <= 28 else f"{run_name[:12]}…{run_name[-12:]}"
-        data.append(
-            {
-                "name": plotly_text(short),
-                "x": [x_time(t) for t, _ in points],
-                "y": [v for _, v in points],
-                "meta": {"url": url, "run": plotly_text(run_name)},
-                "line": {"color": colour(i)},
-            }
-        )
+        meta = {"url": url, "run": plotly_text(run_name)}
+        if points:
+            data.append(
+                {
+                    "name": plotly_text(short),
+                    "legendgroup": f"run-{i}",
+                    "x": [x_time(t) for t, _ in points],
+                    "y": [v for _, v in points],
+                    "meta": meta,
+                    "line": {"color": colour(i)},
+                }
+            )
+        if void:
+            data.append(
+                {
+                    "name": plotly_text(short),
+                    "legendgroup": f"run-{i}",
+                    # The run's legend entry when none of its scores counts (plotly lists no empty trace).
+                    "showlegend": not points and not many,
+                    "mode": "markers",
+                    "x": [x_time(t) for t, _, _ in void],
+                    "y": [v for _, v, _ in void],
+                    "customdata": [f"<br><b>{why}</b>: not counted" for _, _, why in void],
+                    "meta": meta,
+                    "marker": {
+                        "symbol": "circle-open",
+                        "size": 7,
+                        "color": colour(i),
+                        "line": {"width": 1.5},
+                    },
+                    "hovertemplate": f"%{{meta.run}}<br>{metric} %{{y:.6g}}%{{customdata}}<br>"
+                    f"%{{x|%b %d, %H:%M:%S}} {zone_label()}<extra></extra>",
+                }
+            )
     if frontier:
         points = frontier + [(end, frontier[-1][1])]
         data.append(

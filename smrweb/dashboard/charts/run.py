@@ -16,6 +16,7 @@ from smrweb.dashboard.charts.style import (
     INK,
     PALETTE,
     SCORE,
+    VOID,
     axis,
     base_layout,
     plotly_text,
@@ -54,21 +55,47 @@ def run_timeline_figure(
                 tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores))
             )
         ]
-        data.append(
-            {
-                "type": "scatter",  # not scattergl: the basic bundle has none (scores are capped)
-                "mode": "markers",
-                "name": metric,
-                "x": [x_time(t) for t, _ in tl.scores],
-                "y": [v for _, v in tl.scores],
-                "customdata": turns,
-                "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
-                "hovertemplate": f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}"
-                "%{customdata}<extra></extra>",
-                "yaxis": "y",
-                "legendgroup": "score",
-            }
-        )
+        why = tl.score_standing or [""] * len(tl.scores)
+        counted = [i for i in range(len(tl.scores)) if not why[i]]
+        void = [i for i in range(len(tl.scores)) if why[i]]
+        hover = f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}%{{customdata}}<extra></extra>"
+        if counted:
+            data.append(
+                {
+                    "type": "scatter",  # not scattergl: the basic bundle has none (scores are capped)
+                    "mode": "markers",
+                    "name": metric,
+                    "x": [x_time(tl.scores[i][0]) for i in counted],
+                    "y": [tl.scores[i][1] for i in counted],
+                    "customdata": [turns[i] for i in counted],
+                    "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
+                    "hovertemplate": hover,
+                    "yaxis": "y",
+                    "legendgroup": "score",
+                }
+            )
+        if void:
+            # Scores that do not count (invalid, rejected, excluded) stay on the chart, hollow, with why.
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": "not counted",
+                    "x": [x_time(tl.scores[i][0]) for i in void],
+                    "y": [tl.scores[i][1] for i in void],
+                    "customdata": [f"<br><b>{why[i]}</b>: not counted{turns[i]}" for i in void],
+                    "marker": {
+                        "symbol": "circle-open",
+                        "color": VOID,
+                        "size": 8,
+                        "line": {"color": VOID, "width": 1.5},
+                    },
+                    "hovertemplate": hover,
+                    "yaxis": "y",
+                    "legendgroup": "void",
+                }
+            )
+    if tl.frontier:
         frontier = tl.frontier + [(tl.end, tl.frontier[-1][1])]
         data.append(
             {

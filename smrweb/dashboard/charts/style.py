@@ -20,6 +20,9 @@ from smrweb.dashboard.clock import zone_label
 # Spend kinds, scores and budget; runs take PALETTE colours, kept clear of the two spend kinds.
 DRIVER, CHILD, TOKENS_IN, TOKENS_OUT = "#7c3aed", "#0891b2", "#475569", "#94a3b8"
 SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#eef1f4"
+# A score that does not count (invalid, rejected, excluded, or unverified where only verified ones
+# count): drawn hollow in this colour on every chart, its reason in the hover.
+VOID = "#c2410c"
 # Distinct and at least 3:1 against white; runs past the palette get hues spread by the golden angle
 # (see `colour`), and their hover names tell them apart.
 PALETTE = [

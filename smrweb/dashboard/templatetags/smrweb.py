@@ -29,50 +29,107 @@ def _fmt(value: float) -> str:
     return plain_number(value)
 
 
+def _points(values) -> list[tuple[float, str]]:
+    """(score, why it does not count) from ScorePoints, or from bare numbers (which count)."""
+    out = []
+    for v in values or []:
+        score, why = (v[0], v[1]) if isinstance(v, tuple) else (v, "")
+        if score is not None:
+            out.append((float(score), why))
+    return out
+
+
 @register.simple_tag
-def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = True):
-    """An inline SVG polyline of `values` with the best point marked; a dash when there are none."""
-    values = [float(v) for v in values or [] if v is not None]
-    if not values:
+def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = True, what: str = "scores"):
+    """An inline SVG of `values` (ScorePoints, or numbers) with the best point marked; a dash when there
+    are none. The line joins the scores that count; one that does not (its `why`) is a hollow dot off
+    the line, and the best is the best of those that count. `what` names the window in the title ("the
+    last 60 scores of every run"), which says that its best is the window's, not the headline's."""
+    points = _points(values)
+    if not points:
         return mark_safe('<span class="spark-empty" title="no scores yet">—</span>')
     pad = 3
-    lo, hi = min(values), max(values)
+    all_values = [v for v, _ in points]
+    lo, hi = min(all_values), max(all_values)
     span = (hi - lo) or 1.0
-    n = len(values)
+    n = len(points)
 
     def xy(i: int, v: float) -> tuple[float, float]:
         x = pad + (width - 2 * pad) * (i / (n - 1) if n > 1 else 0.5)
         y = height - pad - (height - 2 * pad) * ((v - lo) / span if hi != lo else 0.5)
         return round(x, 1), round(y, 1)
 
-    coords = [xy(i, v) for i, v in enumerate(values)]
-    points = " ".join(f"{x},{y}" for x, y in coords)
-    # The area under the line, closed along the bottom edge: a faint fill that reads as a trend at a glance.
-    area = f"{coords[0][0]},{height - pad} {points} {coords[-1][0]},{height - pad}"
-    best_i = _best_index(values, maximize)
-    bx, by = coords[best_i]
-    lx, ly = coords[-1]
-    title = f"{n} scores · latest {_fmt(values[-1])} · best {_fmt(values[best_i])}"
+    coords = [xy(i, v) for i, (v, _) in enumerate(points)]
+    counted = [i for i, (_, why) in enumerate(points) if not why]
+    void = [i for i, (_, why) in enumerate(points) if why]
+    title = f"{what}: {n}"
+    parts = []
+    if counted:
+        line = " ".join(f"{coords[i][0]},{coords[i][1]}" for i in counted)
+        # The area under the line, closed along the bottom edge: a faint fill that reads as a trend.
+        first, last = coords[counted[0]], coords[counted[-1]]
+        area = f"{first[0]},{height - pad} {line} {last[0]},{height - pad}"
+        best_i = counted[_best_index([points[i][0] for i in counted], maximize)]
+        title += f" · latest counted {_fmt(points[counted[-1]][0])} · best of these {_fmt(points[best_i][0])}"
+        parts.append(
+            format_html(
+                '<polygon class="spark-area" points="{}"/>'
+                '<polyline points="{}" fill="none" stroke="currentColor" stroke-width="1.5" '
+                'stroke-linejoin="round" stroke-linecap="round"/>'
+                '<circle class="spark-last" cx="{}" cy="{}" r="2"/>',
+                area,
+                line,
+                *last,
+            )
+        )
+    if void:
+        reasons = sorted({points[i][1] for i in void})
+        title += f" · {len(void)} not counted ({', '.join(reasons)})"
+        parts += [
+            format_html(
+                '<circle class="spark-void" cx="{}" cy="{}" r="2.25" data-why="{}"/>',
+                *coords[i],
+                points[i][1],
+            )
+            for i in void
+        ]
+    if counted:
+        parts.append(format_html('<circle class="spark-best" cx="{}" cy="{}" r="2.75"/>', *coords[best_i]))
     return format_html(
         '<svg class="spark" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        "<title>{}</title>"
-        '<polygon class="spark-area" points="{}"/>'
-        '<polyline points="{}" fill="none" stroke="currentColor" stroke-width="1.5" stroke-linejoin="round" '
-        'stroke-linecap="round"/>'
-        '<circle class="spark-last" cx="{}" cy="{}" r="2"/>'
-        '<circle class="spark-best" cx="{}" cy="{}" r="2.75"/></svg>',
+        "<title>{}</title>{}</svg>",
         width,
         height,
         width,
         height,
         title,
         title,
-        area,
-        points,
-        lx,
-        ly,
-        bx,
-        by,
+        mark_safe("".join(parts)),  # noqa: S308 - each part built by format_html above
+    )
+
+
+@register.simple_tag
+def newer_not_counted(history):
+    """Beside a Latest that reads the counted rule: the scores newer than it that do not count ("+1
+    invalid"), the newest with its value and why in the title; nothing when the newest counts. Latest
+    itself stays the latest that counts, so it never reads better than Best beside it."""
+    points = _points(history)
+    newer = []
+    for score_value, why in reversed(points):
+        if not why:
+            break
+        newer.append((score_value, why))
+    if not newer:
+        return ""
+    reasons = sorted({why for _, why in newer})
+    label = f"+{len(newer)} {reasons[0]}" if len(reasons) == 1 else f"+{len(newer)} not counted"
+    listed = "; ".join(f"{_fmt(v)} {why}" for v, why in newer[:5]) + ("; …" if len(newer) > 5 else "")
+    return format_html(
+        '<span class="not-counted" data-newer-not-counted="{}" title="Newer, not counted: {}. Latest and '
+        'best count only scores that are not invalid, rejected or excluded.">{}</span>',
+        len(newer),
+        listed,
+        label,
     )
 
 

@@ -48,6 +48,9 @@ def project_list(request):
     unverified = include_unverified(request)
     context = {
         "summaries": queries.project_summaries(projects, unverified=unverified, version=version),
+        # The sparkline is a window of the newest scores, not the whole history the headline best reads.
+        "spark_what": f"the newest {queries.SPARK_SCORES} scores of every run"
+        + ("" if unverified else ", verified ones counted"),
         "version": version,
         "unverified": unverified,
         "show_archived": show_archived,
@@ -275,12 +278,17 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
     if not scores.total:
         return {"chart_total": 0, "chart_filtered": runs is not None}
     series = [
-        # A run's display name, else its id.
-        (name, Run(project=project, external_id=external_id).get_absolute_url(), scores.series[pk])
+        # A run's display name, else its id; its scores that count, then those that do not (hollow).
+        (
+            name,
+            Run(project=project, external_id=external_id).get_absolute_url(),
+            scores.series[pk],
+            scores.void.get(pk, []),
+        )
         for pk, (external_id, name) in scores.runs.items()
         if pk in scores.series
     ]
-    series.sort(key=lambda s: s[2][0][0])
+    series.sort(key=lambda s: min(p[0] for p in [*s[2][:1], *s[3][:1]]))
     every_run = scores.every_run
     figure = charts.project_scores_figure(
         series,
@@ -293,7 +301,7 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         frontier_label=("project best so far" if runs is None and every_run else "best so far of these runs")
         + ("" if unverified else " (verified)"),
     )
-    shown = sum(len(points) for _, _, points in series)
+    shown = sum(len(points) + len(void) for _, _, points, void in series)
     return {
         "chart_figure": figure,
         "chart_total": scores.total,

@@ -273,13 +273,21 @@ class RunPage:
         if name == "run-abandoned":
             return _fields(run, *self.STATE)
         if name == "run-stats":
-            return (*self._spend(), *_fields(run, *self.SCORES), *self.turn_marker, m.submission_last)
+            # Efficiency starts at the first score that counts: a status change moves it.
+            return (
+                *self._spend(),
+                *_fields(run, *self.SCORES),
+                *self.turn_marker,
+                m.submission_last,
+                m.submissions_updated,
+            )
         if name == "run-timeline-card":
             forecast = (self.tick_at,) if run.budget_usd and not run.is_terminal else ()
             return (
                 *self.turn_marker,
                 run.score_count,
                 m.submission_last,
+                m.submissions_updated,  # a score found invalid or excluded: drawn hollow, off the best line
                 run.budget_usd,
                 run.started_at,
                 run.is_terminal,
@@ -356,7 +364,8 @@ class RunPage:
                 "stalled_for": queries.stalled_for(run, self.tick_at),
             }
         if name == "run-stats":
-            return {"efficiency": timeline.efficiency(run)}
+            recent = queries.score_histories([run.pk], per_run=6).get(run.pk, [])
+            return {"efficiency": timeline.efficiency(run), "recent_scores": recent}
         if name == "run-timeline-card":
             scenario = self.project.scenario
             return {

@@ -92,6 +92,7 @@ from smrweb.tracking.models.scenario import (  # noqa: F401
 )
 from smrweb.tracking.models.submission import (  # noqa: F401
     NEVER_COUNTED,
+    RUN_RULE,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
     ArenaResult,
@@ -102,4 +103,6 @@ from smrweb.tracking.models.submission import (  # noqa: F401
     SubmissionTransition,
     Verdict,
     VerificationOutcome,
+    counted_q,
+    standing,
 )

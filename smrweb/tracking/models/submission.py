@@ -40,13 +40,58 @@ VERIFIED_STATUSES = (
 UNVERIFIED_STATUSES = (SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING)
 
 
+# The one rule, in two forms that say the same (tests/tracking/test_counted_rule.py checks they agree):
+# `counted_q` for SQL (filters, and `Case(When(...))` inside the running-best windows of the charts)
+# and `standing` for rows already read (a chart's hollow points, a table's "not counted" marker).
+#
+# Two scopes read it. A run's own figures (its best and latest, its page's best-so-far line and
+# efficiency, the runs table, Compare) count unverified scores too (`unverified=True`) and ignore the
+# run's own exclusion (an excluded run still shows its own history). The project's figures (the
+# overview, the leaderboard, the project chart) leave excluded runs out and count verified submissions
+# unless the person asks for unverified ones.
+
+
+def counted_q(*, unverified: bool = False, of_run: bool = False, prefix: str = "") -> Q:
+    """The submissions that count, as a filter (`prefix`: the path to the submission, "" for its own
+    rows). `of_run`: a run's own figures (the run's exclusion does not apply)."""
+    q = Q(**{f"{prefix}excluded_at__isnull": True})
+    if not of_run:
+        q &= Q(**{f"{prefix}run__excluded_at__isnull": True})
+    if unverified:
+        return q & ~Q(**{f"{prefix}status__in": NEVER_COUNTED})
+    return q & Q(**{f"{prefix}status__in": VERIFIED_STATUSES})
+
+
+def standing(
+    status: str,
+    excluded: bool,
+    *,
+    run_excluded: bool = False,
+    unverified: bool = False,
+    of_run: bool = False,
+) -> str:
+    """Why a submission does not count ("invalid", "rejected", "excluded", "run excluded", "candidate",
+    "verifying"), or "" when it counts: `counted_q` for one row."""
+    if status in NEVER_COUNTED:
+        return str(status)
+    if excluded:
+        return "excluded"
+    if run_excluded and not of_run:
+        return "run excluded"
+    if not unverified and status not in VERIFIED_STATUSES:
+        return str(status)
+    return ""
+
+
+# What a run's own figures count: unverified scores too, whatever the run's own exclusion.
+RUN_RULE = {"unverified": True, "of_run": True}
+
+
 class SubmissionQuerySet(models.QuerySet):
-    def counted(self, *, unverified: bool = False) -> SubmissionQuerySet:
-        """Submissions that count in the project's numbers (see NEVER_COUNTED)."""
-        rows = self.filter(excluded_at__isnull=True, run__excluded_at__isnull=True)
-        if unverified:
-            return rows.exclude(status__in=NEVER_COUNTED)
-        return rows.filter(status__in=VERIFIED_STATUSES)
+    def counted(self, *, unverified: bool = False, of_run: bool = False) -> SubmissionQuerySet:
+        """Submissions that count in the project's numbers (see NEVER_COUNTED and `counted_q`);
+        `of_run`: in a run's own figures."""
+        return self.filter(counted_q(unverified=unverified, of_run=of_run))
 
 
 class VerificationOutcome(models.TextChoices):
@@ -129,8 +174,8 @@ class Submission(models.Model):
 
     @property
     def counts(self) -> bool:
-        """In the project's numbers when unverified ones are included (the run page's view)."""
-        return self.status not in NEVER_COUNTED and self.excluded_at is None
+        """In its run's figures (the run page's view: unverified ones included)."""
+        return not standing(self.status, self.excluded_at is not None, **RUN_RULE)
 
 
 class SubmissionTransition(models.Model):

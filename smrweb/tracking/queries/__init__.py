@@ -21,6 +21,7 @@ from smrweb.tracking.queries.launches import (  # noqa: F401
     launch_defaults,
 )
 from smrweb.tracking.queries.projects import (  # noqa: F401
+    SPARK_SCORES,
     BoardPage,
     Pending,
     ProjectScores,
@@ -41,6 +42,7 @@ from smrweb.tracking.queries.projects import (  # noqa: F401
 from smrweb.tracking.queries.runs import (  # noqa: F401
     GAP_CHANNELS,
     TOTAL_CHANNELS,
+    ScorePoint,
     SeriesPoint,
     SourceGap,
     SourceGaps,

@@ -21,13 +21,36 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import Avg, Count, F, FloatField, Func, IntegerField, Max, Min, Q, Sum, Window
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    Min,
+    Q,
+    Sum,
+    When,
+    Window,
+)
 from django.db.models.expressions import ExpressionWrapper, RowRange
 from django.db.models.functions import Cast, RowNumber
 
 from smrweb.core import softcache
 from smrweb.core.downsample import lttb
-from smrweb.tracking.models import AgentTurn, Project, Run, Submission, TurnKind
+from smrweb.tracking.models import (
+    RUN_RULE,
+    AgentTurn,
+    Project,
+    Run,
+    Submission,
+    TurnKind,
+    counted_q,
+    standing,
+)
 from smrweb.tracking.queries.timeline import EpochSeconds
 
 MAX_RUNS = 200
@@ -70,8 +93,9 @@ class RunSeries:
     run: Run
     start: datetime
     duration: timedelta
-    first_score: float | None = None
+    first_score: float | None = None  # the first that counts in the run's figures (`RUN_RULE`)
     scores: list[tuple[float, float]] = field(default_factory=list)  # (seconds, score)
+    score_standing: list[str] = field(default_factory=list)  # per score: why it does not count, "" if it does
     frontier: list[tuple[float, float]] = field(default_factory=list)  # (seconds, best so far), at changes
     spend: list[tuple[float, float]] = field(default_factory=list)  # (seconds, cumulative USD)
     best_after: timedelta | None = None  # from the start to the first score equal to the best
@@ -87,8 +111,8 @@ class RunSeries:
 
     @property
     def gain(self) -> float | None:
-        """Score gained from the run's first score to its best, in the scenario's direction (never
-        negative)."""
+        """Score gained from the run's first score that counts to its best, in the scenario's direction
+        (never negative)."""
         if self.first_score is None or self.run.best_score is None:
             return None
         gain = self.run.best_score - self.first_score
@@ -203,6 +227,7 @@ READ_FIELDS = (
     "start",
     "first_score",
     "scores",
+    "score_standing",
     "frontier",
     "spend",
     "best_after",
@@ -214,7 +239,7 @@ READ_FIELDS = (
 
 
 def _series_key(run: Run, *, maximize: bool, per_run: int) -> str:
-    return f"compare-series:v1:{run.pk}:{run.updated.timestamp():.6f}:{int(maximize)}:{per_run}"
+    return f"compare-series:v2:{run.pk}:{run.updated.timestamp():.6f}:{int(maximize)}:{per_run}"
 
 
 def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> None:
@@ -314,44 +339,57 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
 
 
 def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
-    """(run, epoch seconds, score, best so far, rn) rows of the runs' scores, about `per_run` per run:
-    each run's first and last score, the first score equal to its best, and every k-th between. The best
-    so far is computed over all rows before thinning, so it is exact at every row kept."""
+    """(run, epoch seconds, score, best so far, rn, status, excluded_at) rows of the runs' scores, about
+    `per_run` per run: each run's first and last score, the first score equal to its best, and every k-th
+    between. The best so far is of the scores that count in the run's figures (`RUN_RULE`: what its best
+    reads), computed over all rows before thinning, so it is exact at every row kept."""
     best = Max if maximize else Min
-    improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
+    counts = counted_q(**RUN_RULE)
+    counted_score = Case(When(counts, then=F("score")), output_field=FloatField())
+    better = Q(score__gt=F("before")) if maximize else Q(score__lt=F("before"))
+    improves = counts & (Q(before__isnull=True) | better)
     return (
         _thinned(
             Submission.objects.filter(run__in=runs),
             "score_count",
             per_run,
-            so_far=(best("score"), UP_TO_HERE),
-            before=(best("score"), RowRange(start=None, end=-1)),
+            so_far=(best(counted_score), UP_TO_HERE),
+            before=(best(counted_score), RowRange(start=None, end=-1)),
         )
-        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0) | (Q(score=F("run__best_score")) & improves))
+        .filter(
+            Q(rn=1)
+            | Q(rn=F("last"))
+            | Q(phase=0)
+            | (counts & Q(before__isnull=True))  # the first that counts: where the gain starts
+            | (Q(score=F("run__best_score")) & improves)
+        )
         .annotate(t=EpochSeconds("ts"))
-        .values_list("run_id", "t", "score", "so_far", "rn")
+        .values_list("run_id", "t", "score", "so_far", "rn", "status", "excluded_at")
     )
 
 
 def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> None:
-    """Score series: thinned in SQL, then LTTB (the best score always kept); the best-so-far frontier
-    as its change points. Per run at most `per_run` points with the frontier and its end point."""
+    """Score series: thinned in SQL, then LTTB (the best score always kept), each score with why it does
+    not count ("" when it does); the best-so-far frontier of the scores that count as its change points.
+    Per run at most `per_run` points with the frontier and its end point."""
     kept: dict[int, list[tuple]] = defaultdict(list)
     runs = [s.run for s in by_pk.values()]
-    for run_id, ts, score, so_far, rn in score_rows(
+    for run_id, ts, score, so_far, rn, status, excluded in score_rows(
         runs, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE
     ):
-        kept[run_id].append((rn, ts, score, so_far))
+        kept[run_id].append((rn, ts, score, so_far, standing(status, excluded is not None, **RUN_RULE)))
     for run_id, items in kept.items():
         items.sort()
         s = by_pk[run_id]
         if items[0][1] < s.start.timestamp():  # a late batch may carry earlier scores than the first one
             s.start = datetime.fromtimestamp(items[0][1], UTC)
         start = s.start.timestamp()
-        s.first_score = items[0][2]
-        best_rn = next((rn for rn, _, score, _ in items if score == s.run.best_score), None)
-        pts = [(t - start, score, rn == best_rn) for rn, t, score, _ in items]
-        frontier = _changes([(x, so_far) for (x, _, _), (_, _, _, so_far) in zip(pts, items)])
+        # The first that counts among those kept (the SQL keeps each run's first row and every record).
+        s.first_score = next((score for _, _, score, _, why in items if not why), None)
+        best_rn = next((rn for rn, _, score, _, why in items if not why and score == s.run.best_score), None)
+        pts = [(t - start, score, rn == best_rn, why) for rn, t, score, _, why in items]
+        steps = [(x, so_far) for (x, *_), (_, _, _, so_far, _) in zip(pts, items) if so_far is not None]
+        frontier = _changes(steps)
         if len(frontier) > per_run // 4:
             frontier = lttb(frontier, max(per_run // 4, 3))
         s.frontier = frontier
@@ -362,7 +400,8 @@ def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) ->
             s.best_after = timedelta(seconds=best_pt[0])
             if best_pt not in sampled:  # the best score is the point of the chart: never sample it away
                 sampled = sorted([*sampled, best_pt], key=lambda p: p[0])
-        s.scores = [(x, y) for x, y, _ in sampled]
+        s.scores = [(x, y) for x, y, _, _ in sampled]
+        s.score_standing = [why for *_, why in sampled]
 
 
 def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -21,6 +21,7 @@ from django.db.models.functions import Coalesce
 from smrweb.core import markdown, numbers
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
+    NEVER_COUNTED,
     VERIFIED_STATUSES,
     ArenaResult,
     Comment,
@@ -43,7 +44,7 @@ N_DEFAULT, N_MIN, N_MAX = 3, 1, 20
 OWN_ENTRY_WINDOW = timedelta(seconds=5)
 
 
-BAD = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
+BAD = NEVER_COUNTED  # invalid or rejected: failed approaches
 
 
 def parse_n(raw: Any, default: int = N_DEFAULT) -> int:
@@ -338,7 +339,8 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         )
         worse = F("prior_best") - F("score") if maximize else F("score") - F("prior_best")
         regressed = (
-            _with_approach(_counted(project).exclude(status__in=BAD))
+            # The rule a run's best reads (`RUN_RULE`, here of runs not excluded): its best so far then.
+            _with_approach(Submission.objects.filter(project=project).counted(unverified=True))
             .select_related("run", "experiment")
             .annotate(prior_best=prior)
             .annotate(worse_by=worse)
@@ -516,7 +518,7 @@ def _arena_line(a: ArenaFeedback, *, with_submission: bool = True) -> str:
     when = a.at.strftime("%Y-%m-%d")
     if a.source == "entry":
         about = (
-            f" (submission {numbers.number(a.submission_score)} from run {a.run})"
+            f" (submission #{a.submission_id}, score {numbers.number(a.submission_score)}, from run {a.run})"
             if a.submission_id and with_submission
             else ""
         )
@@ -527,9 +529,20 @@ def _arena_line(a: ArenaFeedback, *, with_submission: bool = True) -> str:
         f"({numbers.signed_text(a.delta)} vs previous, {numbers.signed_text(a.delta_best)} vs best)"
     )
     if with_submission:
-        line += f" for {numbers.number(a.submission_score)} from run {a.run}"
+        score = numbers.number(a.submission_score)
+        line += f" for submission #{a.submission_id} (score {score}) from run {a.run}"
     line += f", {when}"
     return line + (f" — {_oneline(a.note)}" if a.note.strip() else "")
+
+
+def _item_score(item: FailedApproach) -> str:
+    """A failed approach's score as the block and the page's table both say it: a submission's own score,
+    or a failed run's best (the best that counts in its figures), named so."""
+    if item.score is None:
+        return "no score"
+    if item.submission_id is None and item.run:
+        return f"its best score {numbers.number(item.score)}"
+    return f"score {numbers.number(item.score)}"
 
 
 def render_carry_forward(cf: CarryForward) -> str:
@@ -562,7 +575,7 @@ def render_carry_forward(cf: CarryForward) -> str:
             filter(
                 None,
                 [
-                    f"score {numbers.number(item.score)}" if item.score is not None else "no score",
+                    _item_score(item),
                     f"run {item.run}" if item.run else "",
                 ],
             )

@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, DecimalField, Sum, Value
 from django.db.models.functions import Coalesce
 
-from smrweb.tracking.models import NEVER_COUNTED, USD, AgentTurn, LoopPattern, Run, Submission
+from smrweb.tracking.models import RUN_RULE, USD, AgentTurn, LoopPattern, Run, Submission
 from smrweb.tracking.queries.timeline import turns_after
 
 # Loops are looked for in this many of a run's most recent turns with tool calls: the evaluator runs
@@ -188,8 +188,8 @@ def progress_since_best(run: Run, *, kept: bool = False) -> Progress:
     bucket read, not every turn since the best)."""
     maximize = run.project.scenario.maximize
     best = (
-        Submission.objects.filter(run=run, excluded_at__isnull=True)
-        .exclude(status__in=NEVER_COUNTED)
+        Submission.objects.filter(run=run)
+        .counted(**RUN_RULE)  # the rule the run's best card reads
         .order_by("-score" if maximize else "score", "ts", "id")
         .values_list("pk", "score", "ts")
         .first()

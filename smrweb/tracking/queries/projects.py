@@ -30,7 +30,6 @@ from django.utils import timezone
 from smrweb.core.downsample import lttb
 from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
-    NEVER_COUNTED,
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
@@ -42,15 +41,24 @@ from smrweb.tracking.models import (
     Run,
     Submission,
     SubmissionStatus,
+    counted_q,
+    standing,
 )
 from smrweb.tracking.queries import budget
 from smrweb.tracking.queries.kept import kept
-from smrweb.tracking.queries.runs import _latest_scores
+from smrweb.tracking.queries.runs import ScorePoint, _latest_scores
+
+SPARK_SCORES = 60  # the overview's sparkline: each project's newest scores, every run together
 
 
-def project_score_histories(projects: Iterable[Project], *, per_project: int = 60) -> dict[int, list[float]]:
-    """Each project's last `per_project` scores across all its runs, in time order."""
-    return _latest_scores("project_id", [p.pk for p in projects], per_project)
+def project_score_histories(
+    projects: Iterable[Project], *, per_project: int = SPARK_SCORES, unverified: bool = False
+) -> dict[int, list[ScorePoint]]:
+    """Each project's last `per_project` scores across all its runs, in time order, each marked by the
+    project's rule (the headline best's: verified ones unless `unverified`, excluded runs never)."""
+    return _latest_scores(
+        "project_id", [p.pk for p in projects], per_project, unverified=unverified, of_run=False
+    )
 
 
 @dataclass
@@ -70,7 +78,7 @@ class ProjectSummary:
     spend_usd: Decimal
     spend_today_usd: Decimal
     last_activity: datetime | None
-    history: list[float]
+    history: list[ScorePoint]  # the newest SPARK_SCORES scores of every run, each marked by the same rule
 
 
 def best_submissions(projects: list[Project], *, unverified: bool = False) -> dict[int, Submission]:
@@ -197,7 +205,7 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
         .annotate(usd=Sum("runs__turns__cost_usd"))
         .values_list("pk", "usd")
     )
-    histories = project_score_histories(projects)
+    histories = project_score_histories(projects, unverified=unverified)
     out = {}
     for p in projects:
         c, q, top = counts.get(p.pk, {}), queue.get(p.pk, {}), best.get(p.pk)
@@ -340,13 +348,11 @@ def leaderboard_page(
     order = [score, F("ts").asc(), F("id").asc()]
     if excluded is None:
         excluded = excluded_run_ids(project)
-    counted = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
-        run_id__in=excluded
-    )
+    # The rule, with the run's exclusion read as a short list of ids rather than a join to every run.
     counted = (
-        counted.exclude(status__in=NEVER_COUNTED)
-        if unverified
-        else counted.filter(status__in=VERIFIED_STATUSES)
+        Submission.objects.filter(project=project)
+        .filter(counted_q(unverified=unverified, of_run=True))
+        .exclude(run_id__in=excluded)
     )
     if not per_run:
         count = counted.order_by().count()  # from the (project, status, score, exclusion, run) index alone
@@ -423,6 +429,8 @@ class ProjectScores:
     end: datetime | None
     runs: dict[int, tuple[str, str]] = field(default_factory=dict)  # drawn run pk -> (external id, name)
     matching: int = 0  # runs with scores (of those asked for), drawn or not
+    # run pk -> (ts, score, why) of its drawn scores that do not count under the chart's rule (hollow)
+    void: dict[int, list[tuple[datetime, float, str]]] = field(default_factory=dict)
 
     @property
     def every_run(self) -> bool:
@@ -445,7 +453,9 @@ def project_scores(
     ones); rows are thinned in SQL (every k-th score of each run) when there are far more than the
     chart shows, then each run is cut to its share with LTTB. The best-so-far frontier of the drawn runs
     is computed in SQL over their scores that count (verified ones unless `unverified`), so a record is
-    never lost to downsampling. Excluded runs and scores are left out altogether.
+    never lost to downsampling. A run's line joins its scores that count; the others (invalid, excluded,
+    unverified where only verified ones count) are in `void` with why, drawn hollow. Excluded runs are
+    left out.
     """
     candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
         excluded_at__isnull=True, score_count__gt=0
@@ -462,7 +472,7 @@ def project_scores(
         return ProjectScores({}, [], 0, None, None)
     matching = candidates.order_by().count()  # from the (project, exclusion, best) index
     names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
-    subs = Submission.objects.filter(run_id__in=names, excluded_at__isnull=True)
+    subs = Submission.objects.filter(run_id__in=names)
     span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
     total = span["n"]
     order = [F("ts").asc(), F("id").asc()]
@@ -474,13 +484,20 @@ def project_scores(
             .annotate(keep=Mod(F("rn"), stride))
             .filter(keep=0)
         )
-    by_run: dict[int, list[tuple[float, float, datetime]]] = defaultdict(list)
-    for run_id, ts, value in rows.order_by("ts", "id").values_list("run_id", "ts", "score"):
-        by_run[run_id].append((ts.timestamp(), value, ts))
+    by_run: dict[int, list[tuple[float, float, datetime, str]]] = defaultdict(list)
+    fields = ("run_id", "ts", "score", "status", "excluded_at")
+    for run_id, ts, value, status, excluded in rows.order_by("ts", "id").values_list(*fields):
+        why = standing(status, excluded is not None, unverified=unverified)  # drawn runs are not excluded
+        by_run[run_id].append((ts.timestamp(), value, ts, why))
     share = max(10, max_points // max(len(by_run), 1))
-    series = defaultdict(
-        list, {run_id: [(ts, v) for _, v, ts in lttb(points, share)] for run_id, points in by_run.items()}
-    )
+    series: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    void: dict[int, list[tuple[datetime, float, str]]] = defaultdict(list)
+    for run_id, points in by_run.items():
+        for _, v, ts, why in lttb(points, share):
+            if why:
+                void[run_id].append((ts, v, why))
+            else:
+                series[run_id].append((ts, v))
     running = Max("score") if project.scenario.maximize else Min("score")
     records = subs.counted(unverified=unverified).annotate(best=Window(running, order_by=order))
     records = (
@@ -496,13 +513,14 @@ def project_scores(
             if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
                 series[run_id] = sorted([*series[run_id], (ts, value)])
     return ProjectScores(
-        {pk: series[pk] for pk in names if series.get(pk)},
+        {pk: series[pk] for pk in names if series.get(pk) or void.get(pk)},
         frontier,
         total,
         span["lo"],
         span["hi"],
         runs=names,
         matching=matching,
+        void={pk: void[pk] for pk in names if void.get(pk)},
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Window
 from django.db.models.functions import Cast, RowNumber
@@ -15,10 +16,12 @@ from django.utils import timezone
 
 from smrweb.tracking.models import (
     FLOAT_MAX,
+    RUN_RULE,
     MetricPoint,
     Run,
     RuntimeMessage,
     Submission,
+    standing,
 )
 
 
@@ -71,8 +74,20 @@ def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoin
     return total, [SeriesPoint(b["step"], sums[b["bucket"]], b["lo"], b["hi"], b["n"]) for b in buckets]
 
 
-def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[float]]:
-    """The last `limit` scores per `group_by` value, oldest first, in one window-function query."""
+class ScorePoint(NamedTuple):
+    """One score of a history (sparklines, the runs table's Latest marker) and why it does not count
+    under the rule of the figure that shows it (`standing`: "invalid", "excluded", "candidate"…; "" when
+    it counts)."""
+
+    score: float
+    why: str = ""
+
+
+def _latest_scores(
+    group_by: str, ids: list[int], limit: int, *, unverified: bool = True, of_run: bool = True
+) -> dict[int, list[ScorePoint]]:
+    """The last `limit` scores per `group_by` value, oldest first, each with its standing under the rule
+    (`unverified`, `of_run`: as `counted_q`), in one window-function query."""
     if not ids:
         return {}
     ranked = (
@@ -81,17 +96,27 @@ def _latest_scores(group_by: str, ids: list[int], limit: int) -> dict[int, list[
             rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
         )
         .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
-        .values_list(group_by, "score", "rn")
+        .values_list(
+            group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",))
+        )
     )
-    history: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for key, score, rn in ranked:
-        history[key].append((rn, score))
-    return {key: [s for _, s in sorted(pairs, reverse=True)] for key, pairs in history.items()}
+    history: dict[int, list[tuple[int, ScorePoint]]] = defaultdict(list)
+    for key, score, rn, status, excluded, *run_excluded in ranked:
+        why = standing(
+            status,
+            excluded is not None,
+            run_excluded=bool(run_excluded and run_excluded[0] is not None),
+            unverified=unverified,
+            of_run=of_run,
+        )
+        history[key].append((rn, ScorePoint(score, why)))
+    return {key: [p for _, p in sorted(pairs, key=lambda rp: -rp[0])] for key, pairs in history.items()}
 
 
-def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[float]]:
-    """The last `per_run` scores of each run in time order (for sparklines)."""
-    return _latest_scores("run_id", list(run_ids), per_run)
+def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, list[ScorePoint]]:
+    """The last `per_run` scores of each run in time order, each marked by the run's rule (for the
+    runs table's sparklines and its Latest cell's "newer, not counted" marker)."""
+    return _latest_scores("run_id", list(run_ids), per_run, **RUN_RULE)
 
 
 def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:

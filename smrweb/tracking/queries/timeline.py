@@ -46,7 +46,16 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core.downsample import lttb
-from smrweb.tracking.models import AgentTurn, Run, Submission, TurnKind, TurnRollup
+from smrweb.tracking.models import (
+    RUN_RULE,
+    AgentTurn,
+    Run,
+    Submission,
+    TurnKind,
+    TurnRollup,
+    counted_q,
+    standing,
+)
 
 MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
 MAX_SCORE_POINTS = 300
@@ -81,11 +90,13 @@ class Timeline:
     bins: list[TurnBin]
     cumulative: list[tuple[datetime, Decimal, Decimal]]  # (bin end, total USD, driver USD)
     scores: list[tuple[datetime, float]]  # downsampled; the frontier is computed from all scores
-    frontier: list[tuple[datetime, float]]  # best-so-far, one point per improvement
+    frontier: list[tuple[datetime, float]]  # best-so-far of the scores that count, one point per record
     score_total: int
     turn_total: int
     # Per plotted score: (turn number, actor) of the run's latest turn at or before it, or (None, "").
     score_turns: list[tuple[int | None, str]] = field(default_factory=list)
+    # Per plotted score: why it does not count in the run's figures ("invalid", "excluded"…), "" if it does.
+    score_standing: list[str] = field(default_factory=list)
 
     @property
     def bin_width_us(self) -> int:
@@ -408,29 +419,42 @@ def forget_turn_aggregates(run: Run) -> None:
 
 
 def _score_rows(run: Run, maximize: bool):
-    """(scores to plot, the best-so-far records, how many scores) of the run, in one query: every score of
-    a run with few, else every k-th, its last and every record, chosen in SQL over the (run, ts, score)
-    index — the records from all of them, so the frontier is exact however many there are.
+    """(scores to plot as (ts, score, pk, standing), the best-so-far records, how many scores) of the run,
+    in one query: every score of a run with few, else every k-th, its last and every record, chosen in
+    SQL over the (run, ts, score) index — the records from all of them, so the frontier is exact however
+    many there are. Every score is plotted, but only those that count in the run's figures (`RUN_RULE`:
+    the rule its best card reads) make a record; `standing` says why one does not ("" when it counts).
 
     k is a power of two, so the scores picked stay picked as scores arrive (until k doubles): a live
     page's chart then gets the new scores as a patch that appends, not a reshuffled series."""
     subs = Submission.objects.filter(run=run).order_by()
+    fields = ("ts", "score", "pk", "status", "excluded_at")
     if run.score_count <= MAX_SCORE_POINTS:
-        rows = list(subs.order_by("ts", "id").values_list("ts", "score", "pk"))
+        rows = [
+            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
+            for ts, value, pk, status, excluded in subs.order_by("ts", "id").values_list(*fields)
+        ]
         frontier, best = [], None
-        for ts, value, _ in rows:
-            if best is None or (value > best if maximize else value < best):
+        for ts, value, _, why in rows:
+            if not why and (best is None or (value > best if maximize else value < best)):
                 best = value
                 frontier.append((ts, value))
         return rows, frontier, len(rows)
     order = [F("ts").asc(), F("id").asc()]
     running = Max if maximize else Min
+    counts = counted_q(**RUN_RULE)
     stride = 1 << math.ceil(math.log2(run.score_count / MAX_SCORE_POINTS))  # ≥ 2: count/k ≤ MAX_SCORE_POINTS
-    improves = Q(before__isnull=True) | (Q(score__gt=F("before")) if maximize else Q(score__lt=F("before")))
+    better = Q(score__gt=F("before")) if maximize else Q(score__lt=F("before"))
+    improves = counts & (Q(before__isnull=True) | better)
     rows = list(
         subs.annotate(
             rn=Window(RowNumber(), order_by=order),
-            before=Window(running("score"), order_by=order, frame=RowRange(start=None, end=-1)),
+            # The best so far of the scores that count (NULL until one does).
+            before=Window(
+                running(Case(When(counts, then=F("score")), output_field=FloatField())),
+                order_by=order,
+                frame=RowRange(start=None, end=-1),
+            ),
         )
         .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
         .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
@@ -438,10 +462,17 @@ def _score_rows(run: Run, maximize: bool):
             record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
         )
         .order_by("ts", "id")
-        .values_list("ts", "score", "pk", "record")
+        .values_list(*fields, "record")
     )
-    frontier = [(ts, value) for ts, value, _, record in rows if record]
-    return [(ts, value, pk) for ts, value, pk, _ in rows], frontier, run.score_count
+    frontier = [(ts, value) for ts, value, _, _, _, record in rows if record]
+    return (
+        [
+            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
+            for ts, value, pk, status, excluded, _ in rows
+        ],
+        frontier,
+        run.score_count,
+    )
 
 
 def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
@@ -483,17 +514,18 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    scores = [(ts.timestamp(), v, ts, pk) for ts, v, pk in scores_all]
+    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why in scores_all]
     if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
         scores = lttb(scores, MAX_SCORE_POINTS)
-    score_turns = _turns_before([pk for *_, pk in scores], run)
+    score_turns = _turns_before([pk for _, _, _, pk, _ in scores], run)
     return Timeline(
         start=start,
         end=end,
         bin_width=width,
         bins=bins,
         cumulative=cumulative,
-        scores=[(ts, v) for _, v, ts, _ in scores],
+        scores=[(ts, v) for _, v, ts, _, _ in scores],
+        score_standing=[why for *_, why in scores],
         score_turns=score_turns,
         frontier=frontier,
         score_total=score_total,
@@ -549,7 +581,8 @@ def burn_forecast(run: Run, *, now: datetime | None = None) -> Burn | None:
 
 @dataclass
 class Efficiency:
-    """Score gained (in the scenario's direction) since the run's first score, per USD and per 1k tokens."""
+    """Score gained (in the scenario's direction) from the run's first score that counts to its best (the
+    same rule: an invalid first score is no starting point), per USD and per 1k tokens since it."""
 
     first_score: float
     best_score: float
@@ -568,7 +601,13 @@ class Efficiency:
 def efficiency(run: Run) -> Efficiency | None:
     if run.score_count == 0 or run.best_score is None:
         return None
-    first = Submission.objects.filter(run=run).order_by("ts", "id").values_list("ts", "score").first()
+    first = (
+        Submission.objects.filter(run=run)
+        .filter(counted_q(**RUN_RULE))
+        .order_by("ts", "id")
+        .values_list("ts", "score")
+        .first()
+    )
     if first is None:
         return None
     first_ts, first_score = first

@@ -21,7 +21,7 @@ from smrweb.tracking.errors import (
     TrackingError,
 )
 from smrweb.tracking.models import (
-    NEVER_COUNTED,
+    RUN_RULE,
     TERMINAL_STATES,
     AgentTurn,
     AuditEvent,
@@ -33,6 +33,7 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
     TurnKind,
+    counted_q,
 )
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
@@ -160,14 +161,17 @@ def recompute_spend(run: Run) -> list[str]:
 
 
 def recompute_scores(run: Run) -> list[str]:
-    """Set the run's best (of the submissions that count: not invalid, rejected or excluded), latest
-    (not excluded) and count of scores from its submissions."""
+    """Set the run's best and latest of the submissions that count in its own figures (`RUN_RULE`: not
+    invalid, rejected or excluded) and its count of scores (every one). Latest reads the same rule as
+    best, so the two side by side never contradict (a newer score that does not count is shown beside
+    it, marked, from the score history)."""
     maximize = run.project.scenario.maximize
-    counted = Q(excluded_at__isnull=True) & ~Q(status__in=NEVER_COUNTED)
+    counted = counted_q(**RUN_RULE)
     best = Max("score", filter=counted) if maximize else Min("score", filter=counted)
     agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=best)
     latest = (
-        Submission.objects.filter(run=run, excluded_at__isnull=True)
+        Submission.objects.filter(run=run)
+        .filter(counted)
         .order_by("-ts", "-id")
         .values_list("score", flat=True)
         .first()
