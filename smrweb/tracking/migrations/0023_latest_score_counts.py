@@ -23,6 +23,6 @@ def latest_that_counts(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("tracking", "0019_metricpoint_statement_fk")]
+    dependencies = [("tracking", "0022_alert_digests")]
 
     operations = [migrations.RunPython(latest_that_counts, migrations.RunPython.noop, elidable=True)]
