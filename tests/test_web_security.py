@@ -723,7 +723,6 @@ def upload(api, path=None, name="f.bin", data=b"payload", content_type="applicat
         ("../../etc/passwd", "f.bin"),
         ("/etc/passwd", "f.bin"),
         (None, "../../../tmp/evil.sh"),
-        ("..\\..\\boot.ini", "f.bin"),
         (f"a/{HOSTILE}", "f.bin"),
     ],
 )
@@ -739,6 +738,13 @@ def test_uploads_are_stored_by_digest_and_the_path_is_only_metadata(api, artifac
     created = {p for p in set(tmp_path.parent.rglob("*")) - before if p.is_file()}
     assert created == {stored}  # nothing written anywhere else
     assert Artifact.objects.get().path == (path if path is not None else Path(name).name)
+
+
+def test_a_path_with_backslashes_is_refused_and_nothing_is_stored(api, artifact_root):
+    """Red-team N10: `..\\..\\boot.ini` was stored as a path a Windows client would join; now refused."""
+    response = upload(api, path="..\\..\\boot.ini", name="f.bin", data=b"x")
+    assert response.status_code == 400 and "backslash" in response.content.decode().lower()
+    assert not Artifact.objects.exists() and not [p for p in artifact_root.rglob("*") if p.is_file()]
 
 
 def test_uploads_over_the_size_cap_are_refused_and_nothing_is_stored(api, artifact_root, settings):
