@@ -57,35 +57,38 @@ def detail(sub) -> str:
 def test_the_message_says_what_is_missing_and_how_to_fix_it(validated):
     pushed = detail(scored(validated))
     assert pushed == (
-        "No artifact to check: the score event names no file. To fix: send the score with `artifact` (the "
-        "file's path in the run, or its sha256) and upload that file to the run."
+        "No artifact to check: the score names no file. Fix: send the score with `artifact` (the file's path "
+        "in the run, or its sha256) and upload that file."
     )
     named = detail(scored(validated, "r2", artifact="model/policy.onnx"))
-    assert named.startswith(
-        "No artifact to check: the score names a file at `model/policy.onnx`, and run r2 has not uploaded "
-        "it. To fix: upload it to the run (POST /api/v1/projects/…/runs/r2/artifacts, or "
-        "`smrweb report artifact`)"
+    assert named == (
+        "No artifact to check: the score names `model/policy.onnx`, which run r2 has not uploaded. Fix: "
+        "upload it (POST …/runs/r2/artifacts, or `smrweb report artifact`); the score takes it when it "
+        "arrives, then verify again."
     )
-    assert named.endswith("the score takes it when it arrives, then verify again.")
     digest = detail(scored(validated, "r3", artifact="AB" * 32))
-    assert f"names the file with sha256 {'ab' * 32}, and run r3 has not uploaded it" in digest
+    assert f"names the file with sha256 {'ab' * 32}, which run r3 has not uploaded" in digest
     for text in (pushed, named, digest):
         assert "the score named no artifact has not been uploaded" not in text  # the old, garbled one
 
 
-def test_an_mlflow_score_is_told_the_tag_and_the_scenarios_path(validated):
+def test_an_mlflow_score_is_told_the_tag_and_the_scenarios_path(validated, alice):
     mlflow = detail(scored(validated, id="mlflow-score:0123"))
     assert mlflow == (
-        "No artifact to check: this score, logged through MLflow, names no file. To fix: log the file with "
-        "mlflow.log_artifact at the scenario's path `model/policy.onnx`, or set the run's tag "
-        "`smrweb.artifact` to the path you log the file at (mlflow.log_artifact), before logging `score`."
+        "No artifact to check: the MLflow score names no file. Fix: log the file at the scenario's path "
+        "`model/policy.onnx` (mlflow.log_artifact), or set the run's tag `smrweb.artifact` to the file's "
+        "path in the run, before logging `score`."
     )
     validated.scenario.artifact_path = ""
     validated.scenario.save()
     pathless = detail(scored(validated, "r2", id="mlflow-score:4567"))
-    assert "scenario generic declares no artifact path, so set the run's tag `smrweb.artifact`" in pathless
+    assert "declares no artifact path: set the run's tag `smrweb.artifact` to the file's path" in pathless
+    services.update_project(validated, auto_verify=True, by=alice)
     waiting = detail(scored(validated, "r3", id="mlflow-score:89ab", artifact="ckpt/best.bin"))
-    assert "To fix: log it with mlflow.log_artifact at `ckpt/best.bin` in the run;" in waiting
+    assert waiting.endswith(
+        "Fix: log it with mlflow.log_artifact at `ckpt/best.bin`; the score takes it when it arrives, then "
+        "it is verified."
+    )
 
 
 def test_auto_verify_waits_for_a_named_file_and_its_upload_sends_the_run(

@@ -234,37 +234,35 @@ def missing_artifact(submission: Submission) -> str:
     """Why a submission has no bytes to check, and how its harness fixes that (MLflow's way for a score
     logged through MLflow: its event id says so)."""
     scenario = submission.project.scenario
-    run = submission.run.name
     via_mlflow = submission.event_id.startswith(MLFLOW_SCORE_ID_PREFIX)
     ref = submission.artifact_ref
     if ref:
         digest = SHA256_RE.match(ref)
-        what = f"the file with sha256 {ref}" if digest else f"a file at `{ref}`"
-        how = (
-            "log it with mlflow.log_artifact" + ("" if digest else f" at `{ref}` in the run")
-            if via_mlflow
-            else f"upload it to the run (POST /api/v1/projects/…/runs/{submission.run.external_id}/artifacts"
-            ", or `smrweb report artifact`)"
-        )
+        what = f"the file with sha256 {ref}" if digest else f"`{ref}`"
+        if via_mlflow:
+            how = "log it with mlflow.log_artifact" + ("" if digest else f" at `{ref}`")
+        else:
+            run_id = submission.run.external_id
+            how = f"upload it (POST …/runs/{run_id}/artifacts, or `smrweb report artifact`)"
         then = "it is verified" if submission.project.auto_verify else "verify again"
         return (
-            f"No artifact to check: the score names {what}, and run {run} has not uploaded it. "
-            f"To fix: {how}; the score takes it when it arrives, then {then}."
+            f"No artifact to check: the score names {what}, which run {submission.run.name} has not "
+            f"uploaded. Fix: {how}; the score takes it when it arrives, then {then}."
         )
     if via_mlflow:
         where = (
-            f"log the file with mlflow.log_artifact at the scenario's path `{scenario.artifact_path}`, or "
+            f"log the file at the scenario's path `{scenario.artifact_path}` (mlflow.log_artifact), or "
             if scenario.artifact_path
-            else f"the scenario {scenario.key} declares no artifact path, so "
+            else f"the scenario {scenario.key} declares no artifact path: "
         )
         return (
-            "No artifact to check: this score, logged through MLflow, names no file. To fix: "
-            f"{where}set the run's tag `{MLFLOW_ARTIFACT_TAG}` to the path you log the file at "
-            f"(mlflow.log_artifact), before logging `{scenario.score_metric}`."
+            f"No artifact to check: the MLflow score names no file. Fix: {where}set the run's tag "
+            f"`{MLFLOW_ARTIFACT_TAG}` to the file's path in the run, before logging "
+            f"`{scenario.score_metric}`."
         )
     return (
-        "No artifact to check: the score event names no file. To fix: send the score with `artifact` (the "
-        "file's path in the run, or its sha256) and upload that file to the run."
+        "No artifact to check: the score names no file. Fix: send the score with `artifact` (the file's path "
+        "in the run, or its sha256) and upload that file."
     )
 
 
