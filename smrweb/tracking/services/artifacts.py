@@ -257,13 +257,14 @@ def _link_waiting_submissions(run, artifact: Artifact) -> None:
     )
     if not linked:
         return
-    Submission.objects.filter(pk__in=linked).update(artifact=artifact)
+    now = timezone.now()  # (`updated`: the submission page polls it)
+    Submission.objects.filter(pk__in=linked).update(artifact=artifact, updated=now)
     if run.project.auto_verify:
         Submission.objects.filter(
             pk__in=linked,
             status=SubmissionStatus.CANDIDATE,
             verification_outcome=VerificationOutcome.CANNOT_VERIFY,
-        ).update(verification_outcome="")
+        ).update(verification_outcome="", updated=now)
         signals.announce_scores_to_verify(run.pk)
 
 
