@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 from smrweb.api import opsmetrics, otlp
 from smrweb.core.apidocs import ApiDocsView
 from smrweb.dashboard import sso
+from smrweb.dashboard.views import mlflow_links
 from smrweb.dashboard.views.auth import (
     LoginView,
     PasswordChangeView,
@@ -37,6 +38,11 @@ urlpatterns = [
     # OTLP/HTTP's own path
     path("v1/traces", opsmetrics.counted_ingest("otlp")(otlp.Traces.as_view()), name="otlp-traces"),
     path("metrics", opsmetrics.metrics, name="metrics"),  # Prometheus (operators, not project members)
+    # The links the MLflow client prints (…/mlflow/#/experiments/<id>/runs/<run id>): before MLflow's API,
+    # whose catch-all answers every other path under /mlflow/.
+    path("mlflow/", mlflow_links.mlflow_link, name="mlflow-link"),
+    path("mlflow/runs/<str:run_id>", mlflow_links.mlflow_run, name="mlflow-run"),
+    path("mlflow/experiments/<str:experiment_id>", mlflow_links.mlflow_experiment, name="mlflow-experiment"),
     path("mlflow/", include("smrweb.api.mlflow.urls")),  # MLflow's tracking API (docs/integrations.md)
     path("", include("smrweb.dashboard.urls")),
 ]

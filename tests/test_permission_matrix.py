@@ -564,7 +564,7 @@ class Row:
 
     @property
     def api(self) -> bool:
-        return self.path.startswith(("/api/", "/mlflow/"))
+        return self.path.startswith(("/api/", "/mlflow/api/"))  # (the rest of /mlflow/ are MLflow's links)
 
     def answers(self) -> dict[str, str]:
         codes = self.expect.split()
@@ -1849,6 +1849,23 @@ ROWS = [
         data={"matrix": "upload"},
         json=True,
         effect=count(Artifact, run__external_id=RUN),
+    ),
+    # The links the MLflow client prints: /mlflow/ (no data: its script reads the fragment) sends the browser
+    # on to the run's or the experiment's page, for people who may see it.
+    Row("mlflow link page", "GET", "/mlflow/", "ALLOW " * 8, marker="Opening the MLflow link"),
+    Row(
+        "mlflow link: run",
+        "GET",
+        f"/mlflow/runs/{RUN}?experiment={{hill}}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+    ),
+    Row(
+        "mlflow link: experiment",
+        "GET",
+        "/mlflow/experiments/{hill}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
     ),
     Row(
         "mlflow: an endpoint smrweb does not offer",

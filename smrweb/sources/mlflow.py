@@ -5,9 +5,11 @@ Experiments are projects (name = slug, id = the project's pk as text; "0", MLflo
 is a token's own project). Runs keep their smrweb external id as MLflow's run id (new runs get a uuid hex,
 as MLflow gives them). Metrics are `metric` events whose id is a digest of (run, key, step, timestamp,
 value), so a client's retry writes nothing twice; a metric named like the scenario's score metric is also
-a `score` event (a submission). Run status is `state` events (FINISHED → done, FAILED → failed, KILLED →
-stopped, at the end time given). Params (`RunParam`) and tags (`RunTag`, the review workbench's tags) have
-no event: they go through their services. A request is written all or nothing.
+a `score` event (a submission) naming its artifact: the run's `smrweb.artifact` tag, else the scenario's
+artifact path (its latest version then, or the first to arrive when the file is logged after the score).
+Run status is `state` events (FINISHED → done, FAILED → failed, KILLED → stopped, at the end time given).
+Params (`RunParam`) and tags (`RunTag`, the review workbench's tags) have no event: they go through their
+services. A request is written all or nothing.
 
 Requests arrive as the decoded JSON (or query) dicts; `MlflowError` carries MLflow's error code."""
 
@@ -34,6 +36,7 @@ from smrweb.core.patterns import Like, PatternRefused
 from smrweb.sources.apply import apply_events, describe
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidEvents, TrackingError
+from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import Artifact, MetricPoint, Project, Run, RunParam, RunState, RunTag
 
 VIA = "mlflow"
@@ -41,6 +44,7 @@ DEFAULT_EXPERIMENT_ID = "0"
 RUN_NAME_TAG = "mlflow.runName"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
 USER_TAG = "mlflow.user"
+ARTIFACT_TAG = MLFLOW_ARTIFACT_TAG  # the artifact a run's scores name (its path in the run, or a sha256)
 # MLflow's own limits for one log-batch request (the server's are the same numbers).
 MAX_BATCH_METRICS = 1000
 MAX_BATCH_PARAMS = 100
@@ -278,9 +282,30 @@ def _tags_of(raw: Any) -> list[tuple[str, str]]:
             raise invalid(f"The value of tag {key!r} must be a string.")
         try:
             tags.append(services.check_tag(key, value))
+            if key == ARTIFACT_TAG:
+                services.check_artifact_path(value)
         except TrackingError as exc:
             raise invalid(f"Tag {key[:100]!r}: {exc.message}") from None
     return tags
+
+
+def _artifact_ref(value: str) -> str:
+    """A `smrweb.artifact` tag as the score event's `artifact`: a digest in lower case, a path as logged
+    (MLflow's artifact paths have no leading `./`)."""
+    if re.fullmatch(r"[0-9a-fA-F]{64}", value):
+        return value.lower()
+    return value.removeprefix("./")
+
+
+def score_artifact(run: Run, tags: list[tuple[str, str]] = ()) -> str:
+    """What a score logged now names as its artifact: the run's `smrweb.artifact` tag (set in this request
+    or before), else the scenario's artifact path; "" when neither."""
+    named = [value for key, value in tags if key == ARTIFACT_TAG]
+    if not named:
+        named = list(RunTag.objects.filter(run=run, key=ARTIFACT_TAG).values_list("value", flat=True))
+    if named and named[-1]:
+        return _artifact_ref(named[-1])
+    return run.project.scenario.artifact_path
 
 
 def _params_of(raw: Any) -> list[tuple[str, str]]:
@@ -314,6 +339,8 @@ def _set_tags(run: Run, tags: list[tuple[str, str]], by: Any) -> None:
             services.update_run_labels(run, display_name=value, by=by)
             continue
         services.set_tag(run, key=key, value=value, by=by)
+        if key == ARTIFACT_TAG and value:  # scores logged before the tag, still waiting for bytes, name it
+            services.name_awaited_artifact(run, _artifact_ref(value), event_id_prefix=MLFLOW_SCORE_ID_PREFIX)
         if key == GIT_COMMIT_TAG and value and len(value) <= 64 and run.git_commit != value:
             services.update_run_settings(run.project, run.external_id, git_commit=value, by=by)
 
@@ -370,9 +397,10 @@ def update_run(run: Run, body: dict, *, by: Any) -> Run:
 # --- metrics, params, tags -------------------------------------------------------------------------------
 
 
-def metric_events(run: Run, raw: Any) -> list[dict]:
-    """MLflow metrics as `metric` events (and `score` events for the scenario's score metric), each keyed
-    by a digest of (run, key, step, timestamp, value): a retried request is all duplicates."""
+def metric_events(run: Run, raw: Any, *, artifact: str = "") -> list[dict]:
+    """MLflow metrics as `metric` events (and `score` events naming `artifact` for the scenario's score
+    metric), each keyed by a digest of (run, key, step, timestamp, value): a retried request is all
+    duplicates."""
     if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
         raise invalid("metrics must be a list of {key, value, timestamp, step} objects.")
     score_metric = run.project.scenario.score_metric
@@ -403,7 +431,10 @@ def metric_events(run: Run, raw: Any) -> list[dict]:
             {"type": "metric", "id": f"mlflow:{digest}", "key": key, "value": value, "step": step, "ts": ts}
         )
         if key == score_metric:
-            events.append({"type": "score", "id": f"mlflow-score:{digest}", "score": value, "ts": ts})
+            score = {"type": "score", "id": f"{MLFLOW_SCORE_ID_PREFIX}{digest}", "score": value, "ts": ts}
+            if artifact:
+                score["artifact"] = artifact
+            events.append(score)
     return events
 
 
@@ -426,9 +457,10 @@ def log_batch(run: Run, body: dict, *, by: Any) -> None:
             f"A batch holds at most {MAX_BATCH_TOTAL} metrics, params and tags together "
             f"({len(metrics) + len(params) + len(tags)} were sent); nothing was written."
         )
-    events = metric_events(run, metrics)
     checked_params = _params_of(params)
     checked_tags = _tags_of(tags)
+    scored = any(isinstance(m, dict) and m.get("key") == run.project.scenario.score_metric for m in metrics)
+    events = metric_events(run, metrics, artifact=score_artifact(run, checked_tags) if scored else "")
     try:
         with transaction.atomic():
             if checked_params:

@@ -9,14 +9,15 @@ every run that failed, read from the database every few seconds.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.utils import timezone
 
-from smrweb.tracking.models import AuditEvent, Run
+from smrweb.tracking.models import AuditEvent, Project, Run
+from smrweb.tracking.queries import audit
 
 # Audit verbs too frequent to be news on a console: every artifact a harness uploads, every run's budget
 # and model set at its start. They stay in the audit log.
@@ -24,7 +25,7 @@ QUIET_VERBS = frozenset({"artifact.stored", "run.settings_changed"})
 # What the system does on its own every few seconds when a project verifies every score: the outcome
 # that needs a person (invalid) is shown, the routine ones are not.
 ROUTINE_SYSTEM_VERBS = frozenset({"submission.verifying", "submission.verified", "submission.candidate"})
-DETAIL_KEYS = ("reason", "detail", "from_status", "target", "rank", "arena_score")
+DETAIL_KEYS = ("key", "reason", "detail", "from_status", "target", "rank", "arena_score")
 # Alert mail that arrives every few seconds in the demo (every verified score): counted, and summed up
 # once a minute rather than a line each.
 ROUTINE_MAIL = frozenset({"submission.needs_review"})
@@ -56,15 +57,19 @@ class EventFeed:
         )
         if events:
             self.last_audit = events[-1].id
+        events = [
+            e
+            for e in events
+            if not (e.verb in QUIET_VERBS or (e.actor_id is None and e.verb in ROUTINE_SYSTEM_VERBS))
+        ]
+        names = _names(events)
         for event in events:
-            if event.verb in QUIET_VERBS or (event.actor_id is None and event.verb in ROUTINE_SYSTEM_VERBS):
-                continue
             where = f"{event.project.slug} " if event.project else ""
             detail = "; ".join(f"{k} {str(event.detail[k])[:80]}" for k in DETAIL_KEYS if event.detail.get(k))
+            what = names.get((event.object_type, event.object_id), f"{event.object_type} {event.object_id}")
             yield (
                 f"{_clock(event.created)}  {where}{event.verb.replace('.', ' ')} "
-                f"{event.object_type} {event.object_id[:40]} by {event.actor_label}"
-                + (f" ({detail})" if detail else "")
+                f"{what[:80]} by {event.actor_label}" + (f" ({detail})" if detail else "")
             )
         yield from self._runs()
 
@@ -110,6 +115,19 @@ class MailFeed:
                 yield f"{_clock(None)}  mail to {to}: {n} × {trigger} (latest: {self.latest[(to, trigger)]})"
             self.routine.clear()
             self.latest.clear()
+
+
+def _names(events: list[AuditEvent]) -> dict[tuple[str, str], str]:
+    """What the audit page calls each event's object (a run by its name, not its row id), per project."""
+    by_project: dict[Project, list[AuditEvent]] = defaultdict(list)
+    for event in events:
+        if event.project is not None:
+            by_project[event.project].append(event)
+    return {
+        key: audit.object_label(key[0], obj)
+        for project, mine in by_project.items()
+        for key, obj in audit.existing_objects(project, mine).items()
+    }
 
 
 def _clock(at: datetime | None) -> str:

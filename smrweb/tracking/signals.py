@@ -3,8 +3,9 @@
 
 from django.dispatch import Signal
 
-# A run of a project that verifies every new score recorded new scores; sent after the commit, with
-# `run_id`. The receiver queues the run's new candidates for verification.
+# A run of a project that verifies every new score recorded new scores, or its waiting scores got their
+# artifact; sent after the commit, with `run_id`. The receiver queues the run's new candidates for
+# verification.
 new_scores_to_verify = Signal()
 
 # Something an alert rule may be watching changed; sent after the commit with `kind` ("run",
@@ -15,6 +16,14 @@ alerts_due = Signal()
 # A blob summary (`BlobSummary`) was claimed and needs a worker; sent after the commit with
 # `summary_id`. The receiver queues `sources.tasks.summarize_blob`.
 summary_wanted = Signal()
+
+
+def announce_scores_to_verify(run_id: int) -> None:
+    """Send `new_scores_to_verify` for the run once the current transaction commits: new scores of a project
+    that verifies every score, or waiting scores whose artifact just arrived."""
+    from django.db import transaction
+
+    transaction.on_commit(lambda: new_scores_to_verify.send(sender="run", run_id=run_id))
 
 
 def announce_alerts_due(kind: str, object_id: int) -> None:

@@ -115,7 +115,9 @@ def test_a_missing_validator_or_artifact_is_cannot_verify_not_a_crash(bob, proje
     services.ingest_events(
         project, "r3", parse_events(b'[{"type": "score", "score": 0.1, "artifact": "x.py"}]')
     )
-    assert "x.py has not been uploaded" in verify(Submission.objects.get(run__external_id="r3"))
+    assert "the score names `x.py`, which run r3 has not uploaded" in verify(
+        Submission.objects.get(run__external_id="r3")
+    )
 
 
 # --- rollback through a signed webhook ------------------------------------------------------------------

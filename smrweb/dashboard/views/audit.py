@@ -99,31 +99,29 @@ def _link(project, event, obj) -> tuple[str, str]:
     slug = project.slug
     match event.object_type:
         case "run":
-            return reverse("dashboard:run-detail", args=[slug, obj.external_id]), f"run {obj.name}"
+            url = reverse("dashboard:run-detail", args=[slug, obj.external_id])
         case "submission":
-            return reverse("dashboard:submission-detail", args=[slug, obj.pk]), f"submission #{obj.pk}"
+            url = reverse("dashboard:submission-detail", args=[slug, obj.pk])
         case "rollback" | "runcontrol":
-            what = "rollback" if event.object_type == "rollback" else "steering"
-            run_url = reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
-            return run_url, f"{what} #{obj.pk} of run {obj.run.name}"
+            url = reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
         case "runlaunch":
-            return reverse("dashboard:launch-detail", args=[slug, obj.pk]), f"launch #{obj.pk}"
+            url = reverse("dashboard:launch-detail", args=[slug, obj.pk])
         case "apitoken":
-            return reverse("dashboard:project-tokens", args=[slug]), f"token {obj.name}"
+            url = reverse("dashboard:project-tokens", args=[slug])
         case "membership":
             url = reverse("dashboard:project-settings", args=[slug]) + "#members"
-            return url, f"member {obj.user.get_username()}"
         case "knowledgeentry":
             url = reverse("dashboard:knowledge", args=[slug]) + f"#entry-{obj.pk}"
-            return url, f"knowledge: {obj.title[:60]}"
         case "alertrule":
-            return reverse("dashboard:project-alerts", args=[slug]), f"alert rule on {obj.trigger}"
+            url = reverse("dashboard:project-alerts", args=[slug])
         case "comment":
             if obj.run_id:
                 url = reverse("dashboard:run-detail", args=[slug, obj.run.external_id])
             else:
                 url = reverse("dashboard:submission-detail", args=[slug, obj.submission_id])
-            return url + f"#comment-{obj.pk}", f"comment #{obj.pk}"
+            url += f"#comment-{obj.pk}"
         case "project":
-            return reverse("dashboard:project-detail", args=[slug]), f"project {slug}"
-    return "", ""
+            url = reverse("dashboard:project-detail", args=[slug])
+        case _:
+            return "", ""
+    return url, audit.object_label(event.object_type, obj)

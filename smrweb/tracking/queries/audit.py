@@ -217,3 +217,31 @@ def existing_objects(project: Project, events: Iterable[AuditEvent]) -> dict[tup
         for row in rows:
             found[(object_type, str(row.pk))] = row
     return found
+
+
+def object_label(object_type: str, obj: Any) -> str:
+    """What to call an audited object that still exists, as the audit page and the demo console name it: a
+    run by its name (never its row id), a submission by its number, a token by its name."""
+    match object_type:
+        case "run":
+            return f"run {obj.name}"
+        case "submission":
+            return f"submission #{obj.pk}"
+        case "rollback" | "runcontrol":
+            what = "rollback" if object_type == "rollback" else "steering"
+            return f"{what} #{obj.pk} of run {obj.run.name}"
+        case "runlaunch":
+            return f"launch #{obj.pk}"
+        case "apitoken":
+            return f"token {obj.name}"
+        case "membership":
+            return f"member {obj.user.get_username()}"
+        case "knowledgeentry":
+            return f"knowledge: {obj.title[:60]}"
+        case "alertrule":
+            return f"alert rule on {obj.trigger}"
+        case "comment":
+            return f"comment #{obj.pk}"
+        case "project":
+            return f"project {obj.slug}"
+    return f"{object_type} {getattr(obj, 'pk', obj)}"

@@ -44,6 +44,7 @@ from smrweb.tracking.services.artifacts import (  # noqa: F401
     check_artifact_path,
     collect_blob,
     collect_unreferenced_blobs,
+    name_awaited_artifact,
     open_blob,
     project_storage_bytes,
     save_blob,

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     ArtifactBytesMissing,
     ArtifactTooLarge,
@@ -32,6 +33,8 @@ from smrweb.tracking.models import (
     Project,
     Run,
     Submission,
+    SubmissionStatus,
+    VerificationOutcome,
     blob_storage_name,
 )
 from smrweb.tracking.services.archive import check_writable
@@ -244,10 +247,48 @@ def save_blob(
 
 
 def _link_waiting_submissions(run, artifact: Artifact) -> None:
-    """Scores that named these bytes (by digest or path) before they arrived now hold them."""
-    Submission.objects.filter(
-        run=run, artifact__isnull=True, artifact_ref__in=[artifact.blob.sha256, artifact.path]
-    ).update(artifact=artifact)
+    """Scores that named these bytes (by digest or path) before they arrived now hold them. A project that
+    verifies every score verifies them now: auto-verify left them waiting for their bytes, and one a person
+    sent to verification too early (cannot verify: no bytes) is asked again."""
+    linked = list(
+        Submission.objects.filter(
+            run=run, artifact__isnull=True, artifact_ref__in=[artifact.blob.sha256, artifact.path]
+        ).values_list("pk", flat=True)
+    )
+    if not linked:
+        return
+    now = timezone.now()  # (`updated`: the submission page polls it)
+    Submission.objects.filter(pk__in=linked).update(artifact=artifact, updated=now)
+    if run.project.auto_verify:
+        Submission.objects.filter(
+            pk__in=linked,
+            status=SubmissionStatus.CANDIDATE,
+            verification_outcome=VerificationOutcome.CANNOT_VERIFY,
+        ).update(verification_outcome="", updated=now)
+        signals.announce_scores_to_verify(run.pk)
+
+
+def name_awaited_artifact(run: Run, ref: str, *, event_id_prefix: str) -> int:
+    """The run's scores still waiting for their bytes (candidates with no artifact), of one source (event
+    ids starting with `event_id_prefix`), now name `ref` (a path in the run, or a sha256): a source that
+    learns the artifact's name after the score (MLflow's `smrweb.artifact` tag set late). They hold it at
+    once when the run has it (its latest version at a path), else when it arrives. Returns how many."""
+    with transaction.atomic():
+        run = _locked_run(run.project, run.external_id, timezone.now())
+        waiting = Submission.objects.filter(
+            run=run,
+            artifact__isnull=True,
+            status=SubmissionStatus.CANDIDATE,
+            event_id__startswith=event_id_prefix,
+        ).exclude(artifact_ref=ref)
+        renamed = waiting.update(artifact_ref=ref)
+        if renamed:
+            found = Artifact.objects.filter(run=run).select_related("blob")
+            found = found.filter(blob__sha256=ref) if SHA256_RE.match(ref) else found.filter(path=ref)
+            artifact = found.order_by("-created", "-id").first()
+            if artifact is not None:
+                _link_waiting_submissions(run, artifact)
+    return renamed
 
 
 def open_blob(blob: ArtifactBlob) -> IO[bytes]:

@@ -118,7 +118,7 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
             _insert_scores(run, by_type["score"], now)
             changed += recompute_scores(run)
             if project.auto_verify:
-                _verify_on_commit(run.pk)
+                signals.announce_scores_to_verify(run.pk)
         if by_type["state"]:
             _insert_states(run, by_type["state"], now)
             changed += recompute_state(run)
@@ -163,12 +163,6 @@ def name_experiments(project: Project, external_id: str, names: dict[str, dict[s
             experiment.save(update_fields=["title", "hypothesis", "updated"])
             named += 1
     return named
-
-
-def _verify_on_commit(run_id: int) -> None:
-    """The project verifies every new score: once committed, whoever listens (a worker) takes the run's
-    new candidates."""
-    transaction.on_commit(lambda: signals.new_scores_to_verify.send(sender=Run, run_id=run_id))
 
 
 def _check_scores_in_bounds(scenario: Scenario, events: Sequence[ev._Event]) -> None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 from smrweb.core import numbers
 from smrweb.tracking import signals
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
@@ -35,6 +36,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.services import recompute_scores, record_audit
 from smrweb.tracking.services.archive import check_writable
+from smrweb.tracking.services.artifacts import SHA256_RE
 
 S = SubmissionStatus
 
@@ -177,7 +179,9 @@ def request_verification(submission: Submission, *, by: Any, automatic: bool = F
 
 def automatic_verifications(run_id: int, limit: int = 50) -> list[Submission]:
     """Put a run's never-verified candidates up for verification (the project's auto-verify setting);
-    a candidate that came back "cannot verify" keeps its outcome and is not asked again."""
+    a candidate that came back "cannot verify" keeps its outcome and is not asked again. One that names an
+    artifact not uploaded yet waits for it (the upload sends the run here again): a harness often logs
+    the score a moment before the file."""
     started = []
     for sub in (
         Submission.objects.filter(
@@ -187,6 +191,7 @@ def automatic_verifications(run_id: int, limit: int = 50) -> list[Submission]:
             excluded_at__isnull=True,
             project__auto_verify=True,
         )
+        .exclude(artifact__isnull=True, artifact_ref__gt="")
         .select_related("project__scenario", "run")
         .order_by("id")[:limit]
     ):
@@ -219,13 +224,46 @@ def cannot_verify(submission: Submission) -> VerificationResult | None:
     if not command:
         detail = f"The scenario {submission.project.scenario.key} has no validator command."
     elif submission.artifact is None:
-        detail = (
-            f"No artifact bytes to check: {submission.artifact_ref or 'the score named no artifact'} "
-            "has not been uploaded."
-        )
+        detail = missing_artifact(submission)
     else:
         return None
     return VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
+
+
+def missing_artifact(submission: Submission) -> str:
+    """Why a submission has no bytes to check, and how its harness fixes that (MLflow's way for a score
+    logged through MLflow: its event id says so)."""
+    scenario = submission.project.scenario
+    via_mlflow = submission.event_id.startswith(MLFLOW_SCORE_ID_PREFIX)
+    ref = submission.artifact_ref
+    if ref:
+        digest = SHA256_RE.match(ref)
+        what = f"the file with sha256 {ref}" if digest else f"`{ref}`"
+        if via_mlflow:
+            how = "log it with mlflow.log_artifact" + ("" if digest else f" at `{ref}`")
+        else:
+            run_id = submission.run.external_id
+            how = f"upload it (POST …/runs/{run_id}/artifacts, or `smrweb report artifact`)"
+        then = "it is verified" if submission.project.auto_verify else "verify again"
+        return (
+            f"No artifact to check: the score names {what}, which run {submission.run.name} has not "
+            f"uploaded. Fix: {how}; the score takes it when it arrives, then {then}."
+        )
+    if via_mlflow:
+        where = (
+            f"log the file at the scenario's path `{scenario.artifact_path}` (mlflow.log_artifact), or "
+            if scenario.artifact_path
+            else f"the scenario {scenario.key} declares no artifact path: "
+        )
+        return (
+            f"No artifact to check: the MLflow score names no file. Fix: {where}set the run's tag "
+            f"`{MLFLOW_ARTIFACT_TAG}` to the file's path in the run, before logging "
+            f"`{scenario.score_metric}`."
+        )
+    return (
+        "No artifact to check: the score names no file. Fix: send the score with `artifact` (the file's path "
+        "in the run, or its sha256) and upload that file."
+    )
 
 
 def record_verification(submission_id: int, result: VerificationResult) -> Submission | None:
