@@ -257,7 +257,9 @@ def test_a_run_failed_rule_tells_who_closed_the_run_and_why(project, alice, bob)
     [n] = r.notifications.exclude(status=NotificationStatus.SUPPRESSED)
     assert n.title.endswith("run r1 abandoned")
     assert "closed as abandoned by bob" in n.body and "SIGKILLed by the scheduler" in n.body
-    # A rule made later records it as predating the rule, not sent.
+    # A rule made later (the first one deleted: the same rule twice is refused) records it as predating
+    # the rule, not sent.
+    services.delete_alert_rule(r, by=alice)
     later = services.create_alert_rule(
         project, by=alice, trigger=Trigger.RUN_FAILED, channel=Channel.INBOX, recipient="alice"
     )
