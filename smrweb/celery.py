@@ -38,6 +38,7 @@ LANES = {
     "verification": (
         "smrweb.tracking.tasks.verify_submission",
         "smrweb.tracking.tasks.auto_verify_run",
+        "smrweb.tracking.tasks.catch_up_verifications",
         "smrweb.sources.tasks.preflight_scenario",
     ),
 }
