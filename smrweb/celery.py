@@ -41,6 +41,7 @@ LANES = {
     "verification": (
         "smrweb.tracking.tasks.verify_submission",
         "smrweb.tracking.tasks.auto_verify_run",
+        "smrweb.tracking.tasks.catch_up_verifications",
         "smrweb.sources.tasks.preflight_scenario",
     ),
     # Untrusted bytes read in a resource-limited subprocess (core.bounded), not in the validator sandbox.

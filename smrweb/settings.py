@@ -534,6 +534,12 @@ SMRWEB_ALERT_RETRY_BASE_SECONDS = env.float("SMRWEB_ALERT_RETRY_BASE_SECONDS", d
 SMRWEB_ALERT_RETRY_MAX_SECONDS = env.float("SMRWEB_ALERT_RETRY_MAX_SECONDS", default=900.0)
 SMRWEB_ALERT_TIMEOUT_SECONDS = env.float("SMRWEB_ALERT_TIMEOUT_SECONDS", default=10.0)
 SMRWEB_ALERT_SWEEP_SECONDS = env.float("SMRWEB_ALERT_SWEEP_SECONDS", default=300.0)
+# Switching auto-verify on verifies the candidates already waiting too, queued in chunks of this many at
+# most this many per minute (so a backlog of hundreds does not swamp the validators).
+SMRWEB_AUTO_VERIFY_CATCH_UP_RATE = env.int("SMRWEB_AUTO_VERIFY_CATCH_UP_RATE", default=60)
+SMRWEB_AUTO_VERIFY_CATCH_UP_CHUNK = env.int("SMRWEB_AUTO_VERIFY_CATCH_UP_CHUNK", default=20)
+if SMRWEB_AUTO_VERIFY_CATCH_UP_RATE <= 0 or SMRWEB_AUTO_VERIFY_CATCH_UP_CHUNK <= 0:
+    raise environ.ImproperlyConfigured("SMRWEB_AUTO_VERIFY_CATCH_UP_RATE and _CHUNK must be positive")
 # A verification or rollback not picked up this long after it was asked for is queued again (beat's
 # redispatch_stale_actions); a dispatched rollback silent for this + backoff + call timeout, too.
 SMRWEB_STALE_ACTION_SECONDS = env.float("SMRWEB_STALE_ACTION_SECONDS", default=120.0)

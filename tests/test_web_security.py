@@ -578,6 +578,7 @@ POST_FORMS = {
     "dashboard/launch_new.html": 1,  # start the next run
     # the review queue's panel: its review form, with approve and reject as hx-post buttons
     "dashboard/partials/review_panel.html": 3,
+    "dashboard/review_queue.html": 1,  # bulk verify / approve of the selected rows
     "dashboard/partials/run_close.html": 1,  # close a silent run as abandoned
     "dashboard/partials/run_steer.html": 2,  # pause/resume; a runtime message (both also hx-post)
     "dashboard/confirm_delete.html": 1,  # delete a run or a project (typed confirmation)
@@ -631,6 +632,7 @@ def post_targets(project, alice, bob, monkeypatch):
             {"idempotency_key": "csrf-launch-key-1", "from_run": "r1", "text": "go"},
         ),
         (s + "queue-review/approve", {"comment": "from the queue"}),
+        ("/projects/hill/review/bulk", {"action": "verify", "ids": [sub.pk]}),
         ("/projects/hill/runs/r1/steer", {"kind": "message", "body": "try a smaller lr"}),
         ("/projects/hill/runs/r1/close", {"reason": "the harness died"}),
         ("/projects/hill/runs/r1/labels", {"display_name": "named", "pinned": "1"}),

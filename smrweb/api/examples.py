@@ -130,6 +130,12 @@ REJECT = OpenApiExample(
     description="A rejection needs a reason: it is kept in the history and carried forward.",
 )
 
+BULK = OpenApiExample(
+    "Approve three submissions (example)",
+    value={"action": "approve", "ids": [812, 813, 815], "comment": "Example: the three warmup variants."},
+    description="Each is approved by the usual rules; the answer lists the outcome for each id.",
+)
+
 UPLOADED = OpenApiExample(
     "The arena's id for the upload (example)", value={"arena_ref": "https://arena.example/s/812"}
 )

@@ -46,6 +46,9 @@ urlpatterns = [
         "projects/<slug:slug>/launches/<int:launch_id>", launches.LaunchDetail.as_view(), name="launch-detail"
     ),
     path("projects/<slug:slug>/submissions", submissions.SubmissionList.as_view(), name="submission-list"),
+    path(
+        "projects/<slug:slug>/submissions/bulk", submissions.SubmissionBulk.as_view(), name="submission-bulk"
+    ),
     path(f"{sub}", submissions.SubmissionLifecycle.as_view(), name="submission-lifecycle"),
     path(f"{sub}/diff", submissions.SubmissionDiff.as_view(), name="submission-diff"),
     path(f"{sub}/verify", submissions.SubmissionVerify.as_view(), name="submission-verify"),

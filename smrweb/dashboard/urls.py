@@ -69,6 +69,7 @@ urlpatterns = [
     path("projects/<slug:slug>/launches/new", launches.launch_new, name="launch-new"),
     path("projects/<slug:slug>/launches/<int:launch_id>/", launches.launch_detail, name="launch-detail"),
     path("projects/<slug:slug>/review/", submissions.review_queue, name="review-queue"),
+    path("projects/<slug:slug>/review/bulk", submissions.review_bulk, name="review-bulk"),
     path(
         "projects/<slug:slug>/submissions/<int:submission_id>/",
         submissions.submission_detail,

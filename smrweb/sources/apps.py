@@ -12,5 +12,8 @@ class SourcesConfig(AppConfig):
         from smrweb.tracking import signals
 
         signals.new_scores_to_verify.connect(tasks.verify_new_scores, dispatch_uid="smrweb-auto-verify")
+        signals.auto_verify_switched_on.connect(
+            tasks.catch_up_on_switch, dispatch_uid="smrweb-auto-verify-catch-up"
+        )
         signals.alerts_due.connect(tasks.queue_alert_evaluation, dispatch_uid="smrweb-alerts-due")
         signals.summary_wanted.connect(tasks.queue_summary, dispatch_uid="smrweb-summary-wanted")

@@ -415,6 +415,27 @@ def auto_verify_run(run_id: int) -> int:
     return len(started)
 
 
+def catch_up_on_switch(sender, project_id: int, **kwargs) -> None:
+    """Receiver of `tracking.signals.auto_verify_switched_on` (sent after the commit)."""
+    queue_quietly(catch_up_verifications, project_id)
+
+
+@shared_task(ignore_result=True, name="smrweb.tracking.tasks.catch_up_verifications")
+def catch_up_verifications(project_id: int, chunk: int | None = None) -> int:
+    """Auto-verify was switched on: put the candidates already waiting up for verification, one chunk
+    per call, and queue the next chunk after a pause, so that at most SMRWEB_AUTO_VERIFY_CATCH_UP_RATE
+    are queued per minute (422 waiting candidates do not swamp the validators). Stops by itself when
+    none is left or auto-verify is switched off again; a lost chain is picked up by the next switch."""
+    chunk = max(1, chunk or settings.SMRWEB_AUTO_VERIFY_CATCH_UP_CHUNK)
+    started, left = submissions.catch_up_verifications(project_id, limit=chunk)
+    for sub in started:
+        queue_quietly(verify_submission, sub.pk)
+    if started and left:
+        pause = 60.0 * chunk / settings.SMRWEB_AUTO_VERIFY_CATCH_UP_RATE
+        catch_up_verifications.apply_async((project_id, chunk), countdown=pause)
+    return len(started)
+
+
 def _stale_after() -> timedelta:
     """A verification or rollback still waiting this long after it was asked for (or last re-queued)
     is assumed lost in transit: the broker was down, or its message died with a worker."""

@@ -8,6 +8,10 @@ from django.dispatch import Signal
 # verification.
 new_scores_to_verify = Signal()
 
+# A project's auto-verify setting was switched on; sent after the commit, with `project_id`. The
+# receiver queues the catch-up on the candidates that were already waiting, in rate-limited chunks.
+auto_verify_switched_on = Signal()
+
 # Something an alert rule may be watching changed; sent after the commit with `kind` ("run",
 # "submission" or "source") and `object_id` (the run, the submission, the project). The receiver queues
 # an evaluation (services.alerts.evaluate_*), coalescing a burst into one.

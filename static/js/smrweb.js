@@ -512,7 +512,39 @@
     event.preventDefault();
   });
 
-  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); }
+  // --- the review queue's selection: bulk verify / approve ------------------------------------------
+  // The row checkboxes belong to the bulk form (form="bulk-form"); "select all" ticks this page's rows.
+  // The buttons are enabled once something is selected, and a confirmation names how many.
+  function bulkPicks() { return Array.prototype.slice.call(document.querySelectorAll("input[data-bulk-pick]")); }
+  function syncBulk() {
+    var form = document.querySelector("form[data-bulk-form]");
+    if (!form) return;
+    var picks = bulkPicks();
+    var n = picks.filter(function (box) { return box.checked; }).length;
+    form.querySelectorAll("[data-bulk-action]").forEach(function (button) { button.disabled = n === 0; });
+    var all = document.querySelector("input[data-bulk-all]");
+    if (all) { all.checked = n > 0 && n === picks.length; all.indeterminate = n > 0 && n < picks.length; }
+    var label = form.querySelector("[data-bulk-count]");
+    if (label && !label.dataset.hint) label.dataset.hint = label.textContent;
+    if (label) label.textContent = n ? n + " selected" : label.dataset.hint;
+  }
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.matches) return;
+    if (box.matches("input[data-bulk-all]")) bulkPicks().forEach(function (pick) { pick.checked = box.checked; });
+    if (box.matches("input[data-bulk-all], input[data-bulk-pick]")) syncBulk();
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches || !form.matches("form[data-bulk-form]")) return;
+    var n = bulkPicks().filter(function (box) { return box.checked; }).length;
+    var button = event.submitter;
+    var question = (button && button.dataset.verb || "Act on") + " " + n + " submission" + (n === 1 ? "" : "s") + "?";
+    if (button && button.dataset.rule) question += "\n\n" + button.dataset.rule;
+    if (!n || !window.confirm(question)) event.preventDefault();
+  }, true);
+
+  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); }
   if (DARK && DARK.addEventListener) {
     DARK.addEventListener("change", function () {
       document.querySelectorAll("[data-plot]").forEach(function (el) { el._smrwebFigure = null; });

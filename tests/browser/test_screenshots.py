@@ -12,6 +12,7 @@ from django.conf import settings
 from django.test import Client
 
 from smrweb.tracking import services
+from smrweb.tracking.services import submissions as lifecycle
 from tests.browser.conftest import DEFAULT_TIMEOUT_MS
 from tests.browser.seed import LONG_RUN_ID, P0A_RUN_ID, seed, seed_p0a
 from tests.factories import UserFactory, admin_project
@@ -137,6 +138,12 @@ EXPECTED = {
     "overview-no-projects": [".empty-state"],
     "project-empty": ["table.runs td.empty", "table.leaderboard td.empty"],
     "tokens": [".badge-revoked", "button.danger"],
+    "review-queue": ["form[data-bulk-form]", "input[data-bulk-all]"],
+    "submission-approval-1-of-2": [
+        '[data-approvals="1/2"]',
+        "button.btn.primary:disabled",
+        "[data-approve-refused]",
+    ],
 }
 
 
@@ -159,6 +166,10 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
     services.revoke_api_token(old, by=alice)
     admin_project("fresh", name="Fresh project", by=carol)
     newcomer = UserFactory(username="dave")  # a member of nothing yet
+    # Two people must approve (issue 33): bob gave the first approval of one verified submission.
+    services.update_project(dogfight, require_second_reviewer=True, by=alice)
+    half = dogfight.submissions.filter(status="verified").order_by("-score").first()
+    lifecycle.review(half, by=bob, verdict="approve", comment="the warmup change is sound")
 
     shots = [
         ("overview", "/", alice),
@@ -177,6 +188,7 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
         ("project-empty", "/projects/fresh/", carol),
         ("not-found", "/projects/dogfight/", carol),
         ("review-queue", "/projects/dogfight/review/", alice),
+        ("submission-approval-1-of-2", f"/projects/dogfight/submissions/{half.pk}/", bob),
         ("knowledge", "/projects/dogfight/knowledge/", alice),
         ("compare", "/projects/dogfight/compare/?runs=run-7f3a2c&runs=run-5b91e0&runs=run-c04d17", alice),
         ("settings", "/projects/dogfight/settings/", alice),

@@ -12,9 +12,18 @@ import pytest
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import AuditEvent, Review, Rollback, Run, Submission, SubmissionTransition
+from smrweb.tracking.models import (
+    AuditEvent,
+    Review,
+    Role,
+    Rollback,
+    Run,
+    Submission,
+    SubmissionTransition,
+)
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 HOOK = "https://hooks.example/rollback"
@@ -246,20 +255,28 @@ def test_the_second_person_rule_explains_itself(client, project, alice, bob):
     assert "data-proposer-note" in page and "your own approval will not count" in page
     verify(sub, bob)
     page = client.get(f"/projects/hill/submissions/{sub.pk}/").content.decode()
-    assert 'disabled aria-describedby="own-approval-why">Approve' in page and "data-own-approval" in page
+    assert 'disabled aria-describedby="approve-why">Approve' in page and "data-own-approval" in page
     # Posted anyway (an old tab): recorded, marked as not counting, flashed as a warning.
     response = client.post(f"/projects/hill/submissions/{sub.pk}/approve", {"comment": ""}, follow=True)
     body = response.content.decode()
     assert 'class="alert warn" role="status" data-flash="warning"' in body and "does not count" in body
-    assert 'data-review-counted="false"' in body and "not counted — the proposer's own approval" in body
+    assert 'data-review-counted="false"' in body and "not counted — the proposer&#x27;s own" in body
     assert Review.objects.get().counted is False
     client.force_login(alice)
     page = client.get(f"/projects/hill/submissions/{sub.pk}/").content.decode()
     assert "data-own-approval" not in page
     client.post(f"/projects/hill/submissions/{sub.pk}/approve", {"comment": "looks right"})
     sub.refresh_from_db()
+    # Two people other than the proposer approve (issue 33): alice's is the first of two.
+    assert sub.status == "verified"
+    dave = UserFactory(username="dave")
+    services.add_member(project, dave, role=Role.REVIEWER)
+    client.force_login(dave)
+    client.post(f"/projects/hill/submissions/{sub.pk}/approve", {"comment": "agreed"})
+    sub.refresh_from_db()
     assert sub.status == "approved" and list(Review.objects.values_list("counted", flat=True)) == [
         False,
+        True,
         True,
     ]
 

@@ -7,6 +7,7 @@ from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from smrweb.tracking.models import Submission, SubmissionTransition
+from smrweb.tracking.services import submissions
 
 
 class ExclusionSerializer(serializers.Serializer):
@@ -64,10 +65,26 @@ class TransitionSerializer(serializers.ModelSerializer):
         fields = ["from_status", "to_status", "by_label", "reason", "created"]
 
 
+class ApprovalsSerializer(serializers.Serializer):
+    counted = serializers.IntegerField(
+        help_text="Distinct people whose approval counts (never the proposer's own where two must approve)."
+    )
+    needed = serializers.IntegerField(
+        help_text="How many must approve: 2 with the project's second-person rule (whatever verified it), "
+        "else 1."
+    )
+    by = serializers.ListField(child=serializers.CharField(), help_text="Who they are, first first.")
+    still_needed = serializers.CharField(
+        help_text='Who may still approve, in words ("one more approval by someone other than alice"); '
+        "empty once enough have."
+    )
+
+
 class LifecycleSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.external_id")
     proposed_by = serializers.CharField(source="proposed_by.get_username", allow_null=True, default=None)
     transitions = TransitionSerializer(many=True)
+    approvals = serializers.SerializerMethodField()
 
     class Meta:
         model = Submission
@@ -83,8 +100,13 @@ class LifecycleSerializer(serializers.ModelSerializer):
             "proposed_by",
             "uploaded_at",
             "arena_ref",
+            "approvals",
             "transitions",
         ]
+
+    @extend_schema_field(ApprovalsSerializer)
+    def get_approvals(self, sub: Submission) -> dict:
+        return submissions.approvals(sub).as_dict()
 
 
 class ReviewIn(serializers.Serializer):
@@ -272,3 +294,40 @@ class DiffSerializer(serializers.Serializer):
             "path": other.artifact.path,
             "sha256": other.artifact.blob.sha256,
         }
+
+
+class BulkIn(serializers.Serializer):
+    action = serializers.ChoiceField(
+        choices=list(submissions.BULK_ACTIONS),
+        help_text="verify: put candidates (or invalid ones) up for verification; approve: approve verified "
+        "ones, by the second-person rule for each.",
+    )
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        min_length=1,
+        max_length=submissions.BULK_MAX,
+        help_text=f"Submission ids of this project, at most {submissions.BULK_MAX}; each is acted on once.",
+    )
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
+
+
+class BulkResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    outcome = serializers.ChoiceField(
+        ["verifying", "approved", "approval_recorded", "skipped"],
+        help_text="approval_recorded: the approval counts but the submission waits for a second approver.",
+    )
+    detail = serializers.CharField()
+    why = serializers.CharField(
+        help_text="For skipped ones: proposed | approved_already | status | missing | refused; else empty."
+    )
+
+
+BULK_OUT = inline_serializer(
+    "BulkOut",
+    {
+        "action": serializers.CharField(),
+        "summary": serializers.CharField(help_text='e.g. "10 approved, 2 skipped: you proposed them"'),
+        "results": BulkResultSerializer(many=True),
+    },
+)

@@ -4,19 +4,22 @@ tokens are for harnesses and are refused these actions by the domain rules, with
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
-from smrweb.api.access import actor_of, project_for, submission_for
+from smrweb.api.access import actor_of, project_for, project_for_person, submission_for
 from smrweb.api.exports import ExportableList
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.submissions import (
     ARENA_OUT,
+    BULK_OUT,
     REVIEW_OUT,
     ArenaResultIn,
+    BulkIn,
     DiffPendingSerializer,
     DiffSerializer,
     LifecycleSerializer,
@@ -28,7 +31,7 @@ from smrweb.core import queue
 from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.filters import SubmissionFilter
-from smrweb.tracking.models import Submission, Verdict
+from smrweb.tracking.models import Review, Role, Submission, Verdict
 from smrweb.tracking.queries import review
 from smrweb.tracking.services import submissions
 
@@ -61,7 +64,9 @@ ILLEGAL_MOVE = {
 
 def _fresh(sub: Submission) -> dict:
     sub = (
-        Submission.objects.select_related("run", "proposed_by").prefetch_related("transitions").get(pk=sub.pk)
+        Submission.objects.select_related("run", "proposed_by", "project")
+        .prefetch_related("transitions", Prefetch("reviews", Review.objects.select_related("reviewer")))
+        .get(pk=sub.pk)
     )
     return LifecycleSerializer(sub).data
 
@@ -221,4 +226,38 @@ class SubmissionArenaResult(APIView):
                 "note": result.note,
             },
             status=status.HTTP_201_CREATED,
+        )
+
+
+class SubmissionBulk(APIView):
+    @extend_schema(
+        operation_id="submission_bulk",
+        request=BulkIn,
+        examples=[examples.BULK],
+        responses={200: BULK_OUT, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Verify or approve many submissions at once (reviewers)",
+        description=f"Each id is acted on by the same rules as one at a time, and audited per submission; "
+        f"one that may not be moved is skipped with why (`proposed`: yours, where two other people must "
+        f"approve; `approved_already`; `status`; `missing`). At most {submissions.BULK_MAX} ids (400 past "
+        f"it). Project tokens are refused (403): this is a person's action.",
+    )
+    def post(self, request, slug: str):
+        project = project_for_person(request, slug, role=Role.REVIEWER, doing="verify or approve submissions")
+        body = BulkIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        results = submissions.bulk_act(
+            project, by=request.user, action=data["action"], ids=data["ids"], comment=data["comment"]
+        )
+        for result in results:
+            if result.outcome == "verifying":
+                queue.dispatch(tasks.verify_submission, result.id)  # else redispatch_stale_actions
+        return Response(
+            {
+                "action": data["action"],
+                "summary": submissions.bulk_summary(data["action"], results),
+                "results": [
+                    {"id": r.id, "outcome": r.outcome, "detail": r.detail, "why": r.why} for r in results
+                ],
+            }
         )

@@ -93,6 +93,8 @@ def _panel(request, project, sub: Submission, **extra) -> dict:
         "can_act": project.allows(request.user, Role.REVIEWER),
         "actions": submissions.allowed_actions(sub, request.user),
         "own_approval": submissions.is_own_approval(sub, request.user),
+        "approve_refusal": submissions.approval_refusal(sub, request.user),
+        "approvals": submissions.approvals(sub),
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         **diff_context(sub, request.GET.get("against"), request.GET.get("view")),
         **extra,

@@ -17,14 +17,15 @@ from smrweb.sources import smr
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Role, SourceKind
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import rollbacks, submissions
 
 
 class ProjectSettingsForm(forms.Form):
     require_second_reviewer = forms.BooleanField(
         required=False,
         label="Require a second person to approve",
-        help_text="A reviewer's approval of a submission they proposed does not count.",
+        help_text="A submission is approved once two different people approve it, whoever (or whatever: "
+        "auto-verify) verified it; the approval of the person who proposed it does not count.",
     )
     auto_verify = forms.BooleanField(
         required=False,
@@ -97,7 +98,13 @@ def project_settings(request, slug: str):
             except InvalidInput as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             else:
-                messages.success(request, "Settings saved." if changes else "Nothing changed.")
+                saved = "Settings saved." if changes else "Nothing changed."
+                if changes.get("auto_verify") and (progress := submissions.catch_up_progress(project)):
+                    saved += (
+                        f" The {progress.total} candidates already waiting are verified too, about "
+                        f"{settings.SMRWEB_AUTO_VERIFY_CATCH_UP_RATE} a minute."
+                    )
+                messages.success(request, saved)
                 return redirect("dashboard:project-settings", slug=project.slug)
         status = 400
     return _render(request, project, form=form, status=status)
@@ -118,6 +125,9 @@ def _render(request, project, *, form=None, smr_form=None, metric_form=None, sta
             "metric_form": metric_form
             or ScoreMetricForm(initial={"score_metric": smr_settings.get("score_metric")}),
             "declared_metrics": smr_settings.get("declared_metrics") or {},
+            "catch_up": submissions.catch_up_progress(project),
+            "catch_up_rate": settings.SMRWEB_AUTO_VERIFY_CATCH_UP_RATE,
+            "approved_alone_count": submissions.approved_below_rule(project).count(),
         },
         status=status,
     )

@@ -5,7 +5,11 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Prefetch, prefetch_related_objects
+from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -14,7 +18,7 @@ from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
-from smrweb.tracking.models import Role, Submission, SubmissionStatus, Verdict
+from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
 from smrweb.tracking.services import rollbacks, submissions
 
 
@@ -73,6 +77,15 @@ def _version(sub: Submission) -> str:
     return live.version(sub.pk, sub.updated.timestamp())
 
 
+def _reviews(sub: Submission) -> list:
+    """Its reviews, each approval with what it was ("approval 1 of 2", "not counted — …")."""
+    labels = {r.pk: label for r, label in submissions.approval_log(sub)}
+    reviews = list(sub.reviews.select_related("reviewer").order_by("created", "id"))
+    for r in reviews:
+        r.approval_label = labels.get(r.pk, "")
+    return reviews
+
+
 def _context(request, project, sub: Submission, **extra) -> dict:
     transitions = list(sub.transitions.select_related("by"))
     ended = [t for t in transitions if t.from_status == SubmissionStatus.VERIFYING]
@@ -84,8 +97,11 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "project": project,
         "sub": sub,
         "run": sub.run,
-        "transitions": transitions,
-        "reviews": sub.reviews.select_related("reviewer").order_by("created", "id"),
+        "transitions": submissions.history(sub),
+        "reviews": _reviews(sub),
+        "approvals": submissions.approvals(sub),
+        "approve_refusal": submissions.approval_refusal(sub, request.user),
+        "approved_alone": submissions.approved_below_rule(project).filter(pk=sub.pk).exists(),
         "arena_results": sub.arena_results.select_related("recorded_by").order_by("-created", "-id"),
         "can_act": project.allows(request.user, Role.REVIEWER),
         "can_roll_back": rollbacks.may_roll_back(request.user, project),
@@ -254,15 +270,23 @@ QUEUE_FILTERS = {
 @require_safe
 @login_required
 def review_queue(request, slug: str):
-    """Counts per status, a status filter, paging, and the best per run unless every one is asked for."""
+    """Counts per status, a status filter, paging, and the best per run unless every one is asked for;
+    each row's approvals, a selection for bulk actions, and what was approved by one person before
+    the second-person rule held."""
     project = project_for_user(request, slug)
     status = request.GET.get("status") if request.GET.get("status") in QUEUE_FILTERS else "waiting"
     every = request.GET.get("all") == "1"
     queue = submissions.review_queue(project, statuses=QUEUE_FILTERS[status], per_run=not every)
     page = Paginator(queue, QUEUE_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    prefetch_related_objects(page.object_list, Prefetch("reviews", Review.objects.select_related("reviewer")))
+    for sub in page.object_list:
+        sub.project = project  # (the same row: no query per submission)
+        sub.approvals = submissions.approvals(sub)
     counts = submissions.queue_counts(project)
     params = request.GET.copy()
     params.pop("page", None)
+    alone = submissions.approved_below_rule(project)
     return render(
         request,
         "dashboard/review_queue.html",
@@ -274,6 +298,45 @@ def review_queue(request, slug: str):
             "status": status,
             "every": every,
             "query": params.urlencode(),
+            "here": request.GET.urlencode(),
             "can_act": project.allows(request.user, Role.REVIEWER),
+            "bulk_max": submissions.BULK_MAX,
+            "approved_alone": alone[:APPROVED_ALONE_SHOWN],
+            "approved_alone_count": alone.count(),
         },
     )
+
+
+APPROVED_ALONE_SHOWN = 50
+QUEUE_KEEPS = ("status", "all", "page")  # what a bulk action keeps of the queue's address
+
+
+@require_POST
+@login_required
+def review_bulk(request, slug: str):
+    """Verify or approve the selected submissions (the queue's checkboxes); each one by the usual rules,
+    the skipped ones counted with why, then back to the same page of the queue."""
+    project = project_for_user(request, slug, role=Role.REVIEWER)
+    back = QueryDict(request.POST.get("back", ""))
+    target = reverse("dashboard:review-queue", args=[project.slug])
+    kept = urlencode({k: back[k] for k in QUEUE_KEEPS if back.get(k)})
+    ids = request.POST.getlist("ids")
+    if not all(i.isdigit() for i in ids):
+        messages.error(request, "Select submissions by their numbers.")
+        return redirect(f"{target}?{kept}")
+    try:
+        results = submissions.bulk_act(
+            project, by=request.user, action=request.POST.get("action", ""), ids=[int(i) for i in ids]
+        )
+    except TrackingError as exc:
+        messages.error(request, exc.message)
+        return redirect(f"{target}?{kept}")
+    unqueued = sum(
+        not queue.dispatch(tasks.verify_submission, r.id) for r in results if r.outcome == "verifying"
+    )
+    summary = submissions.bulk_summary(request.POST["action"], results) + "."
+    if unqueued:
+        summary += " The worker queue is unreachable right now; the verifications start once it is back."
+    skipped = any(r.outcome == "skipped" for r in results)
+    (messages.warning if skipped or unqueued else messages.success)(request, summary)
+    return redirect(f"{target}?{kept}")

@@ -43,7 +43,8 @@ class Project(models.Model):
     source_settings = models.JSONField(default=dict, blank=True)
     stall_after = models.DurationField(default=timedelta(seconds=settings.SMRWEB_DEFAULT_STALL_AFTER_SECONDS))
     knowledge = models.TextField(blank=True)
-    # Team review: when set, a reviewer's approval of a submission they proposed does not count.
+    # Team review: when set, a submission is approved by two distinct people, whatever verified it, and
+    # the proposer's own approval does not count (services.submissions.approval_refusal).
     require_second_reviewer = models.BooleanField(default=False)
     # Verify every new score on a worker as it arrives (the scenario's validator), so the project's
     # verified numbers fill without a click per submission; nobody becomes its proposer.

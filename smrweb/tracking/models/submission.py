@@ -203,7 +203,8 @@ class Review(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="reviews")
     verdict = models.CharField(max_length=10, choices=Verdict)
     comment = models.TextField(blank=True)
-    # False: the proposer's own approval where a second person must approve (recorded, not counted).
+    # False: an approval that does not count where two people must approve: the proposer's own, or a
+    # second one by the same person (recorded, not counted).
     counted = models.BooleanField(default=True)
     created = models.DateTimeField(auto_now_add=True)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
     NotAllowed,
@@ -269,6 +270,7 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
         )
     if url := changes.get("rollback_webhook_url"):
         check_outbound_url("rollback_webhook_url", url)
+    switched_on = bool(changes.get("auto_verify")) and not project.auto_verify
     with transaction.atomic():
         for field, value in changes.items():
             setattr(project, field, value)
@@ -280,6 +282,14 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
             project=project,
             **{k: str(v) for k, v in changes.items()},
         )
+        if switched_on:
+            # The candidates already waiting are verified too, a few at a time (sources/tasks.py).
+            from smrweb.tracking.services.submissions import start_catch_up
+
+            if start_catch_up(project, by=by):
+                transaction.on_commit(
+                    lambda: signals.auto_verify_switched_on.send(sender=Project, project_id=project.pk)
+                )
     return project
 
 

@@ -24,6 +24,7 @@ from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
+    AuditEvent,
     KnowledgeEntry,
     KnowledgeKind,
     Review,
@@ -107,8 +108,10 @@ def _label(user: Any) -> str:
     return user.get_username() if getattr(user, "is_authenticated", False) else "system"
 
 
-def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **fields: Any) -> Submission:
-    """Lock, check, update, record. Returns the fresh row."""
+def _move(
+    submission: Submission, to: str, *, by: Any, reason: str = "", audit: dict | None = None, **fields: Any
+) -> Submission:
+    """Lock, check, update, record (`audit`: more for the audit event). Returns the fresh row."""
     with transaction.atomic():
         locked = (
             Submission.objects.select_for_update(of=("self",))
@@ -133,7 +136,13 @@ def _move(submission: Submission, to: str, *, by: Any, reason: str = "", **field
             reason=reason[:5000],
         )
         record_audit(
-            by, f"submission.{to}", locked, project=locked.project, from_status=before, reason=reason[:500]
+            by,
+            f"submission.{to}",
+            locked,
+            project=locked.project,
+            from_status=before,
+            reason=reason[:500],
+            **(audit or {}),
         )
         _touch_run(locked.run, rescore=before in NEVER_COUNTED or to in NEVER_COUNTED)
         signals.announce_alerts_due("submission", locked.pk)
@@ -299,8 +308,106 @@ def record_verification(submission_id: int, result: VerificationResult) -> Submi
 class ReviewOutcome:
     submission: Submission
     review: Review
-    counted: bool  # False: an approval by the proposer where a second person is required
+    counted: bool  # False: an approval that does not count (the proposer's own, or a repeat)
     message: str
+
+
+def approvals_needed(project) -> int:
+    """How many distinct people must approve: two with the project's second-person rule, else one."""
+    return 2 if project.require_second_reviewer else 1
+
+
+@dataclass(frozen=True)
+class Approvals:
+    """The approvals of a verified submission that count towards `needed`, and who they are."""
+
+    counted: int
+    needed: int
+    by: tuple[str, ...]  # the people whose approvals count, first first
+    proposer: str = ""  # with the rule on, a person who proposed it (their approval never counts)
+
+    @property
+    def remaining(self) -> int:
+        return max(self.needed - self.counted, 0)
+
+    def still_needed(self) -> str:
+        """Who may still approve, in words ("one more approval by someone other than alice")."""
+        if not self.remaining:
+            return ""
+        others = " or ".join([*self.by, *([f"{self.proposer} (the proposer)"] if self.proposer else [])])
+        if self.remaining == 1:
+            head = "one more approval" if self.counted else "one approval"
+            return f"{head} by someone other than {others}" if others else head
+        head = f"{'two' if self.remaining == 2 else self.remaining} approvals by different people"
+        return f"{head} other than {others}" if others else head
+
+    def as_dict(self) -> dict:
+        return {
+            "counted": self.counted,
+            "needed": self.needed,
+            "by": list(self.by),
+            "still_needed": self.still_needed(),
+        }
+
+
+def _approving_reviews(submission: Submission) -> list[Review]:
+    """Its approvals, oldest first (from a prefetch of `reviews` with their reviewers when there is one)."""
+    cache = getattr(submission, "_prefetched_objects_cache", {})
+    rows = cache["reviews"] if "reviews" in cache else submission.reviews.select_related("reviewer")
+    return sorted((r for r in rows if r.verdict == Verdict.APPROVE), key=lambda r: (r.created, r.pk))
+
+
+def approval_log(submission: Submission) -> list[tuple[Review, str]]:
+    """Each approval with what it was: "approval 1 of 2", or why it did not count."""
+    needed, seen, log = approvals_needed(submission.project), set(), []
+    for r in _approving_reviews(submission):
+        if not r.counted:
+            why = "the proposer's own" if r.reviewer_id == submission.proposed_by_id else "a repeat"
+            log.append((r, f"not counted — {why}"))
+        elif r.reviewer_id not in seen:
+            seen.add(r.reviewer_id)
+            log.append((r, f"approval {len(seen)} of {max(needed, len(seen))}"))
+    return log
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    created: Any
+    from_status: str
+    to_status: str
+    by_label: str
+    reason: str
+
+
+def history(submission: Submission) -> list[HistoryRow]:
+    """Every transition, and between them each approval that did not move the submission ("approval 1
+    of 2 · alice"), in time order: the submission page's History."""
+    rows = [
+        HistoryRow(t.created, t.from_status, t.to_status, t.by_label, t.reason)
+        for t in submission.transitions.all()
+    ]
+    needed = approvals_needed(submission.project)
+    for r, label in approval_log(submission):
+        if label == f"approval {needed} of {needed}":
+            continue  # the approval that approved it: its transition says so
+        reason = f"{label} · {r.reviewer.get_username()}" + (f": {r.comment}" if r.comment else "")
+        rows.append(HistoryRow(r.created, S.VERIFIED, S.VERIFIED, r.reviewer.get_username(), reason))
+    return sorted(rows, key=lambda row: row.created)
+
+
+def approvals(submission: Submission) -> Approvals:
+    """THE second-person rule, read: the distinct people whose approval counts (never the proposer's
+    own where the rule holds), against how many the project needs."""
+    by: list[str] = []
+    seen: set[int] = set()
+    for r in _approving_reviews(submission):
+        if r.counted and r.reviewer_id not in seen:
+            seen.add(r.reviewer_id)
+            by.append(r.reviewer.get_username())
+    proposer = ""
+    if submission.project.require_second_reviewer and submission.proposed_by_id is not None:
+        proposer = submission.proposed_by.get_username()
+    return Approvals(len(by), approvals_needed(submission.project), tuple(by), proposer)
 
 
 def is_own_approval(submission: Submission, user: Any) -> bool:
@@ -312,40 +419,277 @@ def is_own_approval(submission: Submission, user: Any) -> bool:
     )
 
 
+def approval_refusal(submission: Submission, user: Any) -> str:
+    """Why an approval by `user` would not count ("" when it would): THE second-person rule, written.
+    With the rule, a submission is approved by two distinct people, whoever (or whatever) verified it;
+    the proposer's own approval never counts, and a person counts once."""
+    if is_own_approval(submission, user):
+        return (
+            "You proposed this submission, and this project needs two other people to approve it: "
+            "ask another reviewer. You can still reject it."
+        )
+    if submission.project.require_second_reviewer and any(
+        r.counted and r.reviewer_id == getattr(user, "pk", None) for r in _approving_reviews(submission)
+    ):
+        left = approvals(submission)
+        return (
+            f"You approved it already ({left.counted} of {left.needed}): it needs "
+            f"{left.still_needed() or 'nothing more'}."
+        )
+    return ""
+
+
 def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") -> ReviewOutcome:
-    """Approve or reject a verified submission. With `require_second_reviewer`, the proposer's own
-    approval is recorded but does not approve it; a rejection by any reviewer counts."""
+    """Approve or reject a verified submission. It becomes approved once `approvals_needed` distinct
+    people approved it (two with `require_second_reviewer`, whatever verified it); an approval that
+    does not count (the proposer's own, a repeat) is recorded as such; a rejection by any reviewer counts."""
     _require(submission, by, Role.REVIEWER, "review a submission")
     if verdict not in Verdict.values:
         raise TrackingError(f"A review is {' or '.join(Verdict.values)}, not {verdict!r}.")
-    if submission.status != S.VERIFIED:
-        raise IllegalTransition(
-            f"Only verified submissions are reviewed; this one is {submission.status} "
-            f"(next: {NEXT_STEP[submission.status]})."
-        )
     comment = (comment or "").strip()
-    if verdict == Verdict.REJECT and not comment:
-        raise InvalidInput(
-            "comment",
-            "Say why it is rejected: the reason is kept in its history and carried "
-            "forward to the agents as project knowledge.",
-        )
-    counted = not (verdict == Verdict.APPROVE and is_own_approval(submission, by))
     with transaction.atomic():
-        made = Review.objects.create(
-            submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000], counted=counted
+        # Locked first: two people approving at once are counted one after the other.
+        submission = (
+            Submission.objects.select_for_update(of=("self",))
+            .select_related("project__scenario", "run", "proposed_by")
+            .get(pk=submission.pk)
         )
-        if counted:
-            to = S.APPROVED if verdict == Verdict.APPROVE else S.REJECTED
-            submission = _move(submission, to, by=by, reason=comment or "approved")
-            message = f"Submission {to}."
-        else:
-            record_audit(by, "submission.review_not_counted", submission, project=submission.project)
-            message = (
-                "Your approval is recorded but does not count: this project needs a second person to "
-                "approve a submission they did not propose."
+        if submission.status != S.VERIFIED:
+            raise IllegalTransition(
+                f"Only verified submissions are reviewed; this one is {submission.status} "
+                f"(next: {NEXT_STEP[submission.status]})."
             )
-    return ReviewOutcome(submission, made, counted, message)
+        if verdict == Verdict.REJECT and not comment:
+            raise InvalidInput(
+                "comment",
+                "Say why it is rejected: the reason is kept in its history and carried "
+                "forward to the agents as project knowledge.",
+            )
+        refusal = approval_refusal(submission, by) if verdict == Verdict.APPROVE else ""
+        made = Review.objects.create(
+            submission=submission, reviewer=by, verdict=verdict, comment=comment[:5000], counted=not refusal
+        )
+        if verdict == Verdict.REJECT:
+            submission = _move(submission, S.REJECTED, by=by, reason=comment)
+            return ReviewOutcome(submission, made, True, "Submission rejected.")
+        if refusal:
+            record_audit(
+                by, "submission.review_not_counted", submission, project=submission.project, why=refusal
+            )
+            return ReviewOutcome(
+                submission, made, False, "Your approval is recorded but does not count. " + refusal
+            )
+        now = approvals(submission)
+        if now.remaining:
+            # Not approved yet: the approval is recorded and audited; the submission waits for the next.
+            record_audit(
+                by,
+                "review.approval_recorded",
+                submission,
+                project=submission.project,
+                counted=now.counted,
+                needed=now.needed,
+                approvers=list(now.by),
+                still_needed=now.still_needed(),
+            )
+            submission.save(update_fields=["updated"])  # a new version of its page and the queue
+            return ReviewOutcome(
+                submission,
+                made,
+                True,
+                f"Approval {now.counted} of {now.needed} recorded: it needs {now.still_needed()}.",
+            )
+        reason = comment or "approved"
+        if now.needed > 1:
+            reason = f"approval {now.counted} of {now.needed} · {', '.join(now.by)}" + (
+                f": {comment}" if comment else ""
+            )
+        submission = _move(submission, S.APPROVED, by=by, reason=reason, audit={"approvers": list(now.by)})
+    return ReviewOutcome(submission, made, True, "Submission approved.")
+
+
+APPROVED_OR_LATER = (S.APPROVED, S.UPLOADED, S.RANKED)
+
+
+def approved_below_rule(project):
+    """Submissions approved (or uploaded, ranked) with fewer distinct counted approvers than the
+    project's rule now needs: approved by one person before the rule held (or before it covered
+    auto-verified submissions). Listed for people to look at, never changed. `approvers` annotated."""
+    needed = approvals_needed(project)
+    if needed < 2:
+        return Submission.objects.none()
+    counted = (
+        Review.objects.filter(submission=OuterRef("pk"), verdict=Verdict.APPROVE, counted=True)
+        .order_by()
+        .values("submission")
+        .annotate(n=Count("reviewer", distinct=True))
+        .values("n")
+    )
+    return (
+        Submission.objects.filter(project=project, status__in=APPROVED_OR_LATER)
+        .annotate(approvers=Coalesce(Subquery(counted), 0))
+        .filter(approvers__lt=needed)
+        .select_related("run", "proposed_by")
+        .order_by("-updated", "-id")
+    )
+
+
+# --- bulk verify / approve (the review queue's selection, POST …/submissions/bulk) ----------------------
+
+BULK_MAX = 200
+BULK_ACTIONS = ("verify", "approve")
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    id: int
+    outcome: str  # verifying | approved | approval_recorded | skipped
+    detail: str
+    why: str = ""  # for skipped ones: proposed | approved_already | status | missing | refused
+
+
+# How a summary names each kind of skipped submission ("2 skipped: you proposed them").
+_SKIPPED = {
+    "proposed": ("you proposed it", "you proposed them"),
+    "approved_already": ("you approved it already", "you approved them already"),
+    "status": ("not in a status for this", "not in a status for this"),
+    "missing": ("not in this project", "not in this project"),
+    "refused": ("refused", "refused"),
+}
+
+
+def bulk_act(project, *, by: Any, action: str, ids: list[int], comment: str = "") -> list[BulkOutcome]:
+    """Verify or approve many submissions: each one on its own, by the same rules (and audit) as one
+    at a time; one that may not be moved is skipped and says why. The caller dispatches the
+    verifications (outcome "verifying") on commit."""
+    if action not in BULK_ACTIONS:
+        raise InvalidInput("action", f"One of {', '.join(BULK_ACTIONS)}.")
+    if not ids:
+        raise InvalidInput("ids", "Name at least one submission.")
+    if len(ids) > BULK_MAX:
+        raise InvalidInput("ids", f"At most {BULK_MAX} submissions at a time (got {len(ids)}).")
+    if not project.allows(by, Role.REVIEWER):
+        raise NotAllowed(f"To {action} submissions you need the reviewer role in {project.slug}.")
+    found = Submission.objects.filter(project=project, pk__in=ids).select_related(
+        "project__scenario", "run", "proposed_by"
+    )
+    found = {sub.pk: sub for sub in found}
+    results = []
+    for pk in dict.fromkeys(ids):  # each once, in the order given
+        sub = found.get(pk)
+        if sub is None:
+            results.append(BulkOutcome(pk, "skipped", f"No submission #{pk} in {project.slug}.", "missing"))
+            continue
+        try:
+            results.append(_bulk_one(sub, by=by, action=action, comment=comment))
+        except TrackingError as exc:
+            results.append(BulkOutcome(pk, "skipped", exc.message, "refused"))
+    return results
+
+
+def _bulk_one(sub: Submission, *, by: Any, action: str, comment: str) -> BulkOutcome:
+    if action == "verify":
+        if S.VERIFYING not in TRANSITIONS[sub.status]:
+            return BulkOutcome(
+                sub.pk, "skipped", f"It is {sub.status}; next: {NEXT_STEP[sub.status]}.", "status"
+            )
+        request_verification(sub, by=by)
+        return BulkOutcome(sub.pk, "verifying", "Verification requested.")
+    if sub.status != S.VERIFIED:
+        return BulkOutcome(sub.pk, "skipped", f"It is {sub.status}; next: {NEXT_STEP[sub.status]}.", "status")
+    if refusal := approval_refusal(sub, by):
+        # Skipped, not recorded: a bulk approval never adds an approval that does not count.
+        why = "proposed" if is_own_approval(sub, by) else "approved_already"
+        return BulkOutcome(sub.pk, "skipped", refusal, why)
+    outcome = review(sub, by=by, verdict=Verdict.APPROVE, comment=comment)
+    if outcome.submission.status == S.APPROVED:
+        return BulkOutcome(sub.pk, "approved", outcome.message)
+    return BulkOutcome(sub.pk, "approval_recorded", outcome.message)
+
+
+def bulk_summary(action: str, results: list[BulkOutcome]) -> str:
+    """One line for the person: "10 approved, 2 skipped: you proposed them"."""
+    done = {
+        k: sum(1 for r in results if r.outcome == k) for k in ("verifying", "approved", "approval_recorded")
+    }
+    parts = []
+    if done["verifying"]:
+        parts.append(f"{done['verifying']} put up for verification")
+    if done["approved"]:
+        parts.append(f"{done['approved']} approved")
+    if done["approval_recorded"]:
+        n = done["approval_recorded"]
+        parts.append(f"{n} approval{'s' if n != 1 else ''} recorded (waiting for a second approver)")
+    skipped = [r for r in results if r.outcome == "skipped"]
+    if skipped:
+        whys = {why: sum(1 for r in skipped if r.why == why) for why in dict.fromkeys(r.why for r in skipped)}
+        if len(whys) == 1:
+            [(why, n)] = whys.items()
+            reasons = _SKIPPED[why][n != 1]
+        else:
+            reasons = ", ".join(f"{n} {_SKIPPED[why][n != 1]}" for why, n in whys.items())
+        parts.append(f"{len(skipped)} skipped: {reasons}")
+    return ", ".join(parts) or f"Nothing to {action}."
+
+
+# --- auto-verify catching up on the candidates waiting when it was switched on ---------------------------
+
+CATCH_UP_VERB = "project.verification_catch_up"
+
+
+def _never_verified(project):
+    return Submission.objects.filter(
+        project=project, status=S.CANDIDATE, verification_outcome="", excluded_at__isnull=True
+    )
+
+
+def start_catch_up(project, *, by: Any = None) -> int:
+    """Auto-verify was switched on: record how many existing candidates wait (the progress's total);
+    the caller queues `catch_up_verifications` in rate-limited chunks."""
+    backlog = _never_verified(project).count()
+    record_audit(by, CATCH_UP_VERB, project, project=project, backlog=backlog)
+    return backlog
+
+
+def catch_up_verifications(project_id: int, *, limit: int) -> tuple[list[Submission], int]:
+    """Put up to `limit` of a project's never-verified candidates (oldest first) up for verification,
+    as auto-verify would have; returns them and how many still wait. Nothing once auto-verify is off."""
+    waiting = _never_verified(project_id).filter(project__auto_verify=True)
+    started = []
+    for sub in waiting.select_related("project__scenario", "run").order_by("id")[:limit]:
+        try:
+            started.append(request_verification(sub, by=None, automatic=True))
+        except IllegalTransition:
+            continue  # someone else moved it first
+    return started, waiting.count()
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    done: int  # queued or finished
+    total: int
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done
+
+
+def catch_up_progress(project) -> CatchUp | None:
+    """How far the last catch-up got: of the candidates waiting when auto-verify was switched on, how
+    many have been put up for verification (or were verified another way); None when there is none
+    under way."""
+    if not project.auto_verify:
+        return None
+    started = (
+        AuditEvent.objects.filter(project=project, verb=CATCH_UP_VERB).order_by("-created", "-id").first()
+    )
+    if started is None or not started.detail.get("backlog"):
+        return None
+    total = int(started.detail["backlog"])
+    left = _never_verified(project).filter(created__lte=started.created).count()
+    if not left:
+        return None
+    return CatchUp(max(total - left, 0), total)
 
 
 # --- the manual arena handoff -----------------------------------------------------------------------
