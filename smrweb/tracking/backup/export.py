@@ -204,7 +204,7 @@ class _Exporter:
         values = table.rows(self.project).values_list("pk", *lookups)
         own_refs = self.refs.get(table.model) if table.ref else None
         with self._member(table.file) as out:
-            for pk, *row_values in values.iterator(chunk_size=table.chunk):
+            for pk, *row_values in values.iterator(chunk_size=table.rows_per_chunk):
                 row: dict[str, Any] = {"ref": own_refs[pk]} if own_refs is not None else {}
                 for (name, encode), value in zip(columns, row_values, strict=True):
                     row[name] = value if encode is None else encode(value)

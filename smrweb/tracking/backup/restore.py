@@ -232,7 +232,7 @@ class _Importer:
             if table.model is TurnBody:
                 obj.archived_event_id = row.get("event_id")  # its turn, found per batch in _flush
             batch.append((row.get("ref"), obj, later))
-            if len(batch) >= table.chunk:
+            if len(batch) >= table.rows_per_chunk:
                 deferred += self._flush(table, batch)
                 batch = []
         deferred += self._flush(table, batch)

@@ -106,7 +106,7 @@ class Table:
     extra: tuple[str, ...] = ()  # columns of the archive that are not model fields
     # (archive column, lookup) read with each row: how a row names a row without a ref (a turn body's turn)
     joined: tuple[tuple[str, str], ...] = ()
-    chunk: int = CHUNK_SIZE  # rows per query chunk and per insert: fewer for tables of large rows
+    chunk: int = 0  # at most this many rows per query chunk and per insert (tables of large rows)
 
     @cached_property
     def fields(self) -> list[models.Field]:
@@ -120,6 +120,10 @@ class Table:
     @cached_property
     def project_fields(self) -> list[models.Field]:
         return [f for f in self.model._meta.concrete_fields if f.related_model is Project]
+
+    @property
+    def rows_per_chunk(self) -> int:
+        return min(self.chunk, CHUNK_SIZE) if self.chunk else CHUNK_SIZE
 
     @property
     def file(self) -> str:
