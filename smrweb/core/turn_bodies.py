@@ -65,8 +65,10 @@ def to_message(raw: Any, role: str, *, json_text: bool = True) -> dict[str, Any]
     none; a string is read as JSON first when `json_text` (OTLP attributes carry serialised values)."""
     if json_text:
         raw = parsed(raw)
-    if isinstance(raw, dict) and isinstance(raw.get("message"), dict):  # gen_ai.choice: {index, message}
-        raw = {**{k: v for k, v in raw.items() if k not in ("message", "index")}, **raw["message"]}
+    inner = raw.get("message") if isinstance(raw, dict) else None
+    inner = parsed(inner) if json_text else inner
+    if isinstance(inner, dict):  # gen_ai.choice: {index, finish_reason, message}
+        raw = {**{k: v for k, v in raw.items() if k not in ("message", "index")}, **inner}
     if not isinstance(raw, dict):
         return None if raw in (None, "", []) else {"role": role, "content": raw}
     message = {k: v for k, v in raw.items() if v is not None}

@@ -331,7 +331,7 @@ def span_bodies(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]]])
                 from_events.append({**extra, **message})
         elif name == "gen_ai.choice":
             message = turn_bodies.to_message(
-                turn_bodies.parsed(body) if body is not None else event_attrs, "assistant"
+                event_attrs.get("gen_ai.event.content", event_attrs), "assistant"
             )
             if message is not None:
                 choices.append(message)
