@@ -99,7 +99,7 @@ def test_screenshots_of_the_turn_detail_with_bodies(
             page.locator('#turn-detail details[data-body="prompt"] summary').click()
             page.locator("#turn-detail").scroll_into_view_if_needed()
             suffix = f"{width}" if scheme == "light" else f"{width}-dark"
-            page.locator("#turn-detail").screenshot(path=screenshot_dir / f"run-turn-bodies-{suffix}.png")
+            page.locator("#turn-detail").screenshot(path=screenshot_dir / f"turn-detail-bodies-{suffix}.png")
             found = page.evaluate(OVERFLOW_CHECK, phone)
             if scheme == "dark":
                 found += page.evaluate(DARK_CHECK)
