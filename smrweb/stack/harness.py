@@ -345,7 +345,7 @@ class Harness:
             "duration_ms": self.rng.randint(800, 20_000),
             # What a traced agent sends when it records message content (the demo projects capture it).
             "prompt": [
-                {"role": "system", "content": f"You are {actor} of run {run.external_id}: improve the score."},
+                {"role": "system", "content": f"You are {actor} of run {run.external_id}: raise the score."},
                 {"role": "user", "content": f"Turn {turn}. Decide the next step from the last results."},
             ],
             "response": f"Next: {named}.",

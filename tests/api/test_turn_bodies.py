@@ -135,7 +135,7 @@ def test_the_turn_detail_shows_bodies_collapsed_and_escaped(api, capturing, clie
 def test_the_turn_detail_says_why_there_is_no_body(api, project, alice, client_alice):
     post(api, [turn(1, prompt="dropped")])
     t = AgentTurn.objects.get()
-    page = client_alice.get(f"/projects/hill/runs/r1/turns/{t.pk}/").content.decode()
+    page = " ".join(client_alice.get(f"/projects/hill/runs/r1/turns/{t.pk}/").content.decode().split())
     assert "Prompt and response bodies are not captured in this project" in page
     services.update_project(project, by=alice, capture_turn_bodies=True)
     page = client_alice.get(f"/projects/hill/runs/r1/turns/{t.pk}/").content.decode()
@@ -182,13 +182,13 @@ def test_turning_capture_off_keeps_stored_bodies_and_deleting_them_is_confirmed_
     api, capturing, client_alice
 ):
     post(api, [turn(1, prompt="p1"), turn(2, response="r2")])
-    page = client_alice.get("/projects/hill/settings/").content.decode()
+    page = " ".join(client_alice.get("/projects/hill/settings/").content.decode().split())
     assert "<b>On:</b>" in page and "the prompt or response of <b>2</b> turns" in page
 
     client_alice.post("/projects/hill/settings/", {"action": "turn_bodies"})  # unchecked: off
     assert Project.objects.get(pk=capturing.pk).capture_turn_bodies is False
     assert TurnBody.objects.count() == 2
-    page = client_alice.get("/projects/hill/settings/").content.decode()
+    page = " ".join(client_alice.get("/projects/hill/settings/").content.decode().split())
     assert "<b>Off:</b> no prompt or response is stored" in page
     assert AuditEvent.objects.filter(
         verb="project.settings_changed", detail__capture_turn_bodies="False"
