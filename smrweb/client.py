@@ -354,11 +354,14 @@ class Client:
         kind: str | None = None,
         tool_calls: list | None = None,
         duration_ms: int | None = None,
+        prompt: str | list | None = None,
+        response: str | list | None = None,
         ts=None,
         id: str | None = None,
         run: str | None = None,
     ) -> str:
-        """One agent turn (an actor's turn number counts once, whatever its id). Returns the event id."""
+        """One agent turn (an actor's turn number counts once, whatever its id). Returns the event id.
+        `prompt` / `response`: text or chat messages, stored only when the project captures bodies."""
         event: dict[str, Any] = {
             "type": "agent.turn",
             "turn": turn,
@@ -374,6 +377,8 @@ class Client:
             ("kind", kind),
             ("tool_calls", tool_calls),
             ("duration_ms", duration_ms),
+            ("prompt", prompt),
+            ("response", response),
         ):
             if value is not None:
                 event[name] = value

@@ -243,6 +243,9 @@ STORAGES = {
         )
     },
 }
+# A turn's prompt and its response are each stored up to this many bytes (UTF-8); past it, cut, with a
+# marker saying how many bytes were cut (never refused).
+SMRWEB_TURN_BODY_MAX_BYTES = env.int("SMRWEB_TURN_BODY_MAX_BYTES", default=64 * 1024)
 SMRWEB_MAX_ARTIFACT_BYTES = env.int("SMRWEB_MAX_ARTIFACT_BYTES", default=512 * 1024 * 1024)
 # Bytes of distinct artifacts one project may hold (0: no limit), and uploads one token or user may make
 # per minute (red-team finding 10): one agent cannot fill the disk for everyone.

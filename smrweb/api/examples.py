@@ -34,6 +34,11 @@ EVENTS = OpenApiExample(
             "cost_usd": 0.0412,
             "duration_ms": 5400,
             "tool_calls": ["read_file", "apply_patch"],
+            "prompt": [
+                {"role": "system", "content": "You improve submission/optimizer.py."},
+                {"role": "user", "content": "The last score was 3.41; try a lower learning rate."},
+            ],
+            "response": "Lowering lr to 3e-4 and re-running the harness.",
             "ts": "2026-01-05T09:00:06Z",
         },
         {

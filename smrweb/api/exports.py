@@ -48,6 +48,7 @@ class ExportableList(ExportNegotiation):
     written by the list's own serializer (so its values are the JSON answer's)."""
 
     export_name = "rows"
+    export_chunk_size = CHUNK_SIZE  # rows per query round trip; lists of large rows (bodies) take fewer
 
     def list(self, request, *args, **kwargs):
         fmt = export_format(request)
@@ -56,7 +57,9 @@ class ExportableList(ExportNegotiation):
         queryset = self.filter_queryset(self.get_queryset())
         serializer = self.get_serializer()
         header = list(serializer.fields)
-        rows = (serializer.to_representation(obj) for obj in queryset.iterator(chunk_size=CHUNK_SIZE))
+        rows = (
+            serializer.to_representation(obj) for obj in queryset.iterator(chunk_size=self.export_chunk_size)
+        )
         return exports.export_response(
             header, rows, fmt=fmt, filename=exports.export_filename(*self.export_parts(), fmt=fmt)
         )

@@ -51,6 +51,7 @@ import msgspec
 from django.conf import settings
 from django.utils import timezone
 
+from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
@@ -140,6 +141,21 @@ _KINDS = {
 _TURN_TAGS = ("type", "event", "e", "name", "kind")
 
 
+_PROMPT = ("prompt", "messages", "input_messages", "inputMessages")
+_RESPONSE = ("response", "completion", "output_text", "outputText", "output_messages", "outputMessages")
+
+
+def _bodies(obj: dict) -> dict[str, Any]:
+    """The line's prompt and response, when it has them: text, or messages (a message without a role
+    takes "user" in a prompt, "assistant" in a response) — a harness's shapes, never a reason to skip."""
+    found = {}
+    for name, keys, role in (("prompt", _PROMPT, "user"), ("response", _RESPONSE, "assistant")):
+        value = turn_bodies.to_messages(_first((obj,), keys), role, json_text=False)
+        if value is not None:
+            found[name] = value
+    return found
+
+
 def _kind(obj: dict) -> str | None:
     kind = obj.get("kind")
     return _KINDS.get(kind) if isinstance(kind, str) else None
@@ -178,7 +194,9 @@ class AgentTurnsAdapter(Adapter):
     tokens ← spend.tokens.{input,output} | tokens.{input,output} | usage.{input_tokens,…} | tokens_in…;
     cost_usd ← spend.usd | cost_usd | costUsd | usd | usage.cost_usd (else 0); tool_calls ← tool_calls |
     toolCalls; duration_ms ← duration_ms | durationMs | spend.ms (a spend.ms of 0 is "not measured");
-    ts ← ts | timestamp | time (ISO or epoch); id ← id. Other fields are ignored.
+    ts ← ts | timestamp | time (ISO or epoch); id ← id; prompt ← prompt | messages | input_messages;
+    response ← response | completion | output_text | output_messages (text, or {role, content}
+    messages). Other fields are ignored.
     """
 
     name = "agent-turns"
@@ -217,6 +235,7 @@ class AgentTurnsAdapter(Adapter):
             if found[name] is not None:
                 found[name] = _actor(found[name]) or found[name]
         event.update((k, v) for k, v in found.items() if v is not None)
+        event.update(_bodies(obj))
         return event
 
 
@@ -231,8 +250,8 @@ class UsageLogAdapter(Adapter):
     (driver_inference for a root actor, child_work under a parent); model ← "provider/model" (model alone
     when it already starts with the provider); cost_usd ← cost_usd | costUsd | cost | usd (else 0);
     duration_ms ← duration_ms | latency_ms | elapsed_ms (rounded); tool_calls ← tool_calls | toolCalls;
-    ts ← ts | timestamp | time | created_at (ISO or epoch). A log line's own `id`/`request_id` is not
-    used: a retried request is another call.
+    ts ← ts | timestamp | time | created_at (ISO or epoch); prompt and response as in agent-turns. A log
+    line's own `id`/`request_id` is not used: a retried request is another call.
     """
 
     name = "usage-log"
@@ -284,6 +303,7 @@ class UsageLogAdapter(Adapter):
         }
         event: dict[str, Any] = {"type": "agent.turn"}
         event.update((k, v) for k, v in found.items() if v is not None)
+        event.update(_bodies(obj))
         return event
 
 

@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events, describe
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
@@ -122,6 +123,7 @@ class _Span:
     end: int
     attrs: dict[str, Any]
     run_id: str
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, attributes)
 
     @property
     def operation(self) -> str:
@@ -178,6 +180,7 @@ def _spans(request: ExportTraceServiceRequest) -> Iterable[_Span]:
                     end=span.end_time_unix_nano,
                     attrs=attrs,
                     run_id=run if isinstance(run, str) and run else trace_id,
+                    events=[(e.name, _attributes(e.attributes)) for e in span.events],
                 )
 
 
@@ -259,12 +262,92 @@ def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, 
             "tool_calls": [],
             "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
         }
+        prompt, response = span_bodies(span.attrs, span.events)
+        if prompt:
+            event["prompt"] = prompt
+        if response:
+            event["response"] = response
         turns[(span.trace_id, span.span_id)] = event
         out.runs.setdefault(span.run_id, []).append((span.span_id, event))
 
     _number_turns(turn_spans, turns)
     _attach_tools(tools, turn_spans, turns, parent, ancestors, agent_chain, out)
     return out
+
+
+# --- prompt and response bodies -------------------------------------------------------------------
+# Where instrumentations put message content, by semantic-conventions version (only when content capture
+# is on, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); the first found wins.
+_ROLE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+# Flattened, indexed messages: OpenLLMetry (`gen_ai.prompt.0.role`) and OpenInference
+# (`llm.input_messages.0.message.role`): (prefix, role key, content key).
+_INDEXED_PROMPT = (
+    ("gen_ai.prompt", "role", "content"),
+    ("llm.input_messages", "message.role", "message.content"),
+)
+_INDEXED_RESPONSE = (
+    ("gen_ai.completion", "role", "content"),
+    ("llm.output_messages", "message.role", "message.content"),
+)
+
+
+def _indexed(attrs: dict[str, Any], specs: tuple[tuple[str, str, str], ...], role: str) -> list | None:
+    """Messages flattened into `<prefix>.<i>.<role key>` / `<prefix>.<i>.<content key>` attributes."""
+    for prefix, role_key, content_key in specs:
+        found: dict[int, dict[str, Any]] = {}
+        for key, value in attrs.items():
+            if not key.startswith(prefix + "."):
+                continue
+            index, _, rest = key[len(prefix) + 1 :].partition(".")
+            if index.isdigit() and rest in (role_key, content_key):
+                found.setdefault(int(index), {})["role" if rest == role_key else "content"] = value
+        if found:
+            return turn_bodies.to_messages([found[i] for i in sorted(found)], role)
+    return None
+
+
+def span_bodies(attrs: dict[str, Any], events: list[tuple[str, dict[str, Any]]]) -> tuple[Any, Any]:
+    """A GenAI span's prompt and response as contract bodies (messages or text), or None each."""
+    prompt = turn_bodies.to_messages(attrs.get("gen_ai.input.messages"), "user")
+    if prompt is not None and attrs.get("gen_ai.system_instructions") is not None:
+        system = {"role": "system", "content": turn_bodies.parsed(attrs["gen_ai.system_instructions"])}
+        prompt = [system, *(prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}])]
+    response = turn_bodies.to_messages(attrs.get("gen_ai.output.messages"), "assistant")
+    from_events: list[dict[str, Any]] = []
+    choices: list[dict[str, Any]] = []
+    for name, event_attrs in events:
+        body = event_attrs.get("gen_ai.event.content", event_attrs.get("content", event_attrs.get("message")))
+        if name in _ROLE_EVENTS:
+            extra = {k: event_attrs[k] for k in ("tool_calls", "id") if k in event_attrs}
+            message = turn_bodies.to_message(
+                body if isinstance(turn_bodies.parsed(body), dict) else {"content": body}, _ROLE_EVENTS[name]
+            )
+            if message is not None:
+                from_events.append({**extra, **message})
+        elif name == "gen_ai.choice":
+            message = turn_bodies.to_message(
+                event_attrs.get("gen_ai.event.content", event_attrs), "assistant"
+            )
+            if message is not None:
+                choices.append(message)
+        elif name == "gen_ai.content.prompt" and prompt is None:
+            prompt = turn_bodies.to_messages(event_attrs.get("gen_ai.prompt"), "user")
+        elif name == "gen_ai.content.completion" and response is None:
+            response = turn_bodies.to_messages(event_attrs.get("gen_ai.completion"), "assistant")
+    if prompt is None:
+        prompt = from_events or turn_bodies.to_messages(attrs.get("gen_ai.prompt"), "user")
+    if response is None:
+        response = choices or turn_bodies.to_messages(attrs.get("gen_ai.completion"), "assistant")
+    if prompt is None:
+        prompt = _indexed(attrs, _INDEXED_PROMPT, "user")
+    if response is None:
+        response = _indexed(attrs, _INDEXED_RESPONSE, "assistant")
+    return turn_bodies.clean(prompt), turn_bodies.clean(response)
 
 
 def _span_problem(span: _Span) -> str:

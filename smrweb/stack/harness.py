@@ -329,6 +329,8 @@ class Harness:
         model = MODELS["driver"] if parent is None else MODELS["child"]
         tin, tout = self.rng.randint(2_000, 14_000), self.rng.randint(200, 2_500)
         pin, pout = PRICE_PER_MTOK[model]
+        calls = [self.tool_call(name) for name in self.rng.sample(TOOLS, self.rng.randint(0, 3))]
+        named = ", ".join(call["name"] for call in calls) or "no tool"
         return {
             "type": "agent.turn",
             "turn": turn,
@@ -339,8 +341,14 @@ class Harness:
             "tokens_in": tin,
             "tokens_out": tout,
             "cost_usd": round(tin * pin / 1e6 + tout * pout / 1e6, 6),
-            "tool_calls": [self.tool_call(name) for name in self.rng.sample(TOOLS, self.rng.randint(0, 3))],
+            "tool_calls": calls,
             "duration_ms": self.rng.randint(800, 20_000),
+            # What a traced agent sends when it records message content (the demo projects capture it).
+            "prompt": [
+                {"role": "system", "content": f"You are {actor} of run {run.external_id}: raise the score."},
+                {"role": "user", "content": f"Turn {turn}. Decide the next step from the last results."},
+            ],
+            "response": f"Next: {named}.",
         }
 
     def tool_call(self, name: str) -> dict:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from smrweb.core import turn_bodies
 from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import RunState, TurnKind
 
@@ -95,6 +96,29 @@ class Failure(BaseModel):
     source: Text = ""
 
 
+class ChatMessage(BaseModel):
+    """One message of a chat prompt or response. Other keys (name, tool_calls, tool_call_id, …) are
+    allowed, so messages pasted from a provider's API fit, and are kept in the text."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    role: Annotated[str, Field(min_length=1, max_length=200)]
+    content: Any = Field(
+        default=None,
+        description="Text, or a list of parts (a text part by its `text`); other values as JSON.",
+    )
+
+
+MAX_BODY_MESSAGES = 10_000
+# Never refused for length: stored cut to SMRWEB_TURN_BODY_MAX_BYTES (the request's size bounds it).
+Body = str | Annotated[list[ChatMessage], Field(max_length=MAX_BODY_MESSAGES)]
+
+
+def _body_text(body: Body | None) -> str:
+    if body is None or isinstance(body, str):
+        return body or ""
+    return turn_bodies.messages_text([m.model_dump() for m in body])
+
+
 class TurnEvent(_Event):
     type: Literal["agent.turn"]
     turn: Int32
@@ -110,6 +134,27 @@ class TurnEvent(_Event):
     cost_usd: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)] = 0.0
     tool_calls: list[str | dict[str, Any]] = Field(default_factory=list, max_length=1000)
     duration_ms: Int32 | None = None
+    prompt: Body | None = Field(
+        default=None,
+        description="What the model was sent: text, or chat messages ({role, content}). Stored only when "
+        "the project captures bodies; cut to SMRWEB_TURN_BODY_MAX_BYTES (64 KiB) with a marker, never "
+        "refused.",
+    )
+    response: Body | None = Field(
+        default=None, description="What the model answered: text, or chat messages; as `prompt`."
+    )
+
+    @property
+    def has_body(self) -> bool:
+        return bool(self.prompt) or bool(self.response)
+
+    @property
+    def prompt_text(self) -> str:
+        return _body_text(self.prompt)
+
+    @property
+    def response_text(self) -> str:
+        return _body_text(self.response)
 
     @property
     def resolved_kind(self) -> TurnKind:
@@ -366,6 +411,9 @@ def _refuse_nul_characters(events: list[_Event]) -> None:
         raise InvalidEvents(errors)
 
 
+_UNION_MEMBERS = {"str", "list[ChatMessage]"}  # the members pydantic names in a body's error location
+
+
 def _event_error(err: dict[str, Any]) -> EventError:
     loc = list(err["loc"])
     if err["type"] == "json_invalid":
@@ -383,6 +431,7 @@ def _event_error(err: dict[str, Any]) -> EventError:
         return EventError(index, "type", f"{what}; expected one of: {expected}.")
     if loc and loc[0] in EVENT_TYPES:
         loc.pop(0)  # the discriminator tag pydantic puts in front of the field
+    loc = [part for part in loc if part not in _UNION_MEMBERS]  # "prompt.str" → "prompt"
     field = ".".join(str(part) for part in loc)
     return EventError(index, field, err["msg"])
 

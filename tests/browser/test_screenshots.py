@@ -13,7 +13,7 @@ from django.test import Client
 
 from smrweb.tracking import services
 from smrweb.tracking.services import submissions as lifecycle
-from tests.browser.conftest import DEFAULT_TIMEOUT_MS
+from tests.browser.conftest import DEFAULT_TIMEOUT_MS, push, turn
 from tests.browser.seed import LONG_RUN_ID, P0A_RUN_ID, seed, seed_p0a
 from tests.factories import UserFactory, admin_project
 
@@ -107,6 +107,18 @@ NAV_CHECK = """() => {
 }"""
 
 
+BODY_PROMPT = [
+    {
+        "role": "system",
+        "content": "You train a policy for the Dogfight arena; keep the ONNX under 250k params.",
+    },
+    {
+        "role": "user",
+        "content": "Elo 1069 (best 1076). Try a wider first layer; <b>do not</b> touch the validator.",
+    },
+]
+BODY_RESPONSE = "Widening layer 1 to 96 units and re-exporting submission/policy.onnx.\n" * 3
+
 # What each screenshot must show besides fitting its width: the things people look at it for.
 EXPECTED = {
     "overview": [
@@ -165,6 +177,13 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
     old, _ = services.create_api_token(dogfight, name="laptop (old)", by=alice)
     services.revoke_api_token(old, by=alice)
     admin_project("fresh", name="Fresh project", by=carol)
+    # A turn with its prompt and response (captured), opened in the turn detail below.
+    services.update_project(dogfight, by=alice, capture_turn_bodies=True)
+    push(
+        dogfight,
+        "run-7f3a2c",
+        turn(9001, prompt=BODY_PROMPT, response=BODY_RESPONSE, tool_calls=["run_harness"]),
+    )
     newcomer = UserFactory(username="dave")  # a member of nothing yet
     # Two people must approve (issue 33): bob gave the first approval of one verified submission.
     services.update_project(dogfight, require_second_reviewer=True, by=alice)
@@ -246,6 +265,14 @@ def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, scre
                 page.screenshot(path=screenshot_dir / f"menu-open-{suffix}.png")
                 if found := page.evaluate(OVERFLOW_CHECK, phone):
                     problems[f"menu-open-{suffix}"] = found
+            # A turn's detail with its prompt expanded (walkthrough P2-11).
+            page.goto("/projects/dogfight/runs/run-7f3a2c/")
+            page.locator('table.turns tr[data-turn="9001"] button.turn-link').click()
+            page.locator('#turn-detail details[data-body="prompt"] summary').click()
+            page.wait_for_selector('#turn-detail details[data-body="prompt"] pre.body-text')
+            page.screenshot(path=screenshot_dir / f"run-turn-bodies-{suffix}.png", full_page=True)
+            if found := page.evaluate(OVERFLOW_CHECK, phone):
+                problems[f"run-turn-bodies-{suffix}"] = found
             # The one-time token display after creating a token through the form.
             ctx.clear_cookies()
             ctx.add_cookies([_session_cookie(alice, live_server.url)])

@@ -839,3 +839,38 @@ def test_docs_example(project, tmp_path):
         .values_list("kind", "id__count")
     ) == {"driver_inference": 2, "child_work": 1}
     assert AgentTurn.objects.filter(run=run).aggregate(s=Sum("tokens_out"))["s"] == 212 + 933 + 187
+
+
+def test_prompt_and_response_of_harness_lines_become_turn_bodies(tmp_path, project, alice):
+    from smrweb.tracking.models import TurnBody
+
+    services.update_project(project, by=alice, capture_turn_bodies=True)
+    lines = [
+        {
+            "event": "agent.turn",
+            "turnIndex": 1,
+            "actor": "root",
+            "usage": {"inputTokens": 10, "outputTokens": 3},
+            "messages": [
+                {"role": "user", "content": "Fix the loss."},
+                "a bare string",
+                {"content": "no role"},
+            ],
+            "completion": "Done \u0000 now.",
+        },
+        {"event": "agent.turn", "turnIndex": 2, "actor": "root", "prompt": 7, "response": {"text": "dict"}},
+        {"provider": "openai", "model": "gpt-4o", "input_tokens": 5, "output_tokens": 1, "prompt": "[1, 2]"},
+    ]
+    agent = jsonl.import_file(write(tmp_path / "trace.jsonl", lines[:2]), project, "bodies-1")
+    usage = jsonl.import_file(write(tmp_path / "calls.jsonl", lines[2:]), project, "bodies-2")
+    # A body in a harness's own shape is read as well as it can be, never a reason to skip its turn.
+    assert (agent.stats.accepted, agent.stats.skipped, usage.stats.accepted) == (2, 0, 1)
+    bodies = {(b.turn.run.external_id, b.turn.turn): (b.prompt, b.response) for b in TurnBody.objects.all()}
+    assert bodies == {
+        ("bodies-1", 1): (
+            "[user]\nFix the loss.\n\n[user]\na bare string\n\n[user]\nno role",
+            "Done \ufffd now.",
+        ),
+        ("bodies-1", 2): ("[user]\n7", '[assistant]\ntext: "dict"'),
+        ("bodies-2", 0): ("[1, 2]", ""),  # text stays text: not read as JSON
+    }

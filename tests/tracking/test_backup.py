@@ -59,6 +59,7 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
     SubmissionTransition,
+    TurnBody,
     VerificationOutcome,
 )
 from smrweb.tracking.services import alerts as alert_service
@@ -128,6 +129,7 @@ def rich(alice, bob, victor):
         regression_threshold=0.05,
         rollback_webhook_url="https://hooks.example.com/rollback",
         stall_after=timedelta(minutes=7, microseconds=5),
+        capture_turn_bodies=True,
     )
     services.set_source_backend(
         project, backend_base="https://smr.example.com", api_key="sk-secret", by=alice
@@ -177,6 +179,8 @@ def rich(alice, bob, victor):
             "cost_usd": 0.25,
             "tool_calls": ["bash", {"name": "edit", "args": {"path": "a.py"}}],
             "duration_ms": 1200,
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "héllo ✓"}],
+            "response": "<b>done</b>\nsecond line",
             "ts": at(1),
         },
         {
@@ -385,6 +389,7 @@ SCOPES = {
     Experiment: lambda p: Experiment.objects.filter(run__project=p),
     MetricPoint: lambda p: MetricPoint.objects.filter(run__project=p),
     AgentTurn: lambda p: AgentTurn.objects.filter(run__project=p),
+    TurnBody: lambda p: TurnBody.objects.filter(run__project=p),
     Checkpoint: lambda p: Checkpoint.objects.filter(run__project=p),
     RuntimeMessage: lambda p: RuntimeMessage.objects.filter(run__project=p),
     ArtifactBlob: lambda p: ArtifactBlob.objects.filter(artifacts__run__project=p).distinct(),
@@ -451,6 +456,8 @@ def row_of(obj, project) -> dict:
         if f.primary_key or f.name in NOT_COMPARED.get(type(obj), ()):
             continue
         row[f.name] = identity(getattr(obj, f.name)) if f.is_relation else f.value_from_object(obj)
+    if isinstance(obj, TurnBody):  # its turn is its primary key: compared by what the turn is
+        row["turn"] = (obj.turn.run.external_id, obj.turn.event_id)
     if isinstance(obj, AuditEvent):
         model = AUDITED.get(obj.object_type)
         named = (
@@ -541,6 +548,7 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     manifest = backup.export_project(rich, tmp_path / "hill.zip")
     assert manifest["counts"]["metric_point"] == 25 and manifest["counts"]["artifact_blob"] == 3
     assert manifest["counts"]["user"] == 4  # alice, bob, victor, dora
+    assert manifest["counts"]["turn_body"] == 1 and before["TurnBody"][0]["turn"] == ("r1", "t1")
 
     result = backup.import_project(tmp_path / "hill.zip", slug="hill-copy", trust=True)
 

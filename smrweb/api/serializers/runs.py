@@ -251,6 +251,36 @@ class TurnSerializer(serializers.ModelSerializer):
         ]
 
 
+class TurnWithBodySerializer(TurnSerializer):
+    """A turn with its stored prompt and response (`?bodies=1`): null when none is stored; a text over the
+    cap ends in its cut marker, and `*_cut` says how many bytes were cut."""
+
+    prompt = serializers.CharField(source="body.prompt", read_only=True, allow_null=True)
+    response = serializers.CharField(source="body.response", read_only=True, allow_null=True)
+    prompt_bytes = serializers.IntegerField(source="body.prompt_bytes", read_only=True, allow_null=True)
+    response_bytes = serializers.IntegerField(source="body.response_bytes", read_only=True, allow_null=True)
+    prompt_cut = serializers.IntegerField(source="body.prompt_cut", read_only=True, allow_null=True)
+    response_cut = serializers.IntegerField(source="body.response_cut", read_only=True, allow_null=True)
+
+    class Meta(TurnSerializer.Meta):
+        fields = [
+            *TurnSerializer.Meta.fields,
+            "prompt",
+            "response",
+            "prompt_bytes",
+            "response_bytes",
+            "prompt_cut",
+            "response_cut",
+        ]
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        for name in ("prompt", "response"):
+            if not data[name] and not data[f"{name}_bytes"]:  # none sent: null, not ""
+                data[name] = None
+        return data
+
+
 class MetricPointSerializer(serializers.Serializer):
     step = serializers.IntegerField()
     value = serializers.FloatField()

@@ -57,4 +57,7 @@ class RunEvents(APIView):
             count_events("api", accepted=0, duplicates=0, refused=len(events))
             raise
         count_events("api", accepted=result.accepted, duplicates=result.duplicates, refused=0)
-        return Response({"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates})
+        answer = {"run": run_id, "accepted": result.accepted, "duplicates": result.duplicates}
+        if result.bodies_dropped:  # said, so a client sending bodies is never silently ignored
+            answer["bodies_dropped"] = result.bodies_dropped
+        return Response(answer)

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, project_for_person, run_for
-from smrweb.api.exports import ExportableList, ExportNegotiation, export_format
+from smrweb.api.exports import CHUNK_SIZE, ExportableList, ExportNegotiation, export_format
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.runs import (
     MetricKeysSerializer,
@@ -28,6 +28,7 @@ from smrweb.api.serializers.runs import (
     RunPatchSerializer,
     RunSerializer,
     TurnSerializer,
+    TurnWithBodySerializer,
 )
 from smrweb.core import exports
 from smrweb.tracking import queries, services
@@ -93,21 +94,47 @@ class RunDetail(APIView):
         return Response(RunSerializer(run).data)
 
 
-@extend_schema_view(get=extend_schema(responses={200: TurnSerializer(many=True), **ERRORS}))
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "bodies",
+                OpenApiTypes.BOOL,
+                description="`1`: each turn with its stored prompt and response (and their sizes); left out "
+                "otherwise, of the JSON answer and of the exports alike.",
+            )
+        ],
+        responses={200: TurnSerializer(many=True), **ERRORS},
+    )
+)
 class RunTurns(ExportableList, generics.ListAPIView):
     """A run's agent turns in time order.
 
     `?format=csv` or `?format=jsonl`: every turn (no pagination), streamed, with a header row of these
-    JSON field names; errors stay JSON."""
+    JSON field names; errors stay JSON. Prompt and response bodies only with `?bodies=1`."""
 
     export_name = "turns"
 
     serializer_class = TurnSerializer
     queryset = AgentTurn.objects.none()  # the model, for the schema; get_queryset scopes it
 
+    def with_bodies(self) -> bool:
+        value = self.request.query_params.get("bodies", "")
+        if value not in ("", "0", "1", "true", "false"):
+            raise InvalidInput("bodies", "1 (with the prompt and response bodies) or 0.")
+        return value in ("1", "true")
+
+    def get_serializer_class(self):
+        return TurnWithBodySerializer if self.with_bodies() else TurnSerializer
+
+    @property
+    def export_chunk_size(self) -> int:
+        return 100 if self.with_bodies() else CHUNK_SIZE  # a turn with bodies may be 2 × 64 KiB
+
     def get_queryset(self):
         run = run_for(project_for(self.request, self.kwargs["slug"]), self.kwargs["run_id"])
-        return AgentTurn.objects.filter(run=run).order_by("ts", "id")
+        turns = AgentTurn.objects.filter(run=run).order_by("ts", "id")
+        return turns.select_related("body") if self.with_bodies() else turns
 
 
 METRIC_EXPORT_HEADER = ("key", "step", "value", "ts")

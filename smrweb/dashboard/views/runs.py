@@ -558,11 +558,11 @@ def run_metric(request, slug: str, run_id: str):
 @login_required
 def turn_detail(request, slug: str, run_id: str, turn_id: int):
     run = run_for_user(request, slug, run_id)
-    turn = get_object_or_404(AgentTurn, run=run, pk=turn_id)
+    turn = get_object_or_404(AgentTurn.objects.select_related("body"), run=run, pk=turn_id)
     return render(
         request,
         "dashboard/partials/turns_panel.html",
-        {"project": run.project, "run": run, "turns": [turn], "count": 1},
+        {"project": run.project, "run": run, "turns": [turn], "count": 1, "detail": True},
     )
 
 

@@ -61,6 +61,16 @@ class ProjectSettingsForm(forms.Form):
         return value
 
 
+class TurnBodiesForm(forms.Form):
+    capture_turn_bodies = forms.BooleanField(
+        required=False,
+        label="Capture prompt and response bodies",
+        help_text="Store the prompt and response a source sends with each agent turn (REST prompt/response, "
+        "OpenTelemetry GenAI message content, JSONL), each cut to the server's size cap. Off: they are "
+        "dropped as they arrive and never stored; the REST answer counts them in bodies_dropped.",
+    )
+
+
 class SmrSourceForm(forms.Form):
     smr_api_key = forms.CharField(
         required=False,
@@ -86,6 +96,8 @@ def project_settings(request, slug: str):
         return _smr_source(request, project, action)
     if action == "score_metric":
         return _score_metric(request, project)
+    if action in ("turn_bodies", "delete_turn_bodies"):
+        return _turn_bodies(request, project, action)
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     form = ProjectSettingsForm(request.POST or None, initial=initial)
     status = 200
@@ -110,7 +122,33 @@ def project_settings(request, slug: str):
     return _render(request, project, form=form, status=status)
 
 
-def _render(request, project, *, form=None, smr_form=None, metric_form=None, status=200):
+def _turn_bodies(request, project, action: str):
+    """Turn body capture on or off (what is stored stays), or delete what is stored (confirmed, audited)."""
+    if action == "delete_turn_bodies":
+        if request.POST.get("confirm", "").strip() != project.slug:
+            messages.error(request, f"Type {project.slug} to confirm; nothing was deleted.")
+            return redirect("dashboard:project-settings", slug=project.slug)
+        deleted = services.delete_turn_bodies(project, by=request.user)
+        messages.success(request, f"Deleted the stored prompt and response of {deleted} turn(s).")
+        return redirect("dashboard:project-settings", slug=project.slug)
+    form = TurnBodiesForm(request.POST)
+    if not form.is_valid():
+        return _render(request, project, bodies_form=form, status=400)
+    capture = form.cleaned_data["capture_turn_bodies"]
+    if capture != project.capture_turn_bodies:
+        services.update_project(project, by=request.user, capture_turn_bodies=capture)
+        messages.success(
+            request,
+            "Prompt and response bodies are captured from now on."
+            if capture
+            else "Prompt and response bodies are no longer stored; those stored before stay until deleted.",
+        )
+    else:
+        messages.success(request, "Nothing changed.")
+    return redirect("dashboard:project-settings", slug=project.slug)
+
+
+def _render(request, project, *, form=None, smr_form=None, metric_form=None, bodies_form=None, status=200):
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     smr_settings = project.source_settings if project.source == SourceKind.SMR else {}
     return render(
@@ -128,6 +166,10 @@ def _render(request, project, *, form=None, smr_form=None, metric_form=None, sta
             "catch_up": submissions.catch_up_progress(project),
             "catch_up_rate": settings.SMRWEB_AUTO_VERIFY_CATCH_UP_RATE,
             "approved_alone_count": submissions.approved_below_rule(project).count(),
+            "bodies_form": bodies_form
+            or TurnBodiesForm(initial={"capture_turn_bodies": project.capture_turn_bodies}),
+            "stored_bodies": services.stored_turn_bodies(project),
+            "body_cap": settings.SMRWEB_TURN_BODY_MAX_BYTES,
         },
         status=status,
     )

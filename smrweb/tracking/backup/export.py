@@ -199,12 +199,14 @@ class _Exporter:
                 )
             else:
                 columns.append((f.name, _encoder_for(f)))
-        values = table.rows(self.project).values_list("pk", *(f.attname for f in table.fields))
+        columns += [(name, None) for name, _ in table.joined]
+        lookups = [f.attname for f in table.fields] + [lookup for _, lookup in table.joined]
+        values = table.rows(self.project).values_list("pk", *lookups)
         own_refs = self.refs.get(table.model) if table.ref else None
         with self._member(table.file) as out:
-            for pk, *row_values in values.iterator(chunk_size=tables.CHUNK_SIZE):
+            for pk, *row_values in values.iterator(chunk_size=table.rows_per_chunk):
                 row: dict[str, Any] = {"ref": own_refs[pk]} if own_refs is not None else {}
-                for (name, encode), value in zip(columns, row_values):
+                for (name, encode), value in zip(columns, row_values, strict=True):
                     row[name] = value if encode is None else encode(value)
                 if table.model is AuditEvent:
                     self._name_audited_object(row)

@@ -31,6 +31,7 @@ from smrweb.tracking.backup.tables import (
 )
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import (
+    AgentTurn,
     ApiToken,
     ArtifactBlob,
     AuditEvent,
@@ -39,6 +40,7 @@ from smrweb.tracking.models import (
     Run,
     RunLaunch,
     Scenario,
+    TurnBody,
 )
 
 
@@ -227,8 +229,10 @@ class _Importer:
             obj, later = self._decode(table, row, where)
             if table.model is AuditEvent:
                 self._resolve_audited_object(obj, row, where)
+            if table.model is TurnBody:
+                obj.archived_event_id = row.get("event_id")  # its turn, found per batch in _flush
             batch.append((row.get("ref"), obj, later))
-            if len(batch) >= tables.CHUNK_SIZE:
+            if len(batch) >= table.rows_per_chunk:
                 deferred += self._flush(table, batch)
                 batch = []
         deferred += self._flush(table, batch)
@@ -253,6 +257,8 @@ class _Importer:
             batch = self._without_tokens_in_use(batch)
         if table.model is RunLaunch:
             self._rekey_launches_in_use(batch)
+        if table.model is TurnBody:
+            self._link_turns(table, [obj for _, obj, _ in batch])
         _insert(table.model, [obj for _, obj, _ in batch])
         self.counts[table.name] += len(batch)
         if table.ref:
@@ -262,6 +268,26 @@ class _Importer:
                     raise BackupError(f"{table.file}: ref {ref} appears twice.")
                 refs[ref] = obj.pk
         return [(obj, later) for _, obj, later in batch if later]
+
+    def _link_turns(self, table: Table, bodies: list[TurnBody]) -> None:
+        """Point each body at its turn, named in the archive by its run and event id (one query a batch)."""
+        event_ids = {body.archived_event_id for body in bodies if isinstance(body.archived_event_id, str)}
+        turns = dict(
+            (
+                ((run_id, event_id), pk)
+                for pk, run_id, event_id in AgentTurn.objects.filter(
+                    run_id__in={body.run_id for body in bodies}, event_id__in=event_ids
+                ).values_list("pk", "run_id", "event_id")
+            )
+        )
+        for body in bodies:
+            pk = turns.get((body.run_id, body.archived_event_id))
+            if pk is None:
+                raise BackupError(
+                    f"{table.file}: a body names turn {body.archived_event_id!r} of its run, which the "
+                    "archive does not hold."
+                )
+            body.turn_id = pk
 
     def _without_tokens_in_use(self, batch):
         """A token hash is unique across the deployment: a restored copy next to its original (or a

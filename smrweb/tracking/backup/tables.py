@@ -47,6 +47,7 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
     SubmissionTransition,
+    TurnBody,
     TurnRollup,
 )
 
@@ -103,6 +104,9 @@ class Table:
     key: str = ""  # rows are pointed at by this column instead of a ref (scenario key, blob digest)
     omit: tuple[str, ...] = ()  # columns not carried; docs/backup.md says why
     extra: tuple[str, ...] = ()  # columns of the archive that are not model fields
+    # (archive column, lookup) read with each row: how a row names a row without a ref (a turn body's turn)
+    joined: tuple[tuple[str, str], ...] = ()
+    chunk: int = 0  # at most this many rows per query chunk and per insert (tables of large rows)
 
     @cached_property
     def fields(self) -> list[models.Field]:
@@ -116,6 +120,10 @@ class Table:
     @cached_property
     def project_fields(self) -> list[models.Field]:
         return [f for f in self.model._meta.concrete_fields if f.related_model is Project]
+
+    @property
+    def rows_per_chunk(self) -> int:
+        return min(self.chunk, CHUNK_SIZE) if self.chunk else CHUNK_SIZE
 
     @property
     def file(self) -> str:
@@ -140,6 +148,17 @@ TABLES: tuple[Table, ...] = (
     Table("experiment", Experiment, _of_runs(Experiment), ref=True),
     Table("metric_point", MetricPoint, _of_runs(MetricPoint)),
     Table("agent_turn", AgentTurn, _of_runs(AgentTurn)),
+    # Prompts and responses the project captured: its data, carried like runtime messages (an archive is
+    # kept as safe as a database backup). A body names its turn by the turn's event id in its run (unique
+    # there), so turns need no ref. Up to 2 × SMRWEB_TURN_BODY_MAX_BYTES a row: 100 rows a chunk.
+    Table(
+        "turn_body",
+        TurnBody,
+        _of_runs(TurnBody),
+        extra=("event_id",),
+        joined=(("event_id", "turn__event_id"),),
+        chunk=100,
+    ),
     Table("checkpoint", Checkpoint, _of_runs(Checkpoint), ref=True),
     Table("runtime_message", RuntimeMessage, _of_runs(RuntimeMessage)),
     # Where the bytes live is the storage's business: the importing side stores them anew.

@@ -81,6 +81,7 @@ from smrweb.tracking.models.run import (  # noqa: F401
     RunState,
     RuntimeMessage,
     StateChange,
+    TurnBody,
     TurnKind,
     TurnRollup,
 )

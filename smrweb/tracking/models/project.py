@@ -49,6 +49,10 @@ class Project(models.Model):
     # Verify every new score on a worker as it arrives (the scenario's validator), so the project's
     # verified numbers fill without a click per submission; nobody becomes its proposer.
     auto_verify = models.BooleanField(default=False)
+    # Store the prompt and response bodies sources send with agent turns. Off by default: bodies hold
+    # what users typed, secrets pasted into prompts and proprietary code, and everyone with access to
+    # the project reads them; when off they are dropped at ingest, never written (docs/security.md).
+    capture_turn_bodies = models.BooleanField(default=False)
     # A scored submission worse than the best by more than this (in the scenario's direction) is a
     # regression; null turns detection off.
     regression_threshold = models.FloatField(null=True, blank=True)

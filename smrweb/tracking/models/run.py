@@ -361,6 +361,23 @@ class AgentTurn(models.Model):
         ]
 
 
+class TurnBody(models.Model):
+    """A turn's prompt and response, as the source sent them (chat messages rendered as text), kept apart
+    from `AgentTurn`: the timeline, the rollups and the turn table scan turns and never read these, which
+    can be 2 × SMRWEB_TURN_BODY_MAX_BYTES each. Stored only when the project captures bodies; a text over
+    the cap is stored cut, ending in a marker that says how many bytes were cut (`*_cut`)."""
+
+    turn = models.OneToOneField(AgentTurn, models.CASCADE, primary_key=True, related_name="body")
+    # The run again, so a run's or a project's bodies are deleted, counted and archived without a join.
+    run = models.ForeignKey(Run, models.CASCADE, related_name="+")
+    prompt = models.TextField(blank=True)
+    response = models.TextField(blank=True)
+    prompt_bytes = models.PositiveBigIntegerField(default=0)  # the size sent (UTF-8), before any cut
+    response_bytes = models.PositiveBigIntegerField(default=0)
+    prompt_cut = models.PositiveBigIntegerField(default=0)  # bytes cut off to fit the cap
+    response_cut = models.PositiveBigIntegerField(default=0)
+
+
 class TurnRollup(models.Model):
     """A run's agent turns aggregated, kept in the database by the write path (`services.ingest`, in
     the batch's transaction): what the run page's timeline and actor tree read when the cache lost its

@@ -721,4 +721,6 @@ def turns_in_bin(
     turns = AgentTurn.objects.filter(run=run, ts__gte=start, ts__lt=start + width)
     if kind in TurnKind.values:
         turns = turns.filter(kind=kind)
-    return list(turns.order_by("ts", "id")[:limit]), turns.count()
+    # Each turn's body sizes come along (one join), never its text: a bar lists up to `limit` turns.
+    listed = turns.select_related("body").defer("body__prompt", "body__response")
+    return list(listed.order_by("ts", "id")[:limit]), turns.count()

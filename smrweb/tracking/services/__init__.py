@@ -68,13 +68,16 @@ from smrweb.tracking.services.control import (  # noqa: F401
 )
 from smrweb.tracking.services.deletion import (  # noqa: F401
     DeletionSummary,
+    StoredBodies,
     confirmation_word,
     delete_event_rows,
     delete_project,
     delete_run,
+    delete_turn_bodies,
     deletion_refusal,
     deletion_summary,
     may_delete,
+    stored_turn_bodies,
 )
 from smrweb.tracking.services.ingest import (  # noqa: F401
     IngestResult,

@@ -26,6 +26,7 @@ from smrweb.tracking.models import (
     Rollback,
     Run,
     Submission,
+    TurnBody,
 )
 from smrweb.tracking.services.archive import _allows
 from smrweb.tracking.services.artifacts import _chunks, collect_unreferenced_blobs
@@ -154,6 +155,7 @@ def _delete_run_rows(run: Run) -> None:
     """One run and everything of it, in the caller's transaction. The high-volume tables go first in one
     statement each (no rows loaded); the rest through Django's collector (submissions, reviews, …)."""
     MetricPoint.objects.filter(run=run)._raw_delete(MetricPoint.objects.db)
+    TurnBody.objects.filter(run=run)._raw_delete(TurnBody.objects.db)  # before the turns they point at
     AgentTurn.objects.filter(run=run)._raw_delete(AgentTurn.objects.db)
     try:
         with transaction.atomic():
@@ -231,3 +233,31 @@ def delete_project(project: Project, *, by: Any, confirm: str) -> DeletionSummar
     for chunk in _chunks(sorted(blob_ids)):
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=chunk))
     return summary
+
+
+@dataclass(frozen=True)
+class StoredBodies:
+    turns: int
+    bytes: int  # as stored (cut bodies count what was kept)
+
+
+def stored_turn_bodies(project: Project) -> StoredBodies:
+    """How many of the project's turns keep a prompt or response, and their size (the settings page)."""
+    rows = TurnBody.objects.filter(run__project=project)
+    sizes = rows.aggregate(
+        p=Sum("prompt_bytes"), r=Sum("response_bytes"), pc=Sum("prompt_cut"), rc=Sum("response_cut")
+    )
+    kept = sum(sizes[k] or 0 for k in ("p", "r")) - sum(sizes[k] or 0 for k in ("pc", "rc"))
+    return StoredBodies(turns=rows.count(), bytes=kept)
+
+
+def delete_turn_bodies(project: Project, *, by: Any) -> int:
+    """Delete every stored prompt and response of the project's turns (the turns stay), audited with how
+    many; returns how many turns lost theirs. Turning capture off keeps what was stored: this is the way
+    to remove it."""
+    if not project.allows(by, Role.ADMIN):
+        raise NotAllowed("Deleting stored prompt and response bodies needs the admin role.")
+    with transaction.atomic():
+        deleted, _ = TurnBody.objects.filter(run__project=project).delete()
+        record_audit(by, "project.turn_bodies_deleted", project, project=project, turns=deleted)
+    return deleted

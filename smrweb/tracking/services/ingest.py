@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from smrweb.core import turn_bodies
 from smrweb.tracking import events as ev
 from smrweb.tracking import signals
 from smrweb.tracking.errors import (
@@ -37,6 +38,7 @@ from smrweb.tracking.models import (
     Scenario,
     StateChange,
     Submission,
+    TurnBody,
 )
 from smrweb.tracking.services.artifacts import SHA256_RE
 from smrweb.tracking.services.control import confirm_reported
@@ -55,6 +57,8 @@ class IngestResult:
     run: Run | None  # None for an empty batch
     accepted: int
     duplicates: int
+    # Turns whose prompt or response was dropped, not stored: the project does not capture bodies.
+    bodies_dropped: int = 0
 
 
 _EVENT_MODELS = {
@@ -106,8 +110,10 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
         accepted = len(fresh)
         if metrics:
             accepted += _insert_metrics(run, metrics, now)
+        bodies_dropped = 0
         if by_type["agent.turn"]:
             turns = _insert_turns(run, by_type["agent.turn"], now)
+            bodies_dropped = _insert_bodies(project, turns, [e for _, e in by_type["agent.turn"]])
             changed += recompute_spend(run)
             advance_turn_rollup(run, turns)
         if by_type["checkpoint"]:
@@ -136,7 +142,9 @@ def ingest_events(project: Project, run_external_id: str, events: Sequence[ev._E
             run.save(update_fields=[*dict.fromkeys(changed), "updated"])
         if accepted:
             signals.announce_alerts_due("run", run.pk)
-    return IngestResult(run=run, accepted=accepted, duplicates=len(events) - accepted)
+    return IngestResult(
+        run=run, accepted=accepted, duplicates=len(events) - accepted, bodies_dropped=bodies_dropped
+    )
 
 
 def unnamed_experiments(project: Project, external_id: str) -> int:
@@ -458,6 +466,48 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
         ],
         batch_size=1000,
     )
+
+
+def _captures_bodies(project: Project) -> bool:
+    """The project's setting as committed now, not as the caller's copy says (a poller's project may be
+    minutes old). On PostgreSQL the row is read FOR SHARE: turning capture off waits for the batches
+    that read it on to commit, and every batch after sees it off, so once the switch is saved no body is
+    written. SQLite's writers run one at a time (BEGIN IMMEDIATE) already."""
+    table = connection.ops.quote_name(Project._meta.db_table)
+    lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT capture_turn_bodies FROM {table} WHERE id = %s{lock}", [project.pk])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _insert_bodies(project: Project, turns: list[AgentTurn], events: list[ev.TurnEvent]) -> int:
+    """Store the prompt and response of the new turns that carry them, capped; or, when the project does
+    not capture bodies, store nothing and return how many turns' bodies were dropped."""
+    pairs = [(turn, event) for turn, event in zip(turns, events, strict=True) if event.has_body]
+    if not pairs:
+        return 0
+    if not _captures_bodies(project):
+        return len(pairs)
+    limit = settings.SMRWEB_TURN_BODY_MAX_BYTES
+    bodies = []
+    for turn, event in pairs:
+        prompt, prompt_bytes, prompt_cut = turn_bodies.cap(event.prompt_text, limit)
+        response, response_bytes, response_cut = turn_bodies.cap(event.response_text, limit)
+        bodies.append(
+            TurnBody(
+                turn=turn,
+                run_id=turn.run_id,
+                prompt=prompt,
+                response=response,
+                prompt_bytes=prompt_bytes,
+                response_bytes=response_bytes,
+                prompt_cut=prompt_cut,
+                response_cut=response_cut,
+            )
+        )
+    TurnBody.objects.bulk_create(bodies, batch_size=100)
+    return 0
 
 
 def _insert_checkpoints(run: Run, items: list[tuple[str, ev.CheckpointEvent]], now: datetime) -> None:

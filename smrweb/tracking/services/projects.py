@@ -252,6 +252,7 @@ PROJECT_SETTINGS = (
     "knowledge",
     "require_second_reviewer",
     "auto_verify",
+    "capture_turn_bodies",
     "regression_threshold",
     "budget_guard",
     "rollback_webhook_url",

@@ -381,6 +381,7 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
             project,
             stall_after=spec["stall_after"],
             auto_verify=True,
+            capture_turn_bodies=True,  # the harness's prompts are made up: show them in the turn detail
             regression_threshold=spec["regression_threshold"],
             rollback_webhook_url=rollback_url,
         )
