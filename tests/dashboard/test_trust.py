@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 
 import pytest
 
@@ -15,6 +16,7 @@ from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Review, Rollback, Run, Submission, SubmissionTransition
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.params import log_params
 
 pytestmark = pytest.mark.django_db
 HOOK = "https://hooks.example/rollback"
@@ -371,3 +373,23 @@ def test_the_project_chart_follows_the_runs_tables_filters(client_alice, project
     assert 'hx-get="/projects/hill/chart/?q=ok-"' in page and "2 scores from 1 run" in page
     nothing = client_alice.get("/projects/hill/chart/?q=no-such-run").content.decode()
     assert "No scores from the runs matching the filters." in nothing
+
+
+def test_the_project_chart_follows_the_over_budget_and_param_filters(client_alice, project, alice):
+    """The walkthrough: 11 runs matched "over budget", but the chart still drew "the 12 runs with the best
+    scores, of 38". Every filter of the table narrows the chart (RunFilter's, one list)."""
+    scored(project, "thrifty", 0.4, 0.6)
+    push(
+        project, "spender", {"type": "score", "score": 0.9}, {"type": "agent.turn", "turn": 1, "cost_usd": 3}
+    )
+    log_params(Run.objects.get(project=project, external_id="spender"), [("lr", "0.1")], by=alice)
+    services.update_run_settings(project, "spender", budget_usd=Decimal("1"))
+    over = client_alice.get("/projects/hill/chart/?over_budget=true&unverified=1").content.decode()
+    assert "data-chart-filtered" in over and "1 score from 1 run" in over
+    assert 'hx-get="/projects/hill/chart/?over_budget=true' in over
+    page = client_alice.get("/projects/hill/?over_budget=true&unverified=1").content.decode()
+    assert "data-chart-filtered" in page and "1 score from 1 run" in page
+    within = client_alice.get("/projects/hill/chart/?over_budget=false&unverified=1").content.decode()
+    assert "2 scores from 1 run" in within
+    param = client_alice.get("/projects/hill/chart/?param=lr%3D0.1&unverified=1").content.decode()
+    assert "data-chart-filtered" in param and "1 score from 1 run" in param
