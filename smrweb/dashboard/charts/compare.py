@@ -366,13 +366,11 @@ def _downgraded_badge(run) -> str:
     if not run.is_downgraded:
         return ""
     moves = [f"requested {run.requested_profile}, got {run.actual_profile}"] if _profile_changed(run) else []
-    moves += [
-        f"{a.get('role') or 'actor'} {a.get('actor') or ''}: requested {a['requested']}, got {a['actual']}".replace(
-            "  ", " "
-        )
-        for a in run.downgraded_actors
-    ]
-    return f' <span class="badge badge-warn" data-downgraded title="{escape("; ".join(moves))}">downgraded</span>'
+    for a in run.downgraded_actors:
+        who = " ".join(x for x in (a.get("role") or "actor", a.get("actor") or "") if x)
+        moves.append(f"{who}: requested {a['requested']}, got {a['actual']}")
+    title = escape("; ".join(moves))
+    return f' <span class="badge badge-warn" data-downgraded title="{title}">downgraded</span>'
 
 
 def _profile_changed(run) -> bool:
