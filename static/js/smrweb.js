@@ -505,6 +505,22 @@
     event.preventDefault();
   });
 
+  // "/" focuses the page's search box (GitHub's and Gmail's key), unless one is typing somewhere already.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    var target = event.target;
+    if (target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT" ||
+                   target.isContentEditable)) return;
+    var boxes = document.querySelectorAll("input[type=search], [data-search-box]");
+    for (var i = 0; i < boxes.length; i++) {
+      if (boxes[i].disabled || !boxes[i].getClientRects().length) continue;  // hidden (a closed menu, another tab)
+      event.preventDefault();
+      boxes[i].focus();
+      if (boxes[i].select) boxes[i].select();
+      return;
+    }
+  });
+
   function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); }
   if (DARK && DARK.addEventListener) {
     DARK.addEventListener("change", function () {
