@@ -44,6 +44,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import markers, timeline
+from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import launches, rollbacks, submissions
 
 TURNS_PER_PAGE = 25
@@ -537,7 +538,9 @@ def run_detail(request, slug: str, run_id: str):
 
 def _runtime_messages(run) -> dict:
     shown = queries.runtime_messages(run)
-    return {"runtime_messages": shown, "kickoff_seq": shown[-1].seq if shown else None}
+    for message in shown:
+        message.kind = message_kind(message)
+    return {"runtime_messages": shown}
 
 
 def _metric_context(run, key: str) -> dict:
