@@ -377,16 +377,21 @@ def _profile_changed(run) -> bool:
     return bool(run.requested_profile and run.actual_profile and run.requested_profile != run.actual_profile)
 
 
+def _name(profile: str) -> str:
+    """A profile name, escaped, that may wrap after its underscores (codex_gpt_5_4_mini_medium)."""
+    return str(escape(profile)).replace("_", "_<wbr>")
+
+
 def _model_cell(run) -> str:
     """The model profile the run ran on (requested → actual when it got another), then each downgraded
     role or actor, grouped: "2 × worker: A → B"."""
     if _profile_changed(run):
         head = (
-            f'<span class="muted" title="requested">{escape(run.requested_profile)}</span> → '
-            f'<b class="warn-text" title="what it ran on">{escape(run.actual_profile)}</b>'
+            f'<span class="muted" title="requested">{_name(run.requested_profile)}</span> → '
+            f'<b class="warn-text" title="what it ran on">{_name(run.actual_profile)}</b>'
         )
     elif run.actual_profile or run.requested_profile:
-        head = f"<b>{escape(run.actual_profile or run.requested_profile)}</b>"
+        head = f"<b>{_name(run.actual_profile or run.requested_profile)}</b>"
     else:
         head = '<span class="muted" title="the source names no model profile">—</span>'
     groups: dict[tuple[str, str, str], int] = {}
@@ -395,7 +400,7 @@ def _model_cell(run) -> str:
         groups[key] = groups.get(key, 0) + 1
     lines = "".join(
         f'<span class="model-move" data-downgraded-actor>{f"{n} × " if n > 1 else ""}{escape(role)}: '
-        f"{escape(requested)} → <b>{escape(actual)}</b></span>"
+        f"{_name(requested)} → <b>{_name(actual)}</b></span>"
         for (role, requested, actual), n in groups.items()
     )
     return f'<span class="model-cell">{head}{lines}</span>'
