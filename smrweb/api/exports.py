@@ -55,14 +55,16 @@ class ExportableList(ExportNegotiation):
         if fmt is None:
             return super().list(request, *args, **kwargs)
         queryset = self.filter_queryset(self.get_queryset())
-        serializer = self.get_serializer()
-        header = list(serializer.fields)
-        rows = (
-            serializer.to_representation(obj) for obj in queryset.iterator(chunk_size=self.export_chunk_size)
-        )
+        header, rows = self.export_table(fmt, queryset, self.get_serializer())
         return exports.export_response(
             header, rows, fmt=fmt, filename=exports.export_filename(*self.export_parts(), fmt=fmt)
         )
+
+    def export_table(self, fmt: str, queryset, serializer):
+        """(header, rows): the JSON field names, and each row as the list's serializer writes it."""
+        chunk = self.export_chunk_size
+        rows = (serializer.to_representation(obj) for obj in queryset.iterator(chunk_size=chunk))
+        return list(serializer.fields), rows
 
     def export_parts(self) -> tuple[str, ...]:
         return (self.kwargs.get("slug", ""), self.kwargs.get("run_id", ""), self.export_name)

@@ -47,12 +47,36 @@
     return { data: data, layout: layout, config: figure.config };
   }
 
-  // On a phone the toolbar would sit on the legend (both at the top): it goes below the legend's row,
-  // to the right edge, vertical.
+  // On a phone a legend at the top takes rows off the plot, and the toolbar sits on both: the legend goes
+  // below the plot, in rows (the figure grows by their height, so the plot keeps its own), and the toolbar
+  // to the right edge, vertical, in a margin of its own.
+  function legendEntries(figure) {
+    var layout = figure.layout || {};
+    if (layout.showlegend === false) return 0;
+    var template = ((layout.template || {}).data || {}).scatter || [];  // cycled over the traces, as plotly does
+    var groups = {};
+    (figure.data || []).forEach(function (trace, i) {
+      var styled = template.length ? template[i % template.length] : {};
+      var shown = trace.showlegend !== undefined ? trace.showlegend : styled.showlegend !== false;
+      if (shown) groups[trace.legendgroup || "#" + i] = true;
+    });
+    return Object.keys(groups).length;
+  }
   function narrowed(el, figure) {
     if (el.clientWidth >= 640) return figure;
     var layout = Object.assign({}, figure.layout, { modebar: { orientation: "v" } });
     layout.margin = Object.assign({}, layout.margin, { r: 36 });
+    var entries = legendEntries(figure);
+    if (entries) {
+      var height = entries * 28 + 8;  // plotly puts one entry a row at phone widths
+      var plotHeight = (layout.height || 320) - (layout.margin.t || 0) - (layout.margin.b || 0);
+      layout.legend = Object.assign({}, layout.legend, {
+        orientation: "h", x: 0, xanchor: "left", yanchor: "top",
+        y: -Math.min(0.9, 70 / Math.max(plotHeight, 100)),  // under the x axis' labels and title
+      });
+      layout.height = (layout.height || 320) + height;
+      layout.margin.t = Math.min(layout.margin.t || 0, 28);  // the room the legend had at the top
+    }
     return { data: figure.data, layout: layout, config: figure.config };
   }
 
@@ -543,6 +567,23 @@
     if (button && button.dataset.rule) question += "\n\n" + button.dataset.rule;
     if (!n || !window.confirm(question)) event.preventDefault();
   }, true);
+
+
+  // "/" focuses the page's search box (GitHub's and Gmail's key), unless one is typing somewhere already.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    var target = event.target;
+    if (target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT" ||
+                   target.isContentEditable)) return;
+    var boxes = document.querySelectorAll("input[type=search], [data-search-box]");
+    for (var i = 0; i < boxes.length; i++) {
+      if (boxes[i].disabled || !boxes[i].getClientRects().length) continue;  // hidden (a closed menu, another tab)
+      event.preventDefault();
+      boxes[i].focus();
+      if (boxes[i].select) boxes[i].select();
+      return;
+    }
+  });
 
   function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); }
   if (DARK && DARK.addEventListener) {

@@ -9,12 +9,14 @@ import io
 import json
 import tracemalloc
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import MetricPoint, Run
+from smrweb.tracking.services.params import log_params
 from tests.api.helpers import assert_json_error, session_client
 
 pytestmark = pytest.mark.django_db
@@ -125,18 +127,81 @@ def _round_trip(api, path: str, json_rows: list[dict]) -> None:
     assert _jsonl(api.get(f"{path}{sep}format=jsonl")) == json_rows
 
 
+NESTED_RUN_FIELDS = {"tags", "params", "spend", "failure", "over_budget_on", "downgraded_actors"}
+
+
+def _runs_round_trip(api, path: str, json_rows: list[dict]) -> list[dict]:
+    """The runs CSV: every flat field of the JSON answer as it is, the nested ones spread over columns;
+    the JSONL stays the JSON answer, nested."""
+    sep = "&" if "?" in path else "?"
+    rows = _csv(api.get(f"{path}{sep}format=csv"))
+    assert [r["external_id"] for r in rows] == [r["external_id"] for r in json_rows]
+    for row, expected in zip(rows, json_rows, strict=True):
+        for name, value in expected.items():
+            if name not in NESTED_RUN_FIELDS:
+                assert _same(row[name], value), (name, row[name], value)
+        spend = expected["spend"]
+        assert row["turn_usd"] == spend["usd"] and row["driver_usd"] == spend["driver_inference"]["usd"]
+        assert row["spend_usd"] == (spend["billed_usd"] or spend["usd"])
+        assert int(row["tokens_in"]) == spend["tokens_in"] and int(row["tokens_out"]) == spend["tokens_out"]
+        for tag in expected["tags"]:
+            assert row[f"tag.{tag['key']}"] in (tag["value"], "'" + tag["value"], "true")
+        for param in expected["params"]:
+            assert row[f"param.{param['key']}"] == param["value"]
+        assert not any(cell.startswith(("[", "{")) for cell in row.values())  # nothing nested
+    assert _jsonl(api.get(f"{path}{sep}format=jsonl")) == json_rows
+    return rows
+
+
 def test_runs_export_is_the_json_list_whole(api, world):
     json_rows = api.get(f"{A}/runs").json()["results"]
     assert [r["external_id"] for r in json_rows] == ["r2", "r1"] or len(json_rows) == 2
-    _round_trip(api, f"{A}/runs", json_rows)
+    _runs_round_trip(api, f"{A}/runs", json_rows)
 
 
 def test_runs_export_honours_the_filters(api, world):
     for query in ("state=failed", "tag=sweep=@lr-3", "q=hyperlink", "sort=-turns"):
         json_rows = api.get(f"{A}/runs?{query}").json()["results"]
         assert json_rows
-        _round_trip(api, f"{A}/runs?{query}", json_rows)
+        _runs_round_trip(api, f"{A}/runs?{query}", json_rows)
     assert [r["external_id"] for r in _csv(api.get(f"{A}/runs?state=failed&format=csv"))] == ["r2"]
+
+
+def test_the_runs_csv_is_flat_so_a_spreadsheet_can_sum_it(api, world, project, alice, bob):
+    """The walkthrough: `spend` was one JSON blob per cell and tags/params JSON arrays; nothing to sum.
+    Flat columns: spend_usd (billed where the source bills), tokens, one column per tag and param key
+    (the union over the exported runs: empty where a run has none); formulas still defused."""
+    r2 = Run.objects.get(project=project, external_id="r2")
+    Run.objects.filter(pk=r2.pk).update(source_total_usd="2.500000", cost_usd="2.000000")
+    services.set_tag(r2, key="arm", value="b", by=bob)
+    services.set_tag(r2, key="promising", value="", by=bob)
+    log_params(r2, [("lr", "0.01"), ("note", "=SUM(A1)")], by=alice)
+    text = b"".join(api.get(f"{A}/runs?format=csv").streaming_content).decode()
+    header = next(csv.reader(io.StringIO(text)))
+    assert header[header.index("spend_usd") : header.index("spend_usd") + 5] == [
+        "spend_usd",
+        "billed_usd",
+        "turn_usd",
+        "tokens_in",
+        "tokens_out",
+    ]
+    assert header[-5:] == ["tag.arm", "tag.promising", "tag.sweep", "param.lr", "param.note"]
+    assert not {"spend", "tags", "params", "failure"} & set(header)
+    rows = {r["external_id"]: r for r in csv.DictReader(io.StringIO(text))}
+    r1, r2 = rows["r1"], rows["r2"]
+    assert (r2["spend_usd"], r2["billed_usd"], r2["turn_usd"]) == ("2.500000", "2.500000", "2.000000")
+    assert r1["spend_usd"] == r1["turn_usd"] == "1.500000" and r1["billed_usd"] == ""  # 120 × 0.0125
+    assert sum(Decimal(r["spend_usd"]) for r in rows.values()) == Decimal("4")  # what a spreadsheet sums
+    assert int(r1["tokens_in"]) == sum(10 + i for i in range(120)) and r1["tokens_out"] == "600"
+    assert (r2["tag.arm"], r2["tag.promising"], r2["tag.sweep"]) == ("b", "true", "")
+    assert (r1["tag.arm"], r1["tag.sweep"]) == ("", "'@lr-3")  # a formula, defused
+    assert (r2["param.lr"], r2["param.note"], r1["param.lr"]) == ("0.01", "'=SUM(A1)", "")
+    assert (r2["failure_family"], r2["failure_detail"]) == ("oom", "'+oom killed")
+    # JSON Lines stay nested: the JSON answer.
+    nested = {r["external_id"]: r for r in _jsonl(api.get(f"{A}/runs?format=jsonl"))}
+    assert nested["r2"]["spend"]["billed_usd"] == "2.500000"
+    assert {t["key"] for t in nested["r2"]["tags"]} == {"arm", "promising"}
+    assert nested["r2"]["params"] == [{"key": "lr", "value": "0.01"}, {"key": "note", "value": "=SUM(A1)"}]
 
 
 def test_submissions_export_round_trips(api, world):

@@ -5,6 +5,8 @@ than the window."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from playwright.sync_api import expect
 
@@ -12,7 +14,7 @@ from smrweb.tracking import services
 from smrweb.tracking.models import Submission
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
-from tests.browser.conftest import push, score, state
+from tests.browser.conftest import push, score, state, turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = [1440, 390]
@@ -137,3 +139,24 @@ def test_the_project_chart_follows_the_filters(page, sign_in, alice, project):
     page.locator('form.filters input[name="failed"]').check()
     expect(head).to_contain_text("the runs matching the filters: 1 score from 1 run")
     expect(page.locator("table.runs tbody tr[data-run]")).to_have_count(1)
+
+
+def test_the_over_budget_filter_narrows_the_project_chart(page, sign_in, alice, project):
+    """The walkthrough: "over budget" narrowed the table to 11 runs, but the chart kept drawing every run."""
+    push(project, "thrifty", state("running"), score(0.4), score(0.6))
+    push(project, "spender", state("running"), score(0.9), turn(1, cost_usd=3.0))
+    services.update_run_settings(project, "spender", budget_usd=Decimal("1"))
+    sign_in(alice)
+    page.goto("/projects/hill/?unverified=1")
+    head = page.locator("#project-chart .card-head")
+    expect(head).to_contain_text("3 scores from 2 runs")
+    page.locator('form.filters input[name="over_budget"]').check()
+    expect(page.locator("table.runs tbody tr[data-run]")).to_have_count(1)
+    expect(head).to_contain_text("the runs matching the filters: 1 score from 1 run")
+    # The count's shortcut (a link, a new page) narrows the chart the same way.
+    page.goto("/projects/hill/?unverified=1")
+    page.locator('#project-live a[data-count="over-budget"]').click()
+    expect(head).to_contain_text("the runs matching the filters: 1 score from 1 run")
+    page.locator('form.filters input[name="over_budget"]').uncheck()
+    expect(head).not_to_contain_text("matching the filters")
+    expect(head).to_contain_text("3 scores from 2 runs")

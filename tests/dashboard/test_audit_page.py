@@ -4,10 +4,12 @@ objects that still exist, and exports the filtered log as a streamed CSV."""
 import csv
 import io
 import json
+import re
 from datetime import datetime, timedelta
 
 import pytest
 import time_machine
+from django.db.models import Count
 from django.utils import timezone
 
 from smrweb.tracking import services
@@ -91,6 +93,25 @@ def test_filters_by_kind_person_and_date(client_alice, project, history, alice, 
     assert set(_rows(client_alice.get(URL, {"until": day}))) >= {"token.created", "token.revoked"}
     assert "token.created" not in _rows(client_alice.get(URL, {"since": timezone.localdate().isoformat()}))
     assert _rows(client_alice.get(URL, {"since": day, "until": day})) == ["token.revoked", "token.created"]
+
+
+def test_the_person_filter_lists_each_actor_once_with_a_count(client_alice, project, history, alice, bob):
+    """The walkthrough's audit page offered 991 options, one per row (`token:demo-harness` ×545): each
+    actor once, sorted by name, with how many actions."""
+    for _ in range(3):
+        services.record_audit(bob, "run.tagged", "1", project=project)
+    counts = dict(
+        AuditEvent.objects.filter(project=project)
+        .order_by()
+        .values_list("actor_label")
+        .annotate(n=Count("id"))
+    )
+    body = client_alice.get(URL).content.decode()
+    select = body.split('<select name="actor">', 1)[1].split("</select>", 1)[0]
+    options = re.findall(r'<option value="([^"]+)"[^>]*>([^<]+)</option>', select)
+    assert [value for value, _ in options] == sorted(counts, key=str.lower)
+    assert len(options) == len({value for value, _ in options})
+    assert dict(options)["bob"] == f"bob ({counts['bob']})" and counts["bob"] == 4
 
 
 def test_bad_filters_are_a_form_error_not_a_500(client_alice, project, history):

@@ -7,13 +7,15 @@ from datetime import UTC, datetime, timedelta
 from html import unescape
 
 import pytest
+from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.dashboard.charts import style
+from smrweb.dashboard.views import compare as compare_views
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import Direction
+from smrweb.tracking.models import Direction, Run
 from smrweb.tracking.queries import compare
 from tests.factories import admin_project
 
@@ -530,3 +532,57 @@ def test_a_short_comparison_has_no_later_rows_and_a_later_request_for_too_few_ru
     assert 'class="rows-later"' not in body and re.findall(r'<tr data-run="(\w)"', body) == ["a", "b"]
     gone = client_alice.get(query("a", "nope"), headers={"HX-Request": "true", "X-Smrweb-Only": "side-rows"})
     assert gone.status_code == 200 and gone.content == b""
+
+
+def test_the_tables_show_each_runs_model_profile_and_downgrades(client_alice, two_runs, project):
+    """The walkthrough: 3 of 4 compared SMR runs were downgraded and Compare showed only "done". The side
+    by side table names the profile (requested → actual when it got another), each downgraded role, and
+    the project table's "downgraded" badge; the kept render of the same runs before the change is not
+    served again."""
+    before = client_alice.get(query("a", "b")).content.decode()
+    assert "downgraded" not in row(before, "a")
+    Run.objects.filter(project=project, external_id="a").update(
+        requested_profile="codex_gpt_5_4_medium",
+        actual_profile="codex_gpt_5_4_mini_medium",
+        updated=timezone.now(),
+    )
+    Run.objects.filter(project=project, external_id="b").update(
+        requested_profile="codex_gpt_5_4_medium",
+        actual_profile="codex_gpt_5_4_medium",
+        actor_profiles=[
+            {"role": "worker", "actor": f"w{i}", "requested": "codex_gpt_5_4_medium", "actual": "mini<b>"}
+            for i in range(2)
+        ],
+        updated=timezone.now(),
+    )
+    body = client_alice.get(query("a", "b")).content.decode()
+    assert '<th scope="col"><span title="The model profile' in body
+    a, b = row(body, "a"), row(body, "b")
+    assert "data-downgraded" in a and "requested codex_gpt_5_4_medium, got codex_gpt_5_4_mini_medium" in a
+    assert re.search(
+        r"codex_gpt_5_4_medium</span> → <b[^>]*>codex_gpt_5_4_mini_medium</b>", a.replace("<wbr>", "")
+    )
+    assert "data-downgraded-actor" not in a
+    b = b.replace("<wbr>", "")
+    assert "data-downgraded" in b and "<b>codex_gpt_5_4_medium</b>" in b  # the run's own profile held
+    assert "2 × worker: codex_gpt_5_4_medium → <b>mini&lt;b&gt;</b>" in b  # grouped, escaped
+    Run.objects.filter(project=project, external_id="b").update(
+        requested_profile="", actual_profile="", actor_profiles=[], updated=timezone.now()
+    )
+    b = row(client_alice.get(query("a", "b")).content.decode(), "b")
+    assert "data-downgraded" not in b and 'title="the source names no model profile">—' in b
+
+
+def test_later_rows_carry_the_model_column_too(client_alice, project):
+    for i in range(compare_views.ROWS_FIRST + 2):
+        push(project, f"r{i:02d}", score(0.1 * i, minutes=i), turn(1, 0.01, minutes=i))
+    Run.objects.filter(project=project, external_id="r21").update(
+        requested_profile="big", actual_profile="small", updated=timezone.now()
+    )
+    ids = [f"r{i:02d}" for i in range(compare_views.ROWS_FIRST + 2)]
+    page = client_alice.get(query(*ids)).content.decode()
+    assert 'data-later="side-rows"' in page and 'colspan="12"' in page and 'colspan="11"' in page
+    later = client_alice.get(query(*ids), headers={"HX-Request": "true", "X-Smrweb-Only": "side-rows"})
+    r21 = row(later.content.decode(), "r21")
+    assert "data-downgraded" in r21 and "big</span> → <b" in r21
+    assert r21.count("<td") == 11  # state, model, final … started, actions: the header's twelve with the run

@@ -17,6 +17,7 @@ from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission, VerificationOutcome
 from smrweb.tracking.queries import compare
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.params import log_params
 
 pytestmark = pytest.mark.django_db
 P = "/projects/hill"
@@ -109,6 +110,16 @@ def test_the_runs_buttons_carry_the_filters_and_export_what_the_table_shows(clie
     every = _csv(client.get(_export_links(client.get(f"{P}/").content.decode(), "runs")[0]))
     assert {r["external_id"] for r in every} == {"r1", "r2"}
     assert next(r for r in every if r["external_id"] == "r1")["display_name"] == "'=1+2"  # a formula defused
+
+
+def test_the_runs_buttons_carry_the_param_filter_and_the_csv_is_flat(client, alice, victor, world):
+    log_params(world, [("lr", "0.01")], by=alice)
+    client.force_login(victor)
+    csv_link, _ = _export_links(client.get(f"{P}/", {"param": "lr=0.01"}).content.decode(), "runs")
+    assert "param=lr%3D0.01" in csv_link
+    rows = _csv(client.get(csv_link))
+    assert [(r["external_id"], r["param.lr"]) for r in rows] == [("r1", "0.01")]
+    assert "spend" not in rows[0] and rows[0]["spend_usd"] == rows[0]["turn_usd"]
 
 
 def test_the_leaderboard_export_is_the_board_as_shown(client, victor, world, project):

@@ -218,7 +218,9 @@ def test_the_timeline_keeps_its_bars_until_its_end_passes(client_alice, project,
 def test_the_metric_panel_follows_the_key_the_page_shows(client_alice, project, long_run, now):
     page = client_alice.get(URL).content.decode()
     shown = cards_of(page)
-    assert "metric-panel" in shown and 'hx-include="#metric-key"' in page
+    assert "metric-panel" in shown and 'hx-include="#metrics-card .card-head"' in page
+    head = page.split('id="metrics-card"', 1)[1].split("</div>", 1)[0]
+    assert 'id="metric-key"' in head  # the poll sends the key the picker shows
     push(project, "long", {"type": "metric", "key": "loss", "step": MANY, "value": 0.001})
     body = poll(client_alice, shown, "?key=loss").content.decode()
     assert set(cards_of(body)) == {"metric-panel", "run-head"}  # and the run's last activity

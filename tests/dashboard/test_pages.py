@@ -342,3 +342,31 @@ def test_the_overviews_figures_are_kept_until_a_run_moves(
     assert "<b>2</b> waiting for review" in body
     scores(project, "r1", 0.7)
     assert "<b>3</b> waiting for review" in client_alice.get("/").content.decode()
+
+
+def _overview_spend(body: str) -> str:
+    return body.split('class="spend"', 1)[1].split("</span></span>", 1)[0]
+
+
+def test_the_overviews_spend_is_the_runs_tables_spend_and_says_which_it_is(client_alice, project):
+    """The walkthrough's SMR card said "$6.67 total" (turn cost) while the runs table's Spend (billed)
+    summed to $7.03, and did not say which: the card sums the table's figure, names it, and says when
+    the turns' cost differs."""
+    push(project, "billed", {"type": "agent.turn", "turn": 1, "cost_usd": 1.00})
+    push(project, "turns-only", {"type": "agent.turn", "turn": 1, "cost_usd": 0.50})
+    Run.objects.filter(external_id="billed").update(source_total_usd="1.36", updated=timezone.now())
+    table = client_alice.get("/projects/hill/").content.decode()
+    assert ">$1.36" in table and ">$0.50" in table  # the runs table's Spend: billed, else turn cost
+    spend = _overview_spend(client_alice.get("/").content.decode())
+    assert "$1.86 total" in spend  # 1.36 + 0.50, not the turns' 1.50
+    assert 'data-spend-basis="billed and turn cost"' in spend
+    assert "· turns $1.50" in spend and "$0.36 more" in spend  # the difference, said
+    # Every run billed, by what its turns cost: "billed", and no difference to report.
+    Run.objects.filter(external_id="turns-only").update(source_total_usd="0.50", updated=timezone.now())
+    Run.objects.filter(external_id="billed").update(source_total_usd="1.00", updated=timezone.now())
+    spend = _overview_spend(client_alice.get("/").content.decode())
+    assert "$1.50 total" in spend and 'data-spend-basis="billed"' in spend and "turns $" not in spend
+    # No source bills: turn cost, said so.
+    Run.objects.update(source_total_usd=None, updated=timezone.now())
+    spend = _overview_spend(client_alice.get("/").content.decode())
+    assert "$1.50 total" in spend and 'data-spend-basis="turn cost"' in spend

@@ -384,8 +384,14 @@ def test_project_and_overview_polls_also_answer_204_when_nothing_changed(client_
 
 
 def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
+    kickoff = {"topic": "smr.trigger.initial_runtime_message"}
     push(
-        project, "r1", *[{"type": "message", "body": f"message number {i}.", "ts": at(i)} for i in range(30)]
+        project,
+        "r1",
+        *[
+            {"type": "message", "body": f"message number {i}.", "ts": at(i), **(kickoff if i == 0 else {})}
+            for i in range(30)
+        ],
     )
     body = client_alice.get("/projects/hill/runs/r1/").content.decode()
     assert "message number 29." in body and "message number 0." in body
@@ -397,6 +403,30 @@ def test_runtime_messages_keep_the_kickoff_in_view(client_alice, project):
         body.index("message number 29.") < body.index("message number 10.") < body.index("message number 0.")
     )
     assert body.count("badge-kickoff") == 1
+
+
+def test_runtime_messages_are_labelled_by_what_they_are_and_a_long_one_opens_whole(client_alice, project):
+    """The walkthrough: a harness's rollback notice, the first message, was labelled "kickoff"; and the
+    kickoff was cut at "…" with its full text only on the launch page."""
+    kickoff = "Carry forward: " + " ".join(f"step {i} tried lr 1e-{i % 5}." for i in range(120)) + " THE END"
+    push(
+        project,
+        "r1",
+        {"type": "message", "topic": "harness.rollback", "body": "Rolled back to #3.", "ts": at(0)},
+        {"type": "message", "topic": "smr.trigger.initial_runtime_message", "body": kickoff, "ts": at(1)},
+        {"type": "message", "body": "halve the lr", "ts": at(2)},
+    )
+    body = client_alice.get("/projects/hill/runs/r1/").content.decode()
+    rows = dict(
+        re.findall(
+            r'data-message-kind="(\w+)" id="message-\d+">.*?<span class="topic"[^>]*>#(\d+)', body, re.S
+        )
+    )
+    assert rows == {"rollback": "1", "kickoff": "2"}  # the first is the rollback notice, by its topic
+    assert body.count("badge-kickoff") == 1 and body.count('class="badge badge-rollback"') == 1
+    full = body.split('<details class="body message-full">', 1)[1].split("</details>", 1)[0]
+    assert "THE END" in full and f"full text ({len(kickoff):,} characters)" in full
+    assert "halve the lr</div>" in body  # a short one as it is
 
 
 # --- project chart -------------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 
 import pytest
 
+from smrweb.dashboard import live
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
@@ -18,11 +20,13 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    SourceKind,
     Submission,
     SubmissionTransition,
 )
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.params import log_params
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -221,6 +225,75 @@ def test_accepted_and_applied_rollbacks_are_told_apart(client_alice, regressing)
     assert 'data-rollback-status="accepted"' in body
 
 
+def _cards(html: str, into: dict | None = None) -> dict:
+    into = {} if into is None else into
+    into.update(re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', html))
+    return into
+
+
+def test_a_rollback_of_a_finished_run_says_at_the_top_what_happened_and_what_runs_next(
+    client_alice, regressing
+):
+    """The walkthrough: a done SMR run's rollback ended "accepted" far down the page, the run still done,
+    the green "requested; a worker is dispatching it" flash at the top, and nothing said whether anything
+    runs again. A line at the top of the page says where the rollback stands, live, and what runs next."""
+    [best] = scored(regressing, "r", 0.9)
+    push(regressing, "r", {"type": "state", "state": "done"})
+    page = client_alice.post(
+        "/projects/hill/runs/r/rollback", {"submission": best.pk, "reason": "back"}, follow=True
+    ).content.decode()
+    flash = re.search(r"<div[^>]*data-flash[^>]*>[^<]*requested; a worker is dispatching it", page)[0]
+    assert "data-flash-until-change" in flash  # goes once the live page shows more
+    line = re.search(r'<div class="alert info rollback-line".*?</div>', page, re.DOTALL)[0]
+    assert 'data-rollback-outcome="requested"' in line
+    assert (
+        f"Rollback to submission #{best.pk} (0.9): requested — a worker is sending it to the project" in line
+    )
+    assert page.index('id="alert-rollback"') < page.index('id="run-stats"')  # at the top, not far down
+    assert "hx-get=" in page.split('id="run-poll"', 1)[1][:200]  # a finished run's page polls meanwhile
+    shown = _cards(page)
+
+    rollback = Rollback.objects.get()
+    rollbacks.finish(rollback.pk, ok=True, detail="the webhook answered HTTP 202", accepted_only=True)
+    answer = client_alice.get(
+        "/projects/hill/runs/r/", headers={"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    ).content.decode()
+    line = re.search(r'<div[^>]* class="alert warn rollback-line".*?</div>', answer, re.DOTALL)[0]
+    assert 'data-rollback-outcome="accepted"' in line
+    assert "accepted by the project&#x27;s webhook, which took the request and has not confirmed" in line
+    assert "The run stays done: nothing runs again unless the harness starts it; start the next run" in line
+    assert 'href="/projects/hill/launches/new?from=r"' in line and "Start the next run</a>" in line
+    # Anything scored after it: the line has told its news.
+    scored(regressing, "r", 0.95)
+    assert "rollback-line" not in client_alice.get("/projects/hill/runs/r/").content.decode()
+
+
+def test_a_rollbacks_outcome_is_what_is_true_for_its_source(regressing, alice):
+    [best] = scored(regressing, "r", 0.9)
+    rollback = rollbacks.request_rollback(by=alice, reason="x", submission=best).rollback
+    run = rollback.run
+    run.project.source = SourceKind.SMR
+    rollback.status, run.state = "accepted", "done"
+    said = rollbacks.outcome(rollback, run)
+    assert said.next_run and said.tone == "warn"
+    assert said.text == (
+        f"Rollback to submission #{best.pk} (0.9): accepted by SMR, which took the request and has not "
+        "confirmed the restore. The run stays done: SMR restores the checkpoint in place and a finished run "
+        "does not start again; start the next run from it."
+    )
+    rollback.status, run.state = "applied", "running"
+    said = rollbacks.outcome(rollback, run)
+    assert not said.next_run and said.tone == "good"
+    assert said.text.endswith(
+        "applied by SMR, which confirmed the restore. The run is running and goes on from there."
+    )
+    rollback.status, rollback.detail = "failed", "[13:10] attempt 1: HTTP 500\n[13:11] attempt 2: gave up\n"
+    said = rollbacks.outcome(rollback, run)
+    assert said.tone == "bad" and said.text.endswith(
+        ": failed ([13:11] attempt 2: gave up). Nothing was restored."
+    )
+
+
 # --- the review queue --------------------------------------------------------------------------------------
 
 
@@ -390,3 +463,23 @@ def test_the_project_chart_follows_the_runs_tables_filters(client_alice, project
     assert 'hx-get="/projects/hill/chart/?q=ok-"' in page and "2 scores from 1 run" in page
     nothing = client_alice.get("/projects/hill/chart/?q=no-such-run").content.decode()
     assert "No scores from the runs matching the filters." in nothing
+
+
+def test_the_project_chart_follows_the_over_budget_and_param_filters(client_alice, project, alice):
+    """The walkthrough: 11 runs matched "over budget", but the chart still drew "the 12 runs with the best
+    scores, of 38". Every filter of the table narrows the chart (RunFilter's, one list)."""
+    scored(project, "thrifty", 0.4, 0.6)
+    push(
+        project, "spender", {"type": "score", "score": 0.9}, {"type": "agent.turn", "turn": 1, "cost_usd": 3}
+    )
+    log_params(Run.objects.get(project=project, external_id="spender"), [("lr", "0.1")], by=alice)
+    services.update_run_settings(project, "spender", budget_usd=Decimal("1"))
+    over = client_alice.get("/projects/hill/chart/?over_budget=true&unverified=1").content.decode()
+    assert "data-chart-filtered" in over and "1 score from 1 run" in over
+    assert 'hx-get="/projects/hill/chart/?over_budget=true' in over
+    page = client_alice.get("/projects/hill/?over_budget=true&unverified=1").content.decode()
+    assert "data-chart-filtered" in page and "1 score from 1 run" in page
+    within = client_alice.get("/projects/hill/chart/?over_budget=false&unverified=1").content.decode()
+    assert "2 scores from 1 run" in within
+    param = client_alice.get("/projects/hill/chart/?param=lr%3D0.1&unverified=1").content.decode()
+    assert "data-chart-filtered" in param and "1 score from 1 run" in param

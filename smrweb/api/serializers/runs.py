@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from smrweb.api.serializers.annotations import TagSerializer
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import AgentTurn, Run, RunParam, clean_text
+from smrweb.tracking.models import AgentTurn, Run, RunParam, RunTag, clean_text
 from smrweb.tracking.services.annotations import DISPLAY_NAME_MAX
 
 
@@ -304,3 +304,80 @@ class RunCloseIn(serializers.Serializer):
     reason = serializers.CharField(
         max_length=5000, help_text="Why the run is abandoned: what happened to its harness (required)."
     )
+
+
+# --- the runs as a flat CSV: one value per cell, so a spreadsheet can sum and filter them -----------------
+
+# The JSON answer's nested fields, each replaced in the CSV by flat columns at its place.
+FLAT_SPEND = (
+    "spend_usd",  # what the runs table's Spend shows: billed where the source bills, else the turns' cost
+    "billed_usd",
+    "turn_usd",
+    "tokens_in",  # the source's totals where it states them, else the turns' (as the token budget reads)
+    "tokens_out",
+    "driver_usd",
+    "driver_tokens_in",
+    "driver_tokens_out",
+    "child_usd",
+    "child_tokens_in",
+    "child_tokens_out",
+    "other_usd",
+)
+FLAT_FAILURE = ("failure_family", "failure_detail", "failure_source")
+TAG_COLUMN, PARAM_COLUMN = "tag.", "param."
+LABEL = "true"  # a tag without a value (a label), in its column
+
+
+def flat_run_table(queryset, serializer: RunSerializer):
+    """(header, rows) of the runs CSV: the JSON answer's fields with `spend` and `failure` spread over
+    columns, `over_budget_on` and `downgraded_actors` as text, and one column per tag key (`tag.<key>`)
+    and per param key (`param.<key>`) of the exported runs. The keys are read first, in one query each
+    over the filtered runs (keys only); the rows are then streamed as the JSON export streams them."""
+    runs = queryset.values("pk")
+    tag_keys = list(
+        RunTag.objects.filter(run__in=runs).order_by("key").values_list("key", flat=True).distinct()
+    )
+    param_keys = list(
+        RunParam.objects.filter(run__in=runs).order_by("key").values_list("key", flat=True).distinct()
+    )
+    header: list[str] = []
+    for name in serializer.fields:
+        if name == "spend":
+            header += FLAT_SPEND
+        elif name == "failure":
+            header += FLAT_FAILURE
+        elif name not in ("tags", "params"):
+            header.append(name)
+    header += [TAG_COLUMN + k for k in tag_keys] + [PARAM_COLUMN + k for k in param_keys]
+
+    def row(run: Run) -> dict:
+        data = serializer.to_representation(run)
+        tokens_in, tokens_out = run.reported_tokens
+        data.update(
+            spend_usd=run.spend_usd,
+            billed_usd=run.source_total_usd,
+            turn_usd=run.cost_usd,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            driver_usd=run.driver_cost_usd,
+            driver_tokens_in=run.driver_tokens_in,
+            driver_tokens_out=run.driver_tokens_out,
+            child_usd=run.child_cost_usd,
+            child_tokens_in=run.child_tokens_in,
+            child_tokens_out=run.child_tokens_out,
+            other_usd=run.other_meters_usd,
+            failure_family=run.failure_family,
+            failure_detail=run.failure_detail,
+            failure_source=run.failure_source,
+            over_budget_on=" ".join(data["over_budget_on"]),
+            downgraded_actors="; ".join(
+                f"{' '.join(x for x in (a.get('role'), a.get('actor')) if x) or 'actor'}: "
+                f"{a.get('requested')} → {a.get('actual')}"
+                for a in data["downgraded_actors"]
+            ),
+        )
+        data.update({TAG_COLUMN + t.key: t.value or LABEL for t in run.tags.all()})
+        data.update({PARAM_COLUMN + p.key: p.value for p in run.params.all()})
+        return data
+
+    return header, (row(run) for run in queryset.iterator(chunk_size=2000))

@@ -29,6 +29,7 @@ from smrweb.api.serializers.runs import (
     RunSerializer,
     TurnSerializer,
     TurnWithBodySerializer,
+    flat_run_table,
 )
 from smrweb.core import exports
 from smrweb.tracking import queries, services
@@ -43,10 +44,18 @@ class RunList(ExportableList, generics.ListAPIView):
     """A project's runs, pinned ones first, then most recently active first (or in `?sort=` order), with
     filters.
 
-    `?format=csv` or `?format=jsonl`: every matching run (no pagination), streamed, with a header row of
-    these JSON field names (nested values as JSON text); errors stay JSON."""
+    `?format=jsonl`: every matching run (no pagination), streamed, as these JSON objects. `?format=csv`: the
+    same runs flat, one value per cell: `spend` as `spend_usd` (billed where the source bills, else the
+    turns' cost), `billed_usd`, `turn_usd`, `tokens_in`, `tokens_out`, `driver_*`, `child_*`, `other_usd`;
+    `failure` as `failure_family`/`_detail`/`_source`; one column per tag key (`tag.<key>`, `true` for a
+    label) and per param key (`param.<key>`) of the exported runs. Errors stay JSON."""
 
     export_name = "runs"
+
+    def export_table(self, fmt, queryset, serializer):
+        if fmt == exports.CSV:
+            return flat_run_table(queryset, serializer)
+        return super().export_table(fmt, queryset, serializer)
 
     serializer_class = RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it

@@ -392,6 +392,51 @@ def _delta(d: Delta | None) -> str:
     return f'<span class="delta {d.tone}" title="{escape(d.title)}">{escape(d.text)}</span>'
 
 
+def _downgraded_badge(run) -> str:
+    """The project table's "downgraded" badge, what was asked and what ran in its hover."""
+    if not run.is_downgraded:
+        return ""
+    moves = [f"requested {run.requested_profile}, got {run.actual_profile}"] if _profile_changed(run) else []
+    for a in run.downgraded_actors:
+        who = " ".join(x for x in (a.get("role") or "actor", a.get("actor") or "") if x)
+        moves.append(f"{who}: requested {a['requested']}, got {a['actual']}")
+    title = escape("; ".join(moves))
+    return f' <span class="badge badge-warn" data-downgraded title="{title}">downgraded</span>'
+
+
+def _profile_changed(run) -> bool:
+    return bool(run.requested_profile and run.actual_profile and run.requested_profile != run.actual_profile)
+
+
+def _name(profile: str) -> str:
+    """A profile name, escaped, that may wrap after its underscores (codex_gpt_5_4_mini_medium)."""
+    return str(escape(profile)).replace("_", "_<wbr>")
+
+
+def _model_cell(run) -> str:
+    """The model profile the run ran on (requested → actual when it got another), then each downgraded
+    role or actor, grouped: "2 × worker: A → B"."""
+    if _profile_changed(run):
+        head = (
+            f'<span class="muted" title="requested">{_name(run.requested_profile)}</span> → '
+            f'<b class="warn-text" title="what it ran on">{_name(run.actual_profile)}</b>'
+        )
+    elif run.actual_profile or run.requested_profile:
+        head = f"<b>{_name(run.actual_profile or run.requested_profile)}</b>"
+    else:
+        head = '<span class="muted" title="the source names no model profile">—</span>'
+    groups: dict[tuple[str, str, str], int] = {}
+    for a in run.downgraded_actors:
+        key = (a.get("role") or "actor", a["requested"], a["actual"])
+        groups[key] = groups.get(key, 0) + 1
+    lines = "".join(
+        f'<span class="model-move" data-downgraded-actor>{f"{n} × " if n > 1 else ""}{escape(role)}: '
+        f"{_name(requested)} → <b>{_name(actual)}</b></span>"
+        for (role, requested, actual), n in groups.items()
+    )
+    return f'<span class="model-cell">{head}{lines}</span>'
+
+
 def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString:
     """One run's row of the side-by-side table (its deltas to the baseline under each value). Every
     text is escaped here (ids and names are the agents'; the zone label comes from a cookie)."""
@@ -437,7 +482,8 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         f'<th scope="row"><span class="rid-cell">{SWATCH.format(escape(row.colour))}<a class="rid" '
         f'href="{escape(run.get_absolute_url())}" title="{rid}">{escape(midtrunc(run.external_id, 24))}</a>'
         f"{badge}</span>{parent}</th>\n"
-        f'<td><span class="states">{state_badge(run)}</span></td>\n'
+        f'<td><span class="states">{state_badge(run)}{_downgraded_badge(run)}</span></td>\n'
+        f"<td>{_model_cell(run)}</td>\n"
         f'<td class="num" data-final>{escape(score(run.latest_score))}{_delta(d.get("final"))}</td>\n'
         f'<td class="num" data-best><b{best_title}>{escape(score(run.best_score))}</b>'
         f"{_delta(d.get('best'))}</td>\n"

@@ -2,6 +2,7 @@
 
 import functools
 import hashlib
+import inspect
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -85,8 +86,10 @@ def compare_runs(request, slug: str):
 
 @functools.cache
 def _template_digest() -> str:
-    """Kept renders are keyed by version; a changed template makes them other versions."""
-    return hashlib.blake2s(get_template(TEMPLATE).template.source.encode(), digest_size=6).hexdigest()
+    """Kept renders are keyed by version; a changed template, or a change to the code that writes the
+    tables' rows (charts/compare.py), makes them other versions."""
+    source = get_template(TEMPLATE).template.source + inspect.getsource(compare_charts)
+    return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
 
 
 def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None) -> live.Deck:

@@ -156,6 +156,8 @@ def runs_export_query(filters: dict) -> str:
         query["q"] = filters["q"]
     if filters.get("tags"):
         query.setlist("tag", list(filters["tags"]))
+    if filters.get("params"):
+        query.setlist("param", list(filters["params"]))
     if filters.get("sort"):
         query["sort"] = filters["sort"]
     return query.urlencode()

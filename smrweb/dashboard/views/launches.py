@@ -130,12 +130,18 @@ def _say(request, launch: RunLaunch, created: bool) -> None:
             request, "This form was already sent: it started one run, shown here; nothing new was requested."
         )
     elif queue.dispatch(tasks.dispatch_launch, launch.pk):
-        messages.success(request, "Launch requested; a worker is asking the source to start the run.")
+        # Gone once the live page changes: its status badge says where the launch stands from then on.
+        messages.success(
+            request,
+            "Launch requested; a worker is asking the source to start the run.",
+            extra_tags="until-change",
+        )
     else:
         messages.warning(
             request,
             "Launch requested; the worker queue is unreachable right now, so it is dispatched as soon as "
             "the queue is back.",
+            extra_tags="until-change",
         )
 
 

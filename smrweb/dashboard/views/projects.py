@@ -16,7 +16,7 @@ from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
 from smrweb.dashboard.views import exports
 from smrweb.tracking import queries
-from smrweb.tracking.filters import DEFAULT_SORT, RunFilter, sort_runs
+from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
 from smrweb.tracking.services import rollbacks
@@ -257,7 +257,7 @@ def _metric_choice(project: Project) -> dict | None:
     return declared if project.source_settings.get("score_metric") == "auto" and len(declared) > 1 else None
 
 
-CHART_FILTERS = ("state", "stalled", "failed", "tag", "q")
+CHART_FILTERS = NARROWING  # the chart follows every filter of the table, over budget and params included
 
 
 def _chart_query(params) -> str:

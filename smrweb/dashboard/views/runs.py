@@ -6,6 +6,7 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -13,6 +14,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import mark_safe
@@ -42,6 +44,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import markers, timeline
+from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import launches, rollbacks, submissions
 
 TURNS_PER_PAGE = 25
@@ -267,6 +270,7 @@ class RunPage:
                 m.submissions_updated,
                 m.rollbacks,
                 self.can_roll_back,
+                self.can_launch,  # the rollback line's "Start the next run"
                 *self._progress(),
                 *self._stalled(),
             )
@@ -340,6 +344,25 @@ class RunPage:
             )
         raise KeyError(name)
 
+    def _rollback_line(self, regressions) -> dict:
+        """The latest rollback's outcome, for the top of the page, while it is news: in flight, or
+        finished with nothing scored since (a regression banner that already tells it wins)."""
+        run = self.run
+        latest = run.rollbacks.select_related("target_submission", "target_checkpoint").first()
+        if latest is None or any(r.rolled_back and r.rolled_back.pk == latest.pk for r in regressions):
+            return {}
+        if latest.status not in Rollback.OPEN and run.submissions.filter(ts__gt=latest.created).exists():
+            return {}
+        said = rollbacks.outcome(latest, run)
+        next_url = ""
+        if said.next_run and self.can_launch:
+            next_url = (
+                reverse("dashboard:launch-new", args=[self.project.slug])
+                + "?"
+                + urlencode({"from": run.external_id})
+            )
+        return {"rollback_line": said, "rollback_at": latest.created, "rollback_next_url": next_url}
+
     def version(self, name: str) -> str:
         return live.card_version(
             _template_digest(), name, self.zone, self.project.scenario_id, *self.version_parts(name)
@@ -356,12 +379,14 @@ class RunPage:
         if name == "run-actions":
             return {"run_alerts": self.run_alerts}
         if name == "run-alerts":
+            regressions = queries.regressions(self.project, [run])
             return {
                 "run_alerts": self.run_alerts,
                 "gaps": self.gaps,
                 "overruns": run.budget_overruns,
-                "regressions": queries.regressions(self.project, [run]),
+                "regressions": regressions,
                 "stalled_for": queries.stalled_for(run, self.tick_at),
+                **self._rollback_line(regressions),
             }
         if name == "run-stats":
             recent = queries.score_histories([run.pk], per_run=6).get(run.pk, [])
@@ -522,7 +547,9 @@ def run_detail(request, slug: str, run_id: str):
 
 def _runtime_messages(run) -> dict:
     shown = queries.runtime_messages(run)
-    return {"runtime_messages": shown, "kickoff_seq": shown[-1].seq if shown else None}
+    for message in shown:
+        message.kind = message_kind(message)
+    return {"runtime_messages": shown}
 
 
 def _metric_context(run, key: str) -> dict:
@@ -697,6 +724,7 @@ def rollback(request, slug: str, run_id: str):
     else:
         if requested.created:
             queued = queue.dispatch(tasks.dispatch_rollback, requested.rollback.pk)
+            # Gone once the live page shows more (the rollback line at its top says where it stands).
             (messages.success if queued else messages.warning)(
                 request,
                 f"Rollback to {rollbacks.describe_target(requested.rollback)} requested; "
@@ -706,6 +734,7 @@ def rollback(request, slug: str, run_id: str):
                     else "the worker queue is unreachable right now, so it "
                     "is dispatched as soon as the queue is back."
                 ),
+                extra_tags="until-change",
             )
         elif requested.rollback.status in Rollback.OPEN:
             messages.warning(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from smrweb.tracking.models import (
     AlertRule,
@@ -165,7 +165,7 @@ class AuditFilter(django_filters.FilterSet):
 
     def __init__(self, data=None, queryset=None, *, project: Project, **kwargs):
         super().__init__(data, queryset, **kwargs)
-        self.filters["actor"].extra["choices"] = [(a, a) for a in actors(project)]
+        self.filters["actor"].extra["choices"] = [(a, f"{a} ({n:,})") for a, n in actors(project)]
 
     def filter_kind(self, queryset, name, value):
         return queryset.filter(kind_q(value)) if value else queryset
@@ -176,12 +176,17 @@ def project_events(project: Project) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(project=project).order_by("-created", "-id")
 
 
-def actors(project: Project) -> list[str]:
-    """Everyone (and every token, and the system) who has an audited action in `project`."""
-    return sorted(
-        AuditEvent.objects.filter(project=project).values_list("actor_label", flat=True).distinct(),
-        key=str.lower,
+def actors(project: Project) -> list[tuple[str, int]]:
+    """Everyone (and every token, and the system) who has an audited action in `project`, once each, by
+    name, with how many actions. `.order_by()` clears the model's ordering: DISTINCT/GROUP BY would take
+    its columns too and give one row per event."""
+    rows = (
+        AuditEvent.objects.filter(project=project)
+        .order_by()
+        .values_list("actor_label")
+        .annotate(n=Count("id"))
     )
+    return sorted(((label, n) for label, n in rows), key=lambda row: (row[0].lower(), row[0]))
 
 
 # object_type (the lower-cased model name, services.record_audit) → the model, and what it belongs to.

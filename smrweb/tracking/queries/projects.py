@@ -27,6 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
 
+from smrweb.core import numbers
 from smrweb.core.downsample import lttb
 from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
@@ -75,10 +76,46 @@ class ProjectSummary:
     abandoned: int  # closed by a reviewer after the harness went silent
     over_budget: int
     runs: int
-    spend_usd: Decimal
-    spend_today_usd: Decimal
+    spend_usd: Decimal  # each run's `Run.spend_usd` summed: billed where the source bills, else turn cost
+    spend_today_usd: Decimal  # the cost of today's turns (sources bill per run, not per day)
     last_activity: datetime | None
     history: list[ScorePoint]  # the newest SPARK_SCORES scores of every run, each marked by the same rule
+    spend_turns_usd: Decimal = Decimal(0)  # the turns' own cost, summed
+    billed_runs: int = 0  # runs whose source states a billed total
+
+    @property
+    def spend_basis(self) -> str:
+        """What `spend_usd` is: "billed", "turn cost", or "billed and turn cost" when only some runs'
+        sources bill (the runs table's Spend column reads the same rule, run by run)."""
+        if not self.billed_runs:
+            return "turn cost"
+        return "billed" if self.billed_runs >= self.runs else "billed and turn cost"
+
+    @property
+    def spend_differs(self) -> bool:
+        """The billed total and the turns' cost disagree (by a cent or more)."""
+        return bool(self.billed_runs) and abs(self.spend_usd - self.spend_turns_usd) >= Decimal("0.01")
+
+    @property
+    def spend_explained(self) -> str:
+        """The hover of the overview's spend: which figure it is, and where the two figures differ."""
+        if not self.billed_runs:
+            total = "Total: what the runs' turns cost (no source states a billed total)."
+        elif self.billed_runs >= self.runs:
+            total = "Total: what the source billed for the runs, the runs table's Spend summed."
+        else:
+            total = (
+                f"Total: what the source billed for the {self.billed_runs} of {self.runs} runs it bills, and "
+                "the turns' cost of the others, the runs table's Spend summed."
+            )
+        gap = self.spend_usd - self.spend_turns_usd
+        differ = (
+            f" The turns themselves cost {numbers.usd(self.spend_turns_usd)}: the source's totals are "
+            f"{numbers.usd(abs(gap))} {'more' if gap > 0 else 'less'} (meters beyond the turns, rounding)."
+            if self.spend_differs
+            else ""
+        )
+        return f"{total}{differ} Today: the cost of today's turns (UTC); sources bill per run, not per day."
 
 
 def best_submissions(projects: list[Project], *, unverified: bool = False) -> dict[int, Submission]:
@@ -176,7 +213,9 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
             failed=Count("runs", filter=Q(runs__state="failed")),
             abandoned=Count("runs", filter=Q(runs__state="abandoned")),
             over_budget=Count("runs", filter=budget.over_budget("runs__")),
-            spend=Sum("runs__cost_usd"),
+            spend=Sum(budget.spend_usd("runs__")),
+            spend_turns=Sum("runs__cost_usd"),
+            billed_runs=Count("runs", filter=Q(runs__source_total_usd__isnull=False)),
             last=Max("runs__last_progress_at"),
         )
     }
@@ -226,6 +265,8 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
             over_budget=c.get("over_budget", 0),
             runs=c.get("runs_n", 0),
             spend_usd=c.get("spend") or Decimal(0),
+            spend_turns_usd=c.get("spend_turns") or Decimal(0),
+            billed_runs=c.get("billed_runs", 0),
             spend_today_usd=today.get(p.pk) or Decimal(0),
             last_activity=c.get("last"),
             history=histories.get(p.pk, []),

@@ -205,6 +205,19 @@ def source_gaps(run: Run) -> SourceGaps:
     )
 
 
+# The topic SMR gives a run's kickoff (its trigger's initial runtime message); the demo harness uses it too.
+KICKOFF_TOPIC = "smr.trigger.initial_runtime_message"
+
+
+def message_kind(message: RuntimeMessage) -> str:
+    """What a runtime message is, for its badge: "kickoff" (by its topic, not by being first: a harness's
+    rollback notice can come first), "rollback", or "" for any other."""
+    topic = (message.topic or "").lower()
+    if topic == KICKOFF_TOPIC:
+        return "kickoff"
+    return "rollback" if "rollback" in topic else ""
+
+
 def runtime_messages(run: Run, limit: int = 20) -> list[RuntimeMessage]:
     """The run's newest `limit` runtime messages and always its first (the kickoff), newest first, in one
     query whatever their count."""

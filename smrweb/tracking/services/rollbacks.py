@@ -57,6 +57,53 @@ def describe_target(rollback: Rollback) -> str:
     return f"checkpoint {cp.label or cp.external_id}"
 
 
+# Who answers a rollback, by source, and what a restore does to a run that has finished.
+ANSWERED_BY = {SourceKind.SMR: "SMR", SourceKind.GIT: "git", SourceKind.PUSH: "the project's webhook"}
+AFTER_THE_END = {
+    SourceKind.SMR: "SMR restores the checkpoint in place and a finished run does not start again",
+    SourceKind.GIT: "the files are restored by a commit on the branch; nothing starts again",
+    SourceKind.PUSH: "nothing runs again unless the harness starts it",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a rollback stands, in one sentence for the top of the run page."""
+
+    status: str
+    tone: str  # the banner's colour: info (on its way), good (applied), warn (accepted), bad (failed)
+    text: str
+    next_run: bool  # the run has finished and nothing runs again: starting the next run is the way on
+
+
+def outcome(rollback: Rollback, run: Run) -> Outcome:
+    """What happened to `rollback` and what the run does now, as true for its source: requested or
+    dispatched (on its way), accepted (the source took it, no confirmation), applied, or failed."""
+    source = run.project.source
+    who = ANSWERED_BY.get(source, "the source")
+    head = f"Rollback to {describe_target(rollback)}"
+    status = rollback.status
+    if status == R.REQUESTED:
+        return Outcome(status, "info", f"{head}: requested — a worker is sending it to {who}.", False)
+    if status == R.DISPATCHED:
+        return Outcome(status, "info", f"{head}: sent to {who}, waiting for its answer.", False)
+    if status == R.FAILED:
+        lines = [line.strip() for line in (rollback.detail or "").splitlines() if line.strip()]
+        why = f" ({lines[-1][:200]})" if lines else ""
+        return Outcome(status, "bad", f"{head}: failed{why}. Nothing was restored.", False)
+    said = (
+        f"applied by {who}, which confirmed the restore"
+        if status == R.APPLIED
+        else f"accepted by {who}, which took the request and has not confirmed the restore"
+    )
+    if run.is_terminal:
+        after = AFTER_THE_END.get(source, "nothing starts again")
+        text = f"{head}: {said}. The run stays {run.state}: {after}; start the next run from it."
+        return Outcome(status, "good" if status == R.APPLIED else "warn", text, True)
+    text = f"{head}: {said}. The run is {run.state} and goes on from there."
+    return Outcome(status, "good" if status == R.APPLIED else "warn", text, False)
+
+
 # What a rollback does, per source; a source not listed cannot roll back. The one rule of who may roll
 # back what: the run page, the project and submission pages, the API and the dispatcher all ask here.
 ROLLBACK_EFFECTS = {
