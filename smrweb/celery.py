@@ -37,6 +37,8 @@ LANES = {
         "smrweb.sources.tasks.evaluate_alerts",
         "smrweb.sources.tasks.deliver_notification",
         "smrweb.sources.tasks.sweep_alerts",
+        "smrweb.sources.tasks.send_alert_digests",
+        "smrweb.sources.tasks.deliver_alert_digest",
     ),
     "verification": (
         "smrweb.tracking.tasks.verify_submission",

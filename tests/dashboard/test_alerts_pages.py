@@ -446,7 +446,7 @@ def test_unread_notifications_are_marked_and_link_to_their_page(client_alice, al
     services.mark_read(alice, [first.pk])
     body = client_alice.get(INBOX).content.decode()
     items = dict(
-        re.findall(r'<li class="([^"]*)" data-notification="(\d+)"', body)[i][::-1] for i in range(2)
+        re.findall(r'<li class="([^"]*)"\s+data-notification="(\d+)"', body)[i][::-1] for i in range(2)
     )
     assert items == {str(second.pk): "unread", str(first.pk): ""}
     assert second.url == "https://smrweb.example/projects/hill/alerts/"
