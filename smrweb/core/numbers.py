@@ -53,6 +53,16 @@ def signed_text(value: float | None) -> str:
     return signed(value, 6, plain_text=True)
 
 
+def rank_move(delta: int | None) -> str:
+    """A move on a leaderboard in words: a rank that went from 12 to 9 (delta -3) is "3 places up"."""
+    if delta is None:
+        return MISSING
+    if delta == 0:
+        return "same place"
+    places = f"{abs(delta)} place{'s' if abs(delta) != 1 else ''}"
+    return f"{places} up" if delta < 0 else f"{places} down"
+
+
 def number(value: float | None, digits: int = 6) -> str:
     """A score in plain text: six significant digits by default (scores often differ in the fifth)."""
     return MISSING if value is None else plain_number(value, digits)

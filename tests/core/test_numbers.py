@@ -90,3 +90,18 @@ def test_the_hand_made_sign_check_can_fail():
     assert _hand_made_signs('x = f"{delta:+.6g} vs"\n') == [1]
     assert _hand_made_signs('x = "−" + str(v)\n') == [1]
     assert _hand_made_signs('x = f"{delta:.6g}"\n') == []
+
+
+@pytest.mark.parametrize(
+    ("delta", "words"),
+    [
+        (-3, "3 places up"),
+        (-1, "1 place up"),
+        (0, "same place"),
+        (2, "2 places down"),
+        (None, numbers.MISSING),
+    ],
+)
+def test_a_rank_move_is_said_in_words_not_as_a_signed_number(delta, words):
+    """Walkthrough P3: a knowledge entry said "rank -3" beside the card's "▲ 3 places up"."""
+    assert numbers.rank_move(delta) == words

@@ -205,8 +205,8 @@ def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become
     )
     assert entries == [
         "Arena: rank 30, score 1000 (n/a vs previous, n/a vs best)",
-        "Arena: rank 12, score 1100 (+100 vs previous, better, +100 vs best, rank -18)",
-        "Arena: rank 20, score 1050 (-50 vs previous, worse, -50 vs best, rank +8)",
+        "Arena: rank 12, score 1100 (+100 vs previous, better, +100 vs best, 18 places up)",
+        "Arena: rank 20, score 1050 (-50 vs previous, worse, -50 vs best, 8 places down)",
     ]
     assert "new opening" in KnowledgeEntry.objects.get(submission=second.submission).body
 

@@ -250,7 +250,7 @@ class DiffSerializer(serializers.Serializer):
     summary = serializers.CharField(
         source="headline",
         help_text='What changed, in one line: "identical bytes", "bytes differ (sha256 … vs …, sizes …)", '
-        '"same structure, weights differ (sha256 … vs …)", "+3 −1 lines", …',
+        '"same structure, weights differ (sha256 … vs …)", "3 lines added, 1 removed", …',
     )
     bytes = serializers.SerializerMethodField()
     same_structure = serializers.BooleanField(

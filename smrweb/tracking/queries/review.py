@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db.models import Q
-from django.template.defaultfilters import filesizeformat
+from django.template.defaultfilters import filesizeformat, pluralize
 
 from smrweb.core import onnx_summary, preview, softcache, textdiff
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
@@ -245,7 +245,7 @@ class ArtifactDiff:
         if self.mode == "text":
             if self.text.identical:  # decoded alike: an encoding, a byte-order mark, line endings
                 return f"same text, bytes differ ({sha}): encoding or line endings changed"
-            return f"+{self.text.added} −{self.text.removed} lines"
+            return f"{self.text.added} line{pluralize(self.text.added)} added, {self.text.removed} removed"
         w = self.weights or {}
         if w.get("status") != "done":
             weights = f"weights not compared: {w.get('reason') or 'unknown'}"

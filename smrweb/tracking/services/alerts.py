@@ -846,7 +846,7 @@ def _submission_episodes(rule: AlertRule, sub: Submission) -> Iterator[Episode]:
                 f"{sub.project.name}: {result.arena} rank {rank}, score {score} "
                 f"({numbers.signed_text(result.delta)} vs previous)",
                 f"{what} was ranked by {result.arena}: rank {rank}"
-                + (f" ({numbers.signed_text(result.rank_delta)})" if result.rank_delta is not None else "")
+                + (f" ({numbers.rank_move(result.rank_delta)})" if result.rank_delta is not None else "")
                 + f", score {score}, {numbers.signed_text(result.delta)} against the previous result and "
                 f"{numbers.signed_text(result.delta_best)} against the best."
                 + (f"\nNote: {result.note}" if result.note else ""),

@@ -770,11 +770,7 @@ def record_arena_result(
         )
         better = arena_better(delta, maximize=scenario.arena_maximize)
         verdict = "" if better is None else (", better" if better else ", worse")
-        moved = (
-            ""
-            if rank_delta is None
-            else f", rank {'same' if rank_delta == 0 else numbers.signed_text(rank_delta)}"
-        )
+        moved = "" if rank_delta is None else f", {numbers.rank_move(rank_delta)}"
         title = (
             f"Arena: rank {rank if rank is not None else '—'}, score "
             f"{'—' if arena_score is None else f'{arena_score:g}'} "
