@@ -168,6 +168,22 @@ class AgentTurnAdmin(EventRowAdmin):
     show_full_result_count = False
 
 
+@admin.register(m.TurnBody)
+class TurnBodyAdmin(admin.ModelAdmin):
+    """A turn's prompt and response (stored only when the project captures them): read-only, since they are
+    what the source sent; deleting one is allowed (the settings page deletes a project's, audited)."""
+
+    list_display = ["turn", "run", "prompt_bytes", "response_bytes", "prompt_cut", "response_cut"]
+    raw_id_fields = ["turn", "run"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(m.BlobSummary)
 class BlobSummaryAdmin(admin.ModelAdmin):
     """A window: what a worker read from a blob (sources/summaries.py). Deleting one is harmless: the next
