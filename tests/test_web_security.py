@@ -553,7 +553,8 @@ def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url)
 POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
-    "dashboard/project_settings.html": 3,  # settings, SMR source (test / new key), score metric
+    "dashboard/project_settings.html": 5,  # settings, SMR source (test / new key), score metric, turn bodies
+    # (capture; delete the stored ones)
     # per member: role, remove; per invitation: resend, revoke; invite; add an existing account
     "dashboard/project_members.html": 6,
     "registration/invitation.html": 2,  # accept (signed in) or join with a new account
@@ -561,7 +562,8 @@ POST_FORMS = {
     "registration/password_reset_confirm.html": 1,
     "dashboard/run_detail.html": 3,  # stop, snooze/unsnooze alerts, exclude/include the run
     "dashboard/project_alerts.html": 4,  # per rule: send a test, mute/unmute, delete; add a rule
-    "dashboard/inbox.html": 2,  # mark all read, mark one read
+    "dashboard/inbox.html": 3,  # mark all read, mark what the filter shows, mark a group read
+    "dashboard/partials/inbox_item.html": 1,  # mark one read
     "dashboard/partials/rollback_form.html": 1,
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
@@ -648,6 +650,7 @@ def post_targets(project, alice, bob, monkeypatch):
         (alerts + "delete", {}),
         ("/projects/hill/runs/r1/snooze", {"action": "snooze", "hours": "2"}),
         ("/projects/hill/settings/", {"regression_threshold": "0.5", "rollback_webhook_url": ""}),
+        ("/projects/hill/settings/", {"action": "turn_bodies", "capture_turn_bodies": "on"}),
         ("/projects/hill/members/", {"username": "bob", "role": "viewer"}),
         ("/projects/hill/invitations/", {"email": "csrf@example.org", "role": "viewer"}),
         ("/password/reset/", {"email": "alice@example.com"}),
