@@ -1096,6 +1096,23 @@ ROWS = [
         data=lambda ids: {"id": str(ids["o_note"])},
     ),
     Row("inbox: mark read by GET", "GET", "/inbox/read", "405   405   405   405   405   405   405   405"),
+    # The inbox over the API: a person's own notifications; a project token has no inbox.
+    Row(
+        "api inbox",
+        "GET",
+        "/api/v1/inbox",
+        "LOGIN EMPTY EMPTY EMPTY ALLOW DENY  DENY  LOGIN",
+        marker=f"Test of the run.stalled alert of {PROJECT_NAME}",
+    ),
+    Row(
+        "api inbox: mark read",
+        "POST",
+        "/api/v1/inbox/read",
+        "LOGIN 200   200   200   ALLOW DENY  DENY  LOGIN",
+        data=lambda ids: {"ids": [ids["note"]]},
+        json=True,
+        effect=count(Notification, read_at__isnull=True),
+    ),
     Row(
         "API tokens page",
         "GET",
@@ -1240,6 +1257,15 @@ ROWS = [
         f"{S}/{{o_sub}}/approve",
         "LOGIN HIDE  DENY  HIDE  HIDE  LOGIN LOGIN LOGIN",
         data={"comment": "ok"},
+    ),
+    Row(
+        "review queue: bulk approve",
+        "POST",
+        f"{P}/review/bulk",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data=lambda ids: {"action": "approve", "ids": [str(ids["verified"])]},
+        effect=status_of("verified"),
     ),
     Row(
         "submission: approve by GET",
@@ -2148,6 +2174,15 @@ ROWS = [
         data={"rank": 3, "arena_score": 1200.0, "note": "n"},
         json=True,
         effect=count(ArenaResult),
+    ),
+    Row(
+        "api submission: bulk approve",
+        "POST",
+        f"{AS}/bulk",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data=lambda ids: {"action": "approve", "ids": [ids["verified"]]},
+        json=True,
+        effect=status_of("verified"),
     ),
     Row(
         "api submission: approve another project's",
