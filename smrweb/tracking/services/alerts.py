@@ -234,29 +234,25 @@ def create_alert_rule(
         raise InvalidInput("include_candidates", f"Only {Trigger.SCORE_NEW_BEST} takes include_candidates.")
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=project.pk).first()  # one rule check at a time
-        same = AlertRule.objects.filter(
+        # What makes two rules the same: everything but how they deliver (a digest of a duplicate is still
+        # a second notice of each event), the target compared as an address is (case-insensitively).
+        identity = dict(
             project=project,
             trigger=trigger,
             channel=channel,
-            target__iexact=target,
             recipient=user,
             threshold=threshold,
             window=window,
             include_candidates=bool(include_candidates),
-        ).first()
+        )
+        same = AlertRule.objects.filter(**identity, target__iexact=target).first()
         if same is not None:
             raise DuplicateRule(same)
         rule = AlertRule.objects.create(
-            project=project,
-            trigger=trigger,
-            channel=channel,
+            **identity,
             target=target,
-            recipient=user,
-            threshold=threshold,
-            window=window,
             delivery=delivery,
             digest_minutes=digest_minutes,
-            include_candidates=bool(include_candidates),
             secret=secrets.token_hex(32) if channel == Channel.WEBHOOK else "",
             created_by=by if getattr(by, "is_authenticated", False) else None,
         )
