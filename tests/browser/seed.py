@@ -396,14 +396,20 @@ def seed_p0a(project: Project, by) -> Run:
     )
     subs = list(Submission.objects.filter(run__project=project, run__external_id=P0A_RUN_ID).order_by("ts"))
     for sub, passed in zip(subs[:2], (False, True), strict=True):
-        lifecycle.request_verification(sub, by=by)
-        lifecycle.record_verification(
-            sub.pk,
-            lifecycle.VerificationResult(
-                "passed" if passed else "failed",
-                0 if passed else 1,
-                "PASS" if passed else "FAIL  optimizer.py has no step()",
-                f"exited {0 if passed else 1}",
-            ),
-        )
+        record_verdict(sub, by, passed=passed)
     return Run.objects.get(project=project, external_id=P0A_RUN_ID)
+
+
+def record_verdict(sub: Submission, by, *, passed: bool) -> None:
+    """What the validator's verdict does to a submission: verified, or invalid for an optimizer without
+    `step()` (the walkthrough's 3.30), recorded as the worker records it."""
+    lifecycle.request_verification(sub, by=by)
+    lifecycle.record_verification(
+        sub.pk,
+        lifecycle.VerificationResult(
+            "passed" if passed else "failed",
+            0 if passed else 1,
+            "PASS" if passed else "FAIL  optimizer.py has no step()",
+            f"exited {0 if passed else 1}",
+        ),
+    )

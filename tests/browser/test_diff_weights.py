@@ -11,8 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from smrweb.tracking.models import SubmissionStatus as S
-from tests.browser.conftest import DEFAULT_TIMEOUT_MS
-from tests.browser.test_screenshots import DARK_CHECK, OVERFLOW_CHECK, _session_cookie
+from tests.browser.test_screenshots import DARK_CHECK, OVERFLOW_CHECK, WIDTHS_AND_SCHEMES, page_at
 from tests.review.helpers import submit
 from tests.review.test_onnx_on_a_worker import retrained_pair
 
@@ -32,17 +31,9 @@ def test_an_onnx_diff_of_other_weights_says_weights_differ(
     sha_old, sha_new = old.artifact.blob.sha256, new.artifact.blob.sha256
 
     problems: dict[str, list[str]] = {}
-    for width, scheme in ((1440, "light"), (390, "light"), (1440, "dark"), (390, "dark")):
+    for width, scheme in WIDTHS_AND_SCHEMES:
         phone = width < 600
-        ctx = browser.new_context(
-            base_url=live_server.url,
-            viewport={"width": width, "height": 900 if not phone else 844},
-            color_scheme=scheme,
-        )
-        ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
-        try:
-            ctx.add_cookies([_session_cookie(bob, live_server.url)])
-            page = ctx.new_page()
+        with page_at(browser, live_server, bob, width, scheme) as page:
             errors: list[str] = []
             page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
             # 1. The newer submission's page; 2. "Compare with" the older one.
@@ -86,6 +77,4 @@ def test_an_onnx_diff_of_other_weights_says_weights_differ(
                 "value", str(older.pk)
             )
             assert not errors, f"JavaScript errors on the page: {errors}"
-        finally:
-            ctx.close()
     assert not problems, "\n".join(f"{shot}: {msg}" for shot, msgs in problems.items() for msg in msgs)

@@ -7,6 +7,8 @@ sparklines, charts and empty states each page is looked at for."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 from django.conf import settings
 from django.test import Client
@@ -167,6 +169,28 @@ def _session_cookie(user, url: str) -> dict:
         "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
         "url": url,
     }
+
+
+# The widths and colour schemes a new state is looked at in: desktop and phone, light and dark.
+WIDTHS_AND_SCHEMES = ((1440, "light"), (390, "light"), (1440, "dark"), (390, "dark"))
+
+
+@contextmanager
+def page_at(browser, live_server, user, width: int, scheme: str):
+    """A page of a context of its own at this width and colour scheme, signed in as `user` (None: not
+    signed in), closed when the block ends, even when it fails."""
+    ctx = browser.new_context(
+        base_url=live_server.url,
+        viewport={"width": width, "height": 844 if width < 600 else 900},
+        color_scheme=scheme,
+    )
+    ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    try:
+        if user is not None:
+            ctx.add_cookies([_session_cookie(user, live_server.url)])
+        yield ctx.new_page()
+    finally:
+        ctx.close()
 
 
 def test_screenshots_of_every_page(browser, live_server, alice, bob, carol, screenshot_dir):

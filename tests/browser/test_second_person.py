@@ -15,8 +15,7 @@ from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Project, Submission
 from smrweb.tracking.services import submissions as lifecycle
-from tests.browser.conftest import DEFAULT_TIMEOUT_MS
-from tests.browser.test_screenshots import _session_cookie
+from tests.browser.test_screenshots import WIDTHS_AND_SCHEMES, _session_cookie, page_at
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -123,16 +122,10 @@ def test_screenshots_of_one_of_two_approvals_and_the_bulk_selection(
     services.update_project(project, require_second_reviewer=True, by=alice)
     subs = [auto_verified(project, 0.1 * i, run=f"run-{i}") for i in range(1, 6)]
     lifecycle.review(subs[0], by=alice, verdict="approve", comment="the warmup change is sound")
-    for width, scheme in ((1440, "light"), (390, "light"), (1440, "dark"), (390, "dark")):
+    for width, scheme in WIDTHS_AND_SCHEMES:
         suffix = f"{width}" if scheme == "light" else f"{width}-dark"
-        ctx = browser.new_context(
-            base_url=live_server.url,
-            viewport={"width": width, "height": 900 if width > 600 else 844},
-            color_scheme=scheme,
-        )
-        ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
-        try:
-            page = ctx.new_page()
+        with page_at(browser, live_server, None, width, scheme) as page:
+            ctx = page.context
             for who in (alice, bob):  # alice: Approve disabled with why; bob: may give the second
                 ctx.clear_cookies()
                 ctx.add_cookies([_session_cookie(who, live_server.url)])
@@ -146,5 +139,3 @@ def test_screenshots_of_one_of_two_approvals_and_the_bulk_selection(
             expect(page.locator("[data-bulk-count]")).to_have_text("2 selected")
             page.screenshot(path=screenshot_dir / f"review-queue-bulk-{suffix}.png", full_page=True)
             fits(page)
-        finally:
-            ctx.close()

@@ -9,8 +9,8 @@ from playwright.sync_api import expect
 
 from smrweb.tracking import services
 from smrweb.tracking.models import TurnBody
-from tests.browser.conftest import DEFAULT_TIMEOUT_MS, push, turn
-from tests.browser.test_screenshots import DARK_CHECK, OVERFLOW_CHECK, _session_cookie
+from tests.browser.conftest import push, turn
+from tests.browser.test_screenshots import DARK_CHECK, OVERFLOW_CHECK, WIDTHS_AND_SCHEMES, page_at
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -84,17 +84,9 @@ def test_screenshots_of_the_turn_detail_with_bodies(
     browser, live_server, alice, run_with_bodies, screenshot_dir
 ):
     problems = {}
-    for width, scheme in ((1440, "light"), (390, "light"), (1440, "dark"), (390, "dark")):
+    for width, scheme in WIDTHS_AND_SCHEMES:
         phone = width < 600
-        ctx = browser.new_context(
-            base_url=live_server.url,
-            viewport={"width": width, "height": 900 if not phone else 844},
-            color_scheme=scheme,
-        )
-        ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
-        try:
-            ctx.add_cookies([_session_cookie(alice, live_server.url)])
-            page = ctx.new_page()
+        with page_at(browser, live_server, alice, width, scheme) as page:
             open_turn(page, 2)
             page.locator('#turn-detail details[data-body="prompt"] summary').click()
             page.locator("#turn-detail").scroll_into_view_if_needed()
@@ -110,6 +102,4 @@ def test_screenshots_of_the_turn_detail_with_bodies(
                     found.append(f"the prompt is shown on {pre_bg} in dark mode")
             if found:
                 problems[suffix] = found
-        finally:
-            ctx.close()
     assert not problems, problems

@@ -10,24 +10,10 @@ from playwright.sync_api import expect
 
 from smrweb.tracking import services
 from smrweb.tracking.models import Direction, Role, Submission
-from smrweb.tracking.services import submissions as lifecycle
+from tests.browser.seed import record_verdict
 from tests.factories import admin_project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def fail_or_pass(sub: Submission, by, *, passed: bool) -> None:
-    """What the validator's verdict does to a submission (as tests/browser/seed.py records it)."""
-    lifecycle.request_verification(sub, by=by)
-    lifecycle.record_verification(
-        sub.pk,
-        lifecycle.VerificationResult(
-            "passed" if passed else "failed",
-            0 if passed else 1,
-            "PASS" if passed else "FAIL optimizer.py has no step()",
-            f"exited {0 if passed else 1}",
-        ),
-    )
 
 
 def plotted(page, name: str) -> dict:
@@ -57,13 +43,13 @@ def test_p0a_the_best_so_far_line_skips_the_invalid_score(page, context, sign_in
 
     # 1. 3.30 with an optimizer.py that has no step(): its validation fails → invalid.
     push({"type": "state", "state": "running"}, {"type": "score", "score": 3.30, "id": "s1"})
-    fail_or_pass(Submission.objects.get(score=3.30), bob, passed=False)
+    record_verdict(Submission.objects.get(score=3.30), bob, passed=False)
     # 2. 3.45, verified.
     push(
         {"type": "agent.turn", "turn": 1, "cost_usd": 0.02, "tokens_in": 8000},
         {"type": "score", "score": 3.45, "id": "s2"},
     )
-    fail_or_pass(Submission.objects.get(score=3.45), bob, passed=True)
+    record_verdict(Submission.objects.get(score=3.45), bob, passed=True)
     # 3. 3.80: a regression against 3.45.
     push(
         {"type": "agent.turn", "turn": 2, "cost_usd": 0.02, "tokens_in": 8000},
