@@ -351,17 +351,7 @@ def _verify_most(by) -> None:
         run_id: pk for run_id, pk in Submission.objects.order_by("ts", "id").values_list("run_id", "pk")
     }
     for i, sub in enumerate(Submission.objects.exclude(pk__in=latest.values()).order_by("id")):
-        lifecycle.request_verification(sub, by=by)
-        passed = i % 7 != 3
-        lifecycle.record_verification(
-            sub.pk,
-            lifecycle.VerificationResult(
-                "passed" if passed else "failed",
-                0 if passed else 1,
-                "PASS" if passed else "FAIL  over the limit",
-                f"exited {0 if passed else 1}",
-            ),
-        )
+        record_verdict(sub, by, passed=i % 7 != 3, failure="over the limit")
 
 
 P0A_RUN_ID = "ux-regress-1"
@@ -400,16 +390,17 @@ def seed_p0a(project: Project, by) -> Run:
     return Run.objects.get(project=project, external_id=P0A_RUN_ID)
 
 
-def record_verdict(sub: Submission, by, *, passed: bool) -> None:
-    """What the validator's verdict does to a submission: verified, or invalid for an optimizer without
-    `step()` (the walkthrough's 3.30), recorded as the worker records it."""
+def record_verdict(sub: Submission, by, *, passed: bool, failure: str = "optimizer.py has no step()") -> None:
+    """What the validator's verdict does to a submission, recorded as the worker records it: verified, or
+    invalid with `failure` as its FAIL line (by default the walkthrough's 3.30: an optimizer without
+    `step()`)."""
     lifecycle.request_verification(sub, by=by)
     lifecycle.record_verification(
         sub.pk,
         lifecycle.VerificationResult(
             "passed" if passed else "failed",
             0 if passed else 1,
-            "PASS" if passed else "FAIL  optimizer.py has no step()",
+            "PASS" if passed else f"FAIL  {failure}",
             f"exited {0 if passed else 1}",
         ),
     )
