@@ -42,6 +42,7 @@ Only httpx and the standard library: the client runs inside harness processes, n
 from __future__ import annotations
 
 import atexit
+import contextlib
 import email.utils
 import hashlib
 import json
@@ -267,7 +268,11 @@ class Client:
         self._thread = threading.Thread(
             target=self._sender, name=f"smrweb-client-{self.client_id[:8]}", daemon=True
         )
-        self._thread.start()
+        # The sender starts with SIGTERM and SIGINT blocked (a thread inherits its creator's mask):
+        # the kernel then delivers them to the main thread, which a signal landing on the sender
+        # would leave asleep in time.sleep() or a blocking read until that returned on its own.
+        with _signals_blocked(_SIGNALS_FOR_MAIN):
+            self._thread.start()
         ref = weakref.ref(self)
         self._atexit = lambda: (c := ref()) is not None and c.close(timeout=c.exit_timeout)
         atexit.register(self._atexit)
@@ -805,6 +810,23 @@ def _describe(exc: BaseException) -> str:
     except Exception:  # a hostile __str__ or frame: the head is what matters
         frames = ""
     return _clean(f"{head}\n\n{frames[-(MAX_DETAIL - len(head) - 2) :]}" if frames else head, MAX_DETAIL)
+
+
+_SIGNALS_FOR_MAIN = {signal.SIGTERM, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def _signals_blocked(signals: set[signal.Signals]):
+    """Block `signals` in the calling thread for the block's length (threads started inside inherit
+    the block); a no-op where pthread_sigmask does not exist."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _ending(exc: BaseException | None, signal_name: str | None) -> tuple[str, dict[str, str] | None]:
