@@ -591,6 +591,9 @@ SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE = env.int("SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE
 SMRWEB_SMR_CHECK_TIMEOUT = env.float(
     "SMRWEB_SMR_CHECK_TIMEOUT", default=10.0
 )  # "Test connection" and creation
+# How long that check waits out transient answers (429 with its Retry-After, 502/503/504, timeouts),
+# at most 4 tries, before it refuses; each try's timeout is at most half of it.
+SMRWEB_SMR_CHECK_PATIENCE = env.float("SMRWEB_SMR_CHECK_PATIENCE", default=12.0)
 SMRWEB_SMR_RESULTS_FIRST_WINDOW = env.int("SMRWEB_SMR_RESULTS_FIRST_WINDOW", default=50)
 SMRWEB_SMR_RESULTS_WINDOW = env.int("SMRWEB_SMR_RESULTS_WINDOW", default=500)  # the spec's maximum
 

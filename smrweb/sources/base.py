@@ -14,13 +14,14 @@ from typing import Any, Protocol
 
 class SourceError(Exception):
     """A failed call to a source. `kind` names the fault for source health; `retry_after` is the
-    backend's own hint in seconds, when it gave one."""
+    backend's own hint in seconds, when it gave one; `status` the HTTP status that carried it, if any."""
 
     kind = "error"
 
-    def __init__(self, message: str, *, retry_after: float | None = None):
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 class RateLimited(SourceError):

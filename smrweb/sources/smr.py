@@ -26,8 +26,11 @@ call goes through `_call`, which turns all of that into `sources.base` errors wi
 from __future__ import annotations
 
 import base64
+import contextvars
 import hashlib
+import logging
 import math
+import time
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -39,6 +42,7 @@ from managed_research import ManagedResearchClient
 from managed_research.errors import SmrApiError
 from managed_research.models.run_control import ManagedResearchRunControlError
 
+from smrweb.client import retry_after_seconds
 from smrweb.core import outbound
 from smrweb.sources.base import (
     ArtifactRef,
@@ -59,6 +63,8 @@ from smrweb.sources.base import (
 )
 from smrweb.sources.smr_usage import read_entries, read_spend
 from smrweb.tracking.models import ArtifactKind, Project
+
+log = logging.getLogger(__name__)
 
 PICO = Decimal(10) ** 12
 STEER_TOPIC = "smrweb.steer"  # the topic of a message a person sends from smrweb
@@ -84,14 +90,27 @@ def _call(what: str, fn, *args, **kwargs):
         raise Unreachable(f"{what}: {exc!r}") from exc
 
 
+# The SDK's errors keep the body but not the headers: a response hook notes the last answer's
+# Retry-After here (per thread and context, so concurrent syncs never read each other's).
+_last_retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "smr_last_retry_after", default=None
+)
+
+
+def _note_retry_after(response: httpx.Response) -> None:
+    _last_retry_after.set(retry_after_seconds(response.headers.get("Retry-After")))
+
+
 def _translate(what: str, exc: SmrApiError) -> SourceError:
     detail = getattr(exc, "detail", None) or (
         exc.body.get("detail") if isinstance(exc.body.get("detail"), dict) else {}
     )
     retry_after = _seconds(detail.get("retry_after_seconds")) if isinstance(detail, dict) else None
+    if retry_after is None:
+        retry_after = _last_retry_after.get()  # the header, when the body did not say
     status, message = exc.status_code, f"{what}: {exc}"
     if status == 429:
-        return RateLimited(message, retry_after=retry_after)
+        return RateLimited(message, retry_after=retry_after, status=status)
     if detail and detail.get("error_code"):
         code = str(detail.get("error_code"))
         if status == 409 or code in {
@@ -109,7 +128,7 @@ def _translate(what: str, exc: SmrApiError) -> SourceError:
     if status == 404:
         return RunGone(message)
     if status is not None and status >= 500:
-        return ServerError(message, retry_after=retry_after)
+        return ServerError(message, retry_after=retry_after, status=status)
     text = str(exc)
     if "timed out" in text:
         return TimedOut(message)
@@ -231,6 +250,11 @@ class SmrConnector:
             sdk_http.client = outbound.client(
                 timeout=timeout, base_url=sdk_http.client.base_url, headers=sdk_http.client.headers
             )
+        hooks = self.client._transport.client.event_hooks
+        self.client._transport.client.event_hooks = {
+            **hooks,
+            "response": [*hooks.get("response", []), _note_retry_after],
+        }
         self._results_by_run: dict[str, list[dict]] | None = None
         self._results_oldest: str | None = None
         self._results_limit = 0
@@ -824,12 +848,33 @@ def check_project(project: Project) -> None:
     _check(connector, connector.pid, connector.backend_base)
 
 
+# A connection check waits out what a person would retry (docs/smr.md#creating-a-project).
+CHECK_TRIES = 4
+TRANSIENT_STATUSES = {502, 503, 504}
+
+
 def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
+    """Ask once, and again while the answer is transient (a 429, a 502/503/504, a timeout) within
+    SMRWEB_SMR_CHECK_PATIENCE seconds; then name what went wrong as the field at fault."""
     from smrweb.tracking.errors import InvalidInput
 
-    connector.client._transport.client.timeout = httpx.Timeout(settings.SMRWEB_SMR_CHECK_TIMEOUT)
+    deadline = time.monotonic() + settings.SMRWEB_SMR_CHECK_PATIENCE
     try:
-        connector.check()
+        for attempt in range(1, CHECK_TRIES + 1):
+            left = deadline - time.monotonic()
+            per_try = min(settings.SMRWEB_SMR_CHECK_TIMEOUT, max(1.0, settings.SMRWEB_SMR_CHECK_PATIENCE / 2))
+            connector.client._transport.client.timeout = httpx.Timeout(min(per_try, max(1.0, left)))
+            try:
+                connector.check()
+                return
+            except (RateLimited, ServerError, TimedOut) as exc:
+                wait = _transient_wait(exc, attempt)
+                if wait is None or attempt == CHECK_TRIES or wait > deadline - time.monotonic():
+                    raise InvalidInput(
+                        "smr_backend_base", _transient_message(exc, backend, attempt)
+                    ) from None
+                log.info("SMR check of %s: %s; try %d in %.1f s", backend, exc.kind, attempt + 1, wait)
+                time.sleep(wait)
     except AuthFailed as exc:
         raise InvalidInput("smr_api_key", f"The SMR backend refused this API key ({exc}).") from None
     except (RunGone, Denied) as exc:
@@ -837,7 +882,7 @@ def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
             "smr_project_id",
             f"The SMR backend does not know project {smr_project_id!r} for this key ({exc}).",
         ) from None
-    except (Unreachable, TimedOut, Blocked) as exc:
+    except (Unreachable, Blocked) as exc:
         raise InvalidInput(
             "smr_backend_base", f"The SMR backend at {backend} could not be reached: {exc}"
         ) from None
@@ -847,3 +892,24 @@ def _check(connector: SmrConnector, smr_project_id: str, backend: str) -> None:
         ) from None
     finally:
         connector.client._transport.client.close()
+
+
+def _transient_wait(exc: SourceError, attempt: int) -> float | None:
+    """How long to wait before the next try, or None when this answer is not worth another."""
+    if isinstance(exc, ServerError) and exc.status not in TRANSIENT_STATUSES:
+        return None  # a 500 is the backend's own failure, not a passing one
+    if exc.retry_after is not None:
+        return exc.retry_after
+    return 0.5 * 2 ** (attempt - 1)
+
+
+def _transient_message(exc: SourceError, backend: str, attempts: int) -> str:
+    tries = f"{attempts} {'try' if attempts == 1 else 'tries'}"
+    if isinstance(exc, RateLimited):
+        hint = f", retry in {math.ceil(exc.retry_after)} s" if exc.retry_after is not None else ""
+        return f"Rate-limited by SMR at {backend} (429 after {tries}){hint}."
+    if isinstance(exc, TimedOut):
+        return f"The SMR backend at {backend} did not answer in time ({tries}): {exc}"
+    if exc.status in TRANSIENT_STATUSES:
+        return f"SMR at {backend} answered {exc.status} ({tries}); try again shortly: {exc}"
+    return f"SMR at {backend} answered {exc.status or 'an error'}: {exc}"
