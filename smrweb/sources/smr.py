@@ -207,6 +207,29 @@ ARTIFACT_KINDS = {
 }
 
 
+def _artifact_results(artifacts: list, result_json) -> list[dict]:
+    """Results the run's artifacts describe in their metadata (a submission names the result that
+    scored it: `result_id`, `metric`, and `value`, `score` or the metric's own key): read from the
+    manifest already fetched, no request of their own."""
+    rows = []
+    for a in [*artifacts, *([result_json] if result_json is not None else [])]:
+        meta = a.metadata or {}
+        metric = meta.get("metric")
+        value = next((meta[k] for k in ("value", "score", metric) if isinstance(k, str) and k in meta), None)
+        if meta.get("result_id") and isinstance(metric, str) and metric and value is not None:
+            rows.append(
+                {
+                    "result_id": str(meta["result_id"]),
+                    "metric": metric,
+                    "metric_direction": meta.get("metric_direction"),
+                    "value": value,
+                    "experiment_id": meta.get("experiment_id"),
+                    "created_at": a.created_at,
+                }
+            )
+    return rows
+
+
 class SmrConnector:
     """A project's SMR backend. Address and key: the project's own setting, else the environment."""
 
@@ -234,6 +257,10 @@ class SmrConnector:
         self._results_by_run: dict[str, list[dict]] | None = None
         self._results_oldest: str | None = None
         self._results_limit = 0
+        self._experiment_results: dict[str, list] = {}  # experiment id -> its results, read this cycle
+        self._top: dict[str, list[dict]] | None = None  # run id -> its rows in the score metric's top 500
+        self._artifact_results: dict[str, list[dict]] = {}  # run id -> results its artifacts describe
+        self.results_reach: dict[str, dict[str, Any]] = {}  # run id -> what fetch_results could reach
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
@@ -413,21 +440,28 @@ class SmrConnector:
         *,
         created_at: datetime | None = None,
     ) -> tuple[list[dict], dict]:
+        """The run's new results, by every way the spec offers (docs/smr.md#results), cheapest first:
+        the project's newest results (one request per cycle); this run's experiments' own results; and
+        when neither reaches back far enough, the project's top results of the score metric, the run's
+        result summary and its artifacts' result metadata. Whether that was everything of the run, and
+        how many results the source says it holds, is left in `results_reach[rid]` for the sync."""
         mark = cursor.get("results")
-        # The project's newest results, one request per cycle: a small window while it reaches back to
-        # this run's last seen result, the spec's widest when not, and this run's experiments one by
-        # one when even that does not (or the run has none seen yet and is older than the window).
-        by_run, oldest = self._project_results(reach=str(mark) if mark else (_iso(created_at) or ""))
-        mine = list(by_run.get(rid, []))
-        if oldest is not None and (str(mark) if mark else (_iso(created_at) or "")) < oldest:
-            ids = {str(r.get("result_id")) for r in mine}
-            mine += [
-                r
-                for r in self._run_results(rid, since=str(mark) if mark else None)
-                if str(r.get("result_id")) not in ids
-            ]
+        since = str(mark) if mark else None
+        reach = since or (_iso(created_at) or "")
+        by_run, oldest = self._project_results(reach=reach)
+        rows = {str(r.get("result_id")): r for r in by_run.get(rid, [])}
+        proven = oldest is None or (bool(reach) and reach >= oldest)
+        total = None
+        if not proven:
+            more, proven = self._run_results(rid, since=since)
+            rows.update((str(r.get("result_id")), r) for r in more if str(r.get("result_id")) not in rows)
+        if not proven:
+            summary, total = self._summary_results(rid)
+            for r in [*self._top_results(rid), *summary, *self._artifact_results.get(rid, [])]:
+                rows.setdefault(str(r.get("result_id")), r)
+        self.results_reach[rid] = {"proven": proven, "whole": mark is None, "total": total}
         new_cursor: dict[str, Any] = {}
-        return self._results(mine, artifacts, cursor, new_cursor), new_cursor
+        return self._results(list(rows.values()), artifacts, cursor, new_cursor), new_cursor
 
     def _project_results(self, reach: str = "") -> tuple[dict[str, list[dict]], str | None]:
         """The project's newest results, split by run, and the oldest time in the window when it was
@@ -461,29 +495,92 @@ class SmrConnector:
             return self._project_results(reach)
         return self._results_by_run, self._results_oldest
 
-    def _run_results(self, rid: str, *, since: str | None) -> list[dict]:
-        """Every result of one run's experiments (those created since `since`), one request each."""
+    def _run_results(self, rid: str, *, since: str | None) -> tuple[list[dict], bool]:
+        """The results of the run's experiments (those updated since `since`), and whether they are
+        provably all of the run's: every experiment's list reaches back (shorter than the spec's 500,
+        or older than `since`) and the run has experiments at all (an experiment shared by many runs
+        may be listed under none of them). One request, plus one per experiment not read this cycle."""
         experiments = _call(
             "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
         )
+        experiments = [e for e in experiments if isinstance(e, dict)] if isinstance(experiments, list) else []
         rows: list[dict] = []
-        for experiment in experiments if isinstance(experiments, list) else []:
-            eid = experiment.get("experiment_id") if isinstance(experiment, dict) else None
+        proven = bool(experiments) and len(experiments) < 500
+        for experiment in experiments:
+            eid = experiment.get("experiment_id")
             if not eid or (
                 since and str(experiment.get("updated_at") or experiment.get("created_at") or "") < since
             ):
                 continue
+            answer = self._experiment_results.get(str(eid))
+            if answer is None:
+                answer = _call(
+                    "experiment results",
+                    self.client._request_json,
+                    "GET",
+                    f"/smr/projects/{self.pid}/experiments/{eid}/results",
+                    params={"limit": 500},
+                )
+                if not isinstance(answer, list):
+                    raise Malformed("experiment results: expected a list")
+                self._experiment_results[str(eid)] = answer
+            stamps = [str(r.get("created_at") or "") for r in answer if isinstance(r, dict)]
+            proven = proven and (len(answer) < 500 or bool(since and stamps and min(stamps) <= since))
+            rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
+        return rows, proven
+
+    def _top_results(self, rid: str) -> list[dict]:
+        """The run's results among the project's best 500 of the score metric (one request per cycle,
+        `experiment-results/top`): when the run has any there, its best is among them."""
+        metric = self.project.scenario.score_metric
+        if self._top is None:
             answer = _call(
-                "experiment results",
+                "top experiment results",
                 self.client._request_json,
                 "GET",
-                f"/smr/projects/{self.pid}/experiments/{eid}/results",
-                params={"limit": 500},
+                f"/smr/projects/{self.pid}/experiment-results/top",
+                params={"metric": metric, "limit": 500},
             )
             if not isinstance(answer, list):
-                raise Malformed("experiment results: expected a list")
-            rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
-        return rows
+                raise Malformed("top experiment results: expected a list")
+            self._top = {}
+            for r in answer:
+                if isinstance(r, dict) and r.get("run_id") and r.get("metric") == metric:
+                    self._top.setdefault(str(r["run_id"]), []).append(r)
+        return self._top.get(rid, [])
+
+    def _summary_results(self, rid: str) -> tuple[list[dict], int | None]:
+        """The run's result summary (`GET …/runs/{rid}/results`, one request; free-form in the spec):
+        result rows it lists (`results`, `experiment_results`, `items`, a `best`/`best_result`) and how
+        many results it says the run holds (`count`, `result_count`, `total`, …), read tolerantly."""
+        answer = _call(
+            "run results",
+            self.client._request_json,
+            "GET",
+            f"/smr/projects/{self.pid}/runs/{rid}/results",
+        )
+        if not isinstance(answer, dict):
+            return [], None
+        rows: list[dict] = []
+        total = None
+        for holder in (answer, answer.get("results"), answer.get("counts"), answer.get("summary")):
+            if isinstance(holder, list):
+                rows += [r for r in holder if isinstance(r, dict)]
+                continue
+            if not isinstance(holder, dict):
+                continue
+            for key in ("results", "experiment_results", "items"):
+                if isinstance(holder.get(key), list):
+                    rows += [r for r in holder[key] if isinstance(r, dict)]
+            for key in ("best", "best_result"):
+                if isinstance(holder.get(key), dict):
+                    rows.append(holder[key])
+            for key in ("count", "result_count", "results_count", "total", "total_results", "results"):
+                value = holder.get(key)
+                if total is None and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    total = value
+        rows = [r for r in rows if r.get("result_id") and str(r.get("run_id") or rid) == rid]
+        return rows, total
 
     def experiment_names(self, rid: str) -> dict[str, dict[str, str]]:
         """Each of the run's experiments' title and hypothesis (one request; asked only while some
@@ -650,7 +747,9 @@ class SmrConnector:
 
     def _artifacts(self, manifest) -> list[ArtifactRef]:
         refs: dict[str, ArtifactRef] = {}
-        for a in [*manifest.artifacts, *manifest.output_files, *manifest.result_outputs, *manifest.reports]:
+        listed = [*manifest.artifacts, *manifest.output_files, *manifest.result_outputs, *manifest.reports]
+        self._artifact_results[str(manifest.run_id)] = _artifact_results(listed, manifest.result_json)
+        for a in listed:
             sha = _sha256(a.digest)
             if not sha or a.artifact_id in refs:
                 continue  # nothing to verify the bytes against: not pulled

@@ -522,6 +522,28 @@ def over_budget_badge(run):
     )
 
 
+def results_incomplete_text(missing: int | None) -> str:
+    """What a best read from only part of its results says (one wording for run, project, leaderboard)."""
+    if missing is None:
+        return "incomplete: results not readable from the source (it does not say how many)"
+    return f"incomplete: {missing:,} result{'' if missing == 1 else 's'} not readable from the source"
+
+
+@register.simple_tag
+def results_incomplete(run_or_gap):
+    """The "incomplete" mark beside a best that was read from only part of the results the source holds
+    (a Run, or a project's `ResultsGap`); nothing when every result was read."""
+    if getattr(run_or_gap, "results_complete", True):
+        return ""
+    missing = run_or_gap.results_missing
+    return format_html(
+        '<span class="results-incomplete" data-results-incomplete="{}" title="The source holds results that '
+        'smrweb could not read (docs/smr.md#results): the best shown is the best of those it read">{}</span>',
+        "" if missing is None else missing,
+        results_incomplete_text(missing),
+    )
+
+
 SORT_ARROWS = {"asc": "▲", "desc": "▼"}
 
 
