@@ -84,6 +84,17 @@ def _call(what: str, fn, *args, **kwargs):
         raise Unreachable(f"{what}: {exc!r}") from exc
 
 
+def _optional(what: str, fn, *args, **kwargs):
+    """`_call` for a way the spec offers that a backend may not serve (404, 405, 422, 501): None then,
+    so the run is marked incomplete rather than its sync failing; every other fault is raised."""
+    try:
+        return _call(what, fn, *args, **kwargs)
+    except SourceError as exc:
+        if getattr(exc.__cause__, "status_code", None) in (404, 405, 422, 501):
+            return None
+        raise
+
+
 def _translate(what: str, exc: SmrApiError) -> SourceError:
     detail = getattr(exc, "detail", None) or (
         exc.body.get("detail") if isinstance(exc.body.get("detail"), dict) else {}
@@ -534,17 +545,17 @@ class SmrConnector:
         `experiment-results/top`): when the run has any there, its best is among them."""
         metric = self.project.scenario.score_metric
         if self._top is None:
-            answer = _call(
+            answer = _optional(
                 "top experiment results",
                 self.client._request_json,
                 "GET",
                 f"/smr/projects/{self.pid}/experiment-results/top",
                 params={"metric": metric, "limit": 500},
             )
-            if not isinstance(answer, list):
+            if answer is not None and not isinstance(answer, list):
                 raise Malformed("top experiment results: expected a list")
             self._top = {}
-            for r in answer:
+            for r in answer or []:
                 if isinstance(r, dict) and r.get("run_id") and r.get("metric") == metric:
                     self._top.setdefault(str(r["run_id"]), []).append(r)
         return self._top.get(rid, [])
@@ -553,7 +564,7 @@ class SmrConnector:
         """The run's result summary (`GET …/runs/{rid}/results`, one request; free-form in the spec):
         result rows it lists (`results`, `experiment_results`, `items`, a `best`/`best_result`) and how
         many results it says the run holds (`count`, `result_count`, `total`, …), read tolerantly."""
-        answer = _call(
+        answer = _optional(
             "run results",
             self.client._request_json,
             "GET",

@@ -127,3 +127,21 @@ def test_incomplete_results_are_said_on_the_pages_and_in_the_api(wide_world, ali
     if complete is not None:
         api = client.get(reverse("api:run-detail", args=[project.slug, complete.external_id])).json()
         assert (api["results_complete"], api["results_missing"]) == (True, None)
+
+
+def test_a_backend_without_the_other_ways_marks_runs_incomplete_rather_than_failing(wide_world, alice):
+    """A backend that does not serve `experiment-results/top` or the run's result summary (404): the
+    sync still succeeds, and what it could not reach is marked, not guessed."""
+    wide_world.set_faults("experiment_results_top:denial=1,run_results:denial=1,denial_status=404")
+    try:
+        project = synced_project(wide_world, alice)
+    finally:
+        wide_world.set_faults("")
+    world_truth = truth(wide_world)
+    runs = list(Run.objects.filter(project=project))
+    assert len(runs) == RUNS
+    assert not [
+        r.external_id for r in runs if r.results_complete and r.best_score != world_truth[r.external_id][0]
+    ]
+    assert any(not r.results_complete and r.results_missing is None for r in runs)
+    assert wide_world.stats.snapshot()["faults"].get("denial")  # the ways were asked, and refused
