@@ -14,8 +14,9 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   list_project_run_runtime_messages(pid, rid, limit=…) → runtime messages: a small newest window,
                                    widened when it does not reach back to the last one seen
   GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle, newest N of the
-  project) → metric points, scores; per experiment (…/experiments/{eid}/results) for a run the
-  window does not reach back to
+  project) → metric points, scores; for a run the window does not reach back to: its experiments'
+  own results, then experiment-results/top, its result summary (…/runs/{rid}/results) and its
+  artifacts' result metadata; what none reaches is marked on the run (Run.results_complete)
   runs.stop / runs.restore_checkpoint / trigger_run → actions; enqueue_runtime_message, pause_run,
                                    resume_run → steering (sources/control.py)
 
