@@ -80,6 +80,11 @@ class ResultsGap:
     def results_missing(self) -> int | None:
         return None if self.unknown else self.missing
 
+    @property
+    def at_least(self) -> int | None:
+        """The runs that say how many of their results are missing, when others do not: a lower bound."""
+        return self.missing if self.unknown and self.missing else None
+
 
 INCOMPLETE = Q(runs__results_complete=False, runs__excluded_at__isnull=True)
 
