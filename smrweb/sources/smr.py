@@ -270,6 +270,7 @@ class SmrConnector:
         self._results_oldest: str | None = None
         self._results_limit = 0
         self._experiment_results: dict[str, list] = {}  # experiment id -> its results, read this cycle
+        self._run_experiments: dict[str, Any] = {}  # run id -> its experiments, read this cycle
         self._top: dict[str, list[dict]] | None = None  # run id -> its rows in the score metric's top 500
         self._artifact_results: dict[str, list[dict]] = {}  # run id -> results its artifacts describe
         self.results_reach: dict[str, dict[str, Any]] = {}  # run id -> what fetch_results could reach
@@ -512,9 +513,7 @@ class SmrConnector:
         provably all of the run's: every experiment's list reaches back (shorter than the spec's 500,
         or older than `since`) and the run has experiments at all (an experiment shared by many runs
         may be listed under none of them). One request, plus one per experiment not read this cycle."""
-        experiments = _call(
-            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
-        )
+        experiments = self._experiments_of(rid)
         experiments = [e for e in experiments if isinstance(e, dict)] if isinstance(experiments, list) else []
         rows: list[dict] = []
         proven = bool(experiments) and len(experiments) < 500
@@ -540,6 +539,14 @@ class SmrConnector:
             proven = proven and (len(answer) < 500 or bool(since and stamps and min(stamps) <= since))
             rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
         return rows, proven
+
+    def _experiments_of(self, rid: str) -> list:
+        """The run's experiments (one request, kept for the cycle: results and names both read them)."""
+        if rid not in self._run_experiments:
+            self._run_experiments[rid] = _call(
+                "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
+            )
+        return self._run_experiments[rid]
 
     def _top_results(self, rid: str) -> list[dict]:
         """The run's results among the project's best 500 of the score metric (one request per cycle,
@@ -597,9 +604,7 @@ class SmrConnector:
     def experiment_names(self, rid: str) -> dict[str, dict[str, str]]:
         """Each of the run's experiments' title and hypothesis (one request; asked only while some
         experiment the results named is still known by its id alone)."""
-        experiments = _call(
-            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
-        )
+        experiments = self._experiments_of(rid)
         names = {}
         for e in experiments if isinstance(experiments, list) else []:
             eid = e.get("experiment_id") if isinstance(e, dict) else None
