@@ -219,6 +219,10 @@ ARTIFACT_KINDS = {
 }
 
 
+def _result_key(row: dict) -> str:
+    return f"id:{row['result_id']}" if row.get("result_id") else f"row:{id(row)}"
+
+
 def _artifact_results(artifacts: list, result_json) -> list[dict]:
     """Results the run's artifacts describe in their metadata (a submission names the result that
     scored it: `result_id`, `metric`, and `value`, `score` or the metric's own key): read from the
@@ -462,16 +466,18 @@ class SmrConnector:
         since = str(mark) if mark else None
         reach = since or (_iso(created_at) or "")
         by_run, oldest = self._project_results(reach=reach)
-        rows = {str(r.get("result_id")): r for r in by_run.get(rid, [])}
+        # By result id (each way may bring the same result); a row without one is kept (and counted).
+        rows = {_result_key(r): r for r in by_run.get(rid, [])}
         proven = oldest is None or (bool(reach) and reach >= oldest)
         total = None
         if not proven:
             more, proven = self._run_results(rid, since=since)
-            rows.update((str(r.get("result_id")), r) for r in more if str(r.get("result_id")) not in rows)
+            for r in more:
+                rows.setdefault(_result_key(r), r)
         if not proven:
             summary, total = self._summary_results(rid)
             for r in [*self._top_results(rid), *summary, *self._artifact_results.get(rid, [])]:
-                rows.setdefault(str(r.get("result_id")), r)
+                rows.setdefault(_result_key(r), r)
         self.results_reach[rid] = {"proven": proven, "whole": mark is None, "total": total}
         new_cursor: dict[str, Any] = {}
         return self._results(list(rows.values()), artifacts, cursor, new_cursor), new_cursor
