@@ -14,8 +14,9 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   list_project_run_runtime_messages(pid, rid, limit=…) → runtime messages: a small newest window,
                                    widened when it does not reach back to the last one seen
   GET …/experiment-results (no SDK method: the SDK's own transport; once per cycle, newest N of the
-  project) → metric points, scores; per experiment (…/experiments/{eid}/results) for a run the
-  window does not reach back to
+  project) → metric points, scores; for a run the window does not reach back to: its experiments'
+  own results, then experiment-results/top, its result summary (…/runs/{rid}/results) and its
+  artifacts' result metadata; what none reaches is marked on the run (Run.results_complete)
   runs.stop / runs.restore_checkpoint / trigger_run → actions; enqueue_runtime_message, pause_run,
                                    resume_run → steering (sources/control.py)
 
@@ -99,6 +100,17 @@ _last_retry_after: contextvars.ContextVar[float | None] = contextvars.ContextVar
 
 def _note_retry_after(response: httpx.Response) -> None:
     _last_retry_after.set(retry_after_seconds(response.headers.get("Retry-After")))
+
+
+def _optional(what: str, fn, *args, **kwargs):
+    """`_call` for a way the spec offers that a backend may not serve (404, 405, 422, 501): None then,
+    so the run is marked incomplete rather than its sync failing; every other fault is raised."""
+    try:
+        return _call(what, fn, *args, **kwargs)
+    except SourceError as exc:
+        if getattr(exc.__cause__, "status_code", None) in (404, 405, 422, 501):
+            return None
+        raise
 
 
 def _translate(what: str, exc: SmrApiError) -> SourceError:
@@ -226,6 +238,33 @@ ARTIFACT_KINDS = {
 }
 
 
+def _result_key(row: dict) -> str:
+    return f"id:{row['result_id']}" if row.get("result_id") else f"row:{id(row)}"
+
+
+def _artifact_results(artifacts: list, result_json) -> list[dict]:
+    """Results the run's artifacts describe in their metadata (a submission names the result that
+    scored it: `result_id`, `metric`, and `value`, `score` or the metric's own key): read from the
+    manifest already fetched, no request of their own."""
+    rows = []
+    for a in [*artifacts, *([result_json] if result_json is not None else [])]:
+        meta = a.metadata or {}
+        metric = meta.get("metric")
+        value = next((meta[k] for k in ("value", "score", metric) if isinstance(k, str) and k in meta), None)
+        if meta.get("result_id") and isinstance(metric, str) and metric and value is not None:
+            rows.append(
+                {
+                    "result_id": str(meta["result_id"]),
+                    "metric": metric,
+                    "metric_direction": meta.get("metric_direction"),
+                    "value": value,
+                    "experiment_id": meta.get("experiment_id"),
+                    "created_at": a.created_at,
+                }
+            )
+    return rows
+
+
 class SmrConnector:
     """A project's SMR backend. Address and key: the project's own setting, else the environment."""
 
@@ -258,6 +297,11 @@ class SmrConnector:
         self._results_by_run: dict[str, list[dict]] | None = None
         self._results_oldest: str | None = None
         self._results_limit = 0
+        self._experiment_results: dict[str, list] = {}  # experiment id -> its results, read this cycle
+        self._run_experiments: dict[str, Any] = {}  # run id -> its experiments, read this cycle
+        self._top: dict[str, list[dict]] | None = None  # run id -> its rows in the score metric's top 500
+        self._artifact_results: dict[str, list[dict]] = {}  # run id -> results its artifacts describe
+        self.results_reach: dict[str, dict[str, Any]] = {}  # run id -> what fetch_results could reach
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
@@ -437,21 +481,30 @@ class SmrConnector:
         *,
         created_at: datetime | None = None,
     ) -> tuple[list[dict], dict]:
+        """The run's new results, by every way the spec offers (docs/smr.md#results), cheapest first:
+        the project's newest results (one request per cycle); this run's experiments' own results; and
+        when neither reaches back far enough, the project's top results of the score metric, the run's
+        result summary and its artifacts' result metadata. Whether that was everything of the run, and
+        how many results the source says it holds, is left in `results_reach[rid]` for the sync."""
         mark = cursor.get("results")
-        # The project's newest results, one request per cycle: a small window while it reaches back to
-        # this run's last seen result, the spec's widest when not, and this run's experiments one by
-        # one when even that does not (or the run has none seen yet and is older than the window).
-        by_run, oldest = self._project_results(reach=str(mark) if mark else (_iso(created_at) or ""))
-        mine = list(by_run.get(rid, []))
-        if oldest is not None and (str(mark) if mark else (_iso(created_at) or "")) < oldest:
-            ids = {str(r.get("result_id")) for r in mine}
-            mine += [
-                r
-                for r in self._run_results(rid, since=str(mark) if mark else None)
-                if str(r.get("result_id")) not in ids
-            ]
+        since = str(mark) if mark else None
+        reach = since or (_iso(created_at) or "")
+        by_run, oldest = self._project_results(reach=reach)
+        # By result id (each way may bring the same result); a row without one is kept (and counted).
+        rows = {_result_key(r): r for r in by_run.get(rid, [])}
+        proven = oldest is None or (bool(reach) and reach >= oldest)
+        total = None
+        if not proven:
+            more, proven = self._run_results(rid, since=since)
+            for r in more:
+                rows.setdefault(_result_key(r), r)
+        if not proven:
+            summary, total = self._summary_results(rid)
+            for r in [*self._top_results(rid), *summary, *self._artifact_results.get(rid, [])]:
+                rows.setdefault(_result_key(r), r)
+        self.results_reach[rid] = {"proven": proven, "whole": mark is None, "total": total}
         new_cursor: dict[str, Any] = {}
-        return self._results(mine, artifacts, cursor, new_cursor), new_cursor
+        return self._results(list(rows.values()), artifacts, cursor, new_cursor), new_cursor
 
     def _project_results(self, reach: str = "") -> tuple[dict[str, list[dict]], str | None]:
         """The project's newest results, split by run, and the oldest time in the window when it was
@@ -485,36 +538,103 @@ class SmrConnector:
             return self._project_results(reach)
         return self._results_by_run, self._results_oldest
 
-    def _run_results(self, rid: str, *, since: str | None) -> list[dict]:
-        """Every result of one run's experiments (those created since `since`), one request each."""
-        experiments = _call(
-            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
-        )
+    def _run_results(self, rid: str, *, since: str | None) -> tuple[list[dict], bool]:
+        """The results of the run's experiments (those updated since `since`), and whether they are
+        provably all of the run's: every experiment's list reaches back (shorter than the spec's 500,
+        or older than `since`) and the run has experiments at all (an experiment shared by many runs
+        may be listed under none of them). One request, plus one per experiment not read this cycle."""
+        experiments = self._experiments_of(rid)
+        experiments = [e for e in experiments if isinstance(e, dict)] if isinstance(experiments, list) else []
         rows: list[dict] = []
-        for experiment in experiments if isinstance(experiments, list) else []:
-            eid = experiment.get("experiment_id") if isinstance(experiment, dict) else None
+        proven = bool(experiments) and len(experiments) < 500
+        for experiment in experiments:
+            eid = experiment.get("experiment_id")
             if not eid or (
                 since and str(experiment.get("updated_at") or experiment.get("created_at") or "") < since
             ):
                 continue
-            answer = _call(
-                "experiment results",
+            answer = self._experiment_results.get(str(eid))
+            if answer is None:
+                answer = _call(
+                    "experiment results",
+                    self.client._request_json,
+                    "GET",
+                    f"/smr/projects/{self.pid}/experiments/{eid}/results",
+                    params={"limit": 500},
+                )
+                if not isinstance(answer, list):
+                    raise Malformed("experiment results: expected a list")
+                self._experiment_results[str(eid)] = answer
+            stamps = [str(r.get("created_at") or "") for r in answer if isinstance(r, dict)]
+            proven = proven and (len(answer) < 500 or bool(since and stamps and min(stamps) <= since))
+            rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
+        return rows, proven
+
+    def _experiments_of(self, rid: str) -> list:
+        """The run's experiments (one request, kept for the cycle: results and names both read them)."""
+        if rid not in self._run_experiments:
+            self._run_experiments[rid] = _call(
+                "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
+            )
+        return self._run_experiments[rid]
+
+    def _top_results(self, rid: str) -> list[dict]:
+        """The run's results among the project's best 500 of the score metric (one request per cycle,
+        `experiment-results/top`): when the run has any there, its best is among them."""
+        metric = self.project.scenario.score_metric
+        if self._top is None:
+            answer = _optional(
+                "top experiment results",
                 self.client._request_json,
                 "GET",
-                f"/smr/projects/{self.pid}/experiments/{eid}/results",
-                params={"limit": 500},
+                f"/smr/projects/{self.pid}/experiment-results/top",
+                params={"metric": metric, "limit": 500},
             )
-            if not isinstance(answer, list):
-                raise Malformed("experiment results: expected a list")
-            rows += [r for r in answer if isinstance(r, dict) and str(r.get("run_id") or rid) == rid]
-        return rows
+            if answer is not None and not isinstance(answer, list):
+                raise Malformed("top experiment results: expected a list")
+            self._top = {}
+            for r in answer or []:
+                if isinstance(r, dict) and r.get("run_id") and r.get("metric") == metric:
+                    self._top.setdefault(str(r["run_id"]), []).append(r)
+        return self._top.get(rid, [])
+
+    def _summary_results(self, rid: str) -> tuple[list[dict], int | None]:
+        """The run's result summary (`GET …/runs/{rid}/results`, one request; free-form in the spec):
+        result rows it lists (`results`, `experiment_results`, `items`, a `best`/`best_result`) and how
+        many results it says the run holds (`count`, `result_count`, `total`, …), read tolerantly."""
+        answer = _optional(
+            "run results",
+            self.client._request_json,
+            "GET",
+            f"/smr/projects/{self.pid}/runs/{rid}/results",
+        )
+        if not isinstance(answer, dict):
+            return [], None
+        rows: list[dict] = []
+        total = None
+        for holder in (answer, answer.get("results"), answer.get("counts"), answer.get("summary")):
+            if isinstance(holder, list):
+                rows += [r for r in holder if isinstance(r, dict)]
+                continue
+            if not isinstance(holder, dict):
+                continue
+            for key in ("results", "experiment_results", "items"):
+                if isinstance(holder.get(key), list):
+                    rows += [r for r in holder[key] if isinstance(r, dict)]
+            for key in ("best", "best_result"):
+                if isinstance(holder.get(key), dict):
+                    rows.append(holder[key])
+            for key in ("count", "result_count", "results_count", "total", "total_results", "results"):
+                value = holder.get(key)
+                if total is None and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    total = value
+        rows = [r for r in rows if r.get("result_id") and str(r.get("run_id") or rid) == rid]
+        return rows, total
 
     def experiment_names(self, rid: str) -> dict[str, dict[str, str]]:
         """Each of the run's experiments' title and hypothesis (one request; asked only while some
         experiment the results named is still known by its id alone)."""
-        experiments = _call(
-            "experiments", self.client.projects.list_experiments, self.pid, run_id=rid, limit=500
-        )
+        experiments = self._experiments_of(rid)
         names = {}
         for e in experiments if isinstance(experiments, list) else []:
             eid = e.get("experiment_id") if isinstance(e, dict) else None
@@ -674,7 +794,9 @@ class SmrConnector:
 
     def _artifacts(self, manifest) -> list[ArtifactRef]:
         refs: dict[str, ArtifactRef] = {}
-        for a in [*manifest.artifacts, *manifest.output_files, *manifest.result_outputs, *manifest.reports]:
+        listed = [*manifest.artifacts, *manifest.output_files, *manifest.result_outputs, *manifest.reports]
+        self._artifact_results[str(manifest.run_id)] = _artifact_results(listed, manifest.result_json)
+        for a in listed:
             sha = _sha256(a.digest)
             if not sha or a.artifact_id in refs:
                 continue  # nothing to verify the bytes against: not pulled

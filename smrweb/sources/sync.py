@@ -244,6 +244,9 @@ def sync_run(
     artifacts = connector.fetch_artifacts(rid)
     _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
     apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
+    reach = getattr(connector, "results_reach", {}).get(rid)
+    if reach is not None and not (reach["proven"] and (run is None or run.results_complete)):
+        services.record_results_reach(project, rid, **reach)  # results no way reached: the run says so
     # Results name experiments by id: ask for their titles when new ones appear (one request), not every
     # cycle.
     unnamed = services.unnamed_experiments(project, rid)

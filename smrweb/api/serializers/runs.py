@@ -132,6 +132,8 @@ class RunSerializer(serializers.ModelSerializer):
             "best_score",
             "latest_score",
             "score_count",
+            "results_complete",
+            "results_missing",
             "git_branch",
             "git_commit",
             "parent",
@@ -150,6 +152,14 @@ class RunSerializer(serializers.ModelSerializer):
             "latest_score": {
                 "help_text": "The run's latest score that counts, by the rule `best_score` reads; a newer "
                 "one that does not count is in the submissions list (`counts: false`)."
+            },
+            "results_complete": {
+                "help_text": "False when some of the run's results could not be read from its source by any "
+                "way it offers (docs/smr.md#results): `best_score` is then the best of those read."
+            },
+            "results_missing": {
+                "help_text": "How many of the run's results could not be read; null when all were, or "
+                "when the source does not say how many it holds."
             },
         }
 

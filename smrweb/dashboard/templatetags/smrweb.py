@@ -522,6 +522,34 @@ def over_budget_badge(run):
     )
 
 
+def results_incomplete_text(missing: int | None, at_least: int | None = None) -> str:
+    """What a best read from only part of its results says (one wording for run, project, leaderboard)."""
+    if at_least:
+        return f"incomplete: at least {at_least:,} results not readable from the source"
+    if missing is None:
+        return "incomplete: results not readable from the source (it does not say how many)"
+    return f"incomplete: {missing:,} result{'' if missing == 1 else 's'} not readable from the source"
+
+
+@register.simple_tag
+def results_incomplete(run_or_gap, compact: bool = False):
+    """The "incomplete" mark beside a best that was read from only part of the results the source holds
+    (a Run, or a project's `ResultsGap`); nothing when every result was read. `compact` (a table cell):
+    "incomplete" and the count, the whole sentence on hover."""
+    if getattr(run_or_gap, "results_complete", True):
+        return ""
+    missing = run_or_gap.results_missing
+    text = results_incomplete_text(missing, getattr(run_or_gap, "at_least", None))
+    return format_html(
+        '<span class="results-incomplete{}" data-results-incomplete="{}" title="{}: the source holds results '
+        'that could not be read, so the best shown is the best of those read">{}</span>',
+        " compact" if compact else "",
+        "" if missing is None else missing,
+        text[:1].upper() + text[1:],
+        (f"incomplete ({missing:,})" if missing is not None else "incomplete") if compact else text,
+    )
+
+
 SORT_ARROWS = {"asc": "▲", "desc": "▼"}
 
 

@@ -81,6 +81,7 @@ def start_simulator(
     unreadable_every: int = 0,
     metrics: list | tuple = DEFAULT_METRICS,
     worker_downgrades: bool = False,
+    shared_experiment: bool = False,
 ) -> SimulatorHandle:
     """Serve a simulated SMR backend from a background thread.
 
@@ -89,7 +90,8 @@ def start_simulator(
     or `POST /_sim/tick`). `warmup` ticks are applied before serving, with the start time moved back
     so that virtual time matches the wall clock. Pass an existing `world` to serve it again (e.g. on
     the same port after `stop()`, to simulate a backend restart or a refused connection meanwhile).
-    `shapes`, `unreadable_every`, `metrics` and `worker_downgrades` are passed to `World` (see there).
+    `shapes`, `unreadable_every`, `metrics`, `worker_downgrades` and `shared_experiment` are passed to
+    `World` (see there).
     """
     if world is None:
         if isinstance(project_ids, str):
@@ -107,6 +109,7 @@ def start_simulator(
             unreadable_every=unreadable_every,
             metrics=metrics,
             worker_downgrades=worker_downgrades,
+            shared_experiment=shared_experiment,
         )
         world.tick(warmup)
     injector = faults if isinstance(faults, FaultInjector) else FaultInjector(faults, seed=seed)

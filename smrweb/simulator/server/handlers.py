@@ -170,6 +170,24 @@ def h_experiment_results(ctx: Ctx) -> Response:
     return Response(payload=[] if taskset else rows)  # no result of the simulator belongs to a task set
 
 
+def h_experiment_results_top(ctx: Ctx) -> Response:
+    """`GET /smr/projects/{pid}/experiment-results/top?metric=` (metric required: 422 without it)."""
+    pid = _project(ctx)
+    metric = ctx.q("metric")
+    if not metric:
+        raise HttpError(422, [{"loc": ["query", "metric"], "msg": "Field required", "type": "missing"}])
+    limit = ctx.q_int("limit", 100, 1, 500)
+    rows = ctx.world.results_top_wire(
+        pid, metric=metric, comparison_cohort_key=ctx.q("comparison_cohort_key") or None, limit=limit
+    )
+    return Response(payload=[] if ctx.q("taskset_id") else rows)
+
+
+def h_run_results(ctx: Ctx) -> Response:
+    """`GET /smr/projects/{pid}/runs/{rid}/results`: the run's result summary (free-form)."""
+    return Response(payload=ctx.world.run_results_wire(_run(ctx)))
+
+
 def h_experiment_result_list(ctx: Ctx) -> Response:
     """`GET /smr/projects/{pid}/experiments/{eid}/results?limit=`: one experiment's results, newest first."""
     pid = _project(ctx)

@@ -62,13 +62,17 @@ class World(
         unreadable_every: int = 0,
         metrics: list | tuple = DEFAULT_METRICS,
         worker_downgrades: bool = False,
+        shared_experiment: bool = False,
     ):
         """`shapes`: the wire shapes of the free-form fields, one per run, drawn from the seed (with two
         or more, consecutive runs of a project alternate, so a project of >= 2 runs shows each).
         `unreadable_every=N`: every Nth inference entry of a run is served opaque (0: never).
         `metrics`: ((name, "lower_is_better" | "higher_is_better"), ...); run i scores on
         metrics[i % len(metrics)]. `worker_downgrades`: some runs (always index 5) have one worker
-        whose resolved profile/model is cheaper than the requested one."""
+        whose resolved profile/model is cheaper than the requested one. `shared_experiment`: every
+        attempt of a project's runs is a result of one experiment (created by the first run to score),
+        as a long-lived benchmark is: past 500 results neither the experiment-results window nor the
+        experiment's own results reach a run's older ones (issue 34)."""
         if runs < 0:
             raise ValueError("runs must be >= 0")
         if tick_seconds <= 0:
@@ -79,6 +83,8 @@ class World(
         self.unreadable_every = int(unreadable_every)
         self.metrics = parse_metrics(metrics)
         self.worker_downgrades = bool(worker_downgrades)
+        self.shared_experiment = bool(shared_experiment)
+        self.shared_experiments: dict[str, dict[str, Any]] = {}  # project id -> its one experiment
         self.seed = seed
         self.org_id = ORG_ID
         self.project_ids = list(dict.fromkeys(project_ids)) or [DEFAULT_PROJECT_ID]

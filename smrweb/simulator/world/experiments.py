@@ -55,32 +55,35 @@ class ExperimentsMixin:
         result_id = stable_uuid("result", run.run_id, n)
         artifact_id = stable_uuid("artifact", run.run_id, n) if improved else None
         title = f"Attempt {n + 1}: lr={hparams['lr']:.2e}, wd={hparams['weight_decay']}"
-        run.experiments.append(
-            {
-                "experiment_id": experiment_id,
-                "org_id": self.org_id,
-                "project_id": run.project_id,
-                "run_id": run.run_id,
-                "title": title,
-                "kind": "optimization",
-                "hypothesis": (
-                    f"AdamW with lr={hparams['lr']:.2e}, betas=({hparams['beta1']}, {hparams['beta2']}), "
-                    f"weight_decay={hparams['weight_decay']} and {hparams['warmup_steps']} warmup steps "
-                    f"{verb} {metric}"
-                ),
-                "status": "completed",
-                "verdict": "improved" if improved else "no_improvement",
-                "metrics_before": {
-                    metric: self._score(run, best_before) if best_before is not None else baseline
-                },
-                "metrics_after": {metric: score},
-                "linked_artifact_ids": [artifact_id] if artifact_id else [],
-                "revision": 1,
-                "metadata": {"attempt_index": n, "hparams": hparams},
-                "created_at": iso(now),
-                "updated_at": iso(now),
-            }
-        )
+        if self.shared_experiment:
+            experiment_id = self._shared_experiment(run, now)["experiment_id"]
+        else:
+            run.experiments.append(
+                {
+                    "experiment_id": experiment_id,
+                    "org_id": self.org_id,
+                    "project_id": run.project_id,
+                    "run_id": run.run_id,
+                    "title": title,
+                    "kind": "optimization",
+                    "hypothesis": (
+                        f"AdamW with lr={hparams['lr']:.2e}, betas=({hparams['beta1']}, {hparams['beta2']}), "
+                        f"weight_decay={hparams['weight_decay']} and {hparams['warmup_steps']} warmup steps "
+                        f"{verb} {metric}"
+                    ),
+                    "status": "completed",
+                    "verdict": "improved" if improved else "no_improvement",
+                    "metrics_before": {
+                        metric: self._score(run, best_before) if best_before is not None else baseline
+                    },
+                    "metrics_after": {metric: score},
+                    "linked_artifact_ids": [artifact_id] if artifact_id else [],
+                    "revision": 1,
+                    "metadata": {"attempt_index": n, "hparams": hparams},
+                    "created_at": iso(now),
+                    "updated_at": iso(now),
+                }
+            )
         run.results.append(
             {
                 "result_id": result_id,
@@ -141,6 +144,28 @@ class ExperimentsMixin:
             },
         )
 
+    def _shared_experiment(self, run: SimRun, now: datetime) -> dict[str, Any]:
+        """The project's one experiment (`shared_experiment` worlds): made by the first run that scores,
+        whose id it carries as `run_id`; every later attempt of every run is a result of it."""
+        experiment = self.shared_experiments.get(run.project_id)
+        if experiment is None:
+            experiment = self.shared_experiments[run.project_id] = {
+                "experiment_id": stable_uuid("experiment", run.project_id, "shared"),
+                "org_id": self.org_id,
+                "project_id": run.project_id,
+                "run_id": run.run_id,
+                "title": f"{run.metric} benchmark",
+                "kind": "benchmark",
+                "hypothesis": f"Each attempt's optimizer is scored on the same {run.metric} benchmark",
+                "status": "running",
+                "revision": 1,
+                "metadata": {},
+                "created_at": iso(now),
+                "updated_at": iso(now),
+            }
+        experiment["updated_at"] = iso(now)
+        return experiment
+
     # ------------------------------------------------------------------ wire shapes (call under lock)
     def experiments_wire(self, project_id: str, *, run_id: str | None, limit: int) -> list[dict[str, Any]]:
         rows = [
@@ -149,6 +174,9 @@ class ExperimentsMixin:
             for e in r.experiments
             if run_id is None or r.run_id == run_id
         ]
+        shared = self.shared_experiments.get(project_id)
+        if shared is not None and (run_id is None or shared["run_id"] == run_id):
+            rows.append(shared)
         rows.sort(key=lambda e: (e["created_at"], e["experiment_id"]), reverse=True)
         return [copy_row(e) for e in rows[:limit]]
 
@@ -157,6 +185,9 @@ class ExperimentsMixin:
             for e in run.experiments:
                 if e["experiment_id"] == experiment_id:
                     return copy_row(e)
+        shared = self.shared_experiments.get(project_id)
+        if shared is not None and shared["experiment_id"] == experiment_id:
+            return copy_row(shared)
         raise NotFound("Experiment not found")
 
     def results_wire(
@@ -180,6 +211,54 @@ class ExperimentsMixin:
             rows = [x for x in rows if x["truth_status"] == truth_status]
         rows.sort(key=lambda x: (x["created_at"], x["result_id"]), reverse=True)
         return [copy_row(x) for x in rows[:limit]]
+
+    def results_top_wire(
+        self, project_id: str, *, metric: str, comparison_cohort_key: str | None, limit: int
+    ) -> list[dict]:
+        """`experiment-results/top?metric=`: the metric's results ranked best first (each in its own
+        direction), with the experiment's title."""
+        rows = [x for r in self.runs_by_project[project_id] for x in r.results if x["metric"] == metric]
+        if comparison_cohort_key:
+            rows = [x for x in rows if x["comparison_cohort_key"] == comparison_cohort_key]
+        rows.sort(
+            key=lambda x: (
+                -x["value"] if x["metric_direction"] == "higher_is_better" else x["value"],
+                x["created_at"],
+                x["result_id"],
+            )
+        )
+        titles = {
+            e["experiment_id"]: e["title"] for r in self.runs_by_project[project_id] for e in r.experiments
+        }
+        if project_id in self.shared_experiments:
+            shared = self.shared_experiments[project_id]
+            titles[shared["experiment_id"]] = shared["title"]
+        return [{**copy_row(x), "experiment_title": titles.get(x["experiment_id"], "")} for x in rows[:limit]]
+
+    def run_results_wire(self, run: SimRun) -> dict[str, Any]:
+        """`GET /smr/projects/{pid}/runs/{rid}/results`: the run's result summary, free-form in the spec
+        ("outcome, artifacts grouped by type, debug log hint"). Shape "a" also states how many results
+        the run holds and its best; shape "b" says nothing about results."""
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for a in run.artifacts:
+            by_type.setdefault(a["artifact_type"], []).append(
+                {"artifact_id": a["artifact_id"], "title": a["title"]}
+            )
+        outcome = run.state if run.terminal else None
+        if run.shape == "b":
+            return {"run_id": run.run_id, "outcome": outcome, "artifacts_by_type": by_type, "log_hint": None}
+        best = None
+        if run.results:
+            sign = -1 if run.metric_direction == "higher_is_better" else 1
+            best = copy_row(min(run.results, key=lambda x: (sign * x["value"], x["created_at"])))
+        return {
+            "run_id": run.run_id,
+            "project_id": run.project_id,
+            "outcome": outcome,
+            "artifacts": by_type,
+            "debug_log_hint": f"smr logs {run.run_id}",
+            "results": {"count": len(run.results), "best": best},
+        }
 
 
 def copy_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -97,6 +97,11 @@ class Run(models.Model):
     source_spend = models.JSONField(default=dict, blank=True)
     spend_unaccounted = models.BooleanField(default=False)
     entries_unreadable = models.PositiveIntegerField(default=0)  # usage entries the poller could not read
+    # False when some of the run's results could not be reached by any way the source offers (the
+    # experiment-results window is capped at 500): its best is shown as "incomplete: N results not readable
+    # from the source". N is `results_missing`, None when the source does not say how many it holds.
+    results_complete = models.BooleanField(default=True)
+    results_missing = models.PositiveIntegerField(null=True, blank=True)
     # Requested vs resolved profile per role / actor, as the source lists them (worker-level downgrades).
     actor_profiles = models.JSONField(default=list, blank=True)
     # An admin took the whole run out of the project's numbers (a test run, junk); reversible.

@@ -27,6 +27,7 @@ from smrweb.tracking.queries.projects import (  # noqa: F401
     ProjectScores,
     ProjectSummary,
     Regression,
+    ResultsGap,
     best_submissions,
     counted_leaderboard,
     excluded_run_ids,
@@ -37,6 +38,7 @@ from smrweb.tracking.queries.projects import (  # noqa: F401
     project_scores,
     project_summaries,
     regressions,
+    results_gap,
     run_condition_counts,
 )
 from smrweb.tracking.queries.runs import (  # noqa: F401

@@ -62,6 +62,51 @@ def project_score_histories(
     )
 
 
+@dataclass(frozen=True)
+class ResultsGap:
+    """A project's runs whose results could not all be read from the source (`Run.results_complete`):
+    its best and leaderboard then rank only what was read. `results_missing` is None when some run's
+    source does not say how many it holds."""
+
+    runs: int = 0
+    missing: int = 0
+    unknown: int = 0  # runs whose number of unread results is not known
+
+    @property
+    def results_complete(self) -> bool:
+        return not self.runs
+
+    @property
+    def results_missing(self) -> int | None:
+        return None if self.unknown else self.missing
+
+    @property
+    def at_least(self) -> int | None:
+        """The runs that say how many of their results are missing, when others do not: a lower bound."""
+        return self.missing if self.unknown and self.missing else None
+
+
+INCOMPLETE = Q(runs__results_complete=False, runs__excluded_at__isnull=True)
+
+
+def results_gap(project: Project) -> ResultsGap:
+    """The project's `ResultsGap`, in one query."""
+    row = Project.objects.filter(pk=project.pk).aggregate(**_gap_figures())
+    return _gap(row)
+
+
+def _gap_figures() -> dict:
+    return {
+        "gap_runs": Count("runs", filter=INCOMPLETE),
+        "gap_missing": Sum("runs__results_missing", filter=INCOMPLETE),
+        "gap_unknown": Count("runs", filter=INCOMPLETE & Q(runs__results_missing__isnull=True)),
+    }
+
+
+def _gap(row: dict) -> ResultsGap:
+    return ResultsGap(row.get("gap_runs") or 0, row.get("gap_missing") or 0, row.get("gap_unknown") or 0)
+
+
 @dataclass
 class ProjectSummary:
     project: Project
@@ -82,6 +127,7 @@ class ProjectSummary:
     history: list[ScorePoint]  # the newest SPARK_SCORES scores of every run, each marked by the same rule
     spend_turns_usd: Decimal = Decimal(0)  # the turns' own cost, summed
     billed_runs: int = 0  # runs whose source states a billed total
+    results_gap: ResultsGap = ResultsGap()  # runs whose results the source could not all give
 
     @property
     def spend_basis(self) -> str:
@@ -217,6 +263,7 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
             spend_turns=Sum("runs__cost_usd"),
             billed_runs=Count("runs", filter=Q(runs__source_total_usd__isnull=False)),
             last=Max("runs__last_progress_at"),
+            **_gap_figures(),
         )
     }
     waiting = Q(
@@ -270,6 +317,7 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
             spend_today_usd=today.get(p.pk) or Decimal(0),
             last_activity=c.get("last"),
             history=histories.get(p.pk, []),
+            results_gap=_gap(c),
         )
     return out
 

@@ -160,6 +160,7 @@ from smrweb.tracking.services.source_health import (  # noqa: F401
     note_declared_metrics,
     record_full_listing,
     record_poll,
+    record_results_reach,
     record_source_failure,
     record_source_success,
     release_source_lease,

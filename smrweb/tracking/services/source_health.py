@@ -18,6 +18,7 @@ from smrweb.tracking.errors import (
 from smrweb.tracking.models import (
     POLLED_SOURCES,
     Direction,
+    MetricPoint,
     Project,
     Run,
     Scenario,
@@ -43,6 +44,8 @@ POLL_FIELDS = (
     "spend_unaccounted",
     "entries_unreadable",
     "actor_profiles",
+    "results_complete",
+    "results_missing",
 )
 
 
@@ -256,3 +259,25 @@ def claim_due_projects(*, hold_seconds: float, now: datetime | None = None) -> l
         ):
             claimed.append(pk)
     return claimed
+
+
+def record_results_reach(
+    project: Project, external_id: str, *, proven: bool, whole: bool, total: int | None
+) -> Run:
+    """Whether every result the source holds for the run has been read (`Run.results_complete`), and
+    how many have not (`results_missing`; None when the source does not say). `proven`: this poll's
+    results reach back to the last one seen (`whole`: to the run's start); `total`: how many results
+    the source says the run holds, compared with the results stored (and those counted unreadable).
+    A gap stays until a count closes it: a later window that reaches back does not bring it back."""
+    run = Run.objects.get(project=project, external_id=external_id)
+    if total is not None:
+        held = MetricPoint.objects.filter(run=run, event_id__startswith="result:").count()
+        missing = max(0, total - held - int(run.source_cursor.get("results_unreadable") or 0))
+        complete, missing = missing == 0, missing or None
+    elif proven:
+        complete, missing = (True, None) if whole else (run.results_complete, run.results_missing)
+    else:
+        complete, missing = False, None
+    if (complete, missing) == (run.results_complete, run.results_missing):
+        return run
+    return record_poll(project, external_id, results_complete=complete, results_missing=missing)

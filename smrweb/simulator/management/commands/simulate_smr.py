@@ -61,6 +61,11 @@ class Command(BaseCommand):
             action="store_true",
             help="some runs (always index 5) get one worker on a cheaper model than requested",
         )
+        parser.add_argument(
+            "--shared-experiment",
+            action="store_true",
+            help="every result of a project's runs belongs to one experiment (past 500, out of every window)",
+        )
         parser.add_argument("--verbose", action="store_true", help="log every request")
 
     def handle(
@@ -80,6 +85,7 @@ class Command(BaseCommand):
         unreadable_every,
         metric,
         worker_downgrades,
+        shared_experiment=False,
         **options,
     ):
         from smrweb.simulator.faults import FaultConfig
@@ -120,6 +126,7 @@ class Command(BaseCommand):
                 unreadable_every=unreadable_every,
                 metrics=metrics,
                 worker_downgrades=worker_downgrades,
+                shared_experiment=shared_experiment,
             )
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
