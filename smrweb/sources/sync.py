@@ -240,6 +240,10 @@ def sync_run(
     )
     reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
     apply(reading.turns, {})
+    if reading.cursor.get("sides_fp") != cursor.get("sides_fp"):  # a role became known (or changed)
+        # Turns read before it (or by older code) move to the side the source now states.
+        sides = {**{t["actor"]: t["kind"] for t in reading.turns}, **reading.spend.sides()}
+        services.attribute_turns(Run.objects.get(project=project, external_id=rid), sides)
     _record_spend(project, rid, reading, cursor)
     artifacts = connector.fetch_artifacts(rid)
     _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
@@ -261,7 +265,7 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
     """Keep the source's own totals beside the turns, and what the turns do not account for."""
     run = Run.objects.get(project=project, external_id=rid)
     spend = reading.spend
-    sums = {f: getattr(run, f) for f in Run.SPEND_FIELDS}
+    sums = {f: getattr(run, f) for f in (*Run.SPEND_FIELDS, *Run.UNKNOWN_SPEND)}
     unaccounted = reconcile(spend, turns=sums, turn_count=run.turn_count, actors=len(spend.actors))
     previous = run.source_spend or {}
     entries = previous.get("entries", {})

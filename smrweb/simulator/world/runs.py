@@ -264,6 +264,13 @@ class RunsMixin:
                     "model": a.model,
                 }
                 for a in workers
+                if a is not untyped_actor(run)
+            ]
+        listing: dict[str, Any] = {}
+        if run.shape == "d":  # the run's own actors list is the only place roles are typed
+            listing["actors"] = [
+                {"actor_id": a.actor_id, **({} if a is untyped_actor(run) else {"participant_role": a.role})}
+                for a in run.actors
             ]
         return {
             "run_id": run.run_id,
@@ -292,7 +299,13 @@ class RunsMixin:
             },
             "lifecycle": lifecycle,
             "latest_summary_artifact_id": None,
+            **listing,
         }
+
+
+def untyped_actor(run: SimRun):
+    """Shape "d": the last worker, whose role no answer states (None in other shapes)."""
+    return run.actors[-1] if run.shape == "d" and len(run.actors) > 1 else None
 
 
 def run_timestamps(run: SimRun) -> dict[str, str | None]:
