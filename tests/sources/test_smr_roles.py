@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-from django.core.management import call_command
 from managed_research.models.run_diagnostics import SmrRunActorUsage
 from managed_research.models.run_observability import ActorCollectionSnapshot
 
-from smrweb.sources import sync
 from smrweb.sources.smr_usage import (
     read_entries,
     read_spend,
@@ -20,10 +17,6 @@ from smrweb.sources.smr_usage import (
     roles_from_poll_summary,
     roles_from_run,
 )
-from smrweb.tracking import services
-from smrweb.tracking.models import AgentTurn, Project, Run, TurnKind
-from tests.api.helpers import session_client
-from tests.factories import admin_project
 
 API_KEY, PID = "roles-key", "roles-proj"
 
@@ -143,140 +136,3 @@ def test_an_actor_no_source_types_is_role_unknown_never_driver_and_reconciliatio
     assert "driver_tokens_in" not in gap and "child_tokens_in" not in gap
     # With no typed source at all, an entry without role or parent is unknown too (not driver).
     assert kinds(read_entries(ENTRIES)) == {"a-orch": {"role_unknown"}, "a-work": {"role_unknown"}}
-
-
-# --- against the simulator: shapes "c" (roles only in per-actor usage) and "d" (only in the run's actors
-# list, the last worker's nowhere) --------------------------------------------------------------------
-
-
-@pytest.fixture
-def sim(start_sim):
-    def _start(shapes):
-        return start_sim(
-            api_key=API_KEY, project_ids=[PID], runs=3, auto_tick=False, seed=5, warmup=60, shapes=shapes
-        )
-
-    return _start
-
-
-def bind(sim, alice, slug="roles") -> Project:
-    return admin_project(
-        slug, source="smr", smr_project_id=PID, smr_backend_base=sim.url, smr_api_key=API_KEY, by=alice
-    )
-
-
-def synced(project) -> None:
-    report = sync.sync_project(project, owner="test")
-    assert not report.error, report.error
-
-
-def source_split(world_run: dict, unknown: set[str] = frozenset()) -> dict[str, list[int]]:
-    """The source's own per-actor totals, by side: [tokens in, tokens out]."""
-    out = {"driver": [0, 0], "child": [0, 0], "unknown": [0, 0]}
-    for actor in world_run["actors"]:
-        side = (
-            "unknown"
-            if actor["actor_id"] in unknown
-            else ("driver" if actor["role"] == "orchestrator" else "child")
-        )
-        out[side][0] += actor["input_tokens"]
-        out[side][1] += actor["output_tokens"]
-    return out
-
-
-def assert_invariant(run: Run, world_run: dict, unknown: set[str] = frozenset()) -> None:
-    split = source_split(world_run, unknown)
-    assert [run.driver_tokens_in, run.driver_tokens_out] == split["driver"]
-    assert [run.child_tokens_in, run.child_tokens_out] == split["child"]
-    assert [run.unknown_tokens_in, run.unknown_tokens_out] == split["unknown"]
-    # Seed 003: the parts add up to the total, which is the source's own.
-    assert run.tokens_in == run.driver_tokens_in + run.child_tokens_in + run.unknown_tokens_in
-    assert run.cost_usd == run.driver_cost_usd + run.child_cost_usd + run.unknown_cost_usd
-    assert (run.tokens_in, run.tokens_out) == (
-        world_run["usage"]["input_tokens"],
-        world_run["usage"]["output_tokens"],
-    )
-    roles = {a["actor_id"]: a["role"] for a in world_run["actors"]}
-    for turn in AgentTurn.objects.filter(run=run):  # per turn: the side of its actor's stated role
-        expected = (
-            TurnKind.ROLE_UNKNOWN
-            if turn.actor in unknown
-            else (TurnKind.DRIVER_INFERENCE if roles[turn.actor] == "orchestrator" else TurnKind.CHILD_WORK)
-        )
-        assert turn.kind == expected, (turn.actor, turn.kind)
-
-
-def world_runs(backend) -> dict[str, dict]:
-    return {r["run_id"]: r for r in backend.world.state()["projects"][PID]["runs"]}
-
-
-def test_entries_naming_only_the_actor_id_are_booked_under_the_role_per_actor_usage_states(sim, alice):
-    backend = sim(("c",))
-    project = bind(backend, alice)
-    synced(project)
-    world = world_runs(backend)
-    checked = 0
-    for run in Run.objects.filter(project=project, turn_count__gt=0):
-        assert_invariant(run, world[run.external_id])
-        assert run.child_tokens_in > 0 and run.driver_tokens_in > 0
-        assert not any(k.startswith(("driver_", "child_", "role_unknown")) for k in run.unaccounted)
-        checked += 1
-    assert checked
-
-
-def test_roles_from_the_runs_actors_list_and_an_actor_no_source_types_shows_as_role_unknown(sim, alice):
-    backend = sim(("d",))
-    project = bind(backend, alice)
-    synced(project)
-    world = world_runs(backend)
-    run = Run.objects.filter(project=project, turn_count__gt=0).order_by("-turn_count").first()
-    hidden = world[run.external_id]["actors"][-1]["actor_id"]  # shape "d": the last worker
-    assert_invariant(run, world[run.external_id], {hidden})
-    assert run.unknown_tokens_in > 0
-    # Counted in reconciliation and flagged, with the actor named.
-    assert run.unaccounted["role_unknown_tokens_in"] == run.unknown_tokens_in
-    assert run.spend_unaccounted and run.source_spend["roles_unknown"] == [hidden]
-    page = " ".join(session_client(alice).get(run.get_absolute_url()).content.decode().split())
-    assert "role unknown" in page
-    api = session_client(alice).get(f"/api/v1/projects/{project.slug}/runs/{run.external_id}").json()
-    assert api["spend"]["role_unknown"]["tokens_in"] == run.unknown_tokens_in
-
-
-def test_runs_synced_before_the_fix_are_reattributed(sim, alice):
-    backend = sim(("c",))
-    project = bind(backend, alice)
-    synced(project)
-    world = world_runs(backend)
-    runs = list(Run.objects.filter(project=project, turn_count__gt=0))
-    # As the older poller left them: every turn booked as driver inference.
-    for run in runs:
-        AgentTurn.objects.filter(run=run).update(kind=TurnKind.DRIVER_INFERENCE)
-        run.save(update_fields=services.recompute_spend(run))
-        services.rebuild_turn_rollups([run.pk])
-        assert run.child_tokens_in == 0
-    call_command("reattribute_turns", project=project.slug)
-    for run in runs:
-        run.refresh_from_db()
-        assert_invariant(run, world[run.external_id])
-        assert run.source_updated_at is None  # the next poll reads it whole again
-    synced(project)  # and that re-sync keeps the split, and reconciles to nothing on driver/child
-    for run in runs:
-        run.refresh_from_db()
-        assert_invariant(run, world_runs(backend)[run.external_id])
-        assert not any(k.startswith(("driver_", "child_")) for k in run.unaccounted)
-
-
-def test_a_resync_alone_reattributes_a_run_the_older_poller_booked_as_driver(sim, alice):
-    backend = sim(("d",))
-    project = bind(backend, alice)
-    synced(project)
-    run = Run.objects.filter(project=project, turn_count__gt=0).order_by("-turn_count").first()
-    hidden = world_runs(backend)[run.external_id]["actors"][-1]["actor_id"]
-    AgentTurn.objects.filter(run=run).update(kind=TurnKind.DRIVER_INFERENCE)
-    run.save(update_fields=services.recompute_spend(run))
-    Run.objects.filter(pk=run.pk).update(
-        source_updated_at=None, source_cursor={k: v for k, v in run.source_cursor.items() if k != "sides_fp"}
-    )
-    synced(project)
-    run.refresh_from_db()
-    assert_invariant(run, world_runs(backend)[run.external_id], {hidden})
