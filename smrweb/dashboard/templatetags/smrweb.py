@@ -179,6 +179,20 @@ def budget_meter(run):
     )
 
 
+TURN_KIND_LABELS = {
+    "driver_inference": ("driver inference", "driver"),
+    "child_work": ("child work", "child"),
+    "role_unknown": ("role unknown", "role unknown"),  # no source states the actor's role
+}
+
+
+@register.filter
+def kind_label(kind: str, short: str = "") -> str:
+    """A turn kind as pages name it ("driver inference"; `|kind_label:"short"`: "driver")."""
+    long_name, short_name = TURN_KIND_LABELS.get(str(kind), (str(kind), str(kind)))
+    return short_name if short else long_name
+
+
 @register.simple_tag
 def budget_bar(run, unit: str = "usd"):
     """Spend as a bar split into driver inference, child work and role unknown (turns of actors whose
