@@ -171,10 +171,6 @@ def _fingerprint(summary, actors) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
 
 
-def _sides_fp(sides: dict[str, str]) -> str:
-    return hashlib.blake2b(repr(sorted(sides.items())).encode(), digest_size=8).hexdigest()
-
-
 def _actor_profiles(row: dict[str, Any]) -> tuple[dict[str, str], ...]:
     """Requested vs resolved profile of each role and, where the run lists them, of each actor."""
     found: list[dict[str, str]] = []
@@ -369,7 +365,6 @@ class SmrConnector:
         if not due:
             new_cursor["entries_wait"] = waited if changed else 0
             spend = read_spend(None, summary, actors, roles)
-            new_cursor["sides_fp"] = _sides_fp(spend.sides())
             if spend.tokens_in is None and cursor.get("source_tokens") is not None:
                 spend.tokens_in, spend.tokens_out = cursor["source_tokens"]  # as of the last usage read
             return SpendReading(
@@ -387,7 +382,6 @@ class SmrConnector:
         if untyped - roles.keys() and self._ask_poll_summary(rid, untyped, roles, cursor, new_cursor):
             reading = read_entries(usage.entries, roles)  # joined again with the actors it named
         spend = read_spend(usage, summary, actors, roles)
-        new_cursor["sides_fp"] = _sides_fp(spend.sides())
         mark = _when(cursor.get("usage_ts"))
         # Entries may be recorded late: re-send a margin before the mark (their ids make repeats no-ops).
         since = mark - USAGE_MARGIN if mark else None

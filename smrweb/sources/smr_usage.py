@@ -425,6 +425,10 @@ class SourceSpend:
         named = {str(a["actor"])[:200] for a in self.actors if a.get("actor")} | set(self.roles)
         return {actor: side_of(self.roles.get(actor)) for actor in sorted(named)}
 
+    def sides_fp(self) -> str:
+        """A digest of `sides()`: a sync re-attributes a run's earlier turns when it changes."""
+        return hashlib.blake2b(repr(sorted(self.sides().items())).encode(), digest_size=8).hexdigest()
+
     recording: str = ""  # cost_summary.recording_status when not "complete"
 
     def as_json(self) -> dict:
@@ -442,6 +446,7 @@ class SourceSpend:
             "roles": dict(self.roles),
             # Actors the source bills whose role it states nowhere (their turns are "role unknown").
             "roles_unknown": sorted(a for a, side in self.sides().items() if side == UNKNOWN)[:200],
+            "sides_fp": self.sides_fp(),
         }
 
 

@@ -148,8 +148,9 @@ def test_a_resync_alone_reattributes_a_run_the_older_poller_booked_as_driver(sim
     hidden = world_runs(backend)[run.external_id]["actors"][-1]["actor_id"]
     AgentTurn.objects.filter(run=run).update(kind=TurnKind.DRIVER_INFERENCE)
     run.save(update_fields=services.recompute_spend(run))
+    # What older code left: no record of the sides it booked the turns under.
     Run.objects.filter(pk=run.pk).update(
-        source_updated_at=None, source_cursor={k: v for k, v in run.source_cursor.items() if k != "sides_fp"}
+        source_updated_at=None, source_spend={k: v for k, v in run.source_spend.items() if k != "sides_fp"}
     )
     synced(project)
     run.refresh_from_db()

@@ -182,8 +182,9 @@ def attribute_turns(run: Run, sides: dict[str, str]) -> int:
         if moved:
             run.save(update_fields=[*recompute_spend(run), "updated"])
             rebuild_turn_rollups([run.pk])
-    if moved:
+    if moved:  # the kept aggregates (cache) hold the old sides: now and once the write is committed
         forget_turn_aggregates(run)
+        transaction.on_commit(lambda: forget_turn_aggregates(run))
     return moved
 
 

@@ -48,11 +48,14 @@ class Command(BaseCommand):
             if not no_resync:
                 # The next poll reads the run whole again: usage joined to the roles by actor id.
                 cursor = {k: v for k, v in (run.source_cursor or {}).items() if k not in RESYNC_KEYS}
-                Run.objects.filter(pk=run.pk).update(source_updated_at=None, source_cursor=cursor)
+                spend = {k: v for k, v in (run.source_spend or {}).items() if k != "sides_fp"}
+                Run.objects.filter(pk=run.pk).update(
+                    source_updated_at=None, source_cursor=cursor, source_spend=spend
+                )
         self.stdout.write(
             f"{seen} SMR run(s) looked at, {moved} turn(s) moved to the side their source states"
         )
 
 
 # Cursor keys whose absence makes the next poll re-read usage and re-attribute the run's turns.
-RESYNC_KEYS = ("entries_at", "entries_fp", "usage_ts", "sides_fp", "roles_asked")
+RESYNC_KEYS = ("entries_at", "entries_fp", "usage_ts", "roles_asked")
