@@ -270,10 +270,13 @@ def sub(value, other):
 @register.filter
 def actor_name(actor: str, run) -> str:
     """An actor as people tell them apart: "worker 1a2b3c4d" for a source's bare id whose role is known,
-    else the id itself, shortened in the middle."""
+    "role unknown 1a2b3c4d" for one the source bills but states no role of, else the id itself,
+    shortened in the middle."""
     role = (getattr(run, "actor_roles", None) or {}).get(actor) if actor else None
     if role and role.lower() not in actor.lower():
         return f"{role} {actor[:8]}"
+    if actor and actor in ((getattr(run, "source_spend", None) or {}).get("roles_unknown") or ()):
+        return f"role unknown {actor[:8]}"
     return midtrunc(actor or "", 20)
 
 
