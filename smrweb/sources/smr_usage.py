@@ -179,11 +179,19 @@ def roles_from_run(row: dict) -> dict[str, str]:
     return roles
 
 
+# An `actor_type` that names a role (others, "session" or "agent", say what the actor runs in, not its side).
+CHILD_ROLES = frozenset({"worker", "subagent", "sub_agent", "child", "helper", "reviewer"})
+
+
 def roles_from_poll_summary(items) -> dict[str, str]:
-    """Actor id -> role from poll-summary's `actors.items` (`participant_role`, else `actor_type`)."""
+    """Actor id -> role from poll-summary's `actors.items`: `participant_role`, else an `actor_type`
+    that is a role word (orchestrator, worker …)."""
     roles: dict[str, str] = {}
     for item in items or []:
-        role = getattr(item, "participant_role", None) or getattr(item, "actor_type", None)
+        role = getattr(item, "participant_role", None)
+        kind = getattr(item, "actor_type", None)
+        if not role and kind and (is_driver_role(kind) or _norm(kind) in CHILD_ROLES):
+            role = kind
         if getattr(item, "actor_id", None) and role:
             roles[str(item.actor_id)[:200]] = str(role)[:100]
     return roles

@@ -98,6 +98,7 @@ def test_poll_summary_actors_type_roles():
             "items": [
                 {"actor_id": "a-orch", "actor_type": "orchestrator", "state": "running"},
                 {"actor_id": "a-work", "actor_type": "agent", "participant_role": "worker", "state": "done"},
+                {"actor_id": "a-other", "actor_type": "session", "state": "done"},  # no role stated
             ],
         }
     ).items

@@ -1,8 +1,9 @@
 """Issue 34, item 1, against the simulator: shape "c" serves usage entries that name only the actor id with
-the roles in per-actor usage, shape "d" states roles only in the run's actors list and one worker's
-nowhere. Each turn must land on the side of its actor's stated role (or "role unknown"), and the split
-must add up to the source's own per-actor totals (seed 003: driver + child (+ unknown) = total, per turn
-and per run); runs booked by the older poller are re-attributed."""
+the roles in per-actor usage; shape "d" types none there, the orchestrator's only in the run's actors
+list, the workers' only in poll-summary, and the last worker's nowhere. Each turn must land on the side
+of its actor's stated role (or "role unknown"), and the split must add up to the source's own per-actor
+totals (seed 003: driver + child (+ unknown) = total, per turn and per run); runs booked by the older
+poller are re-attributed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.factories import admin_project
 API_KEY, PID = "roles-key", "roles-proj"
 # Spelt out (not TurnKind.ROLE_UNKNOWN) so these tests run, and fail, against the code before the fix.
 ROLE_UNKNOWN = "role_unknown"
+POLL_SUMMARY = "GET /smr/projects/{project_id}/runs/{run_id}/poll-summary"
 
 
 @pytest.fixture
@@ -98,10 +100,14 @@ def test_entries_naming_only_the_actor_id_are_booked_under_the_role_per_actor_us
     assert checked
 
 
-def test_roles_from_the_runs_actors_list_and_an_actor_no_source_types_shows_as_role_unknown(sim, alice):
+def test_roles_from_the_runs_actors_list_and_poll_summary_and_an_actor_no_source_types_is_role_unknown(
+    sim, alice
+):
     backend = sim(("d",))
     project = bind(backend, alice)
     synced(project)
+    asked = backend.stats.snapshot()["requests"].get(POLL_SUMMARY, 0)
+    assert 0 < asked <= Run.objects.filter(project=project).count()
     world = world_runs(backend)
     run = Run.objects.filter(project=project, turn_count__gt=0).order_by("-turn_count").first()
     hidden = world[run.external_id]["actors"][-1]["actor_id"]  # shape "d": the last worker
@@ -114,6 +120,10 @@ def test_roles_from_the_runs_actors_list_and_an_actor_no_source_types_shows_as_r
     assert "role unknown" in page
     api = session_client(alice).get(f"/api/v1/projects/{project.slug}/runs/{run.external_id}").json()
     assert api["spend"]["role_unknown"]["tokens_in"] == run.unknown_tokens_in
+    # Poll-summary is asked once for a set of untyped actors, not every cycle.
+    backend.stats.reset()
+    synced(project)
+    assert backend.stats.snapshot()["requests"].get(POLL_SUMMARY, 0) == 0
 
 
 def test_runs_synced_before_the_fix_are_reattributed(sim, alice):
