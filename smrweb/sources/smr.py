@@ -62,7 +62,14 @@ from smrweb.sources.base import (
     TimedOut,
     Unreachable,
 )
-from smrweb.sources.smr_usage import read_entries, read_spend
+from smrweb.sources.smr_usage import (
+    UNKNOWN,
+    read_entries,
+    read_spend,
+    roles_from_actor_usage,
+    roles_from_poll_summary,
+    roles_from_run,
+)
 from smrweb.tracking.models import ArtifactKind, Project
 
 log = logging.getLogger(__name__)
@@ -302,6 +309,7 @@ class SmrConnector:
         self._top: dict[str, list[dict]] | None = None  # run id -> its rows in the score metric's top 500
         self._artifact_results: dict[str, list[dict]] = {}  # run id -> results its artifacts describe
         self.results_reach: dict[str, dict[str, Any]] = {}  # run id -> what fetch_results could reach
+        self._run_roles: dict[str, dict[str, str]] = {}  # run id -> actor roles its listing states
 
     def _mark_warm(self) -> None:
         _warm_backends.add(self.backend_base)
@@ -365,6 +373,7 @@ class SmrConnector:
             raise Malformed(f"{what}: a run without run_id or state")
 
     def _snapshot(self, row: dict[str, Any]) -> RunSnapshot:
+        self._run_roles[str(row["run_id"])] = roles_from_run(row)
         lifecycle = row.get("lifecycle") if isinstance(row.get("lifecycle"), dict) else {}
         failure = lifecycle.get("failure") if isinstance(lifecycle.get("failure"), dict) else None
         roles = row.get("roles") if isinstance(row.get("roles"), dict) else {}
@@ -413,6 +422,7 @@ class SmrConnector:
             actors = None
         fingerprint = _fingerprint(summary, actors)
         new_cursor: dict[str, Any] = {"spend_fp": fingerprint}
+        roles = self._typed_roles(rid, actors, cursor, new_cursor)
         last_read = _when(cursor.get("entries_at"))
         # Cycles to wait between two reads of the list: its length over the per-cycle allowance, so the
         # entries downloaded per cycle stay about flat however long the run grows.
@@ -422,7 +432,7 @@ class SmrConnector:
         due = last_read is None or final or (changed and waited >= spacing)
         if not due:
             new_cursor["entries_wait"] = waited if changed else 0
-            spend = read_spend(None, summary, actors)
+            spend = read_spend(None, summary, actors, roles)
             if spend.tokens_in is None and cursor.get("source_tokens") is not None:
                 spend.tokens_in, spend.tokens_out = cursor["source_tokens"]  # as of the last usage read
             return SpendReading(
@@ -435,8 +445,11 @@ class SmrConnector:
             )
         now = timezone.now()
         usage = _call("usage", self.client.runs.get_usage, rid)
-        reading = read_entries(usage.entries)
-        spend = read_spend(usage, summary, actors)
+        reading = read_entries(usage.entries, roles)
+        untyped = {t["actor"] for t in reading.turns if t["kind"] == UNKNOWN}
+        if untyped - roles.keys() and self._ask_poll_summary(rid, untyped, roles, cursor, new_cursor):
+            reading = read_entries(usage.entries, roles)  # joined again with the actors it named
+        spend = read_spend(usage, summary, actors, roles)
         mark = _when(cursor.get("usage_ts"))
         # Entries may be recorded late: re-send a margin before the mark (their ids make repeats no-ops).
         since = mark - USAGE_MARGIN if mark else None
@@ -459,6 +472,47 @@ class SmrConnector:
             timeline_current=True,
             cursor=new_cursor,
         )
+
+    def _typed_roles(self, rid: str, actors, cursor: dict, new_cursor: dict) -> dict[str, str]:
+        """Actor id -> role as the source types it: per-actor usage, the run's actors list, and
+        poll-summary's actors (asked only for an actor the others leave without a role, once per such
+        set: the roles it gave are kept in the cursor)."""
+        roles = {**(cursor.get("roles") or {}), **self._run_roles.get(rid, {})}
+        roles.update(roles_from_actor_usage(actors))
+        untyped = {str(a.actor_id)[:200] for a in (actors.actors if actors else [])} - roles.keys()
+        if untyped:
+            self._ask_poll_summary(rid, untyped, roles, cursor, new_cursor)
+        new_cursor["roles"] = roles
+        new_cursor.setdefault("roles_asked", cursor.get("roles_asked") or [])
+        return roles
+
+    def _ask_poll_summary(self, rid: str, untyped: set, roles: dict, cursor: dict, new_cursor: dict) -> bool:
+        """Ask poll-summary for the roles of actors nothing else types (once per such set); fills
+        `roles` in place. A backend without it (404) or whose answer does not parse leaves them
+        unknown, which the run page and reconciliation then say."""
+        before = set(new_cursor.get("roles_asked", cursor.get("roles_asked") or []))
+        if untyped <= before:
+            return False
+        new_cursor["roles_asked"] = sorted(before | untyped)[-1000:]
+        try:
+            snapshot = _call(
+                "poll summary",
+                self.client.runs.get_observability_snapshot,
+                self.pid,
+                rid,
+                event_limit=1,
+                actor_limit=200,
+                task_limit=1,
+                question_limit=1,
+                timeline_limit=1,
+                message_limit=1,
+            )
+        except (RunGone, Malformed):
+            return False
+        found = roles_from_poll_summary([*snapshot.actors.items, *snapshot.actors.latest_transitions])
+        roles.update({a: r for a, r in found.items() if a not in roles})
+        new_cursor["roles"] = dict(roles)
+        return bool(found)
 
     def fetch_artifacts(self, rid: str) -> list[ArtifactRef]:
         manifest = _call("artifact manifest", self.client.runs.artifact_manifest, rid, project_id=self.pid)

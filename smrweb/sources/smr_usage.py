@@ -127,6 +127,76 @@ def is_driver_role(role: Any) -> bool:
     return _norm(role) in DRIVER_ROLES
 
 
+# A turn's side. "role_unknown": no source states the actor's role; never guessed as driver.
+DRIVER, CHILD, UNKNOWN = "driver_inference", "child_work", "role_unknown"
+WORKER_ROLE = "worker"  # what an actor typed only by its `worker_id` is called
+
+
+def side_of(role: Any) -> str:
+    """The side a stated role puts an actor's turns on (UNKNOWN when no role is stated)."""
+    if role is None or not str(role).strip():
+        return UNKNOWN
+    return DRIVER if is_driver_role(role) else CHILD
+
+
+def _role_row(item: Any, default_role: str = "") -> tuple[str, str]:
+    if not isinstance(item, dict):
+        return "", ""
+    actor = _first(item, ("actor_id", "id", "participant_id", "worker_id"))
+    role = _first(item, ("participant_role", "role", "actor_role"))
+    if role is None and item.get("worker_id"):
+        role = WORKER_ROLE
+    return (str(actor)[:200] if actor is not None else ""), str(role or default_role)[:100]
+
+
+def roles_from_actor_usage(actor_usage) -> dict[str, str]:
+    """Actor id -> role as per-actor usage types it (`participant_role`, else `worker_id` = a worker)."""
+    roles: dict[str, str] = {}
+    for actor in getattr(actor_usage, "actors", None) or []:
+        role = actor.participant_role or (WORKER_ROLE if actor.worker_id else "")
+        if actor.actor_id and role:
+            roles[str(actor.actor_id)[:200]] = str(role)[:100]
+    return roles
+
+
+def roles_from_run(row: dict) -> dict[str, str]:
+    """Actor id -> role as the run itself lists its actors (`actors[]`, `roles.workers[]`, and a role's
+    own `actor_id` in `roles`)."""
+    roles: dict[str, str] = {}
+    bindings = row.get("roles") if isinstance(row.get("roles"), dict) else {}
+    for name, spec in bindings.items():
+        if isinstance(spec, dict) and spec.get("actor_id"):
+            roles[str(spec["actor_id"])[:200]] = str(name)[:100]
+    workers = bindings.get("workers") if isinstance(bindings.get("workers"), list) else []
+    for item in workers:
+        actor, role = _role_row(item, WORKER_ROLE)
+        if actor:
+            roles[actor] = role
+    for item in row.get("actors") if isinstance(row.get("actors"), list) else []:
+        actor, role = _role_row(item)
+        if actor and role:
+            roles[actor] = role
+    return roles
+
+
+# An `actor_type` that names a role (others, "session" or "agent", say what the actor runs in, not its side).
+CHILD_ROLES = frozenset({"worker", "subagent", "sub_agent", "child", "helper", "reviewer"})
+
+
+def roles_from_poll_summary(items) -> dict[str, str]:
+    """Actor id -> role from poll-summary's `actors.items`: `participant_role`, else an `actor_type`
+    that is a role word (orchestrator, worker …)."""
+    roles: dict[str, str] = {}
+    for item in items or []:
+        role = getattr(item, "participant_role", None)
+        kind = getattr(item, "actor_type", None)
+        if not role and kind and (is_driver_role(kind) or _norm(kind) in CHILD_ROLES):
+            role = kind
+        if getattr(item, "actor_id", None) and role:
+            roles[str(item.actor_id)[:200]] = str(role)[:100]
+    return roles
+
+
 def _first(row: dict, keys: tuple[str, ...]) -> Any:
     for key in keys:
         value = row.get(key)
@@ -275,7 +345,11 @@ def _entry_id(row: dict) -> str:
     )
 
 
-def read_entries(entries: list) -> EntriesReading:
+def read_entries(entries: list, roles: dict[str, str] | None = None) -> EntriesReading:
+    """`roles`: actor id -> role as the source's typed parts state it (per-actor usage, the run's actors,
+    poll-summary); an entry is joined to them by its actor id. Only when none of them names the actor
+    does the entry's own role, then its parent (a spawned actor is a child), decide; else role unknown."""
+    roles = roles or {}
     reading = EntriesReading()
     for row in entries:
         if not isinstance(row, dict):
@@ -293,7 +367,8 @@ def read_entries(entries: list) -> EntriesReading:
             reading.note_unreadable(row)
             continue
         actor, role, parent = _actor(row)
-        driver = is_driver_role(role) if role else not parent
+        typed = roles.get(actor) if actor else None
+        side = side_of(typed or role) if (typed or role) else (CHILD if parent else UNKNOWN)
         turn = _int(_first(row, TURN_KEYS))
         duration = _int(_first(row, DURATION_MS_KEYS))
         if duration is None:
@@ -305,9 +380,9 @@ def read_entries(entries: list) -> EntriesReading:
                 "type": "agent.turn",
                 "ts": when.isoformat(),
                 "turn": min(turn if turn is not None else 0, 2**31 - 1),
-                "actor": (actor or ("orchestrator" if driver else "worker"))[:200],
+                "actor": (actor or {DRIVER: "orchestrator", CHILD: "worker"}.get(side, "unknown"))[:200],
                 "parent_actor": parent[:200] or None,
-                "kind": "driver_inference" if driver else "child_work",
+                "kind": side,
                 "model": str(_first(row, MODEL_KEYS) or "")[:200],
                 "tokens_in": min(tokens_in or 0, 10**12),
                 "tokens_out": min(tokens_out or 0, 10**12),
@@ -348,7 +423,20 @@ class SourceSpend:
     tokens_out: int | None = None
     driver: Part | None = None
     child: Part | None = None
+    unknown: Part | None = None  # actors whose role no source states (None: every role is known)
     actors: list[dict] = field(default_factory=list)  # per actor: id, role, models used
+    # Actor id -> role, from every typed part that states one (per-actor usage, run actors, poll-summary).
+    roles: dict[str, str] = field(default_factory=dict)
+
+    def sides(self) -> dict[str, str]:
+        """Actor id -> the side of its turns, for every actor a typed source names."""
+        named = {str(a["actor"])[:200] for a in self.actors if a.get("actor")} | set(self.roles)
+        return {actor: side_of(self.roles.get(actor)) for actor in sorted(named)}
+
+    def sides_fp(self) -> str:
+        """A digest of `sides()`: a sync re-attributes a run's earlier turns when it changes."""
+        return hashlib.blake2b(repr(sorted(self.sides().items())).encode(), digest_size=8).hexdigest()
+
     recording: str = ""  # cost_summary.recording_status when not "complete"
 
     def as_json(self) -> dict:
@@ -360,13 +448,13 @@ class SourceSpend:
             "tokens_out": self.tokens_out,
             "driver": self.driver.as_json() if self.driver else None,
             "child": self.child.as_json() if self.child else None,
+            "unknown": self.unknown.as_json() if self.unknown else None,
             "recording": self.recording,
             # Each actor's role, to show "worker 1a2b3c4d" where the turns name a bare id.
-            "roles": {
-                str(a["actor"])[:200]: str(a.get("role") or "")[:100]
-                for a in self.actors
-                if a.get("actor") and a.get("role")
-            },
+            "roles": dict(self.roles),
+            # Actors the source bills whose role it states nowhere (their turns are "role unknown").
+            "roles_unknown": sorted(a for a, side in self.sides().items() if side == UNKNOWN)[:200],
+            "sides_fp": self.sides_fp(),
         }
 
 
@@ -380,10 +468,11 @@ def _cents_or_pico(pico: int, cents: int, usd: float) -> tuple[Decimal | None, b
     return Decimal(0), True
 
 
-def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
+def read_spend(usage, cost_summary, actor_usage, roles: dict[str, str] | None = None) -> SourceSpend:
     """The typed aggregates of `runs.get_usage`, `runs.cost_summary` and `runs.get_actor_usage`
-    (any of them may be None when the backend did not answer it)."""
-    spend = SourceSpend()
+    (any of them may be None when the backend did not answer it). `roles`: actor id -> role from the
+    run's other typed parts (its actors list, poll-summary); per-actor usage's own roles win."""
+    spend = SourceSpend(roles={**(roles or {}), **roles_from_actor_usage(actor_usage)})
     if cost_summary is not None:
         spend.total_usd, spend.total_exact = _cents_or_pico(
             cost_summary.total_pico_usd, cost_summary.total_cents, cost_summary.total_usd
@@ -421,15 +510,11 @@ def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
         if spend.tokens_out is None:
             spend.tokens_out = _int(_first(nested, TOKENS_OUT_KEYS))
     if actor_usage is not None and actor_usage.actors:
-        driver, child = Part(Decimal(0), 0, 0), Part(Decimal(0), 0, 0)
+        driver, child, unknown = Part(Decimal(0), 0, 0), Part(Decimal(0), 0, 0), Part(Decimal(0), 0, 0)
+        parts = {DRIVER: driver, CHILD: child, UNKNOWN: unknown}
         tokens_known = True
         for actor in actor_usage.actors:
-            part = (
-                driver
-                if is_driver_role(actor.participant_role or "")
-                or (not actor.participant_role and not actor.worker_id)
-                else child
-            )
+            part = parts[side_of(spend.roles.get(str(actor.actor_id)[:200]))]
             inference_cents = [v for k, v in actor.by_source_type.items() if is_inference_kind(k)]
             part.usd += Decimal(sum(inference_cents) if inference_cents else actor.billed_amount_cents) / 100
             t_in, t_out = (
@@ -443,17 +528,21 @@ def read_spend(usage, cost_summary, actor_usage) -> SourceSpend:
             spend.actors.append(
                 {
                     "actor": actor.actor_id,
-                    "role": actor.participant_role or "",
+                    "role": spend.roles.get(str(actor.actor_id)[:200], ""),
                     "models": sorted(actor.by_model),
                 }
             )
         if not tokens_known:
-            driver.tokens_in = driver.tokens_out = child.tokens_in = child.tokens_out = None
+            for part in parts.values():
+                part.tokens_in = part.tokens_out = None
         spend.driver, spend.child = driver, child
+        spend.unknown = (
+            unknown if any(side_of(spend.roles.get(a)) == UNKNOWN for a in spend.sides()) else None
+        )
         if spend.tokens_in is None and tokens_known:
             spend.tokens_in, spend.tokens_out = (
-                driver.tokens_in + child.tokens_in,
-                driver.tokens_out + child.tokens_out,
+                sum(p.tokens_in for p in parts.values()),
+                sum(p.tokens_out for p in parts.values()),
             )
     return spend
 
@@ -465,7 +554,9 @@ def reconcile(spend: SourceSpend, *, turns: dict, turn_count: int, actors: int) 
     """Per channel, what the source reports that the turns do not account for (negative: the turns
     account for more than the source reports). Only channels that differ beyond rounding are kept.
 
-    `turns` holds the run's turn sums: tokens_in, tokens_out, cost_usd, driver_/child_ of each."""
+    `turns` holds the run's turn sums: tokens_in, tokens_out, cost_usd, driver_/child_/unknown_ of each
+    (unknown_: turns of actors whose role no source states). Those are also kept as `role_unknown_*`:
+    spend that neither side of the driver/child split accounts for."""
     out: dict[str, Any] = {}
     # Each turn's cost is kept to the micro-dollar; cents-only aggregates are rounded per actor or meter.
     slack = MICRO * max(1, turn_count) + (Decimal("0.005") if not spend.total_exact else 0)
@@ -485,9 +576,16 @@ def reconcile(spend: SourceSpend, *, turns: dict, turn_count: int, actors: int) 
     elif spend.total_usd is not None:
         usd("usd", spend.total_usd - spend.other_usd, turns["cost_usd"])
     per_actor_cents = Decimal("0.005") * max(1, actors)  # actor usage is billed in cents per actor
-    for side in ("driver", "child"):
+    for name in ("tokens_in", "tokens_out"):
+        if turns.get(f"unknown_{name}"):
+            out[f"role_unknown_{name}"] = turns[f"unknown_{name}"]
+    if turns.get("unknown_cost_usd"):
+        out["role_unknown_usd"] = str(Decimal(turns["unknown_cost_usd"]).quantize(MICRO))
+    for side in ("driver", "child", "unknown"):
         part: Part | None = getattr(spend, side)
         if part is None:
+            continue
+        if side == "unknown" and "unknown_cost_usd" not in turns:
             continue
         usd(f"{side}_usd", part.usd, turns[f"{side}_cost_usd"], per_actor_cents)
         tokens(f"{side}_tokens_in", part.tokens_in, turns[f"{side}_tokens_in"])

@@ -264,7 +264,8 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
     """Keep the source's own totals beside the turns, and what the turns do not account for."""
     run = Run.objects.get(project=project, external_id=rid)
     spend = reading.spend
-    sums = {f: getattr(run, f) for f in Run.SPEND_FIELDS}
+    _attribute_turns(run, reading)
+    sums = {f: getattr(run, f) for f in (*Run.SPEND_FIELDS, *Run.UNKNOWN_SPEND)}
     unaccounted = reconcile(spend, turns=sums, turn_count=run.turn_count, actors=len(spend.actors))
     previous = run.source_spend or {}
     entries = previous.get("entries", {})
@@ -298,6 +299,17 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
     if spend.total_usd is not None:
         fields["source_total_usd"] = spend.total_usd.quantize(Decimal("0.000001"))
     services.record_poll(project, rid, **fields)
+
+
+def _attribute_turns(run: Run, reading) -> None:
+    """When the roles the source states changed since the run's last sync (a role became known, or the
+    run was booked by older code), its earlier turns move to the side their actor's role now puts them
+    on; this cycle's turns (all of them when the usage list was read whole) say their own side."""
+    if reading.spend.sides_fp() == (run.source_spend or {}).get("sides_fp"):
+        return
+    sides = {**{t["actor"]: t["kind"] for t in reading.turns}, **reading.spend.sides()}
+    if services.attribute_turns(run, sides):
+        run.refresh_from_db(fields=[*Run.SPEND_FIELDS, "turn_count"])
 
 
 def _store_artifacts(

@@ -25,13 +25,13 @@ CONFIGS = {
 
 # sha256 of the wire dump, the ground truth and the stop/restore answers (see `_world_digest`).
 WORLD_DIGESTS = {
-    "default": "e7000c4934c66f95faf79b44cdc9b22563f356ad0f1c18d5d5862110066ae194",
-    "mixed": "d7850469c41298e353926d664a28e59d31804f41abc124d2293d8d6c5d2ffcf1",
+    "default": "c93a2fb13b632d39eeeab8421ff0b5fe45a03ada93814a5280919bc69e33b81a",
+    "mixed": "9f037953f95ff5e8c9b8f6319b3e8008cfbed467f13dc8c86fbf665340aed60d",
 }
 # sha256 of every answer the HTTP API gives for the world (see `_http_digest`).
 HTTP_DIGESTS = {
-    "default": "ac23c7519ae6a59b510f75a2a584ec020a835f60a286e29fa8ba59b20bb4dc65",
-    "mixed": "a04fbe7944aee0643eef2b721e7b9d34309806a34de853201e8569b33ef73933",
+    "default": "79284da34627380042cb1b231ca1af6dc921f1067943e17e60ff7e6aafdaf931",
+    "mixed": "465d75b00008807e1b5e20b6ae01cac3a5401ebb2c4b60ebf269b8144035c36e",
 }
 
 

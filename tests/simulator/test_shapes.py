@@ -55,7 +55,7 @@ def test_default_is_shape_a_only_and_options_parse():
         ("loss", "lower_is_better"),
     )
     for bad in (
-        {"shapes": "c"},
+        {"shapes": "e"},
         {"shapes": ""},
         {"unreadable_every": -1},
         {"metrics": (("x", "up"),)},

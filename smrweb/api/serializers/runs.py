@@ -37,6 +37,12 @@ class SourceSpendSerializer(serializers.Serializer):
     tokens_out = serializers.IntegerField(allow_null=True)
     driver = SourcePartSerializer(allow_null=True)
     child = SourcePartSerializer(allow_null=True)
+    unknown = SourcePartSerializer(
+        allow_null=True, help_text="Actors the source bills whose role it states nowhere (null: none)."
+    )
+    roles_unknown = serializers.ListField(
+        child=serializers.CharField(), help_text="Their actor ids: their turns are `role_unknown`."
+    )
     entries_unreadable = serializers.IntegerField(help_text="Usage entries the poller could not read.")
     timeline_as_of = serializers.DateTimeField(
         allow_null=True, help_text="When the usage entries were last read."
@@ -51,12 +57,16 @@ class SpendSerializer(SpendPartSerializer):
 
     driver_inference = SpendPartSerializer()
     child_work = SpendPartSerializer()
+    role_unknown = SpendPartSerializer(
+        help_text="Turns of actors whose role no source states: neither driver nor child (total = all three)."
+    )
     billed_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
     source = SourceSpendSerializer(allow_null=True)
     unaccounted = serializers.DictField(
         child=serializers.CharField(),
         help_text="Channel → difference: tokens_in, tokens_out (integers), usd (inference, USD), driver_usd, "
-        "child_usd, driver_/child_tokens_in/out.",
+        "child_usd, driver_/child_/unknown_tokens_in/out, unknown_usd, and role_unknown_tokens_in/out / "
+        "role_unknown_usd (turns neither side of the split accounts for).",
     )
 
 
@@ -191,16 +201,19 @@ class RunSerializer(serializers.ModelSerializer):
                     "tokens_out",
                     "driver",
                     "child",
+                    "unknown",
                     "timeline_as_of",
                     "checked_at",
                 )
             }
             source["other_usd"] = spend.get("other_usd") or "0"
+            source["roles_unknown"] = spend.get("roles_unknown") or []
             source["entries_unreadable"] = run.entries_unreadable
         return {
             **part(""),
             "driver_inference": part("driver_"),
             "child_work": part("child_"),
+            "role_unknown": part("unknown_"),
             "billed_usd": None if run.source_total_usd is None else str(run.source_total_usd),
             "source": source,
             "unaccounted": {k: str(v) for k, v in run.unaccounted.items()},

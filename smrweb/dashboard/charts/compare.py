@@ -18,6 +18,7 @@ from smrweb.dashboard.charts.style import (
     DRIVER,
     TOKENS_IN,
     TOKENS_OUT,
+    UNKNOWN,
     axis,
     base_layout,
     colour,
@@ -239,6 +240,12 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
             [round(float(s.run.child_cost_usd), 6) for s, _ in runs],
             "",
             "$%{x:,.4~f}",
+        ),
+        *(
+            # Turns of actors whose role no source states: their own bars, never folded into a side.
+            [bars("role unknown USD", UNKNOWN, unknown, "", "$%{x:,.4~f}")]
+            if any(unknown := [round(float(s.run.unknown_cost_usd), 6) for s, _ in runs])
+            else []
         ),
         bars(
             "tokens in / turn",
@@ -475,6 +482,7 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
             f'aria-label="Make {rid} the baseline">Make baseline</button>\n{actions}'
         )
     start = _when(s.start)
+    unknown = f", role unknown {escape(usd(run.unknown_cost_usd))}" if run.unknown_cost_usd else ""
     baseline_class = ' class="baseline"' if first else ""
     badge = '<span class="badge badge-base">baseline</span>' if first else ""
     return mark_safe(
@@ -491,7 +499,7 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         f'<td class="num"><span title="{s.tokens} tokens: {run.tokens_in} in, {run.tokens_out} out">'
         f"{escape(tokens(s.tokens))}</span>{_delta(d.get('tokens'))}</td>\n"
         f'<td class="num"><span title="${run.cost_usd} — driver {escape(usd(run.driver_cost_usd))}, child '
-        f'{escape(usd(run.child_cost_usd))}">{escape(usd(run.cost_usd))}</span>{_delta(d.get("usd"))}</td>\n'
+        f'{escape(usd(run.child_cost_usd))}{unknown}">{escape(usd(run.cost_usd))}</span>{_delta(d.get("usd"))}</td>\n'
         f'<td class="num"><span title="{escape(gain_title)}">{escape(row.gain_per_usd)}</span>'
         f"{_delta(d.get('gain_per_usd'))}</td>\n"
         f'<td class="num"><span title="from {start} {tz} to {end} {tz}">{escape(duration(s.duration))}</span>'

@@ -16,6 +16,7 @@ from smrweb.dashboard.charts.style import (
     INK,
     PALETTE,
     SCORE,
+    UNKNOWN,
     VOID,
     axis,
     base_layout,
@@ -113,6 +114,7 @@ def run_timeline_figure(
     for kind, colour, label, initial in (
         (TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
         (TurnKind.CHILD_WORK, CHILD, "child work", "c"),
+        (TurnKind.ROLE_UNKNOWN, UNKNOWN, "role unknown", "u"),
     ):
         bins = [b for b in tl.bins if b.kind == kind]
         if not bins:

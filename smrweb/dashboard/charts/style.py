@@ -23,6 +23,8 @@ SCORE, BEST, BUDGET, INK, GRID = "#93b4f5", "#15803d", "#b91c1c", "#3b4656", "#e
 # A score that does not count (invalid, rejected, excluded, or unverified where only verified ones
 # count): drawn hollow in this colour on every chart, its reason in the hover.
 VOID = "#c2410c"
+# Turns of actors whose role no source states: neutral, neither the driver's nor the child's colour.
+UNKNOWN = "#78716c"
 # Distinct and at least 3:1 against white; runs past the palette get hues spread by the golden angle
 # (see `colour`), and their hover names tell them apart.
 PALETTE = [

@@ -179,39 +179,65 @@ def budget_meter(run):
     )
 
 
+TURN_KIND_LABELS = {
+    "driver_inference": ("driver inference", "driver"),
+    "child_work": ("child work", "child"),
+    "role_unknown": ("role unknown", "role unknown"),  # no source states the actor's role
+}
+
+
+@register.filter
+def kind_label(kind: str, short: str = "") -> str:
+    """A turn kind as pages name it ("driver inference"; `|kind_label:"short"`: "driver")."""
+    long_name, short_name = TURN_KIND_LABELS.get(str(kind), (str(kind), str(kind)))
+    return short_name if short else long_name
+
+
 @register.simple_tag
 def budget_bar(run, unit: str = "usd"):
-    """Spend as a bar split into driver inference and child work, against the budget when set: USD
-    against `budget_usd`, or tokens (in + out) against `budget_tokens`. What the source reports beyond
-    the turns (other meters, spend no turn accounts for) is a third, grey part: the bar is the whole."""
+    """Spend as a bar split into driver inference, child work and role unknown (turns of actors whose
+    role no source states), against the budget when set: USD against `budget_usd`, or tokens (in + out)
+    against `budget_tokens`. What the source reports beyond the turns (other meters, spend no turn
+    accounts for) is a grey part: the bar is the whole."""
     if unit == "tokens":
         driver = Decimal(run.driver_tokens_in + run.driver_tokens_out)
         child = Decimal(run.child_tokens_in + run.child_tokens_out)
+        unknown = Decimal(run.unknown_tokens_in + run.unknown_tokens_out)
         whole = Decimal(sum(run.reported_tokens))
         budget = Decimal(run.budget_tokens) if run.budget_tokens else None
         fmt = tokens
     else:
         driver, child = Decimal(run.driver_cost_usd), Decimal(run.child_cost_usd)
+        unknown = Decimal(run.unknown_cost_usd)
         whole = Decimal(run.spend_usd)
         budget = Decimal(run.budget_usd) if run.budget_usd else None
         fmt = usd
-    rest = max(Decimal(0), whole - driver - child)
-    total = driver + child + rest
+    rest = max(Decimal(0), whole - driver - child - unknown)
+    total = driver + child + unknown + rest
     scale = max(budget or Decimal(0), total) or Decimal(1)
-    d_pct, c_pct, r_pct = (float(x / scale * 100) for x in (driver, child, rest))
+    d_pct, c_pct, u_pct, r_pct = (float(x / scale * 100) for x in (driver, child, unknown, rest))
     over = budget is not None and total > budget
     return format_html(
-        '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}{}">'
+        '<div class="budget{}" role="img" aria-label="{}: driver {} and child {}{}{}{}">'
         '<div class="budget-part driver" style="width:{}%"></div>'
-        '<div class="budget-part child" style="width:{}%"></div>{}{}</div>',
+        '<div class="budget-part child" style="width:{}%"></div>{}{}{}</div>',
         " over" if over else "",
         "tokens" if unit == "tokens" else "USD",
         fmt(driver),
         fmt(child),
+        format_html(", {} of unknown role", fmt(unknown)) if unknown else "",
         format_html(", {} not in turns", fmt(rest)) if rest else "",
         format_html(" of {}", fmt(budget)) if budget else "",
         round(d_pct, 2),
         round(c_pct, 2),
+        format_html(
+            '<div class="budget-part unknown" style="width:{}%" title="{} in turns of actors whose role '
+            'the source states nowhere (role unknown)"></div>',
+            round(u_pct, 2),
+            fmt(unknown),
+        )
+        if unknown
+        else "",
         format_html(
             '<div class="budget-part rest" style="width:{}%" title="{} billed by the source beyond the '
             'turns (other meters, spend no turn accounts for)"></div>',
@@ -244,10 +270,13 @@ def sub(value, other):
 @register.filter
 def actor_name(actor: str, run) -> str:
     """An actor as people tell them apart: "worker 1a2b3c4d" for a source's bare id whose role is known,
-    else the id itself, shortened in the middle."""
+    "role unknown 1a2b3c4d" for one the source bills but states no role of, else the id itself,
+    shortened in the middle."""
     role = (getattr(run, "actor_roles", None) or {}).get(actor) if actor else None
     if role and role.lower() not in actor.lower():
         return f"{role} {actor[:8]}"
+    if actor and actor in ((getattr(run, "source_spend", None) or {}).get("roles_unknown") or ()):
+        return f"role unknown {actor[:8]}"
     return midtrunc(actor or "", 20)
 
 

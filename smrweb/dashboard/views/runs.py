@@ -630,7 +630,9 @@ def turns_in_bar(request, slug: str, run_id: str):
             status=400,
         )
     origin, width, index, start, end = bar
-    kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK}.get(request.GET.get("kind", ""))
+    kind = {"d": TurnKind.DRIVER_INFERENCE, "c": TurnKind.CHILD_WORK, "u": TurnKind.ROLE_UNKNOWN}.get(
+        request.GET.get("kind", "")
+    )
     turns, count = timeline.turns_in_bin(run, origin, width, index, kind)
     return render(
         request,

@@ -90,6 +90,11 @@ def h_actors_usage(ctx: Ctx) -> Response:
     return Response(payload=ctx.world.actor_usage_wire(_run(ctx)))
 
 
+def h_poll_summary(ctx: Ctx) -> Response:
+    limit = ctx.q_int("actor_limit", 25, 1, 200)
+    return Response(payload=ctx.world.poll_summary_wire(_run(ctx), actor_limit=limit))
+
+
 # ---------------------------------------------------------------------- artifacts
 def h_manifest(ctx: Ctx) -> Response:
     return Response(payload=ctx.world.manifest_wire(_run(ctx)))

@@ -50,8 +50,12 @@ FATES = ("climb", "fail", "wedge", "downgrade")
 
 # Wire shapes of the free-form parts (usage entries/totals/tokens/breakdown, cost-summary meters and
 # pico amounts, per-actor roles and token keys). "a" is the historical shape; "b" is what another
-# deployment could send just as validly. docs/simulator.md ("Shapes") lists every spelling.
-SHAPES = ("a", "b")
+# deployment could send just as validly. docs/simulator.md ("Shapes") lists every spelling. "c" and "d"
+# are shape "a" whose usage entries name only the actor id: in "c" per-actor usage types each actor's
+# role; in "d" it types none, the run's `actors` list types the orchestrator, poll-summary's actors the
+# workers but the last, and that worker's role is stated nowhere.
+SHAPES = ("a", "b", "c", "d")
+ACTOR_ID_ONLY = ("c", "d")
 B_METER = {"inference": "inference_tokens", "sandbox_seconds": "sandbox_time"}
 B_UNIT = {"tokens": "token", "seconds": "second"}
 B_ENTRY_ROLE = {"orchestrator": "lead", "worker": "subagent"}

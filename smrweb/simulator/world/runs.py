@@ -217,6 +217,61 @@ class RunsMixin:
             return wire
 
     # ------------------------------------------------------------------ wire shape (call under lock)
+    def poll_summary_wire(self, run: SimRun, actor_limit: int = 25) -> dict[str, Any]:
+        """`GET …/poll-summary` (RunObservabilitySnapshot): the run, its contract and its actors; tasks,
+        events and questions empty (the simulator keeps none)."""
+        wire = self.run_wire(run)
+        terminal = run.terminal
+        actors = [poll_summary_actor(run, a) for a in run.actors if a.dispatched or a.events]
+        outcome = run.terminal_outcome if terminal else None
+        return {
+            "schema_version": "smr_run_observability.v1",
+            "project_id": run.project_id,
+            "run_id": run.run_id,
+            "generated_at": iso(self.tick_time()),
+            "run": wire,
+            "lifecycle": wire["lifecycle"],
+            "run_state": run.state,
+            "terminal_outcome": outcome,
+            "live_phase": run.live_phase,
+            "state_reason": run.state_reason,
+            "state_authority": wire["state_authority"],
+            "work_completed": run.state == "done",
+            "run_contract": {
+                "schema_version": "smr_run_contract.v1",
+                "project_id": run.project_id,
+                "run_id": run.run_id,
+                "state": run.state,
+                "terminal": terminal,
+                "terminal_outcome": outcome,
+                "lifecycle": {"phase": wire["lifecycle"]["authority_phase"]},
+                "finalization": {"status": "complete" if terminal else "pending"},
+                "recovery": {"status": "none"},
+                "tasks": {"total": 0, "terminal": 0, "nonterminal": 0},
+                "artifacts": {"readiness": "ready" if terminal else "pending"},
+                "execution_route": {"route": "hosted"},
+                "incidents": {"unresolved": 0},
+                "diagnostics": {},
+            },
+            "candidate_publication": {
+                "outcome": "running"
+                if not terminal
+                else "awaiting_pr_binding"
+                if run.state == "done"
+                else "failed_before_branch"
+            },
+            "actors": {
+                "total_count": len(actors),
+                "counts_by_state": {},
+                "counts_by_role": {},
+                "items": actors[: max(0, actor_limit)],
+                "latest_transitions": [],
+            },
+            "tasks": {"total_count": 0, "items": []},
+            "runtime": {},
+            "cursor": {"generated_at": iso(self.tick_time())},
+        }
+
     def run_wire(self, run: SimRun) -> dict[str, Any]:
         terminal = run.terminal
         authority = {"queued": "queued", "running": "running", "paused": "paused"}.get(run.state, "terminal")
@@ -264,6 +319,13 @@ class RunsMixin:
                     "model": a.model,
                 }
                 for a in workers
+                if a is not untyped_actor(run)
+            ]
+        listing: dict[str, Any] = {}
+        if run.shape == "d":  # the run's actors list types the orchestrator; poll-summary the workers
+            listing["actors"] = [
+                {"actor_id": a.actor_id, **({"participant_role": a.role} if a.role == "orchestrator" else {})}
+                for a in run.actors
             ]
         return {
             "run_id": run.run_id,
@@ -292,7 +354,13 @@ class RunsMixin:
             },
             "lifecycle": lifecycle,
             "latest_summary_artifact_id": None,
+            **listing,
         }
+
+
+def untyped_actor(run: SimRun):
+    """Shape "d": the last worker, whose role no answer states (None in other shapes)."""
+    return run.actors[-1] if run.shape == "d" and len(run.actors) > 1 else None
 
 
 def run_timestamps(run: SimRun) -> dict[str, str | None]:
@@ -302,4 +370,22 @@ def run_timestamps(run: SimRun) -> dict[str, str | None]:
         "started_at": iso(run.started_at) if run.started_at else None,
         "finished_at": iso(run.finished_at) if run.finished_at else None,
         "updated_at": iso(run.updated_at),
+    }
+
+
+def poll_summary_actor(run: SimRun, actor: Actor) -> dict[str, Any]:
+    """An actor as poll-summary lists it. Shape "d" types only the workers' roles here (the
+    orchestrator's is in the run's actors list; the last worker's nowhere)."""
+    typed = actor is not untyped_actor(run) and not (run.shape == "d" and actor.role == "orchestrator")
+    return {
+        "actor_id": actor.actor_id,
+        "project_id": run.project_id,
+        "run_id": run.run_id,
+        "actor_type": "session",
+        "state": "done" if run.terminal else "running",
+        "profile_id": actor.profile_id,
+        "model": actor.model,
+        "participant_role": actor.role if typed else None,
+        "live_session": not run.terminal,
+        "updated_at": actor.latest_at,
     }

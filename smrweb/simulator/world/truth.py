@@ -71,6 +71,9 @@ class TruthMixin:
                     "requested_model": a.requested_model,
                     "actual_model": a.model,
                     "events": a.events,
+                    "input_tokens": a.input_tokens,
+                    "output_tokens": a.output_tokens,
+                    "pico_usd": a.pico,
                 }
                 for a in run.actors
             ],

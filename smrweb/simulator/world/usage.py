@@ -1,5 +1,6 @@
 """Usage: the run's ledger of entries (inference turns and sandbox seconds), its running sums, and the
-wire shapes built from them (usage, cost summary, per-actor usage) in shape "a" or "b".
+wire shapes built from them (usage, cost summary, per-actor usage) in shape "a" or "b" (or "c"/"d": "a"
+with entries naming only the actor id, see constants.SHAPES).
 
 docs/simulator.md ("Shapes") lists every spelling of shape "b"; opaque entries (`unreadable_every`)
 are served as an encrypted-looking blob.
@@ -11,6 +12,7 @@ import base64
 from typing import Any
 
 from smrweb.simulator.world.constants import (
+    ACTOR_ID_ONLY,
     B_ENTRY_ROLE,
     B_METER,
     B_PARTICIPANT_ROLE,
@@ -134,6 +136,8 @@ class UsageMixin:
                 cache.append(_opaque_entry(run, n))
             elif run.shape == "b":
                 cache.append(_entry_b(entry))
+            elif run.shape in ACTOR_ID_ONLY:  # the actor by id only: its role is told elsewhere, or not
+                cache.append({k: v for k, v in entry.items() if k not in ("actor_role", "parent_actor_id")})
             else:
                 cache.append(entry)
         return list(cache)
@@ -324,6 +328,7 @@ class UsageMixin:
                 by_source_type = {k: pico_to_cents(v) for k, v in sorted(by_kind.items())}
                 token_usage = {"input_tokens": actor.input_tokens, "output_tokens": actor.output_tokens}
                 role = actor.role
+            typed = run.shape != "d"  # shape "d": per-actor usage states no role at all
             rows.append(
                 {
                     "actor_id": actor.actor_id,
@@ -332,8 +337,8 @@ class UsageMixin:
                     "run_id": run.run_id,
                     "task_id": None,
                     "task_key": None,
-                    "worker_id": actor.actor_id if actor.role == "worker" else None,
-                    "participant_role": role,
+                    "worker_id": actor.actor_id if typed and actor.role == "worker" else None,
+                    "participant_role": role if typed else None,
                     "nominal_amount_cents": cents,
                     "billed_amount_cents": cents,
                     "internal_cost_cents": cents,

@@ -53,7 +53,8 @@ class Run(models.Model):
     actual_profile = models.CharField(max_length=200, blank=True)
     budget_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     budget_usd = models.DecimalField(null=True, blank=True, **USD)
-    # Spend, recomputed from agent turns by the write path: total == driver + child == sum(turns).
+    # Spend, recomputed from agent turns by the write path: total == sum(turns) == driver + child +
+    # role unknown (turns of actors whose role no source states; the `unknown_*` properties).
     # SPEND_FIELDS names them for the places that read or list them all (run page versions, admin, sync).
     SPEND_FIELDS = (
         "tokens_in",
@@ -66,6 +67,7 @@ class Run(models.Model):
         "child_tokens_out",
         "child_cost_usd",
     )
+    UNKNOWN_SPEND = ("unknown_tokens_in", "unknown_tokens_out", "unknown_cost_usd")  # derived: properties
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(default=Decimal(0), **USD)
@@ -177,6 +179,19 @@ class Run(models.Model):
         return bool(
             self.requested_profile and self.actual_profile and self.requested_profile != self.actual_profile
         ) or bool(self.downgraded_actors)
+
+    # Turns of actors whose role no source states: what the totals hold beyond driver + child.
+    @property
+    def unknown_tokens_in(self) -> int:
+        return self.tokens_in - self.driver_tokens_in - self.child_tokens_in
+
+    @property
+    def unknown_tokens_out(self) -> int:
+        return self.tokens_out - self.driver_tokens_out - self.child_tokens_out
+
+    @property
+    def unknown_cost_usd(self) -> Decimal:
+        return Decimal(self.cost_usd) - Decimal(self.driver_cost_usd) - Decimal(self.child_cost_usd)
 
     @property
     def actor_roles(self) -> dict[str, str]:
@@ -331,6 +346,9 @@ class MetricPoint(models.Model):
 class TurnKind(models.TextChoices):
     DRIVER_INFERENCE = "driver_inference"
     CHILD_WORK = "child_work"
+    # A polled source that states the actor's role nowhere (sources/smr_usage.py): shown as such and
+    # counted in reconciliation, never booked as driver by default.
+    ROLE_UNKNOWN = "role_unknown", "role unknown"
 
 
 class AgentTurn(models.Model):

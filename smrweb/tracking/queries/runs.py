@@ -136,6 +136,13 @@ GAP_CHANNELS = (
     ("driver_tokens_out", "driver output tokens", "tokens"),
     ("child_tokens_in", "child input tokens", "tokens"),
     ("child_tokens_out", "child output tokens", "tokens"),
+    ("unknown_usd", "role unknown", "usd"),
+    ("unknown_tokens_in", "role-unknown input tokens", "tokens"),
+    ("unknown_tokens_out", "role-unknown output tokens", "tokens"),
+    # Turns of actors whose role no source states: neither side of the split accounts for them.
+    ("role_unknown_tokens_in", "input tokens", "tokens"),
+    ("role_unknown_tokens_out", "output tokens", "tokens"),
+    ("role_unknown_usd", "USD", "usd"),
 )
 
 
@@ -175,13 +182,22 @@ class SourceGaps:
         return [g for g in self.unaccounted if g.amount < 0 and g.channel in TOTAL_CHANNELS]
 
     @property
+    def role_unknown(self) -> list[SourceGap]:
+        """What the turns of actors with no stated role hold (on neither side of the split)."""
+        return [g for g in self.unaccounted if g.channel.startswith("role_unknown_")]
+
+    @property
     def split_usd(self) -> list[SourceGap]:
-        return [g for g in self.split if g.unit == "usd"]
+        return [g for g in self.split if g.unit == "usd" and g.channel in ("driver_usd", "child_usd")]
 
     @property
     def split(self) -> list[SourceGap]:
         """The driver/child channels (per-actor usage against the turns' split)."""
-        return [g for g in self.unaccounted if g.channel not in TOTAL_CHANNELS]
+        return [
+            g
+            for g in self.unaccounted
+            if g.channel not in TOTAL_CHANNELS and not g.channel.startswith("role_unknown_")
+        ]
 
 
 def source_gaps(run: Run) -> SourceGaps:

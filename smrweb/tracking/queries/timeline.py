@@ -66,7 +66,7 @@ BASE_BUCKETS = 1024
 MEMO_SECONDS = 24 * 3600
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICRO_USD = Decimal("0.000001")
-_KINDS = (TurnKind.DRIVER_INFERENCE, TurnKind.CHILD_WORK)
+_KINDS = (TurnKind.DRIVER_INFERENCE, TurnKind.CHILD_WORK, TurnKind.ROLE_UNKNOWN)
 
 
 @dataclass
@@ -646,7 +646,10 @@ class ActorNode:
 
     @property
     def kind(self) -> str:
-        return TurnKind.DRIVER_INFERENCE if TurnKind.DRIVER_INFERENCE in self.kinds else TurnKind.CHILD_WORK
+        for kind in _KINDS:  # an actor's turns share a side; a stated one wins over "role unknown"
+            if kind in self.kinds:
+                return kind
+        return TurnKind.CHILD_WORK
 
 
 def actor_tree(run: Run) -> list[ActorNode]:

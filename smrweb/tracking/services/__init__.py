@@ -141,6 +141,7 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
     CloseRefused,
+    attribute_turns,
     close_refusal,
     close_run,
     flag_stalled_runs,

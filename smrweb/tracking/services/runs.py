@@ -35,9 +35,11 @@ from smrweb.tracking.models import (
     TurnKind,
     counted_q,
 )
+from smrweb.tracking.queries.timeline import forget_turn_aggregates
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.launches import link_new_run
+from smrweb.tracking.services.rollups import rebuild_turn_rollups
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}\Z")
 
@@ -150,14 +152,40 @@ def recompute_spend(run: Run) -> list[str]:
         child_tokens_in=total("tokens_in", TurnKind.CHILD_WORK),
         child_tokens_out=total("tokens_out", TurnKind.CHILD_WORK),
         child_cost_usd=total("cost_usd", TurnKind.CHILD_WORK),
+        tokens_in=total("tokens_in"),
+        tokens_out=total("tokens_out"),
+        cost_usd=total("cost_usd"),
     )
-    # Totals are the sum of the two parts, so the invariant holds by construction.
-    sums["tokens_in"] = sums["driver_tokens_in"] + sums["child_tokens_in"]
-    sums["tokens_out"] = sums["driver_tokens_out"] + sums["child_tokens_out"]
-    sums["cost_usd"] = Decimal(sums["driver_cost_usd"]) + Decimal(sums["child_cost_usd"])
+    # Totals are every turn's: driver + child + role unknown (turns of actors whose role no source
+    # states, `Run.unknown_*`), so the split never hides a turn.
+    sums["cost_usd"] = Decimal(sums["cost_usd"])
     for field, value in sums.items():
         setattr(run, field, value)
     return list(sums)
+
+
+def attribute_turns(run: Run, sides: dict[str, str]) -> int:
+    """Put each named actor's turns on the side its source states (actor id -> TurnKind): a turn read
+    before its actor's role was known (or guessed by older code) moves; the spend split and the kept
+    turn aggregates follow. Returns how many turns moved."""
+    by_kind: dict[str, list[str]] = {}
+    for actor, kind in sides.items():
+        by_kind.setdefault(TurnKind(kind), []).append(actor)
+    moved = 0
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        turns = AgentTurn.objects.filter(run=run)
+        for kind, actors in by_kind.items():
+            for start in range(0, len(actors), 500):  # bounded IN lists on every database
+                chunk = actors[start : start + 500]
+                moved += turns.filter(actor__in=chunk).exclude(kind=kind).update(kind=kind)
+        if moved:
+            run.save(update_fields=[*recompute_spend(run), "updated"])
+            rebuild_turn_rollups([run.pk])
+    if moved:  # the kept aggregates (cache) hold the old sides: now and once the write is committed
+        forget_turn_aggregates(run)
+        transaction.on_commit(lambda: forget_turn_aggregates(run))
+    return moved
 
 
 def recompute_scores(run: Run) -> list[str]:

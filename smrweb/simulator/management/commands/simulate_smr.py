@@ -38,8 +38,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--shapes",
             default="a",
-            help='wire shapes of the free-form fields, e.g. "a,b": '
-            "one per run, drawn from the seed (default a)",
+            help='wire shapes of the free-form fields, e.g. "a,b" (a, b, c, d; c and d: usage entries '
+            "name only the actor id): one per run, drawn from the seed (default a)",
         )
         parser.add_argument(
             "--unreadable-every",
