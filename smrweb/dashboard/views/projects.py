@@ -196,7 +196,7 @@ def project_detail(request, slug: str):
             "states": RunState.values,
             "leaderboard": board,
             "leaderboard_offset": max(board.start_index() - 1, 0),
-            "results_gap": queries.results_gap(project),
+            "results_gap": queries.results_gap(project, base),
             "every_submission": every_submission,
             "unverified": unverified,
             "pending": None if unverified else queries.pending_scores(project, excluded),
