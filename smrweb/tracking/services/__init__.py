@@ -81,6 +81,7 @@ from smrweb.tracking.services.deletion import (  # noqa: F401
 )
 from smrweb.tracking.services.ingest import (  # noqa: F401
     IngestResult,
+    experiments_named,
     ingest_events,
     name_experiments,
     unnamed_experiments,
@@ -160,8 +161,10 @@ from smrweb.tracking.services.source_health import (  # noqa: F401
     note_declared_metrics,
     record_full_listing,
     record_poll,
+    record_polled_unchanged,
     record_source_failure,
     record_source_success,
+    record_sync,
     release_source_lease,
     replace_smr_api_key,
     source_health,
