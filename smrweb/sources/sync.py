@@ -12,7 +12,6 @@ small spend requests and no write beyond its poll time.
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import random
 import time
@@ -67,8 +66,9 @@ class SyncReport:
     error: str = ""
 
 
-# fan_out(project, snapshots): hand the runs to sync this cycle to per-run sync tasks.
-FanOut = Callable[[Project, list[RunSnapshot]], None]
+# fan_out(project, snapshots, owner): hand the runs to sync this cycle to per-run sync tasks, which sync
+# them under the leases this cycle took for them (`owner`: pass it on to sync_runs).
+FanOut = Callable[[Project, list[RunSnapshot], str], None]
 
 
 def sync_project(
@@ -137,8 +137,12 @@ def _sync_listed(
             continue  # finished and unchanged since its last complete sync
         due.append(snapshot)
     if fan_out is not None:
-        fan_out(project, due)
-        report.queued = len(due)
+        # Each run is queued under its lease, taken now for the task that will sync it: a run whose last
+        # sync is still queued or running is not queued again.
+        queued = [s for s in due if RunLease(project, s.external_id, owner).claim()]
+        report.busy_runs = len(due) - len(queued)
+        fan_out(project, queued, owner)
+        report.queued = len(queued)
         # Their faults come back on the runs (`run_faults`): shown from the cycle after theirs.
         errors += run_faults(project)
     else:
@@ -263,6 +267,7 @@ def sync_runs(
             report.busy_runs += 1
             continue
         started = time.perf_counter()
+        log.debug("run %s: sync started", rid)
         try:
             # Read after the lease is taken: the row as the last holder left it.
             run = Run.objects.filter(project=project, external_id=rid).first()
@@ -277,33 +282,45 @@ def sync_runs(
             errors.append(exc)
         finally:
             lease.release()
-            log.debug("run %s synced in %.3f s", rid, time.perf_counter() - started)
+            log.debug("run %s: sync ended in %.3f s", rid, time.perf_counter() - started)
     services.record_polled_unchanged(project, unchanged)
     return errors
 
 
 class RunLease:
-    """One worker syncs a run at a time: a key in the cache (Redis) taken with add, renewed at each step
-    of a long sync and released at its end. A killed worker's lease lapses after
-    SMRWEB_SMR_RUN_LEASE_SECONDS, under one active cycle, so the next cycle's task takes the run.
-    A cache that cannot be reached does not stop polling: the run is synced (every write is idempotent)."""
+    """One worker syncs a run at a time: a key in the cache (Redis) taken with add, renewed during a long
+    sync and released at its end. The project's task takes it when it queues the run (so a run is not
+    queued again while its sync waits or runs) and the sync task holding the same owner token carries
+    it on. A killed worker's lease lapses after SMRWEB_SMR_RUN_LEASE_SECONDS, under one active cycle,
+    and the next cycle queues the run again. A cache that cannot be reached does not stop polling: the
+    run is synced (every write is idempotent)."""
 
     def __init__(self, project: Project, rid: str, owner: str):
         where = f"{settings.DATABASES['default']['NAME']}|{project.pk}|{rid}"  # test sessions share Redis
         self.key = f"smr-run-lease:{hashlib.blake2b(where.encode(), digest_size=12).hexdigest()}"
         self.owner = owner
         self.seconds = max(1, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS))
+        self.renewed = 0.0
 
     def claim(self) -> bool:
+        """Take the lease, or carry on the one taken under this owner token (by the project's task)."""
         try:
-            return bool(cache.add(self.key, self.owner, timeout=self.seconds))
+            if cache.add(self.key, self.owner, timeout=self.seconds) or (
+                cache.get(self.key) == self.owner and cache.touch(self.key, timeout=self.seconds)
+            ):
+                self.renewed = time.monotonic()
+                return True
+            return False
         except Exception:  # noqa: BLE001
             log.warning("run lease %s: the cache cannot be reached; syncing without it", self.key)
             return True
 
     def renew(self) -> None:
+        if time.monotonic() - self.renewed < self.seconds / 3:
+            return  # (a cache round trip per step would cost more than the steps of a short sync)
         try:
             cache.touch(self.key, timeout=self.seconds)
+            self.renewed = time.monotonic()
         except Exception:  # noqa: BLE001
             pass
 
@@ -388,7 +405,8 @@ def sync_run(
     cursor = dict(run.source_cursor) if run else {}
     events: list[dict] = []
     fields: dict = {}
-    reading = names = None
+    reading = names = handled = None
+    new_artifacts: list[dict] = []
     renew = lease.renew if lease is not None else (lambda: None)
 
     def apply(new_events: list[dict], cursor_part: dict) -> None:
@@ -415,19 +433,35 @@ def sync_run(
             reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
         apply(reading.turns, reading.cursor)
         artifacts = connector.fetch_artifacts(rid)
-        _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
+        handled = list(cursor.get("artifacts", []))
+        new_artifacts = _new_artifacts(
+            project, rid, artifacts, connector=connector, cursor=cursor, report=report
+        )
         apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
         names = _experiment_names(project, rid, events, cursor, connector)
         apply(*connector.fetch_checkpoints(rid, cursor))
         apply(*connector.fetch_messages(rid, cursor))
     except SourceError as exc:
-        _write(project, rid, events, fields, reading, cursor, report, names=names, fault=exc)
+        _write(
+            project,
+            rid,
+            events,
+            fields,
+            reading,
+            cursor,
+            report,
+            names=names,
+            artifacts=(new_artifacts, handled),
+            fault=exc,
+        )
         raise
     # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
     cursor.pop("fault", None)
     cursor.update(seen=_seen(snapshot), full_at=time.time())
     fields["source_updated_at"] = snapshot.updated_at
-    _write(project, rid, events, fields, reading, cursor, report, names=names)
+    _write(
+        project, rid, events, fields, reading, cursor, report, names=names, artifacts=(new_artifacts, handled)
+    )
     return False
 
 
@@ -441,22 +475,44 @@ def _write(
     report: SyncReport,
     *,
     names: dict | None = None,
+    artifacts: tuple[list[dict], list | None] = ([], None),
     fault: SourceError | None = None,
 ) -> None:
-    """One transaction for all a run sync read; a refused event writes none of it (a fault to show)."""
+    """One transaction for all a run sync read; a refused event writes none of it (a fault to show).
+    An artifact the store refuses (quota, size, digest) is left out and its fault shown: the rest of
+    the run's news is written all the same (a second transaction, on that fault only)."""
     if fault is not None:
         cursor["fault"] = {"kind": fault.kind, "message": str(fault)[:2000], "retry_after": fault.retry_after}
     derive = (lambda run: _spend_fields(run, reading, cursor)) if reading is not None else None
+    new_artifacts, handled = artifacts
     try:
-        write = services.record_sync(
-            project,
-            rid,
-            events=events,
-            derive=derive,
-            experiment_names=names,
-            **fields,
-            source_cursor=dict(cursor),
+        try:
+            write = services.record_sync(
+                project,
+                rid,
+                events=events,
+                artifacts=new_artifacts,
+                derive=derive,
+                experiment_names=names,
+                **fields,
+                source_cursor=dict(cursor),
+            )
+        finally:
+            for a in new_artifacts:
+                if a["content"] is not None:
+                    _pull_lease(a["sha256"], claim=False)
+    except (DigestMismatch, StorageQuotaExceeded, ArtifactTooLarge) as exc:
+        error = (
+            Malformed(f"run {rid}: an artifact: {exc.message}")
+            if isinstance(exc, DigestMismatch)
+            else QuotaExceeded(f"run {rid}: an artifact not stored: {exc.message}")
         )
+        if handled is None:
+            cursor.pop("artifacts", None)
+        else:
+            cursor["artifacts"] = handled
+        _write(project, rid, events, fields, reading, cursor, report, names=names, fault=fault or error)
+        raise error from exc
     except InvalidEvents as exc:
         error = Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}")
         if fault is None:
@@ -468,6 +524,9 @@ def _write(
         raise error from exc
     count_events(project.source, accepted=write.accepted, duplicates=write.duplicates, refused=0)
     report.events_accepted += write.accepted
+    if write.not_stored:  # their bytes went (the collector) between the question and the write: pull next
+        cursor["artifacts"] = [a for a in cursor.get("artifacts", []) if a not in write.not_stored]
+        services.record_poll(project, rid, source_cursor=dict(cursor))
 
 
 def _experiment_names(project: Project, rid: str, events: list[dict], cursor: dict, connector) -> dict | None:
@@ -521,10 +580,14 @@ def _spend_fields(run: Run, reading, cursor: dict) -> dict:
     return fields
 
 
-def _store_artifacts(
+def _new_artifacts(
     project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict, report: SyncReport
-) -> None:
+) -> list[dict]:
+    """The run's artifacts not handled yet, each with its bytes when smrweb does not hold them (each
+    digest pulled once: once per sync, and not while another worker pulls it), for the run's one write.
+    Marked handled in the cursor that goes with that write."""
     handled = set(cursor.get("artifacts", []))
+    new, pulled = [], {}
     for ref in artifacts:
         if ref.artifact_id in handled:
             continue
@@ -532,32 +595,42 @@ def _store_artifacts(
             services.check_artifact_path(ref.path)
         except InvalidInput as exc:  # a backend's path smrweb will not hand to MLflow clients (review N10)
             raise Malformed(f"artifact {ref.artifact_id} ({ref.path[:200]!r}): {exc.message}") from exc
-        if (
-            services.store_known_artifact(
-                project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind, content_type=ref.content_type
-            )
-            is None
-        ):
+        content = None
+        if ref.sha256 in pulled:
+            content = pulled[ref.sha256]
+        elif not services.blob_stored(ref.sha256):
+            if not _pull_lease(ref.sha256, claim=True):
+                continue  # another worker is pulling these bytes: next cycle they are known
             content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of this digest
+            pulled[ref.sha256] = content
             report.artifacts_pulled += 1
-            try:
-                services.store_artifact(
-                    project,
-                    rid,
-                    path=ref.path,
-                    content=io.BytesIO(content),
-                    kind=ref.kind,
-                    content_type=ref.content_type,
-                    claimed_sha256=ref.sha256,
-                )
-            except DigestMismatch as exc:
-                raise Malformed(f"artifact {ref.artifact_id}: {exc.message}") from exc
-            except (StorageQuotaExceeded, ArtifactTooLarge) as exc:
-                raise QuotaExceeded(
-                    f"artifact {ref.artifact_id} ({ref.path}) not stored: {exc.message}"
-                ) from exc
+        new.append(
+            {
+                "artifact_id": ref.artifact_id,
+                "path": ref.path,
+                "sha256": ref.sha256,
+                "kind": ref.kind,
+                "content_type": ref.content_type,
+                "content": content,
+            }
+        )
         handled.add(ref.artifact_id)
-        cursor["artifacts"] = sorted(handled)  # written with the run's one transaction
+    if new:
+        cursor["artifacts"] = sorted(handled)
+    return new
+
+
+def _pull_lease(sha256: str, *, claim: bool) -> bool:
+    """Two workers syncing two runs that hold the same new bytes download them once: the first takes
+    this lease until its run's write has stored them."""
+    key = f"smr-blob-pull:{settings.DATABASES['default']['NAME']}:{sha256}"
+    try:
+        if claim:
+            return bool(cache.add(key, 1, timeout=max(60, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS) * 4)))
+        cache.delete(key)
+    except Exception:  # noqa: BLE001
+        return True
+    return True
 
 
 def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:

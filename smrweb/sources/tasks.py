@@ -81,21 +81,22 @@ def sync_project(project_id: int) -> dict:
     return sync.sync_project(project, owner=uuid.uuid4().hex, fan_out=fan_out).__dict__
 
 
-def _fan_out(project: Project, snapshots: list) -> None:
+def _fan_out(project: Project, snapshots: list, owner: str) -> None:
     """The project's runs to sync this cycle, as per-run sync tasks (a few runs each) that any polling
-    worker takes: N workers share one large project. A message no worker took within a few cycles is
-    dropped (the next cycle sends its runs again), so a backlog cannot grow without bound."""
+    worker takes: N workers share one large project. A message no worker took while its runs' leases
+    held is dropped (the next cycle sends its runs again), so a backlog cannot grow without bound."""
     size = max(1, settings.SMRWEB_SMR_RUNS_PER_TASK)
-    expires = max(30.0, 3 * settings.SMRWEB_SMR_ACTIVE_INTERVAL)
+    # Not taken before the runs' leases lapse: the next cycle has queued them again.
+    expires = max(1.0, settings.SMRWEB_SMR_RUN_LEASE_SECONDS)
     for start in range(0, len(snapshots), size):
         rows = [s.raw for s in snapshots[start : start + size]]
-        sync_runs.apply_async((project.pk, rows), expires=expires)
+        sync_runs.apply_async((project.pk, rows, owner), expires=expires)
 
 
 @shared_task(acks_late=True, soft_time_limit=300, time_limit=360, name="smrweb.sources.tasks.sync_runs")
-def sync_runs(project_id: int, rows: list[dict]) -> dict:
-    """Sync some runs of one project (their rows as the project's task listed them), each under its
-    own lease: a run another worker is syncing is left to it."""
+def sync_runs(project_id: int, rows: list[dict], owner: str = "") -> dict:
+    """Sync some runs of one project (their rows as the project's task listed them), each under the
+    lease that task took for them (`owner`): a run another worker is syncing is left to it."""
     project = Project.objects.select_related("scenario").filter(pk=project_id).first()
     if project is None or project.archived_at is not None:
         return {}
@@ -106,7 +107,9 @@ def sync_runs(project_id: int, rows: list[dict]) -> dict:
     except SourceError as exc:  # no key or address any more: the project's own task reports it
         report.error = f"{exc.kind}: {exc}"
         return report.__dict__
-    errors = sync.sync_runs(project, snapshots, connector=connector, owner=uuid.uuid4().hex, report=report)
+    errors = sync.sync_runs(
+        project, snapshots, connector=connector, owner=owner or uuid.uuid4().hex, report=report
+    )
     if errors:
         report.error = f"{errors[0].kind}: {errors[0]}"
     return report.__dict__

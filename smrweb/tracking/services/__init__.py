@@ -41,6 +41,7 @@ from smrweb.tracking.services.archive import (  # noqa: F401
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
     artifact_storage,
+    blob_stored,
     check_artifact_path,
     collect_blob,
     collect_unreferenced_blobs,

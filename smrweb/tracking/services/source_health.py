@@ -4,8 +4,9 @@ score metric a source declares."""
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from smrweb.tracking.models import (
     SourceHealth,
     SourceKind,
 )
+from smrweb.tracking.services.artifacts import store_artifact, store_known_artifact
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.ingest import ingest_events, name_experiments
 from smrweb.tracking.services.runs import _locked_run, _set_run_fields
@@ -61,6 +63,8 @@ class SyncWrite:
     run: Run
     accepted: int = 0
     duplicates: int = 0
+    # artifacts whose bytes were known when asked but gone by the write (the collector): pull them
+    not_stored: list[str] = field(default_factory=list)
 
 
 _encode = msgspec.json.Encoder(enc_hook=str).encode
@@ -71,18 +75,43 @@ def record_sync(
     external_id: str,
     *,
     events: Sequence[dict] = (),
+    artifacts: Sequence[dict] = (),
     derive: Callable[[Run], dict[str, Any]] | None = None,
     experiment_names: dict[str, dict[str, str]] | None = None,
     **fields: Any,
 ) -> SyncWrite:
     """Everything one poll of a run saw, in one transaction (issue 34: one per run per cycle, not one per
-    kind of data): its events through the ingest contract and `ingest_events`, then its poll fields,
+    kind of data): its new artifacts (`artifact_id`, `path`, `sha256`, `kind`, `content_type`, and
+    `content`: the bytes, or None when they are stored already), its events through the ingest
+    contract and `ingest_events`, then its poll fields,
     then the fields `derive(run)` computes from the run as those events left it (the source's totals
     beside the turns' sums); `experiment_names` fills in the titles of experiments known by id only
     (`name_experiments`). A refused event writes nothing of it (InvalidEvents)."""
     _only(fields, POLL_FIELDS, "a polled run field")
     write = SyncWrite(run=None)  # type: ignore[arg-type]
     with transaction.atomic():
+        for a in artifacts:
+            if a["content"] is None:
+                stored = store_known_artifact(
+                    project,
+                    external_id,
+                    sha256=a["sha256"],
+                    path=a["path"],
+                    kind=a["kind"],
+                    content_type=a["content_type"],
+                )
+                if stored is None:
+                    write.not_stored.append(a["artifact_id"])
+            else:
+                store_artifact(
+                    project,
+                    external_id,
+                    path=a["path"],
+                    content=io.BytesIO(a["content"]),
+                    kind=a["kind"],
+                    content_type=a["content_type"],
+                    claimed_sha256=a["sha256"],
+                )
         for start in range(0, len(events), MAX_EVENTS):
             result = ingest_events(
                 project, external_id, parse_events(_encode(list(events[start : start + MAX_EVENTS])))
