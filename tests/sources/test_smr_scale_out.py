@@ -147,7 +147,7 @@ def test_an_unchanged_live_run_costs_two_small_requests_and_no_write(sim, alice,
 
 # --- two real workers share one project; one is SIGKILLed mid-cycle -----------------------------------
 
-LINE = re.compile(r"^(\S+ \S+) DEBUG smrweb\.sources\.sync: run (\S+): sync (started|ended)")
+LINE = re.compile(r"^\[(\S+ [\d:,]+): DEBUG/\w+\] run (\S+): sync (started|ended)")  # celery's format
 
 
 def intervals(log, *, killed_at: datetime | None = None) -> dict[str, list[tuple[datetime, datetime]]]:
@@ -185,12 +185,11 @@ def test_two_workers_share_a_project_and_a_killed_workers_runs_are_taken_over(
         "SMRWEB_CELERY_QUEUE": queue,
         "SMRWEB_SMR_RUNS_PER_TASK": "1",
         "SMRWEB_SMR_RUN_LEASE_SECONDS": "3",
-        "LOG_LEVEL": "DEBUG",
     }
 
     def worker(name):
         log = tmp_path / f"{name}.log"
-        argv = [sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--concurrency", "1"]
+        argv = [sys.executable, "-m", "celery", "-A", "smrweb", "worker", "--loglevel", "DEBUG", "-c", "1"]
         argv += ["--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat"]
         proc = _start([*argv, "-n", f"{name}-{os.getpid()}@localhost"], log, env)
         return proc, log
