@@ -457,7 +457,10 @@ def sync_run(
         raise
     # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
     cursor.pop("fault", None)
-    cursor.update(seen=_seen(snapshot), full_at=time.time())
+    if cursor.pop("deferred", None):
+        cursor.pop("seen", None)  # an artifact left to another worker: not skipped as unchanged
+    else:
+        cursor.update(seen=_seen(snapshot), full_at=time.time())
     fields["source_updated_at"] = snapshot.updated_at
     _write(
         project, rid, events, fields, reading, cursor, report, names=names, artifacts=(new_artifacts, handled)
@@ -600,8 +603,13 @@ def _new_artifacts(
             content = pulled[ref.sha256]
         elif not services.blob_stored(ref.sha256):
             if not _pull_lease(ref.sha256, claim=True):
-                continue  # another worker is pulling these bytes: next cycle they are known
-            content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of this digest
+                cursor["deferred"] = True  # another worker is pulling these bytes: read whole next cycle
+                continue
+            try:
+                content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of them
+            except SourceError:
+                _pull_lease(ref.sha256, claim=False)
+                raise
             pulled[ref.sha256] = content
             report.artifacts_pulled += 1
         new.append(

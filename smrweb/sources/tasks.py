@@ -83,11 +83,12 @@ def sync_project(project_id: int) -> dict:
 
 def _fan_out(project: Project, snapshots: list, owner: str) -> None:
     """The project's runs to sync this cycle, as per-run sync tasks (a few runs each) that any polling
-    worker takes: N workers share one large project. A message no worker took while its runs' leases
-    held is dropped (the next cycle sends its runs again), so a backlog cannot grow without bound."""
+    worker takes: N workers share one large project. A message no worker took within a few cycles is
+    dropped (later cycles sent its runs again), so a backlog cannot grow without bound."""
     size = max(1, settings.SMRWEB_SMR_RUNS_PER_TASK)
-    # Not taken before the runs' leases lapse: the next cycle has queued them again.
-    expires = max(1.0, settings.SMRWEB_SMR_RUN_LEASE_SECONDS)
+    # A message that waited longer than its runs' leases syncs those the next cycles did not queue
+    # again (the others' leases have new owners: skipped); after a few cycles it is dropped.
+    expires = max(60.0, 6 * settings.SMRWEB_SMR_ACTIVE_INTERVAL)
     for start in range(0, len(snapshots), size):
         rows = [s.raw for s in snapshots[start : start + size]]
         sync_runs.apply_async((project.pk, rows, owner), expires=expires)
