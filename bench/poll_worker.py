@@ -37,6 +37,9 @@ def timed(execute, sql, params, many, context):
     finally:
         STATS["db_seconds"] += time.perf_counter() - start
         STATS["statements"] += 1
+        if os.environ.get("BENCH_SQL_LOG"):
+            with open(os.environ["BENCH_SQL_LOG"], "a") as f:
+                f.write(sql[:70].replace("\n", " ") + "\n")
         if not context["connection"].in_atomic_block and sql.lstrip().upper().startswith(WRITES):
             STATS["autocommit_writes"] += 1  # a transaction of its own
 

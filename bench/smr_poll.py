@@ -205,6 +205,21 @@ def _worker_stats(paths: list[Path]) -> dict:
     return totals
 
 
+def _drain(paths: list[Path]) -> None:
+    """Wait until the polling lane is empty and no worker finished a task for half a second (what an
+    earlier cycle queued is not counted in the next)."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    lane = f"{os.environ['SMRWEB_CELERY_QUEUE']}.polling"
+    last, still = None, 0.0
+    while still < 0.5:
+        now = (client.llen(lane), _worker_stats(paths).get("tasks"))
+        still = still + 0.1 if now == last and now[0] == 0 else 0.0
+        last = now
+        time.sleep(0.1)
+
+
 def _wait_current(project, since, n: int, timeout: float = 600) -> float:
     """Seconds until every one of the project's n runs was polled after `since` (a wall-clock time)."""
     from smrweb.tracking.models import Run
@@ -258,6 +273,8 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
                         str(ROOT / "bench" / "poll_worker.py"),
                         "-n",
                         f"w{i}-{os.getpid()}@bench",
+                        "-Q",  # the polling lane only, as compose's poller (alerts are another worker's)
+                        f"{os.environ['SMRWEB_CELERY_QUEUE']}.polling",
                     ],
                     env=env,
                     stdout=subprocess.DEVNULL,
@@ -279,6 +296,7 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
 
         cycle()  # the whole history so far (not measured)
         cycle()  # warm: every worker has its connections and imports
+        _drain(paths)
         rows = {}
         for label, tick in (("changing", 1), ("unchanged", 0)):
             times, requests = [], []
@@ -288,6 +306,7 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
                     backend.tick(tick)
                 backend.reset_stats()
                 times.append(cycle())
+                _drain(paths)
                 stats = backend.stats()
                 requests.append(stats["total_requests"] / n_runs)
             after = _worker_stats(paths)

@@ -434,14 +434,14 @@ def sync_run(
         apply(reading.turns, reading.cursor)
         artifacts = connector.fetch_artifacts(rid)
         handled = list(cursor.get("artifacts", []))
-        new_artifacts = _new_artifacts(
-            project, rid, artifacts, connector=connector, cursor=cursor, report=report
+        _new_artifacts(
+            project, rid, artifacts, connector=connector, cursor=cursor, report=report, into=new_artifacts
         )
         apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
         names = _experiment_names(project, rid, events, cursor, connector)
         apply(*connector.fetch_checkpoints(rid, cursor))
         apply(*connector.fetch_messages(rid, cursor))
-    except SourceError as exc:
+    except Exception as exc:  # what arrived before the fault is kept (an unexpected one too)
         _write(
             project,
             rid,
@@ -452,7 +452,7 @@ def sync_run(
             report,
             names=names,
             artifacts=(new_artifacts, handled),
-            fault=exc,
+            fault=exc if isinstance(exc, SourceError) else None,
         )
         raise
     # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
@@ -518,11 +518,17 @@ def _write(
         raise error from exc
     except InvalidEvents as exc:
         error = Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}")
-        if fault is None:
-            # Nothing of this cycle was written: keep the fault on the run, with its last cursor.
-            run = Run.objects.filter(project=project, external_id=rid).only("source_cursor").first()
-            kept = dict(run.source_cursor) if run else {}
-            kept["fault"] = {"kind": error.kind, "message": str(error)[:2000], "retry_after": None}
+        # Nothing of this cycle was written: keep the fault on the run, with its last cursor, and the
+        # new artifacts (their bytes were downloaded once: not again next cycle).
+        run = Run.objects.filter(project=project, external_id=rid).only("source_cursor").first()
+        kept = dict(run.source_cursor) if run else {}
+        kept["fault"] = {"kind": error.kind, "message": str(error)[:2000], "retry_after": None}
+        if new_artifacts:
+            kept["artifacts"] = cursor.get("artifacts", [])
+        try:
+            services.record_sync(project, rid, artifacts=new_artifacts, source_cursor=kept)
+        except TrackingError:
+            kept.pop("artifacts", None) if handled is None else kept.update(artifacts=handled)
             services.record_poll(project, rid, source_cursor=kept)
         raise error from exc
     count_events(project.source, accepted=write.accepted, duplicates=write.duplicates, refused=0)
@@ -584,13 +590,20 @@ def _spend_fields(run: Run, reading, cursor: dict) -> dict:
 
 
 def _new_artifacts(
-    project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict, report: SyncReport
-) -> list[dict]:
+    project: Project,
+    rid: str,
+    artifacts: list,
+    *,
+    connector: Connector,
+    cursor: dict,
+    report: SyncReport,
+    into: list[dict],
+) -> None:
     """The run's artifacts not handled yet, each with its bytes when smrweb does not hold them (each
     digest pulled once: once per sync, and not while another worker pulls it), for the run's one write.
-    Marked handled in the cursor that goes with that write."""
+    Added to `into` and marked handled in the cursor as each arrives (a fault on the next keeps them)."""
     handled = set(cursor.get("artifacts", []))
-    new, pulled = [], {}
+    new, pulled = into, {}
     for ref in artifacts:
         if ref.artifact_id in handled:
             continue
@@ -623,9 +636,7 @@ def _new_artifacts(
             }
         )
         handled.add(ref.artifact_id)
-    if new:
         cursor["artifacts"] = sorted(handled)
-    return new
 
 
 def _pull_lease(sha256: str, *, claim: bool) -> bool:
