@@ -45,7 +45,8 @@ def timed(execute, sql, params, many, context):
 
 
 def wrap(sender, connection, **kwargs):
-    connection.execute_wrappers.append(timed)
+    if timed not in connection.execute_wrappers:  # fired again on each reconnect of the same wrapper
+        connection.execute_wrappers.append(timed)
 
 
 connection_created.connect(wrap)

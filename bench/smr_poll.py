@@ -244,7 +244,9 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
 
     from smrweb.sources.tasks import sync_project
 
-    world = World(seed=3, project_ids=[f"wk-{n_runs}"], runs=n_runs, tick_seconds=1.0, stagger_ticks=0)
+    world = World(
+        seed=3, project_ids=[f"wk-{n_runs}-{workers}"], runs=n_runs, tick_seconds=1.0, stagger_ticks=0
+    )
     for run in world.runs.values():
         run.run_ticks = 10**9
     world.tick(8)
@@ -259,7 +261,7 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
             f"smr-wk-{n_runs}-{workers}",
             scenario=scenario,
             source="smr",
-            smr_project_id=f"wk-{n_runs}",
+            smr_project_id=f"wk-{n_runs}-{workers}",
             smr_backend_base=backend.url,
             smr_api_key="bench",
         )
@@ -301,6 +303,9 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
         for label, tick in (("changing", 1), ("unchanged", 0)):
             times, requests = [], []
             before = _worker_stats(paths)
+            if os.environ.get("BENCH_SQL_LOG"):
+                with open(os.environ["BENCH_SQL_LOG"], "a") as f:
+                    f.write(f"=== {label}\n")
             for _ in range(cycles):
                 if tick:
                     backend.tick(tick)
