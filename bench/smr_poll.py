@@ -11,9 +11,17 @@
    the live runs one worker keeps current per 10 s cycle (goal: >= 1,000). Here the simulated backend
    runs in a process of its own, as a real one does, so the time is the worker's.
 
-A fresh data dir and SQLite database; the simulator in this process, advanced by hand.
+3. Across workers (`--workers 1 2`, issue 34): N live runs in one project synced by that many real
+   Celery workers (bench/poll_worker.py, on the polling lane only) on a fresh PostgreSQL database
+   (`--postgres`); each cycle the project's task is queued as beat does and the cycle ends when every run
+   was polled. Reports live runs kept current per 10 s (changing: the world moved one tick; unchanged:
+   it did not), each worker's CPU and database time, statements and transactions per run sync, and
+   requests per run per cycle. `--code DIR` runs the workers on another checkout (the code before).
+
+A fresh data dir and SQLite database (or `--postgres`); the simulator in this process, advanced by hand.
 
     .venv/bin/python bench/smr_poll.py --turns 100 1000 10000 --runs 200 1000
+    .venv/bin/python bench/smr_poll.py --turns --runs --workers 1 2 --worker-runs 200 --cycles 2 --postgres
 """
 
 from __future__ import annotations
