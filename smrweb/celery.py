@@ -22,6 +22,7 @@ LANES = {
     "polling": (
         "smrweb.sources.tasks.poll_due_projects",
         "smrweb.sources.tasks.sync_project",
+        "smrweb.sources.tasks.sync_runs",  # a project's runs, a few per task (issue 34: shared by N workers)
         "smrweb.sources.tasks.flag_stalled_runs",
     ),
     "actions": (

@@ -575,6 +575,13 @@ SMRWEB_SMR_RETRY_AFTER_MAX = env.float(
     "SMRWEB_SMR_RETRY_AFTER_MAX", default=600.0
 )  # trust a server's hint up to this
 SMRWEB_SMR_LEASE_SECONDS = env.float("SMRWEB_SMR_LEASE_SECONDS", default=120.0)
+# Scale-out (issue 34, docs/operations.md#polling): a project's task lists its runs and hands them to
+# per-run sync tasks, this many runs per task; each run is synced under a lease of its own, which a killed
+# worker's runs lose within this many seconds (under one active cycle); an unchanged live run is still
+# read whole at least this often (what moves no money: a message, a checkpoint).
+SMRWEB_SMR_RUNS_PER_TASK = env.int("SMRWEB_SMR_RUNS_PER_TASK", default=20)
+SMRWEB_SMR_RUN_LEASE_SECONDS = env.float("SMRWEB_SMR_RUN_LEASE_SECONDS", default=8.0)
+SMRWEB_SMR_RUN_REFRESH_SECONDS = env.float("SMRWEB_SMR_RUN_REFRESH_SECONDS", default=60.0)
 # "Start the next run" on SMR: the backend launch preset trigger_run names (public: lite, heavy, overnight).
 SMRWEB_SMR_RUNBOOK_PRESET = env.str("SMRWEB_SMR_RUNBOOK_PRESET", default="lite")
 # What one sync cycle reads (docs/smr.md#cost-per-cycle): runs per list page (the spec's maximum), the

@@ -62,3 +62,12 @@ def test_the_entrypoint_runs_its_command(tmp_path):
         else ("ran with no cgroup set")
     )
     assert done.stdout.strip() == expected
+
+
+def test_the_poller_can_be_scaled_out():
+    """`docker compose up --scale poller=N` (issue 34): nothing in the service is one of a kind."""
+    poller = SERVICES["poller"]
+    assert _queues(poller) == {"celery.polling"}
+    assert "container_name" not in poller and "ports" not in poller
+    assert "beat" not in poller["command"] and "-B" not in poller["command"]  # one beat, its own service
+    assert poller["command"][poller["command"].index("--prefetch-multiplier") + 1] == "1"

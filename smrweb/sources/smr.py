@@ -408,19 +408,26 @@ class SmrConnector:
     # One method per kind of data: a sync applies each as soon as it arrives, so a fault in one request
     # costs only that kind's news, not the whole run's.
 
-    def fetch_spend(self, rid: str, cursor: dict[str, Any], *, final: bool = False) -> SpendReading:
+    def spend_probe(self, rid: str) -> tuple[Any, Any, str]:
+        """The run's two small spend answers and their fingerprint: the sync's unchanged-run check
+        (an unchanged fingerprint and run row: nothing else to ask this cycle) and fetch_spend's input."""
+        summary = _call("cost summary", self.client.runs.cost_summary, rid)
+        try:
+            actors = _call("actor usage", self.client.runs.get_actor_usage, rid, project_id=self.pid)
+        except RunGone:  # a backend without per-actor usage: the split then comes from the turns only
+            actors = None
+        return summary, actors, _fingerprint(summary, actors)
+
+    def fetch_spend(
+        self, rid: str, cursor: dict[str, Any], *, final: bool = False, probe: tuple | None = None
+    ) -> SpendReading:
         """The run's spend from the source's typed aggregates, and its new turns from usage entries.
 
         cost_summary and per-actor usage are small and asked every cycle; the usage list (every entry
         in one answer) only when the cost changed since it was last read, and for a long live run every
         (entries / SMRWEB_SMR_USAGE_ENTRIES_PER_CYCLE) cycles — its totals stay current, its timeline catches
         up. `final`: the run has ended, read everything once more."""
-        summary = _call("cost summary", self.client.runs.cost_summary, rid)
-        try:
-            actors = _call("actor usage", self.client.runs.get_actor_usage, rid, project_id=self.pid)
-        except RunGone:  # a backend without per-actor usage: the split then comes from the turns only
-            actors = None
-        fingerprint = _fingerprint(summary, actors)
+        summary, actors, fingerprint = probe or self.spend_probe(rid)
         new_cursor: dict[str, Any] = {"spend_fp": fingerprint}
         roles = self._typed_roles(rid, actors, cursor, new_cursor)
         last_read = _when(cursor.get("entries_at"))

@@ -1,25 +1,32 @@
 """Polling a project's source: list its runs, bring each changed or live run up to date through the
 tracking services, and keep the project's source health. Called by the Celery tasks; safe to repeat.
 
-One project is synced by one worker at a time (a lease on its SourceHealth row); inside that lease its
-runs are synced one after another, which also makes "pull each artifact digest once" race-free.
+One project is listed by one worker at a time (a lease on its SourceHealth row). Its runs are synced
+each under a lease of its own (issue 34), so several workers can share one large project: the Celery
+task lists the runs and hands them to per-run sync tasks (`fan_out`); called without one, the runs are
+synced here, one after another. A run sync asks for everything first and writes it in one transaction
+(`services.record_sync`); a live run whose spend fingerprint and run row are unchanged costs its two
+small spend requests and no write beyond its poll time.
 """
 
 from __future__ import annotations
 
-import io
+import hashlib
 import logging
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from smrweb.core import logcontext
 from smrweb.sources import git
-from smrweb.sources.apply import apply_events
+from smrweb.sources.apply import count_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.sources.smr_usage import reconcile
@@ -32,7 +39,16 @@ from smrweb.tracking.errors import (
     StorageQuotaExceeded,
     TrackingError,
 )
-from smrweb.tracking.models import TERMINAL_STATES, Project, Run, RunState, SourceHealth, SourceKind
+from smrweb.tracking.models import (
+    TERMINAL_STATES,
+    Project,
+    Run,
+    RunControl,
+    RunState,
+    SourceHealth,
+    SourceKind,
+)
+from smrweb.tracking.services.control import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +59,27 @@ class SyncReport:
     synced: int = 0
     events_accepted: int = 0
     artifacts_pulled: int = 0
+    unchanged: int = 0  # of `synced`: found unchanged by the cheap check (nothing else asked or written)
+    busy_runs: int = 0  # another worker held their lease: left to it
+    queued: int = 0  # handed to per-run sync tasks (`fan_out`)
     busy: bool = False
     error: str = ""
 
 
-def sync_project(project: Project, *, owner: str, connector: Connector | None = None) -> SyncReport:
-    """List the project's runs and sync every run that is live or changed since the last sync.
+# fan_out(project, snapshots, owner): hand the runs to sync this cycle to per-run sync tasks, which sync
+# them under the leases this cycle took for them (`owner`: pass it on to sync_runs).
+FanOut = Callable[[Project, list[RunSnapshot], str], None]
+
+
+def sync_project(
+    project: Project, *, owner: str, connector: Connector | None = None, fan_out: FanOut | None = None
+) -> SyncReport:
+    """List the project's runs and sync every run that is live or changed since the last sync (here, or
+    through `fan_out` on other workers).
 
     A fault while syncing one run is recorded and the next run is synced all the same; the failed
-    run resumes from its saved cursor next cycle.
+    run resumes from its saved cursor next cycle, and its fault stays on the project's source health
+    until it syncs cleanly.
     """
     report = SyncReport()
     logcontext.bind(project=project.slug)  # every line this sync logs names the project
@@ -62,13 +90,15 @@ def sync_project(project: Project, *, owner: str, connector: Connector | None = 
         if project.source == SourceKind.GIT and connector is None:
             _sync_git(project, report)  # one branch of a local repository
         else:
-            _sync_listed(project, report, connector)
+            _sync_listed(project, report, connector, owner=owner, fan_out=fan_out)
     finally:
         services.release_source_lease(project, owner=owner)
     return report
 
 
-def _sync_listed(project: Project, report: SyncReport, connector: Connector | None) -> None:
+def _sync_listed(
+    project: Project, report: SyncReport, connector: Connector | None, *, owner: str, fan_out: FanOut | None
+) -> None:
     """A source that lists runs (SMR): sync each live or changed one, then record the project's health."""
     errors: list[SourceError] = []
     known = {r.external_id: r for r in Run.objects.filter(project=project)}
@@ -93,6 +123,7 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
         except SourceError as exc:  # the results window: runs still sync (their results retry it)
             errors.append(exc)
     report.listed = len(snapshots)
+    due = []
     for snapshot in snapshots:
         run = known.get(snapshot.external_id)
         if run is not None and run.archived_at is not None:
@@ -104,11 +135,18 @@ def _sync_listed(project: Project, report: SyncReport, connector: Connector | No
             and run.source_updated_at == snapshot.updated_at
         ):
             continue  # finished and unchanged since its last complete sync
-        try:
-            sync_run(project, snapshot, connector=connector, run=run, report=report)
-            report.synced += 1
-        except SourceError as exc:
-            errors.append(exc)
+        due.append(snapshot)
+    if fan_out is not None:
+        # Each run is queued under its lease, taken now for the task that will sync it: a run whose last
+        # sync is still queued or running is not queued again.
+        queued = [s for s in due if RunLease(project, s.external_id, owner).claim()]
+        report.busy_runs = len(due) - len(queued)
+        fan_out(project, queued, owner)
+        report.queued = len(queued)
+        # Their faults come back on the runs (`run_faults`): shown from the cycle after theirs.
+        errors += run_faults(project)
+    else:
+        errors += sync_runs(project, due, connector=connector, owner=owner, report=report)
     if errors:
         first = errors[0]
         report.error = f"{first.kind}: {first}"
@@ -207,62 +245,320 @@ def _backoff(project: Project, errors: list[SourceError]) -> float:
     return delay * random.uniform(0.5, 1.5)
 
 
+# --- runs: each under a lease of its own, asked first, written in one transaction ------------------------
+
+
+def sync_runs(
+    project: Project,
+    snapshots: list[RunSnapshot],
+    *,
+    connector: Connector,
+    owner: str,
+    report: SyncReport,
+) -> list[SourceError]:
+    """Sync each run whose lease this worker can take (another worker's run is left to it); a fault in
+    one run is kept on the run (`run_faults`) and returned, and the next run is synced all the same."""
+    errors: list[SourceError] = []
+    unchanged: list[str] = []
+    for snapshot in snapshots:
+        rid = snapshot.external_id
+        lease = RunLease(project, rid, owner)
+        if not lease.claim():
+            report.busy_runs += 1
+            continue
+        started = time.perf_counter()
+        log.debug("run %s: sync started", rid)
+        try:
+            # Read after the lease is taken: the row as the last holder left it.
+            run = Run.objects.filter(project=project, external_id=rid).first()
+            if run is not None and run.archived_at is not None:
+                continue
+            if sync_run(project, snapshot, connector=connector, run=run, report=report, lease=lease):
+                unchanged.append(rid)
+                report.unchanged += 1
+            report.synced += 1
+        except SourceError as exc:
+            exc.run_id = rid
+            errors.append(exc)
+        finally:
+            lease.release()
+            log.debug("run %s: sync ended in %.3f s", rid, time.perf_counter() - started)
+    services.record_polled_unchanged(project, unchanged)
+    return errors
+
+
+class RunLease:
+    """One worker syncs a run at a time: a key in the cache (Redis) taken with add, renewed during a long
+    sync and released at its end. The project's task takes it when it queues the run (so a run is not
+    queued again while its sync waits or runs) and the sync task holding the same owner token carries
+    it on. A killed worker's lease lapses after SMRWEB_SMR_RUN_LEASE_SECONDS, under one active cycle,
+    and the next cycle queues the run again. A cache that cannot be reached does not stop polling: the
+    run is synced (every write is idempotent)."""
+
+    def __init__(self, project: Project, rid: str, owner: str):
+        where = f"{settings.DATABASES['default']['NAME']}|{project.pk}|{rid}"  # test sessions share Redis
+        self.key = f"smr-run-lease:{hashlib.blake2b(where.encode(), digest_size=12).hexdigest()}"
+        self.owner = owner
+        self.seconds = max(1, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS))
+        self.renewed = 0.0
+
+    def claim(self) -> bool:
+        """Take the lease, or carry on the one taken under this owner token (by the project's task)."""
+        try:
+            if cache.add(self.key, self.owner, timeout=self.seconds) or (
+                cache.get(self.key) == self.owner and cache.touch(self.key, timeout=self.seconds)
+            ):
+                self.renewed = time.monotonic()
+                return True
+            return False
+        except Exception:  # noqa: BLE001
+            log.warning("run lease %s: the cache cannot be reached; syncing without it", self.key)
+            return True
+
+    def renew(self) -> None:
+        if time.monotonic() - self.renewed < self.seconds / 3:
+            return  # (a cache round trip per step would cost more than the steps of a short sync)
+        try:
+            cache.touch(self.key, timeout=self.seconds)
+            self.renewed = time.monotonic()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def release(self) -> None:
+        try:
+            if cache.get(self.key) == self.owner:
+                cache.delete(self.key)
+        except Exception:  # noqa: BLE001
+            pass  # it lapses on its own
+
+
+def run_faults(project: Project) -> list[SourceError]:
+    """The faults of the project's runs whose last sync did not complete (kept on the run until one
+    does): what a per-run task found shows on the project's source health."""
+    faults = []
+    for rid, cursor in (
+        Run.objects.filter(project=project, archived_at__isnull=True, source_cursor__has_key="fault")
+        .values_list("external_id", "source_cursor")
+        .order_by("external_id")[:100]
+    ):
+        fault = cursor.get("fault") or {}
+        error = SourceError(str(fault.get("message") or "")[:2000], retry_after=fault.get("retry_after"))
+        error.kind, error.run_id = str(fault.get("kind") or "error"), rid
+        faults.append(error)
+    return faults
+
+
+def _seen(snapshot: RunSnapshot) -> str:
+    """What the run list said of a run: when it changes, the run is synced whatever its spend says."""
+    failure = snapshot.failure
+    parts = (
+        snapshot.state,
+        snapshot.updated_at.isoformat() if snapshot.updated_at else "",
+        snapshot.live_phase,
+        snapshot.terminal_outcome,
+        snapshot.requested_profile,
+        snapshot.actual_profile,
+        str(snapshot.budget_usd),
+        snapshot.actor_profiles,
+        (failure.family, failure.detail) if failure else None,
+    )
+    return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
+
+
+def _unchanged(project: Project, snapshot: RunSnapshot, run: Run | None, cursor: dict, probe) -> bool:
+    """The cheap check: a live run whose spend fingerprint (every billed amount and each actor's event
+    count: any turn moves it) and run-list row are as its last complete sync left them, and which was
+    read whole within SMRWEB_SMR_RUN_REFRESH_SECONDS (what moves no money: a message, a checkpoint),
+    has nothing new to ask for. A run with a steering request waiting to be seen is always read."""
+    if probe is None or run is None or snapshot.is_terminal or "fault" in cursor:
+        return False
+    if run.source_updated_at != snapshot.updated_at:
+        return False  # a sync did not complete at this version, or the run is to be read anew
+    if probe[2] != cursor.get("spend_fp") or _seen(snapshot) != cursor.get("seen"):
+        return False
+    if cursor.get("entries_fp") != probe[2]:
+        return False  # its timeline is still catching up with its usage list
+    full_at = cursor.get("full_at")
+    if (
+        not isinstance(full_at, (int, float))
+        or time.time() - full_at > settings.SMRWEB_SMR_RUN_REFRESH_SECONDS
+    ):
+        return False
+    return not RunControl.objects.filter(run=run, status__in=PENDING).exists()
+
+
 def sync_run(
-    project: Project, snapshot: RunSnapshot, *, connector: Connector, run: Run | None, report: SyncReport
-) -> None:
-    """Bring one run up to date, one kind of data per request; each kind is applied and its cursor
-    saved as soon as it arrives, so a fault costs only what was not fetched yet (and a repeat of a
-    step writes nothing twice: every event has an id, every artifact a digest)."""
+    project: Project,
+    snapshot: RunSnapshot,
+    *,
+    connector: Connector,
+    run: Run | None,
+    report: SyncReport,
+    lease: RunLease | None = None,
+) -> bool:
+    """Bring one run up to date: one request per kind of data, then everything written in one
+    transaction (`services.record_sync`: its events, poll fields, cursor and spend). A fault mid-way
+    still writes what arrived before it (with its cursor), so it costs only what was not fetched yet,
+    and a repeat writes nothing twice (every event has an id, every artifact a digest). Returns True
+    when the cheap check found the run unchanged (nothing but its two spend requests)."""
     rid = snapshot.external_id
     cursor = dict(run.source_cursor) if run else {}
+    events: list[dict] = []
+    fields: dict = {}
+    reading = names = handled = None
+    new_artifacts: list[dict] = []
+    renew = lease.renew if lease is not None else (lambda: None)
 
-    def apply(events: list[dict], cursor_part: dict) -> None:
-        try:
-            report.events_accepted += apply_events(project, rid, [(None, event) for event in events]).accepted
-        except InvalidEvents as exc:
-            raise Malformed(
-                f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}"
-            ) from exc
-        if cursor_part and any(cursor.get(k) != v for k, v in cursor_part.items()):
-            cursor.update(cursor_part)
-            services.record_poll(project, rid, source_cursor=dict(cursor))
+    def apply(new_events: list[dict], cursor_part: dict) -> None:
+        events.extend(new_events)
+        cursor.update(cursor_part)
+        renew()
 
-    apply([e for e in [_state_event(snapshot, run)] if e], {})
-    services.record_poll(
-        project,
-        rid,
-        live_phase=snapshot.live_phase[:100],
-        terminal_outcome=snapshot.terminal_outcome[:50],
-        requested_profile=snapshot.requested_profile[:200],
-        actual_profile=snapshot.actual_profile[:200],
-        budget_usd=snapshot.budget_usd,
-        actor_profiles=list(snapshot.actor_profiles),
+    try:
+        probe = connector.spend_probe(rid) if hasattr(connector, "spend_probe") else None
+        if _unchanged(project, snapshot, run, cursor, probe):
+            return True
+        apply([e for e in [_state_event(snapshot, run)] if e], {})
+        fields.update(
+            live_phase=snapshot.live_phase[:100],
+            terminal_outcome=snapshot.terminal_outcome[:50],
+            requested_profile=snapshot.requested_profile[:200],
+            actual_profile=snapshot.actual_profile[:200],
+            budget_usd=snapshot.budget_usd,
+            actor_profiles=list(snapshot.actor_profiles),
+        )
+        if probe is not None:
+            reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal, probe=probe)
+        else:
+            reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
+        apply(reading.turns, reading.cursor)
+        artifacts = connector.fetch_artifacts(rid)
+        handled = list(cursor.get("artifacts", []))
+        _new_artifacts(
+            project, rid, artifacts, connector=connector, cursor=cursor, report=report, into=new_artifacts
+        )
+        apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
+        names = _experiment_names(project, rid, events, cursor, connector)
+        apply(*connector.fetch_checkpoints(rid, cursor))
+        apply(*connector.fetch_messages(rid, cursor))
+    except Exception as exc:  # what arrived before the fault is kept (an unexpected one too)
+        _write(
+            project,
+            rid,
+            events,
+            fields,
+            reading,
+            cursor,
+            report,
+            names=names,
+            artifacts=(new_artifacts, handled),
+            fault=exc if isinstance(exc, SourceError) else None,
+        )
+        raise
+    # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
+    cursor.pop("fault", None)
+    if cursor.pop("deferred", None):
+        cursor.pop("seen", None)  # an artifact left to another worker: not skipped as unchanged
+    else:
+        cursor.update(seen=_seen(snapshot), full_at=time.time())
+    fields["source_updated_at"] = snapshot.updated_at
+    _write(
+        project, rid, events, fields, reading, cursor, report, names=names, artifacts=(new_artifacts, handled)
     )
-    reading = connector.fetch_spend(rid, cursor, final=snapshot.is_terminal)
-    apply(reading.turns, {})
-    _record_spend(project, rid, reading, cursor)
-    artifacts = connector.fetch_artifacts(rid)
-    _store_artifacts(project, rid, artifacts, connector=connector, cursor=cursor, report=report)
-    apply(*connector.fetch_results(rid, artifacts, cursor, created_at=snapshot.created_at))
+    # Results no way reached: the run says so (a write only when what it says changes; it counts the
+    # results this sync stored, so after the run's write).
     reach = getattr(connector, "results_reach", {}).get(rid)
     if reach is not None and not (reach["proven"] and (run is None or run.results_complete)):
-        services.record_results_reach(project, rid, **reach)  # results no way reached: the run says so
-    # Results name experiments by id: ask for their titles when new ones appear (one request), not every
-    # cycle.
-    unnamed = services.unnamed_experiments(project, rid)
-    if unnamed and unnamed != cursor.get("unnamed_experiments"):
-        named = services.name_experiments(project, rid, connector.experiment_names(rid))
-        cursor["unnamed_experiments"] = unnamed - named
+        services.record_results_reach(project, rid, **reach)
+    return False
+
+
+def _write(
+    project: Project,
+    rid: str,
+    events: list[dict],
+    fields: dict,
+    reading,
+    cursor: dict,
+    report: SyncReport,
+    *,
+    names: dict | None = None,
+    artifacts: tuple[list[dict], list | None] = ([], None),
+    fault: SourceError | None = None,
+) -> None:
+    """One transaction for all a run sync read; a refused event writes none of it (a fault to show).
+    An artifact the store refuses (quota, size, digest) is left out and its fault shown: the rest of
+    the run's news is written all the same (a second transaction, on that fault only)."""
+    if fault is not None:
+        cursor["fault"] = {"kind": fault.kind, "message": str(fault)[:2000], "retry_after": fault.retry_after}
+    derive = (lambda run: _spend_fields(run, reading, cursor)) if reading is not None else None
+    new_artifacts, handled = artifacts
+    try:
+        try:
+            write = services.record_sync(
+                project,
+                rid,
+                events=events,
+                artifacts=new_artifacts,
+                derive=derive,
+                experiment_names=names,
+                **fields,
+                source_cursor=dict(cursor),
+            )
+        finally:
+            for a in new_artifacts:
+                if a["content"] is not None:
+                    _pull_lease(a["sha256"], claim=False)
+    except (DigestMismatch, StorageQuotaExceeded, ArtifactTooLarge) as exc:
+        error = (
+            Malformed(f"run {rid}: an artifact: {exc.message}")
+            if isinstance(exc, DigestMismatch)
+            else QuotaExceeded(f"run {rid}: an artifact not stored: {exc.message}")
+        )
+        if handled is None:
+            cursor.pop("artifacts", None)
+        else:
+            cursor["artifacts"] = handled
+        _write(project, rid, events, fields, reading, cursor, report, names=names, fault=fault or error)
+        raise error from exc
+    except InvalidEvents as exc:
+        error = Malformed(f"run {rid}: the source sent data outside the contract: {exc.errors[:3]}")
+        # Nothing of this cycle was written: keep the fault on the run, with its last cursor, and the
+        # new artifacts (their bytes were downloaded once: not again next cycle).
+        run = Run.objects.filter(project=project, external_id=rid).only("source_cursor").first()
+        kept = dict(run.source_cursor) if run else {}
+        kept["fault"] = {"kind": error.kind, "message": str(error)[:2000], "retry_after": None}
+        if new_artifacts:
+            kept["artifacts"] = cursor.get("artifacts", [])
+        try:
+            services.record_sync(project, rid, artifacts=new_artifacts, source_cursor=kept)
+        except TrackingError:
+            kept.pop("artifacts", None) if handled is None else kept.update(artifacts=handled)
+            services.record_poll(project, rid, source_cursor=kept)
+        raise error from exc
+    count_events(project.source, accepted=write.accepted, duplicates=write.duplicates, refused=0)
+    report.events_accepted += write.accepted
+    if write.not_stored:  # their bytes went (the collector) between the question and the write: pull next
+        cursor["artifacts"] = [a for a in cursor.get("artifacts", []) if a not in write.not_stored]
         services.record_poll(project, rid, source_cursor=dict(cursor))
-    apply(*connector.fetch_checkpoints(rid, cursor))
-    apply(*connector.fetch_messages(rid, cursor))
-    # Only a complete sync marks the run as seen at this version (finished runs are then skipped).
-    services.record_poll(project, rid, source_updated_at=snapshot.updated_at)
 
 
-def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
-    """Keep the source's own totals beside the turns, and what the turns do not account for."""
-    run = Run.objects.get(project=project, external_id=rid)
+def _experiment_names(project: Project, rid: str, events: list[dict], cursor: dict, connector) -> dict | None:
+    """Results name experiments by id: ask for their titles (one request) when this cycle's scores bring
+    new ones, or the count still unnamed changed, not every cycle; written with the run's transaction."""
+    known = services.experiments_named(project, rid)
+    referenced = {str(e["experiment"]) for e in events if e.get("type") == "score" and e.get("experiment")}
+    unnamed = {eid for eid, named in known.items() if not named} | (referenced - known.keys())
+    if not unnamed or (not referenced - known.keys() and len(unnamed) == cursor.get("unnamed_experiments")):
+        return None
+    names = connector.experiment_names(rid)
+    cursor["unnamed_experiments"] = len(unnamed - names.keys())
+    return names
+
+
+def _spend_fields(run: Run, reading, cursor: dict) -> dict:
+    """The source's own totals beside the turns (as this transaction's events left them), and what the
+    turns do not account for."""
     spend = reading.spend
     _attribute_turns(run, reading)
     sums = {f: getattr(run, f) for f in (*Run.SPEND_FIELDS, *Run.UNKNOWN_SPEND)}
@@ -285,7 +581,6 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
         "timeline_current": reading.timeline_current,
         "checked_at": timezone.now().isoformat(),
     }
-    cursor.update(reading.cursor)
     # A long run's timeline between two reads of its usage is behind, not wrong: the flag (badge, ⚠,
     # health) keeps what the last read found; the run page still says what the turns do not show yet.
     flagged = bool(unaccounted) if reading.timeline_current else run.spend_unaccounted
@@ -293,12 +588,11 @@ def _record_spend(project: Project, rid: str, reading, cursor: dict) -> None:
         "source_spend": source_spend,
         "spend_unaccounted": flagged,
         "entries_unreadable": int(entries.get("unreadable") or 0),
-        "source_cursor": dict(cursor),
         "other_meters_usd": spend.other_usd.quantize(Decimal("0.000001")),
     }
     if spend.total_usd is not None:
         fields["source_total_usd"] = spend.total_usd.quantize(Decimal("0.000001"))
-    services.record_poll(project, rid, **fields)
+    return fields
 
 
 def _attribute_turns(run: Run, reading) -> None:
@@ -312,10 +606,21 @@ def _attribute_turns(run: Run, reading) -> None:
         run.refresh_from_db(fields=[*Run.SPEND_FIELDS, "turn_count"])
 
 
-def _store_artifacts(
-    project: Project, rid: str, artifacts: list, *, connector: Connector, cursor: dict, report: SyncReport
+def _new_artifacts(
+    project: Project,
+    rid: str,
+    artifacts: list,
+    *,
+    connector: Connector,
+    cursor: dict,
+    report: SyncReport,
+    into: list[dict],
 ) -> None:
+    """The run's artifacts not handled yet, each with its bytes when smrweb does not hold them (each
+    digest pulled once: once per sync, and not while another worker pulls it), for the run's one write.
+    Added to `into` and marked handled in the cursor as each arrives (a fault on the next keeps them)."""
     handled = set(cursor.get("artifacts", []))
+    new, pulled = into, {}
     for ref in artifacts:
         if ref.artifact_id in handled:
             continue
@@ -323,33 +628,45 @@ def _store_artifacts(
             services.check_artifact_path(ref.path)
         except InvalidInput as exc:  # a backend's path smrweb will not hand to MLflow clients (review N10)
             raise Malformed(f"artifact {ref.artifact_id} ({ref.path[:200]!r}): {exc.message}") from exc
-        if (
-            services.store_known_artifact(
-                project, rid, sha256=ref.sha256, path=ref.path, kind=ref.kind, content_type=ref.content_type
-            )
-            is None
-        ):
-            content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of this digest
-            report.artifacts_pulled += 1
+        content = None
+        if ref.sha256 in pulled:
+            content = pulled[ref.sha256]
+        elif not services.blob_stored(ref.sha256):
+            if not _pull_lease(ref.sha256, claim=True):
+                cursor["deferred"] = True  # another worker is pulling these bytes: read whole next cycle
+                continue
             try:
-                services.store_artifact(
-                    project,
-                    rid,
-                    path=ref.path,
-                    content=io.BytesIO(content),
-                    kind=ref.kind,
-                    content_type=ref.content_type,
-                    claimed_sha256=ref.sha256,
-                )
-            except DigestMismatch as exc:
-                raise Malformed(f"artifact {ref.artifact_id}: {exc.message}") from exc
-            except (StorageQuotaExceeded, ArtifactTooLarge) as exc:
-                raise QuotaExceeded(
-                    f"artifact {ref.artifact_id} ({ref.path}) not stored: {exc.message}"
-                ) from exc
+                content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of them
+            except SourceError:
+                _pull_lease(ref.sha256, claim=False)
+                raise
+            pulled[ref.sha256] = content
+            report.artifacts_pulled += 1
+        new.append(
+            {
+                "artifact_id": ref.artifact_id,
+                "path": ref.path,
+                "sha256": ref.sha256,
+                "kind": ref.kind,
+                "content_type": ref.content_type,
+                "content": content,
+            }
+        )
         handled.add(ref.artifact_id)
         cursor["artifacts"] = sorted(handled)
-        services.record_poll(project, rid, source_cursor=dict(cursor))
+
+
+def _pull_lease(sha256: str, *, claim: bool) -> bool:
+    """Two workers syncing two runs that hold the same new bytes download them once: the first takes
+    this lease until its run's write has stored them."""
+    key = f"smr-blob-pull:{settings.DATABASES['default']['NAME']}:{sha256}"
+    try:
+        if claim:
+            return bool(cache.add(key, 1, timeout=max(60, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS) * 4)))
+        cache.delete(key)
+    except Exception:  # noqa: BLE001
+        return True
+    return True
 
 
 def _state_event(snapshot: RunSnapshot, run: Run | None) -> dict | None:

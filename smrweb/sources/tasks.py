@@ -77,7 +77,43 @@ def sync_project(project_id: int) -> dict:
         return {}  # deleted after enqueue
     # When another worker holds the lease (or a killed worker's lease has not expired yet) this
     # returns at once; the holder schedules the next attempt, or beat does once the lease lapses.
-    return sync.sync_project(project, owner=uuid.uuid4().hex).__dict__
+    fan_out = _fan_out if project.source == SourceKind.SMR else None
+    return sync.sync_project(project, owner=uuid.uuid4().hex, fan_out=fan_out).__dict__
+
+
+def _fan_out(project: Project, snapshots: list, owner: str) -> None:
+    """The project's runs to sync this cycle, as per-run sync tasks (a few runs each) that any polling
+    worker takes: N workers share one large project. A message no worker took within a few cycles is
+    dropped (later cycles sent its runs again), so a backlog cannot grow without bound."""
+    size = max(1, settings.SMRWEB_SMR_RUNS_PER_TASK)
+    # A message that waited longer than its runs' leases syncs those the next cycles did not queue
+    # again (the others' leases have new owners: skipped); after a few cycles it is dropped.
+    expires = max(60.0, 6 * settings.SMRWEB_SMR_ACTIVE_INTERVAL)
+    for start in range(0, len(snapshots), size):
+        rows = [s.raw for s in snapshots[start : start + size]]
+        sync_runs.apply_async((project.pk, rows, owner), expires=expires)
+
+
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=360, name="smrweb.sources.tasks.sync_runs")
+def sync_runs(project_id: int, rows: list[dict], owner: str = "") -> dict:
+    """Sync some runs of one project (their rows as the project's task listed them), each under the
+    lease that task took for them (`owner`): a run another worker is syncing is left to it."""
+    project = Project.objects.select_related("scenario").filter(pk=project_id).first()
+    if project is None or project.archived_at is not None:
+        return {}
+    report = sync.SyncReport(listed=len(rows))
+    try:
+        connector = connector_for(project)
+        snapshots = [connector._snapshot(row) for row in rows]
+    except SourceError as exc:  # no key or address any more: the project's own task reports it
+        report.error = f"{exc.kind}: {exc}"
+        return report.__dict__
+    errors = sync.sync_runs(
+        project, snapshots, connector=connector, owner=owner or uuid.uuid4().hex, report=report
+    )
+    if errors:
+        report.error = f"{errors[0].kind}: {errors[0]}"
+    return report.__dict__
 
 
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)

@@ -41,6 +41,7 @@ from smrweb.tracking.services.archive import (  # noqa: F401
 from smrweb.tracking.services.artifacts import (  # noqa: F401
     SHA256_RE,
     artifact_storage,
+    blob_stored,
     check_artifact_path,
     collect_blob,
     collect_unreferenced_blobs,
@@ -81,6 +82,7 @@ from smrweb.tracking.services.deletion import (  # noqa: F401
 )
 from smrweb.tracking.services.ingest import (  # noqa: F401
     IngestResult,
+    experiments_named,
     ingest_events,
     name_experiments,
     unnamed_experiments,
@@ -161,9 +163,11 @@ from smrweb.tracking.services.source_health import (  # noqa: F401
     note_declared_metrics,
     record_full_listing,
     record_poll,
+    record_polled_unchanged,
     record_results_reach,
     record_source_failure,
     record_source_success,
+    record_sync,
     release_source_lease,
     replace_smr_api_key,
     source_health,

@@ -304,6 +304,11 @@ def open_blob(blob: ArtifactBlob) -> IO[bytes]:
         ) from None
 
 
+def blob_stored(sha256: str) -> bool:
+    """Whether these bytes are stored already (an artifact of them needs no download)."""
+    return ArtifactBlob.objects.filter(sha256=sha256).exists()
+
+
 def store_known_artifact(
     project: Project,
     run_external_id: str,

@@ -154,6 +154,16 @@ def unnamed_experiments(project: Project, external_id: str) -> int:
     ).count()
 
 
+def experiments_named(project: Project, external_id: str) -> dict[str, bool]:
+    """The run's experiments by id: whether each has a title or hypothesis yet."""
+    return {
+        eid: bool(title or hypothesis)
+        for eid, title, hypothesis in Experiment.objects.filter(
+            run__project=project, run__external_id=external_id
+        ).values_list("external_id", "title", "hypothesis")
+    }
+
+
 def name_experiments(project: Project, external_id: str, names: dict[str, dict[str, str]]) -> int:
     """Fill in the title and hypothesis of the run's experiments still known by id only (a source's
     answer never overwrites what was already written). Returns how many were named."""

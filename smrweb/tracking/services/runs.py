@@ -113,9 +113,12 @@ RUN_SETTINGS = (
 )
 
 
-def _set_run_fields(project: Project, external_id: str, changes: dict[str, Any]) -> Run:
-    """Write some fields of a run (created on first sight) under its row lock; call inside atomic()."""
-    run = _locked_run(project, external_id, timezone.now())
+def _set_run_fields(
+    project: Project, external_id: str, changes: dict[str, Any], *, run: Run | None = None
+) -> Run:
+    """Write some fields of a run (created on first sight) under its row lock; call inside atomic()
+    (`run`: already locked by this transaction)."""
+    run = run or _locked_run(project, external_id, timezone.now())
     for field, value in changes.items():
         setattr(run, field, value)
     run.save(update_fields=[*changes, "updated"])

@@ -4,9 +4,13 @@ score metric a source declares."""
 from __future__ import annotations
 
 import hashlib
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -15,6 +19,7 @@ from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
 )
+from smrweb.tracking.events import MAX_EVENTS, parse_events
 from smrweb.tracking.models import (
     POLLED_SOURCES,
     Direction,
@@ -25,8 +30,10 @@ from smrweb.tracking.models import (
     SourceHealth,
     SourceKind,
 )
+from smrweb.tracking.services.artifacts import store_artifact, store_known_artifact
 from smrweb.tracking.services.audit import _only, record_audit
-from smrweb.tracking.services.runs import _set_run_fields
+from smrweb.tracking.services.ingest import ingest_events, name_experiments
+from smrweb.tracking.services.runs import _locked_run, _set_run_fields
 
 POLL_FIELDS = (
     "live_phase",
@@ -51,9 +58,87 @@ POLL_FIELDS = (
 
 def record_poll(project: Project, external_id: str, **fields: Any) -> Run:
     """Store what a poll saw of a run beyond its events: phase, profiles, budget, meters, cursor."""
+    return record_sync(project, external_id, **fields).run
+
+
+@dataclass
+class SyncWrite:
+    run: Run
+    accepted: int = 0
+    duplicates: int = 0
+    # artifacts whose bytes were known when asked but gone by the write (the collector): pull them
+    not_stored: list[str] = field(default_factory=list)
+
+
+_encode = msgspec.json.Encoder(enc_hook=str).encode
+
+
+def record_sync(
+    project: Project,
+    external_id: str,
+    *,
+    events: Sequence[dict] = (),
+    artifacts: Sequence[dict] = (),
+    derive: Callable[[Run], dict[str, Any]] | None = None,
+    experiment_names: dict[str, dict[str, str]] | None = None,
+    **fields: Any,
+) -> SyncWrite:
+    """Everything one poll of a run saw, in one transaction (issue 34: one per run per cycle, not one per
+    kind of data): its new artifacts (`artifact_id`, `path`, `sha256`, `kind`, `content_type`, and
+    `content`: the bytes, or None when they are stored already), its events through the ingest
+    contract and `ingest_events`, then its poll fields,
+    then the fields `derive(run)` computes from the run as those events left it (the source's totals
+    beside the turns' sums); `experiment_names` fills in the titles of experiments known by id only
+    (`name_experiments`). A refused event writes nothing of it (InvalidEvents)."""
     _only(fields, POLL_FIELDS, "a polled run field")
+    write = SyncWrite(run=None)  # type: ignore[arg-type]
     with transaction.atomic():
-        return _set_run_fields(project, external_id, {**fields, "last_polled_at": timezone.now()})
+        for a in artifacts:
+            if a["content"] is None:
+                stored = store_known_artifact(
+                    project,
+                    external_id,
+                    sha256=a["sha256"],
+                    path=a["path"],
+                    kind=a["kind"],
+                    content_type=a["content_type"],
+                )
+                if stored is None:
+                    write.not_stored.append(a["artifact_id"])
+            else:
+                store_artifact(
+                    project,
+                    external_id,
+                    path=a["path"],
+                    content=io.BytesIO(a["content"]),
+                    kind=a["kind"],
+                    content_type=a["content_type"],
+                    claimed_sha256=a["sha256"],
+                )
+        for start in range(0, len(events), MAX_EVENTS):
+            result = ingest_events(
+                project, external_id, parse_events(_encode(list(events[start : start + MAX_EVENTS])))
+            )
+            write.accepted += result.accepted
+            write.duplicates += result.duplicates
+        if experiment_names:
+            name_experiments(project, external_id, experiment_names)
+        run = _locked_run(project, external_id, timezone.now())
+        derived = derive(run) if derive else {}
+        _only(derived, POLL_FIELDS, "a polled run field")
+        write.run = _set_run_fields(
+            project, external_id, {**fields, **derived, "last_polled_at": timezone.now()}, run=run
+        )
+    return write
+
+
+def record_polled_unchanged(project: Project, external_ids: Sequence[str]) -> int:
+    """Runs a poll found unchanged (their cheap check): only their last poll time moves, one statement."""
+    if not external_ids:
+        return 0
+    return Run.objects.filter(project=project, external_id__in=list(external_ids)).update(
+        last_polled_at=timezone.now()
+    )
 
 
 def source_health(project: Project):
@@ -166,6 +251,7 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
     for run in Run.objects.filter(project=project).only("pk", "source_cursor"):
         cursor = dict(run.source_cursor or {})
         cursor.pop("results", None)
+        cursor.pop("seen", None)  # and not skipped as unchanged by the next cycle's cheap check
         # source_updated_at cleared: a finished run is synced again too (its results are read anew).
         Run.objects.filter(pk=run.pk).update(source_cursor=cursor, source_updated_at=None)
     record_audit(
