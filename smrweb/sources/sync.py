@@ -637,6 +637,11 @@ def _new_artifacts(
                 continue
             try:
                 content = connector.pull_artifact(ref)  # bytes not stored yet: the one download of them
+                if hashlib.sha256(content).hexdigest() != ref.sha256:
+                    # Refused here, not in the run's write: the artifacts pulled before it are kept.
+                    raise Malformed(
+                        f"artifact {ref.artifact_id}: the bytes' sha256 is not the manifest's {ref.sha256}"
+                    )
             except SourceError:
                 _pull_lease(ref.sha256, claim=False)
                 raise
