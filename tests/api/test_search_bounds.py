@@ -13,7 +13,7 @@ import pytest
 
 from smrweb.core.patterns import MAX_SEARCH_CHARS
 from smrweb.sources.base import ArtifactRef, Malformed
-from smrweb.sources.sync import SyncReport, _store_artifacts
+from smrweb.sources.sync import SyncReport, _new_artifacts
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import Artifact, Run
@@ -104,6 +104,7 @@ class _NoPulls:
 
 def test_a_synced_artifact_with_a_backslash_is_a_source_error_and_nothing_is_stored(project):
     ref = ArtifactRef("art-1", "out\\..\\..\\evil.py", "0" * 64, 1, "text/plain", "file", datetime.now(UTC))
+    new: list[dict] = []
     with pytest.raises(Malformed, match="backslash"):
-        _store_artifacts(project, "r1", [ref], connector=_NoPulls(), cursor={}, report=SyncReport())
-    assert not Artifact.objects.exists()
+        _new_artifacts(project, "r1", [ref], connector=_NoPulls(), cursor={}, report=SyncReport(), into=new)
+    assert not new and not Artifact.objects.exists()
