@@ -78,7 +78,7 @@ def stub():
         s.close()
 
 
-def create(backend, slug="checked"):
+def create(backend, slug="checked", *more):
     return call_command(
         "create_project",
         slug,
@@ -90,6 +90,7 @@ def create(backend, slug="checked"):
         backend.url,
         "--smr-api-key-env",
         "SMR_TEST_KEY",
+        *more,
     )
 
 
@@ -181,19 +182,7 @@ def test_the_poller_takes_a_retry_after_from_the_header_too(stub):
     from smrweb.tracking.models import SourceHealth
 
     backend = stub(*[(429, {"Retry-After": "240"}, {"detail": "slow down"}, 0)] * 3)
-    call_command(
-        "create_project",
-        "polled",
-        "--source",
-        "smr",
-        "--smr-project-id",
-        "p-1",
-        "--smr-backend-base",
-        backend.url,
-        "--smr-api-key-env",
-        "SMR_TEST_KEY",
-        "--skip-check",
-    )
+    create(backend, "polled", "--skip-check")
     sync.sync_project(Project.objects.get(slug="polled"), owner="test")
     health = SourceHealth.objects.get(project__slug="polled")
     assert health.last_error_kind == "rate_limited"
