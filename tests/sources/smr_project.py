@@ -23,3 +23,31 @@ def smr_project_on(simulator, *, slug: str, key: str, api_key: str, smr_project:
     services.add_member(project, victor, role="viewer")
     sync.sync_project(project, owner="test")
     return project
+
+
+def simulator_factory(start_sim, **defaults):
+    """`sim(**options)`: a simulator with this module's defaults, any of them overridden per test."""
+
+    def _start(**options):
+        return start_sim(**{**defaults, **options})
+
+    return _start
+
+
+def bind_to(simulator, alice, *, slug: str, smr_project: str, api_key: str):
+    """A project of alice's polling `smr_project` on the simulator with its own key."""
+    return admin_project(
+        slug,
+        source="smr",
+        smr_project_id=smr_project,
+        smr_backend_base=simulator.url,
+        smr_api_key=api_key,
+        by=alice,
+    )
+
+
+def synced(project) -> sync.SyncReport:
+    """One whole sync, which must meet no fault."""
+    report = sync.sync_project(project, owner="test")
+    assert not report.error, report.error
+    return report

@@ -15,10 +15,9 @@ from datetime import datetime
 import pytest
 from django.db import connection
 
-from smrweb.sources import sync
 from smrweb.tracking.models import AgentTurn, Run
 from tests.conftest import _start, _wait_for_line, wait_for
-from tests.factories import admin_project
+from tests.sources.smr_project import bind_to, simulator_factory, synced
 
 API_KEY, PID = "scale-key", "scale-proj"
 RUN_LIST = "GET /smr/projects/{project_id}/runs"
@@ -28,16 +27,12 @@ WRITES = ("INSERT", "UPDATE", "DELETE", "COPY", "REPLACE")
 
 @pytest.fixture
 def sim(start_sim):
+    start = simulator_factory(
+        start_sim, api_key=API_KEY, project_ids=[PID], runs=6, auto_tick=False, seed=7, warmup=30
+    )
+
     def _start(**options):
-        defaults = {
-            "api_key": API_KEY,
-            "project_ids": [PID],
-            "runs": 6,
-            "auto_tick": False,
-            "seed": 7,
-            "warmup": 30,
-        }
-        backend = start_sim(**{**defaults, **options})
+        backend = start(**options)
         for run in backend.world.runs.values():
             run.run_ticks = 10**9  # all stay live
         return backend
@@ -46,15 +41,7 @@ def sim(start_sim):
 
 
 def bind(sim, alice):
-    return admin_project(
-        "scale", source="smr", smr_project_id=PID, smr_backend_base=sim.url, smr_api_key=API_KEY, by=alice
-    )
-
-
-def synced(project) -> sync.SyncReport:
-    report = sync.sync_project(project, owner="test")
-    assert not report.error, report.error
-    return report
+    return bind_to(sim, alice, slug="scale", smr_project=PID, api_key=API_KEY)
 
 
 class WriteTransactions:

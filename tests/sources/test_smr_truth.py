@@ -10,11 +10,11 @@ from decimal import Decimal
 
 import pytest
 
-from smrweb.sources import sync
 from smrweb.sources.smr import connector_for
 from smrweb.tracking.models import AgentTurn, Project, Run, RuntimeMessage, SourceHealth, Submission
 from tests.api.helpers import session_client
 from tests.factories import admin_project
+from tests.sources.smr_project import bind_to, simulator_factory, synced
 
 API_KEY, PID = "truth-key", "truth-proj"
 USAGE = "GET /smr/runs/{run_id}/usage"
@@ -22,34 +22,17 @@ USAGE = "GET /smr/runs/{run_id}/usage"
 
 @pytest.fixture
 def sim(start_sim):
-    def _start(**options):
-        defaults = {
-            "api_key": API_KEY,
-            "project_ids": [PID],
-            "runs": 4,
-            "auto_tick": False,
-            "seed": 5,
-            "warmup": 50,
-        }
-        return start_sim(**{**defaults, **options})
-
-    return _start
+    return simulator_factory(
+        start_sim, api_key=API_KEY, project_ids=[PID], runs=4, auto_tick=False, seed=5, warmup=50
+    )
 
 
 def bind(sim, alice, slug="truth") -> Project:
-    return admin_project(
-        slug, source="smr", smr_project_id=PID, smr_backend_base=sim.url, smr_api_key=API_KEY, by=alice
-    )
+    return bind_to(sim, alice, slug=slug, smr_project=PID, api_key=API_KEY)
 
 
 def truth(sim) -> dict[str, dict]:
     return {r["run_id"]: r for r in sim.world.state()["projects"][PID]["runs"]}
-
-
-def synced(project) -> sync.SyncReport:
-    report = sync.sync_project(project, owner="test")
-    assert not report.error, report.error
-    return report
 
 
 def test_unreadable_entries_are_counted_and_the_gap_is_shown_never_a_silent_zero(sim, alice):
