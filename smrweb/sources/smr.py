@@ -736,14 +736,27 @@ class SmrConnector:
         return self._messages(messages, cursor, new_cursor), new_cursor
 
     @staticmethod
-    def _since(items: list, key, cursor: dict, name: str, new_cursor: dict) -> list:
-        """Items at or after the kind's cursor (ties re-sent; ids make them no-ops), advancing it."""
+    def _since(items: list, key, cursor: dict, name: str, new_cursor: dict, ident) -> list:
+        """Items at or after the kind's cursor, advancing it. An item at the mark itself comes again
+        unless its id (`ident`) is one the last cycle already took there (kept as `<name>_at_mark`): a
+        tie that arrived later still comes, and a quiet run's newest item is not re-sent every cycle
+        (a re-sent one would be a no-op, but it costs the write a lookup per kind)."""
         mark = cursor.get(name)
+        taken = set(cursor.get(f"{name}_at_mark") or ()) if mark is not None else set()
         keyed = [(key(item), item) for item in items]
-        fresh = [item for k, item in keyed if k is not None and (mark is None or k >= mark)]
+        fresh = [
+            item
+            for k, item in keyed
+            if k is not None and (mark is None or k > mark or (k == mark and ident(item) not in taken))
+        ]
         marks = [k for k, _ in keyed if k is not None]
         if marks:
-            new_cursor[name] = max([*marks, *([mark] if mark is not None else [])])
+            newest = max([*marks, *([mark] if mark is not None else [])])
+            at_mark = {ident(item) for k, item in keyed if k == newest} - {""}
+            if newest == mark:
+                at_mark |= taken
+            new_cursor[name] = newest
+            new_cursor[f"{name}_at_mark"] = sorted(at_mark)[:100]  # beyond 100 ties: re-sent (no-ops)
         return fresh
 
     def _results(
@@ -756,7 +769,12 @@ class SmrConnector:
         score_metric = self.project.scenario.score_metric
         events = []
         for r in self._since(
-            ordered, lambda r: str(r.get("created_at") or ""), cursor, "results", new_cursor
+            ordered,
+            lambda r: str(r.get("created_at") or ""),
+            cursor,
+            "results",
+            new_cursor,
+            lambda r: str(r.get("result_id") or ""),
         ):
             rid, metric, value = str(r.get("result_id") or ""), str(r.get("metric") or ""), r.get("value")
             if (
@@ -809,7 +827,14 @@ class SmrConnector:
 
     def _checkpoints(self, checkpoints: list, cursor: dict, new_cursor: dict) -> list[dict]:
         events = []
-        for c in self._since(checkpoints, lambda c: _iso(c.captured_at), cursor, "checkpoints", new_cursor):
+        for c in self._since(
+            checkpoints,
+            lambda c: _iso(c.captured_at),
+            cursor,
+            "checkpoints",
+            new_cursor,
+            lambda c: str(c.checkpoint_id or ""),
+        ):
             meta = c.metadata or {}
             failed = c.state == "failed"
             events.append(
@@ -835,6 +860,7 @@ class SmrConnector:
             cursor,
             "message_seq",
             new_cursor,
+            lambda m: str(m.get("message_id") or m.get("seq")),
         ):
             payload = m.get("payload") if isinstance(m.get("payload"), dict) else {}
             body = m.get("body") or payload.get("body") or m.get("action") or ""

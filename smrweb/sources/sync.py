@@ -546,10 +546,15 @@ def _write(
 def _experiment_names(project: Project, rid: str, events: list[dict], cursor: dict, connector) -> dict | None:
     """Results name experiments by id: ask for their titles (one request) when this cycle's scores bring
     new ones, or the count still unnamed changed, not every cycle; written with the run's transaction."""
-    known = services.experiments_named(project, rid)
     referenced = {str(e["experiment"]) for e in events if e.get("type") == "score" and e.get("experiment")}
+    if not referenced and cursor.get("unnamed_experiments") == 0:
+        return None  # every experiment it has is named, and this cycle brings none (no query)
+    known = services.experiments_named(project, rid)
     unnamed = {eid for eid, named in known.items() if not named} | (referenced - known.keys())
-    if not unnamed or (not referenced - known.keys() and len(unnamed) == cursor.get("unnamed_experiments")):
+    if not unnamed:
+        cursor["unnamed_experiments"] = 0
+        return None
+    if not referenced - known.keys() and len(unnamed) == cursor.get("unnamed_experiments"):
         return None
     names = connector.experiment_names(rid)
     cursor["unnamed_experiments"] = len(unnamed - names.keys())

@@ -15,6 +15,7 @@ from datetime import datetime
 import pytest
 from django.db import connection
 
+from smrweb.sources.smr import SmrConnector
 from smrweb.tracking.models import AgentTurn, Run
 from tests.conftest import _start, _wait_for_line, wait_for
 from tests.sources.smr_project import bind_to, simulator_factory, synced
@@ -53,6 +54,7 @@ class WriteTransactions:
         self.blocks: list = []  # the Atomic objects seen (kept: their ids stay unique)
         self.autocommit = 0
         self.savepoints = 0
+        self.statements = 0  # every statement, reads too
         self.first: list[str] = []  # each transaction's first write (what failed assertions show)
 
     @property
@@ -61,6 +63,7 @@ class WriteTransactions:
 
     def __call__(self, execute, sql, params, many, context):
         statement = sql.lstrip().upper()
+        self.statements += 1
         if statement.startswith("SAVEPOINT"):
             self.savepoints += 1
         elif statement.startswith(WRITES):
@@ -97,6 +100,53 @@ def test_a_run_sync_writes_in_one_transaction(sim, alice):
     # One per run; the project's own: its lease taken and given back, its health (was ~8 per run).
     project_writes = 3
     assert writes.count <= report.synced + project_writes, "\n".join(writes.first)
+
+
+def test_a_changing_run_sync_asks_the_database_little(sim, alice):
+    """A live run with news costs about a dozen statements: its row, its new turns' keys, their insert,
+    the spend sums, two updates. What it saw last cycle at its marks (its newest result, checkpoint and
+    message) is not re-sent to be looked up again, its experiments are not re-read when all are named,
+    a few metric points are not staged, and the write takes no savepoint (was ~30 per run)."""
+    backend = sim()
+    project = bind(backend, alice)
+    synced(project)
+    for _ in range(3):
+        backend.world.tick(1)
+        synced(project)
+    backend.world.tick(1)
+    with WriteTransactions() as writes:
+        report = synced(project)
+    changed = report.synced - report.unchanged
+    assert changed >= 4
+    per_run = writes.statements / changed
+    print(f"{per_run:.1f} statements, {writes.savepoints} savepoints per changed run")
+    assert per_run <= 18, per_run
+    # The write is its own (a savepoint here, inside the test's transaction); the ingest takes none.
+    assert writes.savepoints <= changed + changed // 2, writes.savepoints
+
+
+def test_a_quiet_runs_newest_items_are_not_sent_again_but_a_late_tie_is():
+    """The cursor of a kind keeps the ids taken at its mark: the next cycle skips them, takes an item
+    that arrived later with the same time, and a mark that moves forgets the old ids."""
+    since = SmrConnector._since
+    items = [{"t": "1", "id": "a"}, {"t": "2", "id": "b"}, {"t": "2", "id": "c"}]
+    cursor: dict = {}
+
+    def read(items):
+        new_cursor: dict = {}
+        fresh = since(items, lambda i: i["t"], cursor, "k", new_cursor, lambda i: i["id"])
+        cursor.update(new_cursor)
+        return [i["id"] for i in fresh]
+
+    assert read(items) == ["a", "b", "c"]
+    assert cursor == {"k": "2", "k_at_mark": ["b", "c"]}
+    assert read(items) == []  # nothing new: nothing re-sent
+    assert read([*items, {"t": "2", "id": "d"}]) == ["d"]  # a late tie still comes
+    assert cursor["k_at_mark"] == ["b", "c", "d"]
+    assert read([*items, {"t": "3", "id": "e"}]) == ["e"]
+    assert cursor == {"k": "3", "k_at_mark": ["e"]}
+    # A cursor written before the ids were kept: the items at its mark come again (no-ops downstream).
+    assert since(items, lambda i: i["t"], {"k": "2"}, "k", {}, lambda i: i["id"]) == items[1:]
 
 
 def test_an_unchanged_live_run_costs_two_small_requests_and_no_write(sim, alice, settings):

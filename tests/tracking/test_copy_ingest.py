@@ -88,13 +88,35 @@ def test_stored_ids_between_a_new_first_and_last_make_the_copy_fall_back_to_stag
     ingest(project, *[metric(i) for i in range(100)])
     # First and last ids new, the middle ones stored: the COPY meets the unique constraint, is undone to
     # its savepoint, and the staging route stores exactly the new ones.
-    middle = ingest(project, metric(500), *[metric(i, value=-1.0) for i in range(40, 60)], metric(501))
-    assert (middle.accepted, middle.duplicates) == (2, 20)
-    assert staged == [22]
+    middle = ingest(project, metric(500), *[metric(i, value=-1.0) for i in range(20, 80)], metric(501))
+    assert (middle.accepted, middle.duplicates) == (2, 60)
+    assert staged == [62]
     points = stored()
     assert len(points) == 102 and {"m500", "m501"} <= points.keys()
-    assert all(points[f"m{i}"][2] == i / 7 for i in range(40, 60))
+    assert all(points[f"m{i}"][2] == i / 7 for i in range(20, 80))
     assert Run.objects.get(external_id="r1").last_progress_at is not None
+
+
+def test_a_few_points_are_looked_up_at_once_and_only_the_new_ones_copied(project, staged):
+    """A small batch (a polled run's new results, often one re-sent): every id asked for in one
+    statement, the new ones COPYed without staging or a savepoint; a re-send writes nothing."""
+    ingest(project, *[metric(i) for i in range(10)])
+    statements: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        statements.append(sql.lstrip().split(None, 1)[0].upper())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        mixed = ingest(project, metric(3, value=-1.0), metric(40), metric(8, value=-1.0), metric(41))
+    assert (mixed.accepted, mixed.duplicates, staged) == (2, 2, [])
+    # The batch's own block (a savepoint inside the test's transaction), the run's row lock, ONE lookup
+    # of the four ids, the run's progress (COPY goes past Django's wrapper): no staging, no savepoint.
+    assert statements == ["SAVEPOINT", "SELECT", "SELECT", "UPDATE", "RELEASE"], statements
+    again = ingest(project, metric(40), metric(41))
+    assert (again.accepted, again.duplicates, staged) == (0, 2, [])
+    points = stored()
+    assert len(points) == 12 and points["m3"][2] == 3 / 7 and points["m41"][0] == KEYS[41 % len(KEYS)]
 
 
 def test_ids_repeated_inside_a_batch_are_stored_once_the_first_one_winning(project, staged):

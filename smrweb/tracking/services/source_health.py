@@ -115,15 +115,20 @@ def record_sync(
                     content_type=a["content_type"],
                     claimed_sha256=a["sha256"],
                 )
+        run = None
         for start in range(0, len(events), MAX_EVENTS):
             result = ingest_events(
-                project, external_id, parse_events(_encode(list(events[start : start + MAX_EVENTS])))
+                project,
+                external_id,
+                parse_events(_encode(list(events[start : start + MAX_EVENTS]))),
+                savepoint=False,
             )
             write.accepted += result.accepted
             write.duplicates += result.duplicates
+            run = result.run or run  # locked by this transaction, as the events left it
         if experiment_names:
             name_experiments(project, external_id, experiment_names)
-        run = _locked_run(project, external_id, timezone.now())
+        run = run or _locked_run(project, external_id, timezone.now())
         derived = derive(run) if derive else {}
         _only(derived, POLL_FIELDS, "a polled run field")
         write.run = _set_run_fields(
