@@ -13,13 +13,12 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
 from smrweb.core import outbound
-from smrweb.sources.dispatch import retry_after
+from smrweb.outbound import http
 from smrweb.tracking.models import Channel, Notification
 from smrweb.tracking.services import alerts
 
@@ -40,11 +39,12 @@ class Undelivered(Exception):
 
 def backoff(attempt: int, hint: float | None = None) -> float:
     """Seconds before the next attempt: exponential from the base, or the receiver's Retry-After, capped."""
-    cap = settings.SMRWEB_ALERT_RETRY_MAX_SECONDS
-    base = min(settings.SMRWEB_ALERT_RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 60), cap)
-    if hint is None or hint != hint or hint < 0:
-        return base
-    return min(max(hint, base), cap)
+    return http.backoff(
+        attempt,
+        hint,
+        base=settings.SMRWEB_ALERT_RETRY_BASE_SECONDS,
+        cap=settings.SMRWEB_ALERT_RETRY_MAX_SECONDS,
+    )
 
 
 def payload(notification: Notification) -> dict:
@@ -87,25 +87,9 @@ def slack_message(notification: Notification) -> dict:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
-    try:
-        answer = outbound.post(
-            url, content=body, headers=headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS
-        )
-    except outbound.Unresolvable as exc:
-        raise Undelivered(str(exc), retryable=True) from None
-    except outbound.Refused as exc:
-        raise Undelivered(f"not sent: {exc}", retryable=False) from None
-    except httpx.TimeoutException:
-        raise Undelivered("the receiver did not answer in time", retryable=True) from None
-    except httpx.HTTPError as exc:
-        raise Undelivered(f"could not reach the receiver ({type(exc).__name__})", retryable=True) from None
-    if 200 <= answer.status < 300:
-        return
-    line = f"the receiver answered HTTP {answer.status}"
-    if 300 <= answer.status < 400:
-        line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
-    raise Undelivered(line, retryable=answer.status in (408, 429) or answer.status >= 500, hint=hint)
+    sent = http.post(url, body, headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS, who="the receiver")
+    if not sent.ok:
+        raise Undelivered(sent.line, retryable=sent.retryable, hint=sent.hint)
 
 
 def _send_email(notification: Notification) -> None:

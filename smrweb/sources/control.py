@@ -15,10 +15,8 @@ from smrweb.sources.base import SourceError
 from smrweb.sources.dispatch import (
     RETRYABLE_SOURCE_ERRORS,
     Attempt,
-    WebhookFailure,
     backoff,
     post_webhook,
-    retry_after,
 )
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -116,17 +114,10 @@ def _via_webhook(control: RunControl, *, last_try: bool) -> Attempt:
     is never shown back: it could be an internal service's)."""
     body, headers = controls.webhook_request(control)
     answer = post_webhook(control.run.project.rollback_webhook_url, body, headers)
-    if isinstance(answer, WebhookFailure):
-        return _retry_or_fail(control, answer.message, retryable=answer.retryable, last_try=last_try)
-    line = f"the webhook answered HTTP {answer.status}"
-    if 200 <= answer.status < 300:
+    line = answer.line
+    if answer.ok:
         services.control_accepted(
             control.pk, detail=f"attempt {control.attempts}: {line}", source_ref=control.idempotency_key
         )
         return Attempt("accepted")
-    if 300 <= answer.status < 400:
-        line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
-    return _retry_or_fail(
-        control, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try, hint=hint
-    )
+    return _retry_or_fail(control, line, retryable=answer.retryable, last_try=last_try, hint=answer.hint)

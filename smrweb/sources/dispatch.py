@@ -7,15 +7,11 @@ retries with backoff when the answer says trying again may help (timeouts, refus
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
-import httpx
 from django.conf import settings
 
-from smrweb.core import outbound
+from smrweb.outbound import http
 from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -32,55 +28,18 @@ class Attempt:
 
 
 def backoff(attempt: int, hint: float | None = None) -> float:
-    """Seconds before the next attempt: exponential, or the answer's hint, never above the cap (a hint
-    of `inf` or 1e12 would otherwise overflow the countdown and wedge the rollback: finding 6)."""
-    cap = settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS
-    base = min(settings.SMRWEB_ROLLBACK_RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 60), cap)
-    if hint is None or not math.isfinite(hint) or hint < 0:
-        return base
-    return min(max(hint, base), cap)
+    """Seconds before the next attempt of a rollback, launch or steering request (outbound.http.backoff)."""
+    return http.backoff(
+        attempt,
+        hint,
+        base=settings.SMRWEB_ROLLBACK_RETRY_BASE_SECONDS,
+        cap=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS,
+    )
 
 
-def retry_after(value: str | None) -> float | None:
-    """An HTTP Retry-After (delay-seconds or an HTTP date) as seconds from now; None when unreadable."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value[:12])  # capped by backoff(); digits only, so never inf or negative
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-@dataclass(frozen=True)
-class WebhookFailure:
-    """A webhook POST that got no HTTP answer: why (fit to show), and whether trying again may help."""
-
-    message: str
-    retryable: bool
-
-
-def post_webhook(url: str, body: bytes, headers: dict) -> outbound.Answer | WebhookFailure:
-    """The one signed-webhook POST of rollbacks, steering and launches: through the outbound guard, with
-    the webhook timeout; what went wrong is said without the answer's body (it could be an internal
-    service's, finding 2)."""
-    try:
-        return outbound.post(
-            url, content=body, headers=headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT
-        )
-    except outbound.Unresolvable as exc:
-        return WebhookFailure(str(exc), retryable=True)
-    except outbound.Refused as exc:
-        return WebhookFailure(f"not sent: {exc}", retryable=False)
-    except httpx.TimeoutException:
-        return WebhookFailure("the webhook did not answer in time", retryable=True)
-    except httpx.HTTPError as exc:
-        return WebhookFailure(f"could not reach the webhook ({type(exc).__name__})", retryable=True)
+def post_webhook(url: str, body: bytes, headers: dict) -> http.Sent:
+    """The one signed-webhook POST of rollbacks, steering and launches, with the webhook timeout."""
+    return http.post(url, body, headers, timeout=settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT, who="the webhook")
 
 
 def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
@@ -163,10 +122,8 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
     never shown back (it could be an internal service's, finding 2)."""
     body, headers = rollbacks.webhook_request(rollback)
     answer = post_webhook(rollback.run.project.rollback_webhook_url, body, headers)
-    if isinstance(answer, WebhookFailure):
-        return _retry_or_fail(rollback, answer.message, retryable=answer.retryable, last_try=last_try)
-    line = f"the webhook answered HTTP {answer.status}"
-    if 200 <= answer.status < 300:
+    line = answer.line
+    if answer.ok:
         # 202 Accepted: the harness queued it; anything else 2xx: it says the restore is done.
         accepted_only = answer.status == 202
         rollbacks.finish(
@@ -177,12 +134,7 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
             + (" (queued, not confirmed)" if accepted_only else ""),
         )
         return Attempt("accepted" if accepted_only else "applied")
-    if 300 <= answer.status < 400:
-        line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
-    return _retry_or_fail(
-        rollback, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try, hint=hint
-    )
+    return _retry_or_fail(rollback, line, retryable=answer.retryable, last_try=last_try, hint=answer.hint)
 
 
 def _via_git(rollback, *, last_try: bool) -> Attempt:
@@ -280,21 +232,16 @@ def _launch_via_webhook(launch, *, last_try: bool) -> Attempt:
     events arrive). The detail names the status only, never the answer's body."""
     body, headers = launches.start_webhook_request(launch)
     answer = post_webhook(launch.project.rollback_webhook_url, body, headers)
-    if isinstance(answer, WebhookFailure):
-        return _launch_retry_or_fail(launch, answer.message, retryable=answer.retryable, last_try=last_try)
-    line = f"the webhook answered HTTP {answer.status}"
-    if 200 <= answer.status < 300:
+    line = answer.line
+    if answer.ok:
         launches.record_accepted(
             launch.pk,
             external_run_id=launch.external_run_id,
             detail=f"attempt {launch.attempts}: {line}; waiting for run {launch.external_run_id}'s events",
         )
         return Attempt("accepted")
-    if 300 <= answer.status < 400:
-        line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
     return _launch_retry_or_fail(
-        launch, line, retryable=answer.status == 429 or answer.status >= 500, last_try=last_try, hint=hint
+        launch, line, retryable=answer.retryable, last_try=last_try, hint=answer.hint
     )
 
 

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
+from smrweb.outbound import http
 from smrweb.sources import dispatch, sync
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
@@ -249,7 +250,7 @@ def test_a_huge_answer_is_read_only_up_to_the_cap(service, settings):
     ],
 )
 def test_retry_after_is_read_safely(header, seconds):
-    assert dispatch.retry_after(header) == seconds
+    assert http.retry_after(header) == seconds
 
 
 @pytest.mark.parametrize("hint", [float("inf"), float("nan"), 1e12, -5.0, None, 999999999999.0])
