@@ -17,8 +17,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.utils import timezone
 
-from smrweb.core import outbound
-from smrweb.outbound import http
+from smrweb.outbound import http, webhooks
 from smrweb.tracking.models import Channel, Notification
 from smrweb.tracking.services import alerts
 
@@ -173,13 +172,8 @@ def _send(notification: Notification) -> None:
         body = json.dumps(slack_message(notification)).encode()
         _post(rule.target, body, {"Content-Type": "application/json", "User-Agent": "smrweb-alert/1"})
     elif rule.channel == Channel.WEBHOOK:
-        body = json.dumps(payload(notification), separators=(",", ":"), sort_keys=True).encode()
-        headers = outbound.signed_headers(
-            rule.secret,
-            body,
-            timestamp=int(timezone.now().timestamp()),
-            idempotency_key=f"smrweb-alert-{notification.pk}",
-            agent="smrweb-alert/1",
+        body, headers = webhooks.signed(
+            rule.secret, payload(notification), key=f"smrweb-alert-{notification.pk}", agent="smrweb-alert/1"
         )
         _post(rule.target, body, headers)
     # The inbox channel is delivered when the notification is written.
@@ -213,12 +207,10 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
 def stop_push_run(run, *, reason: str) -> str:
     """The budget guard's stop for a push project: a signed `stop` POST to the project's webhook. Returns
     what happened, for the audit trail."""
-    from smrweb.tracking.services.rollbacks import stop_webhook_request
-
-    url = run.project.rollback_webhook_url
+    url = run.project.webhook_url
     if not url:
         return "not sent: the project has no webhook URL to send a stop to"
-    body, headers = stop_webhook_request(run, reason=reason)
+    body, headers = webhooks.stop_request(run, reason=reason)
     try:
         _post(url, body, headers)
     except Undelivered as exc:

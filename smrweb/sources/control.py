@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from smrweb.outbound import webhooks
 from smrweb.sources.base import SourceError
 from smrweb.sources.dispatch import (
     RETRYABLE_SOURCE_ERRORS,
@@ -112,8 +113,8 @@ def _via_smr(control: RunControl, *, last_try: bool) -> Attempt:
 def _via_webhook(control: RunControl, *, last_try: bool) -> Attempt:
     """A signed POST through the outbound guard; the detail names the status only (the answer's body
     is never shown back: it could be an internal service's)."""
-    body, headers = controls.webhook_request(control)
-    answer = post_webhook(control.run.project.rollback_webhook_url, body, headers)
+    body, headers = webhooks.control_request(control)
+    answer = post_webhook(control.run.project.webhook_url, body, headers)
     line = answer.line
     if answer.ok:
         services.control_accepted(

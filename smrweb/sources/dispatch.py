@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from smrweb.outbound import http
+from smrweb.outbound import http, webhooks
 from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -120,8 +120,8 @@ def _via_smr(rollback, *, last_try: bool) -> Attempt:
 def _via_webhook(rollback, *, last_try: bool) -> Attempt:
     """A signed POST through the outbound guard. The detail names the status only: the answer's body is
     never shown back (it could be an internal service's, finding 2)."""
-    body, headers = rollbacks.webhook_request(rollback)
-    answer = post_webhook(rollback.run.project.rollback_webhook_url, body, headers)
+    body, headers = webhooks.rollback_request(rollback)
+    answer = post_webhook(rollback.run.project.webhook_url, body, headers)
     line = answer.line
     if answer.ok:
         # 202 Accepted: the harness queued it; anything else 2xx: it says the restore is done.
@@ -230,8 +230,8 @@ def _launch_via_smr(launch, *, last_try: bool) -> Attempt:
 def _launch_via_webhook(launch, *, last_try: bool) -> Attempt:
     """The signed `smrweb.start` POST; a 2xx means the harness took it (the run is confirmed when its
     events arrive). The detail names the status only, never the answer's body."""
-    body, headers = launches.start_webhook_request(launch)
-    answer = post_webhook(launch.project.rollback_webhook_url, body, headers)
+    body, headers = webhooks.start_request(launch)
+    answer = post_webhook(launch.project.webhook_url, body, headers)
     line = answer.line
     if answer.ok:
         launches.record_accepted(

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from smrweb.outbound import webhooks
 from smrweb.sources import alerts as delivery
 from smrweb.sources import control as steering
 from smrweb.sources import dispatch
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def hooked(project):
     """A push project whose webhook answers 408 once, then takes the request."""
-    receiver = Receiver([408, 200], rollbacks.webhook_secret(project))
+    receiver = Receiver([408, 200], webhooks.webhook_secret(project))
     Project.objects.filter(pk=project.pk).update(rollback_webhook_url=receiver.url)
     project.refresh_from_db()
     yield project, receiver

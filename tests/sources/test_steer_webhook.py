@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from smrweb.outbound import webhooks
 from smrweb.sources import control as steering
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Project, Run, RunControl
-from smrweb.tracking.services import rollbacks
 from tests.conftest import wait_for
 from tests.sources.test_submission_loop import Receiver
 
@@ -23,7 +23,7 @@ def receiver(project):
     made: list[Receiver] = []
 
     def start(statuses: list[int]) -> Receiver:
-        made.append(Receiver(statuses, rollbacks.webhook_secret(project)))
+        made.append(Receiver(statuses, webhooks.webhook_secret(project)))
         Project.objects.filter(pk=project.pk).update(rollback_webhook_url=made[-1].url)
         return made[-1]
 

@@ -10,6 +10,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
+from smrweb.outbound import webhooks
 from smrweb.sources import dispatch
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
@@ -51,7 +52,7 @@ def candidate(project) -> Submission:
 
 
 def test_a_signed_rollback_is_applied_and_reported_back(project, bob, receiver):
-    receiver(rollbacks.webhook_secret(project))
+    receiver(webhooks.webhook_secret(project))
     sub = candidate(project)
     rollback = rollbacks.request_rollback(by=bob, reason="regressed by 0.3", submission=sub).rollback
     assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"

@@ -13,6 +13,7 @@ from http.server import ThreadingHTTPServer
 import httpx
 import pytest
 
+from smrweb.outbound import webhooks
 from smrweb.sources import control as steering_dispatch
 from smrweb.stack import steering
 from smrweb.stack.harness import Harness, SimRun
@@ -20,7 +21,6 @@ from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, RunControl, RuntimeMessage
-from smrweb.tracking.services import rollbacks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +34,7 @@ def demo(project, token, live_server, tmp_path):
         make_handler(
             url=live_server.url,
             tokens={"hill": token},
-            secrets={"hill": rollbacks.webhook_secret(project)},
+            secrets={"hill": webhooks.webhook_secret(project)},
             inbox=inbox,
         ),
     )

@@ -13,11 +13,12 @@ from decimal import Decimal
 import pytest
 from django.db import close_old_connections
 
+from smrweb.outbound import webhooks
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run, RunLaunch
-from smrweb.tracking.services import knowledge, launches, rollbacks
+from smrweb.tracking.services import knowledge, launches
 
 pytestmark = pytest.mark.django_db
 
@@ -261,7 +262,7 @@ def test_the_start_webhook_is_signed_with_the_projects_secret_and_carries_the_ke
     launch, _ = ask(
         hooked, bob, from_run=r1, budget_usd="2.5", budget_tokens=1000, model_profile="codex_small"
     )
-    body, headers = launches.start_webhook_request(launch)
+    body, headers = webhooks.start_request(launch)
     payload = json.loads(body)
     assert payload == {
         "type": "smrweb.start",
@@ -276,7 +277,7 @@ def test_the_start_webhook_is_signed_with_the_projects_secret_and_carries_the_ke
         "requested_by": "bob",
         "requested_at": launch.created.isoformat(),
     }
-    secret = rollbacks.webhook_secret(hooked)
+    secret = webhooks.webhook_secret(hooked)
     stamp = headers["X-Smrweb-Timestamp"]
     expected = hmac.new(secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
     assert headers["X-Smrweb-Signature"] == f"sha256={expected}" and headers["Idempotency-Key"] == KEY

@@ -299,29 +299,3 @@ def confirm_reported(
                 _end(control, run, S.CONFIRMED, f"the run reported {run.state}", now)
                 changed += 1
     return changed
-
-
-# --- the webhook of push projects ----------------------------------------------------------------------
-
-
-def webhook_request(control: RunControl, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed POST that tells a push project's harness: the project's
-    (rollback) webhook URL, the same secret and signature as a rollback or a stop, `type`
-    `smrweb.message`, `smrweb.pause` or `smrweb.resume`, and the control's Idempotency-Key on every
-    retry. A harness reports a message back as a `message` event whose `id` is `message_id`, a pause
-    as a `state` event `paused`, a resume as a `state` event `running`."""
-    from smrweb.tracking.services.rollbacks import _signed_post
-
-    now = now or timezone.now()
-    run = control.run
-    payload: dict[str, Any] = {
-        "type": f"smrweb.{control.kind}",
-        "control_id": control.pk,
-        "project": run.project.slug,
-        "run": run.external_id,
-        "requested_by": control.requested_by.get_username(),
-        "requested_at": control.created.isoformat(),
-    }
-    if control.kind == ControlKind.MESSAGE:
-        payload.update(body=control.body, message_id=control.idempotency_key)
-    return _signed_post(run.project, payload, key=control.idempotency_key, agent="smrweb-control/1", now=now)

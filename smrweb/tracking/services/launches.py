@@ -496,33 +496,3 @@ def _link(launch: RunLaunch, run: Run) -> None:
         run=run.external_id,
         parent=launch.from_run.external_id if launch.from_run_id else None,
     )
-
-
-# --- the start webhook of push projects ----------------------------------------------------------------
-
-
-def start_webhook_request(launch: RunLaunch, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed `smrweb.start` POST to a push project's webhook (the URL,
-    secret and signature of rollbacks and stops). The Idempotency-Key is the launch's own key, so a
-    retried delivery starts nothing twice."""
-    from smrweb.tracking.services.rollbacks import _signed_post
-
-    now = now or timezone.now()
-    project = launch.project
-    payload = {
-        "type": "smrweb.start",
-        "launch_id": launch.pk,
-        "project": project.slug,
-        "run_id": launch.external_run_id,
-        "from_run": launch.from_run.external_id if launch.from_run_id else None,
-        "kickoff": launch.kickoff,
-        "model_profile": launch.model_profile,
-        "budget": {
-            "usd": str(launch.budget_usd) if launch.budget_usd is not None else None,
-            "tokens": launch.budget_tokens,
-        },
-        "scenario": project.scenario.key,
-        "requested_by": launch.requested_by.get_username(),
-        "requested_at": launch.created.isoformat(),
-    }
-    return _signed_post(project, payload, key=launch.idempotency_key, agent="smrweb-start/1", now=now)

@@ -10,17 +10,12 @@ concurrent requests get the same rollback back instead of a second one.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.core import outbound
 from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -278,78 +273,3 @@ def checkpoint_for(rollback: Rollback) -> Checkpoint | None:
         if same:
             return same
     return usable.filter(ts__lte=sub.ts).order_by("-ts", "-id").first()
-
-
-# --- the webhook of push projects -------------------------------------------------------------------
-
-
-def webhook_secret(project) -> str:
-    """The key a receiver checks signatures with: derived from SECRET_KEY per project (shown to admins)."""
-    return hmac.new(
-        settings.SECRET_KEY.encode(), f"smrweb.rollback-webhook:{project.pk}".encode(), hashlib.sha256
-    ).hexdigest()
-
-
-def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the rollback POST. The signature covers timestamp and body, so a
-    receiver can refuse replays; the Idempotency-Key lets it ignore a retried delivery."""
-    now = now or timezone.now()
-    run = rollback.run
-    target: dict[str, Any]
-    if rollback.target_submission_id:
-        sub = rollback.target_submission
-        artifact = sub.artifact
-        target = {
-            "type": "submission",
-            "id": sub.pk,
-            "score": sub.score,
-            "commit": sub.commit,
-            "artifact_path": artifact.path if artifact else None,
-            "artifact_sha256": artifact.blob.sha256 if artifact else None,
-            "ts": sub.ts.isoformat(),
-        }
-    else:
-        cp = rollback.target_checkpoint
-        target = {
-            "type": "checkpoint",
-            "id": cp.external_id,
-            "label": cp.label,
-            "commit": cp.commit,
-            "ts": cp.ts.isoformat(),
-        }
-    payload = {
-        "type": "smrweb.rollback",
-        "rollback_id": rollback.pk,
-        "project": run.project.slug,
-        "run": run.external_id,
-        "target": target,
-        "reason": rollback.reason,
-        "requested_by": rollback.requested_by.get_username(),
-        "requested_at": rollback.created.isoformat(),
-    }
-    return _signed_post(
-        run.project, payload, key=f"smrweb-rollback-{rollback.pk}", agent="smrweb-rollback/1", now=now
-    )
-
-
-def _signed_post(project, payload: dict, *, key: str, agent: str, now) -> tuple[bytes, dict[str, str]]:
-    """A push project's webhook POST: canonical JSON, signed with the project's secret."""
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    headers = outbound.signed_headers(
-        webhook_secret(project), body, timestamp=int(now.timestamp()), idempotency_key=key, agent=agent
-    )
-    return body, headers
-
-
-def stop_webhook_request(run, *, reason: str, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed `stop` POST to a push project's webhook (the budget guard's
-    way to stop a harness); same secret and signature as a rollback."""
-    now = now or timezone.now()
-    payload = {
-        "type": "smrweb.stop",
-        "project": run.project.slug,
-        "run": run.external_id,
-        "reason": reason,
-        "requested_at": now.isoformat(),
-    }
-    return _signed_post(run.project, payload, key=f"smrweb-stop-{run.pk}", agent="smrweb-stop/1", now=now)
