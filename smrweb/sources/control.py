@@ -23,28 +23,29 @@ from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import ControlKind, RunControl, SourceKind
 from smrweb.tracking.services import control as controls
+from smrweb.tracking.services import dispatched
 
 
 def dispatch(control_id: int, *, last_try: bool = False) -> Attempt:
     """One attempt (`last_try`: make it the final one). Attempts are counted on the control, so the
     last one is the last whether Celery retried the task, a worker died mid-call and the message came
     back, or the stale-action sweep queued it again. Outcomes: accepted, failed, retry, skipped."""
-    control = services.start_control_attempt(control_id)
+    control = dispatched.start_attempt(RunControl, control_id)
     if control is None:
         return Attempt("skipped")  # taken, confirmed or failed already: a redelivered message acts once
     limit = settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
     last_try = last_try or control.attempts >= limit
     if control.attempts > limit:
-        services.control_failed(
-            control.pk, detail=f"gave up after {limit} attempts (SMRWEB_ROLLBACK_MAX_ATTEMPTS)"
+        dispatched.failed(
+            RunControl, control.pk, detail=f"gave up after {limit} attempts (SMRWEB_ROLLBACK_MAX_ATTEMPTS)"
         )
         return Attempt("failed")
     project = control.run.project
     if refusal := controls.steer_refusal(project):  # the project changed since the request
-        services.control_failed(control.pk, detail=f"not sent: {refusal}")
+        dispatched.failed(RunControl, control.pk, detail=f"not sent: {refusal}")
         return Attempt("failed")
     if control.run.is_terminal:
-        services.control_failed(control.pk, detail=f"not sent: the run is {control.run.state}")
+        dispatched.failed(RunControl, control.pk, detail=f"not sent: the run is {control.run.state}")
         return Attempt("failed")
     if project.source == SourceKind.SMR:
         return _via_smr(control, last_try=last_try)
@@ -56,11 +57,11 @@ def _retry_or_fail(
 ) -> Attempt:
     if retryable and not last_try:
         delay = backoff(control.attempts, hint)
-        services.note_control_attempt(
-            control.pk, f"attempt {control.attempts}: {line}; retrying in {delay:g} s"
+        dispatched.note_attempt(
+            RunControl, control.pk, f"attempt {control.attempts}: {line}; retrying in {delay:g} s"
         )
         return Attempt("retry", delay)
-    services.control_failed(control.pk, detail=f"attempt {control.attempts}: {line}; giving up")
+    dispatched.failed(RunControl, control.pk, detail=f"attempt {control.attempts}: {line}; giving up")
     return Attempt("failed")
 
 

@@ -15,8 +15,8 @@ from smrweb.outbound import http, webhooks
 from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
-from smrweb.tracking.models import SourceKind
-from smrweb.tracking.services import launches, rollbacks
+from smrweb.tracking.models import Rollback, RunLaunch, SourceKind
+from smrweb.tracking.services import dispatched, launches, rollbacks
 
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 
@@ -46,7 +46,7 @@ def dispatch(rollback_id: int, *, last_try: bool = False) -> Attempt:
     """One attempt (`last_try`: make it the final one). Attempts are counted in the database, so the
     last one is the last whether the task was retried by Celery, redelivered after a worker died, or
     queued again by the stale-action sweep."""
-    rollback = rollbacks.start_attempt(rollback_id)
+    rollback = dispatched.start_attempt(Rollback, rollback_id)
     if rollback is None:
         return Attempt("skipped")  # already applied or failed: a redelivered message acts once
     last_try = last_try or rollback.attempts >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
@@ -76,7 +76,9 @@ def _retry_or_fail(
 ) -> Attempt:
     if retryable and not last_try:
         delay = backoff(rollback.attempts, hint)
-        rollbacks.note_attempt(rollback.pk, f"attempt {rollback.attempts}: {line}; retrying in {delay:g} s")
+        dispatched.note_attempt(
+            Rollback, rollback.pk, f"attempt {rollback.attempts}: {line}; retrying in {delay:g} s"
+        )
         return Attempt("retry", delay)
     rollbacks.finish(rollback.pk, ok=False, detail=f"attempt {rollback.attempts}: {line}; giving up")
     return Attempt("failed")
@@ -164,7 +166,7 @@ def _via_git(rollback, *, last_try: bool) -> Attempt:
 
 def dispatch_launch(launch_id: int, *, last_try: bool = False) -> Attempt:
     """One attempt to start a launch's run through the project's source."""
-    launch = launches.start_attempt(launch_id)
+    launch = dispatched.start_attempt(RunLaunch, launch_id)
     if launch is None:
         return Attempt("skipped")  # already accepted, confirmed or failed: a redelivered message acts once
     last_try = last_try or launch.attempts >= settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS
@@ -176,7 +178,7 @@ def dispatch_launch(launch_id: int, *, last_try: bool = False) -> Attempt:
         )
         return Attempt("failed")
     if refusal := launches.launch_refusal(launch.project):
-        launches.fail(launch.pk, detail=refusal)
+        dispatched.failed(RunLaunch, launch.pk, detail=refusal)
         return Attempt("failed")
     return {
         SourceKind.SMR: _launch_via_smr,
@@ -190,9 +192,11 @@ def _launch_retry_or_fail(
 ) -> Attempt:
     if retryable and not last_try:
         delay = backoff(launch.attempts, hint)
-        launches.note_attempt(launch.pk, f"attempt {launch.attempts}: {line}; retrying in {delay:g} s")
+        dispatched.note_attempt(
+            RunLaunch, launch.pk, f"attempt {launch.attempts}: {line}; retrying in {delay:g} s"
+        )
         return Attempt("retry", delay)
-    launches.fail(launch.pk, detail=f"attempt {launch.attempts}: {line}; giving up")
+    dispatched.failed(RunLaunch, launch.pk, detail=f"attempt {launch.attempts}: {line}; giving up")
     return Attempt("failed")
 
 

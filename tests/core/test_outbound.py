@@ -19,7 +19,7 @@ from smrweb.sources import dispatch, sync
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Rollback, SourceHealth, SourceKind
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import dispatched, rollbacks
 from tests.conftest import wait_for
 
 SECRET = "INTERNAL-ONLY-SECRET-4711"
@@ -320,8 +320,8 @@ def test_a_rollback_detail_holding_nul_is_recorded(bob, project, service):
     from smrweb.tracking.models import AuditEvent
 
     rollback = _rollback_for(project, bob, service.url())
-    rollbacks.start_attempt(rollback.pk)
-    rollbacks.note_attempt(rollback.pk, "git: bad pack header\x00 retrying")
+    dispatched.start_attempt(Rollback, rollback.pk)
+    dispatched.note_attempt(Rollback, rollback.pk, "git: bad pack header\x00 retrying")
     rollbacks.finish(rollback.pk, ok=False, detail="git: bad pack header\x00 giving up")
     rollback.refresh_from_db()
     assert "\x00" not in rollback.detail and "bad pack header\ufffd giving up" in rollback.detail

@@ -13,6 +13,7 @@ from smrweb.sources import control as steering
 from smrweb.sources import sync
 from smrweb.tracking import services
 from smrweb.tracking.models import AuditEvent, Run, RunControl, RuntimeMessage
+from smrweb.tracking.services import dispatched
 from tests.api.helpers import session_client
 from tests.conftest import wait_for
 from tests.sources.smr_project import smr_project_on
@@ -224,9 +225,9 @@ def test_a_5xx_is_retried_and_the_next_attempt_delivers_the_message_once(bob, sm
 def test_a_message_whose_answer_was_lost_is_found_not_sent_again(bob, smr_project, simulator):
     run = live_run(smr_project, simulator)
     control = services.request_control(run, by=bob, kind="message", body="try dropout 0.1")
-    services.start_control_attempt(control.pk)  # attempt 1 delivered it, and its answer timed out
-    services.note_control_attempt(
-        control.pk, "attempt 1: timeout: runtime message: timed out; retrying in 5 s"
+    dispatched.start_attempt(RunControl, control.pk)  # attempt 1 delivered it, and its answer timed out
+    dispatched.note_attempt(
+        RunControl, control.pk, "attempt 1: timeout: runtime message: timed out; retrying in 5 s"
     )
     delivered = simulator.world.enqueue_message(
         run.external_id, {"body": "try dropout 0.1", "causation_id": control.idempotency_key}

@@ -14,6 +14,7 @@ from smrweb.sources import control as steering
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Project, Run, RunControl
+from smrweb.tracking.services import dispatched
 from tests.conftest import wait_for
 from tests.sources.test_submission_loop import Receiver
 
@@ -169,7 +170,7 @@ def test_a_request_the_queue_lost_is_queued_again_by_the_stale_action_sweep(runn
     lost = services.request_control(running, by=bob, kind="message", body="lost in transit")
     fresh = services.request_control(running, by=bob, kind="message", body="just asked")
     died = services.request_control(running, by=bob, kind="pause")
-    services.start_control_attempt(died.pk)  # its worker died mid-attempt
+    dispatched.start_attempt(RunControl, died.pk)  # its worker died mid-attempt
     long_ago = timezone.now() - timedelta(hours=2)
     RunControl.objects.filter(pk__in=[lost.pk, died.pk]).update(updated=long_ago)
     swept = tasks.redispatch_stale_actions()["controls"]

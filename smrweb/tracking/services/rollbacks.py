@@ -27,7 +27,7 @@ from smrweb.tracking.models import (
     SourceKind,
     Submission,
 )
-from smrweb.tracking.services import record_audit
+from smrweb.tracking.services import dispatched, record_audit
 from smrweb.tracking.services.archive import check_writable
 
 R = RollbackStatus
@@ -201,58 +201,20 @@ def request_rollback(
     return Requested(rollback, True)
 
 
-def start_attempt(rollback_id: int) -> Rollback | None:
-    """Mark a dispatch attempt (requested → dispatched on the first); None if it already finished,
-    so a redelivered task does not act twice."""
-    with transaction.atomic():
-        rollback = (
-            Rollback.objects.select_for_update(of=("self",))
-            .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
-            .get(pk=rollback_id)
-        )
-        if rollback.status not in Rollback.OPEN:
-            return None
-        first = rollback.status == R.REQUESTED
-        rollback.status = R.DISPATCHED
-        rollback.attempts += 1
-        rollback.dispatched_at = rollback.dispatched_at or timezone.now()
-        rollback.save()
-        if first:
-            record_audit(None, "rollback.dispatched", rollback, project=rollback.run.project)
-        rollback.run.save(update_fields=["updated"])
-    return rollback
-
-
-def _printable(text: str) -> str:
-    """A source's own words (git's stderr) may hold NUL, which PostgreSQL text and JSON cannot."""
-    return text.replace("\x00", "\ufffd")
-
-
-def note_attempt(rollback_id: int, line: str) -> None:
-    """Append what one attempt got back (kept for the person watching and for the audit)."""
-    with transaction.atomic():
-        rollback = Rollback.objects.select_for_update(of=("self",)).get(pk=rollback_id)
-        stamp = timezone.now().strftime("%H:%M:%S")
-        rollback.detail = (rollback.detail + f"\n[{stamp}] {_printable(line)}").strip()[-10_000:]
-        rollback.save(update_fields=["detail", "updated"])
-
-
 def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = False) -> Rollback | None:
-    """End an attempt: applied, failed, or (`accepted_only`) taken by the source without a confirmation
-    that the restore is done — the run page then says so and shows the run's state as polled."""
+    """End an attempt: applied, failed (`dispatched.failed`), or (`accepted_only`) taken by the source
+    without a confirmation that the restore is done — the run page then says so and shows the run's
+    state as polled."""
+    if not ok:
+        return dispatched.failed(Rollback, rollback_id, detail=detail)
     with transaction.atomic():
-        rollback = (
-            Rollback.objects.select_for_update(of=("self",))
-            .select_related("run__project")
-            .get(pk=rollback_id)
-        )
+        rollback = dispatched.locked(Rollback, rollback_id)
         if rollback.status not in Rollback.OPEN:
             return None
-        rollback.status = (R.ACCEPTED if accepted_only else R.APPLIED) if ok else R.FAILED
+        rollback.status = R.ACCEPTED if accepted_only else R.APPLIED
         rollback.finished_at = timezone.now()
-        stamp = rollback.finished_at.strftime("%H:%M:%S")
-        detail = _printable(detail)
-        rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
+        detail = dispatched.printable(detail)
+        dispatched.append(rollback, detail, rollback.finished_at)
         rollback.save()
         record_audit(
             None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500]
