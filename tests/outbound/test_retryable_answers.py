@@ -8,10 +8,8 @@ import json
 
 import pytest
 
-from smrweb.outbound import webhooks
-from smrweb.sources import alerts as delivery
-from smrweb.sources import control as steering
-from smrweb.sources import dispatch
+from smrweb.outbound import alerts as delivery
+from smrweb.outbound import dispatch, webhooks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
@@ -45,7 +43,7 @@ def test_a_rollback_answered_408_is_retried(bob, hooked):
     project, receiver = hooked
     sub = scored_with_artifact(project, b"ok v1")
     rollback = rollbacks.request_rollback(by=bob, reason="r", submission=sub).rollback
-    assert [dispatch.dispatch(rollback.pk).outcome for _ in range(2)] == ["retry", "applied"]
+    assert [dispatch.dispatch_rollback(rollback.pk).outcome for _ in range(2)] == ["retry", "applied"]
     detail = Rollback.objects.get(pk=rollback.pk).detail
     assert "HTTP 408; retrying" in detail and len(receiver.seen) == 2
 
@@ -64,7 +62,7 @@ def test_a_steering_message_answered_408_is_retried(bob, hooked):
     services.ingest_events(project, "r1", parse_events(b'[{"type": "state", "state": "running"}]'))
     run = Run.objects.get(project=project, external_id="r1")
     control = services.request_control(run, by=bob, kind="message", body="Try cosine decay.")
-    assert [steering.dispatch(control.pk).outcome for _ in range(2)] == ["retry", "accepted"]
+    assert [dispatch.dispatch_control(control.pk).outcome for _ in range(2)] == ["retry", "accepted"]
     assert "HTTP 408; retrying" in RunControl.objects.get(pk=control.pk).detail and len(receiver.seen) == 2
 
 

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from smrweb.outbound import webhooks
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, RunLaunch

@@ -10,8 +10,7 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
-from smrweb.outbound import webhooks
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events

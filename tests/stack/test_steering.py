@@ -13,8 +13,7 @@ from http.server import ThreadingHTTPServer
 import httpx
 import pytest
 
-from smrweb.outbound import webhooks
-from smrweb.sources import control as steering_dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.stack import steering
 from smrweb.stack.harness import Harness, SimRun
 from smrweb.stack.rollback_receiver import make_handler
@@ -50,7 +49,7 @@ def demo(project, token, live_server, tmp_path):
 
 
 def sent(control) -> str:
-    return steering_dispatch.dispatch(control.pk, last_try=True).outcome
+    return dispatch.dispatch_control(control.pk, last_try=True).outcome
 
 
 def r1() -> Run:

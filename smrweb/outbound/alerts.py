@@ -202,17 +202,3 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
         return Attempt("failed")
     alerts.finish_delivery(notification)
     return Attempt("sent")
-
-
-def stop_push_run(run, *, reason: str) -> str:
-    """The budget guard's stop for a push project: a signed `stop` POST to the project's webhook. Returns
-    what happened, for the audit trail."""
-    url = run.project.webhook_url
-    if not url:
-        return "not sent: the project has no webhook URL to send a stop to"
-    body, headers = webhooks.stop_request(run, reason=reason)
-    try:
-        _post(url, body, headers)
-    except Undelivered as exc:
-        return f"not delivered: {exc}"
-    return "the webhook accepted the stop"
