@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
-import smtplib
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import EmailMessage
 from django.utils import timezone
 
-from smrweb.outbound import http, webhooks
+from smrweb.outbound import http, mail, webhooks
+from smrweb.outbound.http import Failed
 from smrweb.tracking.models import Channel, Notification
 from smrweb.tracking.services import alerts
 
@@ -28,22 +27,6 @@ log = logging.getLogger(__name__)
 class Attempt:
     outcome: str  # "sent" | "retry" | "failed" | "skipped"
     retry_in: float | None = None
-
-
-class Undelivered(Exception):
-    def __init__(self, line: str, *, retryable: bool, hint: float | None = None):
-        super().__init__(line)
-        self.retryable, self.hint = retryable, hint
-
-
-def backoff(attempt: int, hint: float | None = None) -> float:
-    """Seconds before the next attempt: exponential from the base, or the receiver's Retry-After, capped."""
-    return http.backoff(
-        attempt,
-        hint,
-        base=settings.SMRWEB_ALERT_RETRY_BASE_SECONDS,
-        cap=settings.SMRWEB_ALERT_RETRY_MAX_SECONDS,
-    )
 
 
 def payload(notification: Notification) -> dict:
@@ -86,9 +69,7 @@ def slack_message(notification: Notification) -> dict:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
-    sent = http.post(url, body, headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS, who="the receiver")
-    if not sent.ok:
-        raise Undelivered(sent.line, retryable=sent.retryable, hint=sent.hint)
+    http.post(url, body, headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS, who="the receiver").taken()
 
 
 def _send_email(notification: Notification) -> None:
@@ -102,19 +83,7 @@ def _send_email(notification: Notification) -> None:
             "X-Smrweb-Notification": str(notification.pk),
         },
     )
-    _mail(message)
-
-
-def _mail(message: EmailMessage) -> None:
-    try:
-        with get_connection(timeout=settings.EMAIL_TIMEOUT) as connection:
-            connection.send_messages([message])
-    except smtplib.SMTPRecipientsRefused as exc:
-        raise Undelivered(
-            f"the mail server refused the recipient ({exc.recipients})", retryable=False
-        ) from None
-    except (smtplib.SMTPException, OSError, socket.timeout) as exc:
-        raise Undelivered(f"the mail server: {type(exc).__name__}: {exc}"[:500], retryable=True) from None
+    mail.send(message)
 
 
 def digest_message(batch: list[Notification]) -> EmailMessage:
@@ -154,8 +123,8 @@ def deliver_digest(rule_id: int) -> Attempt:
     if not batch:
         return Attempt("skipped")
     try:
-        _mail(digest_message(batch))
-    except Undelivered as exc:
+        mail.send(digest_message(batch))
+    except Failed as exc:
         line = f"digest attempt {batch[0].attempts}: {exc}"
         alerts.finish_digest(batch, error=line, retry=exc.retryable)
         log.warning("alert digest of rule %s not delivered: %s", rule_id, line)
@@ -187,10 +156,15 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
     last_try = last_try or notification.attempts >= settings.SMRWEB_ALERT_MAX_ATTEMPTS
     try:
         _send(notification)
-    except Undelivered as exc:
+    except Failed as exc:
         line = f"attempt {notification.attempts}: {exc}"
         if exc.retryable and not last_try:
-            delay = backoff(notification.attempts, exc.hint)
+            delay = http.backoff(
+                notification.attempts,
+                exc.hint,
+                base=settings.SMRWEB_ALERT_RETRY_BASE_SECONDS,
+                cap=settings.SMRWEB_ALERT_RETRY_MAX_SECONDS,
+            )
             alerts.finish_delivery(
                 notification,
                 error=f"{line}; retrying in {delay:g} s",

@@ -40,6 +40,21 @@ class Sent:
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
 
+    def taken(self) -> Sent:
+        """This answer when the receiver took it (2xx); else `Failed`, retryable by the one rule."""
+        if not self.ok:
+            raise Failed(self.line, retryable=self.retryable, hint=self.hint)
+        return self
+
+
+class Failed(Exception):
+    """An outbound action not taken this time (a POST, a source's SDK call, a mail server): why, fit to
+    show, whether trying again may help, and the receiver's hint of when."""
+
+    def __init__(self, line: str, *, retryable: bool, hint: float | None = None):
+        super().__init__(line)
+        self.line, self.retryable, self.hint = line, retryable, hint
+
 
 def classify(answer: outbound.Answer, *, who: str) -> Sent:
     """The one answer classifier: 2xx taken; 3xx a redirect, not followed; 408, 429 and 5xx retryable

@@ -1,7 +1,7 @@
 """What each action calls, per source kind: the SMR connector (the SDK), the project's signed webhook,
 or git. One function per (action, source) in `TARGETS`; a pair missing there is an action that source
 cannot take. A target makes one call and records what the source took (`rollbacks.finish`,
-`launches.record_accepted`, `control_accepted`); when the call fails it raises `Failed`, and the attempt
+`launches.record_accepted`, `control_accepted`); when the call fails it raises `http.Failed`, and the attempt
 loop (`outbound.dispatch`) retries or gives up by the one rule."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from smrweb.outbound import http, webhooks
+from smrweb.outbound.http import Failed
 from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -29,18 +30,11 @@ class Attempt:
     retry_in: float | None = None
 
 
-class Failed(Exception):
-    """One call that did not get the action taken: why (fit to show), and whether trying again may help."""
-
-    def __init__(self, line: str, *, retryable: bool, hint: float | None = None):
-        super().__init__(line)
-        self.line, self.retryable, self.hint = line, retryable, hint
-
-    @classmethod
-    def from_source(cls, exc: SourceError, *, retryable: bool | None = None) -> Failed:
-        if retryable is None:
-            retryable = isinstance(exc, RETRYABLE_SOURCE_ERRORS)
-        return cls(f"{exc.kind}: {exc}", retryable=retryable, hint=exc.retry_after)
+def source_failed(exc: SourceError, *, retryable: bool | None = None) -> Failed:
+    """A source's error (the SDK's, git's) as a failed attempt; its kind says whether to retry."""
+    if retryable is None:
+        retryable = isinstance(exc, RETRYABLE_SOURCE_ERRORS)
+    return Failed(f"{exc.kind}: {exc}", retryable=retryable, hint=exc.retry_after)
 
 
 def post_webhook(project, request: webhooks.Request) -> http.Sent:
@@ -53,14 +47,6 @@ def post_webhook(project, request: webhooks.Request) -> http.Sent:
         timeout=settings.SMRWEB_DISPATCH_WEBHOOK_TIMEOUT,
         who="the webhook",
     )
-
-
-def _to_webhook(project, request: webhooks.Request) -> str:
-    """POST an action; its line when the harness took it (2xx), else `Failed` by the one rule."""
-    sent = post_webhook(project, request)
-    if not sent.ok:
-        raise Failed(sent.line, retryable=sent.retryable, hint=sent.hint)
-    return sent.line
 
 
 # --- rollbacks ----------------------------------------------------------------------------------------
@@ -78,7 +64,7 @@ def rollback_via_smr(rollback: Rollback) -> Attempt:
             rollback.run.external_id, checkpoint_id=checkpoint.external_id, reason=rollback.reason
         )
     except SourceError as exc:
-        raise Failed.from_source(exc) from None
+        raise source_failed(exc) from None
     state = str(answer.get("state") or "") if isinstance(answer, dict) else ""
     done = state.lower() in SMR_RESTORE_DONE
     rollbacks.finish(
@@ -93,9 +79,7 @@ def rollback_via_smr(rollback: Rollback) -> Attempt:
 
 def rollback_via_webhook(rollback: Rollback) -> Attempt:
     """`smrweb.rollback`; 202 Accepted: the harness queued it; any other 2xx: it says the restore is done."""
-    sent = post_webhook(rollback.run.project, webhooks.rollback_request(rollback))
-    if not sent.ok:
-        raise Failed(sent.line, retryable=sent.retryable, hint=sent.hint)
+    sent = post_webhook(rollback.run.project, webhooks.rollback_request(rollback)).taken()
     accepted_only = sent.status == 202
     rollbacks.finish(
         rollback.pk,
@@ -115,7 +99,7 @@ def rollback_via_git(rollback: Rollback) -> Attempt:
     try:
         done = git.roll_back(rollback)
     except SourceError as exc:
-        raise Failed.from_source(exc) from None
+        raise source_failed(exc) from None
     rollbacks.finish(rollback.pk, ok=True, detail=f"attempt {rollback.attempts}: {done}")
     return Attempt("applied")
 
@@ -140,7 +124,7 @@ def launch_via_smr(launch: RunLaunch) -> Attempt:
         status = getattr(exc.__cause__, "status_code", None)
         refused = isinstance(status, int) and 400 <= status < 500 and status != 429
         retryable = isinstance(exc, (*RETRYABLE_SOURCE_ERRORS, Malformed)) and not refused
-        raise Failed.from_source(exc, retryable=retryable) from None
+        raise source_failed(exc, retryable=retryable) from None
     rid, state = str(answer["run_id"]), str(answer.get("state") or "")
     launches.record_accepted(
         launch.pk,
@@ -152,7 +136,7 @@ def launch_via_smr(launch: RunLaunch) -> Attempt:
 
 def launch_via_webhook(launch: RunLaunch) -> Attempt:
     """`smrweb.start`; a 2xx means the harness took it (the run is confirmed when its events arrive)."""
-    line = _to_webhook(launch.project, webhooks.start_request(launch))
+    line = post_webhook(launch.project, webhooks.start_request(launch)).taken().line
     launches.record_accepted(
         launch.pk,
         external_run_id=launch.external_run_id,
@@ -171,7 +155,7 @@ def launch_via_git(launch: RunLaunch) -> Attempt:
     try:
         branch, commit, done = git.start_branch(launch)
     except SourceError as exc:
-        raise Failed.from_source(exc) from None
+        raise source_failed(exc) from None
     # The run first (its cursor at the start commit, its kickoff: both the same on a retried attempt),
     # then the answer, which links it and makes the project follow the branch: until then no sync reads
     # the branch, so a crash in between leaves nothing a retry would not redo.
@@ -214,7 +198,7 @@ def control_via_smr(control: RunControl) -> Attempt:
         else:
             answer = connector.resume_run(run.external_id)
     except SourceError as exc:
-        raise Failed.from_source(exc) from None
+        raise source_failed(exc) from None
     answer = answer if isinstance(answer, dict) else {}
     if control.kind == ControlKind.MESSAGE:
         ref = str(answer.get("message_id") or "")
@@ -240,7 +224,7 @@ def control_via_smr(control: RunControl) -> Attempt:
 
 def control_via_webhook(control: RunControl) -> Attempt:
     """`smrweb.message`, `smrweb.pause` or `smrweb.resume`; a 2xx means the harness took it."""
-    line = _to_webhook(control.run.project, webhooks.control_request(control))
+    line = post_webhook(control.run.project, webhooks.control_request(control)).taken().line
     services.control_accepted(
         control.pk, detail=f"attempt {control.attempts}: {line}", source_ref=control.idempotency_key
     )
