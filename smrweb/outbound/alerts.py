@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,17 +15,11 @@ from django.core.mail import EmailMessage
 from django.utils import timezone
 
 from smrweb.outbound import http, mail, webhooks
-from smrweb.outbound.http import Failed
+from smrweb.outbound.http import Attempt, Failed
 from smrweb.tracking.models import Channel, Notification
 from smrweb.tracking.services import alerts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    outcome: str  # "sent" | "retry" | "failed" | "skipped"
-    retry_in: float | None = None
 
 
 def payload(notification: Notification) -> dict:

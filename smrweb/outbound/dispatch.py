@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from smrweb.outbound import http, webhooks
-from smrweb.outbound.http import Failed
-from smrweb.outbound.targets import TARGETS, Attempt, post_webhook
+from smrweb.outbound.http import Attempt, Failed
+from smrweb.outbound.targets import TARGETS, post_webhook
 from smrweb.tracking.models import Rollback, RunControl, RunLaunch
 from smrweb.tracking.services import control as controls
 from smrweb.tracking.services import dispatched, launches

@@ -47,6 +47,15 @@ class Sent:
         return self
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt of an outbound action came to, for its task: applied | accepted | sent (taken),
+    failed, skipped (ended already: a redelivered message acts once), or retry in `retry_in` seconds."""
+
+    outcome: str
+    retry_in: float | None = None
+
+
 class Failed(Exception):
     """An outbound action not taken this time (a POST, a source's SDK call, a mail server): why, fit to
     show, whether trying again may help, and the receiver's hint of when."""

@@ -7,12 +7,11 @@ loop (`outbound.dispatch`) retries or gives up by the one rule."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.conf import settings
 
 from smrweb.outbound import http, webhooks
-from smrweb.outbound.http import Failed
+from smrweb.outbound.http import Attempt, Failed
 from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError, TimedOut, Unreachable
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -22,12 +21,6 @@ from smrweb.tracking.services import launches, rollbacks
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 # SMR answers a restore with `accepted` and an optional free-form `state`; only these say it is done.
 SMR_RESTORE_DONE = frozenset({"applied", "restored", "completed", "succeeded", "done"})
-
-
-@dataclass(frozen=True)
-class Attempt:
-    outcome: str  # "applied" | "accepted" | "failed" | "retry" | "skipped"
-    retry_in: float | None = None
 
 
 def source_failed(exc: SourceError, *, retryable: bool | None = None) -> Failed:
