@@ -511,11 +511,21 @@ SMRWEB_VALIDATOR_TIMEOUT_SECONDS = env.float("SMRWEB_VALIDATOR_TIMEOUT_SECONDS",
 SMRWEB_SUMMARY_MEMORY_BYTES = env.int("SMRWEB_SUMMARY_MEMORY_BYTES", default=1024**3)
 SMRWEB_SUMMARY_CPU_SECONDS = env.int("SMRWEB_SUMMARY_CPU_SECONDS", default=20)
 SMRWEB_SUMMARY_WALL_SECONDS = env.float("SMRWEB_SUMMARY_WALL_SECONDS", default=30.0)
-# Rollback dispatch: attempts in all, exponential backoff between them (capped), webhook timeout.
-SMRWEB_ROLLBACK_MAX_ATTEMPTS = env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)
-SMRWEB_ROLLBACK_RETRY_BASE_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
-SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = env.float("SMRWEB_ROLLBACK_RETRY_MAX_SECONDS", default=300.0)
-SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT = env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", default=10.0)
+# Dispatched actions (rollbacks, launches, steering, a push run's stop; smrweb/outbound/): attempts in all,
+# exponential backoff between them (capped), webhook timeout. The SMRWEB_ROLLBACK_* names they had are
+# read when the new ones are not set.
+SMRWEB_DISPATCH_MAX_ATTEMPTS = env.int(
+    "SMRWEB_DISPATCH_MAX_ATTEMPTS", default=env.int("SMRWEB_ROLLBACK_MAX_ATTEMPTS", default=6)
+)
+SMRWEB_DISPATCH_RETRY_BASE_SECONDS = env.float(
+    "SMRWEB_DISPATCH_RETRY_BASE_SECONDS", default=env.float("SMRWEB_ROLLBACK_RETRY_BASE_SECONDS", default=5.0)
+)
+SMRWEB_DISPATCH_RETRY_MAX_SECONDS = env.float(
+    "SMRWEB_DISPATCH_RETRY_MAX_SECONDS", default=env.float("SMRWEB_ROLLBACK_RETRY_MAX_SECONDS", default=300.0)
+)
+SMRWEB_DISPATCH_WEBHOOK_TIMEOUT = env.float(
+    "SMRWEB_DISPATCH_WEBHOOK_TIMEOUT", default=env.float("SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT", default=10.0)
+)
 # Requests to addresses users give (webhooks, a project's own SMR backend) go through core/outbound.py
 # (red-team finding 2): public addresses only, unless the host is on this allow-list (`host` or
 # `host:port`) or private addresses are allowed outright (a lab on one network; the demo allows its own

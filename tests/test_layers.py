@@ -39,6 +39,7 @@ PACKAGE = "smrweb"
 APPS = (
     "smrweb.tracking",
     "smrweb.sources",
+    "smrweb.outbound",
     "smrweb.api",
     "smrweb.dashboard",
     "smrweb.stack",
@@ -53,6 +54,7 @@ TRACKING = ("smrweb.tracking",)
 TRACKING_ENTRY_POINTS = ("smrweb.tracking.management.commands",)
 TRACKING_FORBIDDEN = (
     "smrweb.sources",
+    "smrweb.outbound",
     "smrweb.api",
     "smrweb.dashboard",
     "smrweb.stack",
@@ -88,6 +90,11 @@ STANDALONE_FORBIDDEN_EXTERNAL = ("django", "rest_framework", "celery")
 
 SOURCES = ("smrweb.sources",)
 SOURCES_FORBIDDEN = ("smrweb.api", "smrweb.dashboard")
+# Requests smrweb makes on its own initiative (issue 35): no face either; and the raw guarded POST has
+# one caller, the one answer classifier (a second copy of the retry rule would start there).
+OUTBOUND = ("smrweb.outbound",)
+OUTBOUND_FORBIDDEN = ("smrweb.api", "smrweb.dashboard")
+RAW_POST_CALLER = "smrweb/outbound/http.py"
 
 
 # --- the walk ---------------------------------------------------------------------------------------
@@ -406,6 +413,38 @@ def sources_violations(tree: Tree) -> list[Edge]:
     return forbidden_edges(tree, SOURCES, SOURCES_FORBIDDEN)
 
 
+def outbound_violations(tree: Tree) -> list[Edge]:
+    return forbidden_edges(tree, OUTBOUND, OUTBOUND_FORBIDDEN)
+
+
+def raw_post_callers(root: Path) -> list[str]:
+    """Files that call `core.outbound.post` (as `outbound.post(...)` or an imported `post`), as path:line."""
+    found = []
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "smrweb/core/outbound.py":
+            continue
+        tree = ast.parse(path.read_text(), filename=rel)
+        imported_post = any(
+            isinstance(n, ast.ImportFrom)
+            and n.module == "smrweb.core.outbound"
+            and any(a.name == "post" for a in n.names)
+            for n in ast.walk(tree)
+        )
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr == "post"
+                and isinstance(f.value, ast.Name)
+                and f.value.id == "outbound"
+            ) or (imported_post and isinstance(f, ast.Name) and f.id == "post"):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
 # --- the tests on the real tree -----------------------------------------------------------------------
 
 TREE = load_tree()
@@ -469,6 +508,18 @@ def test_harness_side_imports_no_django_and_no_app():
 def test_sources_import_no_face():
     bad = sources_violations(TREE)
     assert not bad, describe(bad, f"sources must not import {', '.join(SOURCES_FORBIDDEN)}")
+
+
+def test_outbound_imports_no_face():
+    bad = outbound_violations(TREE)
+    assert not bad, describe(bad, f"outbound must not import {', '.join(OUTBOUND_FORBIDDEN)}")
+
+
+def test_the_raw_post_has_one_caller():
+    """Every POST to a user-given address goes through `outbound.http.post`, which classifies the answer
+    by the one retry rule; a second caller of `core.outbound.post` would be a second rule."""
+    callers = raw_post_callers(ROOT)
+    assert [c.split(":")[0] for c in callers] == [RAW_POST_CALLER], callers
 
 
 # --- the checks can fail ------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from kombu.exceptions import OperationalError
 
 from smrweb.core import sandbox
 from smrweb.core.queue import queue_quietly
-from smrweb.sources import alerts, dispatch, preflight, summaries, sync, verification
-from smrweb.sources import control as steering
+from smrweb.outbound import alerts, dispatch
+from smrweb.sources import preflight, summaries, sync, verification
 from smrweb.sources.base import SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
@@ -124,7 +124,7 @@ def stop_run(run_id: int, reason: str = "") -> None:
     if run is None or run.is_terminal:
         return
     if run.project.source == SourceKind.PUSH:  # a signed webhook to the harness
-        outcome = alerts.stop_push_run(run, reason=reason or "a reviewer asked smrweb to stop the run")
+        outcome = dispatch.stop_push_run(run, reason=reason or "a reviewer asked smrweb to stop the run")
         services.record_stop_result(run, ok=outcome.startswith("the webhook accepted"), detail=outcome)
         return
     if run.project.source != SourceKind.SMR:
@@ -390,7 +390,7 @@ def verify_submission(submission_id: int) -> str:
 def dispatch_rollback(self, rollback_id: int) -> str:
     """One dispatch attempt; retried with backoff while the answer says retrying may help (the attempts
     are counted on the rollback, not by Celery, so a re-queued copy cannot exceed the maximum)."""
-    attempt = dispatch.dispatch(rollback_id)
+    attempt = dispatch.dispatch_rollback(rollback_id)
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.retry_in)
     return attempt.outcome
@@ -415,7 +415,7 @@ def dispatch_control(self, control_id: int) -> str:
     """One attempt to send a steering request (message, pause, resume) to the run's source; retried with
     backoff like a rollback (attempts counted on the control). An SMR answer queues a sync, so the
     message or the new state comes back soon and confirms it."""
-    attempt = steering.dispatch(control_id)
+    attempt = dispatch.dispatch_control(control_id)
     if attempt.outcome == "retry":
         raise self.retry(countdown=attempt.retry_in)
     if attempt.outcome == "accepted":
@@ -484,11 +484,11 @@ def _lost_dispatch_after() -> timedelta:
     a worker (SIGKILL, OOM): the broker would hand the unacknowledged message out again only after its
     visibility timeout, an hour."""
     call = max(
-        settings.SMRWEB_ROLLBACK_WEBHOOK_TIMEOUT,
+        settings.SMRWEB_DISPATCH_WEBHOOK_TIMEOUT,
         settings.SMRWEB_SMR_TIMEOUT,
         settings.SMRWEB_SMR_FIRST_CALL_TIMEOUT,
     )
-    return _stale_after() + timedelta(seconds=settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS + call)
+    return _stale_after() + timedelta(seconds=settings.SMRWEB_DISPATCH_RETRY_MAX_SECONDS + call)
 
 
 def _claim(stale, now) -> list[int]:

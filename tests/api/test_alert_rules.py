@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 
 from smrweb.core import queue
-from smrweb.sources import alerts as delivery
+from smrweb.outbound import alerts as delivery
 from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events

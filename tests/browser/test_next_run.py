@@ -14,10 +14,11 @@ from http.server import ThreadingHTTPServer
 import pytest
 from playwright.sync_api import expect
 
+from smrweb.outbound import webhooks
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.models import Run, RunLaunch
-from smrweb.tracking.services import knowledge, rollbacks
+from smrweb.tracking.services import knowledge
 from tests.browser.conftest import push, score, state
 from tests.conftest import wait_for
 
@@ -34,7 +35,7 @@ def harness(project, token, live_server, tmp_path):
         make_handler(
             url=live_server.url,
             tokens={"hill": token},
-            secrets={"hill": rollbacks.webhook_secret(project)},
+            secrets={"hill": webhooks.webhook_secret(project)},
             inbox=tmp_path / "inbox",
             interval=0.5,  # a run lives 30–45 s: long enough to be steered
         ),

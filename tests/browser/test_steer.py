@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, RunControl
+from smrweb.tracking.services import dispatched
 from tests.browser.conftest import push, state, turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -47,7 +48,7 @@ def test_steer_a_run_from_its_page(page, sign_in, bob, steerable, screenshot_dir
     expect(page.locator("#run-steer [role=status]")).to_contain_text("on its way to the run's source")
 
     sent = RunControl.objects.get()
-    services.start_control_attempt(sent.pk)
+    dispatched.start_attempt(RunControl, sent.pk)
     services.control_accepted(sent.pk, detail="attempt 1: the webhook answered HTTP 202")
     push(steerable, "live-1", {"type": "message", "id": sent.idempotency_key, "body": sent.body})
     expect(control).to_have_attribute("data-control-status", "confirmed", timeout=LIVE_WAIT_MS)
@@ -59,7 +60,7 @@ def test_steer_a_run_from_its_page(page, sign_in, bob, steerable, screenshot_dir
     page.get_by_role("button", name="Pause run").click()
     expect(page.locator("[data-steer-pending=pause]")).to_be_disabled()
     pause = RunControl.objects.get(kind="pause")
-    services.start_control_attempt(pause.pk)
+    dispatched.start_attempt(RunControl, pause.pk)
     services.control_accepted(pause.pk, detail="attempt 1: the webhook answered HTTP 202")
     push(steerable, "live-1", {**state("paused"), "id": "paused-1"})
     expect(page.get_by_role("button", name="Resume run")).to_be_visible(timeout=LIVE_WAIT_MS)

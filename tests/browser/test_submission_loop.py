@@ -10,8 +10,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from smrweb.outbound import webhooks
 from smrweb.tracking.models import Rollback, Submission
-from smrweb.tracking.services import rollbacks
 from tests.browser.conftest import push, score, state, store
 from tests.conftest import wait_for
 from tests.sources.test_submission_loop import CHECK_PREFIX, Receiver
@@ -34,7 +34,7 @@ def loop_project(project):
 def test_candidate_to_ranked_to_knowledge_then_regression_and_one_click_rollback(
     page, context, sign_in, bob, loop_project, celery_worker, live_server, screenshot_dir
 ):
-    receiver = Receiver([200], rollbacks.webhook_secret(loop_project))
+    receiver = Receiver([200], webhooks.webhook_secret(loop_project))
     loop_project.rollback_webhook_url = receiver.url
     loop_project.save()
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)

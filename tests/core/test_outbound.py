@@ -14,11 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
-from smrweb.sources import dispatch, sync
+from smrweb.outbound import dispatch, http
+from smrweb.sources import sync
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Rollback, SourceHealth, SourceKind
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import dispatched, rollbacks
 from tests.conftest import wait_for
 
 SECRET = "INTERNAL-ONLY-SECRET-4711"
@@ -249,12 +250,12 @@ def test_a_huge_answer_is_read_only_up_to_the_cap(service, settings):
     ],
 )
 def test_retry_after_is_read_safely(header, seconds):
-    assert dispatch.retry_after(header) == seconds
+    assert http.retry_after(header) == seconds
 
 
 @pytest.mark.parametrize("hint", [float("inf"), float("nan"), 1e12, -5.0, None, 999999999999.0])
 def test_the_backoff_never_exceeds_its_cap_whatever_the_hint(hint, settings):
-    settings.SMRWEB_ROLLBACK_RETRY_MAX_SECONDS = 300
+    settings.SMRWEB_DISPATCH_RETRY_MAX_SECONDS = 300
     for attempt in (1, 5, 1000):
         assert 0 < dispatch.backoff(attempt, hint) <= 300
 
@@ -287,10 +288,10 @@ def test_a_copy_queued_again_after_the_last_attempt_gives_up_instead_of_sending(
 ):
     """The stale-action sweep queues a new task (Celery's retry count starts again at 0): the attempts
     counted on the rollback stop it."""
-    settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS = 2
+    settings.SMRWEB_DISPATCH_MAX_ATTEMPTS = 2
     rollback = _rollback_for(project, bob, service.url())
     Rollback.objects.filter(pk=rollback.pk).update(status="dispatched", attempts=2)
-    assert dispatch.dispatch(rollback.pk).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed" and "gave up after 2 attempts" in rollback.detail
     assert service.requests == []
@@ -319,8 +320,8 @@ def test_a_rollback_detail_holding_nul_is_recorded(bob, project, service):
     from smrweb.tracking.models import AuditEvent
 
     rollback = _rollback_for(project, bob, service.url())
-    rollbacks.start_attempt(rollback.pk)
-    rollbacks.note_attempt(rollback.pk, "git: bad pack header\x00 retrying")
+    dispatched.start_attempt(Rollback, rollback.pk)
+    dispatched.note_attempt(Rollback, rollback.pk, "git: bad pack header\x00 retrying")
     rollbacks.finish(rollback.pk, ok=False, detail="git: bad pack header\x00 giving up")
     rollback.refresh_from_db()
     assert "\x00" not in rollback.detail and "bad pack header\ufffd giving up" in rollback.detail

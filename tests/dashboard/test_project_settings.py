@@ -2,8 +2,8 @@
 
 import pytest
 
+from smrweb.outbound import webhooks
 from smrweb.tracking.models import AuditEvent, Project
-from smrweb.tracking.services import rollbacks
 
 pytestmark = pytest.mark.django_db
 URL = "/projects/hill/settings/"
@@ -37,7 +37,7 @@ def test_an_admin_saves_settings_and_the_change_is_audited(client_alice, project
 
 def test_the_page_shows_the_webhook_signing_secret(client_alice, project):
     body = client_alice.get(URL).content.decode()
-    assert rollbacks.webhook_secret(project) in body
+    assert webhooks.webhook_secret(project) in body
 
 
 @pytest.mark.parametrize(

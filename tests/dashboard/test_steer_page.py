@@ -14,6 +14,7 @@ from smrweb.dashboard import live as live_cards
 from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, RunControl
+from smrweb.tracking.services import dispatched
 from smrweb.tracking.services.control import MESSAGE_MAX
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +104,7 @@ def test_pause_answers_the_status_part_and_resume_shows_once_paused(client, alic
     html = client.post(STEER, {"action": "pause"}, headers=HX).content.decode()
     assert html.lstrip().startswith('<div id="steer-status"') and "textarea" not in html
     pause = RunControl.objects.get()
-    services.start_control_attempt(pause.pk)
+    dispatched.start_attempt(RunControl, pause.pk)
     services.control_accepted(pause.pk, detail="attempt 1: the webhook answered HTTP 202")
     ingest(live, {"type": "state", "id": "p", "state": "paused"})
     html = client.get(STATUS, headers=HX).content.decode()
@@ -150,7 +151,7 @@ def test_the_page_stays_flat_with_many_requests(client, bob, live, django_assert
     run = live.runs.get()
     for i in range(30):
         control = services.request_control(run, by=bob, kind="message", body=f"m{i}")
-        services.control_failed(control.pk, detail="x")
+        dispatched.failed(RunControl, control.pk, detail="x")
     client.force_login(bob)
     client.get(STATUS, headers=HX)
     with django_assert_max_num_queries(12):

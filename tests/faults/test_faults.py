@@ -29,6 +29,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from smrweb.outbound import webhooks
 from smrweb.tracking import services
 from smrweb.tracking.models import (
     AgentTurn,
@@ -168,7 +169,7 @@ class Receiver:
 
 @pytest.fixture
 def receiver(project):
-    receiver = Receiver(rollbacks.webhook_secret(project), hold=True)
+    receiver = Receiver(webhooks.webhook_secret(project), hold=True)
     project.rollback_webhook_url = receiver.url
     project.save()
     yield receiver
@@ -432,7 +433,7 @@ def test_ingest_and_queued_actions_survive_a_redis_restart(
     )
     project.scenario.validator_command = ["python3", "-c", record_and_check, "{artifact}", str(ran)]
     project.scenario.save()
-    receiver = Receiver(rollbacks.webhook_secret(project))
+    receiver = Receiver(webhooks.webhook_secret(project))
     project.rollback_webhook_url = receiver.url
     project.save()
     subs = [scored_with_artifact(project, f"ok {k}".encode(), run=f"v{k}") for k in range(2)]

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
-from smrweb.sources import alerts as delivery
+from smrweb.outbound import alerts as delivery
 from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events

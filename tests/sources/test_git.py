@@ -16,8 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from smrweb.sources import dispatch, sync
+from smrweb.outbound import dispatch
 from smrweb.sources import git as gitsource
+from smrweb.sources import sync
 from smrweb.sources.base import NotPossible
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
@@ -348,7 +349,7 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     old_head = git(repo, "rev-parse", "main").strip()
     rollback = _rollback_to(gproject, bob, repo.c3)
 
-    assert dispatch.dispatch(rollback.pk, last_try=False).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=False).outcome == "applied"
 
     new_head = git(repo, "rev-parse", "main").strip()
     assert new_head != old_head
@@ -384,7 +385,7 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
     assert Artifact.objects.filter(run__project=gproject).count() == 4  # same bytes, a version of its own
 
     # A redelivered dispatch of the applied rollback does nothing more.
-    assert dispatch.dispatch(rollback.pk, last_try=False).outcome == "skipped"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=False).outcome == "skipped"
     assert git(repo, "rev-parse", "main").strip() == new_head
 
 
@@ -423,7 +424,7 @@ def test_a_branch_that_moves_once_is_retried_on_the_new_head(gproject, repo, bob
         return built
 
     monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     head = git(repo, "rev-parse", "main").strip()
     assert git(repo, "rev-parse", f"{head}^").strip() == moved[0]  # built on the moved head
     assert git_bytes(repo, "show", f"{head}:{PATH}") == b"class Optimizer:  # v1\n"
@@ -444,7 +445,7 @@ def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(
         return built
 
     monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed"
     assert "conflict: main moved 3 times while the rollback commit was being published" in rollback.detail
@@ -459,7 +460,7 @@ def test_uncommitted_changes_to_the_path_refuse_the_rollback(gproject, repo, bob
     head = git(repo, "rev-parse", "main").strip()
     rollback = _rollback_to(gproject, bob, repo.c1)
 
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert (
         "has uncommitted changes in the work tree" in rollback.detail
@@ -479,7 +480,7 @@ def test_a_bare_repository_is_synced_and_rolled_back(alice, bob, scenario, repo,
     do_sync(project)
     assert Artifact.objects.filter(run__project=project).count() == 3
     rollback = _rollback_to(project, bob, repo.c1)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert git_bytes(bare, "show", f"main:{PATH}") == b"class Optimizer:  # v1\n"
     assert git(bare, "rev-parse", "main^").strip() == repo.c5
 

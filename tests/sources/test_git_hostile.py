@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch
 from smrweb.sources import git as gitsource
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, Submission
@@ -190,7 +190,7 @@ def test_a_rollback_runs_none_of_it_and_still_lands(hproject, hostile, bob):
     do_sync(hproject)
     (hostile.repo / PATH).touch()
     rollback = _rollback_to(hproject, bob, hostile.c1)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert hostile.ran() == ""
     head = git(hostile.repo, "rev-parse", "main").strip()
     assert git(hostile.repo, "cat-file", "-p", f"{head}:{PATH}") == "class Optimizer:  # v1\n"
@@ -227,7 +227,7 @@ def test_a_symlinked_artifact_path_is_never_written_through(hproject, hostile, b
     (hostile.repo / PATH).unlink()
     (hostile.repo / PATH).symlink_to(outside)
     rollback = _rollback_to(hproject, bob, hostile.c1)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert "uncommitted changes in the work tree" in rollback.detail
     assert outside.read_text() == "not the agent's to change\n" and hostile.ran() == ""
@@ -342,7 +342,7 @@ def test_a_work_tree_of_another_repository_listed_by_the_agent_is_left_alone(
     # Linked work trees are refused outright since red-team N3 (their list is the agent's to write).
     assert do_sync(hproject).error.startswith("foreign_repository: ")
     rollback = _rollback_to(hproject, bob, hostile.c1)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     assert (victim / PATH).read_text() == "class Optimizer:  # v3, broken\n"  # theirs, untouched
     assert git(victim, "status", "--porcelain") == ""
     rollback.refresh_from_db()

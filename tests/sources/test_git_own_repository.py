@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch
 from smrweb.sources import git as gitsource
 from smrweb.sources.apply import apply_events
 from smrweb.tracking import services
@@ -196,7 +196,7 @@ def test_a_redirect_is_refused_by_the_sync_and_the_rollback_leaves_the_victim_al
     assert not imported_from_victim(project, world)
 
     rollback = _rollback_to(project, bob, world.base)  # the template's commit: the victim has it too
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed" and "foreign_repository: Refused" in rollback.detail
     assert history(world.victim) == log_before and snapshot(world.victim) == before
@@ -225,7 +225,7 @@ def test_git_variables_in_the_workers_environment_lead_nowhere(project, world, b
     assert Artifact.objects.filter(run__project=project, commit=mine).exists()
 
     rollback = _rollback_to(project, bob, world.base)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert git(world.agent, "rev-parse", "main^").strip() == mine
     assert (world.agent / PATH).read_text() == "class Optimizer:  # template\n"
     assert history(world.victim) == log_before and snapshot(world.victim) == before
@@ -284,7 +284,7 @@ def test_smrwebs_own_mirror_of_another_project_is_never_a_repository(alice, bob,
     )
     before, mirror_before = snapshot(world.victim), snapshot(mirror)
     rollback = _rollback_to(thief, bob, world.theirs)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     assert snapshot(world.victim) == before and snapshot(mirror) == mirror_before
 
 
@@ -355,7 +355,7 @@ def test_the_work_tree_is_checked_again_right_before_it_is_written(
 
     monkeypatch.setattr(gitsource.Repo, "publish", publish_then_redirect)
     before = snapshot(world.victim)
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert snapshot(world.victim) == before
     rollback.refresh_from_db()
     assert "updated" not in rollback.detail, rollback.detail
@@ -437,7 +437,7 @@ def test_the_reviews_gitdir_redirect_end_to_end(alice, tmp_path, monkeypatch):
     )
     assert answer.status_code == 202, answer.json()
     rollback = Rollback.objects.get(pk=answer.json()["id"])
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "failed"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert "foreign_repository: Refused" in rollback.detail and "committed" not in rollback.detail
     assert history(victim) == log_before and snapshot(victim) == before

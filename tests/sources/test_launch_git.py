@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch
 from smrweb.tracking import queries, services
 from smrweb.tracking.models import Artifact, AuditEvent, Project, Run, RunLaunch, RuntimeMessage, Submission
 from smrweb.tracking.services import launches, rollbacks
@@ -162,6 +162,6 @@ def test_a_rollback_of_the_earlier_run_commits_on_its_own_branch_not_the_followe
     new_branch_head = git(repo, "rev-parse", f"main-next-{made.pk}").strip()
     sub = Submission.objects.get(run=parent, commit=repo.c1)
     rollback = rollbacks.request_rollback(by=bob, reason="back", submission=sub).rollback
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert git(repo, "rev-parse", "main^").strip() == repo.c5  # a new commit on main, the run's branch
     assert git(repo, "rev-parse", f"main-next-{made.pk}").strip() == new_branch_head

@@ -10,7 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from smrweb.sources import dispatch, sync
+from smrweb.outbound import dispatch
+from smrweb.sources import sync
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import queries
 from smrweb.tracking.models import Run, RunLaunch, RuntimeMessage

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, RunLaunch
-from smrweb.tracking.services import launches, rollbacks
+from smrweb.tracking.services import launches
 from tests.conftest import wait_for
 from tests.sources.test_submission_loop import Receiver
 
@@ -28,7 +28,7 @@ def parent(project):
 
 
 def receiving(project, statuses):
-    receiver = Receiver(statuses, rollbacks.webhook_secret(project))
+    receiver = Receiver(statuses, webhooks.webhook_secret(project))
     services.update_project(project, rollback_webhook_url=receiver.url)
     return receiver
 

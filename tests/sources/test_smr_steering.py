@@ -9,10 +9,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from smrweb.sources import control as steering
+from smrweb.outbound import dispatch
 from smrweb.sources import sync
 from smrweb.tracking import services
 from smrweb.tracking.models import AuditEvent, Run, RunControl, RuntimeMessage
+from smrweb.tracking.services import dispatched
 from tests.api.helpers import session_client
 from tests.conftest import wait_for
 from tests.sources.smr_project import smr_project_on
@@ -207,10 +208,10 @@ def test_a_5xx_is_retried_and_the_next_attempt_delivers_the_message_once(bob, sm
     run = live_run(smr_project, simulator)
     control = services.request_control(run, by=bob, kind="message", body="narrow the MLP")
     simulator.set_faults("enqueue_message:5xx=1.0")
-    first = steering.dispatch(control.pk)
+    first = dispatch.dispatch_control(control.pk)
     assert first.outcome == "retry" and first.retry_in == 5.0
     simulator.set_faults("")
-    assert steering.dispatch(control.pk).outcome == "accepted"
+    assert dispatch.dispatch_control(control.pk).outcome == "accepted"
     control.refresh_from_db()
     assert (control.status, control.attempts) == ("accepted", 2)
     assert "attempt 1: server_error" in control.detail and "retrying in 5 s" in control.detail
@@ -224,14 +225,14 @@ def test_a_5xx_is_retried_and_the_next_attempt_delivers_the_message_once(bob, sm
 def test_a_message_whose_answer_was_lost_is_found_not_sent_again(bob, smr_project, simulator):
     run = live_run(smr_project, simulator)
     control = services.request_control(run, by=bob, kind="message", body="try dropout 0.1")
-    services.start_control_attempt(control.pk)  # attempt 1 delivered it, and its answer timed out
-    services.note_control_attempt(
-        control.pk, "attempt 1: timeout: runtime message: timed out; retrying in 5 s"
+    dispatched.start_attempt(RunControl, control.pk)  # attempt 1 delivered it, and its answer timed out
+    dispatched.note_attempt(
+        RunControl, control.pk, "attempt 1: timeout: runtime message: timed out; retrying in 5 s"
     )
     delivered = simulator.world.enqueue_message(
         run.external_id, {"body": "try dropout 0.1", "causation_id": control.idempotency_key}
     )
-    assert steering.dispatch(control.pk).outcome == "accepted"
+    assert dispatch.dispatch_control(control.pk).outcome == "accepted"
     control.refresh_from_db()
     assert control.source_ref == delivered["message_id"] and control.attempts == 2
     assert calls(simulator, "enqueue_message") == []  # looked for, found, not sent twice
@@ -239,18 +240,18 @@ def test_a_message_whose_answer_was_lost_is_found_not_sent_again(bob, smr_projec
 
 @pytest.mark.django_db
 def test_retries_end_after_the_maximum_number_of_attempts(bob, smr_project, simulator, settings):
-    settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS = 2
+    settings.SMRWEB_DISPATCH_MAX_ATTEMPTS = 2
     run = live_run(smr_project, simulator)
     control = services.request_control(run, by=bob, kind="pause")
     simulator.set_faults("pause:429=1.0")
-    first = steering.dispatch(control.pk)
+    first = dispatch.dispatch_control(control.pk)
     assert (
         first.outcome == "retry" and first.retry_in == 5.0
     )  # the 429's Retry-After (2 s) is under the floor
-    assert steering.dispatch(control.pk).outcome == "failed"
+    assert dispatch.dispatch_control(control.pk).outcome == "failed"
     control.refresh_from_db()
     assert control.status == "failed" and control.attempts == 2
     assert control.detail.splitlines()[-1].endswith(
         "rate_limited: pause run: Too many requests (simulated); giving up"
     )
-    assert steering.dispatch(control.pk).outcome == "skipped"
+    assert dispatch.dispatch_control(control.pk).outcome == "skipped"

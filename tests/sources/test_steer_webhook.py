@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from smrweb.sources import control as steering
+from smrweb.outbound import dispatch, webhooks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Project, Run, RunControl
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import dispatched
 from tests.conftest import wait_for
 from tests.sources.test_submission_loop import Receiver
 
@@ -23,7 +23,7 @@ def receiver(project):
     made: list[Receiver] = []
 
     def start(statuses: list[int]) -> Receiver:
-        made.append(Receiver(statuses, rollbacks.webhook_secret(project)))
+        made.append(Receiver(statuses, webhooks.webhook_secret(project)))
         Project.objects.filter(pk=project.pk).update(rollback_webhook_url=made[-1].url)
         return made[-1]
 
@@ -41,9 +41,9 @@ def running(project):
 
 def until_done(control_id: int) -> list[str]:
     """The task's attempts, one after another (the backoff is the task's, tested in tests/sources)."""
-    outcomes = [steering.dispatch(control_id).outcome]
+    outcomes = [dispatch.dispatch_control(control_id).outcome]
     while outcomes[-1] == "retry":
-        outcomes.append(steering.dispatch(control_id).outcome)
+        outcomes.append(dispatch.dispatch_control(control_id).outcome)
     return outcomes
 
 
@@ -109,7 +109,7 @@ def test_pause_and_resume_webhooks_carry_no_body_and_are_confirmed_by_the_report
 
 @pytest.mark.django_db
 def test_it_gives_up_after_the_maximum_number_of_attempts(running, bob, receiver, settings):
-    settings.SMRWEB_ROLLBACK_MAX_ATTEMPTS = 3
+    settings.SMRWEB_DISPATCH_MAX_ATTEMPTS = 3
     hook = receiver([503] * 10)
     control = services.request_control(running, by=bob, kind="pause")
     assert until_done(control.pk) == ["retry", "retry", "failed"]
@@ -117,7 +117,7 @@ def test_it_gives_up_after_the_maximum_number_of_attempts(running, bob, receiver
     control.refresh_from_db()
     assert control.status == "failed" and control.attempts == 3
     assert control.detail.splitlines()[-1].endswith("attempt 3: the webhook answered HTTP 503; giving up")
-    assert steering.dispatch(control.pk).outcome == "skipped" and len(hook.seen) == 3
+    assert dispatch.dispatch_control(control.pk).outcome == "skipped" and len(hook.seen) == 3
 
 
 @pytest.mark.django_db
@@ -169,7 +169,7 @@ def test_a_request_the_queue_lost_is_queued_again_by_the_stale_action_sweep(runn
     lost = services.request_control(running, by=bob, kind="message", body="lost in transit")
     fresh = services.request_control(running, by=bob, kind="message", body="just asked")
     died = services.request_control(running, by=bob, kind="pause")
-    services.start_control_attempt(died.pk)  # its worker died mid-attempt
+    dispatched.start_attempt(RunControl, died.pk)  # its worker died mid-attempt
     long_ago = timezone.now() - timedelta(hours=2)
     RunControl.objects.filter(pk__in=[lost.pk, died.pk]).update(updated=long_ago)
     swept = tasks.redispatch_stale_actions()["controls"]

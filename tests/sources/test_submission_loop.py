@@ -16,6 +16,7 @@ import httpx
 import pytest
 from django.db import close_old_connections
 
+from smrweb.outbound import webhooks
 from smrweb.sources import sync
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -170,7 +171,7 @@ def webhook_project(project):
 def test_a_rollback_is_posted_signed_and_retried_until_the_receiver_takes_it(
     client, bob, webhook_project, celery_worker
 ):
-    receiver = Receiver([503, 502, 200], rollbacks.webhook_secret(webhook_project))
+    receiver = Receiver([503, 502, 200], webhooks.webhook_secret(webhook_project))
     webhook_project.rollback_webhook_url = receiver.url
     webhook_project.save()
     try:
@@ -196,7 +197,7 @@ def test_a_rollback_is_posted_signed_and_retried_until_the_receiver_takes_it(
 
 
 def test_a_rollback_the_receiver_refuses_fails_with_its_answer(bob, webhook_project, celery_worker):
-    receiver = Receiver([400], rollbacks.webhook_secret(webhook_project))
+    receiver = Receiver([400], webhooks.webhook_secret(webhook_project))
     webhook_project.rollback_webhook_url = receiver.url
     webhook_project.save()
     try:

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from smrweb.sources import alerts as delivery
+from smrweb.outbound import alerts as delivery
 from smrweb.stack import harness
 from smrweb.stack.mailcatcher import MailCatcher, free_port
 from smrweb.stack.management.commands import runstack

@@ -10,7 +10,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -51,10 +51,10 @@ def candidate(project) -> Submission:
 
 
 def test_a_signed_rollback_is_applied_and_reported_back(project, bob, receiver):
-    receiver(rollbacks.webhook_secret(project))
+    receiver(webhooks.webhook_secret(project))
     sub = candidate(project)
     rollback = rollbacks.request_rollback(by=bob, reason="regressed by 0.3", submission=sub).rollback
-    assert dispatch.dispatch(rollback.pk, last_try=True).outcome == "applied"
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     message = RuntimeMessage.objects.get(run__external_id="r1", topic="harness.rollback")
     assert f"Rolled back to submission #{sub.pk}" in message.body and "regressed by 0.3" in message.body
     rollback.refresh_from_db()
@@ -64,7 +64,7 @@ def test_a_signed_rollback_is_applied_and_reported_back(project, bob, receiver):
 def test_a_rollback_signed_with_the_wrong_secret_is_refused(project, bob, receiver):
     receiver("not-the-projects-secret")
     rollback = rollbacks.request_rollback(by=bob, reason="r", submission=candidate(project)).rollback
-    assert dispatch.dispatch(rollback.pk, last_try=False).outcome == "failed"  # 401 is not retried
+    assert dispatch.dispatch_rollback(rollback.pk, last_try=False).outcome == "failed"  # 401 is not retried
     rollback.refresh_from_db()
     assert rollback.status == "failed" and "HTTP 401" in rollback.detail
     assert not RuntimeMessage.objects.filter(topic="harness.rollback").exists()

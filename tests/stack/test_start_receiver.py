@@ -10,12 +10,12 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from smrweb.core import outbound
-from smrweb.sources import dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, RunLaunch, RuntimeMessage
-from smrweb.tracking.services import launches, rollbacks
+from smrweb.tracking.services import launches
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +26,7 @@ def harness_webhook(project, token, live_server):
     handler = make_handler(
         url=live_server.url,
         tokens={"hill": token},
-        secrets={"hill": rollbacks.webhook_secret(project)},
+        secrets={"hill": webhooks.webhook_secret(project)},
         interval=0.05,
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -69,7 +69,7 @@ def test_the_demo_harness_starts_the_named_run_with_the_kickoff_and_it_climbs(pr
 
     # The same delivery again (a retry after a lost answer) starts nothing new.
     launch_again = RunLaunch.objects.get(pk=launch.pk)
-    body, headers = launches.start_webhook_request(launch_again)
+    body, headers = webhooks.start_request(launch_again)
     answer = outbound.post(project.rollback_webhook_url, content=body, headers=headers, timeout=10)
     assert answer.status == 200
     assert Run.objects.filter(project=project).count() == 2

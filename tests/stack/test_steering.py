@@ -13,14 +13,13 @@ from http.server import ThreadingHTTPServer
 import httpx
 import pytest
 
-from smrweb.sources import control as steering_dispatch
+from smrweb.outbound import dispatch, webhooks
 from smrweb.stack import steering
 from smrweb.stack.harness import Harness, SimRun
 from smrweb.stack.rollback_receiver import make_handler
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, RunControl, RuntimeMessage
-from smrweb.tracking.services import rollbacks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +33,7 @@ def demo(project, token, live_server, tmp_path):
         make_handler(
             url=live_server.url,
             tokens={"hill": token},
-            secrets={"hill": rollbacks.webhook_secret(project)},
+            secrets={"hill": webhooks.webhook_secret(project)},
             inbox=inbox,
         ),
     )
@@ -50,7 +49,7 @@ def demo(project, token, live_server, tmp_path):
 
 
 def sent(control) -> str:
-    return steering_dispatch.dispatch(control.pk, last_try=True).outcome
+    return dispatch.dispatch_control(control.pk, last_try=True).outcome
 
 
 def r1() -> Run:

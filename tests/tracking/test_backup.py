@@ -63,7 +63,7 @@ from smrweb.tracking.models import (
     VerificationOutcome,
 )
 from smrweb.tracking.services import alerts as alert_service
-from smrweb.tracking.services import knowledge, launches, rollbacks
+from smrweb.tracking.services import dispatched, knowledge, launches, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory, admin_project
 
@@ -311,8 +311,8 @@ def rich(alice, bob, victor):
         reason="back to start",
         checkpoint=Checkpoint.objects.get(run__project=project, external_id="c1"),
     )
-    rollbacks.start_attempt(done.rollback.pk)
-    rollbacks.note_attempt(done.rollback.pk, "posted")
+    dispatched.start_attempt(Rollback, done.rollback.pk)
+    dispatched.note_attempt(Rollback, done.rollback.pk, "posted")
     rollbacks.finish(done.rollback.pk, ok=True, detail="applied")
     rollbacks.request_rollback(
         by=alice, reason="regressed", submission=Submission.objects.get(project=project, event_id="s1")
@@ -368,7 +368,7 @@ def rich(alice, bob, victor):
         budget_tokens=10_000,
         idempotency_key="rich-launch-1",
     )
-    launches.start_attempt(started.pk)
+    dispatched.start_attempt(RunLaunch, started.pk)
     launches.record_accepted(started.pk, external_run_id=started.external_run_id, detail="HTTP 200")
     ingest(project, started.external_run_id, {"type": "state", "id": "n1", "state": "running", "ts": at(20)})
     launches.request_launch(project, by=alice, kickoff="An open launch", idempotency_key="rich-launch-2")

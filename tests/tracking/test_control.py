@@ -14,6 +14,7 @@ from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Project, Run, RunControl, SourceKind
+from smrweb.tracking.services import dispatched
 from smrweb.tracking.services.control import MESSAGE_MAX, ControlRefused
 
 pytestmark = pytest.mark.django_db
@@ -184,13 +185,13 @@ def test_the_run_page_offers_steering_exactly_when_the_domain_accepts_it(
 
 def test_attempts_are_counted_and_a_finished_request_is_not_sent_again(steerable, bob):
     control = services.request_control(r1(steerable), by=bob, kind="pause")
-    first = services.start_control_attempt(control.pk)
+    first = dispatched.start_attempt(RunControl, control.pk)
     assert (first.status, first.attempts) == ("dispatched", 1) and first.dispatched_at is not None
-    services.note_control_attempt(control.pk, "attempt 1: HTTP 503; retrying in 5 s")
-    second = services.start_control_attempt(control.pk)
+    dispatched.note_attempt(RunControl, control.pk, "attempt 1: HTTP 503; retrying in 5 s")
+    second = dispatched.start_attempt(RunControl, control.pk)
     assert second.attempts == 2 and second.dispatched_at == first.dispatched_at
     services.control_accepted(control.pk, detail="attempt 2: the webhook answered HTTP 202", source_ref="k-1")
-    assert services.start_control_attempt(control.pk) is None  # a redelivered task does nothing
+    assert dispatched.start_attempt(RunControl, control.pk) is None  # a redelivered task does nothing
     control.refresh_from_db()
     assert (control.status, control.source_ref, control.attempts) == ("accepted", "k-1", 2)
     lines = control.detail.splitlines()
@@ -203,8 +204,8 @@ def test_attempts_are_counted_and_a_finished_request_is_not_sent_again(steerable
 
 def test_a_failed_request_says_why_and_is_audited(steerable, bob):
     control = services.request_control(r1(steerable), by=bob, kind="message", body="hi")
-    services.start_control_attempt(control.pk)
-    services.control_failed(control.pk, detail="attempt 1: the webhook answered HTTP 400; giving up")
+    dispatched.start_attempt(RunControl, control.pk)
+    dispatched.failed(RunControl, control.pk, detail="attempt 1: the webhook answered HTTP 400; giving up")
     control.refresh_from_db()
     assert control.status == "failed" and control.finished_at is not None
     assert "HTTP 400; giving up" in control.detail
@@ -217,7 +218,7 @@ def test_a_failed_request_says_why_and_is_audited(steerable, bob):
 
 def test_a_pushed_message_with_the_webhooks_message_id_confirms_it(steerable, bob):
     control = services.request_control(r1(steerable), by=bob, kind="message", body="try cosine decay")
-    services.start_control_attempt(control.pk)
+    dispatched.start_attempt(RunControl, control.pk)
     # The harness reports it back before the webhook's answer arrives: confirmed all the same.
     events(steerable, "r1", [{"type": "message", "id": control.idempotency_key, "body": "try cosine decay"}])
     control.refresh_from_db()
@@ -231,7 +232,7 @@ def test_a_pushed_message_with_the_webhooks_message_id_confirms_it(steerable, bo
 
 def test_an_smr_message_is_matched_by_its_message_id_and_another_message_confirms_nothing(steerable, bob):
     control = services.request_control(r1(steerable), by=bob, kind="message", body="hi there")
-    services.start_control_attempt(control.pk)
+    dispatched.start_attempt(RunControl, control.pk)
     services.control_accepted(control.pk, detail="SMR queued the message", source_ref="m-42")
     events(steerable, "r1", [{"type": "message", "id": "message:m-41", "body": "hi there"}])
     assert RunControl.objects.get().status == "accepted"  # same words, another message id
@@ -241,7 +242,7 @@ def test_an_smr_message_is_matched_by_its_message_id_and_another_message_confirm
 
 def test_without_a_reference_the_message_is_matched_by_its_words_once(steerable, bob):
     first = services.request_control(r1(steerable), by=bob, kind="message", body="same words")
-    services.start_control_attempt(first.pk)
+    dispatched.start_attempt(RunControl, first.pk)
     services.control_accepted(first.pk, detail="no message id")
     services.request_control(r1(steerable), by=bob, kind="message", body="unsent")  # requested: not matched
     events(steerable, "r1", [{"type": "message", "id": "x1", "body": "other words"}])
@@ -253,7 +254,7 @@ def test_without_a_reference_the_message_is_matched_by_its_words_once(steerable,
 
 def test_pause_and_resume_are_confirmed_by_the_runs_state(steerable, bob):
     pause = services.request_control(r1(steerable), by=bob, kind="pause")
-    services.start_control_attempt(pause.pk)
+    dispatched.start_attempt(RunControl, pause.pk)
     services.control_accepted(pause.pk, detail="HTTP 202")
     events(steerable, "r1", [{"type": "metric", "key": "loss", "value": 1.0, "step": 1}])
     assert RunControl.objects.get(pk=pause.pk).status == "accepted"
@@ -261,7 +262,7 @@ def test_pause_and_resume_are_confirmed_by_the_runs_state(steerable, bob):
     pause.refresh_from_db()
     assert pause.status == "confirmed" and pause.detail.endswith("the run reported paused")
     resume = services.request_control(r1(steerable), by=bob, kind="resume")
-    services.start_control_attempt(resume.pk)
+    dispatched.start_attempt(RunControl, resume.pk)
     services.control_accepted(resume.pk, detail="HTTP 202")
     # (an id of its own: without one, a second "running" is the first one's replay)
     events(steerable, "r1", [{"type": "state", "id": "resumed", "state": "running"}])
@@ -271,7 +272,7 @@ def test_pause_and_resume_are_confirmed_by_the_runs_state(steerable, bob):
 
 def test_a_pause_still_pending_when_the_run_ends_fails_saying_so(steerable, bob):
     pause = services.request_control(r1(steerable), by=bob, kind="pause")
-    services.start_control_attempt(pause.pk)
+    dispatched.start_attempt(RunControl, pause.pk)
     services.control_accepted(pause.pk, detail="HTTP 202")
     message = services.request_control(r1(steerable), by=bob, kind="message", body="hi")
     events(steerable, "r1", [{"type": "state", "state": "done"}])

@@ -13,11 +13,12 @@ from decimal import Decimal
 import pytest
 from django.db import close_old_connections
 
+from smrweb.outbound import webhooks
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run, RunLaunch
-from smrweb.tracking.services import knowledge, launches, rollbacks
+from smrweb.tracking.services import dispatched, knowledge, launches
 
 pytestmark = pytest.mark.django_db
 
@@ -180,7 +181,7 @@ def test_the_prefill_takes_the_runs_profile_budget_and_the_carry_forward_block(h
 def test_the_new_run_born_by_ingest_is_linked_to_its_parent_and_the_launch_confirmed(hooked, bob):
     r1 = Run.objects.get(external_id="r1")
     launch, _ = ask(hooked, bob, from_run=r1, budget_usd="3", model_profile="codex_small")
-    launches.start_attempt(launch.pk)
+    dispatched.start_attempt(RunLaunch, launch.pk)
     launches.record_accepted(launch.pk, external_run_id=launch.external_run_id, detail="HTTP 200")
     assert RunLaunch.objects.get().status == "accepted"
 
@@ -206,7 +207,7 @@ def test_the_new_run_born_by_ingest_is_linked_to_its_parent_and_the_launch_confi
 def test_a_run_seen_before_the_sources_answer_is_linked_when_the_answer_is_recorded(hooked, bob):
     r1 = Run.objects.get(external_id="r1")
     launch, _ = ask(hooked, bob, from_run=r1)
-    launches.start_attempt(launch.pk)
+    dispatched.start_attempt(RunLaunch, launch.pk)
     services.record_poll(hooked, "smr-run-42", live_phase="queued")  # a poll got there first
     assert RunLaunch.objects.get().run is None
     launches.record_accepted(launch.pk, external_run_id="smr-run-42", detail="SMR started run smr-run-42")
@@ -225,7 +226,7 @@ def test_an_accepted_launch_whose_run_never_reports_ends_failed_and_a_late_run_s
     settings.SMRWEB_LAUNCH_APPEAR_SECONDS = 600
     r1 = Run.objects.get(external_id="r1")
     launch, _ = ask(hooked, bob, from_run=r1)
-    launches.start_attempt(launch.pk)
+    dispatched.start_attempt(RunLaunch, launch.pk)
     launches.record_accepted(launch.pk, external_run_id="r1-next-1", detail="HTTP 202")
     accepted_at = RunLaunch.objects.get().updated
     assert launches.expire_unseen(now=accepted_at + timedelta(seconds=599)) == []  # still within the wait
@@ -246,13 +247,16 @@ def test_an_accepted_launch_whose_run_never_reports_ends_failed_and_a_late_run_s
 
 def test_a_finished_launch_is_not_attempted_again_and_failures_are_recorded(hooked, bob):
     launch, _ = ask(hooked, bob)
-    assert launches.start_attempt(launch.pk).attempts == 1
-    launches.note_attempt(launch.pk, "attempt 1: HTTP 503; retrying in 1 s")
-    assert launches.start_attempt(launch.pk).attempts == 2
-    launches.fail(launch.pk, detail="attempt 2: HTTP 400; giving up")
+    assert dispatched.start_attempt(RunLaunch, launch.pk).attempts == 1
+    dispatched.note_attempt(RunLaunch, launch.pk, "attempt 1: HTTP 503; retrying in 1 s")
+    assert dispatched.start_attempt(RunLaunch, launch.pk).attempts == 2
+    dispatched.failed(RunLaunch, launch.pk, detail="attempt 2: HTTP 400; giving up")
     launch.refresh_from_db()
     assert launch.status == "failed" and "HTTP 503" in launch.detail and "HTTP 400" in launch.detail
-    assert launches.start_attempt(launch.pk) is None and launches.fail(launch.pk, detail="again") is None
+    assert (
+        dispatched.start_attempt(RunLaunch, launch.pk) is None
+        and dispatched.failed(RunLaunch, launch.pk, detail="again") is None
+    )
     assert AuditEvent.objects.get(verb="launch.failed").detail["detail"] == "attempt 2: HTTP 400; giving up"
 
 
@@ -261,7 +265,7 @@ def test_the_start_webhook_is_signed_with_the_projects_secret_and_carries_the_ke
     launch, _ = ask(
         hooked, bob, from_run=r1, budget_usd="2.5", budget_tokens=1000, model_profile="codex_small"
     )
-    body, headers = launches.start_webhook_request(launch)
+    body, headers = webhooks.start_request(launch)
     payload = json.loads(body)
     assert payload == {
         "type": "smrweb.start",
@@ -276,7 +280,7 @@ def test_the_start_webhook_is_signed_with_the_projects_secret_and_carries_the_ke
         "requested_by": "bob",
         "requested_at": launch.created.isoformat(),
     }
-    secret = rollbacks.webhook_secret(hooked)
+    secret = webhooks.webhook_secret(hooked)
     stamp = headers["X-Smrweb-Timestamp"]
     expected = hmac.new(secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
     assert headers["X-Smrweb-Signature"] == f"sha256={expected}" and headers["Idempotency-Key"] == KEY

@@ -14,7 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from smrweb.dashboard.access import project_for_user
-from smrweb.sources import invitations as mail
+from smrweb.outbound import mail
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput, InvitationUnusable, TrackingError
 from smrweb.tracking.models import Membership, ProjectInvitation, Role

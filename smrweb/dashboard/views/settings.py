@@ -13,11 +13,12 @@ from django.views.decorators.http import require_http_methods
 
 from smrweb.core import ratelimits
 from smrweb.dashboard.access import project_for_user
+from smrweb.outbound import webhooks
 from smrweb.sources import smr
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Role, SourceKind
-from smrweb.tracking.services import rollbacks, submissions
+from smrweb.tracking.services import submissions
 
 
 class ProjectSettingsForm(forms.Form):
@@ -157,7 +158,7 @@ def _render(request, project, *, form=None, smr_form=None, metric_form=None, bod
         {
             "project": project,
             "form": form or ProjectSettingsForm(initial=initial),
-            "webhook_secret": rollbacks.webhook_secret(project),
+            "webhook_secret": webhooks.webhook_secret(project),
             "smr": smr_settings,
             "smr_form": smr_form or SmrSourceForm(),
             "metric_form": metric_form

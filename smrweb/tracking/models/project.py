@@ -59,7 +59,7 @@ class Project(models.Model):
     # Budget guard: a live run past 100 % of its USD or token budget is stopped through its source
     # (audited; the run.budget notification says so).
     budget_guard = models.BooleanField(default=False)
-    # Push projects: where a rollback is POSTed (signed); empty means rollbacks cannot be dispatched.
+    # Push projects: where every signed action is POSTed (`webhook_url`); empty: none can be dispatched.
     rollback_webhook_url = models.URLField(blank=True)
     # Git projects: an absolute path to a local repository (a work tree or bare) and the branch whose
     # commits are the project's one run (see docs/integrations.md#git-workspace-source).
@@ -93,6 +93,12 @@ class Project(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("dashboard:project-detail", args=[self.slug])
+
+    @property
+    def webhook_url(self) -> str:
+        """Where a push project's harness is told things (rollbacks, stops, starts, steering): one URL
+        for every action; the field keeps the name of the first of them (the API's name too)."""
+        return self.rollback_webhook_url
 
     @property
     def uses_operator_smr_key(self) -> bool:

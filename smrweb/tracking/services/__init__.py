@@ -60,11 +60,8 @@ from smrweb.tracking.services.control import (  # noqa: F401
     ControlRefused,
     confirm_reported,
     control_accepted,
-    control_failed,
     may_steer,
-    note_control_attempt,
     request_control,
-    start_control_attempt,
     steer_refusal,
 )
 from smrweb.tracking.services.deletion import (  # noqa: F401

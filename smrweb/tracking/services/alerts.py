@@ -8,7 +8,7 @@ turn. The unique key (rule, subject, episode) is what keeps a replayed batch or 
 from notifying twice, while a run that recovers and stalls again notifies again.
 
 Evaluation runs on a worker after the write path's commits (`signals.alerts_due`), never in a page
-view. Delivery (email, Slack, webhooks) is `sources/alerts.py`; the inbox channel is delivered here,
+view. Delivery (email, Slack, webhooks) is `outbound/alerts.py`; the inbox channel is delivered here,
 by writing the notification.
 """
 
@@ -390,7 +390,7 @@ def mark_read(
     return rows.update(read_at=timezone.now())
 
 
-# --- delivery bookkeeping (sources/alerts.py sends) -----------------------------------------------
+# --- delivery bookkeeping (outbound/alerts.py sends) -----------------------------------------------
 
 
 def claim_delivery(notification_id: int) -> Notification | None:

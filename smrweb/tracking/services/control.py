@@ -32,6 +32,7 @@ from smrweb.tracking.models import (
     RunState,
     SourceKind,
 )
+from smrweb.tracking.services import dispatched
 from smrweb.tracking.services.audit import record_audit
 
 S = DispatchStatus
@@ -150,51 +151,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
     return control
 
 
-# --- what the dispatch task records --------------------------------------------------------------------
-
-
-def _printable(text: str) -> str:
-    """A source's own words may hold NUL, which PostgreSQL text and JSON cannot."""
-    return text.replace("\x00", "\ufffd")
-
-
-def _append(control: RunControl, line: str, stamp=None) -> None:
-    stamp = (stamp or timezone.now()).strftime("%H:%M:%S")
-    control.detail = (control.detail + f"\n[{stamp}] {_printable(line)}").strip()[-10_000:]
-
-
-def _locked(control_id: int) -> RunControl:
-    return (
-        RunControl.objects.select_for_update(of=("self",))
-        .select_related("run__project", "requested_by")
-        .get(pk=control_id)
-    )
-
-
-def start_control_attempt(control_id: int) -> RunControl | None:
-    """Mark a dispatch attempt (requested → dispatched on the first) and count it; None when it has
-    already been taken, confirmed or failed, so a redelivered task does not send it twice."""
-    with transaction.atomic():
-        control = _locked(control_id)
-        if control.status not in OPEN_DISPATCH:
-            return None
-        first = control.status == S.REQUESTED
-        control.status = S.DISPATCHED
-        control.attempts += 1
-        control.dispatched_at = control.dispatched_at or timezone.now()
-        control.save()
-        if first:
-            record_audit(None, "control.dispatched", control, project=control.run.project, kind=control.kind)
-        control.run.save(update_fields=["updated"])
-    return control
-
-
-def note_control_attempt(control_id: int, line: str) -> None:
-    """Append what one attempt got back (a retry's reason), for the person watching."""
-    with transaction.atomic():
-        control = RunControl.objects.select_for_update(of=("self",)).get(pk=control_id)
-        _append(control, line)
-        control.save(update_fields=["detail", "updated"])
+# --- what the source's answer records (the attempts: services/dispatched.py) ------------------------------
 
 
 def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> RunControl | None:
@@ -202,12 +159,12 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
     (an SMR message id), by which its report is recognised. A control the source already reported
     back (confirmed before the answer arrived) keeps its status and gains the detail."""
     with transaction.atomic():
-        control = _locked(control_id)
+        control = dispatched.locked(RunControl, control_id)
         if control.status in (S.FAILED,):
             return None
         if source_ref and not control.source_ref:
             control.source_ref = source_ref[:200]
-        _append(control, detail)
+        dispatched.append(control, detail)
         if control.status in OPEN_DISPATCH:
             control.status = S.ACCEPTED
             record_audit(
@@ -216,31 +173,9 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
                 control,
                 project=control.run.project,
                 kind=control.kind,
-                detail=_printable(detail)[:500],
+                detail=dispatched.printable(detail)[:500],
             )
         control.save()
-        control.run.save(update_fields=["updated"])
-    return control
-
-
-def control_failed(control_id: int, *, detail: str) -> RunControl | None:
-    """The last attempt failed (or the source refused): the control ends failed with the reason."""
-    with transaction.atomic():
-        control = _locked(control_id)
-        if control.status not in PENDING:
-            return None
-        control.status = S.FAILED
-        control.finished_at = timezone.now()
-        _append(control, detail, control.finished_at)
-        control.save()
-        record_audit(
-            None,
-            "control.failed",
-            control,
-            project=control.run.project,
-            kind=control.kind,
-            detail=_printable(detail)[:500],
-        )
         control.run.save(update_fields=["updated"])
     return control
 
@@ -248,7 +183,7 @@ def control_failed(control_id: int, *, detail: str) -> RunControl | None:
 def _end(control: RunControl, run: Run, status: str, line: str, now) -> None:
     control.status = status
     control.finished_at = now
-    _append(control, line, now)
+    dispatched.append(control, line, now)
     control.save(update_fields=["status", "finished_at", "detail", "updated"])
     record_audit(None, f"control.{status}", control, project=run.project, kind=control.kind, detail=line)
 
@@ -299,29 +234,3 @@ def confirm_reported(
                 _end(control, run, S.CONFIRMED, f"the run reported {run.state}", now)
                 changed += 1
     return changed
-
-
-# --- the webhook of push projects ----------------------------------------------------------------------
-
-
-def webhook_request(control: RunControl, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed POST that tells a push project's harness: the project's
-    (rollback) webhook URL, the same secret and signature as a rollback or a stop, `type`
-    `smrweb.message`, `smrweb.pause` or `smrweb.resume`, and the control's Idempotency-Key on every
-    retry. A harness reports a message back as a `message` event whose `id` is `message_id`, a pause
-    as a `state` event `paused`, a resume as a `state` event `running`."""
-    from smrweb.tracking.services.rollbacks import _signed_post
-
-    now = now or timezone.now()
-    run = control.run
-    payload: dict[str, Any] = {
-        "type": f"smrweb.{control.kind}",
-        "control_id": control.pk,
-        "project": run.project.slug,
-        "run": run.external_id,
-        "requested_by": control.requested_by.get_username(),
-        "requested_at": control.created.isoformat(),
-    }
-    if control.kind == ControlKind.MESSAGE:
-        payload.update(body=control.body, message_id=control.idempotency_key)
-    return _signed_post(run.project, payload, key=control.idempotency_key, agent="smrweb-control/1", now=now)

@@ -1,6 +1,6 @@
 """Invitations: an admin invites an e-mail address with a role; the link mailed there (signed, expiring,
 single-use, bound to the address) lets its holder join — with a new account made for that address, or
-signed in to an account that has it. Sending the e-mail is the sources' (sources/invitations.py)."""
+signed in to an account that has it. Sending the e-mail is the sources' (outbound/mail.py)."""
 
 from __future__ import annotations
 

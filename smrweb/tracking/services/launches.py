@@ -41,6 +41,7 @@ from smrweb.tracking.models import (
     RunLaunch,
     SourceKind,
 )
+from smrweb.tracking.services import dispatched
 from smrweb.tracking.services.audit import record_audit
 
 D = DispatchStatus
@@ -296,63 +297,7 @@ def request_launch(
     return launch, True
 
 
-# --- the dispatcher's bookkeeping ------------------------------------------------------------------
-
-
-def _printable(text: str) -> str:
-    return text.replace("\x00", "\ufffd")
-
-
-def _append(launch: RunLaunch, line: str, when=None) -> None:
-    stamp = (when or timezone.now()).strftime("%H:%M:%S")
-    launch.detail = (launch.detail + f"\n[{stamp}] {_printable(line)}").strip()[-10_000:]
-
-
-def _locked(launch_id: int) -> RunLaunch:
-    return (
-        RunLaunch.objects.select_for_update(of=("self",))
-        .select_related("project__scenario", "from_run", "requested_by", "run")
-        .get(pk=launch_id)
-    )
-
-
-def start_attempt(launch_id: int) -> RunLaunch | None:
-    """Mark a dispatch attempt (requested → dispatched on the first); None if it already ended, so a
-    redelivered task does not act twice."""
-    with transaction.atomic():
-        launch = _locked(launch_id)
-        if launch.status not in OPEN_DISPATCH:
-            return None
-        first = launch.status == D.REQUESTED
-        launch.status = D.DISPATCHED
-        launch.attempts += 1
-        launch.dispatched_at = launch.dispatched_at or timezone.now()
-        launch.save()
-        if first:
-            record_audit(None, "launch.dispatched", launch, project=launch.project)
-    return launch
-
-
-def note_attempt(launch_id: int, line: str) -> None:
-    """Append what one attempt got back (kept for the person watching and for the audit)."""
-    with transaction.atomic():
-        launch = RunLaunch.objects.select_for_update(of=("self",)).get(pk=launch_id)
-        _append(launch, line)
-        launch.save(update_fields=["detail", "updated"])
-
-
-def fail(launch_id: int, *, detail: str) -> RunLaunch | None:
-    """The source refused, or every attempt failed: the launch ends failed (no run was started)."""
-    with transaction.atomic():
-        launch = _locked(launch_id)
-        if launch.status not in OPEN_DISPATCH:
-            return None
-        launch.status = D.FAILED
-        launch.finished_at = timezone.now()
-        _append(launch, detail, launch.finished_at)
-        launch.save()
-        record_audit(None, "launch.failed", launch, project=launch.project, detail=_printable(detail)[:500])
-    return launch
+# --- what the source's answer records (the attempts: services/dispatched.py) ------------------------------
 
 
 def record_accepted(
@@ -362,11 +307,11 @@ def record_accepted(
     has already seen that run (a poll can come before the answer is recorded). `follow_branch`: a git
     launch's new branch, which the project follows from now on."""
     with transaction.atomic():
-        launch = _locked(launch_id)
+        launch = dispatched.locked(RunLaunch, launch_id)
         if launch.status == D.CONFIRMED and launch.run is not None:
             # The run reported before the answer was recorded (a harness that starts pushing at once):
             # keep the answer in the log, nothing else changes.
-            _append(launch, detail)
+            dispatched.append(launch, detail)
             launch.save(update_fields=["detail", "updated"])
             return launch
         if launch.status not in OPEN_DISPATCH:
@@ -375,7 +320,7 @@ def record_accepted(
             _follow_branch(launch, follow_branch)
         launch.external_run_id = external_run_id[:200]
         launch.status = D.ACCEPTED
-        _append(launch, detail)
+        dispatched.append(launch, detail)
         launch.save()
         record_audit(
             None,
@@ -383,7 +328,7 @@ def record_accepted(
             launch,
             project=launch.project,
             run=launch.external_run_id,
-            detail=_printable(detail)[:500],
+            detail=dispatched.printable(detail)[:500],
         )
         run = (
             Run.objects.select_for_update(of=("self",))  # PostgreSQL: not the outer join's nullable side
@@ -408,12 +353,12 @@ def expire_unseen(now: datetime | None = None) -> list[RunLaunch]:
     expired = []
     for launch_id in list(due[:200]):
         with transaction.atomic():
-            launch = _locked(launch_id)
+            launch = dispatched.locked(RunLaunch, launch_id)
             if launch.status != D.ACCEPTED or launch.run_id is not None:
                 continue  # confirmed meanwhile
             launch.status = D.FAILED
             launch.finished_at = now
-            _append(
+            dispatched.append(
                 launch,
                 f"no run {launch.external_run_id} reported within {waited // 60} min of the source's answer; "
                 "if it reports later it is linked here",
@@ -471,7 +416,7 @@ def _link(launch: RunLaunch, run: Run) -> None:
     launch.run = run
     launch.status = D.CONFIRMED
     launch.finished_at = now
-    _append(launch, f"run {run.external_id} appeared", now)
+    dispatched.append(launch, f"run {run.external_id} appeared", now)
     launch.save()
     # The run's lineage, and what was asked for where the source has not said otherwise (yet).
     changed = []
@@ -496,33 +441,3 @@ def _link(launch: RunLaunch, run: Run) -> None:
         run=run.external_id,
         parent=launch.from_run.external_id if launch.from_run_id else None,
     )
-
-
-# --- the start webhook of push projects ----------------------------------------------------------------
-
-
-def start_webhook_request(launch: RunLaunch, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed `smrweb.start` POST to a push project's webhook (the URL,
-    secret and signature of rollbacks and stops). The Idempotency-Key is the launch's own key, so a
-    retried delivery starts nothing twice."""
-    from smrweb.tracking.services.rollbacks import _signed_post
-
-    now = now or timezone.now()
-    project = launch.project
-    payload = {
-        "type": "smrweb.start",
-        "launch_id": launch.pk,
-        "project": project.slug,
-        "run_id": launch.external_run_id,
-        "from_run": launch.from_run.external_id if launch.from_run_id else None,
-        "kickoff": launch.kickoff,
-        "model_profile": launch.model_profile,
-        "budget": {
-            "usd": str(launch.budget_usd) if launch.budget_usd is not None else None,
-            "tokens": launch.budget_tokens,
-        },
-        "scenario": project.scenario.key,
-        "requested_by": launch.requested_by.get_username(),
-        "requested_at": launch.created.isoformat(),
-    }
-    return _signed_post(project, payload, key=launch.idempotency_key, agent="smrweb-start/1", now=now)

@@ -10,17 +10,12 @@ concurrent requests get the same rollback back instead of a second one.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.core import outbound
 from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -32,7 +27,7 @@ from smrweb.tracking.models import (
     SourceKind,
     Submission,
 )
-from smrweb.tracking.services import record_audit
+from smrweb.tracking.services import dispatched, record_audit
 from smrweb.tracking.services.archive import check_writable
 
 R = RollbackStatus
@@ -206,58 +201,20 @@ def request_rollback(
     return Requested(rollback, True)
 
 
-def start_attempt(rollback_id: int) -> Rollback | None:
-    """Mark a dispatch attempt (requested → dispatched on the first); None if it already finished,
-    so a redelivered task does not act twice."""
-    with transaction.atomic():
-        rollback = (
-            Rollback.objects.select_for_update(of=("self",))
-            .select_related("run__project", "target_submission", "target_checkpoint", "requested_by")
-            .get(pk=rollback_id)
-        )
-        if rollback.status not in Rollback.OPEN:
-            return None
-        first = rollback.status == R.REQUESTED
-        rollback.status = R.DISPATCHED
-        rollback.attempts += 1
-        rollback.dispatched_at = rollback.dispatched_at or timezone.now()
-        rollback.save()
-        if first:
-            record_audit(None, "rollback.dispatched", rollback, project=rollback.run.project)
-        rollback.run.save(update_fields=["updated"])
-    return rollback
-
-
-def _printable(text: str) -> str:
-    """A source's own words (git's stderr) may hold NUL, which PostgreSQL text and JSON cannot."""
-    return text.replace("\x00", "\ufffd")
-
-
-def note_attempt(rollback_id: int, line: str) -> None:
-    """Append what one attempt got back (kept for the person watching and for the audit)."""
-    with transaction.atomic():
-        rollback = Rollback.objects.select_for_update(of=("self",)).get(pk=rollback_id)
-        stamp = timezone.now().strftime("%H:%M:%S")
-        rollback.detail = (rollback.detail + f"\n[{stamp}] {_printable(line)}").strip()[-10_000:]
-        rollback.save(update_fields=["detail", "updated"])
-
-
 def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = False) -> Rollback | None:
-    """End an attempt: applied, failed, or (`accepted_only`) taken by the source without a confirmation
-    that the restore is done — the run page then says so and shows the run's state as polled."""
+    """End an attempt: applied, failed (`dispatched.failed`), or (`accepted_only`) taken by the source
+    without a confirmation that the restore is done — the run page then says so and shows the run's
+    state as polled."""
+    if not ok:
+        return dispatched.failed(Rollback, rollback_id, detail=detail)
     with transaction.atomic():
-        rollback = (
-            Rollback.objects.select_for_update(of=("self",))
-            .select_related("run__project")
-            .get(pk=rollback_id)
-        )
+        rollback = dispatched.locked(Rollback, rollback_id)
         if rollback.status not in Rollback.OPEN:
             return None
-        rollback.status = (R.ACCEPTED if accepted_only else R.APPLIED) if ok else R.FAILED
+        rollback.status = R.ACCEPTED if accepted_only else R.APPLIED
         rollback.finished_at = timezone.now()
-        stamp = rollback.finished_at.strftime("%H:%M:%S")
-        detail = _printable(detail)
-        rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
+        detail = dispatched.printable(detail)
+        dispatched.append(rollback, detail, rollback.finished_at)
         rollback.save()
         record_audit(
             None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500]
@@ -278,78 +235,3 @@ def checkpoint_for(rollback: Rollback) -> Checkpoint | None:
         if same:
             return same
     return usable.filter(ts__lte=sub.ts).order_by("-ts", "-id").first()
-
-
-# --- the webhook of push projects -------------------------------------------------------------------
-
-
-def webhook_secret(project) -> str:
-    """The key a receiver checks signatures with: derived from SECRET_KEY per project (shown to admins)."""
-    return hmac.new(
-        settings.SECRET_KEY.encode(), f"smrweb.rollback-webhook:{project.pk}".encode(), hashlib.sha256
-    ).hexdigest()
-
-
-def webhook_request(rollback: Rollback, *, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the rollback POST. The signature covers timestamp and body, so a
-    receiver can refuse replays; the Idempotency-Key lets it ignore a retried delivery."""
-    now = now or timezone.now()
-    run = rollback.run
-    target: dict[str, Any]
-    if rollback.target_submission_id:
-        sub = rollback.target_submission
-        artifact = sub.artifact
-        target = {
-            "type": "submission",
-            "id": sub.pk,
-            "score": sub.score,
-            "commit": sub.commit,
-            "artifact_path": artifact.path if artifact else None,
-            "artifact_sha256": artifact.blob.sha256 if artifact else None,
-            "ts": sub.ts.isoformat(),
-        }
-    else:
-        cp = rollback.target_checkpoint
-        target = {
-            "type": "checkpoint",
-            "id": cp.external_id,
-            "label": cp.label,
-            "commit": cp.commit,
-            "ts": cp.ts.isoformat(),
-        }
-    payload = {
-        "type": "smrweb.rollback",
-        "rollback_id": rollback.pk,
-        "project": run.project.slug,
-        "run": run.external_id,
-        "target": target,
-        "reason": rollback.reason,
-        "requested_by": rollback.requested_by.get_username(),
-        "requested_at": rollback.created.isoformat(),
-    }
-    return _signed_post(
-        run.project, payload, key=f"smrweb-rollback-{rollback.pk}", agent="smrweb-rollback/1", now=now
-    )
-
-
-def _signed_post(project, payload: dict, *, key: str, agent: str, now) -> tuple[bytes, dict[str, str]]:
-    """A push project's webhook POST: canonical JSON, signed with the project's secret."""
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    headers = outbound.signed_headers(
-        webhook_secret(project), body, timestamp=int(now.timestamp()), idempotency_key=key, agent=agent
-    )
-    return body, headers
-
-
-def stop_webhook_request(run, *, reason: str, now=None) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the signed `stop` POST to a push project's webhook (the budget guard's
-    way to stop a harness); same secret and signature as a rollback."""
-    now = now or timezone.now()
-    payload = {
-        "type": "smrweb.stop",
-        "project": run.project.slug,
-        "run": run.external_id,
-        "reason": reason,
-        "requested_at": now.isoformat(),
-    }
-    return _signed_post(run.project, payload, key=f"smrweb-stop-{run.pk}", agent="smrweb-stop/1", now=now)

@@ -18,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from smrweb.outbound import webhooks
 from smrweb.stack import console
 
 DEMO_USER, DEMO_PASSWORD = "demo", "smrweb-demo"
@@ -363,7 +364,6 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
     from smrweb.stack.harness import DEMO_PROJECTS
     from smrweb.tracking import services
     from smrweb.tracking.models import ApiToken, Project, Role, Scenario
-    from smrweb.tracking.services import rollbacks
 
     User = get_user_model()
     user = User.objects.filter(username=DEMO_USER).first()
@@ -387,7 +387,7 @@ def seed_demo(*, rollback_url: str) -> tuple[str, str]:
         )
         services.add_member(project, user, role=Role.ADMIN)
         seed_demo_alerts(project, user)
-        secrets.append(f"{project.slug} {rollbacks.webhook_secret(project)}")
+        secrets.append(f"{project.slug} {webhooks.webhook_secret(project)}")
         for stale in ApiToken.objects.filter(project=project, name="demo-harness", revoked_at__isnull=True):
             services.revoke_api_token(stale)  # one live harness token per project, whatever the restarts
         _, raw = services.create_api_token(project, name="demo-harness")

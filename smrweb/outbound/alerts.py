@@ -8,43 +8,18 @@ from __future__ import annotations
 
 import json
 import logging
-import smtplib
-import socket
-from dataclasses import dataclass
 from datetime import timedelta
 
-import httpx
 from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import EmailMessage
 from django.utils import timezone
 
-from smrweb.core import outbound
-from smrweb.sources.dispatch import retry_after
+from smrweb.outbound import http, mail, webhooks
+from smrweb.outbound.http import Attempt, Failed
 from smrweb.tracking.models import Channel, Notification
 from smrweb.tracking.services import alerts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    outcome: str  # "sent" | "retry" | "failed" | "skipped"
-    retry_in: float | None = None
-
-
-class Undelivered(Exception):
-    def __init__(self, line: str, *, retryable: bool, hint: float | None = None):
-        super().__init__(line)
-        self.retryable, self.hint = retryable, hint
-
-
-def backoff(attempt: int, hint: float | None = None) -> float:
-    """Seconds before the next attempt: exponential from the base, or the receiver's Retry-After, capped."""
-    cap = settings.SMRWEB_ALERT_RETRY_MAX_SECONDS
-    base = min(settings.SMRWEB_ALERT_RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 60), cap)
-    if hint is None or hint != hint or hint < 0:
-        return base
-    return min(max(hint, base), cap)
 
 
 def payload(notification: Notification) -> dict:
@@ -87,25 +62,7 @@ def slack_message(notification: Notification) -> dict:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
-    try:
-        answer = outbound.post(
-            url, content=body, headers=headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS
-        )
-    except outbound.Unresolvable as exc:
-        raise Undelivered(str(exc), retryable=True) from None
-    except outbound.Refused as exc:
-        raise Undelivered(f"not sent: {exc}", retryable=False) from None
-    except httpx.TimeoutException:
-        raise Undelivered("the receiver did not answer in time", retryable=True) from None
-    except httpx.HTTPError as exc:
-        raise Undelivered(f"could not reach the receiver ({type(exc).__name__})", retryable=True) from None
-    if 200 <= answer.status < 300:
-        return
-    line = f"the receiver answered HTTP {answer.status}"
-    if 300 <= answer.status < 400:
-        line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if answer.status == 429 else None
-    raise Undelivered(line, retryable=answer.status in (408, 429) or answer.status >= 500, hint=hint)
+    http.post(url, body, headers, timeout=settings.SMRWEB_ALERT_TIMEOUT_SECONDS, who="the receiver").taken()
 
 
 def _send_email(notification: Notification) -> None:
@@ -119,19 +76,7 @@ def _send_email(notification: Notification) -> None:
             "X-Smrweb-Notification": str(notification.pk),
         },
     )
-    _mail(message)
-
-
-def _mail(message: EmailMessage) -> None:
-    try:
-        with get_connection(timeout=settings.EMAIL_TIMEOUT) as connection:
-            connection.send_messages([message])
-    except smtplib.SMTPRecipientsRefused as exc:
-        raise Undelivered(
-            f"the mail server refused the recipient ({exc.recipients})", retryable=False
-        ) from None
-    except (smtplib.SMTPException, OSError, socket.timeout) as exc:
-        raise Undelivered(f"the mail server: {type(exc).__name__}: {exc}"[:500], retryable=True) from None
+    mail.send(message)
 
 
 def digest_message(batch: list[Notification]) -> EmailMessage:
@@ -171,8 +116,8 @@ def deliver_digest(rule_id: int) -> Attempt:
     if not batch:
         return Attempt("skipped")
     try:
-        _mail(digest_message(batch))
-    except Undelivered as exc:
+        mail.send(digest_message(batch))
+    except Failed as exc:
         line = f"digest attempt {batch[0].attempts}: {exc}"
         alerts.finish_digest(batch, error=line, retry=exc.retryable)
         log.warning("alert digest of rule %s not delivered: %s", rule_id, line)
@@ -189,13 +134,8 @@ def _send(notification: Notification) -> None:
         body = json.dumps(slack_message(notification)).encode()
         _post(rule.target, body, {"Content-Type": "application/json", "User-Agent": "smrweb-alert/1"})
     elif rule.channel == Channel.WEBHOOK:
-        body = json.dumps(payload(notification), separators=(",", ":"), sort_keys=True).encode()
-        headers = outbound.signed_headers(
-            rule.secret,
-            body,
-            timestamp=int(timezone.now().timestamp()),
-            idempotency_key=f"smrweb-alert-{notification.pk}",
-            agent="smrweb-alert/1",
+        body, headers = webhooks.signed(
+            rule.secret, payload(notification), key=f"smrweb-alert-{notification.pk}", agent="smrweb-alert/1"
         )
         _post(rule.target, body, headers)
     # The inbox channel is delivered when the notification is written.
@@ -209,10 +149,15 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
     last_try = last_try or notification.attempts >= settings.SMRWEB_ALERT_MAX_ATTEMPTS
     try:
         _send(notification)
-    except Undelivered as exc:
+    except Failed as exc:
         line = f"attempt {notification.attempts}: {exc}"
         if exc.retryable and not last_try:
-            delay = backoff(notification.attempts, exc.hint)
+            delay = http.backoff(
+                notification.attempts,
+                exc.hint,
+                base=settings.SMRWEB_ALERT_RETRY_BASE_SECONDS,
+                cap=settings.SMRWEB_ALERT_RETRY_MAX_SECONDS,
+            )
             alerts.finish_delivery(
                 notification,
                 error=f"{line}; retrying in {delay:g} s",
@@ -224,19 +169,3 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
         return Attempt("failed")
     alerts.finish_delivery(notification)
     return Attempt("sent")
-
-
-def stop_push_run(run, *, reason: str) -> str:
-    """The budget guard's stop for a push project: a signed `stop` POST to the project's webhook. Returns
-    what happened, for the audit trail."""
-    from smrweb.tracking.services.rollbacks import stop_webhook_request
-
-    url = run.project.rollback_webhook_url
-    if not url:
-        return "not sent: the project has no webhook URL to send a stop to"
-    body, headers = stop_webhook_request(run, reason=reason)
-    try:
-        _post(url, body, headers)
-    except Undelivered as exc:
-        return f"not delivered: {exc}"
-    return "the webhook accepted the stop"

@@ -1,5 +1,6 @@
-"""Invitation e-mails, sent through Django's mail API (EMAIL_URL) while the admin waits, so the Members
-tab can say at once whether the mail server took it. The link is absolute under SMRWEB_BASE_URL."""
+"""Mail through Django's mail API (EMAIL_URL): `send`, the one way a message goes out (alert emails and
+digests, invitations), and invitation e-mails, sent while the admin waits, so the Members tab can say
+at once whether the mail server took it. The link is absolute under SMRWEB_BASE_URL."""
 
 from __future__ import annotations
 
@@ -12,10 +13,25 @@ from django.core.mail import EmailMessage, get_connection
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from smrweb.outbound.http import Failed
 from smrweb.tracking import services
 from smrweb.tracking.models import ProjectInvitation
 
 log = logging.getLogger(__name__)
+
+
+def send(message: EmailMessage) -> None:
+    """Hand one message to the mail server; `http.Failed` when it did not take it (a refused recipient
+    is final, anything else may pass on another attempt)."""
+    try:
+        with get_connection(timeout=settings.EMAIL_TIMEOUT) as connection:
+            connection.send_messages([message])
+    except smtplib.SMTPRecipientsRefused as exc:
+        raise Failed(
+            f"the mail server refused the recipient ({', '.join(exc.recipients)})", retryable=False
+        ) from None
+    except (smtplib.SMTPException, OSError, socket.timeout) as exc:
+        raise Failed(f"the mail server: {type(exc).__name__}: {exc}"[:500], retryable=True) from None
 
 
 def invitation_url(invitation: ProjectInvitation) -> str:
@@ -46,12 +62,9 @@ def send_invitation(invitation: ProjectInvitation) -> str:
     )
     error = ""
     try:
-        with get_connection(timeout=settings.EMAIL_TIMEOUT) as connection:
-            connection.send_messages([message])
-    except smtplib.SMTPRecipientsRefused as exc:
-        error = f"the mail server refused the recipient ({', '.join(exc.recipients)})"
-    except (smtplib.SMTPException, OSError, socket.timeout) as exc:
-        error = f"the mail server: {type(exc).__name__}: {exc}"
+        send(message)
+    except Failed as exc:
+        error = exc.line
     if error:
         log.warning("invitation %s to %s not sent: %s", invitation.pk, invitation.email, error)
     services.record_invitation_sent(invitation, error=error)
