@@ -23,7 +23,9 @@ from smrweb.sources.dispatch import (
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import ControlKind, RunControl, SourceKind
+from smrweb.tracking.services import capabilities
 from smrweb.tracking.services import control as controls
+from smrweb.tracking.services.capabilities import Action
 
 
 def dispatch(control_id: int, *, last_try: bool = False) -> Attempt:
@@ -41,7 +43,7 @@ def dispatch(control_id: int, *, last_try: bool = False) -> Attempt:
         )
         return Attempt("failed")
     project = control.run.project
-    if refusal := controls.steer_refusal(project):  # the project changed since the request
+    if refusal := capabilities.refusal(project, Action.STEER):  # the project changed since the request
         services.control_failed(control.pk, detail=f"not sent: {refusal}")
         return Attempt("failed")
     if control.run.is_terminal:

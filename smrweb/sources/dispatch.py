@@ -20,7 +20,8 @@ from smrweb.sources.base import Malformed, RateLimited, ServerError, SourceError
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services
 from smrweb.tracking.models import SourceKind
-from smrweb.tracking.services import launches, rollbacks
+from smrweb.tracking.services import capabilities, launches, rollbacks
+from smrweb.tracking.services.capabilities import Action
 
 RETRYABLE_SOURCE_ERRORS = (RateLimited, ServerError, TimedOut, Unreachable)
 
@@ -223,7 +224,7 @@ def dispatch_launch(launch_id: int, *, last_try: bool = False) -> Attempt:
             "(SMRWEB_ROLLBACK_MAX_ATTEMPTS)",
         )
         return Attempt("failed")
-    if refusal := launches.launch_refusal(launch.project):
+    if refusal := capabilities.refusal(launch.project, Action.LAUNCH):
         launches.fail(launch.pk, detail=refusal)
         return Attempt("failed")
     return {

@@ -61,11 +61,9 @@ from smrweb.tracking.services.control import (  # noqa: F401
     confirm_reported,
     control_accepted,
     control_failed,
-    may_steer,
     note_control_attempt,
     request_control,
     start_control_attempt,
-    steer_refusal,
 )
 from smrweb.tracking.services.deletion import (  # noqa: F401
     DeletionSummary,
@@ -98,10 +96,7 @@ from smrweb.tracking.services.invitations import (  # noqa: F401
     revoke_invitation,
 )
 from smrweb.tracking.services.launches import (  # noqa: F401
-    LAUNCH_EFFECTS,
     compose_kickoff,
-    launch_refusal,
-    may_launch,
     request_launch,
 )
 from smrweb.tracking.services.members import (  # noqa: F401
@@ -144,7 +139,6 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_SETTINGS,
     CloseRefused,
     attribute_turns,
-    close_refusal,
     close_run,
     flag_stalled_runs,
     recompute_scores,
