@@ -38,7 +38,6 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
-    SourceKind,
     Submission,
     TurnKind,
 )
@@ -126,7 +125,8 @@ class RunPage:
         self.reviewer = reviewer
         # What the viewer may do here: the one table of what each source can do (services.capabilities).
         project = self.project
-        self.can_stop = self.project.source == SourceKind.SMR and reviewer
+        self.stop_refusal = capabilities.refusal(project, Action.STOP, run=run) if reviewer else ""
+        self.can_stop = reviewer and not self.stop_refusal
         self.can_roll_back = reviewer and not capabilities.refusal(project, Action.ROLL_BACK)
         self.can_launch = reviewer and not capabilities.refusal(project, Action.LAUNCH)
         self.can_close = reviewer and not capabilities.refusal(project, Action.CLOSE, run=run, now=self.now)
@@ -263,6 +263,7 @@ class RunPage:
                 self.can_snooze,
                 m.snoozed_until,
                 self.can_stop,
+                self.stop_refusal,
                 self.can_close,
                 *closing,
             )
@@ -488,6 +489,7 @@ class RunPage:
             "is_admin": self.is_admin,
             "can_snooze": self.can_snooze,
             "can_stop": self.can_stop,
+            "stop_refusal": self.stop_refusal,
             "can_roll_back": self.can_roll_back,
             "can_launch": self.can_launch,
             "can_close": self.can_close,

@@ -138,6 +138,7 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
     CloseRefused,
+    StopRefused,
     attribute_turns,
     close_run,
     flag_stalled_runs,

@@ -258,10 +258,15 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
     return flagged
 
 
+class StopRefused(TrackingError):
+    status = 409
+    code = "stop_refused"
+
+
 def request_stop(run: Run, *, by: Any) -> AuditEvent:
     """Record that someone asked to stop a run; the caller dispatches the stop after commit."""
-    if run.is_terminal:
-        raise InvalidInput("run", f"The run is already {run.state}.")
+    if refusal := capabilities.refusal(run.project, Action.STOP, run=run):
+        raise StopRefused(refusal)
     return record_audit(by, "run.stop_requested", run, project=run.project)
 
 
