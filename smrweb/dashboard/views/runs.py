@@ -338,7 +338,7 @@ class RunPage:
         if name == "run-states":
             return (m.state_changes,)
         if name == "run-checkpoints":
-            return (m.checkpoints, self.can_roll_back)
+            return (m.checkpoints, self.can_roll_back, self.project.source)  # the confirm names its effect
         if name == "run-messages":
             return (m.message_last,)
         if name == "run-exclusion":
