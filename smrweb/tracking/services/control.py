@@ -35,12 +35,11 @@ from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.capabilities import Action
 
-S = DispatchStatus
 MESSAGE_MAX = 10_000  # characters of a runtime message (the ingest contract keeps up to 100,000)
 # Asked for and not ended: the source may still take it or report it back.
-PENDING = (S.REQUESTED, S.DISPATCHED, S.ACCEPTED)
+PENDING = (DispatchStatus.REQUESTED, DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
 # What the source may still report back: sent (or being sent), not confirmed or failed.
-REPORTABLE = (S.DISPATCHED, S.ACCEPTED)
+REPORTABLE = (DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
 
 
 class ControlRefused(TrackingError):
@@ -148,8 +147,8 @@ def start_control_attempt(control_id: int) -> RunControl | None:
         control = _locked(control_id)
         if control.status not in OPEN_DISPATCH:
             return None
-        first = control.status == S.REQUESTED
-        control.status = S.DISPATCHED
+        first = control.status == DispatchStatus.REQUESTED
+        control.status = DispatchStatus.DISPATCHED
         control.attempts += 1
         control.dispatched_at = control.dispatched_at or timezone.now()
         control.save()
@@ -173,13 +172,13 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
     back (confirmed before the answer arrived) keeps its status and gains the detail."""
     with transaction.atomic():
         control = _locked(control_id)
-        if control.status in (S.FAILED,):
+        if control.status in (DispatchStatus.FAILED,):
             return None
         if source_ref and not control.source_ref:
             control.source_ref = source_ref[:200]
         _append(control, detail)
         if control.status in OPEN_DISPATCH:
-            control.status = S.ACCEPTED
+            control.status = DispatchStatus.ACCEPTED
             record_audit(
                 None,
                 "control.accepted",
@@ -199,7 +198,7 @@ def control_failed(control_id: int, *, detail: str) -> RunControl | None:
         control = _locked(control_id)
         if control.status not in PENDING:
             return None
-        control.status = S.FAILED
+        control.status = DispatchStatus.FAILED
         control.finished_at = timezone.now()
         _append(control, detail, control.finished_at)
         control.save()
@@ -252,21 +251,21 @@ def confirm_reported(
                 key = next((k for k, b in messages if b.strip() == control.body and k not in taken), None)
             if key is not None:
                 taken.add(key)
-                _end(control, run, S.CONFIRMED, "the run's runtime messages show it", now)
+                _end(control, run, DispatchStatus.CONFIRMED, "the run's runtime messages show it", now)
                 changed += 1
     if state_changed:
         for control in pending:
-            if control.kind == ControlKind.MESSAGE or control.status == S.CONFIRMED:
+            if control.kind == ControlKind.MESSAGE or control.status == DispatchStatus.CONFIRMED:
                 continue
             if run.is_terminal:
                 line = f"the run ended ({run.state}) before it reported the {control.kind}"
-                _end(control, run, S.FAILED, line, now)
+                _end(control, run, DispatchStatus.FAILED, line, now)
                 changed += 1
             elif control.status in REPORTABLE and (
                 (control.kind == ControlKind.PAUSE and run.state == RunState.PAUSED)
                 or (control.kind == ControlKind.RESUME and run.state != RunState.PAUSED)
             ):
-                _end(control, run, S.CONFIRMED, f"the run reported {run.state}", now)
+                _end(control, run, DispatchStatus.CONFIRMED, f"the run reported {run.state}", now)
                 changed += 1
     return changed
 
