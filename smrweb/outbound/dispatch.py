@@ -13,8 +13,8 @@ from smrweb.outbound import http, webhooks
 from smrweb.outbound.http import Attempt, Failed
 from smrweb.outbound.targets import TARGETS, post_webhook
 from smrweb.tracking.models import Rollback, RunControl, RunLaunch
-from smrweb.tracking.services import control as controls
-from smrweb.tracking.services import dispatched, launches
+from smrweb.tracking.services import capabilities, dispatched
+from smrweb.tracking.services.capabilities import Action
 
 __all__ = ["Attempt", "backoff", "dispatch_control", "dispatch_launch", "dispatch_rollback", "stop_push_run"]
 
@@ -38,8 +38,8 @@ def _not_to_send(model, row) -> str:
             return f"{project.get_source_display()} projects cannot roll back yet."
         return ""
     if model is RunLaunch:
-        return launches.launch_refusal(row.project)
-    if refusal := controls.steer_refusal(row.run.project):
+        return capabilities.refusal(row.project, Action.LAUNCH)
+    if refusal := capabilities.refusal(row.run.project, Action.STEER):  # the project changed since
         return f"not sent: {refusal}"
     if row.run.is_terminal:
         return f"not sent: the run is {row.run.state}"

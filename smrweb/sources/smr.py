@@ -18,7 +18,7 @@ Which SDK call feeds what (field conventions in docs/smr.md):
   own results, then experiment-results/top, its result summary (…/runs/{rid}/results) and its
   artifacts' result metadata; what none reaches is marked on the run (Run.results_complete)
   runs.stop / runs.restore_checkpoint / trigger_run → actions; enqueue_runtime_message, pause_run,
-                                   resume_run → steering (sources/control.py)
+                                   resume_run → steering (outbound/dispatch.py)
 
 The SDK never retries and drops Retry-After; its parsers raise ValueError on bad shapes. Every
 call goes through `_call`, which turns all of that into `sources.base` errors with a retry hint.

@@ -37,7 +37,8 @@ from smrweb.tracking.models import (
     SubmissionStatus,
 )
 from smrweb.tracking.services import alerts as alert_rules
-from smrweb.tracking.services import launches, submissions
+from smrweb.tracking.services import capabilities, launches, submissions
+from smrweb.tracking.services.capabilities import Action
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +124,12 @@ def stop_run(run_id: int, reason: str = "") -> None:
     run = Run.objects.select_related("project__scenario").filter(pk=run_id).first()
     if run is None or run.is_terminal:
         return
+    if refusal := capabilities.refusal(run.project, Action.STOP, run=run):  # the one table of what can stop
+        services.record_stop_result(run, ok=False, detail=f"not sent: {refusal}")
+        return
     if run.project.source == SourceKind.PUSH:  # a signed webhook to the harness
         outcome = dispatch.stop_push_run(run, reason=reason or "a reviewer asked smrweb to stop the run")
         services.record_stop_result(run, ok=outcome.startswith("the webhook accepted"), detail=outcome)
-        return
-    if run.project.source != SourceKind.SMR:
-        services.record_stop_result(
-            run, ok=False, detail=f"{run.project.get_source_display()} runs cannot be stopped"
-        )
         return
     try:
         connector_for(run.project).stop_run(run.external_id)

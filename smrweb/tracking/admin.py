@@ -220,6 +220,14 @@ class ArtifactBlobAdmin(EventRowAdmin):
     list_display = ["sha256", "size", "created"]
     search_fields = ["sha256"]
 
+    # A blob belongs to no run: it goes through the blob collector (row and stored bytes, under the row's
+    # lock), not the event-row delete. The admin refuses blobs an artifact still holds (PROTECT) first.
+    def delete_model(self, request, obj):
+        services.collect_blob(obj.pk)
+
+    def delete_queryset(self, request, queryset):
+        services.collect_unreferenced_blobs(queryset)
+
 
 @admin.register(m.Artifact)
 class ArtifactAdmin(EventRowAdmin):

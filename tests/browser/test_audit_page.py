@@ -16,7 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from smrweb.tracking import services
-from smrweb.tracking.models import Run
+from smrweb.tracking.models import Project, Run
 from tests.browser.conftest import push, score, state, turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -34,6 +34,8 @@ def test_an_admin_reads_filters_pages_and_exports_the_audit_log(
     page, sign_in, alice, bob, project, screenshot_dir
 ):
     push(project, "r1", state("running"), turn(1), turn(2), score(0.4))
+    # A push run is stopped through the project's webhook (set without an audit row of its own).
+    Project.objects.filter(pk=project.pk).update(rollback_webhook_url="https://hooks.example/hill")
     run = Run.objects.get(project=project, external_id="r1")
     earlier = timezone.now() - timedelta(days=2)
     with time_machine.travel(earlier, tick=False):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import AuditEvent, Run
+from smrweb.tracking.models import AuditEvent, Project, Run
 from smrweb.tracking.queries import audit
 from tests.factories import UserFactory
 
@@ -41,6 +41,8 @@ def history(project, alice, bob):
     token, _ = services.create_api_token(project, name="ci-harness", by=alice)
     services.revoke_api_token(token, by=alice)
     services.ingest_events(project, "r1", parse_events(json.dumps([{"type": "state", "state": "running"}])))
+    # A push run is stopped through the project's webhook (set without an audit row of its own).
+    Project.objects.filter(pk=project.pk).update(rollback_webhook_url="https://hooks.example/hill")
     run = Run.objects.get(project=project, external_id="r1")
     services.request_stop(run, by=bob)
     services.update_project(project, regression_threshold=0.5, by=alice)

@@ -88,3 +88,25 @@ def test_deleting_a_run_in_the_admin_cascades_through_its_events(admin_client):
     response = admin_client.post(f"/admin/tracking/run/{run.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not Run.objects.filter(pk=run.pk).exists() and not AgentTurn.objects.exists()
+
+
+@pytest.mark.parametrize("how", ["one", "bulk"])
+def test_deleting_a_blob_no_artifact_holds_removes_its_row_and_bytes(admin_client, how):
+    import hashlib
+
+    from smrweb.tracking.models import ArtifactBlob
+
+    data = b"left behind by a deleted run"
+    blob, _ = services.save_blob(hashlib.sha256(data).hexdigest(), len(data), io.BytesIO(data))
+    storage = services.artifact_storage()
+    assert storage.exists(blob.storage_name)
+    if how == "one":
+        response = admin_client.post(f"/admin/tracking/artifactblob/{blob.pk}/delete/", {"post": "yes"})
+    else:
+        response = admin_client.post(
+            "/admin/tracking/artifactblob/",
+            {"action": "delete_selected", "_selected_action": [blob.pk], "post": "yes"},
+        )
+    assert response.status_code == 302
+    assert not ArtifactBlob.objects.filter(pk=blob.pk).exists() and not storage.exists(blob.storage_name)
+    assert ArtifactBlob.objects.count() == 1  # the artifact's own blob stays

@@ -21,8 +21,9 @@ from smrweb.tracking.models import (
     SourceKind,
     Submission,
 )
-from smrweb.tracking.services import control, rollbacks
+from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as subs
+from smrweb.tracking.services.capabilities import Action, may, refusal
 from tests.tracking.retention_helpers import finished_run, ingest, metrics
 
 pytestmark = pytest.mark.django_db
@@ -105,9 +106,9 @@ def test_reviews_rollbacks_and_steering_are_refused_while_archived(project, done
         rollbacks.request_rollback(by=bob, reason="x", submission=submission)
     services.archive_project(project, by=alice)
     project.refresh_from_db()
-    assert "archived" in rollbacks.rollback_refusal(project)
-    assert "archived" in control.steer_refusal(project)
-    assert not rollbacks.may_roll_back(bob, project) and not control.may_steer(bob, project)
+    assert "archived" in refusal(project, Action.ROLL_BACK)
+    assert "archived" in refusal(project, Action.STEER)
+    assert not may(bob, project, Action.ROLL_BACK) and not may(bob, project, Action.STEER)
 
 
 def test_archived_projects_keep_their_audit_trail_and_settings(project, alice):

@@ -1,7 +1,7 @@
 """Steering a live run in the domain (`services.control`): who may ask, what is refused and why, one request
 however often it is clicked, the audit trail, the dispatch bookkeeping, and the confirmation ingest writes
 when the source reports a message or a state back. The page offers the forms exactly when the domain
-accepts a request (one rule, `steer_refusal` / `may_steer`)."""
+accepts a request (one rule, `capabilities.refusal(project, Action.STEER)`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Project, Run, RunControl, SourceKind
 from smrweb.tracking.services import dispatched
+from smrweb.tracking.services.capabilities import Action, may, refusal
 from smrweb.tracking.services.control import MESSAGE_MAX, ControlRefused
 
 pytestmark = pytest.mark.django_db
@@ -129,17 +130,17 @@ def test_the_same_message_twice_while_it_is_sent_is_one_request_but_a_colleague_
 
 def test_git_projects_and_push_projects_without_a_webhook_say_why(project, bob):
     events(project, "r1", [{"type": "state", "state": "running"}])
-    assert "no webhook URL" in services.steer_refusal(project)
+    assert "no webhook URL" in refusal(project, Action.STEER)
     with pytest.raises(ControlRefused, match="no webhook URL"):
         services.request_control(r1(project), by=bob, kind="pause")
     Project.objects.filter(pk=project.pk).update(source=SourceKind.GIT)
     project.refresh_from_db()
-    assert "Git workspace projects cannot be steered" in services.steer_refusal(project)
+    assert "Git workspace projects cannot be steered" in refusal(project, Action.STEER)
     with pytest.raises(ControlRefused, match="has no way to talk to the agent"):
         services.request_control(r1(project), by=bob, kind="message", body="hi")
     Project.objects.filter(pk=project.pk).update(source=SourceKind.SMR)
     project.refresh_from_db()
-    assert services.steer_refusal(project) == ""
+    assert refusal(project, Action.STEER) == ""
 
 
 class _Undo(Exception):
@@ -170,14 +171,14 @@ def test_the_run_page_offers_steering_exactly_when_the_domain_accepts_it(
     events(project, "r1", [{"type": "state", "state": "running"}])
     user = request.getfixturevalue(who)
     accepts = _domain_accepts(r1(project), user)
-    assert services.may_steer(user, project) is accepts
+    assert may(user, project, Action.STEER) is accepts
     assert not RunControl.objects.exists()
     client.force_login(user)
     html = client.get("/projects/hill/runs/r1/").content.decode()
     assert ('data-steer="message"' in html) is accepts, (source, webhook, who)
     assert ('data-steer="pause"' in html) is accepts
     if accepts is False and who != "victor":  # a reviewer hears why
-        assert services.steer_refusal(project).replace("'", "&#x27;") in html
+        assert refusal(project, Action.STEER).replace("'", "&#x27;") in html
 
 
 # --- the dispatch bookkeeping ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run, RunLaunch
 from smrweb.tracking.services import dispatched, knowledge, launches
+from smrweb.tracking.services.capabilities import Action, may, refusal
 
 pytestmark = pytest.mark.django_db
 
@@ -83,12 +84,12 @@ def test_viewers_outsiders_and_tokens_cannot_start_runs(hooked, victor, carol):
 
 
 def test_a_push_project_without_a_webhook_is_refused_with_the_reason(project, bob):
-    assert "no webhook URL" in launches.launch_refusal(project)
+    assert "no webhook URL" in refusal(project, Action.LAUNCH)
     with pytest.raises(launches.LaunchRefused, match="no webhook URL"):
         ask(project, bob)
-    assert not launches.may_launch(bob, project)
+    assert not may(bob, project, Action.LAUNCH)
     services.update_project(project, rollback_webhook_url="https://hooks.example/hill")
-    assert launches.may_launch(bob, project) and not launches.may_launch(Run(), project)
+    assert may(bob, project, Action.LAUNCH) and not may(Run(), project, Action.LAUNCH)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Who may roll back what has one home (`services.rollbacks.rollback_refusal` / `may_roll_back`): the run,
+"""Who may roll back what has one home (`services.capabilities.refusal` / `may`): the run,
 project and submission pages show rollback buttons exactly when the domain accepts the rollback. The
 structure review found the run page hiding the button of git projects though the domain and the docs
 allowed it; these tests compare the page with the domain for every source."""
@@ -15,6 +15,7 @@ from smrweb.tracking.errors import NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Checkpoint, Project, Rollback, SourceKind, Submission
 from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services.capabilities import Action, effect, may, refusal
 from smrweb.tracking.services.rollbacks import RollbackRefused
 
 CASES = [
@@ -60,7 +61,7 @@ def test_the_pages_offer_a_rollback_exactly_when_the_domain_accepts_one(
     _run_with_a_checkpoint(project)
     user = request.getfixturevalue(who)
     accepts = _domain_accepts(project, user)
-    assert rollbacks.may_roll_back(user, project) is accepts
+    assert may(user, project, Action.ROLL_BACK) is accepts
     assert Rollback.objects.count() == 0
     client.force_login(user)
     sub = Submission.objects.get()
@@ -74,13 +75,13 @@ def test_the_pages_offer_a_rollback_exactly_when_the_domain_accepts_one(
 def test_a_git_project_offers_rollback_to_its_reviewers(project, bob, victor):
     Project.objects.filter(pk=project.pk).update(source=SourceKind.GIT)
     project.refresh_from_db()
-    assert rollbacks.rollback_refusal(project) == ""
-    assert rollbacks.may_roll_back(bob, project) and not rollbacks.may_roll_back(victor, project)
+    assert refusal(project, Action.ROLL_BACK) == ""
+    assert may(bob, project, Action.ROLL_BACK) and not may(victor, project, Action.ROLL_BACK)
 
 
 @pytest.mark.django_db
 def test_a_push_project_without_a_webhook_says_how_to_get_one(project, bob):
-    assert "rollback webhook URL" in rollbacks.rollback_refusal(project)
+    assert "rollback webhook URL" in refusal(project, Action.ROLL_BACK)
     _run_with_a_checkpoint(project)
     with pytest.raises(RollbackRefused, match="rollback webhook URL"):
         rollbacks.request_rollback(by=bob, reason="x", checkpoint=Checkpoint.objects.get())
@@ -96,4 +97,4 @@ def test_the_confirmation_names_what_the_source_does(client, project, bob, sourc
     _run_with_a_checkpoint(project)
     client.force_login(bob)
     html = client.get(f"/projects/{project.slug}/runs/r1/").content.decode()
-    assert rollbacks.ROLLBACK_EFFECTS[source].replace("'", "&#x27;") in html
+    assert effect(source, Action.ROLL_BACK).replace("'", "&#x27;") in html

@@ -1,4 +1,4 @@
-"""Closing a silent run as abandoned (services.close_run / close_refusal): who may, which runs, what is
+"""Closing a silent run as abandoned (services.close_run / capabilities.refusal): who may, which runs, what is
 written (a state change, the audit, the stall flag, `updated`, the alert announcement), what later events
 do (recorded; a later state wins and reopens the run), and where abandoned runs are counted: the
 overview's and the project page's counts, the runs filter, `run.failed` alerts, the carry-forward."""
@@ -30,7 +30,8 @@ from smrweb.tracking.models import (
     Trigger,
 )
 from smrweb.tracking.queries.knowledge import carry_forward
-from smrweb.tracking.services import alerts
+from smrweb.tracking.services import alerts, capabilities
+from smrweb.tracking.services.capabilities import Action
 from smrweb.tracking.services.runs import CloseRefused
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +133,7 @@ def test_a_run_that_sent_news_within_the_stall_threshold_is_refused_with_what_is
     project.stall_after = timedelta(minutes=15)
     project.save(update_fields=["stall_after"])
     run = silent_run(project, for_=timedelta(minutes=5))
-    refusal = services.close_refusal(run)
+    refusal = capabilities.refusal(run.project, Action.CLOSE, run=run)
     assert "5m ago" in refusal and "15m" in refusal and "in 10m" in refusal
     with pytest.raises(CloseRefused) as refused:
         services.close_run(run, by=bob, reason="dead?")
@@ -140,7 +141,7 @@ def test_a_run_that_sent_news_within_the_stall_threshold_is_refused_with_what_is
     assert refused.value.message == refusal
     # Once silent for the threshold, the same run may be closed.
     later = timezone.now() + timedelta(minutes=11)
-    assert services.close_refusal(run, later) == ""
+    assert capabilities.refusal(run.project, Action.CLOSE, run=run, now=later) == ""
 
 
 def test_news_that_arrived_after_the_page_was_read_wins(project, bob):

@@ -62,8 +62,9 @@ class LaunchList(generics.ListAPIView):
             **UNSUPPORTED_MEDIA_TYPE,
             409: OpenApiResponse(
                 ERROR,
-                description="`launch_refused`: the project's source cannot start runs (a push project "
-                "without a webhook URL); `idempotency_key_reused`: the key was used for another request.",
+                description="`launch_refused`: the project is archived, or its source cannot start runs (a "
+                "push project without a webhook URL); `idempotency_key_reused`: the key was used for another "
+                "request.",
             ),
         },
         summary="Start the next run (reviewers)",

@@ -209,9 +209,9 @@ class RunClose(APIView):
             **UNSUPPORTED_MEDIA_TYPE,
             409: OpenApiResponse(
                 ERROR,
-                description="`close_refused`: the run is finished already, belongs to an SMR project (SMR "
-                "reports its runs' ends: stop it instead), or has sent news within the project's stall "
-                "threshold (the message says how long is left).",
+                description="`close_refused`: the project is archived, the run is finished already, belongs "
+                "to an SMR project (SMR reports its runs' ends: stop it instead), or has sent news within "
+                "the project's stall threshold (the message says how long is left).",
             ),
         },
         summary="Close a silent push or git run as abandoned (reviewers)",

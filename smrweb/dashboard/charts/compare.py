@@ -319,7 +319,7 @@ def rate(value: float | None) -> str:
     return signed_number(value, 3)
 
 
-def _deltaplotly_text(key: str, d) -> str:
+def _delta_text(key: str, d) -> str:
     if isinstance(d, timedelta):
         return sign_of(d.total_seconds()) + duration(abs(d))
     if key == "turns":
@@ -354,7 +354,7 @@ def deltas(
         b_num = b.total_seconds() if isinstance(b, timedelta) else b
         d_num = d.total_seconds() if isinstance(d, timedelta) else d
         pct = f" ({signed_number(d_num / abs(b_num) * 100, 2, percent=True)})" if b_num else ""
-        text = _deltaplotly_text(key, d)
+        text = _delta_text(key, d)
         out[key] = Delta(text, _tone(key, d_num, maximize), f"{text}{pct} against {base.run.external_id}")
     return out
 

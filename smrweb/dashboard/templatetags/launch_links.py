@@ -1,7 +1,7 @@
 """Links to "Start the next run" and a run's lineage, for the pages that show them with one line:
 `{% launch_button project "Start the next run" %}` (project and knowledge pages) and
 `{% run_lineage run %}` (the run page: "started from", "next runs", "Start another like this"). Each
-asks `services.may_launch` (reviewers and admins, where the source can start runs)."""
+asks `capabilities.may(…, Action.LAUNCH)` (reviewers and admins, where the source can start runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from django.db.models import Q
 from django.urls import reverse
 
 from smrweb.tracking.models import Run
-from smrweb.tracking.services import launches
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.capabilities import Action
 
 register = template.Library()
 
@@ -28,7 +29,8 @@ def launch_button(
     context, project, label: str = "Start the next run", from_run: str = "", n=None, primary=False
 ):
     user = context["request"].user
-    url = _launch_url(project, **{"from": from_run, "n": n}) if launches.may_launch(user, project) else ""
+    may = capabilities.may(user, project, Action.LAUNCH)
+    url = _launch_url(project, **{"from": from_run, "n": n}) if may else ""
     return {"url": url, "label": label, "primary": primary}
 
 
@@ -47,6 +49,6 @@ def run_lineage(context, run):
     children = [r for r in related if r.parent_id == run.pk]
     may = context.get("can_launch")  # the run page knows the person's role already
     if may is None:
-        may = launches.may_launch(context["request"].user, run.project)
+        may = capabilities.may(context["request"].user, run.project, Action.LAUNCH)
     url = _launch_url(run.project, **{"from": run.external_id}) if may else ""
     return {"parent": parent, "children": children, "launch_url": url}

@@ -15,7 +15,8 @@ from django.utils.safestring import mark_safe
 
 from smrweb.core import markdown, numbers
 from smrweb.core.numbers import MISSING, plain_number
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.capabilities import Action
 
 register = template.Library()
 
@@ -613,4 +614,4 @@ def sort_header(sorts: dict, key: str, label: str, css: str = ""):
 @register.filter
 def rollback_effect(project) -> str:
     """What a rollback does in this project (the confirmation names it): one text per source."""
-    return rollbacks.ROLLBACK_EFFECTS.get(project.source, "")
+    return capabilities.effect(project.source, Action.ROLL_BACK)

@@ -18,7 +18,8 @@ from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import OPEN_DISPATCH, DispatchStatus, Role, Run, RunLaunch, SourceKind
-from smrweb.tracking.services import launches
+from smrweb.tracking.services import capabilities, launches
+from smrweb.tracking.services.capabilities import Action
 
 RECENT_LAUNCHES = 10
 SHOWN_FIELDS = ("carry_forward", "text", "model_profile", "budget_usd", "budget_tokens", "git_commit")
@@ -65,7 +66,7 @@ def launch_new(request, slug: str):
     in the block). POST: record the launch (the form's key makes a double submit one launch), queue its
     dispatch, and go to its status page."""
     project = project_for_user(request, slug, role=Role.REVIEWER)
-    refusal = launches.launch_refusal(project)
+    refusal = capabilities.refusal(project, Action.LAUNCH)
     status = 200
     if request.method == "POST":
         form = LaunchForm(request.POST)
@@ -115,7 +116,7 @@ def launch_new(request, slug: str):
         "form": form,
         "defaults": defaults,
         "refusal": refusal,
-        "effect": launches.LAUNCH_EFFECTS.get(project.source, ""),
+        "effect": capabilities.effect(project.source, Action.LAUNCH),
         "is_git": project.source == SourceKind.GIT,
         "recent": RunLaunch.objects.filter(project=project)
         .select_related("from_run", "run", "requested_by")

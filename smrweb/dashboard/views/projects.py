@@ -19,7 +19,8 @@ from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
-from smrweb.tracking.services import rollbacks
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.capabilities import Action
 
 RUNS_PER_PAGE = 25
 LEADERBOARD_PER_PAGE = 20
@@ -208,7 +209,7 @@ def project_detail(request, slug: str):
                 "all": _with(request.GET, board="all"),
             },
             "regressions": queries.regressions(project),
-            "can_roll_back": rollbacks.may_roll_back(request.user, project),
+            "can_roll_back": capabilities.may(request.user, project, Action.ROLL_BACK),
             "is_admin": project.allows(request.user, Role.ADMIN),
             "health": getattr(project, "source_health", None) if project.source != "push" else None,
             "metric_choice": _metric_choice(project),
@@ -224,7 +225,8 @@ def project_detail(request, slug: str):
 
     # Cached renders of the block are keyed by its version and what else they depend on (the viewer's buttons
     # and zone); the page shows the version alone.
-    viewer = f"{rollbacks.may_roll_back(request.user, project)}|{timezone.get_current_timezone_name()}"
+    may_roll_back = capabilities.may(request.user, project, Action.ROLL_BACK)
+    viewer = f"{may_roll_back}|{timezone.get_current_timezone_name()}"
     template = "dashboard/project_detail.html"
     deck = live.Deck(
         f"project-{project.pk}",

@@ -38,14 +38,14 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
-    SourceKind,
     Submission,
     TurnKind,
 )
 from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import markers, timeline
 from smrweb.tracking.queries.runs import message_kind
-from smrweb.tracking.services import launches, rollbacks, submissions
+from smrweb.tracking.services import capabilities, rollbacks, submissions
+from smrweb.tracking.services.capabilities import Action
 
 TURNS_PER_PAGE = 25
 ARTIFACTS_PER_PAGE = 10
@@ -122,11 +122,14 @@ class RunPage:
         self.role = role
         self.is_admin = rank >= Role.rank(Role.ADMIN)
         self.can_snooze = reviewer
-        self.can_stop = self.project.source == SourceKind.SMR and reviewer
         self.reviewer = reviewer
-        self.can_roll_back = reviewer and not rollbacks.rollback_refusal(self.project)  # = may_roll_back
-        self.can_launch = reviewer and not launches.launch_refusal(self.project)
-        self.can_close = reviewer and not services.close_refusal(run, self.now)
+        # What the viewer may do here: the one table of what each source can do (services.capabilities).
+        project = self.project
+        self.stop_refusal = capabilities.refusal(project, Action.STOP, run=run) if reviewer else ""
+        self.can_stop = reviewer and not self.stop_refusal
+        self.can_roll_back = reviewer and not capabilities.refusal(project, Action.ROLL_BACK)
+        self.can_launch = reviewer and not capabilities.refusal(project, Action.LAUNCH)
+        self.can_close = reviewer and not capabilities.refusal(project, Action.CLOSE, run=run, now=self.now)
         self.zone = timezone.get_current_timezone_name()
         # The metric key travels with the poll (hx-include of the key picker), not in the page's URLs.
         self.query = request.GET.copy()
@@ -255,7 +258,15 @@ class RunPage:
             )
         if name == "run-actions":
             closing = (run.last_progress_at, self.project.stall_after) if self.can_close else ()
-            return (run.state, self.can_snooze, m.snoozed_until, self.can_stop, self.can_close, *closing)
+            return (
+                run.state,
+                self.can_snooze,
+                m.snoozed_until,
+                self.can_stop,
+                self.stop_refusal,
+                self.can_close,
+                *closing,
+            )
         if name == "run-alerts":
             return (
                 *_fields(run, *self.NAME, *self.STATE, *self.SCORES),
@@ -327,7 +338,7 @@ class RunPage:
         if name == "run-states":
             return (m.state_changes,)
         if name == "run-checkpoints":
-            return (m.checkpoints, self.can_roll_back)
+            return (m.checkpoints, self.can_roll_back, self.project.source)  # the confirm names its effect
         if name == "run-messages":
             return (m.message_last,)
         if name == "run-exclusion":
@@ -478,6 +489,7 @@ class RunPage:
             "is_admin": self.is_admin,
             "can_snooze": self.can_snooze,
             "can_stop": self.can_stop,
+            "stop_refusal": self.stop_refusal,
             "can_roll_back": self.can_roll_back,
             "can_launch": self.can_launch,
             "can_close": self.can_close,

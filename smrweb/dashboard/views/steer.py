@@ -18,7 +18,9 @@ from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import ControlKind, Role, Run
-from smrweb.tracking.services.control import MESSAGE_MAX, PENDING, STEER_EFFECTS
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.capabilities import Action
+from smrweb.tracking.services.control import MESSAGE_MAX, PENDING
 
 CONTROLS_SHOWN = 10
 CARD = "dashboard/partials/run_steer.html"
@@ -47,8 +49,8 @@ def _context(run: Run, role: str | None, **extra) -> dict:
         "project": run.project,
         "run": run,
         "can_steer": reviewer,
-        "steer_refusal": services.steer_refusal(run.project) if reviewer else "",
-        "steer_effect": STEER_EFFECTS.get(run.project.source, ""),
+        "steer_refusal": capabilities.refusal(run.project, Action.STEER) if reviewer else "",
+        "steer_effect": capabilities.effect(run.project.source, Action.STEER),
         "controls": controls,
         "lifecycle_pending": lifecycle,
         "steer_polls": not run.is_terminal or bool(pending),

@@ -19,7 +19,8 @@ from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
-from smrweb.tracking.services import rollbacks, submissions
+from smrweb.tracking.services import capabilities, submissions
+from smrweb.tracking.services.capabilities import Action
 
 
 class ReviewForm(forms.Form):
@@ -104,7 +105,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "approved_alone": submissions.approved_below_rule(project).filter(pk=sub.pk).exists(),
         "arena_results": sub.arena_results.select_related("recorded_by").order_by("-created", "-id"),
         "can_act": project.allows(request.user, Role.REVIEWER),
-        "can_roll_back": rollbacks.may_roll_back(request.user, project),
+        "can_roll_back": capabilities.may(request.user, project, Action.ROLL_BACK),
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
         "upload_form": extra.pop("upload_form", None) or UploadForm(),

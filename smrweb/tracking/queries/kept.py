@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.core.cache import cache
+from smrweb.core import softcache
 
 T = TypeVar("T")
 KEPT_SECONDS = 120  # a version moves on at least every 30 s: what is kept longer is never asked for
@@ -22,15 +22,9 @@ def kept(name: str, version: str | None, build: Callable[[], T]) -> T:
     if version is None:
         return build()
     key = f"kept:v1:{name}:{version}"
-    try:
-        hit = cache.get(key)
-    except Exception:  # noqa: BLE001 - a Redis that is down: read the rows
-        hit = None
+    hit = softcache.get(key)  # a Redis that is down: a miss, read the rows
     if hit is not None:
         return hit[0]
     value = build()
-    try:
-        cache.set(key, (value,), KEPT_SECONDS)
-    except Exception:  # noqa: BLE001 - nothing kept: the next page reads again
-        pass
+    softcache.set(key, (value,), KEPT_SECONDS)  # down: nothing kept, the next page reads again
     return value

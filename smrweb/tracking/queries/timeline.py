@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import (
     BigIntegerField,
@@ -45,6 +44,7 @@ from django.db.models.expressions import RawSQL, RowRange
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from smrweb.core import softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -373,10 +373,7 @@ def _turn_memo(run: Run) -> TurnMemo:
     if memo is not None:
         return memo
     key = _memo_key(run)
-    try:
-        memo = cache.get(key)
-    except Exception:  # noqa: BLE001 - a Redis that is down: compute from the rows
-        memo = None
+    memo = softcache.get(key)  # a Redis that is down: a miss, computed from the rows
     if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
         memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
@@ -385,10 +382,7 @@ def _turn_memo(run: Run) -> TurnMemo:
         memo = None
     if memo is None:
         memo = kept_turn_memo(run) or computed_turn_memo(run)
-    try:
-        cache.set(key, memo, MEMO_SECONDS)
-    except Exception:  # noqa: BLE001 - nothing kept: the next page computes again
-        pass
+    softcache.set(key, memo, MEMO_SECONDS)  # down: nothing kept, the next page computes again
     run._turn_memo = memo
     return memo
 
@@ -415,7 +409,7 @@ def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
 def forget_turn_aggregates(run: Run) -> None:
     """Drop what is kept for `run` (tests and benchmarks measure the cold path with it)."""
     run.__dict__.pop("_turn_memo", None)
-    cache.delete(_memo_key(run))
+    softcache.delete(_memo_key(run))  # down: nothing was kept to forget
 
 
 def _score_rows(run: Run, maximize: bool):

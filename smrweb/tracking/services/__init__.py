@@ -60,9 +60,7 @@ from smrweb.tracking.services.control import (  # noqa: F401
     ControlRefused,
     confirm_reported,
     control_accepted,
-    may_steer,
     request_control,
-    steer_refusal,
 )
 from smrweb.tracking.services.deletion import (  # noqa: F401
     DeletionSummary,
@@ -95,10 +93,7 @@ from smrweb.tracking.services.invitations import (  # noqa: F401
     revoke_invitation,
 )
 from smrweb.tracking.services.launches import (  # noqa: F401
-    LAUNCH_EFFECTS,
     compose_kickoff,
-    launch_refusal,
-    may_launch,
     request_launch,
 )
 from smrweb.tracking.services.members import (  # noqa: F401
@@ -140,8 +135,8 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
     CloseRefused,
+    StopRefused,
     attribute_turns,
-    close_refusal,
     close_run,
     flag_stalled_runs,
     recompute_scores,

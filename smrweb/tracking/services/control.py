@@ -8,8 +8,8 @@ that it took the request; "confirmed" is the source reporting it back — the me
 run's runtime messages, the run's state becomes (or leaves) paused — which `confirm_reported` notices
 as ingest writes those rows.
 
-The one rule of who may steer what lives here (`steer_refusal`, `may_steer`): the run page, the API and
-the dispatcher all ask it. Double clicks get the request already in flight back (`is_new` False).
+Who may steer what is `capabilities.refusal(project, Action.STEER)`: the run page, the API and the
+dispatcher all ask it. Double clicks get the request already in flight back (`is_new` False).
 """
 
 from __future__ import annotations
@@ -30,53 +30,21 @@ from smrweb.tracking.models import (
     Run,
     RunControl,
     RunState,
-    SourceKind,
 )
-from smrweb.tracking.services import dispatched
+from smrweb.tracking.services import capabilities, dispatched
 from smrweb.tracking.services.audit import record_audit
+from smrweb.tracking.services.capabilities import Action
 
-S = DispatchStatus
 MESSAGE_MAX = 10_000  # characters of a runtime message (the ingest contract keeps up to 100,000)
 # Asked for and not ended: the source may still take it or report it back.
-PENDING = (S.REQUESTED, S.DISPATCHED, S.ACCEPTED)
+PENDING = (DispatchStatus.REQUESTED, DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
 # What the source may still report back: sent (or being sent), not confirmed or failed.
-REPORTABLE = (S.DISPATCHED, S.ACCEPTED)
+REPORTABLE = (DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
 
 
 class ControlRefused(TrackingError):
     status = 409
     code = "control_refused"
-
-
-# What steering does, per source; a source not listed cannot be steered.
-STEER_EFFECTS = {
-    SourceKind.SMR: "Managed Research delivers it to the run's orchestrator",
-    SourceKind.PUSH: "The project's webhook tells the harness",
-}
-
-
-def steer_refusal(project) -> str:
-    """Why runs of this project cannot be steered at all ("" when they can)."""
-    if project.archived_at is not None:
-        return f"Project {project.slug} is archived: it is read-only until an admin restores it."
-    if project.source == SourceKind.GIT:
-        return (
-            "Git workspace projects cannot be steered: smrweb reads the agent's branch and has no way to "
-            "talk to the agent while it runs."
-        )
-    if project.source not in STEER_EFFECTS:
-        return f"{project.get_source_display()} projects cannot be steered."
-    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
-        return (
-            "This project has no webhook URL: an admin sets one in the project settings (the rollback "
-            "webhook), so the harness can be sent messages, pauses and resumes."
-        )
-    return ""
-
-
-def may_steer(user: Any, project) -> bool:
-    """Whether `user` gets the steering forms in `project`: reviewers and admins, where the source can."""
-    return not steer_refusal(project) and project.allows(user, Role.REVIEWER)
 
 
 def lifecycle_refusal(run: Run, kind: str) -> str:
@@ -115,7 +83,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
             raise InvalidInput(
                 "body", f"The message is {len(body):,} characters long; at most {MESSAGE_MAX:,} are sent."
             )
-    if refusal := steer_refusal(project):
+    if refusal := capabilities.refusal(project, Action.STEER):
         raise ControlRefused(refusal)
     with transaction.atomic():
         run = Run.objects.select_related("project").select_for_update(of=("self",)).get(pk=run.pk)
@@ -160,13 +128,13 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
     back (confirmed before the answer arrived) keeps its status and gains the detail."""
     with transaction.atomic():
         control = dispatched.locked(RunControl, control_id)
-        if control.status in (S.FAILED,):
+        if control.status in (DispatchStatus.FAILED,):
             return None
         if source_ref and not control.source_ref:
             control.source_ref = source_ref[:200]
         dispatched.append(control, detail)
         if control.status in OPEN_DISPATCH:
-            control.status = S.ACCEPTED
+            control.status = DispatchStatus.ACCEPTED
             record_audit(
                 None,
                 "control.accepted",
@@ -217,20 +185,20 @@ def confirm_reported(
                 key = next((k for k, b in messages if b.strip() == control.body and k not in taken), None)
             if key is not None:
                 taken.add(key)
-                _end(control, run, S.CONFIRMED, "the run's runtime messages show it", now)
+                _end(control, run, DispatchStatus.CONFIRMED, "the run's runtime messages show it", now)
                 changed += 1
     if state_changed:
         for control in pending:
-            if control.kind == ControlKind.MESSAGE or control.status == S.CONFIRMED:
+            if control.kind == ControlKind.MESSAGE or control.status == DispatchStatus.CONFIRMED:
                 continue
             if run.is_terminal:
                 line = f"the run ended ({run.state}) before it reported the {control.kind}"
-                _end(control, run, S.FAILED, line, now)
+                _end(control, run, DispatchStatus.FAILED, line, now)
                 changed += 1
             elif control.status in REPORTABLE and (
                 (control.kind == ControlKind.PAUSE and run.state == RunState.PAUSED)
                 or (control.kind == ControlKind.RESUME and run.state != RunState.PAUSED)
             ):
-                _end(control, run, S.CONFIRMED, f"the run reported {run.state}", now)
+                _end(control, run, DispatchStatus.CONFIRMED, f"the run reported {run.state}", now)
                 changed += 1
     return changed

@@ -41,8 +41,9 @@ from smrweb.tracking.models import (
     RunLaunch,
     SourceKind,
 )
-from smrweb.tracking.services import dispatched
+from smrweb.tracking.services import capabilities, dispatched
 from smrweb.tracking.services.audit import record_audit
+from smrweb.tracking.services.capabilities import Action
 
 D = DispatchStatus
 
@@ -67,37 +68,6 @@ class KeyReused(TrackingError):
 
     status = 409
     code = "idempotency_key_reused"
-
-
-# What starting a run does, per source; a source not listed cannot start runs. The one rule of who may
-# start what: the pages, the API and the dispatcher all ask here.
-LAUNCH_EFFECTS = {
-    SourceKind.SMR: "Managed Research starts a new run (trigger_run) with the kickoff as its first "
-    "runtime message and the budget as its limit",
-    SourceKind.PUSH: "The project's harness is sent a signed start webhook naming the new run's id",
-    SourceKind.GIT: "A new branch is created at the chosen commit in the project's repository, and the "
-    "project follows it from then on",
-}
-
-
-def launch_refusal(project: Project) -> str:
-    """Why this project cannot start runs from smrweb at all ("" when it can)."""
-    if project.source not in LAUNCH_EFFECTS:
-        return f"{project.get_source_display()} projects cannot start runs from smrweb."
-    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
-        return (
-            "This project has no webhook URL: an admin sets one in the project settings (the same URL "
-            "rollbacks and stops go to), so the harness can be told to start a run."
-        )
-    if project.source == SourceKind.GIT and not (project.git_repo_path and project.git_branch):
-        return "This project has no repository path or branch to start a new branch from."
-    return ""
-
-
-def may_launch(user: Any, project: Project) -> bool:
-    """Whether `user` gets "Start the next run" buttons in `project`: reviewers and admins, where the
-    source can start runs."""
-    return not launch_refusal(project) and project.allows(user, Role.REVIEWER)
 
 
 def compose_kickoff(carry_forward: str, text: str) -> str:
@@ -263,7 +233,7 @@ def request_launch(
     earlier = RunLaunch.objects.filter(idempotency_key=key).first()
     if earlier is not None:  # a double click or a retry: before the refusal checks, so it always replays
         return _replay(earlier, project, values)
-    if refusal := launch_refusal(project):
+    if refusal := capabilities.refusal(project, Action.LAUNCH):
         raise LaunchRefused(refusal)
     try:
         with transaction.atomic():

@@ -27,8 +27,9 @@ from smrweb.tracking.models import (
     SourceKind,
     Submission,
 )
-from smrweb.tracking.services import dispatched, record_audit
+from smrweb.tracking.services import capabilities, dispatched, record_audit
 from smrweb.tracking.services.archive import check_writable
+from smrweb.tracking.services.capabilities import Action
 
 R = RollbackStatus
 
@@ -99,34 +100,6 @@ def outcome(rollback: Rollback, run: Run) -> Outcome:
     return Outcome(status, "good" if status == R.APPLIED else "warn", text, False)
 
 
-# What a rollback does, per source; a source not listed cannot roll back. The one rule of who may roll
-# back what: the run page, the project and submission pages, the API and the dispatcher all ask here.
-ROLLBACK_EFFECTS = {
-    SourceKind.SMR: "Managed Research restores the matching checkpoint in place",
-    SourceKind.GIT: "A new commit restores its files on the branch",
-    SourceKind.PUSH: "The project's webhook is told to restore it",
-}
-
-
-def rollback_refusal(project) -> str:
-    """Why this project cannot roll back at all ("" when it can)."""
-    if project.archived_at is not None:
-        return f"Project {project.slug} is archived: it is read-only until an admin restores it."
-    if project.source not in ROLLBACK_EFFECTS:
-        return f"{project.get_source_display()} projects cannot roll back."
-    if project.source == SourceKind.PUSH and not project.rollback_webhook_url:
-        return (
-            "This project has no rollback webhook URL: an admin sets one in the project settings, "
-            "so the harness can be told to roll back."
-        )
-    return ""
-
-
-def may_roll_back(user: Any, project) -> bool:
-    """Whether `user` gets rollback buttons in `project`: reviewers and admins, where the source can."""
-    return not rollback_refusal(project) and project.allows(user, Role.REVIEWER)
-
-
 def _refuse_uncounted(submission: Submission) -> None:
     """A rollback goes back to work that counts: never to an invalid, rejected or excluded submission."""
     if submission.status in NEVER_COUNTED or submission.excluded_at is not None or submission.run.excluded_at:
@@ -155,7 +128,7 @@ def request_rollback(
             f"Checkpoint {checkpoint.label or checkpoint.external_id} cannot be restored"
             f"{': ' + checkpoint.failure_reason[:200] if checkpoint.failure_reason else ''}."
         )
-    if refusal := rollback_refusal(project):
+    if refusal := capabilities.refusal(project, Action.ROLL_BACK):
         raise RollbackRefused(refusal)
     check_writable(project, run)
     reason = (reason or "").strip() or "rolled back from the dashboard"

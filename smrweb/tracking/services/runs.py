@@ -13,7 +13,6 @@ from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from smrweb.core import numbers
 from smrweb.tracking import signals
 from smrweb.tracking.errors import (
     InvalidInput,
@@ -29,15 +28,16 @@ from smrweb.tracking.models import (
     Role,
     Run,
     RunState,
-    SourceKind,
     StateChange,
     Submission,
     TurnKind,
     counted_q,
 )
 from smrweb.tracking.queries.timeline import forget_turn_aggregates
+from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
+from smrweb.tracking.services.capabilities import Action
 from smrweb.tracking.services.launches import link_new_run
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 
@@ -258,10 +258,15 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
     return flagged
 
 
+class StopRefused(TrackingError):
+    status = 409
+    code = "stop_refused"
+
+
 def request_stop(run: Run, *, by: Any) -> AuditEvent:
     """Record that someone asked to stop a run; the caller dispatches the stop after commit."""
-    if run.is_terminal:
-        raise InvalidInput("run", f"The run is already {run.state}.")
+    if refusal := capabilities.refusal(run.project, Action.STOP, run=run):
+        raise StopRefused(refusal)
     return record_audit(by, "run.stop_requested", run, project=run.project)
 
 
@@ -273,9 +278,6 @@ def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
 
 # --- closing a silent run as abandoned -------------------------------------------------------------------
 
-# Sources whose runs a person may close: their harness reports its own end, or nothing does when it dies.
-# SMR reports every end itself (a dead run there is stopped through the SDK instead).
-CLOSABLE_SOURCES = (SourceKind.PUSH, SourceKind.GIT)
 CLOSED_FAMILY = "closed"  # the failure family of a close, so pages tell it from a harness's own word
 CLOSE_REASON_MAX = 5000
 
@@ -283,28 +285,6 @@ CLOSE_REASON_MAX = 5000
 class CloseRefused(TrackingError):
     status = 409
     code = "close_refused"
-
-
-def close_refusal(run: Run, now: datetime | None = None) -> str:
-    """Why `run` cannot be closed as abandoned now ("" when it can): the one rule the run page, the API and
-    `close_run` ask. A push or git run that is not finished and has sent nothing for at least its
-    project's stall threshold may be closed; who may close it is `project.allows(user, REVIEWER)`."""
-    project = run.project
-    if project.source not in CLOSABLE_SOURCES:
-        return (
-            f"{project.get_source_display()} reports the end of its runs itself: "
-            "stop the run instead of closing it."
-        )
-    if run.is_terminal:
-        return f"The run is already {run.state}."
-    silent = (now or timezone.now()) - run.last_progress_at
-    if silent < project.stall_after:
-        return (
-            f"The run sent news {numbers.duration(silent)} ago. A run can be closed as abandoned once it "
-            f"has been silent for the project's stall threshold ({numbers.duration(project.stall_after)}), "
-            f"that is in {numbers.duration(project.stall_after - silent + timedelta(seconds=1))}."
-        )
-    return ""
 
 
 def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) -> Run:
@@ -324,7 +304,7 @@ def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) ->
         # Under the run's lock, so news that ingest brought meanwhile is seen (and wins).
         run = Run.objects.select_for_update().select_related("project__scenario").get(pk=run.pk)
         now = now or timezone.now()
-        if refusal := close_refusal(run, now):
+        if refusal := capabilities.refusal(run.project, Action.CLOSE, run=run, now=now):
             raise CloseRefused(refusal)
         before, silent_since = run.state, run.last_progress_at
         latest = StateChange.objects.filter(run=run).aggregate(ts=Max("ts"))["ts"]
