@@ -71,6 +71,7 @@ from smrweb.tracking.models.rollback import (  # noqa: F401
     RollbackStatus,
 )
 from smrweb.tracking.models.run import (  # noqa: F401
+    STALLED,
     TERMINAL_STATES,
     AgentTurn,
     Checkpoint,
