@@ -8,7 +8,7 @@ test that patches `services.verb` patches what those callers call)."""
 from smrweb.tracking.services.accounts import (  # noqa: F401
     password_changed,
 )
-from smrweb.tracking.services.alerts import (  # noqa: F401
+from smrweb.tracking.services.alerts.rules import (  # noqa: F401
     create_alert_rule,
     delete_alert_rule,
     mark_read,

@@ -32,7 +32,7 @@ from smrweb.tracking.models import (
     parse_tag,  # noqa: F401 (re-exported: the tag box and `?tag=` read tags with it)
 )
 from smrweb.tracking.queries.annotations import members_by_name
-from smrweb.tracking.services.alerts import absolute_url
+from smrweb.tracking.services.alerts.triggers import absolute_url
 from smrweb.tracking.services.audit import _only, record_audit
 
 TAGS_PER_RUN = 100
