@@ -188,10 +188,10 @@ def _via_webhook(rollback, *, last_try: bool) -> Attempt:
 def _via_git(rollback, *, last_try: bool) -> Attempt:
     """A new commit on the branch that restores the artifact path's bytes (sources/git.py): history is
     never rewritten, and the next sync brings the commit in as a new artifact version."""
-    from smrweb.sources import git
+    from smrweb.sources.git import branches
 
     try:
-        done = git.roll_back(rollback)
+        done = branches.roll_back(rollback)
     except SourceError as exc:
         return _retry_or_fail(
             rollback,
@@ -302,11 +302,11 @@ def _launch_via_git(launch, *, last_try: bool) -> Attempt:
     """A new branch at the chosen commit; the project follows it, and the run (`git:<branch>`) starts
     with the kickoff as its first message and its cursor at that commit, so it counts only what is
     committed on it from now on."""
-    from smrweb.sources import git
     from smrweb.sources.apply import apply_events
+    from smrweb.sources.git import branches
 
     try:
-        branch, commit, done = git.start_branch(launch)
+        branch, commit, done = branches.start_branch(launch)
     except SourceError as exc:
         return _launch_retry_or_fail(
             launch,
@@ -318,7 +318,7 @@ def _launch_via_git(launch, *, last_try: bool) -> Attempt:
     # The run first (its cursor at the start commit, its kickoff: both the same on a retried attempt),
     # then the answer, which links it and makes the project follow the branch: until then no sync reads
     # the branch, so a crash in between leaves nothing a retry would not redo.
-    rid, project = git.run_id_for(branch), launch.project
+    rid, project = branches.run_id_for(branch), launch.project
     services.record_poll(
         project, rid, source_cursor={"commit": commit, "base": commit}, git_branch=branch, git_commit=commit
     )

@@ -81,7 +81,7 @@ def create_project(
     source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
     red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
     another smrweb project is refused unless the operator or staff allow a second binding.
-    `pin_repository`, when given, checks a git project's repository (sources.git.pin_for_binding: it
+    `pin_repository`, when given, checks a git project's repository (git/ownership.py pin_for_binding: it
     raises InvalidInput for one that would lead git into another repository) and returns what to pin, or
     None when there is no repository there yet (the first sync that passes pins it)."""
     operator = by is None or getattr(by, "is_staff", False)
@@ -186,7 +186,7 @@ def create_project(
     return project
 
 
-# Where a git project's repository resolved to when it was bound (sources/git.py, red-team N3): the
+# Where a git project's repository resolved to when it was bound (sources/git/ownership.py, red-team N3): the
 # path as bound, its real git dir and work tree. A later sync or rollback that finds it elsewhere refuses.
 GIT_PIN = "git_pin"
 
@@ -222,7 +222,7 @@ def check_outbound_url(field: str, url: str) -> None:
         raise InvalidInput(field, str(exc)) from None
 
 
-# Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git.py asks
+# Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git/cli.py asks
 # git too), narrowed to characters that also fit a run id once "/" is written "~" (never in a ref name).
 GIT_BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+=@-]{0,194}\Z")
 
