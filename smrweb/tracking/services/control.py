@@ -24,6 +24,7 @@ from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
     ApiToken,
+    AuditVerb,
     ControlKind,
     DispatchStatus,
     Role,
@@ -138,7 +139,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
         control = RunControl.objects.create(run=run, kind=kind, body=body, requested_by=by)
         record_audit(
             by,
-            "control.requested",
+            AuditVerb.CONTROL_REQUESTED,
             control,
             project=project,
             run=run.external_id,
@@ -184,7 +185,9 @@ def start_control_attempt(control_id: int) -> RunControl | None:
         control.dispatched_at = control.dispatched_at or timezone.now()
         control.save()
         if first:
-            record_audit(None, "control.dispatched", control, project=control.run.project, kind=control.kind)
+            record_audit(
+                None, AuditVerb.CONTROL_DISPATCHED, control, project=control.run.project, kind=control.kind
+            )
         control.run.save(update_fields=["updated"])
     return control
 
@@ -212,7 +215,7 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
             control.status = S.ACCEPTED
             record_audit(
                 None,
-                "control.accepted",
+                AuditVerb.CONTROL_ACCEPTED,
                 control,
                 project=control.run.project,
                 kind=control.kind,
@@ -235,7 +238,7 @@ def control_failed(control_id: int, *, detail: str) -> RunControl | None:
         control.save()
         record_audit(
             None,
-            "control.failed",
+            AuditVerb.CONTROL_FAILED,
             control,
             project=control.run.project,
             kind=control.kind,
@@ -250,7 +253,9 @@ def _end(control: RunControl, run: Run, status: str, line: str, now) -> None:
     control.finished_at = now
     _append(control, line, now)
     control.save(update_fields=["status", "finished_at", "detail", "updated"])
-    record_audit(None, f"control.{status}", control, project=run.project, kind=control.kind, detail=line)
+    record_audit(
+        None, AuditVerb(f"control.{status}"), control, project=run.project, kind=control.kind, detail=line
+    )
 
 
 def confirm_reported(

@@ -34,6 +34,7 @@ from django.utils import timezone
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
+    AuditVerb,
     DispatchStatus,
     Project,
     Role,
@@ -280,7 +281,7 @@ def request_launch(
             )
             record_audit(
                 by,
-                "launch.requested",
+                AuditVerb.LAUNCH_REQUESTED,
                 launch,
                 project=project,
                 from_run=from_run.external_id if from_run else None,
@@ -329,7 +330,7 @@ def start_attempt(launch_id: int) -> RunLaunch | None:
         launch.dispatched_at = launch.dispatched_at or timezone.now()
         launch.save()
         if first:
-            record_audit(None, "launch.dispatched", launch, project=launch.project)
+            record_audit(None, AuditVerb.LAUNCH_DISPATCHED, launch, project=launch.project)
     return launch
 
 
@@ -351,7 +352,9 @@ def fail(launch_id: int, *, detail: str) -> RunLaunch | None:
         launch.finished_at = timezone.now()
         _append(launch, detail, launch.finished_at)
         launch.save()
-        record_audit(None, "launch.failed", launch, project=launch.project, detail=_printable(detail)[:500])
+        record_audit(
+            None, AuditVerb.LAUNCH_FAILED, launch, project=launch.project, detail=_printable(detail)[:500]
+        )
     return launch
 
 
@@ -379,7 +382,7 @@ def record_accepted(
         launch.save()
         record_audit(
             None,
-            "launch.accepted",
+            AuditVerb.LAUNCH_ACCEPTED,
             launch,
             project=launch.project,
             run=launch.external_run_id,
@@ -422,7 +425,7 @@ def expire_unseen(now: datetime | None = None) -> list[RunLaunch]:
             launch.save()
             record_audit(
                 None,
-                "launch.unseen",
+                AuditVerb.LAUNCH_UNSEEN,
                 launch,
                 project=launch.project,
                 run=launch.external_run_id,
@@ -441,7 +444,7 @@ def _follow_branch(launch: RunLaunch, branch: str) -> Project:
     project.save(update_fields=["git_branch", "updated"])
     record_audit(
         None,
-        "project.branch_followed",
+        AuditVerb.PROJECT_BRANCH_FOLLOWED,
         project,
         project=project,
         branch=branch,
@@ -490,7 +493,7 @@ def _link(launch: RunLaunch, run: Run) -> None:
         run.save(update_fields=[*changed, "updated"])
     record_audit(
         None,
-        "launch.confirmed",
+        AuditVerb.LAUNCH_CONFIRMED,
         launch,
         project=launch.project,
         run=run.external_id,

@@ -14,6 +14,7 @@ from smrweb.tracking.errors import (
     NotAllowed,
 )
 from smrweb.tracking.models import (
+    AuditVerb,
     Membership,
     Project,
     Role,
@@ -38,7 +39,7 @@ def create_scenario(*, by: Any = None, **fields: Any) -> Scenario:
     """Create a scenario preset from validated fields."""
     with transaction.atomic():
         scenario = Scenario.objects.create(**fields)
-        record_audit(by, "scenario.created", scenario, key=scenario.key)
+        record_audit(by, AuditVerb.SCENARIO_CREATED, scenario, key=scenario.key)
     return scenario
 
 
@@ -176,7 +177,7 @@ def create_project(
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
         record_audit(
             by,
-            "project.created",
+            AuditVerb.PROJECT_CREATED,
             project,
             project=project,
             scenario=project.scenario.key,
@@ -201,7 +202,7 @@ def pin_git_repository(project: Project, pin: dict[str, str]) -> Project:
             return project
         project.source_settings = {**(project.source_settings or {}), GIT_PIN: dict(pin)}
         project.save(update_fields=["source_settings", "updated"])
-        record_audit(None, "project.git_repository_pinned", project, project=project, **pin)
+        record_audit(None, AuditVerb.PROJECT_GIT_REPOSITORY_PINNED, project, project=project, **pin)
     return project
 
 
@@ -278,7 +279,7 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
         project.save(update_fields=[*changes, "updated"])
         record_audit(
             by,
-            "project.settings_changed",
+            AuditVerb.PROJECT_SETTINGS_CHANGED,
             project,
             project=project,
             **{k: str(v) for k, v in changes.items()},
@@ -307,7 +308,7 @@ def set_source_backend(project: Project, *, backend_base: str, api_key: str = ""
         project.save(update_fields=["source_settings", "updated"])
         record_audit(
             by,
-            "project.source_changed",
+            AuditVerb.PROJECT_SOURCE_CHANGED,
             project,
             project=project,
             backend_base=backend_base,

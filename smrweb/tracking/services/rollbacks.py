@@ -24,6 +24,7 @@ from smrweb.core import outbound
 from smrweb.tracking.errors import NotAllowed, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
+    AuditVerb,
     Checkpoint,
     Role,
     Rollback,
@@ -193,7 +194,7 @@ def request_rollback(
             )
             record_audit(
                 by,
-                "rollback.requested",
+                AuditVerb.ROLLBACK_REQUESTED,
                 rollback,
                 project=project,
                 run=run.external_id,
@@ -223,7 +224,7 @@ def start_attempt(rollback_id: int) -> Rollback | None:
         rollback.dispatched_at = rollback.dispatched_at or timezone.now()
         rollback.save()
         if first:
-            record_audit(None, "rollback.dispatched", rollback, project=rollback.run.project)
+            record_audit(None, AuditVerb.ROLLBACK_DISPATCHED, rollback, project=rollback.run.project)
         rollback.run.save(update_fields=["updated"])
     return rollback
 
@@ -260,7 +261,11 @@ def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = Fal
         rollback.detail = (rollback.detail + f"\n[{stamp}] {detail}").strip()[-10_000:]
         rollback.save()
         record_audit(
-            None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500]
+            None,
+            AuditVerb(f"rollback.{rollback.status}"),
+            rollback,
+            project=rollback.run.project,
+            detail=detail[:500],
         )
         rollback.run.save(update_fields=["updated"])
     return rollback

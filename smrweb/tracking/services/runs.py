@@ -25,6 +25,7 @@ from smrweb.tracking.models import (
     TERMINAL_STATES,
     AgentTurn,
     AuditEvent,
+    AuditVerb,
     Project,
     Role,
     Run,
@@ -132,7 +133,11 @@ def update_run_settings(project: Project, external_id: str, *, by: Any = None, *
     with transaction.atomic():
         run = _set_run_fields(project, external_id, changes)
         record_audit(
-            by, "run.settings_changed", run, project=project, **{k: str(v) for k, v in changes.items()}
+            by,
+            AuditVerb.RUN_SETTINGS_CHANGED,
+            run,
+            project=project,
+            **{k: str(v) for k, v in changes.items()},
         )
     return run
 
@@ -248,7 +253,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
                 run.stalled_since = now
                 record_audit(
                     None,
-                    "run.stalled",
+                    AuditVerb.RUN_STALLED,
                     run,
                     project=run.project,
                     last_progress_at=run.last_progress_at.isoformat(),
@@ -262,12 +267,16 @@ def request_stop(run: Run, *, by: Any) -> AuditEvent:
     """Record that someone asked to stop a run; the caller dispatches the stop after commit."""
     if run.is_terminal:
         raise InvalidInput("run", f"The run is already {run.state}.")
-    return record_audit(by, "run.stop_requested", run, project=run.project)
+    return record_audit(by, AuditVerb.RUN_STOP_REQUESTED, run, project=run.project)
 
 
 def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
     return record_audit(
-        None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail
+        None,
+        AuditVerb.RUN_STOPPED if ok else AuditVerb.RUN_STOP_FAILED,
+        run,
+        project=run.project,
+        detail=detail,
     )
 
 
@@ -345,7 +354,7 @@ def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) ->
         run.save(update_fields=[*changed, "stalled_since", "updated"])  # `updated` versions the polls
         record_audit(
             by,
-            "run.closed",
+            AuditVerb.RUN_CLOSED,
             run,
             project=project,
             state=RunState.ABANDONED,

@@ -25,6 +25,7 @@ from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
     AuditEvent,
+    AuditVerb,
     KnowledgeEntry,
     KnowledgeKind,
     Review,
@@ -137,7 +138,7 @@ def _move(
         )
         record_audit(
             by,
-            f"submission.{to}",
+            AuditVerb(f"submission.{to}"),
             locked,
             project=locked.project,
             from_status=before,
@@ -474,7 +475,11 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
             return ReviewOutcome(submission, made, True, "Submission rejected.")
         if refusal:
             record_audit(
-                by, "submission.review_not_counted", submission, project=submission.project, why=refusal
+                by,
+                AuditVerb.SUBMISSION_REVIEW_NOT_COUNTED,
+                submission,
+                project=submission.project,
+                why=refusal,
             )
             return ReviewOutcome(
                 submission, made, False, "Your approval is recorded but does not count. " + refusal
@@ -484,7 +489,7 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
             # Not approved yet: the approval is recorded and audited; the submission waits for the next.
             record_audit(
                 by,
-                "review.approval_recorded",
+                AuditVerb.REVIEW_APPROVAL_RECORDED,
                 submission,
                 project=submission.project,
                 counted=now.counted,
@@ -634,7 +639,7 @@ def bulk_summary(action: str, results: list[BulkOutcome]) -> str:
 
 # --- auto-verify catching up on the candidates waiting when it was switched on ---------------------------
 
-CATCH_UP_VERB = "project.verification_catch_up"
+CATCH_UP_VERB = AuditVerb.PROJECT_VERIFICATION_CATCH_UP
 
 
 def _never_verified(project):
@@ -797,7 +802,7 @@ def record_arena_result(
         )
         record_audit(
             by,
-            "arena_result.recorded",
+            AuditVerb.ARENA_RESULT_RECORDED,
             result,
             project=submission.project,
             rank=rank,
@@ -904,7 +909,7 @@ def _set_excluded(model, obj, *, by: Any, reason: str, exclude: bool):
         locked.save(update_fields=["excluded_at", "excluded_by", "excluded_reason", "updated"])
         record_audit(
             by,
-            f"{what}.{'excluded' if exclude else 'included'}",
+            AuditVerb(f"{what}.{'excluded' if exclude else 'included'}"),
             locked,
             project=project,
             reason=reason[:500],

@@ -16,6 +16,7 @@ from smrweb.tracking.models import (
     TERMINAL_STATES,
     AlertRule,
     AuditEvent,
+    AuditVerb,
     Channel,
     Delivery,
     LoopFinding,
@@ -166,13 +167,16 @@ def _guard_budget(run: Run, memo: dict) -> bool:
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run.pk).first()  # one guard decision per run at a time
         if AuditEvent.objects.filter(
-            verb="run.stop_requested", object_type="run", object_id=str(run.pk), detail__budget_guard=True
+            verb=AuditVerb.RUN_STOP_REQUESTED,
+            object_type="run",
+            object_id=str(run.pk),
+            detail__budget_guard=True,
         ).exists():
             return False
         fraction, unit = reading
         record_audit(
             None,
-            "run.stop_requested",
+            AuditVerb.RUN_STOP_REQUESTED,
             run,
             project=run.project,
             budget_guard=True,

@@ -19,6 +19,7 @@ from django.utils import timezone
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     AlertRule,
+    AuditVerb,
     Channel,
     Delivery,
     Notification,
@@ -134,7 +135,9 @@ def create_alert_rule(
             secret=secrets.token_hex(32) if channel == Channel.WEBHOOK else "",
             created_by=by if getattr(by, "is_authenticated", False) else None,
         )
-        record_audit(by, "alert_rule.created", rule, project=project, trigger=trigger, channel=channel)
+        record_audit(
+            by, AuditVerb.ALERT_RULE_CREATED, rule, project=project, trigger=trigger, channel=channel
+        )
         baseline(rule)
     return rule
 
@@ -199,20 +202,25 @@ def update_alert_rule(rule: AlertRule, *, by: Any, muted: bool) -> AlertRule:
         now = timezone.now()
         AlertRule.objects.filter(pk=rule.pk).update(muted=muted, updated=now)
         rule.muted, rule.updated = muted, now
-        record_audit(by, "alert_rule.muted" if muted else "alert_rule.unmuted", rule, project=rule.project)
+        record_audit(
+            by,
+            AuditVerb.ALERT_RULE_MUTED if muted else AuditVerb.ALERT_RULE_UNMUTED,
+            rule,
+            project=rule.project,
+        )
     return rule
 
 
 def delete_alert_rule(rule: AlertRule, *, by: Any) -> None:
     with transaction.atomic():
-        record_audit(by, "alert_rule.deleted", rule, project=rule.project, trigger=rule.trigger)
+        record_audit(by, AuditVerb.ALERT_RULE_DELETED, rule, project=rule.project, trigger=rule.trigger)
         rule.delete()
 
 
 def send_test(rule: AlertRule, *, by: Any) -> Notification:
     """A test notification through the rule's channel (the caller queues its delivery)."""
     with transaction.atomic():
-        record_audit(by, "alert_rule.test_sent", rule, project=rule.project)
+        record_audit(by, AuditVerb.ALERT_RULE_TEST_SENT, rule, project=rule.project)
         inbox = rule.channel == Channel.INBOX
         gone = inbox and not still_member(rule)
         if gone:
@@ -242,14 +250,14 @@ def snooze_run(run: Run, *, by: Any, hours: float) -> RunSnooze:
             run=run,
             defaults={"until": timezone.now() + timedelta(hours=hours), "by": by},
         )
-        record_audit(by, "run.snoozed", run, project=run.project, until=snooze.until.isoformat())
+        record_audit(by, AuditVerb.RUN_SNOOZED, run, project=run.project, until=snooze.until.isoformat())
     return snooze
 
 
 def unsnooze_run(run: Run, *, by: Any) -> None:
     with transaction.atomic():
         if RunSnooze.objects.filter(run=run).delete()[0]:
-            record_audit(by, "run.unsnoozed", run, project=run.project)
+            record_audit(by, AuditVerb.RUN_UNSNOOZED, run, project=run.project)
 
 
 def mark_read(
