@@ -11,10 +11,10 @@ import pytest
 from django.db import transaction
 
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import ControlRefused, InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Project, Run, RunControl, SourceKind
-from smrweb.tracking.services.control import MESSAGE_MAX, ControlRefused
+from smrweb.tracking.services.control import MESSAGE_MAX
 
 pytestmark = pytest.mark.django_db
 

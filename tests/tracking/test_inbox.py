@@ -13,13 +13,12 @@ import pytest
 from django.utils import timezone
 
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.errors import DuplicateRule, InvalidInput
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Run, Trigger
 from smrweb.tracking.queries import alerts as reads
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.alerts import delivery as alert_delivery
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
-from smrweb.tracking.services.alerts import rules as alert_rules
 from tests.tracking.test_alerts import evaluate, push, rule, sent
 
 pytestmark = pytest.mark.django_db
@@ -124,14 +123,14 @@ def test_a_duplicate_rule_is_refused_naming_the_existing_one(project, alice):
     first = rule(
         project, alice, Trigger.SUBMISSION_NEEDS_REVIEW, channel=Channel.EMAIL, target="Team@example.com"
     )
-    with pytest.raises(alert_rules.DuplicateRule) as err:
+    with pytest.raises(DuplicateRule) as err:
         rule(
             project, alice, Trigger.SUBMISSION_NEEDS_REVIEW, channel=Channel.EMAIL, target="team@example.com"
         )
     assert f"rule #{first.pk}" in err.value.message and "email Team@example.com" in err.value.message
     assert err.value.existing == first and err.value.as_dict()["code"] == "duplicate_rule"
     inbox = rule(project, alice, Trigger.RUN_BUDGET)
-    with pytest.raises(alert_rules.DuplicateRule):
+    with pytest.raises(DuplicateRule):
         rule(project, alice, Trigger.RUN_BUDGET)
     assert project.alert_rules.count() == 2
     # Another option, recipient or channel is another rule.

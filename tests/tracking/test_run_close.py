@@ -14,7 +14,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from smrweb.tracking import queries, services, signals
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import CloseRefused, InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import RunFilter
 from smrweb.tracking.models import (
@@ -31,7 +31,6 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries.knowledge import carry_forward
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
-from smrweb.tracking.services.runs import CloseRefused
 
 pytestmark = pytest.mark.django_db
 

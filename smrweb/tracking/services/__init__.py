@@ -57,7 +57,6 @@ from smrweb.tracking.services.audit import (  # noqa: F401
 )
 from smrweb.tracking.services.control import (  # noqa: F401
     MESSAGE_MAX,
-    ControlRefused,
     confirm_reported,
     control_accepted,
     control_failed,
@@ -142,7 +141,6 @@ from smrweb.tracking.services.rollups import (  # noqa: F401
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
-    CloseRefused,
     attribute_turns,
     close_refusal,
     close_run,

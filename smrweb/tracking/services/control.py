@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import ControlRefused, InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
     ApiToken,
@@ -41,11 +41,6 @@ MESSAGE_MAX = 10_000  # characters of a runtime message (the ingest contract kee
 PENDING = (S.REQUESTED, S.DISPATCHED, S.ACCEPTED)
 # What the source may still report back: sent (or being sent), not confirmed or failed.
 REPORTABLE = (S.DISPATCHED, S.ACCEPTED)
-
-
-class ControlRefused(TrackingError):
-    status = 409
-    code = "control_refused"
 
 
 # What steering does, per source; a source not listed cannot be steered.

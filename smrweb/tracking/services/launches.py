@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import InvalidInput, KeyReused, LaunchRefused, NotAllowed
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
     AuditVerb,
@@ -55,18 +55,6 @@ COMMIT_RE = re.compile(r"^[0-9a-fA-F]{4,64}\Z")
 BUDGET_USD_MAX = Decimal("1000000")  # a million dollars: far above any run, far inside the column
 BUDGET_TOKENS_MAX = 10**12
 NEXT_SUFFIX_RE = re.compile(r"-next-\d+\Z")
-
-
-class LaunchRefused(TrackingError):
-    status = 409
-    code = "launch_refused"
-
-
-class KeyReused(TrackingError):
-    """The idempotency key names an earlier request that asked for something else."""
-
-    status = 409
-    code = "idempotency_key_reused"
 
 
 # What starting a run does, per source; a source not listed cannot start runs. The one rule of who may

@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from smrweb.core import outbound
-from smrweb.tracking.errors import NotAllowed, TrackingError
+from smrweb.tracking.errors import NotAllowed, RollbackRefused
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     AuditVerb,
@@ -37,11 +37,6 @@ from smrweb.tracking.services import record_audit
 from smrweb.tracking.services.archive import check_writable
 
 R = RollbackStatus
-
-
-class RollbackRefused(TrackingError):
-    status = 409
-    code = "rollback_refused"
 
 
 @dataclass(frozen=True)

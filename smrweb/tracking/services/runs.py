@@ -15,11 +15,7 @@ from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.tracking import signals
-from smrweb.tracking.errors import (
-    InvalidInput,
-    NotAllowed,
-    TrackingError,
-)
+from smrweb.tracking.errors import CloseRefused, InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     RUN_RULE,
     TERMINAL_STATES,
@@ -287,11 +283,6 @@ def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
 CLOSABLE_SOURCES = (SourceKind.PUSH, SourceKind.GIT)
 CLOSED_FAMILY = "closed"  # the failure family of a close, so pages tell it from a harness's own word
 CLOSE_REASON_MAX = 5000
-
-
-class CloseRefused(TrackingError):
-    status = 409
-    code = "close_refused"
 
 
 def close_refusal(run: Run, now: datetime | None = None) -> str:

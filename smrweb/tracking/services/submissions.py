@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.tracking import signals
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     NEVER_COUNTED,
@@ -81,11 +81,6 @@ NEXT_STEP = {
     S.UPLOADED: "record its arena result",
     S.RANKED: "record a newer arena result",
 }
-
-
-class IllegalTransition(TrackingError):
-    status = 409
-    code = "illegal_transition"
 
 
 def allowed_actions(submission: Submission, user: Any) -> frozenset[str]:

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.errors import DuplicateRule, InvalidInput
 from smrweb.tracking.models import (
     AlertRule,
     AuditVerb,
@@ -140,23 +140,6 @@ def create_alert_rule(
         )
         baseline(rule)
     return rule
-
-
-class DuplicateRule(InvalidInput):
-    """The rule asked for exists already: two would notify the same destination twice for each event."""
-
-    code = "duplicate_rule"
-
-    def __init__(self, existing: AlertRule):
-        when = f"{existing.created:%Y-%m-%d}"
-        by = f" by {existing.created_by.get_username()}" if existing.created_by_id else ""
-        super().__init__(
-            "non_field_errors",
-            f"This rule exists already: rule #{existing.pk}, {existing.trigger} → {existing.destination} "
-            f"(added{by} on {when}{', muted' if existing.muted else ''}). Change that one, or give this one "
-            "another trigger, option or destination.",
-        )
-        self.existing = existing  # the API's answer keeps its one error shape: the message names it
 
 
 def _check_delivery(trigger: str, channel: str, delivery: str | None, minutes: int | None) -> tuple:
