@@ -88,3 +88,30 @@ def test_deleting_a_run_in_the_admin_cascades_through_its_events(admin_client):
     response = admin_client.post(f"/admin/tracking/run/{run.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not Run.objects.filter(pk=run.pk).exists() and not AgentTurn.objects.exists()
+
+
+def test_one_read_only_admin_base_and_what_it_covers():
+    """Issue 35: one read-only base (there were three under three names, and three more classes wrote
+    the same permission methods again). A read-only admin is a ReadOnlyAdmin; `deletable` says which
+    of them may delete."""
+    from smrweb.tracking import admin as tracking_admin
+
+    own = [
+        cls.__name__
+        for cls in vars(tracking_admin).values()
+        if isinstance(cls, type)
+        and issubclass(cls, admin.ModelAdmin)
+        and "has_change_permission" in vars(cls)
+    ]
+    assert own == ["ReadOnlyAdmin"]
+    registry = {model.__name__: ma for model, ma in admin.site._registry.items()}
+    read_only = {name for name, ma in registry.items() if isinstance(ma, tracking_admin.ReadOnlyAdmin)}
+    deletable = {name for name in read_only if registry[name].deletable}
+    assert deletable == {
+        "AgentTurn", "Artifact", "ArtifactBlob", "BlobSummary", "Checkpoint", "Experiment", "MetricPoint",
+        "ProjectInvitation", "RuntimeMessage", "StateChange", "Submission", "TurnBody", "TurnRollup",
+    }  # fmt: skip
+    assert read_only - deletable == {
+        "AlertRule", "AuditEvent", "Comment", "LoopFinding", "Notification", "Rollback", "RunControl",
+        "RunLaunch", "RunNote", "RunParam", "RunSnooze", "RunTag", "SubmissionTransition",
+    }  # fmt: skip
