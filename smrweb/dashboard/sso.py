@@ -42,6 +42,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from smrweb.dashboard.models import SsoIdentity
 from smrweb.tracking import services
+from smrweb.tracking.models import AuditVerb
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,12 @@ class Backend(OIDCAuthenticationBackend):
                 user = self._linkable_user(claims, issuer) or self._create_user(claims)
                 identity = SsoIdentity.objects.create(user=user, issuer=issuer, subject=subject)
                 services.record_audit(
-                    None, "user.sso_linked", user, user=user.get_username(), issuer=issuer, subject=subject
+                    None,
+                    AuditVerb.USER_SSO_LINKED,
+                    user,
+                    user=user.get_username(),
+                    issuer=issuer,
+                    subject=subject,
                 )
             user = identity.user
             email = claims.get("email")
@@ -241,7 +247,7 @@ class Backend(OIDCAuthenticationBackend):
                     user = self.UserModel.objects.create_user(username, email=email[:254])
             except IntegrityError:  # taken between the check and the insert
                 continue
-            services.record_audit(None, "user.created", user, user=username, via="sso")
+            services.record_audit(None, AuditVerb.USER_CREATED, user, user=username, via="sso")
             return user
         raise SuspiciousOperation(f"no free user name like {base!r}")
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from smrweb.outbound import http, mail, webhooks
 from smrweb.outbound.http import Attempt, Failed
 from smrweb.tracking.models import Channel, Notification
-from smrweb.tracking.services import alerts
+from smrweb.tracking.services.alerts import delivery, triggers
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def digest_message(batch: list[Notification]) -> EmailMessage:
     """One email for a rule's window: "12 submissions waiting for review", each item newest first
     with its link."""
     rule = batch[0].rule
-    label = alerts.counted_label(rule.trigger, len(batch))
+    label = triggers.counted_label(rule.trigger, len(batch))
     oldest = min(n.created for n in batch)
     lines = [
         f"{label} in {rule.project.name} since {oldest:%Y-%m-%d %H:%M} UTC, newest first:",
@@ -112,17 +112,17 @@ def digest_message(batch: list[Notification]) -> EmailMessage:
 def deliver_digest(rule_id: int) -> Attempt:
     """Send a rule's due digest: one email for its held notifications. A retryable failure holds them
     again for the next digest (until SMRWEB_ALERT_MAX_ATTEMPTS); nothing due is skipped."""
-    batch = alerts.claim_digest(rule_id)
+    batch = delivery.claim_digest(rule_id)
     if not batch:
         return Attempt("skipped")
     try:
         mail.send(digest_message(batch))
     except Failed as exc:
         line = f"digest attempt {batch[0].attempts}: {exc}"
-        alerts.finish_digest(batch, error=line, retry=exc.retryable)
+        delivery.finish_digest(batch, error=line, retry=exc.retryable)
         log.warning("alert digest of rule %s not delivered: %s", rule_id, line)
         return Attempt("retry" if exc.retryable else "failed")
-    alerts.finish_digest(batch)
+    delivery.finish_digest(batch)
     return Attempt("sent")
 
 
@@ -143,7 +143,7 @@ def _send(notification: Notification) -> None:
 
 def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
     """One delivery attempt. A notification already sent, failed, or being sent elsewhere is skipped."""
-    notification = alerts.claim_delivery(notification_id)
+    notification = delivery.claim_delivery(notification_id)
     if notification is None:
         return Attempt("skipped")
     last_try = last_try or notification.attempts >= settings.SMRWEB_ALERT_MAX_ATTEMPTS
@@ -158,14 +158,14 @@ def deliver(notification_id: int, *, last_try: bool = False) -> Attempt:
                 base=settings.SMRWEB_ALERT_RETRY_BASE_SECONDS,
                 cap=settings.SMRWEB_ALERT_RETRY_MAX_SECONDS,
             )
-            alerts.finish_delivery(
+            delivery.finish_delivery(
                 notification,
                 error=f"{line}; retrying in {delay:g} s",
                 retry_at=timezone.now() + timedelta(seconds=delay),
             )
             return Attempt("retry", delay)
-        alerts.finish_delivery(notification, error=f"{line}; giving up")
+        delivery.finish_delivery(notification, error=f"{line}; giving up")
         log.warning("alert %s not delivered: %s", notification.pk, line)
         return Attempt("failed")
-    alerts.finish_delivery(notification)
+    delivery.finish_delivery(notification)
     return Attempt("sent")

@@ -85,9 +85,9 @@ def rollback_via_webhook(rollback: Rollback) -> Attempt:
 
 
 def rollback_via_git(rollback: Rollback) -> Attempt:
-    """A new commit on the branch that restores the artifact path's bytes (sources/git.py): history is
+    """A new commit on the branch that restores the artifact path's bytes (sources/git/branches): history is
     never rewritten, and the next sync brings the commit in as a new artifact version."""
-    from smrweb.sources import git
+    from smrweb.sources.git import branches as git
 
     try:
         done = git.roll_back(rollback)
@@ -142,8 +142,8 @@ def launch_via_git(launch: RunLaunch) -> Attempt:
     """A new branch at the chosen commit; the project follows it, and the run (`git:<branch>`) starts
     with the kickoff as its first message and its cursor at that commit, so it counts only what is
     committed on it from now on."""
-    from smrweb.sources import git
     from smrweb.sources.apply import apply_events
+    from smrweb.sources.git import branches as git
 
     try:
         branch, commit, done = git.start_branch(launch)

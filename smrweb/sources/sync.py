@@ -25,9 +25,9 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from smrweb.core import logcontext
-from smrweb.sources import git
 from smrweb.sources.apply import count_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
+from smrweb.sources.git.sync import sync_branch
 from smrweb.sources.smr import connector_for
 from smrweb.sources.smr_usage import reconcile
 from smrweb.tracking import services
@@ -169,7 +169,7 @@ def _sync_git(project: Project, report: SyncReport) -> None:
     """A git project: its branch is its one run. A missing repository or branch, a bad scores line,
     anything git refuses: a recorded failure."""
     try:
-        git.sync_branch(project, report=report)
+        sync_branch(project, report=report)
     except (SourceError, TrackingError) as exc:
         error = exc if isinstance(exc, SourceError) else Malformed(getattr(exc, "message", str(exc)))
         report.error = f"{error.kind}: {error}"

@@ -36,8 +36,9 @@ from smrweb.tracking.models import (
     Submission,
     SubmissionStatus,
 )
-from smrweb.tracking.services import alerts as alert_rules
 from smrweb.tracking.services import capabilities, launches, submissions
+from smrweb.tracking.services.alerts import delivery as alert_delivery
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from smrweb.tracking.services.capabilities import Action
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def sweep_alerts() -> int:
     except Exception:  # noqa: BLE001
         since = None
     since = since or now - timedelta(seconds=2 * settings.SMRWEB_ALERT_SWEEP_SECONDS)
-    changed = alert_rules.changed_since(since)
+    changed = alert_evaluation.changed_since(since)
     for kind, ids in changed.items():
         for object_id in ids:
             queue_alert_evaluation(None, kind, object_id)
@@ -192,9 +193,9 @@ def evaluate_alerts(kind: str, object_id: int) -> int:
     except Exception:  # noqa: BLE001
         pass
     evaluate = {
-        "run": alert_rules.evaluate_run,
-        "submission": alert_rules.evaluate_submission,
-        "source": alert_rules.evaluate_source,
+        "run": alert_evaluation.evaluate_run,
+        "submission": alert_evaluation.evaluate_submission,
+        "source": alert_evaluation.evaluate_source,
     }[kind]
     result = evaluate(object_id)
     if result.stop_requested:
@@ -223,7 +224,7 @@ def deliver_notification(notification_id: int) -> str:
 )
 def send_alert_digests() -> int:
     """Beat: queue the digest of each email rule whose window has passed (one email per rule and window)."""
-    due = alert_rules.digests_due()
+    due = alert_delivery.digests_due()
     for rule_id in due:
         queue_quietly(deliver_alert_digest, rule_id)
     return len(due)
@@ -527,7 +528,7 @@ def redispatch_stale_actions() -> dict:
     controls = _stale_controls(now)
     for pk in controls:
         dispatch_control.delay(pk)
-    notifications = alert_rules.due_deliveries(now)
+    notifications = alert_delivery.due_deliveries(now)
     for pk in notifications:
         deliver_notification.delay(pk)
     return {

@@ -16,15 +16,17 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from smrweb.tracking.models import AuditEvent, Project, Run
+from smrweb.tracking.models import AuditEvent, AuditVerb, Project, Run
 from smrweb.tracking.queries import audit
 
 # Audit verbs too frequent to be news on a console: every artifact a harness uploads, every run's budget
 # and model set at its start. They stay in the audit log.
-QUIET_VERBS = frozenset({"artifact.stored", "run.settings_changed"})
+QUIET_VERBS = frozenset({AuditVerb.ARTIFACT_STORED, AuditVerb.RUN_SETTINGS_CHANGED})
 # What the system does on its own every few seconds when a project verifies every score: the outcome
 # that needs a person (invalid) is shown, the routine ones are not.
-ROUTINE_SYSTEM_VERBS = frozenset({"submission.verifying", "submission.verified", "submission.candidate"})
+ROUTINE_SYSTEM_VERBS = frozenset(
+    {AuditVerb.SUBMISSION_VERIFYING, AuditVerb.SUBMISSION_VERIFIED, AuditVerb.SUBMISSION_CANDIDATE}
+)
 DETAIL_KEYS = ("key", "reason", "detail", "from_status", "target", "rank", "arena_score")
 # Alert mail that arrives every few seconds in the demo (every verified score): counted, and summed up
 # once a minute rather than a line each.

@@ -13,14 +13,28 @@ from smrweb.tracking import services
 from smrweb.tracking.services import RUN_SETTINGS
 
 
-class EventRowAdmin(admin.ModelAdmin):
-    """Browse and delete only. Deleting goes through the service, which recomputes the runs' summaries."""
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Shown, never added or edited here: rows the services write (with their checks and audit) or derive.
+    `deletable` rows may be deleted (windows onto data that is recomputed or queued again); the others
+    are history (lifecycle moves, rollbacks, the audit trail) or are changed where they are audited
+    (alerts on the Alerts tab, tags, notes and comments on the pages and the API)."""
+
+    deletable = False
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return self.deletable and super().has_delete_permission(request, obj)
+
+
+class EventRowAdmin(ReadOnlyAdmin):
+    """Browse and delete only. Deleting goes through the service, which recomputes the runs' summaries."""
+
+    deletable = True
 
     def delete_model(self, request, obj):
         services.delete_event_rows(type(obj).objects.filter(pk=obj.pk))
@@ -58,19 +72,14 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(m.ProjectInvitation)
-class ProjectInvitationAdmin(admin.ModelAdmin):
+class ProjectInvitationAdmin(ReadOnlyAdmin):
     """Read only: invitations are made, resent and revoked on a project's Members tab (audited there)."""
 
     list_display = ["email", "project", "role", "state", "renewed_at", "sent_at", "accepted_by"]
     list_filter = ["role", "project"]
     search_fields = ["email"]
     exclude = ["nonce"]  # part of the link's signature
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    deletable = True
 
 
 @admin.register(m.Run)
@@ -169,7 +178,7 @@ class AgentTurnAdmin(EventRowAdmin):
 
 
 @admin.register(m.TurnBody)
-class TurnBodyAdmin(admin.ModelAdmin):
+class TurnBodyAdmin(ReadOnlyAdmin):
     """A turn's prompt and response (stored only when the project captures them): read-only, since they are
     what the source sent; deleting one is allowed (the settings page deletes a project's, audited)."""
 
@@ -177,15 +186,11 @@ class TurnBodyAdmin(admin.ModelAdmin):
     raw_id_fields = ["turn", "run"]
     show_full_result_count = False
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    deletable = True
 
 
 @admin.register(m.BlobSummary)
-class BlobSummaryAdmin(admin.ModelAdmin):
+class BlobSummaryAdmin(ReadOnlyAdmin):
     """A window: what a worker read from a blob (sources/summaries.py). Deleting one is harmless: the next
     page that shows the blob queues it again."""
 
@@ -193,26 +198,18 @@ class BlobSummaryAdmin(admin.ModelAdmin):
     list_filter = ["kind", "status"]
     raw_id_fields = ["blob", "other"]
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    deletable = True
 
 
 @admin.register(m.TurnRollup)
-class TurnRollupAdmin(admin.ModelAdmin):
+class TurnRollupAdmin(ReadOnlyAdmin):
     """A window: derived from the turns by the write path. Deleting one (or its run) is harmless: a page
     computes the aggregates from the rows, and the run's next batch of turns writes the rollup again."""
 
     list_display = ["run", "turn_count", "tokens_in", "tokens_out", "width", "first_ts", "last_ts", "hwm"]
     raw_id_fields = ["run"]
 
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+    deletable = True
 
 
 @admin.register(m.ArtifactBlob)
@@ -264,19 +261,6 @@ class CheckpointAdmin(EventRowAdmin):
 class RuntimeMessageAdmin(EventRowAdmin):
     list_display = ["run", "seq", "topic", "target", "mode", "ts"]
     raw_id_fields = ["run"]
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """History written by the services (lifecycle moves, rollbacks): shown, never edited here."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(m.SubmissionTransition)
@@ -334,91 +318,58 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(m.AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["created", "actor_label", "verb", "object_type", "object_id", "project"]
     list_filter = ["verb"]
 
-    def has_change_permission(self, request, obj=None):
-        return False
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class ViewOnlyAdmin(admin.ModelAdmin):
-    """Alerts are changed on the project's Alerts tab, the API or `create_alert_rule`, which audit what
-    they do; the admin only shows them."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
+# Alerts are changed on the project's Alerts tab, the API or `create_alert_rule`, which audit what they do;
+# the admin only shows them.
 @admin.register(m.AlertRule)
-class AlertRuleAdmin(ViewOnlyAdmin):
+class AlertRuleAdmin(ReadOnlyAdmin):
     list_display = ["project", "trigger", "channel", "target", "recipient", "muted", "created"]
     list_filter = ["trigger", "channel", "muted"]
     exclude = ["secret"]  # signs the rule's webhooks: shown to the project's admins on the Alerts tab only
 
 
 @admin.register(m.Notification)
-class NotificationAdmin(ViewOnlyAdmin):
+class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["title", "kind", "rule", "status", "attempts", "created", "sent_at", "read_at"]
     list_filter = ["kind", "status"]
     search_fields = ["title", "subject", "episode"]
 
 
 @admin.register(m.RunSnooze)
-class RunSnoozeAdmin(ViewOnlyAdmin):
+class RunSnoozeAdmin(ReadOnlyAdmin):
     list_display = ["run", "until", "by", "created"]
 
 
 @admin.register(m.LoopFinding)
-class LoopFindingAdmin(ViewOnlyAdmin):
+class LoopFindingAdmin(ReadOnlyAdmin):
     list_display = ["run", "actor", "pattern", "call", "first_turn", "last_turn", "repeats", "wasted_usd"]
     list_filter = ["pattern"]
 
 
-class AnnotationAdmin(admin.ModelAdmin):
-    """Tags, notes and comments are written on the run and submission pages or through the API, which check
-    roles, notify mentions and audit; the admin only shows them."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
+# Tags, notes and comments are written on the run and submission pages or through the API, which check
+# roles, notify mentions and audit; the admin only shows them.
 @admin.register(m.RunTag)
-class RunTagAdmin(AnnotationAdmin):
+class RunTagAdmin(ReadOnlyAdmin):
     list_display = ["run", "key", "value", "updated"]
     search_fields = ["key", "value"]
 
 
 @admin.register(m.RunParam)
-class RunParamAdmin(AnnotationAdmin):  # logged by the harness (MLflow's params), immutable: shown only
+class RunParamAdmin(ReadOnlyAdmin):  # logged by the harness (MLflow's params), immutable: shown only
     list_display = ["run", "key", "value", "created"]
     search_fields = ["key", "value"]
 
 
 @admin.register(m.RunNote)
-class RunNoteAdmin(AnnotationAdmin):
+class RunNoteAdmin(ReadOnlyAdmin):
     list_display = ["run", "edited_by", "updated"]
 
 
 @admin.register(m.Comment)
-class CommentAdmin(AnnotationAdmin):
+class CommentAdmin(ReadOnlyAdmin):
     list_display = ["pk", "project", "run", "submission", "author", "created", "edited_at", "deleted_at"]
     list_filter = ["project"]

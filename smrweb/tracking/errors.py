@@ -1,8 +1,10 @@
-"""Domain errors raised by tracking services; the API turns them into JSON with field detail."""
+"""Domain errors raised by tracking services and reads, all of them here (one module, not one per noun); the
+API turns them into JSON with field detail, each with its HTTP `status` and `code`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 class TrackingError(Exception):
@@ -119,3 +121,105 @@ class ArchiveRefused(TrackingError):
 
     status = 409
     code = "archive_refused"
+
+
+# --- refusals of the services that write runs, submissions and what is sent to a source ----------------
+
+
+class CloseRefused(TrackingError):
+    """A run that cannot be closed as abandoned now (see services.runs.close_refusal)."""
+
+    status = 409
+    code = "close_refused"
+
+
+class StopRefused(TrackingError):
+    """A stop the run's source cannot take (see services.capabilities: Action.STOP)."""
+
+    status = 409
+    code = "stop_refused"
+
+
+class IllegalTransition(TrackingError):
+    """A submission move its lifecycle does not allow from where it is (services.submissions.TRANSITIONS)."""
+
+    status = 409
+    code = "illegal_transition"
+
+
+class RollbackRefused(TrackingError):
+    """A rollback the project's source cannot make, or its target cannot be restored."""
+
+    status = 409
+    code = "rollback_refused"
+
+
+class ControlRefused(TrackingError):
+    """Steering the run's source cannot take, or a message that cannot be sent."""
+
+    status = 409
+    code = "control_refused"
+
+
+class LaunchRefused(TrackingError):
+    """Starting the next run is refused (the project's source cannot, the person may not, a bad field)."""
+
+    status = 409
+    code = "launch_refused"
+
+
+class KeyReused(TrackingError):
+    """The idempotency key names an earlier request that asked for something else."""
+
+    status = 409
+    code = "idempotency_key_reused"
+
+
+# --- alerts --------------------------------------------------------------------------------------------
+
+
+class DuplicateRule(InvalidInput):
+    """The rule asked for exists already: two would notify the same destination twice for each event."""
+
+    code = "duplicate_rule"
+
+    def __init__(self, existing: Any):  # the AlertRule (errors sit below the models: no import)
+        when = f"{existing.created:%Y-%m-%d}"
+        by = f" by {existing.created_by.get_username()}" if existing.created_by_id else ""
+        super().__init__(
+            "non_field_errors",
+            f"This rule exists already: rule #{existing.pk}, {existing.trigger} → {existing.destination} "
+            f"(added{by} on {when}{', muted' if existing.muted else ''}). Change that one, or give this one "
+            "another trigger, option or destination.",
+        )
+        self.existing = existing  # the API's answer keeps its one error shape: the message names it
+
+
+# --- reads that can refuse: the review workbench's comparisons and summaries ------------------------------
+
+
+class NoComparison(TrackingError):
+    """There is nothing to compare with (no approved submission yet, an unknown id)."""
+
+    status = 404
+    code = "no_comparison"
+
+
+class NotComparable(TrackingError):
+    """A side has no stored bytes (an artifact reference that was never uploaded), or is too large."""
+
+    status = 409
+    code = "not_comparable"
+
+
+class TooLargeToCompare(NotComparable):
+    """A side is too large to summarise, or the summaries too large to diff."""
+
+    code = "too_large"
+
+
+class SummaryPending(TrackingError):
+    """A model's summary is being computed on a worker: ask again shortly (the API answers 202)."""
+
+    status = 202
+    code = "pending"

@@ -22,7 +22,7 @@ from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import RunState, TurnKind
 
 MAX_EVENTS = 5000
-# How MLflow (sources/mlflow.py) fills a score event: its id starts with this prefix, and its `artifact` is
+# How MLflow (sources/mlflow/) fills a score event: its id starts with this prefix, and its `artifact` is
 # the run's tag of this name, else the scenario's artifact path (docs/integrations.md, "MLflow client").
 MLFLOW_SCORE_ID_PREFIX = "mlflow-score:"
 MLFLOW_ARTIFACT_TAG = "smrweb.artifact"

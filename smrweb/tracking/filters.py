@@ -12,6 +12,7 @@ from django_filters.rest_framework import BooleanFilter
 from smrweb.core import patterns
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
+    STALLED,
     TERMINAL_STATES,
     AgentTurn,
     Run,
@@ -25,7 +26,6 @@ from smrweb.tracking.queries import budget
 from smrweb.tracking.services.params import check_param
 
 LIVE = "live"
-STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)
 # A profile-level downgrade, in SQL (a worker-level one lives in `actor_profiles`: see `_downgraded`).
 PROFILE_DOWNGRADED = (
     ~Q(requested_profile="") & ~Q(actual_profile="") & ~Q(requested_profile=F("actual_profile"))

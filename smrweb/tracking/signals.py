@@ -14,7 +14,7 @@ auto_verify_switched_on = Signal()
 
 # Something an alert rule may be watching changed; sent after the commit with `kind` ("run",
 # "submission" or "source") and `object_id` (the run, the submission, the project). The receiver queues
-# an evaluation (services.alerts.evaluate_*), coalescing a burst into one.
+# an evaluation (services/alerts/evaluation.py, evaluate_*), coalescing a burst into one.
 alerts_due = Signal()
 
 # A blob summary (`BlobSummary`) was claimed and needs a worker; sent after the commit with

@@ -15,7 +15,7 @@ from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AlertRule, AuditEvent, Notification, NotificationStatus, Role
-from smrweb.tracking.services import alerts as alert_service
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.api.helpers import assert_json_error, session_client
 from tests.factories import UserFactory
 
@@ -390,10 +390,10 @@ def test_a_failed_run_reaches_the_log_once_and_what_predates_the_rule_is_suppres
     rule_id = create(admin, trigger="run.failed", channel="inbox", recipient="alice").json()["id"]
     fail("after")
     for run in project.runs.all():
-        alert_service.evaluate_run(run.pk)
-        alert_service.evaluate_run(run.pk)  # a redelivered evaluation adds nothing
+        alert_evaluation.evaluate_run(run.pk)
+        alert_evaluation.evaluate_run(run.pk)  # a redelivered evaluation adds nothing
     fail("after")  # a replayed batch neither
-    alert_service.evaluate_run(project.runs.get(external_id="after").pk)
+    alert_evaluation.evaluate_run(project.runs.get(external_id="after").pk)
     rows = admin.get(f"{RULES}{rule_id}/deliveries").json()["results"]
     assert [(r["subject"].split(":")[0], r["status"], r["suppressed_because"]) for r in rows] == [
         ("run", "sent", ""),

@@ -17,7 +17,8 @@ from playwright.sync_api import expect
 
 from smrweb.tracking import services
 from smrweb.tracking.models import Notification, Run
-from smrweb.tracking.services import alerts as alert_services
+from smrweb.tracking.services.alerts import delivery as alert_delivery
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.browser.conftest import push, score, state, turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -74,7 +75,7 @@ def test_an_admin_adds_an_inbox_rule_and_reads_what_it_sends(page, sign_in, alic
 
     # The run fails; the evaluator (a worker's job, called here) writes the notification to the inbox.
     push(project, "r1", state("failed", family="oom", detail="CUDA out of memory at step 812"))
-    alert_services.evaluate_run(Run.objects.get(external_id="r1").pk)
+    alert_evaluation.evaluate_run(Run.objects.get(external_id="r1").pk)
     assert Notification.objects.filter(recipient=alice, read_at__isnull=True).count() == 1
 
     page.reload()
@@ -129,11 +130,11 @@ def test_the_alerts_tab_shows_a_webhook_secret_and_its_delivery_log(
         project, by=alice, trigger="run.budget", channel="webhook", target="https://hooks.example/alerts"
     )
     retrying, failed, _ = (services.send_test(rule, by=alice) for _ in range(3))
-    alert_services.finish_delivery(
-        alert_services.claim_delivery(failed.pk), error="attempt 1: HTTP 410 Gone from hooks.example"
+    alert_delivery.finish_delivery(
+        alert_delivery.claim_delivery(failed.pk), error="attempt 1: HTTP 410 Gone from hooks.example"
     )
-    alert_services.finish_delivery(
-        alert_services.claim_delivery(retrying.pk),
+    alert_delivery.finish_delivery(
+        alert_delivery.claim_delivery(retrying.pk),
         error="attempt 1: HTTP 503 from hooks.example; retrying in 30 s",
         retry_at=timezone.now() + timedelta(seconds=30),
     )
@@ -169,7 +170,7 @@ def test_the_run_page_shows_a_loop_badge_and_snoozes_alerts(page, sign_in, bob, 
         *[turn(i, tool_calls=call, tokens_in=6000, tokens_out=400, cost_usd=0.021) for i in range(1, 7)],
     )
     run = Run.objects.get(external_id="loopy")
-    alert_services.update_loop_findings(run)  # what the evaluator does after each batch
+    alert_evaluation.update_loop_findings(run)  # what the evaluator does after each batch
     sign_in(bob)
     page.goto(run.get_absolute_url())
     badge = page.locator('h1 [data-badge="loop"]')

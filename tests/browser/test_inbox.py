@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from smrweb.tracking import services
 from smrweb.tracking.models import Notification, Run
-from smrweb.tracking.services import alerts as alert_services
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.browser.conftest import push, state
 from tests.browser.test_alerts import bell, fits, shoot
 from tests.tracking.test_inbox import needs_review
@@ -34,7 +34,7 @@ def test_a_mention_on_top_a_grouped_firehose_and_mark_read_per_filter(
     )
     needs_review(project, bob, 6)  # more arrive after the mention: it still comes first
     push(project, "r9", state("failed", family="oom", detail="CUDA out of memory at step 812"))
-    alert_services.evaluate_run(Run.objects.get(external_id="r9").pk)
+    alert_evaluation.evaluate_run(Run.objects.get(external_id="r9").pk)
     sign_in(alice)
 
     page.goto("/inbox/")

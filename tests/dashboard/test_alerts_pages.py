@@ -30,7 +30,9 @@ from smrweb.tracking.models import (
     RunSnooze,
 )
 from smrweb.tracking.queries import progress
-from smrweb.tracking.services import alerts as alert_services
+from smrweb.tracking.services.alerts import delivery as alert_delivery
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
+from smrweb.tracking.services.alerts import triggers as alert_triggers
 
 pytestmark = pytest.mark.django_db
 
@@ -119,7 +121,7 @@ def test_the_form_starts_on_the_inbox_of_the_admin_and_explains_every_trigger(cl
     assert re.search(r'<option value="inbox" selected>', body)
     assert 'name="recipient" id="id_recipient"' in body and 'value="alice"' in body
     guide = shown(body[body.index('id="trigger-guide"') :])
-    for value, spec in alert_services.TRIGGER_PARAMETERS.items():
+    for value, spec in alert_triggers.TRIGGER_PARAMETERS.items():
         for name, parameter in spec.items():
             assert f"{name}: {parameter.meaning}" in guide, (value, name)
     assert "(default 0.8)" in guide and "(default 50)" in guide and "(default off)" in guide
@@ -339,13 +341,13 @@ def test_the_delivery_log_says_how_each_delivery_went(client_alice, alice, proje
     )
     retrying, failed, sent, _pending = (services.send_test(rule, by=alice) for _ in range(4))
     soon = timezone.now() + timedelta(minutes=5)
-    alert_services.finish_delivery(
-        alert_services.claim_delivery(retrying.pk), error="HTTP 503 from hooks.example", retry_at=soon
+    alert_delivery.finish_delivery(
+        alert_delivery.claim_delivery(retrying.pk), error="HTTP 503 from hooks.example", retry_at=soon
     )
-    alert_services.finish_delivery(
-        alert_services.claim_delivery(failed.pk), error="HTTP 410 from hooks.example"
+    alert_delivery.finish_delivery(
+        alert_delivery.claim_delivery(failed.pk), error="HTTP 410 from hooks.example"
     )
-    alert_services.finish_delivery(alert_services.claim_delivery(sent.pk))
+    alert_delivery.finish_delivery(alert_delivery.claim_delivery(sent.pk))
     services.update_alert_rule(rule, by=alice, muted=True)
     suppressed = Notification.objects.create(
         rule=rule,
@@ -583,7 +585,7 @@ def test_loops_found_in_real_turns_show_on_the_run_page(client_alice, project):
         *[turn(i, i, tool_calls=call, tin=2000, tout=50, cost=0.02) for i in range(5)],
     )
     run = Run.objects.get(external_id="loopy")
-    alert_services.update_loop_findings(run)  # what the evaluator does after each batch
+    alert_evaluation.update_loop_findings(run)  # what the evaluator does after each batch
     page = shown(client_alice.get(run.get_absolute_url()).content)
     assert 'Loop: bash({"cmd":"pytest -x"}) 5 times in a row (turns 0–4 of driver)' in page
     assert "the repeats cost 8.2k tokens and $0.08." in page

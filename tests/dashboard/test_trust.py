@@ -12,7 +12,7 @@ import pytest
 
 from smrweb.dashboard import live
 from smrweb.tracking import queries, services
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import InvalidInput, NotAllowed, RollbackRefused
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,
@@ -180,7 +180,7 @@ def test_roll_back_to_the_best_targets_the_best_verified_and_never_an_invalid_on
     body = client_alice.get("/projects/hill/runs/r/").content.decode()
     assert "Roll back to the best</button>" in body and f"#{ok.pk} (0.6, verified)" in body
     assert f"submission #{ok.pk} (score 0.6, verified)?" in body  # the confirmation names the status
-    with pytest.raises(rollbacks.RollbackRefused, match="failed verification"):
+    with pytest.raises(RollbackRefused, match="failed verification"):
         rollbacks.request_rollback(by=bob, reason="x", submission=best)
 
 

@@ -22,7 +22,8 @@ from smrweb.tracking.models import (
     RunLaunch,
     Trigger,
 )
-from smrweb.tracking.services import alerts, launches, rollbacks
+from smrweb.tracking.services import launches, rollbacks
+from smrweb.tracking.services.alerts import evaluation as alerts
 from tests.sources.test_alert_delivery import Receiver as SlackReceiver
 from tests.sources.test_submission_loop import Receiver, scored_with_artifact
 

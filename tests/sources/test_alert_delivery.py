@@ -1,4 +1,4 @@
-"""Delivering alerts (sources/alerts.py) to real receivers: an SMTP server (aiosmtpd), HTTP receivers
+"""Delivering alerts (outbound/alerts.py) to real receivers: an SMTP server (aiosmtpd), HTTP receivers
 for Slack-style and signed webhooks. Each notification is sent once; a failing channel is retried with
 backoff and logged; unsafe targets and redirects are refused; and, with a real Celery worker, an event
 pushed through the API arrives as an email without anyone opening a page."""
@@ -22,7 +22,8 @@ from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Run, Trigger
-from smrweb.tracking.services import alerts
+from smrweb.tracking.services.alerts import delivery as alert_delivery
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 
 pytestmark = pytest.mark.django_db
 N = NotificationStatus
@@ -92,7 +93,7 @@ def notify(project, alice, channel, target) -> Notification:
     rule = services.create_alert_rule(
         project, by=alice, trigger=Trigger.RUN_FAILED, channel=channel, target=target
     )
-    [pk] = alerts.evaluate_run(failed_run(project).pk).to_deliver
+    [pk] = alert_evaluation.evaluate_run(failed_run(project).pk).to_deliver
     return Notification.objects.select_related("rule").get(pk=pk, rule=rule)
 
 
@@ -168,7 +169,7 @@ def test_a_429_waits_for_retry_after_and_a_4xx_is_not_retried(project, alice, re
     rule = services.create_alert_rule(
         project, by=alice, trigger=Trigger.RUN_FAILED, channel=Channel.SLACK, target=refused.url
     )
-    other = alerts.evaluate_run(failed_run(project, "r2").pk).to_deliver
+    other = alert_evaluation.evaluate_run(failed_run(project, "r2").pk).to_deliver
     m = Notification.objects.get(pk__in=other, rule=rule)
     assert delivery.deliver(m.pk).outcome == "failed"
     m.refresh_from_db()
@@ -199,10 +200,10 @@ def test_private_targets_are_refused_at_send_time_too(project, alice, receiver, 
 def test_the_sweep_finds_deliveries_whose_task_was_lost(project, alice, settings):
     settings.SMRWEB_STALE_ACTION_SECONDS = 60
     n = notify(project, alice, Channel.EMAIL, "team@example.com")
-    assert alerts.due_deliveries() == []  # just queued
-    assert alerts.due_deliveries(timezone.now() + timedelta(minutes=5)) == [n.pk]
+    assert alert_delivery.due_deliveries() == []  # just queued
+    assert alert_delivery.due_deliveries(timezone.now() + timedelta(minutes=5)) == [n.pk]
     Notification.objects.filter(pk=n.pk).update(status=N.RETRYING, next_attempt_at=timezone.now())
-    assert alerts.due_deliveries() == [n.pk]
+    assert alert_delivery.due_deliveries() == [n.pk]
 
 
 def test_the_budget_guard_stops_a_push_run_with_a_signed_stop(project, alice, receiver):
@@ -212,7 +213,7 @@ def test_the_budget_guard_stops_a_push_run_with_a_signed_stop(project, alice, re
     events = [{"type": "state", "state": "running"}, {"type": "agent.turn", "turn": 1, "cost_usd": 2.0}]
     services.ingest_events(project, "r1", parse_events(json.dumps(events)))
     run = Run.objects.get(external_id="r1")
-    assert alerts.evaluate_run(run.pk).stop_requested
+    assert alert_evaluation.evaluate_run(run.pk).stop_requested
     tasks.stop_run(run.pk)
     [request] = hook.requests
     assert json.loads(request["body"])["type"] == "smrweb.stop"
@@ -268,7 +269,7 @@ def test_an_evaluation_that_could_not_be_queued_is_found_by_the_sweep(project, a
     run = failed_run(project)
     tasks.queue_alert_evaluation(None, "run", run.pk)
     assert cache.get(tasks._alerts_key("run", run.pk)) is None
-    assert alerts.changed_since(before)["run"] == [run.pk]
+    assert alert_evaluation.changed_since(before)["run"] == [run.pk]
     monkeypatch.setattr(
         tasks, "queue_quietly", lambda task, *args, **kw: queued.append((task.name, args)) or True
     )

@@ -17,9 +17,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from smrweb.outbound import dispatch
-from smrweb.sources import git as gitsource
 from smrweb.sources import sync
 from smrweb.sources.base import NotPossible
+from smrweb.sources.git import cli as git_cli
+from smrweb.sources.git import mirror as git_mirror
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
@@ -301,7 +302,7 @@ def test_odd_branch_names_are_refused(alice, scenario, repo, branch):
             "odd", scenario=scenario, source="git", git_repo_path=str(repo), git_branch=branch
         )
     with pytest.raises(NotPossible):
-        gitsource.check_branch(branch)
+        git_cli.check_branch(branch)
     with pytest.raises(CommandError):
         call_command(
             "create_project",
@@ -414,7 +415,7 @@ def test_a_rollback_to_a_submission_through_the_real_worker(
 def test_a_branch_that_moves_once_is_retried_on_the_new_head(gproject, repo, bob, monkeypatch):
     do_sync(gproject)
     rollback = _rollback_to(gproject, bob, repo.c1)
-    real = gitsource.Repo.commit_with
+    real = git_mirror.Repo.commit_with
     moved = []
 
     def racing(self, parent, *args, **kwargs):
@@ -423,7 +424,7 @@ def test_a_branch_that_moves_once_is_retried_on_the_new_head(gproject, repo, bob
             moved.append(commit(repo, {"notes/race.txt": "agent was faster\n"}, "agent commit"))
         return built
 
-    monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
+    monkeypatch.setattr(git_mirror.Repo, "commit_with", racing)
     assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     head = git(repo, "rev-parse", "main").strip()
     assert git(repo, "rev-parse", f"{head}^").strip() == moved[0]  # built on the moved head
@@ -436,7 +437,7 @@ def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(
 ):
     do_sync(gproject)
     rollback = _rollback_to(gproject, bob, repo.c1)
-    real = gitsource.Repo.commit_with
+    real = git_mirror.Repo.commit_with
     agent_commits = []
 
     def racing(self, parent, *args, **kwargs):
@@ -444,7 +445,7 @@ def test_a_branch_that_keeps_moving_fails_clearly_and_changes_nothing_of_ours(
         agent_commits.append(commit(repo, {"notes/race.txt": f"{len(agent_commits)}\n"}, "agent commit"))
         return built
 
-    monkeypatch.setattr(gitsource.Repo, "commit_with", racing)
+    monkeypatch.setattr(git_mirror.Repo, "commit_with", racing)
     assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "failed"
     rollback.refresh_from_db()
     assert rollback.status == "failed"

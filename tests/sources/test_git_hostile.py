@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from smrweb.outbound import dispatch
-from smrweb.sources import git as gitsource
+from smrweb.sources.git import cli as git_cli
+from smrweb.sources.git import mirror as git_mirror
+from smrweb.sources.git import worktree as git_worktree
 from smrweb.tracking import services
 from smrweb.tracking.models import Project, Submission
 from tests.factories import admin_project
@@ -235,7 +237,7 @@ def test_a_symlinked_artifact_path_is_never_written_through(hproject, hostile, b
 
 def test_reads_come_from_smrwebs_own_mirror(hproject, hostile):
     do_sync(hproject)
-    mirror = Path(gitsource.mirror_path(str(hostile.repo)))
+    mirror = Path(git_cli.mirror_path(str(hostile.repo)))
     assert (mirror / "HEAD").is_file() and not (mirror / "hooks" / "reference-transaction").exists()
     config = (mirror / "config").read_text()
     assert (
@@ -255,7 +257,7 @@ def test_git_never_sees_the_workers_environment(monkeypatch):
         "LD_PRELOAD",
     ):
         monkeypatch.setenv(name, "leak")
-    env = gitsource._env(GIT_CEILING_DIRECTORIES="/")
+    env = git_cli.git_env(GIT_CEILING_DIRECTORIES="/")
     assert "leak" not in env.values()
     assert set(env) <= {
         "PATH",
@@ -300,7 +302,7 @@ def test_a_symlink_or_hard_link_on_the_way_is_never_written_through(hproject, ho
     """The check and the write are one walk of directories opened without following links, so a link
     swapped in after the check (simulated here by planting it before the write) is not followed."""
     do_sync(hproject)
-    repo = gitsource.Repo.for_project(hproject)
+    repo = git_mirror.Repo.for_project(hproject)
     entry = repo.entry(hostile.c1, PATH)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -308,7 +310,7 @@ def test_a_symlink_or_hard_link_on_the_way_is_never_written_through(hproject, ho
     real = hostile.repo / "submission"
     real.rename(tmp_path / "moved-away")
     real.symlink_to(outside)  # the directory on the way is now a link
-    assert gitsource._write_to_worktree(repo, str(hostile.repo), entry, PATH) is False
+    assert git_worktree.write_to_worktree(repo, str(hostile.repo), entry, PATH) is False
     assert (outside / "optimizer.py").read_text() == "precious\n"
     real.unlink()
     (tmp_path / "moved-away").rename(real)
@@ -316,7 +318,7 @@ def test_a_symlink_or_hard_link_on_the_way_is_never_written_through(hproject, ho
     victim.write_text("precious\n")
     (hostile.repo / PATH).unlink()
     os.link(victim, hostile.repo / PATH)  # a hard link at the path: replaced, never written through
-    assert gitsource._write_to_worktree(repo, str(hostile.repo), entry, PATH) is True
+    assert git_worktree.write_to_worktree(repo, str(hostile.repo), entry, PATH) is True
     assert (
         victim.read_text() == "precious\n" and (hostile.repo / PATH).read_text() == "class Optimizer:  # v1\n"
     )
@@ -377,8 +379,8 @@ def test_a_partial_clone_cannot_make_the_fetch_run_its_promisor_program(tmp_path
     evil = evil_program(tmp_path / "uploadpack", marker, "lazy fetch")
     (tmp_path / "uploadpack").write_text(f"#!/bin/sh\necho ran >> '{marker}'\nexec git-upload-pack \"$@\"\n")
     git(agent, "config", "remote.origin.uploadpack", evil)
-    real_env = gitsource._env
-    monkeypatch.setattr(gitsource, "_env", lambda **extra: {**real_env(**extra), "GIT_NO_LAZY_FETCH": "0"})
+    real_env = git_cli.git_env
+    monkeypatch.setattr(git_cli, "git_env", lambda **extra: {**real_env(**extra), "GIT_NO_LAZY_FETCH": "0"})
     scenario = services.create_scenario(key="opt", name="opt", artifact_path=PATH)
     project = admin_project(
         "partial", scenario=scenario, source="git", git_repo_path=str(agent), git_branch="main", by=alice

@@ -19,8 +19,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from smrweb.outbound import dispatch
-from smrweb.sources import git as gitsource
 from smrweb.sources.apply import apply_events
+from smrweb.sources.git import cli as git_cli
+from smrweb.sources.git import mirror as git_mirror
+from smrweb.sources.git import ownership as git_ownership
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
@@ -95,7 +97,7 @@ def project(alice, bob, world) -> Project:
         source="git",
         git_repo_path=str(world.agent),
         git_branch="main",
-        pin_repository=gitsource.pin_for_binding,
+        pin_repository=git_ownership.pin_for_binding,
     )
     assert project.source_settings["git_pin"] == {
         "path": str(world.agent),
@@ -245,7 +247,7 @@ def test_smrwebs_own_mirror_of_another_project_is_never_a_repository(alice, bob,
         "team-b", scenario=scenario, source="git", git_repo_path=str(world.victim), git_branch="main"
     )
     assert do_sync(victims).error == ""
-    mirror = Path(gitsource.mirror_path(str(world.victim)))
+    mirror = Path(git_cli.mirror_path(str(world.victim)))
     assert (mirror / "HEAD").is_file()
 
     with pytest.raises(InvalidInput, match="smrweb's"):
@@ -255,7 +257,7 @@ def test_smrwebs_own_mirror_of_another_project_is_never_a_repository(alice, bob,
             source="git",
             git_repo_path=str(mirror),
             git_branch="main",
-            pin_repository=gitsource.pin_for_binding,
+            pin_repository=git_ownership.pin_for_binding,
         )
     assert not Project.objects.filter(slug="thief").exists()
 
@@ -315,7 +317,7 @@ def test_a_repository_that_does_not_exist_yet_is_bound_unpinned(alice, tmp_path)
         source="git",
         git_repo_path=str(tmp_path / "later"),
         git_branch="main",
-        pin_repository=gitsource.pin_for_binding,
+        pin_repository=git_ownership.pin_for_binding,
     )
     assert "git_pin" not in project.source_settings
 
@@ -330,7 +332,7 @@ def test_a_bare_repository_is_still_followed_and_pinned(alice, world, tmp_path):
         source="git",
         git_repo_path=str(bare),
         git_branch="main",
-        pin_repository=gitsource.pin_for_binding,
+        pin_repository=git_ownership.pin_for_binding,
     )
     assert project.source_settings["git_pin"] == {"path": str(bare), "git_dir": str(bare), "work_tree": ""}
     assert do_sync(project).error == ""
@@ -345,7 +347,7 @@ def test_the_work_tree_is_checked_again_right_before_it_is_written(
     """A redirect made between publishing the commit and writing the work tree (here: right after the
     branch moved) stops the write: the commit stays in the agent's repository, the victim's files stay."""
     rollback = _rollback_to(project, bob, world.base)
-    real_publish = gitsource.Repo.publish
+    real_publish = git_mirror.Repo.publish
     agent_git = world.agent / ".git"
 
     def publish_then_redirect(self, *args, **kwargs):
@@ -353,7 +355,7 @@ def test_the_work_tree_is_checked_again_right_before_it_is_written(
         REDIRECTS[redirect](world)
         return done
 
-    monkeypatch.setattr(gitsource.Repo, "publish", publish_then_redirect)
+    monkeypatch.setattr(git_mirror.Repo, "publish", publish_then_redirect)
     before = snapshot(world.victim)
     assert dispatch.dispatch_rollback(rollback.pk, last_try=True).outcome == "applied"
     assert snapshot(world.victim) == before
@@ -453,9 +455,9 @@ def test_git_leaves_no_temporary_home_behind(tmp_path):
     same private home."""
     script = (
         "import django; django.setup()\n"
-        "from smrweb.sources import git\n"
-        "git.check_branch('main')\n"
-        "print(git._env()['HOME'])\n"
+        "from smrweb.sources.git import cli\n"
+        "cli.check_branch('main')\n"
+        "print(cli.git_env()['HOME'])\n"
     )
     homes = set()
     for _ in range(2):

@@ -56,13 +56,13 @@ def test_a_childs_log_tail_is_shown_when_it_exits(tmp_path):
 
 def test_the_feed_names_runs_as_the_audit_page_does_not_by_row_id(project):
     """The walkthrough's console P3: an MLflow-written tag printed "run tagged run 79 by token:…"."""
-    from smrweb.sources import mlflow
+    from smrweb.sources.mlflow import ingest
 
     token = services.create_api_token(project, name="ux-walkthrough")[0]
     push(project, "filler", {"type": "state", "state": "running"})  # so the run's row id is not 1
     feed = EventFeed()
-    run = mlflow.create_run(project, {"run_name": "lr sweep 0.01"}, by=token)
-    mlflow.set_tag(run, {"key": "mlflow.user", "value": "root"}, by=token)
+    run = ingest.create_run(project, {"run_name": "lr sweep 0.01"}, by=token)
+    ingest.set_tag(run, {"key": "mlflow.user", "value": "root"}, by=token)
     lines = [line.split("  ", 1)[1] for line in feed.lines()]
     assert "hill run tagged run lr sweep 0.01 by token:ux-walkthrough (key mlflow.user)" in lines, lines
     assert not any(f"run {run.pk} " in line for line in lines)

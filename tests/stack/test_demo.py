@@ -18,7 +18,7 @@ from smrweb.stack import harness
 from smrweb.stack.mailcatcher import MailCatcher, free_port
 from smrweb.stack.management.commands import runstack
 from smrweb.tracking.models import AlertRule, LoopFinding, Notification, NotificationStatus, Run, Trigger
-from smrweb.tracking.services import alerts as alert_service
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.stack.test_mailcatcher import use_email_url
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +82,7 @@ def test_the_first_runs_trip_run_loop_and_run_no_progress_and_the_email_reaches_
             assert sim.step(run)
     row = {quirk: Run.objects.get(external_id=run.external_id) for quirk, run in runs.items()}
     for run in row.values():
-        alert_service.evaluate_run(run.pk)
+        alert_evaluation.evaluate_run(run.pk)
 
     def notified(quirk: str, trigger: str):
         return Notification.objects.filter(run=row[quirk], rule__trigger=trigger)

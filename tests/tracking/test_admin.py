@@ -110,3 +110,30 @@ def test_deleting_a_blob_no_artifact_holds_removes_its_row_and_bytes(admin_clien
     assert response.status_code == 302
     assert not ArtifactBlob.objects.filter(pk=blob.pk).exists() and not storage.exists(blob.storage_name)
     assert ArtifactBlob.objects.count() == 1  # the artifact's own blob stays
+
+
+def test_one_read_only_admin_base_and_what_it_covers():
+    """Issue 35: one read-only base (there were three under three names, and three more classes wrote
+    the same permission methods again). A read-only admin is a ReadOnlyAdmin; `deletable` says which
+    of them may delete."""
+    from smrweb.tracking import admin as tracking_admin
+
+    own = [
+        cls.__name__
+        for cls in vars(tracking_admin).values()
+        if isinstance(cls, type)
+        and issubclass(cls, admin.ModelAdmin)
+        and "has_change_permission" in vars(cls)
+    ]
+    assert own == ["ReadOnlyAdmin"]
+    registry = {model.__name__: ma for model, ma in admin.site._registry.items()}
+    read_only = {name for name, ma in registry.items() if isinstance(ma, tracking_admin.ReadOnlyAdmin)}
+    deletable = {name for name in read_only if registry[name].deletable}
+    assert deletable == {
+        "AgentTurn", "Artifact", "ArtifactBlob", "BlobSummary", "Checkpoint", "Experiment", "MetricPoint",
+        "ProjectInvitation", "RuntimeMessage", "StateChange", "Submission", "TurnBody", "TurnRollup",
+    }  # fmt: skip
+    assert read_only - deletable == {
+        "AlertRule", "AuditEvent", "Comment", "LoopFinding", "Notification", "Rollback", "RunControl",
+        "RunLaunch", "RunNote", "RunParam", "RunSnooze", "RunTag", "SubmissionTransition",
+    }  # fmt: skip

@@ -1,4 +1,4 @@
-"""Alert rules and their evaluation (services/alerts.py): each trigger fires once per episode, replays
+"""Alert rules and their evaluation (services/alerts/): each trigger fires once per episode, replays
 and repeated evaluations add nothing, a new episode notifies again, what predates a rule is not sent,
 muted rules and snoozed runs are recorded but not sent, the budget guard asks for one stop."""
 
@@ -24,8 +24,8 @@ from smrweb.tracking.models import (
     SourceHealth,
     Trigger,
 )
-from smrweb.tracking.services import alerts
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 
 pytestmark = pytest.mark.django_db
 N = NotificationStatus
@@ -48,8 +48,8 @@ def sent(r) -> list[Notification]:
     return list(r.notifications.exclude(status=N.SUPPRESSED).order_by("created", "id"))
 
 
-def evaluate(run: Run) -> alerts.Evaluation:
-    return alerts.evaluate_run(run.pk)
+def evaluate(run: Run) -> alert_evaluation.Evaluation:
+    return alert_evaluation.evaluate_run(run.pk)
 
 
 def failed(n: int, detail="CUDA out of memory") -> dict:
@@ -325,18 +325,18 @@ def test_submission_needs_review_then_approved_then_arena_result(project, alice,
     approved = rule(project, alice, Trigger.SUBMISSION_APPROVED)
     arena = rule(project, alice, Trigger.ARENA_RESULT)
     sub = verified(project, bob)
-    alerts.evaluate_submission(sub.pk)
-    alerts.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
     assert len(sent(review)) == 1 and "waiting for review" in sent(review)[0].title
     lifecycle.review(sub, by=alice, verdict="approve")
-    alerts.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
     assert len(sent(approved)) == 1 and "ready to upload" in sent(approved)[0].title
     sub.refresh_from_db()
     lifecycle.mark_uploaded(sub, by=alice)
     sub.refresh_from_db()
     lifecycle.record_arena_result(sub, by=alice, rank=3, arena_score=1510.0)
-    alerts.evaluate_submission(sub.pk)
-    alerts.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
     [n] = sent(arena)
     assert "rank 3" in n.title and "1510" in n.title and n.submission_id == sub.pk
 
@@ -345,19 +345,19 @@ def test_source_failing_after_n_failures_once_per_streak(project, alice):
     r = rule(project, alice, Trigger.SOURCE_FAILING, window=2)
     services.source_health(project)
     services.record_source_failure(project, kind="server_error", message="HTTP 502", retry_in=1)
-    alerts.evaluate_source(project.pk)
+    alert_evaluation.evaluate_source(project.pk)
     assert sent(r) == []
     services.record_source_failure(project, kind="server_error", message="HTTP 502", retry_in=1)
     services.record_source_failure(project, kind="server_error", message="HTTP 503", retry_in=1)
-    alerts.evaluate_source(project.pk)
-    alerts.evaluate_source(project.pk)
+    alert_evaluation.evaluate_source(project.pk)
+    alert_evaluation.evaluate_source(project.pk)
     [n] = sent(r)
     assert "failing (3 in a row)" in n.title and "HTTP 503" in n.body
     services.record_source_success(project, active_runs=0, next_in=1)
     assert SourceHealth.objects.get(project=project).consecutive_failures == 0
     for _ in range(2):
         services.record_source_failure(project, kind="timeout", message="slow", retry_in=1)
-    alerts.evaluate_source(project.pk)
+    alert_evaluation.evaluate_source(project.pk)
     assert len(sent(r)) == 2
 
 

@@ -62,9 +62,9 @@ from smrweb.tracking.models import (
     TurnBody,
     VerificationOutcome,
 )
-from smrweb.tracking.services import alerts as alert_service
 from smrweb.tracking.services import dispatched, knowledge, launches, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.factories import UserFactory, admin_project
 
 pytestmark = pytest.mark.django_db
@@ -346,7 +346,7 @@ def rich(alice, bob, victor):
             for n in range(4)
         ],
     )
-    alert_service.evaluate_run(Run.objects.get(project=project, external_id="r2").pk)
+    alert_evaluation.evaluate_run(Run.objects.get(project=project, external_id="r2").pk)
     services.snooze_run(r1, by=bob, hours=3)
     # What people wrote: tags (a label and a key → value), a name and a pin, a note, comments on a run
     # and on a submission (one deleted), and the mention that landed in alice's inbox.

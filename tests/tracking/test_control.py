@@ -11,12 +11,12 @@ import pytest
 from django.db import transaction
 
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import ControlRefused, InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Project, Run, RunControl, SourceKind
 from smrweb.tracking.services import dispatched
 from smrweb.tracking.services.capabilities import Action, may, refusal
-from smrweb.tracking.services.control import MESSAGE_MAX, ControlRefused
+from smrweb.tracking.services.control import MESSAGE_MAX
 
 pytestmark = pytest.mark.django_db
 

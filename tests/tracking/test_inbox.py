@@ -1,4 +1,4 @@
-"""Issue 33 §5, an inbox a team can live in (services/alerts.py, queries/alerts.py): score.new_best waits
+"""Issue 33 §5, an inbox a team can live in (services/alerts/, queries/alerts.py): score.new_best waits
 for a verified score unless the rule asks for candidates, one budget notification per crossing, duplicate
 rules refused naming the existing one, email digests for the busy triggers (held, due after their
 window, claimed once), and the inbox grouped per rule and hour with unread mentions first, filtered by
@@ -13,11 +13,12 @@ import pytest
 from django.utils import timezone
 
 from smrweb.tracking import services
-from smrweb.tracking.errors import InvalidInput
+from smrweb.tracking.errors import DuplicateRule, InvalidInput
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Run, Trigger
 from smrweb.tracking.queries import alerts as reads
-from smrweb.tracking.services import alerts
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.alerts import delivery as alert_delivery
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.tracking.test_alerts import evaluate, push, rule, sent
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +40,7 @@ def needs_review(project, bob, n: int) -> list:
     start = project.submissions.count()  # a new score each time (a repeated one is the same event)
     for i in range(start, start + n):
         sub = verify(candidate(project, f"s{i % 3}", 0.1 + i / 100), bob)
-        alerts.evaluate_submission(sub.pk)
+        alert_evaluation.evaluate_submission(sub.pk)
         subs.append(sub)
     return subs
 
@@ -55,7 +56,7 @@ def test_new_best_waits_for_the_score_to_be_verified(project, alice, bob):
     evaluate(Run.objects.get(external_id="r1"))
     assert sent(r) == []  # old code: "New best … Not verified yet"
     verify(sub, bob)
-    alerts.evaluate_submission(sub.pk)
+    alert_evaluation.evaluate_submission(sub.pk)
     evaluate(Run.objects.get(external_id="r1"))
     [n] = sent(r)
     assert "0.7" in n.title and "Not verified yet" not in n.body and n.submission_id == sub.pk
@@ -68,7 +69,7 @@ def test_an_invalid_best_score_never_announces_a_new_best(project, alice, bob):
     lifecycle.request_verification(bad, by=bob)
     lifecycle.record_verification(bad.pk, lifecycle.VerificationResult("failed", 1, "no step()", "bad"))
     evaluate(Run.objects.get(external_id="r2"))
-    alerts.evaluate_submission(bad.pk)
+    alert_evaluation.evaluate_submission(bad.pk)
     assert [n.submission_id for n in sent(r)] == []  # 0.5 predates nothing: it was the first, before r2
 
 
@@ -79,7 +80,9 @@ def test_a_rule_can_ask_for_candidates_and_then_announces_once(project, alice, b
     [n] = sent(r)
     assert "Not verified yet" in n.body
     verify(sub, bob)
-    alerts.evaluate_submission(sub.pk)  # the same submission verified: the same episode, nothing more
+    alert_evaluation.evaluate_submission(
+        sub.pk
+    )  # the same submission verified: the same episode, nothing more
     assert len(sent(r)) == 1
 
 
@@ -120,14 +123,14 @@ def test_a_duplicate_rule_is_refused_naming_the_existing_one(project, alice):
     first = rule(
         project, alice, Trigger.SUBMISSION_NEEDS_REVIEW, channel=Channel.EMAIL, target="Team@example.com"
     )
-    with pytest.raises(alerts.DuplicateRule) as err:
+    with pytest.raises(DuplicateRule) as err:
         rule(
             project, alice, Trigger.SUBMISSION_NEEDS_REVIEW, channel=Channel.EMAIL, target="team@example.com"
         )
     assert f"rule #{first.pk}" in err.value.message and "email Team@example.com" in err.value.message
     assert err.value.existing == first and err.value.as_dict()["code"] == "duplicate_rule"
     inbox = rule(project, alice, Trigger.RUN_BUDGET)
-    with pytest.raises(alerts.DuplicateRule):
+    with pytest.raises(DuplicateRule):
         rule(project, alice, Trigger.RUN_BUDGET)
     assert project.alert_rules.count() == 2
     # Another option, recipient or channel is another rule.
@@ -206,24 +209,24 @@ def test_a_digest_holds_its_notifications_until_its_window_and_is_claimed_once(p
     to_deliver = []
     for i in range(3):
         sub = verify(candidate(project, "s", 0.1 * (i + 1)), bob)
-        to_deliver += alerts.evaluate_submission(sub.pk).to_deliver
+        to_deliver += alert_evaluation.evaluate_submission(sub.pk).to_deliver
     assert to_deliver == []  # nothing queued one by one (old code: 3 emails)
     held = list(r.notifications.all())
     assert {(n.status, n.in_digest) for n in held} == {(N.HELD, True)}
-    assert alerts.due_deliveries(timezone.now() + timedelta(hours=1)) == []  # never sent on its own
-    assert alerts.digests_due() == []  # the window is not over
+    assert alert_delivery.due_deliveries(timezone.now() + timedelta(hours=1)) == []  # never sent on its own
+    assert alert_delivery.digests_due() == []  # the window is not over
     later = timezone.now() + timedelta(minutes=11)
-    assert alerts.digests_due(later) == [r.pk]
-    batch = alerts.claim_digest(r.pk, later)
+    assert alert_delivery.digests_due(later) == [r.pk]
+    batch = alert_delivery.claim_digest(r.pk, later)
     assert [n.pk for n in batch] == sorted((n.pk for n in held), reverse=True)  # newest first
-    assert alerts.claim_digest(r.pk, later) == []  # a redelivered task sends nothing more
-    alerts.finish_digest(batch)
+    assert alert_delivery.claim_digest(r.pk, later) == []  # a redelivered task sends nothing more
+    alert_delivery.finish_digest(batch)
     assert set(r.notifications.values_list("status", flat=True)) == {N.SENT}
     # A failed attempt holds them again for the next digest.
     sub = verify(candidate(project, "s", 0.9), bob)
-    alerts.evaluate_submission(sub.pk)
-    batch = alerts.claim_digest(r.pk, later + timedelta(minutes=11))
-    alerts.finish_digest(batch, error="the mail server: timeout", retry=True)
+    alert_evaluation.evaluate_submission(sub.pk)
+    batch = alert_delivery.claim_digest(r.pk, later + timedelta(minutes=11))
+    alert_delivery.finish_digest(batch, error="the mail server: timeout", retry=True)
     assert r.notifications.get(submission=sub).status == N.HELD
 
 

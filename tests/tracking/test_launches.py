@@ -15,7 +15,7 @@ from django.db import close_old_connections
 
 from smrweb.outbound import webhooks
 from smrweb.tracking import queries, services
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import InvalidInput, KeyReused, LaunchRefused, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run, RunLaunch
 from smrweb.tracking.services import dispatched, knowledge, launches
@@ -85,7 +85,7 @@ def test_viewers_outsiders_and_tokens_cannot_start_runs(hooked, victor, carol):
 
 def test_a_push_project_without_a_webhook_is_refused_with_the_reason(project, bob):
     assert "no webhook URL" in refusal(project, Action.LAUNCH)
-    with pytest.raises(launches.LaunchRefused, match="no webhook URL"):
+    with pytest.raises(LaunchRefused, match="no webhook URL"):
         ask(project, bob)
     assert not may(bob, project, Action.LAUNCH)
     services.update_project(project, rollback_webhook_url="https://hooks.example/hill")
@@ -136,7 +136,7 @@ def test_the_same_key_replays_the_launch_and_another_request_under_it_is_refused
     first, created = ask(hooked, bob, budget_usd="2.50")
     again, created_again = ask(hooked, alice, budget_usd=Decimal("2.5"))  # same request, another click
     assert (created, created_again) == (True, False) and again.pk == first.pk
-    with pytest.raises(launches.KeyReused):
+    with pytest.raises(KeyReused):
         ask(hooked, bob, budget_usd="9")
     assert RunLaunch.objects.count() == 1
     assert AuditEvent.objects.filter(verb="launch.requested").count() == 1

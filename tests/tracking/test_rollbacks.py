@@ -11,12 +11,11 @@ import pytest
 from django.db import transaction
 
 from smrweb.tracking import services
-from smrweb.tracking.errors import NotAllowed
+from smrweb.tracking.errors import NotAllowed, RollbackRefused
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Checkpoint, Project, Rollback, SourceKind, Submission
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services.capabilities import Action, effect, may, refusal
-from smrweb.tracking.services.rollbacks import RollbackRefused
 
 CASES = [
     (SourceKind.PUSH, ""),

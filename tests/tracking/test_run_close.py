@@ -14,7 +14,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from smrweb.tracking import queries, services, signals
-from smrweb.tracking.errors import InvalidInput, NotAllowed
+from smrweb.tracking.errors import CloseRefused, InvalidInput, NotAllowed
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import RunFilter
 from smrweb.tracking.models import (
@@ -30,9 +30,9 @@ from smrweb.tracking.models import (
     Trigger,
 )
 from smrweb.tracking.queries.knowledge import carry_forward
-from smrweb.tracking.services import alerts, capabilities
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from smrweb.tracking.services.capabilities import Action
-from smrweb.tracking.services.runs import CloseRefused
 
 pytestmark = pytest.mark.django_db
 
@@ -253,8 +253,8 @@ def test_a_run_failed_rule_tells_who_closed_the_run_and_why(project, alice, bob)
         project, by=alice, trigger=Trigger.RUN_FAILED, channel=Channel.INBOX, recipient="alice"
     )
     run = services.close_run(silent_run(project), by=bob, reason="SIGKILLed by the scheduler")
-    alerts.evaluate_run(run.pk)
-    alerts.evaluate_run(run.pk)  # one episode, one notification
+    alert_evaluation.evaluate_run(run.pk)
+    alert_evaluation.evaluate_run(run.pk)  # one episode, one notification
     [n] = r.notifications.exclude(status=NotificationStatus.SUPPRESSED)
     assert n.title.endswith("run r1 abandoned")
     assert "closed as abandoned by bob" in n.body and "SIGKILLed by the scheduler" in n.body

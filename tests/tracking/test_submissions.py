@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from smrweb.tracking import services
+from smrweb.tracking.errors import IllegalTransition
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,
@@ -51,7 +52,7 @@ def test_every_move_in_the_table_is_legal_and_every_other_is_refused(project, bo
         if to in lifecycle.TRANSITIONS[start]:
             assert lifecycle._move(sub, to, by=bob).status == to
         else:
-            with pytest.raises(lifecycle.IllegalTransition) as refused:
+            with pytest.raises(IllegalTransition) as refused:
                 lifecycle._move(sub, to, by=bob)
             assert f"A {start} submission cannot become {to}; next: " in refused.value.message
             sub.refresh_from_db()
@@ -177,7 +178,7 @@ def test_without_the_setting_the_proposer_may_approve_and_anyone_may_reject(proj
 
 def test_reviewing_an_unverified_submission_is_refused_with_the_next_step(project, bob):
     sub = scored(project)
-    with pytest.raises(lifecycle.IllegalTransition, match="verify it first"):
+    with pytest.raises(IllegalTransition, match="verify it first"):
         lifecycle.review(sub, by=bob, verdict="approve")
     assert not sub.reviews.exists()
 

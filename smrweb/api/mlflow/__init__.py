@@ -1,2 +1,2 @@
 """MLflow's tracking REST API under /mlflow (docs/integrations.md, "MLflow client"); the mapping is
-smrweb/sources/mlflow.py, these views only read the request and answer."""
+smrweb/sources/mlflow/, these views only read the request and answer."""

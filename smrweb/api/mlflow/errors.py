@@ -8,7 +8,7 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 
 from smrweb.api.errors import BUSY_MESSAGE, is_busy
-from smrweb.sources.mlflow import MlflowError, from_tracking_error
+from smrweb.sources.mlflow.wire import MlflowError, from_tracking_error
 from smrweb.tracking.errors import TrackingError
 
 

@@ -1,6 +1,6 @@
 """The MLflow tracking API's endpoints: read the request (JSON body, or the query for GETs), resolve the
 experiment or run the caller may reach (api/access.py's rule: a token its project, a session by role —
-viewer to read, admin to write, as for events), call sources/mlflow.py, answer in MLflow's JSON."""
+viewer to read, admin to write, as for events), call sources/mlflow/, answer in MLflow's JSON."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from smrweb.api.access import actor_of, project_for, visible_projects
 from smrweb.api.mlflow.errors import as_mlflow_error, mlflow_error
 from smrweb.api.parsers import MAX_DEPTH, too_deep
 from smrweb.core import ratelimits
-from smrweb.sources import mlflow
-from smrweb.sources.mlflow import MlflowError, invalid
+from smrweb.sources.mlflow import ingest, read, search, wire
+from smrweb.sources.mlflow.wire import MlflowError, invalid
 from smrweb.tracking import services
 from smrweb.tracking.models import ApiToken, Project, Role, Run
 
@@ -58,7 +58,7 @@ class MlflowView(APIView):
         return request.auth.project if isinstance(request.auth, ApiToken) else None
 
     def experiment(self, request, experiment_id: Any, role: str = Role.VIEWER) -> Project:
-        project = mlflow.experiment_for(
+        project = read.experiment_for(
             visible_projects(request), experiment_id, default=self.default_project(request)
         )
         return project_for(request, project.slug, role=role)
@@ -79,7 +79,7 @@ class MlflowView(APIView):
         return run
 
     def write_run(self, request, body: dict) -> Run:
-        return self.run(request, mlflow.run_id_of(body), Role.ADMIN)
+        return self.run(request, wire.run_id_of(body), Role.ADMIN)
 
 
 def ok(data: dict | None = None) -> JsonResponse:
@@ -91,19 +91,19 @@ def ok(data: dict | None = None) -> JsonResponse:
 
 class ExperimentGetByName(MlflowView):
     def get(self, request):
-        name = mlflow.text_field(self.body(request), "experiment_name")
+        name = wire.text_field(self.body(request), "experiment_name")
         project = visible_projects(request).filter(slug=name).first()
         if project is None:
             raise MlflowError(
                 "RESOURCE_DOES_NOT_EXIST", f"Could not find experiment with name {name[:200]!r}."
             )
-        return ok({"experiment": mlflow.experiment_json(project_for(request, project.slug))})
+        return ok({"experiment": read.experiment_json(project_for(request, project.slug))})
 
 
 class ExperimentGet(MlflowView):
     def get(self, request):
-        project = self.experiment(request, mlflow.text_field(self.body(request), "experiment_id"))
-        return ok({"experiment": mlflow.experiment_json(project)})
+        project = self.experiment(request, wire.text_field(self.body(request), "experiment_id"))
+        return ok({"experiment": read.experiment_json(project)})
 
 
 class ExperimentSearch(MlflowView):
@@ -111,14 +111,14 @@ class ExperimentSearch(MlflowView):
         return self.post(request)
 
     def post(self, request):
-        return ok(mlflow.search_experiments(visible_projects(request), self.body(request)))
+        return ok(search.search_experiments(visible_projects(request), self.body(request)))
 
 
 class ExperimentCreate(MlflowView):
     """Experiments are smrweb projects, created in smrweb (by people who may): refused here, with the way."""
 
     def post(self, request):
-        name = mlflow.text_field(self.body(request), "name")
+        name = wire.text_field(self.body(request), "name")
         if visible_projects(request).filter(slug=name).exists():
             raise MlflowError("RESOURCE_ALREADY_EXISTS", f"Experiment {name[:200]!r} already exists.")
         raise MlflowError(
@@ -135,55 +135,55 @@ class RunCreate(MlflowView):
     def post(self, request):
         body = self.body(request)
         project = self.experiment(request, body.get("experiment_id"), Role.ADMIN)
-        run = mlflow.create_run(project, body, by=actor_of(request))
-        return ok({"run": mlflow.run_json(run)})
+        run = ingest.create_run(project, body, by=actor_of(request))
+        return ok({"run": read.run_json(run)})
 
 
 class RunGet(MlflowView):
     def get(self, request):
-        run = self.run(request, mlflow.run_id_of(self.body(request)))
-        return ok({"run": mlflow.run_json(run)})
+        run = self.run(request, wire.run_id_of(self.body(request)))
+        return ok({"run": read.run_json(run)})
 
 
 class RunUpdate(MlflowView):
     def post(self, request):
         body = self.body(request)
-        run = mlflow.update_run(self.write_run(request, body), body, by=actor_of(request))
-        return ok({"run_info": mlflow.run_json(run)["info"]})
+        run = ingest.update_run(self.write_run(request, body), body, by=actor_of(request))
+        return ok({"run_info": read.run_json(run)["info"]})
 
 
 class RunLogMetric(MlflowView):
     def post(self, request):
         body = self.body(request)
-        mlflow.log_metric(self.write_run(request, body), body, by=actor_of(request))
+        ingest.log_metric(self.write_run(request, body), body, by=actor_of(request))
         return ok()
 
 
 class RunLogParam(MlflowView):
     def post(self, request):
         body = self.body(request)
-        mlflow.log_param(self.write_run(request, body), body, by=actor_of(request))
+        ingest.log_param(self.write_run(request, body), body, by=actor_of(request))
         return ok()
 
 
 class RunSetTag(MlflowView):
     def post(self, request):
         body = self.body(request)
-        mlflow.set_tag(self.write_run(request, body), body, by=actor_of(request))
+        ingest.set_tag(self.write_run(request, body), body, by=actor_of(request))
         return ok()
 
 
 class RunDeleteTag(MlflowView):
     def post(self, request):
         body = self.body(request)
-        mlflow.delete_tag(self.write_run(request, body), body, by=actor_of(request))
+        ingest.delete_tag(self.write_run(request, body), body, by=actor_of(request))
         return ok()
 
 
 class RunLogBatch(MlflowView):
     def post(self, request):
         body = self.body(request)
-        mlflow.log_batch(self.write_run(request, body), body, by=actor_of(request))
+        ingest.log_batch(self.write_run(request, body), body, by=actor_of(request))
         return ok()
 
 
@@ -194,7 +194,7 @@ class RunSearch(MlflowView):
         if not isinstance(ids, list) or not ids:
             raise invalid("experiment_ids must be a non-empty list.")
         projects = [self.experiment(request, experiment_id) for experiment_id in ids]
-        return ok(mlflow.search_runs(projects, body))
+        return ok(search.search_runs(projects, body))
 
 
 class LoggedModelSearch(MlflowView):
@@ -210,8 +210,8 @@ class LoggedModelSearch(MlflowView):
 class MetricHistory(MlflowView):
     def get(self, request):
         body = self.body(request)
-        run = self.run(request, mlflow.run_id_of(body))
-        return ok(mlflow.metric_history(run, mlflow.text_field(body, "metric_key")))
+        run = self.run(request, wire.run_id_of(body))
+        return ok(read.metric_history(run, wire.text_field(body, "metric_key")))
 
 
 # --- artifacts: MLflow's artifact proxy ------------------------------------------------------------------
@@ -233,12 +233,12 @@ class ServerInfo(MlflowView):
 
 class ArtifactList(MlflowView):
     def get(self, request):
-        location = mlflow.text_field(self.body(request), "path", required=False)
+        location = wire.text_field(self.body(request), "path", required=False)
         if not location:
             return ok({"files": []})  # the root lists no runs: experiments are not browsed here
-        experiment_id, run_id, path = mlflow.split_artifact_path(location)
+        experiment_id, run_id, path = wire.split_artifact_path(location)
         run = self.artifact_run(request, experiment_id, run_id)
-        return ok(mlflow.list_artifacts(run, path))
+        return ok(read.list_artifacts(run, path))
 
     def artifact_run(self, request, experiment_id: str, run_id: str, role: str = Role.VIEWER) -> Run:
         run = self.run(request, run_id, role)
@@ -251,9 +251,9 @@ class ArtifactList(MlflowView):
 
 class ArtifactFile(ArtifactList):
     def get(self, request, path: str):
-        experiment_id, run_id, inner = mlflow.split_artifact_path(path)
+        experiment_id, run_id, inner = wire.split_artifact_path(path)
         run = self.artifact_run(request, experiment_id, run_id)
-        artifact = mlflow.latest_artifact(run, inner)
+        artifact = read.latest_artifact(run, inner)
         if artifact is None:
             raise MlflowError("RESOURCE_DOES_NOT_EXIST", f"No artifact {inner[:200]!r} in run {run_id}.")
         response = FileResponse(services.open_blob(artifact.blob), content_type="application/octet-stream")
@@ -262,7 +262,7 @@ class ArtifactFile(ArtifactList):
         return response
 
     def put(self, request, path: str):
-        experiment_id, run_id, inner = mlflow.split_artifact_path(path)
+        experiment_id, run_id, inner = wire.split_artifact_path(path)
         run = self.artifact_run(request, experiment_id, run_id, Role.ADMIN)
         limited = ratelimits.hit(
             request, group="upload", rate=settings.SMRWEB_UPLOAD_RATE, keys=[ratelimits.by_principal]
@@ -276,7 +276,7 @@ class ArtifactFile(ArtifactList):
                 f"Artifacts are limited to {settings.SMRWEB_MAX_ARTIFACT_BYTES} bytes; nothing was stored."
             )
         content = request.stream or io.BytesIO()
-        mlflow.store_artifact(
+        ingest.store_artifact(
             run, inner, content, content_type=request.content_type or "", by=actor_of(request)
         )
         return ok()

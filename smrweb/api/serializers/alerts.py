@@ -1,7 +1,7 @@
 """Alert rules: the rule as answered, what creating one and muting one take, and the delivery log.
 
 The serializers only parse; what a trigger, a channel and a destination accept is the domain's
-(`services.alerts`), which answers InvalidInput naming the field."""
+(`services/alerts/rules.py`), which answers InvalidInput naming the field."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from smrweb.api.serializers.submissions import (
 from smrweb.core import queue
 from smrweb.sources import tasks
 from smrweb.tracking import queries
+from smrweb.tracking.errors import SummaryPending
 from smrweb.tracking.filters import SubmissionFilter
 from smrweb.tracking.models import Review, Role, Submission, Verdict
 from smrweb.tracking.queries import review
@@ -116,7 +117,7 @@ class SubmissionDiff(APIView):
         sub = submission_for(request, slug, submission_id)
         try:
             diff = review.artifact_diff(sub, request.query_params.get("against"))
-        except review.SummaryPending as exc:
+        except SummaryPending as exc:
             body = {"status": "pending", "message": exc.message}
             return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Retry-After": "1"})
         return Response(DiffSerializer(diff).data)

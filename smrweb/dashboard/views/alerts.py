@@ -15,7 +15,7 @@ from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import AlertRule, Channel, Delivery, Role, Trigger
 from smrweb.tracking.queries import alerts as alert_queries
-from smrweb.tracking.services.alerts import TRIGGER_PARAMETERS
+from smrweb.tracking.services.alerts.triggers import TRIGGER_PARAMETERS
 
 CHANNEL_HELP = {
     Channel.EMAIL: "to an address",

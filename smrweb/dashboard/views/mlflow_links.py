@@ -37,7 +37,7 @@ def mlflow_run(request, run_id: str):
 @require_safe
 @login_required
 def mlflow_experiment(request, experiment_id: str):
-    """The project that is MLflow's experiment `experiment_id` (its primary key, sources/mlflow.py)."""
+    """The project that is MLflow's experiment `experiment_id` (its primary key, sources/mlflow/read.py)."""
     if not experiment_id.isdigit() or len(experiment_id) > 18:
         raise Http404("No such experiment.")
     project = Project.objects.visible_to(request.user).filter(pk=int(experiment_id)).first()

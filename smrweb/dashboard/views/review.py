@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from smrweb.dashboard.access import project_for_user, run_for_user
 from smrweb.dashboard.views.submissions import ReviewForm
-from smrweb.tracking.errors import InvalidInput, TrackingError
+from smrweb.tracking.errors import InvalidInput, NoComparison, SummaryPending, TrackingError
 from smrweb.tracking.models import Artifact, Role, Submission, Verdict
 from smrweb.tracking.queries import review
 from smrweb.tracking.services import submissions
@@ -55,16 +55,16 @@ def diff_context(sub: Submission, against: str | None, view: str | None) -> dict
     }
     try:
         context["diff"] = review.artifact_diff(sub, against, highlight=True)
-    except review.SummaryPending as exc:  # the fragment polls until the worker has read the models
+    except SummaryPending as exc:  # the fragment polls until the worker has read the models
         context["pending"] = exc.message
-    except review.NoComparison as exc:
+    except NoComparison as exc:
         if against:  # asked for by name: say there is none
             context["refusal"] = exc.message
             return context
         # The default, and nothing approved yet (a new project): the best is the next useful comparison.
         try:
             context["diff"] = review.artifact_diff(sub, "best", highlight=True)
-        except review.SummaryPending as pending:
+        except SummaryPending as pending:
             context["against"], context["fallback"], context["pending"] = "best", exc.message, pending.message
         except TrackingError:
             context["refusal"] = exc.message

@@ -35,6 +35,7 @@ from smrweb.tracking.models import (
     ApiToken,
     ArtifactBlob,
     AuditEvent,
+    AuditVerb,
     Membership,
     Project,
     Run,
@@ -159,7 +160,7 @@ class _Importer:
         )
         services.record_audit(
             by,
-            "project.imported",
+            AuditVerb.PROJECT_IMPORTED,
             self.project,
             slug=self.slug,
             archived_slug=self.archive.manifest["project"],

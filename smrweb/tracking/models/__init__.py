@@ -35,6 +35,7 @@ from smrweb.tracking.models.artifact import (  # noqa: F401
 )
 from smrweb.tracking.models.audit import (  # noqa: F401
     AuditEvent,
+    AuditVerb,
 )
 from smrweb.tracking.models.common import (  # noqa: F401
     FLOAT_MAX,
@@ -71,6 +72,7 @@ from smrweb.tracking.models.rollback import (  # noqa: F401
     RollbackStatus,
 )
 from smrweb.tracking.models.run import (  # noqa: F401
+    STALLED,
     TERMINAL_STATES,
     AgentTurn,
     Checkpoint,

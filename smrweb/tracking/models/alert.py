@@ -46,7 +46,7 @@ class Delivery(models.TextChoices):
 
 class AlertRule(models.Model):
     """When `trigger` happens in `project`, tell `channel`. What `threshold` and `window` mean depends
-    on the trigger (services.alerts.TRIGGER_PARAMETERS says, with the defaults). An email rule may
+    on the trigger (services/alerts/triggers.py TRIGGER_PARAMETERS says, with the defaults). An email rule may
     collect its notifications into one digest every `digest_minutes` instead of one email each."""
 
     project = models.ForeignKey(Project, models.CASCADE, related_name="alert_rules")

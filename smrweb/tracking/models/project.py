@@ -16,7 +16,7 @@ from smrweb.tracking.models.scenario import Scenario
 class SourceKind(models.TextChoices):
     PUSH = "push", "REST push"
     SMR = "smr", "Managed Research"
-    GIT = "git", "Git workspace"  # a local repository's branch (sources/git.py; was "workspace", never wired)
+    GIT = "git", "Git workspace"  # a local repository's branch (sources/git/; was "workspace", never wired)
 
 
 # Sources a worker polls (beat's poll_due_projects → sources.sync).

@@ -35,6 +35,8 @@ class RunState(models.TextChoices):
 TERMINAL_STATES = frozenset(
     {RunState.DONE, RunState.FAILED, RunState.STOPPED, RunState.CANCELED, RunState.ABANDONED}
 )
+# `Run.is_stalled` in SQL: the runs filter and the project page's counts both read it from here.
+STALLED = Q(stalled_since__isnull=False) & ~Q(state__in=TERMINAL_STATES)
 
 
 class Run(models.Model):

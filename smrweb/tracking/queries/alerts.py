@@ -24,7 +24,7 @@ from smrweb.tracking.models import (
     Trigger,
 )
 from smrweb.tracking.queries import progress
-from smrweb.tracking.services.alerts import counted_label
+from smrweb.tracking.services.alerts.triggers import counted_label
 
 DELIVERY_LOG = 20  # notifications shown per rule on the Alerts tab
 LOOP_BADGES = 5  # loops named on the run page, newest first

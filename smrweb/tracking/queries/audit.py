@@ -1,6 +1,6 @@
-"""A project's audit trail, read: the kinds of action (verbs grouped by their prefix, so a verb added later
-falls into its group), the filter the audit page and its CSV share, what each verb means in words, and
-which audited objects still exist."""
+"""A project's audit trail, read: the kinds of action (AuditVerb's verbs, grouped whole or by their noun,
+so a verb added to a noun later falls into its group), the filter the audit page and its CSV share,
+what each verb means in words, and which audited objects still exist."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from smrweb.tracking.models import (
     AlertRule,
     ApiToken,
     AuditEvent,
+    AuditVerb,
     Comment,
     KnowledgeEntry,
     Membership,
@@ -50,19 +51,31 @@ class Kind:
 
 # In order: a verb belongs to the first kind that matches it (reviews before the other submission moves,
 # comment and alert-rule deletions before deletions, deletions and archiving before the project settings).
+# A kind names whole verbs (AuditVerb) and whole nouns ("comment."): every verb smrweb writes is an AuditVerb
+# (tests/tracking/test_audit_verbs.py checks each falls into the kind it should).
+V = AuditVerb
 KINDS: tuple[Kind, ...] = (
     Kind(
         "review",
         "Reviews",
-        ("submission.approved", "submission.rejected", "submission.review_not_counted", "review."),
+        (V.SUBMISSION_APPROVED, V.SUBMISSION_REJECTED, V.SUBMISSION_REVIEW_NOT_COUNTED, "review."),
     ),
     Kind(
         "annotation",
         "Comments, notes and labels",
-        ("comment.", "run.tagged", "run.untagged", "run.note", "run.pinned", "run.unpinned", "run.renamed"),
+        (
+            "comment.",
+            V.RUN_TAGGED,
+            V.RUN_UNTAGGED,
+            V.RUN_NOTE_EDITED,
+            V.RUN_NOTE_CLEARED,
+            V.RUN_PINNED,
+            V.RUN_UNPINNED,
+            V.RUN_RENAMED,
+        ),
     ),
     Kind("knowledge", "Knowledge", ("knowledge.",)),
-    Kind("alert", "Alert rules and snoozes", ("alert_rule.", "run.snoozed", "run.unsnoozed")),
+    Kind("alert", "Alert rules and snoozes", ("alert_rule.", V.RUN_SNOOZED, V.RUN_UNSNOOZED)),
     Kind(
         "deletion",
         "Deletion, archive and retention",
@@ -72,14 +85,18 @@ KINDS: tuple[Kind, ...] = (
     Kind(
         "transition",
         "Submissions and their moves",
-        ("submission.", "arena_result.", "run.excluded", "run.included"),
+        ("submission.", "arena_result.", V.RUN_EXCLUDED, V.RUN_INCLUDED),
     ),
     Kind("rollback", "Rollbacks", ("rollback.",)),
-    Kind("stop", "Stops and closes", ("run.stop", "run.closed", "run.stalled")),
+    Kind(
+        "stop",
+        "Stops and closes",
+        (V.RUN_STOP_REQUESTED, V.RUN_STOPPED, V.RUN_STOP_FAILED, V.RUN_CLOSED, V.RUN_STALLED),
+    ),
     Kind("steering", "Steering and launches", ("control.", "launch.")),
     Kind("token", "API tokens", ("token.",)),
     Kind("member", "Members", ("member.", "invite.")),
-    Kind("settings", "Settings", ("project.", "run.settings_changed", "scenario.")),
+    Kind("settings", "Settings", ("project.", V.RUN_SETTINGS_CHANGED, "scenario.")),
 )
 OTHER = Kind("other", "Other")
 KIND_CHOICES = [(k.key, k.label) for k in (*KINDS, OTHER)]
@@ -104,29 +121,11 @@ def kind_q(key: str) -> Q:
     return condition
 
 
-# What a verb says, where "<Noun> <words>" would read badly.
-WORDS = {
-    "member.set": "Member role set",
-    "submission.review_not_counted": "Own approval recorded (does not count)",
-    "submission.verifying": "Submission sent to verification",
-    "run.stop_requested": "Stop requested",
-    "run.stopped": "Run stopped",
-    "run.stop_failed": "Stop failed",
-    "run.closed": "Run closed as abandoned",
-    "project.smr_key_replaced": "SMR API key replaced",
-    "alert_rule.test_sent": "Alert rule tested",
-    "control.requested": "Steering requested",
-    "control.dispatched": "Steering sent",
-    "control.accepted": "Steering accepted",
-    "control.failed": "Steering failed",
-    "control.confirmed": "Steering confirmed by the run",
-}
-
-
 def verb_words(verb: str) -> str:
-    """`run.stop_requested` → "Stop requested"; an unknown verb reads as "<Noun> <words>"."""
-    if verb in WORDS:
-        return WORDS[verb]
+    """What the verb says: its AuditVerb label (`run.stop_requested` → "Stop requested"); a verb that is
+    not one (an imported archive's) reads as "<Noun> <words>"."""
+    if verb in AuditVerb.values:
+        return AuditVerb(verb).label
     noun, _, action = verb.partition(".")
     text = f"{noun.replace('_', ' ')} {action.replace('_', ' ').replace('.', ' ')}".strip()
     return text[:1].upper() + text[1:]

@@ -29,8 +29,8 @@ from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.core.downsample import lttb
-from smrweb.tracking.filters import STALLED
 from smrweb.tracking.models import (
+    STALLED,
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,

@@ -19,7 +19,14 @@ from django.db.models import Q
 from django.template.defaultfilters import filesizeformat, pluralize
 
 from smrweb.core import onnx_summary, preview, softcache, textdiff
-from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, TrackingError
+from smrweb.tracking.errors import (
+    ArtifactBytesMissing,
+    InvalidInput,
+    NoComparison,
+    NotComparable,
+    SummaryPending,
+    TooLargeToCompare,
+)
 from smrweb.tracking.models import Artifact, Submission, SubmissionStatus, SummaryStatus
 from smrweb.tracking.services import summaries
 from smrweb.tracking.services.artifacts import open_blob
@@ -31,37 +38,10 @@ PICKER_LIMIT = 100  # the newest at the path, listed; any other is picked by its
 TOP_TENSORS = 10  # changed tensors shown per ONNX diff (the largest change first)
 
 
-class NoComparison(TrackingError):
-    """There is nothing to compare with (no approved submission yet, an unknown id)."""
-
-    status = 404
-    code = "no_comparison"
-
-
-class NotComparable(TrackingError):
-    """A side has no stored bytes (an artifact reference that was never uploaded), or is too large."""
-
-    status = 409
-    code = "not_comparable"
-
-
 def read_head(artifact: Artifact, limit: int) -> bytes:
     """The artifact's first `limit + 1` bytes at most: one more than shown says whether there is more."""
     with open_blob(artifact.blob) as handle:
         return handle.read(limit + 1)
-
-
-class TooLargeToCompare(NotComparable):
-    """A side is too large to summarise, or the summaries too large to diff."""
-
-    code = "too_large"
-
-
-class SummaryPending(TrackingError):
-    """A model's summary is being computed on a worker: ask again shortly (the API answers 202)."""
-
-    status = 202
-    code = "pending"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ test that patches `services.verb` patches what those callers call)."""
 from smrweb.tracking.services.accounts import (  # noqa: F401
     password_changed,
 )
-from smrweb.tracking.services.alerts import (  # noqa: F401
+from smrweb.tracking.services.alerts.rules import (  # noqa: F401
     create_alert_rule,
     delete_alert_rule,
     mark_read,
@@ -57,7 +57,6 @@ from smrweb.tracking.services.audit import (  # noqa: F401
 )
 from smrweb.tracking.services.control import (  # noqa: F401
     MESSAGE_MAX,
-    ControlRefused,
     confirm_reported,
     control_accepted,
     request_control,
@@ -134,8 +133,6 @@ from smrweb.tracking.services.rollups import (  # noqa: F401
 from smrweb.tracking.services.runs import (  # noqa: F401
     RUN_ID_RE,
     RUN_SETTINGS,
-    CloseRefused,
-    StopRefused,
     attribute_turns,
     close_run,
     flag_stalled_runs,

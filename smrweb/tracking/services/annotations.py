@@ -17,6 +17,7 @@ from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     TAG_KEY_MAX,
     ApiToken,
+    AuditVerb,
     Comment,
     Notification,
     NotificationKind,
@@ -32,7 +33,7 @@ from smrweb.tracking.models import (
     parse_tag,  # noqa: F401 (re-exported: the tag box and `?tag=` read tags with it)
 )
 from smrweb.tracking.queries.annotations import members_by_name
-from smrweb.tracking.services.alerts import absolute_url
+from smrweb.tracking.services.alerts.triggers import absolute_url
 from smrweb.tracking.services.audit import _only, record_audit
 
 TAGS_PER_RUN = 100
@@ -85,7 +86,13 @@ def set_tag(run: Run, *, key: str, value: str = "", by: Any) -> RunTag:
             tag.save(update_fields=["value", "updated"])
         _touch(run)
         record_audit(
-            by, "run.tagged", run, project=project, key=key, value=value[:200], before=before and before[:200]
+            by,
+            AuditVerb.RUN_TAGGED,
+            run,
+            project=project,
+            key=key,
+            value=value[:200],
+            before=before and before[:200],
         )
     return tag
 
@@ -98,7 +105,7 @@ def remove_tag(run: Run, *, key: str, by: Any) -> bool:
         deleted, _ = RunTag.objects.filter(run=run, key=key).delete()
         if deleted:
             _touch(run)
-            record_audit(by, "run.untagged", run, project=project, key=key[:TAG_KEY_MAX])
+            record_audit(by, AuditVerb.RUN_UNTAGGED, run, project=project, key=key[:TAG_KEY_MAX])
     return bool(deleted)
 
 
@@ -126,10 +133,17 @@ def update_run_labels(run: Run, *, by: Any, **changes: Any) -> Run:
         run.save(update_fields=[*changed, "updated"])
         if "display_name" in changed:
             record_audit(
-                by, "run.renamed", run, project=project, name=run.display_name, before=before["display_name"]
+                by,
+                AuditVerb.RUN_RENAMED,
+                run,
+                project=project,
+                name=run.display_name,
+                before=before["display_name"],
             )
         if "pinned" in changed:
-            record_audit(by, "run.pinned" if run.pinned else "run.unpinned", run, project=project)
+            record_audit(
+                by, AuditVerb.RUN_PINNED if run.pinned else AuditVerb.RUN_UNPINNED, run, project=project
+            )
     return run
 
 
@@ -148,7 +162,7 @@ def save_note(run: Run, *, body: str, by: Any) -> RunNote | None:
             return note
         if not body:
             note.delete()
-            record_audit(by, "run.note_cleared", run, project=project, before=before[:200])
+            record_audit(by, AuditVerb.RUN_NOTE_CLEARED, run, project=project, before=before[:200])
             return None
         if note is None:
             note = RunNote.objects.create(run=run, body=body, edited_by=by)
@@ -157,7 +171,7 @@ def save_note(run: Run, *, body: str, by: Any) -> RunNote | None:
             note.save(update_fields=["body", "edited_by", "updated"])
         record_audit(
             by,
-            "run.note_edited",
+            AuditVerb.RUN_NOTE_EDITED,
             run,
             project=project,
             chars=len(body),
@@ -186,7 +200,7 @@ def add_comment(
         mentioned = _notify_mentions(comment, by)
         record_audit(
             by,
-            "comment.added",
+            AuditVerb.COMMENT_ADDED,
             comment,
             project=project,
             on=_subject(comment),
@@ -217,7 +231,9 @@ def edit_comment(comment: Comment, *, by: Any, body: str) -> Comment:
         comment.body, comment.edited_at = body, timezone.now()
         comment.save(update_fields=["body", "edited_at"])
         mentioned = _notify_mentions(comment, by)
-        record_audit(by, "comment.edited", comment, project=project, mentioned=mentioned, before=before[:200])
+        record_audit(
+            by, AuditVerb.COMMENT_EDITED, comment, project=project, mentioned=mentioned, before=before[:200]
+        )
     return comment
 
 
@@ -236,7 +252,7 @@ def delete_comment(comment: Comment, *, by: Any) -> Comment:
         comment.body, comment.deleted_at = "", timezone.now()
         comment.save(update_fields=["body", "deleted_at"])
         Notification.objects.filter(comment=comment).delete()
-        record_audit(by, "comment.deleted", comment, project=project, by_author=author)
+        record_audit(by, AuditVerb.COMMENT_DELETED, comment, project=project, by_author=author)
     return comment
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from smrweb.tracking.errors import Archived, ArchiveRefused, NotAllowed
-from smrweb.tracking.models import ApiToken, Project, Role, Run
+from smrweb.tracking.models import ApiToken, AuditVerb, Project, Role, Run
 from smrweb.tracking.services.audit import record_audit
 
 
@@ -75,7 +75,7 @@ def _set_archived(target: Run | Project, *, by: Any, archive: bool) -> Run | Pro
         locked.save(update_fields=["archived_at", "archived_by", "updated"])
         record_audit(
             by,
-            f"{what}.{'archived' if archive else 'restored'}",
+            AuditVerb(f"{what}.{'archived' if archive else 'restored'}"),
             locked,
             project=project,
             **({"run": locked.external_id} if isinstance(locked, Run) else {"project_slug": locked.slug}),

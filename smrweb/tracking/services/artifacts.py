@@ -30,6 +30,7 @@ from smrweb.tracking.models import (
     Artifact,
     ArtifactBlob,
     ArtifactKind,
+    AuditVerb,
     Project,
     Run,
     Submission,
@@ -180,7 +181,13 @@ def store_artifact(
                 run.last_progress_at, run.stalled_since = timezone.now(), None
                 run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
                 record_audit(
-                    by, "artifact.stored", artifact, project=project, path=path, sha256=sha256, size=size
+                    by,
+                    AuditVerb.ARTIFACT_STORED,
+                    artifact,
+                    project=project,
+                    path=path,
+                    sha256=sha256,
+                    size=size,
                 )
     return artifact, created
 

@@ -10,14 +10,17 @@ from smrweb.tracking.errors import (
 from smrweb.tracking.models import (
     ApiToken,
     AuditEvent,
+    AuditVerb,
     Project,
 )
 
 
 def record_audit(
-    actor: Any, verb: str, obj: Any, *, project: Project | None = None, **detail: Any
+    actor: Any, verb: AuditVerb | str, obj: Any, *, project: Project | None = None, **detail: Any
 ) -> AuditEvent:
-    """Append an audit row. `actor` is a user, an ApiToken or None (the system)."""
+    """Append an audit row. `actor` is a user, an ApiToken or None (the system). `verb` is an AuditVerb
+    (a string that is not one is a ValueError: the audit page and console read only the verbs listed)."""
+    verb = AuditVerb(verb)
     user, label = None, "system"
     if isinstance(actor, ApiToken):
         label = f"token:{actor.name}"

@@ -20,10 +20,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import ControlRefused, InvalidInput, NotAllowed
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
     ApiToken,
+    AuditVerb,
     ControlKind,
     DispatchStatus,
     Role,
@@ -40,11 +41,6 @@ MESSAGE_MAX = 10_000  # characters of a runtime message (the ingest contract kee
 PENDING = (DispatchStatus.REQUESTED, DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
 # What the source may still report back: sent (or being sent), not confirmed or failed.
 REPORTABLE = (DispatchStatus.DISPATCHED, DispatchStatus.ACCEPTED)
-
-
-class ControlRefused(TrackingError):
-    status = 409
-    code = "control_refused"
 
 
 def lifecycle_refusal(run: Run, kind: str) -> str:
@@ -107,7 +103,7 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
         control = RunControl.objects.create(run=run, kind=kind, body=body, requested_by=by)
         record_audit(
             by,
-            "control.requested",
+            AuditVerb.CONTROL_REQUESTED,
             control,
             project=project,
             run=run.external_id,
@@ -137,7 +133,7 @@ def control_accepted(control_id: int, *, detail: str, source_ref: str = "") -> R
             control.status = DispatchStatus.ACCEPTED
             record_audit(
                 None,
-                "control.accepted",
+                AuditVerb.CONTROL_ACCEPTED,
                 control,
                 project=control.run.project,
                 kind=control.kind,
@@ -153,7 +149,9 @@ def _end(control: RunControl, run: Run, status: str, line: str, now) -> None:
     control.finished_at = now
     dispatched.append(control, line, now)
     control.save(update_fields=["status", "finished_at", "detail", "updated"])
-    record_audit(None, f"control.{status}", control, project=run.project, kind=control.kind, detail=line)
+    record_audit(
+        None, AuditVerb(f"control.{status}"), control, project=run.project, kind=control.kind, detail=line
+    )
 
 
 def confirm_reported(

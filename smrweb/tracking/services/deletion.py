@@ -20,6 +20,7 @@ from smrweb.tracking.models import (
     ApiToken,
     Artifact,
     ArtifactBlob,
+    AuditVerb,
     MetricPoint,
     Project,
     Role,
@@ -189,7 +190,7 @@ def _delete_runs_now(project: Project, runs: list[Run], *, by: Any, reason: str 
                 continue  # deleted meanwhile
             record_audit(
                 by,
-                "run.deleted",
+                AuditVerb.RUN_DELETED,
                 locked,
                 project=project,
                 run=locked.external_id,
@@ -227,7 +228,7 @@ def delete_project(project: Project, *, by: Any, confirm: str) -> DeletionSummar
                 _delete_run_rows(run)
     with transaction.atomic():
         record_audit(
-            by, "project.deleted", project, project=project, project_slug=slug, **summary.as_detail()
+            by, AuditVerb.PROJECT_DELETED, project, project=project, project_slug=slug, **summary.as_detail()
         )
         Project.objects.filter(pk=project.pk).delete()
     for chunk in _chunks(sorted(blob_ids)):
@@ -259,5 +260,5 @@ def delete_turn_bodies(project: Project, *, by: Any) -> int:
         raise NotAllowed("Deleting stored prompt and response bodies needs the admin role.")
     with transaction.atomic():
         deleted, _ = TurnBody.objects.filter(run__project=project).delete()
-        record_audit(by, "project.turn_bodies_deleted", project, project=project, turns=deleted)
+        record_audit(by, AuditVerb.PROJECT_TURN_BODIES_DELETED, project, project=project, turns=deleted)
     return deleted

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import models, transaction
 from django.utils import timezone
 
-from smrweb.tracking.models import OPEN_DISPATCH, DispatchStatus, Rollback, RunControl, RunLaunch
+from smrweb.tracking.models import OPEN_DISPATCH, AuditVerb, DispatchStatus, Rollback, RunControl, RunLaunch
 from smrweb.tracking.services.audit import record_audit
 
 LOG_MAX = 10_000  # characters of an action's log kept (the newest)
@@ -25,7 +25,7 @@ LOG_MAX = 10_000  # characters of an action's log kept (the newest)
 
 @dataclass(frozen=True)
 class Action:
-    verb: str  # the audit verbs' prefix: rollback.dispatched, launch.failed, control.failed
+    verbs: tuple[AuditVerb, AuditVerb]  # what the audit says when the first attempt starts, and on failure
     related: tuple[str, ...]  # what the dispatcher reads, fetched with the locked row
     may_attempt: tuple[str, ...]  # the statuses an attempt starts from
     may_fail: tuple[str, ...]  # the statuses that can still end failed
@@ -37,7 +37,7 @@ class Action:
 S = DispatchStatus
 ACTIONS: dict[type[models.Model], Action] = {
     Rollback: Action(
-        "rollback",
+        (AuditVerb.ROLLBACK_DISPATCHED, AuditVerb.ROLLBACK_FAILED),
         ("run__project", "target_submission", "target_checkpoint", "requested_by"),
         Rollback.OPEN,
         Rollback.OPEN,
@@ -46,7 +46,7 @@ ACTIONS: dict[type[models.Model], Action] = {
         audit=lambda r: {},
     ),
     RunLaunch: Action(
-        "launch",
+        (AuditVerb.LAUNCH_DISPATCHED, AuditVerb.LAUNCH_FAILED),
         ("project__scenario", "from_run", "requested_by", "run"),
         OPEN_DISPATCH,
         OPEN_DISPATCH,
@@ -55,7 +55,7 @@ ACTIONS: dict[type[models.Model], Action] = {
         audit=lambda launch: {},
     ),
     RunControl: Action(
-        "control",
+        (AuditVerb.CONTROL_DISPATCHED, AuditVerb.CONTROL_FAILED),
         ("run__project", "requested_by"),
         OPEN_DISPATCH,
         (S.REQUESTED, S.DISPATCHED, S.ACCEPTED),  # taken but not yet reported back may still fail
@@ -101,9 +101,7 @@ def start_attempt(model: type[models.Model], pk: int):
         row.dispatched_at = row.dispatched_at or timezone.now()
         row.save()
         if first:
-            record_audit(
-                None, f"{action.verb}.dispatched", row, project=action.project(row), **action.audit(row)
-            )
+            record_audit(None, action.verbs[0], row, project=action.project(row), **action.audit(row))
         touch_run(model, row)
     return row
 
@@ -130,7 +128,7 @@ def failed(model: type[models.Model], pk: int, *, detail: str):
         row.save()
         record_audit(
             None,
-            f"{action.verb}.failed",
+            action.verbs[1],
             row,
             project=action.project(row),
             **action.audit(row),

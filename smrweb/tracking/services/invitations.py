@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from smrweb.tracking.errors import InvalidInput, InvitationUnusable, NotAllowed
-from smrweb.tracking.models import Membership, Project, ProjectInvitation, Role
+from smrweb.tracking.models import AuditVerb, Membership, Project, ProjectInvitation, Role
 from smrweb.tracking.models.invitation import new_nonce
 from smrweb.tracking.services.audit import record_audit
 
@@ -126,7 +126,13 @@ def invite_member(project: Project, *, email: str, role: str, by: Any) -> Projec
         _renew(invitation)
         invitation.save()
         record_audit(
-            by, "member.invited", invitation, project=project, email=address, role=role, renewed=renewed
+            by,
+            AuditVerb.MEMBER_INVITED,
+            invitation,
+            project=project,
+            email=address,
+            role=role,
+            renewed=renewed,
         )
     return invitation
 
@@ -154,7 +160,12 @@ def resend_invitation(invitation: ProjectInvitation, *, by: Any) -> ProjectInvit
         _renew(locked)
         locked.save(update_fields=["nonce", "renewed_at", "sent_at", "send_error"])
         record_audit(
-            by, "member.invite_resent", locked, project=locked.project, email=locked.email, role=locked.role
+            by,
+            AuditVerb.MEMBER_INVITE_RESENT,
+            locked,
+            project=locked.project,
+            email=locked.email,
+            role=locked.role,
         )
     return locked
 
@@ -166,7 +177,12 @@ def revoke_invitation(invitation: ProjectInvitation, *, by: Any) -> ProjectInvit
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
         record_audit(
-            by, "member.invite_revoked", locked, project=locked.project, email=locked.email, role=locked.role
+            by,
+            AuditVerb.MEMBER_INVITE_REVOKED,
+            locked,
+            project=locked.project,
+            email=locked.email,
+            role=locked.role,
         )
     return locked
 
@@ -200,7 +216,7 @@ def _join(invitation: ProjectInvitation, user: Any, *, new_account: bool) -> Mem
     invitation.save(update_fields=["accepted_at", "accepted_by"])
     record_audit(
         user,
-        "member.joined",
+        AuditVerb.MEMBER_JOINED,
         membership,
         project=project,
         user=user.get_username(),

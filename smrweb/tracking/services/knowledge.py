@@ -9,6 +9,7 @@ from django.db import transaction
 
 from smrweb.tracking.errors import InvalidInput, NotAllowed
 from smrweb.tracking.models import (
+    AuditVerb,
     KnowledgeEntry,
     KnowledgeKind,
     Project,
@@ -55,7 +56,7 @@ def add_entry(
         )
         record_audit(
             by,
-            "knowledge.added",
+            AuditVerb.KNOWLEDGE_ADDED,
             entry,
             project=project,
             kind=kind,
@@ -81,5 +82,7 @@ def edit_entry(entry: KnowledgeEntry, *, by: Any, title: str, body: str, kind: s
         entry.kind, entry.title, entry.body = kind, title, body
         if changed:
             entry.save(update_fields=changed)
-            record_audit(by, "knowledge.edited", entry, project=project, changed=changed, before=before)
+            record_audit(
+                by, AuditVerb.KNOWLEDGE_EDITED, entry, project=project, changed=changed, before=before
+            )
     return entry

@@ -31,9 +31,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import InvalidInput, KeyReused, LaunchRefused, NotAllowed
 from smrweb.tracking.models import (
     OPEN_DISPATCH,
+    AuditVerb,
     DispatchStatus,
     Project,
     Role,
@@ -56,18 +57,6 @@ COMMIT_RE = re.compile(r"^[0-9a-fA-F]{4,64}\Z")
 BUDGET_USD_MAX = Decimal("1000000")  # a million dollars: far above any run, far inside the column
 BUDGET_TOKENS_MAX = 10**12
 NEXT_SUFFIX_RE = re.compile(r"-next-\d+\Z")
-
-
-class LaunchRefused(TrackingError):
-    status = 409
-    code = "launch_refused"
-
-
-class KeyReused(TrackingError):
-    """The idempotency key names an earlier request that asked for something else."""
-
-    status = 409
-    code = "idempotency_key_reused"
 
 
 def compose_kickoff(carry_forward: str, text: str) -> str:
@@ -251,7 +240,7 @@ def request_launch(
             )
             record_audit(
                 by,
-                "launch.requested",
+                AuditVerb.LAUNCH_REQUESTED,
                 launch,
                 project=project,
                 from_run=from_run.external_id if from_run else None,
@@ -294,7 +283,7 @@ def record_accepted(
         launch.save()
         record_audit(
             None,
-            "launch.accepted",
+            AuditVerb.LAUNCH_ACCEPTED,
             launch,
             project=launch.project,
             run=launch.external_run_id,
@@ -337,7 +326,7 @@ def expire_unseen(now: datetime | None = None) -> list[RunLaunch]:
             launch.save()
             record_audit(
                 None,
-                "launch.unseen",
+                AuditVerb.LAUNCH_UNSEEN,
                 launch,
                 project=launch.project,
                 run=launch.external_run_id,
@@ -356,7 +345,7 @@ def _follow_branch(launch: RunLaunch, branch: str) -> Project:
     project.save(update_fields=["git_branch", "updated"])
     record_audit(
         None,
-        "project.branch_followed",
+        AuditVerb.PROJECT_BRANCH_FOLLOWED,
         project,
         project=project,
         branch=branch,
@@ -405,7 +394,7 @@ def _link(launch: RunLaunch, run: Run) -> None:
         run.save(update_fields=[*changed, "updated"])
     record_audit(
         None,
-        "launch.confirmed",
+        AuditVerb.LAUNCH_CONFIRMED,
         launch,
         project=launch.project,
         run=run.external_id,

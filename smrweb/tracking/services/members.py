@@ -11,6 +11,7 @@ from smrweb.tracking.errors import (
     NotAllowed,
 )
 from smrweb.tracking.models import (
+    AuditVerb,
     Membership,
     Project,
     Role,
@@ -24,7 +25,9 @@ def add_member(project: Project, user: Any, *, role: str, by: Any = None) -> Mem
         membership, _ = Membership.objects.update_or_create(
             project=project, user=user, defaults={"role": role}
         )
-        record_audit(by, "member.set", membership, project=project, user=user.get_username(), role=role)
+        record_audit(
+            by, AuditVerb.MEMBER_SET, membership, project=project, user=user.get_username(), role=role
+        )
     return membership
 
 
@@ -60,7 +63,7 @@ def remove_member(project: Project, user: Any, *, by: Any) -> None:
         _keep_an_admin(project, user, None)
         deleted, _ = Membership.objects.filter(project=project, user=user).delete()
         if deleted:
-            record_audit(by, "member.removed", project, project=project, user=user.get_username())
+            record_audit(by, AuditVerb.MEMBER_REMOVED, project, project=project, user=user.get_username())
 
 
 def _keep_an_admin(project: Project, user: Any, role: str | None) -> None:

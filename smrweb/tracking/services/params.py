@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from smrweb.tracking.errors import InvalidInput, NotAllowed
-from smrweb.tracking.models import TAG_KEY_RE, ApiToken, Role, Run, RunParam, clean_text
+from smrweb.tracking.models import TAG_KEY_RE, ApiToken, AuditVerb, Role, Run, RunParam, clean_text
 from smrweb.tracking.services.audit import record_audit
 
 PARAM_KEY_MAX = RunParam._meta.get_field("key").max_length  # 250, MLflow's
@@ -80,5 +80,7 @@ def log_params(run: Run, params: list[tuple[str, str]], *, by: Any) -> int:
             raise InvalidInput("params", f"A run has at most {PARAMS_PER_RUN} params.")
         RunParam.objects.bulk_create([RunParam(run=run, key=k, value=v) for k, v in new.items()])
         Run.objects.filter(pk=run.pk).update(updated=timezone.now())  # the pages' poll versions
-        record_audit(by, "run.params_logged", run, project=run.project, keys=sorted(new)[:50], count=len(new))
+        record_audit(
+            by, AuditVerb.RUN_PARAMS_LOGGED, run, project=run.project, keys=sorted(new)[:50], count=len(new)
+        )
     return len(new)

@@ -14,6 +14,7 @@ from smrweb.tracking.errors import (
     NotAllowed,
 )
 from smrweb.tracking.models import (
+    AuditVerb,
     Membership,
     Project,
     Role,
@@ -38,7 +39,7 @@ def create_scenario(*, by: Any = None, **fields: Any) -> Scenario:
     """Create a scenario preset from validated fields."""
     with transaction.atomic():
         scenario = Scenario.objects.create(**fields)
-        record_audit(by, "scenario.created", scenario, key=scenario.key)
+        record_audit(by, AuditVerb.SCENARIO_CREATED, scenario, key=scenario.key)
     return scenario
 
 
@@ -81,7 +82,7 @@ def create_project(
     source `may_bind_sources`; a user's SMR project brings its own key (the operator's is never lent to it,
     red-team finding 1), may only use scenarios it may attach, and an SMR project id already bound to
     another smrweb project is refused unless the operator or staff allow a second binding.
-    `pin_repository`, when given, checks a git project's repository (sources.git.pin_for_binding: it
+    `pin_repository`, when given, checks a git project's repository (git/ownership.py pin_for_binding: it
     raises InvalidInput for one that would lead git into another repository) and returns what to pin, or
     None when there is no repository there yet (the first sync that passes pins it)."""
     operator = by is None or getattr(by, "is_staff", False)
@@ -176,7 +177,7 @@ def create_project(
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
         record_audit(
             by,
-            "project.created",
+            AuditVerb.PROJECT_CREATED,
             project,
             project=project,
             scenario=project.scenario.key,
@@ -186,7 +187,7 @@ def create_project(
     return project
 
 
-# Where a git project's repository resolved to when it was bound (sources/git.py, red-team N3): the
+# Where a git project's repository resolved to when it was bound (sources/git/ownership.py, red-team N3): the
 # path as bound, its real git dir and work tree. A later sync or rollback that finds it elsewhere refuses.
 GIT_PIN = "git_pin"
 
@@ -201,7 +202,7 @@ def pin_git_repository(project: Project, pin: dict[str, str]) -> Project:
             return project
         project.source_settings = {**(project.source_settings or {}), GIT_PIN: dict(pin)}
         project.save(update_fields=["source_settings", "updated"])
-        record_audit(None, "project.git_repository_pinned", project, project=project, **pin)
+        record_audit(None, AuditVerb.PROJECT_GIT_REPOSITORY_PINNED, project, project=project, **pin)
     return project
 
 
@@ -222,7 +223,7 @@ def check_outbound_url(field: str, url: str) -> None:
         raise InvalidInput(field, str(exc)) from None
 
 
-# Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git.py asks
+# Branch names a git project may follow: what `git check-ref-format --branch` accepts (sources/git/cli.py asks
 # git too), narrowed to characters that also fit a run id once "/" is written "~" (never in a ref name).
 GIT_BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+=@-]{0,194}\Z")
 
@@ -278,7 +279,7 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
         project.save(update_fields=[*changes, "updated"])
         record_audit(
             by,
-            "project.settings_changed",
+            AuditVerb.PROJECT_SETTINGS_CHANGED,
             project,
             project=project,
             **{k: str(v) for k, v in changes.items()},
@@ -307,7 +308,7 @@ def set_source_backend(project: Project, *, backend_base: str, api_key: str = ""
         project.save(update_fields=["source_settings", "updated"])
         record_audit(
             by,
-            "project.source_changed",
+            AuditVerb.PROJECT_SOURCE_CHANGED,
             project,
             project=project,
             backend_base=backend_base,

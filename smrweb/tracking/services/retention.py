@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
-from smrweb.tracking.models import TERMINAL_STATES, ApiToken, MetricPoint, Project, Role, Run
+from smrweb.tracking.models import TERMINAL_STATES, ApiToken, AuditVerb, MetricPoint, Project, Role, Run
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.deletion import DeletionSummary, _delete_runs_now, runs_summary
 
@@ -101,7 +101,7 @@ def update_retention(
         for name, value in changes.items():
             setattr(project, name, value)
         project.save(update_fields=[*changes, "updated"])
-        record_audit(by, "project.retention_changed", project, project=project, **changes)
+        record_audit(by, AuditVerb.PROJECT_RETENTION_CHANGED, project, project=project, **changes)
     return project
 
 
@@ -200,7 +200,7 @@ def apply_retention(
             )
     if not dry_run and report.removes_anything:
         detail = {k: v for k, v in report.as_dict().items() if k not in ("project", "dry_run")}
-        record_audit(None, "retention.applied", project, project=project, **detail)
+        record_audit(None, AuditVerb.RETENTION_APPLIED, project, project=project, **detail)
     return report
 
 

@@ -16,9 +16,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from smrweb.tracking.errors import NotAllowed, TrackingError
+from smrweb.tracking.errors import NotAllowed, RollbackRefused
 from smrweb.tracking.models import (
     NEVER_COUNTED,
+    AuditVerb,
     Checkpoint,
     Role,
     Rollback,
@@ -32,11 +33,6 @@ from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.capabilities import Action
 
 R = RollbackStatus
-
-
-class RollbackRefused(TrackingError):
-    status = 409
-    code = "rollback_refused"
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ def request_rollback(
             )
             record_audit(
                 by,
-                "rollback.requested",
+                AuditVerb.ROLLBACK_REQUESTED,
                 rollback,
                 project=project,
                 run=run.external_id,
@@ -190,7 +186,11 @@ def finish(rollback_id: int, *, ok: bool, detail: str, accepted_only: bool = Fal
         dispatched.append(rollback, detail, rollback.finished_at)
         rollback.save()
         record_audit(
-            None, f"rollback.{rollback.status}", rollback, project=rollback.run.project, detail=detail[:500]
+            None,
+            AuditVerb(f"rollback.{rollback.status}"),
+            rollback,
+            project=rollback.run.project,
+            detail=detail[:500],
         )
         rollback.run.save(update_fields=["updated"])
     return rollback

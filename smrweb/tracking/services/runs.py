@@ -14,16 +14,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from smrweb.tracking import signals
-from smrweb.tracking.errors import (
-    InvalidInput,
-    NotAllowed,
-    TrackingError,
-)
+from smrweb.tracking.errors import CloseRefused, InvalidInput, NotAllowed, StopRefused
 from smrweb.tracking.models import (
     RUN_RULE,
     TERMINAL_STATES,
     AgentTurn,
     AuditEvent,
+    AuditVerb,
     Project,
     Role,
     Run,
@@ -132,7 +129,11 @@ def update_run_settings(project: Project, external_id: str, *, by: Any = None, *
     with transaction.atomic():
         run = _set_run_fields(project, external_id, changes)
         record_audit(
-            by, "run.settings_changed", run, project=project, **{k: str(v) for k, v in changes.items()}
+            by,
+            AuditVerb.RUN_SETTINGS_CHANGED,
+            run,
+            project=project,
+            **{k: str(v) for k, v in changes.items()},
         )
     return run
 
@@ -248,7 +249,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
                 run.stalled_since = now
                 record_audit(
                     None,
-                    "run.stalled",
+                    AuditVerb.RUN_STALLED,
                     run,
                     project=run.project,
                     last_progress_at=run.last_progress_at.isoformat(),
@@ -258,21 +259,20 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
     return flagged
 
 
-class StopRefused(TrackingError):
-    status = 409
-    code = "stop_refused"
-
-
 def request_stop(run: Run, *, by: Any) -> AuditEvent:
     """Record that someone asked to stop a run; the caller dispatches the stop after commit."""
     if refusal := capabilities.refusal(run.project, Action.STOP, run=run):
         raise StopRefused(refusal)
-    return record_audit(by, "run.stop_requested", run, project=run.project)
+    return record_audit(by, AuditVerb.RUN_STOP_REQUESTED, run, project=run.project)
 
 
 def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
     return record_audit(
-        None, "run.stopped" if ok else "run.stop_failed", run, project=run.project, detail=detail
+        None,
+        AuditVerb.RUN_STOPPED if ok else AuditVerb.RUN_STOP_FAILED,
+        run,
+        project=run.project,
+        detail=detail,
     )
 
 
@@ -280,11 +280,6 @@ def record_stop_result(run: Run, *, ok: bool, detail: str) -> AuditEvent:
 
 CLOSED_FAMILY = "closed"  # the failure family of a close, so pages tell it from a harness's own word
 CLOSE_REASON_MAX = 5000
-
-
-class CloseRefused(TrackingError):
-    status = 409
-    code = "close_refused"
 
 
 def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) -> Run:
@@ -325,7 +320,7 @@ def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) ->
         run.save(update_fields=[*changed, "stalled_since", "updated"])  # `updated` versions the polls
         record_audit(
             by,
-            "run.closed",
+            AuditVerb.RUN_CLOSED,
             run,
             project=project,
             state=RunState.ABANDONED,

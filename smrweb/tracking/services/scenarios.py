@@ -10,7 +10,7 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import transaction
 
 from smrweb.tracking import services
-from smrweb.tracking.models import Scenario
+from smrweb.tracking.models import AuditVerb, Scenario
 
 PRESETS_FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "scenario_presets.json"
 
@@ -59,6 +59,8 @@ def load_presets(path: Path = PRESETS_FIXTURE, *, by: Any = None) -> list[tuple[
                     setattr(scenario, name, fields[name])
                 _validate(scenario, path)
                 scenario.save(update_fields=[*changed, "updated"])
-                services.record_audit(by, "scenario.preset_updated", scenario, key=key, fields=changed)
+                services.record_audit(
+                    by, AuditVerb.SCENARIO_PRESET_UPDATED, scenario, key=key, fields=changed
+                )
             results.append((key, "updated" if changed else "unchanged", changed))
     return results

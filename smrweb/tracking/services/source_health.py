@@ -22,6 +22,7 @@ from smrweb.tracking.errors import (
 from smrweb.tracking.events import MAX_EVENTS, parse_events
 from smrweb.tracking.models import (
     POLLED_SOURCES,
+    AuditVerb,
     Direction,
     MetricPoint,
     Project,
@@ -261,7 +262,7 @@ def _adopt_scenario(project: Project, metric: str, direction: str) -> None:
         Run.objects.filter(pk=run.pk).update(source_cursor=cursor, source_updated_at=None)
     record_audit(
         None,
-        "project.metric_adopted",
+        AuditVerb.PROJECT_METRIC_ADOPTED,
         project,
         project=project,
         scenario=key,
@@ -294,7 +295,7 @@ def replace_smr_api_key(
         settings_["api_key_sealed"] = seal(api_key)
         project.source_settings = settings_
         project.save(update_fields=["source_settings", "updated"])
-        record_audit(by, "project.smr_key_replaced", project, project=project)  # never the key itself
+        record_audit(by, AuditVerb.PROJECT_SMR_KEY_REPLACED, project, project=project)  # never the key itself
     return project
 
 
@@ -311,7 +312,7 @@ def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Pro
         project = Project.objects.select_for_update().get(pk=project.pk)
         project.source_settings = {**project.source_settings, "score_metric": metric}
         project.save(update_fields=["source_settings", "updated"])
-        record_audit(by, "project.score_metric_chosen", project, project=project, metric=metric)
+        record_audit(by, AuditVerb.PROJECT_SCORE_METRIC_CHOSEN, project, project=project, metric=metric)
     return note_declared_metrics(project, {})
 
 

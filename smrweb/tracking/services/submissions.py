@@ -19,12 +19,13 @@ from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.tracking import signals
-from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
     AuditEvent,
+    AuditVerb,
     KnowledgeEntry,
     KnowledgeKind,
     Review,
@@ -82,11 +83,6 @@ NEXT_STEP = {
 }
 
 
-class IllegalTransition(TrackingError):
-    status = 409
-    code = "illegal_transition"
-
-
 def allowed_actions(submission: Submission, user: Any) -> frozenset[str]:
     """The actions `user` may take on `submission` now (reviewers and admins; none for viewers)."""
     if not submission.project.allows(user, Role.REVIEWER):
@@ -137,7 +133,7 @@ def _move(
         )
         record_audit(
             by,
-            f"submission.{to}",
+            AuditVerb(f"submission.{to}"),
             locked,
             project=locked.project,
             from_status=before,
@@ -474,7 +470,11 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
             return ReviewOutcome(submission, made, True, "Submission rejected.")
         if refusal:
             record_audit(
-                by, "submission.review_not_counted", submission, project=submission.project, why=refusal
+                by,
+                AuditVerb.SUBMISSION_REVIEW_NOT_COUNTED,
+                submission,
+                project=submission.project,
+                why=refusal,
             )
             return ReviewOutcome(
                 submission, made, False, "Your approval is recorded but does not count. " + refusal
@@ -484,7 +484,7 @@ def review(submission: Submission, *, by: Any, verdict: str, comment: str = "") 
             # Not approved yet: the approval is recorded and audited; the submission waits for the next.
             record_audit(
                 by,
-                "review.approval_recorded",
+                AuditVerb.REVIEW_APPROVAL_RECORDED,
                 submission,
                 project=submission.project,
                 counted=now.counted,
@@ -634,7 +634,7 @@ def bulk_summary(action: str, results: list[BulkOutcome]) -> str:
 
 # --- auto-verify catching up on the candidates waiting when it was switched on ---------------------------
 
-CATCH_UP_VERB = "project.verification_catch_up"
+CATCH_UP_VERB = AuditVerb.PROJECT_VERIFICATION_CATCH_UP
 
 
 def _never_verified(project):
@@ -797,7 +797,7 @@ def record_arena_result(
         )
         record_audit(
             by,
-            "arena_result.recorded",
+            AuditVerb.ARENA_RESULT_RECORDED,
             result,
             project=submission.project,
             rank=rank,
@@ -904,7 +904,7 @@ def _set_excluded(model, obj, *, by: Any, reason: str, exclude: bool):
         locked.save(update_fields=["excluded_at", "excluded_by", "excluded_reason", "updated"])
         record_audit(
             by,
-            f"{what}.{'excluded' if exclude else 'included'}",
+            AuditVerb(f"{what}.{'excluded' if exclude else 'included'}"),
             locked,
             project=project,
             reason=reason[:500],

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from smrweb.tracking.models import (
     ApiToken,
+    AuditVerb,
     Project,
     hash_token,
 )
@@ -27,7 +28,7 @@ def create_api_token(project: Project, *, name: str, by: Any = None) -> tuple[Ap
             hint=raw[:10],
             created_by=by if getattr(by, "is_authenticated", False) else None,
         )
-        record_audit(by, "token.created", token, project=project, name=name)
+        record_audit(by, AuditVerb.TOKEN_CREATED, token, project=project, name=name)
     return token, raw
 
 
@@ -35,7 +36,7 @@ def revoke_api_token(token: ApiToken, *, by: Any = None) -> ApiToken:
     """Revoke a token; requests bearing it are refused from now on."""
     with transaction.atomic():
         if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
-            record_audit(by, "token.revoked", token, project=token.project, name=token.name)
+            record_audit(by, AuditVerb.TOKEN_REVOKED, token, project=token.project, name=token.name)
     token.refresh_from_db()
     return token
 

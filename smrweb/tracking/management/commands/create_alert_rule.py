@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Channel, Project, Trigger
-from smrweb.tracking.services.alerts import TRIGGER_PARAMETERS, parameter
+from smrweb.tracking.services.alerts.triggers import TRIGGER_PARAMETERS, parameter
 
 CHANNEL_OPTIONS = {
     Channel.EMAIL: "--email",

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from smrweb.sources import git, smr
+from smrweb.sources import smr
+from smrweb.sources.git.ownership import pin_for_binding
 from smrweb.tracking import services
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import Scenario, SourceKind
@@ -62,7 +63,7 @@ class Command(BaseCommand):
 
         if source == SourceKind.GIT:
             from smrweb.sources.base import SourceError
-            from smrweb.sources.git import check_branch
+            from smrweb.sources.git.cli import check_branch
 
             git_repo = os.path.abspath(os.path.expanduser(git_repo)) if git_repo else ""
             try:
@@ -92,7 +93,7 @@ class Command(BaseCommand):
                 git_branch=git_branch,
                 allow_shared_smr_project=allow_duplicate,
                 check_binding=None if skip_check else smr.check_binding,
-                pin_repository=git.pin_for_binding if source == SourceKind.GIT else None,
+                pin_repository=pin_for_binding if source == SourceKind.GIT else None,
             )
         except TrackingError as exc:
             raise CommandError(exc.message) from None
