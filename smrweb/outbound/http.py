@@ -2,10 +2,11 @@
 through `core.outbound`'s guard, and the one rule of which answers are worth another attempt.
 
 Retried: no answer (a timeout, a refused connection, a host that does not resolve right now), HTTP 408
-(Request Timeout: the receiver gave up waiting, RFC 9110 15.5.9, so a repeat may succeed), 429 (with its
-Retry-After) and 5xx. Not retried: an address the guard refuses, a redirect (never followed), any other
-answer. Every outbound action (rollbacks, launches, steering, stops, alerts) classifies through
-`classify`, so they cannot drift apart again."""
+(Request Timeout: the receiver gave up waiting, RFC 9110 15.5.9, so a repeat may succeed), 429 and 5xx,
+after the Retry-After such an answer carries (a 429's, a 503's: RFC 9110 10.2.3). Not retried: an
+address the guard refuses, a redirect (never followed), any other answer. Every outbound action
+(rollbacks, launches, steering, stops, alerts) classifies through `classify`, so they cannot drift
+apart again."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def retryable_status(status: int) -> bool:
 class Sent:
     """What one POST got: `status` (None when no HTTP answer came), a line fit to show (never the answer's
     body: it could be an internal service's), whether trying again may help, and the receiver's hint of
-    when (a 429's Retry-After, in seconds)."""
+    when (a 429's or 503's Retry-After, in seconds)."""
 
     status: int | None
     line: str
@@ -67,13 +68,14 @@ class Failed(Exception):
 
 def classify(answer: outbound.Answer, *, who: str) -> Sent:
     """The one answer classifier: 2xx taken; 3xx a redirect, not followed; 408, 429 and 5xx retryable
-    (a 429's Retry-After read); anything else refused."""
+    (with the Retry-After a retryable answer carries: a 429's, a 503's); anything else refused."""
     status = answer.status
     line = f"{who} answered HTTP {status}"
     if 300 <= status < 400:
         line += " (a redirect: not followed)"
-    hint = retry_after(answer.headers.get("Retry-After")) if status == 429 else None
-    return Sent(status, line, retryable=retryable_status(status), hint=hint)
+    retryable = retryable_status(status)
+    hint = retry_after(answer.headers.get("Retry-After")) if retryable else None
+    return Sent(status, line, retryable=retryable, hint=hint)
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float, who: str) -> Sent:

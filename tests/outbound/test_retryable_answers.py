@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from smrweb.outbound import alerts as delivery
@@ -81,3 +82,23 @@ def test_an_alert_answered_408_is_retried(alice, project):
     assert "HTTP 408; retrying" in Notification.objects.get(pk=pk).last_error
     assert delivery.deliver(pk).outcome == "sent"
     receiver.stop()
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "retryable", "hint"),
+    [
+        (429, "2", True, 2.0),
+        (503, "7", True, 7.0),  # RFC 9110 10.2.3: a 503 may say when to come back, too
+        (502, None, True, None),
+        (408, "3", True, 3.0),
+        (404, "5", False, None),  # not retried: its header means nothing here
+        (200, "5", False, None),
+    ],
+)
+def test_the_hint_of_every_retryable_answer_is_read(status, header, retryable, hint):
+    from smrweb.core import outbound
+    from smrweb.outbound import http
+
+    headers = httpx.Headers({"Retry-After": header} if header else {})
+    sent = http.classify(outbound.Answer(status=status, headers=headers), who="the webhook")
+    assert (sent.retryable, sent.hint) == (retryable, hint)

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from smrweb.core import numbers
 from smrweb.tracking.models import (
-    NEVER_COUNTED,
+    RUN_RULE,
     AlertRule,
     ArenaResult,
     Project,
@@ -296,7 +296,7 @@ def _regression_episodes(rule, run, episode, label) -> Iterator[Episode]:
     if threshold is None:
         return
     maximize = run.project.scenario.maximize
-    counted = Submission.objects.filter(run=run, excluded_at__isnull=True).exclude(status__in=NEVER_COUNTED)
+    counted = Submission.objects.filter(run=run).counted(**RUN_RULE)  # the run's own figures' rule
     latest = counted.order_by("-ts", "-id").first()
     if latest is None:
         return
