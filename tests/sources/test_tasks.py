@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from smrweb.sources.tasks import flag_stalled_runs
+from smrweb.tasks import flag_stalled_runs
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run
