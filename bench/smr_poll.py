@@ -250,7 +250,7 @@ def measure_workers(n_runs: int, workers: int, cycles: int, code: Path) -> dict:
 
     from django.utils import timezone
 
-    from smrweb.sources.tasks import sync_project
+    from smrweb.tasks import sync_project
 
     world = World(
         seed=3, project_ids=[f"wk-{n_runs}-{workers}"], runs=n_runs, tick_seconds=1.0, stagger_ticks=0

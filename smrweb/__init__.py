@@ -1,4 +1,4 @@
-"""smrweb. The Celery app is loaded when Django starts (TrackingConfig.ready), not on import, so
+"""smrweb. The Celery app is loaded when Django starts (SmrwebConfig.ready, apps.py), not on import, so
 that `smrweb.client` — imported by harnesses that have no Django — stays a light import."""
 
 

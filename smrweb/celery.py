@@ -1,4 +1,5 @@
-"""The Celery app: configured from Django settings (CELERY_*), tasks autodiscovered from the apps.
+"""The Celery app: configured from Django settings (CELERY_*), tasks autodiscovered from the apps (all of
+them in smrweb/tasks.py: `smrweb` is an installed app).
 
 Tasks run in lanes, one queue each, so that a burst of one kind cannot hold up another: the pollers'
 syncs (many, long) go to `<queue>.polling`, people's actions (rollbacks, stops) to `<queue>.actions`,
@@ -17,7 +18,7 @@ from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
 
-# Task names, not modules: the names are pinned (sources/tasks.py) so queued messages keep resolving.
+# Task names, not modules: the names are pinned (smrweb/tasks.py) so queued messages keep resolving.
 LANES = {
     "polling": (
         "smrweb.sources.tasks.poll_due_projects",
@@ -32,7 +33,8 @@ LANES = {
         "smrweb.sources.tasks.stop_run",
         "smrweb.tracking.tasks.redispatch_stale_actions",
         "smrweb.tracking.tasks.collect_unreferenced_blobs",
-        "smrweb.tracking.tasks.apply_retention",
+        "smrweb.tasks.apply_retention",
+        "smrweb.tracking.tasks.apply_retention",  # its old name, an alias: messages queued before the rename
     ),
     "alerts": (
         "smrweb.sources.tasks.evaluate_alerts",

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "smrweb.sources",
     "smrweb.stack",
     "smrweb.simulator",
+    "smrweb",  # the Celery tasks (smrweb/tasks.py) and their signal receivers, above sources and outbound
 ]
 
 MIDDLEWARE = [
@@ -318,7 +319,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 3600.0},
     },
     "apply-retention": {  # each project's retention policy (docs/retention.md)
-        "task": "smrweb.tracking.tasks.apply_retention",
+        "task": "smrweb.tasks.apply_retention",
         "schedule": env.float("SMRWEB_RETENTION_SECONDS", default=86400.0),
         "options": {"expires": 3600.0},
     },

@@ -698,3 +698,108 @@ def test_the_size_check_reports_a_long_module(tmp_path):
     (tmp_path / "smrweb/tracking/migrations").mkdir()
     (tmp_path / "smrweb/tracking/migrations/0001_initial.py").write_text("x = 1\n" * 2000)
     assert oversized(tmp_path) == {"smrweb/tracking/services/alerts.py": 1066}
+
+
+# --- one tasks module above the ways in and the ways out (issue 35, review 2026-11-28 section 6) ----------
+
+# Every Celery task lives in smrweb/tasks.py, above both packages: the tasks chain across them (a sync
+# queues an alert evaluation, the stale-action sweep re-queues dispatches), so a tasks module inside either
+# would close a circle. `sources` is ways in only: it neither sends (outbound) nor queues (the tasks); it
+# may read the Celery app's lanes (opsmetrics reports queue depth). `outbound` sends and returns an outcome;
+# the task decides to retry, so outbound queues nothing. `tracking` vets a user-given address once, at save
+# (services/projects.check_outbound_url); every send goes through `outbound`.
+TASKS = "smrweb.tasks"
+SOURCES_WAYS_IN_FORBIDDEN = ("smrweb.outbound", TASKS)
+OUTBOUND_TASKS_FORBIDDEN = (TASKS, "smrweb.celery", "celery")
+TRACKING_RAW_OUTBOUND = ("smrweb.core.outbound",)
+TRACKING_RAW_OUTBOUND_MAY = ("smrweb.tracking.services.projects",)
+
+
+def sources_ways_in_violations(tree: Tree) -> list[Edge]:
+    return forbidden_edges(tree, SOURCES, SOURCES_WAYS_IN_FORBIDDEN)
+
+
+def outbound_task_violations(tree: Tree) -> list[Edge]:
+    return forbidden_edges(tree, OUTBOUND, OUTBOUND_TASKS_FORBIDDEN)
+
+
+def tracking_raw_outbound_violations(tree: Tree) -> list[Edge]:
+    return [
+        e
+        for e in forbidden_edges(tree, TRACKING, TRACKING_RAW_OUTBOUND)
+        if not under(e.importer, TRACKING_RAW_OUTBOUND_MAY)
+    ]
+
+
+def stray_task_modules(tree: Tree) -> list[str]:
+    """Modules named `tasks` anywhere but the one home (a `sources/tasks.py` façade would be one)."""
+    return sorted(m for m in tree.modules if "tasks" in m.split(".") and not under(m, [TASKS]))
+
+
+def test_one_tasks_module():
+    assert TASKS in TREE.modules
+    assert not stray_task_modules(TREE), "every Celery task lives in smrweb/tasks.py"
+
+
+def test_sources_are_ways_in_only():
+    bad = sources_ways_in_violations(TREE)
+    assert not bad, describe(bad, f"sources must not import {', '.join(SOURCES_WAYS_IN_FORBIDDEN)}")
+
+
+def test_outbound_queues_no_task():
+    bad = outbound_task_violations(TREE)
+    assert not bad, describe(bad, f"outbound must not import {', '.join(OUTBOUND_TASKS_FORBIDDEN)}")
+
+
+def test_tracking_reaches_core_outbound_only_to_vet_a_url():
+    bad = tracking_raw_outbound_violations(TREE)
+    assert not bad, describe(bad, f"only {', '.join(TRACKING_RAW_OUTBOUND_MAY)} may import core.outbound")
+    # The one exception is real (else it is a stale allowance): the vetting at save.
+    assert any(
+        e.importer in TRACKING_RAW_OUTBOUND_MAY and under(e.target, TRACKING_RAW_OUTBOUND) for e in TREE.edges
+    )
+
+
+def test_the_task_rules_report_what_they_should(tmp_path):
+    files = {
+        "smrweb/__init__.py": "",
+        "smrweb/celery.py": "",
+        "smrweb/tasks.py": "from smrweb.sources import sync\nfrom smrweb.outbound import dispatch\n",
+        "smrweb/core/__init__.py": "",
+        "smrweb/core/outbound.py": "",
+        "smrweb/sources/__init__.py": "",
+        "smrweb/sources/sync.py": "from smrweb.outbound import dispatch\n\n"
+        "def f():\n    from smrweb import tasks\n",
+        "smrweb/sources/opsmetrics.py": "from smrweb.celery import LANES\n",
+        "smrweb/sources/tasks.py": "from smrweb.tasks import *\n",
+        "smrweb/outbound/__init__.py": "",
+        "smrweb/outbound/dispatch.py": "from celery import shared_task\n"
+        "from smrweb.tasks import sync_project\nfrom smrweb.sources import sync\n",
+        "smrweb/outbound/alerts.py": "import smrweb.celery\n",
+        "smrweb/tracking/__init__.py": "",
+        "smrweb/tracking/services/__init__.py": "",
+        "smrweb/tracking/services/projects.py": "from smrweb.core.outbound import vet\n",
+        "smrweb/tracking/services/rollbacks.py": "def f():\n    from smrweb.core import outbound\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    tree = load_tree(tmp_path)
+
+    def pairs(edges):
+        return {(e.path, e.line, e.target) for e in edges}
+
+    assert stray_task_modules(tree) == ["smrweb.sources.tasks"]
+    assert pairs(sources_ways_in_violations(tree)) == {
+        ("smrweb/sources/sync.py", 1, "smrweb.outbound.dispatch"),
+        ("smrweb/sources/sync.py", 4, "smrweb.tasks"),
+        ("smrweb/sources/tasks.py", 1, "smrweb.tasks"),
+    }  # not opsmetrics reading the lanes
+    assert pairs(outbound_task_violations(tree)) == {
+        ("smrweb/outbound/dispatch.py", 1, "celery.shared_task"),
+        ("smrweb/outbound/dispatch.py", 2, "smrweb.tasks"),
+        ("smrweb/outbound/alerts.py", 1, "smrweb.celery"),
+    }  # not outbound calling a source's connector
+    assert pairs(tracking_raw_outbound_violations(tree)) == {
+        ("smrweb/tracking/services/rollbacks.py", 2, "smrweb.core.outbound")
+    }  # not the vetting at save

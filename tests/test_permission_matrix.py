@@ -57,10 +57,10 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from smrweb import tasks
 from smrweb.dashboard import live
 from smrweb.dashboard.artifacts import signed_artifact_path
 from smrweb.dashboard.models import UserPreference
-from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
@@ -429,8 +429,8 @@ def world(matrix_world, db, settings, monkeypatch) -> World:
     monkeypatch.setattr(live, "TICK_SECONDS", 10**12)
     matrix_world.preflights = []
     request_preflight, preflight_state = _fake_preflight(matrix_world.preflights)
-    monkeypatch.setattr(source_tasks, "request_preflight", request_preflight)
-    monkeypatch.setattr(source_tasks, "preflight_state", preflight_state)
+    monkeypatch.setattr(tasks, "request_preflight", request_preflight)
+    monkeypatch.setattr(tasks, "preflight_state", preflight_state)
     return matrix_world
 
 

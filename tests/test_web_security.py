@@ -25,9 +25,9 @@ from django.conf import settings as django_settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from smrweb import tasks
 from smrweb.core import queue, ratelimits
 from smrweb.core.downloads import content_disposition, safe_content_type, safe_filename
-from smrweb.sources import tasks as source_tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
@@ -605,7 +605,7 @@ def test_the_list_of_post_forms_is_complete():
 def post_targets(project, alice, bob, monkeypatch):
     """Every dashboard POST endpoint with a body that the view accepts (side effects stubbed)."""
     monkeypatch.setattr(queue, "dispatch", lambda task, *args: True)
-    monkeypatch.setattr(source_tasks, "request_preflight", lambda key: "0" * 32)  # queued, never run
+    monkeypatch.setattr(tasks, "request_preflight", lambda key: "0" * 32)  # queued, never run
     push(
         project,
         "r1",

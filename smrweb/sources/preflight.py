@@ -1,5 +1,5 @@
 """Scenario preflight: is a scenario complete and consistent, and does the machine running this (a
-Celery worker, see `sources.tasks.preflight_scenario`) have what its validator needs?
+Celery worker, see `smrweb.tasks.preflight_scenario`) have what its validator needs?
 
 Commands are argument lists executed without a shell (by `core.sandbox`). Placeholders are
 substituted inside any argument when a command runs:

@@ -36,7 +36,7 @@ _ENV = {
 
 
 def summarize(summary_id: int) -> str:
-    """Compute a claimed summary (`sources.tasks.summarize_blob`); its status, or "skipped" when it is
+    """Compute a claimed summary (`smrweb.tasks.summarize_blob`); its status, or "skipped" when it is
     done already or another worker has it."""
     row = services.start_summary(summary_id)
     if row is None:

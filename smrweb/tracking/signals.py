@@ -18,7 +18,7 @@ auto_verify_switched_on = Signal()
 alerts_due = Signal()
 
 # A blob summary (`BlobSummary`) was claimed and needs a worker; sent after the commit with
-# `summary_id`. The receiver queues `sources.tasks.summarize_blob`.
+# `summary_id`. The receiver queues `smrweb.tasks.summarize_blob`.
 summary_wanted = Signal()
 
 

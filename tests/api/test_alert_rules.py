@@ -9,9 +9,9 @@ import json
 import pytest
 from django.core import mail
 
+from smrweb import tasks
 from smrweb.core import queue
 from smrweb.outbound import alerts as delivery
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AlertRule, AuditEvent, Notification, NotificationStatus, Role

@@ -29,7 +29,7 @@ def live(project):
 @pytest.fixture
 def queued(monkeypatch):
     """What was queued for a worker (the broker is not needed: the request is a row first)."""
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     sent: list[int] = []
     monkeypatch.setattr(tasks.dispatch_control, "delay_on_commit", sent.append)

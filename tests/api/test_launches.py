@@ -37,7 +37,7 @@ def as_bob(bob):
 
 @pytest.fixture
 def queued(monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     sent = []
     monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)

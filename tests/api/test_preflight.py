@@ -12,7 +12,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from smrweb.sources import tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 from tests.api.helpers import assert_json_error, session_client

@@ -135,11 +135,11 @@ def world_rows(django_db_setup, django_db_blocker, world_artifacts):
 @pytest.fixture
 def world(world_rows, db, redis_server, monkeypatch):
     """Real objects for path parameters, and credentials for each auth mode."""
-    from smrweb.sources import tasks as source_tasks
+    from smrweb import tasks
 
     # No worker runs here: a queued preflight is dropped, and the one the pools name was run in-process.
-    monkeypatch.setattr(source_tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
-    source_tasks.preflight_scenario("generic", request_id=PREFLIGHT_ID)
+    monkeypatch.setattr(tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
+    tasks.preflight_scenario("generic", request_id=PREFLIGHT_ID)
     return world_rows
 
 
@@ -433,14 +433,14 @@ def test_a_rollback_needs_exactly_one_target_as_a_field_error(body, world, docum
 
 def test_preflight_without_a_worker_is_the_documented_503(world, documented, monkeypatch):
     # Not a bug: checks that the one 5xx the fuzzing accepts is documented and shaped like every error.
-    from smrweb.sources import tasks as source_tasks
+    from smrweb import tasks
 
     assert "503" in documented["GET /api/v1/scenarios/{key}/preflight/{request_id}"]
     asked = Client().post(
         "/api/v1/scenarios/generic/preflight", HTTP_AUTHORIZATION=f"Bearer {world['token']}"
     )
     assert asked.status_code == 202
-    monkeypatch.setattr(source_tasks, "PREFLIGHT_TIMEOUT", 0.0)  # nobody took it before its message expired
+    monkeypatch.setattr(tasks, "PREFLIGHT_TIMEOUT", 0.0)  # nobody took it before its message expired
     answer = Client().get(asked.json()["poll"], HTTP_AUTHORIZATION=f"Bearer {world['token']}")
     assert answer.status_code == 503 and answer["Retry-After"]
     assert answer.json()["code"] == "no_worker"

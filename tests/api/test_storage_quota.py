@@ -56,7 +56,7 @@ def test_a_deleted_artifact_takes_its_bytes_unless_another_holds_them(project, a
 
 
 def test_the_hourly_sweep_spares_blobs_an_upload_is_still_linking(project, artifact_root):
-    from smrweb.sources.tasks import collect_unreferenced_blobs
+    from smrweb.tasks import collect_unreferenced_blobs
 
     artifact, _ = services.store_artifact(project, "r1", path="a.py", content=io.BytesIO(b"bytes"))
     Artifact.objects.filter(

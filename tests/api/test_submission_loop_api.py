@@ -65,7 +65,7 @@ def test_viewers_tokens_and_outsiders_are_refused_every_action(
 
 
 def test_a_reviewer_drives_the_loop_over_the_api(project, bob, alice, monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     monkeypatch.setattr(
         tasks.verify_submission, "delay_on_commit", lambda pk: None
@@ -138,7 +138,7 @@ def test_bad_arena_results_are_field_errors_and_write_nothing(project, bob, body
 
 
 def test_rollback_over_the_api_creates_one_and_returns_the_open_one_after(project, bob, monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     monkeypatch.setattr(tasks.dispatch_rollback, "delay_on_commit", lambda pk: None)
     project.rollback_webhook_url = "https://harness.example/rollback"

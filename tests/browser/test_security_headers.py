@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 from playwright.sync_api import expect
 
-from smrweb.sources import tasks as source_tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
 from smrweb.tracking.services import knowledge
@@ -210,9 +210,9 @@ def test_an_htmx_post_carries_the_csrf_token_and_succeeds(
     def worker_answers_at_once(args, **kwargs):  # the report stored where the page polls for it
         key, request_id = args
         with redis.Redis.from_url(settings.REDIS_URL) as client:
-            source_tasks._store(client, request_id, {"scenario": key, "status": "done", "report": report})
+            tasks._store(client, request_id, {"scenario": key, "status": "done", "report": report})
 
-    monkeypatch.setattr(source_tasks.preflight_scenario, "apply_async", worker_answers_at_once)
+    monkeypatch.setattr(tasks.preflight_scenario, "apply_async", worker_answers_at_once)
     page = watched
     sign_in(alice)
     visit(page, f"/scenarios/{project.scenario.key}/")

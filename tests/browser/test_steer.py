@@ -20,7 +20,7 @@ LIVE_WAIT_MS = 8_000  # the page and the card's status part poll every 3 s
 
 @pytest.fixture
 def steerable(project, monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     monkeypatch.setattr(
         tasks.dispatch_control, "delay_on_commit", lambda pk: None

@@ -171,7 +171,7 @@ def _rollback_for(project, bob, url: str) -> Rollback:
 def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, service, celery_worker):
     """The reproduction: a webhook pointed at an internal service. `localhost` is not on the suite's
     allow-list (the worker has 127.0.0.1 only), so the worker refuses to send, and nothing comes back."""
-    from smrweb.sources.tasks import dispatch_rollback
+    from smrweb.tasks import dispatch_rollback
 
     rollback = _rollback_for(project, bob, service.url("localhost"))
     dispatch_rollback.delay(rollback.pk)
@@ -188,7 +188,7 @@ def test_the_reviews_ssrf_reaches_nothing_through_the_worker(bob, project, servi
 def test_an_allowed_receiver_is_reached_and_its_answer_is_never_shown(
     client, bob, project, service, celery_worker
 ):
-    from smrweb.sources.tasks import dispatch_rollback
+    from smrweb.tasks import dispatch_rollback
 
     rollback = _rollback_for(project, bob, service.url())  # 127.0.0.1: on the operator's list
     dispatch_rollback.delay(rollback.pk)
@@ -268,7 +268,7 @@ def test_a_hostile_retry_after_neither_wedges_nor_outlives_the_maximum(
 ):
     """The review's `/r429inf` and `/r429big`: the rollback is retried with a capped delay, and fails
     clearly after SMRWEB_ROLLBACK_MAX_ATTEMPTS (4 for the suite's worker), instead of staying dispatched."""
-    from smrweb.sources.tasks import dispatch_rollback
+    from smrweb.tasks import dispatch_rollback
 
     hostile = Service([(429, {"Retry-After": retry_after}, b"slow down")] * 10)
     try:

@@ -264,7 +264,7 @@ def test_the_reviews_exec_scenario_through_the_real_worker(bob, project, celery_
     project.scenario.validator_command = ["python3", "{artifact}"]
     project.scenario.save()
     sub = scored_with_artifact(project, REPORT)
-    from smrweb.sources.tasks import verify_submission
+    from smrweb.tasks import verify_submission
     from smrweb.tracking.models import Submission
     from smrweb.tracking.services import submissions as lifecycle
     from tests.conftest import wait_for
@@ -284,7 +284,7 @@ def test_a_copy_delivered_while_the_validator_runs_does_not_run_it_twice(bob, pr
     running one holds a claim its heartbeat renews; a second copy skips."""
     from django.core.cache import cache
 
-    from smrweb.sources.tasks import _running_key, verify_submission
+    from smrweb.tasks import _running_key, verify_submission
     from smrweb.tracking.models import Submission
     from smrweb.tracking.services import submissions as lifecycle
     from tests.sources.test_submission_loop import scored_with_artifact

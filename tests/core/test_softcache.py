@@ -24,7 +24,7 @@ CACHE_USERS = {
     "smrweb/core/softcache.py",
     "smrweb/dashboard/live.py",
     "smrweb/sources/sync.py",
-    "smrweb/sources/tasks.py",
+    "smrweb/tasks.py",
 }
 
 

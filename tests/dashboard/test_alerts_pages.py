@@ -14,9 +14,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from smrweb import tasks
 from smrweb.core import queue
 from smrweb.dashboard.inbox import local_link
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (

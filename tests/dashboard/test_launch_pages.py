@@ -43,7 +43,7 @@ def hooked(project, bob):
 
 @pytest.fixture
 def queued(monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     sent = []
     monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from smrweb.sources import tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Project, Run, SourceKind

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from smrweb.sources import tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 from tests.conftest import wait_for

@@ -31,7 +31,7 @@ def ingest(project, *events):
 
 @pytest.fixture
 def live(project, monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     Project.objects.filter(pk=project.pk).update(rollback_webhook_url="https://harness.example/hook")
     project.refresh_from_db()

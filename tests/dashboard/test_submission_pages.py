@@ -163,7 +163,7 @@ def test_an_unreachable_queue_is_a_warning_and_the_request_is_redispatched_later
     from django.utils import timezone
     from kombu.exceptions import OperationalError
 
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     def down(*args):
         raise OperationalError("Error 111 connecting to redis")

@@ -203,7 +203,7 @@ def test_a_worker_killed_mid_rollback_dispatch_is_redispatched_and_applied_once(
     sub = scored_with_artifact(project, b"ok v1")
     rollback = rollbacks.request_rollback(by=bob, reason="regressed", submission=sub).rollback
     key = f"smrweb-rollback-{rollback.pk}"
-    from smrweb.sources.tasks import dispatch_rollback
+    from smrweb.tasks import dispatch_rollback
 
     try:
         dispatch_rollback.apply_async(args=[rollback.pk], queue=queue)

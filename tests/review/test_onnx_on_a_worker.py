@@ -299,7 +299,7 @@ def test_equal_weights_and_equal_graph_with_other_bytes_are_still_not_identical(
 @pytest.fixture
 def test_is_the_worker():
     """Nothing is queued: the test runs the worker's code itself (with its own settings)."""
-    from smrweb.sources import tasks
+    from smrweb import tasks
     from smrweb.tracking.signals import summary_wanted
 
     summary_wanted.disconnect(dispatch_uid="smrweb-summary-wanted")

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
+from smrweb import tasks
 from smrweb.outbound import alerts as delivery
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Run, Trigger

@@ -13,7 +13,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from smrweb.sources import tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Trigger
 from smrweb.tracking.services import submissions as lifecycle

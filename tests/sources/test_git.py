@@ -222,7 +222,7 @@ def test_a_rewritten_branch_is_rescanned_without_duplicates(gproject, repo):
 
 
 def test_the_sync_task_runs_on_a_real_worker(transactional_db, alice, scenario, repo, celery_worker):
-    from smrweb.sources.tasks import sync_project
+    from smrweb.tasks import sync_project
 
     project = admin_project(
         "gitworker", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice
@@ -393,7 +393,7 @@ def test_a_rollback_is_a_new_commit_restoring_the_path_and_the_next_sync_adds_th
 def test_a_rollback_to_a_submission_through_the_real_worker(
     transactional_db, alice, bob, scenario, repo, celery_worker
 ):
-    from smrweb.sources.tasks import dispatch_rollback
+    from smrweb.tasks import dispatch_rollback
 
     project = admin_project(
         "gitroll", scenario=scenario, source="git", git_repo_path=str(repo), git_branch="main", by=alice

@@ -379,7 +379,7 @@ def test_the_work_tree_is_checked_again_right_before_it_is_written(
 def test_the_reviews_gitdir_redirect_end_to_end(alice, tmp_path, monkeypatch):
     """N3 as the review ran it: another team's repository, an agent directory whose .git is a `gitdir:`
     file naming it, `create_project --source git`, a sync, and alice's rollback through the API."""
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     victim, agent2 = tmp_path / "git" / "victim", tmp_path / "git" / "agent2"
     victim.mkdir(parents=True)

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
+from smrweb import tasks
 from smrweb.celery import LANE_OF, LANES, app, lane_queue
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Run

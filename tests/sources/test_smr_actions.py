@@ -105,12 +105,12 @@ def test_the_smr_key_is_never_shown_in_pages_or_api_answers(client, alice, smr_p
 def test_stop_with_the_queue_unreachable_says_so_instead_of_failing(client, bob, smr_project, monkeypatch):
     from kombu.exceptions import OperationalError
 
-    from smrweb.sources import tasks as source_tasks
+    from smrweb import tasks
 
     def down(*args):
         raise OperationalError("Error 111 connecting to redis")
 
-    monkeypatch.setattr(source_tasks.stop_run, "delay_on_commit", down)
+    monkeypatch.setattr(tasks.stop_run, "delay_on_commit", down)
     run = live_run(smr_project)
     client.force_login(bob)
     response = client.post(f"/projects/smr-act/runs/{run.external_id}/stop", follow=True)

@@ -203,7 +203,7 @@ def test_a_worker_killed_mid_sync_loses_nothing(
         {"SMRWEB_CELERY_QUEUE": queue, "SMRWEB_SMR_LEASE_SECONDS": "6"},
     )
     _wait_for_line(doomed, log, "ready.")
-    from smrweb.sources.tasks import sync_project
+    from smrweb.tasks import sync_project
 
     sync_project.apply_async(args=[smr_project.pk], queue=queue)
     try:

@@ -187,7 +187,7 @@ def test_smr_refusing_a_pause_of_a_run_it_ended_fails_the_request_with_its_reaso
     run = live_run(smr_project, simulator)
     simulator.world.stop(run.external_id)  # ended at the source; smrweb has not polled since
     control = services.request_control(run, by=bob, kind="pause")
-    from smrweb.sources.tasks import dispatch_control
+    from smrweb.tasks import dispatch_control
 
     dispatch_control.delay(control.pk)
     wait_for(lambda: RunControl.objects.get().status == "failed")

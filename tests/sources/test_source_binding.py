@@ -13,7 +13,8 @@ import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
 
-from smrweb.sources import sync, tasks
+from smrweb import tasks
+from smrweb.sources import sync
 from smrweb.sources.base import AuthFailed
 from smrweb.sources.smr import connector_for
 from smrweb.tracking import services

@@ -162,7 +162,7 @@ def test_a_request_the_queue_lost_is_queued_again_by_the_stale_action_sweep(runn
 
     from django.utils import timezone
 
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     queued: list[int] = []
     monkeypatch.setattr(tasks.dispatch_control, "delay", queued.append)

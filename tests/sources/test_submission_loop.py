@@ -95,7 +95,7 @@ def test_a_project_that_verifies_every_score_does_so_on_its_own(alice, validated
 
 
 def test_a_missing_validator_or_artifact_is_cannot_verify_not_a_crash(bob, project, celery_worker):
-    from smrweb.sources.tasks import verify_submission
+    from smrweb.tasks import verify_submission
 
     def verify(sub):
         lifecycle.request_verification(sub, by=bob)
@@ -203,7 +203,7 @@ def test_a_rollback_the_receiver_refuses_fails_with_its_answer(bob, webhook_proj
     try:
         sub = scored_with_artifact(webhook_project, b"ok v1")
         requested = rollbacks.request_rollback(by=bob, reason="r", submission=sub)
-        from smrweb.sources.tasks import dispatch_rollback
+        from smrweb.tasks import dispatch_rollback
 
         dispatch_rollback.delay(requested.rollback.pk)
         wait_for(lambda: Rollback.objects.get().status == "failed")
@@ -243,7 +243,7 @@ def test_a_finished_runs_page_polls_while_its_rollback_is_in_flight(client, bob,
 
 
 def test_double_clicks_on_the_page_create_one_rollback_and_say_so(client, bob, webhook_project, monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     dispatched = []
     monkeypatch.setattr(tasks.dispatch_rollback, "delay_on_commit", dispatched.append)

@@ -3,13 +3,16 @@
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
-from smrweb.sources.tasks import flag_stalled_runs
+from smrweb.celery import LANE_OF, app
+from smrweb.tasks import apply_retention, flag_stalled_runs
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
-from smrweb.tracking.models import AuditEvent, Run
+from smrweb.tracking.models import AuditEvent, MetricPoint, Run
 from tests.conftest import wait_for
+from tests.tracking.retention_helpers import finished_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -59,3 +62,25 @@ def test_beat_schedules_the_check_without_anyone_calling_it(project, celery_beat
     wait_for(lambda: Run.objects.get(pk=run.pk).stalled_since is not None, timeout=40)
     _, log = celery_beat_process
     assert "Sending due task flag-stalled-runs" in log.read_text()
+
+
+def test_retention_runs_under_its_name_and_under_its_old_one(project, celery_worker):
+    """`apply_retention` has a real name now; a beat entry or a queued message sent by an older release
+    under `smrweb.tracking.tasks.apply_retention` still runs it (an alias of the same function)."""
+    project.retention_metric_days = 30  # the points below were logged on 2026-01-01: older than that
+    project.retention_keep_points = 50
+    project.save()
+
+    def points(run_id: str) -> int:
+        return MetricPoint.objects.filter(run__external_id=run_id).count()
+
+    finished_run(project, "queued-before", points=200)
+    app.send_task("smrweb.tracking.tasks.apply_retention")  # by name, as an old beat sends it
+    wait_for(lambda: points("queued-before") < 200)
+
+    finished_run(project, "queued-now", points=200)
+    apply_retention.delay()
+    wait_for(lambda: points("queued-now") < 200)
+    assert apply_retention.name == "smrweb.tasks.apply_retention"
+    assert settings.CELERY_BEAT_SCHEDULE["apply-retention"]["task"] == apply_retention.name
+    assert LANE_OF[apply_retention.name] == LANE_OF["smrweb.tracking.tasks.apply_retention"] == "actions"

@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from smrweb.dashboard.artifacts import signed_artifact_path
-from smrweb.sources.tasks import collect_unreferenced_blobs, verify_submission
+from smrweb.tasks import collect_unreferenced_blobs, verify_submission
 from smrweb.tracking import backup, services
 from smrweb.tracking.backup import BackupError
 from smrweb.tracking.events import parse_events

@@ -34,7 +34,7 @@ def validated(project):
 @pytest.fixture
 def verify_signals():
     """The runs sent to auto-verification, heard in place of the worker's receiver (no broker here)."""
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     sent = []
 

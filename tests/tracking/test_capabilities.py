@@ -80,7 +80,7 @@ def archived(project, alice):
 
 @pytest.fixture
 def queued(monkeypatch):
-    from smrweb.sources import tasks
+    from smrweb import tasks
 
     sent = []
     monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from smrweb.sources import tasks
+from smrweb import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Artifact, AuditEvent, MetricPoint, Run

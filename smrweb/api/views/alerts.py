@@ -15,6 +15,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import actor_of, alert_rule_for, is_admin, project_for, project_for_person
 from smrweb.api.errors import rate_limited
@@ -26,7 +27,6 @@ from smrweb.api.serializers.alerts import (
     DeliverySerializer,
 )
 from smrweb.core import queue, ratelimits
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import AlertRule, Channel, Notification, Role
 

@@ -9,12 +9,12 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, run_for
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.control import RunControlSerializer, RunMessageIn
 from smrweb.core import queue
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import ControlKind, RunControl
 

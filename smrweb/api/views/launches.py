@@ -11,12 +11,12 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import project_for, project_for_person
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.launches import LaunchIn, LaunchSerializer
 from smrweb.core import queue
-from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Role, Run, RunLaunch

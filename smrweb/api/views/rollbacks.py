@@ -8,12 +8,12 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, run_for
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.rollbacks import RollbackIn, RollbackSerializer
 from smrweb.core import queue
-from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import Checkpoint, Rollback, Submission
 from smrweb.tracking.services import rollbacks

@@ -14,6 +14,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import actor_of, scenario_for
 from smrweb.api.errors import rate_limited
@@ -24,7 +25,6 @@ from smrweb.api.serializers.scenarios import (
     ScenarioSerializer,
 )
 from smrweb.core import ratelimits
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
 

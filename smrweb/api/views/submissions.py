@@ -10,6 +10,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb import tasks
 from smrweb.api import examples
 from smrweb.api.access import actor_of, project_for, project_for_person, submission_for
 from smrweb.api.exports import ExportableList
@@ -28,7 +29,6 @@ from smrweb.api.serializers.submissions import (
     UploadedIn,
 )
 from smrweb.core import queue
-from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.errors import SummaryPending
 from smrweb.tracking.filters import SubmissionFilter

@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from smrweb import tasks
 from smrweb.core import numbers, queue, ratelimits
 from smrweb.dashboard.access import project_for_user
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import AlertRule, Channel, Delivery, Role, Trigger

@@ -11,10 +11,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb import tasks
 from smrweb.core import queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
-from smrweb.sources import tasks
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import OPEN_DISPATCH, DispatchStatus, Role, Run, RunLaunch, SourceKind

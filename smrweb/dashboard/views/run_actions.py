@@ -7,9 +7,9 @@ from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from smrweb import tasks
 from smrweb.core import queue
 from smrweb.dashboard.access import run_for_user
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import (

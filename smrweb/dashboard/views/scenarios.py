@@ -11,8 +11,8 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST, require_safe
 
+from smrweb import tasks
 from smrweb.core import numbers, ratelimits
-from smrweb.sources import tasks
 from smrweb.tracking.models import Project, Scenario
 
 TEMPLATE = "dashboard/scenario_detail.html"

@@ -11,10 +11,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb import tasks
 from smrweb.core import queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import run_for_user
-from smrweb.sources import tasks
 from smrweb.tracking import services
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import ControlKind, Role, Run

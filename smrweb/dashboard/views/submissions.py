@@ -13,10 +13,10 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST, require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb import tasks
 from smrweb.core import numbers, queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
-from smrweb.sources import tasks
 from smrweb.tracking.errors import InvalidInput, TrackingError
 from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
 from smrweb.tracking.services import capabilities, submissions

@@ -285,7 +285,7 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
             **{k: str(v) for k, v in changes.items()},
         )
         if switched_on:
-            # The candidates already waiting are verified too, a few at a time (sources/tasks.py).
+            # The candidates already waiting are verified too, a few at a time (smrweb/tasks.py).
             from smrweb.tracking.services.submissions import start_catch_up
 
             if start_catch_up(project, by=by):

@@ -21,7 +21,7 @@ from smrweb.tracking.signals import summary_wanted
 
 ONNX = "onnx"  # the kinds of summary (BlobSummary.kind)
 ONNX_WEIGHTS = "onnx-weights"  # of a pair of blobs: two models' weights, element by element
-CLAIM_SECONDS = 120  # past the summary task's hard time limit (sources/tasks.py): its worker is gone
+CLAIM_SECONDS = 120  # past the summary task's hard time limit (smrweb/tasks.py): its worker is gone
 
 
 def claimed_summary(

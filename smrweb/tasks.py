@@ -1,4 +1,11 @@
-"""Celery tasks: thin wrappers that load by id and call one service. All are safe to repeat."""
+"""Celery tasks: thin wrappers that load by id and call one service. All are safe to repeat.
+
+Every task of smrweb lives here, above both `sources/` (ways in) and `outbound/` (ways out): the tasks
+chain each other across the two (a sync queues an alert evaluation, the stale-action sweep re-queues
+dispatches and deliveries), so splitting them between the packages would close a circle (review
+2026-11-28 section 6). Names are pinned, not derived from this module's path: queued messages and beat
+entries under `smrweb.sources.tasks.*` and `smrweb.tracking.tasks.*` keep resolving (celery.py LANES).
+"""
 
 import json
 import logging
@@ -44,7 +51,7 @@ from smrweb.tracking.services.capabilities import Action
 log = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.flag_stalled_runs")
 def flag_stalled_runs() -> int:
     """Flag live runs with no progress for their project's stall_after, and end launches whose run never
     reported."""
@@ -56,7 +63,7 @@ def flag_stalled_runs() -> int:
     return len(flagged)
 
 
-@shared_task(acks_late=True, soft_time_limit=30, time_limit=45)
+@shared_task(acks_late=True, soft_time_limit=30, time_limit=45, name="smrweb.sources.tasks.poll_due_projects")
 def poll_due_projects() -> int:
     """Beat's tick: enqueue a sync for every polled project that is due."""
     due = services.claim_due_projects(hold_seconds=settings.SMRWEB_SMR_LEASE_SECONDS)
@@ -71,6 +78,7 @@ def poll_due_projects() -> int:
     acks_late=True,
     soft_time_limit=settings.SMRWEB_SMR_LEASE_SECONDS * 0.9,
     time_limit=settings.SMRWEB_SMR_LEASE_SECONDS,
+    name="smrweb.sources.tasks.sync_project",
 )
 def sync_project(project_id: int) -> dict:
     """List one project's runs and bring its live or changed runs up to date."""
@@ -118,7 +126,7 @@ def sync_runs(project_id: int, rows: list[dict], owner: str = "") -> dict:
     return report.__dict__
 
 
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
+@shared_task(acks_late=True, soft_time_limit=60, time_limit=90, name="smrweb.sources.tasks.stop_run")
 def stop_run(run_id: int, reason: str = "") -> None:
     """Ask the run's source to stop it, audit the answer, and re-sync the project. `reason` goes to a
     push project's harness with the signed stop (the budget guard says why; a person's stop is audited)."""
@@ -259,7 +267,12 @@ def _store(client, request_id: str, state: dict) -> None:
     client.set(_preflight_key(request_id), json.dumps(state), ex=PREFLIGHT_KEEP_SECONDS)
 
 
-@shared_task(acks_late=False, soft_time_limit=PREFLIGHT_TIME_LIMIT - 15, time_limit=PREFLIGHT_TIME_LIMIT)
+@shared_task(
+    acks_late=False,
+    soft_time_limit=PREFLIGHT_TIME_LIMIT - 15,
+    time_limit=PREFLIGHT_TIME_LIMIT,
+    name="smrweb.sources.tasks.preflight_scenario",
+)
 def preflight_scenario(key: str, request_id: str = "") -> dict | None:
     """Preflight a scenario here, on a worker (its PATH, its interpreters); with `request_id`, the report
     is stored where the asker polls for it (results are ignored app-wide)."""
@@ -549,8 +562,7 @@ def collect_unreferenced_blobs() -> int:
     return removed
 
 
-@shared_task(acks_late=True, ignore_result=True, name="smrweb.tracking.tasks.apply_retention")
-def apply_retention() -> dict:
+def _apply_retention() -> dict:
     """Daily: every project's retention policy (downsample old metric series, delete expired archived
     runs; docs/retention.md)."""
     reports = services.apply_all_retention()
@@ -562,3 +574,24 @@ def apply_retention() -> dict:
     if totals["metric_points_removed"] or totals["runs_deleted"]:
         log.info("retention: %s", totals)
     return totals
+
+
+# The real name, and the old one kept as an alias of the same function: a beat entry or a queued message
+# sent by an older release under `smrweb.tracking.tasks.apply_retention` still runs (one lane, "actions").
+apply_retention = shared_task(acks_late=True, ignore_result=True, name="smrweb.tasks.apply_retention")(
+    _apply_retention
+)
+apply_retention_old_name = shared_task(
+    acks_late=True, ignore_result=True, name="smrweb.tracking.tasks.apply_retention"
+)(_apply_retention)
+
+
+def connect_receivers() -> None:
+    """Connect the tracking signals to the tasks that answer them (called once, from SmrwebConfig.ready:
+    the domain sends the signals and knows no task)."""
+    from smrweb.tracking import signals
+
+    signals.new_scores_to_verify.connect(verify_new_scores, dispatch_uid="smrweb-auto-verify")
+    signals.auto_verify_switched_on.connect(catch_up_on_switch, dispatch_uid="smrweb-auto-verify-catch-up")
+    signals.alerts_due.connect(queue_alert_evaluation, dispatch_uid="smrweb-alerts-due")
+    signals.summary_wanted.connect(queue_summary, dispatch_uid="smrweb-summary-wanted")
