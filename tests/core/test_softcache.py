@@ -1,7 +1,8 @@
 """A cache that is down is a miss, never an error, and the rule has one home (`core.softcache`): the reads
-kept under a version (`queries.kept`) and the run's turn aggregates (`queries.timeline`) ask it, and so
-does forgetting those aggregates on the write path. No other module reads the cache in its own
-try/except, apart from those that use it for correctness (leases, claims, rate limits)."""
+kept under a version (`queries.kept`), the run's turn aggregates (`queries.timeline`) and the live cards
+(`dashboard.live`) ask it, and so does forgetting those aggregates on the write path. No other module
+reads the cache in its own try/except, apart from those that use it for correctness (leases, claims,
+rate limits)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ from smrweb.tracking.queries import kept, timeline
 
 ROOT = Path(kept.__file__).resolve().parents[3]
 # What may import the cache itself: the rule's home and the modules that need the cache for
-# correctness or count their own calls (leases and claims; the live cards' render claims).
+# correctness (leases and claims); the live cards ask softcache, their render claims included.
 CACHE_USERS = {
     "smrweb/core/softcache.py",
-    "smrweb/dashboard/live.py",
     "smrweb/sources/sync.py",
     "smrweb/sources/tasks.py",
 }
