@@ -26,9 +26,12 @@ def kept(name: str, version: str) -> str:
     return f"kept:v1:{name}:{version}"
 
 
-def kept_project_summaries(unverified: bool, projects_digest: str) -> str:
-    """Name (under `kept`) of the overview's per-project figures for one set of projects."""
-    return f"project-summaries:{int(unverified)}:{projects_digest}"
+def kept_project_summaries(unverified: bool, projects: str) -> str:
+    """Name (under `kept`) of the overview's per-project figures for one set of `projects` (their pks and
+    directions, e.g. "3+,4-"; digested)."""
+    return (
+        f"project-summaries:{int(unverified)}:{hashlib.blake2s(projects.encode(), digest_size=8).hexdigest()}"
+    )
 
 
 def kept_run_conditions(project_pk: int) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -244,9 +243,7 @@ def project_summaries(
     overview's) when given; the projects themselves are the caller's, as fresh as its read."""
     projects = list(projects)
     which = ",".join(f"{p.pk}{'+' if p.scenario.maximize else '-'}" for p in projects)  # and their direction
-    key = cachekeys.kept_project_summaries(
-        unverified, hashlib.blake2s(which.encode(), digest_size=8).hexdigest()
-    )
+    key = cachekeys.kept_project_summaries(unverified, which)
     figures = kept(key, version, lambda: _summary_figures(projects, unverified))
     return [ProjectSummary(project=p, **figures[p.pk]) for p in projects]
 
