@@ -1,5 +1,6 @@
 """The cache where it only saves work: a Redis that is down makes a read a miss and a write a no-op, never
-a 500. (Rate limits and task claims use the cache for correctness and handle an outage themselves.)"""
+a 500. Keys come from `core.cachekeys`. (Rate limits, leases and task claims use the cache for correctness
+and handle an outage themselves.)"""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ def delete(key: str) -> None:
         cache.delete(key)
     except Exception as exc:
         _down("delete", key, exc)
+
+
+def add(key: str, value, timeout: float | None, *, down: bool) -> bool:
+    """`cache.add`: whether `key` was free and is now set; `down` when the cache cannot be reached (the
+    live cards' render claims: down, every request renders its own)."""
+    try:
+        return bool(cache.add(key, value, timeout=timeout))
+    except Exception as exc:
+        _down("add", key, exc)
+        return down
+
+
+def delete_many(keys: list[str]) -> None:
+    if not keys:
+        return
+    try:
+        cache.delete_many(keys)
+    except Exception as exc:
+        _down("delete_many", keys[0], exc)
 
 
 def get_many(keys: list[str]) -> dict:

@@ -12,7 +12,7 @@ from datetime import UTC, tzinfo
 
 from django.utils import timezone
 
-from smrweb.core import softcache
+from smrweb.core import cachekeys, softcache
 from smrweb.dashboard.models import Clock, UserPreference
 
 ZONE_COOKIE = "smrweb_tz"  # the browser's IANA zone, written by smrweb.js
@@ -53,19 +53,15 @@ def clock_for(user, browser_zone: str | None = None) -> UserClock:
     return UTC_CLOCK
 
 
-def _key(user_id: int) -> str:
-    return f"clock:{user_id}"
-
-
 def _stored(user_id: int) -> tuple[str, str]:
     """(clock, local zone) of a user, from the cache when it can: every page asks, and an unchanged
     poll answers in a couple of queries."""
-    hit = softcache.get(_key(user_id))  # a Redis that is down: read the row
+    hit = softcache.get(cachekeys.clock(user_id))  # a Redis that is down: read the row
     if hit is not None:
         return tuple(hit)
     row = UserPreference.objects.filter(user_id=user_id).values_list("clock", "local_zone").first()
     value = tuple(row) if row else (Clock.UTC, "")
-    softcache.set(_key(user_id), list(value), 3600)
+    softcache.set(cachekeys.clock(user_id), list(value), 3600)
     return value
 
 
@@ -78,7 +74,7 @@ def set_clock(user, *, clock: str, local_zone: str = "") -> UserPreference:
     pref, _ = UserPreference.objects.update_or_create(
         user=user, defaults={"clock": clock, "local_zone": local_zone if clock == Clock.LOCAL else ""}
     )
-    softcache.delete(_key(user.pk))
+    softcache.delete(cachekeys.clock(user.pk))
     return pref
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 import time
 import zlib
@@ -43,11 +42,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode
 
-from django.core.cache import cache
 from django.http import HttpResponse
 from django.middleware.csrf import get_token
 
-log = logging.getLogger(__name__)
+from smrweb.core import cachekeys, softcache
 
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
@@ -324,48 +322,26 @@ class Deck:
         self.cards = {c.name: c for c in cards}
 
     def _key(self, name: str, version: str) -> str:
-        return f"live:{self.scope}:{name}:{version}"
+        return cachekeys.live_card(self.scope, name, version)
 
     def _recall(self, keys: list[str]) -> dict[str, str]:
-        if not keys:
-            return {}
-        try:
-            found = cache.get_many(keys)
-        except Exception:  # a cache that is down costs the diff, never the answer
-            log.warning("live cards: the cache could not be read", exc_info=True)
-            return {}
+        found = softcache.get_many(keys)  # a cache that is down costs the diff, never the answer
         return {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
 
     def _remember(self, renders: dict[str, str]) -> None:
-        if not renders:
-            return
-        try:
-            cache.set_many(
-                {k: zlib.compress(v.encode(), 1) for k, v in renders.items()}, timeout=CARD_CACHE_SECONDS
-            )
-        except Exception:
-            log.warning("live cards: the cache could not be written", exc_info=True)
+        softcache.set_many({k: zlib.compress(v.encode(), 1) for k, v in renders.items()}, CARD_CACHE_SECONDS)
 
     def _claim(self, keys: list[str]) -> list[str]:
         """The keys whose render is this request's to make: those no other request is making now (a
         cache that is down: all of them)."""
-        claimed = []
-        for key in keys:
-            try:
-                mine = cache.add(f"{key}:lock", 1, timeout=RENDER_WAIT_SECONDS * 2)
-            except Exception:
-                mine = True
-            if mine:
-                claimed.append(key)
-        return claimed
+        return [
+            key
+            for key in keys
+            if softcache.add(cachekeys.live_claim(key), 1, RENDER_WAIT_SECONDS * 2, down=True)
+        ]
 
     def _release(self, keys: list[str]) -> None:
-        if not keys:
-            return
-        try:
-            cache.delete_many([f"{key}:lock" for key in keys])
-        except Exception:
-            log.warning("live cards: the cache could not be written", exc_info=True)
+        softcache.delete_many([cachekeys.live_claim(key) for key in keys])
 
     def _await(self, key: str) -> str | None:
         """Another request's render of `key`, once it is in the cache; None if it is not within the wait."""

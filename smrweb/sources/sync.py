@@ -24,7 +24,7 @@ from django.core.cache import cache
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from smrweb.core import logcontext
+from smrweb.core import cachekeys, logcontext
 from smrweb.sources.apply import count_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.git.sync import sync_branch
@@ -296,8 +296,7 @@ class RunLease:
     run is synced (every write is idempotent)."""
 
     def __init__(self, project: Project, rid: str, owner: str):
-        where = f"{settings.DATABASES['default']['NAME']}|{project.pk}|{rid}"  # test sessions share Redis
-        self.key = f"smr-run-lease:{hashlib.blake2b(where.encode(), digest_size=12).hexdigest()}"
+        self.key = cachekeys.run_lease(settings.DATABASES["default"]["NAME"], project.pk, rid)
         self.owner = owner
         self.seconds = max(1, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS))
         self.renewed = 0.0
@@ -669,7 +668,7 @@ def _new_artifacts(
 def _pull_lease(sha256: str, *, claim: bool) -> bool:
     """Two workers syncing two runs that hold the same new bytes download them once: the first takes
     this lease until its run's write has stored them."""
-    key = f"smr-blob-pull:{settings.DATABASES['default']['NAME']}:{sha256}"
+    key = cachekeys.blob_pull(settings.DATABASES["default"]["NAME"], sha256)
     try:
         if claim:
             return bool(cache.add(key, 1, timeout=max(60, int(settings.SMRWEB_SMR_RUN_LEASE_SECONDS) * 4)))

@@ -1,7 +1,8 @@
 """A cache that is down is a miss, never an error, and the rule has one home (`core.softcache`): the reads
-kept under a version (`queries.kept`) and the run's turn aggregates (`queries.timeline`) ask it, and so
-does forgetting those aggregates on the write path. No other module reads the cache in its own
-try/except, apart from those that use it for correctness (leases, claims, rate limits)."""
+kept under a version (`queries.kept`), the run's turn aggregates (`queries.timeline`) and the live cards
+(`dashboard.live`) ask it, and so does forgetting those aggregates on the write path. No other module
+reads the cache in its own try/except, apart from those that use it for correctness (leases, claims,
+rate limits)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ from smrweb.tracking.queries import kept, timeline
 
 ROOT = Path(kept.__file__).resolve().parents[3]
 # What may import the cache itself: the rule's home and the modules that need the cache for
-# correctness or count their own calls (leases and claims; the live cards' render claims).
+# correctness (leases and claims); the live cards ask softcache, their render claims included.
 CACHE_USERS = {
     "smrweb/core/softcache.py",
-    "smrweb/dashboard/live.py",
     "smrweb/sources/sync.py",
     "smrweb/tasks.py",
 }
@@ -60,3 +60,21 @@ def test_the_rule_has_one_home():
         if imports.search(path.read_text())
     }
     assert users == CACHE_USERS
+
+
+def test_live_cards_with_the_cache_down_render_every_card_and_answer_whole(cache_down):
+    """The live cards ask softcache too: down, every request's render claims are its own (nobody waits
+    for a render that will never be kept), nothing is recalled, and a poll gets whole cards."""
+    from smrweb.dashboard import live
+
+    renders = []
+
+    def card(name: str, version: str) -> live.Card:
+        return live.Card(name, version, lambda: renders.append(name) or f'<div id="{name}">{version}</div>')
+
+    deck = live.Deck("probe", [card("a", "v1"), card("b", "v1")])
+    assert deck.render() == {"a": '<div id="a">v1</div>', "b": '<div id="b">v1</div>'}
+    assert renders == ["a", "b"]
+    later = live.Deck("probe", [card("a", "v2"), card("b", "v1")])
+    answer = later.answer({"a": "v1", "b": "v1"})
+    assert answer is not None and "v2" in answer and renders == ["a", "b", "a"]

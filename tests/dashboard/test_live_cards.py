@@ -14,6 +14,7 @@ from decimal import Decimal
 import pytest
 import time_machine
 
+from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import live
 from smrweb.dashboard.views.runs import horizon
 from smrweb.tracking import services
@@ -258,7 +259,7 @@ def test_a_poll_never_waits_for_a_render_another_poll_is_making(
     shown = cards_of(client_alice.get(URL).content.decode())
     push(project, "long", turn(MANY, NOW - timedelta(seconds=3)))
     with monkeypatch.context() as busy:
-        busy.setattr(live.cache, "add", lambda *args, **kwargs: False)  # every render is someone else's
+        busy.setattr(softcache.cache, "add", lambda *args, **kwargs: False)  # every render is someone else's
         assert poll(client_alice, shown).status_code == 204
     answer = poll(client_alice, shown)
     assert answer.status_code == 200 and f'data-turn="{MANY}"' in answer.content.decode()
@@ -300,10 +301,10 @@ def test_a_cold_page_renders_each_card_once_in_few_cache_calls_and_waits_for_one
     from smrweb.dashboard.views import runs
 
     shown = cards_of(client_alice.get(URL).content.decode())
-    stats_key = f"live:run-{long_run.pk}:run-stats:{shown['run-stats']}"
-    stats_render = live.cache.get(stats_key)
+    stats_key = cachekeys.live_card(f"run-{long_run.pk}", "run-stats", shown["run-stats"])
+    stats_render = softcache.cache.get(stats_key)
     assert stats_render is not None
-    live.cache.clear()
+    softcache.cache.clear()
 
     calls = []
 
@@ -327,10 +328,10 @@ def test_a_cold_page_renders_each_card_once_in_few_cache_calls_and_waits_for_one
     rendered = []
     card = runs.RunPage.render_card
     monkeypatch.setattr(runs.RunPage, "render_card", lambda page, *a: rendered.append(a[0]) or card(page, *a))
-    other = live.cache  # the other request's calls are not this page's
-    other.add(f"{stats_key}:lock", 1, 30)  # another request is rendering the stats card
+    other = softcache.cache  # the other request's calls are not this page's
+    other.add(cachekeys.live_claim(stats_key), 1, 30)  # another request is rendering the stats card
     finish = threading.Timer(0.3, lambda: other.set(stats_key, stats_render, 30))
-    monkeypatch.setattr(live, "cache", Recording(live.cache))
+    monkeypatch.setattr(softcache, "cache", Recording(softcache.cache))  # the live cards' one way to it
     finish.start()
     try:
         page = client_alice.get(URL).content.decode()

@@ -39,7 +39,7 @@ from django.db.models import (
 from django.db.models.expressions import ExpressionWrapper, RowRange
 from django.db.models.functions import Cast, RowNumber
 
-from smrweb.core import softcache
+from smrweb.core import cachekeys, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -239,7 +239,7 @@ READ_FIELDS = (
 
 
 def _series_key(run: Run, *, maximize: bool, per_run: int) -> str:
-    return f"compare-series:v2:{run.pk}:{run.updated.timestamp():.6f}:{int(maximize)}:{per_run}"
+    return cachekeys.compare_series(run.pk, run.updated.timestamp(), maximize=maximize, per_run=per_run)
 
 
 def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> None:

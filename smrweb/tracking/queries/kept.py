@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from smrweb.core import softcache
+from smrweb.core import cachekeys, softcache
 
 T = TypeVar("T")
 KEPT_SECONDS = 120  # a version moves on at least every 30 s: what is kept longer is never asked for
 
 
 def kept(name: str, version: str | None, build: Callable[[], T]) -> T:
-    """`build()`, kept under `name` and `version`; without a version, built every time."""
+    """`build()`, kept under `name` (a `cachekeys.kept_*` name) and `version`; without a version, built
+    every time."""
     if version is None:
         return build()
-    key = f"kept:v1:{name}:{version}"
+    key = cachekeys.kept(name, version)
     hit = softcache.get(key)  # a Redis that is down: a miss, read the rows
     if hit is not None:
         return hit[0]

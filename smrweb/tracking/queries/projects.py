@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from django.db.models import (
 from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
 
-from smrweb.core import numbers
+from smrweb.core import cachekeys, numbers
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     STALLED,
@@ -244,7 +243,7 @@ def project_summaries(
     overview's) when given; the projects themselves are the caller's, as fresh as its read."""
     projects = list(projects)
     which = ",".join(f"{p.pk}{'+' if p.scenario.maximize else '-'}" for p in projects)  # and their direction
-    key = f"project-summaries:{int(unverified)}:{hashlib.blake2s(which.encode(), digest_size=8).hexdigest()}"
+    key = cachekeys.kept_project_summaries(unverified, which)
     figures = kept(key, version, lambda: _summary_figures(projects, unverified))
     return [ProjectSummary(project=p, **figures[p.pk]) for p in projects]
 
@@ -329,7 +328,7 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
 def run_condition_counts(project: Project, version: str | None = None) -> dict[str, int]:
     """How many of the project's runs are stalled, failed, abandoned and over budget (one query, kept
     under the page's `version` when given), for the quick filters above its runs table."""
-    return kept(f"run-conditions:{project.pk}", version, lambda: _condition_counts(project))
+    return kept(cachekeys.kept_run_conditions(project.pk), version, lambda: _condition_counts(project))
 
 
 def _condition_counts(project: Project) -> dict[str, int]:
@@ -468,7 +467,7 @@ def leaderboard_page(
         return sorted(bests, key=lambda rb: -rb[1] if maximize else rb[1])
 
     # Every run's best is what the page reads in proportion to the project: kept under its version.
-    bests = kept(f"board-bests:{project.pk}:{int(unverified)}", version, read_bests)
+    bests = kept(cachekeys.kept_board_bests(project.pk, unverified), version, read_bests)
     count = len(bests)
     number = _page_number(page, max(1, -(-count // per_page)))
     lo, hi = (number - 1) * per_page, min(number * per_page, count)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from django.db.models import Q
 from django.template.defaultfilters import filesizeformat, pluralize
 
-from smrweb.core import onnx_summary, preview, softcache, textdiff
+from smrweb.core import cachekeys, onnx_summary, preview, softcache, textdiff
 from smrweb.tracking.errors import (
     ArtifactBytesMissing,
     InvalidInput,
@@ -75,7 +75,7 @@ def _cached(key: str, size: int, build):
 
 def artifact_preview(artifact: Artifact, *, more: bool = False) -> preview.Preview:
     limit = preview.FULL_BYTES if more else preview.PREVIEW_BYTES
-    key = f"preview:v1:{artifact.blob.sha256}:{limit}:{artifact.path}:{artifact.kind}:{artifact.content_type}"
+    key = cachekeys.preview(artifact.blob.sha256, limit, artifact.path, artifact.kind, artifact.content_type)
     try:
         if preview.is_onnx(artifact.path, artifact.kind):  # not cached: may be pending; its summary's row is
             return _render_preview(artifact, limit)
@@ -325,7 +325,7 @@ def _decoded(artifact: Artifact, role: str) -> str | None:
 
 
 def _highlighted(artifact: Artifact, text: str) -> list[str]:
-    key = f"highlighted:v1:{artifact.blob.sha256}:{artifact.path}:{artifact.content_type}"
+    key = cachekeys.highlighted(artifact.blob.sha256, artifact.path, artifact.content_type)
     lexer = preview.lexer_for(artifact.path, artifact.content_type)
     return _cached(key, len(text) * 5, lambda: preview.highlight_lines(text, lexer))
 

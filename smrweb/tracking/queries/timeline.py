@@ -44,7 +44,7 @@ from django.db.models.expressions import RawSQL, RowRange
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from smrweb.core import softcache
+from smrweb.core import cachekeys, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -313,10 +313,6 @@ def turns_past(run: Run, mark: int):
     return AgentTurn.objects.filter(RawSQL(past, (run.pk, mark, run.pk, 2**63 - 1), BooleanField()))
 
 
-def _memo_key(run: Run) -> str:
-    return f"turn-aggregates:v2:{run.pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
-
-
 def computed_turn_memo(run: Run) -> TurnMemo:
     """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
     the buckets and the actors of the turns up to the highest id the totals saw."""
@@ -372,7 +368,7 @@ def _turn_memo(run: Run) -> TurnMemo:
     memo = getattr(run, "_turn_memo", None)
     if memo is not None:
         return memo
-    key = _memo_key(run)
+    key = cachekeys.turn_aggregates(run.pk)
     memo = softcache.get(key)  # a Redis that is down: a miss, computed from the rows
     if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
         memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
@@ -409,7 +405,7 @@ def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
 def forget_turn_aggregates(run: Run) -> None:
     """Drop what is kept for `run` (tests and benchmarks measure the cold path with it)."""
     run.__dict__.pop("_turn_memo", None)
-    softcache.delete(_memo_key(run))  # down: nothing was kept to forget
+    softcache.delete(cachekeys.turn_aggregates(run.pk))  # down: nothing was kept to forget
 
 
 def _score_rows(run: Run, maximize: bool):

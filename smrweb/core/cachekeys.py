@@ -1,0 +1,127 @@
+"""Every key smrweb keeps in the shared cache (Django's `cache`, Redis), built in one place: what each holds,
+how long it lives and who forgets it. A module that reads or writes the cache takes its key from here
+(tests/core/test_cachekeys.py fails on a key built by hand anywhere else).
+
+Django adds the deployment's `KEY_PREFIX` (SMRWEB_CACHE_KEY_PREFIX, "smrweb") and version, so test
+sessions and installs sharing one Redis stay apart. The strings below are those a running deployment
+already holds: a changed key only costs a miss for the caches, but would let two workers hold the same
+lease or claim across a deploy — bump a cache key's `vN` when what it holds changes shape, and leave the
+lease and claim keys alone.
+
+Reads and writes that only save work go through `core.softcache` (a cache that is down is a miss); the
+leases and claims (marked "lock" below) use the cache for correctness and handle an outage themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+# --- caches: a miss recomputes; the strings may change (bump vN) when what they hold changes --------------
+
+
+def kept(name: str, version: str) -> str:
+    """A domain read kept under the version of what it read (`queries.kept.kept`), 120 s. Nobody forgets
+    it: the caller's version moves on with every write that changes the read. `name` is one of the
+    `kept_*` names below."""
+    return f"kept:v1:{name}:{version}"
+
+
+def kept_project_summaries(unverified: bool, projects: str) -> str:
+    """Name (under `kept`) of the overview's per-project figures for one set of `projects` (their pks and
+    directions, e.g. "3+,4-"; digested)."""
+    return (
+        f"project-summaries:{int(unverified)}:{hashlib.blake2s(projects.encode(), digest_size=8).hexdigest()}"
+    )
+
+
+def kept_run_conditions(project_pk: int) -> str:
+    """Name (under `kept`) of a project's run counts by condition."""
+    return f"run-conditions:{project_pk}"
+
+
+def kept_board_bests(project_pk: int, unverified: bool) -> str:
+    """Name (under `kept`) of a project's leaderboard bests."""
+    return f"board-bests:{project_pk}:{int(unverified)}"
+
+
+def turn_aggregates(run_pk: int) -> str:
+    """A run's `TurnMemo` (queries.timeline), 24 h, brought up to date on read from the turns past its
+    mark. Forgotten by `timeline.forget_turn_aggregates` (the write path when turns move sides)."""
+    return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
+
+
+def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int) -> str:
+    """A run's comparison series and turn statistics (queries.compare), 1 h. Nobody forgets it: the
+    run's `updated` (a timestamp) is in the key and moves with every write to the run."""
+    return f"compare-series:v2:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
+
+
+def preview(sha256: str, limit: int, path: str, kind: str, content_type: str) -> str:
+    """An artifact's rendered preview (queries.review), 7 days. Never forgotten: a blob's bytes never
+    change, so neither does what is drawn from them."""
+    return f"preview:v1:{sha256}:{limit}:{path}:{kind}:{content_type}"
+
+
+def highlighted(sha256: str, path: str, content_type: str) -> str:
+    """An artifact's syntax-highlighted lines for the review diff (queries.review), 7 days; never
+    forgotten (as `preview`)."""
+    return f"highlighted:v1:{sha256}:{path}:{content_type}"
+
+
+def clock(user_id: int) -> str:
+    """A user's (clock, local zone) choice (dashboard.clock), 1 h. Forgotten by `clock.set_clock`."""
+    return f"clock:{user_id}"
+
+
+def live_card(scope: str, name: str, version: str) -> str:
+    """A live card's marked render (zlib), a step between two versions, or a poll's whole answer
+    (`name` "answer") of one page (`scope`, e.g. "run-12"; dashboard.live), 180 s. Nobody forgets it:
+    the version names everything the card shows."""
+    return f"live:{scope}:{name}:{version}"
+
+
+# --- locks: the cache used for correctness; these strings must stay as they are -------------------------
+
+
+def live_claim(card_key: str) -> str:
+    """Lock: one request renders the card version `card_key` (a `live_card` key) while the others wait
+    for it, 10 s; released by the renderer (dashboard.live.Deck). Cache down: everyone renders."""
+    return f"{card_key}:lock"
+
+
+def run_lease(db_name: str, project_pk: int, rid: str) -> str:
+    """Lock: one worker syncs an SMR run (sources.sync.RunLease), SMRWEB_SMR_RUN_LEASE_SECONDS, renewed
+    while it syncs and released at its end. The database's name is in it: test sessions share Redis."""
+    where = f"{db_name}|{project_pk}|{rid}"
+    return f"smr-run-lease:{hashlib.blake2b(where.encode(), digest_size=12).hexdigest()}"
+
+
+def blob_pull(db_name: str, sha256: str) -> str:
+    """Lock: one worker downloads a blob two runs share (sources.sync._pull_lease), 4 × the run lease;
+    released once its run's write stored the bytes."""
+    return f"smr-blob-pull:{db_name}:{sha256}"
+
+
+def alerts_due(kind: str, object_id: int) -> str:
+    """Claim: one queued alert evaluation per subject (sources.tasks), 60 s; cleared when the evaluation
+    starts, so a change after that queues another."""
+    return f"alerts:due:{kind}:{object_id}"
+
+
+def alerts_swept_at() -> str:
+    """When the alert sweep last ran (sources.tasks.sweep_alerts), no expiry; overwritten by each sweep."""
+    return "alerts:swept-at"
+
+
+def verifying(submission_id: int) -> str:
+    """Claim: a validator runs for this submission (sources.tasks.verify_submission), 3 heartbeats,
+    renewed by its progress lines and released when it ends."""
+    return f"smrweb:verifying:{submission_id}"
+
+
+# --- raw Redis, outside Django's cache (no KEY_PREFIX added) ---------------------------------------------
+
+
+def preflight(request_id: str) -> str:
+    """A scenario preflight's request and report (sources.tasks, on REDIS_URL itself), 600 s."""
+    return f"smrweb:preflight:{request_id}"
