@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from smrweb.core import sandbox
+from smrweb.core import cachekeys, sandbox
 from smrweb.core.queue import queue_quietly
 from smrweb.outbound import alerts, dispatch
 from smrweb.sources import preflight, summaries, sync, verification
@@ -152,15 +152,11 @@ def stop_run(run_id: int, reason: str = "") -> None:
 # --- alerts: evaluated after the write path's commits, delivered with retries -----------------------
 
 
-def _alerts_key(kind: str, object_id: int) -> str:
-    return f"alerts:due:{kind}:{object_id}"
-
-
 def queue_alert_evaluation(sender, kind: str, object_id: int, **kwargs) -> None:
     """Receiver of `tracking.signals.alerts_due`. A burst of changes to one subject (a sync's batches)
     queues one evaluation: the key is cleared when the evaluation starts, so a change after that
     queues another, and none is lost. Without the cache, every change queues one."""
-    key = _alerts_key(kind, object_id)
+    key = cachekeys.alerts_due(kind, object_id)
     try:
         first = cache.add(key, 1, timeout=60)
     except Exception:  # noqa: BLE001 (a cache that is down must not cost an alert)
@@ -178,7 +174,7 @@ def sweep_alerts() -> int:
     change whose evaluation could not be queued (the broker was down) still notifies, late."""
     now = timezone.now()
     try:
-        since = cache.get("alerts:swept-at")
+        since = cache.get(cachekeys.alerts_swept_at())
     except Exception:  # noqa: BLE001
         since = None
     since = since or now - timedelta(seconds=2 * settings.SMRWEB_ALERT_SWEEP_SECONDS)
@@ -187,7 +183,7 @@ def sweep_alerts() -> int:
         for object_id in ids:
             queue_alert_evaluation(None, kind, object_id)
     try:
-        cache.set("alerts:swept-at", now, timeout=None)
+        cache.set(cachekeys.alerts_swept_at(), now, timeout=None)
     except Exception:  # noqa: BLE001
         pass
     return sum(len(ids) for ids in changed.values())
@@ -197,7 +193,7 @@ def sweep_alerts() -> int:
 def evaluate_alerts(kind: str, object_id: int) -> int:
     """Evaluate the project's rules against one run, submission or source; queue what is to deliver."""
     try:
-        cache.delete(_alerts_key(kind, object_id))
+        cache.delete(cachekeys.alerts_due(kind, object_id))
     except Exception:  # noqa: BLE001
         pass
     evaluate = {
@@ -259,12 +255,8 @@ class NoWorkerAnswer(Exception):
     """The task queue cannot be reached, so no worker can be asked."""
 
 
-def _preflight_key(request_id: str) -> str:
-    return f"smrweb:preflight:{request_id}"
-
-
 def _store(client, request_id: str, state: dict) -> None:
-    client.set(_preflight_key(request_id), json.dumps(state), ex=PREFLIGHT_KEEP_SECONDS)
+    client.set(cachekeys.preflight(request_id), json.dumps(state), ex=PREFLIGHT_KEEP_SECONDS)
 
 
 @shared_task(
@@ -310,7 +302,7 @@ def preflight_state(key: str, request_id: str) -> dict | None:
         return None
     try:
         with redis.Redis.from_url(settings.REDIS_URL) as client:
-            raw = client.get(_preflight_key(request_id))
+            raw = client.get(cachekeys.preflight(request_id))
     except redis.RedisError as exc:
         raise NoWorkerAnswer(f"the task queue cannot be reached ({exc})") from exc
     state = json.loads(raw) if raw else None
@@ -362,10 +354,6 @@ def remove_stale_validator_workdirs(**kwargs) -> None:
         log.warning("removed %d validator cgroups left by dead workers: %s", len(removed), removed)
 
 
-def _running_key(submission_id: int) -> str:
-    return f"smrweb:verifying:{submission_id}"
-
-
 @shared_task(acks_late=True, ignore_result=True, name="smrweb.tracking.tasks.verify_submission")
 def verify_submission(submission_id: int) -> str:
     """Verify one submission; a redelivered message after the result is stored does nothing, and a copy
@@ -376,7 +364,7 @@ def verify_submission(submission_id: int) -> str:
         return f"skipped: {sub.status}"
     claim_seconds = int(sandbox.HEARTBEAT_S * 3)
     try:
-        claimed = cache.add(_running_key(submission_id), "running", timeout=claim_seconds)
+        claimed = cache.add(cachekeys.verifying(submission_id), "running", timeout=claim_seconds)
     except Exception:  # the cache (Redis) is down: verify rather than wedge; the result is stored once
         log.exception("could not claim the verification of submission %s; running it", submission_id)
         claimed = True
@@ -385,7 +373,7 @@ def verify_submission(submission_id: int) -> str:
 
     def progress(line: str) -> None:
         try:
-            cache.touch(_running_key(submission_id), timeout=claim_seconds)
+            cache.touch(cachekeys.verifying(submission_id), timeout=claim_seconds)
         except Exception:
             log.warning("could not renew the claim on submission %s", submission_id)
         submissions.record_progress(sub.pk, line)
@@ -394,7 +382,7 @@ def verify_submission(submission_id: int) -> str:
         return verification.verify(sub, progress)
     finally:
         try:
-            cache.delete(_running_key(submission_id))
+            cache.delete(cachekeys.verifying(submission_id))
         except Exception:
             pass  # it expires on its own
 

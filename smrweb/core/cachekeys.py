@@ -103,18 +103,18 @@ def blob_pull(db_name: str, sha256: str) -> str:
 
 
 def alerts_due(kind: str, object_id: int) -> str:
-    """Claim: one queued alert evaluation per subject (sources.tasks), 60 s; cleared when the evaluation
+    """Claim: one queued alert evaluation per subject (smrweb.tasks), 60 s; cleared when the evaluation
     starts, so a change after that queues another."""
     return f"alerts:due:{kind}:{object_id}"
 
 
 def alerts_swept_at() -> str:
-    """When the alert sweep last ran (sources.tasks.sweep_alerts), no expiry; overwritten by each sweep."""
+    """When the alert sweep last ran (smrweb.tasks.sweep_alerts), no expiry; overwritten by each sweep."""
     return "alerts:swept-at"
 
 
 def verifying(submission_id: int) -> str:
-    """Claim: a validator runs for this submission (sources.tasks.verify_submission), 3 heartbeats,
+    """Claim: a validator runs for this submission (smrweb.tasks.verify_submission), 3 heartbeats,
     renewed by its progress lines and released when it ends."""
     return f"smrweb:verifying:{submission_id}"
 
@@ -123,5 +123,5 @@ def verifying(submission_id: int) -> str:
 
 
 def preflight(request_id: str) -> str:
-    """A scenario preflight's request and report (sources.tasks, on REDIS_URL itself), 600 s."""
+    """A scenario preflight's request and report (smrweb.tasks, on REDIS_URL itself), 600 s."""
     return f"smrweb:preflight:{request_id}"

@@ -20,11 +20,7 @@ CACHES = {"cache", "softcache"}
 KEYED = {"get", "set", "add", "delete", "touch", "incr", "decr", "get_or_set", "has_key", "expire", "ttl"}
 MANY = {"get_many", "delete_many", "set_many"}  # a list of keys, or (set_many) a dict keyed by them
 # Modules still building keys by hand, and why. Each must still do so (else drop it here).
-NOT_YET = {
-    # Being moved by another branch of issue 35: switch its _alerts_key, "alerts:swept-at" and
-    # _running_key to cachekeys.alerts_due / alerts_swept_at / verifying after the merge.
-    "smrweb/sources/tasks.py",
-}
+NOT_YET: set[str] = set()  # modules still building a key by hand, each to switch (none now)
 
 
 class _Module:

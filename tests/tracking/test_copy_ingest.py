@@ -17,6 +17,7 @@ from smrweb.tracking import events as ev
 from smrweb.tracking import services
 from smrweb.tracking.models import MetricPoint, Run
 from smrweb.tracking.services import ingest as ingest_service
+from smrweb.tracking.services import metric_copy
 from tests.api.helpers import assert_json_error
 
 pytestmark = pytest.mark.skipif(
@@ -52,13 +53,13 @@ def stored(run: str = "r1") -> dict[str, tuple]:
 def staged(monkeypatch) -> list[int]:
     """How many lines each batch sent through the staging table (a batch COPYed straight in: none)."""
     calls: list[int] = []
-    real = ingest_service._insert_metrics_pg_staged
+    real = metric_copy._insert_metrics_pg_staged
 
     def spy(run, lines):
         calls.append(len(lines))
         return real(run, lines)
 
-    monkeypatch.setattr(ingest_service, "_insert_metrics_pg_staged", spy)
+    monkeypatch.setattr(metric_copy, "_insert_metrics_pg_staged", spy)
     return calls
 
 
@@ -182,7 +183,7 @@ def test_copy_rows_are_in_event_id_order_with_the_run_first_and_specials_escaped
     batch = ev.parse_events(
         json.dumps([metric(3), metric(1), metric(2, value=0.1), {**metric(0), "key": "tab\there"}])
     )
-    rows = ingest_service._copy_rows(42, batch, datetime(2026, 1, 1, tzinfo=UTC))
+    rows = metric_copy._copy_rows(42, batch, datetime(2026, 1, 1, tzinfo=UTC))
     lines = rows.text.split("\n")
     assert len(rows) == 4 and lines[-1] == "" and len(lines) == 5
     assert [line.split("\t")[0] for line in lines[:-1]] == ["42"] * 4
