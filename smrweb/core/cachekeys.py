@@ -52,8 +52,9 @@ def turn_aggregates(run_pk: int) -> str:
 
 def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int) -> str:
     """A run's comparison series and turn statistics (queries.compare), 1 h. Nobody forgets it: the
-    run's `updated` (a timestamp) is in the key and moves with every write to the run."""
-    return f"compare-series:v2:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
+    run's `updated` (a timestamp) is in the key and moves with every write to the run. (v3: with the
+    turns of role unknown.)"""
+    return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
 def preview(sha256: str, limit: int, path: str, kind: str, content_type: str) -> str:

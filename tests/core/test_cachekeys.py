@@ -224,7 +224,7 @@ def test_the_kept_keys_are_those_a_running_deployment_holds():
     assert cachekeys.kept_project_summaries(True, "3+,4-") == f"project-summaries:1:{digest}"
     assert cachekeys.kept_board_bests(3, False) == "board-bests:3:0"
     assert cachekeys.turn_aggregates(7) == "turn-aggregates:v2:7"
-    assert cachekeys.compare_series(7, 1.5, maximize=True, per_run=40) == "compare-series:v2:7:1.500000:1:40"
+    assert cachekeys.compare_series(7, 1.5, maximize=True, per_run=40) == "compare-series:v3:7:1.500000:1:40"
     assert cachekeys.preview("ab", 10, "p.py", "code", "text/x") == "preview:v1:ab:10:p.py:code:text/x"
     assert cachekeys.highlighted("ab", "p.py", "text/x") == "highlighted:v1:ab:p.py:text/x"
     assert cachekeys.clock(4) == "clock:4"

@@ -586,3 +586,25 @@ def test_later_rows_carry_the_model_column_too(client_alice, project):
     r21 = row(later.content.decode(), "r21")
     assert "data-downgraded" in r21 and "big</span> → <b" in r21
     assert r21.count("<td") == 11  # state, model, final … started, actions: the header's twelve with the run
+
+
+def test_turns_of_role_unknown_are_counted_apart_in_the_turn_table_and_the_export(client_alice, project):
+    """A turn no source gave a side (an SMR actor whose role nothing states) is neither driver nor child:
+    the turn statistics show it apart, and the export carries its count."""
+    from smrweb.tracking.models import AgentTurn, TurnKind
+
+    push(project, "a", turn(0, 1.0), turn(1, 1.0), turn(0, 0.5, actor="w1"), turn(0, 0.2, actor="ghost"))
+    AgentTurn.objects.filter(actor="ghost").update(kind=TurnKind.ROLE_UNKNOWN)  # as the SMR sync books it
+    push(project, "b", turn(0, 1.0))
+    body = client_alice.get(query("a", "b")).content.decode()
+    turns_table = body.split('<table class="compare-turns">')[1].split("</table>")[0]
+    a_row = turns_table.split('title="a"')[1].split("</tr>")[0]
+    assert '<td class="num">2 · 1 · <span class="kind role_unknown"' in a_row and "1 role unknown" in a_row
+    b_row = turns_table.split('title="b"')[1].split("</tr>")[0]
+    assert '<td class="num">1 · 0</td>' in b_row  # none unknown: nothing added
+    export = client_alice.get(f"/projects/{project.slug}/compare/export?runs=a&runs=b&format=csv")
+    lines = b"".join(export.streaming_content).decode().splitlines()
+    header = lines[0].split(",")
+    assert "role_unknown_turns" in header
+    by_run = {line.split(",")[0]: line.split(",") for line in lines[1:]}
+    assert by_run["a"][header.index("role_unknown_turns")] == "1"

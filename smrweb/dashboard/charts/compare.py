@@ -513,10 +513,17 @@ def turns_row(row: Row) -> SafeString:
     """One run's row of the turn statistics table."""
     s, run = row.s, row.s.run
     usd_title = f"${s.usd_per_turn:.6f}" if s.usd_per_turn is not None else ""
+    unknown = (  # turns no source gave a side: counted apart, never folded into driver or child
+        ' · <span class="kind role_unknown" title="turns whose role no source states">'
+        f"{s.role_unknown_turns} role unknown</span>"
+        if s.role_unknown_turns
+        else ""
+    )
     return mark_safe(
         f'<tr>\n<th scope="row"><span class="rid-cell">{SWATCH.format(escape(row.colour))}<span class="rid" '
         f'title="{escape(run.external_id)}">{escape(midtrunc(run.external_id, 24))}</span></span></th>\n'
-        f'<td class="num">{run.turn_count}</td>\n<td class="num">{s.driver_turns} · {s.child_turns}</td>\n'
+        f'<td class="num">{run.turn_count}</td>\n'
+        f'<td class="num">{s.driver_turns} · {s.child_turns}{unknown}</td>\n'
         f'<td class="num" title="{run.tokens_in}">{escape(tokens(run.tokens_in))}</td>\n'
         f'<td class="num" title="{run.tokens_out}">{escape(tokens(run.tokens_out))}</td>\n'
         f'<td class="num">{escape(tokens(s.tokens_per_turn))}</td>\n'

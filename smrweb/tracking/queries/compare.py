@@ -101,6 +101,7 @@ class RunSeries:
     best_after: timedelta | None = None  # from the start to the first score equal to the best
     driver_turns: int = 0
     child_turns: int = 0
+    role_unknown_turns: int = 0  # turns whose driver/child side no source states (shown, never guessed)
     tool_calls: int = 0
     mean_turn_ms: float | None = None
     deltas: dict[str, float | timedelta | None] = field(default_factory=dict)
@@ -233,6 +234,7 @@ READ_FIELDS = (
     "best_after",
     "driver_turns",
     "child_turns",
+    "role_unknown_turns",
     "tool_calls",
     "mean_turn_ms",
 )
@@ -325,6 +327,7 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
         .annotate(
             driver=Count("id", filter=Q(kind=TurnKind.DRIVER_INFERENCE)),
             child=Count("id", filter=Q(kind=TurnKind.CHILD_WORK)),
+            unknown=Count("id", filter=Q(kind=TurnKind.ROLE_UNKNOWN)),
             tools=Sum(JSONArrayLength("tool_calls")),
             mean_ms=Avg("duration_ms"),
             first=Min("ts"),
@@ -333,7 +336,7 @@ def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
     )
     for row in stats:
         s = by_pk[row["run_id"]]
-        s.driver_turns, s.child_turns = row["driver"], row["child"]
+        s.driver_turns, s.child_turns, s.role_unknown_turns = row["driver"], row["child"], row["unknown"]
         s.tool_calls, s.mean_turn_ms = row["tools"] or 0, row["mean_ms"]
         s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
 
