@@ -127,7 +127,7 @@ class ArchiveRefused(TrackingError):
 
 
 class CloseRefused(TrackingError):
-    """A run that cannot be closed as abandoned now (see services.runs.close_refusal)."""
+    """A run that cannot be closed as abandoned now (see services.capabilities: Action.CLOSE)."""
 
     status = 409
     code = "close_refused"

@@ -284,7 +284,8 @@ def test_a_copy_delivered_while_the_validator_runs_does_not_run_it_twice(bob, pr
     running one holds a claim its heartbeat renews; a second copy skips."""
     from django.core.cache import cache
 
-    from smrweb.tasks import _running_key, verify_submission
+    from smrweb.core.cachekeys import verifying as _running_key
+    from smrweb.tasks import verify_submission
     from smrweb.tracking.models import Submission
     from smrweb.tracking.services import submissions as lifecycle
     from tests.sources.test_submission_loop import scored_with_artifact

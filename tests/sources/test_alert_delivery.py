@@ -18,6 +18,7 @@ import pytest
 from django.utils import timezone
 
 from smrweb import tasks
+from smrweb.core import cachekeys
 from smrweb.outbound import alerts as delivery
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -268,7 +269,7 @@ def test_an_evaluation_that_could_not_be_queued_is_found_by_the_sweep(project, a
     before = timezone.now()
     run = failed_run(project)
     tasks.queue_alert_evaluation(None, "run", run.pk)
-    assert cache.get(tasks._alerts_key("run", run.pk)) is None
+    assert cache.get(cachekeys.alerts_due("run", run.pk)) is None
     assert alert_evaluation.changed_since(before)["run"] == [run.pk]
     monkeypatch.setattr(
         tasks, "queue_quietly", lambda task, *args, **kw: queued.append((task.name, args)) or True

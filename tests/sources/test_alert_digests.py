@@ -14,6 +14,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from smrweb import tasks
+from smrweb.core import cachekeys
 from smrweb.tracking import services
 from smrweb.tracking.models import Channel, Notification, NotificationStatus, Trigger
 from smrweb.tracking.services import submissions as lifecycle
@@ -42,7 +43,7 @@ def test_a_review_digest_is_one_email_sent_by_the_worker(project, alice, bob, ce
         lifecycle.request_verification(sub, by=bob)
         # The worker clears an evaluation's coalescing key in its own cache (Redis), not in this test's
         # private one (conftest.private_cache): cleared here as the worker's start would have.
-        cache.delete(tasks._alerts_key("submission", sub.pk))
+        cache.delete(cachekeys.alerts_due("submission", sub.pk))
         # The commit announces the change: the worker evaluates the rule (signals → Redis → Celery).
         subs.append(
             lifecycle.record_verification(sub.pk, lifecycle.VerificationResult("passed", 0, "ok", "ok"))

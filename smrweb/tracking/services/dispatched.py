@@ -101,7 +101,9 @@ def start_attempt(model: type[models.Model], pk: int):
         row.dispatched_at = row.dispatched_at or timezone.now()
         row.save()
         if first:
-            record_audit(None, action.verbs[0], row, project=action.project(row), **action.audit(row))
+            record_audit(
+                None, AuditVerb(action.verbs[0]), row, project=action.project(row), **action.audit(row)
+            )
         touch_run(model, row)
     return row
 
@@ -128,7 +130,7 @@ def failed(model: type[models.Model], pk: int, *, detail: str):
         row.save()
         record_audit(
             None,
-            action.verbs[1],
+            AuditVerb(action.verbs[1]),
             row,
             project=action.project(row),
             **action.audit(row),
