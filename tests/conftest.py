@@ -461,3 +461,13 @@ def start_sim():
     yield _start
     for sim in started:
         sim.stop()
+
+
+@pytest.fixture
+def queued_launches(monkeypatch) -> list:
+    """The launches a test's requests queue for dispatch (their ids), instead of sending them."""
+    from smrweb import tasks
+
+    sent: list = []
+    monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)
+    return sent

@@ -35,21 +35,12 @@ def as_bob(bob):
     return client
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    from smrweb import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)
-    return sent
-
-
 def post(client, body, key=KEY):
     headers = {"Idempotency-Key": key} if key else {}
     return client.post(URL, data=json.dumps(body), content_type="application/json", headers=headers)
 
 
-def test_a_reviewer_starts_a_run_and_the_same_key_answers_the_same_launch(hooked, as_bob, queued):
+def test_a_reviewer_starts_a_run_and_the_same_key_answers_the_same_launch(hooked, as_bob, queued_launches):
     first = post(as_bob, {"from_run": "r1", "text": "Smaller steps."})
     assert first.status_code == 201, first.content
     body = first.json()
@@ -70,11 +61,11 @@ def test_a_reviewer_starts_a_run_and_the_same_key_answers_the_same_launch(hooked
         "\n\nSmaller steps."
     )
     assert body["requested_by"] == "bob" and body["idempotency_key"] == KEY
-    assert queued == [body["id"]]
+    assert queued_launches == [body["id"]]
 
     again = post(as_bob, {"from_run": "r1", "text": "Smaller steps."})
     assert again.status_code == 200 and again.json()["id"] == body["id"]
-    assert queued == [body["id"]] and RunLaunch.objects.count() == 1  # dispatched once
+    assert queued_launches == [body["id"]] and RunLaunch.objects.count() == 1  # dispatched once
 
     reused = post(as_bob, {"from_run": "r1", "text": "Something else."})
     assert reused.status_code == 409 and reused.json()["code"] == "idempotency_key_reused"
@@ -84,13 +75,15 @@ def test_a_reviewer_starts_a_run_and_the_same_key_answers_the_same_launch(hooked
     assert as_bob.get(f"{URL}/{body['id']}").json()["kickoff"] == body["kickoff"]
 
 
-def test_without_a_key_each_request_starts_a_run_and_the_answer_names_the_key(hooked, as_bob, queued):
+def test_without_a_key_each_request_starts_a_run_and_the_answer_names_the_key(
+    hooked, as_bob, queued_launches
+):
     one, two = post(as_bob, {"kickoff": "go"}, key=None), post(as_bob, {"kickoff": "go"}, key=None)
     assert (one.status_code, two.status_code) == (201, 201)
-    assert one["Idempotency-Key"] != two["Idempotency-Key"] and len(queued) == 2
+    assert one["Idempotency-Key"] != two["Idempotency-Key"] and len(queued_launches) == 2
 
 
-def test_explicit_fields_win_over_the_prefill(hooked, as_bob, queued):
+def test_explicit_fields_win_over_the_prefill(hooked, as_bob, queued_launches):
     answer = post(
         as_bob,
         {"kickoff": "Only this.", "model_profile": "", "budget_usd": None, "budget_tokens": 5000},
@@ -128,22 +121,24 @@ def test_explicit_fields_win_over_the_prefill(hooked, as_bob, queued):
     ],
 )
 def test_bad_input_is_a_json_error_naming_the_field_and_writes_nothing(
-    hooked, as_bob, queued, body, key, field
+    hooked, as_bob, queued_launches, body, key, field
 ):
     answer = post(as_bob, body, key=key)
     assert answer.status_code == 400, answer.content
     data = answer.json()
     assert set(data) == {"code", "message", "errors"} and field in {e["field"] for e in data["errors"]}
-    assert not RunLaunch.objects.exists() and queued == []
+    assert not RunLaunch.objects.exists() and queued_launches == []
 
 
-def test_a_project_that_cannot_start_runs_answers_409_with_the_reason(project, as_bob, queued):
+def test_a_project_that_cannot_start_runs_answers_409_with_the_reason(project, as_bob, queued_launches):
     answer = post(as_bob, {"kickoff": "go"})
     assert answer.status_code == 409 and answer.json()["code"] == "launch_refused"
     assert "no webhook URL" in answer.json()["message"]
 
 
-def test_viewers_and_tokens_may_read_launches_but_not_start_runs(hooked, victor, api, as_bob, queued):
+def test_viewers_and_tokens_may_read_launches_but_not_start_runs(
+    hooked, victor, api, as_bob, queued_launches
+):
     made = post(as_bob, {"kickoff": "go"}).json()
     viewer = APIClient()
     viewer.force_authenticate(victor)
@@ -155,7 +150,7 @@ def test_viewers_and_tokens_may_read_launches_but_not_start_runs(hooked, victor,
     assert AuditEvent.objects.filter(verb="launch.requested").count() == 1
 
 
-def test_another_projects_launch_is_not_found(hooked, as_bob, queued, other_project, carol):
+def test_another_projects_launch_is_not_found(hooked, as_bob, queued_launches, other_project, carol):
     made = post(as_bob, {"kickoff": "go"}).json()
     outsider = APIClient()
     outsider.force_authenticate(carol)
@@ -171,7 +166,7 @@ def test_the_schema_documents_the_launch_endpoints(client):
     assert "get" in schema["paths"]["/api/v1/projects/{slug}/launches/{launch_id}"]
 
 
-def test_the_run_api_names_each_runs_parent(hooked, as_bob, queued, api):
+def test_the_run_api_names_each_runs_parent(hooked, as_bob, queued_launches, api):
     made = post(as_bob, {"from_run": "r1", "kickoff": "go"}).json()
     services.ingest_events(
         hooked, made["external_run_id"], parse_events(b'[{"type": "state", "state": "running"}]')

@@ -41,15 +41,6 @@ def hooked(project, bob):
     return project
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    from smrweb import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)
-    return sent
-
-
 def field(page: str, name: str) -> str:
     tag = re.search(rf'<(?:input|textarea)[^>]*name="{name}"[^>]*>(?:(.*?)</textarea>)?', page, re.S)
     assert tag, name
@@ -92,7 +83,9 @@ def test_the_form_is_prefilled_from_the_run_and_the_carry_forward_block(client, 
     assert form_of(client)["idempotency_key"] != data["idempotency_key"]
 
 
-def test_sending_the_form_twice_makes_one_launch_and_lands_on_its_status(client, bob, hooked, queued):
+def test_sending_the_form_twice_makes_one_launch_and_lands_on_its_status(
+    client, bob, hooked, queued_launches
+):
     client.force_login(bob)
     data = {**form_of(client), "text": "Halve the learning rate."}
     first = client.post(NEW, data)
@@ -100,7 +93,7 @@ def test_sending_the_form_twice_makes_one_launch_and_lands_on_its_status(client,
     assert first.status_code == 302 and first["Location"] == f"/projects/hill/launches/{launch.pk}/"
     second = client.post(NEW, data, follow=True)
     assert "already sent" in second.content.decode() and RunLaunch.objects.count() == 1
-    assert queued == [launch.pk]
+    assert queued_launches == [launch.pk]
     assert launch.kickoff.endswith("\n\nHalve the learning rate.") and launch.kickoff.startswith(
         "## Carry-forward"
     )
@@ -110,13 +103,13 @@ def test_sending_the_form_twice_makes_one_launch_and_lands_on_its_status(client,
     assert "requested" in status and 'hx-trigger="every 3s' in status and "Halve the learning rate." in status
 
 
-def test_bad_fields_come_back_with_their_errors_and_nothing_is_written(client, bob, hooked, queued):
+def test_bad_fields_come_back_with_their_errors_and_nothing_is_written(client, bob, hooked, queued_launches):
     client.force_login(bob)
     data = {**form_of(client), "text": "Mine.", "budget_usd": "-3", "budget_tokens": "lots"}
     response = client.post(NEW, data)
     page = response.content.decode()
     assert response.status_code == 400 and "A budget must be a positive" in page
-    assert RunLaunch.objects.count() == 0 and queued == []
+    assert RunLaunch.objects.count() == 0 and queued_launches == []
     assert field(page, "text") == data["text"]  # what the person wrote is kept for the next try
     data = {**form_of(client), "carry_forward": "", "text": ""}
     page = client.post(NEW, data).content.decode()
@@ -126,7 +119,7 @@ def test_bad_fields_come_back_with_their_errors_and_nothing_is_written(client, b
     assert RunLaunch.objects.count() == 0
 
 
-def test_a_project_that_cannot_start_runs_says_why_and_refuses(client, bob, project, queued):
+def test_a_project_that_cannot_start_runs_says_why_and_refuses(client, bob, project, queued_launches):
     client.force_login(bob)
     page = client.get(NEW).content.decode()
     assert "no webhook URL" in page and "disabled" in page

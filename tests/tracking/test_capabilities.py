@@ -78,27 +78,18 @@ def archived(project, alice):
     return project
 
 
-@pytest.fixture
-def queued(monkeypatch):
-    from smrweb import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.dispatch_launch, "delay_on_commit", sent.append)
-    return sent
-
-
-def _nothing_recorded(queued) -> None:
-    assert not RunLaunch.objects.exists() and queued == []
+def _nothing_recorded(queued_launches) -> None:
+    assert not RunLaunch.objects.exists() and queued_launches == []
     assert not AuditEvent.objects.filter(verb="launch.requested").exists()
 
 
-def test_an_archived_project_refuses_a_launch_in_the_domain(archived, bob, queued):
+def test_an_archived_project_refuses_a_launch_in_the_domain(archived, bob, queued_launches):
     with pytest.raises(launches.LaunchRefused, match="archived"):
         launches.request_launch(archived, by=bob, kickoff="go on", idempotency_key=KEY)
-    _nothing_recorded(queued)
+    _nothing_recorded(queued_launches)
 
 
-def test_an_archived_project_offers_no_start_and_its_form_refuses(client, archived, bob, queued):
+def test_an_archived_project_offers_no_start_and_its_form_refuses(client, archived, bob, queued_launches):
     client.force_login(bob)
     for url in ("/projects/hill/", "/projects/hill/runs/r1/", "/projects/hill/knowledge/"):
         page = client.get(url).content.decode()
@@ -109,10 +100,10 @@ def test_an_archived_project_offers_no_start_and_its_form_refuses(client, archiv
         "/projects/hill/launches/new", {"idempotency_key": KEY, "from_run": "r1", "text": "go"}
     )
     assert response.status_code == 400 and "is archived" in response.content.decode()
-    _nothing_recorded(queued)
+    _nothing_recorded(queued_launches)
 
 
-def test_an_archived_project_refuses_a_launch_through_the_api(archived, bob, queued):
+def test_an_archived_project_refuses_a_launch_through_the_api(archived, bob, queued_launches):
     api = APIClient()
     api.force_authenticate(bob)
     response = api.post(
@@ -124,4 +115,4 @@ def test_an_archived_project_refuses_a_launch_through_the_api(archived, bob, que
     assert response.status_code == 409, response.content
     body = response.json()
     assert body["code"] == "launch_refused" and "is archived" in body["message"]
-    _nothing_recorded(queued)
+    _nothing_recorded(queued_launches)
