@@ -39,6 +39,8 @@ the body as the server sends it (uncompressed: no compression middleware), i.e. 
     .venv/bin/python bench/viewer.py                          # 200 / 2,000 runs, 10,000 / 100,000 turns
     .venv/bin/python bench/viewer.py --scale 0.02 --repeat 3  # a quick run
     .venv/bin/python bench/viewer.py --append                 # also append a dated section to the docs
+    .venv/bin/python bench/viewer.py --keep DIR               # seed into DIR and keep it ...
+    .venv/bin/python bench/viewer.py --reuse DIR              # ... and measure it again (another commit)
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -85,6 +87,7 @@ from pages import (  # noqa: E402
 TICK_SECONDS = 30  # smrweb/dashboard/live.py TICK_SECONDS: checked against it at start
 USERNAME, PASSWORD = "bench-viewer", "bench-viewer-pass-9"
 SLUG = "viewer"
+MARKER = "viewer-bench.json"  # in a kept workdir: what was seeded, for --reuse
 STATES = ("warm", "fresh", "tick")
 STATE_TEXT = {
     "warm": "warm (repeat view, nothing new)",
@@ -156,10 +159,11 @@ class World:
             text=True,
         ).stdout
 
-    def start(self, log) -> None:
-        self.manage("migrate", "--noinput")
-        code = SETUP.format(user=USERNAME, pw=PASSWORD, slug=SLUG)
-        self.token = self.manage("shell", "-c", code).strip().splitlines()[-1]
+    def start(self, log, *, reused: bool) -> None:
+        self.manage("migrate", "--noinput")  # a kept world: the migrations of the code measured now
+        if not reused:
+            code = SETUP.format(user=USERNAME, pw=PASSWORD, slug=SLUG)
+            self.token = self.manage("shell", "-c", code).strip().splitlines()[-1]
         self.redis = start_redis(self.data)  # the socket the settings name for this data dir
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
@@ -224,6 +228,17 @@ class World:
                 },
             ],
         )
+
+
+def save(workdir: Path, args, worlds: list[World]) -> None:
+    """What a kept workdir holds, for --reuse (with how many posts each world has had: ids stay new)."""
+    keep = ("name", "token", "long_run", "runs", "seed_s", "events", "posted")
+    marker = {
+        "scale": args.scale,
+        "factor": args.factor,
+        "worlds": [{**{k: getattr(w, k) for k in keep}, "size": asdict(w.size)} for w in worlds],
+    }
+    (workdir / MARKER).write_text(json.dumps(marker, indent=1))
 
 
 def seed(world: World, rng: random.Random, log) -> None:
@@ -376,6 +391,7 @@ class Sample:
     status: int
     body: int  # bytes of the body (what htmx swaps)
     wire: int  # bytes on the wire (after the server's compression, if any)
+    cards: list[str] = field(default_factory=list)  # the live cards an answer re-sends (data-card markers)
 
 
 def timed(send) -> tuple[httpx.Response, Sample]:
@@ -383,7 +399,8 @@ def timed(send) -> tuple[httpx.Response, Sample]:
     r = send()
     _ = r.content
     ms = (time.perf_counter() - start) * 1000
-    return r, Sample(ms, r.status_code, len(r.content), r.num_bytes_downloaded)
+    cards = sorted({name for name, _ in CARD.findall(r.text)}) if r.status_code == 200 else []
+    return r, Sample(ms, r.status_code, len(r.content), r.num_bytes_downloaded, cards)
 
 
 def tick_now() -> int:
@@ -559,6 +576,16 @@ def notes(bench: Bench, worlds: list[World]) -> list[str]:
             same = sum(1 for s in samples if s.status == 204)
             if same:
                 out.append(f"{world} {row}: {same} of {len(samples)} polls after new data answered 204")
+        if "(cards)" in row and state in ("fresh", "tick"):
+            sent: dict[str, int] = defaultdict(int)
+            for s in samples:
+                for name in s.cards:
+                    sent[name] += 1
+            if sent:
+                out.append(
+                    f"{world} {row}, {STATE_TEXT[state]}: cards re-sent (in how many of {len(samples)} "
+                    "answers): " + ", ".join(f"{name} {n}" for name, n in sorted(sent.items()))
+                )
     if bench.dropped:
         out.append(f"{bench.dropped} measurements straddled a tick and were taken again")
     return out
@@ -590,7 +617,12 @@ def section(args, worlds: list[World], bench: Bench, noise: str, elapsed: float)
             " ".join(
                 [
                     "Each world its own gunicorn (2 workers × 4 threads, as `make serve`) with its embedded",
-                    f"Redis and SQLite; seeded only through the push API ({seeded}).",
+                    f"Redis and SQLite; seeded only through the push API ({seeded})"
+                    + (
+                        " by an earlier `--keep` run, reused here (migrated, not seeded again)."
+                        if args.reuse
+                        else "."
+                    ),
                     "One signed-in client (login form, session cookie),",
                     f"{args.gap:g} s between requests, worlds alternating;",
                     f"median of {args.repeat} rounds ({elapsed / 60:.0f} min in all).",
@@ -626,6 +658,10 @@ def main() -> None:
     parser.add_argument("--append", action="store_true", help="append a dated section to the benchmarks doc")
     parser.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON")
+    parser.add_argument("--keep", metavar="DIR", help="seed into DIR and keep it (for --reuse)")
+    parser.add_argument(
+        "--reuse", metavar="DIR", help="measure worlds kept by --keep again, without seeding (before/after)"
+    )
     args = parser.parse_args()
 
     def log(msg: str) -> None:
@@ -635,9 +671,22 @@ def main() -> None:
     if f"TICK_SECONDS = {TICK_SECONDS}\n" not in live:
         sys.exit(f"smrweb/dashboard/live.py no longer says TICK_SECONDS = {TICK_SECONDS}: update the bench")
 
-    workdir = Path(tempfile.mkdtemp(prefix="smrweb-viewer-"))
+    kept = None
+    if args.reuse:
+        workdir = Path(args.reuse).resolve()
+        if not (workdir / MARKER).exists():
+            parser.error(f"{workdir} holds no {MARKER}: not a workdir kept by --keep")
+        kept = json.loads((workdir / MARKER).read_text())
+        args.scale, args.factor = kept["scale"], kept["factor"]
+        plan = [(w["name"], Size(**w["size"])) for w in kept["worlds"]]
+    else:
+        workdir = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="smrweb-viewer-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        if any(workdir.iterdir()):
+            parser.error(f"{workdir} is not empty")
+        plan = list(zip(("1x", f"{args.factor}x"), sizes(args.scale, args.factor), strict=True))
     worlds = []
-    for name, size in zip(("1x", f"{args.factor}x"), sizes(args.scale, args.factor), strict=True):
+    for name, size in plan:
         env = {**os.environ, "SMRWEB_DATA_DIR": str(workdir / name), "DEBUG": "false"}
         for var in ("DATABASE_URL", "REDIS_URL", "SMRWEB_PRODUCTION", "SMRWEB_STATIC_ROOT"):
             env.pop(var, None)
@@ -645,10 +694,17 @@ def main() -> None:
     started = time.monotonic()
     try:
         rng = random.Random(36)
-        for world in worlds:
-            world.start(log)
-            seed(world, rng, log)
+        for i, world in enumerate(worlds):
+            if kept:
+                for key, value in kept["worlds"][i].items():
+                    if key != "size":
+                        setattr(world, key, value)
+            world.start(log, reused=bool(kept))
+            if not kept:
+                seed(world, rng, log)
             world.http = login(world.base, USERNAME, PASSWORD)
+        if args.keep:
+            save(workdir, args, worlds)
         bench = Bench(worlds, args.gap, log)
         # One untimed pass: imports, template compilation and SQLite's page cache are not what a viewer meets.
         for page in bench.pages:
@@ -660,12 +716,17 @@ def main() -> None:
         t0 = time.monotonic()
         for n in range(args.repeat):
             bench.round(n, tick=not args.no_tick)
+            if args.keep or args.reuse:
+                save(workdir, args, worlds)
             log(f"round {n + 1}/{args.repeat} done ({time.monotonic() - t0:.0f} s)")
         noise = others_busy(cpu0, load_snapshot())
     finally:
         for world in worlds:
             world.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep or args.reuse:
+            log(f"kept {workdir}; measure it again with --reuse {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
     text = section(args, worlds, bench, noise, time.monotonic() - started)
     print(text)
