@@ -562,30 +562,33 @@ def table(bench: Bench, worlds: list[World]) -> list[str]:
 
 
 def notes(bench: Bench, worlds: list[World]) -> list[str]:
+    """What the polls answered where the table's medians hide it: 200s with nothing new, 204s after new
+    data, and which live cards an answer re-sent (per world: in how many of the answers)."""
     out = []
-    for (row, state, world), samples in sorted(bench.samples.items()):
-        if ": poll" in row and state in ("warm", "tick"):
-            changed = sum(1 for s in samples if s.status == 200)
-            if changed:
-                what = "right after a view, nothing new" if state == "warm" else "after a tick, nothing new"
-                out.append(
-                    f"{world} {row}: {changed} of {len(samples)} polls {what} answered 200 "
-                    f"(median {med([s for s in samples if s.status == 200], lambda s: s.body):,.0f} bytes)"
-                )
-        if ": poll" in row and state == "fresh":
-            same = sum(1 for s in samples if s.status == 204)
-            if same:
-                out.append(f"{world} {row}: {same} of {len(samples)} polls after new data answered 204")
-        if "(cards)" in row and state in ("fresh", "tick"):
-            sent: dict[str, int] = defaultdict(int)
-            for s in samples:
-                for name in s.cards:
-                    sent[name] += 1
-            if sent:
-                out.append(
-                    f"{world} {row}, {STATE_TEXT[state]}: cards re-sent (in how many of {len(samples)} "
-                    "answers): " + ", ".join(f"{name} {n}" for name, n in sorted(sent.items()))
-                )
+    for row in (r for r in bench.rows if ": poll" in r):
+        for state in STATES:
+            per_world = {w.name: bench.samples.get((row, state, w.name), []) for w in worlds}
+            said = []
+            for name, samples in per_world.items():
+                changed = [s for s in samples if s.status == 200]
+                if state in ("warm", "tick") and changed:
+                    said.append(
+                        f"{name}: {len(changed)} of {len(samples)} answered 200 with nothing new "
+                        f"(median {med(changed, lambda s: s.body):,.0f} bytes)"
+                    )
+                if state == "fresh" and len(changed) < len(samples):
+                    said.append(f"{name}: {len(samples) - len(changed)} of {len(samples)} answered 204")
+                sent: dict[str, int] = defaultdict(int)
+                for s in changed:
+                    for card in s.cards:
+                        sent[card] += 1
+                if sent:
+                    said.append(
+                        f"{name}: cards re-sent "
+                        + ", ".join(f"{card} {n}/{len(samples)}" for card, n in sorted(sent.items()))
+                    )
+            if said:
+                out.append(f"{row}, {STATE_TEXT[state]} — " + "; ".join(said))
     if bench.dropped:
         out.append(f"{bench.dropped} measurements straddled a tick and were taken again")
     return out
