@@ -144,7 +144,8 @@ class World:
     long_run: str = ""
     runs: list[str] = field(default_factory=list)
     seed_s: float = 0.0
-    events: int = 0
+    events: int = 0  # posted through the API: the seed, then the bench's new turns and scores
+    seeded_events: int = 0
     http: httpx.Client | None = None  # the signed-in viewer
     api: httpx.Client | None = None  # the project token
     posted: int = 0
@@ -232,7 +233,7 @@ class World:
 
 def save(workdir: Path, args, worlds: list[World]) -> None:
     """What a kept workdir holds, for --reuse (with how many posts each world has had: ids stay new)."""
-    keep = ("name", "token", "long_run", "runs", "seed_s", "events", "posted")
+    keep = ("name", "token", "long_run", "runs", "seed_s", "events", "seeded_events", "posted")
     marker = {
         "scale": args.scale,
         "factor": args.factor,
@@ -308,6 +309,7 @@ def seed(world: World, rng: random.Random, log) -> None:
     world.push(world.long_run, events)
     world.push(world.long_run, metric_events(rng, 2, size.long_turns, start, end, prefix="lm"))
     world.seed_s = time.perf_counter() - t0
+    world.seeded_events = world.events
     log(f"  {world.name}: seeded {world.events:,} events in {world.seed_s:.0f} s")
 
 
@@ -606,7 +608,7 @@ def section(args, worlds: list[World], bench: Bench, noise: str, elapsed: float)
     seeded = "; ".join(
         f"{w.name}: {w.size.runs:,} runs × ({w.size.turns_per_run} turns, 20–60 scores, "
         f"{w.size.points_per_run} metric points) + a {w.size.long_turns:,}-turn live run, "
-        f"{w.events:,} events through the API in {w.seed_s:,.0f} s"
+        f"{w.seeded_events:,} events through the API in {w.seed_s:,.0f} s"
         for w in worlds
     )
     return "\n".join(
