@@ -89,6 +89,8 @@ USERNAME, PASSWORD = "bench-viewer", "bench-viewer-pass-9"
 SLUG = "viewer"
 MARKER = "viewer-bench.json"  # in a kept workdir: what was seeded, for --reuse
 STATES = ("warm", "fresh", "tick")
+RATIO = 1.5  # issue 36: 10x within 1.5x of 1x
+POLL_RATIO = 2.0  # issue 36: a poll after one new turn within 2x of an unchanged poll
 STATE_TEXT = {
     "warm": "warm (repeat view, nothing new)",
     "fresh": "first after 1 turn + 1 score",
@@ -563,6 +565,35 @@ def table(bench: Bench, worlds: list[World]) -> list[str]:
     return lines
 
 
+def verdict(bench: Bench, worlds: list[World]) -> list[str]:
+    """Issue 36's goals: at 10x every page's first view after new data and every poll within 1.5x of 1x;
+    a poll after one new turn within 2x of an unchanged (204) poll at both sizes."""
+    a, b = (w.name for w in worlds)
+    ms = {key: med(v, lambda s: s.ms) for key, v in bench.samples.items()}
+    out, over = [], []
+    for row in bench.rows:
+        for state in ("fresh", "tick") if ": poll" not in row else STATES:
+            x, y = ms.get((row, state, a)), ms.get((row, state, b))
+            if x and y and y / x > RATIO:
+                over.append(f"{row} ({STATE_TEXT[state]}) {y / x:.2f}×")
+    out.append(
+        f"Goal: at {b} within {RATIO:g}× of {a} (first views after new data and after a tick, every poll): "
+        + ("**met**." if not over else f"**not met** by {len(over)}: " + "; ".join(over) + ".")
+    )
+    polls = []
+    for row in (r for r in bench.rows if ": poll" in r):
+        for name in (a, b):
+            fresh, warm = ms.get((row, "fresh", name)), ms.get((row, "warm", name))
+            if fresh and warm:
+                polls.append((row, name, fresh / warm))
+    slow = [f"{row} at {name} {r:.1f}×" for row, name, r in polls if r > POLL_RATIO]
+    out.append(
+        f"Goal: a poll after new data within {POLL_RATIO:g}× of an unchanged (204) poll: "
+        + ("**met**." if not slow else f"**not met** by {len(slow)}: " + "; ".join(slow) + ".")
+    )
+    return out
+
+
 def notes(bench: Bench, worlds: list[World]) -> list[str]:
     """What the polls answered where the table's medians hide it: 200s with nothing new, 204s after new
     data, and which live cards an answer re-sent (per world: in how many of the answers)."""
@@ -642,7 +673,7 @@ def section(args, worlds: list[World], bench: Bench, noise: str, elapsed: float)
             "",
             *table(bench, worlds),
             "",
-            *(f"- {n}" for n in notes(bench, worlds)),
+            *(f"- {n}" for n in verdict(bench, worlds) + notes(bench, worlds)),
             "",
         ]
     )
