@@ -74,6 +74,7 @@ bench: install-test
 	$(BIN)/python bench/pages.py --append
 	$(BIN)/python bench/scale.py --append
 	$(BIN)/python bench/browser.py --append
+	$(BIN)/python bench/viewer.py --append
 	$(BIN)/python bench/review.py --append
 	$(BIN)/python bench/load.py --seconds 60 --append
 	$(BIN)/python bench/load.py --seconds 60 --postgres --append
