@@ -57,6 +57,21 @@ def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int)
     return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
+def project_chart_piece(
+    run_pk: int, updated: float, *, unverified: bool, maximize: bool, stride: int, share: int
+) -> str:
+    """One run's piece of the project chart (queries.project_chart.RunPiece) at one resolution, 1 h.
+    Nobody forgets it: the run's `updated` is in the key and moves with every write to the run."""
+    return f"project-chart-piece:v1:{run_pk}:{updated:.6f}:{int(unverified)}:{int(maximize)}:{stride}:{share}"
+
+
+def project_chart_frontier(project_pk: int, unverified: bool, maximize: bool, runs: str) -> str:
+    """The project chart's merged best so far and the runs' records it was merged from
+    (queries.project_chart.KeptFrontier), for one set of drawn `runs` (a digest), 1 h; overwritten by
+    each read that extends or rebuilds it."""
+    return f"project-chart-frontier:v1:{project_pk}:{int(unverified)}:{int(maximize)}:{runs}"
+
+
 def preview(sha256: str, limit: int, path: str, kind: str, content_type: str) -> str:
     """An artifact's rendered preview (queries.review), 7 days. Never forgotten: a blob's bytes never
     change, so neither does what is drawn from them."""

@@ -19,6 +19,7 @@ from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
 from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
+from smrweb.tracking.queries.project_chart import kept_project_scores
 from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.capabilities import Action
 
@@ -245,9 +246,10 @@ def project_detail(request, slug: str):
     if not request.htmx:
         chart_query = _chart_query(request.GET)
         page_context.update(
-            _chart_context(project, unverified, page_context.pop("runs") if chart_query else None),
+            _chart_context(
+                project, unverified, page_context.pop("runs") if chart_query else None, chart_query
+            ),
             chart_query=chart_query,
-            chart_version=live.version(base, "chart", unverified, chart_query),
         )
     response = render(request, fragment_template(request, template, "project-live"), page_context)
     response.content = live.with_token(request, deck.keep(response.content.decode())).encode()
@@ -275,11 +277,28 @@ def _chart_query(params) -> str:
     return kept.urlencode()
 
 
-def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
-    """`runs`: the runs table's filtered runs (the chart follows the filters), or None for every run."""
-    scores = queries.project_scores(project, unverified=unverified, runs=runs)
+def _chart_scores(project: Project, unverified: bool, runs, chart_query: str) -> tuple:
+    """The chart's scores, assembled from the drawn runs' kept pieces, and its version: what it draws
+    (the drawn runs' names and pieces), the filters, and what the figure's text and links show."""
+    kept = kept_project_scores(project, unverified=unverified, runs=runs)
+    version = live.version(
+        kept.version,
+        project.slug,
+        project.scenario.score_metric,
+        timezone.get_current_timezone_name(),
+        "chart",
+        unverified,
+        chart_query,
+    )
+    return kept.scores, version
+
+
+def _chart_context(project: Project, unverified: bool, runs=None, chart_query: str = "", read=None) -> dict:
+    """`runs`: the runs table's filtered runs (the chart follows the filters), or None for every run;
+    `read`: what `_chart_scores` answered, when the caller has it."""
+    scores, version = read or _chart_scores(project, unverified, runs, chart_query)
     if not scores.total:
-        return {"chart_total": 0, "chart_filtered": runs is not None}
+        return {"chart_total": 0, "chart_filtered": runs is not None, "chart_version": version}
     series = [
         # A run's display name, else its id; its scores that count, then those that do not (hollow).
         (
@@ -313,6 +332,7 @@ def _chart_context(project: Project, unverified: bool, runs=None) -> dict:
         "chart_matching": scores.matching,
         "chart_every_run": every_run,
         "chart_filtered": runs is not None,
+        "chart_version": version,
     }
 
 
@@ -323,14 +343,15 @@ def project_chart(request, slug: str):
     project = project_for_user(request, slug)
     unverified = include_unverified(request)
     chart_query = _chart_query(request.GET)
-    version = live.version(_projects_version([project.pk]), "chart", unverified, chart_query)
-    if live.unchanged(request, version):
-        return live.no_change()
     runs = filter_runs(project, request.GET)[0] if chart_query else None
+    # The version is the drawn runs' pieces (read or kept): a new turn or a change to a run the chart
+    # does not draw leaves it, and the poll gets 204.
+    read = _chart_scores(project, unverified, runs, chart_query)
+    if live.unchanged(request, read[1]):
+        return live.no_change()
     context = {
         "project": project,
-        "chart_version": version,
         "chart_query": chart_query,
-        **_chart_context(project, unverified, runs),
+        **_chart_context(project, unverified, runs, chart_query, read),
     }
     return render(request, "dashboard/project_detail.html#project-chart", context)
