@@ -57,6 +57,15 @@ def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int)
     return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
+def compare_run(
+    run_pk: int, updated: float, parent_updated: float | None, *, maximize: bool, per_run: int
+) -> str:
+    """A compared run whole: its row (with its parent's) and its comparison series (queries.compare), 1 h.
+    Nobody forgets it: the run's and its parent's `updated` are in the key, as in Compare's version."""
+    parent = f"{parent_updated:.6f}" if parent_updated is not None else "-"
+    return f"compare-run:v1:{run_pk}:{updated:.6f}:{parent}:{int(maximize)}:{per_run}"
+
+
 def project_chart_piece(
     run_pk: int, updated: float, *, unverified: bool, maximize: bool, stride: int, share: int
 ) -> str:

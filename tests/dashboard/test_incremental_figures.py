@@ -196,3 +196,37 @@ def test_the_chart_poll_is_unchanged_by_what_the_chart_does_not_draw(client_alic
     push(project, "r13", score(0.99, 32))
     answer = client_alice.get(url, headers=poll)
     assert answer.status_code == 200 and "0.99" in answer.content.decode()
+
+
+# --- Compare -------------------------------------------------------------------------------------------
+
+
+def _compare_after_one_score(client_alice, project, n: int) -> tuple[list[str], Run, Run]:
+    ids = [f"c{i:03d}" for i in range(n)]
+    for i, rid in enumerate(ids):
+        push(project, rid, score(0.1 + i / 1000, i % 50), turn(0, i % 50 + 1), score(0.2 + i / 1000, 60))
+    url = "/projects/hill/compare/?" + "&".join(f"runs={rid}" for rid in ids)
+    assert client_alice.get(url).status_code == 200
+    changed, other = Run.objects.get(external_id=ids[n // 2]), Run.objects.get(external_id=ids[n // 2 + 1])
+    push(project, changed.external_id, score(0.99, 70))
+    with CaptureQueriesContext(connection) as seen:
+        body = client_alice.get(url).content.decode()
+    assert "0.99" in body  # drawn at once
+    return [q["sql"] for q in seen.captured_queries], changed, other
+
+
+def test_one_new_score_in_one_of_200_compared_runs_reads_that_run_alone(client_alice, project):
+    few, *_ = _compare_after_one_score(client_alice, project, 20)
+    Run.objects.filter(project=project).delete()
+    many, changed, other = _compare_after_one_score(client_alice, project, 200)
+    tracking = [[sql for sql in queries if "tracking_" in sql] for queries in (few, many)]
+    assert len(tracking[1]) == len(tracking[0])  # flat (the viewer's session and clock aside)
+    # The compared runs' markers are the one query that names every run; each other one (the run's row,
+    # its turn statistics, scores and spend) names the changed run alone.
+    markers = [sql for sql in many if re.search(r"external_id\" IN \(", sql)]
+    assert len(markers) == 1 and '"tracking_run"."updated"' in markers[0]
+    reads = [sql for sql in many if re.search(r'(run_id"|"id") IN \(', sql) and sql not in markers]
+    assert len(reads) == 4, reads  # the run (with its parent), turn statistics, scores, spend
+    for sql in reads:
+        assert re.search(rf"IN \({changed.pk}\)", sql), sql
+        assert not re.search(rf"IN \([^)]*\b{other.pk}\b", sql), sql

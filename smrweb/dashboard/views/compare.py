@@ -110,7 +110,7 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
 
     @functools.cache  # the cards of one request read the runs once
     def comparison() -> compare.Comparison:
-        return compare.compare(project, [marker.external_id for marker in runs])
+        return compare.compare(project, [marker.external_id for marker in runs], markers=runs)
 
     def render_page() -> str:
         c = comparison()

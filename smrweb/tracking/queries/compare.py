@@ -168,16 +168,25 @@ def compare(
     *,
     points: int = POINTS_PER_CHART,
     found: tuple[list[Run], list[str]] | None = None,
+    markers: list[RunMarker] | None = None,
 ) -> Comparison:
     """The runs named by `external_ids` (order kept, first = baseline) with series and deltas; `found`
-    is what `find_runs` answered for them, when the caller has it already.
+    is what `find_runs` answered for them, when the caller has it already; `markers`, what
+    `find_markers` answered: each run is then taken whole (row and series) from the cache where it is
+    kept as it is now, and only the others are read.
 
     Series are read only when at least two runs are found: there is nothing to compare otherwise.
     """
-    runs, missing = found or find_runs(project, external_ids)
-    series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
-    if len(series) >= 2:
-        _add_series(series, maximize=project.scenario.maximize, per_run=max(points // len(series), 8))
+    maximize = project.scenario.maximize
+    if markers is not None and found is None and len(markers) >= 2:
+        series = _kept_runs(project, markers, maximize=maximize, per_run=max(points // len(markers), 8))
+        named = {marker.external_id for marker in markers}
+        missing = [rid for rid in external_ids if rid not in named]
+    else:
+        runs, missing = found or find_runs(project, external_ids)
+        series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
+        if len(series) >= 2:
+            _add_series(series, maximize=maximize, per_run=max(points // len(series), 8))
     for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
@@ -264,6 +273,59 @@ def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> Non
     softcache.set_many(
         {keys[pk]: tuple(getattr(s, name) for name in READ_FIELDS) for pk, s in by_pk.items()},
         SERIES_CACHE_SECONDS,
+    )
+
+
+def _kept_runs(
+    project: Project, markers: list[RunMarker], *, maximize: bool, per_run: int
+) -> list[RunSeries]:
+    """The compared runs, each with its series: kept whole (its row, its parent's and its series) under
+    its markers, so one new score in one of 200 runs reads that run's row and rows alone."""
+    keys = {
+        m.pk: cachekeys.compare_run(
+            m.pk,
+            m.updated.timestamp(),
+            m.parent_updated.timestamp() if m.parent_updated else None,
+            maximize=maximize,
+            per_run=per_run,
+        )
+        for m in markers
+    }
+    hits = softcache.get_many(list(keys.values()))
+    by_pk: dict[int, RunSeries] = {}
+    for pk, key in keys.items():
+        if (hit := hits.get(key)) is not None:
+            run, values = hit
+            run.project = project
+            by_pk[pk] = s = RunSeries(run=run, start=run.started_at, duration=timedelta(0))
+            for name, value in zip(READ_FIELDS, values):
+                setattr(s, name, value)
+    read = [
+        RunSeries(run=run, start=run.started_at, duration=timedelta(0))
+        for run in _runs_by_pk(project, [m.pk for m in markers if m.pk not in by_pk])
+    ]
+    if read:
+        _add_series(read, maximize=maximize, per_run=per_run)
+        kept = {}
+        for s in read:
+            by_pk[s.run.pk] = s
+            s.run._state.fields_cache.pop("project", None)  # the project is the caller's: not kept 200 times
+            kept[keys[s.run.pk]] = (s.run, tuple(getattr(s, name) for name in READ_FIELDS))
+        softcache.set_many(kept, SERIES_CACHE_SECONDS)  # pickled here, before the project is set back
+        for s in read:
+            s.run.project = project
+    return [by_pk[m.pk] for m in markers if m.pk in by_pk]
+
+
+def _runs_by_pk(project: Project, pks: list[int]) -> list[Run]:
+    """The runs `pks` of the project as `find_runs` reads them (one query; none for no run)."""
+    if not pks:
+        return []
+    return list(
+        Run.objects.filter(project=project, pk__in=pks)
+        .select_related("parent")
+        .defer("source_cursor", "metrics_downsampled", "parent__source_cursor", "parent__metrics_downsampled")
+        .order_by()
     )
 
 
