@@ -1,8 +1,10 @@
 """Cheap polling.
 
 Whole fragments: a polled partial carries the version of what it shows; a poll that finds the same version
-answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions include
-a 30-second tick so relative times ("2 min ago") still move on quiet pages.
+answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions hold no
+clock: relative times, durations and forecasts' "in 2h" are `<time>` elements the page script keeps current
+(templatetags `ago`, `since`, `until`), so a quiet page stays 204. What truly must be computed at the server's
+now (a burn rate over the last hour) is versioned by its own coarse `clock` in that card alone.
 
 Cards (the run page): the live part of a page is a `Deck` of cards, each with a version computed from cheap
 markers of what it shows (no rendering). The page's one poll sends every card's version (`X-Smrweb-Cards`,
@@ -22,7 +24,7 @@ for `CARD_CACHE_SECONDS`) under their version, so the previous render is compare
 part. Everything outside the marked parts must be the same for a part-wise answer; otherwise (or when the
 previous render is no longer cached) the whole card goes. Cards are rendered with a placeholder for the CSRF
 token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
-Relative times (`<time data-ago>`) are kept current by the page script and are not compared.
+Clock texts (`<time data-ago|since|until>`) are kept current by the page script and are not compared.
 
 Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
 miss it renders, the others wait for it in the cache), each card's change from one version to another is
@@ -50,7 +52,7 @@ from smrweb.core import cachekeys, softcache
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
 ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
-TICK_SECONDS = 30
+TICK_SECONDS = 30  # the default period of `clock` (bench/viewer.py reads this line)
 CARD_CACHE_SECONDS = 180
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
 PATCH_MAX_SHARE = 0.5  # a figure patch bigger than this share of the figure is sent as the figure
@@ -58,7 +60,7 @@ RENDER_WAIT_SECONDS = 5.0  # how long a poll waits for another's render of the s
 
 
 def version(*parts: object) -> str:
-    raw = "|".join(str(p) for p in (*parts, int(time.time() // TICK_SECONDS)))
+    raw = "|".join(str(p) for p in parts)
     return hashlib.blake2s(raw.encode(), digest_size=8).hexdigest()
 
 
@@ -74,10 +76,11 @@ def no_change() -> HttpResponse:
 # --- cards --------------------------------------------------------------------------------------------
 
 
-def tick_start(now: datetime) -> datetime:
-    """The start of the 30-second tick `now` falls in: what cards with a forecast or a duration are
-    computed at, so that they change once per tick, not on every poll."""
-    seconds = int(now.timestamp() // TICK_SECONDS) * TICK_SECONDS
+def clock(now: datetime, seconds: int = TICK_SECONDS) -> datetime:
+    """The start of the period of `seconds` that `now` falls in: what a card whose content truly moves with
+    the server's clock (a burn forecast over the last hour) is computed at and versioned by, so that it
+    changes once per period, and no other card with it."""
+    seconds = int(now.timestamp() // seconds) * seconds
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
@@ -119,7 +122,7 @@ CARD_BLOCK = re.compile(r"<!--card:([\w.-]+)-->(.*?)<!--/card-->", re.S)  # a ca
 ROWS = re.compile(r"<!--rows:([\w.-]+)-->(.*?)<!--/rows-->", re.S)
 PART = re.compile(r"<!--([pf]):([\w.-]+)-->(.*?)<!--/\1-->", re.S)
 FIRST_TAG = re.compile(r"^(\s*<([a-zA-Z][\w-]*))")
-TICKING = re.compile(r'(<time datetime="[^"]*" data-ago="\w+">)[^<]*(</time>)')
+TICKING = re.compile(r'(<time datetime="[^"]*" data-(?:ago|since|until)="\w+">)[^<]*(</time>)')
 SCRIPT = re.compile(r"^\s*<script\b([^>]*)>(.*)</script>\s*$", re.S)
 CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
 

@@ -67,6 +67,10 @@ CARDS = (
 )
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
 TIMELINE_STEPS = 32  # a live timeline's axis ends at the next 1/32–1/64 of the run's age (see `horizon`)
+# The burn rate is over the last hour up to the server's now: the one thing on the page that moves with the
+# clock alone, so the budget card (and the timeline's forecast line) are computed at, and versioned by, this
+# coarse clock; every other clock text is a <time> the page script keeps current.
+FORECAST_SECONDS = live.TICK_SECONDS
 
 
 @functools.cache
@@ -105,7 +109,7 @@ class RunPage:
     def __init__(self, request, run):
         self.request, self.run, self.project = request, run, run.project
         self.now = timezone.now()
-        self.tick_at = live.tick_start(self.now)
+        self.forecast_at = live.clock(self.now, FORECAST_SECONDS)
         role = self.project.role_of(request.user)  # read once for every card's permissions
         rank = Role.rank(role) if role else -1
         reviewer = rank >= Role.rank(Role.REVIEWER)
@@ -155,7 +159,7 @@ class RunPage:
 
     @cached_property
     def burn(self):
-        return timeline.burn_forecast(self.run, now=self.tick_at)
+        return timeline.burn_forecast(self.run, now=self.forecast_at)
 
     @cached_property
     def horizon(self) -> datetime:
@@ -225,8 +229,8 @@ class RunPage:
         return () if self.run.is_terminal else (*self.turn_marker, m.submission_last, m.submissions_updated)
 
     def _stalled(self) -> tuple:
-        """Durations since the last news move with the clock while the run is stalled."""
-        return (self.tick_at, self.project.stall_after) if self.run.is_stalled else ()
+        """The stalled banner and badge say since when (the page script counts the time since)."""
+        return (self.run.last_progress_at, self.project.stall_after) if self.run.is_stalled else ()
 
     def version_parts(self, name: str) -> tuple:
         run, m = self.run, self.markers
@@ -287,7 +291,7 @@ class RunPage:
                 m.submissions_updated,
             )
         if name == "run-timeline-card":
-            forecast = (self.tick_at,) if run.budget_usd and not run.is_terminal else ()
+            forecast = (self.forecast_at,) if run.budget_usd and not run.is_terminal else ()
             return (
                 *self.turn_marker,
                 run.score_count,
@@ -304,7 +308,7 @@ class RunPage:
                 *self._spend(),
                 run.is_terminal,
                 *self.turn_marker,
-                None if run.is_terminal else self.tick_at,
+                None if run.is_terminal else self.forecast_at,
             )
         if name == "run-actors":
             return (*self.turn_marker, _json(run.actor_roles))
@@ -386,7 +390,7 @@ class RunPage:
                 "gaps": self.gaps,
                 "overruns": run.budget_overruns,
                 "regressions": regressions,
-                "stalled_for": queries.stalled_for(run, self.tick_at),
+                "stalled_for": queries.stalled_for(run, self.now),  # whether; the page counts how long
                 **self._rollback_line(regressions),
             }
         if name == "run-stats":
@@ -402,7 +406,7 @@ class RunPage:
                     metric=scenario.score_metric,
                     budget_usd=run.budget_usd,
                     burn=self.burn,
-                    now=self.tick_at,
+                    now=self.forecast_at,
                     uirevision=f"run-{run.pk}",
                 ),
             }
