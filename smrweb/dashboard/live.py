@@ -453,6 +453,37 @@ class Deck:
         return text
 
 
+def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
+    """The rows of a long list (a card's table), each rendered once per its own version and kept in the cache:
+    `rows` are (version, item) in order, `render(items)` renders the rows of the items given, in order, each
+    one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all; a new turn renders its one row,
+    not the table. A cache that is down renders them all."""
+    keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
+    found = softcache.get_many(keys)
+    missing = [i for i, key in enumerate(keys) if not isinstance(found.get(key), str)]
+    if missing:
+        made = [m[0] for m in PART.finditer(render([rows[i][1] for i in missing]))]
+        if len(made) != len(missing):
+            raise ValueError(f"{scope}: {len(missing)} rows asked for, {len(made)} rendered")
+        fresh = {keys[i]: html for i, html in zip(missing, made, strict=True)}
+        softcache.set_many(fresh, CARD_CACHE_SECONDS)
+        found.update(fresh)
+    return [found[key] for key in keys]
+
+
+def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:
+    """`compute()` once per `version` of what it reads, kept in the cache: a card's version that depends on
+    a reading costing queries (the run's "no progress" reading) pays them when its inputs move, not every
+    poll."""
+    key = cachekeys.live_card(scope, name, version)
+    kept = softcache.get(key)
+    if isinstance(kept, tuple) and len(kept) == 1:
+        return kept[0]
+    value = compute()
+    softcache.set(key, (value,), CARD_CACHE_SECONDS)
+    return value
+
+
 def with_token(request, html: str) -> str:
     """A rendered answer with the viewer's CSRF token in place of the cards' placeholder."""
     return html.replace(CSRF_PLACEHOLDER, get_token(request)) if CSRF_PLACEHOLDER in html else html
