@@ -195,3 +195,27 @@ def test_a_poll_after_one_new_turn_renders_the_cards_that_show_turns_and_one_row
     assert 'hx-swap-oob="afterbegin:#turns-body"' in body and 'id="turns-card"' not in body.split("--v")[0]
     cards_of(body, shown)
     assert cards_poll(client_alice, url, shown).status_code == 204
+
+
+def test_the_timeline_keeps_its_score_side_until_a_turn_lands_before_a_score(world, clock):
+    """The score side of the timeline (each score's turn before it, the frontier) is kept under the scores'
+    version: a turn after the last score reuses it, a turn back-dated before a score reads it again. Either
+    way it equals what a timeline read from scratch shows."""
+    from smrweb.tracking.queries import timeline
+
+    def read(version):
+        run = Run.objects.select_related("project__scenario").get(external_id="live")
+        return timeline.run_timeline(run, now=NOW, scores_version=version)
+
+    def fresh():
+        return read(None)
+
+    push(world, "live", {"type": "score", "score": 0.6, "ts": at(4)})
+    kept = read("v1")
+    assert kept.score_turns == fresh().score_turns and kept.score_turns[-1] == (10, "worker-1")
+    push(world, "live", turn(11, 1))  # after the last score
+    assert read("v1").score_turns == fresh().score_turns == kept.score_turns
+    push(world, "live", turn(12, 5))  # back-dated: now the turn before the last score
+    again = read("v1")
+    assert again.score_turns == fresh().score_turns and again.score_turns[-1] == (12, "driver")
+    assert again.frontier == fresh().frontier and again.turn_total == 12

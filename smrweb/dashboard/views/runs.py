@@ -206,7 +206,9 @@ class RunPage:
 
     @cached_property
     def timeline(self):
-        return timeline.run_timeline(self.run, now=self.horizon)
+        m = self.markers
+        scores = live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
+        return timeline.run_timeline(self.run, now=self.horizon, scores_version=scores)
 
     def _page(self, queryset, per_page: int, param: str, *, count: int | None = None):
         paginator = Paginator(queryset, per_page)

@@ -465,15 +465,65 @@ def _score_rows(run: Run, maximize: bool):
     )
 
 
-def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
+@dataclass
+class _ScoreSide:
+    """What the timeline shows of the scores, and the turns it was read against (`hwm`, `turns`)."""
+
+    ends: list[datetime]  # the first and the last score's time (none without scores)
+    scores: list[tuple]  # plotted: (epoch seconds, value, ts, pk, standing)
+    turns_before: list[tuple[int | None, str]]
+    frontier: list[tuple[datetime, float]]
+    total: int
+    hwm: int = 0
+    turns: int = 0
+
+
+def _score_side(run: Run, maximize: bool) -> _ScoreSide:
+    scores_all, frontier, total = _score_rows(run, maximize)
+    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why in scores_all]
+    if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
+        scores = lttb(scores, MAX_SCORE_POINTS)
+    return _ScoreSide(
+        ends=[s[0] for s in scores_all[:1] + scores_all[-1:]],
+        scores=scores,
+        turns_before=_turns_before([pk for _, _, _, pk, _ in scores], run),
+        frontier=frontier,
+        total=total,
+    )
+
+
+def _kept_score_side(run: Run, memo: TurnMemo, maximize: bool, version: str | None) -> _ScoreSide:
+    """The score side kept under `version` (of the run's scores) while no turn arrived at or before its last
+    score (the turn before each score would move): a new turn costs one indexed count, not the scores'
+    queries (one of them a subquery per plotted score)."""
+    key = cachekeys.timeline_scores(run.pk, f"{version}:{int(maximize)}") if version else None
+    kept = softcache.get(key) if key else None
+    if isinstance(kept, _ScoreSide) and (kept.hwm, kept.turns) != (memo.hwm, memo.count) and kept.ends:
+        since = turns_past(run, kept.hwm).aggregate(
+            n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
+        )
+        if since["n"] != memo.count - kept.turns or since["early"]:
+            kept = None  # a turn deleted, committed out of id order, or back-dated before a score
+    if not isinstance(kept, _ScoreSide):
+        kept = _score_side(run, maximize)
+    elif (kept.hwm, kept.turns) == (memo.hwm, memo.count):
+        return kept
+    kept.hwm, kept.turns = memo.hwm, memo.count
+    if key:
+        softcache.set(key, kept, 3600)  # down: read again next time
+    return kept
+
+
+def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str | None = None) -> Timeline:
     """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
     whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
-    since), whatever the number of turns."""
+    since), whatever the number of turns. With `scores_version` (of the run's scores) the score side is
+    kept in the cache under it (`_kept_score_side`)."""
     now = now or timezone.now()
     memo = _turn_memo(run)
     maximize = run.project.scenario.maximize
-    scores_all, frontier, score_total = _score_rows(run, maximize)
-    times = [t for t in (memo.lo, memo.hi) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
+    side = _kept_score_side(run, memo, maximize, scores_version)
+    times = [t for t in (memo.lo, memo.hi) if t] + side.ends
     first = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
     base = timedelta(seconds=memo.width)
@@ -504,21 +554,17 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why in scores_all]
-    if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
-        scores = lttb(scores, MAX_SCORE_POINTS)
-    score_turns = _turns_before([pk for _, _, _, pk, _ in scores], run)
     return Timeline(
         start=start,
         end=end,
         bin_width=width,
         bins=bins,
         cumulative=cumulative,
-        scores=[(ts, v) for _, v, ts, _, _ in scores],
-        score_standing=[why for *_, why in scores],
-        score_turns=score_turns,
-        frontier=frontier,
-        score_total=score_total,
+        scores=[(ts, v) for _, v, ts, _, _ in side.scores],
+        score_standing=[why for *_, why in side.scores],
+        score_turns=list(side.turns_before),
+        frontier=list(side.frontier),
+        score_total=side.total,
         turn_total=memo.count,
     )
 
