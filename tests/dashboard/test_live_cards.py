@@ -105,8 +105,8 @@ def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice,
     assert len(answer.content) <= TARGET_BYTES, len(answer.content)
     assert len(answer.content) * 10 < len(page)  # every change used to re-send the whole live part
     changed = set(cards_of(body))
-    # What a turn changes: the last activity, the title's "no progress" badge, the stats, the chart, the budget,
-    # the actors, the turns table (and its "no progress" banner). Nothing else is sent.
+    # What a turn changes: the last activity, the title's "no progress" badge, the stats, the chart, the
+    # budget, the actors, the turns table (and its "no progress" banner). Nothing else is sent.
     assert {"run-activity", "run-stats", "run-timeline-card", "budget", "run-actors", "turns-card"} <= changed
     assert changed <= {
         "run-activity",
