@@ -52,7 +52,8 @@ from smrweb.core import cachekeys, softcache
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
 ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
-TICK_SECONDS = 30  # the default period of `clock` (bench/viewer.py reads this line)
+# The default period of `clock` (bench/viewer.py reads the next line).
+TICK_SECONDS = 30
 CARD_CACHE_SECONDS = 180
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
 PATCH_MAX_SHARE = 0.5  # a figure patch bigger than this share of the figure is sent as the figure
