@@ -50,6 +50,13 @@ def turn_aggregates(run_pk: int) -> str:
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
+def timeline_scores(run_pk: int, version: str) -> str:
+    """A run timeline's score side (the points plotted, why each does not count, the turn before each, the
+    best-so-far frontier; queries.timeline), 1 h, under `version` (of the run's scores and the scenario's
+    direction). Nobody forgets it: a turn at or before its last score is checked for on each read."""
+    return f"timeline-scores:v1:{run_pk}:{version}"
+
+
 def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int) -> str:
     """A run's comparison series and turn statistics (queries.compare), 1 h. Nobody forgets it: the
     run's `updated` (a timestamp) is in the key and moves with every write to the run. (v3: with the
@@ -99,9 +106,10 @@ def clock(user_id: int) -> str:
 
 
 def live_card(scope: str, name: str, version: str) -> str:
-    """A live card's marked render (zlib), a step between two versions, or a poll's whole answer
-    (`name` "answer") of one page (`scope`, e.g. "run-12"; dashboard.live), 180 s. Nobody forgets it:
-    the version names everything the card shows."""
+    """A live card's marked render (zlib), a step between two versions, a poll's whole answer (`name`
+    "answer"), one row of a card's list (`name` "row", `live.kept_rows`) or a reading a card's version
+    depends on (`live.remembered`) of one page (`scope`, e.g. "run-12"; dashboard.live), 180 s. Nobody
+    forgets it: the version names everything the card shows."""
     return f"live:{scope}:{name}:{version}"
 
 

@@ -1,8 +1,10 @@
 """Cheap polling.
 
 Whole fragments: a polled partial carries the version of what it shows; a poll that finds the same version
-answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions include
-a 30-second tick so relative times ("2 min ago") still move on quiet pages.
+answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions hold no
+clock: relative times, durations and forecasts' "in 2h" are `<time>` elements the page script keeps current
+(templatetags `ago`, `since`, `until`), so a quiet page stays 204. What truly must be computed at the server's
+now (a burn rate over the last hour) is versioned by its own coarse `clock` in that card alone.
 
 Cards (the run page): the live part of a page is a `Deck` of cards, each with a version computed from cheap
 markers of what it shows (no rendering). The page's one poll sends every card's version (`X-Smrweb-Cards`,
@@ -22,7 +24,7 @@ for `CARD_CACHE_SECONDS`) under their version, so the previous render is compare
 part. Everything outside the marked parts must be the same for a part-wise answer; otherwise (or when the
 previous render is no longer cached) the whole card goes. Cards are rendered with a placeholder for the CSRF
 token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
-Relative times (`<time data-ago>`) are kept current by the page script and are not compared.
+Clock texts (`<time data-ago|since|until>`) are kept current by the page script and are not compared.
 
 Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
 miss it renders, the others wait for it in the cache), each card's change from one version to another is
@@ -50,6 +52,7 @@ from smrweb.core import cachekeys, softcache
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
 ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
+# The default period of `clock` (bench/viewer.py reads the next line).
 TICK_SECONDS = 30
 CARD_CACHE_SECONDS = 180
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
@@ -58,7 +61,7 @@ RENDER_WAIT_SECONDS = 5.0  # how long a poll waits for another's render of the s
 
 
 def version(*parts: object) -> str:
-    raw = "|".join(str(p) for p in (*parts, int(time.time() // TICK_SECONDS)))
+    raw = "|".join(str(p) for p in parts)
     return hashlib.blake2s(raw.encode(), digest_size=8).hexdigest()
 
 
@@ -74,10 +77,11 @@ def no_change() -> HttpResponse:
 # --- cards --------------------------------------------------------------------------------------------
 
 
-def tick_start(now: datetime) -> datetime:
-    """The start of the 30-second tick `now` falls in: what cards with a forecast or a duration are
-    computed at, so that they change once per tick, not on every poll."""
-    seconds = int(now.timestamp() // TICK_SECONDS) * TICK_SECONDS
+def clock(now: datetime, seconds: int = TICK_SECONDS) -> datetime:
+    """The start of the period of `seconds` that `now` falls in: what a card whose content truly moves with
+    the server's clock (a burn forecast over the last hour) is computed at and versioned by, so that it
+    changes once per period, and no other card with it."""
+    seconds = int(now.timestamp() // seconds) * seconds
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
@@ -119,7 +123,7 @@ CARD_BLOCK = re.compile(r"<!--card:([\w.-]+)-->(.*?)<!--/card-->", re.S)  # a ca
 ROWS = re.compile(r"<!--rows:([\w.-]+)-->(.*?)<!--/rows-->", re.S)
 PART = re.compile(r"<!--([pf]):([\w.-]+)-->(.*?)<!--/\1-->", re.S)
 FIRST_TAG = re.compile(r"^(\s*<([a-zA-Z][\w-]*))")
-TICKING = re.compile(r'(<time datetime="[^"]*" data-ago="\w+">)[^<]*(</time>)')
+TICKING = re.compile(r'(<time datetime="[^"]*" data-(?:ago|since|until)="\w+">)[^<]*(</time>)')
 SCRIPT = re.compile(r"^\s*<script\b([^>]*)>(.*)</script>\s*$", re.S)
 CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
 
@@ -448,6 +452,37 @@ class Deck:
         if len(ready) == len(changed):
             self._remember({whole_key: text})
         return text
+
+
+def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
+    """The rows of a long list (a card's table), each rendered once per its own version and kept in the cache:
+    `rows` are (version, item) in order, `render(items)` renders the rows of the items given, in order, each
+    one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all; a new turn renders its one row,
+    not the table. A cache that is down renders them all."""
+    keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
+    found = softcache.get_many(keys)
+    missing = [i for i, key in enumerate(keys) if not isinstance(found.get(key), str)]
+    if missing:
+        made = [m[0] for m in PART.finditer(render([rows[i][1] for i in missing]))]
+        if len(made) != len(missing):
+            raise ValueError(f"{scope}: {len(missing)} rows asked for, {len(made)} rendered")
+        fresh = {keys[i]: html for i, html in zip(missing, made, strict=True)}
+        softcache.set_many(fresh, CARD_CACHE_SECONDS)
+        found.update(fresh)
+    return [found[key] for key in keys]
+
+
+def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:
+    """`compute()` once per `version` of what it reads, kept in the cache: a card's version that depends on
+    a reading costing queries (the run's "no progress" reading) pays them when its inputs move, not every
+    poll."""
+    key = cachekeys.live_card(scope, name, version)
+    kept = softcache.get(key)
+    if isinstance(kept, tuple) and len(kept) == 1:
+        return kept[0]
+    value = compute()
+    softcache.set(key, (value,), CARD_CACHE_SECONDS)
+    return value
 
 
 def with_token(request, html: str) -> str:

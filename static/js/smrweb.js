@@ -383,9 +383,14 @@
   });
 
   function refresh(root) { renderPlots(root); syncPicks(); }
-  // --- relative times that keep ticking --------------------------------------------------------------
-  // <time datetime="ISO" data-ago="long|short">3s ago</time> (the `ago` filters): rewritten every few
-  // seconds, so a card that is not polled does not keep saying "3s ago" for minutes.
+  // --- clock texts that keep ticking ------------------------------------------------------------------
+  // Every clock text a page shows is written here, not by the server: versions hold no clock, so a quiet
+  // page's polls stay 204 and a render kept in the cache says what it said when it was made. Rewritten on
+  // every swap and every few seconds:
+  //   <time datetime="ISO" data-ago="long|short">3s ago</time>      (the `ago` filters)
+  //   <time datetime="ISO" data-since="long">3h 5m</time>           (`since`: stalled for …)
+  //   <time datetime="ISO" data-until="long">in 2h</time>           (`until`: a forecast, a next attempt)
+  //   <span data-since-at="ISO" data-since-title="No progress for {} …">  (a hover text's duration)
   function duration(seconds) {
     seconds = Math.max(0, Math.floor(seconds));
     if (seconds < 60) return seconds + "s";
@@ -398,13 +403,24 @@
 
   function tickTimes(root) {
     var now = Date.now();
-    (root || document).querySelectorAll("time[data-ago]").forEach(function (el) {
+    (root || document).querySelectorAll("time[data-ago], time[data-since], time[data-until]").forEach(function (el) {
       var at = Date.parse(el.getAttribute("datetime"));
       if (isNaN(at)) return;
-      var text = duration((now - at) / 1000);
-      if (el.dataset.ago === "short") text = text.split(" ")[0];
-      text += " ago";
+      var text;
+      if (el.hasAttribute("data-until")) text = at <= now ? "now" : "in " + duration((at - now) / 1000);
+      else if (el.hasAttribute("data-since")) text = duration((now - at) / 1000);
+      else {
+        text = duration((now - at) / 1000);
+        if (el.dataset.ago === "short") text = text.split(" ")[0];
+        text += " ago";
+      }
       if (el.textContent !== text) el.textContent = text;
+    });
+    (root || document).querySelectorAll("[data-since-at][data-since-title]").forEach(function (el) {
+      var at = Date.parse(el.getAttribute("data-since-at"));
+      if (isNaN(at)) return;
+      var title = el.getAttribute("data-since-title").replace("{}", duration((now - at) / 1000));
+      if (el.title !== title) el.title = title;
     });
   }
   setInterval(function () { if (document.visibilityState === "visible") tickTimes(document); }, 5000);

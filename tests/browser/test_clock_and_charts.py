@@ -227,7 +227,7 @@ def test_a_utc_user_in_los_angeles_sees_utc_on_the_page_the_axis_and_the_hover(
     try:
         page, errors = signed_in_page(ctx, alice, live_server)
         page.goto("/projects/hill/runs/tz-1/")
-        expect(page.locator(".meta")).to_contain_text(f"started {t0:%Y-%m-%d %H:%M} UTC")
+        expect(page.locator("#run-head .meta")).to_contain_text(f"started {t0:%Y-%m-%d %H:%M} UTC")
         expect(page.locator("#run-timeline .xtitle")).to_have_text("time (UTC)")
         at = t0 + timedelta(minutes=2)
         hover = hover_score(page, 0)
@@ -258,7 +258,7 @@ def test_choosing_the_browsers_zone_moves_page_text_axis_and_hover_together(
         expect(page.locator("#topnav .clock-tag")).to_have_text("America/Los_Angeles")
 
         page.goto("/projects/hill/runs/tz-2/")
-        expect(page.locator(".meta")).to_contain_text(
+        expect(page.locator("#run-head .meta")).to_contain_text(
             f"started {t0.astimezone(la):%Y-%m-%d %H:%M} America/Los_Angeles"
         )
         expect(page.locator("#run-timeline .xtitle")).to_have_text("time (America/Los_Angeles)")

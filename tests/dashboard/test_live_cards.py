@@ -105,10 +105,11 @@ def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice,
     assert len(answer.content) <= TARGET_BYTES, len(answer.content)
     assert len(answer.content) * 10 < len(page)  # every change used to re-send the whole live part
     changed = set(cards_of(body))
-    # What a turn changes: the title's badges and last activity, the stats, the chart, the budget, the actors,
-    # the turns table (and its "no progress" banner). Nothing else is sent.
-    assert {"run-head", "run-stats", "run-timeline-card", "budget", "run-actors", "turns-card"} <= changed
+    # What a turn changes: the last activity, the title's "no progress" badge, the stats, the chart, the
+    # budget, the actors, the turns table (and its "no progress" banner). Nothing else is sent.
+    assert {"run-activity", "run-stats", "run-timeline-card", "budget", "run-actors", "turns-card"} <= changed
     assert changed <= {
+        "run-activity",
         "run-head",
         "run-stats",
         "run-timeline-card",
@@ -224,7 +225,7 @@ def test_the_metric_panel_follows_the_key_the_page_shows(client_alice, project, 
     assert 'id="metric-key"' in head  # the poll sends the key the picker shows
     push(project, "long", {"type": "metric", "key": "loss", "step": MANY, "value": 0.001})
     body = poll(client_alice, shown, "?key=loss").content.decode()
-    assert set(cards_of(body)) == {"metric-panel", "run-head"}  # and the run's last activity
+    assert set(cards_of(body)) == {"metric-panel", "run-activity"}  # and the run's last activity
     assert 'id="run-h1"' not in body and 'id="run-last-activity"' in body
     assert "data-figure-patch" in body and f"{MANY // 100 + 1} points stored" in body
     # The key picker swaps the panel for another key; it comes with its own version.
@@ -342,9 +343,11 @@ def test_a_cold_page_renders_each_card_once_in_few_cache_calls_and_waits_for_one
     made = len(rendered)
     claims = [c for c in calls if c[0] == "add"]
     assert claims == [("add", 1)] * (made + 1)  # one claim per card missing, the stats card's refused
-    # The renders in one write, the claims released in one call, and the waited-for card read (get_many).
+    # The renders in one write, the claims released in one call, and the waited-for card read (get_many); the
+    # turns table's rows in one write, and the "no progress" reading the cards' versions read once kept.
     writes = [c for c in calls if c[0] not in ("add", "get_many")]
-    assert writes == [("set_many", made), ("delete_many", made)]
+    rows = ("set_many", 25)  # runs.TURNS_PER_PAGE
+    assert writes == [("get", 1), ("set", 1), rows, ("set_many", made), ("delete_many", made)]
 
 
 def test_cards_with_forms_keep_the_viewers_token(client_alice, client, alice, bob, project):

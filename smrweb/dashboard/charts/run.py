@@ -3,8 +3,11 @@ the budget) and one chart per metric. Style: `charts.style`."""
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from decimal import Decimal
+
+from django.utils import timezone
 
 from smrweb.dashboard.charts.style import (
     BEST,
@@ -23,12 +26,27 @@ from smrweb.dashboard.charts.style import (
     plotly_text,
     time_axis,
     time_title,
-    x_time,
-    x_time_short,
 )
+from smrweb.dashboard.charts.style import x_time as _x_time
+from smrweb.dashboard.charts.style import x_time_short as _x_time_short
 from smrweb.dashboard.clock import zone_label
 from smrweb.tracking.models import TurnKind
 from smrweb.tracking.queries.timeline import Burn, Timeline
+
+
+# A live run's timeline is built again for each new turn with the same bar edges and score times: their
+# strings in the viewer's zone are kept (per zone) rather than converted anew each time.
+@functools.lru_cache(maxsize=16384)
+def _x_in(ts: datetime, zone: str, short: bool) -> str:
+    return _x_time_short(ts) if short else _x_time(ts)
+
+
+def x_time(ts: datetime) -> str:
+    return _x_in(ts, timezone.get_current_timezone_name(), False)
+
+
+def x_time_short(ts: datetime) -> str:
+    return _x_in(ts, timezone.get_current_timezone_name(), True)
 
 
 def run_timeline_figure(

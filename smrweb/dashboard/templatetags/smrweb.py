@@ -145,12 +145,16 @@ def state_badge(run):
     """The run's state as a coloured badge; failure detail and stall evidence in the hover text."""
     if run.is_stalled:
         since = timezone.now() - run.last_progress_at
+        # The hover's duration is kept current by the page script (data-since-title's {} filled in).
         return format_html(
             '<span class="badge badge-{}">{}</span> <span class="badge badge-stalled" '
-            'title="No progress for {} (last activity {} UTC)">stalled</span>',
+            'title="No progress for {} (last activity {} UTC)" data-since-at="{}" '
+            'data-since-title="No progress for {{}} (last activity {} UTC)">stalled</span>',
             run.state,
             run.state,
             duration(since),
+            run.last_progress_at.strftime("%Y-%m-%d %H:%M:%S"),
+            run.last_progress_at.isoformat(timespec="seconds"),
             run.last_progress_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     if run.state == "failed":
@@ -342,11 +346,13 @@ def ms(value) -> str:
     return duration(timedelta(milliseconds=value))
 
 
-def _ticking(value: datetime, text: str, style: str) -> str:
-    """A relative time the page script keeps current between polls: <time datetime=… data-ago=…>."""
+def _ticking(value: datetime, text: str, style: str, kind: str = "ago") -> str:
+    """A clock text the page script keeps current (static/js/smrweb.js `tickTimes`), so no version of a
+    card needs a clock: <time datetime=… data-ago|since|until=…>."""
     return format_html(
-        '<time datetime="{}" data-ago="{}">{}</time>',
+        '<time datetime="{}" data-{}="{}">{}</time>',
         value.astimezone(timezone.get_current_timezone()).isoformat(timespec="seconds"),
+        kind,
         style,
         text,
     )
@@ -399,7 +405,15 @@ def until(value: datetime | None) -> str:
     if value is None:
         return "—"
     delta = value - timezone.now()
-    return "now" if delta.total_seconds() <= 0 else "in " + duration(delta)
+    return _ticking(value, "now" if delta.total_seconds() <= 0 else "in " + duration(delta), "long", "until")
+
+
+@register.filter
+def since(value: datetime | None) -> str:
+    """How long it has been since `value`, without "ago" (stalled for 3h 5m), kept current by the page."""
+    if value is None:
+        return "—"
+    return _ticking(value, duration(timezone.now() - value), "long", "since")
 
 
 @register.filter

@@ -96,8 +96,9 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
     """The comparison's renders, each made once per version of what it shows and kept in the cache: the
     charts with each table's first `shown` rows (all when None), and the tables' later rows. The version
     is the runs as they are now (`Run.updated` moves with every write to a run, and the parents named in
-    the table), in this order, the project's slug and scenario, the viewer's clock and the 30-second tick
-    of the relative times. A hard reload renders the page's afresh (`live.wants_fresh`)."""
+    the table), in this order, the project's slug and scenario and the viewer's clock (its relative times
+    are kept current by the page script: no tick). A hard reload renders the page's afresh
+    (`live.wants_fresh`)."""
     scenario = project.scenario
     version = live.version(
         _template_digest(),

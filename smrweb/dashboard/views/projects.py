@@ -44,7 +44,8 @@ def project_list(request):
     show_archived = request.GET.get("archived") == "1"  # archived projects are hidden unless asked for
     archived_count = sum(p.archived_at is not None for p in every)
     projects = [p for p in every if show_archived or p.archived_at is None]
-    version = _projects_version([p.pk for p in projects])
+    # Versions hold no clock (relative times tick in the page); "spent today" starts again at midnight UTC.
+    version = live.version(_projects_version([p.pk for p in projects]), timezone.now().date())
     if live.unchanged(request, version):
         return live.no_change()
     unverified = include_unverified(request)

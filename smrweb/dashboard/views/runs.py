@@ -22,6 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
+from smrweb.dashboard.templatetags.smrweb import tool_names
 from smrweb.dashboard.views import steer
 from smrweb.dashboard.views.annotations import run_page_context
 from smrweb.dashboard.views.steer import steer_page_context
@@ -45,6 +46,7 @@ TEMPLATE = "dashboard/run_detail.html"
 # The live cards of the page, in page order: each is a partial of TEMPLATE whose outer element has this id.
 CARDS = (
     "run-head",
+    "run-activity",
     "run-actions",
     "run-alerts",
     "run-abandoned",
@@ -66,7 +68,25 @@ CARDS = (
     "run-poll",
 )
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
+# What a turn's row shows (with its tool calls' count and names): its version in the row cache.
+TURN_ROW_FIELDS = (
+    "pk",
+    "turn",
+    "actor",
+    "parent_actor",
+    "kind",
+    "model",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "duration_ms",
+    "ts",
+)
 TIMELINE_STEPS = 32  # a live timeline's axis ends at the next 1/32–1/64 of the run's age (see `horizon`)
+# The burn rate is over the last hour up to the server's now: the one thing on the page that moves with the
+# clock alone, so the budget card (and the timeline's forecast line) are computed at, and versioned by, this
+# coarse clock; every other clock text is a <time> the page script keeps current.
+FORECAST_SECONDS = live.TICK_SECONDS
 
 
 @functools.cache
@@ -105,7 +125,7 @@ class RunPage:
     def __init__(self, request, run):
         self.request, self.run, self.project = request, run, run.project
         self.now = timezone.now()
-        self.tick_at = live.tick_start(self.now)
+        self.forecast_at = live.clock(self.now, FORECAST_SECONDS)
         role = self.project.role_of(request.user)  # read once for every card's permissions
         rank = Role.rank(role) if role else -1
         reviewer = rank >= Role.rank(Role.REVIEWER)
@@ -146,8 +166,31 @@ class RunPage:
         return list(self.run.tags.all())
 
     @cached_property
+    def no_progress(self):
+        """The "no progress" reading the title's badge and the alerts show (live runs): two queries, read
+        once per change of the turns and scores it depends on (kept in the cache under them), so a turn
+        moves those cards only when it moves the reading they show."""
+        run, m = self.run, self.markers
+        if run.is_terminal:
+            return None
+        inputs = live.card_version(
+            *self.turn_marker,
+            run.tokens_in,
+            run.tokens_out,
+            run.cost_usd,
+            m.submission_last,
+            m.submissions_updated,
+            self.project.scenario.maximize,
+        )
+        return live.remembered(f"run-{run.pk}", "no-progress", inputs, lambda: alert_queries.no_progress(run))
+
+    def _no_progress(self) -> tuple:
+        p = self.no_progress
+        return () if p is None else (p.turns, p.tokens, p.usd, p.best_submission_id, p.best_score)
+
+    @cached_property
     def run_alerts(self):
-        return alert_queries.run_alerts(self.run, self.now)
+        return alert_queries.run_alerts(self.run, self.now, stuck=self.no_progress)
 
     @cached_property
     def gaps(self):
@@ -155,7 +198,7 @@ class RunPage:
 
     @cached_property
     def burn(self):
-        return timeline.burn_forecast(self.run, now=self.tick_at)
+        return timeline.burn_forecast(self.run, now=self.forecast_at)
 
     @cached_property
     def horizon(self) -> datetime:
@@ -163,7 +206,9 @@ class RunPage:
 
     @cached_property
     def timeline(self):
-        return timeline.run_timeline(self.run, now=self.horizon)
+        m = self.markers
+        scores = live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
+        return timeline.run_timeline(self.run, now=self.horizon, scores_version=scores)
 
     def _page(self, queryset, per_page: int, param: str, *, count: int | None = None):
         paginator = Paginator(queryset, per_page)
@@ -215,37 +260,42 @@ class RunPage:
         "parent_id",
     )
     SCORES = ("best_score", "latest_score", "score_count")
+    HEAD_STATE = tuple(f for f in STATE if f != "last_polled_at")  # "source checked" is run-activity's
 
     def _spend(self) -> tuple:
         return (*_fields(self.run, *self.SPEND), _json(self.run.source_spend))
 
-    def _progress(self) -> tuple:
-        """What the "no progress" reading depends on (live runs only)."""
-        m = self.markers
-        return () if self.run.is_terminal else (*self.turn_marker, m.submission_last, m.submissions_updated)
+    def _overruns(self) -> tuple:
+        """What the title's badge and the alerts show of the spend: the budgets it is over, and by how much
+        (and the source's notes on it)."""
+        return (_json(self.run.budget_overruns), _json(self.run.source_spend))
 
     def _stalled(self) -> tuple:
-        """Durations since the last news move with the clock while the run is stalled."""
-        return (self.tick_at, self.project.stall_after) if self.run.is_stalled else ()
+        """The stalled banner and badge say since when (the page script counts the time since)."""
+        return (self.run.last_progress_at, self.project.stall_after) if self.run.is_stalled else ()
 
     def version_parts(self, name: str) -> tuple:
         run, m = self.run, self.markers
         if name == "run-poll":
             return (self.polls, self.query.urlencode())
         if name == "run-head":
+            # Not its turns nor its spend: only what it shows of them (the "no progress" and "over budget"
+            # badges); the news times are the run-activity card's.
             return (
-                *_fields(run, *self.NAME, *self.STATE, "last_progress_at", "entries_unreadable"),
+                *_fields(run, *self.NAME, *self.HEAD_STATE, "entries_unreadable"),
                 _json(run.actor_profiles),
                 self.project.archived_at,
-                *self._spend(),
+                *self._overruns(),
                 m.tags,
                 m.loops,
                 m.children,
                 m.snoozed_until,
                 self.can_launch,
-                *self._progress(),
+                *self._no_progress(),
                 *self._stalled(),
             )
+        if name == "run-activity":
+            return (run.last_progress_at, run.last_polled_at)
         if name == "run-actions":
             closing = (run.last_progress_at, self.project.stall_after) if self.can_close else ()
             return (
@@ -263,7 +313,7 @@ class RunPage:
                 run.last_progress_at if run.is_stalled else None,  # the stalled banner's
                 _json(run.actor_profiles),
                 _json(run.source_cursor),
-                *self._spend(),
+                *self._overruns(),
                 self.project.regression_threshold,
                 self.project.stall_after,
                 m.loops,
@@ -272,7 +322,7 @@ class RunPage:
                 m.rollbacks,
                 self.can_roll_back,
                 self.can_launch,  # the rollback line's "Start the next run"
-                *self._progress(),
+                *self._no_progress(),
                 *self._stalled(),
             )
         if name == "run-abandoned":
@@ -287,7 +337,7 @@ class RunPage:
                 m.submissions_updated,
             )
         if name == "run-timeline-card":
-            forecast = (self.tick_at,) if run.budget_usd and not run.is_terminal else ()
+            forecast = (self.forecast_at,) if run.budget_usd and not run.is_terminal else ()
             return (
                 *self.turn_marker,
                 run.score_count,
@@ -304,14 +354,14 @@ class RunPage:
                 *self._spend(),
                 run.is_terminal,
                 *self.turn_marker,
-                None if run.is_terminal else self.tick_at,
+                None if run.is_terminal else self.forecast_at,
             )
         if name == "run-actors":
             return (*self.turn_marker, _json(run.actor_roles))
         if name == "turns-card":
             return (
                 *self.turn_marker,
-                _json(run.actor_roles),
+                self._actor_names,
                 self.request.GET.get("turns_page"),
                 self.query.urlencode(),
             )
@@ -386,7 +436,7 @@ class RunPage:
                 "gaps": self.gaps,
                 "overruns": run.budget_overruns,
                 "regressions": regressions,
-                "stalled_for": queries.stalled_for(run, self.tick_at),
+                "stalled_for": queries.stalled_for(run, self.now),  # whether; the page counts how long
                 **self._rollback_line(regressions),
             }
         if name == "run-stats":
@@ -402,7 +452,7 @@ class RunPage:
                     metric=scenario.score_metric,
                     budget_usd=run.budget_usd,
                     burn=self.burn,
-                    now=self.tick_at,
+                    now=self.forecast_at,
                     uirevision=f"run-{run.pk}",
                 ),
             }
@@ -420,7 +470,13 @@ class RunPage:
             page = self._page(
                 run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE, "turns_page", count=run.turn_count
             )
-            return {"turns_page": page, "turns": list(page), "pager_query": self._pager_query("turns_page")}
+            turns = list(page)
+            return {
+                "turns_page": page,
+                "turns": turns,
+                "turn_rows": self.turn_rows(turns),
+                "pager_query": self._pager_query("turns_page"),
+            }
         if name == "run-submissions":
             return {
                 "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20]
@@ -461,6 +517,34 @@ class RunPage:
         if name == "run-messages":
             return _runtime_messages(run)
         return {}
+
+    @cached_property
+    def _actor_names(self) -> str:
+        """What the turns' actor names are read from (`actor_name`): the run's roles, its unknown ones."""
+        return _json((self.run.actor_roles, (self.run.source_spend or {}).get("roles_unknown")))
+
+    def turn_rows(self, turns: list) -> list[str]:
+        """The turns table's rows, each kept in the cache under what it shows: a poll after a new turn renders
+        the new turn's row and reads the others (one cache read), not the table."""
+        digest = (_template_digest(), self.zone, self._actor_names)
+        rows = [
+            (
+                live.card_version(
+                    *digest,
+                    *_fields(t, *TURN_ROW_FIELDS),
+                    len(t.tool_calls or ()),
+                    tool_names(t.tool_calls) if t.tool_calls else "",
+                ),
+                t,
+            )
+            for t in turns
+        ]
+
+        def render(missing: list) -> str:
+            context = {"project": self.project, "run": self.run, "turns": missing}
+            return render_to_string(f"{TEMPLATE}#turn-rows", context, request=self.request)
+
+        return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
 
     def render_card(self, name: str, version: str) -> str:
         if name == "steer-status":

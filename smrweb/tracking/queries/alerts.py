@@ -277,13 +277,18 @@ def badge_loops(run: Run, limit: int = LOOP_BADGES) -> list[LoopFinding]:
     return list(LoopFinding.objects.filter(shown, run=run).order_by("-last_turn", "-id")[:limit])
 
 
-def run_alerts(run: Run, now: datetime) -> RunAlerts:
-    """Loops (one query), progress since best (two, live runs only: the turns since from the run's kept
-    turn aggregates) and the snooze (one)."""
-    stuck = None
-    if not run.is_terminal:
-        reading = progress.progress_since_best(run, kept=True)
-        if reading.turns >= progress.DEFAULT_NO_PROGRESS_TURNS:
-            stuck = reading
+def no_progress(run: Run) -> progress.Progress | None:
+    """Progress since best (two queries, live runs only: the turns since from the run's kept turn
+    aggregates) when it is long enough to warn about, else None."""
+    if run.is_terminal:
+        return None
+    reading = progress.progress_since_best(run, kept=True)
+    return reading if reading.turns >= progress.DEFAULT_NO_PROGRESS_TURNS else None
+
+
+def run_alerts(run: Run, now: datetime, *, stuck: progress.Progress | None | bool = False) -> RunAlerts:
+    """Loops (one query), `no_progress` (unless the caller read it: `stuck`) and the snooze (one)."""
+    if stuck is False:
+        stuck = no_progress(run)
     snooze = RunSnooze.objects.filter(run=run, until__gt=now).values_list("until", flat=True).first()
     return RunAlerts(loops=badge_loops(run), no_progress=stuck, snoozed_until=snooze)

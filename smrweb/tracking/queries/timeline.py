@@ -19,33 +19,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db import connection
 from django.db.models import (
     BigIntegerField,
-    BooleanField,
-    Case,
     Count,
-    ExpressionWrapper,
-    F,
     FloatField,
     Func,
-    IntegerField,
     Max,
     Min,
-    OuterRef,
-    Q,
-    Subquery,
     Sum,
-    Value,
-    When,
-    Window,
 )
-from django.db.models.expressions import RawSQL, RowRange
-from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from smrweb.core import cachekeys, softcache
-from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
     AgentTurn,
@@ -54,11 +39,14 @@ from smrweb.tracking.models import (
     TurnKind,
     TurnRollup,
     counted_q,
-    standing,
+)
+from smrweb.tracking.queries.timeline_scores import (  # noqa: F401 - MAX_SCORE_POINTS, turns_past: read from here
+    MAX_SCORE_POINTS,
+    kept_score_side,
+    turns_past,
 )
 
 MAX_BINS = 250  # per kind: with the score points, the timeline figure stays under 100 KB
-MAX_SCORE_POINTS = 300
 BURN_WINDOW = timedelta(minutes=30)
 # Turns are kept aggregated in buckets of a power-of-two number of seconds, aligned to the Unix epoch,
 # at most about this many over the turns' span; a bar of the timeline is a whole number of buckets.
@@ -101,22 +89,6 @@ class Timeline:
     @property
     def bin_width_us(self) -> int:
         return self.bin_width // timedelta(microseconds=1)
-
-
-def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]]:
-    """For each plotted score, the run's latest turn at or before it: scores carry no turn of their own,
-    and "after turn #12 (driver)" is what a reader of the timeline wants next to the value. One query
-    (an indexed subquery per plotted score, at most MAX_SCORE_POINTS)."""
-    if not score_pks:
-        return []
-    latest = AgentTurn.objects.filter(run=run, ts__lte=OuterRef("ts")).order_by("-ts", "-id")
-    rows = dict(
-        (pk, (turn, actor))
-        for pk, turn, actor in Submission.objects.filter(pk__in=score_pks)
-        .annotate(t=Subquery(latest.values("turn")[:1]), a=Subquery(latest.values("actor")[:1]))
-        .values_list("pk", "t", "a")
-    )
-    return [rows.get(pk, (None, "")) for pk in score_pks]
 
 
 # --- the turn aggregates, kept per run ------------------------------------------------------------
@@ -300,19 +272,6 @@ def _from_epoch_us(us: int) -> datetime:
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
 
 
-def turns_past(run: Run, mark: int):
-    """The run's turns with an id above `mark`: one exact range of the (run, id) index. PostgreSQL gets
-    it as a row-value range, since with `run_id = X AND id > mark` its planner walks the primary key
-    from the mark (every later turn of every run: all of a busy server's turns since an old run's mark)
-    or positions on the run alone (every turn of the run); SQLite ranges `run_id = X AND id > mark`."""
-    if connection.vendor != "postgresql":
-        return AgentTurn.objects.filter(run=run, id__gt=mark)
-    table = connection.ops.quote_name(AgentTurn._meta.db_table)
-    key = f'({table}."run_id", {table}."id")'
-    past = f"{key} > (%s, %s) AND {key} <= (%s, %s)"
-    return AgentTurn.objects.filter(RawSQL(past, (run.pk, mark, run.pk, 2**63 - 1), BooleanField()))
-
-
 def computed_turn_memo(run: Run) -> TurnMemo:
     """Every turn of the run aggregated in SQL (three queries, however many turns): the totals, then
     the buckets and the actors of the turns up to the highest id the totals saw."""
@@ -408,72 +367,16 @@ def forget_turn_aggregates(run: Run) -> None:
     softcache.delete(cachekeys.turn_aggregates(run.pk))  # down: nothing was kept to forget
 
 
-def _score_rows(run: Run, maximize: bool):
-    """(scores to plot as (ts, score, pk, standing), the best-so-far records, how many scores) of the run,
-    in one query: every score of a run with few, else every k-th, its last and every record, chosen in
-    SQL over the (run, ts, score) index — the records from all of them, so the frontier is exact however
-    many there are. Every score is plotted, but only those that count in the run's figures (`RUN_RULE`:
-    the rule its best card reads) make a record; `standing` says why one does not ("" when it counts).
-
-    k is a power of two, so the scores picked stay picked as scores arrive (until k doubles): a live
-    page's chart then gets the new scores as a patch that appends, not a reshuffled series."""
-    subs = Submission.objects.filter(run=run).order_by()
-    fields = ("ts", "score", "pk", "status", "excluded_at")
-    if run.score_count <= MAX_SCORE_POINTS:
-        rows = [
-            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
-            for ts, value, pk, status, excluded in subs.order_by("ts", "id").values_list(*fields)
-        ]
-        frontier, best = [], None
-        for ts, value, _, why in rows:
-            if not why and (best is None or (value > best if maximize else value < best)):
-                best = value
-                frontier.append((ts, value))
-        return rows, frontier, len(rows)
-    order = [F("ts").asc(), F("id").asc()]
-    running = Max if maximize else Min
-    counts = counted_q(**RUN_RULE)
-    stride = 1 << math.ceil(math.log2(run.score_count / MAX_SCORE_POINTS))  # ≥ 2: count/k ≤ MAX_SCORE_POINTS
-    better = Q(score__gt=F("before")) if maximize else Q(score__lt=F("before"))
-    improves = counts & (Q(before__isnull=True) | better)
-    rows = list(
-        subs.annotate(
-            rn=Window(RowNumber(), order_by=order),
-            # The best so far of the scores that count (NULL until one does).
-            before=Window(
-                running(Case(When(counts, then=F("score")), output_field=FloatField())),
-                order_by=order,
-                frame=RowRange(start=None, end=-1),
-            ),
-        )
-        .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
-        .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
-        .annotate(
-            record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
-        )
-        .order_by("ts", "id")
-        .values_list(*fields, "record")
-    )
-    frontier = [(ts, value) for ts, value, _, _, _, record in rows if record]
-    return (
-        [
-            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
-            for ts, value, pk, status, excluded, _ in rows
-        ],
-        frontier,
-        run.score_count,
-    )
-
-
-def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
+def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str | None = None) -> Timeline:
     """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
     whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
-    since), whatever the number of turns."""
+    since), whatever the number of turns. With `scores_version` (of the run's scores) the score side is
+    kept in the cache under it (`timeline_scores.kept_score_side`)."""
     now = now or timezone.now()
     memo = _turn_memo(run)
     maximize = run.project.scenario.maximize
-    scores_all, frontier, score_total = _score_rows(run, maximize)
-    times = [t for t in (memo.lo, memo.hi) if t] + [s[0] for s in scores_all[:1] + scores_all[-1:]]
+    side = kept_score_side(run, memo.hwm, memo.count, maximize, scores_version)
+    times = [t for t in (memo.lo, memo.hi) if t] + side.ends
     first = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
     base = timedelta(seconds=memo.width)
@@ -504,21 +407,17 @@ def run_timeline(run: Run, *, now: datetime | None = None) -> Timeline:
         else:
             cumulative.append(point)
 
-    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why in scores_all]
-    if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
-        scores = lttb(scores, MAX_SCORE_POINTS)
-    score_turns = _turns_before([pk for _, _, _, pk, _ in scores], run)
     return Timeline(
         start=start,
         end=end,
         bin_width=width,
         bins=bins,
         cumulative=cumulative,
-        scores=[(ts, v) for _, v, ts, _, _ in scores],
-        score_standing=[why for *_, why in scores],
-        score_turns=score_turns,
-        frontier=frontier,
-        score_total=score_total,
+        scores=[(ts, v) for _, v, ts, _, _ in side.scores],
+        score_standing=[why for *_, why in side.scores],
+        score_turns=list(side.turns_before),
+        frontier=list(side.frontier),
+        score_total=side.total,
         turn_total=memo.count,
     )
 
