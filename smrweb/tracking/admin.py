@@ -212,6 +212,16 @@ class TurnRollupAdmin(ReadOnlyAdmin):
     deletable = True
 
 
+@admin.register(m.MetricRollup)
+class MetricRollupAdmin(ReadOnlyAdmin):
+    """A window: the metric series' buckets, derived from the points by the write path. Not deletable
+    here (a chart would miss the bucket's points); deleting points rebuilds them."""
+
+    list_display = ["run", "key", "width", "bucket", "n", "low", "high", "first_step", "last_step"]
+    raw_id_fields = ["run"]
+    show_full_result_count = False
+
+
 @admin.register(m.ArtifactBlob)
 class ArtifactBlobAdmin(EventRowAdmin):
     list_display = ["sha256", "size", "created"]
