@@ -28,7 +28,7 @@ _SMALL_BATCH = 50  # metric points whose ids are all asked for at once (_insert_
 class _CopyRows:
     """A batch as the text COPY reads: "run_id, key, step, value, ts, event_id" lines (tab-separated,
     each ending in a newline), in event id order (a stable sort: of two rows with one id the first
-    still comes first), how many lines, and their (key, step, value) in that order (`points`)."""
+    still comes first), how many lines, and their keys, steps and values in that order (`points`)."""
 
     __slots__ = ("text", "count", "keys", "steps", "values")
 
@@ -37,8 +37,8 @@ class _CopyRows:
         self.keys, self.steps, self.values = keys, steps, values
 
     @property
-    def points(self):
-        return zip(self.keys, self.steps, self.values, strict=True)
+    def points(self) -> tuple[list[str], list[int], list[float]]:
+        return self.keys, self.steps, self.values
 
     def __len__(self) -> int:
         return self.count
@@ -120,7 +120,7 @@ def insert(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetim
                 with connection.wrap_database_errors:
                     with cursor.copy(f"COPY {q(MetricPoint._meta.db_table)} ({columns}) FROM STDIN") as copy:
                         copy.write(rows.text)
-                metric_rollups.record(run.pk, rows.points)
+                metric_rollups.record(run.pk, *rows.points)
             return len(fresh)
     first, last = _event_key(events[0]), _event_key(events[-1])
     rows = _copy_rows(run.pk, events, now)
@@ -135,7 +135,7 @@ def insert(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetim
             except IntegrityError:
                 pass  # an id between the first and the last was stored already
             else:
-                metric_rollups.record(run.pk, rows.points)
+                metric_rollups.record(run.pk, *rows.points)
                 return len(rows)
     return _insert_metrics_pg_staged(run, rows)
 
@@ -170,5 +170,5 @@ def _insert_metrics_pg_staged(run: Run, rows: _CopyRows) -> int:
         )
         inserted = cursor.fetchall()
     if inserted:
-        metric_rollups.record(run.pk, inserted)
+        metric_rollups.record(run.pk, *metric_rollups.columns(inserted))
     return len(inserted)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import islice
+from operator import itemgetter
 
 from django.db import connection
 
@@ -39,11 +40,25 @@ def _sum(values: Sequence[float]) -> float | None:
     return total if abs(total) < _SUM_LIMIT else None  # (inf and nan compare False)
 
 
-def _base_buckets(steps: list[int], values: list[float]) -> list[Row]:
+def _base_buckets(steps: Sequence[int], values: Sequence[float]) -> list[Row]:
     """One key's points (in stored order) as buckets of the narrowest width, in bucket order."""
-    if any(a > b for a, b in zip(steps, islice(steps, 1, None))):
+    ordered = sorted(steps)  # (linear when they come in order, as they mostly do)
+    if ordered != list(steps):
         order = sorted(range(len(steps)), key=steps.__getitem__)  # stable: a step's last stored stays last
-        steps, values = [steps[i] for i in order], [values[i] for i in order]
+        steps, values = ordered, _gather(values, order)
+    elif ordered[-1] // _BASE == ordered[0] // _BASE:  # one bucket (a small batch)
+        return [
+            [
+                ordered[0] // _BASE,
+                len(ordered),
+                _sum(values),
+                min(values),
+                max(values),
+                ordered[0],
+                ordered[-1],
+                values[-1],
+            ]
+        ]
     rows, i, n = [], 0, len(steps)
     while i < n:
         bucket = steps[i] // _BASE
@@ -72,19 +87,44 @@ def _coarser(rows: list[Row], ratio: int) -> list[Row]:
     return out
 
 
-def aggregate(points: Iterable[tuple[str, int, float]]) -> list[tuple]:
-    """(key, step, value) points in stored order as rollup rows (key, width, bucket, n, total, low, high,
+def _gather(items: Sequence, order: list[int]) -> Sequence:
+    """`items` in `order` (itemgetter: the copy made in C, not a Python loop per point)."""
+    return itemgetter(*order)(items) if len(order) > 1 else [items[i] for i in order]
+
+
+def _by_key(keys: Sequence[str], steps: Sequence[int], values: Sequence[float]):
+    """(key, its steps, its values) per key, each in stored order."""
+    names = set(keys)
+    period = len(names)
+    if len(keys) % period == 0 and len(set(keys[:period])) == period and keys[period:] == keys[:-period]:
+        # The common batch: one series, or each step of several series in turn (a harness logging
+        # its metrics at every step): each a slice, taken in C.
+        return [(keys[i], steps[i::period], values[i::period]) for i in range(period)]
+    blocks = []
+    for name in names:  # each series in one block (a batch in event id order, ids named by series)
+        start = keys.index(name)
+        end = start + keys.count(name)
+        if keys[start:end].count(name) != end - start:
+            break
+        blocks.append((name, steps[start:end], values[start:end]))
+    else:
+        return blocks
+    order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: stored order within a key
+    keys, steps, values = _gather(keys, order), _gather(steps, order), _gather(values, order)
+    groups, start = [], 0
+    for key in sorted(names):
+        end = bisect_right(keys, key, start)
+        groups.append((key, steps[start:end], values[start:end]))
+        start = end
+    return groups
+
+
+def aggregate(keys: Sequence[str], steps: Sequence[int], values: Sequence[float]) -> list[tuple]:
+    """Points (as columns, in stored order) as rollup rows (key, width, bucket, n, total, low, high,
     first step, last step, last value) of every width, width 0 (the whole series) included."""
-    by_key: dict[str, tuple[list[int], list[float]]] = {}
-    for key, step, value in points:
-        pair = by_key.get(key)
-        if pair is None:
-            pair = by_key[key] = ([], [])
-        pair[0].append(step)
-        pair[1].append(value)
     out = []
-    for key, (steps, values) in by_key.items():
-        rows = _base_buckets(steps, values)
+    for key, series_steps, series_values in _by_key(keys, steps, values) if keys else ():
+        rows = _base_buckets(series_steps, series_values)
         out += [(key, _BASE, *row) for row in rows]
         for width in WIDTHS[1:]:  # each 4 times the last
             rows = _coarser(rows, 4)
@@ -93,10 +133,10 @@ def aggregate(points: Iterable[tuple[str, int, float]]) -> list[tuple]:
     return out
 
 
-def record(run_id: int, points: Iterable[tuple[str, int, float]]) -> int:
-    """Add points just stored for the run (key, step, value; in stored order) to its rollups. Call in
-    the transaction that stored them, with the run's row locked. Returns how many rows were upserted."""
-    rows = aggregate(points)
+def record(run_id: int, keys: Sequence[str], steps: Sequence[int], values: Sequence[float]) -> int:
+    """Add points just stored for the run (as columns, in stored order) to its rollups. Call in the
+    transaction that stored them, with the run's row locked. Returns how many rows were upserted."""
+    rows = aggregate(keys, steps, values)
     if not rows:
         return 0
     if connection.vendor == "postgresql":
@@ -156,6 +196,11 @@ def _upsert_sql_pg() -> str:
     )
 
 
+def columns(points: Sequence[tuple[str, int, float]]) -> tuple[Sequence, Sequence, Sequence]:
+    """(key, step, value) rows as three columns."""
+    return tuple(zip(*points, strict=True)) if points else ((), (), ())  # type: ignore[return-value]
+
+
 def rebuild(run_id: int, keys: Iterable[str] | None = None) -> int:
     """Compute the run's rollups (of `keys`, or all) again from its points, in step order, a chunk at
     a time. Call with the run's row locked (or no writer about). Returns how many points were read."""
@@ -168,7 +213,7 @@ def rebuild(run_id: int, keys: Iterable[str] | None = None) -> int:
     read = 0
     stream = points.order_by("key", "step", "id").values_list("key", "step", "value").iterator(_REBUILD_CHUNK)
     while chunk := list(islice(stream, _REBUILD_CHUNK)):
-        record(run_id, chunk)
+        record(run_id, *columns(chunk))
         read += len(chunk)
     return read
 
