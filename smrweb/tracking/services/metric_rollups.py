@@ -15,7 +15,7 @@ import sqlite3
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import islice
-from operator import itemgetter
+from operator import itemgetter, le
 
 from django.db import connection
 
@@ -42,23 +42,12 @@ def _sum(values: Sequence[float]) -> float | None:
 
 def _base_buckets(steps: Sequence[int], values: Sequence[float]) -> list[Row]:
     """One key's points (in stored order) as buckets of the narrowest width, in bucket order."""
-    ordered = sorted(steps)  # (linear when they come in order, as they mostly do)
-    if ordered != list(steps):
+    if not all(map(le, steps, islice(steps, 1, None))):  # (checked in C)
         order = sorted(range(len(steps)), key=steps.__getitem__)  # stable: a step's last stored stays last
-        steps, values = ordered, _gather(values, order)
-    elif ordered[-1] // _BASE == ordered[0] // _BASE:  # one bucket (a small batch)
-        return [
-            [
-                ordered[0] // _BASE,
-                len(ordered),
-                _sum(values),
-                min(values),
-                max(values),
-                ordered[0],
-                ordered[-1],
-                values[-1],
-            ]
-        ]
+        steps, values = _gather(steps, order), _gather(values, order)
+    elif steps[-1] // _BASE == steps[0] // _BASE:  # one bucket (a small batch)
+        first, last = steps[0], steps[-1]
+        return [[first // _BASE, len(steps), _sum(values), min(values), max(values), first, last, values[-1]]]
     rows, i, n = [], 0, len(steps)
     while i < n:
         bucket = steps[i] // _BASE
