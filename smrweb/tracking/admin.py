@@ -212,6 +212,18 @@ class TurnRollupAdmin(ReadOnlyAdmin):
     deletable = True
 
 
+@admin.register(m.MetricRollup)
+class MetricRollupAdmin(ReadOnlyAdmin):
+    """A window: the metric series' buckets, derived from the points by the write path. Deleting one (or
+    its run) is harmless: a chart whose rollups no longer add up to the series reads its points."""
+
+    list_display = ["run", "key", "width", "bucket", "n", "low", "high", "first_step", "last_step"]
+    raw_id_fields = ["run"]
+    show_full_result_count = False
+
+    deletable = True
+
+
 @admin.register(m.ArtifactBlob)
 class ArtifactBlobAdmin(EventRowAdmin):
     list_display = ["sha256", "size", "created"]

@@ -131,6 +131,7 @@ def test_one_read_only_admin_base_and_what_it_covers():
     deletable = {name for name in read_only if registry[name].deletable}
     assert deletable == {
         "AgentTurn", "Artifact", "ArtifactBlob", "BlobSummary", "Checkpoint", "Experiment", "MetricPoint",
+        "MetricRollup",
         "ProjectInvitation", "RuntimeMessage", "StateChange", "Submission", "TurnBody", "TurnRollup",
     }  # fmt: skip
     assert read_only - deletable == {

@@ -37,6 +37,7 @@ from smrweb.tracking.models import (
     AuditEvent,
     AuditVerb,
     Membership,
+    MetricPoint,
     Project,
     Run,
     RunLaunch,
@@ -157,6 +158,9 @@ class _Importer:
                     )
         services.rebuild_turn_rollups(  # derived, not archived (tables.DERIVED)
             Run.objects.filter(project=self.project, turn_count__gt=0).values_list("pk", flat=True)
+        )
+        services.rebuild_metric_rollups(
+            MetricPoint.objects.filter(run__project=self.project).values_list("run_id", flat=True).distinct()
         )
         services.record_audit(
             by,

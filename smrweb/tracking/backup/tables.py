@@ -29,6 +29,7 @@ from smrweb.tracking.models import (
     LoopFinding,
     Membership,
     MetricPoint,
+    MetricRollup,
     Notification,
     Project,
     ProjectInvitation,
@@ -204,7 +205,8 @@ TABLES: tuple[Table, ...] = (
 # Derived from the archived rows, never archived: a restore computes them again (`TurnRollup`, the run
 # page's turn aggregates, holds turn ids that are new on the importing side).
 # Blob summaries are read from the bytes again on the importing side when a page first shows them.
-DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary)
+# Metric rollups are computed from the restored points.
+DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary, MetricRollup)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}

@@ -78,6 +78,7 @@ from smrweb.tracking.models.run import (  # noqa: F401
     Checkpoint,
     Experiment,
     MetricPoint,
+    MetricRollup,
     Run,
     RunParam,
     RunState,

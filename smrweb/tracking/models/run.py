@@ -424,6 +424,37 @@ class TurnRollup(models.Model):
     actors = models.JSONField(default=list, blank=True)
 
 
+class MetricRollup(models.Model):
+    """One bucket of a run's metric series at one fixed width in steps, kept by the write path
+    (`services.metric_rollups`, in the batch's transaction) so a long series' chart reads O(buckets)
+    rows, not every point. `width` 0 is the whole series (one row: its count and step range); else the
+    bucket holds steps [bucket * width, (bucket + 1) * width). `total` is the sum of the values, NULL
+    once it could overflow (a chart then reads the points). Derived: rebuilt wherever points are
+    deleted or rewritten; not archived (a restore rebuilds it)."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="metric_rollups", db_index=False)
+    key = models.CharField(max_length=200)
+    width = models.PositiveBigIntegerField()
+    bucket = models.PositiveBigIntegerField()
+    n = models.PositiveBigIntegerField()
+    total = models.FloatField(null=True)
+    low = models.FloatField()
+    high = models.FloatField()
+    first_step = models.PositiveBigIntegerField()
+    last_step = models.PositiveBigIntegerField()
+    last_value = models.FloatField()  # of the point with the highest step (of those, the last stored)
+
+    # The bucket widths kept, in steps: 16 × 4^k up to 2^62 (the contract's largest step). A chart of P
+    # buckets over a span S reads the widest width ≤ S/P: fewer than 4P rows, whatever the point count.
+    WIDTHS = tuple(16 * 4**k for k in range(30))
+
+    class Meta:
+        constraints = [
+            # Also the read index: one run's key at one width, in bucket order.
+            models.UniqueConstraint(fields=["run", "key", "width", "bucket"], name="metric_rollup_uniq"),
+        ]
+
+
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, models.CASCADE, related_name="checkpoints")
     external_id = models.CharField(max_length=200)

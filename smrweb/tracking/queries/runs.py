@@ -18,6 +18,7 @@ from smrweb.tracking.models import (
     FLOAT_MAX,
     RUN_RULE,
     MetricPoint,
+    MetricRollup,
     Run,
     RuntimeMessage,
     Submission,
@@ -39,27 +40,76 @@ def metric_keys(run: Run) -> list[str]:
 
 
 def metric_series(run: Run, key: str, points: int) -> tuple[int, list[SeriesPoint]]:
-    """A run's series for `key`, at most `points` long: min/mean/max per step bucket, computed in SQL.
+    """A run's series for `key`, at most `points` long: every point when it has no more, else
+    min/mean/max per step bucket.
 
     Returns (total points stored, the points). Buckets split the step range evenly, so a chart keeps
-    the series' shape (its extremes survive as min/max) without shipping every point.
+    the series' shape (its extremes survive as min/max) without shipping every point. A long series is
+    read from its rollups (`MetricRollup`, kept at ingest): the widest kept width within a bucket's
+    span, fewer than 4 × `points` rows whatever the number of points, each rollup bucket counted in the
+    chart's bucket its first step falls in. Two queries.
     """
+    whole = (
+        MetricRollup.objects.filter(run=run, key=key, width=0)
+        .values_list("n", "first_step", "last_step", "low", "high")
+        .first()
+    )
+    if whole is None:  # no rollup: no point either, or points not stored by ingest (read them)
+        return _series_from_points(run, key, points)
+    total, lo, hi = whole[:3]
+    steps_per_bucket = -(-(hi - lo + 1) // points)
+    width = max((w for w in MetricRollup.WIDTHS if w <= steps_per_bucket), default=0)
+    if total <= points or not width:
+        # Every point (a short series), or a dense one of fewer than 16 × `points`: from its points.
+        return _series_from_points(run, key, points, whole)
+    rollups = (
+        MetricRollup.objects.filter(run=run, key=key, width=width)
+        .order_by("bucket")
+        .values_list("first_step", "n", "total", "low", "high")
+    )
+    merged: list[list] = []  # [chart bucket, first step, count, [sums], min, max]
+    for first, n, sum_, low, high in rollups:
+        if sum_ is None:  # a sum too large to keep: the means come from the points
+            return _series_from_points(run, key, points, whole)
+        index = (first - lo) // steps_per_bucket
+        if merged and merged[-1][0] == index:
+            row = merged[-1]
+            row[2] += n
+            row[3].append(sum_)
+            row[4], row[5] = min(row[4], low), max(row[5], high)
+        else:
+            merged.append([index, first, n, [sum_], low, high])
+    if sum(row[2] for row in merged) != total:  # rollups out of step with each other: trust the points
+        return _series_from_points(run, key, points, whole)
+    # Each mean a sum of sum/n: no overflow where the sum of the sums would.
+    return total, [
+        SeriesPoint(first, sum(t / n for t in sums), low, high, n) for _, first, n, sums, low, high in merged
+    ]
+
+
+def _series_from_points(
+    run: Run, key: str, points: int, span: tuple[int, int, int, float, float] | None = None
+) -> tuple[int, list[SeriesPoint]]:
+    """`metric_series` computed from the points in SQL (O(points)); `span`: (count, first and last
+    step, min and max value) when known."""
     rows = MetricPoint.objects.filter(run=run, key=key)
-    span = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"), vlo=Min("value"), vhi=Max("value"))
-    total = span["n"]
+    if span is None:
+        agg = rows.aggregate(n=Count("id"), lo=Min("step"), hi=Max("step"), lv=Min("value"), hv=Max("value"))
+        span = (agg["n"], agg["lo"], agg["hi"], agg["lv"], agg["hv"])
+    total, lo, hi, vlo, vhi = span
     if total == 0:
         return 0, []
     if total <= points:
         return total, [
             SeriesPoint(s, v, v, v, 1) for s, v in rows.order_by("step", "id").values_list("step", "value")
         ]
-    lo, width = span["lo"], span["hi"] - span["lo"] + 1
+    width = hi - lo + 1
     # Integer arithmetic on both backends: bucket = (step - lo) // steps_per_bucket, in [0, points).
     # No multiplication, so steps near the contract's 2**62 cannot overflow bigint.
     steps_per_bucket = -(-width // points)
     bucket = Cast((F("step") - lo) / steps_per_bucket, IntegerField())
     grouped = rows.annotate(bucket=bucket).values("bucket").order_by("bucket")
-    if max(abs(span["vlo"]), abs(span["vhi"])) * total < FLOAT_MAX:
+    if max(abs(vlo), abs(vhi)) * total < FLOAT_MAX:
         buckets = grouped.annotate(
             step=Min("step"), mean=Avg("value"), lo=Min("value"), hi=Max("value"), n=Count("id")
         )

@@ -100,6 +100,7 @@ from smrweb.tracking.services.members import (  # noqa: F401
     remove_member,
     set_member,
 )
+from smrweb.tracking.services.metric_rollups import rebuild_metric_rollups  # noqa: F401
 from smrweb.tracking.services.params import (  # noqa: F401
     check_param,
     log_params,

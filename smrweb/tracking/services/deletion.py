@@ -22,6 +22,7 @@ from smrweb.tracking.models import (
     ArtifactBlob,
     AuditVerb,
     MetricPoint,
+    MetricRollup,
     Project,
     Role,
     Rollback,
@@ -29,6 +30,7 @@ from smrweb.tracking.models import (
     Submission,
     TurnBody,
 )
+from smrweb.tracking.services import metric_rollups
 from smrweb.tracking.services.archive import _allows
 from smrweb.tracking.services.artifacts import _chunks, collect_unreferenced_blobs
 from smrweb.tracking.services.audit import record_audit
@@ -42,12 +44,19 @@ def delete_event_rows(rows) -> int:
     blob_ids = set(rows.values_list("blob_id", flat=True)) if rows.model is Artifact else set()
     with transaction.atomic():
         run_ids = set(rows.values_list("run_id", flat=True))
+        series = (
+            set(rows.values_list("run_id", "key").order_by().distinct())
+            if rows.model is MetricPoint
+            else set()
+        )
         deleted, _ = rows.delete()
         for run in Run.objects.select_for_update().select_related("project__scenario").filter(pk__in=run_ids):
             fields = recompute_spend(run) + recompute_scores(run) + recompute_state(run)
             run.save(update_fields=[*fields, "updated"])
         if rows.model is AgentTurn:  # under the runs' locks, like the summaries
             rebuild_turn_rollups(run_ids)
+        for run_id in run_ids & {run_id for run_id, _ in series}:
+            metric_rollups.rebuild(run_id, {key for r, key in series if r == run_id})
     if blob_ids:
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=blob_ids))
     return deleted
@@ -156,6 +165,7 @@ def _delete_run_rows(run: Run) -> None:
     """One run and everything of it, in the caller's transaction. The high-volume tables go first in one
     statement each (no rows loaded); the rest through Django's collector (submissions, reviews, …)."""
     MetricPoint.objects.filter(run=run)._raw_delete(MetricPoint.objects.db)
+    MetricRollup.objects.filter(run=run)._raw_delete(MetricRollup.objects.db)
     TurnBody.objects.filter(run=run)._raw_delete(TurnBody.objects.db)  # before the turns they point at
     AgentTurn.objects.filter(run=run)._raw_delete(AgentTurn.objects.db)
     try:

@@ -14,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 
 from smrweb.tracking import events as ev
 from smrweb.tracking.models import MetricPoint, Run
+from smrweb.tracking.services import metric_rollups
 
 _encode_json = msgspec.json.Encoder().encode
 _by_id = operator.attrgetter("id")
@@ -27,12 +28,17 @@ _SMALL_BATCH = 50  # metric points whose ids are all asked for at once (_insert_
 class _CopyRows:
     """A batch as the text COPY reads: "run_id, key, step, value, ts, event_id" lines (tab-separated,
     each ending in a newline), in event id order (a stable sort: of two rows with one id the first
-    still comes first), and how many lines."""
+    still comes first), how many lines, and their keys, steps and values in that order (`points`)."""
 
-    __slots__ = ("text", "count")
+    __slots__ = ("text", "count", "keys", "steps", "values")
 
-    def __init__(self, text: str, count: int):
+    def __init__(self, text: str, count: int, keys: list[str], steps: list[int], values: list[float]):
         self.text, self.count = text, count
+        self.keys, self.steps, self.values = keys, steps, values
+
+    @property
+    def points(self) -> tuple[list[str], list[int], list[float]]:
+        return self.keys, self.steps, self.values
 
     def __len__(self) -> int:
         return self.count
@@ -54,11 +60,12 @@ def _copy_rows(run_id: int, events: list[ev.MetricEvent | ev.PlainMetric], now: 
         events = sorted(events, key=_event_key)
         ids = [_event_key(e) for e in events]
         stamps = [now_text if e.ts is None else e.ts.isoformat() for e in events]
-    keys = [e.key for e in events]
+    keys = point_keys = [e.key for e in events]
+    point_steps, point_values = [e.step for e in events], [e.value for e in events]
     # Numbers in their shortest round-trip text, all at once by msgspec's encoder (repr() one by one was
     # most of the time); a JSON number is an int8 or float8 literal PostgreSQL reads exactly.
-    steps = _encode_json([e.step for e in events])[1:-1].decode().split(",")
-    values = _encode_json([e.value for e in events])[1:-1].decode().split(",")
+    steps = _encode_json(point_steps)[1:-1].decode().split(",")
+    values = _encode_json(point_values)[1:-1].decode().split(",")
     n = len(ids)
     runs = repeat(str(run_id), n)
     text = "\n".join(map("\t".join, zip(runs, keys, steps, values, stamps, ids, strict=True))) + "\n"
@@ -69,7 +76,7 @@ def _copy_rows(run_id: int, events: list[ev.MetricEvent | ev.PlainMetric], now: 
         ids = [i.translate(esc) for i in ids]
         runs = repeat(str(run_id), n)
         text = "\n".join(map("\t".join, zip(runs, keys, steps, values, stamps, ids, strict=True))) + "\n"
-    return _CopyRows(text, n)
+    return _CopyRows(text, n, point_keys, point_steps, point_values)
 
 
 def _event_key(event: ev.MetricEvent | ev.PlainMetric) -> str:
@@ -113,6 +120,7 @@ def insert(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetim
                 with connection.wrap_database_errors:
                     with cursor.copy(f"COPY {q(MetricPoint._meta.db_table)} ({columns}) FROM STDIN") as copy:
                         copy.write(rows.text)
+                metric_rollups.record(run.pk, *rows.points)
             return len(fresh)
     first, last = _event_key(events[0]), _event_key(events[-1])
     rows = _copy_rows(run.pk, events, now)
@@ -127,6 +135,7 @@ def insert(run: Run, events: list[ev.MetricEvent | ev.PlainMetric], now: datetim
             except IntegrityError:
                 pass  # an id between the first and the last was stored already
             else:
+                metric_rollups.record(run.pk, *rows.points)
                 return len(rows)
     return _insert_metrics_pg_staged(run, rows)
 
@@ -140,7 +149,8 @@ def _ids_unique(events: list[ev.MetricEvent | ev.PlainMetric]) -> bool:
 def _insert_metrics_pg_staged(run: Run, rows: _CopyRows) -> int:
     """The batch's COPY rows into a temporary staging table (one per connection, emptied at every
     commit), moved into the metric table by one INSERT … SELECT … ON CONFLICT DO NOTHING in their
-    order. The move deletes what it reads: a batch never sees another's rows, even in one transaction."""
+    order. The move deletes what it reads: a batch never sees another's rows, even in one transaction.
+    The rows it inserted (RETURNING: a duplicate returns nothing) go into the run's metric rollups."""
     q = connection.ops.quote_name
     columns = ", ".join(q(c) for c in _COPY_COLUMNS)
     with connection.cursor() as cursor:
@@ -155,6 +165,10 @@ def _insert_metrics_pg_staged(run: Run, rows: _CopyRows) -> int:
             f"WITH batch AS (DELETE FROM {_STAGE} RETURNING *) "
             f"INSERT INTO {q(MetricPoint._meta.db_table)} ({columns}) "
             f"SELECT {columns} FROM batch ORDER BY n "
-            f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING"
+            f"ON CONFLICT ({q('run_id')}, {q('event_id')}) DO NOTHING "
+            f"RETURNING {q('key')}, {q('step')}, {q('value')}"
         )
-        return cursor.rowcount
+        inserted = cursor.fetchall()
+    if inserted:
+        metric_rollups.record(run.pk, *metric_rollups.columns(inserted))
+    return len(inserted)

@@ -26,6 +26,7 @@ from django.utils import timezone
 from smrweb.core.downsample import lttb
 from smrweb.tracking.errors import InvalidInput, NotAllowed, TrackingError
 from smrweb.tracking.models import TERMINAL_STATES, ApiToken, AuditVerb, MetricPoint, Project, Role, Run
+from smrweb.tracking.services import metric_rollups
 from smrweb.tracking.services.audit import record_audit
 from smrweb.tracking.services.deletion import DeletionSummary, _delete_runs_now, runs_summary
 
@@ -148,6 +149,7 @@ def _cut_series(run_id: int, key: str, keep: int, *, dry_run: bool) -> tuple[int
             return len(points), len(kept)
         kept_ids = [p[2] for p in kept]
         rows.exclude(pk__in=kept_ids)._raw_delete(rows.db)
+        metric_rollups.rebuild(run_id, [key])
         previous = (run.metrics_downsampled or {}).get(key, {})
         run.metrics_downsampled = {
             **(run.metrics_downsampled or {}),
