@@ -65,12 +65,14 @@ def _coarser(rows: list[Row], ratio: int) -> list[Row]:
         parent = bucket // ratio if ratio else 0
         if out and out[-1][0] == parent:
             row = out[-1]
+            row[5] = min(row[5], _first)
             row[1] += n
             row[2] = row[2] + total if row[2] is not None and total is not None else None
             if row[2] is not None and not abs(row[2]) < _SUM_LIMIT:
                 row[2] = None
             row[3], row[4] = min(row[3], low), max(row[4], high)
-            row[6], row[7] = last_step, last_value  # later buckets hold later steps
+            if last_step >= row[6]:  # later buckets hold later steps (a kept bucket merged in: by its steps)
+                row[6], row[7] = last_step, last_value
         else:
             out.append([parent, n, total, low, high, _first, last_step, last_value])
     return out
@@ -108,24 +110,60 @@ def _by_key(keys: Sequence[str], steps: Sequence[int], values: Sequence[float]):
     return groups
 
 
-def aggregate(keys: Sequence[str], steps: Sequence[int], values: Sequence[float]) -> list[tuple]:
+def aggregate(
+    keys: Sequence[str],
+    steps: Sequence[int],
+    values: Sequence[float],
+    before: dict[str, Row] | None = None,
+) -> list[tuple]:
     """Points (as columns, in stored order) as rollup rows (key, width, bucket, n, total, low, high,
-    first step, last step, last value) of every width, width 0 (the whole series) included."""
+    first step, last step, last value): width 0 (the whole series) and each width the series spans more
+    than one bucket of, once these points are added to it. `before`: each key's whole-series row as kept
+    (`Row` with bucket 0), for the widths these points make it span for the first time: until then such
+    a width's one bucket was the whole series, not kept apart, and now is (merged into these rows)."""
+    before = before or {}
     out = []
     for key, series_steps, series_values in _by_key(keys, steps, values) if keys else ():
         rows = _base_buckets(series_steps, series_values)
-        out += [(key, _BASE, *row) for row in rows]
-        for width in WIDTHS[1:]:  # each 4 times the last
-            rows = _coarser(rows, 4)
-            out += [(key, width, *row) for row in rows]
+        kept = before.get(key)
+        lo, hi = rows[0][5], rows[-1][6]
+        if kept is not None:
+            lo, hi = min(lo, kept[5]), max(hi, kept[6])
+        width = _BASE
+        while width and lo // width != hi // width:  # wider widths hold the series in one bucket
+            written = rows
+            if kept is not None and kept[5] // width == kept[6] // width:
+                written = _merged(rows, [kept[5] // width, *kept[1:]])
+            out += [(key, width, *row) for row in written]
+            width = width * 4 if width < WIDTHS[-1] else 0
+            if width:
+                rows = _coarser(rows, 4)
         out += [(key, 0, *row) for row in _coarser(rows, 0)]
     return out
+
+
+def _merged(rows: list[Row], extra: Row) -> list[Row]:
+    """`rows` (in bucket order) with `extra` added to its bucket: one row per bucket, so one statement
+    never updates a row twice (PostgreSQL refuses that)."""
+    # The kept bucket first on a tie of steps: these points were stored after it.
+    out = sorted([list(extra), *(list(r) for r in rows)], key=lambda r: (r[0], r[6]))
+    return _coarser(out, 1)
 
 
 def record(run_id: int, keys: Sequence[str], steps: Sequence[int], values: Sequence[float]) -> int:
     """Add points just stored for the run (as columns, in stored order) to its rollups. Call in the
     transaction that stored them, with the run's row locked. Returns how many rows were upserted."""
-    rows = aggregate(keys, steps, values)
+    before = (
+        {
+            key: [0, *row]
+            for key, *row in MetricRollup.objects.filter(
+                run_id=run_id, width=0, key__in=set(keys)
+            ).values_list("key", "n", "total", "low", "high", "first_step", "last_step", "last_value")
+        }
+        if keys
+        else {}
+    )
+    rows = aggregate(keys, steps, values, before)
     if not rows:
         return 0
     if connection.vendor == "postgresql":
