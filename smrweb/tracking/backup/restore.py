@@ -43,6 +43,7 @@ from smrweb.tracking.models import (
     Scenario,
     TurnBody,
 )
+from smrweb.tracking.services.figures import rebuild_project_figures
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class _Importer:
         services.rebuild_turn_rollups(  # derived, not archived (tables.DERIVED)
             Run.objects.filter(project=self.project, turn_count__gt=0).values_list("pk", flat=True)
         )
+        rebuild_project_figures(self.project.pk, runs=True)  # derived too: the overview's figures
         services.record_audit(
             by,
             AuditVerb.PROJECT_IMPORTED,

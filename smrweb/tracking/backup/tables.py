@@ -31,11 +31,13 @@ from smrweb.tracking.models import (
     MetricPoint,
     Notification,
     Project,
+    ProjectFigures,
     ProjectInvitation,
     Review,
     Rollback,
     Run,
     RunControl,
+    RunDaySpend,
     RunLaunch,
     RunNote,
     RunParam,
@@ -204,7 +206,7 @@ TABLES: tuple[Table, ...] = (
 # Derived from the archived rows, never archived: a restore computes them again (`TurnRollup`, the run
 # page's turn aggregates, holds turn ids that are new on the importing side).
 # Blob summaries are read from the bytes again on the importing side when a page first shows them.
-DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary)
+DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary, ProjectFigures, RunDaySpend)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}
