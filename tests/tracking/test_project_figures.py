@@ -6,11 +6,14 @@ the submissions or the turns."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +24,7 @@ from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission
 from smrweb.tracking.queries.summary_reference import computed_summary_figures
 from smrweb.tracking.services import submissions as lifecycle
+from smrweb.tracking.services.figures import rebuild_project_figures
 from smrweb.tracking.services.submissions import VerificationResult
 from tests.factories import admin_project
 
@@ -43,9 +47,15 @@ def reference(project: Project, unverified: bool) -> dict:
     return computed_summary_figures([project], unverified)[project.pk]
 
 
+def cents(figures: dict) -> dict:
+    """USD to the model's 6 places: SQLite sums the turns' decimals as floats (30.0000000000019), the
+    kept spend adds them as decimals."""
+    return {k: v.quantize(Decimal("0.000001")) if isinstance(v, Decimal) else v for k, v in figures.items()}
+
+
 def assert_kept(project: Project, step: str) -> None:
     for unverified in (False, True):
-        kept, computed = maintained(project, unverified), reference(project, unverified)
+        kept, computed = cents(maintained(project, unverified)), cents(reference(project, unverified))
         assert kept == computed, f"after {step} (unverified={unverified}): " + ", ".join(
             f"{k}: kept {kept[k]!r}, computed {computed[k]!r}" for k in kept if kept[k] != computed[k]
         )
@@ -255,3 +265,82 @@ def test_a_seeded_walk_of_200_steps_keeps_the_figures(alice):
         assert_kept(project, f"step {step}: {name}{args}")
     assert set(world.done) == {*STEPS}, world.done  # every kind of write happened
     assert Submission.objects.filter(project=project, status="approved").exists()
+
+
+# --- what a page reads: a fixed number of queries, no scan of the submissions or the turns ------------
+
+
+def fill(project: Project, runs: int, per_run: int) -> None:
+    """`runs` runs of `per_run` scores and `per_run` turns each, some verified (10× a world: 10× both)."""
+    now = timezone.now()
+    for r in range(runs):
+        ingest(
+            project,
+            f"run-{r}",
+            *[
+                {"type": "score", "id": f"s{i}", "score": r + i, "ts": f"{now - timedelta(minutes=i):%FT%T}Z"}
+                for i in range(per_run)
+            ],
+            *[
+                {"type": "agent.turn", "id": f"t{i}", "turn": i, "cost_usd": 0.01, "ts": f"{now:%FT%T}Z"}
+                for i in range(per_run)
+            ],
+        )
+    ids = list(Submission.objects.filter(project=project).values_list("pk", flat=True)[::3])
+    Submission.objects.filter(pk__in=ids).update(status="verified")
+    rebuild_project_figures(project.pk, runs=True)  # the raw UPDATE above: as its service would
+
+
+def statements(read) -> list[str]:
+    with CaptureQueriesContext(connection) as ctx:
+        read()
+    return [q["sql"] for q in ctx.captured_queries]
+
+
+def no_scan(sqls: list[str]) -> None:
+    """No turn read at all; submissions only by id (the sparkline's scores' standing: SPARK_SCORES per
+    project) or as a top of the (project, status, score…) index."""
+    for sql in sqls:
+        assert "tracking_agentturn" not in sql, sql
+        if "tracking_submission" in sql:
+            assert re.search(r'"tracking_submission"\."id" IN \(', sql), sql
+
+
+@pytest.mark.parametrize("page", ["overview", "project page"])
+def test_the_figures_read_the_same_queries_at_1x_and_10x_and_scan_no_submissions_or_turns(alice, page):
+    small, big = admin_project("small", by=alice), admin_project("big", by=alice)
+    fill(small, runs=3, per_run=10)
+    fill(big, runs=30, per_run=100)
+    reads = {}
+    for p in (small, big):
+        p = Project.objects.select_related("scenario").get(pk=p.pk)
+        if page == "overview":
+            reads[p.slug] = statements(lambda p=p: queries.project_summaries([p]))
+        else:  # the figures above the runs table: condition counts, results gap, what waits to count
+            reads[p.slug] = statements(
+                lambda p=p: (
+                    queries.run_condition_counts(p),
+                    queries.results_gap(p),
+                    queries.pending_scores(p),
+                )
+            )
+        no_scan(reads[p.slug])
+        for unverified in (False, True):
+            if page == "overview":
+                assert cents(maintained(p, unverified)) == cents(reference(p, unverified))
+    assert len(reads["small"]) == len(reads["big"]), reads
+    big_pending = queries.pending_scores(Project.objects.select_related("scenario").get(slug="big"))
+    waiting = Submission.objects.filter(project__slug="big", status="candidate")
+    assert waiting.count() == 2000  # 3,000 scores, a third verified
+    best = waiting.order_by("-score").first().score
+    assert (big_pending.label, big_pending.more, big_pending.best) == ("1,000+", True, best)
+
+
+def test_the_overview_page_reads_no_submissions_or_turns_beyond_the_sparklines(client, alice):
+    project = admin_project("hill", by=alice)
+    fill(project, runs=5, per_run=20)
+    client.force_login(alice)
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get("/")
+    assert response.status_code == 200 and 'href="/projects/hill/"' in response.content.decode()
+    no_scan([q["sql"] for q in ctx.captured_queries])

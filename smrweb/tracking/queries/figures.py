@@ -20,6 +20,23 @@ from smrweb.tracking.models import (
 from smrweb.tracking.queries.runs import ScorePoint
 
 
+def pending_figures(project: Project) -> ProjectFigures:
+    """The project's kept row (computed first when there is none, or it was kept in the other direction)."""
+    row = ProjectFigures.objects.filter(project_id=project.pk).first()
+    if row is None or row.maximize != project.scenario.maximize:
+        _rebuild([project])
+        row = ProjectFigures.objects.get(project_id=project.pk)
+    return row
+
+
+def _rebuild(projects: list[Project]) -> None:
+    from smrweb.tracking.services.figures import rebuild_project_figures
+
+    for p in projects:
+        with transaction.atomic():
+            rebuild_project_figures(p.pk)
+
+
 def read_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
     """Each project's figures from its `ProjectFigures` row (one query), the standing of its sparkline's
     scores (one query by id) and today's spend (one query over `RunDaySpend`'s (project, day) index)."""
@@ -27,11 +44,7 @@ def read_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
     rows = {r.project_id: r for r in ProjectFigures.objects.filter(project_id__in=ids)}
     missing = [p for p in projects if p.pk not in rows or rows[p.pk].maximize != p.scenario.maximize]
     if missing:  # never written (a project with no runs yet) or its scenario's direction changed
-        from smrweb.tracking.services.figures import rebuild_project_figures
-
-        for p in missing:
-            with transaction.atomic():
-                rebuild_project_figures(p.pk)
+        _rebuild(missing)
         rows |= {
             r.project_id: r for r in ProjectFigures.objects.filter(project_id__in=[p.pk for p in missing])
         }

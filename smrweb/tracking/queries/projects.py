@@ -17,7 +17,6 @@ from django.db.models import (
     Max,
     Min,
     Q,
-    Subquery,
     Sum,
     Value,
     When,
@@ -29,7 +28,6 @@ from smrweb.core import cachekeys, numbers
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     STALLED,
-    UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
     Artifact,
     ArtifactBlob,
@@ -42,7 +40,7 @@ from smrweb.tracking.models import (
     standing,
 )
 from smrweb.tracking.queries import budget
-from smrweb.tracking.queries.figures import read_figures
+from smrweb.tracking.queries.figures import pending_figures, read_figures
 from smrweb.tracking.queries.kept import kept
 from smrweb.tracking.queries.runs import ScorePoint, _latest_scores
 
@@ -205,32 +203,13 @@ class Pending:
 
 
 def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
-    """What is waiting to count in the project's numbers, in two index reads however many there are:
-    how many (counted up to PENDING_COUNTED), and the best (the top of each status's score order in the
-    (project, status, score, exclusion, run) index). `excluded`: the project's excluded runs, if read."""
-    if excluded is None:
-        excluded = excluded_run_ids(project)
-    waiting = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
-        run_id__in=excluded
-    )
-    n = waiting.filter(status__in=UNVERIFIED_STATUSES).order_by().values("pk")[: PENDING_COUNTED + 1].count()
-    if not n:
+    """What is waiting to count in the project's numbers, from its kept figures (`ProjectFigures`, one
+    row): how many (shown up to PENDING_COUNTED, then "1,000+"), and the best. `excluded`: unused, the
+    row leaves excluded runs out already (kept for the callers that read them anyway)."""
+    row = pending_figures(project)
+    if not row.pending:
         return Pending(0, None)
-    best_first = "-score" if project.scenario.maximize else "score"
-    tops = (
-        Project.objects.filter(pk=project.pk)
-        .annotate(
-            **{
-                f"top_{i}": Subquery(waiting.filter(status=status).order_by(best_first).values("score")[:1])
-                for i, status in enumerate(UNVERIFIED_STATUSES)
-            }
-        )
-        .values(*(f"top_{i}" for i in range(len(UNVERIFIED_STATUSES))))
-        .first()
-    )
-    values = [v for v in (tops or {}).values() if v is not None]
-    best = (max if project.scenario.maximize else min)(values) if values else None
-    return Pending(min(n, PENDING_COUNTED), best, n > PENDING_COUNTED)
+    return Pending(min(row.pending, PENDING_COUNTED), row.pending_best, row.pending > PENDING_COUNTED)
 
 
 def project_summaries(
