@@ -262,12 +262,67 @@ def _write(project_id: int, fields: dict) -> None:
         cursor.execute(_SQL[key], [*params, project_id])
 
 
-def after_ingest(run: Run, turns: Sequence[AgentTurn], submissions: Sequence[Submission]) -> None:
-    """A batch's share, in its transaction under the run's lock: its turns into the run's days, the
-    project's row recomputed (its best only when scores came in), its scores into the sparkline."""
+_ADDED = ("runs", "active", "stalled", "failed", "abandoned", "over_budget", "spend_usd", "spend_turns_usd")
+_ADDED += ("billed_runs", "gap_runs", "gap_missing", "gap_unknown", "waiting", "pending")
+
+
+def share(run: Run) -> dict:
+    """What one run adds to its project's row: `_runs_part`'s rule for one run, in Python (ingest's
+    batches move the row by the difference of their run's share, under the run's lock)."""
+    live, counted = run.state not in TERMINAL_STATES, run.excluded_at is None
+    gap = counted and not run.results_complete
+    return {
+        "runs": 1,
+        "active": int(live and run.stalled_since is None),
+        "stalled": int(live and run.stalled_since is not None),
+        "failed": int(run.state == "failed"),
+        "abandoned": int(run.state == "abandoned"),
+        "over_budget": int(bool(run.budget_overruns)),
+        "spend_usd": Decimal(run.spend_usd),
+        "spend_turns_usd": Decimal(run.cost_usd),
+        "billed_runs": int(run.source_total_usd is not None),
+        "gap_runs": int(gap),
+        "gap_missing": (run.results_missing or 0) if gap else 0,
+        "gap_unknown": int(gap and run.results_missing is None),
+        "waiting": run.queue_waiting if counted else 0,
+        "pending": run.queue_pending if counted else 0,
+        "last": run.last_progress_at,  # not added: the row keeps the latest
+    }
+
+
+def after_ingest(
+    project: Project, run: Run, before: dict, turns: Sequence[AgentTurn], submissions: Sequence[Submission]
+) -> None:
+    """A batch's share, in its transaction under the run's lock: its turns into the run's days; the
+    project's row moved by the difference of the run's share (`before`: as the batch found the run) in
+    one statement, O(1) whatever the number of runs; with scores, its best read again and the scores
+    put into the sparkline's window. A missing row is computed whole."""
     if turns:
         add_turns(run, turns)
-    refresh_project_figures(run.project, best=bool(submissions), scores=submissions)
+    after = share(run)
+    moved = {k: after[k] - before[k] for k in _ADDED}
+    key = ("move", connection.vendor)
+    if key not in _SQL:
+        q = connection.ops.quote_name
+        sets = ", ".join(f"{q(k)} = {q(k)} + %s" for k in _ADDED)
+        last = q("last_activity")
+        _SQL[key] = (
+            f"UPDATE {q(ProjectFigures._meta.db_table)} SET {sets}, {last} = CASE WHEN {last} IS NULL OR "
+            f"{last} < %s THEN %s ELSE {last} END WHERE project_id = %s"
+        )
+    field = ProjectFigures._meta.get_field("last_activity")
+    at = field.get_db_prep_save(run.last_progress_at, connection)
+    params = [ProjectFigures._meta.get_field(k).get_db_prep_save(moved[k], connection) for k in _ADDED]
+    with connection.cursor() as cursor:
+        cursor.execute(_SQL[key], [*params, at, at, project.pk])
+        found = cursor.rowcount
+    if not found or after["last"] < before["last"]:  # none yet; a new run's first batch, stamped earlier
+        refresh_project_figures(project, scores=submissions)
+    elif submissions:
+        history = _locked_history(project.pk) or []
+        new = {(micros(s.ts), s.pk, s.score) for s in submissions}
+        window = [list(p) for p in sorted({tuple(p) for p in history} | new)[-SPARK_SCORES:]]
+        _write(project.pk, {**_best_part(project), "history": window, "updated": datetime.now(UTC)})
 
 
 def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:

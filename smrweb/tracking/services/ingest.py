@@ -107,6 +107,7 @@ def ingest_events(
                 first_seen = ts
     with transaction.atomic(savepoint=savepoint):
         run = _locked_run(project, run_external_id, first_seen or now)
+        before = figures.share(run)  # what the run adds to the overview's figures, as the batch finds it
         fresh = _new_events(run, others) if others else []
         by_type: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         for key, event in fresh:
@@ -148,7 +149,7 @@ def ingest_events(
         if changed:
             run.save(update_fields=[*dict.fromkeys(changed), "updated"])
         if accepted:
-            figures.after_ingest(run, turns, scores)
+            figures.after_ingest(project, run, before, turns, scores)
             signals.announce_alerts_due("run", run.pk)
     return IngestResult(
         run=run, accepted=accepted, duplicates=len(events) - accepted, bodies_dropped=bodies_dropped
