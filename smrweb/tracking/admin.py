@@ -7,10 +7,12 @@ Deleting them is allowed and recomputes the summaries.
 """
 
 from django.contrib import admin
+from django.db import transaction
 
 from smrweb.tracking import models as m
 from smrweb.tracking import services
 from smrweb.tracking.services import RUN_SETTINGS
+from smrweb.tracking.services.figures import rebuild_project_figures, refresh_project_figures
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -124,6 +126,22 @@ class RunAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # runs appear with their first event
+
+    # The overview's figures follow a budget edited or a run deleted here (services/figures.py).
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            refresh_project_figures(obj.project, best=False)
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, m.Run.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            projects = set(queryset.values_list("project_id", flat=True))
+            super().delete_queryset(request, queryset)
+            for project_id in sorted(projects):
+                rebuild_project_figures(project_id)
 
 
 @admin.register(m.SourceHealth)
@@ -385,3 +403,24 @@ class RunNoteAdmin(ReadOnlyAdmin):
 class CommentAdmin(ReadOnlyAdmin):
     list_display = ["pk", "project", "run", "submission", "author", "created", "edited_at", "deleted_at"]
     list_filter = ["project"]
+
+
+@admin.register(m.ProjectFigures)
+class ProjectFiguresAdmin(ReadOnlyAdmin):
+    """Derived: the overview's figures, kept by the write path (services/figures.py); a deleted row is
+    computed again by the next page that shows the project."""
+
+    list_display = ["project", "runs", "active", "stalled", "waiting", "pending", "best_score", "updated"]
+    raw_id_fields = ["project"]
+
+    deletable = True
+
+
+@admin.register(m.RunDaySpend)
+class RunDaySpendAdmin(ReadOnlyAdmin):
+    """Derived: what a run's turns cost per UTC day (the overview's spend today), added at ingest."""
+
+    list_display = ["run", "day", "cost_usd", "turns"]
+    raw_id_fields = ["run", "project"]
+
+    deletable = True  # with its run

@@ -11,6 +11,7 @@ from smrweb.dashboard.templatetags.smrweb import sparkline
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import ApiToken, Run, Submission
+from smrweb.tracking.services.figures import rebuild_project_figures
 from tests.factories import admin_project
 
 pytestmark = pytest.mark.django_db
@@ -43,8 +44,10 @@ def test_login_page_renders_a_form(client):
 
 def moved(project):
     """What the write path does on a status change (the test changes statuses with update()): the runs'
-    `updated` moves, and with it the overview's version, under which its figures are kept."""
+    `updated` moves, and with it the overview's version, under which its figures are kept; the kept
+    figures are read again (services/figures.py)."""
     Run.objects.filter(project=project).update(updated=timezone.now())
+    rebuild_project_figures(project.pk, runs=True)
 
 
 def test_overview_shows_best_score_sparkline_and_counts(client_alice, project):
@@ -355,6 +358,7 @@ def test_the_overviews_spend_is_the_runs_tables_spend_and_says_which_it_is(clien
     push(project, "billed", {"type": "agent.turn", "turn": 1, "cost_usd": 1.00})
     push(project, "turns-only", {"type": "agent.turn", "turn": 1, "cost_usd": 0.50})
     Run.objects.filter(external_id="billed").update(source_total_usd="1.36", updated=timezone.now())
+    rebuild_project_figures(project.pk)  # the raw UPDATE: what a sync's write does
     table = client_alice.get("/projects/hill/").content.decode()
     assert ">$1.36" in table and ">$0.50" in table  # the runs table's Spend: billed, else turn cost
     spend = _overview_spend(client_alice.get("/").content.decode())
@@ -364,9 +368,11 @@ def test_the_overviews_spend_is_the_runs_tables_spend_and_says_which_it_is(clien
     # Every run billed, by what its turns cost: "billed", and no difference to report.
     Run.objects.filter(external_id="turns-only").update(source_total_usd="0.50", updated=timezone.now())
     Run.objects.filter(external_id="billed").update(source_total_usd="1.00", updated=timezone.now())
+    rebuild_project_figures(project.pk)
     spend = _overview_spend(client_alice.get("/").content.decode())
     assert "$1.50 total" in spend and 'data-spend-basis="billed"' in spend and "turns $" not in spend
     # No source bills: turn cost, said so.
     Run.objects.update(source_total_usd=None, updated=timezone.now())
+    rebuild_project_figures(project.pk)
     spend = _overview_spend(client_alice.get("/").content.decode())
     assert "$1.50 total" in spend and 'data-spend-basis="turn cost"' in spend

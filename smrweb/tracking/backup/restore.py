@@ -44,6 +44,7 @@ from smrweb.tracking.models import (
     Scenario,
     TurnBody,
 )
+from smrweb.tracking.services.figures import rebuild_project_figures
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class _Importer:
         services.rebuild_metric_rollups(
             MetricPoint.objects.filter(run__project=self.project).values_list("run_id", flat=True).distinct()
         )
+        rebuild_project_figures(self.project.pk, runs=True)  # derived too: the overview's figures
         services.record_audit(
             by,
             AuditVerb.PROJECT_IMPORTED,

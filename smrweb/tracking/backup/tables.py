@@ -32,11 +32,13 @@ from smrweb.tracking.models import (
     MetricRollup,
     Notification,
     Project,
+    ProjectFigures,
     ProjectInvitation,
     Review,
     Rollback,
     Run,
     RunControl,
+    RunDaySpend,
     RunLaunch,
     RunNote,
     RunParam,
@@ -205,8 +207,8 @@ TABLES: tuple[Table, ...] = (
 # Derived from the archived rows, never archived: a restore computes them again (`TurnRollup`, the run
 # page's turn aggregates, holds turn ids that are new on the importing side).
 # Blob summaries are read from the bytes again on the importing side when a page first shows them.
-# Metric rollups are computed from the restored points.
-DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary, MetricRollup)
+# Metric rollups are computed from the restored points; the overview's figures from everything.
+DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary, MetricRollup, ProjectFigures, RunDaySpend)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}

@@ -85,6 +85,10 @@ class Run(models.Model):
     best_score = models.FloatField(null=True, blank=True)
     latest_score = models.FloatField(null=True, blank=True)
     score_count = models.PositiveIntegerField(default=0)
+    # The review queue's share of the run, recomputed with the scores (not excluded ones): waiting for
+    # someone (candidate, verifying, verified) and waiting to count (candidate, verifying).
+    queue_waiting = models.PositiveIntegerField(default=0)
+    queue_pending = models.PositiveIntegerField(default=0)
     # Lineage: the run this one was started from ("start the next run"), shown on both runs' pages.
     parent = models.ForeignKey("self", models.SET_NULL, null=True, blank=True, related_name="children")
     git_branch = models.CharField(max_length=200, blank=True)

@@ -17,21 +17,17 @@ from django.db.models import (
     Max,
     Min,
     Q,
-    Subquery,
     Sum,
     Value,
     When,
     Window,
 )
 from django.db.models.functions import Mod, RowNumber
-from django.utils import timezone
 
 from smrweb.core import cachekeys, numbers
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     STALLED,
-    TERMINAL_STATES,
-    UNVERIFIED_STATUSES,
     VERIFIED_STATUSES,
     Artifact,
     ArtifactBlob,
@@ -40,11 +36,11 @@ from smrweb.tracking.models import (
     RollbackStatus,
     Run,
     Submission,
-    SubmissionStatus,
     counted_q,
     standing,
 )
 from smrweb.tracking.queries import budget
+from smrweb.tracking.queries.figures import pending_figures, read_figures
 from smrweb.tracking.queries.kept import kept
 from smrweb.tracking.queries.runs import ScorePoint, _latest_scores
 
@@ -207,32 +203,13 @@ class Pending:
 
 
 def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
-    """What is waiting to count in the project's numbers, in two index reads however many there are:
-    how many (counted up to PENDING_COUNTED), and the best (the top of each status's score order in the
-    (project, status, score, exclusion, run) index). `excluded`: the project's excluded runs, if read."""
-    if excluded is None:
-        excluded = excluded_run_ids(project)
-    waiting = Submission.objects.filter(project=project, excluded_at__isnull=True).exclude(
-        run_id__in=excluded
-    )
-    n = waiting.filter(status__in=UNVERIFIED_STATUSES).order_by().values("pk")[: PENDING_COUNTED + 1].count()
-    if not n:
+    """What is waiting to count in the project's numbers, from its kept figures (`ProjectFigures`, one
+    row): how many (shown up to PENDING_COUNTED, then "1,000+"), and the best. `excluded`: unused, the
+    row leaves excluded runs out already (kept for the callers that read them anyway)."""
+    row = pending_figures(project)
+    if not row.pending:
         return Pending(0, None)
-    best_first = "-score" if project.scenario.maximize else "score"
-    tops = (
-        Project.objects.filter(pk=project.pk)
-        .annotate(
-            **{
-                f"top_{i}": Subquery(waiting.filter(status=status).order_by(best_first).values("score")[:1])
-                for i, status in enumerate(UNVERIFIED_STATUSES)
-            }
-        )
-        .values(*(f"top_{i}" for i in range(len(UNVERIFIED_STATUSES))))
-        .first()
-    )
-    values = [v for v in (tops or {}).values() if v is not None]
-    best = (max if project.scenario.maximize else min)(values) if values else None
-    return Pending(min(n, PENDING_COUNTED), best, n > PENDING_COUNTED)
+    return Pending(min(row.pending, PENDING_COUNTED), row.pending_best, row.pending > PENDING_COUNTED)
 
 
 def project_summaries(
@@ -249,80 +226,12 @@ def project_summaries(
 
 
 def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
-    ids = [p.pk for p in projects]
-    live = ~Q(runs__state__in=TERMINAL_STATES)
-    counts = {
-        row["pk"]: row
-        for row in Project.objects.filter(pk__in=ids)
-        .values("pk")
-        .annotate(
-            runs_n=Count("runs"),
-            active=Count("runs", filter=live & Q(runs__stalled_since__isnull=True)),
-            stalled=Count("runs", filter=live & Q(runs__stalled_since__isnull=False)),
-            failed=Count("runs", filter=Q(runs__state="failed")),
-            abandoned=Count("runs", filter=Q(runs__state="abandoned")),
-            over_budget=Count("runs", filter=budget.over_budget("runs__")),
-            spend=Sum(budget.spend_usd("runs__")),
-            spend_turns=Sum("runs__cost_usd"),
-            billed_runs=Count("runs", filter=Q(runs__source_total_usd__isnull=False)),
-            last=Max("runs__last_progress_at"),
-            **_gap_figures(),
-        )
-    }
-    waiting = Q(
-        status__in=[SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING, SubmissionStatus.VERIFIED]
-    )
-    pending = Q(status__in=UNVERIFIED_STATUSES)
-    queue = {
-        row["project_id"]: row
-        for row in Submission.objects.filter(
-            project_id__in=ids, excluded_at__isnull=True, run__excluded_at__isnull=True
-        )
-        .values("project_id")
-        .annotate(
-            waiting=Count("id", filter=waiting),
-            pending=Count("id", filter=pending),
-            pending_max=Max("score", filter=pending),
-            pending_min=Min("score", filter=pending),
-        )
-    }
-    best = best_submissions(projects, unverified=unverified)
-    since = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    today = dict(
-        Project.objects.filter(pk__in=ids, runs__turns__ts__gte=since)
-        .values("pk")
-        .annotate(usd=Sum("runs__turns__cost_usd"))
-        .values_list("pk", "usd")
-    )
-    histories = project_score_histories(projects, unverified=unverified)
-    out = {}
-    for p in projects:
-        c, q, top = counts.get(p.pk, {}), queue.get(p.pk, {}), best.get(p.pk)
-        pending_best = q.get("pending_max") if p.scenario.maximize else q.get("pending_min")
-        better = pending_best is not None and (
-            top is None or (pending_best > top.score if p.scenario.maximize else pending_best < top.score)
-        )
-        out[p.pk] = dict(
-            best_score=top.score if top else None,
-            best_submission_id=top.pk if top else None,
-            unverified_best=pending_best if better and not unverified else None,
-            unverified=q.get("pending", 0),
-            waiting_review=q.get("waiting", 0),
-            active=c.get("active", 0),
-            stalled=c.get("stalled", 0),
-            failed=c.get("failed", 0),
-            abandoned=c.get("abandoned", 0),
-            over_budget=c.get("over_budget", 0),
-            runs=c.get("runs_n", 0),
-            spend_usd=c.get("spend") or Decimal(0),
-            spend_turns_usd=c.get("spend_turns") or Decimal(0),
-            billed_runs=c.get("billed_runs", 0),
-            spend_today_usd=today.get(p.pk) or Decimal(0),
-            last_activity=c.get("last"),
-            history=histories.get(p.pk, []),
-            results_gap=_gap(c),
-        )
-    return out
+    """As the write path keeps them (`ProjectFigures`): O(projects) whatever the number of submissions or
+    turns; `queries.summary_reference` computes them from scratch (the tests' reference)."""
+    figures = read_figures(projects, unverified)
+    for row in figures.values():
+        row["results_gap"] = ResultsGap(*row["results_gap"])
+    return figures
 
 
 def run_condition_counts(project: Project, version: str | None = None) -> dict[str, int]:

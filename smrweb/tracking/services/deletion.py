@@ -34,6 +34,7 @@ from smrweb.tracking.services import metric_rollups
 from smrweb.tracking.services.archive import _allows
 from smrweb.tracking.services.artifacts import _chunks, collect_unreferenced_blobs
 from smrweb.tracking.services.audit import record_audit
+from smrweb.tracking.services.figures import rebuild_day_spend, rebuild_project_figures
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 from smrweb.tracking.services.runs import recompute_scores, recompute_spend, recompute_state
 
@@ -55,8 +56,12 @@ def delete_event_rows(rows) -> int:
             run.save(update_fields=[*fields, "updated"])
         if rows.model is AgentTurn:  # under the runs' locks, like the summaries
             rebuild_turn_rollups(run_ids)
+            rebuild_day_spend(run_ids)
         for run_id in run_ids & {run_id for run_id, _ in series}:
             metric_rollups.rebuild(run_id, {key for r, key in series if r == run_id})
+        projects = Run.objects.filter(pk__in=run_ids).values_list("project_id", flat=True)
+        for project_id in sorted(set(projects)):
+            rebuild_project_figures(project_id)  # the sparkline's window may have lost scores
     if blob_ids:
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=blob_ids))
     return deleted
@@ -208,6 +213,7 @@ def _delete_runs_now(project: Project, runs: list[Run], *, by: Any, reason: str 
                 **summary.as_detail(),
             )
             _delete_run_rows(locked)
+            rebuild_project_figures(project.pk)
         blob_ids |= held
     for chunk in _chunks(sorted(blob_ids)):
         collect_unreferenced_blobs(ArtifactBlob.objects.filter(pk__in=chunk))
@@ -236,6 +242,7 @@ def delete_project(project: Project, *, by: Any, confirm: str) -> DeletionSummar
         with transaction.atomic():
             for run in batch:
                 _delete_run_rows(run)
+            rebuild_project_figures(project.pk)  # archived meanwhile, but shown when asked for
     with transaction.atomic():
         record_audit(
             by, AuditVerb.PROJECT_DELETED, project, project=project, project_slug=slug, **summary.as_detail()

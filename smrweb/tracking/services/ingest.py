@@ -39,7 +39,7 @@ from smrweb.tracking.models import (
     Submission,
     TurnBody,
 )
-from smrweb.tracking.services import metric_copy, metric_rollups
+from smrweb.tracking.services import figures, metric_copy, metric_rollups
 from smrweb.tracking.services.artifacts import SHA256_RE
 from smrweb.tracking.services.control import confirm_reported
 from smrweb.tracking.services.rollups import advance_turn_rollup
@@ -107,6 +107,7 @@ def ingest_events(
                 first_seen = ts
     with transaction.atomic(savepoint=savepoint):
         run = _locked_run(project, run_external_id, first_seen or now)
+        before = figures.share(run)  # what the run adds to the overview's figures, as the batch finds it
         fresh = _new_events(run, others) if others else []
         by_type: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         for key, event in fresh:
@@ -116,6 +117,8 @@ def ingest_events(
         if metrics:
             accepted += _insert_metrics(run, metrics, now)
         bodies_dropped = 0
+        turns: list[AgentTurn] = []
+        scores: list[Submission] = []
         if by_type["agent.turn"]:
             turns = _insert_turns(run, by_type["agent.turn"], now)
             bodies_dropped = _insert_bodies(project, turns, [e for _, e in by_type["agent.turn"]])
@@ -126,7 +129,7 @@ def ingest_events(
         if by_type["message"]:
             _insert_messages(run, by_type["message"], now)
         if by_type["score"]:
-            _insert_scores(run, by_type["score"], now)
+            scores = _insert_scores(run, by_type["score"], now)
             changed += recompute_scores(run)
             if project.auto_verify:
                 signals.announce_scores_to_verify(run.pk)
@@ -146,6 +149,7 @@ def ingest_events(
         if changed:
             run.save(update_fields=[*dict.fromkeys(changed), "updated"])
         if accepted:
+            figures.after_ingest(project, run, before, turns, scores)
             signals.announce_alerts_due("run", run.pk)
     return IngestResult(
         run=run, accepted=accepted, duplicates=len(events) - accepted, bodies_dropped=bodies_dropped
@@ -473,7 +477,7 @@ def _insert_states(run: Run, items: list[tuple[str, ev.StateEvent]], now: dateti
     )
 
 
-def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: datetime) -> None:
+def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: datetime) -> list[Submission]:
     experiment_ids = {e.experiment for _, e in items if e.experiment}
     experiments = {
         x.external_id: x for x in Experiment.objects.filter(run=run, external_id__in=experiment_ids)
@@ -481,7 +485,7 @@ def _insert_scores(run: Run, items: list[tuple[str, ev.ScoreEvent]], now: dateti
     for external_id in experiment_ids - experiments.keys():
         experiments[external_id] = Experiment.objects.create(run=run, external_id=external_id)
     artifacts = _artifacts_by_ref(run, {_normal_ref(e.artifact) for _, e in items if e.artifact})
-    Submission.objects.bulk_create(
+    return Submission.objects.bulk_create(
         [
             Submission(
                 project_id=run.project_id,

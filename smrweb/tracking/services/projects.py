@@ -17,6 +17,7 @@ from smrweb.tracking.models import (
     AuditVerb,
     Membership,
     Project,
+    ProjectFigures,
     Role,
     Scenario,
     SourceKind,
@@ -173,6 +174,7 @@ def create_project(
             git_repo_path=git_repo_path,
             git_branch=git_branch,
         )
+        ProjectFigures.objects.create(project=project, maximize=project.scenario.maximize)  # the overview's
         if by is not None and getattr(by, "is_authenticated", False):
             Membership.objects.create(project=project, user=by, role=Role.ADMIN)
         record_audit(

@@ -35,6 +35,7 @@ from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.capabilities import Action
+from smrweb.tracking.services.figures import queue_counts_q, refresh_project_figures
 from smrweb.tracking.services.launches import link_new_run
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 
@@ -97,6 +98,7 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
     run = _select_run_for_update(project, external_id)
     if created:  # the one place runs are born: a launch waiting for this id links it to its parent
         link_new_run(run)
+        refresh_project_figures(project, best=False)  # one more run on the overview
     return run
 
 
@@ -119,6 +121,7 @@ def _set_run_fields(
     for field, value in changes.items():
         setattr(run, field, value)
     run.save(update_fields=[*changes, "updated"])
+    refresh_project_figures(project, best=False)  # a budget, the source's totals, its results gap
     signals.announce_alerts_due("run", run.pk)  # a budget, a profile (downgrade), a phase
     return run
 
@@ -200,7 +203,7 @@ def recompute_scores(run: Run) -> list[str]:
     maximize = run.project.scenario.maximize
     counted = counted_q(**RUN_RULE)
     best = Max("score", filter=counted) if maximize else Min("score", filter=counted)
-    agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=best)
+    agg = Submission.objects.filter(run=run).aggregate(n=Count("id"), best=best, **queue_counts_q())
     latest = (
         Submission.objects.filter(run=run)
         .filter(counted)
@@ -209,7 +212,8 @@ def recompute_scores(run: Run) -> list[str]:
         .first()
     )
     run.score_count, run.best_score, run.latest_score = agg["n"], agg["best"], latest
-    return ["score_count", "best_score", "latest_score"]
+    run.queue_waiting, run.queue_pending = agg["queue_waiting"], agg["queue_pending"]
+    return ["score_count", "best_score", "latest_score", "queue_waiting", "queue_pending"]
 
 
 def recompute_state(run: Run) -> list[str]:
@@ -247,6 +251,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
             ).update(stalled_since=now, updated=now)  # `updated` versions the dashboard's polls
             if claimed:
                 run.stalled_since = now
+                refresh_project_figures(run.project, best=False)
                 record_audit(
                     None,
                     AuditVerb.RUN_STALLED,
@@ -318,6 +323,7 @@ def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) ->
         changed = recompute_state(run)
         run.stalled_since = None
         run.save(update_fields=[*changed, "stalled_since", "updated"])  # `updated` versions the polls
+        refresh_project_figures(run.project, best=False)
         record_audit(
             by,
             AuditVerb.RUN_CLOSED,

@@ -39,6 +39,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services import recompute_scores, record_audit
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.artifacts import SHA256_RE
+from smrweb.tracking.services.figures import refresh_project_figures
 
 S = SubmissionStatus
 
@@ -146,10 +147,9 @@ def _move(
 
 
 def _touch_run(run, *, rescore: bool) -> None:
-    """A new version of the run page (it shows submission statuses); its best again when what counts
-    changed."""
-    fields = recompute_scores(run) if rescore else []
-    run.save(update_fields=[*fields, "updated"])
+    """A new run page version; its scores (best, queue: moved either way) and project figures again."""
+    run.save(update_fields=[*recompute_scores(run), "updated"])
+    refresh_project_figures(run.project)
 
 
 def _require(submission: Submission, user: Any, role: str, action: str) -> None:
@@ -909,6 +909,5 @@ def _set_excluded(model, obj, *, by: Any, reason: str, exclude: bool):
             project=project,
             reason=reason[:500],
         )
-        if model is Submission:
-            _touch_run(locked.run, rescore=True)
+        _touch_run(locked.run if model is Submission else locked, rescore=True)
     return locked
