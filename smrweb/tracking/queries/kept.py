@@ -2,7 +2,7 @@
 anything changed do not read every row again.
 
 The version is the caller's: the project page's (its runs' count and latest change, which the write
-path moves with every run, score, status or exclusion change, plus a 30-second tick) is the one its
+path moves with every run, score, status or exclusion change; no clock: issue 36) is the one its
 own poll answers 204 with. What is kept under a version is therefore exactly as fresh as the page that
 shows it. A cache that is down only costs the read."""
 
@@ -14,7 +14,7 @@ from typing import TypeVar
 from smrweb.core import cachekeys, softcache
 
 T = TypeVar("T")
-KEPT_SECONDS = 120  # a version moves on at least every 30 s: what is kept longer is never asked for
+KEPT_SECONDS = 600  # a quiet project's version stays: kept for a viewer who comes back, not for ever
 
 
 def kept(name: str, version: str | None, build: Callable[[], T]) -> T:
