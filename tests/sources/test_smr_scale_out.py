@@ -120,7 +120,9 @@ def test_a_changing_run_sync_asks_the_database_little(sim, alice):
     assert changed >= 4
     per_run = writes.statements / changed
     print(f"{per_run:.1f} statements, {writes.savepoints} savepoints per changed run")
-    assert per_run <= 18, per_run
+    # 15.8 before issue 36; the overview's figures add one UPDATE by the ingest and one by the sync's
+    # fields (each O(1): the run's share moved), the days' spend one, a new score's best and window two.
+    assert per_run <= 20, per_run
     # The write is its own (a savepoint here, inside the test's transaction); the ingest takes none.
     assert writes.savepoints <= changed + changed // 2, writes.savepoints
 

@@ -38,9 +38,9 @@ from smrweb.tracking.models import (
     VerificationOutcome,
     blob_storage_name,
 )
+from smrweb.tracking.services import figures
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import record_audit
-from smrweb.tracking.services.figures import refresh_project_figures
 from smrweb.tracking.services.runs import _check_run_id, _locked_run
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def store_artifact(
             if created:
                 run.last_progress_at, run.stalled_since = timezone.now(), None
                 run.save(update_fields=["last_progress_at", "stalled_since", "updated"])
-                refresh_project_figures(project, best=False)  # its last activity, not stalled
+                figures.refresh_project_figures(project, best=False)  # its last activity, not stalled
                 record_audit(
                     by,
                     AuditVerb.ARTIFACT_STORED,

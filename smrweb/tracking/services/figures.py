@@ -290,21 +290,43 @@ def share(run: Run) -> dict:
     }
 
 
+_COUNTS = {k for k in _ADDED if not k.startswith("spend")}
+NO_SHARE = {**dict.fromkeys(_ADDED, 0), "last": None}  # a run not yet counted (`move` on its creation)
+
+
 def after_ingest(
     project: Project, run: Run, before: dict, turns: Sequence[AgentTurn], submissions: Sequence[Submission]
 ) -> None:
     """A batch's share, in its transaction under the run's lock: its turns into the run's days; the
-    project's row moved by the difference of the run's share (`before`: as the batch found the run) in
-    one statement, O(1) whatever the number of runs; with scores, its best read again and the scores
-    put into the sparkline's window. A missing row is computed whole."""
+    project's row moved by the difference of the run's share (`move`); with scores, its best read again
+    and the scores put into the sparkline's window."""
     if turns:
         add_turns(run, turns)
+    if not move(project, run, before, scores=submissions) and submissions:
+        history = _locked_history(project.pk) or []
+        new = {(micros(s.ts), s.pk, s.score) for s in submissions}
+        window = [list(p) for p in sorted({tuple(p) for p in history} | new)[-SPARK_SCORES:]]
+        _write(project.pk, {**_best_part(project), "history": window, "updated": datetime.now(UTC)})
+
+
+def move(project: Project, run: Run, before: dict, *, scores: Sequence[Submission] = ()) -> bool:
+    """Move the project's row by the difference of one run's share (`before`: `share(run)` as the writer
+    found the run, under its lock) in one statement, O(1) whatever the number of runs: what every write
+    to one run's columns calls (ingest, a sync's fields, stall flagging, closing, an artifact). True when
+    the row had to be computed whole instead (none yet; a last activity that moved back)."""
     after = share(run)
     moved = {k: after[k] - before[k] for k in _ADDED}
     key = ("move", connection.vendor)
     if key not in _SQL:
         q = connection.ops.quote_name
-        sets = ", ".join(f"{q(k)} = {q(k)} + %s" for k in _ADDED)
+        # A count never goes below 0 (a run written around the write path, e.g. by hand, was never
+        # counted): the row's CHECK would refuse the writer's whole transaction over a figure.
+        sets = ", ".join(
+            f"{q(k)} = CASE WHEN {q(k)} + %s < 0 THEN 0 ELSE {q(k)} + %s END"
+            if k in _COUNTS
+            else f"{q(k)} = {q(k)} + %s"
+            for k in _ADDED
+        )
         last = q("last_activity")
         _SQL[key] = (
             f"UPDATE {q(ProjectFigures._meta.db_table)} SET {sets}, {last} = CASE WHEN {last} IS NULL OR "
@@ -312,17 +334,21 @@ def after_ingest(
         )
     field = ProjectFigures._meta.get_field("last_activity")
     at = field.get_db_prep_save(run.last_progress_at, connection)
-    params = [ProjectFigures._meta.get_field(k).get_db_prep_save(moved[k], connection) for k in _ADDED]
+    params = []
+    for k in _ADDED:
+        value = ProjectFigures._meta.get_field(k).get_db_prep_save(moved[k], connection)
+        params += [value, value] if k in _COUNTS else [value]
     with connection.cursor() as cursor:
         cursor.execute(_SQL[key], [*params, at, at, project.pk])
         found = cursor.rowcount
-    if not found or after["last"] < before["last"]:  # none yet; a new run's first batch, stamped earlier
-        refresh_project_figures(project, scores=submissions)
-    elif submissions:
-        history = _locked_history(project.pk) or []
-        new = {(micros(s.ts), s.pk, s.score) for s in submissions}
-        window = [list(p) for p in sorted({tuple(p) for p in history} | new)[-SPARK_SCORES:]]
-        _write(project.pk, {**_best_part(project), "history": window, "updated": datetime.now(UTC)})
+    if not found or _earlier(after["last"], before["last"]):  # none yet; a first batch stamped earlier
+        refresh_project_figures(project, scores=scores)
+        return True
+    return False
+
+
+def _earlier(a: datetime | None, b: datetime | None) -> bool:
+    return b is not None and (a is None or a < b)
 
 
 def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:

@@ -31,11 +31,11 @@ from smrweb.tracking.models import (
     counted_q,
 )
 from smrweb.tracking.queries.timeline import forget_turn_aggregates
-from smrweb.tracking.services import capabilities
+from smrweb.tracking.services import capabilities, figures
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.capabilities import Action
-from smrweb.tracking.services.figures import queue_counts_q, refresh_project_figures
+from smrweb.tracking.services.figures import queue_counts_q
 from smrweb.tracking.services.launches import link_new_run
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 
@@ -98,7 +98,7 @@ def _locked_run(project: Project, external_id: str, first_seen: datetime) -> Run
     run = _select_run_for_update(project, external_id)
     if created:  # the one place runs are born: a launch waiting for this id links it to its parent
         link_new_run(run)
-        refresh_project_figures(project, best=False)  # one more run on the overview
+        figures.move(project, run, figures.NO_SHARE)  # one more run on the overview
     return run
 
 
@@ -118,10 +118,11 @@ def _set_run_fields(
     """Write some fields of a run (created on first sight) under its row lock; call inside atomic()
     (`run`: already locked by this transaction)."""
     run = run or _locked_run(project, external_id, timezone.now())
+    before = figures.share(run)
     for field, value in changes.items():
         setattr(run, field, value)
     run.save(update_fields=[*changes, "updated"])
-    refresh_project_figures(project, best=False)  # a budget, the source's totals, its results gap
+    figures.move(project, run, before)  # a budget, the source's totals, its results gap
     signals.announce_alerts_due("run", run.pk)  # a budget, a profile (downgrade), a phase
     return run
 
@@ -251,7 +252,7 @@ def flag_stalled_runs(now: datetime | None = None) -> list[Run]:
             ).update(stalled_since=now, updated=now)  # `updated` versions the dashboard's polls
             if claimed:
                 run.stalled_since = now
-                refresh_project_figures(run.project, best=False)
+                figures.refresh_project_figures(run.project, best=False)
                 record_audit(
                     None,
                     AuditVerb.RUN_STALLED,
@@ -323,7 +324,7 @@ def close_run(run: Run, *, by: Any, reason: str, now: datetime | None = None) ->
         changed = recompute_state(run)
         run.stalled_since = None
         run.save(update_fields=[*changed, "stalled_since", "updated"])  # `updated` versions the polls
-        refresh_project_figures(run.project, best=False)
+        figures.refresh_project_figures(run.project, best=False)
         record_audit(
             by,
             AuditVerb.RUN_CLOSED,
