@@ -344,3 +344,16 @@ def test_the_overview_page_reads_no_submissions_or_turns_beyond_the_sparklines(c
         response = client.get("/")
     assert response.status_code == 200 and 'href="/projects/hill/"' in response.content.decode()
     no_scan([q["sql"] for q in ctx.captured_queries])
+
+
+def test_a_budget_given_as_text_moves_the_figures_as_the_row_will_read(alice):
+    """A sync's or a form's fields arrive as text ("4.5"): the run's share is read from typed values."""
+    project = admin_project("typed", by=alice)
+    now = timezone.now()
+    ingest(project, "r1", {"type": "agent.turn", "turn": 1, "cost_usd": 5.0, "ts": now.isoformat()})
+    services.update_run_settings(project, "r1", budget_usd="4.5", budget_tokens="100")
+    assert maintained(project, False)["over_budget"] == 1
+    assert_kept(project, "a budget given as text")
+    services.update_run_settings(project, "r1", budget_usd="9.5", budget_tokens=None)
+    assert maintained(project, False)["over_budget"] == 0
+    assert_kept(project, "a budget raised")

@@ -120,7 +120,8 @@ def _set_run_fields(
     run = run or _locked_run(project, external_id, timezone.now())
     before = figures.share(run)
     for field, value in changes.items():
-        setattr(run, field, value)
+        # Typed as the row will read (a budget given as "4.5" is a Decimal): the figures' move reads them.
+        setattr(run, field, Run._meta.get_field(field).to_python(value))
     run.save(update_fields=[*changes, "updated"])
     figures.move(project, run, before)  # a budget, the source's totals, its results gap
     signals.announce_alerts_due("run", run.pk)  # a budget, a profile (downgrade), a phase
