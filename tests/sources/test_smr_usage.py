@@ -11,6 +11,7 @@ from managed_research.models.canonical_usage import SmrRunUsage
 from managed_research.models.run_diagnostics import SmrRunActorUsage, SmrRunCostSummary
 
 from smrweb.sources.smr_usage import read_entries, read_spend, reconcile
+from smrweb.tracking.models import Run
 
 # One orchestrator turn and one worker turn, each written the ways different deployments could write it.
 SPELLINGS = {
@@ -250,6 +251,20 @@ def test_reconcile_names_what_no_turn_accounts_for_and_is_empty_when_they_agree(
     assert gap == {"tokens_in": 1_800_000, "tokens_out": 90_000, "usd": "4.300000"}
     matching = {**ZERO_TURNS, "tokens_in": 1_800_000, "tokens_out": 90_000, "cost_usd": Decimal("4.299999")}
     assert reconcile(spend, turns=matching, turn_count=10, actors=0) == {}  # within the cents' rounding
+
+
+def test_a_float_residue_of_the_split_is_no_spend_of_unknown_role():
+    """SQLite can hand back a run's cost sums as floats: 0.1 + 0.2 of driver and child work against a cost of
+    0.3 leaves -4e-17, which is not "-0.000000" of role-unknown spend (it failed the poller's field check)."""
+    run = Run(cost_usd=Decimal("0.3"), driver_cost_usd=Decimal(0.1 + 0.2), child_cost_usd=Decimal(0))
+    assert Decimal(0.1 + 0.2) != Decimal("0.3")  # the residue is real
+    assert str(run.unknown_cost_usd) == "0.000000" and not run.unknown_cost_usd
+    turns = {**ZERO_TURNS, "cost_usd": run.cost_usd, "unknown_cost_usd": run.unknown_cost_usd}
+    assert "role_unknown_usd" not in reconcile(
+        read_spend(*typed({}, {})[:2], None), turns=turns, turn_count=1, actors=0
+    )
+    run.driver_cost_usd = Decimal("0.1")  # a real gap still shows, to the micro-dollar
+    assert run.unknown_cost_usd == Decimal("0.2")
 
 
 def test_reconcile_with_pico_totals_is_exact_to_the_micro_dollar_per_turn():

@@ -197,7 +197,10 @@ class Run(models.Model):
 
     @property
     def unknown_cost_usd(self) -> Decimal:
-        return Decimal(self.cost_usd) - Decimal(self.driver_cost_usd) - Decimal(self.child_cost_usd)
+        # Kept to the micro-dollar as the columns are: SQLite's sums can leave a float residue such as
+        # -1e-10, which must read as zero (and never as "-0.000000" spend of unknown role).
+        rest = Decimal(self.cost_usd) - Decimal(self.driver_cost_usd) - Decimal(self.child_cost_usd)
+        return rest.quantize(Decimal("0.000001")) + 0
 
     @property
     def actor_roles(self) -> dict[str, str]:
