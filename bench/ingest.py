@@ -1,7 +1,10 @@
 """Ingest through the REST API, end to end: a fresh data dir, migrations, gunicorn, one keep-alive
 client. Pushes N mixed events (agent turns, metrics, scores) over R runs in batches of B, replays
 every batch, and checks through the read API that each event is stored exactly once and that spend
-equals the sum of turns.
+equals the sum of turns. Besides the wall-clock rate it reports the server's CPU time per 1,000 events
+of the first push (the gunicorn worker's user + system time): a figure another busy process on the
+machine moves much less than the wall clock (bench/side_by_side.py compares it between two commits).
+The server has its embedded Redis, as `make serve` (alerts and counters are queued there).
 
     .venv/bin/python bench/ingest.py --events 10000 --batch 1000
 """
@@ -21,6 +24,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
+import psutil
+from load import start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +72,11 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a fresh project; median reported"
     )
+    parser.add_argument(
+        "--tree", default=str(ROOT), help="the checkout whose code is served (another commit)"
+    )
     args = parser.parse_args()
+    tree = Path(args.tree).resolve()
 
     data = Path(tempfile.mkdtemp(prefix="smrweb-bench-"))
     env = {**os.environ, "SMRWEB_DATA_DIR": str(data), "DEBUG": "false"}
@@ -78,10 +87,11 @@ def main() -> None:
 
     def run(*a):
         return subprocess.run(
-            [py, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            [py, "manage.py", *a], cwd=tree, env=env, check=True, capture_output=True, text=True
         )
 
     run("migrate", "--noinput")
+    redis = start_redis(data)
     web = subprocess.Popen(
         [
             str(Path(py).parent / "gunicorn"),
@@ -95,7 +105,7 @@ def main() -> None:
             "--log-level",
             "warning",
         ],
-        cwd=ROOT,
+        cwd=tree,
         env=env,
     )
     base = f"http://127.0.0.1:{args.port}"
@@ -106,8 +116,9 @@ def main() -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        rounds = [one_round(args, base, run) for _ in range(args.repeat)]
+        rounds = [one_round(args, base, run, psutil.Process(web.pid)) for _ in range(args.repeat)]
         rates = sorted(r["events_per_s"] for r in rounds)
+        cpu = sorted(r["server_cpu_ms_per_1k_events"] for r in rounds)
         print(
             json.dumps(
                 {
@@ -116,6 +127,7 @@ def main() -> None:
                     "batch": args.batch,
                     "runs": args.runs,
                     "median_events_per_s": rates[len(rates) // 2],
+                    "median_server_cpu_ms_per_1k_events": cpu[len(cpu) // 2],
                     "rounds": rounds,
                 },
                 indent=2,
@@ -124,9 +136,15 @@ def main() -> None:
     finally:
         web.terminate()
         web.wait()
+        redis.shutdown()
 
 
-def one_round(args, base: str, run) -> dict:
+def server_cpu_seconds(master: psutil.Process) -> float:
+    """User + system CPU time of the gunicorn master and its workers so far."""
+    return sum(sum(p.cpu_times()[:2]) for p in (master, *master.children(recursive=True)))
+
+
+def one_round(args, base: str, run, master: psutil.Process) -> dict:
     """Push every batch, replay every batch, and check exactly-once through the read API."""
     slug = f"bench-{time.time_ns()}"  # a fresh project, also when --database-url names a used database
     run("create_project", slug)
@@ -156,7 +174,9 @@ def one_round(args, base: str, run) -> dict:
                 duplicates += r.json()["duplicates"]
             return time.perf_counter() - start, accepted, duplicates, latencies
 
+        cpu_before = server_cpu_seconds(master)
         first, acc1, dup1, lat = push_all()
+        first_cpu = server_cpu_seconds(master) - cpu_before
         second, acc2, dup2, _ = push_all()
         # Check exactly-once through the read API.
         for run_id, evs in per_run.items():
@@ -178,6 +198,7 @@ def one_round(args, base: str, run) -> dict:
         return {
             "first_push_s": round(first, 3),
             "events_per_s": round(args.events / first),
+            "server_cpu_ms_per_1k_events": round(first_cpu * 1000 / (args.events / 1000), 1),
             "replay_s": round(second, 3),
             "replay_events_per_s": round(args.events / second),
             "batch_latency_median_ms": round(statistics.median(lat) * 1000, 1),

@@ -21,14 +21,15 @@ every card's version and its hx-include'd inputs; sent with `HX-Request: true`).
 
 - warm: the page viewed, then viewed again (timed); a poll right after a view, with the versions that
   view showed (timed; 204 expected);
-- fresh (first view after new data): the page viewed, one new agent turn and one new score posted to the
-  long run through the API, then the page viewed (timed); a poll likewise: view, post, poll with the
-  versions of the view (timed);
-- tick: every page viewed, then the bench WAITS for the next 30-second tick (dashboard/live.py:
-  `version()` folds `time.time() // TICK_SECONDS` into every version, `tick_start` times the cards; the
-  server's own clock, so the bench waits — up to 30 s, twice a round), then each page viewed (timed) with
-  nothing new since its last view; then the same for the polls (views, wait for the tick, each poll with
-  the versions of the view before the tick, timed).
+- turn (first view after one new turn): the page viewed, one new agent turn posted to the long run
+  through the API, then the page viewed (timed); a poll likewise: view, post, poll with the versions of
+  the view (timed);
+- fresh (first view after new data): the same with one new agent turn and one new score;
+- tick: every page viewed, then the bench WAITS for the next 30-second tick (dashboard/live.py's
+  `TICK_SECONDS`: before issue 36 every version folded the clock in; now only what must be computed at the
+  server's now, `live.clock`; the server's own clock, so the bench waits — up to 30 s, twice a round), then
+  each page viewed (timed) with nothing new since its last view; then the same for the polls (views, wait
+  for the tick, each poll with the versions of the view before the tick, timed).
 
 A warm or fresh measurement whose preparation and timed request straddle a tick is dropped and taken
 again (at most twice), so it never measures a tick. Each round goes through the pages in another order
@@ -88,11 +89,13 @@ TICK_SECONDS = 30  # smrweb/dashboard/live.py TICK_SECONDS: checked against it a
 USERNAME, PASSWORD = "bench-viewer", "bench-viewer-pass-9"
 SLUG = "viewer"
 MARKER = "viewer-bench.json"  # in a kept workdir: what was seeded, for --reuse
-STATES = ("warm", "fresh", "tick")
+STATES = ("warm", "turn", "fresh", "tick")
+NEW_DATA = ("turn", "fresh")  # the states that post to the long run before the timed request
 RATIO = 1.5  # issue 36: 10x within 1.5x of 1x
 POLL_RATIO = 2.0  # issue 36: a poll after one new turn within 2x of an unchanged poll
 STATE_TEXT = {
     "warm": "warm (repeat view, nothing new)",
+    "turn": "first after 1 turn",
     "fresh": "first after 1 turn + 1 score",
     "tick": "first after a 30-s tick",
 }
@@ -201,36 +204,34 @@ class World:
                 raise RuntimeError(f"{self.name}: ingest answered {r.status_code}: {r.text[:300]}")
             self.events += len(batch)
 
-    def post_new_data(self) -> None:
-        """One new agent turn and one new score on the long run, as a live run sends them."""
+    def post_new_data(self, *, score: bool = True) -> None:
+        """One new agent turn (and one new score) on the long run, as a live run sends them."""
         self.posted += 1
         n = self.posted
         now = datetime.now(UTC)
-        self.push(
-            self.long_run,
-            [
-                {
-                    "id": f"viewer-turn-{n}",
-                    "type": "agent.turn",
-                    "turn": 10**8 + n,  # beyond the seeded turns of every actor
-                    "actor": "driver",
-                    "model": "gpt-5.4-medium",
-                    "tokens_in": 4000 + n,
-                    "tokens_out": 600,
-                    "cost_usd": 0.011,
-                    "duration_ms": 2500,
-                    "ts": iso(now - timedelta(milliseconds=200)),
-                },
-                {
-                    "id": f"viewer-score-{n}",
-                    "type": "score",
-                    "score": round(0.5 + 0.4 * ((n * 7919) % 1000) / 1000, 6),
-                    "harness_id": "bench-v1",
-                    "commit": f"{n:010x}",
-                    "ts": iso(now - timedelta(milliseconds=100)),
-                },
-            ],
-        )
+        events = [
+            {
+                "id": f"viewer-turn-{n}",
+                "type": "agent.turn",
+                "turn": 10**8 + n,  # beyond the seeded turns of every actor
+                "actor": "driver",
+                "model": "gpt-5.4-medium",
+                "tokens_in": 4000 + n,
+                "tokens_out": 600,
+                "cost_usd": 0.011,
+                "duration_ms": 2500,
+                "ts": iso(now - timedelta(milliseconds=200)),
+            },
+            {
+                "id": f"viewer-score-{n}",
+                "type": "score",
+                "score": round(0.5 + 0.4 * ((n * 7919) % 1000) / 1000, 6),
+                "harness_id": "bench-v1",
+                "commit": f"{n:010x}",
+                "ts": iso(now - timedelta(milliseconds=100)),
+            },
+        ]
+        self.push(self.long_run, events if score else events[:1])
 
 
 def save(workdir: Path, args, worlds: list[World]) -> None:
@@ -466,9 +467,9 @@ class Bench:
         poll.take(r)
         return label, sample
 
-    def post(self, world: World) -> None:
+    def post(self, world: World, *, score: bool = True) -> None:
         self.pause()
-        world.post_new_data()
+        world.post_new_data(score=score)
 
     def order(self, round_no: int) -> tuple[list[Page], list[World]]:
         k = round_no % len(self.pages)
@@ -496,22 +497,20 @@ class Bench:
                 for world in worlds:
                     for i in range(len(page.polls[world.name])):
                         self.record(*self.poll_row(page, world, i, "tick"))
-        for page in pages:
-            for world in worlds:
-                self.measure(page, world, "warm", fresh=False)
-        for page in pages:
-            for world in worlds:
-                self.measure(page, world, "fresh", fresh=True)
+        for state in ("warm", *NEW_DATA):
+            for page in pages:
+                for world in worlds:
+                    self.measure(page, world, state)
 
     def poll_row(self, page: Page, world: World, index: int, state: str):
         label, sample = self.timed_poll(page, world, index)
         return label, state, world, sample
 
-    def measure(self, page: Page, world: World, state: str, *, fresh: bool) -> None:
+    def measure(self, page: Page, world: World, state: str) -> None:
         def prepare() -> None:
             self.view(page, world)
-            if fresh:
-                self.post(world)
+            if state in NEW_DATA:
+                self.post(world, score=state == "fresh")
 
         sample = self.in_one_tick(prepare, lambda: self.timed_view(page, world))
         if sample is not None:
@@ -572,7 +571,7 @@ def verdict(bench: Bench, worlds: list[World]) -> list[str]:
     ms = {key: med(v, lambda s: s.ms) for key, v in bench.samples.items()}
     out, over = [], []
     for row in bench.rows:
-        for state in ("fresh", "tick") if ": poll" not in row else STATES:
+        for state in (*NEW_DATA, "tick") if ": poll" not in row else STATES:
             x, y = ms.get((row, state, a)), ms.get((row, state, b))
             if x and y and y / x > RATIO:
                 over.append(f"{row} ({STATE_TEXT[state]}) {y / x:.2f}×")
@@ -583,12 +582,12 @@ def verdict(bench: Bench, worlds: list[World]) -> list[str]:
     polls = []
     for row in (r for r in bench.rows if ": poll" in r):
         for name in (a, b):
-            fresh, warm = ms.get((row, "fresh", name)), ms.get((row, "warm", name))
-            if fresh and warm:
-                polls.append((row, name, fresh / warm))
+            turn, warm = ms.get((row, "turn", name)), ms.get((row, "warm", name))
+            if turn and warm:
+                polls.append((row, name, turn / warm))
     slow = [f"{row} at {name} {r:.1f}×" for row, name, r in polls if r > POLL_RATIO]
     out.append(
-        f"Goal: a poll after new data within {POLL_RATIO:g}× of an unchanged (204) poll: "
+        f"Goal: a poll after one new turn within {POLL_RATIO:g}× of an unchanged (204) poll: "
         + ("**met**." if not slow else f"**not met** by {len(slow)}: " + "; ".join(slow) + ".")
     )
     return out
@@ -609,7 +608,7 @@ def notes(bench: Bench, worlds: list[World]) -> list[str]:
                         f"{name}: {len(changed)} of {len(samples)} answered 200 with nothing new "
                         f"(median {med(changed, lambda s: s.body):,.0f} bytes)"
                     )
-                if state == "fresh" and len(changed) < len(samples):
+                if state in NEW_DATA and len(changed) < len(samples):
                     said.append(f"{name}: {len(samples) - len(changed)} of {len(samples)} answered 204")
                 sent: dict[str, int] = defaultdict(int)
                 for s in changed:
@@ -663,8 +662,9 @@ def section(args, worlds: list[World], bench: Bench, noise: str, elapsed: float)
                     f"{args.gap:g} s between requests, worlds alternating;",
                     f"median of {args.repeat} rounds ({elapsed / 60:.0f} min in all).",
                     "States: warm = the page viewed again (a poll: right after a view, with its versions);",
-                    "fresh = one agent turn and one score posted to the long run through the API after a",
-                    "view, then the page (or the poll, with the view's versions); tick = the first view",
+                    "turn = one agent turn posted to the long run through the API after a view, then the",
+                    "page (or the poll, with the view's versions); fresh = the same with one agent turn and",
+                    "one score; tick = the first view",
                     "(poll) after the next 30-s tick with nothing new, the bench waiting for the server's",
                     "clock. Polls are found in the pages and sent as the page script sends them",
                     "(HX-Request, hx-headers, X-Smrweb-Cards). Bytes: the body as sent (uncompressed).",

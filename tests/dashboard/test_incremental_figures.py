@@ -18,7 +18,8 @@ from smrweb.dashboard.live import VERSION_HEADER
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction, Run, Submission
-from smrweb.tracking.queries import project_chart, project_scores
+from smrweb.tracking.queries import project_chart
+from smrweb.tracking.queries.summary_reference import project_scores
 from smrweb.tracking.services import submissions
 from smrweb.tracking.services.submissions import VerificationResult
 

@@ -18,7 +18,7 @@ from smrweb.dashboard.live import VERSION_HEADER
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
-from smrweb.tracking.queries import timeline
+from smrweb.tracking.queries import summary_reference, timeline
 from smrweb.tracking.services import submissions
 
 pytestmark = pytest.mark.django_db
@@ -461,13 +461,12 @@ def test_project_chart_overlays_runs_and_steps_the_best_so_far(client_alice, pro
 
 
 def test_project_chart_downsamples_but_keeps_every_record(project):
-    from smrweb.tracking import queries
 
     for r in range(4):
         events = [score((i * 7919 % 1000) / 1000 + r, i * 0.01) for i in range(6000)]
         push(project, f"r{r}", *events[:3000])
         push(project, f"r{r}", *events[3000:])
-    result = queries.project_scores(project, max_points=2000, unverified=True)
+    result = summary_reference.project_scores(project, max_points=2000, unverified=True)
     assert result.total == 24_000
     assert sum(len(p) for p in result.series.values()) <= 2000 + len(result.frontier)
     assert (

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from smrweb.tracking import events as ev
 from smrweb.tracking import queries, services
 from smrweb.tracking.models import Project, Run, Submission
+from smrweb.tracking.queries import summary_reference
 from smrweb.tracking.services.figures import rebuild_project_figures
 from tests.factories import admin_project
 
@@ -153,13 +154,13 @@ def test_project_score_histories_span_all_runs_in_time_order(project, other_proj
         project, "b", {"type": "score", "id": "x", "score": 9, "ts": (T0 + timedelta(seconds=30)).isoformat()}
     )
     scores(other_project, "z", [100])
-    history = queries.project_score_histories([project, other_project], per_project=2)
+    history = summary_reference.project_score_histories([project, other_project], per_project=2)
     # By the project's rule (the headline best's): verified ones unless unverified ones are asked for.
     assert history == {
         project.pk: [(9, "candidate"), (2, "candidate")],
         other_project.pk: [(100, "candidate")],
     }
-    history = queries.project_score_histories([project], per_project=2, unverified=True)
+    history = summary_reference.project_score_histories([project], per_project=2, unverified=True)
     assert history == {project.pk: [(9, ""), (2, "")]}
 
 

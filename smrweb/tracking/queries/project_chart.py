@@ -1,12 +1,12 @@
 """The project chart assembled from per-run pieces kept in the cache, so one new score re-reads one run.
 
-`projects.project_scores` computes the chart from every score of the drawn runs at once. Here each drawn run
-has a `RunPiece` (its span, its downsampled points and its own records), kept under the run's own version
-(`Run.updated`, which the write path moves with every score, status change and exclusion of the run's
-submissions) and the chart's resolution (the SQL stride and the per-run share, which depend on how many
-scores the drawn runs hold in all). A read looks the drawn runs up (two index reads), takes the pieces it
-has and reads the others' rows (three queries for all of them, naming only them), then assembles the figure
-in Python. The result is the same `ProjectScores`, point for point (tests/dashboard/
+`summary_reference.project_scores` (the reference) computes the chart from every score of the drawn runs at
+once. Here each drawn run has a `RunPiece` (its span, its downsampled points and its own records), kept under
+the run's own version (`Run.updated`, which the write path moves with every score, status change and exclusion
+of the run's submissions) and the chart's resolution (the SQL stride and the per-run share, which depend on
+how many scores the drawn runs hold in all). A read looks the drawn runs up (two index reads), takes the
+pieces it has and reads the others' rows (three queries for all of them, naming only them), then assembles the
+figure in Python. The result is the same `ProjectScores`, point for point (tests/dashboard/
 test_incremental_figures.py compares the two after random sequences of new scores, verifications and
 exclusions).
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,10 +21,9 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.functions import Mod, RowNumber
+from django.db.models.functions import RowNumber
 
 from smrweb.core import cachekeys, numbers
-from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     STALLED,
     VERIFIED_STATUSES,
@@ -37,24 +35,13 @@ from smrweb.tracking.models import (
     Run,
     Submission,
     counted_q,
-    standing,
 )
 from smrweb.tracking.queries import budget
 from smrweb.tracking.queries.figures import pending_figures, read_figures
 from smrweb.tracking.queries.kept import kept
-from smrweb.tracking.queries.runs import ScorePoint, _latest_scores
+from smrweb.tracking.queries.runs import ScorePoint
 
 SPARK_SCORES = 60  # the overview's sparkline: each project's newest scores, every run together
-
-
-def project_score_histories(
-    projects: Iterable[Project], *, per_project: int = SPARK_SCORES, unverified: bool = False
-) -> dict[int, list[ScorePoint]]:
-    """Each project's last `per_project` scores across all its runs, in time order, each marked by the
-    project's rule (the headline best's: verified ones unless `unverified`, excluded runs never)."""
-    return _latest_scores(
-        "project_id", [p.pk for p in projects], per_project, unverified=unverified, of_run=False
-    )
 
 
 @dataclass(frozen=True)
@@ -161,31 +148,6 @@ class ProjectSummary:
             else ""
         )
         return f"{total}{differ} Today: the cost of today's turns (UTC); sources bill per run, not per day."
-
-
-def best_submissions(projects: list[Project], *, unverified: bool = False) -> dict[int, Submission]:
-    """Each project's best submission among those that count, in its direction (one query)."""
-    order = [F("score").desc() if p_max else F("score").asc() for p_max in (True, False)]
-    best: dict[int, Submission] = {}
-    for maximize in (True, False):
-        ids = [p.pk for p in projects if p.scenario.maximize == maximize]
-        if not ids:
-            continue
-        ranked = (
-            Submission.objects.filter(project_id__in=ids)
-            .counted(unverified=unverified)
-            .annotate(
-                rn=Window(
-                    RowNumber(),
-                    partition_by=[F("project_id")],
-                    order_by=[order[0 if maximize else 1], F("ts").asc(), F("id").asc()],
-                )
-            )
-            .filter(rn=1)
-            .select_related("run")
-        )
-        best.update({s.project_id: s for s in ranked})
-    return best
 
 
 PENDING_COUNTED = 1000  # beyond this many, the page says "1,000+" rather than count every one
@@ -437,93 +399,6 @@ class ProjectScores:
     @property
     def every_run(self) -> bool:
         return len(self.runs) >= self.matching
-
-
-def project_scores(
-    project: Project,
-    *,
-    max_points: int = 1500,
-    unverified: bool = False,
-    runs=None,
-    lines: int = CHART_RUNS,
-) -> ProjectScores:
-    """The scores over time of the project's `lines` runs with the best scores (of `runs`, a queryset of
-    the project's runs, when given), for the project chart: at most about `max_points` points, in five
-    queries whatever the number of runs or scores.
-
-    Those runs are found from their summary column (`best_score`: the best that counts with unverified
-    ones); rows are thinned in SQL (every k-th score of each run) when there are far more than the
-    chart shows, then each run is cut to its share with LTTB. The best-so-far frontier of the drawn runs
-    is computed in SQL over their scores that count (verified ones unless `unverified`), so a record is
-    never lost to downsampling. A run's line joins its scores that count; the others (invalid, excluded,
-    unverified where only verified ones count) are in `void` with why, drawn hollow. Excluded runs are
-    left out.
-    """
-    candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
-        excluded_at__isnull=True, score_count__gt=0
-    )
-    # Runs whose scores all failed validation have no best: drawn last.
-    best = F("best_score")
-    best_first = best.desc(nulls_last=True) if project.scenario.maximize else best.asc(nulls_last=True)
-    drawn = list(
-        candidates.order_by(best_first, F("id").asc()).values_list("pk", "external_id", "display_name")[
-            :lines
-        ]
-    )
-    if not drawn:
-        return ProjectScores({}, [], 0, None, None)
-    matching = candidates.order_by().count()  # from the (project, exclusion, best) index
-    names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
-    subs = Submission.objects.filter(run_id__in=names)
-    span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
-    total = span["n"]
-    order = [F("ts").asc(), F("id").asc()]
-    rows = subs
-    if total > 4 * max_points:
-        stride = total // (4 * max_points) + 1
-        rows = (
-            subs.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
-            .annotate(keep=Mod(F("rn"), stride))
-            .filter(keep=0)
-        )
-    by_run: dict[int, list[tuple[float, float, datetime, str]]] = defaultdict(list)
-    fields = ("run_id", "ts", "score", "status", "excluded_at")
-    for run_id, ts, value, status, excluded in rows.order_by("ts", "id").values_list(*fields):
-        why = standing(status, excluded is not None, unverified=unverified)  # drawn runs are not excluded
-        by_run[run_id].append((ts.timestamp(), value, ts, why))
-    share = max(10, max_points // max(len(by_run), 1))
-    series: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    void: dict[int, list[tuple[datetime, float, str]]] = defaultdict(list)
-    for run_id, points in by_run.items():
-        for _, v, ts, why in lttb(points, share):
-            if why:
-                void[run_id].append((ts, v, why))
-            else:
-                series[run_id].append((ts, v))
-    running = Max("score") if project.scenario.maximize else Min("score")
-    records = subs.counted(unverified=unverified).annotate(best=Window(running, order_by=order))
-    records = (
-        records.filter(score__gte=F("best"))
-        if project.scenario.maximize
-        else records.filter(score__lte=F("best"))
-    )
-    frontier, best = [], None
-    for run_id, ts, value in records.order_by("ts", "id").values_list("run_id", "ts", "score"):
-        if best is None or value != best:  # ties with the record are not new records
-            frontier.append((ts, value))
-            best = value
-            if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
-                series[run_id] = sorted([*series[run_id], (ts, value)])
-    return ProjectScores(
-        {pk: series[pk] for pk in names if series.get(pk) or void.get(pk)},
-        frontier,
-        total,
-        span["lo"],
-        span["hi"],
-        runs=names,
-        matching=matching,
-        void={pk: void[pk] for pk in names if void.get(pk)},
-    )
 
 
 @dataclass

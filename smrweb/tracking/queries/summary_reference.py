@@ -1,17 +1,32 @@
-"""The overview's figures of each project computed from scratch (every submission, every turn of today):
-what `queries.projects.project_summaries` computed on each change before the write path kept them
-(issue 36), now the reference the kept ones are tested against (tests/tracking/test_project_figures.py)."""
+"""What the overview and the project chart show, computed from scratch: what the pages computed on each
+change before the write path kept their figures and the chart was kept per run (issue 36), now the
+references the kept ones are tested against (tests/tracking/test_project_figures.py,
+tests/dashboard/test_incremental_figures.py). No page reads them."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, F, Max, Min, Q, Sum, Window
+from django.db.models.functions import Mod, RowNumber
 from django.utils import timezone
 
-from smrweb.tracking.models import TERMINAL_STATES, UNVERIFIED_STATUSES, Project, Submission, SubmissionStatus
+from smrweb.core.downsample import lttb
+from smrweb.tracking.models import (
+    TERMINAL_STATES,
+    UNVERIFIED_STATUSES,
+    Project,
+    Run,
+    Submission,
+    SubmissionStatus,
+    standing,
+)
 from smrweb.tracking.queries import budget
-from smrweb.tracking.queries.projects import _gap, _gap_figures, best_submissions, project_score_histories
+from smrweb.tracking.queries.projects import CHART_RUNS, SPARK_SCORES, ProjectScores, _gap, _gap_figures
+from smrweb.tracking.queries.runs import ScorePoint, _latest_scores
 
 
 def computed_summary_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
@@ -91,3 +106,125 @@ def computed_summary_figures(projects: list[Project], unverified: bool) -> dict[
             results_gap=_gap(c),
         )
     return out
+
+
+def project_score_histories(
+    projects: Iterable[Project], *, per_project: int = SPARK_SCORES, unverified: bool = False
+) -> dict[int, list[ScorePoint]]:
+    """Each project's last `per_project` scores across all its runs, in time order, each marked by the
+    project's rule (the headline best's: verified ones unless `unverified`, excluded runs never)."""
+    return _latest_scores(
+        "project_id", [p.pk for p in projects], per_project, unverified=unverified, of_run=False
+    )
+
+
+def best_submissions(projects: list[Project], *, unverified: bool = False) -> dict[int, Submission]:
+    """Each project's best submission among those that count, in its direction (one query)."""
+    order = [F("score").desc() if p_max else F("score").asc() for p_max in (True, False)]
+    best: dict[int, Submission] = {}
+    for maximize in (True, False):
+        ids = [p.pk for p in projects if p.scenario.maximize == maximize]
+        if not ids:
+            continue
+        ranked = (
+            Submission.objects.filter(project_id__in=ids)
+            .counted(unverified=unverified)
+            .annotate(
+                rn=Window(
+                    RowNumber(),
+                    partition_by=[F("project_id")],
+                    order_by=[order[0 if maximize else 1], F("ts").asc(), F("id").asc()],
+                )
+            )
+            .filter(rn=1)
+            .select_related("run")
+        )
+        best.update({s.project_id: s for s in ranked})
+    return best
+
+
+def project_scores(
+    project: Project,
+    *,
+    max_points: int = 1500,
+    unverified: bool = False,
+    runs=None,
+    lines: int = CHART_RUNS,
+) -> ProjectScores:
+    """The scores over time of the project's `lines` runs with the best scores (of `runs`, a queryset of
+    the project's runs, when given), for the project chart: at most about `max_points` points, in five
+    queries whatever the number of runs or scores.
+
+    Those runs are found from their summary column (`best_score`: the best that counts with unverified
+    ones); rows are thinned in SQL (every k-th score of each run) when there are far more than the
+    chart shows, then each run is cut to its share with LTTB. The best-so-far frontier of the drawn runs
+    is computed in SQL over their scores that count (verified ones unless `unverified`), so a record is
+    never lost to downsampling. A run's line joins its scores that count; the others (invalid, excluded,
+    unverified where only verified ones count) are in `void` with why, drawn hollow. Excluded runs are
+    left out.
+    """
+    candidates = (runs if runs is not None else Run.objects.filter(project=project)).filter(
+        excluded_at__isnull=True, score_count__gt=0
+    )
+    # Runs whose scores all failed validation have no best: drawn last.
+    best = F("best_score")
+    best_first = best.desc(nulls_last=True) if project.scenario.maximize else best.asc(nulls_last=True)
+    drawn = list(
+        candidates.order_by(best_first, F("id").asc()).values_list("pk", "external_id", "display_name")[
+            :lines
+        ]
+    )
+    if not drawn:
+        return ProjectScores({}, [], 0, None, None)
+    matching = candidates.order_by().count()  # from the (project, exclusion, best) index
+    names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name in drawn}
+    subs = Submission.objects.filter(run_id__in=names)
+    span = subs.aggregate(n=Count("id"), lo=Min("ts"), hi=Max("ts"))
+    total = span["n"]
+    order = [F("ts").asc(), F("id").asc()]
+    rows = subs
+    if total > 4 * max_points:
+        stride = total // (4 * max_points) + 1
+        rows = (
+            subs.annotate(rn=Window(RowNumber(), partition_by=[F("run_id")], order_by=order))
+            .annotate(keep=Mod(F("rn"), stride))
+            .filter(keep=0)
+        )
+    by_run: dict[int, list[tuple[float, float, datetime, str]]] = defaultdict(list)
+    fields = ("run_id", "ts", "score", "status", "excluded_at")
+    for run_id, ts, value, status, excluded in rows.order_by("ts", "id").values_list(*fields):
+        why = standing(status, excluded is not None, unverified=unverified)  # drawn runs are not excluded
+        by_run[run_id].append((ts.timestamp(), value, ts, why))
+    share = max(10, max_points // max(len(by_run), 1))
+    series: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    void: dict[int, list[tuple[datetime, float, str]]] = defaultdict(list)
+    for run_id, points in by_run.items():
+        for _, v, ts, why in lttb(points, share):
+            if why:
+                void[run_id].append((ts, v, why))
+            else:
+                series[run_id].append((ts, v))
+    running = Max("score") if project.scenario.maximize else Min("score")
+    records = subs.counted(unverified=unverified).annotate(best=Window(running, order_by=order))
+    records = (
+        records.filter(score__gte=F("best"))
+        if project.scenario.maximize
+        else records.filter(score__lte=F("best"))
+    )
+    frontier, best = [], None
+    for run_id, ts, value in records.order_by("ts", "id").values_list("run_id", "ts", "score"):
+        if best is None or value != best:  # ties with the record are not new records
+            frontier.append((ts, value))
+            best = value
+            if (ts, value) not in series[run_id]:  # a record thinned out of its run's line comes back
+                series[run_id] = sorted([*series[run_id], (ts, value)])
+    return ProjectScores(
+        {pk: series[pk] for pk in names if series.get(pk) or void.get(pk)},
+        frontier,
+        total,
+        span["lo"],
+        span["hi"],
+        runs=names,
+        matching=matching,
+        void={pk: void[pk] for pk in names if void.get(pk)},
+    )
