@@ -34,11 +34,6 @@ def kept_project_summaries(unverified: bool, projects: str) -> str:
     )
 
 
-def kept_run_conditions(project_pk: int) -> str:
-    """Name (under `kept`) of a project's run counts by condition."""
-    return f"run-conditions:{project_pk}"
-
-
 def kept_board_bests(project_pk: int, unverified: bool) -> str:
     """Name (under `kept`) of a project's leaderboard bests."""
     return f"board-bests:{project_pk}:{int(unverified)}"

@@ -34,6 +34,7 @@ query and a cache read. A cache that is down costs the part-wise answers (whole 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -470,6 +471,15 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
         softcache.set_many(fresh, CARD_CACHE_SECONDS)
         found.update(fresh)
     return [found[key] for key in keys]
+
+
+@functools.cache
+def template_digest(name: str) -> str:
+    """A template's digest, for the versions of renders kept in the cache: a changed template (a deploy)
+    makes them other versions."""
+    from django.template.loader import get_template
+
+    return hashlib.blake2s(get_template(name).template.source.encode(), digest_size=6).hexdigest()
 
 
 def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:

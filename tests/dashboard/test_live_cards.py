@@ -464,3 +464,45 @@ def test_a_change_to_one_run_sends_its_row_not_the_project_table(client_alice, p
     cards_of(body, shown)
     headers[live.CARDS_HEADER] = live.cards_header(shown)
     assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
+
+
+def test_a_poll_after_one_runs_turn_renders_that_row_alone(client_alice, alice, project, now, monkeypatch):
+    """The server side of the test above: the other rows come from the cache (kept under every column of
+    their run), so the poll renders one row and reads one run's sparkline scores, not the table's 25."""
+    from smrweb.dashboard.views import projects as project_views
+    from smrweb.tracking import queries
+
+    for i in range(30):
+        push(project, f"p{i}", turn(0, NOW - timedelta(minutes=60 - i)), {"type": "score", "score": i / 10})
+    shown = cards_of(client_alice.get("/projects/hill/").content.decode())
+    headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    rendered: list[list[str]] = []
+    real = project_views.render_to_string
+
+    def spy(name, context=None, **kw):
+        if name.endswith("#run-rows"):
+            rendered.append([run.external_id for run, _ in context["rows"]])
+        return real(name, context, **kw)
+
+    monkeypatch.setattr(project_views, "render_to_string", spy)
+    read: list[list[int]] = []
+    real_histories = queries.score_histories
+    monkeypatch.setattr(
+        queries, "score_histories", lambda ids, **kw: real_histories(read.append(list(ids)) or read[-1], **kw)
+    )
+    now.shift(timedelta(seconds=2))
+    push(project, "p3", turn(1, NOW - timedelta(seconds=5)))
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    pk = Run.objects.get(external_id="p3").pk
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in answer.content.decode()
+    assert rendered == [["p3"]]
+    assert read == [[pk]]  # its sparkline's scores alone
+    # A change to a column of another run (its pin) renders that row again, as a new turn does.
+    rendered.clear()
+    cards_of(answer.content.decode(), shown)
+    headers[live.CARDS_HEADER] = live.cards_header(shown)
+    now.shift(timedelta(seconds=2))
+    services.update_run_labels(Run.objects.get(external_id="p7"), by=alice, pinned=True)
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    assert answer.status_code == 200 and "data-pinned" in answer.content.decode()
+    assert rendered == [["p7"]]

@@ -22,7 +22,7 @@ from smrweb.tracking import events as ev
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import TrackingError
 from smrweb.tracking.models import AgentTurn, Project, Run, Submission
-from smrweb.tracking.queries.summary_reference import computed_summary_figures
+from smrweb.tracking.queries.summary_reference import computed_condition_counts, computed_summary_figures
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.figures import rebuild_project_figures
 from smrweb.tracking.services.submissions import VerificationResult
@@ -54,6 +54,9 @@ def cents(figures: dict) -> dict:
 
 
 def assert_kept(project: Project, step: str) -> None:
+    fresh = Project.objects.select_related("scenario").get(pk=project.pk)
+    counts, computed_counts = queries.run_condition_counts(fresh), computed_condition_counts(fresh)
+    assert counts == {k: v or 0 for k, v in computed_counts.items()}, f"after {step}: the runs table's counts"
     for unverified in (False, True):
         kept, computed = cents(maintained(project, unverified)), cents(reference(project, unverified))
         assert kept == computed, f"after {step} (unverified={unverified}): " + ", ".join(

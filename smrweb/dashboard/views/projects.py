@@ -1,6 +1,7 @@
 """Projects overview and project page (runs table, leaderboard)."""
 
 import functools
+import operator
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -9,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
@@ -175,9 +177,8 @@ def project_detail(request, slug: str):
         page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
         for run in page:
             run.project = project  # already read with its scenario: not joined into every row
-        histories = queries.score_histories(r.pk for r in page)
-        rows = [(run, histories.get(run.pk, [])) for run in page]
         excluded = queries.excluded_run_ids(project)
+        counts = queries.run_condition_counts(project)
         board = queries.leaderboard_page(
             project,
             excluded=excluded,
@@ -190,16 +191,16 @@ def project_detail(request, slug: str):
         return {
             "project": project,
             "page": page,
-            "rows": rows,
+            "run_rows": _run_rows(request, project, list(page)),
             "filters": filters,
             "sorts": sort_links(
                 project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
             ),
-            "counts": queries.run_condition_counts(project, base),
+            "counts": counts,
             "states": RunState.values,
             "leaderboard": board,
             "leaderboard_offset": max(board.start_index() - 1, 0),
-            "results_gap": queries.results_gap(project, base),
+            "results_gap": queries.results_gap(project, counts),
             "every_submission": every_submission,
             "unverified": unverified,
             "pending": None if unverified else queries.pending_scores(project, excluded),
@@ -255,6 +256,28 @@ def project_detail(request, slug: str):
     response = render(request, fragment_template(request, template, "project-live"), page_context)
     response.content = live.with_token(request, deck.keep(response.content.decode())).encode()
     return response
+
+
+def _run_rows(request, project: Project, runs: list[Run]) -> list[str]:
+    """The runs table's rows, each kept in the cache under what it shows (every column read of its run, its
+    tags, the viewer's zone): a poll after one run's new turn renders that run's row and reads that run's
+    sparkline scores, not the table's. A score, verification or exclusion moves its run's `updated`."""
+    template = "dashboard/project_detail.html"
+    digest = (live.template_digest(template), timezone.get_current_timezone_name(), project.scenario.maximize)
+    deferred = runs[0].get_deferred_fields() if runs else set()  # one queryset: the same for every row
+    read = [f.attname for f in Run._meta.concrete_fields if f.attname not in deferred]
+    columns = operator.attrgetter(*read)
+    rows = [
+        (live.card_version(*digest, project.slug, columns(run), [str(t) for t in run.tags.all()]), run)
+        for run in runs
+    ]
+
+    def render(missing: list[Run]) -> str:
+        histories = queries.score_histories(r.pk for r in missing)
+        context = {"project": project, "rows": [(r, histories.get(r.pk, [])) for r in missing]}
+        return render_to_string(f"{template}#run-rows", context, request=request)
+
+    return [mark_safe(html) for html in live.kept_rows(f"project-{project.pk}", rows, render)]  # noqa: S308
 
 
 def _metric_choice(project: Project) -> dict | None:

@@ -25,7 +25,6 @@ from django.db.models.functions import RowNumber
 
 from smrweb.core import cachekeys, numbers
 from smrweb.tracking.models import (
-    STALLED,
     VERIFIED_STATUSES,
     Artifact,
     ArtifactBlob,
@@ -36,7 +35,6 @@ from smrweb.tracking.models import (
     Submission,
     counted_q,
 )
-from smrweb.tracking.queries import budget
 from smrweb.tracking.queries.figures import pending_figures, read_figures
 from smrweb.tracking.queries.kept import kept
 from smrweb.tracking.queries.runs import ScorePoint
@@ -72,9 +70,9 @@ def _incomplete(via: str = "runs__") -> Q:
     return Q(**{f"{via}results_complete": False, f"{via}excluded_at__isnull": True})
 
 
-def results_gap(project: Project, version: str | None = None) -> ResultsGap:
-    """The project's `ResultsGap`: read with the run condition counts (one query, kept alike)."""
-    return _gap(run_condition_counts(project, version))
+def results_gap(project: Project, counts: dict | None = None) -> ResultsGap:
+    """The project's `ResultsGap`: of its `run_condition_counts` (read when not given)."""
+    return _gap(counts if counts is not None else run_condition_counts(project))
 
 
 def _gap_figures(via: str = "runs__") -> dict:
@@ -196,21 +194,18 @@ def _summary_figures(projects: list[Project], unverified: bool) -> dict[int, dic
     return figures
 
 
-def run_condition_counts(project: Project, version: str | None = None) -> dict[str, int]:
-    """How many of the project's runs are stalled, failed, abandoned and over budget (one query, kept
-    under the page's `version` when given), for the quick filters above its runs table."""
-    return kept(cachekeys.kept_run_conditions(project.pk), version, lambda: _condition_counts(project))
+def run_condition_counts(project: Project) -> dict[str, int]:
+    """How many of the project's runs are stalled, failed, abandoned and over budget, and the results gap,
+    for the quick filters above its runs table: from its kept figures (`ProjectFigures`, one row, which the
+    write path keeps), with the archived runs counted from the (project, archived…) index."""
+    row = pending_figures(project)
+    counts = {name: getattr(row, name) for name in CONDITIONS}
+    # Hidden from the table unless asked for; archiving is rare and the index answers without the rows.
+    counts["archived"] = Run.objects.filter(project=project, archived_at__isnull=False).count()
+    return counts
 
 
-def _condition_counts(project: Project) -> dict[str, int]:
-    return Run.objects.filter(project=project).aggregate(
-        stalled=Count("id", filter=STALLED),
-        failed=Count("id", filter=Q(state="failed")),
-        abandoned=Count("id", filter=Q(state="abandoned")),
-        over_budget=Count("id", filter=budget.over_budget()),
-        archived=Count("id", filter=Q(archived_at__isnull=False)),  # hidden from the table unless asked
-        **_gap_figures(via=""),  # the results gap (`results_gap`) in the same query
-    )
+CONDITIONS = ("stalled", "failed", "abandoned", "over_budget", "gap_runs", "gap_missing", "gap_unknown")
 
 
 def leaderboard(project: Project):

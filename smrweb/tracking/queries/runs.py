@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Window
+from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Value, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -140,16 +140,23 @@ def _latest_scores(
     (`unverified`, `of_run`: as `counted_q`), in one window-function query."""
     if not ids:
         return {}
-    ranked = (
-        Submission.objects.filter(**{f"{group_by}__in": ids})
-        .annotate(
-            rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
+    fields = (group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",)))
+    newest_first = [F("ts").desc(), F("id").desc()]
+    if len(ids) == 1:  # one run or project (a poll after its new score): its index read backwards, no window
+        ranked = (
+            Submission.objects.filter(**{group_by: ids[0]})
+            .order_by(*newest_first)
+            .annotate(rn=Value(0))
+            .values_list(*fields)[:limit]
         )
-        .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
-        .values_list(
-            group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",))
+        ranked = [(row[0], row[1], i, *row[3:]) for i, row in enumerate(ranked, 1)]
+    else:
+        ranked = (
+            Submission.objects.filter(**{f"{group_by}__in": ids})
+            .annotate(rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=newest_first))
+            .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
+            .values_list(*fields)
         )
-    )
     history: dict[int, list[tuple[int, ScorePoint]]] = defaultdict(list)
     for key, score, rn, status, excluded, *run_excluded in ranked:
         why = standing(

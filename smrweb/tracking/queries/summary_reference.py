@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
+    STALLED,
     TERMINAL_STATES,
     UNVERIFIED_STATUSES,
     Project,
@@ -227,4 +228,16 @@ def project_scores(
         runs=names,
         matching=matching,
         void={pk: void[pk] for pk in names if void.get(pk)},
+    )
+
+
+def computed_condition_counts(project: Project) -> dict[str, int]:
+    """The counts above the runs table (`projects.run_condition_counts`) from every run (one aggregate)."""
+    return Run.objects.filter(project=project).aggregate(
+        stalled=Count("id", filter=STALLED),
+        failed=Count("id", filter=Q(state="failed")),
+        abandoned=Count("id", filter=Q(state="abandoned")),
+        over_budget=Count("id", filter=budget.over_budget()),
+        archived=Count("id", filter=Q(archived_at__isnull=False)),
+        **_gap_figures(via=""),
     )
