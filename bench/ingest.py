@@ -22,6 +22,7 @@ import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psutil
@@ -68,7 +69,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--port", type=int, default=8799)
-    parser.add_argument("--database-url", default="", help="default: SQLite in a fresh data dir")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="a PostgreSQL server (its role may create databases): the bench makes a fresh database on it "
+        "and drops it at the end; default: SQLite in a fresh data dir",
+    )
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a fresh project; median reported"
     )
@@ -81,8 +87,9 @@ def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="smrweb-bench-"))
     env = {**os.environ, "SMRWEB_DATA_DIR": str(data), "DEBUG": "false"}
     env.pop("DATABASE_URL", None)
-    if args.database_url:
-        env["DATABASE_URL"] = args.database_url
+    fresh = fresh_database(args.database_url) if args.database_url else None
+    if fresh:
+        env["DATABASE_URL"] = fresh
     py = sys.executable
 
     def run(*a):
@@ -137,6 +144,30 @@ def main() -> None:
         web.terminate()
         web.wait()
         redis.shutdown()
+        if fresh:
+            drop_database(args.database_url, fresh)
+
+
+def fresh_database(server_url: str) -> str:
+    """A new, empty database on the server of `server_url` (so that every run, and every commit measured
+    side by side, starts from nothing and migrates its own schema); its URL."""
+    import psycopg
+
+    name = f"smrweb_bench_{os.getpid()}_{time.time_ns()}"
+    with psycopg.connect(_plain(server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+
+
+def drop_database(server_url: str, url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_plain(server_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{urlsplit(url).path.lstrip("/")}" WITH (FORCE)')
+
+
+def _plain(url: str) -> str:
+    return url.replace("postgres://", "postgresql://", 1)
 
 
 def server_cpu_seconds(master: psutil.Process) -> float:
