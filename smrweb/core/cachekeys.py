@@ -64,6 +64,13 @@ def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int)
     return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
+def compare_turns(run_pk: int, *, per_run: int) -> str:
+    """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
+    turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not
+    under the run's `updated`: it is checked against the run's turn count and the new turns on each read."""
+    return f"compare-turns:v1:{run_pk}:{per_run}"
+
+
 def compare_run(
     run_pk: int, updated: float, parent_updated: float | None, *, maximize: bool, per_run: int
 ) -> str:
