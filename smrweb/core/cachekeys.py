@@ -71,6 +71,13 @@ def compare_turns(run_pk: int, *, per_run: int) -> str:
     return f"compare-turns:v1:{run_pk}:{per_run}"
 
 
+def compare_parts(run_pk: int, updated: float, version: str) -> str:
+    """A compared run's parts of the Compare figures, encoded (dashboard.charts.compare `RunParts`), 1 h,
+    under the run's `updated` and `version` (its colour, the time unit, the metric, the resolution, the
+    code). Nobody forgets it: what it is built from is in the key."""
+    return f"compare-parts:v1:{run_pk}:{updated:.6f}:{version}"
+
+
 def compare_run(
     run_pk: int, updated: float, parent_updated: float | None, *, maximize: bool, per_run: int
 ) -> str:

@@ -13,6 +13,8 @@ from django.test.utils import CaptureQueriesContext
 
 from smrweb.core import softcache
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
+from smrweb.dashboard.charts import style
+from smrweb.dashboard.templatetags.smrweb import figure_text
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
@@ -82,10 +84,19 @@ def _same(kept: compare.Comparison, scratch: compare.Comparison) -> None:
         for f in fields(compare.RunSeries):
             if f.name != "run":
                 assert getattr(a, f.name) == getattr(b, f.name), (a.run.external_id, f.name)
-    # What the page shows of them: the figures and both tables' rows, as written.
+    # What the page shows of them: the figures assembled from the runs' kept parts are the figures of the
+    # comparison read from scratch, encoded whole; both tables' rows, as written.
     built, fresh = compare_charts.build(kept), compare_charts.build(scratch)
-    for name in ("score_figure", "spend_figure", "turns_figure", "points"):
-        assert built[name] == fresh[name], name
+    colours = [style.colour(i) for i in range(len(scratch.runs))]
+    unit, key = compare_charts.time_unit(scratch), compare_charts.uirevision(scratch)
+    whole = {
+        "score_figure": compare_charts.score_figure(scratch, colours, unit, uirevision=key),
+        "spend_figure": compare_charts.spend_figure(scratch, colours, unit, uirevision=key),
+        "turns_figure": compare_charts.turns_figure(scratch, colours, uirevision=key),
+    }
+    for name, figure in whole.items():
+        assert built[name] == (figure_text(figure) if figure else None), name
+        assert built["points"][name] == compare_charts.points(figure), name
     assert [r.side_by_side_html for r in built["rows_shown"]] == [
         r.side_by_side_html for r in fresh["rows_shown"]
     ]
@@ -172,3 +183,24 @@ def test_a_new_turn_in_a_long_run_reads_that_turn_not_every_turn(project):
     assert c.runs[0].run.turn_count == 400 and c.runs[0].spend[-1][1] == pytest.approx(
         float(Run.objects.get(external_id="long").cost_usd)
     )
+
+
+def test_after_one_change_the_page_writes_that_runs_figure_parts_alone(client_alice, project, monkeypatch):
+    rng = random.Random(5)
+    ids = [f"r{i:02d}" for i in range(12)]
+    for rid in ids:
+        maker = Turns(rng)
+        push(project, rid, *[maker.turn(t) for t in range(1, 6)], maker.score(3), maker.score(4))
+    url = f"/projects/{project.slug}/compare/?" + "&".join(f"runs={rid}" for rid in ids)
+    written = []
+    real = compare_charts.run_parts
+    monkeypatch.setattr(
+        compare_charts, "run_parts", lambda s, *a: written.append(s.run.external_id) or real(s, *a)
+    )
+    assert client_alice.get(url).status_code == 200
+    assert sorted(written) == ids  # the first view writes every run's parts
+    written.clear()
+    push(project, "r05", Turns(rng).score(9))
+    body = client_alice.get(url).content.decode()
+    assert written == ["r05"]
+    assert '"name":"r05"' in body and "compare-score-data" in body

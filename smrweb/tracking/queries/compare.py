@@ -151,6 +151,7 @@ class Comparison:
     project: Project
     runs: list[RunSeries]
     missing: list[str]  # requested ids the project does not have, in the order given
+    per_run: int = 0  # the series' resolution: points per run (what a run's kept figure parts are of)
 
     @property
     def maximize(self) -> bool:
@@ -178,19 +179,21 @@ def compare(
     """
     maximize = project.scenario.maximize
     if markers is not None and found is None and len(markers) >= 2:
-        series = _kept_runs(project, markers, maximize=maximize, per_run=max(points // len(markers), 8))
+        per_run = max(points // len(markers), 8)
+        series = _kept_runs(project, markers, maximize=maximize, per_run=per_run)
         named = {marker.external_id for marker in markers}
         missing = [rid for rid in external_ids if rid not in named]
     else:
         runs, missing = found or find_runs(project, external_ids)
         series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
+        per_run = max(points // max(len(series), 1), 8)
         if len(series) >= 2:
-            _add_series(series, maximize=maximize, per_run=max(points // len(series), 8))
+            _add_series(series, maximize=maximize, per_run=per_run)
     for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
     _add_deltas(series)
-    return Comparison(project=project, runs=series, missing=missing)
+    return Comparison(project=project, runs=series, missing=missing, per_run=per_run)
 
 
 def find_runs(project: Project, external_ids: list[str]) -> tuple[list[Run], list[str]]:
