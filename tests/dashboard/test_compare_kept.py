@@ -18,7 +18,7 @@ from smrweb.dashboard.templatetags.smrweb import figure_text
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
-from smrweb.tracking.queries import compare
+from smrweb.tracking.queries import compare, compare_turns
 from smrweb.tracking.services import submissions as lifecycle
 
 pytestmark = pytest.mark.django_db
@@ -119,8 +119,8 @@ def test_kept_runs_equal_a_read_from_scratch_after_random_changes(project, alice
         push(project, name, *events)
     compared = names[:5]
     added = []  # each time turns were added to what was kept rather than read whole
-    real_added = compare._added
-    monkeypatch.setattr(compare, "_added", lambda *a: added.append(r := real_added(*a)) or r)
+    real_added = compare_turns._added
+    monkeypatch.setattr(compare_turns, "_added", lambda *a: added.append(r := real_added(*a)) or r)
     for _ in range(60):
         name = rng.choice(names)
         what = rng.choices(
