@@ -42,6 +42,7 @@ from smrweb.dashboard.templatetags.smrweb import (
     usd,
 )
 from smrweb.tracking.queries.compare import Comparison, RunSeries
+from smrweb.tracking.queries.compare_turns import add_turns
 
 PARTS_CACHE_SECONDS = 3600
 LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the hover name them)
@@ -585,10 +586,15 @@ def run_parts(s: RunSeries, col: str, unit: TimeUnit, metric: str) -> RunParts:
 
 @functools.cache
 def _code() -> str:
-    """What the parts are written by: kept parts of other code are other versions."""
-    source = (
-        inspect.getsource(sys.modules[__name__]) + inspect.getsource(style) + inspect.getsource(figure_text)
-    )
+    """What the parts are written by, and what reads the series they show: kept parts of other code are
+    other versions."""
+    modules = [
+        sys.modules[__name__],
+        style,
+        sys.modules[Comparison.__module__],
+        sys.modules[add_turns.__module__],
+    ]
+    source = "".join(inspect.getsource(m) for m in modules) + inspect.getsource(figure_text)
     return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
 
 
