@@ -78,6 +78,13 @@ def compare_parts(run_pk: int, updated: float, version: str) -> str:
     return f"compare-parts:v1:{run_pk}:{updated:.6f}:{version}"
 
 
+def compare_row(run_pk: int, updated: float, version: str) -> str:
+    """A compared run's rows of Compare's two tables, as written (dashboard.charts.compare `RowText`), 1 h,
+    under the run's `updated` and `version` (its colour, the baseline's marker, its parent's, the slug,
+    the viewer's clock, the code). Nobody forgets it: what it is built from is in the key."""
+    return f"compare-row:v1:{run_pk}:{updated:.6f}:{version}"
+
+
 def compare_run(
     run_pk: int, updated: float, parent_updated: float | None, *, maximize: bool, per_run: int
 ) -> str:
