@@ -59,6 +59,27 @@ def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int)
     return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
+def compare_turns(run_pk: int, *, per_run: int) -> str:
+    """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
+    turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not
+    under the run's `updated`: it is checked against the run's turn count and the new turns on each read."""
+    return f"compare-turns:v1:{run_pk}:{per_run}"
+
+
+def compare_parts(run_pk: int, updated: float, version: str) -> str:
+    """A compared run's parts of the Compare figures, encoded (dashboard.charts.compare `RunParts`), 1 h,
+    under the run's `updated` and `version` (its colour, the time unit, the metric, the resolution, the
+    code). Nobody forgets it: what it is built from is in the key."""
+    return f"compare-parts:v1:{run_pk}:{updated:.6f}:{version}"
+
+
+def compare_row(run_pk: int, updated: float, version: str) -> str:
+    """A compared run's rows of Compare's two tables, as written (dashboard.charts.compare `RowText`), 1 h,
+    under the run's `updated` and `version` (its colour, the baseline's marker, its parent's, the slug,
+    the viewer's clock, the code). Nobody forgets it: what it is built from is in the key."""
+    return f"compare-row:v1:{run_pk}:{updated:.6f}:{version}"
+
+
 def compare_run(
     run_pk: int, updated: float, parent_updated: float | None, *, maximize: bool, per_run: int
 ) -> str:

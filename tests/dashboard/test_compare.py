@@ -251,6 +251,39 @@ def test_query_count_does_not_grow_with_runs(client_alice, project, django_asser
     assert response.context["points"]["score_figure"] == 50 * (2 + 3)  # 2 dots + frontier (2 + end) each
 
 
+def test_after_one_change_the_queries_do_not_grow_with_runs_and_read_its_new_rows_alone(
+    client_alice, project, monkeypatch
+):
+    """The first view after a new turn and a new score in one compared run (the baseline): the same
+    queries for 10 runs as for 100; of rows, its turns past those kept (no window over every turn) and
+    its scores."""
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    # Room for what 100 runs keep (a few entries each), as Redis has: the test cache culls at 300.
+    monkeypatch.setattr(cache, "_max_entries", 10_000)
+    ids = [f"r{i:03d}" for i in range(100)]
+    for i, rid in enumerate(ids):
+        push(
+            project, rid, score(0.1 * (i % 10), minutes=0), turn(0, 0.01, minutes=1), turn(1, 0.02, minutes=2)
+        )
+
+    def after_change(n: int, k: int) -> list[dict]:
+        client_alice.get(query(*ids[:n]))
+        push(project, "r000", turn(10 + k, 0.01, minutes=10 + k), score(0.5, minutes=10 + k))
+        with CaptureQueriesContext(connection) as seen:
+            assert client_alice.get(query(*ids[:n])).status_code == 200
+        return seen.captured_queries
+
+    ten, hundred = after_change(10, 0), after_change(100, 1)
+    assert len(hundred) == len(ten)
+    read = _rows_read(hundred)
+    assert len(read) == 2, read  # r000's turns past those kept, its scores
+    turns = [sql for sql in read if "tracking_agentturn" in sql]
+    assert len(turns) == 1 and "OVER" not in turns[0] and "GROUP BY" not in turns[0], turns
+
+
 def test_outsiders_get_404_and_members_of_any_role_may_compare(client, carol, victor, two_runs):
     client.force_login(carol)
     assert client.get(query("a", "b")).status_code == 404
@@ -448,11 +481,11 @@ def test_a_new_score_shows_at_once_and_only_its_run_is_read_again(client_alice, 
     ].count(0.95) >= 1
     b = project.runs.get(external_id="b")
     read = _rows_read(seen.captured_queries)
-    assert len(read) == 3  # turn statistics, scores, spend: of run b alone
+    assert len(read) == 2  # its turns past those kept (none), its scores: of run b alone
     a = project.runs.get(external_id="a")
     for sql in read:
-        assert re.search(rf"IN \({b.pk}\)", sql), sql
-        assert not re.search(rf"IN \([^)]*\b{a.pk}\b", sql), sql
+        assert re.search(rf'IN \({b.pk}\)|\."run_id" = {b.pk}\)', sql), sql
+        assert not re.search(rf'IN \([^)]*\b{a.pk}\b|"run_id" = {a.pk}\b', sql), sql
 
 
 def test_a_new_baseline_reads_no_series_and_its_deltas_are_against_it(client_alice, two_runs):

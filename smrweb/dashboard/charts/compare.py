@@ -3,16 +3,22 @@ Style: `charts.style`; numbers: `core.numbers`."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from html import escape  # as Django's escape (& < > " '), without its lazy-string wrapper
+from html import escape
+from typing import NamedTuple  # as Django's escape (& < > " '), without its lazy-string wrapper
 
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from smrweb.core import cachekeys, softcache
 from smrweb.core.numbers import MINUS, duration, plain_number, sign_of, tokens, usd_precise
+from smrweb.dashboard.charts import style
 from smrweb.dashboard.charts.style import (
     CHILD,
     DRIVER,
@@ -25,9 +31,20 @@ from smrweb.dashboard.charts.style import (
     plotly_text,
 )
 from smrweb.dashboard.clock import zone_label
-from smrweb.dashboard.templatetags.smrweb import ago, midtrunc, ms, score, state_badge, usd
+from smrweb.dashboard.templatetags.smrweb import (
+    FigureJSON,
+    ago,
+    figure_text,
+    midtrunc,
+    ms,
+    score,
+    state_badge,
+    usd,
+)
 from smrweb.tracking.queries.compare import Comparison, RunSeries
+from smrweb.tracking.queries.compare_turns import add_turns
 
+PARTS_CACHE_SECONDS = 3600
 LEGEND_MAX = 10  # more runs than this: no legend (the table's swatches and the hover name them)
 
 
@@ -63,120 +80,126 @@ def _end(s: RunSeries) -> float:
     return max([s.duration.total_seconds(), *(x for x, _ in s.scores[-1:] + s.spend[-1:] + s.frontier[-1:])])
 
 
-def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
-    """Every score as a faint dot and the best-so-far frontier as a step line, per run, on time since
-    each run's start. None when no run has a score. What every trace shares (mode, hover text, line
-    shape) is said once, in the layout's template: with 200 runs it was half the figure."""
-    metric = plotly_text(c.project.scenario.score_metric)
-    legend = len(c.runs) <= LEGEND_MAX
-    data = []
-    hollow = []  # per run with any: its scores that do not count in its figures
-    for s, col in zip(c.runs, colours):
-        if not s.scores:
-            continue
-        rid = plotly_text(s.run.external_id)
-        why = s.score_standing or [""] * len(s.scores)
-        counted = [p for p, w in zip(s.scores, why) if not w]
-        void = [(p, w) for p, w in zip(s.scores, why) if w]
-        data.append(
-            {
-                "name": rid,
-                "legendgroup": rid,
-                "x": [_x(x, unit) for x, _ in counted],
-                "y": [y for _, y in counted],
-                "marker": {"color": col},
-            }
-        )
-        frontier = s.frontier + [(_end(s), s.frontier[-1][1])] if s.frontier else []
-        data.append(
-            {
-                "name": rid,
-                "legendgroup": rid,
-                "x": [_x(x, unit) for x, _ in frontier],
-                "y": [y for _, y in frontier],
-                "line": {"color": col, "shape": "hv"},
-            }
-        )
-        if void:
-            hollow.append((rid, col, void))
-    if not data:
-        return None
+def _score_traces(s: RunSeries, col: str, unit: TimeUnit, metric: str) -> tuple[list[dict], dict | None]:
+    """One run's traces of the score figure: its dots and its frontier (none without scores), and its
+    scores that do not count as a trace of hollow dots (None when all count)."""
+    if not s.scores:
+        return [], None
+    rid = plotly_text(s.run.external_id)
+    why = s.score_standing or [""] * len(s.scores)
+    counted = [p for p, w in zip(s.scores, why) if not w]
+    void = [(p, w) for p, w in zip(s.scores, why) if w]
+    frontier = s.frontier + [(_end(s), s.frontier[-1][1])] if s.frontier else []
+    pair = [
+        {
+            "name": rid,
+            "legendgroup": rid,
+            "x": [_x(x, unit) for x, _ in counted],
+            "y": [y for _, y in counted],
+            "marker": {"color": col},
+        },
+        {
+            "name": rid,
+            "legendgroup": rid,
+            "x": [_x(x, unit) for x, _ in frontier],
+            "y": [y for _, y in frontier],
+            "line": {"color": col, "shape": "hv"},
+        },
+    ]
+    if not void:
+        return pair, None
+    # Scores that do not count (invalid, rejected, excluded): hollow, why on hover.
+    hollow = {
+        "type": "scatter",
+        "mode": "markers",
+        "name": rid,
+        "legendgroup": rid,
+        "showlegend": False,
+        "x": [_x(x, unit) for (x, _), _ in void],
+        "y": [y for (_, y), _ in void],
+        "customdata": [w for _, w in void],
+        "marker": {
+            "symbol": "circle-open",
+            "size": 7,
+            "opacity": 1,
+            "color": col,
+            "line": {"width": 1.5},
+        },
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>"
+        f"<b>%{{customdata}}</b>: not counted<br>{_where(unit)}<extra></extra>",
+    }
+    return pair, hollow
+
+
+def _where(unit: TimeUnit) -> str:
+    return f"%{{x:.2f}} {unit.label} since start"
+
+
+def _score_layout(c: Comparison, unit: TimeUnit, metric: str, *, uirevision: str) -> dict:
+    """What every trace shares (mode, hover text, line shape) is said once, in the layout's template:
+    with 200 runs it was half the figure. Scatter traces take its styles in turn: each run's dots, then
+    its frontier; the hollow dots, after every run's pair, are styled in full."""
     arrow = "↑" if c.maximize else "↓"
-    where = f"%{{x:.2f}} {unit.label} since start"
-    # Scores that do not count (invalid, rejected, excluded): hollow, why on hover. After every run's
-    # pair of traces, styled in full, so the pairs still take the template's two styles in turn.
-    for rid, col, void in hollow:
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": rid,
-                "legendgroup": rid,
-                "showlegend": False,
-                "x": [_x(x, unit) for (x, _), _ in void],
-                "y": [y for (_, y), _ in void],
-                "customdata": [w for _, w in void],
-                "marker": {
-                    "symbol": "circle-open",
-                    "size": 7,
-                    "opacity": 1,
-                    "color": col,
-                    "line": {"width": 1.5},
-                },
-                "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>"
-                f"<b>%{{customdata}}</b>: not counted<br>{where}<extra></extra>",
-            }
-        )
-    # Scatter traces take the template's styles in turn: each run's dots, then its frontier.
     dots = {
         "type": "scatter",
         "mode": "markers",
         "showlegend": False,
         "marker": {"size": 5, "opacity": 0.45},
-        "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>{where}<extra></extra>",
+        "hovertemplate": f"<b>%{{fullData.name}}</b><br>{metric} %{{y:.6g}}<br>{_where(unit)}<extra></extra>",
     }
     steps = {
         "type": "scatter",
         "mode": "lines",
         "line": {"width": 2, "shape": "hv"},
-        "hovertemplate": f"<b>%{{fullData.name}}</b><br>best so far %{{y:.6g}}<br>{where}<extra></extra>",
+        "hovertemplate": (
+            f"<b>%{{fullData.name}}</b><br>best so far %{{y:.6g}}<br>{_where(unit)}<extra></extra>"
+        ),
     }
-
-    layout = base_layout(
+    return base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
-        showlegend=legend,
+        showlegend=len(c.runs) <= LEGEND_MAX,
         template={"data": {"scatter": [dots, steps]}},
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis(f"{metric} {arrow} · line: best so far"),
     )
-    return {"data": data, "layout": layout}
 
 
-def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
-    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn. The
-    traces' shared style is in the layout's template."""
-    data = []
+def score_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
+    """Every score as a faint dot and the best-so-far frontier as a step line, per run, on time since
+    each run's start. None when no run has a score."""
+    metric = plotly_text(c.project.scenario.score_metric)
+    data, hollow = [], []
     for s, col in zip(c.runs, colours):
-        if not s.spend:
-            continue
-        rid = plotly_text(s.run.external_id)
-        pts = [(0.0, 0.0), *s.spend, (_end(s), s.spend[-1][1])]
-        # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
-        # turns is closer to the truth than a step drawn at each of them.
-        every_turn = len(s.spend) >= s.run.turn_count
-        data.append(
-            {
-                "name": rid,
-                "legendgroup": rid,
-                "x": [_x(x, unit) for x, _ in pts],
-                "y": [round(y, 6) for _, y in pts],
-                "line": {"color": col, "shape": "hv" if every_turn else "linear"},
-            }
-        )
+        pair, void = _score_traces(s, col, unit, metric)
+        data += pair
+        if void:
+            hollow.append(void)
     if not data:
         return None
+    return {"data": data + hollow, "layout": _score_layout(c, unit, metric, uirevision=uirevision)}
+
+
+def _spend_trace(s: RunSeries, col: str, unit: TimeUnit) -> dict | None:
+    """One run's cumulative USD line (None without a turn)."""
+    if not s.spend:
+        return None
+    rid = plotly_text(s.run.external_id)
+    pts = [(0.0, 0.0), *s.spend, (_end(s), s.spend[-1][1])]
+    # Every turn present: spend moves in steps. Downsampled: a straight line between the kept
+    # turns is closer to the truth than a step drawn at each of them.
+    every_turn = len(s.spend) >= s.run.turn_count
+    return {
+        "name": rid,
+        "legendgroup": rid,
+        "x": [_x(x, unit) for x, _ in pts],
+        "y": [round(y, 6) for _, y in pts],
+        "line": {"color": col, "shape": "hv" if every_turn else "linear"},
+    }
+
+
+def _spend_layout(c: Comparison, unit: TimeUnit, *, uirevision: str) -> dict:
     lines = {
         "type": "scatter",
         "mode": "lines",
@@ -184,7 +207,7 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         "hovertemplate": "<b>%{fullData.name}</b><br>$%{y:,.4~f} spent<br>"
         f"%{{x:.2f}} {unit.label} since start<extra></extra>",
     }
-    layout = base_layout(
+    return base_layout(
         380,
         uirevision=uirevision,
         hovermode="closest",
@@ -193,25 +216,41 @@ def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevisio
         xaxis=axis(f"{unit.label} since the run's start", rangemode="tozero"),
         yaxis=axis("USD spent (agent turns)", rangemode="tozero", tickprefix="$"),
     )
-    return {"data": data, "layout": layout}
 
 
-def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict | None:
-    """Per run, side by side: USD split into driver inference and child work, and mean tokens per
-    turn split into in and out. Runs read top to bottom in the table's order, each label with its
-    colour swatch. None when no run has a turn."""
-    runs = [(s, col) for s, col in zip(c.runs, colours) if s.run.turn_count]
-    if not runs:
+def spend_figure(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> dict | None:
+    """Cumulative USD of agent turns per run on time since its start. None when no run has a turn. The
+    traces' shared style is in the layout's template."""
+    data = [t for s, col in zip(c.runs, colours) if (t := _spend_trace(s, col, unit))]
+    if not data:
         return None
-    ids = [s.run.external_id for s, _ in runs]
-    ticks = {
-        "tickmode": "array",
-        "tickvals": ids,
-        "ticktext": [
-            f'<span style="color:{col}">■</span> {plotly_text(midtrunc(rid, 24))}'
-            for rid, (_, col) in zip(ids, runs)
-        ],
+    return {"data": data, "layout": _spend_layout(c, unit, uirevision=uirevision)}
+
+
+TURN_COLUMNS = ("id", "tick", "driver", "child", "unknown", "tokens_in", "tokens_out")
+
+
+def _turns_values(s: RunSeries, col: str) -> dict | None:
+    """One run's values in the turn statistics figure, by `TURN_COLUMNS` (None without a turn)."""
+    run = s.run
+    if not run.turn_count:
+        return None
+    return {
+        "id": run.external_id,
+        "tick": f'<span style="color:{col}">■</span> {plotly_text(midtrunc(run.external_id, 24))}',
+        "driver": round(float(run.driver_cost_usd), 6),
+        "child": round(float(run.child_cost_usd), 6),
+        "unknown": round(float(run.unknown_cost_usd), 6),
+        "tokens_in": round(run.tokens_in / run.turn_count),
+        "tokens_out": round(run.tokens_out / run.turn_count),
     }
+
+
+def _turns_of(columns: dict, n: int, unknown: bool, *, uirevision: str) -> dict:
+    """The turn statistics figure of `n` runs from its columns (`TURN_COLUMNS`: lists, or the placeholders
+    that `build` puts the kept parts' texts in), with the role-unknown bars when `unknown`."""
+    ids = columns["id"]
+    ticks = {"tickmode": "array", "tickvals": ids, "ticktext": columns["tick"]}
 
     def bars(name, colour_, values, axis, fmt):
         return {
@@ -227,42 +266,14 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
         }
 
     data = [
-        bars(
-            "driver inference USD",
-            DRIVER,
-            [round(float(s.run.driver_cost_usd), 6) for s, _ in runs],
-            "",
-            "$%{x:,.4~f}",
-        ),
-        bars(
-            "child work USD",
-            CHILD,
-            [round(float(s.run.child_cost_usd), 6) for s, _ in runs],
-            "",
-            "$%{x:,.4~f}",
-        ),
-        *(
-            # Turns of actors whose role no source states: their own bars, never folded into a side.
-            [bars("role unknown USD", UNKNOWN, unknown, "", "$%{x:,.4~f}")]
-            if any(unknown := [round(float(s.run.unknown_cost_usd), 6) for s, _ in runs])
-            else []
-        ),
-        bars(
-            "tokens in / turn",
-            TOKENS_IN,
-            [round(s.run.tokens_in / s.run.turn_count) for s, _ in runs],
-            "2",
-            "%{x:,.0f}",
-        ),
-        bars(
-            "tokens out / turn",
-            TOKENS_OUT,
-            [round(s.run.tokens_out / s.run.turn_count) for s, _ in runs],
-            "2",
-            "%{x:,.0f}",
-        ),
+        bars("driver inference USD", DRIVER, columns["driver"], "", "$%{x:,.4~f}"),
+        bars("child work USD", CHILD, columns["child"], "", "$%{x:,.4~f}"),
+        # Turns of actors whose role no source states: their own bars, never folded into a side.
+        *([bars("role unknown USD", UNKNOWN, columns["unknown"], "", "$%{x:,.4~f}")] if unknown else []),
+        bars("tokens in / turn", TOKENS_IN, columns["tokens_in"], "2", "%{x:,.0f}"),
+        bars("tokens out / turn", TOKENS_OUT, columns["tokens_out"], "2", "%{x:,.0f}"),
     ]
-    height = 90 + 24 * max(len(runs), 3)
+    height = 90 + 24 * max(n, 3)
     layout = base_layout(
         height,
         uirevision=uirevision,
@@ -284,6 +295,17 @@ def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict 
         yaxis2={**axis("", autorange="reversed", matches="y", showticklabels=False), "anchor": "x2"},
     )
     return {"data": data, "layout": layout}
+
+
+def turns_figure(c: Comparison, colours: list[str], *, uirevision: str) -> dict | None:
+    """Per run, side by side: USD split into driver inference and child work, and mean tokens per
+    turn split into in and out. Runs read top to bottom in the table's order, each label with its
+    colour swatch. None when no run has a turn."""
+    values = [v for s, col in zip(c.runs, colours) if (v := _turns_values(s, col))]
+    if not values:
+        return None
+    columns = {name: [v[name] for v in values] for name in TURN_COLUMNS}
+    return _turns_of(columns, len(values), any(columns["unknown"]), uirevision=uirevision)
 
 
 def points(figure: dict | None) -> int:
@@ -376,6 +398,47 @@ def rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = N
         )
         out[-1].side_by_side_html = side_by_side_row(out[-1], first=i == 0, slug=c.project.slug, tz=tz)
         out[-1].turns_html = turns_row(out[-1])
+    return out
+
+
+class RowText(NamedTuple):
+    """A run's rows of the two tables as written (`rows`), kept per run and version (`kept_rows`)."""
+
+    side_by_side_html: SafeString
+    turns_html: SafeString
+
+
+def kept_rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = None) -> list[RowText]:
+    """`rows`' HTML, each run's kept under its change marker (`Run.updated`) and what else its rows show:
+    its colour, whether it is the baseline, the baseline's marker (its deltas are against it), its
+    parent's, the project's slug and the viewer's clock; written for the runs whose rows are not kept,
+    which are then kept. One change to a run that is not the baseline writes that run's rows alone."""
+    if not c.runs:
+        return []
+    base = c.runs[0].run
+    common = (
+        base.pk,
+        base.updated.timestamp(),
+        c.project.slug,
+        zone_label(),
+        timezone.get_current_timezone_name(),
+        c.maximize,
+        _code(),
+    )
+    picked = list(enumerate(zip(c.runs, colours)))[start:stop]
+    keys = []
+    for i, (s, col) in picked:
+        parent = s.run.parent.updated.timestamp() if s.run.parent_id and s.run.parent else None
+        version = hashlib.blake2s(repr((col, i == 0, parent, *common)).encode(), digest_size=8).hexdigest()
+        keys.append(cachekeys.compare_row(s.run.pk, s.run.updated.timestamp(), version))
+    kept = softcache.get_many(keys)
+    out, made = [], {}
+    for (i, _), key in zip(picked, keys):
+        if not isinstance(text := kept.get(key), RowText):
+            row = rows(c, colours, i, i + 1)[0]
+            made[key] = text = RowText(row.side_by_side_html, row.turns_html)
+        out.append(text)
+    softcache.set_many(made, PARTS_CACHE_SECONDS)
     return out
 
 
@@ -534,32 +597,134 @@ def turns_row(row: Row) -> SafeString:
     )
 
 
+class RunParts(NamedTuple):
+    """One run's parts of the figures, encoded as the page writes them (`figure_text`), kept per run and
+    version (`_parts`): a page after one run changed encodes that run's parts alone and joins the rest."""
+
+    score: str  # its dots and its frontier, comma-joined; "" without a score
+    hollow: str  # its scores that do not count; "" when all count
+    score_points: int
+    spend: str  # "" without a turn
+    spend_points: int
+    turns: tuple[str, ...]  # its `TURN_COLUMNS` values; () without a turn
+    unknown: bool  # it has role-unknown USD to draw
+
+
+def run_parts(s: RunSeries, col: str, unit: TimeUnit, metric: str) -> RunParts:
+    pair, void = _score_traces(s, col, unit, metric)
+    spend = _spend_trace(s, col, unit)
+    values = _turns_values(s, col)
+    return RunParts(
+        figure_text(pair)[1:-1] if pair else "",
+        figure_text(void) if void else "",
+        sum(len(t["x"]) for t in [*pair, *([void] if void else [])]),
+        figure_text(spend) if spend else "",
+        len(spend["x"]) if spend else 0,
+        tuple(figure_text(values[name]) for name in TURN_COLUMNS) if values else (),
+        bool(values and values["unknown"]),
+    )
+
+
+@functools.cache
+def _code() -> str:
+    """What the parts are written by, and what reads the series they show: kept parts of other code are
+    other versions."""
+    modules = [
+        sys.modules[__name__],
+        style,
+        sys.modules[Comparison.__module__],
+        sys.modules[add_turns.__module__],
+    ]
+    source = "".join(inspect.getsource(m) for m in modules) + inspect.getsource(figure_text)
+    return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
+
+
+def _parts(c: Comparison, colours: list[str], unit: TimeUnit, metric: str) -> list[RunParts]:
+    """Each run's parts: kept under the run's change marker (`Run.updated`, which its series are kept
+    under too) and what else they show (its colour, the unit, the metric, the direction, the resolution,
+    the code); written for the runs whose parts are not kept, which are then kept."""
+    common = (unit.seconds, unit.label, metric, c.maximize, c.per_run, _code())
+    keys = [
+        cachekeys.compare_parts(
+            s.run.pk,
+            s.run.updated.timestamp(),
+            hashlib.blake2s(repr((col, *common)).encode(), digest_size=8).hexdigest(),
+        )
+        for s, col in zip(c.runs, colours)
+    ]
+    kept = softcache.get_many(keys)
+    parts, made = [], {}
+    for s, col, key in zip(c.runs, colours, keys):
+        if not isinstance(part := kept.get(key), RunParts):
+            made[key] = part = run_parts(s, col, unit, metric)
+        parts.append(part)
+    softcache.set_many(made, PARTS_CACHE_SECONDS)
+    return parts
+
+
+def _placeholder(name: str) -> str:
+    """Where a column of the turn statistics goes in its encoded figure (no text of the figure has NULs)."""
+    return f"\x00{name}\x00"
+
+
+def _joined(items: list[str], layout: dict) -> FigureJSON:
+    """A figure from its traces' texts (in order) and its layout, as `figure_text` encodes it whole."""
+    return FigureJSON('{"data":[' + ",".join(items) + '],"layout":' + figure_text(layout) + "}")
+
+
+def figures(c: Comparison, colours: list[str], unit: TimeUnit, *, uirevision: str) -> tuple[dict, dict]:
+    """The three figures, encoded, assembled from the runs' kept parts (`_parts`); and the points each
+    ships. What depends on every run is not in the parts: the unit (from each run's end), the colours (by
+    position: in the version of a run's parts), the legend (by the number of runs), the role-unknown bars
+    (shown when any run has some) and the turn figure's height."""
+    metric = plotly_text(c.project.scenario.score_metric)
+    parts = _parts(c, colours, unit, metric)
+    out: dict[str, FigureJSON | None] = {"score_figure": None, "spend_figure": None, "turns_figure": None}
+    points_ = dict.fromkeys(out, 0)
+    if scored := [p for p in parts if p.score]:
+        layout = _score_layout(c, unit, metric, uirevision=uirevision)
+        out["score_figure"] = _joined(
+            [p.score for p in scored] + [p.hollow for p in parts if p.hollow], layout
+        )
+        points_["score_figure"] = sum(p.score_points for p in parts)
+    if spent := [p for p in parts if p.spend]:
+        out["spend_figure"] = _joined([p.spend for p in spent], _spend_layout(c, unit, uirevision=uirevision))
+        points_["spend_figure"] = sum(p.spend_points for p in spent)
+    if turned := [p for p in parts if p.turns]:
+        unknown = any(p.unknown for p in turned)
+        columns = {name: _placeholder(name) for name in TURN_COLUMNS}
+        text = figure_text(_turns_of(columns, len(turned), unknown, uirevision=uirevision))
+        for i, name in enumerate(TURN_COLUMNS):
+            text = text.replace(figure_text(columns[name]), "[" + ",".join(p.turns[i] for p in turned) + "]")
+        out["turns_figure"] = FigureJSON(text)
+        points_["turns_figure"] = len(turned) * (5 if unknown else 4)
+    return out, points_
+
+
+def uirevision(c: Comparison) -> str:
+    """Zoom survives re-renders of the same selection (a reload, a later poll), not a new one."""
+    ids = "\n".join(s.run.external_id for s in c.runs)
+    return "compare:" + hashlib.blake2b(ids.encode(), digest_size=8).hexdigest()
+
+
 def build(c: Comparison, *, shown: int | None = None) -> dict:
-    """Everything the template needs about a comparison of two or more runs: the figures, and the tables'
-    first `shown` rows (all by default; `later_rows` writes the others when they are asked for)."""
+    """Everything the template needs about a comparison of two or more runs: the figures, encoded, and
+    the tables' first `shown` rows (all by default; `later_rows` writes the others when they are asked
+    for)."""
     colours = [colour(i) for i in range(len(c.runs))]
     unit = time_unit(c)
-    # Zoom survives re-renders of the same selection (a reload, a later poll), not a new one.
-    key = (
-        "compare:"
-        + hashlib.blake2b("\n".join(s.run.external_id for s in c.runs).encode(), digest_size=8).hexdigest()
-    )
-    figures = {
-        "score_figure": score_figure(c, colours, unit, uirevision=key),
-        "spend_figure": spend_figure(c, colours, unit, uirevision=key),
-        "turns_figure": turns_figure(c, colours, uirevision=key),
-    }
+    encoded, points_ = figures(c, colours, unit, uirevision=uirevision(c))
     return {
-        **figures,
-        "rows_shown": rows(c, colours, 0, shown),
+        **encoded,
+        "rows_shown": kept_rows(c, colours, 0, shown),
         "rows_later": max(len(c.runs) - shown, 0) if shown is not None else 0,
         "unit": unit,
-        "points": {name: points(fig) for name, fig in figures.items()},
+        "points": points_,
     }
 
 
 def later_rows(c: Comparison, after: int) -> tuple[str, str]:
     """The two tables' rows after the first `after` (side by side, turn statistics), as HTML: what a
     page that shows the first rows loads once its table is scrolled to."""
-    later = rows(c, [colour(i) for i in range(len(c.runs))], after)
+    later = kept_rows(c, [colour(i) for i in range(len(c.runs))], after)
     return "\n".join(r.side_by_side_html for r in later), "\n".join(r.turns_html for r in later)

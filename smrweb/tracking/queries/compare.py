@@ -22,35 +22,28 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.db.models import (
-    Avg,
     Case,
-    Count,
     F,
     FloatField,
-    Func,
-    IntegerField,
     Max,
     Min,
     Q,
-    Sum,
     When,
-    Window,
 )
-from django.db.models.expressions import ExpressionWrapper, RowRange
-from django.db.models.functions import Cast, RowNumber
+from django.db.models.expressions import RowRange
 
 from smrweb.core import cachekeys, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
-    AgentTurn,
     Project,
     Run,
     Submission,
-    TurnKind,
     counted_q,
     standing,
 )
+from smrweb.tracking.queries.compare_turns import UP_TO_HERE, _thinned, add_turns
+from smrweb.tracking.queries.compare_turns import spend_rows as spend_rows  # what it reads: tests, bench
 from smrweb.tracking.queries.timeline import EpochSeconds
 
 MAX_RUNS = 200
@@ -62,25 +55,6 @@ RECENT_RUNS = 200
 SERIES_CACHE_SECONDS = 3600
 
 DELTA_FIELDS = ("final", "best", "turns", "tokens", "usd", "gain_per_usd", "duration")
-
-
-class JSONArrayLength(Func):
-    """The length of a JSON array column; 0 for anything that is not an array (both backends)."""
-
-    function = "JSON_ARRAY_LENGTH"
-    output_field = IntegerField()
-
-    def as_postgresql(self, compiler, connection, **extra):
-        # jsonb_array_length raises on a non-array, so guard it rather than fail the whole page.
-        return self.as_sql(
-            compiler,
-            connection,
-            template=(
-                "CASE WHEN JSONB_TYPEOF(%(expressions)s) = 'array' THEN JSONB_ARRAY_LENGTH(%(expressions)s) "
-                "ELSE 0 END"
-            ),
-            **extra,
-        )
 
 
 @dataclass
@@ -152,6 +126,7 @@ class Comparison:
     project: Project
     runs: list[RunSeries]
     missing: list[str]  # requested ids the project does not have, in the order given
+    per_run: int = 0  # the series' resolution: points per run (what a run's kept figure parts are of)
 
     @property
     def maximize(self) -> bool:
@@ -179,19 +154,21 @@ def compare(
     """
     maximize = project.scenario.maximize
     if markers is not None and found is None and len(markers) >= 2:
-        series = _kept_runs(project, markers, maximize=maximize, per_run=max(points // len(markers), 8))
+        per_run = max(points // len(markers), 8)
+        series = _kept_runs(project, markers, maximize=maximize, per_run=per_run)
         named = {marker.external_id for marker in markers}
         missing = [rid for rid in external_ids if rid not in named]
     else:
         runs, missing = found or find_runs(project, external_ids)
         series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
+        per_run = max(points // max(len(series), 1), 8)
         if len(series) >= 2:
-            _add_series(series, maximize=maximize, per_run=max(points // len(series), 8))
+            _add_series(series, maximize=maximize, per_run=per_run)
     for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
     _add_deltas(series)
-    return Comparison(project=project, runs=series, missing=missing)
+    return Comparison(project=project, runs=series, missing=missing, per_run=per_run)
 
 
 def find_runs(project: Project, external_ids: list[str]) -> tuple[list[Run], list[str]]:
@@ -267,9 +244,9 @@ def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> Non
             by_pk[s.run.pk] = s
     if not by_pk:
         return
-    _add_turn_stats(by_pk)
+    spend = add_turns(by_pk, per_run=per_run, oversample=SPEND_OVERSAMPLE, timeout=SERIES_CACHE_SECONDS)
     _add_scores(by_pk, maximize=maximize, per_run=per_run)
-    _add_spend(by_pk, per_run=per_run)
+    _add_spend(by_pk, spend, per_run=per_run)
     softcache.set_many(
         {keys[pk]: tuple(getattr(s, name) for name in READ_FIELDS) for pk, s in by_pk.items()},
         SERIES_CACHE_SECONDS,
@@ -348,61 +325,6 @@ def picked_runs(project: Project, external_ids: list[str]) -> list[Run]:
     return [found[i] for i in external_ids if i in found]
 
 
-# Time order is `ts` alone: the (run, ts) index yields it without sorting the rows (a tie-breaker on
-# id would force a sort of every row). Rows with equal timestamps are then in no particular order,
-# which moves nothing on the chart: running values are exact at every timestamp.
-IN_TIME = [F("ts").asc()]
-UP_TO_HERE = RowRange(start=None, end=0)
-
-
-def _thinned(rows, count_field: str, per_run: int, **running):
-    """`rows` (one model's rows of several runs) annotated for thinning in SQL: `rn` (position in the
-    run by time), `last` (the run's row count, from its summary column `count_field`), `phase` (0 on
-    every k-th row, k about count / per_run) and the `running` aggregates, each `(function, frame)`
-    over the run's rows in time order. Callers keep rn = 1, rn = last and phase = 0: about
-    `per_run` rows per run, whatever its length.
-
-    The count is read from the run's row (a join) rather than counted over the partition,
-    which would be a second pass over every row; all windows share one definition where they can,
-    so the database computes them in one pass over the (run, ts) index.
-    """
-    by_run = [F("run_id")]
-    return rows.order_by().annotate(
-        rn=Window(RowNumber(), partition_by=by_run, order_by=IN_TIME, frame=UP_TO_HERE),
-        last=F(f"run__{count_field}"),
-        # k = (count + per_run) // per_run: at least 1 even if the count were stale, so never a
-        # division by zero. `%`, not Mod(): Django's SQLite MOD is a Python function called per row.
-        phase=ExpressionWrapper((F("rn") - 1) % ((F("last") + per_run) / per_run), IntegerField()),
-        **{
-            name: Window(fn, partition_by=by_run, order_by=IN_TIME, frame=frame)
-            for name, (fn, frame) in running.items()
-        },
-    )
-
-
-def _add_turn_stats(by_pk: dict[int, RunSeries]) -> None:
-    """What the summary columns do not hold, per run, in one aggregate: turns by kind, tool calls, mean
-    turn duration, first turn time. (Distinct actors would need a sort per run: left to the run page.)"""
-    stats = (
-        AgentTurn.objects.filter(run_id__in=by_pk)
-        .values("run_id")
-        .annotate(
-            driver=Count("id", filter=Q(kind=TurnKind.DRIVER_INFERENCE)),
-            child=Count("id", filter=Q(kind=TurnKind.CHILD_WORK)),
-            unknown=Count("id", filter=Q(kind=TurnKind.ROLE_UNKNOWN)),
-            tools=Sum(JSONArrayLength("tool_calls")),
-            mean_ms=Avg("duration_ms"),
-            first=Min("ts"),
-        )
-        .order_by()  # no Meta ordering: it would join the GROUP BY
-    )
-    for row in stats:
-        s = by_pk[row["run_id"]]
-        s.driver_turns, s.child_turns, s.role_unknown_turns = row["driver"], row["child"], row["unknown"]
-        s.tool_calls, s.mean_turn_ms = row["tools"] or 0, row["mean_ms"]
-        s.start = min(s.start, row["first"])  # a late batch may carry earlier turns than the first one
-
-
 def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
     """(run, epoch seconds, score, best so far, rn, status, excluded_at) rows of the runs' scores, about
     `per_run` per run: each run's first and last score, the first score equal to its best, and every k-th
@@ -477,33 +399,11 @@ def _changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def spend_rows(runs: list[Run], *, per_run: int):
-    """(run, epoch seconds, cumulative USD, rn) rows of the runs' agent turns, about `per_run` per run:
-    running sums over every turn, computed in SQL, kept at each run's first and last turn and every k-th
-    between."""
-    return (
-        _thinned(
-            AgentTurn.objects.filter(run__in=runs),
-            "turn_count",
-            per_run,
-            # Summed as floats: far cheaper than exact decimals per row, and exact enough for a chart.
-            total=(Sum(Cast("cost_usd", FloatField())), UP_TO_HERE),
-        )
-        .filter(Q(rn=1) | Q(rn=F("last")) | Q(phase=0))
-        .annotate(t=EpochSeconds("ts"))
-        .values_list("run_id", "t", "total", "rn")
-    )
-
-
-def _add_spend(by_pk: dict[int, RunSeries], *, per_run: int) -> None:
-    """Cumulative USD over time since each run's start: thinned in SQL, then LTTB."""
-    kept: dict[int, list[tuple]] = defaultdict(list)
-    for run_id, ts, total, rn in spend_rows(
-        [s.run for s in by_pk.values()], per_run=per_run * SPEND_OVERSAMPLE
-    ):
-        kept[run_id].append((rn, ts, total))
-    for run_id, items in kept.items():
-        items.sort()
+def _add_spend(by_pk: dict[int, RunSeries], spend: dict[int, list[tuple]], *, per_run: int) -> None:
+    """Cumulative USD over time since each run's start, from its spend rows (`add_turns`): LTTB."""
+    for run_id, items in spend.items():
+        if not items:
+            continue
         start = by_pk[run_id].start.timestamp()
         pts = [(t - start, float(total)) for _, t, total in items]
         by_pk[run_id].spend = lttb(pts, max(per_run - 2, 3))  # the chart adds the origin and the end

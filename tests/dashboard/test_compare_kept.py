@@ -1,0 +1,220 @@
+"""Compare after new data: what is kept per compared run (its row and series, its turn side advanced by the
+turns past those kept) gives what a read from scratch gives, after random changes to random runs; and a
+new turn in a long run reads that turn, not every turn of the run."""
+
+import json
+import random
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from smrweb.core import softcache
+from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
+from smrweb.dashboard.charts import style
+from smrweb.dashboard.templatetags.smrweb import figure_text
+from smrweb.tracking import services
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Run, Submission
+from smrweb.tracking.queries import compare, compare_turns
+from smrweb.tracking.services import submissions as lifecycle
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def push(project, run_id, *events):
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+class Turns:
+    """Turns and scores for one run, numbered so that no two collide."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.n = rng, 0
+
+    def turn(self, t: float) -> dict:
+        self.n += 1
+        actor = self.rng.choice(["driver", "w1", "w2", None])
+        event = {
+            "type": "agent.turn",
+            "turn": self.n,
+            "actor": actor or "someone",
+            "cost_usd": round(self.rng.uniform(0, 0.05), 6),
+            "tokens_in": self.rng.randrange(2000),
+            "tokens_out": self.rng.randrange(300),
+            "tool_calls": [{"name": "sh"}] * self.rng.randrange(3),
+            "ts": at(t),
+        }
+        if self.rng.random() < 0.8:
+            event["duration_ms"] = self.rng.randrange(100, 5000)
+        if actor in ("w1", "w2"):
+            event["parent_actor"] = "driver"
+        return event
+
+    def score(self, t: float) -> dict:
+        return {"type": "score", "score": round(self.rng.uniform(0, 1), 4), "ts": at(t)}
+
+
+def _scratch(project, ids, monkeypatch):
+    """The comparison read from the rows alone: nothing found kept, nothing kept by it."""
+    with monkeypatch.context() as m:
+        m.setattr(softcache, "get_many", lambda keys: {})
+        m.setattr(softcache, "set_many", lambda values, timeout: None)
+        return _read(project, ids)
+
+
+def _read(project, ids, points=48):
+    """As the page reads them; few points per run, so that a run's spend rows are thinned (a stride above
+    1, which moves as turns come) even with a few dozen turns."""
+    markers, _ = compare.find_markers(project, ids)
+    return compare.compare(project, ids, markers=markers, points=points)
+
+
+def _same(kept: compare.Comparison, scratch: compare.Comparison, monkeypatch) -> None:
+    assert [s.run.external_id for s in kept.runs] == [s.run.external_id for s in scratch.runs]
+    for a, b in zip(kept.runs, scratch.runs):
+        for f in fields(compare.RunSeries):
+            if f.name != "run":
+                assert getattr(a, f.name) == getattr(b, f.name), (a.run.external_id, f.name)
+    # What the page shows of them: the figures assembled from the runs' kept parts are the figures of the
+    # comparison read from scratch, encoded whole; both tables' rows, as written.
+    built = compare_charts.build(kept)
+    with monkeypatch.context() as m:  # the rows written from scratch: none found kept
+        m.setattr(softcache, "get_many", lambda keys: {})
+        m.setattr(softcache, "set_many", lambda values, timeout: None)
+        fresh = compare_charts.build(scratch)
+    colours = [style.colour(i) for i in range(len(scratch.runs))]
+    unit, key = compare_charts.time_unit(scratch), compare_charts.uirevision(scratch)
+    whole = {
+        "score_figure": compare_charts.score_figure(scratch, colours, unit, uirevision=key),
+        "spend_figure": compare_charts.spend_figure(scratch, colours, unit, uirevision=key),
+        "turns_figure": compare_charts.turns_figure(scratch, colours, uirevision=key),
+    }
+    for name, figure in whole.items():
+        assert built[name] == (figure_text(figure) if figure else None), name
+        assert built["points"][name] == compare_charts.points(figure), name
+    assert [r.side_by_side_html for r in built["rows_shown"]] == [
+        r.side_by_side_html for r in fresh["rows_shown"]
+    ]
+    assert [r.turns_html for r in built["rows_shown"]] == [r.turns_html for r in fresh["rows_shown"]]
+
+
+def test_kept_runs_equal_a_read_from_scratch_after_random_changes(project, alice, bob, monkeypatch):
+    rng = random.Random(36)
+    names = [f"r{i}" for i in range(6)]
+    makers = {name: Turns(rng) for name in names}
+    clock = {name: 0.0 for name in names}
+    for name in names[:5]:  # r5 has nothing yet: it enters with its first turn
+        # Enough turns that the spend rows are thinned (a stride above 1) with few points per run.
+        events = []
+        for _ in range(rng.randrange(30, 90)):
+            clock[name] += rng.uniform(1, 30)
+            events.append(makers[name].turn(clock[name]))
+            if rng.random() < 0.3:
+                events.append(makers[name].score(clock[name] + 0.5))
+        push(project, name, *events)
+    compared = names[:5]
+    added = []  # each time turns were added to what was kept rather than read whole
+    real_added = compare_turns._added
+    monkeypatch.setattr(compare_turns, "_added", lambda *a: added.append(r := real_added(*a)) or r)
+    for _ in range(60):
+        name = rng.choice(names)
+        what = rng.choices(
+            ["turns", "late", "score", "exclude", "verify", "leave", "enter"], [8, 2, 3, 1, 1, 1, 1]
+        )[0]
+        if what == "turns":  # later than every turn so far: added to what is kept
+            events = []
+            for _ in range(rng.choice([1, 1, 2, 7])):
+                clock[name] += rng.uniform(0.5, 20)
+                events.append(makers[name].turn(clock[name]))
+            push(project, name, *events)
+        elif what == "late":  # earlier than the run's latest turn: the run is read whole again
+            push(project, name, makers[name].turn(rng.uniform(0, clock[name])))
+        elif what == "score":
+            push(project, name, makers[name].score(clock[name] + rng.uniform(-50, 5)))
+        elif what == "exclude":
+            if (
+                sub := Submission.objects.filter(run__project=project, excluded_at__isnull=True)
+                .order_by("?")
+                .first()
+            ):
+                lifecycle.exclude_submission(sub, by=alice, reason="a leaked test set")
+        elif what == "verify":
+            if (
+                sub := Submission.objects.filter(run__project=project, status="candidate")
+                .order_by("?")
+                .first()
+            ):
+                lifecycle.request_verification(sub, by=bob)
+                outcome = rng.choice(["passed", "failed"])
+                lifecycle.record_verification(sub.pk, lifecycle.VerificationResult(outcome, 0, "", outcome))
+        elif what == "leave" and len(compared) > 2:
+            compared.remove(rng.choice(compared))
+        elif what == "enter":
+            compared = [*{*compared, name}]
+            rng.shuffle(compared)  # another baseline, other colours
+        ids = [rid for rid in compared if Run.objects.filter(project=project, external_id=rid).exists()]
+        if len(ids) < 2:
+            continue
+        kept = _read(project, ids)
+        _same(kept, _scratch(project, ids, monkeypatch), monkeypatch)
+    assert sum(1 for base in added if base is not None) >= 10  # the kept path was taken, and often
+
+
+def test_a_new_turn_in_a_long_run_reads_that_turn_not_every_turn(project):
+    rng = random.Random(7)
+    maker = Turns(rng)
+    push(project, "long", *[maker.turn(i) for i in range(1, 400)], maker.score(5))
+    push(project, "short", Turns(rng).turn(1), Turns(rng).turn(2))
+    ids = ["long", "short"]
+    _read(project, ids)
+    push(project, "long", maker.turn(400))
+    with CaptureQueriesContext(connection) as seen:
+        c = _read(project, ids)
+    turns = [q["sql"] for q in seen.captured_queries if "tracking_agentturn" in q["sql"]]
+    assert len(turns) == 1, turns  # the turns past those kept: one, by the run's id index
+    assert "OVER" not in turns[0] and "GROUP BY" not in turns[0], turns[
+        0
+    ]  # no window, no aggregate of every turn
+    assert c.runs[0].run.turn_count == 400 and c.runs[0].spend[-1][1] == pytest.approx(
+        float(Run.objects.get(external_id="long").cost_usd)
+    )
+
+
+def test_after_one_change_the_page_writes_that_runs_figure_parts_and_rows_alone(
+    client_alice, project, monkeypatch
+):
+    rng = random.Random(5)
+    ids = [f"r{i:02d}" for i in range(12)]
+    for rid in ids:
+        maker = Turns(rng)
+        push(project, rid, *[maker.turn(t) for t in range(1, 6)], maker.score(3), maker.score(4))
+    url = f"/projects/{project.slug}/compare/?" + "&".join(f"runs={rid}" for rid in ids)
+    written = []
+    real = compare_charts.run_parts
+    monkeypatch.setattr(
+        compare_charts, "run_parts", lambda s, *a: written.append(s.run.external_id) or real(s, *a)
+    )
+    rows, real_rows = [], compare_charts.rows
+    monkeypatch.setattr(
+        compare_charts,
+        "rows",
+        lambda c, col, i, j: rows.append(c.runs[i].run.external_id) or real_rows(c, col, i, j),
+    )
+    assert client_alice.get(url).status_code == 200
+    assert sorted(written) == sorted(rows) == ids  # the first view writes every run's parts and rows
+    written.clear()
+    rows.clear()
+    push(project, "r05", Turns(rng).score(9))
+    body = client_alice.get(url).content.decode()
+    assert written == ["r05"]
+    assert '"name":"r05"' in body and "compare-score-data" in body
+    assert rows == ["r05"]  # and its rows alone (the baseline, r00, did not change)
