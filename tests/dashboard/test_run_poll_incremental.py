@@ -1,0 +1,172 @@
+"""Issue 36: a run page's poll after a new turn and score costs about what an unchanged poll costs. The
+timeline's score side is extended by the scores that arrived since, not read again: what it shows equals
+a timeline read from scratch after random sequences of turns (a child actor's too, late ones), scores (late
+ones), exclusions and verifications, at resolutions small enough that the stride and the
+thinning both move."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from smrweb.dashboard import charts, live
+from smrweb.tracking import services
+from smrweb.tracking.events import parse_events
+from smrweb.tracking.models import Direction, Run, Submission
+from smrweb.tracking.queries import markers, timeline, timeline_scores
+from smrweb.tracking.services import submissions
+from smrweb.tracking.services.submissions import VerificationResult
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def push(project, run_id, *events):
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
+
+
+def at(minutes: float) -> str:
+    return (T0 + timedelta(minutes=minutes)).isoformat()
+
+
+def turn(n: int, minutes: float, actor: str = "driver", parent: str | None = None) -> dict:
+    event = {
+        "type": "agent.turn",
+        "turn": n,
+        "actor": actor,
+        "tokens_in": 100 + n,
+        "tokens_out": 10,
+        "cost_usd": 0.001,
+        "ts": at(minutes),
+    }
+    if parent:
+        event["parent_actor"] = parent
+    return event
+
+
+def _scores_version(run: Run) -> str:
+    """The version the run page keys the score side by (`RunPage.timeline`)."""
+    m = markers.run_markers(run, T0)
+    return live.card_version(run.score_count, m.submission_last, m.submissions_updated)
+
+
+def _figure(run: Run, tl) -> dict:
+    scenario = run.project.scenario
+    return charts.run_timeline_figure(
+        tl,
+        maximize=scenario.maximize,
+        metric=scenario.score_metric,
+        budget_usd=None,
+        burn=None,
+        now=T0,
+        uirevision="x",
+    )
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """A resolution of 6 points, so that the stride doubles and records get thinned within a test."""
+    monkeypatch.setattr(timeline_scores, "MAX_SCORE_POINTS", 6)
+    monkeypatch.setattr(timeline_scores, "THIN_ABOVE", 9)
+    reads = []
+    read = timeline_scores.score_side
+
+    def counted(*args, **kwargs):
+        reads.append(1)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(timeline_scores, "score_side", counted)
+    return reads
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_the_extended_score_side_equals_a_timeline_read_from_scratch(project, alice, small, seed):
+    rng = random.Random(seed)
+    project.scenario.direction = Direction.MAXIMIZE if seed % 2 else Direction.MINIMIZE
+    project.scenario.save()
+    push(project, "live", {"type": "state", "state": "running", "ts": at(0)})
+    clock, n, steps = 1.0, 0, 70
+    for _ in range(steps):
+        op = rng.random()
+        subs = list(Submission.objects.filter(run__external_id="live"))
+        events = []
+        if op < 0.8 or not subs:
+            for _ in range(rng.choice([1, 1, 1, 2, 3])):
+                clock += rng.uniform(0.2, 2)
+                n += 1
+                late = rng.random() < 0.08
+                child = rng.random() < 0.3
+                events.append(
+                    turn(
+                        n,
+                        clock - (rng.uniform(1, 20) if late else 0),
+                        *(("worker", "driver") if child else ()),
+                    )
+                )
+            for _ in range(rng.choice([1, 1, 1, 2])):
+                clock += rng.uniform(0.1, 1)
+                late = rng.random() < 0.07
+                score = {"type": "score", "score": round(rng.gauss(0.5, 0.2), 3), "ts": at(clock)}
+                if late:
+                    score["ts"] = at(clock - rng.uniform(1, 20))
+                events.append(score)
+            rng.shuffle(events)
+            push(project, "live", *events)
+        elif op < 0.9:
+            sub = rng.choice(subs)
+            if sub.excluded_at is None:
+                submissions.exclude_submission(sub, by=alice, reason="junk")
+            else:
+                submissions.include_submission(sub, by=alice)
+        elif candidates := [s for s in subs if s.status == "candidate"]:
+            sub = rng.choice(candidates)
+            submissions.request_verification(sub, by=None, automatic=True)
+            outcome = rng.choice(["passed", "failed"])
+            submissions.record_verification(
+                sub.pk, VerificationResult(outcome, 0 if outcome == "passed" else 1, "", outcome)
+            )
+        run = Run.objects.select_related("project__scenario").get(external_id="live")
+        kept = timeline.run_timeline(run, now=T0 + timedelta(hours=4), scores_version=_scores_version(run))
+        run = Run.objects.select_related("project__scenario").get(external_id="live")
+        scratch = timeline.run_timeline(run, now=T0 + timedelta(hours=4))
+        for name in ("scores", "score_standing", "score_turns", "frontier", "score_total", "start", "end"):
+            assert getattr(kept, name) == getattr(scratch, name), name
+        assert _figure(run, kept) == _figure(run, scratch)
+    assert run.score_count > 4 * 6  # the stride doubled twice at least
+    # Many steps were scores after the last one: extended, not read again (each step reads from scratch
+    # once for the comparison; a doubled stride, a late score, an exclusion read the kept one again too).
+    assert len(small) - steps < 0.75 * steps, len(small) - steps
+
+
+def test_a_new_score_after_the_last_is_added_to_the_kept_side_not_read_again(project, monkeypatch):
+    """400 scores (thinned in SQL to every 2nd): the next one costs no read of them all."""
+    reads = []
+    read = timeline_scores.score_side
+    monkeypatch.setattr(timeline_scores, "score_side", lambda *a: reads.append(1) or read(*a))
+    push(project, "live", {"type": "state", "state": "running", "ts": at(0)})
+    events = [turn(i + 1, i / 10) for i in range(400)]
+    events += [{"type": "score", "score": (i % 37) / 40, "ts": at(i / 10 + 0.05)} for i in range(400)]
+    push(project, "live", *events)
+
+    def timeline_now():
+        run = Run.objects.select_related("project__scenario").get(external_id="live")
+        return run, timeline.run_timeline(
+            run, now=T0 + timedelta(hours=4), scores_version=_scores_version(run)
+        )
+
+    timeline_now()
+    assert reads == [1]
+    push(project, "live", turn(401, 40.1), {"type": "score", "score": 0.99, "ts": at(40.15)})
+    run, kept = timeline_now()
+    assert reads == [1]  # extended
+    scratch = timeline.run_timeline(run, now=T0 + timedelta(hours=4))
+    assert (kept.scores, kept.score_turns, kept.frontier) == (
+        scratch.scores,
+        scratch.score_turns,
+        scratch.frontier,
+    )
+    assert kept.score_turns[-1] == (401, "driver") and kept.frontier[-1][1] == 0.99
