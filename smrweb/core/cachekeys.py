@@ -50,10 +50,18 @@ def turn_aggregates(run_pk: int) -> str:
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
+def turns_after(run_pk: int) -> str:
+    """The turns, tokens and USD of a run after one moment (its best score's) and the turns they were read
+    from (queries.timeline `turns_after`), 24 h, advanced by the turns past its mark. Nobody forgets it:
+    checked against the run's turn count on read."""
+    return f"turns-after:v1:{run_pk}"
+
+
 def timeline_scores(run_pk: int, version: str) -> str:
     """A run timeline's score side (the points plotted, why each does not count, the turn before each, the
     best-so-far frontier; queries.timeline), 1 h, under `version` (of the run's scores and the scenario's
-    direction). Nobody forgets it: a turn at or before its last score is checked for on each read."""
+    direction; "latest:…" the last one kept, which a new score extends). Nobody forgets it: a turn at or
+    before its last score is checked for on each read."""
     return f"timeline-scores:v1:{run_pk}:{version}"
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
+from django.db.models import Count, Sum
 
 from smrweb.dashboard import charts, live
 from smrweb.tracking import services
@@ -170,3 +173,46 @@ def test_a_new_score_after_the_last_is_added_to_the_kept_side_not_read_again(pro
         scratch.frontier,
     )
     assert kept.score_turns[-1] == (401, "driver") and kept.frontier[-1][1] == 0.99
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_no_progress_reading_advanced_by_the_turns_since_equals_one_read_from_scratch(
+    project, monkeypatch, seed
+):
+    """The run page's "no progress" reading (turns, tokens, USD since the best score) is advanced by the
+    turns past what it read while the best stays; late turns (before the best, or before the last read),
+    a child actor's turns, a new best, a deleted turn: always what a read of every turn gives."""
+    from smrweb.tracking.models import AgentTurn
+    from smrweb.tracking.queries import progress
+
+    reads = []
+    read = timeline._turns_after
+    monkeypatch.setattr(timeline, "_turns_after", lambda *a: reads.append(1) or read(*a))
+    rng = random.Random(seed)
+    push(project, "live", {"type": "state", "state": "running", "ts": at(0)})
+    clock, n, steps = 1.0, 0, 60
+    for step in range(steps):
+        events = []
+        for _ in range(rng.choice([1, 1, 2, 5])):
+            clock += rng.uniform(0.2, 2)
+            n += 1
+            late = rng.random() < 0.15
+            child = rng.random() < 0.3
+            events.append(
+                turn(n, clock - (rng.uniform(1, 30) if late else 0), *(("w", "driver") if child else ()))
+            )
+        if rng.random() < 0.15:
+            events.append({"type": "score", "score": round(rng.random(), 3), "ts": at(clock)})
+        push(project, "live", *events)
+        if step % 20 == 19:  # a turn deleted (and the run's sums with it): they do not add up, read again
+            turns = AgentTurn.objects.filter(run__external_id="live")
+            rng.choice(list(turns)).delete()
+            sums = turns.aggregate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"))
+            Run.objects.filter(external_id="live").update(
+                turn_count=sums["n"], tokens_in=sums["tin"], tokens_out=sums["tout"]
+            )
+        run = Run.objects.select_related("project__scenario").get(external_id="live")
+        kept = progress.progress_since_best(run, kept=True)
+        scratch = progress.progress_since_best(run)
+        assert kept == replace(scratch, usd=scratch.usd.quantize(Decimal("0.000001"))), step
+    assert len(reads) < steps / 2, len(reads)
