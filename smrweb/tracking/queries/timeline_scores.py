@@ -88,7 +88,8 @@ def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]
 
 
 def _score_rows(run: Run, maximize: bool):
-    """(scores to plot as (ts, score, pk, standing), the best-so-far records, how many scores) of the run,
+    """(scores to plot as (ts, score, pk, standing, stays), the best-so-far records, how many scores, the
+    stride, the highest id and `updated` of them all) of the run,
     in one query: every score of a run with few, else every k-th, its last and every record, chosen in
     SQL over the (run, ts, score) index — the records from all of them, so the frontier is exact however
     many there are. Every score is plotted, but only those that count in the run's figures (`RUN_RULE`:
@@ -99,16 +100,18 @@ def _score_rows(run: Run, maximize: bool):
     subs = Submission.objects.filter(run=run).order_by()
     fields = ("ts", "score", "pk", "status", "excluded_at")
     if run.score_count <= MAX_SCORE_POINTS:
+        read = list(subs.order_by("ts", "id").values_list(*fields, "updated"))
         rows = [
             (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
-            for ts, value, pk, status, excluded in subs.order_by("ts", "id").values_list(*fields)
+            for ts, value, pk, status, excluded, _ in read
         ]
         frontier, best = [], None
         for ts, value, _, why in rows:
             if not why and (best is None or (value > best if maximize else value < best)):
                 best = value
                 frontier.append((ts, value))
-        return [(*row, True) for row in rows], frontier, len(rows), 1
+        marks = (max((r[2] for r in read), default=0), max((r[5] for r in read), default=None))
+        return [(*row, True) for row in rows], frontier, len(rows), 1, marks
     order = [F("ts").asc(), F("id").asc()]
     running = Max if maximize else Min
     counts = counted_q(**RUN_RULE)
@@ -125,23 +128,29 @@ def _score_rows(run: Run, maximize: bool):
                 frame=RowRange(start=None, end=-1),
             ),
         )
-        .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
+        .annotate(
+            phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()),
+            # The highest id and `updated` of all of them (`extended` adds what is past these).
+            last_pk=Window(Max("id")),
+            last_updated=Window(Max("updated")),
+        )
         .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
         .annotate(
             record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
         )
         .order_by("ts", "id")
-        .values_list(*fields, "record", "phase")
+        .values_list(*fields, "record", "phase", "last_pk", "last_updated")
     )
-    frontier = [(ts, value) for ts, value, _, _, _, record, _ in rows if record]
+    frontier = [(ts, value) for ts, value, _, _, _, record, *_ in rows if record]
     return (
         [
             (ts, value, pk, standing(status, excluded is not None, **RUN_RULE), record or phase == 0)
-            for ts, value, pk, status, excluded, record, phase in rows
+            for ts, value, pk, status, excluded, record, phase, *_ in rows
         ],
         frontier,
         run.score_count,
         stride,
+        tuple(rows[0][-2:]) if rows else (0, None),
     )
 
 
@@ -149,8 +158,7 @@ THIN_ABOVE = MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2  # records by the hundred:
 
 
 def score_side(run: Run, maximize: bool) -> ScoreSide:
-    marks = Submission.objects.filter(run=run).aggregate(last=Max("id"), updated=Max("updated"))
-    picked, frontier, total, stride = _score_rows(run, maximize)
+    picked, frontier, total, stride, (last_pk, updated) = _score_rows(run, maximize)
     scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why, _ in picked]
     thinned = len(scores) > THIN_ABOVE
     if thinned:
@@ -163,8 +171,8 @@ def score_side(run: Run, maximize: bool) -> ScoreSide:
         total=total,
         picked=None if thinned else picked,
         stride=stride,
-        last_pk=marks["last"] or 0,
-        updated=marks["updated"],
+        last_pk=last_pk,
+        updated=updated,
     )
 
 
