@@ -13,7 +13,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from django.db.models import Count, Sum
+from django.test.utils import CaptureQueriesContext
 
 from smrweb.dashboard import charts, live
 from smrweb.tracking import services
@@ -216,3 +218,22 @@ def test_the_no_progress_reading_advanced_by_the_turns_since_equals_one_read_fro
         scratch = progress.progress_since_best(run)
         assert kept == replace(scratch, usd=scratch.usd.quantize(Decimal("0.000001"))), step
     assert len(reads) < steps / 2, len(reads)
+
+
+def test_one_runs_latest_scores_read_off_the_index_equal_the_window_over_many(project, alice):
+    """The run page's stats read one run's latest scores without a window over all of them: the same
+    points (standing included) as the runs table's read of several runs gives for it."""
+    from smrweb.tracking import queries
+
+    push(project, "a", *({"type": "score", "score": i / 10, "ts": at(i % 7 + i / 100)} for i in range(30)))
+    push(project, "b", {"type": "score", "score": 0.3, "ts": at(1)})
+    run = Run.objects.get(external_id="a")
+    submissions.exclude_submission(
+        Submission.objects.filter(run=run).order_by("-ts")[1], by=alice, reason="x"
+    )
+    both = queries.score_histories([run.pk, Run.objects.get(external_id="b").pk], per_run=6)
+    with CaptureQueriesContext(connection) as read:
+        alone = queries.score_histories([run.pk], per_run=6)
+    assert "ROW_NUMBER" not in read.captured_queries[0]["sql"].upper()
+    assert alone[run.pk] == both[run.pk] and len(alone[run.pk]) == 6
+    assert any(p.why == "excluded" for p in alone[run.pk])

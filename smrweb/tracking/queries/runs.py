@@ -140,16 +140,24 @@ def _latest_scores(
     (`unverified`, `of_run`: as `counted_q`), in one window-function query."""
     if not ids:
         return {}
-    ranked = (
-        Submission.objects.filter(**{f"{group_by}__in": ids})
-        .annotate(
-            rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
+    fields = (group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",)))
+    if len(ids) == 1:  # one (a run page's): its latest rows off the (run, ts) index, not a window over all
+        latest = Submission.objects.filter(**{group_by: ids[0]}).order_by("-ts", "-id")
+        ranked = [
+            (key, score, rn, *rest)
+            for rn, (key, score, *rest) in enumerate(
+                latest.values_list(*(f for f in fields if f != "rn"))[:limit], start=1
+            )
+        ]
+    else:
+        ranked = (
+            Submission.objects.filter(**{f"{group_by}__in": ids})
+            .annotate(
+                rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
+            )
+            .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
+            .values_list(*fields)
         )
-        .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
-        .values_list(
-            group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",))
-        )
-    )
     history: dict[int, list[tuple[int, ScorePoint]]] = defaultdict(list)
     for key, score, rn, status, excluded, *run_excluded in ranked:
         why = standing(
