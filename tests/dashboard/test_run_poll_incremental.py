@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -237,3 +238,43 @@ def test_one_runs_latest_scores_read_off_the_index_equal_the_window_over_many(pr
     assert "ROW_NUMBER" not in read.captured_queries[0]["sql"].upper()
     assert alone[run.pk] == both[run.pk] and len(alone[run.pk]) == 6
     assert any(p.why == "excluded" for p in alone[run.pk])
+
+
+def _poll_after_a_turn_and_a_score(client, project, run_id: str, n: int, minutes: float) -> list[str]:
+    """The queries of a run page's cards poll after one new turn and one new best score (the page shown
+    first): the same cards change on a short run and a long one."""
+    url = f"/projects/hill/runs/{run_id}/"
+    shown = dict(
+        re.findall(r'data-card="([^"]+)"\s+data-version="([^"]*)"', client.get(url).content.decode())
+    )
+    headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    assert client.get(url, headers=headers).status_code == 204
+    push(
+        project,
+        run_id,
+        turn(n, minutes),
+        {"type": "score", "score": 0.95 + n % 10 / 100, "ts": at(minutes + 0.01)},
+    )
+    with CaptureQueriesContext(connection) as read:
+        assert client.get(url, headers=headers).status_code == 200
+    return [q["sql"] for q in read.captured_queries]
+
+
+def test_a_poll_after_a_turn_and_a_score_reads_as_many_rows_whatever_the_runs_length(client_alice, project):
+    """Ten turns and three scores, or 3,000 turns and 400 scores (the timeline's scores thinned in SQL):
+    as many queries once both show the same cards, and none of them a window over the run's scores."""
+    push(project, "short", *(turn(i, i / 10) for i in range(10)))
+    push(project, "short", *({"type": "score", "score": i / 10, "ts": at(i / 5 + 0.05)} for i in range(3)))
+    long = [turn(i, i / 100) for i in range(3000)]
+    long += [{"type": "score", "score": (i % 37) / 40, "ts": at(i * 0.075 + 0.001)} for i in range(400)]
+    push(project, "long", *long[:2500])
+    push(project, "long", *long[2500:])
+    counts = {}
+    for run_id, start in (("short", 2.0), ("long", 31.0)):
+        for k in range(2):
+            sql = _poll_after_a_turn_and_a_score(client_alice, project, run_id, 5000 + k, start + k)
+            counts[run_id, k] = len(sql)
+            if run_id == "long":
+                assert not [q for q in sql if "ROW_NUMBER" in q.upper()], "a window over every score"
+    # (The long run's first new best also takes its "no progress" badge away: its head reads more.)
+    assert counts["long", 1] == counts["short", 1] == counts["short", 0], counts
