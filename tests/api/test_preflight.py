@@ -100,9 +100,7 @@ def test_the_reviews_burst_of_ten_is_cut_at_the_default_rate(api, climb, monkeyp
 def test_a_burst_from_one_caller_is_refused_with_429_and_others_still_ask(
     api, climb, alice, monkeypatch, redis_server, settings
 ):
-    settings.SMRWEB_PREFLIGHT_RATE = (
-        "2/d"  # django-ratelimit windows are fixed: a minute one can end mid-test
-    )
+    settings.SMRWEB_PREFLIGHT_RATE = "2/d"  # django-ratelimit windows are fixed: a minute one can end mid-test
     monkeypatch.setattr(tasks.preflight_scenario, "apply_async", lambda *a, **kw: None)
     assert [api.post(URL.format("optimizer-hill-climb")).status_code for _ in range(2)] == [202, 202]
     response = api.post(URL.format("optimizer-hill-climb"))

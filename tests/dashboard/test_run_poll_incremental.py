@@ -77,7 +77,7 @@ def _figure(run: Run, tl) -> dict:
 def small(monkeypatch):
     """A resolution of 6 points, so that the stride doubles and records get thinned within a test."""
     monkeypatch.setattr(timeline_scores, "MAX_SCORE_POINTS", 6)
-    monkeypatch.setattr(timeline_scores, "THIN_ABOVE", 9)
+    monkeypatch.setattr(timeline_scores, "THIN_ABOVE", 9, raising=False)
     reads = []
     read = timeline_scores.score_side
 
@@ -188,9 +188,9 @@ def test_the_no_progress_reading_advanced_by_the_turns_since_equals_one_read_fro
     from smrweb.tracking.models import AgentTurn
     from smrweb.tracking.queries import progress
 
-    reads = []
-    read = timeline._turns_after
-    monkeypatch.setattr(timeline, "_turns_after", lambda *a: reads.append(1) or read(*a))
+    reads = []  # the reads of the kept turn aggregates (each also sums their buckets)
+    read = timeline._turn_memo
+    monkeypatch.setattr(timeline, "_turn_memo", lambda *a: reads.append(1) or read(*a))
     rng = random.Random(seed)
     push(project, "live", {"type": "state", "state": "running", "ts": at(0)})
     clock, n, steps = 1.0, 0, 60
