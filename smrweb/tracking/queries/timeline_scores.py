@@ -56,6 +56,7 @@ class ScoreSide:
     stride: int = 1
     last_pk: int = 0
     updated: object = None
+    version: str = ""  # of the run's scores it shows (`kept_score_side`)
 
 
 def turns_past(run: Run, mark: int):
@@ -232,29 +233,27 @@ def extended(side: ScoreSide, run: Run, maximize: bool) -> ScoreSide | None:
 
 
 def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str | None) -> ScoreSide:
-    """The score side kept under `version` (of the run's scores) while no turn arrived at or before its last
-    score (the turn before each score would move): a new turn costs one indexed count, not the scores'
-    queries (one of them a subquery per plotted score)."""
-    key = cachekeys.timeline_scores(run.pk, f"{version}:{int(maximize)}") if version else None
+    """The score side kept for the run with the `version` of its scores it was read at, while no turn arrived
+    at or before its last score (the turn before each score would move): a new turn costs one indexed count,
+    not the scores' queries (one of them a subquery per plotted score); a new score after the last is added
+    to it (`extended`). One cache entry per run, read and written once."""
+    key = cachekeys.timeline_scores(run.pk, str(int(maximize))) if version else None
     kept = softcache.get(key) if key else None
-    # A new score: the side of the version before, with the scores since added (`extended`).
-    latest = cachekeys.timeline_scores(run.pk, f"latest:{int(maximize)}") if key else None
-    grown = not isinstance(kept, ScoreSide) and latest is not None
-    if grown:
-        kept = softcache.get(latest)
-    if isinstance(kept, ScoreSide) and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
+    kept = kept if isinstance(kept, ScoreSide) else None
+    grown = kept is not None and kept.version != version  # scores came (or changed) since it was kept
+    if kept is not None and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
         since = turns_past(run, kept.hwm).aggregate(
             n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
         )
         if since["n"] != count - kept.turns or since["early"]:
             kept = None  # a turn deleted, committed out of id order, or back-dated before a score
-    if grown and isinstance(kept, ScoreSide):
+    if kept is not None and grown:
         kept = extended(kept, run, maximize)
-    if not isinstance(kept, ScoreSide):
+    if kept is None:
         kept = score_side(run, maximize)
     elif (kept.hwm, kept.turns) == (hwm, count) and not grown:
         return kept
-    kept.hwm, kept.turns = hwm, count
+    kept.hwm, kept.turns, kept.version = hwm, count, version or ""
     if key:
-        softcache.set_many({key: kept, latest: kept}, KEPT_SECONDS)  # down: read again next time
+        softcache.set(key, kept, KEPT_SECONDS)  # down: read again next time
     return kept
