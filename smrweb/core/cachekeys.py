@@ -45,11 +45,19 @@ def turn_aggregates(run_pk: int) -> str:
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
-def timeline_scores(run_pk: int, version: str) -> str:
+def turns_after(run_pk: int) -> str:
+    """The turns, tokens and USD of a run after one moment (its best score's) and the turns they were read
+    from (queries.timeline `turns_after`), 24 h, advanced by the turns past its mark. Nobody forgets it:
+    checked against the run's turn count on read."""
+    return f"turns-after:v1:{run_pk}"
+
+
+def timeline_scores(run_pk: int, direction: str) -> str:
     """A run timeline's score side (the points plotted, why each does not count, the turn before each, the
-    best-so-far frontier; queries.timeline), 1 h, under `version` (of the run's scores and the scenario's
-    direction). Nobody forgets it: a turn at or before its last score is checked for on each read."""
-    return f"timeline-scores:v1:{run_pk}:{version}"
+    best-so-far frontier; queries.timeline), 1 h, for the scenario's `direction` ("1" maximize), with the
+    version of the run's scores it shows: a new score is added to it. Nobody forgets it: a turn at or before
+    its last score, a changed or deleted score are checked for on each read."""
+    return f"timeline-scores:v2:{run_pk}:{direction}"  # v2: one per run, extended (was: one per version)
 
 
 def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int) -> str:

@@ -474,12 +474,15 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
 
 
 @functools.cache
-def template_digest(name: str) -> str:
-    """A template's digest, for the versions of renders kept in the cache: a changed template (a deploy)
-    makes them other versions."""
+def template_digest(name: str, *modules) -> str:
+    """A template's digest (with the source of `modules`, code that writes what it shows), for the versions
+    of renders kept in the cache: a changed template or module (a deploy) makes them other versions."""
+    import inspect
+
     from django.template.loader import get_template
 
-    return hashlib.blake2s(get_template(name).template.source.encode(), digest_size=6).hexdigest()
+    source = get_template(name).template.source + "".join(inspect.getsource(m) for m in modules)
+    return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
 
 
 def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:

@@ -257,12 +257,9 @@ def test_after_one_change_the_queries_do_not_grow_with_runs_and_read_its_new_row
     """The first view after a new turn and a new score in one compared run (the baseline): the same
     queries for 10 runs as for 100; of rows, its turns past those kept (no window over every turn) and
     its scores."""
-    from django.core.cache import cache
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    # Room for what 100 runs keep (a few entries each), as Redis has: the test cache culls at 300.
-    monkeypatch.setattr(cache, "_max_entries", 10_000)
     ids = [f"r{i:03d}" for i in range(100)]
     for i, rid in enumerate(ids):
         push(

@@ -1,14 +1,12 @@
 """Compare up to 200 runs of a project side by side: `compare/?runs=A&runs=B…`, the first run the baseline."""
 
 import functools
-import hashlib
-import inspect
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.template.loader import get_template, render_to_string
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
@@ -84,14 +82,6 @@ def compare_runs(request, slug: str):
     return render(request, TEMPLATE, context, status=status)
 
 
-@functools.cache
-def _template_digest() -> str:
-    """Kept renders are keyed by version; a changed template, or a change to the code that writes the
-    tables' rows (charts/compare.py), makes them other versions."""
-    source = get_template(TEMPLATE).template.source + inspect.getsource(compare_charts)
-    return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
-
-
 def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None) -> live.Deck:
     """The comparison's renders, each made once per version of what it shows and kept in the cache: the
     charts with each table's first `shown` rows (all when None), and the tables' later rows. The version
@@ -101,7 +91,7 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
     (`live.wants_fresh`)."""
     scenario = project.scenario
     version = live.version(
-        _template_digest(),
+        live.template_digest(TEMPLATE, compare_charts),
         project.slug,  # in the rows' links
         (scenario.pk, scenario.maximize, scenario.score_metric, scenario.name),
         timezone.get_current_timezone_name(),

@@ -2,7 +2,6 @@
 Its parts fetched on their own are views/run_parts.py; the actions on a run are views/run_actions.py."""
 
 import functools
-import hashlib
 import json
 import math
 from datetime import datetime, timedelta
@@ -90,13 +89,6 @@ FORECAST_SECONDS = live.TICK_SECONDS
 
 
 @functools.cache
-def _template_digest() -> str:
-    """Cached renders are keyed by version; a changed template makes them other versions."""
-    from django.template.loader import get_template
-
-    return hashlib.blake2s(get_template(TEMPLATE).template.source.encode(), digest_size=6).hexdigest()
-
-
 def horizon(run, now: datetime) -> datetime:
     """Where a live run's timeline ends: `now` rounded up to a step of 1/32 to 1/64 of the run's age (a power
     of two seconds, and at least the 30-second tick). The bars' width is the span over a fixed number of bins,
@@ -415,9 +407,8 @@ class RunPage:
         return {"rollback_line": said, "rollback_at": latest.created, "rollback_next_url": next_url}
 
     def version(self, name: str) -> str:
-        return live.card_version(
-            _template_digest(), name, self.zone, self.project.scenario_id, *self.version_parts(name)
-        )
+        digest = live.template_digest(TEMPLATE)
+        return live.card_version(digest, name, self.zone, self.project.scenario_id, *self.version_parts(name))
 
     # --- contexts ---------------------------------------------------------------------------------------
 
@@ -526,7 +517,7 @@ class RunPage:
     def turn_rows(self, turns: list) -> list[str]:
         """The turns table's rows, each kept in the cache under what it shows: a poll after a new turn renders
         the new turn's row and reads the others (one cache read), not the table."""
-        digest = (_template_digest(), self.zone, self._actor_names)
+        digest = (live.template_digest(TEMPLATE), self.zone, self._actor_names)
         rows = [
             (
                 live.card_version(

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Value, Window
+from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery, Window
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
@@ -141,19 +141,20 @@ def _latest_scores(
     if not ids:
         return {}
     fields = (group_by, "score", "rn", "status", "excluded_at", *(() if of_run else ("run__excluded_at",)))
-    newest_first = [F("ts").desc(), F("id").desc()]
-    if len(ids) == 1:  # one run or project (a poll after its new score): its index read backwards, no window
-        ranked = (
-            Submission.objects.filter(**{group_by: ids[0]})
-            .order_by(*newest_first)
-            .annotate(rn=Value(0))
-            .values_list(*fields)[:limit]
-        )
-        ranked = [(row[0], row[1], i, *row[3:]) for i, row in enumerate(ranked, 1)]
+    if len(ids) == 1:  # one (a run page's): its latest rows off the (run, ts) index, not a window over all
+        latest = Submission.objects.filter(**{group_by: ids[0]}).order_by("-ts", "-id")
+        ranked = [
+            (key, score, rn, *rest)
+            for rn, (key, score, *rest) in enumerate(
+                latest.values_list(*(f for f in fields if f != "rn"))[:limit], start=1
+            )
+        ]
     else:
         ranked = (
             Submission.objects.filter(**{f"{group_by}__in": ids})
-            .annotate(rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=newest_first))
+            .annotate(
+                rn=Window(RowNumber(), partition_by=[F(group_by)], order_by=[F("ts").desc(), F("id").desc()])
+            )
             .filter(rn__lte=limit)  # filtered in SQL (Django wraps the window query)
             .values_list(*fields)
         )

@@ -26,6 +26,7 @@ from django.db.models import (
     Func,
     Max,
     Min,
+    Q,
     Sum,
 )
 from django.utils import timezone
@@ -329,36 +330,72 @@ def _turn_memo(run: Run) -> TurnMemo:
         return memo
     key = cachekeys.turn_aggregates(run.pk)
     memo = softcache.get(key)  # a Redis that is down: a miss, computed from the rows
+    changed = True
     if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
+        read = memo.hwm, memo.count
         memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
+        changed = (memo.hwm, memo.count) != read
         if not memo.matches(run):
-            memo = None
+            memo, changed = None, True
     else:
         memo = None
     if memo is None:
         memo = kept_turn_memo(run) or computed_turn_memo(run)
-    softcache.set(key, memo, MEMO_SECONDS)  # down: nothing kept, the next page computes again
+    if changed:  # what was read is what is kept: not written back (the whole pickled memo) on every page
+        softcache.set(key, memo, MEMO_SECONDS)  # down: nothing kept, the next page computes again
     run._turn_memo = memo
     return memo
 
 
 def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
-    """(turns, tokens in + out, USD) of the run's turns after `moment`, exactly: the kept buckets after
-    the one `moment` falls in, plus that bucket's turns after it (an indexed range of one bucket)."""
+    """(turns, tokens in + out, USD) of the run's turns after `moment`, exactly. Kept per run with the
+    mark it was read up to: the next read after the same `moment` adds the turns past the mark (one
+    indexed range), unless they do not add up to the run's turn count (a turn deleted, or committed out
+    of id order); else read from the kept aggregates (`_turns_after`)."""
+    key = cachekeys.turns_after(run.pk)
+    kept = softcache.get(key)
+    if isinstance(kept, tuple) and len(kept) == 6 and kept[0] == moment:
+        _, hwm, count, n, tokens, micro = kept
+        since = turns_past(run, hwm).aggregate(
+            all=Count("id"),
+            hwm=Max("id"),
+            n=Count("id", filter=Q(ts__gt=moment)),
+            tin=Sum("tokens_in", filter=Q(ts__gt=moment)),
+            tout=Sum("tokens_out", filter=Q(ts__gt=moment)),
+            usd=Sum("cost_usd", filter=Q(ts__gt=moment)),
+        )
+        if since["all"] == run.turn_count - count:
+            if since["all"]:
+                hwm, count = since["hwm"], run.turn_count
+                n, tokens = n + since["n"], tokens + (since["tin"] or 0) + (since["tout"] or 0)
+                micro += _micro(since["usd"])
+                softcache.set(key, (moment, hwm, count, n, tokens, micro), MEMO_SECONDS)
+            return n, tokens, micro * MICRO_USD
     memo = _turn_memo(run)
+    n, tokens, micro = _turns_after(run, memo, moment)
+    softcache.set(key, (moment, memo.hwm, memo.count, n, tokens, micro), MEMO_SECONDS)
+    return n, tokens, micro * MICRO_USD
+
+
+def _turns_after(run: Run, memo: TurnMemo, moment: datetime) -> tuple[int, int, int]:
+    """(turns, tokens, micro-USD) after `moment` of the turns in `memo`: the kept buckets after the one
+    `moment` falls in, plus that bucket's turns after it (an indexed range of one bucket)."""
     if not memo.count:
-        return 0, 0, Decimal(0)
+        return 0, 0, 0
     at = _bucket_of(moment, memo.width)
     n = tokens = micro = 0
     for (bucket, _), (bn, tin, tout, m) in memo.buckets.items():
         if bucket > at:
             n, tokens, micro = n + bn, tokens + tin + tout, micro + m
     edge = AgentTurn.objects.filter(
-        run=run, ts__gt=moment, ts__lt=EPOCH + timedelta(seconds=memo.width) * (at + 1)
+        run=run,
+        id__lte=memo.hwm,  # what the memo holds, no turn committed since
+        ts__gt=moment,
+        ts__lt=EPOCH + timedelta(seconds=memo.width) * (at + 1),
     ).aggregate(n=Count("id"), tin=Sum("tokens_in"), tout=Sum("tokens_out"), usd=Sum("cost_usd"))
     n += edge["n"]
     tokens += (edge["tin"] or 0) + (edge["tout"] or 0)
-    return n, tokens, (micro + _micro(edge["usd"])) * MICRO_USD
+    return n, tokens, micro + _micro(edge["usd"])
 
 
 def forget_turn_aggregates(run: Run) -> None:

@@ -49,6 +49,14 @@ class ScoreSide:
     total: int
     hwm: int = 0
     turns: int = 0
+    # What `extended` needs to add the scores that arrived since (None: read again instead): every score
+    # picked before thinning as (ts, value, pk, standing, stays), `stays` when it is picked for its place
+    # or as a record (not only as the last); the stride; the highest id and `updated` of the scores read.
+    picked: list[tuple] | None = None
+    stride: int = 1
+    last_pk: int = 0
+    updated: object = None
+    version: str = ""  # of the run's scores it shows (`kept_score_side`)
 
 
 def turns_past(run: Run, mark: int):
@@ -81,7 +89,8 @@ def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]
 
 
 def _score_rows(run: Run, maximize: bool):
-    """(scores to plot as (ts, score, pk, standing), the best-so-far records, how many scores) of the run,
+    """(scores to plot as (ts, score, pk, standing, stays), the best-so-far records, how many scores, the
+    stride, the highest id and `updated` of them all) of the run,
     in one query: every score of a run with few, else every k-th, its last and every record, chosen in
     SQL over the (run, ts, score) index — the records from all of them, so the frontier is exact however
     many there are. Every score is plotted, but only those that count in the run's figures (`RUN_RULE`:
@@ -92,16 +101,18 @@ def _score_rows(run: Run, maximize: bool):
     subs = Submission.objects.filter(run=run).order_by()
     fields = ("ts", "score", "pk", "status", "excluded_at")
     if run.score_count <= MAX_SCORE_POINTS:
+        read = list(subs.order_by("ts", "id").values_list(*fields, "updated"))
         rows = [
             (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
-            for ts, value, pk, status, excluded in subs.order_by("ts", "id").values_list(*fields)
+            for ts, value, pk, status, excluded, _ in read
         ]
         frontier, best = [], None
         for ts, value, _, why in rows:
             if not why and (best is None or (value > best if maximize else value < best)):
                 best = value
                 frontier.append((ts, value))
-        return rows, frontier, len(rows)
+        marks = (max((r[2] for r in read), default=0), max((r[5] for r in read), default=None))
+        return [(*row, True) for row in rows], frontier, len(rows), 1, marks
     order = [F("ts").asc(), F("id").asc()]
     running = Max if maximize else Min
     counts = counted_q(**RUN_RULE)
@@ -118,56 +129,131 @@ def _score_rows(run: Run, maximize: bool):
                 frame=RowRange(start=None, end=-1),
             ),
         )
-        .annotate(phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()))
+        .annotate(
+            phase=ExpressionWrapper((F("rn") - 1) % stride, IntegerField()),
+            # The highest id and `updated` of all of them (`extended` adds what is past these).
+            last_pk=Window(Max("id")),
+            last_updated=Window(Max("updated")),
+        )
         .filter(Q(phase=0) | Q(rn=run.score_count) | improves)
         .annotate(
             record=Case(When(improves, then=Value(True)), default=Value(False), output_field=BooleanField())
         )
         .order_by("ts", "id")
-        .values_list(*fields, "record")
+        .values_list(*fields, "record", "phase", "last_pk", "last_updated")
     )
-    frontier = [(ts, value) for ts, value, _, _, _, record in rows if record]
+    frontier = [(ts, value) for ts, value, _, _, _, record, *_ in rows if record]
     return (
         [
-            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE))
-            for ts, value, pk, status, excluded, _ in rows
+            (ts, value, pk, standing(status, excluded is not None, **RUN_RULE), record or phase == 0)
+            for ts, value, pk, status, excluded, record, phase, *_ in rows
         ],
         frontier,
         run.score_count,
+        stride,
+        tuple(rows[0][-2:]) if rows else (0, None),
     )
 
 
+THIN_ABOVE = MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2  # records by the hundred: thinned too
+
+
 def score_side(run: Run, maximize: bool) -> ScoreSide:
-    scores_all, frontier, total = _score_rows(run, maximize)
-    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why in scores_all]
-    if len(scores) > MAX_SCORE_POINTS + MAX_SCORE_POINTS // 2:  # records by the hundred: thin them too
+    picked, frontier, total, stride, (last_pk, updated) = _score_rows(run, maximize)
+    scores = [(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why, _ in picked]
+    thinned = len(scores) > THIN_ABOVE
+    if thinned:
         scores = lttb(scores, MAX_SCORE_POINTS)
     return ScoreSide(
-        ends=[s[0] for s in scores_all[:1] + scores_all[-1:]],
+        ends=[s[0] for s in picked[:1] + picked[-1:]],
         scores=scores,
         turns_before=_turns_before([pk for _, _, _, pk, _ in scores], run),
         frontier=frontier,
         total=total,
+        picked=None if thinned else picked,
+        stride=stride,
+        last_pk=last_pk,
+        updated=updated,
+    )
+
+
+def extended(side: ScoreSide, run: Run, maximize: bool) -> ScoreSide | None:
+    """`side` with the scores that arrived since it was read added as `score_side` would pick them (one
+    query, and one for the new points' turns before), or None when only reading them all will do: a score
+    changed or deleted, one earlier than the last, the stride doubled, records to thin. The turns side is
+    the caller's (`kept_score_side` checks it against `side` first)."""
+    if side.picked is None or not side.ends:
+        return None
+    rows = list(
+        Submission.objects.filter(run=run)
+        .filter(Q(id__gt=side.last_pk) | Q(updated__gt=side.updated))
+        .order_by("ts", "id")
+        .values_list("ts", "score", "pk", "status", "excluded_at", "updated")
+    )
+    total = side.total + len(rows)
+    few = total <= MAX_SCORE_POINTS
+    stride = 1 if few else 1 << math.ceil(math.log2(total / MAX_SCORE_POINTS))
+    if (
+        total != run.score_count
+        or any(pk <= side.last_pk or ts < side.ends[-1] for ts, _, pk, *_ in rows)
+        or (not few and (side.total <= MAX_SCORE_POINTS or stride != side.stride))
+    ):
+        return None
+    picked, frontier = list(side.picked), list(side.frontier)
+    best = frontier[-1][1] if frontier else None
+    if rows and not picked[-1][4]:  # it was picked as the last score only
+        picked.pop()
+    for rn, (ts, value, pk, status, excluded, _) in enumerate(rows, start=side.total + 1):
+        why = standing(status, excluded is not None, **RUN_RULE)
+        record = not why and (best is None or (value > best if maximize else value < best))
+        if record:
+            best = value
+            frontier.append((ts, value))
+        stays = few or record or (rn - 1) % stride == 0
+        if stays or rn == total:
+            picked.append((ts, value, pk, why, stays))
+    if len(picked) > THIN_ABOVE:
+        return None
+    known = dict(zip((pk for _, _, _, pk, _ in side.scores), side.turns_before, strict=True))
+    new = [pk for _, _, pk, _, _ in picked if pk not in known]
+    known.update(zip(new, _turns_before(new, run), strict=True))
+    return ScoreSide(
+        ends=[picked[0][0], picked[-1][0]],
+        scores=[(ts.timestamp(), v, ts, pk, why) for ts, v, pk, why, _ in picked],
+        turns_before=[known[pk] for _, _, pk, _, _ in picked],
+        frontier=frontier,
+        total=total,
+        hwm=side.hwm,
+        turns=side.turns,
+        picked=picked,
+        stride=stride,
+        last_pk=max([side.last_pk, *(pk for _, _, pk, *_ in rows)]),
+        updated=max([side.updated, *(u for *_, u in rows)]),
     )
 
 
 def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str | None) -> ScoreSide:
-    """The score side kept under `version` (of the run's scores) while no turn arrived at or before its last
-    score (the turn before each score would move): a new turn costs one indexed count, not the scores'
-    queries (one of them a subquery per plotted score)."""
-    key = cachekeys.timeline_scores(run.pk, f"{version}:{int(maximize)}") if version else None
+    """The score side kept for the run with the `version` of its scores it was read at, while no turn arrived
+    at or before its last score (the turn before each score would move): a new turn costs one indexed count,
+    not the scores' queries (one of them a subquery per plotted score); a new score after the last is added
+    to it (`extended`). One cache entry per run, read and written once."""
+    key = cachekeys.timeline_scores(run.pk, str(int(maximize))) if version else None
     kept = softcache.get(key) if key else None
-    if isinstance(kept, ScoreSide) and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
+    kept = kept if isinstance(kept, ScoreSide) else None
+    grown = kept is not None and kept.version != version  # scores came (or changed) since it was kept
+    if kept is not None and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
         since = turns_past(run, kept.hwm).aggregate(
             n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
         )
         if since["n"] != count - kept.turns or since["early"]:
             kept = None  # a turn deleted, committed out of id order, or back-dated before a score
-    if not isinstance(kept, ScoreSide):
+    if kept is not None and grown:
+        kept = extended(kept, run, maximize)
+    if kept is None:
         kept = score_side(run, maximize)
-    elif (kept.hwm, kept.turns) == (hwm, count):
+    elif (kept.hwm, kept.turns) == (hwm, count) and not grown:
         return kept
-    kept.hwm, kept.turns = hwm, count
+    kept.hwm, kept.turns, kept.version = hwm, count, version or ""
     if key:
         softcache.set(key, kept, KEPT_SECONDS)  # down: read again next time
     return kept
