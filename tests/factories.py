@@ -1,5 +1,7 @@
 """Rows for tests. Multi-step states are built by calling services, so tests never hold impossible rows."""
 
+import json
+
 import factory
 from django.contrib.auth import get_user_model
 
@@ -34,3 +36,11 @@ def grant(user, *codenames: str) -> None:
     )
     for cache in ("_perm_cache", "_user_perm_cache"):
         user.__dict__.pop(cache, None)
+
+
+def push(project, run_id, *events):
+    """Ingest events exactly as the REST endpoint does: JSON bytes → parse_events → services."""
+    from smrweb.tracking import services
+    from smrweb.tracking.events import parse_events
+
+    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))

@@ -29,7 +29,6 @@ from smrweb import tasks
 from smrweb.core import queue, ratelimits
 from smrweb.core.downloads import content_disposition, safe_content_type, safe_filename
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     ApiToken,
     Artifact,
@@ -40,6 +39,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.services import knowledge
 from smrweb.tracking.services import submissions as lifecycle
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,10 +53,6 @@ RTL = "\u202egnp.exe"
 HOSTILE = f"{SCRIPT}{IMG}{JS_URL}{TEMPLATE}{RTL}"  # 86 characters: fits every 200-character field
 ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
 ESCAPED_IMG = "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def n_of(rate: str) -> int:

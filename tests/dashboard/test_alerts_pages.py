@@ -5,7 +5,6 @@ guard on the settings page."""
 from __future__ import annotations
 
 import html
-import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -18,7 +17,6 @@ from smrweb import tasks
 from smrweb.core import queue
 from smrweb.dashboard.inbox import local_link
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AlertRule,
     AuditEvent,
@@ -33,6 +31,7 @@ from smrweb.tracking.queries import progress
 from smrweb.tracking.services.alerts import delivery as alert_delivery
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from smrweb.tracking.services.alerts import triggers as alert_triggers
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
@@ -46,10 +45,6 @@ def shown(body: bytes | str) -> str:
     text = body.decode() if isinstance(body, bytes) else body
     text = re.sub(r"</?(?:div|p|li|dt|dd|td|th|tr|h[1-6]|br|option|section|nav)\b[^>]*>", " ", text)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text)))
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def turn(n, minutes, *, cost=0.01, tin=1000, tout=100, **extra):

@@ -14,16 +14,11 @@ from django.utils import timezone
 from smrweb.dashboard import charts, clock
 from smrweb.dashboard.models import Clock, UserPreference
 from smrweb.dashboard.templatetags.smrweb import ago, ago_short
-from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)  # 13:00 in Paris, 04:00 in Los Angeles
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def at(minutes: float) -> str:

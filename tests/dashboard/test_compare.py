@@ -14,20 +14,14 @@ from smrweb.dashboard.charts import compare as compare_charts  # beside tracking
 from smrweb.dashboard.charts import style
 from smrweb.dashboard.views import compare as compare_views
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction, Run
 from smrweb.tracking.queries import compare
-from tests.factories import admin_project
+from tests.factories import admin_project, push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 URL = "/projects/hill/compare/"
-
-
-def push(project, run_id, *events):
-    """Ingest events exactly as the REST endpoint does: JSON bytes → parse_events → services."""
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
 
 
 def at(**delta) -> str:

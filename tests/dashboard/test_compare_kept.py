@@ -2,7 +2,6 @@
 turns past those kept) gives what a read from scratch gives, after random changes to random runs; and a
 new turn in a long run reads that turn, not every turn of the run."""
 
-import json
 import random
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
@@ -15,19 +14,14 @@ from smrweb.core import softcache
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.dashboard.charts import style
 from smrweb.dashboard.templatetags.smrweb import figure_text
-from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
 from smrweb.tracking.queries import compare, compare_turns
 from smrweb.tracking.services import submissions as lifecycle
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
 
 
 def at(seconds: float) -> str:

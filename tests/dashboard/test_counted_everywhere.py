@@ -18,7 +18,6 @@ from html import unescape
 import pytest
 
 from smrweb.tracking import queries, services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     RUN_RULE,
     Direction,
@@ -31,7 +30,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.queries import timeline
 from smrweb.tracking.services import knowledge
 from smrweb.tracking.services import submissions as lifecycle
-from tests.factories import admin_project
+from tests.factories import admin_project, push
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 28, 13, 0, tzinfo=UTC)
@@ -43,10 +42,6 @@ SCORES = [
     (8, 3.10, "excluded"),
     (9, 3.05, "invalid"),
 ]
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events)).encode()))
 
 
 def at(minutes: float) -> str:

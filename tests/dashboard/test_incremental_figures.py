@@ -5,7 +5,6 @@ later records arrived; the chart's poll answers 204 when nothing it draws change
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from datetime import UTC, datetime, timedelta
@@ -15,21 +14,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from smrweb.dashboard.live import VERSION_HEADER
-from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction, Run, Submission
 from smrweb.tracking.queries import project_chart
 from smrweb.tracking.queries.summary_reference import project_scores
 from smrweb.tracking.services import submissions
 from smrweb.tracking.services.submissions import VerificationResult
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def score(value, minutes):

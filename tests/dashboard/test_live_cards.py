@@ -18,8 +18,8 @@ from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import live
 from smrweb.dashboard.views.runs import horizon
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
@@ -28,10 +28,6 @@ START = NOW - timedelta(hours=10)
 URL = "/projects/hill/runs/long/"
 MANY = 1200  # more turns than the timeline has bars (300 per kind), so a turn lands in an existing or new bar
 TARGET_BYTES = 20_000  # issue 21: one new turn on a 100,000-turn run sends at most this
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def turn(n: int, ts: datetime, actor: str = "driver", **extra) -> dict:

@@ -8,7 +8,6 @@ in its own card. A new turn re-renders the cards that show turns, and of the tur
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -19,17 +18,13 @@ import time_machine
 from smrweb.dashboard import live
 from smrweb.dashboard.views import runs
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 11, 22, 12, 0, 5, tzinfo=UTC)  # 5 s into a 30-second period
 LATER = timedelta(seconds=31)  # past the next 30-second tick the versions used to hold
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def at(minutes: float) -> str:

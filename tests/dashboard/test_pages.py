@@ -1,7 +1,6 @@
 """Server-rendered pages and their htmx partials: access, content, fragments, flat query counts."""
 
 import io
-import json
 from datetime import timedelta
 
 import pytest
@@ -9,16 +8,11 @@ from django.utils import timezone
 
 from smrweb.dashboard.templatetags.smrweb import sparkline
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import ApiToken, Run, Submission
 from smrweb.tracking.services.figures import rebuild_project_figures
-from tests.factories import admin_project
+from tests.factories import admin_project, push
 
 pytestmark = pytest.mark.django_db
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def scores(project, run_id, *values):

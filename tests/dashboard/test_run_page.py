@@ -20,14 +20,11 @@ from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
 from smrweb.tracking.queries import summary_reference, timeline
 from smrweb.tracking.services import submissions
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def at(minutes: float) -> str:

@@ -6,7 +6,6 @@ thinning both move."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import replace
@@ -19,20 +18,15 @@ from django.db.models import Count, Sum
 from django.test.utils import CaptureQueriesContext
 
 from smrweb.dashboard import charts, live
-from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Direction, Run, Submission
 from smrweb.tracking.queries import markers, timeline, timeline_scores
 from smrweb.tracking.services import submissions
 from smrweb.tracking.services.submissions import VerificationResult
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def at(minutes: float) -> str:

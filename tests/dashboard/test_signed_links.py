@@ -5,7 +5,6 @@ project pages."""
 import base64
 import hashlib
 import io
-import json
 import re
 from datetime import timedelta
 
@@ -17,8 +16,8 @@ from django.utils import timezone
 from smrweb.core import signed_links
 from smrweb.dashboard.artifacts import artifact_for_token, signed_artifact_path
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Artifact
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
@@ -247,10 +246,6 @@ def test_garbage_tokens_are_refused_never_a_500(client, project, token):
 
 
 # --- pages --------------------------------------------------------------------------------------------
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def test_the_run_page_offers_the_signed_link_and_the_digest(client_alice, client, project):

@@ -15,18 +15,14 @@ import yaml
 
 from smrweb.dashboard.views.projects import RUNS_PER_PAGE
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.filters import SORTS
 from smrweb.tracking.models import Run
 from smrweb.tracking.queries import budget
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def turn(n, *, tokens_in=1000, tokens_out=100, cost=0.5, model="gpt-5.4", actor="driver", minute=0):

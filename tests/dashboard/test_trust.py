@@ -4,7 +4,6 @@ rule explains itself, and the arena handoff records what the arena said."""
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import Decimal
 
@@ -13,7 +12,6 @@ import pytest
 from smrweb.dashboard import live
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput, NotAllowed, RollbackRefused
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,
     Review,
@@ -27,14 +25,10 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services import rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.params import log_params
-from tests.factories import UserFactory
+from tests.factories import UserFactory, push
 
 pytestmark = pytest.mark.django_db
 HOOK = "https://hooks.example/rollback"
-
-
-def push(project, run_id, *events):
-    return services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def scored(project, run_id, *values) -> list[Submission]:

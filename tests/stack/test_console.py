@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from datetime import timedelta
 
 import pytest
@@ -11,15 +10,11 @@ from django.utils import timezone
 
 from smrweb.stack.console import EventFeed, log_path, tail
 from smrweb.tracking import services
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Run, Submission
 from smrweb.tracking.services import submissions as lifecycle
+from tests.factories import push
 
 pytestmark = pytest.mark.django_db
-
-
-def push(project, run_id, *events):
-    services.ingest_events(project, run_id, parse_events(json.dumps(list(events))))
 
 
 def test_the_feed_prints_audited_actions_and_failed_or_stalled_runs_once(project, alice, bob):
