@@ -669,18 +669,16 @@ try:
 except ValueError as _exc:
     raise environ.ImproperlyConfigured(f"SMRWEB_METRICS_ALLOW_IPS: {_exc}") from None
 
-# OTLP trace ingest (/v1/traces): USD per 1M input/output tokens by model, merged over the default
-# table in smrweb/tracking/otlp.py, e.g. '{"my-model": {"input": 1.5, "output": 6}}' (docs/integrations.md).
+# The price table (smrweb/tracking/pricing.py): USD per 1M tokens by model and usage type, over the
+# built-in table, e.g. '{"my-model": {"input": 1.5, "output": 6, "cached_input": 0.15}}'; a model may
+# have a list of prices, each with its "since" day, and "aliases" (docs/integrations.md, "Prices").
 SMRWEB_MODEL_PRICES = env.json("SMRWEB_MODEL_PRICES", default={})
-if not isinstance(SMRWEB_MODEL_PRICES, dict) or not all(
-    isinstance(_price, dict)
-    and set(_price) == {"input", "output"}
-    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6 for v in _price.values())
-    for _price in SMRWEB_MODEL_PRICES.values()
-):
-    raise environ.ImproperlyConfigured(
-        'SMRWEB_MODEL_PRICES must be a JSON object {"model": {"input": USD per 1M, "output": USD per 1M}}'
-    )
+try:
+    from smrweb.tracking.pricing import parse_prices as _parse_prices
+
+    _parse_prices(SMRWEB_MODEL_PRICES)
+except ValueError as _exc:
+    raise environ.ImproperlyConfigured(f"SMRWEB_MODEL_PRICES: {_exc}") from None
 
 # Scenario preflights per caller (user or token), "<count>/<s|m|h|d>" (red-team finding 9): each one is a
 # worker task, so a burst from one caller must not crowd out validators and polls.

@@ -54,7 +54,7 @@ from django.utils import timezone
 from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events
 from smrweb.tracking import events as ev
-from smrweb.tracking import services
+from smrweb.tracking import pricing, services
 from smrweb.tracking.errors import EventError, TrackingError
 from smrweb.tracking.models import Project
 
@@ -130,6 +130,8 @@ def _actor(value: Any) -> str | None:
 _IN = ("tokens_in", "input_tokens", "prompt_tokens", "tokensIn", "inputTokens", "promptTokens")
 _OUT = ("tokens_out", "output_tokens", "completion_tokens", "tokensOut", "outputTokens", "completionTokens")
 _COST = ("cost_usd", "costUsd", "cost", "usd")
+
+
 _DURATION = ("duration_ms", "durationMs", "latency_ms", "latencyMs", "elapsed_ms", "elapsedMs")
 _TS = ("ts", "timestamp", "time", "at", "created_at", "createdAt")
 _KINDS = {
@@ -192,8 +194,10 @@ class AgentTurnsAdapter(Adapter):
     (default "driver"); parent_actor ← parent_actor | parentActor | parentScope | parent; kind ← kind
     (driver_inference/driverInference, child_work/childWork; else the contract's default by parent);
     tokens ← spend.tokens.{input,output} | tokens.{input,output} | usage.{input_tokens,…} | tokens_in…;
-    cost_usd ← spend.usd | cost_usd | costUsd | usd | usage.cost_usd (else 0); tool_calls ← tool_calls |
-    toolCalls; duration_ms ← duration_ms | durationMs | spend.ms (a spend.ms of 0 is "not measured");
+    cost_usd ← spend.usd | cost_usd | costUsd | usd | usage.cost_usd (else priced from the price table);
+    cached / cache-write / reasoning tokens ← their usual names (`pricing.PART_KEYS`);
+    tool_calls ← tool_calls | toolCalls; duration_ms ← duration_ms | durationMs | spend.ms (a spend.ms
+    of 0 is "not measured");
     ts ← ts | timestamp | time (ISO or epoch); id ← id; prompt ← prompt | messages | input_messages;
     response ← response | completion | output_text | output_messages (text, or {role, content}
     messages). Other fields are ignored.
@@ -231,6 +235,7 @@ class AgentTurnsAdapter(Adapter):
             found["tokens_out"] = _int(_first((obj, usage), _OUT + ("output",)))
         if found["duration_ms"] is None and spend.get("ms"):  # driver turns hard-code ms: 0 (not measured)
             found["duration_ms"] = _ms(spend["ms"])
+        found.update(pricing.token_counts(found, spend_tokens, tokens, obj, usage))
         for name in ("actor", "parent_actor"):
             if found[name] is not None:
                 found[name] = _actor(found[name]) or found[name]
@@ -301,6 +306,7 @@ class UsageLogAdapter(Adapter):
             "tool_calls": _first((obj,), ("tool_calls", "toolCalls")),
             "duration_ms": _ms(_first((obj,), _DURATION)),
         }
+        found.update(pricing.token_counts(found, obj, usage))
         event: dict[str, Any] = {"type": "agent.turn"}
         event.update((k, v) for k, v in found.items() if v is not None)
         event.update(_bodies(obj))

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -24,23 +23,36 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events, describe
 from smrweb.tracking import events as ev
-from smrweb.tracking import services
+from smrweb.tracking import pricing, services
 from smrweb.tracking.errors import TrackingError
 
-# USD per 1M input / output tokens. SMRWEB_MODEL_PRICES (JSON) is merged over this table. A model
-# name is looked up exactly, else by the longest key it starts with ("gpt-4o-2024-08-06" → "gpt-4o").
-DEFAULT_MODEL_PRICES: dict[str, dict[str, float]] = {
-    "gpt-4o": {"input": 2.50, "output": 10.00},
-    "gpt-4o-mini": {"input": 0.15, "output": 0.60},
-    "gpt-4.1": {"input": 2.00, "output": 8.00},
-    "gpt-4.1-mini": {"input": 0.40, "output": 1.60},
-    "o3": {"input": 2.00, "output": 8.00},
-    "o4-mini": {"input": 1.10, "output": 4.40},
-    "claude-opus-4": {"input": 15.00, "output": 75.00},
-    "claude-sonnet-4": {"input": 3.00, "output": 15.00},
-    "claude-3-5-haiku": {"input": 0.80, "output": 4.00},
-    "gemini-2.5-pro": {"input": 1.25, "output": 10.00},
-    "gemini-2.5-flash": {"input": 0.30, "output": 2.50},
+# Where instrumentations put the token totals: OTel GenAI, then OpenInference.
+INPUT_TOKEN_ATTRIBUTES = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKEN_ATTRIBUTES = (
+    "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion",
+)
+# Where instrumentations put the parts of input and output tokens billed at other prices: the OTel GenAI
+# semantic conventions (current, then earlier spellings) and OpenInference's.
+TOKEN_PART_ATTRIBUTES = {
+    "tokens_cached_in": (
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_read_input_tokens",
+        "gen_ai.usage.input_tokens.cached",
+        "llm.token_count.prompt_details.cache_read",
+    ),
+    "tokens_cache_write": (
+        "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.cache_creation_input_tokens",
+        "gen_ai.usage.input_tokens.cache_write",
+        "llm.token_count.prompt_details.cache_write",
+    ),
+    "tokens_reasoning": (
+        "gen_ai.usage.reasoning.output_tokens",
+        "gen_ai.usage.output_tokens.reasoning",
+        "llm.token_count.completion_details.reasoning",
+    ),
 }
 
 
@@ -97,20 +109,6 @@ def _number(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
-
-
-def model_prices() -> dict[str, dict[str, float]]:
-    """The price table: the defaults with SMRWEB_MODEL_PRICES merged over them."""
-    return {**DEFAULT_MODEL_PRICES, **getattr(settings, "SMRWEB_MODEL_PRICES", {})}
-
-
-def price_for(model: str, prices: dict[str, dict[str, float]]) -> dict[str, float] | None:
-    if not model:
-        return None
-    if model in prices:
-        return prices[model]
-    matches = [key for key in prices if model.startswith(key)]
-    return prices[max(matches, key=len)] if matches else None
 
 
 @dataclass
@@ -184,7 +182,7 @@ def _spans(request: ExportTraceServiceRequest) -> Iterable[_Span]:
                 )
 
 
-def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, float]]) -> Mapped:
+def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) -> Mapped:
     """Every GenAI turn span of the request as an agent.turn event dict, grouped by run. Spans are
     related through their parent ids within the request (span ids are looked up per trace)."""
     out = Mapped()
@@ -237,20 +235,28 @@ def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, 
         kind = span.attrs.get("smrweb.turn_kind")
         if kind is None:
             kind = "child_work" if parent_actor else "driver_inference"
-        tokens_in = _integer(span.attrs.get("gen_ai.usage.input_tokens", 0))
-        tokens_out = _integer(span.attrs.get("gen_ai.usage.output_tokens", 0))
+        counts = pricing.fold_parts(
+            {
+                "tokens_in": _integer(_first_attr(span.attrs, INPUT_TOKEN_ATTRIBUTES, 0)),
+                "tokens_out": _integer(_first_attr(span.attrs, OUTPUT_TOKEN_ATTRIBUTES, 0)),
+                **{
+                    name: _integer(_first_attr(span.attrs, keys, 0))
+                    for name, keys in TOKEN_PART_ATTRIBUTES.items()
+                },
+            }
+        )
+        tokens_in, tokens_out = counts.pop("tokens_in"), counts.pop("tokens_out")
         model = span.attrs.get("gen_ai.response.model") or span.attrs.get("gen_ai.request.model") or ""
         cost = span.attrs.get("smrweb.cost_usd", span.attrs.get("gen_ai.usage.cost"))
-        if cost is None:
-            cost, priced = _priced(model, tokens_in, tokens_out, prices)
-            if not priced:
-                out.unpriced[span.span_id] = str(model) or "(no model)"
+        start = datetime.fromtimestamp(span.start // 1_000_000_000, UTC).replace(
+            microsecond=span.start % 1_000_000_000 // 1000
+        )
+        if cost is None and _unpriced(prices, model, tokens_in, tokens_out, start):
+            out.unpriced[span.span_id] = str(model) or "(no model)"
         event = {
             "type": "agent.turn",
             "id": f"otel:{span.span_id}",
-            "ts": datetime.fromtimestamp(span.start // 1_000_000_000, UTC)
-            .replace(microsecond=span.start % 1_000_000_000 // 1000)
-            .isoformat(),
+            "ts": start.isoformat(),
             "turn": _integer(span.attrs["smrweb.turn"]) if "smrweb.turn" in span.attrs else None,
             "actor": actor,
             "parent_actor": parent_actor,
@@ -258,6 +264,7 @@ def map_request(request: ExportTraceServiceRequest, prices: dict[str, dict[str, 
             "model": model,
             "tokens_in": tokens_in,
             "tokens_out": tokens_out,
+            **{name: value for name, value in counts.items() if value},
             "cost_usd": _number(cost),
             "tool_calls": [],
             "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
@@ -369,14 +376,16 @@ def _span_problem(span: _Span) -> str:
     return ""
 
 
-def _priced(model: Any, tokens_in: Any, tokens_out: Any, prices: dict) -> tuple[float, bool]:
-    """The cost from the price table, and False when tokens were used of a model without a price."""
-    if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)) or tokens_in < 0 or tokens_out < 0:
-        return 0.0, True  # the contract refuses the tokens; the cost does not matter
-    price = price_for(model, prices) if isinstance(model, str) else None
-    if price is None:
-        return 0.0, not (tokens_in or tokens_out)
-    return round((tokens_in * price["input"] + tokens_out * price["output"]) / 1_000_000, 6), True
+def _first_attr(attrs: dict[str, Any], keys: tuple[str, ...], default: Any) -> Any:
+    return next((attrs[k] for k in keys if attrs.get(k) is not None), default)
+
+
+def _unpriced(prices: pricing.PriceTable, model: Any, tokens_in: Any, tokens_out: Any, at: datetime) -> bool:
+    """Tokens used of a model the table has no price for at `at` (the write path will record the turn as
+    unpriced; the exporter is told)."""
+    if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)) or not (tokens_in or tokens_out):
+        return False  # no tokens (nothing to price), or tokens the contract refuses
+    return not isinstance(model, str) or prices.price(model, at) is None
 
 
 def _number_turns(turn_spans: list[_Span], turns: dict) -> None:
@@ -456,7 +465,8 @@ class Outcome:
         if self.unpriced:
             names = ", ".join(sorted(self.unpriced))
             parts.append(
-                f"No price for model(s) {names} (SMRWEB_MODEL_PRICES): their cost was recorded as 0."
+                f"No price for model(s) {names} (the price table: SMRWEB_MODEL_PRICES or the admin's model "
+                "prices): their turns are recorded as unpriced."
             )
         return " ".join(part if part.endswith(".") else part + "." for part in parts)
 
@@ -464,7 +474,7 @@ class Outcome:
 def ingest_request(project, request: ExportTraceServiceRequest) -> Outcome:
     """Map the request and apply each run's turns through `services.ingest_events` (one transaction
     per run and at most MAX_EVENTS turns). Replays are duplicates: event ids are `otel:<span id>`."""
-    mapped = map_request(request, model_prices())
+    mapped = map_request(request, pricing.current_table())
     outcome = Outcome(rejected=list(mapped.rejected), ignored=mapped.ignored)
     for run_id, items in mapped.runs.items():
         try:

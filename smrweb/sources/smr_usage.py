@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from smrweb.tracking import pricing
+
 PICO = Decimal(10) ** 12
 MICRO = Decimal("0.000001")
 
@@ -345,6 +347,18 @@ def _entry_id(row: dict) -> str:
     )
 
 
+def _token_parts(row: dict, tokens_in: int, tokens_out: int) -> dict[str, int]:
+    """The entry's tokens with the parts billed at other prices (cached, cache write, reasoning) where it
+    names them (`pricing.token_counts`), each within the contract's bounds; a part that is not a count
+    is left out (the entry still counts, priced as plain input or output)."""
+    counts = pricing.token_counts({"tokens_in": tokens_in, "tokens_out": tokens_out}, row, row.get("usage"))
+    return {
+        k: min(v, 10**12)
+        for k, v in counts.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
+
+
 def read_entries(entries: list, roles: dict[str, str] | None = None) -> EntriesReading:
     """`roles`: actor id -> role as the source's typed parts state it (per-actor usage, the run's actors,
     poll-summary); an entry is joined to them by its actor id. Only when none of them names the actor
@@ -384,9 +398,9 @@ def read_entries(entries: list, roles: dict[str, str] | None = None) -> EntriesR
                 "parent_actor": parent[:200] or None,
                 "kind": side,
                 "model": str(_first(row, MODEL_KEYS) or "")[:200],
-                "tokens_in": min(tokens_in or 0, 10**12),
-                "tokens_out": min(tokens_out or 0, 10**12),
-                "cost_usd": float((cost or Decimal(0)).quantize(Decimal("0.000000000001"))),
+                **_token_parts(row, tokens_in or 0, tokens_out or 0),
+                # No cost on the entry: the write path prices it from the table (or counts it unpriced).
+                "cost_usd": None if cost is None else float(cost.quantize(Decimal("0.000000000001"))),
                 "tool_calls": _tool_names(_first(row, TOOL_KEYS)),
                 "duration_ms": min(duration, 2**31 - 1) if duration is not None else None,
             }

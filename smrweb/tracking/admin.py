@@ -52,6 +52,25 @@ class ScenarioAdmin(admin.ModelAdmin):
     search_fields = ["key", "name", "harness_id"]
 
 
+@admin.register(m.ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """Prices over the built-in table and SMRWEB_MODEL_PRICES; new turns are priced with them at once,
+    turns already stored unpriced with `manage.py reprice_turns`."""
+
+    list_display = [
+        "model",
+        "since",
+        "input",
+        "output",
+        "cached_input",
+        "cache_write",
+        "reasoning",
+        "aliases",
+    ]
+    search_fields = ["model", "aliases"]
+    readonly_fields = ["updated"]
+
+
 class MembershipInline(admin.TabularInline):
     model = m.Membership
     extra = 0

@@ -15,9 +15,18 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from smrweb.core import turn_bodies
+from smrweb.tracking import pricing
 from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import RunState, TurnKind
 
@@ -129,9 +138,20 @@ class TurnEvent(_Event):
         description="Default: driver_inference for a root actor (no parent_actor), child_work otherwise.",
     )
     model: Text = ""
-    tokens_in: TokenCount = 0
-    tokens_out: TokenCount = 0
-    cost_usd: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)] = 0.0
+    tokens_in: TokenCount = Field(default=0, description="Every input token, cached ones included.")
+    tokens_out: TokenCount = Field(default=0, description="Every output token, reasoning included.")
+    tokens_cached_in: TokenCount = Field(
+        default=0, description="Of tokens_in, those read from the provider's prompt cache."
+    )
+    tokens_cache_write: TokenCount = Field(
+        default=0, description="Of tokens_in, those written to the provider's prompt cache."
+    )
+    tokens_reasoning: TokenCount = Field(default=0, description="Of tokens_out, the reasoning tokens.")
+    cost_usd: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="What the call cost as the source states it. Absent: priced from the model's price at "
+        "the turn's time (the price table), or counted as unpriced when the table has none.",
+    )
     tool_calls: list[str | dict[str, Any]] = Field(default_factory=list, max_length=1000)
     duration_ms: Int32 | None = None
     prompt: Body | None = Field(
@@ -144,9 +164,50 @@ class TurnEvent(_Event):
         default=None, description="What the model answered: text, or chat messages; as `prompt`."
     )
 
+    @field_validator("tokens_cache_write")
+    @classmethod
+    def _cache_parts_within_input(cls, value: int, info: ValidationInfo) -> int:
+        cached, total = info.data.get("tokens_cached_in"), info.data.get("tokens_in")
+        if cached is not None and total is not None and cached + value > total:
+            raise ValueError(
+                f"tokens_cached_in + tokens_cache_write ({cached + value}) is more than tokens_in ({total}): "
+                "they are parts of it."
+            )
+        return value
+
+    @field_validator("tokens_cached_in")
+    @classmethod
+    def _cached_within_input(cls, value: int, info: ValidationInfo) -> int:
+        total = info.data.get("tokens_in")
+        if total is not None and value > total:
+            raise ValueError(
+                f"tokens_cached_in ({value}) is more than tokens_in ({total}): it is a part of it."
+            )
+        return value
+
+    @field_validator("tokens_reasoning")
+    @classmethod
+    def _reasoning_within_output(cls, value: int, info: ValidationInfo) -> int:
+        total = info.data.get("tokens_out")
+        if total is not None and value > total:
+            raise ValueError(
+                f"tokens_reasoning ({value}) is more than tokens_out ({total}): it is a part of it."
+            )
+        return value
+
     @property
     def has_body(self) -> bool:
         return bool(self.prompt) or bool(self.response)
+
+    @property
+    def usage(self) -> pricing.Usage:
+        return pricing.Usage(
+            self.tokens_in,
+            self.tokens_out,
+            self.tokens_cached_in,
+            self.tokens_cache_write,
+            self.tokens_reasoning,
+        )
 
     @property
     def prompt_text(self) -> str:
@@ -163,8 +224,10 @@ class TurnEvent(_Event):
         return TurnKind.DRIVER_INFERENCE if not self.parent_actor else TurnKind.CHILD_WORK
 
     @property
-    def cost_decimal(self) -> Decimal:
-        # Through str() so 0.1 stays 0.1, then to the column's 6 places.
+    def cost_decimal(self) -> Decimal | None:
+        """The stated cost (None: none stated), through str() so 0.1 stays 0.1, to the column's 6 places."""
+        if self.cost_usd is None:
+            return None
         return Decimal(str(self.cost_usd)).quantize(Decimal("0.000001"))
 
 

@@ -185,10 +185,13 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
         ),
         # turn 1 of the coder is line 8, refused: numbers depend on the file alone, so it keeps its number
         ("coder", 2, "planner", "child_work", "anthropic/claude-haiku-4", 700, 90, Decimal("0.001100"), None),
-        ("driver", 0, "", "driver_inference", "openai/gpt-4o-mini", 300, 20, Decimal(0), None),
-        ("planner", 0, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal(0), 812),
-        ("planner", 1, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal(0), 812),
+        # No cost on the line: priced from the table (gpt-4o-mini: $0.15 / $0.60 per 1M).
+        ("driver", 0, "", "driver_inference", "openai/gpt-4o-mini", 300, 20, Decimal("0.000057"), None),
+        ("planner", 0, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal("0.000403"), 812),
+        ("planner", 1, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal("0.000403"), 812),
     ]
+    origins = [t.cost_origin for t in turns("session-1")]
+    assert origins == ["reported", "reported", "computed", "computed", "computed"]
     by_turn = {(t.actor, t.turn): t for t in turns("session-1")}
     assert by_turn["coder", 2].ts.isoformat() == "2026-04-14T10:00:10.500000+00:00"  # epoch seconds
     assert by_turn["planner", 0].ts.isoformat() == "2026-04-14T10:00:01.120000+00:00"
@@ -200,7 +203,8 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
     )
     run = run_of("session-1")
     assert (run.turn_count, run.tokens_in, run.tokens_out) == (5, 9800, 1467)
-    assert run.cost_usd == Decimal("0.030500") == run.driver_cost_usd + run.child_cost_usd
+    # 0.0294 + 0.0011 stated, 0.000057 + 2 × 0.000403 computed
+    assert run.cost_usd == Decimal("0.031363") == run.driver_cost_usd + run.child_cost_usd
 
 
 # Seed 003: Scope.meter emits an agent.turn trace event per driver turn: turn index, tool calls, the
@@ -831,7 +835,10 @@ def test_docs_example(project, tmp_path):
         ("planner", 0),
         ("planner", 1),
     ]
-    assert run.cost_usd == Decimal("0.029400")
+    # The coder's line states its cost; the planner's two gpt-4o-mini calls are priced from the table.
+    # (1,840 × 0.15 + 212 × 0.60 and 2,210 × 0.15 + 187 × 0.60 micro-dollars)
+    assert run.cost_usd == Decimal("0.029400") + Decimal("0.000403") + Decimal("0.000444")
+    assert run.unpriced_turns == 0
     assert dict(
         AgentTurn.objects.filter(run=run)
         .values_list("kind")

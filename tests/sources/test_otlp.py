@@ -47,7 +47,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z in ns: spans get explicit times, so turns are predictable
-UNPRICED = "No price for model(s) mystery-model (SMRWEB_MODEL_PRICES): their cost was recorded as 0."
+UNPRICED = (
+    "No price for model(s) mystery-model (the price table: SMRWEB_MODEL_PRICES or the admin's model prices): "
+    "their turns are recorded as unpriced."
+)
 
 
 def at(seconds: float) -> int:

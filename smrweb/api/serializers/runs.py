@@ -61,6 +61,13 @@ class SpendSerializer(SpendPartSerializer):
         help_text="Turns of actors whose role no source states: neither driver nor child (total = all three)."
     )
     billed_usd = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    unpriced_turns = serializers.IntegerField(
+        help_text="Turns with tokens and no stated cost whose model the price table has no price for (at "
+        "the turn's time): counted in the tokens, not in `usd` (0 when every turn is priced)."
+    )
+    unpriced_models = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Those turns by model name (as the source sent it)."
+    )
     source = SourceSpendSerializer(allow_null=True)
     unaccounted = serializers.DictField(
         child=serializers.CharField(),
@@ -215,6 +222,8 @@ class RunSerializer(serializers.ModelSerializer):
             "child_work": part("child_"),
             "role_unknown": part("unknown_"),
             "billed_usd": None if run.source_total_usd is None else str(run.source_total_usd),
+            "unpriced_turns": run.unpriced_turns,
+            "unpriced_models": run.unpriced_models or {},
             "source": source,
             "unaccounted": {k: str(v) for k, v in run.unaccounted.items()},
         }
@@ -267,7 +276,11 @@ class TurnSerializer(serializers.ModelSerializer):
             "model",
             "tokens_in",
             "tokens_out",
+            "tokens_cached_in",
+            "tokens_cache_write",
+            "tokens_reasoning",
             "cost_usd",
+            "cost_origin",
             "tool_calls",
             "duration_ms",
             "ts",
@@ -345,6 +358,7 @@ FLAT_SPEND = (
     "child_tokens_in",
     "child_tokens_out",
     "other_usd",
+    "unpriced_turns",
 )
 FLAT_FAILURE = ("failure_family", "failure_detail", "failure_source")
 TAG_COLUMN, PARAM_COLUMN = "tag.", "param."
@@ -389,6 +403,7 @@ def flat_run_table(queryset, serializer: RunSerializer):
             child_tokens_in=run.child_tokens_in,
             child_tokens_out=run.child_tokens_out,
             other_usd=run.other_meters_usd,
+            unpriced_turns=run.unpriced_turns,
             failure_family=run.failure_family,
             failure_detail=run.failure_detail,
             failure_source=run.failure_source,

@@ -57,6 +57,7 @@ from smrweb.tracking.models.knowledge import (  # noqa: F401
     KnowledgeEntry,
     KnowledgeKind,
 )
+from smrweb.tracking.models.pricing import ModelPrice  # noqa: F401, E402
 from smrweb.tracking.models.project import (  # noqa: F401
     POLLED_SOURCES,
     ApiToken,

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from smrweb.tracking.models.common import USD, finite
 from smrweb.tracking.models.project import Project
+from smrweb.tracking.pricing import Origin
 
 
 class RunState(models.TextChoices):
@@ -68,6 +69,8 @@ class Run(models.Model):
         "child_tokens_in",
         "child_tokens_out",
         "child_cost_usd",
+        "unpriced_turns",
+        "unpriced_models",
     )
     UNKNOWN_SPEND = ("unknown_tokens_in", "unknown_tokens_out", "unknown_cost_usd")  # derived: properties
     tokens_in = models.PositiveBigIntegerField(default=0)
@@ -80,6 +83,10 @@ class Run(models.Model):
     child_tokens_out = models.PositiveBigIntegerField(default=0)
     child_cost_usd = models.DecimalField(default=Decimal(0), **USD)
     turn_count = models.PositiveIntegerField(default=0)
+    # Turns with tokens and no cost that the price table could not price (their cost is counted as 0):
+    # how many, and how many per model name, so a page says "N turns unpriced (model…)", never a silent $0.
+    unpriced_turns = models.PositiveIntegerField(default=0)
+    unpriced_models = models.JSONField(default=dict, blank=True)
     # Score summary, recomputed from submissions by the write path: the best of the submissions that
     # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
     best_score = models.FloatField(null=True, blank=True)
@@ -371,7 +378,12 @@ class AgentTurn(models.Model):
     model = models.CharField(max_length=200, blank=True)
     tokens_in = models.PositiveBigIntegerField(default=0)
     tokens_out = models.PositiveBigIntegerField(default=0)
+    # Parts of tokens_in / tokens_out that providers bill at other prices (smrweb.tracking.pricing).
+    tokens_cached_in = models.PositiveBigIntegerField(default=0)
+    tokens_cache_write = models.PositiveBigIntegerField(default=0)
+    tokens_reasoning = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    cost_origin = models.CharField(max_length=8, choices=Origin.CHOICES, default=Origin.REPORTED)
     tool_calls = models.JSONField(default=list, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     ts = models.DateTimeField()

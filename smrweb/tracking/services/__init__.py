@@ -141,6 +141,7 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     recompute_spend,
     recompute_state,
     record_stop_result,
+    reprice_turns,
     request_stop,
     update_run_settings,
 )

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from smrweb.core import turn_bodies
 from smrweb.tracking import events as ev
-from smrweb.tracking import signals
+from smrweb.tracking import pricing, signals
 from smrweb.tracking.errors import (
     EventError,
     InvalidEvents,
@@ -358,8 +358,17 @@ _by_id = operator.attrgetter("id")
 
 
 def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> list[AgentTurn]:
-    return AgentTurn.objects.bulk_create(
-        [
+    """The new turns, each priced (`pricing.price_turn`) when it has tokens and states no cost."""
+    table = (
+        pricing.current_table()
+        if any(e.cost_usd is None and e.usage.any for _, e in items)
+        else pricing.PriceTable()  # (unused: every turn states its cost or has no tokens)
+    )
+    turns = []
+    for k, e in items:
+        ts = e.ts or now
+        priced = pricing.price_turn(table, e.model, e.usage, e.cost_decimal, ts)
+        turns.append(
             AgentTurn(
                 run=run,
                 event_id=k,
@@ -370,15 +379,17 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
                 model=e.model,
                 tokens_in=e.tokens_in,
                 tokens_out=e.tokens_out,
-                cost_usd=e.cost_decimal,
+                tokens_cached_in=e.tokens_cached_in,
+                tokens_cache_write=e.tokens_cache_write,
+                tokens_reasoning=e.tokens_reasoning,
+                cost_usd=priced.cost,
+                cost_origin=priced.origin,
                 tool_calls=list(e.tool_calls),
                 duration_ms=e.duration_ms,
-                ts=e.ts or now,
+                ts=ts,
             )
-            for k, e in items
-        ],
-        batch_size=1000,
-    )
+        )
+    return AgentTurn.objects.bulk_create(turns, batch_size=1000)
 
 
 def _captures_bodies(project: Project) -> bool:

@@ -13,7 +13,7 @@ from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from smrweb.tracking import signals
+from smrweb.tracking import pricing, signals
 from smrweb.tracking.errors import CloseRefused, InvalidInput, NotAllowed, StopRefused
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -147,7 +147,8 @@ _ZERO_USD = Value(Decimal(0), output_field=DecimalField(max_digits=18, decimal_p
 
 
 def recompute_spend(run: Run) -> list[str]:
-    """Set the run's spend totals to the sum of its turns, split by kind. Returns changed fields."""
+    """Set the run's spend totals to the sum of its turns, split by kind, and count its unpriced turns
+    by model. Returns changed fields."""
 
     def total(field: str, kind: str | None = None):
         zero = _ZERO_USD if field == "cost_usd" else Value(0)
@@ -164,6 +165,17 @@ def recompute_spend(run: Run) -> list[str]:
         tokens_in=total("tokens_in"),
         tokens_out=total("tokens_out"),
         cost_usd=total("cost_usd"),
+        unpriced_turns=Count("id", filter=Q(cost_origin=pricing.Origin.UNPRICED)),
+    )
+    sums["unpriced_models"] = (
+        dict(
+            AgentTurn.objects.filter(run=run, cost_origin=pricing.Origin.UNPRICED)
+            .values_list("model")
+            .annotate(n=Count("id"))
+            .order_by("model")
+        )
+        if sums["unpriced_turns"]
+        else {}
     )
     # Totals are every turn's: driver + child + role unknown (turns of actors whose role no source
     # states, `Run.unknown_*`), so the split never hides a turn.
@@ -195,6 +207,46 @@ def attribute_turns(run: Run, sides: dict[str, str]) -> int:
         forget_turn_aggregates(run)
         transaction.on_commit(lambda: forget_turn_aggregates(run))
     return moved
+
+
+def reprice_turns(run: Run, table: pricing.PriceTable | None = None) -> int:
+    """Price the run's unpriced turns with the price table as it is now (a price added since they were
+    stored): their cost, the run's spend, its kept turn aggregates, its days of spend and the project's
+    figures follow. Returns how many turns were priced; the others stay unpriced."""
+    table = table or pricing.current_table()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        turns = list(
+            AgentTurn.objects.filter(run=run, cost_origin=pricing.Origin.UNPRICED).only(
+                "pk",
+                "ts",
+                "model",
+                *("tokens_in", "tokens_out", "tokens_cached_in", "tokens_cache_write", "tokens_reasoning"),
+            )
+        )
+        priced = []
+        for turn in turns:
+            usage = pricing.Usage(
+                turn.tokens_in,
+                turn.tokens_out,
+                turn.tokens_cached_in,
+                turn.tokens_cache_write,
+                turn.tokens_reasoning,
+            )
+            cost = table.cost(turn.model, usage, turn.ts)
+            if cost is not None:
+                turn.cost_usd, turn.cost_origin = cost, pricing.Origin.COMPUTED
+                priced.append(turn)
+        if not priced:
+            return 0
+        AgentTurn.objects.bulk_update(priced, ["cost_usd", "cost_origin"], batch_size=500)
+        run.save(update_fields=[*recompute_spend(run), "updated"])
+        rebuild_turn_rollups([run.pk])
+        figures.rebuild_day_spend([run.pk])
+        figures.refresh_project_figures(run.project_id, best=False)
+    forget_turn_aggregates(run)  # the kept aggregates hold the old costs: now and once committed
+    transaction.on_commit(lambda: forget_turn_aggregates(run))
+    return len(priced)
 
 
 def recompute_scores(run: Run) -> list[str]:
