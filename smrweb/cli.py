@@ -196,7 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("turn", type=_non_negative_int)
     p.add_argument("--tokens-in", type=_non_negative_int, required=True)
     p.add_argument("--tokens-out", type=_non_negative_int, required=True)
-    p.add_argument("--cost-usd", type=_finite_float)
+    p.add_argument("--tokens-cached-in", type=_non_negative_int, help="of --tokens-in, read from the cache")
+    p.add_argument(
+        "--tokens-cache-write", type=_non_negative_int, help="of --tokens-in, written to the cache"
+    )
+    p.add_argument("--tokens-reasoning", type=_non_negative_int, help="of --tokens-out, reasoning")
+    p.add_argument("--cost-usd", type=_finite_float, help="default: priced by the server's price table")
     p.add_argument("--model")
     p.add_argument("--actor", default="driver", help="default: driver")
     p.add_argument("--parent-actor")
@@ -267,6 +272,9 @@ def _event(args) -> dict[str, Any]:
             "tokens_out": args.tokens_out,
         }
         for name, value in (
+            ("tokens_cached_in", args.tokens_cached_in),
+            ("tokens_cache_write", args.tokens_cache_write),
+            ("tokens_reasoning", args.tokens_reasoning),
             ("cost_usd", args.cost_usd),
             ("model", args.model),
             ("parent_actor", args.parent_actor),

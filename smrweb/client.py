@@ -355,6 +355,9 @@ class Client:
         cost_usd: float | None = None,
         model: str | None = None,
         actor: str = "driver",
+        tokens_cached_in: int | None = None,
+        tokens_cache_write: int | None = None,
+        tokens_reasoning: int | None = None,
         parent_actor: str | None = None,
         kind: str | None = None,
         tool_calls: list | None = None,
@@ -366,7 +369,9 @@ class Client:
         run: str | None = None,
     ) -> str:
         """One agent turn (an actor's turn number counts once, whatever its id). Returns the event id.
-        `prompt` / `response`: text or chat messages, stored only when the project captures bodies."""
+        `cost_usd` None: the server prices the turn from its price table by `model` (and the cached,
+        cache-write and reasoning parts of the tokens, when given). `prompt` / `response`: text or chat
+        messages, stored only when the project captures bodies."""
         event: dict[str, Any] = {
             "type": "agent.turn",
             "turn": turn,
@@ -377,6 +382,9 @@ class Client:
         if cost_usd is not None:
             event["cost_usd"] = _finite("cost_usd", cost_usd)
         for name, value in (
+            ("tokens_cached_in", tokens_cached_in),
+            ("tokens_cache_write", tokens_cache_write),
+            ("tokens_reasoning", tokens_reasoning),
             ("model", model),
             ("parent_actor", parent_actor),
             ("kind", kind),

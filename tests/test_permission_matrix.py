@@ -228,6 +228,8 @@ def build_world() -> World:
                 "cost_usd": 0.01,
                 "ts": "2026-01-01T00:00:10Z",
             },
+            # One turn of today: the spend by day (the last 30 days) shows its model.
+            {"type": "agent.turn", "id": "t-now", "turn": 1, "model": MODEL, "tokens_in": 3, "tokens_out": 1},
             {"type": "metric", "id": "l0", "key": "loss", "value": 1.0, "step": 0},
             {"type": "metric", "id": "l1", "key": "loss", "value": 0.5, "step": 1},
             {"type": "checkpoint", "id": "cp-1", "label": "first", "ts": "2026-01-01T00:00:20Z"},
@@ -752,6 +754,21 @@ ROWS = [
         "project score chart poll, unchanged",
         "GET",
         f"{P}/chart/",
+        "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
+        **POLL,
+    ),
+    Row(
+        "project spend by day (hx)",
+        "GET",
+        f"{P}/spend/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=MODEL,
+        **HX,
+    ),
+    Row(
+        "project spend by day poll, unchanged",
+        "GET",
+        f"{P}/spend/",
         "LOGIN HIDE  204   204   204   LOGIN LOGIN LOGIN",
         **POLL,
     ),
@@ -1988,6 +2005,13 @@ ROWS = [
         "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN",
     ),
     Row("api runs", "GET", f"{A}/runs", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api project spend",
+        "GET",
+        f"{A}/spend",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=MODEL,
+    ),
     # Exports (?format=csv|jsonl) read what the JSON list reads, for the same callers.
     Row(
         "api runs: CSV export",

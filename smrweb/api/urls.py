@@ -38,6 +38,7 @@ urlpatterns = [
     path("projects/", projects.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", projects.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
     path(
         "projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"
     ),

@@ -443,3 +443,14 @@ class RunDaySpendAdmin(ReadOnlyAdmin):
     raw_id_fields = ["run", "project"]
 
     deletable = True  # with its run
+
+
+@admin.register(m.RunModelSpend)
+class RunModelSpendAdmin(ReadOnlyAdmin):
+    """Derived: what a run's turns of one model cost per quarter hour (spend by model and by day), added at
+    ingest."""
+
+    list_display = ["run", "model", "slot", "cost_usd", "turns", "unpriced"]
+    raw_id_fields = ["run", "project"]
+
+    deletable = True  # with its run

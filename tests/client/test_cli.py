@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,21 @@ def test_metric_turn_and_artifact(env, tmp_path):
     )
     assert str(run.cost_usd) == "0.004000"
     assert Artifact.objects.get(run=run).kind == "log"
+    # No --cost-usd: the server prices it, cached and reasoning parts at their own prices (gpt-4o: input
+    # 2.50, cached 1.25, output 10 per 1M).
+    priced = smrweb(
+        env,
+        *("report", "turn", "2", "--tokens-in", "1000000", "--tokens-out", "100000", "--model", "gpt-4o"),
+        *("--tokens-cached-in", "400000", "--tokens-reasoning", "50000"),
+    )
+    assert priced.returncode == 0, priced.stderr
+    second = AgentTurn.objects.get(run=run, turn=2)
+    assert (second.tokens_cached_in, second.tokens_reasoning, second.cost_origin) == (
+        400_000,
+        50_000,
+        "computed",
+    )
+    assert second.cost_usd == Decimal("3.000000")  # 600k × 2.50 + 400k × 1.25 + 100k × 10
     # The id is the documented hash of the input.
     event = {"type": "metric", "key": "loss", "value": 0.12, "step": 3}
     assert MetricPoint.objects.filter(

@@ -56,3 +56,39 @@ class ProjectCreateSerializer(serializers.Serializer):
         "(a wrong id, key or address is a 400 naming the field). False: bind without asking, e.g. "
         "before the backend is reachable.",
     )
+
+
+MAX_SPEND_DAYS = 366
+
+
+class SpendQuerySerializer(serializers.Serializer):
+    """`GET …/spend` parameters."""
+
+    days = serializers.IntegerField(min_value=1, max_value=MAX_SPEND_DAYS, default=30)
+    tz = serializers.CharField(
+        default="UTC", max_length=64, help_text="An IANA time zone, e.g. Europe/Paris."
+    )
+
+    def validate_tz(self, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise serializers.ValidationError(f"Unknown time zone {value!r}: use an IANA name.") from None
+        return value
+
+
+class SpendByDaySerializer(serializers.Serializer):
+    """A project's turns' cost per day of the clock `tz`, per model (each list has one value per day)."""
+
+    tz = serializers.CharField()
+    days = serializers.ListField(child=serializers.DateField())
+    models = serializers.ListField(child=serializers.CharField(), help_text="Most expensive first.")
+    usd = serializers.DictField(child=serializers.ListField(child=serializers.DecimalField(18, 6)))
+    turns = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()))
+    unpriced_turns = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        help_text="Turns the price table could not price (not in `usd`), per model and day.",
+    )
+    total_usd = serializers.DecimalField(18, 6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from smrweb.api.serializers.annotations import TagSerializer
+from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import AgentTurn, Run, RunParam, RunTag, clean_text
 from smrweb.tracking.services.annotations import DISPLAY_NAME_MAX
@@ -74,6 +75,23 @@ class SpendSerializer(SpendPartSerializer):
         help_text="Channel → difference: tokens_in, tokens_out (integers), usd (inference, USD), driver_usd, "
         "child_usd, driver_/child_/unknown_tokens_in/out, unknown_usd, and role_unknown_tokens_in/out / "
         "role_unknown_usd (turns neither side of the split accounts for).",
+    )
+
+
+class ModelSpendSerializer(serializers.Serializer):
+    model = serializers.CharField(help_text="As the source named it; `(no model)` for turns that named none.")
+    usd = serializers.DecimalField(max_digits=18, decimal_places=6)
+    turns = serializers.IntegerField()
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    unpriced_turns = serializers.IntegerField(help_text="Of `turns`, those the price table could not price.")
+
+
+class RunDetailSpendSerializer(SpendSerializer):
+    by_model = ModelSpendSerializer(
+        many=True,
+        help_text="The turns' spend per model, most expensive first: sums to `usd`, `tokens_in`, "
+        "`tokens_out` and the run's turn count.",
     )
 
 
@@ -227,6 +245,16 @@ class RunSerializer(serializers.ModelSerializer):
             "source": source,
             "unaccounted": {k: str(v) for k, v in run.unaccounted.items()},
         }
+
+
+class RunDetailSerializer(RunSerializer):
+    """One run: as in the list, with its spend by model."""
+
+    spend = serializers.SerializerMethodField()
+
+    def get_spend(self, run: Run) -> RunDetailSpendSerializer:  # type: ignore[valid-type]
+        by_model = [vars(m) for m in queries.run_spend_by_model(run)]
+        return {**super().get_spend(run), "by_model": ModelSpendSerializer(by_model, many=True).data}
 
 
 class RunSettingsSerializer(serializers.Serializer):

@@ -11,9 +11,14 @@ from rest_framework.views import APIView
 from smrweb.api import examples
 from smrweb.api.access import project_for, visible_projects
 from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
-from smrweb.api.serializers.projects import ProjectCreateSerializer, ProjectSerializer
+from smrweb.api.serializers.projects import (
+    ProjectCreateSerializer,
+    ProjectSerializer,
+    SpendByDaySerializer,
+    SpendQuerySerializer,
+)
 from smrweb.sources import smr
-from smrweb.tracking import services
+from smrweb.tracking import queries, services
 from smrweb.tracking.models import ApiToken
 
 
@@ -51,3 +56,32 @@ class ProjectDetail(APIView):
     @extend_schema(responses={200: ProjectSerializer, **ERRORS})
     def get(self, request, slug: str):
         return Response(ProjectSerializer(project_for(request, slug)).data)
+
+
+class ProjectSpend(APIView):
+    @extend_schema(
+        parameters=[SpendQuerySerializer],
+        responses={200: SpendByDaySerializer, **ERRORS},
+        description="What the project's agent turns cost per day (of `tz`'s clock) and model over the last "
+        "`days` days up to today: read from the spend kept per run, model and quarter hour, not the turns.",
+    )
+    def get(self, request, slug: str):
+        project = project_for(request, slug)
+        params = SpendQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        spend = queries.project_spend_by_day(
+            project, params.validated_data["tz"], params.validated_data["days"]
+        )
+        return Response(
+            SpendByDaySerializer(
+                {
+                    "tz": spend.zone,
+                    "days": spend.days,
+                    "models": spend.models,
+                    "usd": spend.usd,
+                    "turns": spend.turns,
+                    "unpriced_turns": spend.unpriced,
+                    "total_usd": spend.total_usd,
+                }
+            ).data
+        )

@@ -25,6 +25,7 @@ from smrweb.api.serializers.runs import (
     MetricKeysSerializer,
     MetricSeriesSerializer,
     RunCloseIn,
+    RunDetailSerializer,
     RunPatchSerializer,
     RunSerializer,
     TurnSerializer,
@@ -72,14 +73,14 @@ class RunList(ExportableList, generics.ListAPIView):
 
 
 class RunDetail(APIView):
-    @extend_schema(responses={200: RunSerializer, **ERRORS})
+    @extend_schema(responses={200: RunDetailSerializer, **ERRORS})
     def get(self, request, slug: str, run_id: str):
-        return Response(RunSerializer(run_for(project_for(request, slug), run_id)).data)
+        return Response(RunDetailSerializer(run_for(project_for(request, slug), run_id)).data)
 
     @extend_schema(
         request=RunPatchSerializer,
         examples=[examples.RUN_SETTINGS, examples.RUN_LABELS],
-        responses={200: RunSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+        responses={200: RunDetailSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
         description="Set a run's budget, model profiles or git position (admins; creates the run if new), "
         "and its display name or pin (reviewers; the run must exist).",
     )
@@ -100,7 +101,7 @@ class RunDetail(APIView):
             run = run_for(project, run_id)
         if labels:
             run = services.update_run_labels(run, by=actor, **labels)
-        return Response(RunSerializer(run).data)
+        return Response(RunDetailSerializer(run).data)
 
 
 @extend_schema_view(

@@ -30,6 +30,7 @@ from smrweb.tracking.models import (
     Membership,
     MetricPoint,
     MetricRollup,
+    ModelPrice,
     Notification,
     Project,
     ProjectFigures,
@@ -40,6 +41,7 @@ from smrweb.tracking.models import (
     RunControl,
     RunDaySpend,
     RunLaunch,
+    RunModelSpend,
     RunNote,
     RunParam,
     RunSnooze,
@@ -208,7 +210,15 @@ TABLES: tuple[Table, ...] = (
 # page's turn aggregates, holds turn ids that are new on the importing side).
 # Blob summaries are read from the bytes again on the importing side when a page first shows them.
 # Metric rollups are computed from the restored points; the overview's figures from everything.
-DERIVED: tuple[type[models.Model], ...] = (TurnRollup, BlobSummary, MetricRollup, ProjectFigures, RunDaySpend)
+DERIVED: tuple[type[models.Model], ...] = (
+    *(TurnRollup, BlobSummary, MetricRollup),
+    *(ProjectFigures, RunDaySpend, RunModelSpend),
+)
+
+
+# The instance's own settings, not a project's data: never in a project archive (the importing instance
+# prices new turns with its own table; archived turns keep the cost and origin they were stored with).
+INSTANCE: tuple[type[models.Model], ...] = (ModelPrice,)
 
 
 TABLE_BY_NAME = {table.name: table for table in TABLES}

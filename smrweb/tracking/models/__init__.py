@@ -49,7 +49,7 @@ from smrweb.tracking.models.control import (  # noqa: F401
     RunControl,
     RunLaunch,
 )
-from smrweb.tracking.models.figures import ProjectFigures, RunDaySpend  # noqa: F401, E402
+from smrweb.tracking.models.figures import ProjectFigures, RunDaySpend, RunModelSpend  # noqa: F401, E402
 from smrweb.tracking.models.invitation import (  # noqa: F401
     ProjectInvitation,
 )

@@ -71,3 +71,31 @@ class RunDaySpend(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.day}: {self.cost_usd}"
+
+
+class RunModelSpend(models.Model):
+    """What a run's turns of one model cost per quarter hour (`slot`: seconds since the epoch // 900, of the
+    turns' own timestamps), kept by the write path: the run's spend by model and the project's spend by day
+    and model in any viewer's clock (a quarter hour divides every zone's day) read these rows, not the
+    turns. Per run so that deleting a run takes its spend with it; rebuilt with `RunDaySpend`."""
+
+    SLOT_SECONDS = 900
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="model_spend")
+    project = models.ForeignKey(Project, models.CASCADE, related_name="+")
+    slot = models.BigIntegerField()
+    model = models.CharField(max_length=200, blank=True)
+    cost_usd = models.DecimalField(default=Decimal(0), **USD)
+    turns = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    unpriced = models.PositiveIntegerField(default=0)  # of `turns`, those the price table could not price
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "slot", "model"], name="runmodelspend_run_slot_model_uniq")
+        ]
+        indexes = [models.Index(fields=["project", "slot"], name="runmodelspend_project_slot_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.model or '(no model)'} @{self.slot}: {self.cost_usd}"

@@ -52,3 +52,7 @@ from smrweb.tracking.queries.runs import (  # noqa: F401
     source_gaps,
     stalled_for,
 )
+from smrweb.tracking.queries.spend import (  # noqa: F401
+    project_spend_by_day,
+    run_spend_by_model,
+)

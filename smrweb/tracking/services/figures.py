@@ -24,6 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber, TruncDate
 
+from smrweb.tracking import pricing
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     TERMINAL_STATES,
@@ -34,6 +35,7 @@ from smrweb.tracking.models import (
     ProjectFigures,
     Run,
     RunDaySpend,
+    RunModelSpend,
     Submission,
     SubmissionStatus,
 )
@@ -352,12 +354,20 @@ def _earlier(a: datetime | None, b: datetime | None) -> bool:
 
 
 def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:
-    """Add a batch's new turns (inserted just now, in this transaction) to their run's days."""
+    """Add a batch's new turns (inserted just now, in this transaction) to their run's days and to its
+    spend by model and quarter hour."""
     days: dict = defaultdict(lambda: [Decimal(0), 0])
+    slots: dict = defaultdict(lambda: [Decimal(0), 0, 0, 0, 0])
     for t in turns:
         day = days[t.ts.astimezone(UTC).date()]
         day[0] += Decimal(t.cost_usd)
         day[1] += 1
+        part = slots[int(t.ts.timestamp()) // RunModelSpend.SLOT_SECONDS, t.model]
+        part[0] += Decimal(t.cost_usd)
+        part[1] += 1
+        part[2] += t.tokens_in
+        part[3] += t.tokens_out
+        part[4] += t.cost_origin == pricing.Origin.UNPRICED
     table = connection.ops.quote_name(RunDaySpend._meta.db_table)
     for day, (cost, n) in days.items():
         with connection.cursor() as cursor:  # one statement written once: the ORM's UPDATE compiles slowly
@@ -374,6 +384,31 @@ def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:
             added = cursor.rowcount
         if not added:
             RunDaySpend.objects.create(run=run, project_id=run.project_id, day=day, cost_usd=cost, turns=n)
+    table = connection.ops.quote_name(RunModelSpend._meta.db_table)
+    for (slot, model), (cost, n, tokens_in, tokens_out, unpriced) in slots.items():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET cost_usd = cost_usd + %s, turns = turns + %s,"
+                " tokens_in = tokens_in + %s, tokens_out = tokens_out + %s, unpriced = unpriced + %s"
+                " WHERE run_id = %s AND slot = %s AND model = %s",
+                [
+                    connection.ops.adapt_decimalfield_value(cost, 18, 6),
+                    *(n, tokens_in, tokens_out, unpriced, run.pk, slot, model),
+                ],
+            )
+            added = cursor.rowcount
+        if not added:
+            RunModelSpend.objects.create(
+                run=run,
+                project_id=run.project_id,
+                slot=slot,
+                model=model,
+                cost_usd=cost,
+                turns=n,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                unpriced=unpriced,
+            )
 
 
 def _history(project_id: int) -> list[list]:
@@ -387,12 +422,14 @@ def _history(project_id: int) -> list[list]:
 
 
 def rebuild_day_spend(run_ids: Iterable[int]) -> None:
-    """Read these runs' days of spend again from their turns (after turns were deleted or restored)."""
+    """Read these runs' days of spend and their spend by model and quarter hour again from their turns
+    (after turns were deleted, restored or priced again)."""
     run_ids = list(run_ids)
     RunDaySpend.objects.filter(run_id__in=run_ids).delete()
+    RunModelSpend.objects.filter(run_id__in=run_ids).delete()
+    turns = AgentTurn.objects.filter(run_id__in=run_ids)
     rows = (
-        AgentTurn.objects.filter(run_id__in=run_ids)
-        .annotate(day=TruncDate("ts", tzinfo=UTC))
+        turns.annotate(day=TruncDate("ts", tzinfo=UTC))
         .values("run_id", "run__project_id", "day")
         .annotate(cost=Sum("cost_usd"), n=Count("id"))
         .order_by()
@@ -407,6 +444,44 @@ def rebuild_day_spend(run_ids: Iterable[int]) -> None:
                 turns=r["n"],
             )
             for r in rows
+        ],
+        batch_size=1000,
+    )
+    # Quarter hours in Python (the timestamp's epoch seconds are computed differently by each database).
+    slots: dict = defaultdict(lambda: [Decimal(0), 0, 0, 0, 0])
+    fields = (
+        "run_id",
+        "run__project_id",
+        "ts",
+        "model",
+        "cost_usd",
+        "tokens_in",
+        "tokens_out",
+        "cost_origin",
+    )
+    for run_id, project_id, ts, model, cost, tokens_in, tokens_out, origin in turns.values_list(
+        *fields
+    ).iterator(chunk_size=5000):
+        part = slots[run_id, project_id, int(ts.timestamp()) // RunModelSpend.SLOT_SECONDS, model]
+        part[0] += cost
+        part[1] += 1
+        part[2] += tokens_in
+        part[3] += tokens_out
+        part[4] += origin == pricing.Origin.UNPRICED
+    RunModelSpend.objects.bulk_create(
+        [
+            RunModelSpend(
+                run_id=run_id,
+                project_id=project_id,
+                slot=slot,
+                model=model,
+                cost_usd=cost,
+                turns=n,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                unpriced=unpriced,
+            )
+            for (run_id, project_id, slot, model), (cost, n, tokens_in, tokens_out, unpriced) in slots.items()
         ],
         batch_size=1000,
     )
