@@ -244,12 +244,36 @@ class AgentTurnsAdapter(Adapter):
         return event
 
 
+SUMMARY_LINES = frozenset({"dispatch_exhausted"})  # lines that sum up attempts logged one by one
+
+
+def _failure(obj: dict) -> dict[str, Any]:
+    """A failed call's fields (seed 001: `error` is the exception's class, `fix_hint` what to do about
+    it, `http_status`); {} for a line that did not fail."""
+    error = obj.get("error")
+    status = obj.get("status") if isinstance(obj.get("status"), str) else obj.get("outcome")
+    failed = (isinstance(error, str) and error.strip()) or status in ("error", "failed", "failure")
+    if not failed:
+        return {}
+    message = _first((obj,), ("fix_hint", "fixHint", "error_message", "errorMessage", "message"))
+    out: dict[str, Any] = {"status": "error", "error": (error if isinstance(error, str) else "error")[:200]}
+    if isinstance(message, str):
+        out["error_message"] = message
+    http = _int(_first((obj,), ("http_status", "httpStatus", "status_code", "statusCode")))
+    if isinstance(http, int) and 100 <= http <= 599:
+        out["http_status"] = http
+    return out
+
+
 class UsageLogAdapter(Adapter):
     """Per-call usage logs (seed 001) → TurnEvent, one turn a call.
 
     A call is a line with usage: input/output tokens (input_tokens | prompt_tokens | inputTokens, …, at
-    the top level or in a `usage` object) or a cost; other lines (probes, warm-ups, failures without
-    usage) are skipped as "no usage". actor ← agent_id | agentId | agent | actor (default "driver");
+    the top level or in a `usage` object) or a cost, or a failed call: a line with an `error` (the
+    exception's class, seed 001), kept as a failed turn with its `http_status` and its `fix_hint` (else
+    `message` / `error_message`) as the message. Other lines (probes, warm-ups, the router's
+    `dispatch_exhausted` summary of attempts already logged one by one) are skipped.
+    actor ← agent_id | agentId | agent | actor (default "driver");
     parent_actor ← parent_agent_id | parentAgentId | parent_actor; turn ← the actor's count of calls
     before this one in the file (0-based); kind ← kind when given, else the contract's default
     (driver_inference for a root actor, child_work under a parent); model ← "provider/model" (model alone
@@ -275,7 +299,10 @@ class UsageLogAdapter(Adapter):
         sources = (obj, usage)
         tokens_in, tokens_out = _first(sources, _IN), _first(sources, _OUT)
         cost = _first(sources, _COST)
-        if tokens_in is None and tokens_out is None and cost is None:
+        failure = _failure(obj)
+        if _first((obj,), _TURN_TAGS) in SUMMARY_LINES:
+            return "a summary of calls logged one by one"
+        if tokens_in is None and tokens_out is None and cost is None and not failure:
             return "no usage (not a model call)"
         raw_actor = _first((obj,), ("agent_id", "agentId", "agent", "actor"))
         actor = "driver" if raw_actor is None else _actor(raw_actor)
@@ -307,6 +334,7 @@ class UsageLogAdapter(Adapter):
             "duration_ms": _ms(_first((obj,), _DURATION)),
         }
         found.update(pricing.token_counts(found, obj, usage))
+        found.update(failure)
         event: dict[str, Any] = {"type": "agent.turn"}
         event.update((k, v) for k, v in found.items() if v is not None)
         event.update(_bodies(obj))

@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events, describe
@@ -122,6 +123,8 @@ class _Span:
     attrs: dict[str, Any]
     run_id: str
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, attributes)
+    failed: bool = False  # the span's status is ERROR
+    status_message: str = ""
 
     @property
     def operation(self) -> str:
@@ -179,6 +182,8 @@ def _spans(request: ExportTraceServiceRequest) -> Iterable[_Span]:
                     attrs=attrs,
                     run_id=run if isinstance(run, str) and run else trace_id,
                     events=[(e.name, _attributes(e.attributes)) for e in span.events],
+                    failed=span.status.code == Status.STATUS_CODE_ERROR,
+                    status_message=span.status.message,
                 )
 
 
@@ -269,6 +274,7 @@ def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) 
             "tool_calls": [],
             "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
         }
+        event.update(_failure(span))
         prompt, response = span_bodies(span.attrs, span.events)
         if prompt:
             event["prompt"] = prompt
@@ -374,6 +380,22 @@ def _span_problem(span: _Span) -> str:
     if kind is not None and kind not in TURN_KINDS:
         return f"smrweb.turn_kind must be driver_inference or child_work, not {kind!r}."
     return ""
+
+
+def _failure(span: _Span) -> dict[str, Any]:
+    """A failed call's fields, from a span whose status is ERROR (as Langfuse reads it): the error's class
+    from `error.type` or the recorded exception's `exception.type`, its message from the status or the
+    exception, the HTTP status from `http.response.status_code`; {} for a span that did not fail."""
+    if not span.failed:
+        return {}
+    exception = next((attrs for name, attrs in span.events if name == "exception"), {})
+    error = span.attrs.get("error.type") or exception.get("exception.type") or "error"
+    message = span.status_message or exception.get("exception.message") or ""
+    http_status = _integer(span.attrs.get("http.response.status_code", span.attrs.get("http.status_code")))
+    out: dict[str, Any] = {"status": "error", "error": str(error)[:200], "error_message": str(message)}
+    if isinstance(http_status, int) and 100 <= http_status <= 599:
+        out["http_status"] = http_status
+    return out
 
 
 def _first_attr(attrs: dict[str, Any], keys: tuple[str, ...], default: Any) -> Any:

@@ -31,6 +31,7 @@ from smrweb.tracking.errors import EventError, InvalidEvents
 from smrweb.tracking.models import RunState, TurnKind
 
 MAX_EVENTS = 5000
+ERROR_MESSAGE_MAX = 2000  # a failed call's message is kept to this many characters
 # How MLflow (sources/mlflow/) fills a score event: its id starts with this prefix, and its `artifact` is
 # the run's tag of this name, else the scenario's artifact path (docs/integrations.md, "MLflow client").
 MLFLOW_SCORE_ID_PREFIX = "mlflow-score:"
@@ -154,6 +155,17 @@ class TurnEvent(_Event):
     )
     tool_calls: list[str | dict[str, Any]] = Field(default_factory=list, max_length=1000)
     duration_ms: Int32 | None = None
+    status: Literal["ok", "error"] | None = Field(
+        default=None,
+        description="Whether the call failed. Default: error when `error`, `error_message` or an "
+        "`http_status` of 400 or more is given, else ok.",
+    )
+    error: Text = Field(default="", description="The failure's class or code, e.g. RateLimitError, 429.")
+    http_status: Annotated[int, Field(ge=100, le=599)] | None = None
+    error_message: str = Field(
+        default="",
+        description=f"What went wrong; stored cut to {ERROR_MESSAGE_MAX} characters, never refused.",
+    )
     prompt: Body | None = Field(
         default=None,
         description="What the model was sent: text, or chat messages ({role, content}). Stored only when "
@@ -194,6 +206,12 @@ class TurnEvent(_Event):
                 f"tokens_reasoning ({value}) is more than tokens_out ({total}): it is a part of it."
             )
         return value
+
+    @property
+    def failed(self) -> bool:
+        if self.status is not None:
+            return self.status == "error"
+        return bool(self.error or self.error_message or (self.http_status or 0) >= 400)
 
     @property
     def has_body(self) -> bool:

@@ -160,6 +160,10 @@ class RunFilter(django_filters.FilterSet):
     )
     stalled = BooleanFilter(method="filter_stalled", help_text="Live runs flagged stalled (or not).")
     failed = BooleanFilter(method="filter_failed")
+    failed_calls = BooleanFilter(
+        method="filter_failed_calls",
+        help_text="Runs with failed calls (agent turns that failed), or without.",
+    )
     over_budget = django_filters.ChoiceFilter(
         choices=OVER_BUDGET_CHOICES,
         method="filter_over_budget",
@@ -194,7 +198,7 @@ class RunFilter(django_filters.FilterSet):
 
     class Meta:
         model = Run
-        fields = ["state", "stalled", "failed", "over_budget", "tag", "param", "q", "sort"]
+        fields = ["state", "stalled", "failed", "failed_calls", "over_budget", "tag", "param", "q", "sort"]
 
     def filter_state(self, queryset, name, values):
         if not values:
@@ -209,6 +213,9 @@ class RunFilter(django_filters.FilterSet):
 
     def filter_failed(self, queryset, name, value):
         return queryset.filter(state=RunState.FAILED) if value else queryset.exclude(state=RunState.FAILED)
+
+    def filter_failed_calls(self, queryset, name, value):
+        return queryset.filter(failed_turns__gt=0) if value else queryset.filter(failed_turns=0)
 
     def filter_over_budget(self, queryset, name, value):
         if value == "false":

@@ -149,10 +149,10 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
 
     assert result.format == "usage-log" and result.complete and not result.interrupted
     s = result.stats
-    assert (s.lines, s.blank, s.accepted, s.duplicates, s.skipped) == (11, 1, 5, 0, 5)
+    assert (s.lines, s.blank, s.accepted, s.duplicates, s.skipped) == (11, 1, 6, 0, 4)
     assert balanced(s)
     assert s.reasons == {
-        "no usage (not a model call)": [2, [1, 5]],
+        "no usage (not a model call)": [1, [1]],
         "not JSON": [1, [7]],
         "refused: tokens_in: Input should be greater than or equal to 0": [1, [8]],
         "not a JSON object": [1, [11]],
@@ -188,10 +188,16 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
         # No cost on the line: priced from the table (gpt-4o-mini: $0.15 / $0.60 per 1M).
         ("driver", 0, "", "driver_inference", "openai/gpt-4o-mini", 300, 20, Decimal("0.000057"), None),
         ("planner", 0, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal("0.000403"), 812),
-        ("planner", 1, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal("0.000403"), 812),
+        # Line 5, a failed call (seed 001's failure line): kept, with its error, status and hint.
+        ("planner", 1, "", "driver_inference", "maxim_peer/qwen3-32b", 0, 0, Decimal(0), None),
+        ("planner", 2, "", "driver_inference", "openai/gpt-4o-mini", 1840, 212, Decimal("0.000403"), 812),
     ]
     origins = [t.cost_origin for t in turns("session-1")]
-    assert origins == ["reported", "reported", "computed", "computed", "computed"]
+    assert origins == ["reported", "reported", "computed", "computed", "reported", "computed"]
+    failed = [
+        (t.turn, t.failed, t.error, t.http_status, t.error_message) for t in turns("session-1") if t.failed
+    ]
+    assert failed == [(1, True, "PeerBusy", 503, "peer busy: retry later")]
     by_turn = {(t.actor, t.turn): t for t in turns("session-1")}
     assert by_turn["coder", 2].ts.isoformat() == "2026-04-14T10:00:10.500000+00:00"  # epoch seconds
     assert by_turn["planner", 0].ts.isoformat() == "2026-04-14T10:00:01.120000+00:00"
@@ -199,10 +205,11 @@ def test_usage_log_calls_become_turns_numbered_per_actor(project, tmp_path):
     assert all(re.fullmatch(rf"jsonl:{result.file_id}:\d+:[0-9a-f]{{16}}", i) for i in ids)
     assert (
         by_turn["planner", 0].event_id.split(":")[2] == "2"
-        and by_turn["planner", 1].event_id.split(":")[2] == "6"
+        and by_turn["planner", 1].event_id.split(":")[2] == "5"
+        and by_turn["planner", 2].event_id.split(":")[2] == "6"
     )
     run = run_of("session-1")
-    assert (run.turn_count, run.tokens_in, run.tokens_out) == (5, 9800, 1467)
+    assert (run.turn_count, run.tokens_in, run.tokens_out, run.failed_turns) == (6, 9800, 1467, 1)
     # 0.0294 + 0.0011 stated, 0.000057 + 2 × 0.000403 computed
     assert run.cost_usd == Decimal("0.031363") == run.driver_cost_usd + run.child_cost_usd
 
@@ -380,10 +387,10 @@ def test_reimport_is_all_duplicates_and_appended_lines_are_the_only_new_ones(pro
         )  # like line 2 again
     third = jsonl.import_file(grown, project, "s")
     assert third.file_id == first.file_id
-    assert (third.stats.accepted, third.stats.duplicates) == (2, 5)
+    assert (third.stats.accepted, third.stats.duplicates) == (2, 6)
     planner = [(t.turn, t.tokens_in) for t in turns("s") if t.actor == "planner"]
-    assert planner == [(0, 1840), (1, 1840), (2, 111), (3, 1840)]
-    assert run_of("s").turn_count == 7
+    assert planner == [(0, 1840), (1, 0), (2, 1840), (3, 111), (4, 1840)]  # 1: the failed call
+    assert run_of("s").turn_count == 8
 
 
 @pytest.mark.django_db
@@ -619,12 +626,12 @@ def test_command_options_and_summary(project, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert err == ""  # --quiet: no progress bar
     assert "calls.jsonl → hill/cmd-1 (format usage-log" in out
-    assert "events: 5 accepted, 0 duplicates" in out and "skipped: 5 lines:" in out
-    assert "  no usage (not a model call): 2 (lines 1, 5)" in out and "  not JSON: 1 (line 7)" in out
+    assert "events: 6 accepted, 0 duplicates" in out and "skipped: 4 lines:" in out
+    assert "  no usage (not a model call): 1 (line 1)" in out and "  not JSON: 1 (line 7)" in out
 
     call_command("import_events", str(path), "--project", "hill", "--run", "cmd-1")
     out, err = capsys.readouterr()
-    assert "events: 0 accepted, 5 duplicates" in out
+    assert "events: 0 accepted, 6 duplicates" in out
     assert "calls.jsonl" in err and "100%" in err  # the progress bar, in bytes, on stderr
 
     # --format: read as contract events, no line of a usage log is one.
@@ -636,7 +643,7 @@ def test_command_options_and_summary(project, tmp_path, capsys):
     assert not Run.objects.filter(external_id="cmd-2").exists()
 
     # --run: the turns land in the run named, created on its first event.
-    assert run_of("cmd-1").turn_count == 5
+    assert run_of("cmd-1").turn_count == 6
 
     with pytest.raises(CommandError, match="No project 'nope'"):
         call_command("import_events", str(path), "--project", "nope", "--run", "x")

@@ -81,6 +81,7 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "state": (data.get("state") or [""])[0],
         "stalled": bool(data.get("stalled")),
         "failed": bool(data.get("failed")),
+        "failed_calls": bool(data.get("failed_calls")),
         "over_budget": data.get("over_budget") or "",
         "q": (data.get("q") or "").strip(),
         "tags": data.get("tag") or [],
@@ -94,7 +95,8 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
     }
     filters["narrowed"] = any(
-        filters[k] for k in ("state", "stalled", "failed", "over_budget", "q", "tags", "params")
+        filters[k]
+        for k in ("state", "stalled", "failed", "failed_calls", "over_budget", "q", "tags", "params")
     )
     return sort_runs(filterset.qs, sort), filters
 

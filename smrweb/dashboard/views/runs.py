@@ -54,6 +54,7 @@ CARDS = (
     "budget",
     "run-actors",
     "turns-card",
+    "failed-calls",
     "run-submissions",
     "artifacts-card",
     "metric-panel",
@@ -357,6 +358,9 @@ class RunPage:
                 self.request.GET.get("turns_page"),
                 self.query.urlencode(),
             )
+        if name == "failed-calls":
+            # Its list moves with each failed call; its rate with every turn (only while there are any).
+            return (run.failed_turns, run.turn_count if run.failed_turns else 0)
         if name == "run-submissions":
             return (run.score_count, m.submission_last, m.submissions_updated, m.artifacts)
         if name == "artifacts-card":
@@ -449,6 +453,8 @@ class RunPage:
             }
         if name == "budget":
             return {"burn": self.burn}
+        if name == "failed-calls":
+            return {"failures": queries.failed_calls(run)}
         if name == "run-actors":
             actors = timeline.actor_tree(run)
             return {

@@ -26,6 +26,7 @@ class Trigger(models.TextChoices):
     SCORE_NEW_BEST = "score.new_best", "project best improved"
     RUN_NO_PROGRESS = "run.no_progress", "run made no progress"
     RUN_LOOP = "run.loop", "run is looping on a tool call"
+    RUN_ERRORS = "run.errors", "run's calls keep failing (an error streak)"
     SUBMISSION_NEEDS_REVIEW = "submission.needs_review", "submission verified, waiting for review"
     SUBMISSION_APPROVED = "submission.approved", "submission approved, ready to upload"
     ARENA_RESULT = "arena.result", "arena result recorded"

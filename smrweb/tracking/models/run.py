@@ -71,6 +71,7 @@ class Run(models.Model):
         "child_cost_usd",
         "unpriced_turns",
         "unpriced_models",
+        "failed_turns",
     )
     UNKNOWN_SPEND = ("unknown_tokens_in", "unknown_tokens_out", "unknown_cost_usd")  # derived: properties
     tokens_in = models.PositiveBigIntegerField(default=0)
@@ -87,6 +88,7 @@ class Run(models.Model):
     # how many, and how many per model name, so a page says "N turns unpriced (model…)", never a silent $0.
     unpriced_turns = models.PositiveIntegerField(default=0)
     unpriced_models = models.JSONField(default=dict, blank=True)
+    failed_turns = models.PositiveIntegerField(default=0)  # turns that are failed calls (`AgentTurn.failed`)
     # Score summary, recomputed from submissions by the write path: the best of the submissions that
     # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
     best_score = models.FloatField(null=True, blank=True)
@@ -386,6 +388,11 @@ class AgentTurn(models.Model):
     cost_origin = models.CharField(max_length=8, choices=Origin.CHOICES, default=Origin.REPORTED)
     tool_calls = models.JSONField(default=list, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # A failed call (`failed`): its error class or code, HTTP status and message (cut to ERROR_MESSAGE_MAX).
+    failed = models.BooleanField(default=False)
+    error = models.CharField(max_length=200, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_message = models.TextField(blank=True)
     ts = models.DateTimeField()
 
     class Meta:
@@ -402,6 +409,8 @@ class AgentTurn(models.Model):
             # A run's turns past an id (the turn rollup's mark): an exact range, not every turn of the run
             # filtered (a run-only index) nor every later turn of every run (the primary key).
             models.Index(fields=["run", "id"], name="turn_run_id_idx"),
+            # A run's failed calls, without reading its other turns.
+            models.Index(fields=["run", "id"], condition=Q(failed=True), name="turn_run_failed_idx"),
         ]
 
 

@@ -6,6 +6,7 @@ budget read models are imported by name (`from smrweb.tracking.queries import ti
 from smrweb.tracking.queries.exports import (  # noqa: F401
     metric_point_rows,
 )
+from smrweb.tracking.queries.failures import failed_calls  # noqa: F401
 from smrweb.tracking.queries.knowledge import (  # noqa: F401
     N_DEFAULT,
     N_MAX,

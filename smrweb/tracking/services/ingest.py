@@ -386,6 +386,10 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
                 cost_origin=priced.origin,
                 tool_calls=list(e.tool_calls),
                 duration_ms=e.duration_ms,
+                failed=e.failed,
+                error=e.error,
+                http_status=e.http_status,
+                error_message=e.error_message[: ev.ERROR_MESSAGE_MAX],
                 ts=ts,
             )
         )

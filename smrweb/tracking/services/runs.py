@@ -166,6 +166,7 @@ def recompute_spend(run: Run) -> list[str]:
         tokens_out=total("tokens_out"),
         cost_usd=total("cost_usd"),
         unpriced_turns=Count("id", filter=Q(cost_origin=pricing.Origin.UNPRICED)),
+        failed_turns=Count("id", filter=Q(failed=True)),
     )
     sums["unpriced_models"] = (
         dict(

@@ -283,6 +283,8 @@ def baseline(rule: AlertRule) -> None:
             runs = runs.filter(pk=best.run_id) if best else runs.none()
         elif rule.trigger == Trigger.RUN_LOOP:
             runs = runs.filter(loop_findings__isnull=False).distinct()
+        elif rule.trigger == Trigger.RUN_ERRORS:
+            runs = runs.filter(failed_turns__gt=0)
         elif rule.trigger in (Trigger.RUN_NO_PROGRESS, Trigger.RUN_DOWNGRADED, Trigger.RUN_REGRESSED):
             runs = runs.exclude(state__in=TERMINAL_STATES)
         for run in runs.iterator(chunk_size=200):

@@ -14,6 +14,7 @@ from django.urls import reverse
 from smrweb.core import numbers
 from smrweb.tracking.models import (
     RUN_RULE,
+    AgentTurn,
     AlertRule,
     ArenaResult,
     Project,
@@ -72,6 +73,9 @@ TRIGGER_PARAMETERS: dict[str, dict[str, Parameter]] = {
     Trigger.SOURCE_FAILING: {
         "window": Parameter("consecutive failed syncs", 3, 1, 10**6),
     },
+    Trigger.RUN_ERRORS: {
+        "window": Parameter("failed calls in a row (the run's newest turns)", 5, 1, 10**6),
+    },
 }
 
 # Loops are kept from this many repeats on: the least a rule may ask for, and what the badge shows.
@@ -86,6 +90,7 @@ RUN_TRIGGERS = (
     Trigger.SCORE_NEW_BEST,
     Trigger.RUN_NO_PROGRESS,
     Trigger.RUN_LOOP,
+    Trigger.RUN_ERRORS,
 )
 SUBMISSION_TRIGGERS = (Trigger.SUBMISSION_NEEDS_REVIEW, Trigger.SUBMISSION_APPROVED, Trigger.ARENA_RESULT)
 SOURCE_TRIGGERS = (Trigger.SOURCE_FAILING,)
@@ -106,6 +111,7 @@ TRIGGER_NOUNS: dict[str, tuple[str, str]] = {
     Trigger.SCORE_NEW_BEST: ("new project best", "new project bests"),
     Trigger.RUN_NO_PROGRESS: ("run without progress", "runs without progress"),
     Trigger.RUN_LOOP: ("run looping", "runs looping"),
+    Trigger.RUN_ERRORS: ("run failing its calls", "runs failing their calls"),
     Trigger.SUBMISSION_NEEDS_REVIEW: ("submission waiting for review", "submissions waiting for review"),
     Trigger.SUBMISSION_APPROVED: ("submission ready to upload", "submissions ready to upload"),
     Trigger.ARENA_RESULT: ("arena result", "arena results"),
@@ -238,6 +244,8 @@ def run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
                 )
                 + ").",
             )
+    elif trigger == Trigger.RUN_ERRORS:
+        yield from _error_streak_episodes(rule, run, episode, label)
     elif trigger == Trigger.RUN_LOOP:
         repeats = parameter(rule, "window")
         for finding in memo["loops"]:
@@ -253,6 +261,55 @@ def run_episodes(rule: AlertRule, run: Run, memo: dict) -> Iterator[Episode]:
                     f"cost {numbers.tokens(finding.wasted_tokens)} tokens and "
                     f"{numbers.usd(finding.wasted_usd)}.",
                 )
+
+
+def error_streak(run: Run, at_least: int) -> tuple[AgentTurn, list[AgentTurn]] | None:
+    """The run's current streak of failed calls (its newest turns, in time order, all failed) when it is
+    at least `at_least` long: (the streak's first turn, its newest few). None otherwise. Reads at most
+    `at_least` turns, then the streak's start: from the newest turn that did not fail on, through the
+    (run, ts) index and the partial index of failed turns, never the run's older turns."""
+    if run.failed_turns < at_least:
+        return None
+    turns = AgentTurn.objects.filter(run=run)
+    newest = list(turns.order_by("-ts", "-id").only("pk", "ts", "failed")[:at_least])
+    if len(newest) < at_least or not all(t.failed for t in newest):
+        return None
+    last_ok = turns.filter(failed=False).order_by("-ts", "-id").values_list("ts", "pk").first()
+    streak = turns.filter(failed=True)
+    if last_ok is not None:
+        streak = streak.filter(Q(ts__gt=last_ok[0]) | Q(ts=last_ok[0], pk__gt=last_ok[1]))
+    first = streak.order_by("ts", "id").first()
+    recent = list(
+        turns.filter(pk__in=[t.pk for t in newest[:5]])
+        .order_by("-ts", "-id")
+        .only("pk", "turn", "actor", "model", "ts", "error", "http_status", "error_message")
+    )
+    return first, recent
+
+
+def _error_streak_episodes(rule, run, episode, label) -> Iterator[Episode]:
+    k = parameter(rule, "window")
+    found = error_streak(run, k)
+    if found is None:
+        return
+    first, recent = found
+    kinds = ", ".join(
+        dict.fromkeys(
+            f"{t.error or 'error'}" + (f" (HTTP {t.http_status})" if t.http_status else "") for t in recent
+        )
+    )
+    last = recent[0]
+    yield episode(
+        f"errors:{first.pk}",  # once per streak: a success ends it, the next streak is another episode
+        f"{label}: its last {k} calls failed ({kinds})",
+        f"{label}'s calls keep failing: its newest {k} or more calls failed, since {first.actor} "
+        f"#{first.turn} at {first.ts:%Y-%m-%d %H:%M:%S} UTC "
+        f"({run.failed_turns} failed of {run.turn_count} in all). "
+        f"Errors: {kinds}."
+        + (
+            f"\nLatest ({last.model or 'no model'}): {last.error_message[:500]}" if last.error_message else ""
+        ),
+    )
 
 
 def budget_fraction(run: Run) -> tuple[float, str] | None:
