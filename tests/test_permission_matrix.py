@@ -344,7 +344,7 @@ def build_world() -> World:
         "approved": approved.pk,
         "uploaded": uploaded.pk,
         "artifact": artifact.pk,
-        "turn": Run.objects.get(project=hill, external_id=RUN).turns.get().pk,
+        "turn": Run.objects.get(project=hill, external_id=RUN).turns.get(event_id="t0").pk,
         "checkpoint": Checkpoint.objects.get(run__project=hill).pk,
         "entry": entry.pk,
         "spare": spare.pk,

@@ -496,7 +496,7 @@ class Outcome:
 def ingest_request(project, request: ExportTraceServiceRequest) -> Outcome:
     """Map the request and apply each run's turns through `services.ingest_events` (one transaction
     per run and at most MAX_EVENTS turns). Replays are duplicates: event ids are `otel:<span id>`."""
-    mapped = map_request(request, pricing.current_table())
+    mapped = map_request(request, services.current_prices())
     outcome = Outcome(rejected=list(mapped.rejected), ignored=mapped.ignored)
     for run_id, items in mapped.runs.items():
         try:

@@ -19,11 +19,11 @@ has no price of their own (providers bill reasoning as output).
 
 Where a table comes from, later over earlier, per (model, effective date): the defaults below (list
 prices when written: check them against your contract), `SMRWEB_MODEL_PRICES` (settings), then the
-`ModelPrice` rows of the admin page. A model name is looked up as sent, then without its provider prefix
-(`openai/…`, `anthropic/…`, `models/…`, Bedrock's `anthropic.…-v1:0`, Vertex's `…@20240620`), then
-without a dated snapshot suffix (`-2024-08-06`, `-20250514`) or `-latest`, each time also through the
-aliases. Nothing else: a model the table does not name is unpriced, not priced like one it resembles
-(`o3-pro` is not `o3`).
+`ModelPrice` rows of the admin page (`services.current_prices`). A model name is looked up as sent,
+then without its provider prefix (`openai/…`, `anthropic/…`, `models/…`, Bedrock's `anthropic.…-v1:0`,
+Vertex's `…@20240620`), then without a dated snapshot suffix (`-2024-08-06`, `-20250514`) or `-latest`,
+each time also through the aliases. Nothing else: a model the table does not name is unpriced, not
+priced like one it resembles (`o3-pro` is not `o3`).
 """
 
 from __future__ import annotations
@@ -330,28 +330,12 @@ def _configured(setting: str) -> PriceTable:
 
 
 def configured_table() -> PriceTable:
-    """The defaults with `SMRWEB_MODEL_PRICES` over them (no admin rows: see `current_table`)."""
+    """The defaults with `SMRWEB_MODEL_PRICES` over them (`services.current_prices` adds the admin's rows)."""
     import json
 
     from django.conf import settings
 
     return _configured(json.dumps(getattr(settings, "SMRWEB_MODEL_PRICES", {}) or {}, sort_keys=True))
-
-
-def current_table() -> PriceTable:
-    """The table the write path prices with: the configured one with the admin's `ModelPrice` rows over
-    it (one small query)."""
-    from smrweb.tracking.models import ModelPrice
-
-    rows = list(ModelPrice.objects.all())
-    if not rows:
-        return configured_table()
-    prices: dict[str, list[Price]] = {}
-    aliases: dict[str, str] = {}
-    for row in rows:
-        prices.setdefault(row.model.strip().lower(), []).append(row.as_price())
-        aliases.update({a: row.model.strip().lower() for a in row.alias_list()})
-    return configured_table().merged(prices, aliases)
 
 
 @dataclass

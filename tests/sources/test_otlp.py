@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from smrweb.sources import otlp
+from smrweb.tracking import pricing
 from smrweb.tracking.errors import InvalidEvents
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AgentTurn, Run
@@ -682,7 +683,7 @@ def test_arbitrary_attributes_never_fail_the_server(project, token, specs, resou
             parent_span_id=parent.to_bytes(8, "big") if parent else b"",
         )
         span.attributes.extend(KeyValue(key=k, value=any_value(v)) for k, v in attrs.items())
-    mapped = otlp.map_request(request, otlp.model_prices())
+    mapped = otlp.map_request(request, pricing.configured_table())
     for items in mapped.runs.values():
         for span, event in items:  # each turn is the contract's, or refused with a reason
             assert event["id"] == f"otel:{span}"

@@ -134,6 +134,7 @@ def test_one_read_only_admin_base_and_what_it_covers():
         "MetricRollup",
         "ProjectInvitation", "RuntimeMessage", "StateChange", "Submission", "TurnBody", "TurnRollup",
         "ProjectFigures", "RunDaySpend",  # derived (issue 36): deleted with their project or run
+        "RunModelSpend",  # derived (issue 37): deleted with its run
     }  # fmt: skip
     assert read_only - deletable == {
         "AlertRule", "AuditEvent", "Comment", "LoopFinding", "Notification", "Rollback", "RunControl",

@@ -26,7 +26,8 @@ def spend_by_day_figure(spend: DaySpend) -> dict:
         )
     traces = []
     for i, (model, usd, turns, unpriced) in enumerate(series):
-        name = plotly_text(model)
+        # A model whose turns are all unpriced draws no bar: its legend entry says why.
+        name = plotly_text(model) + (" (unpriced)" if not any(usd) and any(unpriced) else "")
         traces.append(
             {
                 "type": "bar",
@@ -42,7 +43,7 @@ def spend_by_day_figure(spend: DaySpend) -> dict:
     return {
         "data": traces,
         "layout": base_layout(
-            220,
+            260,  # the .plot box's height
             uirevision="project-spend",
             barmode="stack",
             showlegend=True,

@@ -105,6 +105,7 @@ from smrweb.tracking.services.params import (  # noqa: F401
     check_param,
     log_params,
 )
+from smrweb.tracking.services.prices import current_prices  # noqa: F401, E402
 from smrweb.tracking.services.projects import (  # noqa: F401
     GIT_BRANCH_RE,
     GIT_PIN,

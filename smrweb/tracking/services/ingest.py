@@ -42,6 +42,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services import figures, metric_copy, metric_rollups
 from smrweb.tracking.services.artifacts import SHA256_RE
 from smrweb.tracking.services.control import confirm_reported
+from smrweb.tracking.services.prices import current_prices
 from smrweb.tracking.services.rollups import advance_turn_rollup
 from smrweb.tracking.services.runs import (
     _check_run_id,
@@ -360,7 +361,7 @@ _by_id = operator.attrgetter("id")
 def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime) -> list[AgentTurn]:
     """The new turns, each priced (`pricing.price_turn`) when it has tokens and states no cost."""
     table = (
-        pricing.current_table()
+        current_prices()
         if any(e.cost_usd is None and e.usage.any for _, e in items)
         else pricing.PriceTable()  # (unused: every turn states its cost or has no tokens)
     )

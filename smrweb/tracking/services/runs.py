@@ -37,6 +37,7 @@ from smrweb.tracking.services.audit import _only, record_audit
 from smrweb.tracking.services.capabilities import Action
 from smrweb.tracking.services.figures import queue_counts_q
 from smrweb.tracking.services.launches import link_new_run
+from smrweb.tracking.services.prices import current_prices
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:@+=~-]{0,199}\Z")
@@ -214,7 +215,7 @@ def reprice_turns(run: Run, table: pricing.PriceTable | None = None) -> int:
     """Price the run's unpriced turns with the price table as it is now (a price added since they were
     stored): their cost, the run's spend, its kept turn aggregates, its days of spend and the project's
     figures follow. Returns how many turns were priced; the others stay unpriced."""
-    table = table or pricing.current_table()
+    table = table or current_prices()
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         turns = list(

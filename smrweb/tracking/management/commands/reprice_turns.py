@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from smrweb.tracking import pricing, services
+from smrweb.tracking import services
 from smrweb.tracking.models import Project, Run
 
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             if not Project.objects.filter(slug=project).exists():
                 raise CommandError(f"no project {project!r}")
             runs = runs.filter(project__slug=project)
-        table = pricing.current_table()
+        table = services.current_prices()
         seen = priced = 0
         for run in runs.iterator(chunk_size=200):
             seen += 1
