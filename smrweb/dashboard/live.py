@@ -113,10 +113,32 @@ def cards_header(versions: dict[str, str]) -> str:
 
 
 @dataclass
+class Part:
+    """A marked part of a card (`<!--p:ID-->…<!--/p-->`, or a figure's `<!--f:ID-->`) with its own version
+    and render: its HTML between the markers, byte for byte what the card's render has there."""
+
+    id: str
+    version: str
+    render: Callable[[], str]
+    kind: str = "p"
+
+
+@dataclass
 class Card:
     name: str  # the id of the card's outer element
     version: str
     render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
+    # A card that declares parts: `skeleton` versions all it shows outside them, each part versions itself
+    # (see `Deck.answer`); its version is `parted_version(skeleton, parts)`.
+    skeleton: str | None = None
+    parts: tuple[Part, ...] = ()
+    marker: Callable[[], str] | None = None  # its version marker part (`<!--p:NAME--v-->`) alone
+
+
+def parted_version(skeleton: str, parts: Iterable[Part]) -> str:
+    """The version of a card with parts: its skeleton's and its parts' (the card's version marker, a part
+    itself, aside)."""
+    return card_version(skeleton, *sorted((p.id, p.version) for p in parts))
 
 
 MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|card:[\w.-]+|/[pf]|/rows|/card)-->")
@@ -371,14 +393,15 @@ class Deck:
         keys = {card.name: self._key(card.name, card.version) for card in chosen}
         if fresh:
             out = {card.name: _unwrap(card.render()) for card in chosen}
-            self._remember({keys[name]: html for name, html in out.items()})
+            self._remember({keys[name]: html for name, html in out.items()} | self._parted(out))
             return out
         found = self._recall(list(keys.values()))
         missing = [card for card in chosen if keys[card.name] not in found]
         claimed = self._claim([keys[card.name] for card in missing])
         try:
             made = {keys[card.name]: _unwrap(card.render()) for card in missing if keys[card.name] in claimed}
-            self._remember(made)
+            ours = {c.name: made[keys[c.name]] for c in missing if keys[c.name] in made}
+            self._remember(made | self._parted(ours))
         finally:
             self._release(claimed)
         found.update(made)
@@ -388,7 +411,7 @@ class Deck:
                 html = self._await(key)
                 if html is None:  # the other request failed or is slow: render it here
                     html = _unwrap(card.render())
-                    self._remember({key: html})
+                    self._remember({key: html} | self._parted({card.name: html}))
                 found[key] = html
         return {card.name: found[keys[card.name]] for card in chosen if keys[card.name] in found}
 
@@ -401,12 +424,10 @@ class Deck:
     def keep(self, page: str) -> str:
         """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next
         poll's comparison; the page without markers."""
+        rendered = {m[1]: m[2] for m in CARD_BLOCK.finditer(page) if m[1] in self.cards}
         self._remember(
-            {
-                self._key(m[1], self.cards[m[1]].version): m[2]
-                for m in CARD_BLOCK.finditer(page)
-                if m[1] in self.cards
-            }
+            {self._key(name, self.cards[name].version): html for name, html in rendered.items()}
+            | self._parted(rendered)
         )
         return strip(page)
 
@@ -414,6 +435,77 @@ class Deck:
         """One card (what a pager asks for), with the cards `also` out of band (the poll, to follow)."""
         rendered = self.render([name, *also])
         return strip("\n".join([rendered[name], *(_oob(rendered[n]) for n in also)]))
+
+    def _part_key(self, name: str, part: str, version: str) -> str:
+        return self._key(f"{name}:{part}", version)
+
+    def _manifest(self, card: Card) -> dict[str, str]:
+        """The versions of a card's skeleton and parts, kept under the card's version."""
+        versions = {p.id: p.version for p in card.parts}
+        return {self._key(f"{card.name}~parts", card.version): json.dumps([card.skeleton, versions])}
+
+    def _parted(self, renders: dict[str, str]) -> dict[str, str]:
+        """For the cards with parts among `renders` (name: marked HTML): what a later part-wise answer reads,
+        kept with the render: the versions of its skeleton and parts (under the card's version) and its
+        figures' HTML (under their versions, the base of their patches)."""
+        out: dict[str, str] = {}
+        for name, html in renders.items():
+            card = self.cards.get(name)
+            if card is None or card.skeleton is None:
+                continue
+            out.update(self._manifest(card))
+            figures = {p.id: p for p in card.parts if p.kind == "f"}
+            for m in PART.finditer(html):
+                if m[2] in figures:
+                    out[self._part_key(name, m[2], figures[m[2]].version)] = m[3]
+        return out
+
+    def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
+        """The changes of the cards `names` whose skeleton is the same as at the version `sent`: only the
+        parts whose versions moved, rendered on their own (each kept under its version), and the card's
+        version marker; the card itself is not rendered. Cards this cannot answer (no parts, the skeleton
+        moved, what the sent version was no longer kept) are left out for the whole-card comparison."""
+        cards = [self.cards[n] for n in names if self.cards[n].skeleton is not None and sent.get(n)]
+        kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
+        plans: dict[str, list[tuple[Part, str]]] = {}
+        for card in cards:
+            raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
+            if raw is None or card.marker is None:
+                continue
+            skeleton, versions = json.loads(raw)
+            if skeleton != card.skeleton or set(versions) != {p.id for p in card.parts}:
+                continue
+            plans[card.name] = [(p, versions[p.id]) for p in card.parts if versions[p.id] != p.version]
+        if not plans:
+            return {}
+        wanted = [
+            self._part_key(name, p.id, v)
+            for name, changed in plans.items()
+            for p, old in changed
+            for v in ((p.version, old) if p.kind == "f" else (p.version,))
+        ]
+        kept = self._recall(wanted)
+        made: dict[str, str] = {}
+        out: dict[str, str] = {}
+        for name, changed in plans.items():
+            fragments = []
+            for p, old in changed:
+                key = self._part_key(name, p.id, p.version)
+                html = kept.get(key) or made.get(key)
+                if html is None:
+                    html = made[key] = p.render()
+                if p.kind != "f":
+                    fragments.append(_oob(html))
+                elif (before := kept.get(self._part_key(name, p.id, old))) is not None:
+                    fragments.append(_figure_fragment(before, html))
+                else:
+                    break  # the figure the page shows is no longer kept: the whole card
+            else:
+                out[name] = "\n".join([*fragments, _oob(self.cards[name].marker())])
+        for name in out:
+            made.update(self._manifest(self.cards[name]))
+        self._remember(made)
+        return out
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
@@ -431,6 +523,11 @@ class Deck:
         if whole_key in found:
             return found[whole_key]
         missing = [n for n in changed if step_keys[n] not in found]
+        if missing and (parted := self._part_steps(missing, sent)):
+            made = {step_keys[n]: text for n, text in parted.items()}
+            found.update(made)
+            self._remember(made)
+            missing = [n for n in missing if n not in parted]
         if missing:
             new = self.render(missing, wait=False)
             old = self._recall([self._key(n, sent[n]) for n in new if sent.get(n)])
