@@ -128,17 +128,17 @@ class Card:
     name: str  # the id of the card's outer element
     version: str
     render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
-    # A card that declares parts: `skeleton` versions all it shows outside them, each part versions itself
-    # (see `Deck.answer`); its version is `parted_version(skeleton, parts)`.
-    skeleton: str | None = None
-    parts: tuple[Part, ...] = ()
-    marker: Callable[[], str] | None = None  # its version marker part (`<!--p:NAME--v-->`) alone
+    # A card whose changes are mostly a few of its parts: `layout()` gives the version of all it shows
+    # outside them (its skeleton) and those parts (each with its version and render), read only when the
+    # card's version moved; `marker()` renders its version marker part (`<!--p:NAME--v-->`). See
+    # `Deck.answer`.
+    layout: Callable[[], tuple[str, tuple[Part, ...]]] | None = None
+    marker: Callable[[], str] | None = None
 
-
-def parted_version(skeleton: str, parts: Iterable[Part]) -> str:
-    """The version of a card with parts: its skeleton's and its parts' (the card's version marker, a part
-    itself, aside)."""
-    return card_version(skeleton, *sorted((p.id, p.version) for p in parts))
+    @functools.cached_property
+    def laid_out(self) -> tuple[str, dict[str, Part]]:
+        skeleton, parts = self.layout()
+        return skeleton, {p.id: p for p in parts}
 
 
 MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|card:[\w.-]+|/[pf]|/rows|/card)-->")
@@ -441,8 +441,9 @@ class Deck:
 
     def _manifest(self, card: Card) -> dict[str, str]:
         """The versions of a card's skeleton and parts, kept under the card's version."""
-        versions = {p.id: p.version for p in card.parts}
-        return {self._key(f"{card.name}~parts", card.version): json.dumps([card.skeleton, versions])}
+        skeleton, parts = card.laid_out
+        versions = {p.id: p.version for p in parts.values()}
+        return {self._key(f"{card.name}~parts", card.version): json.dumps([skeleton, versions])}
 
     def _parted(self, renders: dict[str, str]) -> dict[str, str]:
         """For the cards with parts among `renders` (name: marked HTML): what a later part-wise answer reads,
@@ -451,10 +452,10 @@ class Deck:
         out: dict[str, str] = {}
         for name, html in renders.items():
             card = self.cards.get(name)
-            if card is None or card.skeleton is None:
+            if card is None or card.layout is None:
                 continue
             out.update(self._manifest(card))
-            figures = {p.id: p for p in card.parts if p.kind == "f"}
+            figures = {p.id: p for p in card.laid_out[1].values() if p.kind == "f"}
             for m in PART.finditer(html):
                 if m[2] in figures:
                     out[self._part_key(name, m[2], figures[m[2]].version)] = m[3]
@@ -465,17 +466,18 @@ class Deck:
         parts whose versions moved, rendered on their own (each kept under its version), and the card's
         version marker; the card itself is not rendered. Cards this cannot answer (no parts, the skeleton
         moved, what the sent version was no longer kept) are left out for the whole-card comparison."""
-        cards = [self.cards[n] for n in names if self.cards[n].skeleton is not None and sent.get(n)]
+        cards = [self.cards[n] for n in names if self.cards[n].layout is not None and sent.get(n)]
         kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
         plans: dict[str, list[tuple[Part, str]]] = {}
         for card in cards:
             raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
             if raw is None or card.marker is None:
                 continue
-            skeleton, versions = json.loads(raw)
-            if skeleton != card.skeleton or set(versions) != {p.id for p in card.parts}:
+            was_skeleton, versions = json.loads(raw)
+            skeleton, parts = card.laid_out
+            if was_skeleton != skeleton or versions.keys() != parts.keys():
                 continue
-            plans[card.name] = [(p, versions[p.id]) for p in card.parts if versions[p.id] != p.version]
+            plans[card.name] = [(p, versions[p.id]) for p in parts.values() if versions[p.id] != p.version]
         if not plans:
             return {}
         wanted = [
@@ -501,7 +503,9 @@ class Deck:
                 else:
                     break  # the figure the page shows is no longer kept: the whole card
             else:
-                out[name] = "\n".join([*fragments, _oob(self.cards[name].marker())])
+                marker = self.cards[name].marker()
+                marker = m[3] if (m := PART.search(marker)) else marker  # the marker part's element
+                out[name] = "\n".join([*fragments, _oob(marker)])
         for name in out:
             made.update(self._manifest(self.cards[name]))
         self._remember(made)

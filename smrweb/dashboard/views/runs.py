@@ -274,6 +274,9 @@ class RunPage:
         """What card `name` shows, as the inputs of its version; `skeleton`: of what it shows outside its
         own-versioned parts (`PARTS`)."""
         run, m = self.run, self.markers
+        if skeleton and name == "run-actors":  # which actors, in which order: not their figures
+            order = [(a.actor, a.depth) for a in self.actors]
+            return (self._actor_names, order, bool(run.turn_count))
         if skeleton and name == "run-stats":
             return (*_fields(run, *self.SCORES), m.submission_last, m.submissions_updated)
         if name == "run-poll":
@@ -426,14 +429,28 @@ class RunPage:
     # of TEMPLATE named ID) have versions and renders of their own, so a poll after a turn renders them, not
     # the card (live.Deck.answer). All else the card shows is its skeleton (`version_parts(skeleton=True)`).
     PARTS = {
-        "run-head": ("run-h1",),
+        "run-head": ("badge-no-progress",),
         "run-alerts": ("alert-no-progress",),
         "run-stats": ("stat-spend", "stat-driver", "stat-child", "stat-turns", "stat-efficiency"),
+        "run-actors": (),  # a row per actor (`_actor_parts`)
     }
+
+    @cached_property
+    def actors(self) -> list:
+        return timeline.actor_tree(self.run)
+
+    @cached_property
+    def _actor_parts(self) -> dict[str, object]:
+        """The actors table's rows, when it shows one (two actors or more): part id: actor."""
+        return {f"actor-row-{i}": a for i, a in enumerate(self.actors)} if len(self.actors) > 1 else {}
 
     def part_version_parts(self, name: str, part: str) -> tuple:
         run = self.run
-        if part == "alert-no-progress":
+        if name == "run-actors":
+            a = self._actor_parts[part]
+            figures = (a.kind, sorted(a.models), a.turns, a.tokens_in, a.tokens_out, a.cost_usd)
+            return (self._actor_names, a.actor, a.depth, *figures, a.first_ts, a.last_ts)
+        if part in ("alert-no-progress", "badge-no-progress"):
             return self._no_progress()
         if part == "stat-driver":
             return _fields(run, "driver_tokens_in", "driver_tokens_out", "driver_cost_usd")
@@ -441,48 +458,48 @@ class RunPage:
             return _fields(run, "child_tokens_in", "child_tokens_out", "child_cost_usd")
         if part in ("stat-spend", "stat-turns"):
             return self._spend()
-        return self.version_parts(name)  # the title (every badge), efficiency: all the card reads
+        return self.version_parts(name)  # efficiency: all the card reads
 
     def part_context(self, name: str, part: str) -> dict:
-        if part == "alert-no-progress":
+        if name == "run-actors":
+            return {"a": self._actor_parts[part], "i": int(part.rsplit("-", 1)[1])}
+        if part in ("alert-no-progress", "badge-no-progress"):
             return {"run_alerts": {"no_progress": self.no_progress}}  # what the card's run_alerts says of it
         if part == "stat-efficiency":
             return {"efficiency": timeline.efficiency(self.run)}
-        if part == "run-h1":
-            return self.card_context(name)
         return {}
 
     def render_part(self, name: str, part: str) -> str:
         context = {**self._base_context(name, ""), **self.part_context(name, part)}
-        return render_to_string(f"{TEMPLATE}#{part}", context, request=self.request)
+        template = "actor-row" if name == "run-actors" else part
+        return render_to_string(f"{TEMPLATE}#{template}", context, request=self.request)
 
     def render_marker(self, name: str, version: str) -> str:
         context = {"card_name": name, "card_version": version}
         return render_to_string(f"{TEMPLATE}#card-version", context, request=self.request)
 
-    def card(self, name: str) -> live.Card:
-        """Card `name` of the deck: with its parts when it has some (`PARTS`)."""
-        if name not in self.PARTS:
-            version = self.version(name)
-            return live.Card(name, version, functools.partial(self.render_card, name, version))
+    def layout(self, name: str) -> tuple[str, tuple[live.Part, ...]]:
+        """A card's skeleton version and its own-versioned parts (`PARTS`): read by a poll after the card's
+        version moved, and kept with its render."""
         skeleton = self.version(name, "skeleton", *self.version_parts(name, skeleton=True))
+        ids = list(self._actor_parts) if name == "run-actors" else self.PARTS[name]
         parts = tuple(
             live.Part(
                 part,
                 self.version(name, part, *self.part_version_parts(name, part)),
                 functools.partial(self.render_part, name, part),
             )
-            for part in self.PARTS[name]
+            for part in ids
         )
-        version = live.parted_version(skeleton, parts)
-        return live.Card(
-            name,
-            version,
-            functools.partial(self.render_card, name, version),
-            skeleton=skeleton,
-            parts=parts,
-            marker=functools.partial(self.render_marker, name, version),
-        )
+        return skeleton, parts
+
+    def card(self, name: str) -> live.Card:
+        version = self.version(name)
+        card = live.Card(name, version, functools.partial(self.render_card, name, version))
+        if name in self.PARTS:
+            card.layout = functools.partial(self.layout, name)
+            card.marker = functools.partial(self.render_marker, name, version)
+        return card
 
     # --- contexts ---------------------------------------------------------------------------------------
 
@@ -524,7 +541,7 @@ class RunPage:
         if name == "budget":
             return {"burn": self.burn}
         if name == "run-actors":
-            actors = timeline.actor_tree(run)
+            actors = self.actors
             return {
                 "actors": actors if len(actors) > 1 else [],
                 "single_actor": actors[0].actor if actors else "",
