@@ -26,6 +26,13 @@ previous render is no longer cached) the whole card goes. Cards are rendered wit
 token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
 Clock texts (`<time data-ago|since|until>`) are kept current by the page script and are not compared.
 
+Parts with versions of their own: a card whose changes are mostly a few of its parts (the run page's spend
+and turn stats, its "no progress" numbers, one actor's row) says so with `Card.layout`: the version of what it
+shows outside those parts (its skeleton) and each part's version and render (`Part`, a partial of its own).
+These are read only when the card's version moved, and kept (under the card's version) with every render of
+the card; a poll whose card changed but whose skeleton did not renders the parts whose versions moved, alone,
+and sends them with the card's version marker, without rendering the card or comparing renders.
+
 Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
 miss it renders, the others wait for it in the cache), each card's change from one version to another is
 computed once, and a whole answer is cached under the changes it carries, so most polls cost the markers
@@ -114,13 +121,12 @@ def cards_header(versions: dict[str, str]) -> str:
 
 @dataclass
 class Part:
-    """A marked part of a card (`<!--p:ID-->…<!--/p-->`, or a figure's `<!--f:ID-->`) with its own version
-    and render: its HTML between the markers, byte for byte what the card's render has there."""
+    """A marked part of a card (`<!--p:ID-->…<!--/p-->`) with its own version and render: its HTML between
+    the markers, byte for byte what the card's render has there."""
 
     id: str
     version: str
     render: Callable[[], str]
-    kind: str = "p"
 
 
 @dataclass
@@ -447,18 +453,12 @@ class Deck:
 
     def _parted(self, renders: dict[str, str]) -> dict[str, str]:
         """For the cards with parts among `renders` (name: marked HTML): what a later part-wise answer reads,
-        kept with the render: the versions of its skeleton and parts (under the card's version) and its
-        figures' HTML (under their versions, the base of their patches)."""
+        kept with the render: the versions of its skeleton and parts, under the card's version."""
         out: dict[str, str] = {}
-        for name, html in renders.items():
+        for name in renders:
             card = self.cards.get(name)
-            if card is None or card.layout is None:
-                continue
-            out.update(self._manifest(card))
-            figures = {p.id: p for p in card.laid_out[1].values() if p.kind == "f"}
-            for m in PART.finditer(html):
-                if m[2] in figures:
-                    out[self._part_key(name, m[2], figures[m[2]].version)] = m[3]
+            if card is not None and card.layout is not None:
+                out.update(self._manifest(card))
         return out
 
     def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
@@ -468,7 +468,7 @@ class Deck:
         moved, what the sent version was no longer kept) are left out for the whole-card comparison."""
         cards = [self.cards[n] for n in names if self.cards[n].layout is not None and sent.get(n)]
         kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
-        plans: dict[str, list[tuple[Part, str]]] = {}
+        plans: dict[str, list[Part]] = {}
         for card in cards:
             raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
             if raw is None or card.marker is None:
@@ -477,35 +477,23 @@ class Deck:
             skeleton, parts = card.laid_out
             if was_skeleton != skeleton or versions.keys() != parts.keys():
                 continue
-            plans[card.name] = [(p, versions[p.id]) for p in parts.values() if versions[p.id] != p.version]
+            plans[card.name] = [p for p in parts.values() if versions[p.id] != p.version]
         if not plans:
             return {}
-        wanted = [
-            self._part_key(name, p.id, v)
-            for name, changed in plans.items()
-            for p, old in changed
-            for v in ((p.version, old) if p.kind == "f" else (p.version,))
-        ]
-        kept = self._recall(wanted)
+        # A part's render is kept under its version: polls a turn or two behind need the same new parts.
+        kept = self._recall([self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts])
         made: dict[str, str] = {}
         out: dict[str, str] = {}
         for name, changed in plans.items():
             fragments = []
-            for p, old in changed:
+            for p in changed:
                 key = self._part_key(name, p.id, p.version)
-                html = kept.get(key) or made.get(key)
-                if html is None:
+                if (html := kept.get(key) or made.get(key)) is None:
                     html = made[key] = p.render()
-                if p.kind != "f":
-                    fragments.append(_oob(html))
-                elif (before := kept.get(self._part_key(name, p.id, old))) is not None:
-                    fragments.append(_figure_fragment(before, html))
-                else:
-                    break  # the figure the page shows is no longer kept: the whole card
-            else:
-                marker = self.cards[name].marker()
-                marker = m[3] if (m := PART.search(marker)) else marker  # the marker part's element
-                out[name] = "\n".join([*fragments, _oob(marker)])
+                fragments.append(_oob(html))
+            marker = self.cards[name].marker()
+            marker = m[3] if (m := PART.search(marker)) else marker  # the marker part's element
+            out[name] = "\n".join([*fragments, _oob(marker)])
         for name in out:
             made.update(self._manifest(self.cards[name]))
         self._remember(made)
