@@ -483,6 +483,8 @@ class RunPage:
         version moved, and kept with its render."""
         skeleton = self.version(name, "skeleton", *self.version_parts(name, skeleton=True))
         ids = list(self._actor_parts) if name == "run-actors" else self.PARTS[name]
+        if self.no_progress is None:  # no "no progress" reading: its badge and line are not on the page
+            ids = [i for i in ids if i not in ("alert-no-progress", "badge-no-progress")]
         parts = tuple(
             live.Part(
                 part,
