@@ -131,9 +131,10 @@ def clock(user_id: int) -> str:
 
 def live_card(scope: str, name: str, version: str) -> str:
     """A live card's marked render (zlib), a step between two versions, a poll's whole answer (`name`
-    "answer"), one row of a card's list (`name` "row", `live.kept_rows`) or a reading a card's version
-    depends on (`live.remembered`) of one page (`scope`, e.g. "run-12"; dashboard.live), 180 s. Nobody
-    forgets it: the version names everything the card shows."""
+    "answer"), a card's skeleton and part versions (`name` "CARD~parts") or one part's render
+    ("CARD:PART", `live.Deck._part_steps`), one row of a card's list (`name` "row", `live.kept_rows`) or a
+    reading a card's version depends on (`live.remembered`) of one page (`scope`, e.g. "run-12";
+    dashboard.live), 180 s. Nobody forgets it: the version names everything the card shows."""
     return f"live:{scope}:{name}:{version}"
 
 

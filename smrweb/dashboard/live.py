@@ -26,6 +26,13 @@ previous render is no longer cached) the whole card goes. Cards are rendered wit
 token, so one render serves every viewer with the same permissions, and the answer gets the viewer's token.
 Clock texts (`<time data-ago|since|until>`) are kept current by the page script and are not compared.
 
+Parts with versions of their own: a card whose changes are mostly a few of its parts (the run page's spend
+and turn stats, its "no progress" numbers, one actor's row) says so with `Card.layout`: the version of what it
+shows outside those parts (its skeleton) and each part's version and render (`Part`, a partial of its own).
+These are read only when the card's version moved, and kept (under the card's version) with every render of
+the card; a poll whose card changed but whose skeleton did not renders the parts whose versions moved, alone,
+and sends them with the card's version marker, without rendering the card or comparing renders.
+
 Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
 miss it renders, the others wait for it in the cache), each card's change from one version to another is
 computed once, and a whole answer is cached under the changes it carries, so most polls cost the markers
@@ -113,10 +120,31 @@ def cards_header(versions: dict[str, str]) -> str:
 
 
 @dataclass
+class Part:
+    """A marked part of a card (`<!--p:ID-->…<!--/p-->`) with its own version and render: its HTML between
+    the markers, byte for byte what the card's render has there."""
+
+    id: str
+    version: str
+    render: Callable[[], str]
+
+
+@dataclass
 class Card:
     name: str  # the id of the card's outer element
     version: str
     render: Callable[[], str]  # the card's marked HTML (CSRF placeholder in its forms)
+    # A card whose changes are mostly a few of its parts: `layout()` gives the version of all it shows
+    # outside them (its skeleton) and those parts (each with its version and render), read only when the
+    # card's version moved; `marker()` renders its version marker part (`<!--p:NAME--v-->`). See
+    # `Deck.answer`.
+    layout: Callable[[], tuple[str, tuple[Part, ...]]] | None = None
+    marker: Callable[[], str] | None = None
+
+    @functools.cached_property
+    def laid_out(self) -> tuple[str, dict[str, Part]]:
+        skeleton, parts = self.layout()
+        return skeleton, {p.id: p for p in parts}
 
 
 MARKERS = re.compile(r"<!--(?:[pf]:[\w.-]+|rows:[\w.-]+|card:[\w.-]+|/[pf]|/rows|/card)-->")
@@ -371,14 +399,15 @@ class Deck:
         keys = {card.name: self._key(card.name, card.version) for card in chosen}
         if fresh:
             out = {card.name: _unwrap(card.render()) for card in chosen}
-            self._remember({keys[name]: html for name, html in out.items()})
+            self._remember({keys[name]: html for name, html in out.items()} | self._parted(out))
             return out
         found = self._recall(list(keys.values()))
         missing = [card for card in chosen if keys[card.name] not in found]
         claimed = self._claim([keys[card.name] for card in missing])
         try:
             made = {keys[card.name]: _unwrap(card.render()) for card in missing if keys[card.name] in claimed}
-            self._remember(made)
+            ours = {c.name: made[keys[c.name]] for c in missing if keys[c.name] in made}
+            self._remember(made | self._parted(ours))
         finally:
             self._release(claimed)
         found.update(made)
@@ -388,7 +417,7 @@ class Deck:
                 html = self._await(key)
                 if html is None:  # the other request failed or is slow: render it here
                     html = _unwrap(card.render())
-                    self._remember({key: html})
+                    self._remember({key: html} | self._parted({card.name: html}))
                 found[key] = html
         return {card.name: found[keys[card.name]] for card in chosen if keys[card.name] in found}
 
@@ -401,12 +430,10 @@ class Deck:
     def keep(self, page: str) -> str:
         """Remember the cards a page rendered in place (marked <!--card:NAME-->…<!--/card-->) for the next
         poll's comparison; the page without markers."""
+        rendered = {m[1]: m[2] for m in CARD_BLOCK.finditer(page) if m[1] in self.cards}
         self._remember(
-            {
-                self._key(m[1], self.cards[m[1]].version): m[2]
-                for m in CARD_BLOCK.finditer(page)
-                if m[1] in self.cards
-            }
+            {self._key(name, self.cards[name].version): html for name, html in rendered.items()}
+            | self._parted(rendered)
         )
         return strip(page)
 
@@ -414,6 +441,63 @@ class Deck:
         """One card (what a pager asks for), with the cards `also` out of band (the poll, to follow)."""
         rendered = self.render([name, *also])
         return strip("\n".join([rendered[name], *(_oob(rendered[n]) for n in also)]))
+
+    def _part_key(self, name: str, part: str, version: str) -> str:
+        return self._key(f"{name}:{part}", version)
+
+    def _manifest(self, card: Card) -> dict[str, str]:
+        """The versions of a card's skeleton and parts, kept under the card's version."""
+        skeleton, parts = card.laid_out
+        versions = {p.id: p.version for p in parts.values()}
+        return {self._key(f"{card.name}~parts", card.version): json.dumps([skeleton, versions])}
+
+    def _parted(self, renders: dict[str, str]) -> dict[str, str]:
+        """For the cards with parts among `renders` (name: marked HTML): what a later part-wise answer reads,
+        kept with the render: the versions of its skeleton and parts, under the card's version."""
+        out: dict[str, str] = {}
+        for name in renders:
+            card = self.cards.get(name)
+            if card is not None and card.layout is not None:
+                out.update(self._manifest(card))
+        return out
+
+    def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
+        """The changes of the cards `names` whose skeleton is the same as at the version `sent`: only the
+        parts whose versions moved, rendered on their own (each kept under its version), and the card's
+        version marker; the card itself is not rendered. Cards this cannot answer (no parts, the skeleton
+        moved, what the sent version was no longer kept) are left out for the whole-card comparison."""
+        cards = [self.cards[n] for n in names if self.cards[n].layout is not None and sent.get(n)]
+        kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
+        plans: dict[str, list[Part]] = {}
+        for card in cards:
+            raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
+            if raw is None or card.marker is None:
+                continue
+            was_skeleton, versions = json.loads(raw)
+            skeleton, parts = card.laid_out
+            if was_skeleton != skeleton or versions.keys() != parts.keys():
+                continue
+            plans[card.name] = [p for p in parts.values() if versions[p.id] != p.version]
+        if not plans:
+            return {}
+        # A part's render is kept under its version: polls a turn or two behind need the same new parts.
+        kept = self._recall([self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts])
+        made: dict[str, str] = {}
+        out: dict[str, str] = {}
+        for name, changed in plans.items():
+            fragments = []
+            for p in changed:
+                key = self._part_key(name, p.id, p.version)
+                if (html := kept.get(key) or made.get(key)) is None:
+                    html = made[key] = p.render()
+                fragments.append(_oob(html))
+            marker = self.cards[name].marker()
+            marker = m[3] if (m := PART.search(marker)) else marker  # the marker part's element
+            out[name] = "\n".join([*fragments, _oob(marker)])
+        for name in out:
+            made.update(self._manifest(self.cards[name]))
+        self._remember(made)
+        return out
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
@@ -431,6 +515,11 @@ class Deck:
         if whole_key in found:
             return found[whole_key]
         missing = [n for n in changed if step_keys[n] not in found]
+        if missing and (parted := self._part_steps(missing, sent)):
+            made = {step_keys[n]: text for n, text in parted.items()}
+            found.update(made)
+            self._remember(made)
+            missing = [n for n in missing if n not in parted]
         if missing:
             new = self.render(missing, wait=False)
             old = self._recall([self._key(n, sent[n]) for n in new if sent.get(n)])

@@ -18,6 +18,7 @@ from django.contrib.messages.storage.fallback import FallbackStorage
 from django.contrib.sessions.backends.db import SessionStore
 from django.test import RequestFactory
 
+from smrweb.dashboard import live
 from smrweb.dashboard.views.runs import CARDS, RunPage
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -229,3 +230,62 @@ def test_a_card_whose_render_changes_changes_its_version(world, alice, bob, chan
     assert moved or before.keys() != after.keys(), f"{change} changed no card: it tests nothing"
     stale = [name for name in moved if before[name][0] == after[name][0]]
     assert stale == [], f"{change}: these cards render differently under the same version: {stale}"
+
+
+# --- parts with versions of their own (issue 36): a poll renders them alone when only their versions moved
+
+
+def laid_out(user) -> dict[str, tuple[str, dict[str, tuple[str, str, str | None]], str]]:
+    """Every card with parts (`RunPage.PARTS`): its skeleton's version; each part's version, its render alone
+    and what the card's render has between its markers; the card's render outside its parts and marker."""
+    request = RequestFactory().get("/projects/hill/runs/r1/?key=loss")
+    request.user, request.session, request.htmx = user, SessionStore(), False
+    request._messages = FallbackStorage(request)
+    out = {}
+    with time_machine.travel(NOW, tick=False):
+        page = RunPage(request, run_of())
+        for card in page.deck(CARDS).cards.values():
+            if card.layout is None:
+                continue
+            skeleton, parts = card.laid_out
+            html = card.render()
+            shown = {m[2]: m[3] for m in live.PART.finditer(html)}
+            own = {*parts, f"{card.name}--v"}
+            outside = live.PART.sub(lambda m, own=own: "" if m[2] in own else m[0], html)
+            out[card.name] = (
+                skeleton,
+                {i: (p.version, p.render(), shown.get(i)) for i, p in parts.items()},
+                outside,
+            )
+    return out
+
+
+def test_each_part_renders_alone_as_its_card_shows_it(world, bob):
+    cards = laid_out(bob)
+    assert set(cards) == set(RunPage.PARTS)
+    # The stats' parts and the two actors' rows (the "no progress" parts show after 50 turns without a
+    # better score: tests/dashboard/test_run_poll_parts.py has them).
+    assert cards["run-stats"][1] and cards["run-actors"][1]
+    for name, (_, parts, _) in cards.items():
+        for part, (_, alone, shown) in parts.items():
+            assert alone == shown, (name, part)
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_part_or_skeleton_whose_render_changes_changes_its_version(world, alice, bob, change):
+    """What a part-wise answer relies on: a part whose version stayed renders the same, and so does all of a
+    card outside its parts when its skeleton's version stayed."""
+    before = laid_out(bob)
+    with time_machine.travel(CHANGED, tick=False):
+        CHANGES[change](world, alice=alice, bob=bob)
+    after = laid_out(bob)
+    for name in before.keys() & after.keys():
+        (skeleton, parts, outside), (skeleton2, parts2, outside2) = before[name], after[name]
+        if skeleton == skeleton2:
+            assert outside == outside2, f"{change}: {name}'s skeleton rendered differently under one version"
+            assert parts.keys() == parts2.keys(), (change, name)
+        for part in parts.keys() & parts2.keys():
+            if parts[part][0] == parts2[part][0]:
+                assert parts[part][1] == parts2[part][1], (
+                    f"{change}: {name}'s {part}, same version, new render"
+                )

@@ -177,8 +177,12 @@ class RunPage:
         )
         return live.remembered(f"run-{run.pk}", "no-progress", inputs, lambda: alert_queries.no_progress(run))
 
-    def _no_progress(self) -> tuple:
+    def _no_progress(self, *, numbers: bool = True) -> tuple:
+        """The "no progress" reading as a card shows it; without its `numbers` (which grow with each turn:
+        parts of their own, see `PARTS`), whether there is one."""
         p = self.no_progress
+        if not numbers:
+            return (p is not None,)
         return () if p is None else (p.turns, p.tokens, p.usd, p.best_submission_id, p.best_score)
 
     @cached_property
@@ -267,8 +271,15 @@ class RunPage:
         """The stalled banner and badge say since when (the page script counts the time since)."""
         return (self.run.last_progress_at, self.project.stall_after) if self.run.is_stalled else ()
 
-    def version_parts(self, name: str) -> tuple:
+    def version_parts(self, name: str, *, skeleton: bool = False) -> tuple:
+        """What card `name` shows, as the inputs of its version; `skeleton`: of what it shows outside its
+        own-versioned parts (`PARTS`)."""
         run, m = self.run, self.markers
+        if skeleton and name == "run-actors":  # which actors, in which order: not their figures
+            order = [(a.actor, a.depth) for a in self.actors]
+            return (self._actor_names, order, bool(run.turn_count))
+        if skeleton and name == "run-stats":
+            return (*_fields(run, *self.SCORES), m.submission_last, m.submissions_updated)
         if name == "run-poll":
             return (self.polls, self.query.urlencode())
         if name == "run-head":
@@ -284,7 +295,7 @@ class RunPage:
                 m.children,
                 m.snoozed_until,
                 self.can_launch,
-                *self._no_progress(),
+                *self._no_progress(numbers=not skeleton),
                 *self._stalled(),
             )
         if name == "run-activity":
@@ -315,7 +326,7 @@ class RunPage:
                 m.rollbacks,
                 self.can_roll_back,
                 self.can_launch,  # the rollback line's "Start the next run"
-                *self._no_progress(),
+                *self._no_progress(numbers=not skeleton),
                 *self._stalled(),
             )
         if name == "run-abandoned":
@@ -410,9 +421,91 @@ class RunPage:
             )
         return {"rollback_line": said, "rollback_at": latest.created, "rollback_next_url": next_url}
 
-    def version(self, name: str) -> str:
+    def version(self, name: str, *inputs) -> str:
         digest = live.template_digest(TEMPLATE)
-        return live.card_version(digest, name, self.zone, self.project.scenario_id, *self.version_parts(name))
+        return live.card_version(
+            digest, name, self.zone, self.project.scenario_id, *(inputs or self.version_parts(name))
+        )
+
+    # --- parts ----------------------------------------------------------------------------------------------
+
+    # The cards a new turn changes in a few places: those places (`<!--p:ID-->` parts, each also a partial
+    # of TEMPLATE named ID) have versions and renders of their own, so a poll after a turn renders them, not
+    # the card (live.Deck.answer). All else the card shows is its skeleton (`version_parts(skeleton=True)`).
+    PARTS = {
+        "run-head": ("badge-no-progress",),
+        "run-alerts": ("alert-no-progress",),
+        "run-stats": ("stat-spend", "stat-driver", "stat-child", "stat-turns", "stat-efficiency"),
+        "run-actors": (),  # a row per actor (`_actor_parts`)
+    }
+
+    @cached_property
+    def actors(self) -> list:
+        return timeline.actor_tree(self.run)
+
+    @cached_property
+    def _actor_parts(self) -> dict[str, object]:
+        """The actors table's rows, when it shows one (two actors or more): part id: actor."""
+        return {f"actor-row-{i}": a for i, a in enumerate(self.actors)} if len(self.actors) > 1 else {}
+
+    def part_version_parts(self, name: str, part: str) -> tuple:
+        run = self.run
+        if name == "run-actors":
+            a = self._actor_parts[part]
+            figures = (a.kind, sorted(a.models), a.turns, a.tokens_in, a.tokens_out, a.cost_usd)
+            return (self._actor_names, a.actor, a.depth, *figures, a.first_ts, a.last_ts)
+        if part in ("alert-no-progress", "badge-no-progress"):
+            return self._no_progress()
+        if part == "stat-driver":
+            return _fields(run, "driver_tokens_in", "driver_tokens_out", "driver_cost_usd")
+        if part == "stat-child":
+            return _fields(run, "child_tokens_in", "child_tokens_out", "child_cost_usd")
+        if part in ("stat-spend", "stat-turns"):
+            return self._spend()
+        return self.version_parts(name)  # efficiency: all the card reads
+
+    def part_context(self, name: str, part: str) -> dict:
+        if name == "run-actors":
+            return {"a": self._actor_parts[part], "i": int(part.rsplit("-", 1)[1])}
+        if part in ("alert-no-progress", "badge-no-progress"):
+            return {"run_alerts": {"no_progress": self.no_progress}}  # what the card's run_alerts says of it
+        if part == "stat-efficiency":
+            return {"efficiency": timeline.efficiency(self.run)}
+        return {}
+
+    def render_part(self, name: str, part: str) -> str:
+        context = {**self._base_context(name, ""), **self.part_context(name, part)}
+        template = "actor-row" if name == "run-actors" else part
+        return render_to_string(f"{TEMPLATE}#{template}", context, request=self.request)
+
+    def render_marker(self, name: str, version: str) -> str:
+        context = {"card_name": name, "card_version": version}
+        return render_to_string(f"{TEMPLATE}#card-version", context, request=self.request)
+
+    def layout(self, name: str) -> tuple[str, tuple[live.Part, ...]]:
+        """A card's skeleton version and its own-versioned parts (`PARTS`): read by a poll after the card's
+        version moved, and kept with its render."""
+        skeleton = self.version(name, "skeleton", *self.version_parts(name, skeleton=True))
+        ids = list(self._actor_parts) if name == "run-actors" else self.PARTS[name]
+        if self.no_progress is None:  # no "no progress" reading: its badge and line are not on the page
+            ids = [i for i in ids if i not in ("alert-no-progress", "badge-no-progress")]
+        parts = tuple(
+            live.Part(
+                part,
+                self.version(name, part, *self.part_version_parts(name, part)),
+                functools.partial(self.render_part, name, part),
+            )
+            for part in ids
+        )
+        return skeleton, parts
+
+    def card(self, name: str) -> live.Card:
+        version = self.version(name)
+        card = live.Card(name, version, functools.partial(self.render_card, name, version))
+        if name in self.PARTS:
+            card.layout = functools.partial(self.layout, name)
+            card.marker = functools.partial(self.render_marker, name, version)
+        return card
 
     # --- contexts ---------------------------------------------------------------------------------------
 
@@ -456,7 +549,7 @@ class RunPage:
         if name == "failed-calls":
             return {"failures": queries.failed_calls(run)}
         if name == "run-actors":
-            actors = timeline.actor_tree(run)
+            actors = self.actors
             return {
                 "actors": actors if len(actors) > 1 else [],
                 "single_actor": actors[0].actor if actors else "",
@@ -551,7 +644,12 @@ class RunPage:
                 "csrf_token": live.CSRF_PLACEHOLDER,
             }
             return render_to_string(steer.STATUS, context, request=self.request)
-        context = {
+        context = {**self._base_context(name, version), **self.card_context(name)}
+        return render_to_string(f"{TEMPLATE}#{name}", context, request=self.request)
+
+    def _base_context(self, name: str, version: str) -> dict:
+        """What every card's (and part's) template reads besides its own context."""
+        return {
             "project": self.project,
             "run": self.run,
             "card_name": name,
@@ -564,9 +662,7 @@ class RunPage:
             "can_roll_back": self.can_roll_back,
             "can_launch": self.can_launch,
             "can_close": self.can_close,
-            **self.card_context(name),
         }
-        return render_to_string(f"{TEMPLATE}#{name}", context, request=self.request)
 
     @property
     def shows_steer(self) -> bool:
@@ -578,11 +674,7 @@ class RunPage:
             names = tuple(n for n in names if n != "metric-panel")
         if not self.shows_steer:
             names = tuple(n for n in names if n != "steer-status")
-        cards = []
-        for name in names:
-            version = self.version(name)
-            cards.append(live.Card(name, version, functools.partial(self.render_card, name, version)))
-        return live.Deck(f"run-{self.run.pk}", cards)
+        return live.Deck(f"run-{self.run.pk}", [self.card(name) for name in names])
 
 
 @require_safe
