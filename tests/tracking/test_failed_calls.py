@@ -217,3 +217,17 @@ def test_a_new_streak_rule_does_not_announce_a_streak_already_running(project, a
     push(project, "s2", call(6), *[call(n, ok=False) for n in range(7, 12)])
     evaluation.evaluate_run(Run.objects.get(external_id="s2").pk)
     assert len(raised(rule)) == 1
+
+
+@pytest.mark.django_db
+def test_the_timeline_marks_failed_calls(project, client_alice):
+    push(project, "tl", call(0), call(1, ok=False), call(2))
+    page = client_alice.get(f"/projects/{project.slug}/runs/tl/").content.decode()
+    figure = json.loads(
+        page.split('id="run-timeline-data" type="application/json">')[1].split("</script>")[0]
+    )
+    [marks] = [t for t in figure["data"] if t.get("name") == "failed calls"]
+    assert marks["customdata"] == ["driver #1: RateLimitError (HTTP 429)"] and marks["yaxis"] == "y2"
+    push(project, "quiet", call(0))
+    quiet = client_alice.get(f"/projects/{project.slug}/runs/quiet/").content.decode()
+    assert '"failed calls"' not in quiet.split('id="run-timeline-data"')[1].split("</script>")[0]

@@ -4,6 +4,7 @@ the budget) and one chart per metric. Style: `charts.style`."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -58,8 +59,10 @@ def run_timeline_figure(
     burn: Burn | None,
     now: datetime,
     uirevision: str,
+    failed: Sequence[tuple] = (),
 ) -> dict:
-    """Scores, per-bin tokens, per-bin cost and cumulative USD against the budget, on one time axis.
+    """Scores, per-bin tokens, per-bin cost and cumulative USD against the budget, on one time axis;
+    `failed` calls ((ts, error, http status, actor, turn), newest first) marked on the tokens' panel.
 
     Bars carry `[bin index, kind initial, turns, tokens in, tokens out]` as customdata: the page turns
     a click into the turns of that bin, and the hover reads its figures from it.
@@ -172,6 +175,24 @@ def run_timeline_figure(
                 "marker": {"color": colour},
                 "yaxis": "y3",
                 "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>",
+            }
+        )
+    if failed:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "failed calls",
+                "x": [x_time(ts) for ts, *_ in failed],
+                "y": [0] * len(failed),
+                "customdata": [
+                    f"{plotly_text(actor)} #{turn}: {plotly_text(error or 'error')}"
+                    + (f" (HTTP {status})" if status else "")
+                    for _, error, status, actor, turn in failed
+                ],
+                "marker": {"symbol": "x", "color": BUDGET, "size": 8, "line": {"color": BUDGET, "width": 1}},
+                "yaxis": "y2",
+                "hovertemplate": "%{customdata}<br>%{x|%b %d, %H:%M:%S}<extra>failed call</extra>",
             }
         )
     if tl.cumulative:

@@ -68,6 +68,7 @@ CARDS = (
     "run-poll",
 )
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
+FAILED_MARKS = 500  # the newest failed calls marked on the timeline
 # What a turn's row shows (with its tool calls' count and names): its version in the row cache.
 TURN_ROW_FIELDS = (
     "pk",
@@ -200,6 +201,14 @@ class RunPage:
     @cached_property
     def horizon(self) -> datetime:
         return horizon(self.run, self.now)
+
+    @cached_property
+    def failed_marks(self) -> list[tuple]:
+        """The run's newest failed calls, for the timeline's marks (the partial index of failed turns)."""
+        if not self.run.failed_turns:
+            return []
+        failed = self.run.turns.filter(failed=True).order_by("-id")
+        return list(failed.values_list("ts", "error", "http_status", "actor", "turn")[:FAILED_MARKS])
 
     @cached_property
     def timeline(self):
@@ -344,6 +353,7 @@ class RunPage:
             forecast = (self.forecast_at,) if run.budget_usd and not run.is_terminal else ()
             return (
                 *self.turn_marker,
+                run.failed_turns,
                 run.score_count,
                 m.submission_last,
                 m.submissions_updated,  # a score found invalid or excluded: drawn hollow, off the best line
@@ -542,6 +552,7 @@ class RunPage:
                     burn=self.burn,
                     now=self.forecast_at,
                     uirevision=f"run-{run.pk}",
+                    failed=self.failed_marks,
                 ),
             }
         if name == "budget":

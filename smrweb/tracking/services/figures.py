@@ -502,3 +502,20 @@ def rebuild_project_figures(project_id: int, *, runs: bool = False) -> None:
         rebuild_day_spend(run_ids)
     refresh_project_figures(project_id)
     ProjectFigures.objects.filter(project_id=project_id).update(history=_history(project_id))
+
+
+def backfill_missing(using: str = "default") -> int:
+    """Rebuild the figures (and the runs' queue counts, days and model spend) of every project that has
+    runs and no figures row yet: what an upgrade from before the figures existed leaves. Returns how many
+    projects were rebuilt."""
+    missing = list(
+        Project.objects.using(using)
+        .filter(figures__isnull=True, runs__isnull=False)
+        .distinct()
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for project_id in missing:
+        with transaction.atomic(using=using):
+            rebuild_project_figures(project_id, runs=True)
+    return len(missing)
