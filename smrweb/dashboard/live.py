@@ -454,6 +454,60 @@ class Deck:
             self._remember({whole_key: text})
         return text
 
+    def answer_parts(self, name: str, old_version: str, parts: dict[str, str]) -> str | None:
+        """The poll's answer when the caller knows, from cheap markers, that of card `name` only the marked
+        parts `parts` changed since `old_version` (id -> the part's new HTML with its markers: rows of a list,
+        a stat): the kept render of `old_version` with those parts put in is the current version's render
+        (kept for the next poll, as a render would be), and the answer is what `answer` sends for it, made
+        without rendering the card or comparing it whole. None when the old render is not kept (or lacks
+        a part): the caller answers as usual."""
+        old_key, new_key = self._key(name, old_version), self._key(name, self.cards[name].version)
+        old = self._recall([old_key]).get(old_key)
+        new = None if old is None else replace_parts(old, parts)
+        if new is None:
+            return None
+        fragments = card_changes(*(_around(html, parts) for html in (old, new)))
+        whole = _oob(new)
+        self._remember({new_key: new})
+        if fragments is None or sum(map(len, fragments)) >= len(whole):
+            return strip(whole)
+        return strip("\n".join(fragments))
+
+
+def _span(html: str, pid: str) -> tuple[int, int] | None:
+    """Where the marked part `pid` is in a render (found, not parsed: a render is ~100 KB)."""
+    start = html.find(f"<!--p:{pid}-->")
+    end = -1 if start < 0 else html.find("<!--/p-->", start)
+    return None if end < 0 else (start, end + len("<!--/p-->"))
+
+
+def replace_parts(html: str, parts: dict[str, str]) -> str | None:
+    """The marked render `html` with the parts named in `parts` (id -> new HTML, markers included) in place
+    of its own; None when one of them is not in it."""
+    spans = {pid: _span(html, pid) for pid in parts}
+    if None in spans.values():
+        return None
+    out, at = [], 0
+    for pid, (start, end) in sorted(spans.items(), key=lambda kv: kv[1]):
+        out += [html[at:start], parts[pid]]
+        at = end
+    return "".join([*out, html[at:]])
+
+
+def _around(html: str, ids: Iterable[str]) -> str:
+    """What of a marked render holds the parts `ids`: each list (`<!--rows:…-->`) one is a row of, and the
+    others as they are, parts first, each in the render's order: `card_changes` of two such extracts is
+    what it finds between the whole renders when nothing else differs."""
+    parts, lists = {}, {}
+    for pid in ids:
+        start, end = _span(html, pid) or (0, 0)
+        opened = html.rfind("<!--rows:", 0, start)
+        if opened >= 0 and html.rfind("<!--/rows-->", 0, start) < opened:
+            lists[opened] = html[opened : html.find("<!--/rows-->", start) + len("<!--/rows-->")]
+        else:
+            parts[start] = html[start:end]
+    return "".join([*(parts[k] for k in sorted(parts)), *(lists[k] for k in sorted(lists))])
+
 
 def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
     """The rows of a long list (a card's table), each rendered once per its own version and kept in the cache:
