@@ -647,6 +647,13 @@ def test_a_poll_after_one_runs_turn_reads_neither_the_runs_page_nor_the_leaderbo
     cards_of(answer.content.decode(), shown)
     headers[live.CARDS_HEADER] = live.cards_header(shown)
     assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
+    # The next turn, the next poll (no page load between): its row alone again.
+    rendered.clear()
+    now.shift(timedelta(seconds=2))
+    push(project, "p29", turn(2, NOW - timedelta(seconds=1)))
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in answer.content.decode()
+    assert "project-live" not in rendered and "run-rows" in rendered
 
 
 def _polls_after_one_turn(client, project, now, runs: int) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
 import functools
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -257,7 +257,7 @@ def project_detail(request, slug: str):
     )
     if sent is not None:
         old = live.card_version(sent.get("project-live"), viewer)
-        rows = _changed_rows_alone(request, project, scope, old, stamp, digest, unverified)
+        rows = _changed_rows_alone(request, project, scope, (old, block_version), stamp, digest, unverified)
         answer = deck.answer_parts("project-live", old, {**rows, **_version_part(version)}) if rows else None
         if answer is None:
             answer = deck.answer({"project-live": old})
@@ -337,10 +337,11 @@ def _keep_outline(scope, block_version, stamp, page, project, counts, pending, r
     softcache.set(_outline_key(scope, block_version), outline, live.CARD_CACHE_SECONDS)
 
 
-def _changed_rows_alone(request, project, scope, old_version, stamp, digest, unverified) -> dict | None:
-    """The rows to put into the kept render of `old_version` when nothing else of the block changed, by
-    their part ids; None otherwise (or when its outline is not kept)."""
-    outline = softcache.get(_outline_key(scope, old_version))
+def _changed_rows_alone(request, project, scope, versions, stamp, digest, unverified) -> dict | None:
+    """The rows to put into the kept render of the old of `versions` (old, new) when nothing else of the
+    block changed, by their part ids (the outline is kept for the new one: the next poll's); None
+    otherwise (or when the old one's outline is not kept)."""
+    outline = softcache.get(_outline_key(scope, versions[0]))
     if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
         return None
     changed = list(
@@ -364,7 +365,11 @@ def _changed_rows_alone(request, project, scope, old_version, stamp, digest, unv
         return None
     for run in changed:
         run.project = project
-    return {f"run-row-{r.pk}": html for r, html in zip(changed, _run_rows(request, project, changed, digest))}
+    rows = _run_rows(request, project, changed, digest)
+    softcache.set(
+        _outline_key(scope, versions[1]), replace(outline, last=stamp["last"]), live.CARD_CACHE_SECONDS
+    )
+    return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}
 
 
 def _version_part(version: str) -> dict:
