@@ -454,21 +454,25 @@ class Deck:
             self._remember({whole_key: text})
         return text
 
-    def answer_parts(self, name: str, old_version: str, parts: dict[str, str]) -> str | None:
+    def answer_parts(
+        self, name: str, old_version: str, parts: dict[str, str], *, found: dict | None = None, also=None
+    ) -> str | None:
         """The poll's answer when the caller knows, from cheap markers, that of card `name` only the marked
         parts `parts` changed since `old_version` (id -> the part's new HTML with its markers: rows of a list,
         a stat): the kept render of `old_version` with those parts put in is the current version's render
         (kept for the next poll, as a render would be), and the answer is what `answer` sends for it, made
         without rendering the card or comparing it whole. None when the old render is not kept (or lacks
-        a part): the caller answers as usual."""
+        a part): the caller answers as usual. `found`: what the caller read from the cache with the old
+        render (one read); `also`: entries the caller keeps with the new render (one write)."""
         old_key, new_key = self._key(name, old_version), self._key(name, self.cards[name].version)
-        old = self._recall([old_key]).get(old_key)
+        kept = found.get(old_key) if found is not None else softcache.get(old_key)
+        old = zlib.decompress(kept).decode() if isinstance(kept, bytes) else None
         new = None if old is None else replace_parts(old, parts)
         if new is None:
             return None
         fragments = card_changes(*(_around(html, parts) for html in (old, new)))
         whole = _oob(new)
-        self._remember({new_key: new})
+        softcache.set_many({new_key: zlib.compress(new.encode(), 1), **(also or {})}, CARD_CACHE_SECONDS)
         if fragments is None or sum(map(len, fragments)) >= len(whole):
             return strip(whole)
         return strip("\n".join(fragments))

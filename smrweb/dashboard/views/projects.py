@@ -257,8 +257,17 @@ def project_detail(request, slug: str):
     )
     if sent is not None:
         old = live.card_version(sent.get("project-live"), viewer)
-        rows = _changed_rows_alone(request, project, scope, (old, block_version), stamp, digest, unverified)
-        answer = deck.answer_parts("project-live", old, {**rows, **_version_part(version)}) if rows else None
+        # The block's outline and render at the version the poll shows, in one cache read.
+        found = softcache.get_many(
+            [_outline_key(scope, old), cachekeys.live_card(scope, "project-live", old)]
+        )
+        alone = _changed_rows_alone(request, project, found.get(_outline_key(scope, old)), stamp, digest)
+        answer = None
+        if alone is not None:
+            rows, outline = alone
+            also = {_outline_key(scope, block_version): outline}  # for the next poll
+            parts = {**rows, **_version_part(version)}
+            answer = deck.answer_parts("project-live", old, parts, found=found, also=also)
         if answer is None:
             answer = deck.answer({"project-live": old})
         return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
@@ -337,11 +346,10 @@ def _keep_outline(scope, block_version, stamp, page, project, counts, pending, r
     softcache.set(_outline_key(scope, block_version), outline, live.CARD_CACHE_SECONDS)
 
 
-def _changed_rows_alone(request, project, scope, versions, stamp, digest, unverified) -> dict | None:
-    """The rows to put into the kept render of the old of `versions` (old, new) when nothing else of the
-    block changed, by their part ids (the outline is kept for the new one: the next poll's); None
-    otherwise (or when the old one's outline is not kept)."""
-    outline = softcache.get(_outline_key(scope, versions[0]))
+def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict, _Outline] | None:
+    """The rows to put into the kept render of the block whose `outline` the poll shows when nothing else
+    of it changed, by their part ids, and the outline of the block now; None otherwise (or when the
+    outline is not kept)."""
     if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
         return None
     changed = list(
@@ -359,17 +367,15 @@ def _changed_rows_alone(request, project, scope, versions, stamp, digest, unveri
     if any(_side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) != outline.side[r.pk] for r in changed):
         return None
     figures = pending_figures(project)  # one read for the counts and the pending scores
-    pending = None if unverified else queries.pending_scores(project, row=figures)
+    pending = None if include_unverified(request) else queries.pending_scores(project, row=figures)
     counts = {name: getattr(figures, name) for name in CONDITIONS}
     if _rest(project, counts, pending) != outline.rest:
         return None
     for run in changed:
         run.project = project
     rows = _run_rows(request, project, changed, digest)
-    softcache.set(
-        _outline_key(scope, versions[1]), replace(outline, last=stamp["last"]), live.CARD_CACHE_SECONDS
-    )
-    return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}
+    now = replace(outline, last=stamp["last"])
+    return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
 
 
 def _version_part(version: str) -> dict:
