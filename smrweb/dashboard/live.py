@@ -470,7 +470,7 @@ class Deck:
         new = None if old is None else replace_parts(old, parts)
         if new is None:
             return None
-        fragments = card_changes(*(_around(html, parts) for html in (old, new)))
+        fragments = _part_changes(old, new, parts)
         whole = _oob(new)
         softcache.set_many({new_key: zlib.compress(new.encode(), 1), **(also or {})}, CARD_CACHE_SECONDS)
         if fragments is None or sum(map(len, fragments)) >= len(whole):
@@ -498,19 +498,33 @@ def replace_parts(html: str, parts: dict[str, str]) -> str | None:
     return "".join([*out, html[at:]])
 
 
-def _around(html: str, ids: Iterable[str]) -> str:
-    """What of a marked render holds the parts `ids`: each list (`<!--rows:…-->`) one is a row of, and the
-    others as they are, parts first, each in the render's order: `card_changes` of two such extracts is
-    what it finds between the whole renders when nothing else differs."""
-    parts, lists = {}, {}
+def _part_changes(old: str, new: str, ids: Iterable[str]) -> list[str]:
+    """What `card_changes(old, new)` sends when the renders differ in the parts `ids` alone and rows kept
+    their places: the changed parts, then per list its changed rows (or the list whole when that is not
+    larger), found by position instead of parsing both renders."""
+    plain, lists = [], {}
     for pid in ids:
-        start, end = _span(html, pid) or (0, 0)
-        opened = html.rfind("<!--rows:", 0, start)
-        if opened >= 0 and html.rfind("<!--/rows-->", 0, start) < opened:
-            lists[opened] = html[opened : html.find("<!--/rows-->", start) + len("<!--/rows-->")]
+        (o_start, o_end), (n_start, n_end) = _span(old, pid), _span(new, pid)
+        head, tail = len(f"<!--p:{pid}-->"), len("<!--/p-->")
+        change = (n_start, old[o_start + head : o_end - tail], new[n_start + head : n_end - tail])
+        opened = new.rfind("<!--rows:", 0, n_start)
+        if opened >= 0 and new.rfind("<!--/rows-->", 0, n_start) < opened:
+            lists.setdefault(opened, []).append(change)
         else:
-            parts[start] = html[start:end]
-    return "".join([*(parts[k] for k in sorted(parts)), *(lists[k] for k in sorted(lists))])
+            plain.append(change)
+    out = [_oob(after) for _, before, after in sorted(plain) if not _same(before, after)]
+    for opened, changes in sorted(lists.items()):
+        name_end = new.index("-->", opened)
+        rid, inner = (
+            new[opened + len("<!--rows:") : name_end],
+            new[name_end + 3 : new.index("<!--/rows-->", opened)],
+        )
+        first = inner.find("-->", inner.find("<!--p:")) + 3
+        container = CONTAINER.get(_tag(inner[first : first + 200]), "div")
+        whole = _in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{inner}</{container}>')
+        rows = [_in_template(_oob(after)) for _, before, after in sorted(changes) if not _same(before, after)]
+        out += [whole] if sum(map(len, rows)) >= len(whole) else rows
+    return out
 
 
 def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
