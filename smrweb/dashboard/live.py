@@ -473,7 +473,7 @@ class Deck:
         fragments = _part_changes(old, new, parts)
         whole = _oob(new)
         softcache.set_many({new_key: zlib.compress(new.encode(), 1), **(also or {})}, CARD_CACHE_SECONDS)
-        if fragments is None or sum(map(len, fragments)) >= len(whole):
+        if sum(map(len, fragments)) >= len(whole):
             return strip(whole)
         return strip("\n".join(fragments))
 

@@ -301,6 +301,7 @@ class _Outline:
     side: dict  # per run on the page: what the block shows of it outside its row
     rest: str  # what the block shows of the project outside the rows
     regressed: frozenset  # the runs in the regressions banner (they show their state: not a row alone)
+    activity: dict  # per run on the page: (pinned, last progress), what the default sort orders by
 
 
 def _side(run: Run, submissions: tuple) -> tuple:
@@ -342,6 +343,7 @@ def _keep_outline(scope, block_version, stamp, page, project, counts, pending, r
         {r.pk: _side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) for r in runs},
         _rest(project, counts, pending),
         frozenset(r.run.pk for r in regressions),
+        {r.pk: (r.pinned, r.last_progress_at) for r in runs},
     )
     softcache.set(_outline_key(scope, block_version), outline, live.CARD_CACHE_SECONDS)
 
@@ -359,10 +361,11 @@ def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict,
     )
     if not changed or any(r.pk not in outline.side or r.pk in outline.regressed for r in changed):
         return None
-    runs, _ = filter_runs(project, request.GET)
-    page = Paginator(runs.values_list("pk", flat=True), RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    if ((*page,), page.paginator.count) != outline.page:
-        return None
+    if not _still_on_top(request, outline, changed):
+        runs, _ = filter_runs(project, request.GET)
+        page = Paginator(runs.values_list("pk", flat=True), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+        if ((*page,), page.paginator.count) != outline.page:
+            return None
     subs = markers.submission_markers([r.pk for r in changed])
     if any(_side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) != outline.side[r.pk] for r in changed):
         return None
@@ -374,8 +377,25 @@ def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict,
     for run in changed:
         run.project = project
     rows = _run_rows(request, project, changed, digest)
-    now = replace(outline, last=stamp["last"])
+    activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
+    now = replace(outline, last=stamp["last"], activity=activity)
     return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
+
+
+def _still_on_top(request, outline: _Outline, changed: list[Run]) -> bool:
+    """The page is the same without reading it: in the default view (no filter, the newest activity first,
+    pinned runs first), the changed runs were the first of the page, kept their pins and only moved on, in
+    the same order (the live run a viewer watches, on top). Archiving a run changes its side."""
+    if request.GET or DEFAULT_SORT != "-activity":
+        return False
+    first = list(outline.page[0][: len(changed)])
+    if {r.pk for r in changed} != set(first):
+        return False
+    old = outline.activity
+    if any(r.pinned != old[r.pk][0] or r.last_progress_at < old[r.pk][1] for r in changed):
+        return False
+    order = sorted(changed, key=lambda r: (r.pinned, r.last_progress_at, r.pk), reverse=True)
+    return [r.pk for r in order] == first
 
 
 def _version_part(version: str) -> dict:
