@@ -98,11 +98,12 @@ def compare_run(
 
 
 def project_chart_piece(
-    run_pk: int, updated: float, *, unverified: bool, maximize: bool, stride: int, share: int
+    run_pk: int, scores: str, *, unverified: bool, maximize: bool, stride: int, share: int
 ) -> str:
     """One run's piece of the project chart (queries.project_chart.RunPiece) at one resolution, 1 h.
-    Nobody forgets it: the run's `updated` is in the key and moves with every write to the run."""
-    return f"project-chart-piece:v1:{run_pk}:{updated:.6f}:{int(unverified)}:{int(maximize)}:{stride}:{share}"
+    Nobody forgets it: `scores`, a digest of the run's submissions marker, moves with every write to them
+    (and not with a new turn, which the chart does not draw)."""
+    return f"project-chart-piece:v2:{run_pk}:{scores}:{int(unverified)}:{int(maximize)}:{stride}:{share}"
 
 
 def project_chart_frontier(project_pk: int, unverified: bool, maximize: bool, runs: str) -> str:

@@ -543,6 +543,78 @@ class Deck:
             self._remember({whole_key: text})
         return text
 
+    def answer_parts(
+        self, name: str, old_version: str, parts: dict[str, str], *, found: dict | None = None, also=None
+    ) -> str | None:
+        """The poll's answer when the caller knows, from cheap markers, that of card `name` only the marked
+        parts `parts` changed since `old_version` (id -> the part's new HTML with its markers: rows of a list,
+        a stat): the kept render of `old_version` with those parts put in is the current version's render
+        (kept for the next poll, as a render would be), and the answer is what `answer` sends for it, made
+        without rendering the card or comparing it whole. None when the old render is not kept (or lacks
+        a part): the caller answers as usual. `found`: what the caller read from the cache with the old
+        render (one read); `also`: entries the caller keeps with the new render (one write)."""
+        old_key, new_key = self._key(name, old_version), self._key(name, self.cards[name].version)
+        kept = found.get(old_key) if found is not None else softcache.get(old_key)
+        old = zlib.decompress(kept).decode() if isinstance(kept, bytes) else None
+        new = None if old is None else replace_parts(old, parts)
+        if new is None:
+            return None
+        fragments = _part_changes(old, new, parts)
+        whole = _oob(new)
+        softcache.set_many({new_key: zlib.compress(new.encode(), 1), **(also or {})}, CARD_CACHE_SECONDS)
+        if sum(map(len, fragments)) >= len(whole):
+            return strip(whole)
+        return strip("\n".join(fragments))
+
+
+def _span(html: str, pid: str) -> tuple[int, int] | None:
+    """Where the marked part `pid` is in a render (found, not parsed: a render is ~100 KB)."""
+    start = html.find(f"<!--p:{pid}-->")
+    end = -1 if start < 0 else html.find("<!--/p-->", start)
+    return None if end < 0 else (start, end + len("<!--/p-->"))
+
+
+def replace_parts(html: str, parts: dict[str, str]) -> str | None:
+    """The marked render `html` with the parts named in `parts` (id -> new HTML, markers included) in place
+    of its own; None when one of them is not in it."""
+    spans = {pid: _span(html, pid) for pid in parts}
+    if None in spans.values():
+        return None
+    out, at = [], 0
+    for pid, (start, end) in sorted(spans.items(), key=lambda kv: kv[1]):
+        out += [html[at:start], parts[pid]]
+        at = end
+    return "".join([*out, html[at:]])
+
+
+def _part_changes(old: str, new: str, ids: Iterable[str]) -> list[str]:
+    """What `card_changes(old, new)` sends when the renders differ in the parts `ids` alone and rows kept
+    their places: the changed parts, then per list its changed rows (or the list whole when that is not
+    larger), found by position instead of parsing both renders."""
+    plain, lists = [], {}
+    for pid in ids:
+        (o_start, o_end), (n_start, n_end) = _span(old, pid), _span(new, pid)
+        head, tail = len(f"<!--p:{pid}-->"), len("<!--/p-->")
+        change = (n_start, old[o_start + head : o_end - tail], new[n_start + head : n_end - tail])
+        opened = new.rfind("<!--rows:", 0, n_start)
+        if opened >= 0 and new.rfind("<!--/rows-->", 0, n_start) < opened:
+            lists.setdefault(opened, []).append(change)
+        else:
+            plain.append(change)
+    out = [_oob(after) for _, before, after in sorted(plain) if not _same(before, after)]
+    for opened, changes in sorted(lists.items()):
+        name_end = new.index("-->", opened)
+        rid, inner = (
+            new[opened + len("<!--rows:") : name_end],
+            new[name_end + 3 : new.index("<!--/rows-->", opened)],
+        )
+        first = inner.find("-->", inner.find("<!--p:")) + 3
+        container = CONTAINER.get(_tag(inner[first : first + 200]), "div")
+        whole = _in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{inner}</{container}>')
+        rows = [_in_template(_oob(after)) for _, before, after in sorted(changes) if not _same(before, after)]
+        out += [whole] if sum(map(len, rows)) >= len(whole) else rows
+    return out
+
 
 def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
     """The rows of a long list (a card's table), each rendered once per its own version and kept in the cache:

@@ -116,7 +116,12 @@ def _twelve_runs(project):
 
 
 def _submission_reads(queries) -> list[str]:
-    return [q["sql"] for q in queries if "tracking_submission" in q["sql"]]
+    """The reads of submission rows, not the drawn runs' markers (a grouped count, top id, latest update)."""
+    return [q["sql"] for q in queries if "tracking_submission" in q["sql"] and not _is_markers(q["sql"])]
+
+
+def _is_markers(sql: str) -> bool:
+    return 'MAX("tracking_submission"."updated")' in sql and "GROUP BY" in sql
 
 
 def test_one_new_score_re_reads_only_its_runs_rows(project):
@@ -132,11 +137,25 @@ def test_one_new_score_re_reads_only_its_runs_rows(project):
     for sql in reads:
         assert re.search(rf"IN \({r05.pk}\)", sql), sql
         assert not re.search(rf"IN \([^)]*\b{r06.pk}\b", sql), sql
-    assert len(seen.captured_queries) == 5  # with the drawn runs and how many match
+    assert len(seen.captured_queries) == 6  # with the drawn runs, how many match and their markers
     # Nothing changed: no score is read at all.
     with CaptureQueriesContext(connection) as seen:
         project_chart.kept_project_scores(project, unverified=True)
-    assert _submission_reads(seen.captured_queries) == [] and len(seen.captured_queries) == 2
+    assert _submission_reads(seen.captured_queries) == [] and len(seen.captured_queries) == 3
+
+
+def test_a_new_turn_in_a_drawn_run_reads_no_score(project):
+    """Issue 36, item 5: a turn moves its run (`Run.updated`) but not what the chart draws, so the chart's
+    poll finds its pieces kept (by the runs' submissions markers) and reads no score to answer 204."""
+    _twelve_runs(project)
+    before = project_chart.kept_project_scores(project, unverified=True)
+    push(project, "r05", turn(1, 61))
+    with CaptureQueriesContext(connection) as seen:
+        kept = project_chart.kept_project_scores(project, unverified=True)
+    assert _submission_reads(seen.captured_queries) == []
+    assert sum(_is_markers(q["sql"]) for q in seen.captured_queries) == 1
+    assert kept.version == before.version
+    same(kept.scores, project_scores(project, unverified=True))
 
 
 def test_the_frontier_is_extended_by_later_records_and_rebuilt_when_a_score_stops_counting(

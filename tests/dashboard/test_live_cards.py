@@ -8,11 +8,14 @@ import json
 import random
 import re
 import threading
+import zlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 import time_machine
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import live
@@ -506,3 +509,184 @@ def test_a_poll_after_one_runs_turn_renders_that_row_alone(client_alice, alice, 
     answer = client_alice.get("/projects/hill/", headers=headers)
     assert answer.status_code == 200 and "data-pinned" in answer.content.decode()
     assert rendered == [["p7"]]
+
+
+# Issue 36, item 5: a poll after one run's change whose block otherwise reads the same puts that run's row
+# into the kept render of the block (dashboard/views/projects.py `_changed_rows_alone`, `Deck.answer_parts`).
+
+
+def _kept_block(project, shown: dict) -> str:
+    """The project block's render kept under the version `shown` (alice's: whether she may roll back, UTC)."""
+    from django.contrib.auth import get_user_model
+
+    from smrweb.tracking.services.capabilities import Action, may
+
+    viewer = f"{may(get_user_model().objects.get(username='alice'), project, Action.ROLL_BACK)}|UTC"
+    key = cachekeys.live_card(
+        f"project-{project.pk}", "project-live", live.card_version(shown["project-live"], viewer)
+    )
+    kept = softcache.get(key)
+    assert kept is not None, "the block's render is kept under its version"
+    return zlib.decompress(kept).decode()
+
+
+def _tokenless(html: str) -> str:
+    return re.sub(
+        r'(name="csrfmiddlewaretoken" value=")[^"]*', r"\1", html.replace(live.CSRF_PLACEHOLDER, "")
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_block_after_random_changes_is_what_a_full_render_shows(
+    client_alice, alice, project, now, monkeypatch, seed
+):
+    """After random turns, scores, state changes, pins, tags and exclusions, each poll's answer is what
+    comparing the kept render with a full render sends (`live.card_changes`), and the render it keeps for
+    the next poll is the full render — whichever way the poll was answered (its row alone or the block)."""
+    from smrweb.dashboard.views import projects as project_views
+    from smrweb.tracking.models import Submission
+    from smrweb.tracking.services import submissions
+
+    rng = random.Random(seed)
+    project.regression_threshold = 0.3
+    project.save()
+    names = [f"p{i:02d}" for i in range(28)]  # a second page of runs too
+    for i, name in enumerate(names):
+        push(project, name, turn(0, NOW - timedelta(minutes=90 - i)), {"type": "score", "score": i / 30})
+    real = project_views._changed_rows_alone
+    ways = []
+    monkeypatch.setattr(
+        project_views, "_changed_rows_alone", lambda *a: ways.append(real(*a) is not None) or real(*a)
+    )
+    page = client_alice.get("/projects/hill/").content.decode()
+    shown = cards_of(page)
+    for step in range(40):
+        old = _kept_block(project, shown)
+        now.shift(timedelta(seconds=2))
+        # Mostly the run on top (the live one a viewer watches: its row changes in place), any run else.
+        top = Run.objects.order_by("-pinned", "-last_progress_at", "-id").first().external_id
+        name, op = rng.choice([top] * 28 + names), rng.random()
+        run = Run.objects.get(external_id=name)
+        if op < 0.5:
+            push(project, name, turn(step + 1, NOW + timedelta(seconds=2 * step)))
+        elif op < 0.65:
+            push(project, name, {"type": "score", "score": round(rng.random(), 2)})
+        elif op < 0.72:
+            push(project, name, {"type": "state", "state": rng.choice(["running", "failed", "done"])})
+        elif op < 0.8:
+            services.update_run_labels(run, by=alice, pinned=not run.pinned)
+        elif op < 0.87:
+            services.set_tag(run, key=rng.choice(["a", "b"]), value=str(step), by=alice)
+        elif op < 0.94:
+            sub = Submission.objects.filter(run=run, excluded_at__isnull=True).first()
+            if sub is not None:
+                submissions.exclude_submission(sub, by=alice, reason="junk")
+        else:
+            push(
+                project,
+                name,
+                {
+                    "type": "agent.turn",
+                    "turn": 10_000 + step,
+                    "actor": "driver",
+                    "cost_usd": 50,
+                    "ts": NOW.isoformat(),
+                },
+            )  # over any budget
+        headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+        answer = client_alice.get("/projects/hill/", headers=headers)
+        if answer.status_code == 204:
+            continue
+        body = answer.content.decode()
+        cards_of(body, shown)
+        kept = _kept_block(project, shown)
+        # A page load now renders the block whole (and keeps that render under the same version).
+        client_alice.get("/projects/hill/", headers={"Cache-Control": "no-cache"})
+        fresh = _kept_block(project, shown)
+        assert live.TICKING.sub(r"\1\2", kept) == live.TICKING.sub(r"\1\2", fresh), step
+        fragments = live.card_changes(old, fresh)
+        whole = live._oob(fresh)
+        expected = (
+            whole if fragments is None or sum(map(len, fragments)) >= len(whole) else "\n".join(fragments)
+        )
+        assert _tokenless(body) == _tokenless(live.strip(expected)), step
+    assert sum(ways) >= 8 and not all(ways)  # both ways were taken
+
+
+def _block_renders(monkeypatch) -> list[str]:
+    from smrweb.dashboard.views import projects as project_views
+
+    rendered: list[str] = []
+    real = project_views.render_to_string
+
+    def spy(name, context=None, **kw):
+        rendered.append(name.split("#")[-1])
+        return real(name, context, **kw)
+
+    monkeypatch.setattr(project_views, "render_to_string", spy)
+    return rendered
+
+
+def test_a_poll_after_one_runs_turn_reads_neither_the_runs_page_nor_the_leaderboard(
+    client_alice, project, now, monkeypatch
+):
+    for i in range(30):
+        push(project, f"p{i}", turn(0, NOW - timedelta(minutes=60 - i)), {"type": "score", "score": i / 10})
+    shown = cards_of(client_alice.get("/projects/hill/").content.decode())
+    headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
+    rendered = _block_renders(monkeypatch)
+    now.shift(timedelta(seconds=2))
+    push(project, "p29", turn(1, NOW - timedelta(seconds=5)))  # the newest run, on top: it stays there
+    with CaptureQueriesContext(connection) as seen:
+        answer = client_alice.get("/projects/hill/", headers=headers)
+    pk = Run.objects.get(external_id="p29").pk
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in answer.content.decode()
+    assert "project-live" not in rendered and "run-rows" in rendered  # its row, not the block
+    sql = [q["sql"] for q in seen.captured_queries]
+    page_tags = [q for q in sql if "tracking_runtag" in q and "IN (" in q and str(pk) not in q]
+    assert not page_tags and not [q for q in sql if 'ORDER BY "tracking_run"."pinned" DESC' in q]  # nor page
+    board = [q for q in sql if "tracking_submission" in q and 'MAX("tracking_submission"."updated")' not in q]
+    assert len(board) == 1  # the new row's sparkline alone: no leaderboard, no bests
+    cards_of(answer.content.decode(), shown)
+    headers[live.CARDS_HEADER] = live.cards_header(shown)
+    assert client_alice.get("/projects/hill/", headers=headers).status_code == 204
+    # The next turn, the next poll (no page load between): its row alone again.
+    rendered.clear()
+    now.shift(timedelta(seconds=2))
+    push(project, "p29", turn(2, NOW - timedelta(seconds=1)))
+    answer = client_alice.get("/projects/hill/", headers=headers)
+    assert answer.status_code == 200 and f'id="run-row-{pk}"' in answer.content.decode()
+    assert "project-live" not in rendered and "run-rows" in rendered
+
+
+def _polls_after_one_turn(client, project, now, runs: int) -> tuple[int, int]:
+    for i in range(runs):
+        push(
+            project,
+            f"q{i:03d}",
+            turn(0, NOW - timedelta(minutes=200 - i)),
+            {"type": "score", "score": i / runs},
+        )
+    page = client.get("/projects/hill/").content.decode()
+    shown = cards_of(page)
+    chart = re.search(r'id="project-chart".*?"X-Smrweb-Version": "([^"]+)"', page, re.S)[1]
+    now.shift(timedelta(seconds=2))
+    push(project, f"q{runs - 1:03d}", turn(1, NOW - timedelta(seconds=5)))
+    counts = []
+    for url, headers in (
+        ("/projects/hill/", {live.CARDS_HEADER: live.cards_header(shown)}),
+        ("/projects/hill/chart/", {live.VERSION_HEADER: chart}),
+    ):
+        with CaptureQueriesContext(connection) as seen:
+            answer = client.get(url, headers={"HX-Request": "true", **headers})
+        assert answer.status_code == (200 if url == "/projects/hill/" else 204)
+        counts.append(len(seen.captured_queries))
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("runs", [10, 100])
+def test_both_project_polls_after_one_turn_cost_the_same_queries_at_10_and_100_runs(
+    client_alice, project, now, runs
+):
+    cards, chart = _polls_after_one_turn(client_alice, project, now, runs)
+    assert (cards, chart) == (11, 7)

@@ -2,6 +2,7 @@
 
 import functools
 import operator
+from dataclasses import dataclass, replace
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -14,14 +15,18 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
 from smrweb.dashboard.views import exports
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
+from smrweb.tracking.queries import markers
 from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
+from smrweb.tracking.queries.figures import pending_figures
 from smrweb.tracking.queries.project_chart import kept_project_scores
+from smrweb.tracking.queries.projects import CONDITIONS
 from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.capabilities import Action
 
@@ -29,10 +34,13 @@ RUNS_PER_PAGE = 25
 LEADERBOARD_PER_PAGE = 20
 
 
-def _projects_version(project_ids: list[int]) -> str:
-    """Changes whenever any run of these projects or their source health is written (one query each)."""
+def _projects_version(project_ids: list[int], stamp: dict | None = None) -> str:
+    """Changes whenever any run of these projects or their source health is written (one query each);
+    `stamp` gets the runs' count and latest `updated` (n, last)."""
     runs = Run.objects.filter(project_id__in=project_ids).aggregate(n=Count("id"), last=Max("updated"))
     health = SourceHealth.objects.filter(project_id__in=project_ids).aggregate(last=Max("updated"))
+    if stamp is not None:
+        stamp.update(runs)
     return live.version(sorted(project_ids), runs["n"], runs["last"], health["last"])
 
 
@@ -163,7 +171,8 @@ def project_detail(request, slug: str):
     project = project_for_user(request, slug)
     unverified = include_unverified(request)
     every_submission = request.GET.get("board") == "all"
-    base = _projects_version([project.pk])
+    stamp: dict = {}
+    base = _projects_version([project.pk], stamp)
     version = live.version(base, request.GET.urlencode(), unverified)
     if live.unchanged(request, version):
         return live.no_change()
@@ -175,12 +184,15 @@ def project_detail(request, slug: str):
     def context() -> dict:
         runs, filters = filter_runs(project, request.GET)
         # The table shows neither the sources' cursors nor retention's notes: two JSON columns not decoded.
-        rows_read = runs.prefetch_related("tags").defer("source_cursor", "metrics_downsampled")
+        rows_read = runs.prefetch_related("tags").defer(*ROW_DEFERRED)
         page = Paginator(rows_read, RUNS_PER_PAGE).get_page(request.GET.get("page"))
         for run in page:
             run.project = project  # already read with its scenario: not joined into every row
         excluded = queries.excluded_run_ids(project)
         counts = queries.run_condition_counts(project)
+        pending = None if unverified else queries.pending_scores(project, excluded)
+        regressions = queries.regressions(project)
+        _keep_outline(scope, block_version, stamp, page, project, counts, pending, regressions)
         board = queries.leaderboard_page(
             project,
             excluded=excluded,
@@ -193,7 +205,7 @@ def project_detail(request, slug: str):
         return {
             "project": project,
             "page": page,
-            "run_rows": _run_rows(request, project, list(page)),
+            "run_rows": _run_rows(request, project, list(page), digest),
             "filters": filters,
             "sorts": sort_links(
                 project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
@@ -205,7 +217,7 @@ def project_detail(request, slug: str):
             "results_gap": queries.results_gap(project, counts),
             "every_submission": every_submission,
             "unverified": unverified,
-            "pending": None if unverified else queries.pending_scores(project, excluded),
+            "pending": pending,
             "board_query": _without(request.GET, "lb"),
             "scope_links": {
                 "verified": _with(request.GET, unverified="0"),
@@ -213,7 +225,7 @@ def project_detail(request, slug: str):
                 "per_run": _with(request.GET, board=None),
                 "all": _with(request.GET, board="all"),
             },
-            "regressions": queries.regressions(project),
+            "regressions": regressions,
             "can_roll_back": capabilities.may(request.user, project, Action.ROLL_BACK),
             "is_admin": project.allows(request.user, Role.ADMIN),
             "health": getattr(project, "source_health", None) if project.source != "push" else None,
@@ -233,18 +245,33 @@ def project_detail(request, slug: str):
     may_roll_back = capabilities.may(request.user, project, Action.ROLL_BACK)
     viewer = f"{may_roll_back}|{timezone.get_current_timezone_name()}"
     template = "dashboard/project_detail.html"
+    scope, block_version = f"project-{project.pk}", live.card_version(version, viewer)
+    digest = _row_digest(project)
     deck = live.Deck(
-        f"project-{project.pk}",
+        scope,
         [
             live.Card(
                 "project-live",
-                live.card_version(version, viewer),
+                block_version,
                 lambda: render_to_string(f"{template}#project-live", context(), request=request),
             )
         ],
     )
     if sent is not None:
-        answer = deck.answer({"project-live": live.card_version(sent.get("project-live"), viewer)})
+        old = live.card_version(sent.get("project-live"), viewer)
+        # The block's outline and render at the version the poll shows, in one cache read.
+        found = softcache.get_many(
+            [_outline_key(scope, old), cachekeys.live_card(scope, "project-live", old)]
+        )
+        alone = _changed_rows_alone(request, project, found.get(_outline_key(scope, old)), stamp, digest)
+        answer = None
+        if alone is not None:
+            rows, outline = alone
+            also = {_outline_key(scope, block_version): outline}  # for the next poll
+            parts = {**rows, **_version_part(version)}
+            answer = deck.answer_parts("project-live", old, parts, found=found, also=also)
+        if answer is None:
+            answer = deck.answer({"project-live": old})
         return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
     page_context = dict(context())
     if not request.htmx:
@@ -260,19 +287,149 @@ def project_detail(request, slug: str):
     return response
 
 
-def _run_rows(request, project: Project, runs: list[Run]) -> list[str]:
+# --- a poll after one run's change: its row alone -----------------------------------------------------------
+# What the block showed at a version is kept beside its render (its outline: the page's runs, how many match,
+# what the rest of the block reads of the project and of those runs). A poll whose changed runs are all on
+# its page, whose page and count are the same and whose rest reads the same gets those runs' rows (from
+# `_run_rows`' kept rows) put into the kept render: no runs page with tags, leaderboard, counts or render of
+# the block; anything else goes the usual way (`Deck.answer`).
+
+
+@dataclass(frozen=True)
+class _Outline:
+    last: object  # the project's runs' latest `updated` at this version: later ones are what changed since
+    runs: int
+    page: tuple  # the page's run ids, in order, and how many match
+    side: dict  # per run on the page: what the block shows of it outside its row
+    rest: str  # what the block shows of the project outside the rows
+    regressed: frozenset  # the runs in the regressions banner (they show their state: not a row alone)
+    activity: dict  # per run on the page: (pinned, last progress), what the default sort orders by
+
+
+def _side(run: Run, submissions: tuple) -> tuple:
+    """What the block shows of a run outside its row: in the leaderboard (its names, its submissions) and
+    the regressions banner (best, latest, count); its conditions and queue are the project's figures."""
+    columns = ("external_id", "display_name", "best_score", "latest_score", "score_count", "excluded_at")
+    columns += ("archived_at",)  # the archived runs' count, beside the table's filters
+    return (operator.attrgetter(*columns)(run), submissions)
+
+
+def _rest(project: Project, counts: dict, pending) -> str:
+    """The project's conditions counts and pending scores (its kept figures) and what the block shows of
+    the project itself."""
+    counts = {name: counts[name] for name in CONDITIONS}
+    pending = None if pending is None else (pending.count, pending.best, pending.more)
+    scenario = project.scenario
+    return live.version(
+        sorted(counts.items()),
+        pending,
+        project.updated,
+        project.regression_threshold,
+        scenario.pk,
+        scenario.maximize,
+        scenario.score_metric,
+    )
+
+
+def _outline_key(scope: str, block_version: str) -> str:
+    return cachekeys.live_card(scope, "outline", block_version)
+
+
+def _keep_outline(scope, block_version, stamp, page, project, counts, pending, regressions) -> None:
+    runs = list(page)
+    subs = markers.submission_markers([r.pk for r in runs])
+    outline = _Outline(
+        stamp["last"],
+        stamp["n"],
+        ((*(r.pk for r in runs),), page.paginator.count),
+        {r.pk: _side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) for r in runs},
+        _rest(project, counts, pending),
+        frozenset(r.run.pk for r in regressions),
+        {r.pk: (r.pinned, r.last_progress_at) for r in runs},
+    )
+    softcache.set(_outline_key(scope, block_version), outline, live.CARD_CACHE_SECONDS)
+
+
+def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict, _Outline] | None:
+    """The rows to put into the kept render of the block whose `outline` the poll shows when nothing else
+    of it changed, by their part ids, and the outline of the block now; None otherwise (or when the
+    outline is not kept)."""
+    if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
+        return None
+    changed = list(
+        Run.objects.filter(project=project, updated__gt=outline.last)
+        .defer(*ROW_DEFERRED)
+        .prefetch_related("tags")
+    )
+    if not changed or any(r.pk not in outline.side or r.pk in outline.regressed for r in changed):
+        return None
+    if not _still_on_top(request, outline, changed):
+        runs, _ = filter_runs(project, request.GET)
+        page = Paginator(runs.values_list("pk", flat=True), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+        if ((*page,), page.paginator.count) != outline.page:
+            return None
+    subs = markers.submission_markers([r.pk for r in changed])
+    if any(_side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) != outline.side[r.pk] for r in changed):
+        return None
+    figures = pending_figures(project)  # one read for the counts and the pending scores
+    pending = None if include_unverified(request) else queries.pending_scores(project, row=figures)
+    counts = {name: getattr(figures, name) for name in CONDITIONS}
+    if _rest(project, counts, pending) != outline.rest:
+        return None
+    for run in changed:
+        run.project = project
+    rows = _run_rows(request, project, changed, digest)
+    activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
+    now = replace(outline, last=stamp["last"], activity=activity)
+    return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
+
+
+def _still_on_top(request, outline: _Outline, changed: list[Run]) -> bool:
+    """The page is the same without reading it: in the default view (no filter, the newest activity first,
+    pinned runs first), the changed runs were the first of the page, kept their pins and only moved on, in
+    the same order (the live run a viewer watches, on top). Archiving a run changes its side."""
+    if request.GET or DEFAULT_SORT != "-activity":
+        return False
+    first = list(outline.page[0][: len(changed)])
+    if {r.pk for r in changed} != set(first):
+        return False
+    old = outline.activity
+    if any(r.pinned != old[r.pk][0] or r.last_progress_at < old[r.pk][1] for r in changed):
+        return False
+    order = sorted(changed, key=lambda r: (r.pinned, r.last_progress_at, r.pk), reverse=True)
+    return [r.pk for r in order] == first
+
+
+def _version_part(version: str) -> dict:
+    """The block's version marker, as the template writes it."""
+    html = render_to_string("dashboard/project_detail.html#project-live-version", {"version": version})
+    return {"project-live--v": html.strip()}
+
+
+def _row_digest(project: Project) -> tuple:
+    """What every row of the runs table shows besides its run: the template, the viewer's zone, the
+    scenario's direction (and the project's link)."""
+    template = "dashboard/project_detail.html"
+    zone = timezone.get_current_timezone_name()
+    return (live.template_digest(template), zone, project.scenario.maximize, project.slug)
+
+
+def _row_version(digest: tuple, run: Run) -> str:
+    """A runs-table row's version: every column read of its run (not the two deferred ones) and its tags."""
+    read = [f.attname for f in Run._meta.concrete_fields if f.attname not in ROW_DEFERRED]
+    return live.card_version(*digest, operator.attrgetter(*read)(run), [str(t) for t in run.tags.all()])
+
+
+ROW_DEFERRED = ("source_cursor", "metrics_downsampled")  # the table shows neither: two JSON columns
+
+
+def _run_rows(request, project: Project, runs: list[Run], digest: tuple | None = None) -> list[str]:
     """The runs table's rows, each kept in the cache under what it shows (every column read of its run, its
     tags, the viewer's zone): a poll after one run's new turn renders that run's row and reads that run's
     sparkline scores, not the table's. A score, verification or exclusion moves its run's `updated`."""
     template = "dashboard/project_detail.html"
-    digest = (live.template_digest(template), timezone.get_current_timezone_name(), project.scenario.maximize)
-    deferred = runs[0].get_deferred_fields() if runs else set()  # one queryset: the same for every row
-    read = [f.attname for f in Run._meta.concrete_fields if f.attname not in deferred]
-    columns = operator.attrgetter(*read)
-    rows = [
-        (live.card_version(*digest, project.slug, columns(run), [str(t) for t in run.tags.all()]), run)
-        for run in runs
-    ]
+    digest = digest or _row_digest(project)
+    rows = [(_row_version(digest, run), run) for run in runs]
 
     def render(missing: list[Run]) -> str:
         histories = queries.score_histories(r.pk for r in missing)

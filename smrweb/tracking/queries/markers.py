@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
+from django.db.models import Count, Max
 
 from smrweb.tracking.models import (
     AgentTurn,
@@ -121,3 +122,20 @@ def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMa
         rollbacks_open=row[23],
         metric=tuple(row[24:27]) if metric_key is not None else (),
     )
+
+
+def submission_markers(run_ids: list[int]) -> dict[int, tuple]:
+    """Per run: (count, highest id, latest `updated`) of its submissions, one grouped query from the (run, …)
+    index: a new score, a status change, an exclusion or a deletion moves one of them, a new turn none.
+    Runs without submissions are left out (their marker is `NO_SUBMISSIONS`)."""
+    rows = (
+        Submission.objects.filter(run_id__in=run_ids)
+        .order_by()
+        .values("run_id")
+        .annotate(n=Count("id"), top=Max("id"), last=Max("updated"))
+        .values_list("run_id", "n", "top", "last")
+    )
+    return {run_id: (n, top, last) for run_id, n, top, last in rows}
+
+
+NO_SUBMISSIONS = (0, None, None)

@@ -2,10 +2,11 @@
 
 `summary_reference.project_scores` (the reference) computes the chart from every score of the drawn runs at
 once. Here each drawn run has a `RunPiece` (its span, its downsampled points and its own records), kept under
-the run's own version (`Run.updated`, which the write path moves with every score, status change and exclusion
-of the run's submissions) and the chart's resolution (the SQL stride and the per-run share, which depend on
-how many scores the drawn runs hold in all). A read looks the drawn runs up (two index reads), takes the
-pieces it has and reads the others' rows (three queries for all of them, naming only them), then assembles the
+the run's own submissions marker (`markers.submission_markers`: their count, highest id and latest `updated`,
+which every new score, status change, exclusion and deletion moves and a new turn does not) and the chart's
+resolution (the SQL stride and the per-run share, which depend on how many scores the drawn runs hold in all).
+A read looks the drawn runs up (two index reads) and their markers (one grouped index read), takes the pieces
+it has and reads the others' rows (three queries for all of them, naming only them), then assembles the
 figure in Python. The result is the same `ProjectScores`, point for point (tests/dashboard/
 test_incremental_figures.py compares the two after random sequences of new scores, verifications and
 exclusions).
@@ -30,9 +31,10 @@ from django.db.models.functions import Mod, RowNumber
 from smrweb.core import cachekeys, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import Project, Run, Submission, standing
+from smrweb.tracking.queries.markers import NO_SUBMISSIONS, submission_markers
 from smrweb.tracking.queries.projects import CHART_RUNS, ProjectScores
 
-PIECE_SECONDS = 3600  # a piece is looked up by its run's version: an old one is never asked for again
+PIECE_SECONDS = 3600  # a piece is looked up by its run's scores marker: an old one is never asked for again
 
 
 @dataclass(frozen=True)
@@ -117,12 +119,12 @@ def _read_pieces(
 def _pieces(
     drawn: list[tuple], *, stride: int, share: int, maximize: bool, unverified: bool
 ) -> dict[int, RunPiece]:
-    """The drawn runs' pieces: kept ones as they are, the others read (and kept)."""
+    """The drawn runs' pieces ((pk, submissions marker) each): kept ones as they are, the others read."""
     keys = {
         pk: cachekeys.project_chart_piece(
-            pk, updated.timestamp(), unverified=unverified, maximize=maximize, stride=stride, share=share
+            pk, _digest(marker), unverified=unverified, maximize=maximize, stride=stride, share=share
         )
-        for pk, updated in drawn
+        for pk, marker in drawn
     }
     hits = softcache.get_many(list(keys.values()))
     pieces = {pk: hits[key] for pk, key in keys.items() if isinstance(hits.get(key), RunPiece)}
@@ -204,14 +206,16 @@ def kept_project_scores(
     best_first = best.desc(nulls_last=True) if maximize else best.asc(nulls_last=True)
     drawn = list(
         candidates.order_by(best_first, F("id").asc()).values_list(
-            "pk", "external_id", "display_name", "updated", "score_count"
+            "pk", "external_id", "display_name", "score_count"
         )[:lines]
     )
     if not drawn:
         return KeptScores(ProjectScores({}, [], 0, None, None), _digest("empty"))
     matching = candidates.order_by().count()  # from the (project, exclusion, best) index
     names = {pk: (external_id, display_name or external_id) for pk, external_id, display_name, *_ in drawn}
-    markers = [(pk, updated) for pk, _, _, updated, _ in drawn]
+    # Each run's submissions marker, not its `updated`: a new turn moves the run, not what the chart draws.
+    scores_of = submission_markers([pk for pk, *_ in drawn])
+    markers = [(pk, scores_of.get(pk, NO_SUBMISSIONS)) for pk, *_ in drawn]
     # The resolution from the runs' score counts (summary columns), checked against the pieces' own
     # counts: should a count be stale, the pieces are read again at the resolution they give.
     stride, share = _resolution([n for *_, n in drawn], max_points)

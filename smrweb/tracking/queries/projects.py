@@ -162,11 +162,11 @@ class Pending:
         return f"{self.count:,}+" if self.more else f"{self.count:,}"
 
 
-def pending_scores(project: Project, excluded: list[int] | None = None) -> Pending:
+def pending_scores(project: Project, excluded: list[int] | None = None, row=None) -> Pending:
     """What is waiting to count in the project's numbers, from its kept figures (`ProjectFigures`, one
-    row): how many (shown up to PENDING_COUNTED, then "1,000+"), and the best. `excluded`: unused, the
-    row leaves excluded runs out already (kept for the callers that read them anyway)."""
-    row = pending_figures(project)
+    row, read unless given): how many (shown up to PENDING_COUNTED, then "1,000+"), and the best.
+    `excluded`: unused, the row leaves excluded runs out already (kept for the callers that read them)."""
+    row = row or pending_figures(project)
     if not row.pending:
         return Pending(0, None)
     return Pending(min(row.pending, PENDING_COUNTED), row.pending_best, row.pending > PENDING_COUNTED)
