@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -31,7 +32,10 @@ from load import start_redis
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def make_events(n: int, runs: int, rng: random.Random) -> dict[str, list[dict]]:
+PRICED_MODEL = "gpt-4o"  # the model of the turns sent without a cost (`--priced-share`): in the price table
+
+
+def make_events(n: int, runs: int, rng: random.Random, priced_share: float = 0.0) -> dict[str, list[dict]]:
     per_run: dict[str, list[dict]] = {f"bench-{r}": [] for r in range(runs)}
     names = list(per_run)
     for i in range(n):
@@ -58,6 +62,9 @@ def make_events(n: int, runs: int, rng: random.Random) -> dict[str, list[dict]]:
                     "tool_calls": ["read_file"],
                 }
             )
+            if rng.random() < priced_share:  # no stated cost: the server prices it from its table
+                del events[-1]["cost_usd"]
+                events[-1]["model"] = PRICED_MODEL
         else:
             events.append({"id": f"s{k}", "type": "score", "score": rng.random(), "harness_id": "bench"})
     return per_run
@@ -67,6 +74,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--priced-share",
+        type=float,
+        default=0.0,
+        help="share of the agent turns sent without a cost (model gpt-4o), for the server to price",
+    )
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--port", type=int, default=8799)
     parser.add_argument(
@@ -181,7 +194,7 @@ def one_round(args, base: str, run, master: psutil.Process) -> dict:
     run("create_project", slug)
     token = run("create_api_token", slug).stdout.strip().splitlines()[-1]
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120) as client:
-        per_run = make_events(args.events, args.runs, random.Random(7))
+        per_run = make_events(args.events, args.runs, random.Random(7), args.priced_share)
         batches = [
             (run_id, json.dumps(evs[i : i + args.batch]).encode())
             for run_id, evs in per_run.items()
@@ -214,7 +227,20 @@ def one_round(args, base: str, run, master: psutil.Process) -> dict:
             detail = client.get(f"/api/v1/projects/{slug}/runs/{run_id}").json()
             turns = [e for e in evs if e["type"] == "agent.turn"]
             assert detail["turn_count"] == len(turns), detail
-            usd = sum(Decimal(str(e["cost_usd"])) for e in turns)
+            usd = sum(Decimal(str(e["cost_usd"])) for e in turns if "cost_usd" in e)
+            unstated = [e for e in turns if "cost_usd" not in e]
+            if unstated:  # priced by the server (a tree before issue 37 records them at 0)
+                from smrweb.tracking import pricing
+
+                table = pricing.PriceTable().merged(pricing.DEFAULT_PRICES, pricing.DEFAULT_ALIASES)
+                priced = sum(
+                    table.cost(
+                        PRICED_MODEL, pricing.Usage(e["tokens_in"], e["tokens_out"]), datetime.now(UTC)
+                    )
+                    for e in unstated
+                )
+                assert Decimal(detail["spend"]["usd"]) in (usd, usd + priced), (detail["spend"], usd, priced)
+                usd = Decimal(detail["spend"]["usd"])
             assert Decimal(detail["spend"]["usd"]) == usd, (detail["spend"], usd)
             assert detail["spend"]["tokens_in"] == sum(e["tokens_in"] for e in turns)
             parts = detail["spend"]["driver_inference"], detail["spend"]["child_work"]
