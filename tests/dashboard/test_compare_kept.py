@@ -201,7 +201,7 @@ def test_after_one_change_the_page_writes_that_runs_figure_parts_and_rows_alone(
     monkeypatch.setattr(
         compare_charts,
         "rows",
-        lambda c, col, i, j: rows.append(c.runs[i].run.external_id) or real_rows(c, col, i, j),
+        lambda c, col, i, j, **kw: rows.append(c.runs[i].run.external_id) or real_rows(c, col, i, j, **kw),
     )
     assert client_alice.get(url).status_code == 200
     assert sorted(written) == sorted(rows) == ids  # the first view writes every run's parts and rows
