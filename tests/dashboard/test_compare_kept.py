@@ -241,3 +241,62 @@ def test_after_one_change_the_page_writes_that_runs_figure_parts_and_rows_alone(
     assert written == ["r05"]
     assert '"name":"r05"' in body and "compare-score-data" in body
     assert rows == ["r05"]  # and its rows alone (the baseline, r00, did not change)
+
+
+def test_a_new_score_in_a_long_run_reads_that_score_not_every_score(project):
+    rng = random.Random(8)
+    maker = Turns(rng)
+    push(project, "long", *[e for i in range(1, 400) for e in (maker.turn(i), maker.score(i + 0.5))])
+    push(project, "short", Turns(rng).turn(1), Turns(rng).score(2))
+    ids = ["long", "short"]
+    _read(project, ids)
+    push(project, "long", maker.turn(400), {**maker.score(400.5), "score": 2.0})  # a new best, too
+    with CaptureQueriesContext(connection) as seen:
+        c = _read(project, ids)
+    scores = [q["sql"] for q in seen.captured_queries if "tracking_submission" in q["sql"]]
+    assert len(scores) == 1, scores  # the scores past those kept: one, by the run's id index
+    assert "OVER" not in scores[0] and "GROUP BY" not in scores[0], scores[0]  # no window over every score
+    long = c.runs[0]
+    assert long.run.score_count == 400 and long.scores[-1][1] == 2.0 and long.frontier[-1][1] == 2.0
+    push(project, "long", maker.turn(401))  # a turn alone: no score row read
+    with CaptureQueriesContext(connection) as seen:
+        _read(project, ids)
+    [scores] = [q["sql"] for q in seen.captured_queries if "tracking_submission" in q["sql"]]
+    assert "OVER" not in scores, scores
+
+
+def test_after_new_data_in_the_baseline_the_kept_parts_of_10_or_100_runs_come_in_one_round_trip(
+    client_alice, project, monkeypatch
+):
+    """The first view after a new turn and score in the baseline: as many cache round trips for 100 runs
+    as for 10, one of them for every run's kept row, series, figure parts and first rows; the baseline's
+    parts and rows alone written again (the others' deltas are filled in their kept rows)."""
+    rng = random.Random(9)
+    ids = [f"r{i:03d}" for i in range(100)]
+    makers = {rid: Turns(rng) for rid in ids}
+    for rid in ids:
+        push(project, rid, *[makers[rid].turn(t) for t in range(1, 4)], makers[rid].score(2))
+    calls, real_get_many = [], softcache.get_many
+    monkeypatch.setattr(softcache, "get_many", lambda keys: calls.append(list(keys)) or real_get_many(keys))
+    written, real_rows = [], compare_charts.rows
+    monkeypatch.setattr(
+        compare_charts,
+        "rows",
+        lambda c, col, i, j, **kw: written.append(c.runs[i].run.external_id) or real_rows(c, col, i, j, **kw),
+    )
+
+    def after_change(n: int, t: int) -> list[list[str]]:
+        url = f"/projects/{project.slug}/compare/?runs=" + ",".join(ids[:n])
+        assert client_alice.get(url).status_code == 200
+        push(project, "r000", makers["r000"].turn(t), makers["r000"].score(t + 0.5))
+        calls.clear()
+        written.clear()
+        assert client_alice.get(url).status_code == 200
+        assert written == ["r000"]  # the baseline's rows alone, though every row's deltas moved
+        return list(calls)
+
+    ten, hundred = after_change(10, 10), after_change(100, 20)
+    assert len(hundred) == len(ten), (ten, hundred)
+    per_run = [keys for keys in hundred if len(keys) >= 100]
+    assert len(per_run) == 1, [len(keys) for keys in hundred]  # one round trip for every run's kept parts
+    assert {k.split(":")[0] for k in per_run[0]} == {"compare-run", "compare-parts", "compare-row"}
