@@ -409,7 +409,7 @@ def rows(
 
 
 def _slot(key: str) -> str:
-    """Where a row's delta `key` goes in its kept HTML (no text of a row has NULs: they are escaped)."""
+    """Where a row's delta `key` goes in its kept HTML (no text of a row has NULs: ingest refuses them)."""
     return f"\x00{key}\x00"
 
 
