@@ -74,6 +74,13 @@ def compare_turns(run_pk: int, *, per_run: int) -> str:
     return f"compare-turns:v1:{run_pk}:{per_run}"
 
 
+def compare_scores(run_pk: int, *, maximize: bool, per_run: int) -> str:
+    """A compared run's score rows as thinned (queries.compare `ScoreBase`: with its score count, highest id
+    and `updated`), 1 h, so a read after new scores reads those alone. Not under the run's `updated`: it
+    is checked against the run's score count and the scores since on each read."""
+    return f"compare-scores:v1:{run_pk}:{int(maximize)}:{per_run}"
+
+
 def compare_parts(run_pk: int, updated: float, version: str) -> str:
     """A compared run's parts of the Compare figures, encoded (dashboard.charts.compare `RunParts`), 1 h,
     under the run's `updated` and `version` (its colour, the time unit, the metric, the resolution, the

@@ -475,7 +475,7 @@ def test_a_new_score_shows_at_once_and_only_its_run_is_read_again(client_alice, 
     assert len(read) == 2  # its turns past those kept (none), its scores: of run b alone
     a = project.runs.get(external_id="a")
     for sql in read:
-        assert re.search(rf'IN \({b.pk}\)|\."run_id" = {b.pk}\)', sql), sql
+        assert re.search(rf'IN \({b.pk}\)|\."run_id" = {b.pk}\b', sql), sql
         assert not re.search(rf'IN \([^)]*\b{a.pk}\b|"run_id" = {a.pk}\b', sql), sql
 
 

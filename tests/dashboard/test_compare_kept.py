@@ -10,10 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.core import softcache
+from smrweb.core import cachekeys, softcache
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.dashboard.charts import style
 from smrweb.dashboard.templatetags.smrweb import figure_text
+from smrweb.tracking import services
 from smrweb.tracking.models import Run, Submission
 from smrweb.tracking.queries import compare, compare_turns
 from smrweb.tracking.services import submissions as lifecycle
@@ -112,17 +113,21 @@ def test_kept_runs_equal_a_read_from_scratch_after_random_changes(project, alice
         for _ in range(rng.randrange(30, 90)):
             clock[name] += rng.uniform(1, 30)
             events.append(makers[name].turn(clock[name]))
-            if rng.random() < 0.3:
+            if rng.random() < 0.9:  # with 48 points over 5-6 runs, scores are thinned too past 32
                 events.append(makers[name].score(clock[name] + 0.5))
         push(project, name, *events)
     compared = names[:5]
     added = []  # each time turns were added to what was kept rather than read whole
     real_added = compare_turns._added
     monkeypatch.setattr(compare_turns, "_added", lambda *a: added.append(r := real_added(*a)) or r)
-    for _ in range(60):
+    scored = []  # each time scores were added to the kept score rows rather than read whole
+    real_scored = compare._scores_added
+    monkeypatch.setattr(compare, "_scores_added", lambda *a: scored.append(r := real_scored(*a)) or r)
+    for _ in range(80):
         name = rng.choice(names)
         what = rng.choices(
-            ["turns", "late", "score", "exclude", "verify", "leave", "enter"], [8, 2, 3, 1, 1, 1, 1]
+            ["turns", "late", "score", "scores", "exclude", "verify", "delete", "leave", "enter"],
+            [8, 2, 3, 3, 1, 1, 1, 1, 1],
         )[0]
         if what == "turns":  # later than every turn so far: added to what is kept
             events = []
@@ -132,8 +137,22 @@ def test_kept_runs_equal_a_read_from_scratch_after_random_changes(project, alice
             push(project, name, *events)
         elif what == "late":  # earlier than the run's latest turn: the run is read whole again
             push(project, name, makers[name].turn(rng.uniform(0, clock[name])))
-        elif what == "score":
+        elif what == "score":  # now and then earlier than the run's last score: read whole again
             push(project, name, makers[name].score(clock[name] + rng.uniform(-50, 5)))
+        elif what == "scores":  # later than every score so far, with a turn now and then: added
+            events = []
+            for _ in range(rng.choice([1, 1, 2, 5, 9])):
+                clock[name] += rng.uniform(1, 20)
+                # rising now and then, so that new bests come among them, not only last
+                events.append(
+                    {**makers[name].score(clock[name]), "score": rng.uniform(0.5, 1) + clock[name] / 2000}
+                )
+                if rng.random() < 0.3:
+                    events.append(makers[name].turn(clock[name] + 0.5))
+            push(project, name, *events)
+        elif what == "delete":  # a score deleted (the admin's delete): read whole again
+            if sub := Submission.objects.filter(run__project=project).order_by("?").first():
+                services.delete_event_rows(Submission.objects.filter(pk=sub.pk))
         elif what == "exclude":
             if (
                 sub := Submission.objects.filter(run__project=project, excluded_at__isnull=True)
@@ -160,7 +179,17 @@ def test_kept_runs_equal_a_read_from_scratch_after_random_changes(project, alice
             continue
         kept = _read(project, ids)
         _same(kept, _scratch(project, ids, monkeypatch), monkeypatch)
+        # Each run's kept score rows (extended by the scores since) are those a read from scratch keeps.
+        per_run = compare.resolution(len(ids), 48) * compare.SCORE_OVERSAMPLE
+        maximize = project.scenario.maximize
+        for run in Run.objects.filter(project=project, external_id__in=ids):
+            key = cachekeys.compare_scores(run.pk, maximize=maximize, per_run=per_run)
+            scratch = compare._read_scores({run.pk: run}, maximize=maximize, per_run=per_run)[run.pk]
+            assert softcache.get(key) == scratch, run.external_id
     assert sum(1 for base in added if base is not None) >= 10  # the kept path was taken, and often
+    assert sum(1 for base in scored if base is not None) >= 10
+    # with thinned score rows (a stride above 1) too
+    assert any(base is not None and base.rows and base.rows[1][0] > 2 for base in scored)
 
 
 def test_a_new_turn_in_a_long_run_reads_that_turn_not_every_turn(project):
@@ -201,7 +230,7 @@ def test_after_one_change_the_page_writes_that_runs_figure_parts_and_rows_alone(
     monkeypatch.setattr(
         compare_charts,
         "rows",
-        lambda c, col, i, j: rows.append(c.runs[i].run.external_id) or real_rows(c, col, i, j),
+        lambda c, col, i, j, **kw: rows.append(c.runs[i].run.external_id) or real_rows(c, col, i, j, **kw),
     )
     assert client_alice.get(url).status_code == 200
     assert sorted(written) == sorted(rows) == ids  # the first view writes every run's parts and rows
@@ -212,3 +241,62 @@ def test_after_one_change_the_page_writes_that_runs_figure_parts_and_rows_alone(
     assert written == ["r05"]
     assert '"name":"r05"' in body and "compare-score-data" in body
     assert rows == ["r05"]  # and its rows alone (the baseline, r00, did not change)
+
+
+def test_a_new_score_in_a_long_run_reads_that_score_not_every_score(project):
+    rng = random.Random(8)
+    maker = Turns(rng)
+    push(project, "long", *[e for i in range(1, 400) for e in (maker.turn(i), maker.score(i + 0.5))])
+    push(project, "short", Turns(rng).turn(1), Turns(rng).score(2))
+    ids = ["long", "short"]
+    _read(project, ids)
+    push(project, "long", maker.turn(400), {**maker.score(400.5), "score": 2.0})  # a new best, too
+    with CaptureQueriesContext(connection) as seen:
+        c = _read(project, ids)
+    scores = [q["sql"] for q in seen.captured_queries if "tracking_submission" in q["sql"]]
+    assert len(scores) == 1, scores  # the scores past those kept: one, by the run's id index
+    assert "OVER" not in scores[0] and "GROUP BY" not in scores[0], scores[0]  # no window over every score
+    long = c.runs[0]
+    assert long.run.score_count == 400 and long.scores[-1][1] == 2.0 and long.frontier[-1][1] == 2.0
+    push(project, "long", maker.turn(401))  # a turn alone: no score row read
+    with CaptureQueriesContext(connection) as seen:
+        _read(project, ids)
+    [scores] = [q["sql"] for q in seen.captured_queries if "tracking_submission" in q["sql"]]
+    assert "OVER" not in scores, scores
+
+
+def test_after_new_data_in_the_baseline_the_kept_parts_of_10_or_100_runs_come_in_one_round_trip(
+    client_alice, project, monkeypatch
+):
+    """The first view after a new turn and score in the baseline: as many cache round trips for 100 runs
+    as for 10, one of them for every run's kept row, series, figure parts and first rows; the baseline's
+    parts and rows alone written again (the others' deltas are filled in their kept rows)."""
+    rng = random.Random(9)
+    ids = [f"r{i:03d}" for i in range(100)]
+    makers = {rid: Turns(rng) for rid in ids}
+    for rid in ids:
+        push(project, rid, *[makers[rid].turn(t) for t in range(1, 4)], makers[rid].score(2))
+    calls, real_get_many = [], softcache.get_many
+    monkeypatch.setattr(softcache, "get_many", lambda keys: calls.append(list(keys)) or real_get_many(keys))
+    written, real_rows = [], compare_charts.rows
+    monkeypatch.setattr(
+        compare_charts,
+        "rows",
+        lambda c, col, i, j, **kw: written.append(c.runs[i].run.external_id) or real_rows(c, col, i, j, **kw),
+    )
+
+    def after_change(n: int, t: int) -> list[list[str]]:
+        url = f"/projects/{project.slug}/compare/?runs=" + ",".join(ids[:n])
+        assert client_alice.get(url).status_code == 200
+        push(project, "r000", makers["r000"].turn(t), makers["r000"].score(t + 0.5))
+        calls.clear()
+        written.clear()
+        assert client_alice.get(url).status_code == 200
+        assert written == ["r000"]  # the baseline's rows alone, though every row's deltas moved
+        return list(calls)
+
+    ten, hundred = after_change(10, 10), after_change(100, 20)
+    assert len(hundred) == len(ten), (ten, hundred)
+    per_run = [keys for keys in hundred if len(keys) >= 100]
+    assert len(per_run) == 1, [len(keys) for keys in hundred]  # one round trip for every run's kept parts
+    assert {k.split(":")[0] for k in per_run[0]} == {"compare-run", "compare-parts", "compare-row"}

@@ -240,10 +240,14 @@ def test_one_new_score_in_one_of_200_compared_runs_reads_that_run_alone(client_a
     markers = [sql for sql in many if re.search(r"external_id\" IN \(", sql)]
     assert len(markers) == 1 and '"tracking_run"."updated"' in markers[0]
     reads = [sql for sql in many if re.search(r'(run_id"|"id") IN \(', sql) and sql not in markers]
-    assert len(reads) == 2, reads  # the run (with its parent) and its scores
+    assert len(reads) == 1, reads  # the run (with its parent)
     for sql in reads:
         assert re.search(rf"IN \({changed.pk}\)", sql), sql
         assert not re.search(rf"IN \([^)]*\b{other.pk}\b", sql), sql
-    # Its turn side is kept and advanced by the turns past it: one read naming the run alone.
+    # Its turn and score sides are kept and advanced by the rows past them: one read each, naming the run
+    # alone.
     [turns] = [sql for sql in many if "tracking_agentturn" in sql]
     assert re.search(rf'"run_id" = {changed.pk}\b', turns) and not re.search(rf"\b{other.pk}\b", turns), turns
+    [scores] = [sql for sql in many if "tracking_submission" in sql and "tracking_notification" not in sql]
+    assert re.search(rf'"run_id" = {changed.pk}\b', scores) and not re.search(rf"\b{other.pk}\b", scores)
+    assert "OVER" not in scores, scores  # no window over every score of the run

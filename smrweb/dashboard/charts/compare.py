@@ -7,6 +7,7 @@ import functools
 import hashlib
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from html import escape
@@ -381,8 +382,12 @@ def deltas(
     return out
 
 
-def rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = None) -> list[Row]:
-    """The table rows of the runs `start` to `stop` (all by default), with their deltas and HTML."""
+def rows(
+    c: Comparison, colours: list[str], start: int = 0, stop: int | None = None, *, slots: bool = False
+) -> list[Row]:
+    """The table rows of the runs `start` to `stop` (all by default), with their deltas and HTML; with
+    `slots`, the side-by-side HTML has a slot where each delta goes (`_slot`, filled by `_filled`) rather
+    than the delta: what is kept of a row does not depend on the baseline's figures."""
     out = []
     base_values = c.runs[0].values() if c.runs else {}
     tz = zone_label()
@@ -396,9 +401,24 @@ def rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = N
                 usd_per_turn=usd_precise(s.usd_per_turn),
             )
         )
-        out[-1].side_by_side_html = side_by_side_row(out[-1], first=i == 0, slug=c.project.slug, tz=tz)
+        out[-1].side_by_side_html = side_by_side_row(
+            out[-1], first=i == 0, slug=c.project.slug, tz=tz, delta=_slot if slots else None
+        )
         out[-1].turns_html = turns_row(out[-1])
     return out
+
+
+def _slot(key: str) -> str:
+    """Where a row's delta `key` goes in its kept HTML (no text of a row has NULs: ingest refuses them)."""
+    return f"\x00{key}\x00"
+
+
+def _filled(text: str, row_deltas: dict[str, Delta]) -> SafeString:
+    """A kept row's HTML with each delta in its slot (none in the baseline's row)."""
+    parts = text.split("\x00")
+    for i in range(1, len(parts), 2):
+        parts[i] = _delta(row_deltas.get(parts[i]))
+    return mark_safe("".join(parts))  # noqa: S308 - both the text and the deltas are escaped HTML
 
 
 class RowText(NamedTuple):
@@ -408,37 +428,64 @@ class RowText(NamedTuple):
     turns_html: SafeString
 
 
-def kept_rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = None) -> list[RowText]:
-    """`rows`' HTML, each run's kept under its change marker (`Run.updated`) and what else its rows show:
-    its colour, whether it is the baseline, the baseline's marker (its deltas are against it), its
-    parent's, the project's slug and the viewer's clock; written for the runs whose rows are not kept,
-    which are then kept. One change to a run that is not the baseline writes that run's rows alone."""
-    if not c.runs:
-        return []
-    base = c.runs[0].run
+def _row_keys(
+    project, markers: list, colours: list[str], start: int = 0, stop: int | None = None
+) -> list[str]:
+    """The keys of the runs' kept rows (`kept_rows`), from their markers (`RunMarker`s or runs: pk,
+    `updated`, the parent's `updated`): each under its change marker and what else its rows show: its
+    colour, whether it is the baseline, its parent's marker, the project's slug and the viewer's clock."""
     common = (
-        base.pk,
-        base.updated.timestamp(),
-        c.project.slug,
+        project.slug,
         zone_label(),
         timezone.get_current_timezone_name(),
-        c.maximize,
+        project.scenario.maximize,
         _code(),
     )
-    picked = list(enumerate(zip(c.runs, colours)))[start:stop]
     keys = []
-    for i, (s, col) in picked:
-        parent = s.run.parent.updated.timestamp() if s.run.parent_id and s.run.parent else None
+    for i, (m, col) in list(enumerate(zip(markers, colours)))[start:stop]:
+        parent = m.parent_updated.timestamp() if m.parent_updated else None
         version = hashlib.blake2s(repr((col, i == 0, parent, *common)).encode(), digest_size=8).hexdigest()
-        keys.append(cachekeys.compare_row(s.run.pk, s.run.updated.timestamp(), version))
-    kept = softcache.get_many(keys)
+        keys.append(cachekeys.compare_row(m.pk, m.updated.timestamp(), version))
+    return keys
+
+
+class _Marked(NamedTuple):
+    """A compared run's markers as `_row_keys` reads them, from its row."""
+
+    pk: int
+    updated: object
+    parent_updated: object
+
+
+def kept_rows(c: Comparison, colours: list[str], start: int = 0, stop: int | None = None) -> list[RowText]:
+    """`rows`' HTML, each run's kept (`_row_keys`) with slots for its deltas, which are filled for the
+    baseline of the moment; written for the runs whose rows are not kept, which are then kept. One change
+    to a run, the baseline too, writes that run's rows alone."""
+    if not c.runs:
+        return []
+    marked = [
+        _Marked(s.run.pk, s.run.updated, s.run.parent.updated if s.run.parent_id and s.run.parent else None)
+        for s in c.runs
+    ]
+    keys = _row_keys(c.project, marked, colours, start, stop)
+    kept = _kept(c, keys)
     out, made = [], {}
-    for (i, _), key in zip(picked, keys):
+    base_values = c.runs[0].values()
+    for (i, s), key in zip(list(enumerate(c.runs))[start:stop], keys):
         if not isinstance(text := kept.get(key), RowText):
-            row = rows(c, colours, i, i + 1)[0]
+            row = rows(c, colours, i, i + 1, slots=True)[0]
             made[key] = text = RowText(row.side_by_side_html, row.turns_html)
-        out.append(text)
+        row_deltas = deltas(s, c.runs[0], c.maximize, base_values) if i else {}
+        out.append(RowText(_filled(text.side_by_side_html, row_deltas), text.turns_html))
     softcache.set_many(made, PARTS_CACHE_SECONDS)
+    return out
+
+
+def _kept(c: Comparison, keys: list[str]) -> dict:
+    """What the cache keeps of `keys`: fetched with the compared runs (`Comparison.kept`, in one round
+    trip: `kept_keys`) where they were asked for then, the others now."""
+    out = {k: c.kept[k] for k in keys if k in c.kept}
+    out.update(softcache.get_many([k for k in keys if k not in c.asked]))
     return out
 
 
@@ -507,11 +554,15 @@ def _model_cell(run) -> str:
     return f'<span class="model-cell">{head}{lines}</span>'
 
 
-def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString:
-    """One run's row of the side-by-side table (its deltas to the baseline under each value). Every
-    text is escaped here (ids and names are the agents'; the zone label comes from a cookie)."""
+def side_by_side_row(
+    row: Row, *, first: bool, slug: str, tz: str, delta: Callable[[str], str] | None = None
+) -> SafeString:
+    """One run's row of the side-by-side table (its deltas to the baseline under each value, or what
+    `delta` writes for each). Every text is escaped here (ids and names are the agents'; the zone label
+    comes from a cookie)."""
     s, run = row.s, row.s.run
     d = row.deltas
+    delta = delta or (lambda key: _delta(d.get(key)))
     rid, tz = escape(run.external_id), escape(tz)
     parent = ""
     if run.parent_id and run.parent:
@@ -555,18 +606,18 @@ def side_by_side_row(row: Row, *, first: bool, slug: str, tz: str) -> SafeString
         f"{badge}</span>{parent}</th>\n"
         f'<td><span class="states">{state_badge(run)}{_downgraded_badge(run)}</span></td>\n'
         f"<td>{_model_cell(run)}</td>\n"
-        f'<td class="num" data-final>{escape(score(run.latest_score))}{_delta(d.get("final"))}</td>\n'
+        f'<td class="num" data-final>{escape(score(run.latest_score))}{delta("final")}</td>\n'
         f'<td class="num" data-best><b{best_title}>{escape(score(run.best_score))}</b>'
-        f"{_delta(d.get('best'))}</td>\n"
-        f'<td class="num">{run.turn_count}{_delta(d.get("turns"))}</td>\n'
+        f"{delta('best')}</td>\n"
+        f'<td class="num">{run.turn_count}{delta("turns")}</td>\n'
         f'<td class="num"><span title="{s.tokens} tokens: {run.tokens_in} in, {run.tokens_out} out">'
-        f"{escape(tokens(s.tokens))}</span>{_delta(d.get('tokens'))}</td>\n"
+        f"{escape(tokens(s.tokens))}</span>{delta('tokens')}</td>\n"
         f'<td class="num"><span title="${run.cost_usd} — driver {escape(usd(run.driver_cost_usd))}, child '
-        f'{escape(usd(run.child_cost_usd))}{unknown}">{escape(usd(run.cost_usd))}</span>{_delta(d.get("usd"))}</td>\n'
+        f'{escape(usd(run.child_cost_usd))}{unknown}">{escape(usd(run.cost_usd))}</span>{delta("usd")}</td>\n'
         f'<td class="num"><span title="{escape(gain_title)}">{escape(row.gain_per_usd)}</span>'
-        f"{_delta(d.get('gain_per_usd'))}</td>\n"
+        f"{delta('gain_per_usd')}</td>\n"
         f'<td class="num"><span title="from {start} {tz} to {end} {tz}">{escape(duration(s.duration))}</span>'
-        f"{_delta(d.get('duration'))}</td>\n"
+        f"{delta('duration')}</td>\n"
         f'<td class="when" title="{start} {tz}">{ago(s.start)}</td>\n'
         f'<td class="row-actions">{actions}</td>\n</tr>'
     )
@@ -608,6 +659,7 @@ class RunParts(NamedTuple):
     spend_points: int
     turns: tuple[str, ...]  # its `TURN_COLUMNS` values; () without a turn
     unknown: bool  # it has role-unknown USD to draw
+    unit: tuple[float, str]  # the time unit its x values are in (not in its key: `_part_keys`)
 
 
 def run_parts(s: RunSeries, col: str, unit: TimeUnit, metric: str) -> RunParts:
@@ -622,6 +674,7 @@ def run_parts(s: RunSeries, col: str, unit: TimeUnit, metric: str) -> RunParts:
         len(spend["x"]) if spend else 0,
         tuple(figure_text(values[name]) for name in TURN_COLUMNS) if values else (),
         bool(values and values["unknown"]),
+        (unit.seconds, unit.label),
     )
 
 
@@ -639,27 +692,43 @@ def _code() -> str:
     return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
 
 
-def _parts(c: Comparison, colours: list[str], unit: TimeUnit, metric: str) -> list[RunParts]:
-    """Each run's parts: kept under the run's change marker (`Run.updated`, which its series are kept
-    under too) and what else they show (its colour, the unit, the metric, the direction, the resolution,
-    the code); written for the runs whose parts are not kept, which are then kept."""
-    common = (unit.seconds, unit.label, metric, c.maximize, c.per_run, _code())
-    keys = [
+def _part_keys(project, markers: list, colours: list[str], per_run: int) -> list[str]:
+    """The keys of the runs' kept parts (`_parts`), from their markers (pk, `updated`): each under the
+    run's change marker (`Run.updated`, which its series are kept under too) and what else they show (its
+    colour, the metric, the direction, the resolution, the code). The time unit is kept in the parts (it
+    depends on every run's end, which the page knows only once it has the runs)."""
+    scenario = project.scenario
+    common = (plotly_text(scenario.score_metric), scenario.maximize, per_run, _code())
+    return [
         cachekeys.compare_parts(
-            s.run.pk,
-            s.run.updated.timestamp(),
+            m.pk,
+            m.updated.timestamp(),
             hashlib.blake2s(repr((col, *common)).encode(), digest_size=8).hexdigest(),
         )
-        for s, col in zip(c.runs, colours)
+        for m, col in zip(markers, colours)
     ]
-    kept = softcache.get_many(keys)
+
+
+def _parts(c: Comparison, colours: list[str], unit: TimeUnit, metric: str) -> list[RunParts]:
+    """Each run's parts: kept (`_part_keys`) in the time unit of the moment, written for the runs whose
+    parts are not kept so, which are then kept."""
+    keys = _part_keys(c.project, [s.run for s in c.runs], colours, c.per_run)
+    kept = _kept(c, keys)
     parts, made = [], {}
     for s, col, key in zip(c.runs, colours, keys):
-        if not isinstance(part := kept.get(key), RunParts):
+        part = kept.get(key)
+        if not isinstance(part, RunParts) or part.unit != (unit.seconds, unit.label):
             made[key] = part = run_parts(s, col, unit, metric)
         parts.append(part)
     softcache.set_many(made, PARTS_CACHE_SECONDS)
     return parts
+
+
+def kept_keys(project, markers: list, *, per_run: int, shown: int | None) -> list[str]:
+    """What the page keeps per compared run (`RunMarker`s: its figure parts and its first `shown` rows),
+    for the comparison to fetch with the runs in one round trip (`queries.compare.compare(also=…)`)."""
+    colours = [colour(i) for i in range(len(markers))]
+    return _part_keys(project, markers, colours, per_run) + _row_keys(project, markers, colours, 0, shown)
 
 
 def _placeholder(name: str) -> str:

@@ -101,7 +101,9 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
 
     @functools.cache  # the cards of one request read the runs once
     def comparison() -> compare.Comparison:
-        return compare.compare(project, [marker.external_id for marker in runs], markers=runs)
+        # What is kept per run for the page (figure parts, first rows) comes with the runs: one round trip.
+        also = compare_charts.kept_keys(project, runs, per_run=compare.resolution(len(runs)), shown=shown)
+        return compare.compare(project, [marker.external_id for marker in runs], markers=runs, also=also)
 
     def render_page() -> str:
         c = comparison()

@@ -29,6 +29,7 @@ from django.db.models import (
     Min,
     Q,
     When,
+    Window,
 )
 from django.db.models.expressions import RowRange
 
@@ -42,9 +43,10 @@ from smrweb.tracking.models import (
     counted_q,
     standing,
 )
-from smrweb.tracking.queries.compare_turns import UP_TO_HERE, _thinned, add_turns
+from smrweb.tracking.queries.compare_turns import UP_TO_HERE, _stride, _thinned, add_turns
 from smrweb.tracking.queries.compare_turns import spend_rows as spend_rows  # what it reads: tests, bench
 from smrweb.tracking.queries.timeline import EpochSeconds
+from smrweb.tracking.queries.timeline_scores import only_added, scores_since
 
 MAX_RUNS = 200
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
@@ -127,6 +129,10 @@ class Comparison:
     runs: list[RunSeries]
     missing: list[str]  # requested ids the project does not have, in the order given
     per_run: int = 0  # the series' resolution: points per run (what a run's kept figure parts are of)
+    # What the cache keeps of the keys the caller asked for with the runs (`compare(also=…)`): the hits,
+    # and the keys asked (a key asked and not in `kept` is not kept).
+    kept: dict = field(default_factory=dict)
+    asked: frozenset = frozenset()
 
     @property
     def maximize(self) -> bool:
@@ -144,31 +150,41 @@ def compare(
     points: int = POINTS_PER_CHART,
     found: tuple[list[Run], list[str]] | None = None,
     markers: list[RunMarker] | None = None,
+    also: list[str] = (),
 ) -> Comparison:
     """The runs named by `external_ids` (order kept, first = baseline) with series and deltas; `found`
     is what `find_runs` answered for them, when the caller has it already; `markers`, what
     `find_markers` answered: each run is then taken whole (row and series) from the cache where it is
     kept as it is now, and only the others are read.
 
-    Series are read only when at least two runs are found: there is nothing to compare otherwise.
+    Series are read only when at least two runs are found: there is nothing to compare otherwise. With
+    `markers`, the cache keys `also` are fetched with the runs' (one round trip): the comparison's `kept`.
     """
     maximize = project.scenario.maximize
+    kept: dict = {}
+    asked: frozenset = frozenset()
     if markers is not None and found is None and len(markers) >= 2:
-        per_run = max(points // len(markers), 8)
-        series = _kept_runs(project, markers, maximize=maximize, per_run=per_run)
+        per_run = resolution(len(markers), points)
+        series, kept = _kept_runs(project, markers, maximize=maximize, per_run=per_run, also=also)
+        asked = frozenset(also)
         named = {marker.external_id for marker in markers}
         missing = [rid for rid in external_ids if rid not in named]
     else:
         runs, missing = found or find_runs(project, external_ids)
         series = [RunSeries(run=run, start=run.started_at, duration=timedelta(0)) for run in runs]
-        per_run = max(points // max(len(series), 1), 8)
+        per_run = resolution(max(len(series), 1), points)
         if len(series) >= 2:
             _add_series(series, maximize=maximize, per_run=per_run)
     for s in series:  # first event to the finish, or to the last progress while the run is live
         end = s.run.finished_at or s.run.last_progress_at
         s.duration = max(end - s.start, timedelta(0))
     _add_deltas(series)
-    return Comparison(project=project, runs=series, missing=missing, per_run=per_run)
+    return Comparison(project=project, runs=series, missing=missing, per_run=per_run, kept=kept, asked=asked)
+
+
+def resolution(runs: int, points: int = POINTS_PER_CHART) -> int:
+    """Points per run of a comparison of `runs` runs (what its runs' kept series and parts are of)."""
+    return max(points // runs, 8)
 
 
 def find_runs(project: Project, external_ids: list[str]) -> tuple[list[Run], list[str]]:
@@ -254,10 +270,11 @@ def _add_series(series: list[RunSeries], *, maximize: bool, per_run: int) -> Non
 
 
 def _kept_runs(
-    project: Project, markers: list[RunMarker], *, maximize: bool, per_run: int
-) -> list[RunSeries]:
+    project: Project, markers: list[RunMarker], *, maximize: bool, per_run: int, also: list[str] = ()
+) -> tuple[list[RunSeries], dict]:
     """The compared runs, each with its series: kept whole (its row, its parent's and its series) under
-    its markers, so one new score in one of 200 runs reads that run's row and rows alone."""
+    its markers, so one new score in one of 200 runs reads that run's row and rows alone; and what the
+    cache keeps of the keys `also`, fetched in the same round trip."""
     keys = {
         m.pk: cachekeys.compare_run(
             m.pk,
@@ -268,12 +285,12 @@ def _kept_runs(
         )
         for m in markers
     }
-    hits = softcache.get_many(list(keys.values()))
+    hits = softcache.get_many([*keys.values(), *also])
     by_pk: dict[int, RunSeries] = {}
     for pk, key in keys.items():
         if (hit := hits.get(key)) is not None:
             run, values = hit
-            run.project = project
+            _attach(run, project)
             by_pk[pk] = s = RunSeries(run=run, start=run.started_at, duration=timedelta(0))
             for name, value in zip(READ_FIELDS, values):
                 setattr(s, name, value)
@@ -290,8 +307,14 @@ def _kept_runs(
             kept[keys[s.run.pk]] = (s.run, tuple(getattr(s, name) for name in READ_FIELDS))
         softcache.set_many(kept, SERIES_CACHE_SECONDS)  # pickled here, before the project is set back
         for s in read:
-            s.run.project = project
-    return [by_pk[m.pk] for m in markers if m.pk in by_pk]
+            _attach(s.run, project)
+    return [by_pk[m.pk] for m in markers if m.pk in by_pk], {k: hits[k] for k in also if k in hits}
+
+
+def _attach(run: Run, project: Project) -> None:
+    """`run.project = project` for the run's own project, without the descriptor's checks (a tenth of the
+    time: 200 runs a view)."""
+    run._state.fields_cache["project"] = project
 
 
 def _runs_by_pk(project: Project, pks: list[int]) -> list[Run]:
@@ -350,23 +373,136 @@ def score_rows(runs: list[Run], *, maximize: bool, per_run: int):
             | (counts & Q(before__isnull=True))  # the first that counts: where the gain starts
             | (Q(score=F("run__best_score")) & improves)
         )
-        .annotate(t=EpochSeconds("ts"))
-        .values_list("run_id", "t", "score", "so_far", "rn", "status", "excluded_at")
+        .annotate(
+            t=EpochSeconds("ts"),
+            # The highest id and `updated` of each run's scores (`ScoreBase`: extended by what is past them).
+            last_pk=Window(Max("id"), partition_by=[F("run_id")]),
+            last_updated=Window(Max("updated"), partition_by=[F("run_id")]),
+        )
+        .values_list(
+            "run_id", "t", "score", "so_far", "rn", "status", "excluded_at", "last_pk", "last_updated"
+        )
+    )
+
+
+class ScoreBase(NamedTuple):
+    """A compared run's score rows as `score_rows` keeps them, `(rn, epoch seconds, score, best so far, why
+    it does not count)`, kept (`cachekeys.compare_scores`) with what they were read from: the score count
+    (-1 when the rows disagree with the run's: never extended), the highest id and `updated` of its
+    scores and the latest score's time. A read after new scores, all later than that, reads those alone
+    (`timeline_scores.only_added`: the rule the run page's score side is extended by)."""
+
+    count: int
+    last_pk: int
+    updated: object
+    last_t: float
+    rows: list[tuple]
+
+
+def _score_bases(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> dict[int, ScoreBase]:
+    """Each run's score rows (`ScoreBase`): the kept ones extended by the scores since (one query for all
+    of them, none for a run with no score past its marks), the others read whole (one query)."""
+    keys = {pk: cachekeys.compare_scores(pk, maximize=maximize, per_run=per_run) for pk in by_pk}
+    kept = softcache.get_many(list(keys.values()))
+    bases = {
+        pk: base for pk in by_pk if isinstance(base := kept.get(keys[pk]), ScoreBase) and base.count >= 0
+    }
+    out: dict[int, ScoreBase] = {}
+    if bases:
+        since = defaultdict(list)
+        marks = {pk: (base.last_pk, base.updated) for pk, base in bases.items()}
+        for run_id, *row in (
+            scores_since(marks)
+            .annotate(t=EpochSeconds("ts"))
+            .values_list("run_id", "pk", "t", "score", "status", "excluded_at", "updated")
+        ):
+            since[run_id].append(row)
+        for pk, base in bases.items():
+            run = by_pk[pk].run
+            if (grown := _scores_added(base, since[pk], run, maximize, per_run)) is not None:
+                out[pk] = grown
+    if whole := [pk for pk in by_pk if pk not in out]:
+        out.update(_read_scores({pk: by_pk[pk].run for pk in whole}, maximize=maximize, per_run=per_run))
+    softcache.set_many({keys[pk]: base for pk, base in out.items()}, SERIES_CACHE_SECONDS)
+    return out
+
+
+def _read_scores(runs: dict[int, Run], *, maximize: bool, per_run: int) -> dict[int, ScoreBase]:
+    """The runs' score rows read whole (`score_rows`, one query)."""
+    rows: dict[int, list[tuple]] = defaultdict(list)
+    marks = {}
+    for run_id, ts, score, so_far, rn, status, excluded, last_pk, updated in score_rows(
+        list(runs.values()), maximize=maximize, per_run=per_run
+    ):
+        rows[run_id].append((rn, ts, score, so_far, standing(status, excluded is not None, **RUN_RULE)))
+        marks[run_id] = (last_pk, updated)
+    out = {}
+    for pk, run in runs.items():
+        items = sorted(rows[pk])
+        last_pk, updated = marks.get(pk, (0, None))
+        count = items[-1][0] if items else 0
+        out[pk] = ScoreBase(
+            count if count == run.score_count else -1,
+            last_pk,
+            updated,
+            items[-1][1] if items else float("-inf"),
+            items,
+        )
+    return out
+
+
+def _scores_added(base: ScoreBase, new: list[tuple], run: Run, maximize: bool, per_run: int):
+    """`base` with the `new` scores (since its marks: (id, epoch seconds, score, status, excluded_at,
+    updated)) added as `score_rows` would keep them, or None when they are not only later scores
+    (`only_added`) or the stride moved: the run is then read whole."""
+    count = run.score_count
+    if not only_added([(pk, t) for pk, t, *_ in new], base.count, count, base.last_pk, base.last_t):
+        return None
+    if not new:
+        return base
+    if _stride(base.count, per_run) != (k := _stride(count, per_run)):
+        return None
+    better = (lambda a, b: a > b) if maximize else (lambda a, b: a < b)
+    best = run.best_score
+    first_counted = next((rn for rn, *_, why in base.rows if not why), None)
+    # Of the rows kept, the first that counts with the best score (`score_rows`' record of the best): it
+    # stays while the best does; a new best is among the new scores.
+    best_rn = next((rn for rn, _, score, _, why in base.rows if not why and score == best), None)
+    rows = [
+        r
+        for r in base.rows
+        if r[0] == 1 or (r[0] - 1) % k == 0 or r[0] in (first_counted, best_rn)  # the old last goes
+    ]
+    so_far = base.rows[-1][3] if base.rows else None  # the last row's: the best of all before the new
+    for rn, (_, t, score, status, excluded, _) in enumerate(new, base.count + 1):
+        why = standing(status, excluded is not None, **RUN_RULE)
+        before = so_far
+        if not why and (so_far is None or better(score, so_far)):
+            so_far = score
+        improves = not why and (before is None or better(score, before))
+        first = not why and first_counted is None
+        if first:
+            first_counted = rn
+        if rn == 1 or rn == count or (rn - 1) % k == 0 or first or (improves and score == best):
+            rows.append((rn, t, score, so_far, why))
+    return ScoreBase(
+        count,
+        max(pk for pk, *_ in new),
+        max([base.updated, *(u for *_, u in new)], key=lambda u: (u is not None, u)),
+        max(base.last_t, new[-1][1]),
+        rows,
     )
 
 
 def _add_scores(by_pk: dict[int, RunSeries], *, maximize: bool, per_run: int) -> None:
-    """Score series: thinned in SQL, then LTTB (the best score always kept), each score with why it does
-    not count ("" when it does); the best-so-far frontier of the scores that count as its change points.
-    Per run at most `per_run` points with the frontier and its end point."""
-    kept: dict[int, list[tuple]] = defaultdict(list)
-    runs = [s.run for s in by_pk.values()]
-    for run_id, ts, score, so_far, rn, status, excluded in score_rows(
-        runs, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE
-    ):
-        kept[run_id].append((rn, ts, score, so_far, standing(status, excluded is not None, **RUN_RULE)))
-    for run_id, items in kept.items():
-        items.sort()
+    """Score series: thinned in SQL (kept per run and extended by new scores: `_score_bases`), then LTTB
+    (the best score always kept), each score with why it does not count ("" when it does); the best-so-far
+    frontier of the scores that count as its change points. Per run at most `per_run` points with the
+    frontier and its end point."""
+    bases = _score_bases(by_pk, maximize=maximize, per_run=per_run * SCORE_OVERSAMPLE)
+    for run_id, base in bases.items():
+        if not (items := base.rows):
+            continue
         s = by_pk[run_id]
         if items[0][1] < s.start.timestamp():  # a late batch may carry earlier scores than the first one
             s.start = datetime.fromtimestamp(items[0][1], UTC)

@@ -177,6 +177,25 @@ def score_side(run: Run, maximize: bool) -> ScoreSide:
     )
 
 
+def scores_since(marks: dict[int, tuple[int, object]]):
+    """The scores of each run `marks` names (run pk → the highest id and the latest `updated` of its scores
+    read before) added or changed since they were read, in (run, ts, id) order: one query for all the runs,
+    by the (run, id) index. What a kept score side is extended by (`only_added` says when it can be)."""
+    since = Q(pk__in=[])
+    for pk, (last_pk, updated) in marks.items():
+        past = Q(id__gt=last_pk) if updated is None else Q(id__gt=last_pk) | Q(updated__gt=updated)
+        since |= Q(run_id=pk) & past
+    return Submission.objects.filter(since).order_by("run_id", "ts", "id")
+
+
+def only_added(rows: list[tuple[int, object]], total: int, count: int, last_pk: int, last_ts) -> bool:
+    """Whether a run's scores since its marks (`scores_since`, as (id, time)) only add to the `total` read
+    before, so that a kept score side may be extended rather than read again: none changed (an id at or
+    below the highest read), none earlier than the last score read (`last_ts`: a late score renumbers the
+    rows after it), and together the run's `count` (none deleted, none missed)."""
+    return total + len(rows) == count and not any(pk <= last_pk or ts < last_ts for pk, ts in rows)
+
+
 def extended(side: ScoreSide, run: Run, maximize: bool) -> ScoreSide | None:
     """`side` with the scores that arrived since it was read added as `score_side` would pick them (one
     query, and one for the new points' turns before), or None when only reading them all will do: a score
@@ -185,19 +204,16 @@ def extended(side: ScoreSide, run: Run, maximize: bool) -> ScoreSide | None:
     if side.picked is None or not side.ends:
         return None
     rows = list(
-        Submission.objects.filter(run=run)
-        .filter(Q(id__gt=side.last_pk) | Q(updated__gt=side.updated))
-        .order_by("ts", "id")
-        .values_list("ts", "score", "pk", "status", "excluded_at", "updated")
+        scores_since({run.pk: (side.last_pk, side.updated)}).values_list(
+            "ts", "score", "pk", "status", "excluded_at", "updated"
+        )
     )
     total = side.total + len(rows)
     few = total <= MAX_SCORE_POINTS
     stride = 1 if few else 1 << math.ceil(math.log2(total / MAX_SCORE_POINTS))
-    if (
-        total != run.score_count
-        or any(pk <= side.last_pk or ts < side.ends[-1] for ts, _, pk, *_ in rows)
-        or (not few and (side.total <= MAX_SCORE_POINTS or stride != side.stride))
-    ):
+    if not only_added(
+        [(pk, ts) for ts, _, pk, *_ in rows], side.total, run.score_count, side.last_pk, side.ends[-1]
+    ) or (not few and (side.total <= MAX_SCORE_POINTS or stride != side.stride)):
         return None
     picked, frontier = list(side.picked), list(side.frontier)
     best = frontier[-1][1] if frontier else None
