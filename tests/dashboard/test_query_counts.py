@@ -275,7 +275,8 @@ POLLS = {
     # read the person's role once more, for their buttons, then their markers in one query)
     "overview": ("/", 5),
     "project": ("/projects/hill/", 6),
-    "project chart": ("/projects/hill/chart/", 6),
+    # The chart: its drawn runs' submission markers too (one grouped query), which a turn leaves alone.
+    "project chart": ("/projects/hill/chart/", 7),
     "run": ("/projects/hill/runs/r0/", 7),
     "run, older turns": ("/projects/hill/runs/r0/?turns_page=2", 7),
     "run, with its metric": ("/projects/hill/runs/r0/?key=loss", 7),
