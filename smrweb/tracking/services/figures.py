@@ -357,17 +357,10 @@ def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:
     """Add a batch's new turns (inserted just now, in this transaction) to their run's days and to its
     spend by model and quarter hour."""
     days: dict = defaultdict(lambda: [Decimal(0), 0])
-    slots: dict = defaultdict(lambda: [Decimal(0), 0, 0, 0, 0])
     for t in turns:
         day = days[t.ts.astimezone(UTC).date()]
         day[0] += Decimal(t.cost_usd)
         day[1] += 1
-        part = slots[int(t.ts.timestamp()) // RunModelSpend.SLOT_SECONDS, t.model]
-        part[0] += Decimal(t.cost_usd)
-        part[1] += 1
-        part[2] += t.tokens_in
-        part[3] += t.tokens_out
-        part[4] += t.cost_origin == pricing.Origin.UNPRICED
     table = connection.ops.quote_name(RunDaySpend._meta.db_table)
     for day, (cost, n) in days.items():
         with connection.cursor() as cursor:  # one statement written once: the ORM's UPDATE compiles slowly
@@ -384,8 +377,13 @@ def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:
             added = cursor.rowcount
         if not added:
             RunDaySpend.objects.create(run=run, project_id=run.project_id, day=day, cost_usd=cost, turns=n)
+    slots = _model_slots(
+        (run.pk, run.project_id, t.ts, t.model, t.cost_usd, t.tokens_in, t.tokens_out, t.cost_origin)
+        for t in turns
+    )
     table = connection.ops.quote_name(RunModelSpend._meta.db_table)
-    for (slot, model), (cost, n, tokens_in, tokens_out, unpriced) in slots.items():
+    for key, (cost, n, tokens_in, tokens_out, unpriced) in slots.items():
+        slot, model = key[2], key[3]
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET cost_usd = cost_usd + %s, turns = turns + %s,"
@@ -398,17 +396,36 @@ def add_turns(run: Run, turns: Sequence[AgentTurn]) -> None:
             )
             added = cursor.rowcount
         if not added:
-            RunModelSpend.objects.create(
-                run=run,
-                project_id=run.project_id,
-                slot=slot,
-                model=model,
-                cost_usd=cost,
-                turns=n,
-                tokens_in=tokens_in,
-                tokens_out=tokens_out,
-                unpriced=unpriced,
-            )
+            _model_spend_row(key, slots[key]).save(force_insert=True)
+
+
+def _model_slots(turns: Iterable[tuple]) -> dict[tuple, list]:
+    """(run id, project id, ts, model, cost, tokens in, tokens out, cost origin) of turns, summed per (run
+    id, project id, quarter hour, model): [cost, turns, tokens in, tokens out, unpriced turns]."""
+    slots: dict[tuple, list] = defaultdict(lambda: [Decimal(0), 0, 0, 0, 0])
+    for run_id, project_id, ts, model, cost, tokens_in, tokens_out, origin in turns:
+        part = slots[run_id, project_id, int(ts.timestamp()) // RunModelSpend.SLOT_SECONDS, model]
+        part[0] += Decimal(cost)
+        part[1] += 1
+        part[2] += tokens_in
+        part[3] += tokens_out
+        part[4] += origin == pricing.Origin.UNPRICED
+    return slots
+
+
+def _model_spend_row(key: tuple, part: list) -> RunModelSpend:
+    (run_id, project_id, slot, model), (cost, n, tokens_in, tokens_out, unpriced) = key, part
+    return RunModelSpend(
+        run_id=run_id,
+        project_id=project_id,
+        slot=slot,
+        model=model,
+        cost_usd=cost,
+        turns=n,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        unpriced=unpriced,
+    )
 
 
 def _history(project_id: int) -> list[list]:
@@ -448,7 +465,6 @@ def rebuild_day_spend(run_ids: Iterable[int]) -> None:
         batch_size=1000,
     )
     # Quarter hours in Python (the timestamp's epoch seconds are computed differently by each database).
-    slots: dict = defaultdict(lambda: [Decimal(0), 0, 0, 0, 0])
     fields = (
         "run_id",
         "run__project_id",
@@ -459,31 +475,9 @@ def rebuild_day_spend(run_ids: Iterable[int]) -> None:
         "tokens_out",
         "cost_origin",
     )
-    for run_id, project_id, ts, model, cost, tokens_in, tokens_out, origin in turns.values_list(
-        *fields
-    ).iterator(chunk_size=5000):
-        part = slots[run_id, project_id, int(ts.timestamp()) // RunModelSpend.SLOT_SECONDS, model]
-        part[0] += cost
-        part[1] += 1
-        part[2] += tokens_in
-        part[3] += tokens_out
-        part[4] += origin == pricing.Origin.UNPRICED
+    slots = _model_slots(turns.values_list(*fields).iterator(chunk_size=5000))
     RunModelSpend.objects.bulk_create(
-        [
-            RunModelSpend(
-                run_id=run_id,
-                project_id=project_id,
-                slot=slot,
-                model=model,
-                cost_usd=cost,
-                turns=n,
-                tokens_in=tokens_in,
-                tokens_out=tokens_out,
-                unpriced=unpriced,
-            )
-            for (run_id, project_id, slot, model), (cost, n, tokens_in, tokens_out, unpriced) in slots.items()
-        ],
-        batch_size=1000,
+        [_model_spend_row(key, part) for key, part in slots.items()], batch_size=1000
     )
 
 
