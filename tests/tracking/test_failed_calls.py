@@ -156,6 +156,10 @@ def test_the_run_page_lists_failed_calls_and_the_runs_table_filters_on_them(proj
     table = client_alice.get(f"/projects/{project.slug}/?failed_calls=1").content.decode()
     assert "bad-run" in table and "ok-run" not in table and 'data-failed-calls="2"' in table
     assert "ok-run" in client_alice.get(f"/projects/{project.slug}/?failed_calls=0").content.decode()
+    turns = client_alice.get(f"/api/v1/projects/{project.slug}/runs/bad-run/turns").json()["results"]
+    failed = [(t["turn"], t["error"], t["http_status"]) for t in turns if t["failed"]]
+    assert sorted(failed) == [(1, "RateLimitError", 429), (2, "RateLimitError", 429)]
+    assert client_alice.get(f"/api/v1/projects/{project.slug}/runs/bad-run").json()["failed_turns"] == 2
     api = client_alice.get(f"/api/v1/projects/{project.slug}/runs?failed_calls=true").json()
     assert [r["id"] if "id" in r else r["external_id"] for r in api["results"]] == ["bad-run"]
 

@@ -164,6 +164,7 @@ class RunSerializer(serializers.ModelSerializer):
             "over_budget_on",
             "spend",
             "turn_count",
+            "failed_turns",
             "best_score",
             "latest_score",
             "score_count",
@@ -311,6 +312,10 @@ class TurnSerializer(serializers.ModelSerializer):
             "cost_origin",
             "tool_calls",
             "duration_ms",
+            "failed",
+            "error",
+            "http_status",
+            "error_message",
             "ts",
         ]
 
