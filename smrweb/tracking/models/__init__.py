@@ -57,6 +57,13 @@ from smrweb.tracking.models.knowledge import (  # noqa: F401
     KnowledgeEntry,
     KnowledgeKind,
 )
+from smrweb.tracking.models.logs import (  # noqa: F401
+    LOG_LINE_MAX,
+    LogLevel,
+    LogSource,
+    RunLogBatch,
+    RunLogLine,
+)
 from smrweb.tracking.models.pricing import ModelPrice  # noqa: F401, E402
 from smrweb.tracking.models.project import (  # noqa: F401
     POLLED_SOURCES,

@@ -89,6 +89,11 @@ class Run(models.Model):
     unpriced_turns = models.PositiveIntegerField(default=0)
     unpriced_models = models.JSONField(default=dict, blank=True)
     failed_turns = models.PositiveIntegerField(default=0)  # turns that are failed calls (`AgentTurn.failed`)
+    # The run's log (`models.logs`): lines kept, lines over the per-run cap (counted, not kept), and how
+    # many of them are warnings or worse, kept by the log write path so pages never count 100,000 rows.
+    log_lines = models.PositiveIntegerField(default=0)
+    log_lines_dropped = models.PositiveIntegerField(default=0)
+    log_warnings = models.PositiveIntegerField(default=0)
     # Score summary, recomputed from submissions by the write path: the best of the submissions that
     # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
     best_score = models.FloatField(null=True, blank=True)
