@@ -1,5 +1,6 @@
-"""OTLP traces → agent turns: decode an `ExportTraceServiceRequest`, map its GenAI spans to
-`agent.turn` events of the ingest contract and apply them with `services.ingest_events`.
+"""OTLP traces → agent turns: decode an `ExportTraceServiceRequest`, map its GenAI spans (the OTel GenAI
+semantic conventions and OpenInference's, side by side) to `agent.turn` events of the ingest contract and
+apply them with `services.ingest_events`.
 
 Pure functions apart from `ingest_request`, which calls the one write path; the HTTP view
 (`smrweb.api.otlp`) authenticates, decodes (`api/otlp_wire.py`) and answers. docs/integrations.md (section
@@ -59,6 +60,20 @@ TOKEN_PART_ATTRIBUTES = {
 
 # Operations that shape the agent tree or call tools; they are never turns of their own.
 STRUCTURAL_OPERATIONS = {"invoke_agent", "create_agent", "execute_tool"}
+
+# OpenInference's `openinference.span.kind` (Arize Phoenix; the LlamaIndex, LangChain, DSPy, CrewAI …
+# instrumentations): model calls are turns as GenAI `chat` spans are, TOOL spans are tool calls as
+# `execute_tool` ones, AGENT spans name actors as `invoke_agent` ones. CHAIN spans (every runnable of a
+# framework) are structure that names no actor unless it carries `agent.name`; the rest are ignored.
+OPENINFERENCE_TURN_KINDS = {"LLM", "EMBEDDING"}
+OPENINFERENCE_AGENT_KINDS = {"AGENT"}
+
+# Where the two conventions put the model, a stated cost and a tool call's fields; the first found wins.
+MODEL_ATTRIBUTES = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "embedding.model_name")
+COST_ATTRIBUTES = ("smrweb.cost_usd", "gen_ai.usage.cost", "llm.cost.total")
+TOOL_NAME_ATTRIBUTES = ("gen_ai.tool.name", "tool.name")
+TOOL_ID_ATTRIBUTES = ("gen_ai.tool.call.id", "tool_call.id", "tool.id")
+TOOL_ARGUMENTS_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value")  # not tool.parameters: a schema
 
 
 TURN_KINDS = ("driver_inference", "child_work")
@@ -132,6 +147,11 @@ class _Span:
         return op if isinstance(op, str) else ""
 
     @property
+    def openinference_kind(self) -> str:
+        kind = self.attrs.get("openinference.span.kind")
+        return kind.upper() if isinstance(kind, str) else ""
+
+    @property
     def is_genai(self) -> bool:
         return bool(self.operation) or any(
             key in self.attrs for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
@@ -141,14 +161,32 @@ class _Span:
     def is_turn(self) -> bool:
         if "smrweb.turn_kind" in self.attrs:  # an explicit opt-in, whatever the operation
             return True
+        if self.openinference_kind:
+            return self.openinference_kind in OPENINFERENCE_TURN_KINDS
         return self.is_genai and self.operation not in STRUCTURAL_OPERATIONS
 
     @property
+    def is_tool(self) -> bool:
+        return self.operation == "execute_tool" or self.openinference_kind == "TOOL"
+
+    @property
+    def is_agent(self) -> bool:
+        """A span that names an actor for the spans below it."""
+        return (
+            self.operation == "invoke_agent"
+            or self.openinference_kind in OPENINFERENCE_AGENT_KINDS
+            or "smrweb.actor" in self.attrs
+            or (self.openinference_kind == "CHAIN" and isinstance(self.attrs.get("agent.name"), str))
+        )
+
+    @property
     def agent_name(self) -> str | None:
-        for key in ("smrweb.actor", "gen_ai.agent.name"):
+        for key in ("smrweb.actor", "gen_ai.agent.name", "agent.name"):
             name = self.attrs.get(key)
             if isinstance(name, str) and name:
                 return name
+        if self.openinference_kind in OPENINFERENCE_AGENT_KINDS and self.name:
+            return self.name  # OpenInference names an agent span after its agent (CrewAI, smolagents …)
         return None
 
 
@@ -209,11 +247,7 @@ def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) 
         """Agent names from the span up to the root, nearest first, without repeats in a row."""
         chain: list[str] = []
         for node in (span, *ancestors(span)):
-            name = (
-                node.agent_name
-                if (node is span or node.operation == "invoke_agent" or "smrweb.actor" in node.attrs)
-                else None
-            )
+            name = node.agent_name if (node is span or node.is_agent) else None
             if name and (not chain or chain[-1] != name):
                 chain.append(name)
         return chain
@@ -228,10 +262,11 @@ def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) 
                 out.rejected.append((span.span_id or "(none)", problem))
                 continue
             turn_spans.append(span)
-        elif span.operation == "execute_tool":
+        elif span.is_tool:
             tools.append(span)
         else:
             out.ignored += 1
+    turn_spans = _without_wrappers(turn_spans, ancestors, out)
 
     for span in turn_spans:
         chain = agent_chain(span)
@@ -251,8 +286,8 @@ def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) 
             }
         )
         tokens_in, tokens_out = counts.pop("tokens_in"), counts.pop("tokens_out")
-        model = span.attrs.get("gen_ai.response.model") or span.attrs.get("gen_ai.request.model") or ""
-        cost = span.attrs.get("smrweb.cost_usd", span.attrs.get("gen_ai.usage.cost"))
+        model = _first_attr(span.attrs, MODEL_ATTRIBUTES, "")
+        cost = _first_attr(span.attrs, COST_ATTRIBUTES, None)
         start = datetime.fromtimestamp(span.start // 1_000_000_000, UTC).replace(
             microsecond=span.start % 1_000_000_000 // 1000
         )
@@ -271,7 +306,7 @@ def map_request(request: ExportTraceServiceRequest, prices: pricing.PriceTable) 
             "tokens_out": tokens_out,
             **{name: value for name, value in counts.items() if value},
             "cost_usd": _number(cost),
-            "tool_calls": [],
+            "tool_calls": _requested_tools(span.attrs),
             "duration_ms": (span.end - span.start) // 1_000_000 if span.end else None,
         }
         event.update(_failure(span))
@@ -385,17 +420,25 @@ def _span_problem(span: _Span) -> str:
 def _failure(span: _Span) -> dict[str, Any]:
     """A failed call's fields, from a span whose status is ERROR (as Langfuse reads it): the error's class
     from `error.type` or the recorded exception's `exception.type`, its message from the status or the
-    exception, the HTTP status from `http.response.status_code`; {} for a span that did not fail."""
+    exception, the HTTP status from `http.response.status_code`, else from an OpenAI-style message
+    ("Error code: 429 - …", which both OpenAI instrumentations record); {} for a span that did not fail."""
     if not span.failed:
         return {}
     exception = next((attrs for name, attrs in span.events if name == "exception"), {})
-    error = span.attrs.get("error.type") or exception.get("exception.type") or "error"
+    error = str(span.attrs.get("error.type") or exception.get("exception.type") or "error")
+    error = CLASS_REPR.sub(r"\1", error)  # "<class 'openai.RateLimitError'>" → openai.RateLimitError
     message = span.status_message or exception.get("exception.message") or ""
     http_status = _integer(span.attrs.get("http.response.status_code", span.attrs.get("http.status_code")))
+    if http_status is None and (code := HTTP_STATUS_IN_MESSAGE.search(str(message))):
+        http_status = int(code.group(1))
     out: dict[str, Any] = {"status": "error", "error": str(error)[:200], "error_message": str(message)}
     if isinstance(http_status, int) and 100 <= http_status <= 599:
         out["http_status"] = http_status
     return out
+
+
+CLASS_REPR = re.compile(r"^<class '([^']{1,200})'>$")
+HTTP_STATUS_IN_MESSAGE = re.compile(r"\bError code: (\d{3})\b")
 
 
 def _first_attr(attrs: dict[str, Any], keys: tuple[str, ...], default: Any) -> Any:
@@ -455,14 +498,54 @@ def _attach_tools(tools, turn_spans, turns, parent, ancestors, agent_chain, out:
         if target is None:
             out.ignored += 1
             continue
-        call: dict[str, Any] = {"name": str(tool.attrs.get("gen_ai.tool.name") or tool.name)}
-        for key, name in (("gen_ai.tool.call.id", "id"), ("gen_ai.tool.call.arguments", "arguments")):
-            if key in tool.attrs:
-                call[name] = tool.attrs[key]
+        call: dict[str, Any] = {"name": str(_first_attr(tool.attrs, TOOL_NAME_ATTRIBUTES, "") or tool.name)}
+        for keys, name in ((TOOL_ID_ATTRIBUTES, "id"), (TOOL_ARGUMENTS_ATTRIBUTES, "arguments")):
+            value = _first_attr(tool.attrs, keys, None)
+            if value is not None:
+                call[name] = value
         calls[(target.trace_id, target.span_id)].append((tool.start, call))
         out.tool_calls += 1
-    for key, items in calls.items():
+    for key, items in calls.items():  # the tools that ran replace the ones the response asked for
         turns[key]["tool_calls"] = [call for _, call in sorted(items, key=lambda item: item[0])]
+
+
+# The tool calls a model's response asks for, flattened by OpenInference
+# (`llm.output_messages.0.message.tool_calls.1.tool_call.function.name`): a turn's tool calls when no tool
+# span ran them (an agent that runs tools without instrumenting them).
+_REQUESTED_TOOL = re.compile(
+    r"^llm\.output_messages\.(\d+)\.message\.tool_calls\.(\d+)\.tool_call\.(id|function\.name|function\.arguments)$"
+)
+
+
+def _requested_tools(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if key.startswith("llm.output_messages.") and (match := _REQUESTED_TOOL.match(key)):
+            field_name = {"id": "id", "function.name": "name", "function.arguments": "arguments"}[match[3]]
+            found.setdefault((int(match[1]), int(match[2])), {})[field_name] = value
+    return [
+        {"name": str(call["name"]), **{k: call[k] for k in ("id", "arguments") if k in call}}
+        for _, call in sorted(found.items())
+        if call.get("name")
+    ]
+
+
+def _without_wrappers(turn_spans: list[_Span], ancestors, out: Mapped) -> list[_Span]:
+    """One model call seen by two instrumentations is two nested turn spans (a framework's LLM span around
+    the OpenAI client's, or the OTel GenAI and OpenInference OpenAI instrumentations both installed, as
+    `opentelemetry-instrument` loads every one it finds). The innermost is the call on the wire and is
+    kept; a turn span with a turn span below it, and no agent span between, is a wrapper: ignored, so the
+    call is counted once. Spans marked with `smrweb.turn_kind` are always kept."""
+    ids = {(s.trace_id, s.span_id) for s in turn_spans}
+    wrappers: set[tuple[str, str]] = set()
+    for span in turn_spans:
+        for node in ancestors(span):
+            if node.is_agent:
+                break
+            if (node.trace_id, node.span_id) in ids and "smrweb.turn_kind" not in node.attrs:
+                wrappers.add((node.trace_id, node.span_id))
+    out.ignored += len(wrappers)
+    return [s for s in turn_spans if (s.trace_id, s.span_id) not in wrappers]
 
 
 @dataclass
