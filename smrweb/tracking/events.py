@@ -176,35 +176,12 @@ class TurnEvent(_Event):
         default=None, description="What the model answered: text, or chat messages; as `prompt`."
     )
 
-    @field_validator("tokens_cache_write")
+    @field_validator("tokens_cached_in", "tokens_cache_write", "tokens_reasoning")
     @classmethod
-    def _cache_parts_within_input(cls, value: int, info: ValidationInfo) -> int:
-        cached, total = info.data.get("tokens_cached_in"), info.data.get("tokens_in")
-        if cached is not None and total is not None and cached + value > total:
-            raise ValueError(
-                f"tokens_cached_in + tokens_cache_write ({cached + value}) is more than tokens_in ({total}): "
-                "they are parts of it."
-            )
-        return value
-
-    @field_validator("tokens_cached_in")
-    @classmethod
-    def _cached_within_input(cls, value: int, info: ValidationInfo) -> int:
-        total = info.data.get("tokens_in")
-        if total is not None and value > total:
-            raise ValueError(
-                f"tokens_cached_in ({value}) is more than tokens_in ({total}): it is a part of it."
-            )
-        return value
-
-    @field_validator("tokens_reasoning")
-    @classmethod
-    def _reasoning_within_output(cls, value: int, info: ValidationInfo) -> int:
-        total = info.data.get("tokens_out")
-        if total is not None and value > total:
-            raise ValueError(
-                f"tokens_reasoning ({value}) is more than tokens_out ({total}): it is a part of it."
-            )
+    def _parts_within_totals(cls, value: int, info: ValidationInfo) -> int:
+        problem = pricing.part_over_total(info.field_name, {**info.data, info.field_name: value})
+        if problem:
+            raise ValueError(problem)
         return value
 
     @property

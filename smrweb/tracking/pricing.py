@@ -138,6 +138,27 @@ def token_counts(found: Mapping[str, Any], *sources: Any) -> dict[str, Any]:
     return {k: v for k, v in fold_parts(counts).items() if v is not None}
 
 
+# Which counts are parts of which total: the cached and cache-write tokens of the input, the reasoning
+# tokens of the output. One home for the rule, read by the contract's check and by `fold_parts`.
+PARTS_OF_TOTAL = {
+    "tokens_in": ("tokens_cached_in", "tokens_cache_write"),
+    "tokens_out": ("tokens_reasoning",),
+}
+
+
+def part_over_total(name: str, counts: Mapping[str, Any]) -> str:
+    """Why the part `name` cannot stand with the parts before it in `counts` (the contract checks them in
+    order): together they are more than their total; "" when they fit or the total is unknown."""
+    total_name, parts = next((t, p) for t, p in PARTS_OF_TOTAL.items() if name in p)
+    total = counts.get(total_name)
+    named = [p for p in parts[: parts.index(name) + 1] if isinstance(counts.get(p), int)]
+    together = sum(counts[p] for p in named)
+    if not isinstance(total, int) or together <= total:
+        return ""
+    what = "it is a part" if len(named) == 1 else "they are parts"
+    return f"{' + '.join(named)} ({together}) is more than {total_name} ({total}): {what} of it."
+
+
 def fold_parts(counts: dict[str, Any]) -> dict[str, Any]:
     """Token counts as an adapter read them (OTLP attributes, JSONL lines, MLflow) brought to the contract's
     convention, where the cached, cache-write and reasoning counts are parts of the input and output
@@ -146,11 +167,10 @@ def fold_parts(counts: dict[str, Any]) -> dict[str, Any]:
     for the contract to word its error."""
     out = dict(counts)
     numbers = {k: v for k, v in out.items() if isinstance(v, int) and not isinstance(v, bool)}
-    cached = numbers.get("tokens_cached_in", 0) + numbers.get("tokens_cache_write", 0)
-    if "tokens_in" in numbers and cached > numbers["tokens_in"]:
-        out["tokens_in"] = numbers["tokens_in"] + cached
-    if "tokens_out" in numbers and numbers.get("tokens_reasoning", 0) > numbers["tokens_out"]:
-        out["tokens_out"] = numbers["tokens_out"] + numbers["tokens_reasoning"]
+    for total, parts in PARTS_OF_TOTAL.items():
+        together = sum(numbers.get(part, 0) for part in parts)
+        if total in numbers and together > numbers[total]:
+            out[total] = numbers[total] + together
     return out
 
 

@@ -193,6 +193,24 @@ def test_rest_turns_priced_reported_and_unpriced(project):
     assert RunDaySpend.objects.get(run=run).cost_usd == run.cost_usd
 
 
+def test_parts_and_their_totals_follow_one_rule():
+    """The contract's check and the adapters' folding read the same table (pricing.PARTS_OF_TOTAL)."""
+    over = {"tokens_in": 10, "tokens_cached_in": 8, "tokens_cache_write": 5}
+    assert pricing.part_over_total("tokens_cached_in", over) == ""
+    assert pricing.part_over_total("tokens_cache_write", over) == (
+        "tokens_cached_in + tokens_cache_write (13) is more than tokens_in (10): they are parts of it."
+    )
+    assert pricing.part_over_total("tokens_reasoning", {"tokens_out": 3, "tokens_reasoning": 4}) == (
+        "tokens_reasoning (4) is more than tokens_out (3): it is a part of it."
+    )
+    assert pricing.part_over_total("tokens_reasoning", {"tokens_reasoning": 4}) == ""  # no total: no rule
+    assert pricing.fold_parts(over)["tokens_in"] == 23  # a source that counted the cache apart
+    assert pricing.fold_parts({"tokens_out": 3, "tokens_reasoning": 2}) == {
+        "tokens_out": 3,
+        "tokens_reasoning": 2,
+    }
+
+
 @pytest.mark.django_db
 def test_rest_refuses_parts_larger_than_their_totals_with_field_detail(api, project):
     url = f"/api/v1/projects/{project.slug}/runs/r2/events"
