@@ -53,6 +53,7 @@ from django.utils import timezone
 
 from smrweb.core import turn_bodies
 from smrweb.sources.apply import apply_events
+from smrweb.sources.failures import failure_of
 from smrweb.tracking import events as ev
 from smrweb.tracking import pricing, services
 from smrweb.tracking.errors import EventError, TrackingError
@@ -247,24 +248,6 @@ class AgentTurnsAdapter(Adapter):
 SUMMARY_LINES = frozenset({"dispatch_exhausted"})  # lines that sum up attempts logged one by one
 
 
-def _failure(obj: dict) -> dict[str, Any]:
-    """A failed call's fields (seed 001: `error` is the exception's class, `fix_hint` what to do about
-    it, `http_status`); {} for a line that did not fail."""
-    error = obj.get("error")
-    status = obj.get("status") if isinstance(obj.get("status"), str) else obj.get("outcome")
-    failed = (isinstance(error, str) and error.strip()) or status in ("error", "failed", "failure")
-    if not failed:
-        return {}
-    message = _first((obj,), ("fix_hint", "fixHint", "error_message", "errorMessage", "message"))
-    out: dict[str, Any] = {"status": "error", "error": (error if isinstance(error, str) else "error")[:200]}
-    if isinstance(message, str):
-        out["error_message"] = message
-    http = _int(_first((obj,), ("http_status", "httpStatus", "status_code", "statusCode")))
-    if isinstance(http, int) and 100 <= http <= 599:
-        out["http_status"] = http
-    return out
-
-
 class UsageLogAdapter(Adapter):
     """Per-call usage logs (seed 001) → TurnEvent, one turn a call.
 
@@ -299,7 +282,7 @@ class UsageLogAdapter(Adapter):
         sources = (obj, usage)
         tokens_in, tokens_out = _first(sources, _IN), _first(sources, _OUT)
         cost = _first(sources, _COST)
-        failure = _failure(obj)
+        failure = failure_of(obj)
         if _first((obj,), _TURN_TAGS) in SUMMARY_LINES:
             return "a summary of calls logged one by one"
         if tokens_in is None and tokens_out is None and cost is None and not failure:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from smrweb.sources.failures import failure_of
 from smrweb.tracking import pricing
 
 PICO = Decimal(10) ** 12
@@ -377,7 +378,8 @@ def read_entries(entries: list, roles: dict[str, str] | None = None) -> EntriesR
             continue
         when = _when(_first(row, TIME_KEYS))
         cost = _usd(row)
-        if (kind is None and not has_tokens) or when is None or (not has_tokens and cost is None):
+        failure = failure_of(row)  # a failed call is a turn even with no tokens and no cost
+        if when is None or not (has_tokens or failure or (kind is not None and cost is not None)):
             reading.note_unreadable(row)
             continue
         actor, role, parent = _actor(row)
@@ -403,6 +405,7 @@ def read_entries(entries: list, roles: dict[str, str] | None = None) -> EntriesR
                 "cost_usd": None if cost is None else float(cost.quantize(Decimal("0.000000000001"))),
                 "tool_calls": _tool_names(_first(row, TOOL_KEYS)),
                 "duration_ms": min(duration, 2**31 - 1) if duration is not None else None,
+                **failure,
             }
         )
     return reading

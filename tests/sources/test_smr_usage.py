@@ -139,6 +139,39 @@ def test_other_meters_are_set_aside_and_the_unreadable_counted_with_an_example()
     assert "opaque" in reading.example
 
 
+# Failed calls as different deployments could write them: each is a failed turn, none unreadable.
+FAILED_ENTRIES = [
+    (
+        {"status": "error", "error": "RateLimitError", "http_status": 429, "error_message": "slow down"},
+        ("RateLimitError", 429, "slow down"),
+    ),
+    (
+        {"outcome": "failed", "error": {"type": "AuthenticationError", "message": "bad key", "status": 401}},
+        ("AuthenticationError", 401, "bad key"),
+    ),
+    (
+        {"error_code": "model_loading", "status_code": 503, "fix_hint": "retry in 30 s"},
+        ("model_loading", 503, "retry in 30 s"),
+    ),
+    ({"status": 500, "message": "upstream exploded"}, ("500", 500, "upstream exploded")),
+    ({"status": "timeout"}, ("timeout", None, "")),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), FAILED_ENTRIES)
+def test_failed_calls_in_usage_entries_are_failed_turns_even_without_tokens(fields, expected):
+    entry = {"entry_id": "f1", "meter_kind": "inference", "created_at": "2026-11-20T10:00:00Z", **fields}
+    reading = read_entries([entry])
+    assert reading.unreadable == 0 and len(reading.turns) == 1
+    turn = reading.turns[0]
+    assert (turn["status"], turn["error"], turn.get("http_status"), turn.get("error_message", "")) == (
+        "error",
+        *expected,
+    )
+    # A call that went through says nothing of failure.
+    assert "status" not in read_entries(SPELLINGS["flat-pico"]).turns[0]
+
+
 def test_an_entry_without_an_id_gets_a_stable_one_from_its_content():
     row = {
         "meter_kind": "inference",
