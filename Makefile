@@ -66,7 +66,7 @@ fuzz: install-test
 
 # Measured, not assumed: results go to docs/benchmarks.md. Not part of `make test`.
 bench: install-test
-	$(BIN)/python bench/ingest.py --events 10000 --batch 1000
+	$(BIN)/python bench/ingest.py --events 10000 --batch 1000 --priced-share 0.5
 	$(BIN)/python bench/ingest_vs_mlflow.py --append
 	$(BIN)/python bench/ingest_vs_mlflow.py --client --repeat 2 --append
 	$(BIN)/python bench/retention.py --runs 200
