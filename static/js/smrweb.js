@@ -601,7 +601,33 @@
     }
   });
 
-  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); }
+  // --- the Logs card (run page): a terminal, newest line at the bottom ----------------------------------
+  // A box opens at its bottom (the tail, an older page) or its top (a newer page). At the tail it stays at
+  // the bottom as the poll adds lines, unless the reader scrolled up to read; asking the card for another
+  // page or filter (a request from inside it) starts afresh.
+  var logPinned = {};
+  document.addEventListener("scroll", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("log-box")) return;
+    logPinned[box.id] = box.scrollHeight - box.scrollTop - box.clientHeight < 24;
+  }, true);
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.closest && elt.closest("#run-logs")) logPinned = {};
+  });
+  function syncLogs() {
+    document.querySelectorAll(".log-box").forEach(function (box) {
+      var top = box.dataset.logStart === "top";
+      if (!box._smrwebLog) {
+        box._smrwebLog = true;
+        if (logPinned[box.id] === undefined) logPinned[box.id] = !top;
+        if (top) box.scrollTop = 0;
+      }
+      if (logPinned[box.id] && !top) box.scrollTop = box.scrollHeight;
+    });
+  }
+
+  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); syncLogs(); }
   if (DARK && DARK.addEventListener) {
     DARK.addEventListener("change", function () {
       document.querySelectorAll("[data-plot]").forEach(function (el) { el._smrwebFigure = null; });
