@@ -68,7 +68,7 @@ CARDS = (
     "steer-status",  # the Steer card's status part (partials/run_steer.html), outside the live part
     "run-poll",
 )
-# The cards whose links page or filter them (the card alone comes back; views/run_logs.PARAMS for the Logs card).
+# The cards whose links page or filter them: the card alone comes back (run_logs.PARAMS: the Logs card's).
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page", run_logs.CARD: "logs_before"}
 FAILED_MARKS = 500  # the newest failed calls marked on the timeline
 # What a turn's row shows (with its tool calls' count and names): its version in the row cache.
