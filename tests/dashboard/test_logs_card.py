@@ -23,9 +23,16 @@ HX = {"HX-Request": "true"}
 ONLY = {**HX, live.ONLY_HEADER: "run-logs"}
 
 
-def add_lines(run: Run, n: int, *, text=lambda seq: f"step {seq} done", chunk: int = 5000) -> None:
-    """n more lines after the run's last (levels cycle debug, info, info, warning, error), with the run's
-    counters kept as the write path keeps them."""
+def add_lines(
+    run: Run,
+    n: int,
+    *,
+    text=lambda seq: f"step {seq} done",
+    level=lambda seq: LEVELS[seq % 5],
+    chunk: int = 5000,
+) -> None:
+    """n more lines after the run's last (levels cycle debug, info, info, warning, error unless `level`
+    says), with the run's counters kept as the write path keeps them."""
     first = run.log_lines + 1
     for start in range(first, first + n, chunk):
         RunLogLine.objects.bulk_create(
@@ -33,13 +40,13 @@ def add_lines(run: Run, n: int, *, text=lambda seq: f"step {seq} done", chunk: i
                 run=run,
                 seq=seq,
                 ts=T0 + timedelta(seconds=seq),
-                level=LEVELS[seq % 5],
+                level=level(seq),
                 text=text(seq),
                 stream="stderr" if seq % 7 == 0 else "",
             )
             for seq in range(start, min(start + chunk, first + n))
         )
-    warnings = sum(1 for seq in range(first, first + n) if LEVELS[seq % 5] >= LogLevel.WARNING)
+    warnings = sum(1 for seq in range(first, first + n) if level(seq) >= LogLevel.WARNING)
     Run.objects.filter(pk=run.pk).update(
         log_lines=F("log_lines") + n, log_warnings=F("log_warnings") + warnings
     )
