@@ -116,6 +116,7 @@ def context(run: Run, view: LogView, other_query: QueryDict) -> dict:
         "logs_view": view,
         "logs_levels": LEVELS[1:],
         "logs_links": links,
+        "logs_streams": page is not None and any(line.stream for line in page.lines),  # a column for them
         "logs_keep": [(k, v) for k, values in other_query.lists() for v in values],
     }
 
