@@ -60,7 +60,9 @@ def logs_run(project):
 
 
 def shown_seqs(page) -> list[int]:
-    return [int(s) for s in page.locator("#log-lines > li").evaluate_all("els => els.map(e => e.dataset.seq)")]
+    return [
+        int(s) for s in page.locator("#log-lines > li").evaluate_all("els => els.map(e => e.dataset.seq)")
+    ]
 
 
 def at_bottom(page) -> bool:
@@ -90,7 +92,10 @@ def test_the_logs_card_filters_searches_pages_and_follows(page, sign_in, alice, 
     expect(page.locator("#log-1")).to_be_attached()
     # A line's markup is text: shown, never run.
     expect(page.locator("#log-3 .log-text")).to_have_text("kickoff: " + XSS)
-    assert page.evaluate("window.pwned") is None and page.locator("#log-lines img, #log-lines script").count() == 0
+    assert (
+        page.evaluate("window.pwned") is None
+        and page.locator("#log-lines img, #log-lines script").count() == 0
+    )
     page.locator('[data-log-link="newer"]').click()
     expect(page).to_have_url(re.compile(r"logs_after=50"))
     expect(page.locator("#log-51")).to_be_attached()
@@ -138,7 +143,11 @@ def test_the_logs_card_filters_searches_pages_and_follows(page, sign_in, alice, 
 def test_screenshots_of_the_logs_card(browser, live_server, alice, logs_run, screenshot_dir):
     SHOTS.mkdir(parents=True, exist_ok=True)
     problems = {}
-    for width, scheme, query in ((1440, "light", ""), (390, "dark", ""), (1440, "light", "?logs_level=warning")):
+    for width, scheme, query in (
+        (1440, "light", ""),
+        (390, "dark", ""),
+        (1440, "light", "?logs_level=warning"),
+    ):
         phone = width < 600
         with page_at(browser, live_server, alice, width, scheme) as page:
             page.goto(URL + query)

@@ -14,7 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from smrweb.dashboard import live
 from tests.dashboard.test_logs_card import ONLY, add_lines, seqs, url
 from tests.dashboard.test_logs_card import card as logs_card
-from tests.dashboard.test_logs_card import run as run  # noqa: F401 (the fixture)
+from tests.dashboard.test_logs_card import frozen as frozen  # noqa: F401 (fixtures)
+from tests.dashboard.test_logs_card import run as run  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

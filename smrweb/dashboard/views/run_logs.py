@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.http import QueryDict
+from django.utils import timezone
 
-from smrweb.tracking.models import LogLevel, Run
+from smrweb.tracking.models import LogLevel, Run, RunLogLine
 from smrweb.tracking.queries.logs import LOG_SEARCH_MAX, LogPage, log_page
 
 CARD = "run-logs"
@@ -33,6 +34,20 @@ def level_name(levelno: int) -> str:
     """A line's level as its badge says it: the standard level at or below it (a custom levelno 25 is
     "info"; anything under debug is "debug")."""
     return next((label for value, label in STANDARD_LEVELS if levelno >= value), "debug")
+
+
+def prepare(lines: list[RunLogLine]) -> list[RunLogLine]:
+    """What a line's row shows, worked out once here rather than by template filters (a cold page of 200
+    rows spent most of its time in four date formats and a number format per row): the time in the
+    viewer's clock (the zone the request activated), the full stamp, the level's name."""
+    for line in lines:
+        local = timezone.localtime(line.ts)
+        line.level_name = level_name(line.level)
+        line.clock = local.strftime("%H:%M:%S")
+        line.stamp = local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+        line.iso = local.isoformat()
+        line.n = str(line.seq)
+    return lines
 
 
 def _cursor(raw: str | None) -> int | None:

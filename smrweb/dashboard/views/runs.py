@@ -666,9 +666,8 @@ class RunPage:
         rows = [(live.card_version(*digest, line.pk, line.seq), line) for line in lines]
 
         def render(missing: list) -> str:
-            for line in missing:
-                line.level_name = run_logs.level_name(line.level)
-            return render_to_string(f"{TEMPLATE}#log-rows", {"lines": missing}, request=self.request)
+            context = {"lines": run_logs.prepare(missing)}
+            return render_to_string(f"{TEMPLATE}#log-rows", context, request=self.request)
 
         return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
 
