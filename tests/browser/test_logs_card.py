@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 URL = "/projects/hill/runs/logs-1/"
 XSS = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 SHOTS = Path("/work/notes/shots")
+SIDEWAYS = "() => { const b = document.getElementById('log-box'); return b.scrollWidth > b.clientWidth + 1; }"
 
 
 def harness_line(seq: int) -> str:
@@ -157,9 +158,7 @@ def test_screenshots_of_the_logs_card(browser, live_server, alice, logs_run, scr
             for out in (SHOTS / f"logs-{suffix}.png", screenshot_dir / f"run-logs-{suffix}.png"):
                 card.screenshot(path=out)
             found = page.evaluate(OVERFLOW_CHECK, phone)
-            if page.evaluate(
-                "() => { const b = document.getElementById('log-box'); return b.scrollWidth > b.clientWidth + 1; }"
-            ):
+            if page.evaluate(SIDEWAYS):
                 found.append("the log box scrolls sideways (long lines must wrap)")
             if scheme == "dark":
                 found += page.evaluate(DARK_CHECK)
