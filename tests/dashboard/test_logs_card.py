@@ -267,3 +267,38 @@ def test_a_finished_run_does_not_say_it_follows(client_alice, project, run):
     push(project, "r1", {"type": "state", "state": "done"})
     html = card(client_alice.get(url(project)).content.decode())
     assert "(#1–#5)" in html and "following" not in html
+
+
+def card_now(user, query: str = "") -> tuple[str, str]:
+    """The Logs card's version and render as a poll would compute them (the run read afresh)."""
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import RequestFactory
+
+    from smrweb.dashboard.views.runs import RunPage
+
+    request = RequestFactory().get(f"/projects/hill/runs/r1/{query}")
+    request.user, request.session, request.htmx = user, SessionStore(), False
+    page = RunPage(request, Run.objects.select_related("project__scenario").get(external_id="r1"))
+    card = page.deck(("run-logs",)).cards["run-logs"]
+    return card.version, card.render()
+
+
+LOG_CHANGES = {
+    "a new line": lambda run, project: add_lines(run, 1),
+    "lines dropped": lambda run, project: Run.objects.filter(pk=run.pk).update(log_lines_dropped=9),
+    "a warning": lambda run, project: add_lines(run, 1, level=lambda seq: LogLevel.ERROR),
+    "the run ends": lambda run, project: push(project, "r1", {"type": "state", "state": "done"}),
+}
+
+
+@pytest.mark.parametrize("query", ["", "?logs_before=150", "?logs_level=warning&logs_q=step"])
+@pytest.mark.parametrize("change", list(LOG_CHANGES))
+def test_the_cards_version_moves_whenever_its_render_does(alice, project, run, change, query):
+    """The Logs card's share of test_card_versions' safety net: a poll re-renders a card only when its
+    version moves, so every input of what the card shows must be in its version."""
+    add_lines(run, 300)
+    before = card_now(alice, query)
+    LOG_CHANGES[change](run, project)
+    after = card_now(alice, query)
+    assert before[1] != after[1], f"{change} changed nothing: it tests nothing"
+    assert before[0] != after[0], f"{change}: the card renders differently under the same version"

@@ -140,4 +140,4 @@ def version_parts(run: Run, view: LogView) -> tuple:
     """What the card shows, as the inputs of its version: the run's counters (a new line moves them, so
     the tail follows it; a page further back shows the same lines, and its counts and links move) and the
     view. Lines are never edited once kept, so their seq range is all a page's rows depend on."""
-    return (run.log_lines, run.log_warnings, run.log_lines_dropped, view)
+    return (run.log_lines, run.log_warnings, run.log_lines_dropped, run.is_terminal, view)  # "following"
