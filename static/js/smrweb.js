@@ -601,7 +601,45 @@
     }
   });
 
-  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); }
+  // --- the Logs card (run page): a terminal, newest line at the bottom ----------------------------------
+  // A box opens at its bottom (the tail, an older page) or its top (a newer page). At the tail it stays at
+  // the bottom as the poll adds lines, unless the reader scrolled up to read; asking the card for another
+  // page or filter (a request from inside it) starts afresh. Whether a box is at its bottom is read before
+  // a swap changes it: the scroll events a swap causes (rows leaving the top) say nothing of the reader.
+  var logPinned = {}, logFresh = false, logSwapping = false;
+  function logAtBottom(box) { return box.scrollHeight - box.scrollTop - box.clientHeight < 24; }
+  document.addEventListener("scroll", function (event) {
+    var box = event.target;
+    if (logSwapping || !box.classList || !box.classList.contains("log-box")) return;
+    logPinned[box.id] = logAtBottom(box);
+  }, true);
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.closest && elt.closest("#run-logs")) logFresh = true;
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (!event.detail.shouldSwap) return;
+    document.querySelectorAll(".log-box").forEach(function (box) {
+      if (box._smrwebLog && !logFresh) logPinned[box.id] = logAtBottom(box);
+    });
+    logSwapping = true;
+    window.setTimeout(function () { logSwapping = false; }, 1000);  // should the swap never settle
+  });
+  function syncLogs() {
+    document.querySelectorAll(".log-box").forEach(function (box) {
+      var top = box.dataset.logStart === "top";
+      if (!box._smrwebLog) {
+        box._smrwebLog = true;
+        if (logFresh || logPinned[box.id] === undefined) logPinned[box.id] = !top;
+        if (top) box.scrollTop = 0;
+      }
+      if (logPinned[box.id] && !top) box.scrollTop = box.scrollHeight;
+    });
+    logFresh = false;
+    logSwapping = false;
+  }
+
+  function refresh(root) { renderPlots(root); syncPicks(); tickTimes(root); syncBulk(); syncLogs(); }
   if (DARK && DARK.addEventListener) {
     DARK.addEventListener("change", function () {
       document.querySelectorAll("[data-plot]").forEach(function (el) { el._smrwebFigure = null; });

@@ -241,7 +241,7 @@ def test_a_pager_gets_its_card_and_the_poll_follows_the_page(client_alice, proje
         URL + "?turns_page=2", headers={"HX-Request": "true", live.ONLY_HEADER: "turns-card"}
     ).content.decode()
     assert answer.lstrip().startswith('<section class="card" id="turns-card">')
-    assert set(cards_of(answer)) == {"turns-card", "run-poll", "artifacts-card"}  # its pager links follow
+    assert set(cards_of(answer)) == {"turns-card", "run-poll", "artifacts-card", "run-logs"}  # links follow
     cards_of(answer, shown)
     # Polling page 2: a new turn moves one row from page 1 to the top of page 2.
     assert poll(client_alice, shown, "?turns_page=2").status_code == 204

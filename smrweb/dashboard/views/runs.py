@@ -22,7 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
 from smrweb.dashboard.templatetags.smrweb import tool_names
-from smrweb.dashboard.views import steer
+from smrweb.dashboard.views import run_logs, steer
 from smrweb.dashboard.views.annotations import run_page_context
 from smrweb.dashboard.views.steer import steer_page_context
 from smrweb.tracking import queries
@@ -55,6 +55,7 @@ CARDS = (
     "run-actors",
     "turns-card",
     "failed-calls",
+    "run-logs",
     "run-submissions",
     "artifacts-card",
     "metric-panel",
@@ -67,7 +68,8 @@ CARDS = (
     "steer-status",  # the Steer card's status part (partials/run_steer.html), outside the live part
     "run-poll",
 )
-PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page"}
+# The cards whose links page or filter them: the card alone comes back (run_logs.PARAMS: the Logs card's).
+PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page", run_logs.CARD: "logs_before"}
 FAILED_MARKS = 500  # the newest failed calls marked on the timeline
 # What a turn's row shows (with its tool calls' count and names): its version in the row cache.
 TURN_ROW_FIELDS = (
@@ -139,6 +141,7 @@ class RunPage:
         self.query = request.GET.copy()
         self.query.pop("key", None)
         self.metric_key = request.GET.get("key") or None
+        self.logs_view = run_logs.LogView.from_query(request.GET)
 
     # --- what the cards read ----------------------------------------------------------------------------
 
@@ -222,11 +225,15 @@ class RunPage:
             paginator.count = count  # known already: the paginator's COUNT query is not needed
         return paginator.get_page(self.request.GET.get(param))
 
+    def _query_without(self, *names: str):
+        params = self.query.copy()
+        for name in names:
+            params.pop(name, None)
+        return params
+
     def _pager_query(self, param: str) -> str:
         """The query string minus one parameter (pager links set it again)."""
-        params = self.query.copy()
-        params.pop(param, None)
-        return params.urlencode()
+        return self._query_without(param).urlencode()
 
     # --- versions -------------------------------------------------------------------------------------------
 
@@ -382,6 +389,8 @@ class RunPage:
         if name == "failed-calls":
             # Its list moves with each failed call; its rate with every turn (only while there are any).
             return (run.failed_turns, run.turn_count if run.failed_turns else 0)
+        if name == run_logs.CARD:
+            return (*run_logs.version_parts(run, self.logs_view), self.query.urlencode())
         if name == "run-submissions":
             return (run.score_count, m.submission_last, m.submissions_updated, m.artifacts)
         if name == "artifacts-card":
@@ -578,6 +587,9 @@ class RunPage:
                 "turn_rows": self.turn_rows(turns),
                 "pager_query": self._pager_query("turns_page"),
             }
+        if name == run_logs.CARD:
+            logs = run_logs.context(run, self.logs_view, self._query_without(*run_logs.PARAMS))
+            return {**logs, "log_rows": self.log_rows(logs["logs"].lines if logs["logs"] else [])}
         if name == "run-submissions":
             return {
                 "submissions": run.submissions.select_related("artifact__blob").order_by("-ts", "-id")[:20]
@@ -644,6 +656,18 @@ class RunPage:
         def render(missing: list) -> str:
             context = {"project": self.project, "run": self.run, "turns": missing}
             return render_to_string(f"{TEMPLATE}#turn-rows", context, request=self.request)
+
+        return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
+
+    def log_rows(self, lines: list) -> list[str]:
+        """The Logs card's lines, each kept in the cache (a line never changes once kept): a live tail's
+        poll renders the new lines, not the page."""
+        digest = (live.template_digest(TEMPLATE), self.zone)
+        rows = [(live.card_version(*digest, line.pk, line.seq), line) for line in lines]
+
+        def render(missing: list) -> str:
+            context = {"lines": run_logs.prepare(missing)}
+            return render_to_string(f"{TEMPLATE}#log-rows", context, request=self.request)
 
         return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
 

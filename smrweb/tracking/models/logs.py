@@ -20,6 +20,34 @@ class LogLevel(models.IntegerChoices):
     ERROR = 40, "error"
     CRITICAL = 50, "critical"
 
+    @classmethod
+    def parse(cls, value: object) -> int:
+        """A level from a name ("warning", any case; "warn" and "fatal" as Python's logging has them) or a
+        levelno 1..50 (a custom levelno is kept as it is, so "warning and worse" still compares). Raises
+        ValueError naming what is accepted."""
+        if isinstance(value, bool):
+            raise ValueError(LEVEL_HELP)
+        if isinstance(value, int):
+            if 1 <= value <= cls.CRITICAL:
+                return value
+            raise ValueError(LEVEL_HELP)
+        if isinstance(value, str):
+            name = value.strip().lower()
+            if name.isdigit():
+                return cls.parse(int(name))
+            if name in LEVEL_NAMES:
+                return LEVEL_NAMES[name]
+        raise ValueError(LEVEL_HELP)
+
+
+LEVEL_NAMES = {
+    **{label: int(value) for value, label in LogLevel.choices},
+    "warn": LogLevel.WARNING,
+    "fatal": LogLevel.CRITICAL,
+    "err": LogLevel.ERROR,
+}
+LEVEL_HELP = "Level must be one of debug, info, warning, error, critical (or warn, fatal) or a levelno 1-50."
+
 
 class LogSource(models.TextChoices):
     PUSH = "push", "pushed"
