@@ -87,6 +87,9 @@ class RunLogBatch(models.Model):
     dropped = models.PositiveIntegerField(default=0)  # lines over the run's cap: counted, not kept
     first_seq = models.PositiveBigIntegerField(null=True, blank=True)
     last_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    # An SMR archive that could not be read: why (kept 0). Never retried: the backend's archive is what
+    # it is; a fault worth retrying (a timeout, a 5xx) leaves no batch.
+    problem = models.CharField(max_length=500, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

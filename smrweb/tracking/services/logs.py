@@ -110,12 +110,20 @@ def _parse_ts(value: object) -> datetime:
     return ts.astimezone(UTC)
 
 
-def parse_lines(lines: object, *, stream: str = "", now: datetime | None = None) -> list[LogLineIn]:
+def parse_lines(
+    lines: object,
+    *,
+    stream: str = "",
+    now: datetime | None = None,
+    limit: int | None = MAX_LOG_LINES_PER_BATCH,
+) -> list[LogLineIn]:
     """Check and clean a batch's lines (dicts, or plain strings for text at info level). Every problem
-    is collected, named by its field (`lines[3].level`), and raised together: InvalidLogLines."""
+    is collected, named by its field (`lines[3].level`), and raised together: InvalidLogLines.
+    `limit`: lines a batch may hold (a push's cap; an SMR archive is bounded by its bytes instead)."""
     if not isinstance(lines, list):
         raise InvalidLogLines([EventError(None, "lines", "Send `lines` as a list of lines.")])
-    if len(lines) > MAX_LOG_LINES_PER_BATCH:
+    limit = limit if limit is not None else 2**62
+    if len(lines) > limit:
         raise InvalidLogLines([EventError(None, "lines", TOO_MANY)])
     now = now or timezone.now()
     errors: list[EventError] = []
@@ -158,7 +166,7 @@ def parse_lines(lines: object, *, stream: str = "", now: datetime | None = None)
         # "" is one empty line (a print() of nothing); "a\nb\n" is two.
         for piece in text.splitlines() or [""]:
             out.append(LogLineIn(clean_text(piece), level, ts, line_stream))
-        if len(out) > MAX_LOG_LINES_PER_BATCH:
+        if len(out) > limit:
             errors.append(EventError(None, "lines", TOO_MANY))
             break
     if errors:
@@ -199,14 +207,31 @@ def append_lines(
     *,
     source: str = LogSource.PUSH,
     stream: str = "",
+    limit: int | None = MAX_LOG_LINES_PER_BATCH,
 ) -> LogBatchResult:
     """Keep a batch of lines on an existing run (the SMR poller's archives; see the module's doc)."""
     batch_id = check_batch_id(batch_id)
-    parsed = parse_lines(lines, stream=stream)
+    parsed = parse_lines(lines, stream=stream, limit=limit)
     with transaction.atomic():
         locked = Run.objects.select_for_update(of=("self",)).select_related("project").get(pk=run.pk)
         check_writable(locked.project, locked)
         return _append_locked(locked, batch_id, parsed, source)
+
+
+def record_unreadable_archive(run: Run, batch_id: str, problem: str) -> bool:
+    """An SMR log archive the poller could not read: a batch that kept nothing, with why, counted on the
+    run (`log_archives_unreadable`), so it is shown rather than silently missing. False when the run
+    already has this batch (read, or found unreadable, before)."""
+    batch_id = check_batch_id(batch_id)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
+        if RunLogBatch.objects.filter(run=locked, batch_id=batch_id).exists():
+            return False
+        RunLogBatch.objects.create(
+            run=locked, batch_id=batch_id, source=LogSource.SMR, problem=_CONTROL.sub("", problem)[:500]
+        )
+        Run.objects.filter(pk=run.pk).update(log_archives_unreadable=F("log_archives_unreadable") + 1)
+    return True
 
 
 def _append_locked(run: Run, batch_id: str, lines: Sequence[LogLineIn], source: str) -> LogBatchResult:
