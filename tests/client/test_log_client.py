@@ -187,3 +187,13 @@ def test_cli_log_unreachable_exits_3(env):  # noqa: F811
     env = {**env, "SMRWEB_URL": f"http://127.0.0.1:{closed_port()}", "SMRWEB_RETRIES": "0"}
     down = smrweb(env, "log", "r", "x")
     assert down.returncode == 3 and "unreachable" in down.stderr
+
+
+def test_the_handler_example_of_the_docs_runs(server_token, tmp_path):
+    from tests.client.test_client import _run_doc_python
+
+    done = _run_doc_python("log-handler", server_token, tmp_path, "doc-logs")
+    assert done.stdout.split() == ["1", "0"]
+    assert lines_of("doc-logs") == [
+        (1, LogLevel.WARNING, "trainer", "trainer: step 7: loss went NaN, lowering lr")
+    ]
