@@ -564,11 +564,11 @@ def _read_log_archives(project: Project, rid: str, connector, report: SyncReport
     that cannot be read is recorded with why (never silently skipped); a transient fault is raised."""
     if not hasattr(connector, "list_log_archives"):
         return
-    run = Run.objects.filter(project=project, external_id=rid, archived_at__isnull=True).first()
-    if run is None:
-        return
     entries = connector.list_log_archives(rid)
     if not entries:
+        return  # the common case: no statement for it
+    run = Run.objects.filter(project=project, external_id=rid, archived_at__isnull=True).first()
+    if run is None:
         return
     done = set(
         RunLogBatch.objects.filter(run=run, batch_id__startswith=LOG_BATCH_PREFIX).values_list(
