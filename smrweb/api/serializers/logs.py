@@ -8,11 +8,6 @@ from rest_framework import serializers
 from smrweb.tracking.models import LogLevel, RunLogLine
 
 
-def level_name(levelno: int) -> str:
-    """ "warning" for 30; a custom levelno keeps its number ("15")."""
-    return LogLevel(levelno).label if levelno in LogLevel.values else str(levelno)
-
-
 class LogLineIn(serializers.Serializer):
     text = serializers.CharField(
         help_text="The line. Newlines split it into several lines; colour codes and control characters "
@@ -56,7 +51,7 @@ class LogLineSerializer(serializers.ModelSerializer):
         fields = ["seq", "ts", "level", "levelno", "text", "source", "stream"]
 
     def get_level(self, line: RunLogLine) -> str:
-        return level_name(line.level)
+        return LogLevel.name_of(line.level)
 
 
 class LogCountsSerializer(serializers.Serializer):

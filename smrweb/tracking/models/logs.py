@@ -21,6 +21,11 @@ class LogLevel(models.IntegerChoices):
     CRITICAL = 50, "critical"
 
     @classmethod
+    def name_of(cls, levelno: int) -> str:
+        """The level's name ("warning" for 30); a custom levelno keeps its number ("15")."""
+        return cls(levelno).label if levelno in cls.values else str(levelno)
+
+    @classmethod
     def parse(cls, value: object) -> int:
         """A level from a name ("warning", any case; "warn" and "fatal" as Python's logging has them) or a
         levelno 1..50 (a custom levelno is kept as it is, so "warning and worse" still compares). Raises
