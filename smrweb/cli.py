@@ -1,5 +1,8 @@
-"""`smrweb` console script: report scores, metrics, agent turns, state changes and artifacts from a shell.
+"""`smrweb` console script: report scores, metrics, agent turns, state changes and artifacts from a shell,
+and add lines to a run's log.
 
+    smrweb log run-42 "checkpoint upload failed" --level warning
+    python train.py 2>&1 | smrweb log run-42 - --tee
     smrweb report score 0.83 --artifact submission.py
     smrweb report metric loss 0.12 --step 3
     smrweb report state failed --reason "validator timed out"
@@ -108,6 +111,25 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if not 1 <= value <= LOG_BATCH_MAX:
+        raise argparse.ArgumentTypeError(f"must be 1 to {LOG_BATCH_MAX}, not {value}")
+    return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "warn", "error", "critical", "fatal")
+LOG_BATCH_MAX = 5000
+
+
+def _level(text: str) -> str:
+    """A log level as the server takes it (checked here, so a pipe is not refused batch after batch)."""
+    name = text.strip().lower()
+    if name in LOG_LEVELS or (name.isdigit() and 1 <= int(name) <= 50):
+        return name
+    raise argparse.ArgumentTypeError(f"not a level: {text!r} (one of {', '.join(LOG_LEVELS)} or 1-50)")
+
+
 def _json_object(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -127,13 +149,53 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     conn = argparse.ArgumentParser(add_help=False)
-    g = conn.add_argument_group("connection (default: environment variables)")
+    g = _connection(conn)
+    g.add_argument("--run", "-r", default=os.environ.get("SMRWEB_RUN"), help="run id [SMRWEB_RUN]")
+    e = conn.add_argument_group("event")
+    e.add_argument("--id", dest="event_id", help="event id (idempotency key) instead of the derived one")
+    e.add_argument("--ts", help="event time, ISO 8601 (default: when the server receives it)")
+    _log_parser(sub)
+    _build_report(sub, conn)
+    return parser
+
+
+def _log_parser(sub) -> None:
+    conn = argparse.ArgumentParser(add_help=False)
+    _connection(conn)
+    p = sub.add_parser(
+        "log",
+        parents=[conn],
+        help="add lines to a run's log (one line, or every line of stdin)",
+        description="Add lines to a run's log (the run is created if the project has not heard of it). "
+        "With TEXT `-`, every line of stdin is sent, in batches of --batch-size lines or every "
+        "--flush-interval seconds, whichever comes first; a batch that cannot be sent is counted and "
+        "reported at the end, the reading goes on. Exit codes: 0 sent, 1 refused, 2 usage, 3 unreachable.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  smrweb log run-42 'checkpoint upload failed: HTTP 503' --level warning\n"
+        "  python train.py 2>&1 | smrweb log run-42 - --tee --stream train",
+    )
+    p.add_argument("log_run", metavar="RUN", help="the run id")
+    p.add_argument("text", metavar="TEXT", help="the line (newlines split it), or - to read stdin")
+    p.add_argument(
+        "--level", "-l", type=_level, default="info", help="debug, info, warning, error, critical or 1-50"
+    )
+    p.add_argument("--stream", default="", help="the lines' stream, e.g. stderr or worker-3")
+    p.add_argument("--batch-id", help="the batch's id (retrying with it is a no-op); default: a new one")
+    p.add_argument("--batch-size", type=_positive_int, default=500, help="stdin: lines a batch (max 5000)")
+    p.add_argument(
+        "--flush-interval", type=_finite_float, default=2.0, help="stdin: seconds before a partial batch goes"
+    )
+    p.add_argument("--tee", action="store_true", help="stdin: also copy every line to stdout")
+
+
+def _connection(parser: argparse.ArgumentParser):
+    g = parser.add_argument_group("connection (default: environment variables)")
     g.add_argument("--url", default=os.environ.get("SMRWEB_URL"), help="server URL [SMRWEB_URL]")
     g.add_argument("--token", default=os.environ.get("SMRWEB_TOKEN"), help="project API token [SMRWEB_TOKEN]")
     g.add_argument(
         "--project", "-p", default=os.environ.get("SMRWEB_PROJECT"), help="project slug [SMRWEB_PROJECT]"
     )
-    g.add_argument("--run", "-r", default=os.environ.get("SMRWEB_RUN"), help="run id [SMRWEB_RUN]")
     g.add_argument(
         "--retries",
         type=_non_negative_int,
@@ -141,10 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries on 429/5xx/timeouts/connection errors, with backoff [SMRWEB_RETRIES, 4]",
     )
     g.add_argument("--timeout", type=_finite_float, default=10.0, help="seconds per request (default 10)")
-    e = conn.add_argument_group("event")
-    e.add_argument("--id", dest="event_id", help="event id (idempotency key) instead of the derived one")
-    e.add_argument("--ts", help="event time, ISO 8601 (default: when the server receives it)")
+    return g
 
+
+def _build_report(sub, conn) -> None:
     report = sub.add_parser(
         "report",
         help="report a score, metric, agent turn, state change or artifact",
@@ -244,7 +306,6 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["file", "python_source", "onnx_model", "archive", "log", "other"],
     )
     p.add_argument("--commit", default="")
-    return parser
 
 
 def _event(args) -> dict[str, Any]:
@@ -369,13 +430,96 @@ def report(args) -> int:
     return EXIT_OK
 
 
+def send_log(args) -> int:
+    """`smrweb log RUN TEXT` (one batch) or `smrweb log RUN -` (stdin, batch after batch)."""
+    import queue
+    import threading
+    import time
+    import uuid
+
+    from smrweb.client import Client, Refused, Unreachable
+
+    missing = [f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project") if not getattr(args, n)]
+    if missing:
+        raise _Usage("missing " + ", ".join(missing))
+    client = Client(
+        args.url,
+        args.token,
+        args.project,
+        args.log_run,
+        max_retries=args.retries,
+        timeout=args.timeout,
+        backoff_max=10.0,
+        report_end=False,
+    )
+    try:
+        if args.text != "-":
+            answer = client.log_lines(
+                [{"text": args.text, "level": args.level}], batch_id=args.batch_id, stream=args.stream
+            )
+            print(_log_summary(args.log_run, answer["kept"], answer["dropped"], repeat=answer["repeat"]))
+            return EXIT_OK
+
+        lines: queue.Queue[str | None] = queue.Queue(maxsize=args.batch_size * 4)
+
+        def read() -> None:  # a thread, so a quiet pipe still sends what it has every --flush-interval
+            stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", newline="", closefd=False)
+            for line in stdin:
+                if args.tee:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                lines.put(line.rstrip("\r\n"))
+            lines.put(None)
+
+        threading.Thread(target=read, name="smrweb-log-stdin", daemon=True).start()
+        base = args.batch_id or f"cli-{uuid.uuid4().hex}"
+        kept = dropped = failed = batches = 0
+        code, eof = EXIT_OK, False
+        while not eof:
+            batch: list[dict[str, Any]] = []
+            deadline = None
+            while len(batch) < args.batch_size:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    line = lines.get(timeout=timeout)
+                except queue.Empty:
+                    break
+                if line is None:
+                    eof = True
+                    break
+                batch.append({"text": line, "level": args.level})
+                deadline = deadline or time.monotonic() + args.flush_interval
+            if not batch:
+                continue
+            batches += 1
+            try:
+                answer = client.log_lines(batch, batch_id=f"{base}-{batches}", stream=args.stream)
+            except (Refused, Unreachable) as exc:  # counted; the pipe is read on, not blocked
+                failed += len(batch)
+                code = EXIT_REFUSED if isinstance(exc, Refused) else EXIT_UNREACHABLE
+                print(f"smrweb: {len(batch)} log lines not stored: {exc}", file=sys.stderr)
+                continue
+            kept, dropped = kept + answer["kept"], dropped + answer["dropped"]
+        summary = _log_summary(args.log_run, kept, dropped, repeat=False)
+        print(summary + (f"; {failed} lines NOT stored" if failed else ""), file=sys.stderr)
+        return code
+    finally:
+        client.close(timeout=0)
+
+
+def _log_summary(run: str, kept: int, dropped: int, *, repeat: bool) -> str:
+    if repeat:
+        return f"log: batch already stored (run {run}); nothing sent again"
+    return f"log: {kept} lines stored (run {run})" + (f", {dropped} over the run's cap" if dropped else "")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 on --help
     from smrweb.client import Refused, SmrwebError, Unreachable
 
     try:
-        code = report(args)
+        code = send_log(args) if args.command == "log" else report(args)
     except _Usage as exc:
         parser.print_usage(sys.stderr)
         print(f"smrweb: error: {exc}", file=sys.stderr)

@@ -68,6 +68,7 @@ import httpx
 
 __all__ = [
     "Client",
+    "LogHandler",
     "Refused",
     "SmrwebError",
     "Unreachable",
@@ -245,6 +246,8 @@ class Client:
         self.failed_events = 0  # events refused (4xx) or given up on after max_retries
         self.last_error: str | None = None
 
+        self._log_batches = 0  # log batches this client named (their ids: <client id>-log-<n>)
+        self._log_handlers: weakref.WeakSet[LogHandler] = weakref.WeakSet()  # flushed first by close()
         self._seq = 0
         self._steps: dict[tuple[str, str], int] = {}
         self._queue: deque[_Item] = deque()
@@ -513,6 +516,59 @@ class Client:
             raise Refused(response.status_code, _json(response))
         return _json(response)
 
+    def log_lines(
+        self,
+        lines: list[str | dict[str, Any]],
+        *,
+        run: str | None = None,
+        batch_id: str | None = None,
+        stream: str = "",
+    ) -> dict[str, Any]:
+        """Post log lines to the run now (docs/integrations.md, "Run logs"), with the same retries as
+        batches; return the server's answer (`kept`, `dropped`, `first_seq`, `last_seq`, `repeat`).
+
+        A line is a string (info) or a dict with `text` and optional `level` ("warning" or a levelno),
+        `ts` (a datetime, POSIX seconds or ISO 8601) and `stream`. The batch id (generated when not
+        given) travels with every retry, so a batch re-sent after a lost answer is kept once. More than
+        MAX_LOG_BATCH lines go in several requests, their ids `<batch_id>.<n>`; the answer then sums
+        them. Raises `Refused` (4xx, with the server's field errors) or `Unreachable`."""
+        run = self._run(run)
+        body_lines = [_log_line(line) for line in lines]
+        if batch_id is None:
+            with self._counters_lock:
+                self._log_batches += 1
+                batch_id = f"{self.client_id}-log-{self._log_batches}"
+        chunks = [body_lines[i : i + MAX_LOG_BATCH] for i in range(0, len(body_lines), MAX_LOG_BATCH)] or [[]]
+        total: dict[str, Any] = {
+            "batch_id": batch_id,
+            "kept": 0,
+            "dropped": 0,
+            "first_seq": None,
+            "last_seq": None,
+            "repeat": True,
+        }
+        for n, chunk in enumerate(chunks, start=1):
+            chunk_id = batch_id if len(chunks) == 1 else f"{batch_id}.{n}"
+            body = {"batch_id": chunk_id, "lines": chunk}
+            if stream:
+                body["stream"] = stream
+            data = json.dumps(body, separators=(",", ":")).encode()
+            response = self._with_retries(
+                lambda data=data: self._http.post(
+                    self._run_url(run, "logs"), content=data, headers={"Content-Type": "application/json"}
+                ),
+                what=f"batch of {len(chunk)} log lines",
+            )
+            if response.status_code not in (200, 201):
+                raise Refused(response.status_code, _json(response))
+            answer = _json(response)
+            total["kept"] += answer.get("kept", 0)
+            total["dropped"] += answer.get("dropped", 0)
+            total["first_seq"] = total["first_seq"] or answer.get("first_seq")
+            total["last_seq"] = answer.get("last_seq") or total["last_seq"]
+            total["repeat"] = total["repeat"] and bool(answer.get("repeat"))
+        return total
+
     def get_run(self, run: str | None = None) -> dict[str, Any] | None:
         """The run as the API shows it (state, failure, spend, scores, …); None when it does not exist yet."""
         run = self._run(run)
@@ -550,6 +606,8 @@ class Client:
         armed by `with` or init() reports the run's end first (once; see the module docstring)."""
         if self._closed:
             return True
+        for handler in list(self._log_handlers):  # their last lines before the connection goes
+            handler.flush(timeout)
         self._report_end()
         self._unwatch_end()
         done = self.flush(timeout)
@@ -801,6 +859,171 @@ class Client:
             )
             if self._stop.wait(delay):  # close() gave up on the flush: stop retrying
                 raise Unreachable(f"{what}: {problem}; the client closed before a retry")
+
+
+MAX_LOG_BATCH = 5000  # the server's limit of lines per request (after splitting texts on newlines)
+_LEVEL_NAMES = {"debug", "info", "warning", "warn", "error", "critical", "fatal"}
+
+
+def _log_line(line: str | dict[str, Any]) -> dict[str, Any]:
+    """A line as the logs endpoint takes it; times become ISO 8601 here, the rest is checked there."""
+    if isinstance(line, str):
+        return {"text": line}
+    if not isinstance(line, dict):
+        raise TypeError(f"a log line is a str or a dict, not {type(line).__name__}")
+    out = dict(line)
+    if out.get("ts") is not None:
+        out["ts"] = _ts(out["ts"])
+    return out
+
+
+class LogHandler(logging.Handler):
+    """A `logging.Handler` that ships records to a run's log in batches (docs/integrations.md, "Run logs")::
+
+        handler = smrweb.client.LogHandler(client)          # the client's run, or run="…"
+        logging.getLogger().addHandler(handler)
+
+    Records are buffered and sent by a daemon thread when `batch_size` are waiting or `flush_interval`
+    seconds have passed, each batch under its own id (retried safely). It never raises into the code
+    that logs: what cannot be sent is counted (`failed_lines`, `last_error`), and past `max_buffer`
+    waiting lines (the server down for long) new ones are counted in `dropped_lines`, not kept.
+    Records logged while the handler itself is sending (httpx's, the client's retry warnings) are not
+    shipped, so it cannot feed itself. `flush()` sends now; `close()` (and `client.close()`, and the
+    interpreter's exit) flush first. A record's level is its levelno, its time `record.created`, its
+    stream the logger's name, its text the handler's formatter's output (traceback included)."""
+
+    def __init__(
+        self,
+        client: Client | None = None,
+        run: str | None = None,
+        *,
+        level: int = logging.NOTSET,
+        batch_size: int = 500,
+        flush_interval: float = 2.0,
+        max_buffer: int = 100_000,
+    ):
+        super().__init__(level)
+        self.client = client or get_client()
+        self.run = self.client._run(run)
+        if not 1 <= batch_size <= MAX_LOG_BATCH:
+            raise ValueError(f"batch_size must be between 1 and {MAX_LOG_BATCH}")
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.max_buffer = max_buffer
+        self.id = uuid.uuid4().hex
+        # Counters (read them, don't write them).
+        self.sent_lines = 0  # kept by the server
+        self.capped_lines = 0  # the server counted them as over the run's cap
+        self.failed_lines = 0  # refused, or given up on after the retries
+        self.dropped_lines = 0  # over max_buffer while waiting: never sent
+        self.last_error: str | None = None
+        self._batches = 0
+        self._buffer: list[dict[str, Any]] = []
+        self._oldest = 0.0  # monotonic time the oldest buffered line was logged
+        self._buffer_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._send_lock = threading.Lock()  # one batch in flight at a time, in order
+        self._sending = threading.local()
+        self._closing = False
+        self._thread = threading.Thread(target=self._sender, name=f"smrweb-log-{self.id[:8]}", daemon=True)
+        with _signals_blocked(_SIGNALS_FOR_MAIN):
+            self._thread.start()
+        self.client._log_handlers.add(self)
+        ref = weakref.ref(self)
+        self._atexit = lambda: (h := ref()) is not None and h.close()
+        atexit.register(self._atexit)  # registered after the client's: runs before it (LIFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if (
+                getattr(self._sending, "active", False)
+                or threading.current_thread() is self.client._thread
+                or self._closing
+            ):
+                return  # the client's own sending (httpx, its retry warnings): never shipped
+            line = {
+                "text": self.format(record),
+                "level": max(1, min(50, record.levelno)),
+                "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+                "stream": record.name[:200],
+            }
+            with self._buffer_lock:
+                if len(self._buffer) >= self.max_buffer:
+                    self.dropped_lines += 1
+                    return
+                if not self._buffer:
+                    self._oldest = time.monotonic()
+                self._buffer.append(line)
+                full = len(self._buffer) >= self.batch_size
+            if full:
+                self._wake.set()
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.failed_lines += 1
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send every buffered line now and wait for the answers (at most `timeout` seconds: then the
+        sending goes on in the background). False when the timeout passed first."""
+        if timeout is None:
+            while self._send_one(force=True):
+                pass
+            return True
+        drain = threading.Thread(target=self.flush, name=f"smrweb-log-flush-{self.id[:8]}", daemon=True)
+        drain.start()
+        drain.join(timeout)
+        return not drain.is_alive()
+
+    def close(self) -> None:
+        """Flush (at most the client's `exit_timeout` seconds) and stop."""
+        if self._closing:
+            return
+        try:
+            self.flush(timeout=self.client.exit_timeout)
+        finally:
+            self._closing = True
+            self._wake.set()
+            atexit.unregister(self._atexit)
+            super().close()
+
+    def _sender(self) -> None:
+        while not self._closing:
+            self._wake.wait(timeout=min(self.flush_interval, 0.5))
+            self._wake.clear()
+            if self._closing:
+                return
+            with self._buffer_lock:
+                due = bool(self._buffer) and (
+                    len(self._buffer) >= self.batch_size
+                    or time.monotonic() - self._oldest >= self.flush_interval
+                )
+            if due:
+                while self._send_one(force=False):
+                    pass
+
+    def _send_one(self, *, force: bool) -> bool:
+        """Send one batch; whether another may be waiting."""
+        with self._send_lock:
+            with self._buffer_lock:
+                if not self._buffer or (
+                    not force
+                    and len(self._buffer) < self.batch_size
+                    and time.monotonic() - self._oldest < self.flush_interval
+                ):
+                    return False
+                batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
+                self._oldest = time.monotonic()
+                self._batches += 1
+                batch_id = f"{self.client.client_id}-handler-{self.id[:12]}-{self._batches}"
+            self._sending.active = True
+            try:
+                answer = self.client.log_lines(batch, run=self.run, batch_id=batch_id)
+                self.sent_lines += answer.get("kept", 0)
+                self.capped_lines += answer.get("dropped", 0)
+            except Exception as exc:  # noqa: BLE001 - counted, never raised into the caller's code
+                self.failed_lines += len(batch)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self._sending.active = False
+            return True
 
 
 def _clean(text: str, limit: int) -> str:

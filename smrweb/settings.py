@@ -252,6 +252,10 @@ SMRWEB_MAX_ARTIFACT_BYTES = env.int("SMRWEB_MAX_ARTIFACT_BYTES", default=512 * 1
 # per minute (red-team finding 10): one agent cannot fill the disk for everyone.
 SMRWEB_PROJECT_STORAGE_QUOTA_BYTES = env.int("SMRWEB_PROJECT_STORAGE_QUOTA_BYTES", default=20 * 1024**3)
 SMRWEB_UPLOAD_RATE = env.str("SMRWEB_UPLOAD_RATE", default="120/m")
+# Run logs (docs/integrations.md, "Run logs"): lines a run keeps; past this, new lines are counted as
+# dropped (Run.log_lines_dropped), not stored. An SMR log archive is read up to this many bytes.
+SMRWEB_LOG_LINES_PER_RUN = env.int("SMRWEB_LOG_LINES_PER_RUN", default=1_000_000)
+SMRWEB_LOG_ARCHIVE_MAX_BYTES = env.int("SMRWEB_LOG_ARCHIVE_MAX_BYTES", default=32 * 1024 * 1024)
 # The events endpoint's 10 MB body limit; Django refuses bigger non-file bodies before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

@@ -83,6 +83,7 @@ from smrweb.tracking.models import (
     Run,
     RunControl,
     RunLaunch,
+    RunLogLine,
     RunNote,
     RunParam,
     RunSnooze,
@@ -93,7 +94,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
-from smrweb.tracking.services import knowledge, launches
+from smrweb.tracking.services import knowledge, launches, logs
 from smrweb.tracking.services import submissions as lifecycle
 from tests.conftest import TEST_ALLOWED_HOSTS
 from tests.factories import UserFactory, admin_project
@@ -119,6 +120,7 @@ LAUNCH_KICKOFF = "Launch kickoff 5c9a"
 TAG_KEY = "sweep-5e8a"
 NOTE_TEXT = "Note 4c1e: diverged"
 COMMENT_TEXT = "Comment 9d2a on the run"
+LOG_TEXT = "Log line 3e7b of the run"
 SUB_COMMENT_TEXT = "Comment 71bf on a submission"
 HILL_SECRETS = (
     LAUNCH_KICKOFF,
@@ -135,6 +137,7 @@ HILL_SECRETS = (
     NOTE_TEXT,
     COMMENT_TEXT,
     SUB_COMMENT_TEXT,
+    LOG_TEXT,
 )
 
 INVITEE = "invitee-3c1f@example.org"  # the address of hill's pending invitation: none of the callers has it
@@ -278,6 +281,7 @@ def build_world() -> World:
     services.set_tag(hill_run, key=TAG_KEY, value="warmup", by=bob)
     services.save_note(hill_run, by=bob, body=NOTE_TEXT)
     comment = services.add_comment(run=hill_run, by=bob, body=COMMENT_TEXT)
+    logs.append_lines(hill_run, "matrix-world", [{"text": LOG_TEXT, "level": "warning"}])
     sub_comment = services.add_comment(submission=cand, by=bob, body=SUB_COMMENT_TEXT)
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
@@ -528,6 +532,7 @@ def fingerprint() -> tuple:
             Checkpoint,
             UserPreference,
             RunLaunch,
+            RunLogLine,
         ),
     )
 
@@ -2240,6 +2245,23 @@ ROWS = [
         data=[{"type": "metric", "id": "matrix", "key": "loss", "value": 0.1, "step": 9}],
         json=True,
         effect=count(MetricPoint),
+    ),
+    Row(
+        "api run: push log lines",
+        "POST",
+        f"{AR}/logs",
+        "LOGIN HIDE  DENY  DENY  ALLOW ALLOW DENY  LOGIN",
+        ok=201,
+        data={"batch_id": "matrix", "lines": [{"text": "matrix line", "level": "info"}]},
+        json=True,
+        effect=count(RunLogLine),
+    ),
+    Row(
+        "api run: read its log",
+        "GET",
+        f"{AR}/logs",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=LOG_TEXT,
     ),
     Row(
         "api run: roll back",

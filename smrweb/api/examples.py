@@ -108,6 +108,22 @@ NOTE = OpenApiExample(
     },
 )
 
+LOG_LINES = OpenApiExample(
+    "A few log lines (example)",
+    value={
+        "batch_id": "example-batch-1",
+        "lines": [
+            {"text": "Example: epoch 3 started", "level": "info", "ts": "2026-01-05T09:00:00Z"},
+            {
+                "text": "Example: checkpoint upload failed, retrying (HTTP 503)",
+                "level": "warning",
+                "ts": "2026-01-05T09:00:02Z",
+                "stream": "stderr",
+            },
+        ],
+    },
+)
+
 COMMENT = OpenApiExample(
     "A comment (example)",
     value={"body": "Example comment: the loss spike at step 1200 matches the warmup change."},

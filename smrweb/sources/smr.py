@@ -26,7 +26,6 @@ call goes through `_call`, which turns all of that into `sources.base` errors wi
 
 from __future__ import annotations
 
-import base64
 import contextvars
 import hashlib
 import logging
@@ -45,6 +44,7 @@ from managed_research.models.run_control import ManagedResearchRunControlError
 
 from smrweb.client import retry_after_seconds
 from smrweb.core import outbound
+from smrweb.sources import smr_logs
 from smrweb.sources.base import (
     ArtifactRef,
     AuthFailed,
@@ -902,9 +902,29 @@ class SmrConnector:
 
     def pull_artifact(self, artifact: ArtifactRef) -> bytes:
         answer = _call("artifact content", self.client.get_artifact_content, artifact.artifact_id)
-        content = answer.get("content") or ""
-        return (
-            base64.b64decode(content) if answer.get("encoding") == "base64" else str(content).encode("utf-8")
+        return smr_logs.artifact_content(answer)
+
+    # --- run logs (sources/smr_logs.py) --------------------------------------------------------
+
+    def list_log_archives(self, rid: str) -> list[dict[str, Any]] | None:
+        """The run's log archives as the backend lists them; None when it serves no such list."""
+        return _optional("log archives", self.client.logs.list_run_archives, self.pid, rid)
+
+    def read_log_archive(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
+        """One archive's lines. Raises smr_logs.Unreadable (recorded once) or SourceError (retried)."""
+
+        def artifact_bytes(artifact_id: str) -> bytes:
+            try:
+                answer = _call("log archive content", self.client.get_artifact_content, artifact_id)
+            except SourceError as exc:
+                if getattr(exc.__cause__, "status_code", None) in (403, 404, 410):
+                    raise smr_logs.Unreadable(f"artifact {artifact_id}: {exc}") from exc
+                raise
+            return smr_logs.artifact_content(answer)
+
+        http = self.client._transport.client
+        return smr_logs.read_archive(
+            entry, backend_base=str(http.base_url), http=http, artifact_bytes=artifact_bytes
         )
 
     # --- actions ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from smrweb.core import cachekeys, logcontext
+from smrweb.sources import smr_logs
 from smrweb.sources.apply import count_events
 from smrweb.sources.base import Connector, Malformed, QuotaExceeded, RunSnapshot, SourceError
 from smrweb.sources.git.sync import sync_branch
@@ -41,16 +42,21 @@ from smrweb.tracking.errors import (
 )
 from smrweb.tracking.models import (
     TERMINAL_STATES,
+    LogSource,
     Project,
     Run,
     RunControl,
+    RunLogBatch,
     RunState,
     SourceHealth,
     SourceKind,
 )
+from smrweb.tracking.services import logs as log_service
 from smrweb.tracking.services.control import PENDING
 
 log = logging.getLogger(__name__)
+
+LOG_BATCH_PREFIX = "smr:"  # an SMR log archive's batch id: smr:<archive key>
 
 
 @dataclass
@@ -59,6 +65,8 @@ class SyncReport:
     synced: int = 0
     events_accepted: int = 0
     artifacts_pulled: int = 0
+    log_archives_read: int = 0
+    log_archives_unreadable: int = 0  # recorded on their run, with why (RunLogBatch.problem)
     unchanged: int = 0  # of `synced`: found unchanged by the cheap check (nothing else asked or written)
     busy_runs: int = 0  # another worker held their lease: left to it
     queued: int = 0  # handed to per-run sync tasks (`fan_out`)
@@ -464,6 +472,14 @@ def sync_run(
     _write(
         project, rid, events, fields, reading, cursor, report, names=names, artifacts=(new_artifacts, handled)
     )
+    try:  # after the run's write: the run exists now, and its log archives are read into it
+        _read_log_archives(project, rid, connector, report)
+    except SourceError as exc:  # retried next cycle: the run is not marked seen at this version
+        for key in ("seen", "full_at"):
+            cursor.pop(key, None)
+        cursor["fault"] = {"kind": exc.kind, "message": str(exc)[:2000], "retry_after": exc.retry_after}
+        services.record_poll(project, rid, source_cursor=dict(cursor))
+        raise
     # Results no way reached: the run says so (a write only when what it says changes; it counts the
     # results this sync stored, so after the run's write).
     reach = getattr(connector, "results_reach", {}).get(rid)
@@ -540,6 +556,44 @@ def _write(
     if write.not_stored:  # their bytes went (the collector) between the question and the write: pull next
         cursor["artifacts"] = [a for a in cursor.get("artifacts", []) if a not in write.not_stored]
         services.record_poll(project, rid, source_cursor=dict(cursor))
+
+
+def _read_log_archives(project: Project, rid: str, connector, report: SyncReport) -> None:
+    """The run's SMR log archives not read yet, each once, through the log write path (batch id
+    `smr:<archive key>`): live runs on every full sync, and a finished run on its last one. An archive
+    that cannot be read is recorded with why (never silently skipped); a transient fault is raised."""
+    if not hasattr(connector, "list_log_archives"):
+        return
+    entries = connector.list_log_archives(rid)
+    if not entries:
+        return  # the common case: no statement for it
+    run = Run.objects.filter(project=project, external_id=rid, archived_at__isnull=True).first()
+    if run is None:
+        return
+    done = set(
+        RunLogBatch.objects.filter(run=run, batch_id__startswith=LOG_BATCH_PREFIX).values_list(
+            "batch_id", flat=True
+        )
+    )
+    for entry in entries:
+        batch_id = LOG_BATCH_PREFIX + smr_logs.archive_key(
+            entry if isinstance(entry, dict) else {"entry": entry}
+        )
+        if batch_id in done:
+            continue
+        try:
+            lines = connector.read_log_archive(entry)
+            log_service.append_lines(
+                run, batch_id, lines, source=LogSource.SMR, stream=smr_logs.archive_name(entry), limit=None
+            )
+            report.log_archives_read += 1
+        except smr_logs.Unreadable as exc:
+            log_service.record_unreadable_archive(run, batch_id, str(exc))
+            report.log_archives_unreadable += 1
+        except InvalidEvents as exc:  # lines the write path refuses: the archive is recorded as unreadable
+            log_service.record_unreadable_archive(run, batch_id, f"lines refused: {exc.errors[:2]}")
+            report.log_archives_unreadable += 1
+        done.add(batch_id)
 
 
 def _experiment_names(project: Project, rid: str, events: list[dict], cursor: dict, connector) -> dict | None:

@@ -140,6 +140,9 @@ class RunAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
         "last_progress_at",
+        "log_lines",
+        "log_lines_dropped",
+        "log_warnings",
     ]
     readonly_fields = [f for f in fields if f not in RUN_SETTINGS]
 
@@ -411,6 +414,23 @@ class RunTagAdmin(ReadOnlyAdmin):
 class RunParamAdmin(ReadOnlyAdmin):  # logged by the harness (MLflow's params), immutable: shown only
     list_display = ["run", "key", "value", "created"]
     search_fields = ["key", "value"]
+
+
+# A run's log: written by the push API and the SMR poller only (services/logs.py keeps each run's seq and
+# counts), shown here; deleted with its run.
+@admin.register(m.RunLogLine)
+class RunLogLineAdmin(ReadOnlyAdmin):
+    list_display = ["run", "seq", "level", "source", "stream", "ts", "text"]
+    list_filter = ["level", "source"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(m.RunLogBatch)
+class RunLogBatchAdmin(ReadOnlyAdmin):
+    list_display = ["run", "batch_id", "source", "kept", "dropped", "first_seq", "last_seq", "created"]
+    list_filter = ["source"]
+    search_fields = ["batch_id"]
+    raw_id_fields = ["run"]
 
 
 @admin.register(m.RunNote)

@@ -41,6 +41,12 @@ class InvalidEvents(TrackingError):
         return {**super().as_dict(), "errors": [asdict(e) for e in self.errors]}
 
 
+class InvalidLogLines(InvalidEvents):
+    """A batch of log lines with at least one problem (`lines[3].level`); nothing of it was written."""
+
+    code = "invalid_log_lines"
+
+
 class BatchTooLarge(TrackingError):
     status = 413
     code = "batch_too_large"

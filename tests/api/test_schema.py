@@ -177,6 +177,9 @@ def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     send("post", EVENTS_PATH, {200})
     assert send("post", EVENTS_PATH, {200}).json() == {"run": "example-run", "accepted": 0, "duplicates": 6}
     send("patch", "/api/v1/projects/{slug}/runs/{run_id}", {200})
+    logs_path = "/api/v1/projects/{slug}/runs/{run_id}/logs"
+    assert send("post", logs_path, {201}).json()["kept"] == 2
+    assert send("post", logs_path, {200}).json()["repeat"] is True  # the same batch id: a no-op
     send("post", "/api/v1/projects/", {201})
     send("post", "/api/v1/scenarios/", {201})
     sub = Submission.objects.get(run__external_id="example-run")

@@ -49,6 +49,8 @@ from smrweb.tracking.models import (
     Run,
     RunControl,
     RunLaunch,
+    RunLogBatch,
+    RunLogLine,
     RunNote,
     RunParam,
     RunSnooze,
@@ -62,7 +64,7 @@ from smrweb.tracking.models import (
     TurnBody,
     VerificationOutcome,
 )
-from smrweb.tracking.services import dispatched, knowledge, launches, rollbacks
+from smrweb.tracking.services import dispatched, knowledge, launches, logs, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from tests.factories import UserFactory, admin_project
@@ -357,6 +359,19 @@ def rich(alice, bob, victor):
     services.add_comment(run=r1, by=bob, body="@alice look at this")
     services.delete_comment(services.add_comment(run=r1, by=bob, body="oops"), by=bob)
     services.add_comment(submission=best, by=alice, body="approved, *nice*")
+    logs.append_lines(
+        r1,
+        "b-1",
+        [
+            {
+                "text": "step 3: loss nan",
+                "level": "warning",
+                "ts": "2026-01-01T00:00:03Z",
+                "stream": "stderr",
+            },
+            "ok",
+        ],
+    )
     # Start the next run: a launch from r1 that became r1-next-1 (its parent is r1), and one still open.
     started, _ = launches.request_launch(
         project,
@@ -407,6 +422,8 @@ SCOPES = {
     AlertRule: lambda p: AlertRule.objects.filter(project=p),
     RunTag: lambda p: RunTag.objects.filter(run__project=p),
     RunParam: lambda p: RunParam.objects.filter(run__project=p),
+    RunLogLine: lambda p: RunLogLine.objects.filter(run__project=p),
+    RunLogBatch: lambda p: RunLogBatch.objects.filter(run__project=p),
     RunNote: lambda p: RunNote.objects.filter(run__project=p),
     Comment: lambda p: Comment.objects.filter(project=p),
     RunControl: lambda p: RunControl.objects.filter(run__project=p),

@@ -125,6 +125,10 @@ def h_artifact_content(ctx: Ctx) -> Response:
     )
 
 
+def h_log_archives(ctx: Ctx) -> Response:
+    return Response(payload=ctx.world.log_archives_wire(_run(ctx)))
+
+
 # ---------------------------------------------------------------------- checkpoints
 def h_checkpoints(ctx: Ctx) -> Response:
     return Response(payload=ctx.world.checkpoints_wire(_run(ctx)))

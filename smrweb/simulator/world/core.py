@@ -25,6 +25,7 @@ from smrweb.simulator.world.constants import (
 )
 from smrweb.simulator.world.experiments import ExperimentsMixin
 from smrweb.simulator.world.launches import LaunchesMixin
+from smrweb.simulator.world.logs import LogsMixin
 from smrweb.simulator.world.messages import MessagesMixin
 from smrweb.simulator.world.projects import ProjectsMixin
 from smrweb.simulator.world.runs import RunsMixin
@@ -46,6 +47,7 @@ class World(
     ProjectsMixin,
     TruthMixin,
     LaunchesMixin,
+    LogsMixin,
 ):
     """A thread-safe simulated SMR backend state. `tick()` advances it one step; `freeze()` stops it."""
 
@@ -98,6 +100,8 @@ class World(
         self.runs: dict[str, SimRun] = {}
         self.runs_by_project: dict[str, list[SimRun]] = {pid: [] for pid in self.project_ids}
         self.artifacts: dict[str, tuple[SimRun, dict[str, Any], bytes]] = {}
+        self.log_archives: dict[str, list[Any]] = {}  # run id -> its log archive entries (LogsMixin)
+        self.log_files: list[str] = []  # artifact ids serving log archives' bytes
         for pid in self.project_ids:
             for index in range(runs):
                 run = self._plan_run(pid, index, stagger_ticks)

@@ -41,6 +41,8 @@ from smrweb.tracking.models import (
     RunControl,
     RunDaySpend,
     RunLaunch,
+    RunLogBatch,
+    RunLogLine,
     RunModelSpend,
     RunNote,
     RunParam,
@@ -187,6 +189,9 @@ TABLES: tuple[Table, ...] = (
     # What people wrote: project data like the knowledge entries, always carried.
     Table("run_tag", RunTag, _of_runs(RunTag)),
     Table("run_param", RunParam, _of_runs(RunParam)),  # what the harness logged (MLflow params)
+    # A run's log and the batches it came in (their ids keep a retried push a no-op after a restore too).
+    Table("run_log_line", RunLogLine, _of_runs(RunLogLine)),
+    Table("run_log_batch", RunLogBatch, _of_runs(RunLogBatch)),
     Table("run_note", RunNote, _of_runs(RunNote)),
     Table("comment", Comment, _of_project(Comment), ref=True),
     Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),

@@ -21,6 +21,11 @@ class LogLevel(models.IntegerChoices):
     CRITICAL = 50, "critical"
 
     @classmethod
+    def name_of(cls, levelno: int) -> str:
+        """The level's name ("warning" for 30); a custom levelno keeps its number ("15")."""
+        return cls(levelno).label if levelno in cls.values else str(levelno)
+
+    @classmethod
     def parse(cls, value: object) -> int:
         """A level from a name ("warning", any case; "warn" and "fatal" as Python's logging has them) or a
         levelno 1..50 (a custom levelno is kept as it is, so "warning and worse" still compares). Raises
@@ -87,6 +92,9 @@ class RunLogBatch(models.Model):
     dropped = models.PositiveIntegerField(default=0)  # lines over the run's cap: counted, not kept
     first_seq = models.PositiveBigIntegerField(null=True, blank=True)
     last_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    # An SMR archive that could not be read: why (kept 0). Never retried: the backend's archive is what
+    # it is; a fault worth retrying (a timeout, a 5xx) leaves no batch.
+    problem = models.CharField(max_length=500, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -94,6 +94,9 @@ class Run(models.Model):
     log_lines = models.PositiveIntegerField(default=0)
     log_lines_dropped = models.PositiveIntegerField(default=0)
     log_warnings = models.PositiveIntegerField(default=0)
+    # SMR run log archives the poller could not read (no location it may fetch, not gzip/text, too big):
+    # each is a RunLogBatch with its `problem`; counted here so the run page can say so without a query.
+    log_archives_unreadable = models.PositiveIntegerField(default=0)
     # Score summary, recomputed from submissions by the write path: the best of the submissions that
     # count (not invalid, rejected or excluded), the latest of those not excluded, and how many in all.
     best_score = models.FloatField(null=True, blank=True)

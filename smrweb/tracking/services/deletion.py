@@ -27,6 +27,7 @@ from smrweb.tracking.models import (
     Role,
     Rollback,
     Run,
+    RunLogLine,
     Submission,
     TurnBody,
 )
@@ -173,6 +174,7 @@ def _delete_run_rows(run: Run) -> None:
     MetricRollup.objects.filter(run=run)._raw_delete(MetricRollup.objects.db)
     TurnBody.objects.filter(run=run)._raw_delete(TurnBody.objects.db)  # before the turns they point at
     AgentTurn.objects.filter(run=run)._raw_delete(AgentTurn.objects.db)
+    RunLogLine.objects.filter(run=run)._raw_delete(RunLogLine.objects.db)
     try:
         with transaction.atomic():
             # The run's own rollbacks first: their targets (its submissions, checkpoints) are PROTECTed,
