@@ -44,6 +44,7 @@ from smrweb.tracking.services.artifacts import SHA256_RE
 from smrweb.tracking.services.control import confirm_reported
 from smrweb.tracking.services.prices import current_prices
 from smrweb.tracking.services.rollups import advance_turn_rollup
+from smrweb.tracking.services.rows import write_instances
 from smrweb.tracking.services.runs import (
     _check_run_id,
     _locked_run,
@@ -394,73 +395,8 @@ def _insert_turns(run: Run, items: list[tuple[str, ev.TurnEvent]], now: datetime
                 ts=ts,
             )
         )
-    _write_rows(turns)
+    write_instances(turns)
     return turns
-
-
-def _write_rows(objs: list) -> None:
-    """INSERT new rows of one model and set their ids: what `bulk_create` does, without its compiler's
-    per-column, per-row work (a turn row has 21 columns; that work was most of a batch's turn cost).
-    Values the driver takes as they are pass through; dates, decimals and JSON are prepared by their
-    fields (`get_db_prep_save`), as Django prepares them. `RETURNING` the ids in row order (as
-    `bulk_create` reads them). On SQLite a statement per chunk within its limit on bound parameters; on
-    PostgreSQL one array per column through `UNNEST`, as Django's own bulk insert does there (a statement
-    of thousands of placeholders costs psycopg more to split than the insert costs the server)."""
-    if not objs:
-        return
-    model = type(objs[0])
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    if any(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False) for f in fields):
-        raise ValueError(f"{model.__name__}: fields set on save (auto_now) need bulk_create")
-    prepared = [f for f in fields if f.get_internal_type() in _PREPARED_TYPES]
-    plain = [f for f in fields if f not in prepared]
-    order = (*(f.attname for f in plain), *(f.attname for f in prepared))
-    take = operator.attrgetter(*(f.attname for f in plain))
-    rows = [
-        (*take(obj), *(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in prepared))
-        for obj in objs
-    ]
-    unnest = connection.vendor == "postgresql"
-    if unnest:
-        # varchar[], not varchar(200)[]: a cast to the sized type would cut a value, not refuse it.
-        types = tuple(f.db_type(connection).split("(")[0] for f in (*plain, *prepared))
-        size = 5000
-    else:
-        size = max(1, min(1000, 999 // len(order)))  # SQLite's default limit before 3.32: 999 parameters
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), size):
-            chunk = rows[start : start + size]
-            if unnest:
-                cursor.execute(_insert_unnest_sql(model, order, types), [list(c) for c in zip(*chunk)])
-            else:
-                cursor.execute(_insert_returning_sql(model, order, len(chunk)), [v for r in chunk for v in r])
-            for obj, (pk,) in zip(objs[start : start + size], cursor.fetchall(), strict=True):
-                obj.pk = pk
-                obj._state.adding, obj._state.db = False, connection.alias
-
-
-# Column types whose values the field prepares (the rest go to the driver as they are).
-_PREPARED_TYPES = frozenset({"DateTimeField", "DateField", "DecimalField", "JSONField"})
-
-
-@functools.cache
-def _insert_returning_sql(model, columns: tuple[str, ...], rows: int) -> str:
-    q = connection.ops.quote_name
-    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    return (
-        f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(c) for c in columns)}) "
-        f"VALUES {', '.join([one] * rows)} RETURNING {q(model._meta.pk.column)}"
-    )
-
-
-@functools.cache
-def _insert_unnest_sql(model, columns: tuple[str, ...], types: tuple[str, ...]) -> str:
-    q = connection.ops.quote_name
-    arrays = ", ".join(f"(%s)::{t}[]" for t in types)
-    return (
-        f"INSERT INTO {q(model._meta.db_table)} ({', '.join(q(c) for c in columns)}) "
-        f"SELECT * FROM UNNEST({arrays}) RETURNING {q(model._meta.pk.column)}"
-    )
 
 
 def _captures_bodies(project: Project) -> bool:
