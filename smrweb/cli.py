@@ -363,29 +363,39 @@ def _same_failure(run: dict[str, Any], event: dict[str, Any]) -> bool:
     return all(have.get(k, "") == want.get(k, "") for k in ("family", "detail", "source"))
 
 
-def report(args) -> int:
-    from smrweb.client import Client, sha256_of
-
-    missing = [
-        f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project", "run") if not getattr(args, n)
-    ]
+def _require(args, *names: str) -> None:
+    missing = [f"--{n} (SMRWEB_{n.upper()})" for n in names if not getattr(args, n)]
     if missing:
         raise _Usage("missing " + ", ".join(missing))
+
+
+def _client(args, run: str | None, **options):
+    """The client the commands share: the connection flags, retries and timeout as given."""
+    from smrweb.client import Client
+
+    return Client(
+        args.url,
+        args.token,
+        args.project,
+        run,
+        max_retries=args.retries,
+        timeout=args.timeout,
+        backoff_max=10.0,
+        **options,
+    )
+
+
+def report(args) -> int:
+    from smrweb.client import sha256_of
+
+    _require(args, "url", "token", "project", "run")
     if getattr(args, "artifact", None) and getattr(args, "artifact_ref", None):
         raise _Usage("give --artifact or --artifact-ref, not both")
     path = args.path if args.kind == "artifact" else getattr(args, "artifact", None)
     if path is not None and not os.path.isfile(path):
         raise _Usage(f"no such file: {path}")
 
-    client = Client(
-        args.url,
-        args.token,
-        args.project,
-        args.run,
-        max_retries=args.retries,
-        timeout=args.timeout,
-        backoff_max=10.0,
-    )
+    client = _client(args, args.run)
     try:
         if args.kind == "artifact":
             digest = client.upload_artifact(path, args.name, kind=args.artifact_kind, commit=args.commit)
@@ -437,21 +447,10 @@ def send_log(args) -> int:
     import time
     import uuid
 
-    from smrweb.client import Client, Refused, Unreachable
+    from smrweb.client import Refused, Unreachable
 
-    missing = [f"--{n} (SMRWEB_{n.upper()})" for n in ("url", "token", "project") if not getattr(args, n)]
-    if missing:
-        raise _Usage("missing " + ", ".join(missing))
-    client = Client(
-        args.url,
-        args.token,
-        args.project,
-        args.log_run,
-        max_retries=args.retries,
-        timeout=args.timeout,
-        backoff_max=10.0,
-        report_end=False,
-    )
+    _require(args, "url", "token", "project")
+    client = _client(args, args.log_run, report_end=False)
     try:
         if args.text != "-":
             answer = client.log_lines(
