@@ -20,7 +20,6 @@ from smrweb.dashboard.views import runs
 from smrweb.tracking.models import Run
 from tests.factories import push
 
-# Not test_live_cards.py's now: `views.runs.horizon` is cached per (run, now); run ids repeat across tests.
 NOW = datetime(2026, 11, 23, 9, 30, 7, tzinfo=UTC)
 START = NOW - timedelta(hours=2)
 ACTORS = ("driver", "worker-1", "worker-2")
@@ -265,3 +264,13 @@ def test_a_poll_after_one_turn_costs_the_same_queries_on_a_long_and_a_short_run(
     assert counts[0] == counts[1], counts
     skeleton_only = {"tracking_runtag", "tracking_runsnooze", "tracking_loopfinding", "tracking_rollback"}
     assert not tables & skeleton_only, tables & skeleton_only
+
+
+def test_the_timeline_horizon_is_computed_from_the_run_it_is_given():
+    """It was memoized per (run, now) for the process: a Run hashes by its id, so another run with the same
+    id (ids repeat across tests; a start corrected by a sync) got the first one's horizon, and every poll's
+    distinct `now` added an entry that was never freed."""
+    first = Run(pk=10**9, started_at=START)
+    again = Run(pk=10**9, started_at=START - timedelta(days=30))
+    assert runs.horizon(first, NOW) != runs.horizon(again, NOW)
+    assert runs.horizon(again, NOW) >= NOW > again.started_at

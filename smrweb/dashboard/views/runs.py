@@ -92,7 +92,6 @@ TIMELINE_STEPS = 32  # a live timeline's axis ends at the next 1/32–1/64 of th
 FORECAST_SECONDS = live.TICK_SECONDS
 
 
-@functools.cache
 def horizon(run, now: datetime) -> datetime:
     """Where a live run's timeline ends: `now` rounded up to a step of 1/32 to 1/64 of the run's age (a power
     of two seconds, and at least the 30-second tick). The bars' width is the span over a fixed number of bins,
