@@ -9,11 +9,13 @@ from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import project_for, run_for
+from smrweb.api.parsers import nesting_error, too_deep
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.logs import LogBatchIn, LogBatchResultSerializer, LogPageSerializer
 from smrweb.api.views.events import UnparsedJSON
@@ -126,12 +128,17 @@ class RunLogs(APIView):
     )
     def post(self, request, slug: str, run_id: str):
         project = project_for(request, slug, role=Role.ADMIN)  # who may push events may push logs
+        request.data  # noqa: B018 -- the media type: 415 unless JSON (UnparsedJSON reads no byte)
         try:
             body = json.loads(request.body)
         except RequestDataTooBig:
             raise BatchTooLarge("The request body is over 10 MB; send smaller batches.") from None
+        except RecursionError:  # the decoder recurses per level: `[` × 50,000 (api/parsers.py)
+            raise ParseError(nesting_error()) from None
         except (ValueError, UnicodeDecodeError):
             raise InvalidInput("body", "The body is not JSON.") from None
+        if too_deep(body):
+            raise ParseError(nesting_error())
         if not isinstance(body, dict):
             raise InvalidInput("body", 'Send an object: {"batch_id": …, "lines": [...]}.')
         if unknown := sorted(set(body) - BATCH_FIELDS):
