@@ -26,7 +26,16 @@ def confinement() -> sandbox.Confinement | None:
 
 def verify(sub: Submission, progress: Callable[[str], None]) -> str:
     """Run the validator (or record why it cannot run) and store the result; the outcome, or
-    "already recorded" when another delivery stored one first."""
+    "already recorded" when another delivery stored one first. Checked once more when its artifact was
+    linked while it was checked without one."""
+    try:
+        return _verify_once(sub, progress)
+    except submissions.BytesArrivedMeanwhile:
+        sub = Submission.objects.select_related("project__scenario", "artifact__blob").get(pk=sub.pk)
+        return _verify_once(sub, progress)
+
+
+def _verify_once(sub: Submission, progress: Callable[[str], None]) -> str:
     result = submissions.cannot_verify(sub)
     if result is None:
         try:
@@ -45,5 +54,5 @@ def verify(sub: Submission, progress: Callable[[str], None]) -> str:
             result = submissions.VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", exc.message)
         else:
             result = submissions.VerificationResult(ran.outcome, ran.exit_code, ran.output_tail, ran.detail)
-    stored = submissions.record_verification(sub.pk, result)
+    stored = submissions.record_verification(sub.pk, result, checked_without_bytes=sub.artifact_id is None)
     return result.outcome if stored else "already recorded"

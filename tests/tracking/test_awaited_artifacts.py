@@ -128,3 +128,50 @@ def test_a_late_name_attaches_the_waiting_scores_of_one_source(validated):
     pushed.refresh_from_db()
     assert (mlflow.artifact_ref, mlflow.artifact.path) == ("out.bin", "out.bin")
     assert (pushed.artifact_ref, pushed.artifact) == ("", None)  # another source's score: untouched
+
+
+def _checked_while(sub: Submission, meanwhile) -> Submission:
+    """The worker's check of `sub` (loaded before, without bytes) with `meanwhile` happening between its
+    load and its result: what the CI run on PostgreSQL caught as a score left "cannot verify" for good."""
+    from smrweb.sources import verification
+
+    loaded = Submission.objects.select_related("project__scenario", "artifact__blob").get(pk=sub.pk)
+    assert loaded.status == "verifying" and loaded.artifact is None
+    real = lifecycle.cannot_verify
+
+    def slow_cannot_verify(submission):
+        found = real(submission)
+        if submission.artifact is None:
+            meanwhile()
+        return found
+
+    lifecycle.cannot_verify = slow_cannot_verify
+    try:
+        outcome = verification.verify(loaded, lambda line: None)
+    finally:
+        lifecycle.cannot_verify = real
+    assert outcome == "passed"
+    return Submission.objects.select_related("artifact").get(pk=sub.pk)
+
+
+def test_a_file_uploaded_while_its_score_is_checked_without_it_is_checked(validated, bob):
+    sub = scored(validated, artifact="model/policy.onnx")
+    lifecycle.request_verification(sub, by=bob)
+    done = _checked_while(
+        sub,
+        lambda: services.store_artifact(validated, "r1", path="model/policy.onnx", content=io.BytesIO(b"x")),
+    )
+    assert done.status == "verified" and done.artifact.path == "model/policy.onnx"
+    assert [t.to_status for t in done.transitions.order_by("id")] == ["verifying", "verified"]
+
+
+def test_a_late_name_while_the_score_is_checked_without_bytes_is_checked(validated, bob):
+    validated.scenario.artifact_path = ""
+    validated.scenario.save()
+    sub = scored(validated, id="mlflow-score:1")
+    services.store_artifact(validated, "r1", path="out.bin", content=io.BytesIO(b"bytes"))
+    lifecycle.request_verification(sub, by=bob)
+    done = _checked_while(
+        sub, lambda: services.name_awaited_artifact(sub.run, "out.bin", event_id_prefix="mlflow-score:")
+    )
+    assert done.status == "verified" and (done.artifact_ref, done.artifact.path) == ("out.bin", "out.bin")

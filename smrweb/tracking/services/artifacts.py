@@ -278,7 +278,7 @@ def _link_waiting_submissions(run, artifact: Artifact) -> None:
 
 
 def name_awaited_artifact(run: Run, ref: str, *, event_id_prefix: str) -> int:
-    """The run's scores still waiting for their bytes (candidates with no artifact), of one source (event
+    """The run's scores still waiting for their bytes (no artifact, not yet decided), of one source (event
     ids starting with `event_id_prefix`), now name `ref` (a path in the run, or a sha256): a source that
     learns the artifact's name after the score (MLflow's `smrweb.artifact` tag set late). They hold it at
     once when the run has it (its latest version at a path), else when it arrives. Returns how many."""
@@ -287,7 +287,8 @@ def name_awaited_artifact(run: Run, ref: str, *, event_id_prefix: str) -> int:
         waiting = Submission.objects.filter(
             run=run,
             artifact__isnull=True,
-            status=SubmissionStatus.CANDIDATE,
+            # one being checked right now without bytes too: its check runs again once they are linked
+            status__in=(SubmissionStatus.CANDIDATE, SubmissionStatus.VERIFYING),
             event_id__startswith=event_id_prefix,
         ).exclude(artifact_ref=ref)
         renamed = waiting.update(artifact_ref=ref)

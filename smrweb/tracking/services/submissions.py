@@ -214,6 +214,10 @@ def record_progress(submission_id: int, line: str) -> None:
     )
 
 
+class BytesArrivedMeanwhile(Exception):
+    """The artifact was linked while its submission was checked without bytes: check it again."""
+
+
 @dataclass(frozen=True)
 class VerificationResult:
     outcome: str  # a VerificationOutcome value
@@ -271,12 +275,29 @@ def missing_artifact(submission: Submission) -> str:
     )
 
 
-def record_verification(submission_id: int, result: VerificationResult) -> Submission | None:
+def record_verification(
+    submission_id: int, result: VerificationResult, *, checked_without_bytes: bool = False
+) -> Submission | None:
     """Store a finished verification. Idempotent: a task that runs again after the result was stored
-    (a redelivered message) changes nothing and returns None."""
-    submission = Submission.objects.select_related("project").get(pk=submission_id)
-    if submission.status != S.VERIFYING:
-        return None
+    (a redelivered message) changes nothing and returns None. BytesArrivedMeanwhile instead of storing
+    "cannot verify" for a check made without bytes (`checked_without_bytes`) when the artifact was linked
+    while it ran (a file or an MLflow tag naming it, a moment after the score): the caller checks again."""
+    with transaction.atomic():
+        submission = (
+            Submission.objects.select_for_update(of=("self",)).select_related("project").get(pk=submission_id)
+        )
+        if submission.status != S.VERIFYING:
+            return None
+        if (
+            result.outcome == VerificationOutcome.CANNOT_VERIFY
+            and checked_without_bytes
+            and submission.artifact_id is not None
+        ):
+            raise BytesArrivedMeanwhile(submission_id)
+        return _record(submission, result)
+
+
+def _record(submission: Submission, result: VerificationResult) -> Submission | None:
     to = {
         VerificationOutcome.PASSED: S.VERIFIED,
         VerificationOutcome.FAILED: S.INVALID,
