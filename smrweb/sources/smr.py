@@ -41,6 +41,7 @@ from django.utils import timezone
 from managed_research import ManagedResearchClient
 from managed_research.errors import SmrApiError
 from managed_research.models.run_control import ManagedResearchRunControlError
+from managed_research.transport.http import _raise_for_error_response as sdk_error_of  # the SDK's mapping
 
 from smrweb.client import retry_after_seconds
 from smrweb.core import outbound
@@ -53,6 +54,7 @@ from smrweb.sources.base import (
     Failure,
     Malformed,
     NotPossible,
+    QuotaExceeded,
     RateLimited,
     RunGone,
     RunSnapshot,
@@ -901,8 +903,45 @@ class SmrConnector:
         return list(refs.values())
 
     def pull_artifact(self, artifact: ArtifactRef) -> bytes:
-        answer = _call("artifact content", self.client.get_artifact_content, artifact.artifact_id)
-        return smr_logs.artifact_content(answer)
+        cap = settings.SMRWEB_MAX_ARTIFACT_BYTES
+        if artifact.size is None or artifact.size <= cap:
+            content = self.artifact_bytes("artifact content", artifact.artifact_id, cap)
+            if content is not None:
+                return content
+        size = f"{artifact.size} bytes listed" if artifact.size and artifact.size > cap else "its bytes run"
+        raise QuotaExceeded(
+            f"artifact {artifact.artifact_id} ({artifact.path[:200]!r}): {size} past "
+            f"SMRWEB_MAX_ARTIFACT_BYTES ({cap}): not pulled"
+        )
+
+    def artifact_bytes(self, what: str, artifact_id: str, cap: int) -> bytes | None:
+        """An artifact's bytes, by the request the SDK's `get_artifact_content` makes (redirects followed:
+        the real backend answers with a presigned URL), streamed and given up past `cap` bytes (None). The
+        SDK reads a body whole and base64s it: an artifact of gigabytes would have taken the worker's
+        memory before any size check."""
+
+        def streamed() -> bytes | None:
+            with self.client._transport.client.stream(
+                "GET",
+                f"/smr/artifacts/{artifact_id}/content",
+                params={"disposition": "inline"},
+                follow_redirects=True,
+            ) as response:
+                if response.is_error:  # read and raised as the SDK's own call does (`_call` translates)
+                    response.read()
+                    sdk_error_of(response)
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > cap:
+                    return None
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > cap:
+                        return None
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+        return _call(what, streamed)
 
     # --- run logs (sources/smr_logs.py) --------------------------------------------------------
 
@@ -913,14 +952,13 @@ class SmrConnector:
     def read_log_archive(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
         """One archive's lines. Raises smr_logs.Unreadable (recorded once) or SourceError (retried)."""
 
-        def artifact_bytes(artifact_id: str) -> bytes:
+        def artifact_bytes(artifact_id: str, cap: int) -> bytes | None:
             try:
-                answer = _call("log archive content", self.client.get_artifact_content, artifact_id)
+                return self.artifact_bytes("log archive content", artifact_id, cap)
             except SourceError as exc:
                 if getattr(exc.__cause__, "status_code", None) in (403, 404, 410):
                     raise smr_logs.Unreadable(f"artifact {artifact_id}: {exc}") from exc
                 raise
-            return smr_logs.artifact_content(answer)
 
         http = self.client._transport.client
         return smr_logs.read_archive(

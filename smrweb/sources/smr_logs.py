@@ -5,7 +5,7 @@ The SDK ships the spec's shape (`SmrRunLogArchiveResponse`: `log_archive_id`, `a
 `s3_key`, `uri`, `metadata`, …) but returns raw dicts, and backends differ; so an entry is read from
 whichever of these it has, in this order:
   1. lines inline: `lines` (strings or objects), or `content` / `text` (a string);
-  2. an `artifact_id`: its bytes through the SDK's artifact content call, as artifacts are pulled;
+  2. an `artifact_id`: its bytes by the SDK's artifact content request, streamed and capped as artifacts are;
   3. a URL (`download_url`, `url`, `href`, `content_url`, or an http(s) or /path `uri`), read only when it
      is on the backend's own origin (below).
 An entry with none of these (an S3 bucket and key only, say) or whose bytes cannot be read is
@@ -18,7 +18,6 @@ write path (now) and the level is info."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -103,9 +102,9 @@ def read_archive(
     cap = settings.SMRWEB_LOG_ARCHIVE_MAX_BYTES
     artifact_id = entry.get("artifact_id")
     if isinstance(artifact_id, str) and artifact_id.strip():
-        data = artifact_bytes(artifact_id.strip())
-        if len(data) > cap:
-            raise Unreadable(f"artifact {artifact_id}: {len(data)} bytes, over the {cap}-byte cap")
+        data = artifact_bytes(artifact_id.strip(), cap)  # None: past the cap (not read further)
+        if data is None:
+            raise Unreadable(f"artifact {artifact_id}: over the {cap}-byte cap")
         return parse_bytes(data, hint=_hint(entry))
     url = _location(entry)
     if url is None:
@@ -282,11 +281,3 @@ def _time(value: Any) -> str | None:
     if when is None or not _TS_MIN <= when <= _TS_MAX:
         return None
     return when.astimezone(UTC).isoformat()
-
-
-def artifact_content(answer: dict[str, Any]) -> bytes:
-    """The SDK's artifact content answer as bytes (as `SmrConnector.pull_artifact` reads it)."""
-    content = answer.get("content") or ""
-    if answer.get("encoding") == "base64":
-        return base64.b64decode(content)
-    return content if isinstance(content, bytes) else str(content).encode("utf-8")

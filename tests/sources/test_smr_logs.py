@@ -156,6 +156,7 @@ def test_what_cannot_be_read_is_recorded_with_why_and_other_origins_are_never_fe
         {"id": "metadata", "url": "http://169.254.169.254/latest/meta-data/"},
         {"id": "bomb", "url": bomb["path"]},
         {"id": "big", "url": big["path"]},
+        {"id": "big-artifact", "artifact_id": big["artifact_id"]},  # streamed, given up at the cap
         {"id": "broken", "url": broken["path"]},
         {"id": "gone", "url": "/smr/artifacts/no-such-artifact/content"},
         {"id": "gone-artifact", "artifact_id": "no-such-artifact"},
@@ -165,13 +166,14 @@ def test_what_cannot_be_read_is_recorded_with_why_and_other_origins_are_never_fe
     world.add_log_archive(rid, {"id": "fine", "content": "still read"})
 
     report = synced(project)
-    assert (report.log_archives_read, report.log_archives_unreadable) == (1, 9)
+    assert (report.log_archives_read, report.log_archives_unreadable) == (1, 10)
     problems = dict(RunLogBatch.objects.filter(run=run, kept=0).values_list("batch_id", "problem"))
     assert "smr-logs runs/1/session.jsonl.gz" in problems["smr:s3-only"]
     assert "not on the SMR backend's origin" in problems["smr:ssrf"]
     assert "not on the SMR backend's origin" in problems["smr:metadata"]
     assert "decompressed" in problems["smr:bomb"]
     assert "cap" in problems["smr:big"]
+    assert problems["smr:big-artifact"] == f"artifact {big['artifact_id']}: over the 10000-byte cap"
     assert "gzip" in problems["smr:broken"]
     assert "HTTP 404" in problems["smr:gone"]
     assert "no-such-artifact" in problems["smr:gone-artifact"]
@@ -179,11 +181,11 @@ def test_what_cannot_be_read_is_recorded_with_why_and_other_origins_are_never_fe
     assert problems[f"smr:{nameless}"] == "no location and no content"
     assert elsewhere.stats.snapshot()["total_requests"] == 0  # never asked, so the key never went there
     run.refresh_from_db()
-    assert run.log_archives_unreadable == 9 and [t for _, _, t, _ in lines_of(run)] == ["still read"]
+    assert run.log_archives_unreadable == 10 and [t for _, _, t, _ in lines_of(run)] == ["still read"]
     # Recorded once: the next sync neither retries nor counts them again.
     assert synced(project).log_archives_unreadable == 0
     run.refresh_from_db()
-    assert run.log_archives_unreadable == 9
+    assert run.log_archives_unreadable == 10
 
 
 def test_a_transient_fault_is_retried_and_a_finished_runs_archives_are_read_on_its_last_sync(

@@ -32,30 +32,79 @@ class ArtifactsMixin:
         """The improved optimizer as a submission artifact (its bytes are served by `artifact`)."""
         metric = run.metric
         content = render_optimizer(run.run_id, n, value, baseline, hparams, metric=metric).encode()
-        digest = "sha256:" + hashlib.sha256(content).hexdigest()
-        artifact = {
-            "artifact_id": artifact_id,
-            "project_id": run.project_id,
-            "run_id": run.run_id,
-            "artifact_type": "submission",
-            "title": f"optimizer.py ({metric} {value:.4f})",
-            "uri": f"s3://smr-simulator/{run.run_id}/{artifact_id}/optimizer.py",
-            "digest": digest,
-            "path": SUBMISSION_PATH,
-            "size_bytes": len(content),
-            "content_type": SUBMISSION_CONTENT_TYPE,
-            "content_url": f"/smr/artifacts/{artifact_id}/content",
-            "created_at": iso(now),
-            "metadata": {
+        artifact = self._artifact_record(
+            run,
+            artifact_id,
+            content,
+            artifact_type="submission",
+            title=f"optimizer.py ({metric} {value:.4f})",
+            path=SUBMISSION_PATH,
+            content_type=SUBMISSION_CONTENT_TYPE,
+            created_at=now,
+            metadata={
                 "experiment_id": experiment_id,
                 "result_id": result_id,
                 "score": value,
                 "metric": metric,
                 "attempt_index": n,
             },
-        }
+        )
         run.artifacts.append(artifact)
+
+    def _artifact_record(
+        self,
+        run: SimRun,
+        artifact_id: str,
+        content: bytes,
+        *,
+        artifact_type: str,
+        title: str,
+        path: str,
+        content_type: str,
+        created_at: datetime,
+        metadata: dict[str, Any] | None = None,
+        size_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """An artifact as the backend records it, its bytes served by `artifact` (`size_bytes`: what its
+        listing says, when not the bytes' own length: a backend that understates it)."""
+        artifact = {
+            "artifact_id": artifact_id,
+            "project_id": run.project_id,
+            "run_id": run.run_id,
+            "artifact_type": artifact_type,
+            "title": title,
+            "uri": f"s3://smr-simulator/{run.run_id}/{artifact_id}/{path.rsplit('/', 1)[-1]}",
+            "digest": "sha256:" + hashlib.sha256(content).hexdigest(),
+            "path": path,
+            "size_bytes": len(content) if size_bytes is None else size_bytes,
+            "content_type": content_type,
+            "content_url": f"/smr/artifacts/{artifact_id}/content",
+            "created_at": iso(created_at),
+            "metadata": metadata or {},
+        }
         self.artifacts[artifact_id] = (run, artifact, content)
+        return artifact
+
+    def add_run_artifact(
+        self, run_id: str, path: str, content: bytes, *, size_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """A file in the run's manifest besides its submissions (a test's: a large checkpoint, or one whose
+        listing understates its size)."""
+        with self.lock:
+            run = self.get_run(run_id)
+            artifact = self._artifact_record(
+                run,
+                f"file-{run_id}-{len(self.artifacts) + 1}",
+                content,
+                artifact_type="output_file",
+                title=path.rsplit("/", 1)[-1],
+                path=path,
+                content_type="application/octet-stream",
+                created_at=self.tick_time(),
+                size_bytes=size_bytes,
+            )
+            run.artifacts.append(artifact)
+            return _copy_artifact(artifact)
 
     # ------------------------------------------------------------------ wire shapes (call under lock)
     def manifest_wire(self, run: SimRun) -> dict[str, Any]:

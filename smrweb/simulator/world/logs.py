@@ -7,7 +7,6 @@ that is not in its manifest, as a backend keeps log sessions apart from outputs)
 from __future__ import annotations
 
 import copy
-import hashlib
 from typing import Any
 
 from smrweb.simulator.world.state import SimRun
@@ -22,23 +21,16 @@ class LogsMixin:
         with self.lock:
             run = self.get_run(run_id)
             artifact_id = f"log-{run_id}-{len(self.log_files) + 1}"
-            digest = "sha256:" + hashlib.sha256(content).hexdigest()
-            artifact = {
-                "artifact_id": artifact_id,
-                "project_id": run.project_id,
-                "run_id": run.run_id,
-                "artifact_type": "log_archive",
-                "title": f"{artifact_id}.log",
-                "uri": f"s3://smr-simulator/{run.run_id}/logs/{artifact_id}",
-                "digest": digest,
-                "path": f"logs/{artifact_id}",
-                "size_bytes": len(content),
-                "content_type": content_type,
-                "content_url": f"/smr/artifacts/{artifact_id}/content",
-                "created_at": iso(self.tick_time()),
-                "metadata": {},
-            }
-            self.artifacts[artifact_id] = (run, artifact, content)
+            artifact = self._artifact_record(
+                run,
+                artifact_id,
+                content,
+                artifact_type="log_archive",
+                title=f"{artifact_id}.log",
+                path=f"logs/{artifact_id}",
+                content_type=content_type,
+                created_at=self.tick_time(),
+            )
             self.log_files.append(artifact_id)
             return {"artifact_id": artifact_id, "path": artifact["content_url"]}
 
