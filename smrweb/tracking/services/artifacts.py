@@ -26,6 +26,7 @@ from smrweb.tracking.errors import (
     InvalidInput,
     StorageQuotaExceeded,
 )
+from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     Artifact,
     ArtifactBlob,
@@ -299,6 +300,42 @@ def name_awaited_artifact(run: Run, ref: str, *, event_id_prefix: str) -> int:
             if artifact is not None:
                 _link_waiting_submissions(run, artifact)
     return renamed
+
+
+def missing_artifact(submission: Submission) -> str:
+    """Why a submission has no bytes to check, and how its harness fixes that (MLflow's way for a score
+    logged through MLflow: its event id says so)."""
+    scenario = submission.project.scenario
+    via_mlflow = submission.event_id.startswith(MLFLOW_SCORE_ID_PREFIX)
+    ref = submission.artifact_ref
+    if ref:
+        digest = SHA256_RE.match(ref)
+        what = f"the file with sha256 {ref}" if digest else f"`{ref}`"
+        if via_mlflow:
+            how = "log it with mlflow.log_artifact" + ("" if digest else f" at `{ref}`")
+        else:
+            run_id = submission.run.external_id
+            how = f"upload it (POST …/runs/{run_id}/artifacts, or `smrweb report artifact`)"
+        then = "it is verified" if submission.project.auto_verify else "verify again"
+        return (
+            f"No artifact to check: the score names {what}, which run {submission.run.name} has not "
+            f"uploaded. Fix: {how}; the score takes it when it arrives, then {then}."
+        )
+    if via_mlflow:
+        where = (
+            f"log the file at the scenario's path `{scenario.artifact_path}` (mlflow.log_artifact), or "
+            if scenario.artifact_path
+            else f"the scenario {scenario.key} declares no artifact path: "
+        )
+        return (
+            f"No artifact to check: the MLflow score names no file. Fix: {where}set the run's tag "
+            f"`{MLFLOW_ARTIFACT_TAG}` to the file's path in the run, before logging "
+            f"`{scenario.score_metric}`."
+        )
+    return (
+        "No artifact to check: the score names no file. Fix: send the score with `artifact` (the file's path "
+        "in the run, or its sha256) and upload that file."
+    )
 
 
 def open_blob(blob: ArtifactBlob) -> IO[bytes]:

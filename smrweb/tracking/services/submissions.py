@@ -20,7 +20,6 @@ from django.utils import timezone
 from smrweb.core import numbers
 from smrweb.tracking import signals
 from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, TrackingError
-from smrweb.tracking.events import MLFLOW_ARTIFACT_TAG, MLFLOW_SCORE_ID_PREFIX
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
@@ -38,7 +37,7 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.services import recompute_scores, record_audit
 from smrweb.tracking.services.archive import check_writable
-from smrweb.tracking.services.artifacts import SHA256_RE
+from smrweb.tracking.services.artifacts import missing_artifact
 from smrweb.tracking.services.figures import refresh_project_figures
 
 S = SubmissionStatus
@@ -239,83 +238,36 @@ def cannot_verify(submission: Submission) -> VerificationResult | None:
     return VerificationResult(VerificationOutcome.CANNOT_VERIFY, None, "", detail)
 
 
-def missing_artifact(submission: Submission) -> str:
-    """Why a submission has no bytes to check, and how its harness fixes that (MLflow's way for a score
-    logged through MLflow: its event id says so)."""
-    scenario = submission.project.scenario
-    via_mlflow = submission.event_id.startswith(MLFLOW_SCORE_ID_PREFIX)
-    ref = submission.artifact_ref
-    if ref:
-        digest = SHA256_RE.match(ref)
-        what = f"the file with sha256 {ref}" if digest else f"`{ref}`"
-        if via_mlflow:
-            how = "log it with mlflow.log_artifact" + ("" if digest else f" at `{ref}`")
-        else:
-            run_id = submission.run.external_id
-            how = f"upload it (POST …/runs/{run_id}/artifacts, or `smrweb report artifact`)"
-        then = "it is verified" if submission.project.auto_verify else "verify again"
-        return (
-            f"No artifact to check: the score names {what}, which run {submission.run.name} has not "
-            f"uploaded. Fix: {how}; the score takes it when it arrives, then {then}."
-        )
-    if via_mlflow:
-        where = (
-            f"log the file at the scenario's path `{scenario.artifact_path}` (mlflow.log_artifact), or "
-            if scenario.artifact_path
-            else f"the scenario {scenario.key} declares no artifact path: "
-        )
-        return (
-            f"No artifact to check: the MLflow score names no file. Fix: {where}set the run's tag "
-            f"`{MLFLOW_ARTIFACT_TAG}` to the file's path in the run, before logging "
-            f"`{scenario.score_metric}`."
-        )
-    return (
-        "No artifact to check: the score names no file. Fix: send the score with `artifact` (the file's path "
-        "in the run, or its sha256) and upload that file."
-    )
-
-
 def record_verification(
     submission_id: int, result: VerificationResult, *, checked_without_bytes: bool = False
 ) -> Submission | None:
     """Store a finished verification. Idempotent: a task that runs again after the result was stored
-    (a redelivered message) changes nothing and returns None. BytesArrivedMeanwhile instead of storing
-    "cannot verify" for a check made without bytes (`checked_without_bytes`) when the artifact was linked
-    while it ran (a file or an MLflow tag naming it, a moment after the score): the caller checks again."""
+    (a redelivered message) changes nothing and returns None. A check made without bytes whose artifact
+    was linked while it ran raises BytesArrivedMeanwhile instead of storing "cannot verify": check again."""
     with transaction.atomic():
-        submission = (
-            Submission.objects.select_for_update(of=("self",)).select_related("project").get(pk=submission_id)
-        )
+        submission = Submission.objects.select_for_update(of=("self",)).get(pk=submission_id)
         if submission.status != S.VERIFYING:
             return None
-        if (
-            result.outcome == VerificationOutcome.CANNOT_VERIFY
-            and checked_without_bytes
-            and submission.artifact_id is not None
-        ):
+        if checked_without_bytes and submission.artifact_id and result.outcome == "cannot_verify":
             raise BytesArrivedMeanwhile(submission_id)
-        return _record(submission, result)
-
-
-def _record(submission: Submission, result: VerificationResult) -> Submission | None:
-    to = {
-        VerificationOutcome.PASSED: S.VERIFIED,
-        VerificationOutcome.FAILED: S.INVALID,
-        VerificationOutcome.TIMED_OUT: S.INVALID,
-    }.get(result.outcome, S.CANDIDATE)  # cannot verify → back
-    try:
-        return _move(
-            submission,
-            to,
-            by=None,
-            reason=result.detail,
-            verification_outcome=result.outcome,
-            verification_exit_code=result.exit_code,
-            verification_output=result.output_tail,
-            verified_at=timezone.now(),
-        )
-    except IllegalTransition:
-        return None  # another delivery got there first
+        to = {
+            VerificationOutcome.PASSED: S.VERIFIED,
+            VerificationOutcome.FAILED: S.INVALID,
+            VerificationOutcome.TIMED_OUT: S.INVALID,
+        }.get(result.outcome, S.CANDIDATE)  # cannot verify → back
+        try:
+            return _move(
+                submission,
+                to,
+                by=None,
+                reason=result.detail,
+                verification_outcome=result.outcome,
+                verification_exit_code=result.exit_code,
+                verification_output=result.output_tail,
+                verified_at=timezone.now(),
+            )
+        except IllegalTransition:
+            return None  # another delivery got there first
 
 
 # --- review -------------------------------------------------------------------------------------------
