@@ -36,6 +36,7 @@ def test_an_artifact_past_the_cap_is_not_pulled_and_the_run_says_which(sim, alic
     pulled_before = Artifact.objects.filter(run=run).count()
     settings.SMRWEB_MAX_ARTIFACT_BYTES = 50_000
     listed = backend.world.add_run_artifact(run.external_id, "ckpt/big.bin", b"b" * 60_000)
+    requests = backend.stats.snapshot()["content_requests"]
 
     report = sync.sync_project(project, owner="test")
     assert report.error.startswith("quota:") and listed["artifact_id"] in report.error
