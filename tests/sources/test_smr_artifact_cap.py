@@ -9,34 +9,23 @@ from __future__ import annotations
 import http.server
 import threading
 
-import pytest
-
 from smrweb.sources import sync
 from smrweb.sources.smr import SmrConnector
 from smrweb.tracking.models import Artifact, Run
-from tests.sources.smr_project import bind_to, simulator_factory, synced
+from tests.sources.smr_project import bind_to, synced
 
 API_KEY, PID = "cap-key", "cap-proj"
-CONTENT = "GET /smr/artifacts/{artifact_id}/content"
 
 
-@pytest.fixture
-def sim(start_sim):
-    return simulator_factory(
-        start_sim, api_key=API_KEY, project_ids=[PID], runs=1, auto_tick=False, seed=5, warmup=20
-    )
-
-
-def test_an_artifact_past_the_cap_is_not_pulled_and_the_run_says_which(sim, alice, settings):
+def test_an_artifact_past_the_cap_is_not_pulled_and_the_run_says_which(start_sim, alice, settings):
     settings.SMRWEB_SMR_RUN_REFRESH_SECONDS = 0
-    backend = sim()
+    backend = start_sim(api_key=API_KEY, project_ids=[PID], runs=1, auto_tick=False, seed=5, warmup=20)
     project = bind_to(backend, alice, slug="cap", smr_project=PID, api_key=API_KEY)
     synced(project)
     run = Run.objects.get(project=project)
     pulled_before = Artifact.objects.filter(run=run).count()
     settings.SMRWEB_MAX_ARTIFACT_BYTES = 50_000
     listed = backend.world.add_run_artifact(run.external_id, "ckpt/big.bin", b"b" * 60_000)
-    requests = backend.stats.snapshot()["content_requests"]
 
     report = sync.sync_project(project, owner="test")
     assert report.error.startswith("quota:") and listed["artifact_id"] in report.error
