@@ -1,7 +1,7 @@
 """The run page's Logs card in a real browser: the tail opens at its bottom like a terminal, the level
 filter and the search swap the card alone and put their state in the address, older and newer pages go by
 seq, a line's markup stays text, and a live run's new lines arrive on the page's poll. Screenshots of the
-card at 1440 light and 390 dark go to /work/notes/shots/ (and screenshots/)."""
+card at 1440 light and 390 dark go to /tmp/logs-shots/ (and screenshots/)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 URL = "/projects/hill/runs/logs-1/"
 XSS = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
-SHOTS = Path("/work/notes/shots")
+SHOTS = Path("/tmp/logs-shots")
 SIDEWAYS = "() => { const b = document.getElementById('log-box'); return b.scrollWidth > b.clientWidth + 1; }"
 
 

@@ -263,8 +263,8 @@ def test_sigterm_after_init_fails_the_run_and_exits_143(harness_env):
         smr.init()
         smr.set_state("running")
         smr.flush(10)
-        print("ready", flush=True)
         try:
+            print("ready", flush=True)  # inside: a SIGTERM right after "ready" still finds the try
             time.sleep(60)
         finally:
             print("cleanup ran", flush=True)  # SIGTERM unwinds the stack: finally clauses run
