@@ -356,7 +356,9 @@ class RunPage:
                 m.submissions_updated,
             )
         if name == "run-timeline-card":
-            forecast = (self.forecast_at,) if run.budget_usd and not run.is_terminal else ()
+            # The clock moves its axis only while it draws something (an empty card says so and no more).
+            drawn = bool(run.turn_count or run.score_count) and not run.is_terminal
+            forecast = (self.forecast_at,) if run.budget_usd and drawn else ()
             return (
                 *self.turn_marker,
                 run.failed_turns,
@@ -366,7 +368,7 @@ class RunPage:
                 run.budget_usd,
                 run.started_at,
                 run.is_terminal,
-                self.horizon if not run.is_terminal else None,
+                self.horizon if drawn else None,
                 *forecast,
             )
         if name == "budget":
@@ -374,7 +376,8 @@ class RunPage:
                 *self._spend(),
                 run.is_terminal,
                 *self.turn_marker,
-                None if run.is_terminal else self.forecast_at,
+                # The burn is read from a recent window of turns: the clock moves it only if there are turns.
+                self.forecast_at if run.turn_count and not run.is_terminal else None,
             )
         if name == "run-actors":
             return (*self.turn_marker, _json(run.actor_roles))
