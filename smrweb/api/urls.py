@@ -5,6 +5,7 @@ from smrweb.api.views import (
     alerts,
     annotations,
     artifacts,
+    compare,
     control,
     events,
     health,
@@ -40,6 +41,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
     path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
+    path("projects/<slug:slug>/compare/series", compare.CompareSeries.as_view(), name="compare-series"),
     path(
         "projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"
     ),

@@ -1,0 +1,70 @@
+"""Compare's series over the API: any metric of up to 200 runs against any axis."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from smrweb.tracking.queries import series
+
+METRIC_MAX = 200  # a metric key's length in the model
+
+
+class SeriesQuerySerializer(serializers.Serializer):
+    """`GET …/compare/series` parameters."""
+
+    runs = serializers.ListField(
+        child=serializers.CharField(max_length=400),
+        min_length=1,
+        help_text="Runs to compare, repeated or comma-separated: `run` of this project or `project:run` of "
+        f"another project you can read; at most {series.MAX_RUNS}.",
+    )
+    metric = serializers.CharField(
+        default=series.SCORE, max_length=METRIC_MAX, help_text="`score` or a logged metric key."
+    )
+    x = serializers.ChoiceField(choices=series.AXES, default="usd", help_text="The x-axis.")
+
+    def to_internal_value(self, data):
+        values = dict(data.items()) if hasattr(data, "items") else dict(data)
+        if hasattr(data, "getlist"):
+            values["runs"] = series.parse_run_names(data.getlist("runs"))
+        return super().to_internal_value(values)
+
+    def validate_runs(self, value: list[str]) -> list[str]:
+        if len(value) > series.MAX_RUNS:
+            raise serializers.ValidationError(
+                f"{len(value)} runs named; at most {series.MAX_RUNS} are compared at once."
+            )
+        return value
+
+
+class TraceSerializer(serializers.Serializer):
+    run = serializers.CharField(source="name", help_text="As named in the request.")
+    project = serializers.CharField(source="run.project.slug")
+    run_id = serializers.CharField(source="run.external_id")
+    points = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField()),
+        help_text="[x, y] in x order, downsampled; x in ISO 8601 on the wall clock, seconds since the "
+        "run's start on `time`, else a number. On a spend axis the last point carries the last value to "
+        "what the run has spent (`x_total`).",
+    )
+    best = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField()),
+        help_text="The score's best so far at each change (the run's scenario's direction); [] for metrics.",
+    )
+    x_total = serializers.FloatField(
+        allow_null=True, help_text="The run's own total on a spend axis (turns, tokens, USD); else null."
+    )
+    points_read = serializers.IntegerField(source="read", help_text="Of the metric, before downsampling.")
+
+
+class SeriesSerializer(serializers.Serializer):
+    metric = serializers.CharField()
+    x = serializers.CharField()
+    x_label = serializers.CharField()
+    runs = TraceSerializer(many=True, source="traces")
+    missing = serializers.ListField(
+        child=serializers.CharField(), help_text="Names that are not runs you can read."
+    )
+    without_metric = serializers.ListField(
+        child=serializers.CharField(), help_text="Runs with no point of the metric."
+    )

@@ -1,0 +1,63 @@
+"""Compare over the API: any series of runs (of this project or any other the caller can read) against any
+axis, as Compare's chart draws it."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from smrweb.api.access import project_for, visible_projects
+from smrweb.api.schema import ERRORS
+from smrweb.api.serializers.compare import SeriesQuerySerializer, SeriesSerializer
+from smrweb.tracking.queries import series
+
+
+class CompareSeries(APIView):
+    @extend_schema(
+        parameters=[SeriesQuerySerializer],
+        responses={200: SeriesSerializer, **ERRORS},
+        description="`metric` of each named run against axis `x`: `usd`, `tokens` and `turns` are what the "
+        "run had spent by each point (driver and child work), `time` seconds since its start, `wall` the "
+        "clock, `step` the metric's step (a score's ordinal). A run you cannot read is listed in `missing` "
+        "exactly as one that does not exist.",
+    )
+    def get(self, request, slug: str):
+        project = project_for(request, slug)
+        params = SeriesQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query = params.validated_data
+        named, missing = series.find_runs(project, visible_projects(request), query["runs"])
+        try:
+            found = series.series(named, query["metric"], query["x"], missing=missing)
+        except series.SeriesError as e:
+            raise ValidationError({e.field: [str(e)]}) from None
+        return Response(SeriesSerializer(as_api(found)).data)
+
+
+def as_api(found: series.Series) -> dict:
+    """The series with wall-clock x as ISO 8601 times."""
+    wall = found.x == "wall"
+
+    def out(points):
+        return [[series.as_datetime(x).isoformat() if wall else x, y] for x, y in points]
+
+    return {
+        "metric": found.metric,
+        "x": found.x,
+        "x_label": series.AXIS_LABELS[found.x],
+        "traces": [
+            {
+                "name": t.name,
+                "run": t.run,
+                "points": out(t.points),
+                "best": out(t.best),
+                "x_total": t.x_total,
+                "read": t.read,
+            }
+            for t in found.traces
+        ],
+        "missing": found.missing,
+        "without_metric": found.without_metric,
+    }
