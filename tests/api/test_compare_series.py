@@ -47,9 +47,13 @@ def climb(project, run_id: str, *, turns: int, cost: float, seed: int, scores: i
             }
         )
     for step in range(0, turns, 2):
-        events.append({"type": "metric", "key": "loss", "step": step, "value": rng.random(), "ts": at(step + 1.5)})
+        events.append(
+            {"type": "metric", "key": "loss", "step": step, "value": rng.random(), "ts": at(step + 1.5)}
+        )
     for k in range(scores):
-        events.append({"id": f"s{k}", "type": "score", "score": rng.random(), "ts": at((k + 1) * turns / scores)})
+        events.append(
+            {"id": f"s{k}", "type": "score", "score": rng.random(), "ts": at((k + 1) * turns / scores)}
+        )
     push(project, run_id, *events)
     return Run.objects.get(project=project, external_id=run_id)
 
@@ -72,7 +76,9 @@ def test_each_trace_ends_at_what_its_run_has_spent(api, runs, metric, x):
     assert [t["run"] for t in body["runs"]] == ["r0", "r1", "r2"] and body["missing"] == []
     for trace, run in zip(body["runs"], runs, strict=True):
         run.refresh_from_db()
-        own = {"usd": float(run.cost_usd), "tokens": run.tokens_in + run.tokens_out, "turns": run.turn_count}[x]
+        own = {"usd": float(run.cost_usd), "tokens": run.tokens_in + run.tokens_out, "turns": run.turn_count}[
+            x
+        ]
         assert trace["x_total"] == pytest.approx(own)
         assert trace["points"][-1][0] == pytest.approx(own)  # the last x is the run's own spend
         xs = [p[0] for p in trace["points"]]

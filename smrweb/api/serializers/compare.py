@@ -54,6 +54,9 @@ class TraceSerializer(serializers.Serializer):
     x_total = serializers.FloatField(
         allow_null=True, help_text="The run's own total on a spend axis (turns, tokens, USD); else null."
     )
+    carried = serializers.BooleanField(
+        help_text="The last point is the last value carried to `x_total` (what the run has spent since)."
+    )
     points_read = serializers.IntegerField(source="read", help_text="Of the metric, before downsampling.")
 
 

@@ -54,6 +54,7 @@ def as_api(found: series.Series) -> dict:
                 "points": out(t.points),
                 "best": out(t.best),
                 "x_total": t.x_total,
+                "carried": t.carried,
                 "read": t.read,
             }
             for t in found.traces

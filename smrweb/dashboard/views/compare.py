@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
@@ -15,8 +16,10 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.dashboard import live
 from smrweb.dashboard.access import project_for_user
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
+from smrweb.dashboard.charts import series as series_charts
 from smrweb.dashboard.clock import zone_label
-from smrweb.tracking.queries import compare
+from smrweb.tracking.models import Project
+from smrweb.tracking.queries import compare, series
 
 TEMPLATE = "dashboard/compare.html"
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
@@ -39,6 +42,8 @@ def compare_runs(request, slug: str):
         drop=request.GET.get("drop", "").strip(),
     )
     only = request.headers.get(live.ONLY_HEADER) if request.htmx else None
+    if only == "series":
+        return render(request, f"{TEMPLATE}#series", _series_context(request, project, requested))
     if only in LATER:
         selected, _ = compare.find_markers(project, requested[: compare.MAX_RUNS])
         if len(selected) < 2:  # nothing to compare any more (runs were deleted): the placeholder goes
@@ -75,6 +80,9 @@ def compare_runs(request, slug: str):
             )
     context["picked_now"] = bool(selected)
     if len(selected) >= 2:
+        context.update(_series_context(request, project, requested))
+        found = {trace.name for trace in context["series"].traces}
+        context["missing"] = [name for name in context.get("missing", []) if name not in found]
         context["picker_later"] = True
     else:
         picked = compare.picked_runs(project, [marker.external_id for marker in selected])
@@ -127,6 +135,32 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
             live.Card("turn-rows", version, lambda: later()[1]),
         ],
     )
+
+
+def _series_context(request, project, requested: list[str]) -> dict:
+    """The "any metric against any axis" card: its metric and axis from the URL (`metric`, `x`), the
+    runs as requested (`project:run` names runs of other projects the viewer can read)."""
+    metric = request.GET.get("metric", "").strip()[:200] or series.SCORE
+    x = request.GET.get("x", "usd")
+    x = x if x in series.AXIS_LABELS else "usd"
+    readable = Project.objects.visible_to(request.user)
+    named, missing = series.find_runs(project, readable, requested[: series.MAX_RUNS])
+    found = series.series(named, metric, x, missing=missing)
+    label = project.scenario.score_metric if metric == series.SCORE else metric
+    keys = series.metric_keys([run for _, run in named])
+    return {
+        "project": project,
+        "series": found,
+        "series_figure": series_charts.series_figure(found, label, uirevision=f"{metric}|{x}"),
+        "series_metrics": [series.SCORE, *(k for k in keys if k != series.SCORE)],
+        "series_metric_missing": metric != series.SCORE and metric not in keys,
+        "series_axes": series.AXES,
+        "series_runs": requested[: series.MAX_RUNS],
+        "series_other_projects": sorted({t.run.project.slug for t in found.traces} - {project.slug}),
+        "series_api": reverse("api:compare-series", args=[project.slug])
+        + "?"
+        + urlencode([("runs", n) for n in requested[: series.MAX_RUNS]] + [("metric", metric), ("x", x)]),
+    }
 
 
 def _picker(project, selected: list, chosen: set[str] | None = None) -> list:

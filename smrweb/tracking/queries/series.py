@@ -73,6 +73,7 @@ class Trace:
     points: list[tuple[float, float]] = field(default_factory=list)
     best: list[tuple[float, float]] = field(default_factory=list)
     x_total: float | None = None
+    carried: bool = False  # the last point is the last value carried to `x_total`, not a point of its own
     read: int = 0  # the points the run has for this metric (before downsampling)
 
 
@@ -153,6 +154,7 @@ def series(named: list[tuple[str, Run]], metric: str, x: str, *, missing: list[s
             trace.x_total = _total(run, x)
             if points and points[-1][0] < trace.x_total:  # carried to what the run has spent since
                 points.append((trace.x_total, points[-1][1]))
+                trace.carried = True
             if trace.best and trace.best[-1][0] < trace.x_total:
                 trace.best.append((trace.x_total, trace.best[-1][1]))
         trace.points = lttb(points, per_run)

@@ -1,0 +1,48 @@
+"""Compare's "any metric against spend" card in the browser: drawn, switched to another axis and metric
+without a reload (the URL follows: shareable), the same URL opened afresh draws the same; screenshots at
+1440 light and 390 dark."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.api.test_compare_series import climb
+from tests.browser.test_screenshots import page_at
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_card_switches_axis_and_metric_in_place_and_the_url_holds_them(
+    browser, live_server, alice, project, screenshot_dir
+):
+    for i in range(4):
+        climb(project, f"arm-{'ab'[i % 2]}-{i}", turns=60 + 20 * i, cost=0.004 * (i + 1), seed=i, scores=6)
+    runs = "&".join(f"runs=arm-{'ab'[i % 2]}-{i}" for i in range(4))
+    with page_at(browser, live_server, alice, 1440, "light") as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"/projects/hill/compare/?{runs}")
+        card = page.locator("#compare-series")
+        chart = card.locator("[data-plot=compare-series-data]")
+        expect(chart).to_have_attribute("data-plot-draws", "1")
+        assert card.locator(".scatterlayer .trace").count() == 8  # four runs: dots and best so far
+        page.select_option("#series-x", "turns")
+        page.wait_for_url("**x=turns**")
+        expect(card.locator(".xtitle")).to_contain_text("turns")
+        page.select_option("#series-metric", "loss")
+        page.wait_for_url("**metric=loss**")
+        expect(card.locator(".xtitle")).to_contain_text("turns")
+        expect(card.locator(".ytitle")).to_contain_text("loss")
+        shared = page.url
+        card.scroll_into_view_if_needed()
+        card.screenshot(path=str(screenshot_dir / "compare-series-1440-light.png"))
+        assert not errors, errors
+    with page_at(browser, live_server, alice, 390, "dark") as page:
+        page.goto(shared)
+        card = page.locator("#compare-series")
+        expect(card.locator("[data-plot=compare-series-data]")).to_have_attribute("data-plot-draws", "1")
+        assert page.locator("#series-metric").input_value() == "loss"
+        assert page.locator("#series-x").input_value() == "turns"
+        card.scroll_into_view_if_needed()
+        card.screenshot(path=str(screenshot_dir / "compare-series-390-dark.png"))

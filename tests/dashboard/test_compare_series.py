@@ -1,0 +1,82 @@
+"""Compare's "any metric against spend" card: the metric and axis in the URL, the figure's traces ending at
+each run's own spend, the card alone for htmx, runs of other projects where the viewer can read them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from smrweb.tracking.models import Run
+from tests.api.test_compare_series import climb
+from tests.factories import admin_project
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "/projects/hill/compare/"
+
+
+def figure_of(html: str) -> dict:
+    found = re.search(r'<script id="compare-series-data" type="application/json">(.*?)</script>', html, re.S)
+    assert found, "no series figure"
+    return json.loads(found.group(1))
+
+
+@pytest.fixture
+def runs(project):
+    return [climb(project, f"r{i}", turns=30 + 10 * i, cost=0.01 * (i + 1), seed=i) for i in range(3)]
+
+
+def test_the_card_draws_the_chosen_metric_against_usd_and_each_line_reaches_its_runs_spend(
+    client_alice, runs
+):
+    html = client_alice.get(PAGE, {"runs": ["r0", "r1", "r2"], "metric": "loss", "x": "usd"}).content.decode()
+    assert 'id="compare-series"' in html and '<option value="loss" selected>' in html
+    assert '<option value="usd" selected>' in html
+    figure = figure_of(html)
+    ends = {}
+    for trace in figure["data"]:
+        ends[trace["name"]] = max(ends.get(trace["name"], 0), max(trace["x"]))
+    for run in Run.objects.filter(external_id__in=["r0", "r1", "r2"]):
+        assert ends[run.external_id] == pytest.approx(float(run.cost_usd), rel=1e-6)
+    assert "USD spent" in figure["layout"]["xaxis"]["title"]["text"]
+
+
+def test_the_default_is_the_score_against_usd_with_its_best_so_far(client_alice, runs):
+    html = client_alice.get(PAGE, {"runs": ["r0", "r1"]}).content.decode()
+    figure = figure_of(html)
+    assert '<option value="score" selected>' in html
+    shapes = [t.get("line", {}).get("shape") for t in figure["data"]]
+    assert shapes.count("hv") == 2  # a best-so-far step line per run
+
+
+def test_htmx_gets_the_card_alone_and_bad_values_fall_back(client_alice, runs):
+    answer = client_alice.get(
+        PAGE,
+        {"runs": ["r0", "r1"], "metric": "loss", "x": "furlongs"},
+        headers={"HX-Request": "true", "X-Smrweb-Only": "series"},
+    )
+    html = answer.content.decode()
+    assert answer.status_code == 200 and html.lstrip().startswith('<section class="card" id="compare-series"')
+    assert '<option value="usd" selected>' in html and "Compare runs" not in html
+    nothing = client_alice.get(PAGE, {"runs": ["r0", "r1"], "metric": "accuracy"}).content.decode()
+    assert "None of these runs has a point of <code>accuracy</code>" in nothing
+    assert "accuracy (not logged)" in nothing
+
+
+def test_runs_of_another_readable_project_join_the_card_not_the_missing_list(
+    client_alice, alice, carol, runs
+):
+    mine = admin_project("mine", by=alice)
+    climb(mine, "m1", turns=20, cost=0.05, seed=11)
+    theirs = admin_project("theirs", by=carol)
+    climb(theirs, "t1", turns=20, cost=0.05, seed=12)
+    html = client_alice.get(
+        PAGE, {"runs": ["r0", "r1", "mine:m1", "theirs:t1"], "x": "turns"}
+    ).content.decode()
+    names = {t["name"] for t in figure_of(html)["data"]}
+    assert names == {"r0", "r1", "mine:m1"}
+    missing = html.split('id="compare-missing"')[1].split("</div>")[0]
+    assert "theirs:t1" in missing and "mine:m1" not in missing
+    assert "With runs of <b>mine</b>" in html
