@@ -67,6 +67,11 @@ def compare_series(run_pk: int, updated: float, *, maximize: bool, per_run: int)
     return f"compare-series:v3:{run_pk}:{updated:.6f}:{int(maximize)}:{per_run}"
 
 
+def compare_trace(run_pk: int, version: str) -> str:
+    """A compared run's trace of one metric on one axis (queries.series), under what it is drawn from, 1 h."""
+    return f"compare-trace:v1:{run_pk}:{hashlib.blake2s(version.encode(), digest_size=12).hexdigest()}"
+
+
 def compare_turns(run_pk: int, *, per_run: int) -> str:
     """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
     turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not

@@ -181,3 +181,30 @@ def test_the_queries_do_not_grow_with_runs_or_points(api, project):
 
     count(1, 5)  # the token's first use is remembered: not what is measured
     assert count(2, 20) == count(12, 200) <= 5
+
+
+def test_kept_traces_are_reused_and_a_changed_run_is_read_alone(api, runs):
+    names = ",".join(r.external_id for r in runs)
+
+    def reads() -> list[str]:
+        with CaptureQueriesContext(connection) as q:
+            assert get(api, runs=names, metric="loss", x="usd").status_code == 200
+        return [
+            s["sql"]
+            for s in q.captured_queries
+            if "tracking_metricpoint" in s["sql"] or "agentturn" in s["sql"]
+        ]
+
+    first = get(api, runs=names, metric="loss", x="usd").json()
+    assert reads() == []  # every trace kept
+    push(
+        runs[1].project,
+        "r1",
+        {"id": "late", "type": "agent.turn", "turn": 999, "ts": at(500), "cost_usd": 1.5},
+    )
+    again = reads()
+    assert len(again) == 2 and all(f"IN ({runs[1].pk})" in sql for sql in again), again
+    body = get(api, runs=names, metric="loss", x="usd").json()
+    assert body["runs"][0] == first["runs"][0] and body["runs"][2] == first["runs"][2]
+    runs[1].refresh_from_db()
+    assert body["runs"][1]["x_total"] == pytest.approx(float(runs[1].cost_usd))

@@ -15,6 +15,14 @@ from tests.factories import admin_project
 pytestmark = pytest.mark.django_db
 
 PAGE = "/projects/hill/compare/"
+CARD = {"HX-Request": "true", "X-Smrweb-Only": "series"}
+
+
+def card(client, params) -> str:
+    """The card as the page loads it after itself (its own request: the comparison stays incremental)."""
+    answer = client.get(PAGE, params, headers=CARD)
+    assert answer.status_code == 200
+    return answer.content.decode()
 
 
 def figure_of(html: str) -> dict:
@@ -31,7 +39,9 @@ def runs(project):
 def test_the_card_draws_the_chosen_metric_against_usd_and_each_line_reaches_its_runs_spend(
     client_alice, runs
 ):
-    html = client_alice.get(PAGE, {"runs": ["r0", "r1", "r2"], "metric": "loss", "x": "usd"}).content.decode()
+    page = client_alice.get(PAGE, {"runs": ["r0", "r1", "r2"], "metric": "loss", "x": "usd"}).content.decode()
+    assert 'hx-trigger="load"' in page.split('id="compare-series"')[1].split(">")[0]
+    html = card(client_alice, {"runs": ["r0", "r1", "r2"], "metric": "loss", "x": "usd"})
     assert 'id="compare-series"' in html and '<option value="loss" selected>' in html
     assert '<option value="usd" selected>' in html
     figure = figure_of(html)
@@ -44,7 +54,7 @@ def test_the_card_draws_the_chosen_metric_against_usd_and_each_line_reaches_its_
 
 
 def test_the_default_is_the_score_against_usd_with_its_best_so_far(client_alice, runs):
-    html = client_alice.get(PAGE, {"runs": ["r0", "r1"]}).content.decode()
+    html = card(client_alice, {"runs": ["r0", "r1"]})
     figure = figure_of(html)
     assert '<option value="score" selected>' in html
     shapes = [t.get("line", {}).get("shape") for t in figure["data"]]
@@ -60,7 +70,7 @@ def test_htmx_gets_the_card_alone_and_bad_values_fall_back(client_alice, runs):
     html = answer.content.decode()
     assert answer.status_code == 200 and html.lstrip().startswith('<section class="card" id="compare-series"')
     assert '<option value="usd" selected>' in html and "Compare runs" not in html
-    nothing = client_alice.get(PAGE, {"runs": ["r0", "r1"], "metric": "accuracy"}).content.decode()
+    nothing = card(client_alice, {"runs": ["r0", "r1"], "metric": "accuracy"})
     assert "None of these runs has a point of <code>accuracy</code>" in nothing
     assert "accuracy (not logged)" in nothing
 
@@ -72,11 +82,11 @@ def test_runs_of_another_readable_project_join_the_card_not_the_missing_list(
     climb(mine, "m1", turns=20, cost=0.05, seed=11)
     theirs = admin_project("theirs", by=carol)
     climb(theirs, "t1", turns=20, cost=0.05, seed=12)
-    html = client_alice.get(
-        PAGE, {"runs": ["r0", "r1", "mine:m1", "theirs:t1"], "x": "turns"}
-    ).content.decode()
+    params = {"runs": ["r0", "r1", "mine:m1", "theirs:t1"], "x": "turns"}
+    html = card(client_alice, params)
     names = {t["name"] for t in figure_of(html)["data"]}
     assert names == {"r0", "r1", "mine:m1"}
-    missing = html.split('id="compare-missing"')[1].split("</div>")[0]
+    page = client_alice.get(PAGE, params).content.decode()
+    missing = page.split('id="compare-missing"')[1].split("</div>")[0]
     assert "theirs:t1" in missing and "mine:m1" not in missing
-    assert "With runs of <b>mine</b>" in html
+    assert "With runs of <b>mine</b>" in html and "with 1 run of other projects" in page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from smrweb.tracking.queries import series
+from smrweb.tracking.queries import arms, series
 
 METRIC_MAX = 200  # a metric key's length in the model
 
@@ -22,6 +22,19 @@ class SeriesQuerySerializer(serializers.Serializer):
         default=series.SCORE, max_length=METRIC_MAX, help_text="`score` or a logged metric key."
     )
     x = serializers.ChoiceField(choices=series.AXES, default="usd", help_text="The x-axis.")
+    group = serializers.CharField(
+        default="",
+        allow_blank=True,
+        max_length=260,
+        help_text="Group the runs into arms: `project`, `scenario`, `profile`, `kickoff`, `tag:KEY` or "
+        "`param:KEY`.",
+    )
+
+    def validate_group(self, value: str) -> str:
+        try:
+            return arms.parse_group(value)
+        except arms.GroupError as e:
+            raise serializers.ValidationError(str(e)) from None
 
     def to_internal_value(self, data):
         values = dict(data.items()) if hasattr(data, "items") else dict(data)
@@ -60,6 +73,40 @@ class TraceSerializer(serializers.Serializer):
     points_read = serializers.IntegerField(source="read", help_text="Of the metric, before downsampling.")
 
 
+class SpreadSerializer(serializers.Serializer):
+    median = serializers.FloatField(allow_null=True)
+    min = serializers.FloatField(allow_null=True, source="low")
+    max = serializers.FloatField(allow_null=True, source="high")
+
+
+class ArmSerializer(serializers.Serializer):
+    arm = serializers.CharField(source="label")
+    n = serializers.IntegerField()
+    runs = serializers.ListField(child=serializers.CharField())
+    line = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField()),
+        help_text="[x, median, band low, band high, runs at x] at equal x across the arm's runs.",
+    )
+    band = serializers.ChoiceField(choices=["iqr", "range"], help_text="iqr from four runs, else min–max.")
+    best_score = SpreadSerializer(source="best")
+    final_score = SpreadSerializer(source="final")
+    usd = SpreadSerializer()
+    tokens = SpreadSerializer()
+    gain_per_usd = serializers.FloatField(allow_null=True, help_text="Median of (best − first score) / USD.")
+    gain_per_mtok = serializers.FloatField(allow_null=True, help_text="The same per million tokens.")
+    failed_share = serializers.FloatField(help_text="Runs failed or abandoned, of the arm's runs.")
+
+
+class DifferenceSerializer(serializers.Serializer):
+    arm = serializers.CharField()
+    against = serializers.CharField(help_text="The leading arm at `x`.")
+    x = serializers.FloatField(help_text="The equal x: the lower of the two arms' median run ends.")
+    difference = serializers.FloatField(help_text="Median of the arm minus median of the leader, at `x`.")
+    low = serializers.FloatField(help_text="95 % bootstrap interval of the difference.")
+    high = serializers.FloatField()
+    separable = serializers.BooleanField(help_text="False: the data cannot tell the two arms apart.")
+
+
 class SeriesSerializer(serializers.Serializer):
     metric = serializers.CharField()
     x = serializers.CharField()
@@ -71,3 +118,6 @@ class SeriesSerializer(serializers.Serializer):
     without_metric = serializers.ListField(
         child=serializers.CharField(), help_text="Runs with no point of the metric."
     )
+    group = serializers.CharField()
+    arms = ArmSerializer(many=True)
+    differences = DifferenceSerializer(many=True)

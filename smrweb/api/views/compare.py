@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from smrweb.api.access import project_for, visible_projects
 from smrweb.api.schema import ERRORS
 from smrweb.api.serializers.compare import SeriesQuerySerializer, SeriesSerializer
-from smrweb.tracking.queries import series
+from smrweb.tracking.queries import arms, series
 
 
 class CompareSeries(APIView):
@@ -21,7 +21,8 @@ class CompareSeries(APIView):
         description="`metric` of each named run against axis `x`: `usd`, `tokens` and `turns` are what the "
         "run had spent by each point (driver and child work), `time` seconds since its start, `wall` the "
         "clock, `step` the metric's step (a score's ordinal). A run you cannot read is listed in `missing` "
-        "exactly as one that does not exist.",
+        "exactly as one that does not exist. With `group`, the runs form arms: a median line with a band at "
+        "equal x, a table of what each arm bought, and each arm against the leader at equal x.",
     )
     def get(self, request, slug: str):
         project = project_for(request, slug)
@@ -31,12 +32,13 @@ class CompareSeries(APIView):
         named, missing = series.find_runs(project, visible_projects(request), query["runs"])
         try:
             found = series.series(named, query["metric"], query["x"], missing=missing)
-        except series.SeriesError as e:
+            grouped = arms.arms(found, query["group"]) if query["group"] else ([], [])
+        except (series.SeriesError, arms.GroupError) as e:
             raise ValidationError({e.field: [str(e)]}) from None
-        return Response(SeriesSerializer(as_api(found)).data)
+        return Response(SeriesSerializer(as_api(found, query["group"], *grouped)).data)
 
 
-def as_api(found: series.Series) -> dict:
+def as_api(found: series.Series, group: str = "", arm_list=(), differences=()) -> dict:
     """The series with wall-clock x as ISO 8601 times."""
     wall = found.x == "wall"
 
@@ -61,4 +63,10 @@ def as_api(found: series.Series) -> dict:
         ],
         "missing": found.missing,
         "without_metric": found.without_metric,
+        "group": group,
+        "arms": [
+            {**vars(a), "n": a.n, "runs": [t.name for t in a.traces], "line": [list(p) for p in a.line]}
+            for a in arm_list
+        ],
+        "differences": [{**vars(d), "separable": d.separable} for d in differences],
     }

@@ -80,9 +80,12 @@ def compare_runs(request, slug: str):
             )
     context["picked_now"] = bool(selected)
     if len(selected) >= 2:
-        context.update(_series_context(request, project, requested))
-        found = {trace.name for trace in context["series"].traces}
-        context["missing"] = [name for name in context.get("missing", []) if name not in found]
+        # The "any metric" card loads after the page (its own request: the comparison stays incremental).
+        context["series_url"] = request.get_full_path()
+        elsewhere = series.other_projects(project, Project.objects.visible_to(request.user), requested)
+        context["missing"] = [name for name in context.get("missing", []) if name not in elsewhere]
+        context["elsewhere"] = elsewhere
+        context["series_api"] = _series_api(project, requested, *_series_choice(request))
         context["picker_later"] = True
     else:
         picked = compare.picked_runs(project, [marker.external_id for marker in selected])
@@ -140,9 +143,7 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
 def _series_context(request, project, requested: list[str]) -> dict:
     """The "any metric against any axis" card: its metric and axis from the URL (`metric`, `x`), the
     runs as requested (`project:run` names runs of other projects the viewer can read)."""
-    metric = request.GET.get("metric", "").strip()[:200] or series.SCORE
-    x = request.GET.get("x", "usd")
-    x = x if x in series.AXIS_LABELS else "usd"
+    metric, x = _series_choice(request)
     readable = Project.objects.visible_to(request.user)
     named, missing = series.find_runs(project, readable, requested[: series.MAX_RUNS])
     found = series.series(named, metric, x, missing=missing)
@@ -157,10 +158,21 @@ def _series_context(request, project, requested: list[str]) -> dict:
         "series_axes": series.AXES,
         "series_runs": requested[: series.MAX_RUNS],
         "series_other_projects": sorted({t.run.project.slug for t in found.traces} - {project.slug}),
-        "series_api": reverse("api:compare-series", args=[project.slug])
-        + "?"
-        + urlencode([("runs", n) for n in requested[: series.MAX_RUNS]] + [("metric", metric), ("x", x)]),
+        "series_api": _series_api(project, requested, metric, x),
     }
+
+
+def _series_choice(request) -> tuple[str, str]:
+    """The card's metric and axis from the URL: anything else falls back to the score against USD."""
+    metric = request.GET.get("metric", "").strip()[:200] or series.SCORE
+    x = request.GET.get("x", "usd")
+    return metric, x if x in series.AXIS_LABELS else "usd"
+
+
+def _series_api(project, requested: list[str], metric: str, x: str) -> str:
+    names = [("runs", name) for name in requested[: series.MAX_RUNS]]
+    query = urlencode([*names, ("metric", metric), ("x", x)])
+    return reverse("api:compare-series", args=[project.slug]) + "?" + query
 
 
 def _picker(project, selected: list, chosen: set[str] | None = None) -> list:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from django.db.models import Count, ExpressionWrapper, F, FloatField, IntegerField, Q, Sum, Window
 from django.db.models.functions import Cast, RowNumber
 
+from smrweb.core import cachekeys, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -52,6 +53,7 @@ MAX_RUNS = 200
 POINTS_PER_CHART = 3000  # all runs together, as Compare's figures
 OVERSAMPLE = 4  # rows read per point kept: room for LTTB to keep a noisy series' shape
 SPEND_ROWS_PER_POINT = 2  # running turn sums read per point kept: a point's spend is read between two
+TRACE_SECONDS = 3600
 
 
 class SeriesError(ValueError):
@@ -121,6 +123,17 @@ def find_runs(home: Project, readable, names: list[str]) -> tuple[list[tuple[str
     return named, missing
 
 
+def other_projects(home: Project, readable, names: list[str]) -> list[str]:
+    """The names of the form `project:run` whose project is another the viewer may read (one query, none
+    without such names): Compare's "any metric" card draws them; its tables are of `home` alone."""
+    prefixed = {name: name.rpartition(":")[0] for name in names if ":" in name.strip(":")}
+    slugs = set(prefixed.values()) - {home.slug}
+    if not slugs:
+        return []
+    found = set(readable.filter(slug__in=slugs).values_list("slug", flat=True))
+    return [name for name, slug in prefixed.items() if slug in found]
+
+
 def metric_keys(runs: list[Run]) -> list[str]:
     """The metric keys any of the runs logged, sorted (the rollups' whole-series rows: one per key)."""
     rows = MetricRollup.objects.filter(run__in=runs, width=0).values_list("key", flat=True).distinct()
@@ -138,31 +151,74 @@ def series(named: list[tuple[str, Run]], metric: str, x: str, *, missing: list[s
         raise SeriesError("runs", f"{len(named)} runs named; at most {MAX_RUNS} are compared at once.")
     runs = [run for _, run in named]
     per_run = max(2, POINTS_PER_CHART // max(1, len(runs)))
-    raw = _scores(runs) if metric == SCORE else _metric_points(runs, metric, per_run * OVERSAMPLE)
-    spend = _running_turns(runs, per_run * SPEND_ROWS_PER_POINT) if x in SPEND_AXES else {}
+    marks = _metric_marks(runs, metric) if metric != SCORE else {}
+    keys = {run.pk: _trace_key(run, metric, x, per_run, marks.get(run.pk)) for run in runs}
+    kept = softcache.get_many(list(keys.values()))
+    todo = [run for run in runs if keys[run.pk] not in kept]
+    made = {}
+    if todo:
+        raw = counted_scores(todo) if metric == SCORE else _metric_points(todo, metric, per_run * OVERSAMPLE)
+        spend = _running_turns(todo, per_run * SPEND_ROWS_PER_POINT) if x in SPEND_AXES else {}
+        for run in todo:
+            rows, running = raw.get(run.pk, []), spend.get(run.pk, [])
+            made[keys[run.pk]] = _trace_of(run, rows, metric, x, running, per_run)
+        softcache.set_many(made, TRACE_SECONDS)  # down: nothing kept, the next view reads again
     traces, without = [], []
     for name, run in named:
-        rows = raw.get(run.pk, [])  # (step, epoch seconds, value), in step (or time) order
-        trace = Trace(run=run, name=name, read=len(rows))
-        if not rows:
+        points, best, x_total, carried, read = kept.get(keys[run.pk]) or made[keys[run.pk]]
+        traces.append(Trace(run, name, list(points), list(best), x_total, carried, read))
+        if not read:
             without.append(name)
-        xs = _x_values(run, rows, x, spend.get(run.pk, []))
-        points = sorted(zip(xs, (v for _, _, v in rows), strict=True), key=lambda p: p[0])
-        if metric == SCORE:
-            trace.best = _frontier(points, run.project.scenario.maximize)
-        if x in SPEND_AXES:
-            trace.x_total = _total(run, x)
-            if points and points[-1][0] < trace.x_total:  # carried to what the run has spent since
-                points.append((trace.x_total, points[-1][1]))
-                trace.carried = True
-            if trace.best and trace.best[-1][0] < trace.x_total:
-                trace.best.append((trace.x_total, trace.best[-1][1]))
-        trace.points = lttb(points, per_run)
-        traces.append(trace)
     return Series(metric=metric, x=x, traces=traces, missing=list(missing), without_metric=without)
 
 
-def _scores(runs: list[Run]) -> dict[int, list[tuple[int, float, float]]]:
+def _metric_marks(runs: list[Run], key: str) -> dict[int, tuple]:
+    """Each run's whole-series rollup row of `key` (its count, last step and value): what the write path
+    moves with every point of it, so a kept trace is checked against it. One query."""
+    rows = MetricRollup.objects.filter(run__in=runs, key=key, width=0)
+    fields = ("run_id", "n", "last_step", "last_value")
+    return {r: (n, last, value) for r, n, last, value in rows.values_list(*fields)}
+
+
+def _trace_key(run: Run, metric: str, x: str, per_run: int, mark) -> str:
+    """A run's trace is kept under what it is drawn from: the run's row (its `updated` moves with every
+    write to it; its turn, spend and score columns with every turn and score) and the metric's rollup."""
+    version = (
+        run.updated,
+        run.started_at,
+        run.turn_count,
+        run.tokens_in,
+        run.tokens_out,
+        str(run.cost_usd),
+        run.score_count,
+        run.best_score,
+        run.latest_score,
+        mark,
+        metric,
+        x,
+        per_run,
+    )
+    return cachekeys.compare_trace(run.pk, repr(version))
+
+
+def _trace_of(run: Run, rows: list, metric: str, x: str, running: list, per_run: int) -> tuple:
+    """(points, best, x_total, carried, points read) of one run: `rows` (step, epoch seconds, value) in
+    step (or time) order."""
+    xs = _x_values(run, rows, x, running)
+    points = sorted(zip(xs, (v for _, _, v in rows), strict=True), key=lambda p: p[0])
+    best = _frontier(points, run.project.scenario.maximize) if metric == SCORE else []
+    x_total, carried = None, False
+    if x in SPEND_AXES:
+        x_total = _total(run, x)
+        if points and points[-1][0] < x_total:  # carried to what the run has spent since
+            points.append((x_total, points[-1][1]))
+            carried = True
+        if best and best[-1][0] < x_total:
+            best.append((x_total, best[-1][1]))
+    return lttb(points, per_run), best, x_total, carried, len(rows)
+
+
+def counted_scores(runs: list[Run]) -> dict[int, list[tuple[int, float, float]]]:
     """Each run's scores that count in its own figures, in time order: (ordinal, epoch seconds, score).
     A run's scores are few (one per attempt): read whole."""
     out: dict[int, list] = defaultdict(list)

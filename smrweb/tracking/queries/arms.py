@@ -1,0 +1,234 @@
+"""Arms: the compared runs grouped (by a tag, a param, the model profile, the kickoff, the scenario or the
+project), each arm one line at equal x — the median of its runs' values at each x, with a band (the
+inter-quartile range from four runs, else the range) — and a table of what each arm bought: scores,
+spend, score gained per dollar and per million tokens, the share of runs that failed or were abandoned.
+
+Whether two arms can be told apart is said plainly: at equal spend (the x both arms' median runs reached)
+each run's value there is bootstrapped, and the 95 % interval of the difference in medians either
+excludes zero or the arms "cannot be told apart at $X". The resampling is seeded: the same data say the
+same thing on every page view and in the API."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from smrweb.tracking.models import RunLaunch, RunParam, RunState, RunTag
+from smrweb.tracking.queries.series import SCORE, SPEND_AXES, Series, Trace, counted_scores
+
+GRID = 60  # x values each arm's line is computed at
+MAX_ARMS = 12
+BOOTSTRAP = 2000
+NONE = "(none)"
+GROUPS = ("project", "scenario", "profile", "kickoff")  # and tag:<key>, param:<key>
+FAILED = {RunState.FAILED, RunState.ABANDONED}
+
+
+class GroupError(ValueError):
+    field = "group"
+
+
+@dataclass
+class Spread:
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        values = [v for v in values if v is not None]
+        if not values:
+            return cls()
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass
+class Arm:
+    label: str
+    traces: list[Trace]
+    line: list[tuple[float, float, float, float, int]] = field(default_factory=list)  # x, median, lo, hi, n
+    band: str = "range"  # "iqr" from four runs, else "range"
+    best: Spread = field(default_factory=Spread)
+    final: Spread = field(default_factory=Spread)
+    usd: Spread = field(default_factory=Spread)
+    tokens: Spread = field(default_factory=Spread)
+    gain_per_usd: float | None = None
+    gain_per_mtok: float | None = None
+    failed_share: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return len(self.traces)
+
+
+@dataclass
+class Difference:
+    """Arm `arm` against the leading arm `against` at x = `x`: the difference in medians (arm − leader)
+    and its 95 % bootstrap interval; `separable` when the interval excludes zero."""
+
+    arm: str
+    against: str
+    x: float
+    difference: float
+    low: float
+    high: float
+
+    @property
+    def separable(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+def parse_group(value: str) -> str:
+    """A valid group: one of GROUPS, `tag:KEY` or `param:KEY`; "" for none."""
+    value = value.strip()
+    if not value or value in GROUPS:
+        return value
+    kind, _, key = value.partition(":")
+    if kind in ("tag", "param") and key.strip():
+        return f"{kind}:{key.strip()}"
+    raise GroupError(
+        f"Unknown grouping {value!r}: project, scenario, profile, kickoff, tag:KEY or param:KEY."
+    )
+
+
+def labels(traces: list[Trace], group: str) -> dict[int, str]:
+    """Each run's arm label (run pk → label): one query for a tag, a param or the kickoff, none else."""
+    runs = [t.run for t in traces]
+    if group == "project":
+        return {r.pk: r.project.slug for r in runs}
+    if group == "scenario":
+        return {r.pk: r.project.scenario.name for r in runs}
+    if group == "profile":
+        return {r.pk: r.actual_profile or r.requested_profile or NONE for r in runs}
+    if group == "kickoff":
+        kickoffs = dict(RunLaunch.objects.filter(run__in=runs).values_list("run_id", "kickoff"))
+        return {r.pk: _first_line(kickoffs.get(r.pk, "")) or NONE for r in runs}
+    kind, _, key = group.partition(":")
+    model = RunTag if kind == "tag" else RunParam
+    values = dict(model.objects.filter(run__in=runs, key=key).values_list("run_id", "value"))
+    return {r.pk: (values[r.pk] or "(set)") if r.pk in values else NONE for r in runs}
+
+
+def _first_line(text: str) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= 80 else line[:79] + "…"
+
+
+def arms(found: Series, group: str) -> tuple[list[Arm], list[Difference]]:
+    """The arms of `found` grouped by `group`, largest first (at most MAX_ARMS: the rest are refused),
+    and each arm against the leading one at equal x."""
+    by_label: dict[str, list[Trace]] = defaultdict(list)
+    of = labels(found.traces, group)
+    for trace in found.traces:
+        by_label[of[trace.run.pk]].append(trace)
+    if len(by_label) > MAX_ARMS:
+        raise GroupError(f"{len(by_label)} arms: at most {MAX_ARMS} are drawn; group by a coarser key.")
+    maximize = found.traces[0].run.project.scenario.maximize if found.traces else True
+    scores = counted_scores([t.run for t in found.traces])
+    out = [_arm(label, traces, found, scores) for label, traces in by_label.items()]
+    out.sort(key=lambda a: (-a.n, a.label))
+    return out, _differences(out, found, maximize)
+
+
+def _value_at(trace: Trace, score: bool, x: float) -> float | None:
+    """The run's value at `x`: its best so far (a score) or its last value at or before `x`; None before
+    its first point or past its end (a run is not drawn where it has not been)."""
+    points = trace.best if score else trace.points
+    if not points or x > (trace.x_total if trace.x_total is not None else points[-1][0]):
+        return None
+    i = bisect.bisect_right([p[0] for p in points], x)
+    return points[i - 1][1] if i else None
+
+
+def _arm(label: str, traces: list[Trace], found: Series, scores: dict) -> Arm:
+    arm = Arm(label=label, traces=traces, band="iqr" if len(traces) >= 4 else "range")
+    score = found.metric == SCORE
+    ends = [t.x_total if t.x_total is not None else (t.points[-1][0] if t.points else None) for t in traces]
+    starts = [t.points[0][0] for t in traces if t.points]
+    if starts and any(e is not None for e in ends):
+        lo, hi = min(starts), max(e for e in ends if e is not None)
+        if found.x in SPEND_AXES:
+            lo = 0.0
+        for k in range(GRID + 1):
+            x = lo + (hi - lo) * k / GRID
+            values = sorted(v for t in traces if (v := _value_at(t, score, x)) is not None)
+            if not values:
+                continue
+            if arm.band == "iqr" and len(values) >= 4:
+                q = statistics.quantiles(values, n=4, method="inclusive")
+                band = (q[0], q[2])
+            else:
+                band = (values[0], values[-1])
+            arm.line.append((x, statistics.median(values), band[0], band[1], len(values)))
+    runs = [t.run for t in traces]
+    arm.best = Spread.of([r.best_score for r in runs])
+    arm.final = Spread.of([r.latest_score for r in runs])
+    arm.usd = Spread.of([float(r.cost_usd) for r in runs])
+    arm.tokens = Spread.of([float(r.tokens_in + r.tokens_out) for r in runs])
+    maximize = runs[0].project.scenario.maximize
+    gains = {}
+    for r in runs:
+        first = scores.get(r.pk, [None])[0]
+        if first is not None and r.best_score is not None:
+            gains[r.pk] = (r.best_score - first[2]) if maximize else (first[2] - r.best_score)
+    per_usd = [g / float(r.cost_usd) for r in runs if (g := gains.get(r.pk)) is not None and r.cost_usd > 0]
+    tokens = {r.pk: r.tokens_in + r.tokens_out for r in runs}
+    per_mtok = [g * 1e6 / tokens[r.pk] for r in runs if (g := gains.get(r.pk)) is not None and tokens[r.pk]]
+    arm.gain_per_usd = statistics.median(per_usd) if per_usd else None
+    arm.gain_per_mtok = statistics.median(per_mtok) if per_mtok else None
+    arm.failed_share = sum(r.state in FAILED for r in runs) / len(runs)
+    return arm
+
+
+def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Difference]:
+    """Each arm against the leading arm (the best median value at the x both reached), at that x."""
+    if len(out) < 2:
+        return []
+    score = found.metric == SCORE
+
+    def reach(arm: Arm) -> float:
+        ends = [t.x_total if t.x_total is not None else t.points[-1][0] for t in arm.traces if t.points]
+        return statistics.median(ends) if ends else 0.0
+
+    def at(arm: Arm, x: float) -> list[float]:
+        values = []
+        for t in arm.traces:
+            if not (t.best if score else t.points):
+                continue
+            end = t.x_total if t.x_total is not None else t.points[-1][0]
+            v = _value_at(t, score, min(x, end))
+            if v is not None:
+                values.append(v)
+        return values
+
+    common = min(reach(a) for a in out)
+    ranked = [(a, at(a, common)) for a in out]
+    ranked = [(a, v) for a, v in ranked if v]
+    if len(ranked) < 2:
+        return []
+    sign = 1 if maximize or not score else -1
+    leader, lead_values = max(ranked, key=lambda av: sign * statistics.median(av[1]))
+    rng = random.Random(0)
+    diffs = []
+    for arm, values in ranked:
+        if arm is leader:
+            continue
+        boot = sorted(
+            statistics.median(rng.choices(values, k=len(values)))
+            - statistics.median(rng.choices(lead_values, k=len(lead_values)))
+            for _ in range(BOOTSTRAP)
+        )
+        diffs.append(
+            Difference(
+                arm=arm.label,
+                against=leader.label,
+                x=common,
+                difference=statistics.median(values) - statistics.median(lead_values),
+                low=boot[int(0.025 * BOOTSTRAP)],
+                high=boot[int(0.975 * BOOTSTRAP) - 1],
+            )
+        )
+    return diffs
