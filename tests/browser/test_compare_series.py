@@ -46,3 +46,31 @@ def test_the_card_switches_axis_and_metric_in_place_and_the_url_holds_them(
         assert page.locator("#series-x").input_value() == "turns"
         card.scroll_into_view_if_needed()
         card.screenshot(path=str(screenshot_dir / "compare-series-390-dark.png"))
+
+
+def test_arms_at_1440_and_390(browser, live_server, alice, project, screenshot_dir):
+    from tests.api.test_compare_arms import arm_run
+
+    runs = []
+    for arm, (level, cost) in {"sonnet": (0.8, 0.01), "gpt-5": (0.78, 0.012), "haiku": (0.3, 0.004)}.items():
+        runs += [
+            arm_run(
+                project, f"{arm}-{i}", level=level, cost=cost, seed=hash(arm) % 100 + i, tags={"model": arm}
+            )
+            for i in range(5)
+        ]
+    query = "&".join(f"runs={r.external_id}" for r in runs) + "&group=tag:model"
+    errors: list[str] = []
+    for width, scheme in ((1440, "light"), (390, "dark")):
+        with page_at(browser, live_server, alice, width, scheme) as page:
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"/projects/hill/compare/?{query}")
+            card = page.locator("#compare-series")
+            expect(card.locator("[data-plot=compare-arms-data]")).to_have_attribute("data-plot-draws", "1")
+            assert page.locator("#series-group").input_value() == "tag:model"
+            expect(card.locator("#arms-table tbody tr")).to_have_count(3)
+            said = card.locator("#arm-differences").inner_text()
+            assert "cannot be told apart" in said and "ahead of haiku" in said, said
+            card.scroll_into_view_if_needed()
+            card.screenshot(path=str(screenshot_dir / f"compare-arms-{width}-{scheme}.png"))
+            assert not errors, errors

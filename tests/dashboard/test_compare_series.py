@@ -90,3 +90,29 @@ def test_runs_of_another_readable_project_join_the_card_not_the_missing_list(
     missing = page.split('id="compare-missing"')[1].split("</div>")[0]
     assert "theirs:t1" in missing and "mine:m1" not in missing
     assert "With runs of <b>mine</b>" in html and "with 1 run of other projects" in page
+
+
+def test_arms_draw_a_median_line_each_with_their_table_and_say_whether_they_differ(client_alice, project):
+    from tests.api.test_compare_arms import arm_run
+
+    fast = [arm_run(project, f"f{i}", level=0.8, cost=0.01, seed=i, params={"lr": "0.01"}) for i in range(5)]
+    slow = [
+        arm_run(project, f"s{i}", level=0.2, cost=0.03, seed=9 + i, params={"lr": "0.003"}) for i in range(5)
+    ]
+    names = [r.external_id for r in fast + slow]
+    html = card(client_alice, {"runs": names, "group": "param:lr"})
+    assert '<option value="param:lr" selected>' in html
+    found = re.search(r'<script id="compare-arms-data" type="application/json">(.*?)</script>', html, re.S)
+    medians = [t for t in json.loads(found.group(1))["data"] if t.get("showlegend", True)]
+    assert sorted(t["name"] for t in medians) == ["0.003 (n=5)", "0.01 (n=5)"]
+    table = html.split('id="arms-table"')[1].split("</table>")[0]
+    assert table.count("<tr>") == 3 and "<b>0.01</b>" in table and "<b>0.003</b>" in table
+    said = html.split('id="arm-differences"')[1].split("</ul>")[0]
+    assert "<b>0.01</b> is ahead of <b>0.003</b> at $0.20 spent:" in said  # the fast arm's median run's end
+    assert re.search(r"by 0\.6\d+ \(95 % interval 0\.6\d+ to 0\.6\d+\)", said), said
+
+
+def test_a_grouping_that_cannot_be_drawn_is_said_in_the_card(client_alice, runs):
+    html = card(client_alice, {"runs": ["r0", "r1"], "group": "colour"})
+    assert 'id="series-group-error"' in html and "Unknown grouping" in html
+    assert 'id="compare-series-data"' in html  # the runs are still drawn, one line each

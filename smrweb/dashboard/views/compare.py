@@ -19,7 +19,7 @@ from smrweb.dashboard.charts import compare as compare_charts  # beside tracking
 from smrweb.dashboard.charts import series as series_charts
 from smrweb.dashboard.clock import zone_label
 from smrweb.tracking.models import Project
-from smrweb.tracking.queries import compare, series
+from smrweb.tracking.queries import arms, compare, series
 
 TEMPLATE = "dashboard/compare.html"
 MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
@@ -148,8 +148,27 @@ def _series_context(request, project, requested: list[str]) -> dict:
     named, missing = series.find_runs(project, readable, requested[: series.MAX_RUNS])
     found = series.series(named, metric, x, missing=missing)
     label = project.scenario.score_metric if metric == series.SCORE else metric
-    keys = series.metric_keys([run for _, run in named])
+    runs = [run for _, run in named]
+    keys = series.metric_keys(runs)
+    grouping: dict = {"group": "", "group_error": "", "arms": [], "differences": [], "arms_figure": None}
+    try:
+        group = arms.parse_group(request.GET.get("group", "")[:260])
+        if group:
+            arm_list, differences = arms.arms(found, group)
+            grouping.update(
+                group=group,
+                arms=arm_list,
+                differences=[(d, series_charts.at_x(x, d.x)) for d in differences],
+                arm_rows=series_charts.arm_rows(arm_list),
+                arms_figure=series_charts.arms_figure(
+                    found, arm_list, label, uirevision=f"{metric}|{x}|{group}"
+                ),
+            )
+    except arms.GroupError as e:
+        grouping["group_error"] = str(e)
     return {
+        **grouping,
+        "group_choices": arms.choices(runs),
         "project": project,
         "series": found,
         "series_figure": series_charts.series_figure(found, label, uirevision=f"{metric}|{x}"),
@@ -158,7 +177,7 @@ def _series_context(request, project, requested: list[str]) -> dict:
         "series_axes": series.AXES,
         "series_runs": requested[: series.MAX_RUNS],
         "series_other_projects": sorted({t.run.project.slug for t in found.traces} - {project.slug}),
-        "series_api": _series_api(project, requested, metric, x),
+        "series_api": _series_api(project, requested, metric, x, grouping["group"]),
     }
 
 
@@ -169,9 +188,9 @@ def _series_choice(request) -> tuple[str, str]:
     return metric, x if x in series.AXIS_LABELS else "usd"
 
 
-def _series_api(project, requested: list[str], metric: str, x: str) -> str:
+def _series_api(project, requested: list[str], metric: str, x: str, group: str = "") -> str:
     names = [("runs", name) for name in requested[: series.MAX_RUNS]]
-    query = urlencode([*names, ("metric", metric), ("x", x)])
+    query = urlencode([*names, ("metric", metric), ("x", x), *([("group", group)] if group else [])])
     return reverse("api:compare-series", args=[project.slug]) + "?" + query
 
 

@@ -80,6 +80,12 @@ class Difference:
     def separable(self) -> bool:
         return self.low > 0 or self.high < 0
 
+    @property
+    def margin(self) -> tuple[float, float, float]:
+        """How far the leader is ahead, and the interval of it (when `separable`: both ends one sign)."""
+        ends = sorted((abs(self.low), abs(self.high)))
+        return abs(self.difference), ends[0], ends[1]
+
 
 def parse_group(value: str) -> str:
     """A valid group: one of GROUPS, `tag:KEY` or `param:KEY`; "" for none."""
@@ -92,6 +98,18 @@ def parse_group(value: str) -> str:
     raise GroupError(
         f"Unknown grouping {value!r}: project, scenario, profile, kickoff, tag:KEY or param:KEY."
     )
+
+
+def choices(runs: list) -> list[tuple[str, str]]:
+    """What the runs can be grouped by, (value, label): the fixed groups, then the tag and param keys any
+    of them has (two queries)."""
+    out = [("", "No grouping"), ("project", "Project"), ("scenario", "Scenario")]
+    out += [("profile", "Model profile"), ("kickoff", "Kickoff")]
+    tags = RunTag.objects.filter(run__in=runs).values_list("key", flat=True).distinct().order_by("key")
+    params = RunParam.objects.filter(run__in=runs).values_list("key", flat=True).distinct().order_by("key")
+    out += [(f"tag:{key}", f"tag {key}") for key in tags[:100]]
+    out += [(f"param:{key}", f"param {key}") for key in params[:100]]
+    return out
 
 
 def labels(traces: list[Trace], group: str) -> dict[int, str]:
@@ -184,7 +202,7 @@ def _arm(label: str, traces: list[Trace], found: Series, scores: dict) -> Arm:
 
 
 def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Difference]:
-    """Each arm against the leading arm (the best median value at the x both reached), at that x."""
+    """Each arm against the leading arm, at the x both reached (the lower of their median run ends)."""
     if len(out) < 2:
         return []
     score = found.metric == SCORE
@@ -204,18 +222,22 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
                 values.append(v)
         return values
 
+    # The leader: the best median where every arm has been (the lowest of the arms' median run ends);
+    # each other arm is then set against it where both have been.
     common = min(reach(a) for a in out)
     ranked = [(a, at(a, common)) for a in out]
     ranked = [(a, v) for a, v in ranked if v]
     if len(ranked) < 2:
         return []
     sign = 1 if maximize or not score else -1
-    leader, lead_values = max(ranked, key=lambda av: sign * statistics.median(av[1]))
+    leader = max(ranked, key=lambda av: sign * statistics.median(av[1]))[0]
     rng = random.Random(0)
     diffs = []
-    for arm, values in ranked:
+    for arm, _ in ranked:
         if arm is leader:
             continue
+        x = min(reach(arm), reach(leader))
+        values, lead_values = at(arm, x), at(leader, x)
         boot = sorted(
             statistics.median(rng.choices(values, k=len(values)))
             - statistics.median(rng.choices(lead_values, k=len(lead_values)))
@@ -225,7 +247,7 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
             Difference(
                 arm=arm.label,
                 against=leader.label,
-                x=common,
+                x=x,
                 difference=statistics.median(values) - statistics.median(lead_values),
                 low=boot[int(0.025 * BOOTSTRAP)],
                 high=boot[int(0.975 * BOOTSTRAP) - 1],
