@@ -72,6 +72,11 @@ def compare_trace(run_pk: int, version: str) -> str:
     return f"compare-trace:v1:{run_pk}:{hashlib.blake2s(version.encode(), digest_size=12).hexdigest()}"
 
 
+def compare_arms(version: str) -> str:
+    """Compare's arms (queries.arms) under the compared traces' versions and the runs' arm labels, 1 h."""
+    return f"compare-arms:v1:{hashlib.blake2s(version.encode(), digest_size=16).hexdigest()}"
+
+
 def compare_turns(run_pk: int, *, per_run: int) -> str:
     """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
     turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not

@@ -116,3 +116,21 @@ def test_a_grouping_that_cannot_be_drawn_is_said_in_the_card(client_alice, runs)
     html = card(client_alice, {"runs": ["r0", "r1"], "group": "colour"})
     assert 'id="series-group-error"' in html and "Unknown grouping" in html
     assert 'id="compare-series-data"' in html  # the runs are still drawn, one line each
+
+
+def test_the_card_with_arms_costs_the_same_queries_for_4_runs_and_for_16(client_alice, project):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.api.test_compare_arms import arm_run
+
+    def queries(n: int) -> int:
+        names = [f"q{n}-{i}" for i in range(n)]
+        for i, name in enumerate(names):
+            arm_run(project, name, level=0.5, cost=0.01, seed=i, tags={"model": "ab"[i % 2]})
+        card(client_alice, {"runs": names, "group": "tag:model"})  # nothing kept yet: read, then kept
+        with CaptureQueriesContext(connection) as q:
+            card(client_alice, {"runs": names, "group": "tag:model"})
+        return len(q)
+
+    assert queries(4) == queries(16)

@@ -171,7 +171,9 @@ def _series_context(request, project, requested: list[str]) -> dict:
         "group_choices": arms.choices(runs),
         "project": project,
         "series": found,
-        "series_figure": series_charts.series_figure(found, label, uirevision=f"{metric}|{x}"),
+        "series_figure": None
+        if grouping["arms_figure"]
+        else series_charts.series_figure(found, label, uirevision=f"{metric}|{x}"),
         "series_metrics": [series.SCORE, *(k for k in keys if k != series.SCORE)],
         "series_metric_missing": metric != series.SCORE and metric not in keys,
         "series_axes": series.AXES,

@@ -16,12 +16,14 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from smrweb.core import cachekeys, softcache
 from smrweb.tracking.models import RunLaunch, RunParam, RunState, RunTag
 from smrweb.tracking.queries.series import SCORE, SPEND_AXES, Series, Trace, counted_scores
 
 GRID = 60  # x values each arm's line is computed at
 MAX_ARMS = 12
-BOOTSTRAP = 2000
+BOOTSTRAP = 1000  # resamples: the interval's ends move by well under its width between seeds
+ARMS_SECONDS = 3600
 NONE = "(none)"
 GROUPS = ("project", "scenario", "profile", "kickoff")  # and tag:<key>, param:<key>
 FAILED = {RunState.FAILED, RunState.ABANDONED}
@@ -137,18 +139,29 @@ def _first_line(text: str) -> str:
 
 def arms(found: Series, group: str) -> tuple[list[Arm], list[Difference]]:
     """The arms of `found` grouped by `group`, largest first (at most MAX_ARMS: the rest are refused),
-    and each arm against the leading one at equal x."""
+    and each arm against the leading one at equal x. Kept in the cache under the traces' versions and the
+    runs' labels, so a view with nothing new computes nothing (the bootstrap is the costly part)."""
     by_label: dict[str, list[Trace]] = defaultdict(list)
     of = labels(found.traces, group)
     for trace in found.traces:
         by_label[of[trace.run.pk]].append(trace)
     if len(by_label) > MAX_ARMS:
         raise GroupError(f"{len(by_label)} arms: at most {MAX_ARMS} are drawn; group by a coarser key.")
+    version = repr((found.metric, found.x, group, [(t.name, t.version, of[t.run.pk]) for t in found.traces]))
+    key = cachekeys.compare_arms(version)
+    kept = softcache.get(key)
+    if kept is not None:
+        by_name = {t.name: t for t in found.traces}
+        out = [Arm(traces=[by_name[n] for n in names], **fields) for names, fields in kept[0]]
+        return out, kept[1]
     maximize = found.traces[0].run.project.scenario.maximize if found.traces else True
     scores = counted_scores([t.run for t in found.traces])
     out = [_arm(label, traces, found, scores) for label, traces in by_label.items()]
     out.sort(key=lambda a: (-a.n, a.label))
-    return out, _differences(out, found, maximize)
+    differences = _differences(out, found, maximize)
+    parts = [([t.name for t in a.traces], {k: v for k, v in vars(a).items() if k != "traces"}) for a in out]
+    softcache.set(key, (parts, differences), ARMS_SECONDS)  # down: computed again next time
+    return out, differences
 
 
 def _value_at(trace: Trace, score: bool, x: float) -> float | None:
@@ -239,9 +252,7 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
         x = min(reach(arm), reach(leader))
         values, lead_values = at(arm, x), at(leader, x)
         boot = sorted(
-            statistics.median(rng.choices(values, k=len(values)))
-            - statistics.median(rng.choices(lead_values, k=len(lead_values)))
-            for _ in range(BOOTSTRAP)
+            _resampled_median(rng, values) - _resampled_median(rng, lead_values) for _ in range(BOOTSTRAP)
         )
         diffs.append(
             Difference(
@@ -254,3 +265,11 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
             )
         )
     return diffs
+
+
+def _resampled_median(rng: random.Random, values: list[float]) -> float:
+    """The median of a resample (with replacement) of `values`."""
+    n = len(values)
+    drawn = sorted(rng.choices(values, k=n))
+    mid = n // 2
+    return drawn[mid] if n % 2 else (drawn[mid - 1] + drawn[mid]) / 2
