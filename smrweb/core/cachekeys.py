@@ -77,6 +77,11 @@ def compare_arms(version: str) -> str:
     return f"compare-arms:v1:{hashlib.blake2s(version.encode(), digest_size=16).hexdigest()}"
 
 
+def compare_card(version: str) -> str:
+    """Compare's "any metric" card as rendered, under its version (views/compare.py), 1 h."""
+    return f"compare-card:v1:{version}"
+
+
 def compare_turns(run_pk: int, *, per_run: int) -> str:
     """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
     turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not

@@ -163,3 +163,12 @@ def test_bad_groupings_are_refused_with_the_field_named(api, project, two_arms):
     ]
     too_many = api.get(URL, {"runs": ",".join(r.external_id for r in many), "group": "param:seed"})
     assert too_many.status_code == 400 and f"at most {arms.MAX_ARMS}" in str(too_many.json())
+
+
+def test_two_runs_a_side_are_too_few_to_tell_arms_apart_however_far(api, project):
+    runs = [arm_run(project, f"a{i}", level=0.9, cost=0.01, seed=i, params={"arm": "a"}) for i in range(2)]
+    runs += [
+        arm_run(project, f"b{i}", level=0.1, cost=0.01, seed=5 + i, params={"arm": "b"}) for i in range(2)
+    ]
+    (diff,) = series(api, runs, group="param:arm")["differences"]
+    assert diff["high"] < 0 and diff["fewest"] == 2 and diff["separable"] is False

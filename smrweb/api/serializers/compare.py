@@ -104,7 +104,11 @@ class DifferenceSerializer(serializers.Serializer):
     difference = serializers.FloatField(help_text="Median of the arm minus median of the leader, at `x`.")
     low = serializers.FloatField(help_text="95 % bootstrap interval of the difference.")
     high = serializers.FloatField()
-    separable = serializers.BooleanField(help_text="False: the data cannot tell the two arms apart.")
+    fewest = serializers.IntegerField(help_text="Runs with a value at `x` in the smaller of the two arms.")
+    separable = serializers.BooleanField(
+        help_text=f"False: the data cannot tell the two arms apart (the interval includes no difference, or "
+        f"fewer than {arms.MIN_RUNS} runs a side)."
+    )
 
 
 class SeriesSerializer(serializers.Serializer):

@@ -13,6 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import live
 from smrweb.dashboard.access import project_for_user
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
@@ -26,7 +27,8 @@ MISSING_SHOWN = 20  # unknown ids listed by name; the rest are counted
 # Each table's rows in the page; the others come in one request once a table is scrolled to (or all in the
 # page with ?rows=all): the page of 200 runs costs about what the page of 20 does, and its charts come first.
 ROWS_FIRST = 20
-LATER = ("side-rows", "turn-rows")  # the later rows of each table (X-Smrweb-Only), cards of the same deck
+LATER = ("side-rows", "turn-rows")
+SERIES_CARD_SECONDS = 3600  # the later rows of each table (X-Smrweb-Only), cards of the same deck
 
 
 @require_safe
@@ -43,7 +45,7 @@ def compare_runs(request, slug: str):
     )
     only = request.headers.get(live.ONLY_HEADER) if request.htmx else None
     if only == "series":
-        return render(request, f"{TEMPLATE}#series", _series_context(request, project, requested))
+        return HttpResponse(_series_card(request, project, requested))
     if only in LATER:
         selected, _ = compare.find_markers(project, requested[: compare.MAX_RUNS])
         if len(selected) < 2:  # nothing to compare any more (runs were deleted): the placeholder goes
@@ -140,23 +142,53 @@ def _deck(request, project, runs: list[compare.RunMarker], *, shown: int | None)
     )
 
 
-def _series_context(request, project, requested: list[str]) -> dict:
-    """The "any metric against any axis" card: its metric and axis from the URL (`metric`, `x`), the
-    runs as requested (`project:run` names runs of other projects the viewer can read)."""
+def _series_card(request, project, requested: list[str]) -> str:
+    """The "any metric against any axis" card: its metric, axis and grouping from the URL (`metric`, `x`,
+    `group`), the runs as requested (`project:run` names runs of other projects the viewer can read).
+    Kept rendered under what it shows: the runs' trace versions (each moves with its run's row and the
+    metric's rollup), their arm labels, the choices and the viewer's clock; so a view with nothing new
+    reads the runs, their labels and one cache entry."""
     metric, x = _series_choice(request)
     readable = Project.objects.visible_to(request.user)
     named, missing = series.find_runs(project, readable, requested[: series.MAX_RUNS])
-    found = series.series(named, metric, x, missing=missing)
+    runs = [run for _, run in named]
+    try:
+        group, group_error = arms.parse_group(request.GET.get("group", "")[:260]), ""
+    except arms.GroupError as e:
+        group, group_error = "", str(e)
+    keys = series.trace_keys(runs, metric, x)
+    of = arms.labels(runs, group) if group else {}
+    version = live.version(
+        live.template_digest(TEMPLATE, series_charts, arms),
+        project.slug,
+        (metric, x, group, group_error),
+        timezone.get_current_timezone_name(),
+        [(name, keys[run.pk], of.get(run.pk)) for name, run in named],
+        missing,
+        requested[: series.MAX_RUNS],
+    )
+    key = cachekeys.compare_card(version)
+    if (html := softcache.get(key)) is None:
+        context = _series_context(project, requested, named, missing, metric, x, keys, group, of)
+        context["group_error"] = group_error
+        html = render_to_string(f"{TEMPLATE}#series", context, request=request)
+        softcache.set(key, html, SERIES_CARD_SECONDS)  # down: rendered again next time
+    return html
+
+
+def _series_context(project, requested, named, missing, metric, x, keys, group, of) -> dict:
+    found = series.series(named, metric, x, missing=missing, keys=keys)
     label = project.scenario.score_metric if metric == series.SCORE else metric
     runs = [run for _, run in named]
-    keys = series.metric_keys(runs)
-    grouping: dict = {"group": "", "group_error": "", "arms": [], "differences": [], "arms_figure": None}
-    try:
-        group = arms.parse_group(request.GET.get("group", "")[:260])
-        if group:
-            arm_list, differences = arms.arms(found, group)
+    metric_keys = series.metric_keys(runs)
+    grouping: dict = {"group": group, "arms": [], "differences": [], "arms_figure": None}
+    if group:
+        try:
+            arm_list, differences = arms.arms(found, group, of)
+        except arms.GroupError as e:
+            grouping.update(group="", group_error=str(e))
+        else:
             grouping.update(
-                group=group,
                 arms=arm_list,
                 differences=[(d, series_charts.at_x(x, d.x)) for d in differences],
                 arm_rows=series_charts.arm_rows(arm_list),
@@ -164,18 +196,17 @@ def _series_context(request, project, requested: list[str]) -> dict:
                     found, arm_list, label, uirevision=f"{metric}|{x}|{group}"
                 ),
             )
-    except arms.GroupError as e:
-        grouping["group_error"] = str(e)
     return {
         **grouping,
         "group_choices": arms.choices(runs),
+        "min_runs": arms.MIN_RUNS,
         "project": project,
         "series": found,
         "series_figure": None
         if grouping["arms_figure"]
         else series_charts.series_figure(found, label, uirevision=f"{metric}|{x}"),
-        "series_metrics": [series.SCORE, *(k for k in keys if k != series.SCORE)],
-        "series_metric_missing": metric != series.SCORE and metric not in keys,
+        "series_metrics": [series.SCORE, *(k for k in metric_keys if k != series.SCORE)],
+        "series_metric_missing": metric != series.SCORE and metric not in metric_keys,
         "series_axes": series.AXES,
         "series_runs": requested[: series.MAX_RUNS],
         "series_other_projects": sorted({t.run.project.slug for t in found.traces} - {project.slug}),

@@ -24,6 +24,7 @@ GRID = 60  # x values each arm's line is computed at
 MAX_ARMS = 12
 BOOTSTRAP = 1000  # resamples: the interval's ends move by well under its width between seeds
 ARMS_SECONDS = 3600
+MIN_RUNS = 3  # per arm, for two arms to be told apart at all
 NONE = "(none)"
 GROUPS = ("project", "scenario", "profile", "kickoff")  # and tag:<key>, param:<key>
 FAILED = {RunState.FAILED, RunState.ABANDONED}
@@ -77,10 +78,13 @@ class Difference:
     difference: float
     low: float
     high: float
+    fewest: int = 0  # runs with a value at `x` in the smaller of the two arms
 
     @property
     def separable(self) -> bool:
-        return self.low > 0 or self.high < 0
+        """The interval excludes no difference, from at least MIN_RUNS runs a side (a bootstrap of fewer
+        is far too sure of itself)."""
+        return self.fewest >= MIN_RUNS and (self.low > 0 or self.high < 0)
 
     @property
     def margin(self) -> tuple[float, float, float]:
@@ -114,9 +118,8 @@ def choices(runs: list) -> list[tuple[str, str]]:
     return out
 
 
-def labels(traces: list[Trace], group: str) -> dict[int, str]:
+def labels(runs: list, group: str) -> dict[int, str]:
     """Each run's arm label (run pk → label): one query for a tag, a param or the kickoff, none else."""
-    runs = [t.run for t in traces]
     if group == "project":
         return {r.pk: r.project.slug for r in runs}
     if group == "scenario":
@@ -137,12 +140,12 @@ def _first_line(text: str) -> str:
     return line if len(line) <= 80 else line[:79] + "…"
 
 
-def arms(found: Series, group: str) -> tuple[list[Arm], list[Difference]]:
+def arms(found: Series, group: str, of: dict[int, str] | None = None) -> tuple[list[Arm], list[Difference]]:
     """The arms of `found` grouped by `group`, largest first (at most MAX_ARMS: the rest are refused),
     and each arm against the leading one at equal x. Kept in the cache under the traces' versions and the
     runs' labels, so a view with nothing new computes nothing (the bootstrap is the costly part)."""
     by_label: dict[str, list[Trace]] = defaultdict(list)
-    of = labels(found.traces, group)
+    of = of if of is not None else labels([t.run for t in found.traces], group)
     for trace in found.traces:
         by_label[of[trace.run.pk]].append(trace)
     if len(by_label) > MAX_ARMS:
@@ -262,6 +265,7 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
                 difference=statistics.median(values) - statistics.median(lead_values),
                 low=boot[int(0.025 * BOOTSTRAP)],
                 high=boot[int(0.975 * BOOTSTRAP) - 1],
+                fewest=min(len(values), len(lead_values)),
             )
         )
     return diffs

@@ -166,7 +166,25 @@ def metric_keys(runs: list[Run]) -> list[str]:
     return sorted(set(rows))
 
 
-def series(named: list[tuple[str, Run]], metric: str, x: str, *, missing: list[str] = ()) -> Series:
+def _per_run(runs: int) -> int:
+    return max(2, POINTS_PER_CHART // max(1, runs))
+
+
+def trace_keys(runs: list[Run], metric: str, x: str) -> dict[int, str]:
+    """What each run's trace is kept under (one query for a metric's rollups, none for the score)."""
+    per_run = _per_run(len(runs))
+    marks = _metric_marks(runs, metric) if metric != SCORE else {}
+    return {run.pk: _trace_key(run, metric, x, per_run, marks.get(run.pk)) for run in runs}
+
+
+def series(
+    named: list[tuple[str, Run]],
+    metric: str,
+    x: str,
+    *,
+    missing: list[str] = (),
+    keys: dict[int, str] | None = None,
+) -> Series:
     """`metric` ("score" or a metric key) of each run against axis `x` (a key of AXES); a run's best so
     far is in its own scenario's direction."""
     if x not in AXIS_LABELS:
@@ -176,9 +194,8 @@ def series(named: list[tuple[str, Run]], metric: str, x: str, *, missing: list[s
     if len(named) > MAX_RUNS:
         raise SeriesError("runs", f"{len(named)} runs named; at most {MAX_RUNS} are compared at once.")
     runs = [run for _, run in named]
-    per_run = max(2, POINTS_PER_CHART // max(1, len(runs)))
-    marks = _metric_marks(runs, metric) if metric != SCORE else {}
-    keys = {run.pk: _trace_key(run, metric, x, per_run, marks.get(run.pk)) for run in runs}
+    per_run = _per_run(len(runs))
+    keys = keys or trace_keys(runs, metric, x)
     kept = softcache.get_many(list(keys.values()))
     todo = [run for run in runs if keys[run.pk] not in kept]
     made = {}
