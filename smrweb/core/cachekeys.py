@@ -82,6 +82,11 @@ def compare_card(version: str) -> str:
     return f"compare-card:v1:{version}"
 
 
+def compare_interval(values: str) -> str:
+    """A bootstrap interval of Compare's arms (queries.arms) under the values it is computed from, 1 h."""
+    return f"compare-interval:v1:{hashlib.blake2s(values.encode(), digest_size=16).hexdigest()}"
+
+
 def compare_turns(run_pk: int, *, per_run: int) -> str:
     """What a compared run's turn side was read from (queries.compare `TurnBase`: its turn count, highest
     turn id, statistics and spend rows as thinned), 1 h, so a read after new turns reads those alone. Not

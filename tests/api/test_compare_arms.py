@@ -120,13 +120,15 @@ def test_arms_far_apart_are_told_apart_and_arms_alike_are_not(api, project, two_
     body = series(api, fast + slow, group="param:lr")
     (diff,) = body["differences"]
     assert diff["against"] == "0.01" and diff["arm"] == "0.003" and diff["separable"] is True
-    assert diff["high"] < 0 and diff["x"] == pytest.approx(0.2)  # both arms' median run reached $0.20
+    assert (diff["ahead"], diff["behind"]) == ("0.01", "0.003") and 0 < diff["low"] <= diff["margin"]
+    assert diff["x"] == pytest.approx(0.2)  # both arms' median run reached $0.20
+    assert diff["p"] < 0.05  # of the 924 ways to split their 12 runs, few put the medians this far apart
     alike = [
         arm_run(project, f"same{i}", level=0.5, cost=0.01, seed=30 + i, tags={"kickoff": "ab"[i % 2]})
         for i in range(6)
     ]
     (same,) = series(api, alike, group="tag:kickoff")["differences"]
-    assert same["separable"] is False and same["low"] < 0 < same["high"]
+    assert same["separable"] is False and same["low"] < 0 < same["high"] and same["p"] >= 0.1
 
 
 def test_groups_by_profile_kickoff_and_project(api, client, alice, project, two_arms):
@@ -171,4 +173,6 @@ def test_two_runs_a_side_are_too_few_to_tell_arms_apart_however_far(api, project
         arm_run(project, f"b{i}", level=0.1, cost=0.01, seed=5 + i, params={"arm": "b"}) for i in range(2)
     ]
     (diff,) = series(api, runs, group="param:arm")["differences"]
-    assert diff["high"] < 0 and diff["fewest"] == 2 and diff["separable"] is False
+    # The bootstrap interval excludes 0, but of the 6 ways to split 4 runs in two, 2 are this far apart.
+    assert diff["low"] > 0 and diff["fewest"] == 2 and diff["p"] == pytest.approx(2 / 6)
+    assert diff["separable"] is False

@@ -52,13 +52,12 @@ def test_arms_at_1440_and_390(browser, live_server, alice, project, screenshot_d
     from tests.api.test_compare_arms import arm_run
 
     runs = []
-    for arm, (level, cost) in {"sonnet": (0.8, 0.01), "gpt-5": (0.78, 0.012), "haiku": (0.3, 0.004)}.items():
-        runs += [
-            arm_run(
-                project, f"{arm}-{i}", level=level, cost=cost, seed=hash(arm) % 100 + i, tags={"model": arm}
+    arms = {"sonnet": (0.8, 0.01, 0), "gpt-5": (0.8, 0.01, 50), "haiku": (0.3, 0.004, 40)}
+    for arm, (level, cost, seed) in arms.items():
+        for i in range(5):
+            runs.append(
+                arm_run(project, f"{arm}-{i}", level=level, cost=cost, seed=seed + i, tags={"model": arm})
             )
-            for i in range(5)
-        ]
     query = "&".join(f"runs={r.external_id}" for r in runs) + "&group=tag:model"
     errors: list[str] = []
     for width, scheme in ((1440, "light"), (390, "dark")):

@@ -99,15 +99,20 @@ class ArmSerializer(serializers.Serializer):
 
 class DifferenceSerializer(serializers.Serializer):
     arm = serializers.CharField()
-    against = serializers.CharField(help_text="The leading arm at `x`.")
-    x = serializers.FloatField(help_text="The equal x: the lower of the two arms' median run ends.")
-    difference = serializers.FloatField(help_text="Median of the arm minus median of the leader, at `x`.")
-    low = serializers.FloatField(help_text="95 % bootstrap interval of the difference.")
+    against = serializers.CharField(help_text="The leading arm: the best where every arm has been.")
+    x = serializers.FloatField(help_text="Where the two are compared: the lower of their median run ends.")
+    ahead = serializers.CharField(help_text="The arm with the better median at `x` (score: its direction).")
+    behind = serializers.CharField()
+    margin = serializers.FloatField(help_text="How far `ahead`'s median is from `behind`'s at `x`.")
+    low = serializers.FloatField(help_text="95 % bootstrap interval of the margin.")
     high = serializers.FloatField()
     fewest = serializers.IntegerField(help_text="Runs with a value at `x` in the smaller of the two arms.")
+    p = serializers.FloatField(
+        help_text="Share of random splits of the two arms' runs whose medians differ at least as much (every "
+        "split, for small arms)."
+    )
     separable = serializers.BooleanField(
-        help_text=f"False: the data cannot tell the two arms apart (the interval includes no difference, or "
-        f"fewer than {arms.MIN_RUNS} runs a side)."
+        help_text=f"p < {arms.ALPHA}: False says the data cannot tell the two arms apart."
     )
 
 

@@ -371,6 +371,16 @@ def percent(value) -> str:
 
 
 @register.filter
+def percent_small(value) -> str:
+    """A share that may be small: "31%", "0.8%", "<0.1%"."""
+    if value is None:
+        return "—"
+    if value >= 0.1:
+        return f"{value * 100:.0f}%"
+    return f"{value * 100:.1f}%" if value >= 0.001 else "<0.1%"
+
+
+@register.filter
 def midtrunc(value, length: int = 24) -> str:
     """Shorten a long id in the middle, keeping its head and its distinguishing tail: run-2026-…89ab."""
     value = str(value or "")

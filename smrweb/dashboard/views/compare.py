@@ -199,7 +199,6 @@ def _series_context(project, requested, named, missing, metric, x, keys, group, 
     return {
         **grouping,
         "group_choices": arms.choices(runs),
-        "min_runs": arms.MIN_RUNS,
         "project": project,
         "series": found,
         "series_figure": None

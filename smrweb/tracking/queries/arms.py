@@ -11,6 +11,8 @@ same thing on every page view and in the API."""
 from __future__ import annotations
 
 import bisect
+import itertools
+import math
 import random
 import statistics
 from collections import defaultdict
@@ -24,7 +26,9 @@ GRID = 60  # x values each arm's line is computed at
 MAX_ARMS = 12
 BOOTSTRAP = 1000  # resamples: the interval's ends move by well under its width between seeds
 ARMS_SECONDS = 3600
-MIN_RUNS = 3  # per arm, for two arms to be told apart at all
+ALPHA = 0.05
+EXACT_SPLITS = 5000  # up to this many ways to split two arms' runs, every one is tried; else PERMUTATIONS
+PERMUTATIONS = 2000
 NONE = "(none)"
 GROUPS = ("project", "scenario", "profile", "kickoff")  # and tag:<key>, param:<key>
 FAILED = {RunState.FAILED, RunState.ABANDONED}
@@ -69,28 +73,28 @@ class Arm:
 
 @dataclass
 class Difference:
-    """Arm `arm` against the leading arm `against` at x = `x`: the difference in medians (arm − leader)
-    and its 95 % bootstrap interval; `separable` when the interval excludes zero."""
+    """Two arms at x = `x` (where both have been): `ahead` has the better median there (in the scenario's
+    direction for a score, the higher for a metric), by `margin`; `low`–`high` the 95 % bootstrap interval
+    of that margin; `p` the share of random splits of their runs whose medians differ at least as much.
+    `against` is the leading arm (the best where every arm has been) the other arm `arm` is set against."""
 
     arm: str
     against: str
     x: float
-    difference: float
+    ahead: str
+    behind: str
+    margin: float
     low: float
     high: float
     fewest: int = 0  # runs with a value at `x` in the smaller of the two arms
+    p: float = 1.0
 
     @property
     def separable(self) -> bool:
-        """The interval excludes no difference, from at least MIN_RUNS runs a side (a bootstrap of fewer
-        is far too sure of itself)."""
-        return self.fewest >= MIN_RUNS and (self.low > 0 or self.high < 0)
-
-    @property
-    def margin(self) -> tuple[float, float, float]:
-        """How far the leader is ahead, and the interval of it (when `separable`: both ends one sign)."""
-        ends = sorted((abs(self.low), abs(self.high)))
-        return abs(self.difference), ends[0], ends[1]
+        """A difference that random splits of the two arms' runs seldom make (p < 0.05). Exact for small
+        arms (every split), where a bootstrap interval alone is far too sure of itself: two or three runs
+        a side can never be told apart."""
+        return self.p < ALPHA
 
 
 def parse_group(value: str) -> str:
@@ -247,28 +251,74 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
         return []
     sign = 1 if maximize or not score else -1
     leader = max(ranked, key=lambda av: sign * statistics.median(av[1]))[0]
-    rng = random.Random(0)
     diffs = []
     for arm, _ in ranked:
         if arm is leader:
             continue
         x = min(reach(arm), reach(leader))
         values, lead_values = at(arm, x), at(leader, x)
-        boot = sorted(
-            _resampled_median(rng, values) - _resampled_median(rng, lead_values) for _ in range(BOOTSTRAP)
-        )
+        lead_ahead = sign * (statistics.median(lead_values) - statistics.median(values)) >= 0
+        first, second = (lead_values, values) if lead_ahead else (values, lead_values)
+        low, high, p = _interval(first, second)  # of first − second
+        if sign < 0:
+            low, high = -high, -low
         diffs.append(
             Difference(
                 arm=arm.label,
                 against=leader.label,
                 x=x,
-                difference=statistics.median(values) - statistics.median(lead_values),
-                low=boot[int(0.025 * BOOTSTRAP)],
-                high=boot[int(0.975 * BOOTSTRAP) - 1],
+                ahead=leader.label if lead_ahead else arm.label,
+                behind=arm.label if lead_ahead else leader.label,
+                margin=abs(statistics.median(first) - statistics.median(second)),
+                low=low,
+                high=high,
                 fewest=min(len(values), len(lead_values)),
+                p=p,
             )
         )
     return diffs
+
+
+def _interval(values: list[float], lead_values: list[float]) -> tuple[float, float, float]:
+    """The 95 % bootstrap interval of median(values) − median(lead_values) and the permutation p of a
+    difference that large: seeded, so the same values say the same thing, and kept under them (a new
+    turn seldom moves the values at equal spend)."""
+    key = cachekeys.compare_interval(repr((sorted(values), sorted(lead_values), BOOTSTRAP, PERMUTATIONS)))
+    if (kept := softcache.get(key)) is not None:
+        return kept
+    rng = random.Random(0)
+    boot = sorted(
+        _resampled_median(rng, values) - _resampled_median(rng, lead_values) for _ in range(BOOTSTRAP)
+    )
+    found = (
+        boot[int(0.025 * BOOTSTRAP)],
+        boot[int(0.975 * BOOTSTRAP) - 1],
+        _permutation_p(values, lead_values),
+    )
+    softcache.set(key, found, ARMS_SECONDS)
+    return found
+
+
+def _permutation_p(a: list[float], b: list[float]) -> float:
+    """The share of splits of a + b into groups of their sizes whose medians differ at least as much as
+    a's and b's do (two-sided): every split when there are at most EXACT_SPLITS, else PERMUTATIONS seeded
+    random ones (the observed split counted among them)."""
+    pooled, n = a + b, len(a)
+    observed = abs(statistics.median(a) - statistics.median(b)) - 1e-12
+    indices = range(len(pooled))
+
+    def apart(chosen) -> bool:
+        picked = set(chosen)
+        first = [pooled[i] for i in chosen]
+        second = [pooled[i] for i in indices if i not in picked]
+        return abs(statistics.median(first) - statistics.median(second)) >= observed
+
+    if math.comb(len(pooled), n) <= EXACT_SPLITS:
+        splits = list(itertools.combinations(indices, n))
+        return sum(map(apart, splits)) / len(splits)
+    rng = random.Random(1)
+    hits = sum(apart(rng.sample(indices, n)) for _ in range(PERMUTATIONS))
+    return (hits + 1) / (PERMUTATIONS + 1)
 
 
 def _resampled_median(rng: random.Random, values: list[float]) -> float:
