@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -54,6 +53,9 @@ from django.test import Client  # noqa: E402
 from smrweb.tracking import events as ev  # noqa: E402
 from smrweb.tracking import services  # noqa: E402
 from smrweb.tracking.models import Role  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from pages import db_version, machine  # noqa: E402 - bench/ is put on the path above
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 MODELS = ("sonnet", "gpt-5", "haiku", "gemini", "llama")
@@ -108,22 +110,6 @@ def timed(client: Client, url: str, params, headers=None) -> float:
     elapsed = (time.perf_counter() - t0) * 1000
     assert answer.status_code == 200, (url, answer.status_code, answer.content[:500])
     return elapsed
-
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    db = connection.vendor
-    return (
-        f"{os.cpu_count()}-core {model or platform.processor()}, Python {platform.python_version()}, "
-        f"Django {django.get_version()}, {db}"
-    )
 
 
 def main() -> None:
@@ -186,7 +172,8 @@ def main() -> None:
             f"## Compare's arms card against the Compare page ({datetime.now(UTC):%Y-%m-%d}, "
             f"{connection.vendor})",
             "",
-            f"Machine: {machine()}. Commit {commit.stdout.strip()}. `python bench/arms.py --runs {args.runs} "
+            f"Machine: {machine(db_version())}. Commit {commit.stdout.strip()}. "
+            f"`python bench/arms.py --runs {args.runs} "
             f"--repeat {args.repeat}`: {args.runs} runs (50–150 turns, 5–15 scores, 500 points of `val_loss` "
             f"each, tagged with one of {len(MODELS)} models), in-process, median of {args.repeat} rounds, "
             "alternating. The card is the request the Compare page makes after itself (grouped by "

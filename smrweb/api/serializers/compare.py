@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from smrweb.tracking.queries import arms, series
+from smrweb.tracking.queries import arms, compare, series
 
 METRIC_MAX = 200  # a metric key's length in the model
 
@@ -39,7 +39,7 @@ class SeriesQuerySerializer(serializers.Serializer):
     def to_internal_value(self, data):
         values = dict(data.items()) if hasattr(data, "items") else dict(data)
         if hasattr(data, "getlist"):
-            values["runs"] = series.parse_run_names(data.getlist("runs"))
+            values["runs"] = compare.parse_run_ids(data.getlist("runs"))
         return super().to_internal_value(values)
 
     def validate_runs(self, value: list[str]) -> list[str]:

@@ -108,16 +108,6 @@ class Series:
     without_metric: list[str]  # runs with no point of the metric
 
 
-def parse_run_names(values: list[str]) -> list[str]:
-    """`runs=A&runs=B` or `runs=A,B`: names in order, each once, blanks dropped."""
-    seen: dict[str, None] = {}
-    for value in values:
-        for name in value.split(","):
-            if name := name.strip():
-                seen.setdefault(name, None)
-    return list(seen)
-
-
 def find_runs(home: Project, readable, names: list[str]) -> tuple[list[tuple[str, Run]], list[str]]:
     """The runs `names` name, in order, and the names that are not runs the viewer may read (`readable`:
     the projects the request may read). `run` is of `home`; `project:run` of that project (a run of `home`
