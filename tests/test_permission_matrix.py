@@ -802,6 +802,24 @@ ROWS = [
         only="side-rows",
     ),
     Row(
+        "compare runs: the any-metric card, once the page is in",
+        "GET",
+        f"{P}/compare/?runs={RUN}&runs={SILENT_RUN}&group=project",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        hx=True,
+        only="series",
+    ),
+    Row(
+        "compare runs: the any-metric card with another project's run",
+        "GET",
+        f"{P}/compare/?runs={RUN}&runs={SILENT_RUN}&runs=other:{OTHER_RUN}",
+        "LOGIN HIDE  EMPTY EMPTY EMPTY LOGIN LOGIN LOGIN",
+        marker='"legendgroup":"other:',  # drawn only if read: the name itself is echoed in the form
+        hx=True,
+        only="series",
+    ),
+    Row(
         "compare table export",
         "GET",
         f"{P}/compare/export?runs={RUN}&format=jsonl",
@@ -2016,6 +2034,21 @@ ROWS = [
         f"{A}/spend",
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker=MODEL,
+    ),
+    Row(
+        "api compare series",
+        "GET",
+        f"{A}/compare/series?runs={RUN}&group=project",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
+    # A run of a project the caller cannot read is "missing", exactly like one that does not exist.
+    Row(
+        "api compare series: another project's run",
+        "GET",
+        f"{A}/compare/series?runs={RUN},other:{OTHER_RUN}",
+        "LOGIN HIDE  EMPTY EMPTY EMPTY EMPTY DENY  LOGIN",
+        marker='"project":"other"',
     ),
     # Exports (?format=csv|jsonl) read what the JSON list reads, for the same callers.
     Row(

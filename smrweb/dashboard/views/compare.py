@@ -83,7 +83,6 @@ def compare_runs(request, slug: str):
     context["picked_now"] = bool(selected)
     if len(selected) >= 2:
         # The "any metric" card loads after the page (its own request: the comparison stays incremental).
-        context["series_url"] = request.get_full_path()
         elsewhere = series.other_projects(project, Project.objects.visible_to(request.user), requested)
         context["missing"] = [name for name in context.get("missing", []) if name not in elsewhere]
         context["elsewhere"] = elsewhere
