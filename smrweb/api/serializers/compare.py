@@ -92,7 +92,9 @@ class ArmSerializer(serializers.Serializer):
     final_score = SpreadSerializer(source="final")
     usd = SpreadSerializer()
     tokens = SpreadSerializer()
-    gain_per_usd = serializers.FloatField(allow_null=True, help_text="Median of (best − first score) / USD.")
+    gain_per_usd = serializers.FloatField(
+        allow_null=True, help_text="Median of the score gained (best over first) per USD."
+    )
     gain_per_mtok = serializers.FloatField(allow_null=True, help_text="The same per million tokens.")
     failed_share = serializers.FloatField(help_text="Runs failed or abandoned, of the arm's runs.")
 
