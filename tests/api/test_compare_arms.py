@@ -122,7 +122,7 @@ def test_arms_far_apart_are_told_apart_and_arms_alike_are_not(api, project, two_
     assert diff["against"] == "0.01" and diff["arm"] == "0.003" and diff["separable"] is True
     assert (diff["ahead"], diff["behind"]) == ("0.01", "0.003") and 0 < diff["low"] <= diff["margin"]
     assert diff["x"] == pytest.approx(0.2)  # both arms' median run reached $0.20
-    assert diff["p"] < 0.05  # of the 924 ways to split their 12 runs, few put the medians this far apart
+    assert diff["p"] == pytest.approx(2 / 924)  # of the 924 ways to split their 12 runs, theirs alone
     alike = [
         arm_run(project, f"same{i}", level=0.5, cost=0.01, seed=30 + i, tags={"kickoff": "ab"[i % 2]})
         for i in range(6)
@@ -176,3 +176,27 @@ def test_two_runs_a_side_are_too_few_to_tell_arms_apart_however_far(api, project
     # The bootstrap interval excludes 0, but of the 6 ways to split 4 runs in two, 2 are this far apart.
     assert diff["low"] > 0 and diff["fewest"] == 2 and diff["p"] == pytest.approx(2 / 6)
     assert diff["separable"] is False
+
+
+@pytest.mark.parametrize("x", ["usd", "tokens", "turns", "time", "wall", "step"])
+def test_arms_on_every_axis_of_a_score_and_a_metric(api, project, x):
+    runs = [
+        arm_run(project, f"x{i}", level=0.2 + 0.6 * (i % 2), cost=0.01, seed=i, tags={"arm": "ab"[i % 2]})
+        for i in range(8)
+    ]
+    for run in runs:
+        push(
+            project,
+            run.external_id,
+            *[
+                {"type": "metric", "key": "loss", "step": s, "value": s / 10, "ts": at(s + 0.5)}
+                for s in range(10)
+            ],
+        )
+    for metric in ("score", "loss"):
+        body = series(api, runs, group="tag:arm", x=x, metric=metric)
+        assert [a["n"] for a in body["arms"]] == [4, 4] and all(a["line"] for a in body["arms"])
+        (diff,) = body["differences"]
+        assert diff["fewest"] == 4 and 0 <= diff["p"] <= 1
+        if metric == "score":  # the arms do not overlap: exactly 2 of the 70 ways to split 8 runs rank so far
+            assert diff["p"] == pytest.approx(2 / 70) and diff["separable"] is True

@@ -110,8 +110,8 @@ class DifferenceSerializer(serializers.Serializer):
     high = serializers.FloatField()
     fewest = serializers.IntegerField(help_text="Runs with a value at `x` in the smaller of the two arms.")
     p = serializers.FloatField(
-        help_text="Share of random splits of the two arms' runs whose medians differ at least as much (every "
-        "split, for small arms)."
+        help_text="The rank-sum (Mann-Whitney) test's two-sided p: the share of random splits of the two "
+        "arms' runs that rank at least as far apart (every split, for small arms)."
     )
     separable = serializers.BooleanField(
         help_text=f"p < {arms.ALPHA}: False says the data cannot tell the two arms apart."

@@ -87,13 +87,13 @@ class Difference:
     low: float
     high: float
     fewest: int = 0  # runs with a value at `x` in the smaller of the two arms
-    p: float = 1.0
+    p: float = 1.0  # the rank-sum test's: how often random splits of their runs rank this far apart
 
     @property
     def separable(self) -> bool:
-        """A difference that random splits of the two arms' runs seldom make (p < 0.05). Exact for small
-        arms (every split), where a bootstrap interval alone is far too sure of itself: two or three runs
-        a side can never be told apart."""
+        """A difference that random splits of the two arms' runs seldom make (a rank-sum test, p < 0.05).
+        Exact for small arms (every split), where a bootstrap interval alone is far too sure of itself:
+        three runs a side can never be told apart, four that do not overlap can."""
         return self.p < ALPHA
 
 
@@ -171,11 +171,19 @@ def arms(found: Series, group: str, of: dict[int, str] | None = None) -> tuple[l
     return out, differences
 
 
+def _end(trace: Trace) -> float:
+    """Where the run has been to: its own total on a spend axis, else its last point (of any score: the
+    best so far holds to there, not only to its last improvement)."""
+    if trace.x_total is not None:
+        return trace.x_total
+    return trace.points[-1][0] if trace.points else float("-inf")
+
+
 def _value_at(trace: Trace, score: bool, x: float) -> float | None:
     """The run's value at `x`: its best so far (a score) or its last value at or before `x`; None before
     its first point or past its end (a run is not drawn where it has not been)."""
     points = trace.best if score else trace.points
-    if not points or x > (trace.x_total if trace.x_total is not None else points[-1][0]):
+    if not points or x > _end(trace):
         return None
     i = bisect.bisect_right([p[0] for p in points], x)
     return points[i - 1][1] if i else None
@@ -184,7 +192,7 @@ def _value_at(trace: Trace, score: bool, x: float) -> float | None:
 def _arm(label: str, traces: list[Trace], found: Series, scores: dict) -> Arm:
     arm = Arm(label=label, traces=traces, band="iqr" if len(traces) >= 4 else "range")
     score = found.metric == SCORE
-    ends = [t.x_total if t.x_total is not None else (t.points[-1][0] if t.points else None) for t in traces]
+    ends = [_end(t) if t.points else None for t in traces]
     starts = [t.points[0][0] for t in traces if t.points]
     if starts and any(e is not None for e in ends):
         lo, hi = min(starts), max(e for e in ends if e is not None)
@@ -228,7 +236,7 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
     score = found.metric == SCORE
 
     def reach(arm: Arm) -> float:
-        ends = [t.x_total if t.x_total is not None else t.points[-1][0] for t in arm.traces if t.points]
+        ends = [_end(t) for t in arm.traces if t.points]
         return statistics.median(ends) if ends else 0.0
 
     def at(arm: Arm, x: float) -> list[float]:
@@ -236,8 +244,7 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
         for t in arm.traces:
             if not (t.best if score else t.points):
                 continue
-            end = t.x_total if t.x_total is not None else t.points[-1][0]
-            v = _value_at(t, score, min(x, end))
+            v = _value_at(t, score, min(x, _end(t)))
             if v is not None:
                 values.append(v)
         return values
@@ -280,8 +287,8 @@ def _differences(out: list[Arm], found: Series, maximize: bool) -> list[Differen
 
 
 def _interval(values: list[float], lead_values: list[float]) -> tuple[float, float, float]:
-    """The 95 % bootstrap interval of median(values) − median(lead_values) and the permutation p of a
-    difference that large: seeded, so the same values say the same thing, and kept under them (a new
+    """The 95 % bootstrap interval of median(values) − median(lead_values) and the rank-sum test's p of
+    the two: seeded, so the same values say the same thing, and kept under them (a new
     turn seldom moves the values at equal spend)."""
     key = cachekeys.compare_interval(repr((sorted(values), sorted(lead_values), BOOTSTRAP, PERMUTATIONS)))
     if (kept := softcache.get(key)) is not None:
@@ -300,19 +307,30 @@ def _interval(values: list[float], lead_values: list[float]) -> tuple[float, flo
 
 
 def _permutation_p(a: list[float], b: list[float]) -> float:
-    """The share of splits of a + b into groups of their sizes whose medians differ at least as much as
-    a's and b's do (two-sided): every split when there are at most EXACT_SPLITS, else PERMUTATIONS seeded
-    random ones (the observed split counted among them)."""
-    pooled, n = a + b, len(a)
-    observed = abs(statistics.median(a) - statistics.median(b)) - 1e-12
-    indices = range(len(pooled))
+    """The rank-sum (Mann-Whitney) test's two-sided p of `a` against `b`: the share of the splits of
+    a + b into groups of their sizes whose rank sums are at least as far from the middle as a's is. Every
+    split when there are at most EXACT_SPLITS (exact: four runs a side can be told apart, three cannot),
+    else PERMUTATIONS seeded random ones (the observed split counted among them). Ranks, not medians: the
+    medians of mixed splits are often as far apart as those of two arms that do not overlap at all."""
+    pooled = a + b
+    order = sorted(range(len(pooled)), key=lambda i: pooled[i])
+    ranks = [0.0] * len(pooled)
+    i = 0
+    while i < len(order):  # tied values share their mean rank
+        j = i
+        while j + 1 < len(order) and pooled[order[j + 1]] == pooled[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    n = len(a)
+    middle = n * (len(pooled) + 1) / 2
+    observed = abs(sum(ranks[:n]) - middle) - 1e-9
 
     def apart(chosen) -> bool:
-        picked = set(chosen)
-        first = [pooled[i] for i in chosen]
-        second = [pooled[i] for i in indices if i not in picked]
-        return abs(statistics.median(first) - statistics.median(second)) >= observed
+        return abs(sum(ranks[i] for i in chosen) - middle) >= observed
 
+    indices = range(len(pooled))
     if math.comb(len(pooled), n) <= EXACT_SPLITS:
         splits = list(itertools.combinations(indices, n))
         return sum(map(apart, splits)) / len(splits)
