@@ -97,6 +97,7 @@ from smrweb.tracking.models.run import (  # noqa: F401
     TurnKind,
     TurnRollup,
 )
+from smrweb.tracking.models.saved_view import SavedView, SavedViewQuerySet  # noqa: F401
 from smrweb.tracking.models.scenario import (  # noqa: F401
     ArtifactKind,
     Direction,
