@@ -204,6 +204,10 @@ def evaluate_alerts(kind: str, object_id: int) -> int:
     result = evaluate(object_id)
     if result.stop_requested:
         queue_quietly(stop_run, object_id, "budget guard: the run passed its budget")
+    for control_id in result.controls:  # the spend guards' pauses (the stale-action sweep finds lost ones)
+        queue_quietly(dispatch_control, control_id)
+    for run_id, reason in result.stops:
+        queue_quietly(stop_run, run_id, reason)
     for pk in result.to_deliver:
         queue_quietly(deliver_notification, pk)
     return len(result.to_deliver)

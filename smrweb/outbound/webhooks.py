@@ -130,7 +130,8 @@ def control_request(control: RunControl, *, now=None) -> Request:
         "control_id": control.pk,
         "project": run.project.slug,
         "run": run.external_id,
-        "requested_by": control.requested_by.get_username(),
+        "requested_by": control.by_label,
+        **({"guard": control.guard} if control.guard else {}),
         "requested_at": control.created.isoformat(),
     }
     if control.kind == ControlKind.MESSAGE:

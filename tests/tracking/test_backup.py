@@ -36,6 +36,7 @@ from smrweb.tracking.models import (
     Checkpoint,
     Comment,
     Experiment,
+    GuardEpisode,
     KnowledgeEntry,
     LoopFinding,
     Membership,
@@ -428,7 +429,10 @@ SCOPES = {
     Comment: lambda p: Comment.objects.filter(project=p),
     RunControl: lambda p: RunControl.objects.filter(run__project=p),
     RunLaunch: lambda p: RunLaunch.objects.filter(project=p),
-    Notification: lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)),
+    Notification: lambda p: Notification.objects.filter(
+        Q(rule__project=p) | Q(comment__project=p) | Q(project=p)
+    ),
+    GuardEpisode: lambda p: GuardEpisode.objects.filter(run__project=p),
 }
 # Not compared: the slug (import chooses it), where the bytes are stored, a worker's polling lease, a
 # launch's idempotency key (re-keyed when the original holds it: checked apart).

@@ -25,6 +25,7 @@ from smrweb.tracking.models import (
     Checkpoint,
     Comment,
     Experiment,
+    GuardEpisode,
     KnowledgeEntry,
     LoopFinding,
     Membership,
@@ -183,7 +184,8 @@ TABLES: tuple[Table, ...] = (
     Table("arena_result", ArenaResult, _of_submissions(ArenaResult), ref=True),
     Table("rollback", Rollback, _of_runs(Rollback), ref=True),
     # Steering and launches: who asked a run for what, and what the source answered (like rollbacks).
-    Table("run_control", RunControl, _of_runs(RunControl)),
+    Table("run_control", RunControl, _of_runs(RunControl), ref=True),  # guard episodes name their pause
+    Table("guard_episode", GuardEpisode, _of_runs(GuardEpisode)),  # when a spend guard acted, once each
     Table("run_launch", RunLaunch, _of_project(RunLaunch), ref=True),  # audit events name launches
     Table("knowledge_entry", KnowledgeEntry, _of_project(KnowledgeEntry), ref=True),
     # What people wrote: project data like the knowledge entries, always carried.
@@ -203,7 +205,9 @@ TABLES: tuple[Table, ...] = (
     Table(
         "notification",
         Notification,
-        lambda p: Notification.objects.filter(Q(rule__project=p) | Q(comment__project=p)).order_by("pk"),
+        lambda p: Notification.objects.filter(
+            Q(rule__project=p) | Q(comment__project=p) | Q(project=p)
+        ).order_by("pk"),
     ),
     # Project-scoped events only (scenario edits have no project). `object_ref` replaces object_id
     # when the event names a row of the archive.

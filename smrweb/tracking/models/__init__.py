@@ -46,6 +46,9 @@ from smrweb.tracking.models.control import (  # noqa: F401
     OPEN_DISPATCH,
     ControlKind,
     DispatchStatus,
+    GuardAction,
+    GuardEpisode,
+    GuardKind,
     RunControl,
     RunLaunch,
 )
@@ -74,6 +77,7 @@ from smrweb.tracking.models.project import (  # noqa: F401
     Role,
     SourceHealth,
     SourceKind,
+    SpendStop,
     hash_token,
 )
 from smrweb.tracking.models.rollback import (  # noqa: F401

@@ -104,6 +104,7 @@ class NotificationStatus(models.TextChoices):
 class NotificationKind(models.TextChoices):
     ALERT = "alert"  # a rule's episode
     MENTION = "mention"  # someone @mentioned the recipient in a comment
+    GUARD = "guard"  # a project guard (spend guard, day budget) paused or stopped runs: told to its deciders
 
 
 class Notification(models.Model):
@@ -118,6 +119,9 @@ class Notification(models.Model):
     subject = models.CharField(max_length=100)  # "run:12", "submission:7", "project:3", "test:<uuid>"
     episode = models.CharField(max_length=200)
     run = models.ForeignKey(Run, models.CASCADE, null=True, blank=True, related_name="+")
+    # The project it is about (its rule's, its comment's; a guard's notification has neither rule nor
+    # comment, and is told to the project's reviewers and admins).
+    project = models.ForeignKey(Project, models.CASCADE, null=True, blank=True, related_name="+")
     submission = models.ForeignKey(Submission, models.CASCADE, null=True, blank=True, related_name="+")
     recipient = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.CASCADE, null=True, blank=True, related_name="notifications"
@@ -141,9 +145,21 @@ class Notification(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["rule", "subject", "episode"], name="notification_episode_uniq"),
             models.UniqueConstraint(fields=["comment", "recipient"], name="notification_mention_uniq"),
+            models.UniqueConstraint(
+                fields=["project", "subject", "episode", "recipient"],
+                condition=Q(kind="guard"),
+                name="notification_guard_uniq",
+            ),
             models.CheckConstraint(
                 condition=Q(kind="alert", rule__isnull=False, comment__isnull=True)
-                | Q(kind="mention", rule__isnull=True, comment__isnull=False, recipient__isnull=False),
+                | Q(kind="mention", rule__isnull=True, comment__isnull=False, recipient__isnull=False)
+                | Q(
+                    kind="guard",
+                    rule__isnull=True,
+                    comment__isnull=True,
+                    project__isnull=False,
+                    recipient__isnull=False,
+                ),
                 name="notification_alert_or_mention",
             ),
         ]
@@ -155,6 +171,15 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def about(self) -> Project | None:
+        """The project it is about: its rule's, its comment's, or (a guard's) its own."""
+        if self.rule_id:
+            return self.rule.project
+        if self.comment_id:
+            return self.comment.project
+        return self.project
 
 
 class RunSnooze(models.Model):

@@ -83,6 +83,8 @@ class AuditVerb(models.TextChoices):
     RUN_CLOSED = "run.closed", "Run closed as abandoned"
     RUN_DELETED = "run.deleted", "Run deleted"
     RUN_EXCLUDED = "run.excluded", "Run excluded"
+    RUN_GUARD_PAUSED = "run.guard_paused", "Pause asked by a project guard"
+    RUN_GUARD_UNABLE = "run.guard_unable", "Project guard could not pause or stop"
     RUN_INCLUDED = "run.included", "Run included"
     RUN_NOTE_CLEARED = "run.note_cleared", "Run note cleared"
     RUN_NOTE_EDITED = "run.note_edited", "Run note edited"

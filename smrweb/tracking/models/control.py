@@ -29,6 +29,17 @@ class DispatchStatus(models.TextChoices):
 OPEN_DISPATCH = (DispatchStatus.REQUESTED, DispatchStatus.DISPATCHED)
 
 
+class GuardKind(models.TextChoices):
+    SPEND = "spend", "spend guard"  # the spend-aware stop: spend since the best score, marginal $ per point
+    DAY = "day", "day budget"  # the project's budget per day
+
+
+class GuardAction(models.TextChoices):
+    PAUSE = "pause"
+    STOP = "stop"
+    NONE = "none"  # the source can neither pause nor stop the run: the alert says so
+
+
 class Dispatched(models.Model):
     """What a request dispatched to a source keeps: where it is, every answer, how many attempts."""
 
@@ -54,7 +65,11 @@ class RunControl(Dispatched):
     kind = models.CharField(max_length=10, choices=ControlKind)
     body = models.TextField(blank=True)  # the message; empty for pause and resume
     source_ref = models.CharField(max_length=200, blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.PROTECT, related_name="run_controls")
+    # None: a project guard asked (`guard` says which: the spend-aware stop or the day budget).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.PROTECT, null=True, blank=True, related_name="run_controls"
+    )
+    guard = models.CharField(max_length=10, blank=True)
 
     class Meta(Dispatched.Meta):
         indexes = [models.Index(fields=["run", "-created"], name="runcontrol_run_created_idx")]
@@ -65,6 +80,13 @@ class RunControl(Dispatched):
     @property
     def idempotency_key(self) -> str:
         return f"smrweb-control-{self.pk}"
+
+    @property
+    def by_label(self) -> str:
+        """Who asked: the person's name, or the guard's ("smrweb (spend guard)")."""
+        if self.requested_by_id is not None:
+            return self.requested_by.get_username()
+        return f"smrweb ({GuardKind(self.guard).label if self.guard in GuardKind.values else 'system'})"
 
 
 class RunLaunch(Dispatched):
@@ -90,3 +112,31 @@ class RunLaunch(Dispatched):
 
     def __str__(self) -> str:
         return f"launch {self.idempotency_key} in {self.project} ({self.status})"
+
+
+class GuardEpisode(models.Model):
+    """One time a project guard acted on a run, once per episode (services/alerts/guards.py): the spend
+    guard's episode is "since this best score" (`best:<submission id>`, `start` before any score), the day
+    budget's the day in the project's clock (`day:2026-12-03`). The unique key is the bookkeeping: a
+    redelivered evaluation, a second worker or a run a person resumed in the same episode is not acted on
+    again. `reading` holds the numbers the guard saw; `control` the pause it asked for (a stop has none)."""
+
+    project = models.ForeignKey(Project, models.CASCADE, related_name="guard_episodes")
+    run = models.ForeignKey(Run, models.CASCADE, related_name="guard_episodes")
+    guard = models.CharField(max_length=10, choices=GuardKind)
+    episode = models.CharField(max_length=100)
+    action = models.CharField(max_length=10, choices=GuardAction)
+    reason = models.TextField()
+    reading = models.JSONField(default=dict, blank=True)
+    control = models.ForeignKey(RunControl, models.SET_NULL, null=True, blank=True, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "guard", "episode"], name="guardepisode_once_uniq")
+        ]
+        indexes = [models.Index(fields=["project", "-created"], name="guardepisode_project_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.guard} {self.action} {self.run} ({self.episode})"

@@ -13,6 +13,14 @@ from django.utils import timezone
 from smrweb.tracking.models.scenario import Scenario
 
 
+class SpendStop(models.TextChoices):
+    """What the spend-aware stop does to a live run past one of its limits (services/alerts/guards.py)."""
+
+    OFF = "off", "off"
+    PAUSE = "pause", "pause the run (a stop where the source cannot pause)"
+    STOP = "stop", "stop the run"
+
+
 class SourceKind(models.TextChoices):
     PUSH = "push", "REST push"
     SMR = "smr", "Managed Research"
@@ -59,6 +67,20 @@ class Project(models.Model):
     # Budget guard: a live run past 100 % of its USD or token budget is stopped through its source
     # (audited; the run.budget notification says so).
     budget_guard = models.BooleanField(default=False)
+    # The spend-aware stop (issue 38 item 4; services/alerts/guards.py, docs/alerts.md): off by default. A
+    # live run that spent more than `spend_stop_usd` (or `_turns` turns, `_tokens` tokens) since its best
+    # score, or whose marginal USD per point of score over its last `spend_stop_window` turns passes
+    # `spend_stop_usd_per_point`, is paused (or stopped), once per episode (a new best starts a new one).
+    spend_stop = models.CharField(max_length=5, choices=SpendStop, default=SpendStop.OFF)
+    spend_stop_usd = models.DecimalField(null=True, blank=True, max_digits=18, decimal_places=6)
+    spend_stop_turns = models.PositiveIntegerField(null=True, blank=True)
+    spend_stop_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    spend_stop_usd_per_point = models.DecimalField(null=True, blank=True, max_digits=18, decimal_places=6)
+    spend_stop_window = models.PositiveIntegerField(default=50)
+    # The day budget: when the project's turns cost this much in one day of `day_zone` (the project's
+    # clock, an IANA zone), every live run of the project is paused, once that day; null: off.
+    day_budget_usd = models.DecimalField(null=True, blank=True, max_digits=18, decimal_places=6)
+    day_zone = models.CharField(max_length=64, default="UTC")
     # Push projects: where every signed action is POSTed (`webhook_url`); empty: none can be dispatched.
     rollback_webhook_url = models.URLField(blank=True)
     # Git projects: an absolute path to a local repository (a work tree or bare) and the branch whose

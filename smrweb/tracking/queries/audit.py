@@ -91,7 +91,15 @@ KINDS: tuple[Kind, ...] = (
     Kind(
         "stop",
         "Stops and closes",
-        (V.RUN_STOP_REQUESTED, V.RUN_STOPPED, V.RUN_STOP_FAILED, V.RUN_CLOSED, V.RUN_STALLED),
+        (
+            V.RUN_STOP_REQUESTED,
+            V.RUN_STOPPED,
+            V.RUN_STOP_FAILED,
+            V.RUN_CLOSED,
+            V.RUN_STALLED,
+            V.RUN_GUARD_PAUSED,
+            V.RUN_GUARD_UNABLE,
+        ),
     ),
     Kind("steering", "Steering and launches", ("control.", "launch.")),
     Kind("token", "API tokens", ("token.",)),

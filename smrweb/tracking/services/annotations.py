@@ -293,6 +293,7 @@ def _notify_mentions(comment: Comment, by: Any) -> list[str]:
             Notification(
                 kind=NotificationKind.MENTION,
                 comment=comment,
+                project_id=comment.project_id,
                 recipient=user,
                 subject=f"comment:{comment.pk}",
                 episode="mention",

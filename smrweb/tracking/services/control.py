@@ -115,6 +115,36 @@ def request_control(run: Run, *, by: Any, kind: str, body: str = "") -> RunContr
     return control
 
 
+def guard_pause(run: Run, *, guard: str) -> tuple[RunControl | None, str]:
+    """A project guard's pause of a live run (services/alerts/guards.py), inside the caller's transaction
+    with the run locked: no person (`requested_by` None, `guard` says which), the same refusals as a
+    person's pause (the source, the run's state, a resume on its way). Returns (the control, "") with
+    `is_new` telling the caller to dispatch it, or (None, why not)."""
+    if refusal := capabilities.refusal(run.project, Action.STEER):
+        return None, refusal
+    if open_one := RunControl.objects.filter(
+        run=run, kind=ControlKind.PAUSE, status__in=OPEN_DISPATCH
+    ).first():
+        open_one.is_new = False
+        return open_one, ""
+    if RunControl.objects.filter(run=run, kind=ControlKind.RESUME, status__in=PENDING).exists():
+        return None, "A person's resume of this run is on its way: the guard leaves the run to them."
+    if refusal := lifecycle_refusal(run, ControlKind.PAUSE):
+        return None, refusal
+    pause = RunControl.objects.create(run=run, kind=ControlKind.PAUSE, requested_by=None, guard=guard)
+    record_audit(
+        None,
+        AuditVerb.CONTROL_REQUESTED,
+        pause,
+        project=run.project,
+        run=run.external_id,
+        kind="pause",
+        guard=guard,
+    )
+    pause.is_new = True
+    return pause, ""
+
+
 # --- what the source's answer records (the attempts: services/dispatched.py) ------------------------------
 
 

@@ -22,6 +22,7 @@ from smrweb.tracking.models import (
     Scenario,
     SourceKind,
 )
+from smrweb.tracking.services.alerts.spend_rule import SPEND_GUARD_SETTINGS, check_spend_guard_settings
 from smrweb.tracking.services.audit import _only, record_audit
 
 SLUG_RE = re.compile(r"^[-a-zA-Z0-9_]+\Z")  # what the <slug:…> URL converter routes
@@ -259,6 +260,7 @@ PROJECT_SETTINGS = (
     "regression_threshold",
     "budget_guard",
     "rollback_webhook_url",
+    *SPEND_GUARD_SETTINGS,
 )
 
 
@@ -274,6 +276,7 @@ def update_project(project: Project, *, by: Any = None, **changes: Any) -> Proje
         )
     if url := changes.get("rollback_webhook_url"):
         check_outbound_url("rollback_webhook_url", url)
+    changes = {**changes, **check_spend_guard_settings(changes)}
     switched_on = bool(changes.get("auto_verify")) and not project.auto_verify
     with transaction.atomic():
         for field, value in changes.items():

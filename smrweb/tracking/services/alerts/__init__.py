@@ -15,5 +15,7 @@ One module per job (import the module you need; this package re-exports nothing)
   triggers.py    what each trigger means: its parameters, its words, the episodes its condition holds;
   rules.py       a project's rules: create (with the baseline), mute, delete, test; snoozes; mark read;
   evaluation.py  the engine: run, submission and source evaluations, loop findings, the budget guard;
+  spend_rule.py  the spend-aware stop's rule and readings (live and over history: the dry run);
+  guards.py      the spend guards acting: the spend-aware stop and the day budget, once per episode;
   delivery.py    the bookkeeping of sending: claims, outcomes, the sweep's list, digests.
 """

@@ -1,6 +1,7 @@
 """The evaluation engine: each rule of a project against a run, a submission or a source as it is now;
 new episodes become notifications (one per rule, subject and episode). Also the loop findings a run's
-badge shows, the budget guard, and the sweep's list of what changed."""
+badge shows, the budget guard, the spend guards (`guards.py`: the spend-aware stop and the day budget),
+and the sweep's list of what changed."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from smrweb.tracking.models import (
     Trigger,
 )
 from smrweb.tracking.queries import progress
+from smrweb.tracking.services.alerts import guards
 from smrweb.tracking.services.alerts.triggers import (
     MIN_LOOP_REPEATS,
     RUN_TRIGGERS,
@@ -49,10 +51,13 @@ from smrweb.tracking.services.audit import record_audit
 
 @dataclass
 class Evaluation:
-    """What one evaluation did: notifications to deliver, and whether the budget guard asked for a stop."""
+    """What one evaluation did: notifications to deliver, whether the budget guard asked for a stop, and
+    what the spend guards asked for (pauses to dispatch, stops to send: run id and reason)."""
 
     to_deliver: list[int] = field(default_factory=list)
     stop_requested: bool = False
+    controls: list[int] = field(default_factory=list)
+    stops: list[tuple[int, str]] = field(default_factory=list)
 
 
 def still_member(rule: AlertRule) -> bool:
@@ -91,6 +96,7 @@ def _record(rule: AlertRule, episode: Episode, *, baseline: bool, now: datetime)
         with transaction.atomic():
             notification = Notification.objects.create(
                 rule=rule,
+                project_id=rule.project_id,
                 subject=episode.subject,
                 episode=episode.key[:200],
                 run=episode.run,
@@ -191,15 +197,16 @@ def changed_since(since: datetime, limit: int = 1000) -> dict[str, list[int]]:
     projects with rules of the matching kind (the sweep's list; evaluating twice is harmless)."""
     with_rules = AlertRule.objects.filter(muted=False)
     run_projects = with_rules.filter(trigger__in=RUN_TRIGGERS).values("project_id")
+    guarded = guards.guarded_projects()
     sub_projects = with_rules.filter(trigger__in=(*SUBMISSION_TRIGGERS, Trigger.SCORE_NEW_BEST)).values(
         "project_id"
     )
     source_projects = with_rules.filter(trigger__in=SOURCE_TRIGGERS).values("project_id")
     return {
         "run": list(
-            Run.objects.filter(updated__gte=since, project_id__in=run_projects).values_list("pk", flat=True)[
-                :limit
-            ]
+            Run.objects.filter(
+                Q(project_id__in=run_projects) | Q(project_id__in=guarded), updated__gte=since
+            ).values_list("pk", flat=True)[:limit]
         ),
         "submission": list(
             Submission.objects.filter(updated__gte=since, project_id__in=sub_projects).values_list(
@@ -239,6 +246,8 @@ def evaluate_run(run_id: int) -> Evaluation:
         return result
     memo: dict[str, Any] = {"loops": update_loop_findings(run)}
     result.stop_requested = _guard_budget(run, memo)
+    acted = guards.guard_run(run)
+    result.controls, result.stops = acted.controls, acted.stops
     return _notify(result, _rules(run.project, RUN_TRIGGERS), lambda rule: run_episodes(rule, run, memo))
 
 

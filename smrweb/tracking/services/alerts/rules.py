@@ -212,6 +212,7 @@ def send_test(rule: AlertRule, *, by: Any) -> Notification:
             status = NotificationStatus.SENT if inbox else NotificationStatus.PENDING
         return Notification.objects.create(
             rule=rule,
+            project_id=rule.project_id,
             subject=f"test:{uuid.uuid4().hex}",
             episode="test",
             recipient=rule.recipient if inbox else None,
