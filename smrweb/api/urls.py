@@ -16,6 +16,7 @@ from smrweb.api.views import (
     projects,
     rollbacks,
     runs,
+    saved_views,
     scenarios,
     submissions,
 )
@@ -40,6 +41,8 @@ urlpatterns = [
     path("projects/", projects.ProjectList.as_view(), name="project-list"),
     path("projects/<slug:slug>/", projects.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/views", saved_views.SavedViewList.as_view(), name="view-list"),
+    path("projects/<slug:slug>/views/<int:pk>", saved_views.SavedViewDetail.as_view(), name="view-detail"),
     path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
     path("projects/<slug:slug>/compare/series", compare.CompareSeries.as_view(), name="compare-series"),
     path(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import django_filters
 from django import forms
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, NullIf
+from django.http import QueryDict
 from django_filters.rest_framework import BooleanFilter
 
 from smrweb.core import patterns
@@ -16,6 +17,7 @@ from smrweb.tracking.models import (
     TERMINAL_STATES,
     AgentTurn,
     Run,
+    RunLaunch,
     RunParam,
     RunState,
     RunTag,
@@ -23,6 +25,8 @@ from smrweb.tracking.models import (
     parse_tag,
 )
 from smrweb.tracking.queries import budget
+from smrweb.tracking.queries.arms import GroupError, parse_group
+from smrweb.tracking.queries.views import ColumnError, parse_column, parse_columns, with_columns
 from smrweb.tracking.services.params import check_param
 
 LIVE = "live"
@@ -51,6 +55,7 @@ SORT_CHOICES = [
     for key in SORTS
     for prefix in ("", "-")
 ]
+COLUMN_SORT = "col:"  # ?sort=col:<column> (or -col:<column>): by a chosen column (queries/views.py)
 OVER_BUDGET_CHOICES = [
     ("true", "over either budget"),
     ("false", "over neither"),
@@ -62,15 +67,59 @@ OVER_BUDGET_CHOICES = [
 KEYWORDS = {"downgraded", "stalled", "over budget", "over-budget", *RunState.values}
 
 
-def sort_runs(queryset, sort: str | None):
-    """The runs in `sort` order (a SORTS key, `-` first for descending; anything else: the default),
-    pinned runs first."""
-    sort = sort if sort in dict(SORT_CHOICES) else DEFAULT_SORT
+def check_sort(sort: str) -> str:
+    """`sort` when it reads (a SORTS key or `col:<column>`, `-` first for descending); InvalidInput else."""
+    name = sort.removeprefix("-")
+    if name.startswith(COLUMN_SORT):
+        try:
+            column = parse_column(name.removeprefix(COLUMN_SORT))
+        except ColumnError as exc:
+            raise InvalidInput("sort", str(exc)) from None
+        return ("-" if sort.startswith("-") else "") + COLUMN_SORT + column.spec
+    if sort in dict(SORT_CHOICES):
+        return sort
+    raise InvalidInput(
+        "sort",
+        f"Unknown sort {sort[:80]!r}: one of {', '.join(SORTS)} or col:<column>, - first for descending.",
+    )
+
+
+def sort_runs(queryset, sort: str | None, group: str = ""):
+    """The runs in `sort` order (a SORTS key or `col:<column>`, `-` first for descending; anything else:
+    the default), pinned runs first; with a `group` (arms.parse_group), its arms together first (by
+    label, runs without one last), then in `sort` order within each."""
+    try:
+        sort = check_sort(sort or DEFAULT_SORT)
+    except InvalidInput:
+        sort = DEFAULT_SORT
     descending = sort.startswith("-")
-    expression = SORTS[sort.lstrip("-")]
-    if descending:
-        return queryset.order_by(F("pinned").desc(), expression.desc(nulls_last=True), F("id").desc())
-    return queryset.order_by(F("pinned").desc(), expression.asc(nulls_last=True), F("id").asc())
+    name = sort.lstrip("-")
+    order = [F("pinned").desc()]
+    queryset, by_group = _group_order(queryset, group)
+    order += by_group
+    if name.startswith(COLUMN_SORT):
+        column = parse_column(name.removeprefix(COLUMN_SORT))
+        queryset = with_columns(queryset, [column])
+        order += column.order(descending)
+    else:
+        expression = SORTS[name]
+        order.append(expression.desc(nulls_last=True) if descending else expression.asc(nulls_last=True))
+    return queryset.order_by(*order, F("id").desc() if descending else F("id").asc())
+
+
+def _group_order(queryset, group: str) -> tuple[object, list]:
+    """What puts a group's arms together: the arm label's expression, ascending (runs with none last). A
+    project's runs share their project and scenario: those group nothing here."""
+    if group in ("", "project", "scenario"):
+        return queryset, []
+    if group == "profile":
+        profile = Coalesce(NullIf(F("actual_profile"), Value("")), NullIf(F("requested_profile"), Value("")))
+        return queryset, [profile.asc(nulls_last=True)]
+    if group == "kickoff":
+        kickoff = RunLaunch.objects.filter(run=OuterRef("pk")).values("kickoff")[:1]
+        return queryset.annotate(group_kickoff=Subquery(kickoff)), [F("group_kickoff").asc(nulls_last=True)]
+    column = parse_column(group)  # tag:KEY or param:KEY, as a column
+    return with_columns(queryset, [column]), column.order(False)
 
 
 class TagsField(forms.Field):
@@ -152,6 +201,47 @@ class SearchFilter(django_filters.CharFilter):
     field_class = SearchField
 
 
+class ColumnsField(TagsField):
+    """Every `?col=` of the query, in order: param:KEY, tag:KEY, metric:KEY[:min|max|last], spend:PART."""
+
+    def validate(self, value) -> None:
+        try:
+            parse_columns(value)
+        except ColumnError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ColumnFilter(django_filters.MultipleChoiceFilter):
+    field_class = ColumnsField
+
+
+class SortField(forms.CharField):
+    def validate(self, value) -> None:
+        super().validate(value)
+        if value:
+            try:
+                check_sort(value)
+            except InvalidInput as exc:
+                raise forms.ValidationError(exc.message) from None
+
+
+class SortFilter(django_filters.CharFilter):
+    field_class = SortField
+
+
+class GroupField(forms.CharField):
+    def validate(self, value) -> None:
+        super().validate(value)
+        try:
+            parse_group(value or "")
+        except GroupError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class GroupFilter(django_filters.CharFilter):
+    field_class = GroupField
+
+
 class RunFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(
         choices=[(LIVE, "live (not finished)"), *RunState.choices],
@@ -189,16 +279,35 @@ class RunFilter(django_filters.FilterSet):
         "of its agent turns. The words `downgraded`, `stalled`, `over budget` and a state name also match "
         "runs in that condition.",
     )
-    sort = django_filters.ChoiceFilter(
-        choices=SORT_CHOICES,
+    col = ColumnFilter(
+        method="filter_columns",
+        help_text="Repeatable, in order: a column each run item gets in `columns` (and the project page's "
+        "table shows): `param:KEY`, `tag:KEY`, `metric:KEY` (the last value logged; `metric:KEY:min` or "
+        "`:max` the lowest or highest), or `spend:PART` (usd, driver_usd, child_usd, other_usd, "
+        "source_usd, tokens, tokens_in, tokens_out, driver_tokens, child_tokens, failed_calls, "
+        "unpriced_turns). At most 12.",
+    )
+    group = GroupFilter(
+        method="filter_group",
+        max_length=300,
+        help_text="Runs of one arm together (by its label, runs without one last), then in `sort` order: "
+        "`profile`, `kickoff`, `tag:KEY` or `param:KEY` (as Compare's arms; `project` and `scenario` "
+        "group nothing within a project).",
+    )
+    sort = SortFilter(
         method="filter_sort",
-        help_text=f"Order by one column, `-` first for descending (default `{DEFAULT_SORT}`); ties are "
-        f"broken by id in the same direction, so pages are stable.",
+        max_length=600,
+        help_text=f"Order by one column — {', '.join(SORTS)}, or `col:<column>` for any column `col` "
+        f"accepts (a param's or tag's numbers in number order) — `-` first for descending (default "
+        f"`{DEFAULT_SORT}`); ties are broken by id in the same direction, so pages are stable.",
     )
 
     class Meta:
         model = Run
-        fields = ["state", "stalled", "failed", "failed_calls", "over_budget", "tag", "param", "q", "sort"]
+        fields = [
+            *("state", "stalled", "failed", "failed_calls", "over_budget", "tag", "param", "q"),
+            *("col", "group", "sort"),
+        ]
 
     def filter_state(self, queryset, name, values):
         if not values:
@@ -228,8 +337,16 @@ class RunFilter(django_filters.FilterSet):
     def filter_param(self, queryset, name, value: list[str]):
         return with_params(queryset, value or [])
 
+    def filter_columns(self, queryset, name, value: list[str]):
+        return with_columns(queryset, parse_columns(value or []))
+
+    def filter_group(self, queryset, name, value):
+        if self.form.cleaned_data.get("sort"):
+            return queryset  # `filter_sort`, next, orders by the group first
+        return sort_runs(queryset, DEFAULT_SORT, value)
+
     def filter_sort(self, queryset, name, value):
-        return sort_runs(queryset, value)
+        return sort_runs(queryset, value, self.form.cleaned_data.get("group") or "")
 
     def filter_text(self, queryset, name, value):
         value = value.strip()
@@ -255,9 +372,46 @@ class RunFilter(django_filters.FilterSet):
         return queryset.filter(condition)
 
 
-# The parameters that narrow the runs (every filter but the order): the project page's table and its chart
-# follow the same ones, so a filter added to RunFilter narrows both.
-NARROWING = tuple(name for name in RunFilter.base_filters if name != "sort")
+# The parameters that narrow the runs (every filter but the order and the shown columns): the project page's
+# table and its chart follow the same ones, so a filter added to RunFilter narrows both.
+NARROWING = tuple(name for name in RunFilter.base_filters if name not in ("sort", "col", "group"))
+# What a saved view keeps of a runs table's query: what narrows it, the archived runs, its columns, its
+# order and grouping (not its page, nor the leaderboard's or the chart's own parameters).
+VIEW_PARAMS = (*NARROWING, "archived", "col", "sort", "group")
+
+
+def view_query(params) -> str:
+    """The part of a query string a saved view keeps, in one order (`params`: a QueryDict)."""
+    kept = QueryDict(mutable=True)
+    for key in VIEW_PARAMS:
+        values = [v for v in params.getlist(key) if v.strip()]
+        if values:
+            kept.setlist(key, values)
+    return kept.urlencode()
+
+
+def checked_view_query(params) -> str:
+    """`view_query(params)` when every parameter it keeps reads; InvalidInput naming the first that does
+    not (a saved view never holds what the table would ignore). `archived` and `group` are checked too."""
+    query = view_query(params)
+    kept = QueryDict(query)
+    form = RunFilter(kept, queryset=Run.objects.none()).form
+    if not form.is_valid():
+        name, problems = next(iter(form.errors.items()))
+        raise InvalidInput(name, " ".join(str(p) for p in problems))
+    if kept.get("archived", "1") != "1":
+        raise InvalidInput("archived", "`archived=1` shows archived runs; leave it out to hide them.")
+    return query
+
+
+def with_view(query: str, params) -> QueryDict:
+    """A saved view's query with `params` over it: each parameter the request names replaces the view's
+    (so `?view=3&sort=-best` is the view sorted by best); `view` itself is dropped."""
+    merged = QueryDict(query, mutable=True)
+    for key in params:
+        if key != "view":
+            merged.setlist(key, params.getlist(key))
+    return merged
 
 
 def _keyword(queryset, word: str) -> Q:

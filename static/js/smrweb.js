@@ -287,6 +287,15 @@
     if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
   }, true);
 
+  // A saved view keeps the table as it is now: filters, sorting and columns change the URL in place (htmx
+  // pushes it), so the form reads the address bar when it is sent, not the query it was rendered with.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.hasAttribute || !form.hasAttribute("data-save-view")) return;
+    var query = form.querySelector("[data-view-query]");
+    if (query) query.value = window.location.search.replace(/^\?/, "");
+  }, true);
+
   // --- live polling -----------------------------------------------------------------------------------
   // Polled elements ([data-live]) skip their interval while the tab is hidden: the request is cancelled
   // here rather than by an hx-trigger filter, which htmx would have to eval (the CSP forbids it). When

@@ -450,8 +450,11 @@ def test_the_schema_documents_the_new_parameters(anon_api, db):
     subs = {p["name"]: p for p in schema["paths"]["/api/v1/projects/{slug}/submissions"]["get"]["parameters"]}
     assert "run" in subs and "unknown run" in subs["run"]["description"]
     runs = {p["name"]: p for p in schema["paths"]["/api/v1/projects/{slug}/runs"]["get"]["parameters"]}
-    assert {"over_budget", "sort", "q"} <= set(runs)
-    assert "-spend" in runs["sort"]["schema"]["enum"] and "true" in runs["over_budget"]["schema"]["enum"]
+    assert {"over_budget", "sort", "q", "col", "group", "view"} <= set(runs)
+    assert "-spend" not in runs["sort"]["schema"].get("enum", [])  # any chosen column sorts too: free text
+    assert "spend" in runs["sort"]["description"] and "col:<column>" in runs["sort"]["description"]
+    assert "true" in runs["over_budget"]["schema"]["enum"]
+    assert "metric:KEY" in runs["col"]["description"] and runs["view"]["schema"]["type"] == "integer"
     run_schema = schema["components"]["schemas"]["Run"]["properties"]
     assert run_schema["over_budget"]["type"] == "boolean" and run_schema["over_budget_on"]["type"] == "array"
 

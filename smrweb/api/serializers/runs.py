@@ -8,6 +8,7 @@ from smrweb.api.serializers.annotations import TagSerializer
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import AgentTurn, Run, RunParam, RunTag, clean_text
+from smrweb.tracking.queries.views import cells
 from smrweb.tracking.services.annotations import DISPLAY_NAME_MAX
 
 
@@ -207,6 +208,13 @@ class RunSerializer(serializers.ModelSerializer):
             return None
         return {"family": run.failure_family, "detail": run.failure_detail, "source": run.failure_source}
 
+    def to_representation(self, run: Run) -> dict:
+        data = super().to_representation(run)
+        columns = self.context.get("columns")
+        if columns:  # `?col=`: the chosen columns, by their spec, in order (read with the runs)
+            data["columns"] = {c.spec: c.plain(value) for c, value in cells(run, columns)}
+        return data
+
     def get_spend(self, run: Run) -> SpendSerializer:  # type: ignore[valid-type]
         def part(prefix: str) -> dict:
             return {
@@ -394,7 +402,7 @@ FLAT_SPEND = (
     "unpriced_turns",
 )
 FLAT_FAILURE = ("failure_family", "failure_detail", "failure_source")
-TAG_COLUMN, PARAM_COLUMN = "tag.", "param."
+TAG_COLUMN, PARAM_COLUMN, COLUMN_PREFIX = "tag.", "param.", "col."
 LABEL = "true"  # a tag without a value (a label), in its column
 
 
@@ -419,6 +427,7 @@ def flat_run_table(queryset, serializer: RunSerializer):
         elif name not in ("tags", "params"):
             header.append(name)
     header += [TAG_COLUMN + k for k in tag_keys] + [PARAM_COLUMN + k for k in param_keys]
+    header += [COLUMN_PREFIX + c.spec for c in serializer.context.get("columns") or ()]  # `?col=`, in order
 
     def row(run: Run) -> dict:
         data = serializer.to_representation(run)
@@ -449,6 +458,7 @@ def flat_run_table(queryset, serializer: RunSerializer):
         )
         data.update({TAG_COLUMN + t.key: t.value or LABEL for t in run.tags.all()})
         data.update({PARAM_COLUMN + p.key: p.value for p in run.params.all()})
+        data.update({COLUMN_PREFIX + spec: value for spec, value in data.pop("columns", {}).items()})
         return data
 
     return header, (row(run) for run in queryset.iterator(chunk_size=2000))

@@ -4,6 +4,7 @@ in its own module."""
 
 from __future__ import annotations
 
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -35,12 +36,51 @@ from smrweb.api.serializers.runs import (
 from smrweb.core import exports
 from smrweb.tracking import queries, services
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.filters import RunFilter
+from smrweb.tracking.filters import RunFilter, with_view
 from smrweb.tracking.models import AgentTurn, ApiToken, Role, Run
+from smrweb.tracking.queries.views import ColumnError, parse_columns
 from smrweb.tracking.services.annotations import RUN_LABELS
 
 
-@extend_schema_view(get=extend_schema(responses={200: RunSerializer(many=True), **ERRORS}))
+class ViewFilterBackend(DjangoFilterBackend):
+    """The runs filter over `?view=<id>`'s saved query, each parameter the request names replacing the
+    view's; a view that is not the project's, or that the caller may not open, is a field error."""
+
+    @staticmethod
+    def params(request, view):
+        cached = getattr(request, "_runs_view_params", None)
+        if cached is not None:
+            return cached
+        params = request.query_params
+        if "view" in params:
+            project = project_for(request, view.kwargs["slug"])
+            user = None if isinstance(request.auth, ApiToken) else request.user
+            saved = queries.find_view(project, user, params.get("view"))
+            if saved is None:
+                raise InvalidInput(
+                    "view",
+                    f"No saved view {params.get('view')[:40]!r} in {project.slug!r} that you may open.",
+                )
+            params = with_view(saved.query, params)
+        request._runs_view_params = params
+        return params
+
+    def get_filterset_kwargs(self, request, queryset, view):
+        kwargs = super().get_filterset_kwargs(request, queryset, view)
+        return {**kwargs, "data": self.params(request, view)}
+
+
+VIEW_PARAMETER = OpenApiParameter(
+    "view",
+    OpenApiTypes.INT,
+    description="A saved view's id (`GET …/views`): its filters, columns, sort and grouping; any other "
+    "parameter given replaces the view's of that name.",
+)
+
+
+@extend_schema_view(
+    get=extend_schema(parameters=[VIEW_PARAMETER], responses={200: RunSerializer(many=True), **ERRORS})
+)
 class RunList(ExportableList, generics.ListAPIView):
     """A project's runs, pinned ones first, then most recently active first (or in `?sort=` order), with
     filters.
@@ -61,6 +101,17 @@ class RunList(ExportableList, generics.ListAPIView):
     serializer_class = RunSerializer
     queryset = Run.objects.none()  # the model, for the schema; get_queryset scopes it
     filterset_class = RunFilter
+    filter_backends = [ViewFilterBackend]
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "columns": self.columns()}
+
+    def columns(self) -> list:
+        """The `?col=` columns (the saved view's when `?view=` names one and `col` is not given)."""
+        try:
+            return parse_columns(ViewFilterBackend.params(self.request, self).getlist("col"))
+        except ColumnError:
+            return []  # refused with its field by the filter, before any serializer is built
 
     def get_queryset(self):
         project = project_for(self.request, self.kwargs["slug"])

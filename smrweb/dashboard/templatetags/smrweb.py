@@ -318,6 +318,21 @@ def score(value) -> str:
 
 
 @register.filter
+def cell(value, column) -> str:
+    """A chosen column's cell of the runs table, written as its column says (queries/views.Column.format)."""
+    if value is None:
+        return "—"
+    kind = column.format
+    if kind == "usd":
+        return numbers.usd(value)
+    if kind == "tokens":
+        return numbers.tokens(value)
+    if kind == "number":
+        return _fmt(value)
+    return str(value)
+
+
+@register.filter
 def change(value) -> str:
     """An absolute change of weights: three significant digits ("0.25", "0.000171", "1.2e-07")."""
     return "—" if value is None else f"{value:.3g}"
@@ -615,6 +630,13 @@ def results_incomplete(run_or_gap, compact: bool = False):
 
 
 SORT_ARROWS = {"asc": "▲", "desc": "▼"}
+
+
+@register.simple_tag
+def column_header(sorts: dict, column):
+    """A chosen column's header (queries/views.Column): sorts like the others, its source in the title."""
+    css = "col-chosen" if column.format == "text" else "num col-chosen"
+    return sort_header(sorts, f"col:{column.spec}", column.label, css)
 
 
 @register.simple_tag

@@ -18,15 +18,16 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
-from smrweb.dashboard.views import exports
+from smrweb.dashboard.views import exports, saved_views
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
 from smrweb.tracking.models import Project, Role, Run, RunState, SourceHealth
-from smrweb.tracking.queries import markers
+from smrweb.tracking.queries import arms, markers
 from smrweb.tracking.queries.compare import MAX_RUNS as MAX_COMPARED
 from smrweb.tracking.queries.figures import pending_figures
 from smrweb.tracking.queries.project_chart import kept_project_scores
 from smrweb.tracking.queries.projects import CONDITIONS
+from smrweb.tracking.queries.views import cells, with_columns
 from smrweb.tracking.services import capabilities
 from smrweb.tracking.services.capabilities import Action
 
@@ -85,6 +86,7 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
     filterset.is_valid()
     data = {k: v for k, v in filterset.form.cleaned_data.items() if k not in filterset.form.errors}
     sort = data.get("sort") or DEFAULT_SORT
+    columns, group = saved_views.table_shape(params)
     filters = {
         "state": (data.get("state") or [""])[0],
         "stalled": bool(data.get("stalled")),
@@ -101,12 +103,14 @@ def filter_runs(project: Project, params) -> tuple[object, dict]:
         "sort": sort,
         "archived": show_archived,
         "ignored": sorted(k for k in filterset.form.errors if params.get(k)),
+        "columns": columns,
+        "group": group,
     }
     filters["narrowed"] = any(
         filters[k]
         for k in ("state", "stalled", "failed", "failed_calls", "over_budget", "q", "tags", "params")
     )
-    return sort_runs(filterset.qs, sort), filters
+    return sort_runs(filterset.qs, sort, group), filters
 
 
 def _without_value(params, key: str, value: str) -> str:
@@ -122,14 +126,15 @@ def _without_value(params, key: str, value: str) -> str:
 SORTABLE = {"run": "", "state": "", "latest": "-", "best": "-", "turns": "-", "spend": "-", "activity": "-"}
 
 
-def sort_links(url: str, params, current: str, *, maximize: bool = True) -> dict[str, dict]:
-    """Per sortable column: the query string that sorts by it (a click on the current column flips the
-    direction) and the current direction ("asc", "desc" or "")."""
+def sort_links(url: str, params, current: str, *, maximize: bool = True, columns=()) -> dict[str, dict]:
+    """Per sortable column (and chosen column, `col:<spec>`): the query string that sorts by it (a click on
+    the current column flips the direction) and the current direction ("asc", "desc" or "")."""
     base = params.copy()
     for key in ("sort", "page"):
         base.pop(key, None)
     links = {}
-    for key, first in SORTABLE.items():
+    chosen = {f"col:{c.spec}": "-" if c.kind == "spend" else "" for c in columns}  # spend: largest first
+    for key, first in {**SORTABLE, **chosen}.items():
         direction = "desc" if current == f"-{key}" else "asc" if current == key else ""
         if not maximize and key in ("latest", "best"):
             first = ""
@@ -169,6 +174,8 @@ def project_detail(request, slug: str):
     or the rows, counts and banners that changed out of band (dashboard/live.py); any other htmx request
     (filters, sorting, pagers) gets the block whole."""
     project = project_for_user(request, slug)
+    if (opened := saved_views.open_view(request, project)) is not None:
+        return opened  # `?view=<id>`: the view's query in the URL
     unverified = include_unverified(request)
     every_submission = request.GET.get("board") == "all"
     stamp: dict = {}
@@ -205,11 +212,16 @@ def project_detail(request, slug: str):
         return {
             "project": project,
             "page": page,
-            "run_rows": _run_rows(request, project, list(page), digest),
+            "run_rows": _run_rows(request, project, _decorated(list(page), shape), digest),
             "filters": filters,
             "sorts": sort_links(
-                project.get_absolute_url(), request.GET, filters["sort"], maximize=project.scenario.maximize
+                project.get_absolute_url(),
+                request.GET,
+                filters["sort"],
+                maximize=project.scenario.maximize,
+                columns=filters["columns"],
             ),
+            "arms_compare": saved_views.arms_compare(project, list(page), filters["group"]),
             "counts": counts,
             "states": RunState.values,
             "leaderboard": board,
@@ -246,7 +258,8 @@ def project_detail(request, slug: str):
     viewer = f"{may_roll_back}|{timezone.get_current_timezone_name()}"
     template = "dashboard/project_detail.html"
     scope, block_version = f"project-{project.pk}", live.card_version(version, viewer)
-    digest = _row_digest(project)
+    shape = saved_views.table_shape(request.GET)
+    digest = _row_digest(project, shape)
     deck = live.Deck(
         scope,
         [
@@ -263,7 +276,9 @@ def project_detail(request, slug: str):
         found = softcache.get_many(
             [_outline_key(scope, old), cachekeys.live_card(scope, "project-live", old)]
         )
-        alone = _changed_rows_alone(request, project, found.get(_outline_key(scope, old)), stamp, digest)
+        alone = _changed_rows_alone(
+            request, project, found.get(_outline_key(scope, old)), stamp, digest, shape
+        )
         answer = None
         if alone is not None:
             rows, outline = alone
@@ -275,6 +290,8 @@ def project_detail(request, slug: str):
         return live.no_change() if answer is None else HttpResponse(live.with_token(request, answer))
     page_context = dict(context())
     if not request.htmx:
+        role = Role.ADMIN if page_context["is_admin"] else project.role_of(request.user)
+        page_context.update(saved_views.views_context(request, project, role))
         chart_query = _chart_query(request.GET)
         page_context.update(
             _chart_context(
@@ -350,14 +367,14 @@ def _keep_outline(scope, block_version, stamp, page, project, counts, pending, r
     softcache.set(_outline_key(scope, block_version), outline, live.CARD_CACHE_SECONDS)
 
 
-def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict, _Outline] | None:
+def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tuple[dict, _Outline] | None:
     """The rows to put into the kept render of the block whose `outline` the poll shows when nothing else
     of it changed, by their part ids, and the outline of the block now; None otherwise (or when the
     outline is not kept)."""
     if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
         return None
     changed = list(
-        Run.objects.filter(project=project, updated__gt=outline.last)
+        with_columns(Run.objects.filter(project=project, updated__gt=outline.last), shape[0])
         .defer(*ROW_DEFERRED)
         .prefetch_related("tags")
     )
@@ -378,7 +395,7 @@ def _changed_rows_alone(request, project, outline, stamp, digest) -> tuple[dict,
         return None
     for run in changed:
         run.project = project
-    rows = _run_rows(request, project, changed, digest)
+    rows = _run_rows(request, project, _decorated(changed, shape), digest)
     activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
     now = replace(outline, last=stamp["last"], activity=activity)
     return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
@@ -406,18 +423,35 @@ def _version_part(version: str) -> dict:
     return {"project-live--v": html.strip()}
 
 
-def _row_digest(project: Project) -> tuple:
+def _row_digest(project: Project, shape: tuple) -> tuple:
     """What every row of the runs table shows besides its run: the template, the viewer's zone, the
-    scenario's direction (and the project's link)."""
+    scenario's direction (and the project's link), the chosen columns and grouping."""
     template = "dashboard/project_detail.html"
     zone = timezone.get_current_timezone_name()
-    return (live.template_digest(template), zone, project.scenario.maximize, project.slug)
+    columns, group = shape
+    layout = ([c.spec for c in columns], group)
+    return (live.template_digest(template), zone, project.scenario.maximize, project.slug, layout)
 
 
 def _row_version(digest: tuple, run: Run) -> str:
-    """A runs-table row's version: every column read of its run (not the two deferred ones) and its tags."""
+    """A runs-table row's version: every column read of its run (not the two deferred ones), its tags, and
+    its chosen columns' values and arm (read with it: a new param, tag or metric point moves `updated`)."""
     read = [f.attname for f in Run._meta.concrete_fields if f.attname not in ROW_DEFERRED]
-    return live.card_version(*digest, operator.attrgetter(*read)(run), [str(t) for t in run.tags.all()])
+    chosen = [value for _, value in getattr(run, "view_cells", ())], getattr(run, "arm", None)
+    return live.card_version(
+        *digest, operator.attrgetter(*read)(run), [str(t) for t in run.tags.all()], chosen
+    )
+
+
+def _decorated(runs: list[Run], shape: tuple) -> list[Run]:
+    """The rows' runs with their chosen columns' cells (`view_cells`) and arm label (`arm`, one query for a
+    tag, param or kickoff grouping)."""
+    columns, group = shape
+    labels = arms.labels(runs, group) if group and runs else {}
+    for run in runs:
+        run.view_cells = cells(run, columns)
+        run.arm = labels.get(run.pk)
+    return runs
 
 
 ROW_DEFERRED = ("source_cursor", "metrics_downsampled")  # the table shows neither: two JSON columns
@@ -428,7 +462,7 @@ def _run_rows(request, project: Project, runs: list[Run], digest: tuple | None =
     tags, the viewer's zone): a poll after one run's new turn renders that run's row and reads that run's
     sparkline scores, not the table's. A score, verification or exclusion moves its run's `updated`."""
     template = "dashboard/project_detail.html"
-    digest = digest or _row_digest(project)
+    digest = digest or _row_digest(project, ([], ""))
     rows = [(_row_version(digest, run), run) for run in runs]
 
     def render(missing: list[Run]) -> str:

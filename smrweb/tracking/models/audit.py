@@ -121,6 +121,9 @@ class AuditVerb(models.TextChoices):
     TOKEN_CREATED = "token.created", "Token created"
     TOKEN_REVOKED = "token.revoked", "Token revoked"
 
+    VIEW_DELETED = "view.deleted", "Shared view deleted"
+    VIEW_SAVED = "view.saved", "Shared view saved"
+
     USER_CREATED = "user.created", "User created"
     USER_SSO_LINKED = "user.sso_linked", "User sso linked"
 

@@ -57,3 +57,4 @@ from smrweb.tracking.queries.spend import (  # noqa: F401
     project_spend_by_day,
     run_spend_by_model,
 )
+from smrweb.tracking.queries.views import find_view, saved_views  # noqa: F401, E402

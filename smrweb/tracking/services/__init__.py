@@ -146,6 +146,11 @@ from smrweb.tracking.services.runs import (  # noqa: F401
     request_stop,
     update_run_settings,
 )
+from smrweb.tracking.services.saved_views import (  # noqa: F401
+    delete_view,
+    may_delete_view,
+    save_view,
+)
 from smrweb.tracking.services.source_health import (  # noqa: F401
     POLL_FIELDS,
     SOURCE_DIRECTIONS,
