@@ -200,7 +200,8 @@ class DeliverySerializer(serializers.ModelSerializer):
 
 
 class InboxItemSerializer(serializers.ModelSerializer):
-    """One notification of the person's inbox: an alert rule's (with its trigger) or a mention."""
+    """One notification of the person's inbox: an alert rule's (with its trigger), a mention, or a spend
+    guard's act (`kind` guard: a run paused or stopped, the day budget reached)."""
 
     trigger = serializers.CharField(source="rule.trigger", allow_null=True, default=None)
     project = serializers.SerializerMethodField()
@@ -211,7 +212,7 @@ class InboxItemSerializer(serializers.ModelSerializer):
         fields = ["id", "kind", "trigger", "project", "title", "body", "url", "read", "read_at", "created"]
 
     def get_project(self, n: Notification) -> str:
-        return n.rule.project.slug if n.rule_id else n.comment.project.slug
+        return n.about.slug
 
     def get_read(self, n: Notification) -> bool:
         return n.read_at is not None

@@ -56,7 +56,12 @@ def inbox(request):
         "filter_query": urlencode(filt.params()),
         "unread_matching": matching.count() if filt.active else None,
         "newest": alerts.inbox(request.user).values_list("pk", flat=True).first(),
-        "kinds": [("mention", "mentions"), ("alert", "every alert"), *Trigger.choices],
+        "kinds": [
+            ("mention", "mentions"),
+            ("guard", "spend guards"),
+            ("alert", "every alert"),
+            *Trigger.choices,
+        ],
         "projects": Project.objects.visible_to(request.user).order_by("name").values_list("slug", "name"),
     }
     return render(request, "dashboard/inbox.html", context, status=status)

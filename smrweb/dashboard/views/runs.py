@@ -35,6 +35,7 @@ from smrweb.tracking.queries import alerts as alert_queries
 from smrweb.tracking.queries import markers, timeline
 from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import capabilities, rollbacks
+from smrweb.tracking.services.alerts import spend_rule
 from smrweb.tracking.services.capabilities import Action
 
 TURNS_PER_PAGE = 25
@@ -753,6 +754,8 @@ def run_detail(request, slug: str, run_id: str):
         **annotations,
         **steer_page_context(request, run, page.role),  # the Steer card: message, pause, resume
         "steer_live_version": steer_version,  # its status part is a live card (the page's poll keeps it)
+        # What the spend-aware stop would do with this run (full renders only: it replays the run's turns).
+        "spend_outlook": None if request.htmx else spend_rule.run_outlook(run),
     }
     return render(request, fragment_template(request, TEMPLATE, "run-live"), context)
 

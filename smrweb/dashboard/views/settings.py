@@ -1,5 +1,6 @@
-"""A project's settings (admins only): review, regression, budget guard and rollback, the SMR source.
-Members have a tab of their own (views/members.py)."""
+"""A project's settings (admins only): review, regression, budget guard and rollback, the spend guards
+(with their dry run over the project's history), the SMR source. Members have a tab of their own
+(views/members.py)."""
 
 import math
 
@@ -8,6 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
@@ -17,8 +19,9 @@ from smrweb.outbound import webhooks
 from smrweb.sources import smr
 from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import Role, SourceKind
+from smrweb.tracking.models import Role, SourceKind, SpendStop
 from smrweb.tracking.services import submissions
+from smrweb.tracking.services.alerts import spend_rule
 
 
 class ProjectSettingsForm(forms.Form):
@@ -62,6 +65,82 @@ class ProjectSettingsForm(forms.Form):
         return value
 
 
+def _usd_field(label: str, help_text: str) -> forms.DecimalField:
+    return forms.DecimalField(
+        required=False,
+        max_value=spend_rule.MONEY_MAX,
+        max_digits=18,
+        decimal_places=6,
+        label=label,
+        help_text=help_text,
+    )
+
+
+class SpendGuardForm(forms.Form):
+    """The spend-aware stop and the day budget (services/alerts/spend_rule.py checks them again)."""
+
+    spend_stop = forms.ChoiceField(
+        choices=SpendStop.choices,
+        label="Spend-aware stop",
+        help_text="Off by default. When a live run passes a limit below, its source is asked to pause "
+        "it (SMR: pause; REST push: a signed smrweb.pause) or stop it, once per best score, audited, and the "
+        "project's reviewers and admins are told in their inbox. Resume on the run's page undoes a pause.",
+    )
+    spend_stop_usd = _usd_field(
+        "USD since the best score",
+        "Act when a run spent more than this since it last "
+        "improved its best score (or since it started, before any score).",
+    )
+    spend_stop_turns = forms.IntegerField(
+        required=False, min_value=1, max_value=10**9, label="or turns since the best score"
+    )
+    spend_stop_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=10**15, label="or tokens since the best score"
+    )
+    spend_stop_usd_per_point = _usd_field(
+        "or USD per point of score, over the window",
+        "The marginal cost: what the run spent over its last window of turns, divided by the score it "
+        "gained there; a window that gained nothing counts as past any ceiling.",
+    )
+    spend_stop_window = forms.IntegerField(
+        min_value=1, max_value=spend_rule.WINDOW_MAX, label="Window (turns)", initial=50
+    )
+    day_budget_usd = _usd_field(
+        "Day budget (USD)",
+        "When the project's turns cost this much in one day of its clock, every live run is paused (once "
+        "that day; a run someone resumes goes on). Empty: no day budget.",
+    )
+    day_zone = forms.CharField(
+        max_length=64,
+        label="The project's clock",
+        help_text="An IANA time zone (UTC, Europe/Paris, America/New_York): where the day budget's "
+        "day starts.",
+    )
+
+    def clean(self):
+        data = super().clean()
+        for name in ("spend_stop_usd", "spend_stop_usd_per_point", "day_budget_usd"):
+            if data.get(name) is not None and data[name] <= 0:
+                self.add_error(name, "More than $0, or empty for no limit.")
+        zone = data.get("day_zone")
+        if zone is not None:
+            try:
+                spend_rule.check_spend_guard_settings({"day_zone": zone})
+            except InvalidInput as exc:
+                self.add_error("day_zone", exc.message)
+        return data
+
+    def limits(self) -> spend_rule.Limits:
+        d = self.cleaned_data
+        return spend_rule.Limits(
+            usd=d["spend_stop_usd"],
+            turns=d["spend_stop_turns"],
+            tokens=d["spend_stop_tokens"],
+            usd_per_point=d["spend_stop_usd_per_point"],
+            window=d["spend_stop_window"],
+        )
+
+
 class TurnBodiesForm(forms.Form):
     capture_turn_bodies = forms.BooleanField(
         required=False,
@@ -99,6 +178,8 @@ def project_settings(request, slug: str):
         return _score_metric(request, project)
     if action in ("turn_bodies", "delete_turn_bodies"):
         return _turn_bodies(request, project, action)
+    if action in ("spend_guard", "spend_guard_preview"):
+        return _spend_guard(request, project, action)
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
     form = ProjectSettingsForm(request.POST or None, initial=initial)
     status = 200
@@ -149,8 +230,50 @@ def _turn_bodies(request, project, action: str):
     return redirect("dashboard:project-settings", slug=project.slug)
 
 
-def _render(request, project, *, form=None, smr_form=None, metric_form=None, bodies_form=None, status=200):
+def _spend_guard(request, project, action: str):
+    """Save the spend guards' settings, or preview them: the dry run over the project's history with the
+    form's values, before they are saved (nothing changes)."""
+    form = SpendGuardForm(request.POST)
+    if not form.is_valid():
+        return _render(request, project, guard_form=form, status=400)
+    if action == "spend_guard_preview":
+        dry = spend_rule.project_dry_run(
+            project,
+            form.limits(),
+            day_budget=form.cleaned_data["day_budget_usd"],
+            zone=form.cleaned_data["day_zone"],
+        )
+        return _render(request, project, guard_form=form, dry_run=dry, previewing=True)
+    initial = {f: getattr(project, f) for f in SpendGuardForm.base_fields}
+    changes = {k: v for k, v in form.cleaned_data.items() if v != initial[k]}
+    try:
+        if changes:
+            services.update_project(project, by=request.user, **changes)
+    except InvalidInput as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        return _render(request, project, guard_form=form, status=400)
+    messages.success(request, "Spend guards saved." if changes else "Nothing changed.")
+    return redirect(reverse("dashboard:project-settings", args=[project.slug]) + "#spend-guards")
+
+
+def _render(
+    request,
+    project,
+    *,
+    form=None,
+    smr_form=None,
+    metric_form=None,
+    bodies_form=None,
+    guard_form=None,
+    dry_run=None,
+    previewing=False,
+    status=200,
+):
     initial = {f: getattr(project, f) for f in ProjectSettingsForm.base_fields}
+    if dry_run is None and guard_form is None:
+        saved = spend_rule.Limits.of(project)
+        if saved.any or project.day_budget_usd is not None:  # what the saved rule would have done
+            dry_run = spend_rule.project_dry_run(project)
     smr_settings = project.source_settings if project.source == SourceKind.SMR else {}
     return render(
         request,
@@ -170,6 +293,10 @@ def _render(request, project, *, form=None, smr_form=None, metric_form=None, bod
             "bodies_form": bodies_form
             or TurnBodiesForm(initial={"capture_turn_bodies": project.capture_turn_bodies}),
             "stored_bodies": services.stored_turn_bodies(project),
+            "guard_form": guard_form
+            or SpendGuardForm(initial={f: getattr(project, f) for f in SpendGuardForm.base_fields}),
+            "dry_run": dry_run,
+            "previewing": previewing,
             "body_cap": settings.SMRWEB_TURN_BODY_MAX_BYTES,
         },
         status=status,

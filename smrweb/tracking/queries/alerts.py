@@ -47,9 +47,10 @@ def rules_with_log(project: Project, per_rule: int = DELIVERY_LOG) -> list[Alert
 
 
 def _of_visible_projects(user) -> Q:
-    """Notifications about projects the person can still see (an alert's rule's, a mention's comment's)."""
+    """Notifications about projects the person can still see (an alert's rule's, a mention's comment's, a
+    guard's own)."""
     visible = Project.objects.visible_to(user)
-    return Q(rule__project__in=visible) | Q(comment__project__in=visible)
+    return Q(rule__project__in=visible) | Q(comment__project__in=visible) | Q(project__in=visible)
 
 
 def unread_count(user) -> int:
@@ -67,14 +68,14 @@ def inbox(user) -> QuerySet[Notification]:
     projects they can still see: someone who left a project no longer reads about it."""
     return (
         Notification.objects.filter(_of_visible_projects(user), recipient=user)
-        .select_related("rule__project", "comment__project")
+        .select_related("rule__project", "comment__project", "project")
         .order_by("-created", "-id")
     )
 
 
 # --- the inbox: filters, groups, mentions first ----------------------------------------------------------
 
-KINDS = ("mention", "alert", *Trigger.values)  # "alert": any rule's; a trigger: that rule kind's
+KINDS = ("mention", "guard", "alert", *Trigger.values)  # "alert": any rule's; a trigger: that rule kind's
 GROUP_ITEMS = 50  # a group's items listed when it is opened; the filter shows them all
 PINNED_MENTIONS = 20
 
@@ -95,12 +96,14 @@ class InboxFilter:
         q = Q()
         if self.kind == "mention":
             q &= Q(kind=NotificationKind.MENTION)
+        elif self.kind == "guard":
+            q &= Q(kind=NotificationKind.GUARD)
         elif self.kind == "alert":
             q &= Q(kind=NotificationKind.ALERT)
         elif self.kind:
             q &= Q(kind=NotificationKind.ALERT, rule__trigger=self.kind)
         if self.project is not None:
-            q &= Q(rule__project=self.project) | Q(comment__project=self.project)
+            q &= Q(rule__project=self.project) | Q(comment__project=self.project) | Q(project=self.project)
         if self.unread:
             q &= Q(read_at__isnull=True)
         return q
@@ -129,8 +132,11 @@ def inbox_filter(user, params: Mapping) -> InboxFilter:
 
 
 _SUBJECT_KIND = Left("subject", StrIndex("subject", Value(":")) - 1)  # "submission" of "submission:7"
-_SOLO = Case(  # a mention is a row of its own (a person talking to you), and so is a rule's test send
-    When(Q(kind=NotificationKind.MENTION) | Q(subject__startswith="test:"), then=F("id")),
+_SOLO = Case(  # a mention is a row of its own (a person talking to you), so are a guard's act and a test send
+    When(
+        Q(kind__in=[NotificationKind.MENTION, NotificationKind.GUARD]) | Q(subject__startswith="test:"),
+        then=F("id"),
+    ),
     default=Value(0),
     output_field=IntegerField(),
 )

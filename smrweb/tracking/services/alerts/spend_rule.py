@@ -23,6 +23,7 @@ from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import (
     RUN_RULE,
     AgentTurn,
+    GuardEpisode,
     Project,
     Run,
     RunModelSpend,
@@ -404,6 +405,40 @@ def project_dry_run(
     return ProjectDryRun(limits, read, acts, live_now, days, day_budget or None, zone)
 
 
+HISTORY_TURNS_MAX = 200_000  # a run page replays at most this many turns (longer runs: the reading now)
+
+
+@dataclass(frozen=True)
+class RunOutlook:
+    """What the run page says of the spend-aware stop: whether it is on, what it would do now, where it
+    would have acted over the run's history (None: the run is too long to replay on a page view), and
+    the last time a guard did act on the run."""
+
+    on: bool
+    action: str
+    limits: Limits
+    now: str
+    history: RunHistory | None
+    acted: GuardEpisode | None
+
+
+def run_outlook(run: Run) -> RunOutlook | None:
+    """The spend-aware stop on one run, for its page: None when the project set no limit."""
+    project = run.project
+    limits = Limits.of(project)
+    acted = GuardEpisode.objects.filter(run=run).order_by("-created", "-id").first()
+    if not limits.any and acted is None:
+        return None
+    history, now = None, ""
+    if limits.any and run.turn_count <= HISTORY_TURNS_MAX:
+        history = run_history(run, limits)
+        now = history.now
+    elif limits.any and not run.is_terminal:
+        now = spend_stop_reason(limits, reading_now(run, limits.window))
+    on = project.spend_stop != SpendStop.OFF
+    return RunOutlook(on, project.get_spend_stop_display() if on else "", limits, now, history, acted)
+
+
 # --- the day budget ---------------------------------------------------------------------------------------
 
 
@@ -415,6 +450,11 @@ class DayCrossing:
     at: datetime  # the quarter hour in which the day's spend reached the budget
     spent: Decimal  # the day's whole spend
     spent_after: Decimal  # the day's spend after that quarter hour
+
+    @property
+    def clock(self) -> str:
+        """The quarter hour in the project's clock ("14:15")."""
+        return f"{self.at:%H:%M}"
 
 
 def today_in(zone: str, now: datetime | None = None) -> date:
