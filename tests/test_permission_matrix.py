@@ -83,6 +83,7 @@ from smrweb.tracking.models import (
     Rollback,
     Run,
     RunControl,
+    SavedView,
     RunLaunch,
     RunLogLine,
     RunNote,
@@ -123,7 +124,9 @@ NOTE_TEXT = "Note 4c1e: diverged"
 COMMENT_TEXT = "Comment 9d2a on the run"
 LOG_TEXT = "Log line 3e7b of the run"
 SUB_COMMENT_TEXT = "Comment 71bf on a submission"
+VIEW_NAME = "Shared view 2b9d"
 HILL_SECRETS = (
+    VIEW_NAME,
     LAUNCH_KICKOFF,
     PROJECT_NAME,
     RUN,
@@ -284,6 +287,9 @@ def build_world() -> World:
     comment = services.add_comment(run=hill_run, by=bob, body=COMMENT_TEXT)
     logs.append_lines(hill_run, "matrix-world", [{"text": LOG_TEXT, "level": "warning"}])
     sub_comment = services.add_comment(submission=cand, by=bob, body=SUB_COMMENT_TEXT)
+    # Saved views: bob's, shared with the project; victor's own (private).
+    view = services.save_view(hill, by=bob, name=VIEW_NAME, query=f"tag={TAG_KEY}", shared=True)
+    private_view = services.save_view(hill, by=users["victor"], name="mine", query=f"col=tag%3A{TAG_KEY}")
     spare, _ = services.create_api_token(hill, name="spare", by=alice)
     revoked, raw_revoked = services.create_api_token(hill, name="old", by=alice)
     services.revoke_api_token(revoked, by=alice)
@@ -329,6 +335,7 @@ def build_world() -> World:
         other, by=dave, kickoff="other kickoff", idempotency_key="matrix-launch-other-1"
     )
     o_comment = services.add_comment(run=Run.objects.get(project=other), by=dave, body=OTHER_COMMENT)
+    o_view = services.save_view(other, by=dave, name="other view", query="state=running", shared=True)
     o_invitation = services.invite_member(other, email="o-invitee@example.org", role=Role.VIEWER, by=dave)
 
     artifact = Artifact.objects.select_related("blob", "run").get(pk=artifact.pk)
@@ -365,6 +372,9 @@ def build_world() -> World:
         "launch": launch.pk,
         "o_launch": o_launch.pk,
         "comment": comment.pk,
+        "view": view.pk,
+        "pview": private_view.pk,
+        "o_view": o_view.pk,
         "sub_comment": sub_comment.pk,
         "o_comment": o_comment.pk,
         "preflight": PREFLIGHT_ID,
@@ -482,6 +492,10 @@ def comment_field(key: str, attr: str) -> Callable[[World], Any]:
     return lambda w: getattr(Comment.objects.get(pk=w.ids[key]), attr)
 
 
+def saved_views(w: World) -> tuple:
+    return tuple(SavedView.objects.order_by("pk").values_list("pk", "name", "shared"))
+
+
 def note_body(w: World) -> str:
     return RunNote.objects.get(run__project__slug="hill", run__external_id=RUN).body
 
@@ -516,6 +530,7 @@ def fingerprint() -> tuple:
         tuple(AlertRule.objects.order_by("pk").values_list("pk", "muted")),
         tuple(Notification.objects.order_by("pk").values_list("pk", "status", "read_at")),
         tuple(RunSnooze.objects.order_by("pk").values_list("pk", "until")),
+        tuple(SavedView.objects.order_by("pk").values_list("pk", "name", "query", "shared")),
         tuple(
             ProjectInvitation.objects.order_by("pk").values_list("pk", "nonce", "revoked_at", "accepted_at")
         ),
@@ -770,6 +785,69 @@ ROWS = [
         "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
         marker=MODEL,
         **HX,
+    ),
+    Row(
+        "project columns bar (hx)",
+        "GET",
+        f"{P}/columns/?col=tag:{TAG_KEY}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=TAG_KEY,
+        **HX,
+    ),
+    Row(
+        "project page: a shared view",
+        "GET",
+        f"{P}/?view={{view}}",
+        "LOGIN HIDE  302   302   302   LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "project page: another's private view (ignored)",
+        "GET",
+        f"{P}/?view={{pview}}",
+        "LOGIN HIDE  302   ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "save a view",
+        "POST",
+        f"{P}/views/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"name": "matrix view", "query": "state=running&col=spend%3Atokens"},
+        effect=saved_views,
+    ),
+    Row(
+        "save a shared view",
+        "POST",
+        f"{P}/views/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"name": "matrix view", "query": "state=running", "shared": "1"},
+        effect=saved_views,
+    ),
+    Row(
+        "delete a shared view",
+        "POST",
+        f"{P}/views/{{view}}/delete",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=saved_views,
+    ),
+    Row(
+        "delete another's private view",
+        "POST",
+        f"{P}/views/{{pview}}/delete",
+        "LOGIN HIDE  ALLOW HIDE  HIDE  LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=saved_views,
+    ),
+    Row(
+        "delete another project's view",
+        "POST",
+        f"{P}/views/{{o_view}}/delete",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=saved_views,
     ),
     Row(
         "project spend by day poll, unchanged",
@@ -2035,6 +2113,59 @@ ROWS = [
         f"{A}/spend",
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker=MODEL,
+    ),
+    Row(
+        "api saved views",
+        "GET",
+        f"{A}/views",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=VIEW_NAME,
+    ),
+    Row(
+        "api saved views: save",
+        "POST",
+        f"{A}/views",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=201,
+        data={"name": "matrix view", "query": "col=metric%3Aloss"},
+        json=True,
+        effect=saved_views,
+    ),
+    Row(
+        "api saved view",
+        "GET",
+        f"{A}/views/{{view}}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=VIEW_NAME,
+    ),
+    Row(
+        "api saved view: another's private one",
+        "GET",
+        f"{A}/views/{{pview}}",
+        "LOGIN HIDE  ALLOW HIDE  HIDE  HIDE  DENY  LOGIN",
+        marker=TAG_KEY,
+    ),
+    Row(
+        "api saved view: delete a shared one",
+        "DELETE",
+        f"{A}/views/{{view}}",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        ok=204,
+        effect=saved_views,
+    ),
+    Row(
+        "api runs through a view",
+        "GET",
+        f"{A}/runs?view={{view}}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
+    Row(
+        "api runs through another's private view",
+        "GET",
+        f"{A}/runs?view={{pview}}",
+        "LOGIN HIDE  ALLOW 400   400   400   DENY  LOGIN",
+        marker=TAG_KEY,
     ),
     Row(
         "api compare series",
