@@ -536,13 +536,18 @@ def _tokenless(html: str) -> str:
     )
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# The fourth: a table with chosen columns (a tag, a metric, a spend part), sorted by one of them, grouped.
+CHOSEN = "col=tag%3Aa&col=metric%3Aloss&col=spend%3Achild_usd&sort=-col%3Ametric%3Aloss&group=tag%3Ab"
+
+
+@pytest.mark.parametrize("seed, query", [(1, ""), (2, ""), (3, ""), (4, CHOSEN)])
 def test_the_block_after_random_changes_is_what_a_full_render_shows(
-    client_alice, alice, project, now, monkeypatch, seed
+    client_alice, alice, project, now, monkeypatch, seed, query
 ):
-    """After random turns, scores, state changes, pins, tags and exclusions, each poll's answer is what
-    comparing the kept render with a full render sends (`live.card_changes`), and the render it keeps for
-    the next poll is the full render — whichever way the poll was answered (its row alone or the block)."""
+    """After random turns, metric points, scores, state changes, pins, tags and exclusions, each poll's
+    answer is what comparing the kept render with a full render sends (`live.card_changes`), and the render
+    it keeps for the next poll is the full render — whichever way the poll was answered (its row alone or
+    the block); with chosen columns too (their values are read with the changed rows)."""
     from smrweb.dashboard.views import projects as project_views
     from smrweb.tracking.models import Submission
     from smrweb.tracking.services import submissions
@@ -558,7 +563,8 @@ def test_the_block_after_random_changes_is_what_a_full_render_shows(
     monkeypatch.setattr(
         project_views, "_changed_rows_alone", lambda *a: ways.append(real(*a) is not None) or real(*a)
     )
-    page = client_alice.get("/projects/hill/").content.decode()
+    url = f"/projects/hill/?{query}" if query else "/projects/hill/"
+    page = client_alice.get(url).content.decode()
     shown = cards_of(page)
     for step in range(40):
         old = _kept_block(project, shown)
@@ -568,7 +574,8 @@ def test_the_block_after_random_changes_is_what_a_full_render_shows(
         name, op = rng.choice([top] * 28 + names), rng.random()
         run = Run.objects.get(external_id=name)
         if op < 0.5:
-            push(project, name, turn(step + 1, NOW + timedelta(seconds=2 * step)))
+            loss = {"type": "metric", "key": "loss", "step": step, "value": (step * 7 % 13) / 13}
+            push(project, name, turn(step + 1, NOW + timedelta(seconds=2 * step)), loss)
         elif op < 0.65:
             push(project, name, {"type": "score", "score": round(rng.random(), 2)})
         elif op < 0.72:
@@ -594,14 +601,14 @@ def test_the_block_after_random_changes_is_what_a_full_render_shows(
                 },
             )  # over any budget
         headers = {"HX-Request": "true", live.CARDS_HEADER: live.cards_header(shown)}
-        answer = client_alice.get("/projects/hill/", headers=headers)
+        answer = client_alice.get(url, headers=headers)
         if answer.status_code == 204:
             continue
         body = answer.content.decode()
         cards_of(body, shown)
         kept = _kept_block(project, shown)
         # A page load now renders the block whole (and keeps that render under the same version).
-        client_alice.get("/projects/hill/", headers={"Cache-Control": "no-cache"})
+        client_alice.get(url, headers={"Cache-Control": "no-cache"})
         fresh = _kept_block(project, shown)
         assert live.TICKING.sub(r"\1\2", kept) == live.TICKING.sub(r"\1\2", fresh), step
         fragments = live.card_changes(old, fresh)
