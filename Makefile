@@ -76,6 +76,7 @@ bench: install-test
 	$(BIN)/python bench/browser.py --append
 	$(BIN)/python bench/viewer.py --append
 	$(BIN)/python bench/arms.py --append
+	$(BIN)/python bench/columns.py --append
 	$(BIN)/python bench/review.py --append
 	$(BIN)/python bench/load.py --seconds 60 --append
 	$(BIN)/python bench/load.py --seconds 60 --postgres --append
