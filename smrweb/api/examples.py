@@ -246,3 +246,13 @@ ALERT_RULE_MUTE = OpenApiExample(
     description="While muted, what the rule would send is logged as suppressed and never sent later.",
     request_only=True,
 )
+
+SPEND_GUARD = OpenApiExample(
+    "Limits of $20 or 500 turns since the best score, and a $200 day budget (example)",
+    value={"spend_stop_usd": 20, "spend_stop_turns": 500, "day_budget_usd": 200},
+    description="Only the fields given change. `spend_stop` off | pause | stop switches the spend-aware stop "
+    "on; its limits (any may be null): `spend_stop_usd`, `spend_stop_turns`, `spend_stop_tokens` since the "
+    "best score, `spend_stop_usd_per_point` over the last `spend_stop_window` turns. `day_budget_usd` null "
+    "turns the day budget off; `day_zone` is the project's clock (an IANA zone).",
+    request_only=True,
+)

@@ -44,6 +44,14 @@ urlpatterns = [
     path("projects/<slug:slug>/views", saved_views.SavedViewList.as_view(), name="view-list"),
     path("projects/<slug:slug>/views/<int:pk>", saved_views.SavedViewDetail.as_view(), name="view-detail"),
     path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
+    path(
+        "projects/<slug:slug>/spend-guard", projects.ProjectSpendGuard.as_view(), name="project-spend-guard"
+    ),
+    path(
+        "projects/<slug:slug>/spend-guard/dry-run",
+        projects.ProjectSpendGuardDryRun.as_view(),
+        name="project-spend-guard-dry-run",
+    ),
     path("projects/<slug:slug>/compare/series", compare.CompareSeries.as_view(), name="compare-series"),
     path(
         "projects/<slug:slug>/knowledge/carry-forward", knowledge.CarryForward.as_view(), name="carry-forward"

@@ -11,7 +11,8 @@ from smrweb.tracking.services.control import MESSAGE_MAX
 class RunControlSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.external_id")
     requested_by = serializers.CharField(
-        source="by_label", help_text="The person who asked, or `smrweb (spend guard)` / `smrweb (day budget)`."
+        source="by_label",
+        help_text="The person who asked, or `smrweb (spend guard)` / `smrweb (day budget)`.",
     )
     status = serializers.CharField(
         help_text="requested → dispatched → accepted (the source took it) → confirmed (the source reported "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from smrweb.tracking.models import Project, Scenario, SourceKind
+from smrweb.tracking.models import Project, Scenario, SourceKind, SpendStop
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -92,3 +92,91 @@ class SpendByDaySerializer(serializers.Serializer):
         help_text="Turns the price table could not price (not in `usd`), per model and day.",
     )
     total_usd = serializers.DecimalField(18, 6)
+
+
+# --- the spend guards (issue 38 item 4; docs/alerts.md "Spend guards") ------------------------------------
+
+USD_FIELD = {"max_digits": 18, "decimal_places": 6, "allow_null": True, "required": False}
+
+
+class SpendGuardSerializer(serializers.Serializer):
+    """A project's spend guards: the spend-aware stop's action and limits, and the day budget."""
+
+    spend_stop = serializers.ChoiceField(
+        choices=SpendStop.choices,
+        required=False,
+        help_text="off (the default), pause (a stop where the source cannot pause) or stop.",
+    )
+    spend_stop_usd = serializers.DecimalField(
+        **USD_FIELD, help_text="Act on a live run that spent more than this since its best score."
+    )
+    spend_stop_turns = serializers.IntegerField(
+        allow_null=True, required=False, min_value=1, help_text="… or made more turns than this since it."
+    )
+    spend_stop_tokens = serializers.IntegerField(
+        allow_null=True, required=False, min_value=1, help_text="… or used more tokens than this since it."
+    )
+    spend_stop_usd_per_point = serializers.DecimalField(
+        **USD_FIELD,
+        help_text="… or spent more than this per point of score gained over its last `spend_stop_window` "
+        "turns (a window that gained nothing is past any ceiling).",
+    )
+    spend_stop_window = serializers.IntegerField(required=False, min_value=1, help_text="Turns (50).")
+    day_budget_usd = serializers.DecimalField(
+        **USD_FIELD,
+        help_text="When the project's turns cost this much in one day of `day_zone`, every live run is "
+        "paused (once that day). Null: off.",
+    )
+    day_zone = serializers.CharField(
+        required=False, max_length=64, help_text="The project's clock: an IANA time zone (UTC)."
+    )
+
+
+class SpendGuardAnswer(SpendGuardSerializer):
+    day_spend_usd = serializers.DecimalField(
+        18, 6, read_only=True, help_text="What the project's turns cost so far today in its clock."
+    )
+
+
+class SpendGuardIn(SpendGuardSerializer):
+    """`PATCH …/spend-guard`: the fields to change (unknown fields are refused)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class DryRunAct(serializers.Serializer):
+    run = serializers.CharField()
+    turn = serializers.IntegerField(help_text="The rule would have acted after this turn.")
+    at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    usd_since_best = serializers.DecimalField(18, 6, source="reading.usd")
+    turns_since_best = serializers.IntegerField(source="reading.turns")
+    spent_after = serializers.DecimalField(18, 6, help_text="What the run spent after that point.")
+    improved_after = serializers.BooleanField(help_text="Whether it found a better score later.")
+
+
+class DryRunDay(serializers.Serializer):
+    day = serializers.DateField()
+    at = serializers.DateTimeField(help_text="The quarter hour in which the day's spend reached the budget.")
+    spent = serializers.DecimalField(18, 6)
+    spent_after = serializers.DecimalField(18, 6)
+
+
+class SpendGuardDryRun(serializers.Serializer):
+    """What the rule would have done over the project's history (the live rule, after every turn)."""
+
+    limits = serializers.CharField(source="limits.words")
+    runs_read = serializers.IntegerField(help_text="The project's most recently updated runs replayed.")
+    acts = DryRunAct(many=True)
+    spent_after = serializers.DecimalField(18, 6)
+    live_now = serializers.ListField(
+        child=serializers.CharField(), help_text="Live runs it would act on now."
+    )
+    day_budget = serializers.DecimalField(18, 6, allow_null=True)
+    zone = serializers.CharField()
+    days = DryRunDay(many=True)

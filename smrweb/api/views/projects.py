@@ -1,4 +1,4 @@
-"""Projects over the API: list, create, read one."""
+"""Projects over the API: list, create, read one; its spend by day; its spend guards and their dry run."""
 
 from __future__ import annotations
 
@@ -9,17 +9,22 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from smrweb.api import examples
-from smrweb.api.access import project_for, visible_projects
+from smrweb.api.access import actor_of, project_for, project_for_person, visible_projects
 from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.projects import (
     ProjectCreateSerializer,
     ProjectSerializer,
     SpendByDaySerializer,
+    SpendGuardAnswer,
+    SpendGuardDryRun,
+    SpendGuardIn,
+    SpendGuardSerializer,
     SpendQuerySerializer,
 )
 from smrweb.sources import smr
 from smrweb.tracking import queries, services
-from smrweb.tracking.models import ApiToken
+from smrweb.tracking.models import ApiToken, Role
+from smrweb.tracking.services.alerts import spend_rule
 
 
 class ProjectList(APIView):
@@ -85,3 +90,64 @@ class ProjectSpend(APIView):
                 }
             ).data
         )
+
+
+GUARD_FIELDS = tuple(SpendGuardSerializer().fields)
+
+
+def _guard_answer(project) -> dict:
+    values = {name: getattr(project, name) for name in GUARD_FIELDS}
+    return SpendGuardAnswer({**values, "day_spend_usd": spend_rule.day_spend(project)}).data
+
+
+class ProjectSpendGuard(APIView):
+    @extend_schema(
+        responses={200: SpendGuardAnswer, **ERRORS},
+        description="The project's spend guards: the spend-aware stop (off by default) and the day budget "
+        "(docs/alerts.md, Spend guards).",
+    )
+    def get(self, request, slug: str):
+        return Response(_guard_answer(project_for(request, slug)))
+
+    @extend_schema(
+        request=SpendGuardIn,
+        examples=[examples.SPEND_GUARD],
+        responses={200: SpendGuardAnswer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
+        description="Change the spend guards (admins, signed in; audited as project.settings_changed). "
+        "Unknown fields and bad values are a 400 naming the field.",
+    )
+    def patch(self, request, slug: str):
+        project = project_for_person(request, slug, role=Role.ADMIN, doing="change the spend guards")
+        form = SpendGuardIn(data=request.data)
+        form.is_valid(raise_exception=True)
+        if form.validated_data:
+            services.update_project(project, by=actor_of(request), **form.validated_data)
+        project.refresh_from_db()
+        return Response(_guard_answer(project))
+
+
+class ProjectSpendGuardDryRun(APIView):
+    @extend_schema(
+        parameters=[SpendGuardSerializer],
+        responses={200: SpendGuardDryRun, **ERRORS},
+        description="What the spend-aware stop would have done over the project's most recently updated "
+        "runs (the live rule, asked after every turn), and the day budget over its last 30 days. Query "
+        "parameters override the saved values (a preview before saving).",
+    )
+    def get(self, request, slug: str):
+        project = project_for(request, slug)
+        params = SpendGuardIn(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        given = {**{name: getattr(project, name) for name in GUARD_FIELDS}, **params.validated_data}
+        given.update(spend_rule.check_spend_guard_settings(params.validated_data))
+        limits = spend_rule.Limits(
+            usd=given["spend_stop_usd"],
+            turns=given["spend_stop_turns"],
+            tokens=given["spend_stop_tokens"],
+            usd_per_point=given["spend_stop_usd_per_point"],
+            window=given["spend_stop_window"],
+        )
+        dry = spend_rule.project_dry_run(
+            project, limits, day_budget=given["day_budget_usd"], zone=given["day_zone"]
+        )
+        return Response(SpendGuardDryRun(dry).data)
