@@ -68,6 +68,7 @@ from smrweb.tracking.models import (
 from smrweb.tracking.services import dispatched, knowledge, launches, logs, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
+from smrweb.tracking.services.alerts import guards
 from tests.factories import UserFactory, admin_project
 
 pytestmark = pytest.mark.django_db
@@ -388,6 +389,18 @@ def rich(alice, bob, victor):
     launches.record_accepted(started.pk, external_run_id=started.external_run_id, detail="HTTP 200")
     ingest(project, started.external_run_id, {"type": "state", "id": "n1", "state": "running", "ts": at(20)})
     launches.request_launch(project, by=alice, kickoff="An open launch", idempotency_key="rich-launch-2")
+    # The spend guard paused r1-next-1 (its pause and the episode that names it; the announcement).
+    services.update_project(
+        project, by=alice, spend_stop="pause", spend_stop_turns=1, day_zone="Europe/Paris"
+    )
+    ingest(
+        project,
+        started.external_run_id,
+        *[{"type": "agent.turn", "turn": n, "ts": at(21 + n)} for n in (1, 2)],
+    )
+    assert (
+        guards.guard_spend(Run.objects.get(external_id=started.external_run_id), guards.Acted()) is not None
+    )
     project.refresh_from_db()
     return project
 
