@@ -444,6 +444,14 @@ class CommentAdmin(ReadOnlyAdmin):
     list_filter = ["project"]
 
 
+@admin.register(m.SavedView)
+class SavedViewAdmin(ReadOnlyAdmin):
+    """People's views of a project's runs table (saved and deleted on the project page or the API)."""
+
+    list_display = ["pk", "project", "name", "owner", "shared", "updated"]
+    list_filter = ["project", "shared"]
+
+
 @admin.register(m.ProjectFigures)
 class ProjectFiguresAdmin(ReadOnlyAdmin):
     """Derived: the overview's figures, kept by the write path (services/figures.py); a deleted row is

@@ -3,11 +3,13 @@ stalled, failed, over-budget and tag filters, a search, and a server-side sort (
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl, urlencode
+
 import django_filters
 from django import forms
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, NullIf
-from django.http import QueryDict
+from django.utils.datastructures import MultiValueDict
 from django_filters.rest_framework import BooleanFilter
 
 from smrweb.core import patterns
@@ -381,20 +383,24 @@ VIEW_PARAMS = (*NARROWING, "archived", "col", "sort", "group")
 
 
 def view_query(params) -> str:
-    """The part of a query string a saved view keeps, in one order (`params`: a QueryDict)."""
-    kept = QueryDict(mutable=True)
-    for key in VIEW_PARAMS:
-        values = [v for v in params.getlist(key) if v.strip()]
-        if values:
-            kept.setlist(key, values)
-    return kept.urlencode()
+    """The part of a query string a saved view keeps, in one order (`params`: a QueryDict or any
+    MultiValueDict), encoded as a QueryDict encodes it."""
+    return urlencode([(key, v) for key in VIEW_PARAMS for v in params.getlist(key) if v.strip()])
+
+
+def parse_query(query: str) -> MultiValueDict:
+    """A query string as the filters read it (every value of a repeated parameter, in order)."""
+    parsed = MultiValueDict()
+    for key, value in parse_qsl(query.lstrip("?"), keep_blank_values=True):
+        parsed.appendlist(key, value)
+    return parsed
 
 
 def checked_view_query(params) -> str:
     """`view_query(params)` when every parameter it keeps reads; InvalidInput naming the first that does
     not (a saved view never holds what the table would ignore). `archived` and `group` are checked too."""
     query = view_query(params)
-    kept = QueryDict(query)
+    kept = parse_query(query)
     form = RunFilter(kept, queryset=Run.objects.none()).form
     if not form.is_valid():
         name, problems = next(iter(form.errors.items()))
@@ -404,10 +410,10 @@ def checked_view_query(params) -> str:
     return query
 
 
-def with_view(query: str, params) -> QueryDict:
+def with_view(query: str, params) -> MultiValueDict:
     """A saved view's query with `params` over it: each parameter the request names replaces the view's
     (so `?view=3&sort=-best` is the view sorted by best); `view` itself is dropped."""
-    merged = QueryDict(query, mutable=True)
+    merged = parse_query(query)
     for key in params:
         if key != "view":
             merged.setlist(key, params.getlist(key))

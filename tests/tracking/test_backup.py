@@ -57,6 +57,7 @@ from smrweb.tracking.models import (
     RunSnooze,
     RunTag,
     RuntimeMessage,
+    SavedView,
     Scenario,
     SourceHealth,
     StateChange,
@@ -361,6 +362,7 @@ def rich(alice, bob, victor):
     services.add_comment(run=r1, by=bob, body="@alice look at this")
     services.delete_comment(services.add_comment(run=r1, by=bob, body="oops"), by=bob)
     services.add_comment(submission=best, by=alice, body="approved, *nice*")
+    services.save_view(project, by=bob, name="by lr", query="col=param%3Alr&sort=-best", shared=True)
     logs.append_lines(
         r1,
         "b-1",
@@ -440,6 +442,7 @@ SCOPES = {
     RunLogBatch: lambda p: RunLogBatch.objects.filter(run__project=p),
     RunNote: lambda p: RunNote.objects.filter(run__project=p),
     Comment: lambda p: Comment.objects.filter(project=p),
+    SavedView: lambda p: SavedView.objects.filter(project=p),
     RunControl: lambda p: RunControl.objects.filter(run__project=p),
     RunLaunch: lambda p: RunLaunch.objects.filter(project=p),
     Notification: lambda p: Notification.objects.filter(

@@ -46,6 +46,7 @@ from smrweb.tracking.models import (
     RunLogLine,
     RunModelSpend,
     RunNote,
+    SavedView,
     RunParam,
     RunSnooze,
     RunTag,
@@ -196,6 +197,7 @@ TABLES: tuple[Table, ...] = (
     Table("run_log_batch", RunLogBatch, _of_runs(RunLogBatch)),
     Table("run_note", RunNote, _of_runs(RunNote)),
     Table("comment", Comment, _of_project(Comment), ref=True),
+    Table("saved_view", SavedView, _of_project(SavedView), ref=True),  # audit events name shared views
     Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),
     Table("loop_finding", LoopFinding, _of_runs(LoopFinding)),
     # Alert rules send to addresses (and sign with a secret), and their notifications (and the mentions in

@@ -26,6 +26,7 @@ from smrweb.tracking.models import (
     Run,
     RunControl,
     RunLaunch,
+    SavedView,
     Submission,
 )
 
@@ -72,6 +73,7 @@ KINDS: tuple[Kind, ...] = (
             V.RUN_PINNED,
             V.RUN_UNPINNED,
             V.RUN_RENAMED,
+            V.VIEW_SAVED,
         ),
     ),
     Kind("knowledge", "Knowledge", ("knowledge.",)),
@@ -208,6 +210,7 @@ _MODELS = {
     "knowledgeentry": (KnowledgeEntry, "project"),
     "alertrule": (AlertRule, "project"),
     "comment": (Comment, "project"),
+    "savedview": (SavedView, "project"),
     "project": (Project, None),
 }
 _RELATED = {"rollback": ["run"], "runcontrol": ["run"], "comment": ["run"], "membership": ["user"]}
@@ -254,6 +257,8 @@ def object_label(object_type: str, obj: Any) -> str:
             return f"alert rule on {obj.trigger}"
         case "comment":
             return f"comment #{obj.pk}"
+        case "savedview":
+            return f"view {obj.name}"
         case "project":
             return f"project {obj.slug}"
     return f"{object_type} {getattr(obj, 'pk', obj)}"
