@@ -89,3 +89,26 @@ def test_the_dry_run_with_the_saved_or_the_given_values(api, project):
     assert given["live_now"] == ["r1"] and given["spent_after"] == "1.000000"
     assert_json_error(api.get(f"{URL}/dry-run", {"spend_stop_turns": "x"}), 400)
     assert_json_error(api.get(f"{URL}/dry-run", {"day_zone": "Nowhere/Here"}), 400)
+
+
+def test_a_guards_act_is_in_the_inbox_api_of_the_deciders_only(alice, bob, victor, project):
+    Project.objects.filter(pk=project.pk).update(
+        spend_stop="pause", spend_stop_turns=2, rollback_webhook_url="http://127.0.0.1:9/x"
+    )
+    events = [{"type": "state", "state": "running"}, *[{"type": "agent.turn", "turn": n} for n in (1, 2, 3)]]
+    services.ingest_events(project, "r1", parse_events(json.dumps(events)))
+    from smrweb.tracking.models import Run
+    from smrweb.tracking.services.alerts import evaluation
+
+    evaluation.evaluate_run(Run.objects.get(external_id="r1").pk)
+    [item] = session_client(alice).get("/api/v1/inbox", {"kind": "guard"}).json()["results"]
+    assert (item["kind"], item["trigger"], item["project"], item["read"]) == ("guard", None, "hill", False)
+    assert item["title"] == (
+        "Hill climb: run r1 paused by the spend guard: "
+        "3 turns since it started (no score yet) (the limit is 2)"
+    )
+    assert len(session_client(bob).get("/api/v1/inbox").json()["results"]) == 1
+    assert session_client(victor).get("/api/v1/inbox").json()["results"] == []
+    read = session_client(alice).post("/api/v1/inbox/read", {"kind": "guard"}, format="json")
+    assert read.status_code == 200, read.content
+    assert session_client(alice).get("/api/v1/inbox", {"kind": "guard"}).json()["results"][0]["read"] is True

@@ -253,3 +253,13 @@ def test_bad_settings_are_refused_by_field(project, field, value):
     with pytest.raises(InvalidInput) as refused:
         services.update_project(project, **{field: value})
     assert refused.value.field == field
+
+
+def test_the_sweep_evaluates_runs_of_guarded_projects_without_alert_rules(project):
+    from django.utils import timezone
+
+    since = timezone.now()
+    run = push(project, "r1", {"type": "state", "state": "running"})
+    assert run.pk not in alert_evaluation.changed_since(since)["run"]  # no rule, no guard
+    services.update_project(project, day_budget_usd=Decimal("5"))
+    assert run.pk in alert_evaluation.changed_since(since)["run"]
