@@ -205,6 +205,7 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
         grow_turns,
     ),
     "metric panel": ("/projects/hill/runs/r0/metrics/?key=loss", HX, 200, 12, grow_turns),
+    "metric panel against spend": ("/projects/hill/runs/r0/metrics/?key=loss&x=usd", HX, 200, 14, grow_turns),
     "turns of a bar": (
         "/projects/hill/runs/r0/turns/?origin={origin}&width_us=60000000&bin=0&kind=d",
         HX,

@@ -339,6 +339,51 @@ def test_metric_chart_is_downsampled_with_a_min_max_band(client_alice, project):
     assert "5000 points stored, shown as" in response.content.decode()
 
 
+@pytest.mark.parametrize("x", ["usd", "tokens", "turns", "time"])
+def test_the_metric_panel_against_spend_ends_at_the_runs_own_total(client_alice, project, x):
+    """Issue 38: the run page's metric panel draws a metric against any axis Compare has; on a spend axis
+    each point sits at what the run had spent by then (driver and child work), up to its own total."""
+    events = []
+    for i in range(12):
+        ts = (T0 + timedelta(seconds=10 * i)).isoformat()
+        child = {"actor": "w", "parent_actor": "driver"} if i % 3 == 0 else {}
+        events.append(
+            {
+                "id": f"t{i}",
+                "type": "agent.turn",
+                "turn": i,
+                "ts": ts,
+                "tokens_in": 100,
+                "tokens_out": 10,
+                "cost_usd": 0.5,
+                **child,
+            }
+        )
+        events.append({"type": "metric", "key": "loss", "step": i, "value": 1 / (i + 1), "ts": ts})
+    push(project, "r1", *events)
+    run = Run.objects.get(external_id="r1")
+    response = client_alice.get(
+        "/projects/hill/runs/r1/metrics/", {"key": "loss", "x": x}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    fig = figure(html, "metric-data")
+    xs = [v for trace in fig["data"] for v in trace["x"]]
+    ys = [v for trace in fig["data"] for v in trace["y"]]
+    total = {"usd": float(run.cost_usd), "tokens": run.tokens_in + run.tokens_out, "turns": run.turn_count}
+    if x in total:
+        assert max(xs) == pytest.approx(total[x])  # the run's own total
+        per_turn = {"usd": 0.5, "tokens": 110, "turns": 1}[x]
+        assert xs[0] == pytest.approx(per_turn)  # the first point: after the first turn
+    else:
+        assert xs[0] == pytest.approx(0) and max(xs) == pytest.approx(110)
+    assert ys[0] == pytest.approx(1.0)
+    assert "12 points stored, against" in html
+    # the key picker and the axis picker carry each other
+    page = client_alice.get("/projects/hill/runs/r1/", {"x": x}).content.decode()
+    assert re.search(rf'<option value="{x}" selected>', page)
+
+
 def test_unknown_metric_key_is_a_404_panel(client_alice, project):
     push(project, "r1", {"type": "metric", "key": "loss", "step": 1, "value": 1.0})
     response = client_alice.get("/projects/hill/runs/r1/metrics/", {"key": "<nope>"})

@@ -21,6 +21,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, run_for_user
+from smrweb.dashboard.charts import series as series_charts
 from smrweb.dashboard.templatetags.smrweb import tool_names
 from smrweb.dashboard.views import run_logs, steer
 from smrweb.dashboard.views.annotations import run_page_context
@@ -32,7 +33,7 @@ from smrweb.tracking.models import (
     Run,
 )
 from smrweb.tracking.queries import alerts as alert_queries
-from smrweb.tracking.queries import markers, timeline
+from smrweb.tracking.queries import markers, series, timeline
 from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import capabilities, rollbacks
 from smrweb.tracking.services.alerts import spend_rule
@@ -140,7 +141,11 @@ class RunPage:
         # The metric key travels with the poll (hx-include of the key picker), not in the page's URLs.
         self.query = request.GET.copy()
         self.query.pop("key", None)
+        self.query.pop("x", None)
         self.metric_key = request.GET.get("key") or None
+        # The metric panel's x axis: the step, or any axis Compare offers (spend, time, the clock).
+        x = request.GET.get("x", "step")
+        self.metric_x = x if x in series.AXIS_LABELS else "step"
         self.logs_view = run_logs.LogView.from_query(request.GET)
 
     # --- what the cards read ----------------------------------------------------------------------------
@@ -399,7 +404,15 @@ class RunPage:
         if name == "artifacts-card":
             return (m.artifacts, self.request.GET.get("artifacts_page"), self.query.urlencode())
         if name == "metric-panel":
-            return (self.metric_key, m.metric, _json((run.metrics_downsampled or {}).get(self.metric_key)))
+            # Against another axis than the step, the panel is the run's trace (queries/series.py), kept
+            # under what it reads (the metric's rollup and the run's spend and clock).
+            trace = (
+                series.trace_keys([run], self.metric_key, self.metric_x)[run.pk]
+                if self.metric_x != "step"
+                else ""
+            )
+            downsampled = _json((run.metrics_downsampled or {}).get(self.metric_key))
+            return (self.metric_key, self.metric_x, m.metric, downsampled, trace)
         if name == "run-experiments":
             return (m.experiments,)
         if name == "rollbacks":
@@ -610,7 +623,7 @@ class RunPage:
                 "pager_query": self._pager_query("artifacts_page"),
             }
         if name == "metric-panel":
-            return _metric_context(run, self.metric_key)
+            return _metric_context(run, self.metric_key, self.metric_x)
         if name == "run-experiments":
             return {
                 "experiments": run.experiments.select_related("parent").order_by("-created", "-id")[
@@ -748,6 +761,8 @@ def run_detail(request, slug: str, run_id: str):
         "cards": cards,
         "metric_keys": keys,
         "metric_key": page.metric_key,
+        "metric_x": page.metric_x,
+        "metric_axes": [("step", "Step"), *((k, v) for k, v in series.AXES if k != "step")],
         "is_admin": page.is_admin,  # the archive card's
         "can_snooze": page.can_snooze,
         "can_launch": page.can_launch,
@@ -767,10 +782,22 @@ def _runtime_messages(run) -> dict:
     return {"runtime_messages": shown}
 
 
-def _metric_context(run, key: str) -> dict:
+def _metric_context(run, key: str, x: str = "step") -> dict:
+    if x != "step":
+        found = series.series([(run.external_id, run)], key, x)
+        (trace,) = found.traces
+        return {
+            "metric_key": key,
+            "metric_x": x,
+            "metric_total": trace.read,
+            "metric_shown": len(trace.points),
+            "metric_against": series.AXIS_LABELS[x],
+            "metric_figure": series_charts.series_figure(found, key, uirevision=f"metric-{run.pk}-{key}-{x}"),
+        }
     total, points = queries.metric_series(run, key, METRIC_POINTS)
     return {
         "metric_key": key,
+        "metric_x": x,
         "metric_total": total,
         "metric_shown": len(points),
         "metric_figure": charts.metric_figure(key, points, total=total, uirevision=f"metric-{run.pk}-{key}"),
