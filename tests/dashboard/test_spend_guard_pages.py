@@ -105,6 +105,7 @@ def test_the_run_page_says_what_the_rule_would_do_and_what_it_did(
     page = client.get("/projects/hill/runs/r1/").content.decode()
     assert "off (a dry run)" in page and "This rule would pause this run now:" in page
     assert 'data-outlook-act="5"' in page and "after turn 5, $2.50 since its best" in page
+    assert "It can neither pause nor stop this run: This project has no webhook URL" in page
     # Switched on, the next batch's evaluation pauses it (the push harness has a webhook URL).
     Project.objects.filter(pk=project.pk).update(
         spend_stop="pause", rollback_webhook_url="http://127.0.0.1:9/x"
@@ -114,6 +115,7 @@ def test_the_run_page_says_what_the_rule_would_do_and_what_it_did(
     )
     assert len(alert_evaluation.evaluate_run(run.pk).controls) == 1
     page = client.get("/projects/hill/runs/r1/").content.decode()
+    assert "data-outlook-cannot" not in page
     assert "data-outlook-acted" in page and "Spend guard\n      paused" in page
     # The inbox: alice (admin) and bob (reviewer) read it; victor (viewer) has nothing.
     inbox = client.get("/inbox/").content.decode()

@@ -32,6 +32,8 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries import progress
 from smrweb.tracking.queries.spend import project_spend_by_day
+from smrweb.tracking.services import capabilities
+from smrweb.tracking.services.capabilities import Action
 
 WINDOW_MAX = 100_000  # turns in the marginal window
 HISTORY_RUNS = 50  # the dry run replays the project's most recently updated runs
@@ -420,6 +422,7 @@ class RunOutlook:
     now: str
     history: RunHistory | None
     acted: GuardEpisode | None
+    cannot: str = ""  # why the run's source can neither pause nor stop it ("" when it can)
 
 
 def run_outlook(run: Run) -> RunOutlook | None:
@@ -436,7 +439,10 @@ def run_outlook(run: Run) -> RunOutlook | None:
     elif limits.any and not run.is_terminal:
         now = spend_stop_reason(limits, reading_now(run, limits.window))
     on = project.spend_stop != SpendStop.OFF
-    return RunOutlook(on, project.get_spend_stop_display() if on else "", limits, now, history, acted)
+    cannot = ""
+    if not run.is_terminal and (steer := capabilities.refusal(project, Action.STEER)):
+        cannot = capabilities.refusal(project, Action.STOP, run=run) and steer
+    return RunOutlook(on, project.get_spend_stop_display() if on else "", limits, now, history, acted, cannot)
 
 
 # --- the day budget ---------------------------------------------------------------------------------------
