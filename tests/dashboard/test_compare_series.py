@@ -92,6 +92,23 @@ def test_runs_of_another_readable_project_join_the_card_not_the_missing_list(
     assert "With runs of <b>mine</b>" in html and "with 1 run of other projects" in page
 
 
+def test_the_picker_keeps_runs_of_other_projects_in_its_text_box(client_alice, alice, runs):
+    mine = admin_project("mine", by=alice)
+    climb(mine, "m1", turns=20, cost=0.05, seed=11)
+    params = {"runs": ["r0", "r1", "mine:m1"]}
+    pick = client_alice.get(PAGE, params, headers={"HX-Request": "true", "X-Smrweb-Only": "pick"})
+    html = pick.content.decode()
+    box = re.search(r'<input type="text" name="runs" value="([^"]*)"', html)
+    assert box and box.group(1) == "mine:m1"
+    assert re.findall(r'name="runs" value="(r\d)" checked', html) == ["r0", "r1"]
+    # what the form sends again (the ticked runs and the box, comma-separated) compares the same runs
+    again = card(client_alice, {"runs": ["r0", "r1", "mine:m1, "]})
+    assert {t["name"] for t in figure_of(again)["data"]} == {"r0", "r1", "mine:m1"}
+    # with fewer than two runs of this project, the picker is on the page itself and keeps the box too
+    alone = client_alice.get(PAGE, {"runs": ["r0", "mine:m1"]}).content.decode()
+    assert 'name="runs" value="mine:m1"' in alone
+
+
 def test_arms_draw_a_median_line_each_with_their_table_and_say_whether_they_differ(client_alice, project):
     from tests.api.test_compare_arms import arm_run
 

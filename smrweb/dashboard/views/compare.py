@@ -58,6 +58,7 @@ def compare_runs(request, slug: str):
             "max_runs": compare.MAX_RUNS,
             "picker": _picker(project, selected),
             "picked_now": bool(selected),
+            "other_names": _other_names(requested, selected),
         }
         return render(request, f"{TEMPLATE}#pick", context)
     context = {"project": project, "requested": requested, "max_runs": compare.MAX_RUNS}
@@ -91,6 +92,7 @@ def compare_runs(request, slug: str):
     else:
         picked = compare.picked_runs(project, [marker.external_id for marker in selected])
         context["picker"] = _picker(project, picked, chosen=set(requested))
+        context["other_names"] = _other_names(requested, picked)
     return render(request, TEMPLATE, context, status=status)
 
 
@@ -223,6 +225,13 @@ def _series_api(project, requested: list[str], metric: str, x: str, group: str =
     names = [("runs", name) for name in requested[: series.MAX_RUNS]]
     query = urlencode([*names, ("metric", metric), ("x", x), *([("group", group)] if group else [])])
     return reverse("api:compare-series", args=[project.slug]) + "?" + query
+
+
+def _other_names(requested: list[str], found: list) -> str:
+    """The picked names that are not this project's runs but name one of another (`project:run`): the
+    picker's text box keeps them (whether the viewer may read them is the series card's business)."""
+    here = {run.external_id for run in found}
+    return ", ".join(name for name in requested if ":" in name and name not in here)
 
 
 def _picker(project, selected: list, chosen: set[str] | None = None) -> list:
