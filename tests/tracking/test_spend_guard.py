@@ -263,3 +263,12 @@ def test_the_sweep_evaluates_runs_of_guarded_projects_without_alert_rules(projec
     assert run.pk not in alert_evaluation.changed_since(since)["run"]  # no rule, no guard
     services.update_project(project, day_budget_usd=Decimal("5"))
     assert run.pk in alert_evaluation.changed_since(since)["run"]
+
+
+def test_the_dry_run_names_the_runs_too_long_to_replay(guarded, monkeypatch):
+    push(guarded, "long", {"type": "state", "state": "running"}, *turns(1, 6))
+    push(guarded, "short", {"type": "state", "state": "running"}, *turns(1, 5))
+    monkeypatch.setattr(spend_rule, "HISTORY_TURNS_MAX", 5)
+    dry = spend_rule.project_dry_run(guarded)
+    assert dry.runs_skipped == ["long"] and dry.runs_read == 1
+    assert [(a.run, a.turn) for a in dry.acts] == [("short", 5)]

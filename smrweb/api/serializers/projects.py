@@ -180,3 +180,6 @@ class SpendGuardDryRun(serializers.Serializer):
     day_budget = serializers.DecimalField(18, 6, allow_null=True)
     zone = serializers.CharField()
     days = DryRunDay(many=True)
+    runs_skipped = serializers.ListField(
+        child=serializers.CharField(), help_text="Runs too long to replay here (over 20,000 turns)."
+    )

@@ -38,6 +38,8 @@ from smrweb.tracking.services.capabilities import Action
 WINDOW_MAX = 100_000  # turns in the marginal window
 HISTORY_RUNS = 50  # the dry run replays the project's most recently updated runs
 DAY_HISTORY = 30  # days of the day budget's dry run
+HISTORY_TURNS_MAX = 20_000  # a run longer than this is not replayed on a page (the run page: the reading now)
+DRY_RUN_TURNS_MAX = 200_000  # turns a project's dry run replays at most
 
 
 # --- the settings -----------------------------------------------------------------------------------------
@@ -363,6 +365,7 @@ class ProjectDryRun:
     days: list[DayCrossing]
     day_budget: Decimal | None
     zone: str
+    runs_skipped: list[str] = field(default_factory=list)  # longer than a page may replay
 
     @property
     def spent_after(self) -> Decimal:
@@ -390,24 +393,25 @@ def project_dry_run(
     zone = zone or project.day_zone
     acts: list[WouldAct] = []
     live_now: list[str] = []
-    read = 0
+    skipped: list[str] = []
+    read, replayed = 0, 0
     if limits.any:
         for run in (
             Run.objects.filter(project=project, archived_at__isnull=True)
             .select_related("project__scenario")
             .order_by("-updated", "-id")[:runs]
         ):
-            read += 1
+            if run.turn_count > HISTORY_TURNS_MAX or replayed + run.turn_count > DRY_RUN_TURNS_MAX:
+                skipped.append(run.external_id)  # a page's dry run stays within a few hundred thousand rows
+                continue
+            read, replayed = read + 1, replayed + run.turn_count
             history = run_history(run, limits)
             acts += history.acts
             if history.now:
                 live_now.append(run.external_id)
     acts.sort(key=lambda a: a.at, reverse=True)
     days = day_history(project, day_budget, zone) if day_budget else []
-    return ProjectDryRun(limits, read, acts, live_now, days, day_budget or None, zone)
-
-
-HISTORY_TURNS_MAX = 200_000  # a run page replays at most this many turns (longer runs: the reading now)
+    return ProjectDryRun(limits, read, acts, live_now, days, day_budget or None, zone, skipped)
 
 
 @dataclass(frozen=True)
