@@ -18,44 +18,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import random
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-DATA = Path(tempfile.mkdtemp(prefix="smrweb-columns-bench-"))
-os.environ["SMRWEB_DATA_DIR"] = str(DATA)
-os.environ.pop("DATABASE_URL", None)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smrweb.settings")
-if "--postgres" in sys.argv:
-    os.environ["DATABASE_URL"] = sys.argv[sys.argv.index("--postgres") + 1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: its shared modules
+from inprocess import commit, report, world  # noqa: E402 - starts Django: before any model
 
-import django  # noqa: E402
+# isort: split
 
-django.setup()
-
-from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.cache import cache  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
+from pages import db_version, machine  # noqa: E402 - bench/ is put on the path above
 
 from smrweb.tracking import events as ev  # noqa: E402
 from smrweb.tracking import services  # noqa: E402
 from smrweb.tracking.models import Role  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from pages import db_version, machine  # noqa: E402 - bench/ is put on the path above
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 MODELS = ("sonnet", "gpt-5", "haiku", "gemini", "llama")
@@ -122,14 +105,7 @@ def main() -> None:
     parser.add_argument("--postgres", help="a database URL to run on instead of SQLite")
     parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
-    logging.getLogger("smrweb.core.queue").setLevel(logging.ERROR)  # no worker here: alerts not queued
-    redis = None
-    if settings.EMBEDDED_REDIS:
-        from smrweb.stack.management.commands.runstack import start_embedded_redis
-
-        redis = start_embedded_redis()
-    try:
-        call_command("migrate", verbosity=0)
+    with world():
         user = get_user_model().objects.create_user("bench", "bench@example.test", "x")
         project = services.create_project(slug="cols", name="cols", scenario=services.generic_scenario())
         services.add_member(project, user, role=Role.ADMIN)
@@ -156,13 +132,10 @@ def main() -> None:
                 rows[kind + "+"].append(timed(client, page, query))
         med = {k: statistics.median(v) for k, v in rows.items()}
         ratio = {s: med["wide" + s] / med["plain" + s] for s in ("", "+", "0")}
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        )
         lines = [
             f"## The project page with 10 chosen columns ({datetime.now(UTC):%Y-%m-%d}, {connection.vendor})",
             "",
-            f"Machine: {machine(db_version())}. Commit {commit.stdout.strip()}. "
+            f"Machine: {machine(db_version())}. Commit {commit()}. "
             f"`python bench/columns.py --runs {args.runs} --repeat {args.repeat}`: {args.runs} runs (20–60 "
             "turns, 3–8 scores, 200 points of two metric keys, four params, two tags each), in-process, "
             f"median of {args.repeat} rounds, alternating. Columns: {', '.join(f'`{c}`' for c in COLUMNS)}, "
@@ -177,22 +150,7 @@ def main() -> None:
             "- Goal: the page with 10 extra columns within 1.5× of the page: "
             + ("**met**." if max(ratio.values()) <= 1.5 else "**not met**."),
         ]
-        text = "\n".join(lines)
-        print(text)
-        if args.append:
-            docs = ROOT / "docs" / "benchmarks.md"
-            docs.write_text(docs.read_text().rstrip("\n") + "\n\n" + text + "\n")
-            print(f"appended to {docs}", file=sys.stderr)
-    finally:
-        connection.close()
-        if redis is not None:
-            import signal
-
-            try:
-                os.kill(redis.pid, signal.SIGTERM)
-            except (OSError, TypeError):
-                pass
-        shutil.rmtree(DATA, ignore_errors=True)
+        report("\n".join(lines), append=args.append)
 
 
 if __name__ == "__main__":
