@@ -345,7 +345,7 @@ class RunLaunchAdmin(ReadOnlyAdmin):
 
 @admin.register(m.RunControl)
 class RunControlAdmin(ReadOnlyAdmin):
-    list_display = ["run", "kind", "status", "attempts", "requested_by", "created"]
+    list_display = ["run", "kind", "status", "attempts", "requested_by", "guard", "created"]
     list_filter = ["kind", "status"]
 
 
@@ -400,6 +400,14 @@ class RunSnoozeAdmin(ReadOnlyAdmin):
 class LoopFindingAdmin(ReadOnlyAdmin):
     list_display = ["run", "actor", "pattern", "call", "first_turn", "last_turn", "repeats", "wasted_usd"]
     list_filter = ["pattern"]
+
+
+@admin.register(m.GuardEpisode)
+class GuardEpisodeAdmin(ReadOnlyAdmin):
+    """When a spend guard acted on a run (once per episode); written by the guard only."""
+
+    list_display = ["run", "guard", "episode", "action", "created"]
+    list_filter = ["guard", "action"]
 
 
 # Tags, notes and comments are written on the run and submission pages or through the API, which check
