@@ -256,3 +256,13 @@ SPEND_GUARD = OpenApiExample(
     "turns the day budget off; `day_zone` is the project's clock (an IANA zone).",
     request_only=True,
 )
+
+SAVED_VIEW = OpenApiExample(
+    "A shared view of the runs table (example)",
+    value={
+        "name": "Example: sonnet runs by lowest val_loss",
+        "query": "tag=model%3Dsonnet&col=param%3Alr&col=metric%3Aval_loss%3Amin"
+        "&sort=col%3Ametric%3Aval_loss%3Amin",
+        "shared": True,
+    },
+)

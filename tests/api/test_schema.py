@@ -215,6 +215,8 @@ def test_the_examples_pass_the_contract_when_sent(client, alice, bob, project):
     assert (rule["trigger"], rule["channel"], rule["target"]) == ("run.failed", "email", "oncall@example.com")
     muted = send("patch", "/api/v1/projects/{slug}/alert-rules/{rule_id}/", {200}, rule_id=rule["id"])
     assert muted.json()["muted"] is True
+    view = send("post", "/api/v1/projects/{slug}/views", {201}).json()
+    assert view["params"]["col"] == ["param:lr", "metric:val_loss:min"] and view["shared"] is True
 
 
 def test_try_it_out_sends_reads_only_unless_the_operator_turns_writes_on(anon_api, db):

@@ -10,6 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from smrweb.api import examples
 from smrweb.api.access import project_for, project_for_person
 from smrweb.api.schema import ERRORS
 from smrweb.api.serializers.saved_views import SavedViewIn, SavedViewSerializer
@@ -30,7 +31,9 @@ class SavedViewList(APIView):
         views = queries.saved_views(project, _user(request))
         return Response(SavedViewSerializer(views, many=True).data)
 
-    @extend_schema(request=SavedViewIn, responses={201: SavedViewSerializer, **ERRORS})
+    @extend_schema(
+        request=SavedViewIn, examples=[examples.SAVED_VIEW], responses={201: SavedViewSerializer, **ERRORS}
+    )
     def post(self, request, slug: str):
         """Save the runs list's query under a name (members; sharing needs the reviewer role)."""
         project = project_for_person(request, slug, role=Role.VIEWER, doing="save views")
