@@ -430,9 +430,12 @@ class RunOutlook:
 
 
 def run_outlook(run: Run) -> RunOutlook | None:
-    """The spend-aware stop on one run, for its page: None when the project set no limit."""
+    """The spend guards on one run, for its page: None when the project set no limit and no day budget
+    (or only a day budget that never acted on the run)."""
     project = run.project
     limits = Limits.of(project)
+    if not limits.any and project.day_budget_usd is None:
+        return None  # no guard set: no query (the run page's query count is held by its tests)
     acted = GuardEpisode.objects.filter(run=run).order_by("-created", "-id").first()
     if not limits.any and acted is None:
         return None
