@@ -42,7 +42,9 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.ProjectDetail.as_view(), name="project-detail"),
     path("projects/<slug:slug>/runs", runs.RunList.as_view(), name="run-list"),
     path("projects/<slug:slug>/views", saved_views.SavedViewList.as_view(), name="view-list"),
-    path("projects/<slug:slug>/views/<int:pk>", saved_views.SavedViewDetail.as_view(), name="view-detail"),
+    path(
+        "projects/<slug:slug>/views/<int:view_id>", saved_views.SavedViewDetail.as_view(), name="view-detail"
+    ),
     path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
     path(
         "projects/<slug:slug>/spend-guard", projects.ProjectSpendGuard.as_view(), name="project-spend-guard"

@@ -231,6 +231,8 @@ def _build_world() -> dict:
         services.create_alert_rule(hill, by=alice, trigger="run.loop", channel="inbox", recipient="bob"),
     ]
 
+    view = services.save_view(hill, by=alice, name="fuzz view", query="col=param%3Alr", shared=True)
+
     launch, _ = launches.request_launch(
         hill, by=bob, kickoff="fuzz: start the next run", idempotency_key="fuzz-launch-1"
     )
@@ -253,6 +255,7 @@ def _build_world() -> dict:
             "rule_id": [rule.pk for rule in rules],
             "launch_id": [launch.pk],
             "comment_id": [comment.pk for comment in comments],
+            "view_id": [view.pk],
         },
         "submission_for": {action: [submissions[status]] for status, action in START_OF.items()},
         "query": {"key": ["loss"]},

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from smrweb.api import examples
 from smrweb.api.access import project_for, project_for_person
-from smrweb.api.schema import ERRORS
+from smrweb.api.schema import ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.saved_views import SavedViewIn, SavedViewSerializer
 from smrweb.tracking import queries, services
 from smrweb.tracking.filters import checked_view_query
@@ -32,7 +32,9 @@ class SavedViewList(APIView):
         return Response(SavedViewSerializer(views, many=True).data)
 
     @extend_schema(
-        request=SavedViewIn, examples=[examples.SAVED_VIEW], responses={201: SavedViewSerializer, **ERRORS}
+        request=SavedViewIn,
+        examples=[examples.SAVED_VIEW],
+        responses={201: SavedViewSerializer, **ERRORS, **UNSUPPORTED_MEDIA_TYPE},
     )
     def post(self, request, slug: str):
         """Save the runs list's query under a name (members; sharing needs the reviewer role)."""
@@ -48,20 +50,20 @@ class SavedViewList(APIView):
 
 
 class SavedViewDetail(APIView):
-    def _view(self, request, slug: str, pk: int):
-        view = queries.find_view(project_for(request, slug), _user(request), pk)
+    def _view(self, request, slug: str, view_id: int):
+        view = queries.find_view(project_for(request, slug), _user(request), view_id)
         if view is None:
             raise Http404("No such view that you may open.")
         return view
 
     @extend_schema(responses={200: SavedViewSerializer, **ERRORS})
-    def get(self, request, slug: str, pk: int):
-        return Response(SavedViewSerializer(self._view(request, slug, pk)).data)
+    def get(self, request, slug: str, view_id: int):
+        return Response(SavedViewSerializer(self._view(request, slug, view_id)).data)
 
     @extend_schema(responses={204: OpenApiResponse(description="Deleted."), **ERRORS})
-    def delete(self, request, slug: str, pk: int):
+    def delete(self, request, slug: str, view_id: int):
         project_for_person(request, slug, role=Role.VIEWER, doing="delete views")
-        view = self._view(request, slug, pk)
+        view = self._view(request, slug, view_id)
         if not services.may_delete_view(view, request.user):
             raise PermissionDenied("Only its owner (or an admin, for a shared view) may delete this view.")
         services.delete_view(view, by=request.user)
