@@ -474,6 +474,15 @@ def count(model, **filters) -> Callable[[World], int]:
     return lambda w: model.objects.filter(**filters).count()
 
 
+SPEND_GUARD_FORM = {
+    "action": "spend_guard",
+    "spend_stop": "pause",
+    "spend_stop_usd": "20",
+    "spend_stop_window": "50",
+    "day_zone": "UTC",
+}
+
+
 def hill(attr: str) -> Callable[[World], Any]:
     return lambda w: getattr(Project.objects.get(slug="hill"), attr)
 
@@ -1026,6 +1035,23 @@ ROWS = [
         ok=302,
         data={"regression_threshold": "0.25", "rollback_webhook_url": WEBHOOK},
         effect=hill("regression_threshold"),
+    ),
+    Row(
+        "project settings: spend guards",
+        "POST",
+        f"{P}/settings/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data=SPEND_GUARD_FORM,
+        effect=hill("spend_stop"),
+    ),
+    Row(
+        "project settings: spend guards' dry run",
+        "POST",
+        f"{P}/settings/",
+        "LOGIN HIDE  DENY  DENY  ALLOW LOGIN LOGIN LOGIN",
+        data={**SPEND_GUARD_FORM, "action": "spend_guard_preview"},
+        marker=WEBHOOK,
     ),
     Row(
         "project members",
@@ -2113,6 +2139,22 @@ ROWS = [
         f"{A}/spend",
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
         marker=MODEL,
+    ),
+    Row("api spend guards", "GET", f"{A}/spend-guard", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN"),
+    Row(
+        "api spend guards: change",
+        "PATCH",
+        f"{A}/spend-guard",
+        "LOGIN HIDE  DENY  DENY  ALLOW DENY  DENY  LOGIN",
+        data={"spend_stop": "pause", "spend_stop_usd": "20"},
+        json=True,
+        effect=hill("spend_stop"),
+    ),
+    Row(
+        "api spend guards: dry run",
+        "GET",
+        f"{A}/spend-guard/dry-run?spend_stop_usd=1",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
     ),
     Row(
         "api saved views",
