@@ -549,8 +549,9 @@ def test_plotly_figures_carry_supplied_names_escaped(client_alice, hostile, url)
 POST_FORMS = {
     "base.html": 1,  # sign out
     "registration/login.html": 1,
-    "dashboard/project_settings.html": 5,  # settings, SMR source (test / new key), score metric, turn bodies
-    # (capture; delete the stored ones)
+    # settings, SMR source (test / new key), score metric, turn bodies (capture; delete the stored ones),
+    # the spend guards (save, or preview their dry run)
+    "dashboard/project_settings.html": 6,
     # per member: role, remove; per invitation: resend, revoke; invite; add an existing account
     "dashboard/project_members.html": 6,
     "registration/invitation.html": 2,  # accept (signed in) or join with a new account
@@ -582,6 +583,7 @@ POST_FORMS = {
     "dashboard/confirm_delete.html": 1,  # delete a run or a project (typed confirmation)
     "dashboard/partials/run_archive.html": 1,  # archive / restore a finished run
     "dashboard/project_retention.html": 2,  # the retention policy; archive / restore the project
+    "dashboard/partials/saved_views.html": 2,  # per view: delete; save the table as a view
 }
 
 
