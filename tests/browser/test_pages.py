@@ -195,17 +195,19 @@ def test_filters_narrow_the_runs_table_in_place(page, sign_in, alice, runs_in_ev
 
     page.select_option("select[name=state]", "")
     expect(rows(page)).to_have_count(4)
-    page.locator("input[name=q]").press_sequentially("goo", delay=30)
+    page.locator("#runs-filter input[name=q]").press_sequentially("goo", delay=30)
     expect(rows(page)).to_have_count(1)
     expect(rows(page).first).to_have_attribute("data-run", "good")
 
-    page.locator("input[name=q]").fill("")
-    page.locator("input[name=q]").press_sequentially("count_mismatch", delay=10)  # failure text matches too
+    page.locator("#runs-filter input[name=q]").fill("")
+    page.locator("#runs-filter input[name=q]").press_sequentially(
+        "count_mismatch", delay=10
+    )  # failure text matches too
     expect(rows(page)).to_have_count(1)
     expect(rows(page).first).to_have_attribute("data-run", "broken")
 
-    page.locator("input[name=q]").fill("")
-    page.locator("input[name=q]").press_sequentially("no-such-run", delay=10)
+    page.locator("#runs-filter input[name=q]").fill("")
+    page.locator("#runs-filter input[name=q]").press_sequentially("no-such-run", delay=10)
     expect(rows(page)).to_have_count(0)
     expect(page.locator("#project-live table.runs td.empty")).to_have_text("No runs match these filters.")
     assert_not_reloaded(page)

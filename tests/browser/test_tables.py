@@ -76,7 +76,7 @@ def test_clicking_a_header_sorts_the_runs_on_the_server(page, sign_in, alice, ta
     assert run_ids(page) == ["alpha", "bravo", "charlie", "delta", "echo"]
 
     # A filter changed afterwards keeps the sort; the sort keeps the filter.
-    page.locator("input[name=q]").press_sequentially("a", delay=30)
+    page.locator("#runs-filter input[name=q]").press_sequentially("a", delay=30)
     expect(rows(page)).to_have_count(4)  # every run with an "a" in its id: not echo
     expect(page).to_have_url(re.compile(r"sort=run"))
     page.locator('th[data-sort-key="best"] a').click()
@@ -111,17 +111,17 @@ def test_over_budget_filter_badge_and_count(page, sign_in, alice, table, screens
     )
     assert page.evaluate(OVERFLOW_CHECK) == []
 
-    page.check("input[name=over_budget]")
+    page.check("#runs-filter input[name=over_budget]")
     expect(rows(page)).to_have_count(2)
     assert sorted(run_ids(page)) == ["delta", "echo"]
     expect(page).to_have_url(re.compile(r"over_budget=true"))
-    page.uncheck("input[name=over_budget]")
+    page.uncheck("#runs-filter input[name=over_budget]")
     expect(rows(page)).to_have_count(5)
 
     assert_not_reloaded(page)
     page.locator('#project-live a[data-count="over-budget"]').click()  # the count is a shortcut to the filter
     expect(rows(page)).to_have_count(2)
-    expect(page.locator("input[name=over_budget]")).to_be_checked()
+    expect(page.locator("#runs-filter input[name=over_budget]")).to_be_checked()
     mark_document(page)
 
     # A run that goes over budget while watched gets the badge and joins the filtered table.
