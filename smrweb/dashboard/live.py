@@ -3,8 +3,8 @@
 Whole fragments: a polled partial carries the version of what it shows; a poll that finds the same version
 answers 204 and htmx leaves the page alone, so an idle page costs one small query per poll. Versions hold no
 clock: relative times, durations and forecasts' "in 2h" are `<time>` elements the page script keeps current
-(templatetags `ago`, `since`, `until`), so a quiet page stays 204. What truly must be computed at the server's
-now (a burn rate over the last hour) is versioned by its own coarse `clock` in that card alone.
+(templatetags `ago`, `since`, `until`), so a quiet page stays 204. What reads a window up to a moment (the
+burn rate) reads it up to the run's newest turn, not the server's now (queries.timeline.burn_forecast).
 
 Cards (the run page): the live part of a page is a `Deck` of cards, each with a version computed from cheap
 markers of what it shows (no rendering). The page's one poll sends every card's version (`X-Smrweb-Cards`,
@@ -49,7 +49,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode
 
 from django.http import HttpResponse
@@ -60,7 +59,7 @@ from smrweb.core import cachekeys, softcache
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
 ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
-# The default period of `clock` (bench/viewer.py reads the next line).
+# The shortest step of a live timeline's axis end (views.runs.horizon); bench/viewer.py reads the next line.
 TICK_SECONDS = 30
 CARD_CACHE_SECONDS = 180
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
@@ -83,14 +82,6 @@ def no_change() -> HttpResponse:
 
 
 # --- cards --------------------------------------------------------------------------------------------
-
-
-def clock(now: datetime, seconds: int = TICK_SECONDS) -> datetime:
-    """The start of the period of `seconds` that `now` falls in: what a card whose content truly moves with
-    the server's clock (a burn forecast over the last hour) is computed at and versioned by, so that it
-    changes once per period, and no other card with it."""
-    seconds = int(now.timestamp() // seconds) * seconds
-    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def card_version(*parts: object) -> str:

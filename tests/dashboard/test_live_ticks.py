@@ -3,8 +3,10 @@ only what shows it.
 
 Versions hold no clock: the clock texts a polled card shows (relative times, "stalled for", a forecast's "in
 2h") are <time> elements the page script keeps current, so a page with nothing new answers its polls 204
-however long it stays open; only the burn forecast (a rate over the last half hour up to now) keeps a clock,
-in its own card. A new turn re-renders the cards that show turns, and of the turns table its new row."""
+however long it stays open. The burn forecast is read at the run's newest turn (the half hour up to it), so
+it moves with a new turn and once more when that turn leaves the half hour, never with the clock alone; the
+live timeline's axis end moves when now passes it (what the card draws). A new turn re-renders the cards
+that show turns, and of the turns table its new row."""
 
 from __future__ import annotations
 
@@ -103,10 +105,10 @@ def test_pages_with_nothing_new_answer_their_polls_204_after_the_tick(client_ali
     assert cards_of(client_alice.get("/projects/hill/").content.decode()) == shown_project
 
 
-def test_a_stalled_run_moves_only_its_forecast_with_the_clock(client_alice, world, clock):
-    """31 s on, a stalled live run's page re-sends only what draws the burn forecast (the budget card and,
-    the run having a budget, the timeline's forecast line: on their own 30-s clock); not the title (its
-    stalled badge) nor the alerts (the stalled banner's "for 2h 5m"), which used to move with every tick."""
+def test_a_stalled_run_moves_only_its_timelines_axis_with_the_clock(client_alice, world, clock):
+    """31 s on, a stalled live run's page re-sends at most the timeline (when now passed its axis end); not
+    the budget card (its burn is read at the newest turn), the title (its stalled badge) nor the alerts (the
+    stalled banner's "for 2h 5m"), which used to move with every tick."""
     url = "/projects/hill/runs/live/"
     clock.shift(timedelta(hours=2))  # past the project's stall threshold
     services.flag_stalled_runs()
@@ -117,10 +119,35 @@ def test_a_stalled_run_moves_only_its_forecast_with_the_clock(client_alice, worl
     clock.shift(LATER)
     answer = cards_poll(client_alice, url, shown)
     moved = set(cards_of(answer.content.decode())) if answer.status_code == 200 else set()
-    allowed = {"budget", "run-timeline-card"}
+    allowed = {"run-timeline-card"}
     assert moved <= allowed, moved - allowed
-    for card in ("run-head", "run-activity", "run-alerts", "turns-card", "run-actors", "run-stats"):
-        assert card not in moved
+
+
+def test_the_budget_card_moves_with_a_turn_and_once_its_burn_window_has_passed(client_alice, world, clock):
+    """A burning run's budget card: the same version tick after tick (its forecast is read at the newest turn
+    and does not creep), a new version when a turn comes, and one more when that turn leaves the half hour the
+    rate is read over (no forecast then), then none."""
+    url = "/projects/hill/runs/live/"
+    push(world, "live", turn(11, 0))  # a turn now: burning
+    page = client_alice.get(url).content.decode()
+    first = cards_of(page)["budget"]
+    assert "budget runs out" in page.split('id="budget-forecast"', 1)[1].split("<!--", 1)[0]
+    versions = []
+    for _ in range(4):  # two minutes, four ticks
+        clock.shift(LATER)
+        versions.append(cards_of(client_alice.get(url).content.decode())["budget"])
+    assert set(versions) == {first}
+
+    push(world, "live", turn(12, -2.0))  # a new turn (2 min on): the card moves
+    after_turn = client_alice.get(url).content.decode()
+    assert cards_of(after_turn)["budget"] != first
+
+    clock.move_to(NOW + timedelta(minutes=2.0 + 30.5))  # the newest turn has left the half hour
+    idle = client_alice.get(url).content.decode()
+    assert cards_of(idle)["budget"] != cards_of(after_turn)["budget"]
+    assert "Nothing spent in the last 30m" in idle
+    clock.shift(timedelta(minutes=10))
+    assert cards_of(client_alice.get(url).content.decode())["budget"] == cards_of(idle)["budget"]
 
 
 def test_clock_texts_of_a_polled_card_are_kept_current_by_the_page(client_alice, world, clock):

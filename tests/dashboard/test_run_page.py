@@ -173,8 +173,15 @@ def test_burn_rate_and_forecast_of_when_the_budget_runs_out(project):
     assert burn.tokens_per_hour == 22_000
     assert burn.usd_left == Decimal("9")
     assert burn.runs_out_on == "USD"
-    assert burn.runs_out_at == now + timedelta(hours=4.5)
+    # Read at the newest turn (55 min), not at now: the forecast does not move while no turn comes.
+    assert burn.as_of == T0 + timedelta(minutes=55)
+    assert burn.runs_out_at == T0 + timedelta(minutes=55) + timedelta(hours=4.5)
+    assert timeline.burn_forecast(run, now=now + timedelta(minutes=20)) == burn
     assert not burn.exceeded
+    # Once the newest turn leaves the window, nothing burns: no rate, no forecast.
+    idle = timeline.burn_forecast(run, now=T0 + timedelta(minutes=55 + 31))
+    assert (idle.usd_per_hour, idle.tokens_per_hour, idle.runs_out_at, idle.as_of) == (0, 0, None, None)
+    assert idle.usd_left == Decimal("9") and not idle.exceeded
 
 
 def test_forecast_says_exceeded_and_finished_runs_burn_nothing(project):

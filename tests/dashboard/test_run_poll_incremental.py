@@ -62,7 +62,6 @@ def _figure(run: Run, tl) -> dict:
         metric=scenario.score_metric,
         budget_usd=None,
         burn=None,
-        now=T0,
         uirevision="x",
     )
 

@@ -57,7 +57,6 @@ def run_timeline_figure(
     metric: str,
     budget_usd: Decimal | None,
     burn: Burn | None,
-    now: datetime,
     uirevision: str,
     failed: Sequence[tuple] = (),
 ) -> dict:
@@ -239,7 +238,7 @@ def run_timeline_figure(
             burn
             and burn.runs_out_at
             and burn.runs_out_on == "USD"
-            and burn.runs_out_at - now <= tl.end - tl.start
+            and burn.runs_out_at - burn.as_of <= tl.end - tl.start
         ):
             data.append(
                 {
@@ -247,7 +246,7 @@ def run_timeline_figure(
                     "mode": "lines",
                     "name": "forecast",
                     "yaxis": "y4",
-                    "x": [x_time(now), x_time(burn.runs_out_at)],
+                    "x": [x_time(burn.as_of), x_time(burn.runs_out_at)],
                     "y": [spent, float(budget_usd)],
                     "line": {"color": BUDGET, "width": 1, "dash": "dot"},
                     "hovertemplate": f"budget runs out ~%{{x|%H:%M}} {zone_label()}<extra>forecast</extra>",

@@ -88,10 +88,6 @@ TURN_ROW_FIELDS = (
     "ts",
 )
 TIMELINE_STEPS = 32  # a live timeline's axis ends at the next 1/32–1/64 of the run's age (see `horizon`)
-# The burn rate is over the last hour up to the server's now: the one thing on the page that moves with the
-# clock alone, so the budget card (and the timeline's forecast line) are computed at, and versioned by, this
-# coarse clock; every other clock text is a <time> the page script keeps current.
-FORECAST_SECONDS = live.TICK_SECONDS
 
 
 def horizon(run, now: datetime) -> datetime:
@@ -122,7 +118,6 @@ class RunPage:
     def __init__(self, request, run):
         self.request, self.run, self.project = request, run, run.project
         self.now = timezone.now()
-        self.forecast_at = live.clock(self.now, FORECAST_SECONDS)
         role = self.project.role_of(request.user)  # read once for every card's permissions
         rank = Role.rank(role) if role else -1
         reviewer = rank >= Role.rank(Role.REVIEWER)
@@ -204,7 +199,7 @@ class RunPage:
 
     @cached_property
     def burn(self):
-        return timeline.burn_forecast(self.run, now=self.forecast_at)
+        return timeline.burn_forecast(self.run, now=self.now)
 
     @cached_property
     def horizon(self) -> datetime:
@@ -362,9 +357,10 @@ class RunPage:
                 m.submissions_updated,
             )
         if name == "run-timeline-card":
-            # The clock moves its axis only while it draws something (an empty card says so and no more).
+            # The clock moves its axis only while it draws something (an empty card says so and no more);
+            # the forecast line is read at the newest turn (its marker), until that leaves the burn window.
             drawn = bool(run.turn_count or run.score_count) and not run.is_terminal
-            forecast = (self.forecast_at,) if run.budget_usd and drawn else ()
+            forecast = (m.burning,) if run.budget_usd and drawn else ()
             return (
                 *self.turn_marker,
                 run.failed_turns,
@@ -382,8 +378,9 @@ class RunPage:
                 *self._spend(),
                 run.is_terminal,
                 *self.turn_marker,
-                # The burn is read from a recent window of turns: the clock moves it only if there are turns.
-                self.forecast_at if run.turn_count and not run.is_terminal else None,
+                # The burn is read at the newest turn (its marker): the clock moves it once, when that turn
+                # leaves the burn window.
+                self.markers.burning,
             )
         if name == "run-actors":
             return (*self.turn_marker, _json(run.actor_roles))
@@ -575,7 +572,6 @@ class RunPage:
                     metric=scenario.score_metric,
                     budget_usd=run.budget_usd,
                     burn=self.burn,
-                    now=self.forecast_at,
                     uirevision=f"run-{run.pk}",
                     failed=self.failed_marks,
                 ),

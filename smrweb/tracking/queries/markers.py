@@ -32,6 +32,7 @@ from smrweb.tracking.models import (
     StateChange,
     Submission,
 )
+from smrweb.tracking.queries.timeline import burning_since
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RunMarkers:
     rollbacks_open: int  # requested or dispatched: the page keeps polling while one is
     controls: tuple  # steering requests: (count, latest updated)
     metric: tuple  # of `metric_key`: (count, latest step, latest id), () without a key
+    burning: bool  # a turn inside the burn window ends at `now` (queries.timeline.burning_since)
 
 
 def _table(model) -> str:
@@ -91,8 +93,11 @@ def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMa
     parts += [
         f"(SELECT until FROM {t(RunSnooze)} WHERE run_id = %s AND until > %s)",
         f"(SELECT COUNT(*) FROM {t(Rollback)} WHERE run_id = %s AND status IN (%s, %s))",
+        # The (run, ts) index from its end: is the newest turn inside the burn window?
+        f"(SELECT COUNT(*) FROM (SELECT 1 FROM {t(AgentTurn)} WHERE run_id = %s AND ts >= %s LIMIT 1) b)",
     ]
-    params += [run.pk, connection.ops.adapt_datetimefield_value(now), run.pk, *Rollback.OPEN]
+    adapt = connection.ops.adapt_datetimefield_value
+    params += [run.pk, adapt(now), run.pk, *Rollback.OPEN, run.pk, adapt(burning_since(now))]
     if metric_key is not None:
         parts += [
             f"(SELECT COUNT(*) FROM {t(MetricPoint)} WHERE run_id = %s AND {key} = %s)",
@@ -120,7 +125,8 @@ def run_markers(run: Run, now: datetime, metric_key: str | None = None) -> RunMa
         controls=(row[20], row[21]),
         snoozed_until=row[22],
         rollbacks_open=row[23],
-        metric=tuple(row[24:27]) if metric_key is not None else (),
+        burning=bool(row[24]),
+        metric=tuple(row[25:28]) if metric_key is not None else (),
     )
 
 

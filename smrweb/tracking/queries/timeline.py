@@ -461,11 +461,12 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
 
 @dataclass
 class Burn:
-    """Spend rate over the recent window and, against a budget, when it runs out."""
+    """Spend rate over the window up to the run's newest turn and, against a budget, when it runs out."""
 
     window: timedelta
     usd_per_hour: Decimal
     tokens_per_hour: int
+    as_of: datetime | None = None  # the newest turn: the window ends, and a forecast starts, there
     usd_left: Decimal | None = None
     tokens_left: int | None = None
     runs_out_at: datetime | None = None  # the earlier of the USD and token forecasts
@@ -473,33 +474,46 @@ class Burn:
     exceeded: bool = False
 
 
+def burning_since(now: datetime) -> datetime:
+    """A run burns while it has a turn at or after this: its newest turn is inside the burn window."""
+    return now - BURN_WINDOW
+
+
 def burn_forecast(run: Run, *, now: datetime | None = None) -> Burn | None:
-    """The recent burn rate and the budget's forecast end (None for finished runs: nothing burns)."""
+    """The burn rate over the window up to the run's newest turn and the budget's forecast end from there
+    (None for finished runs: nothing burns). Read at the newest turn rather than at the server's now, the
+    reading moves when a turn arrives, and once more when the newest turn leaves the window (nothing spent
+    since: no forecast), never with the clock alone (issue 36: the budget card's version holds no clock)."""
     if run.is_terminal:
         return None
     now = now or timezone.now()
-    # A young run is measured over its own age, not diluted over a window it has not lived.
-    window = min(BURN_WINDOW, max(now - run.started_at, timedelta(minutes=1)))
-    recent = AgentTurn.objects.filter(run=run, ts__gte=now - window).aggregate(
-        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
-    )
-    hours = Decimal(window.total_seconds()) / 3600
-    usd_rate = (recent["usd"] or Decimal(0)) / hours
-    token_rate = int(((recent["tin"] or 0) + (recent["tout"] or 0)) / float(hours))
-    burn = Burn(window=window, usd_per_hour=usd_rate, tokens_per_hour=token_rate)
+    newest = run.turns.order_by("-ts", "-id").values_list("ts", flat=True).first()
+    if newest is None or newest < burning_since(now):
+        burn = Burn(window=BURN_WINDOW, usd_per_hour=Decimal(0), tokens_per_hour=0)
+        usd_rate, token_rate = Decimal(0), 0
+    else:
+        # A young run is measured over its own age, not diluted over a window it has not lived.
+        window = min(BURN_WINDOW, max(newest - run.started_at, timedelta(minutes=1)))
+        recent = AgentTurn.objects.filter(run=run, ts__gt=newest - window, ts__lte=newest).aggregate(
+            usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
+        )
+        hours = Decimal(window.total_seconds()) / 3600
+        usd_rate = (recent["usd"] or Decimal(0)) / hours
+        token_rate = int(((recent["tin"] or 0) + (recent["tout"] or 0)) / float(hours))
+        burn = Burn(window=window, usd_per_hour=usd_rate, tokens_per_hour=token_rate, as_of=newest)
     forecasts = []
     if run.budget_usd:
         burn.usd_left = run.budget_usd - run.cost_usd
         if burn.usd_left <= 0:
             burn.exceeded = True
         elif usd_rate > 0:
-            forecasts.append((now + timedelta(hours=float(burn.usd_left / usd_rate)), "USD"))
+            forecasts.append((newest + timedelta(hours=float(burn.usd_left / usd_rate)), "USD"))
     if run.budget_tokens:
         burn.tokens_left = run.budget_tokens - run.tokens_in - run.tokens_out
         if burn.tokens_left <= 0:
             burn.exceeded = True
         elif token_rate > 0:
-            forecasts.append((now + timedelta(hours=burn.tokens_left / token_rate), "tokens"))
+            forecasts.append((newest + timedelta(hours=burn.tokens_left / token_rate), "tokens"))
     if forecasts:
         burn.runs_out_at, burn.runs_out_on = min(forecasts)
     return burn
