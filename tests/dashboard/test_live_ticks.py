@@ -210,9 +210,7 @@ def test_a_poll_after_one_new_turn_renders_the_cards_that_show_turns_and_one_row
     body = answer.content.decode()
     assert answer.status_code == 200
     shows_turns = {"run-activity", "run-stats", "run-timeline-card", "budget", "run-actors", "turns-card"}
-    # The stats: their parts that show spend and turns, alone. The timeline of a run this short has a bar per
-    # turn, so a turn reshapes its figure and the card goes whole (a long run's patch: test_run_poll_parts).
-    whole = shows_turns - set(runs.RunPage.PARTS) | {"run-timeline-card"}
+    whole = shows_turns - set(runs.RunPage.PARTS)  # the stats: their parts that show spend and turns, alone
     assert set(rendered) == whole, set(rendered) ^ whole
     assert set(cards_of(body)) <= shows_turns
     assert rows_rendered == [1]  # the new turn's row; the ten others from the cache
