@@ -31,9 +31,7 @@ and turn stats, its "no progress" numbers, one actor's row) says so with `Card.l
 shows outside those parts (its skeleton) and each part's version and render (`Part`, a partial of its own).
 These are read only when the card's version moved, and kept (under the card's version) with every render of
 the card; a poll whose card changed but whose skeleton did not renders the parts whose versions moved, alone,
-and sends them with the card's version marker, without rendering the card or comparing renders. A figure
-part (`Part.figure`) is kept under each version it was rendered at, and goes as a patch of the one the page
-shows.
+and sends them with the card's version marker, without rendering the card or comparing renders.
 
 Many tabs on one live page poll the same versions: a card is rendered once per version (the first poll to
 miss it renders, the others wait for it in the cache), each card's change from one version to another is
@@ -120,7 +118,6 @@ class Part:
     id: str
     version: str
     render: Callable[[], str]
-    figure: bool = False  # a chart's figure (`<!--f:ID-->`): sent as a patch of the render the page has
 
 
 @dataclass
@@ -449,14 +446,10 @@ class Deck:
         """For the cards with parts among `renders` (name: marked HTML): what a later part-wise answer reads,
         kept with the render: the versions of its skeleton and parts, under the card's version."""
         out: dict[str, str] = {}
-        for name, html in renders.items():
+        for name in renders:
             card = self.cards.get(name)
             if card is not None and card.layout is not None:
                 out.update(self._manifest(card))
-                parts = card.laid_out[1]
-                for m in PART.finditer(html):  # its figures: what a later patch is made against
-                    if m[1] == "f" and m[2] in parts:
-                        out[self._part_key(name, m[2], parts[m[2]].version)] = m[3]
         return out
 
     def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
@@ -467,7 +460,6 @@ class Deck:
         cards = [self.cards[n] for n in names if self.cards[n].layout is not None and sent.get(n)]
         kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
         plans: dict[str, list[Part]] = {}
-        was: dict[str, dict[str, str]] = {}  # the part versions the page shows, per card
         for card in cards:
             raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
             if raw is None or card.marker is None:
@@ -477,19 +469,10 @@ class Deck:
             if was_skeleton != skeleton or versions.keys() != parts.keys():
                 continue
             plans[card.name] = [p for p in parts.values() if versions[p.id] != p.version]
-            was[card.name] = versions
         if not plans:
             return {}
-        # A part's render is kept under its version: polls a turn or two behind need the same new parts. A
-        # figure's is kept under each version too, and a changed one goes as a patch of the one the page has.
-        keys = [self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts]
-        shown = {
-            (n, p.id): self._part_key(n, p.id, was[n][p.id])
-            for n, parts in plans.items()
-            for p in parts
-            if p.figure
-        }
-        kept = self._recall(keys + list(shown.values()))
+        # A part's render is kept under its version: polls a turn or two behind need the same new parts.
+        kept = self._recall([self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts])
         made: dict[str, str] = {}
         out: dict[str, str] = {}
         for name, changed in plans.items():
@@ -498,8 +481,7 @@ class Deck:
                 key = self._part_key(name, p.id, p.version)
                 if (html := kept.get(key) or made.get(key)) is None:
                     html = made[key] = p.render()
-                old = kept.get(shown[(name, p.id)]) if p.figure else None
-                fragments.append(_figure_fragment(old, html) if old is not None else _oob(html))
+                fragments.append(_oob(html))
             marker = self.cards[name].marker()
             marker = m[3] if (m := PART.search(marker)) else marker  # the marker part's element
             out[name] = "\n".join([*fragments, _oob(marker)])

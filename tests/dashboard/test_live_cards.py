@@ -344,13 +344,12 @@ def test_a_cold_page_renders_each_card_once_in_few_cache_calls_and_waits_for_one
     made = len(rendered)
     claims = [c for c in calls if c[0] == "add"]
     assert claims == [("add", 1)] * (made + 1)  # one claim per card missing, the stats card's refused
-    # The renders in one write (with the part versions of those that have parts, and the timeline's figure
-    # as a part: a later patch is made against it), the claims released in one call, and the waited-for
-    # card read (get_many); the turns table's rows in one write, and the "no progress" reading the cards'
-    # versions read once kept.
+    # The renders in one write (with the part versions of those that have parts), the claims released in one
+    # call, and the waited-for card read (get_many); the turns table's rows in one write, and the "no
+    # progress" reading the cards' versions read once kept.
     writes = [c for c in calls if c[0] not in ("add", "get_many")]
     rows = ("set_many", 25)  # runs.TURNS_PER_PAGE
-    parted = len(set(runs.RunPage.PARTS) & set(rendered)) + ("run-timeline-card" in rendered)
+    parted = len(set(runs.RunPage.PARTS) & set(rendered))
     assert writes == [("get", 1), ("set", 1), rows, ("set_many", made + parted), ("delete_many", made)]
 
 

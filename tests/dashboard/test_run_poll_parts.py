@@ -186,22 +186,14 @@ def shown_part(page: str) -> str:
 # --- the tests ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("turns", [60, 400])
-def test_polls_after_random_turns_scores_and_states_show_what_a_fresh_page_shows(
-    client_alice, project, now, monkeypatch, turns
-):
+def test_polls_after_random_turns_scores_and_states_show_what_a_fresh_page_shows(client_alice, project, now):
     """After each of a random sequence of turns (of three actors), scores and state changes, the page with
-    the poll's fragments applied equals a fresh render of the page (one rendered anew: a hard reload). On a
-    run of 400 turns the timeline keeps its shape through most turns: its figure goes as a patch made from
-    its parts, without rendering the card."""
-    url = seed(project, "prop", turns)
+    the poll's fragments applied equals a fresh render of the page (one rendered anew: a hard reload)."""
+    url = seed(project, "prop", 60)
     rng = random.Random(36)
     page = client_alice.get(url).content.decode()
     shown = cards_of(page)
-    rendered: list[str] = []
-    card = runs.RunPage.render_card
-    monkeypatch.setattr(runs.RunPage, "render_card", lambda page, *a: rendered.append(a[0]) or card(page, *a))
-    n, parted, figured = turns, 0, 0
+    n, parted = 60, 0
     for step in range(24):
         now.shift(timedelta(seconds=1))
         what = rng.choice(["turn", "turn", "turn", "turns", "score", "state"])
@@ -216,12 +208,10 @@ def test_polls_after_random_turns_scores_and_states_show_what_a_fresh_page_shows
             push(project, "prop", {"type": "score", "score": rng.random(), "ts": at})
         else:
             push(project, "prop", {"type": "state", "state": rng.choice(["running", "paused"]), "ts": at})
-        rendered.clear()
         answer = poll(client_alice, url, shown)
         if answer.status_code == 200:
             body = answer.content.decode()
             parted += 'id="stat-turns"' in body and 'id="run-stats"' not in body
-            figured += "data-figure-patch" in body and "run-timeline-card" not in rendered
             page = apply(page, body)
             cards_of(body, shown)
         fresh = client_alice.get(url, headers={"Cache-Control": "no-cache"}).content.decode()
@@ -233,7 +223,6 @@ def test_polls_after_random_turns_scores_and_states_show_what_a_fresh_page_shows
             open("/tmp/rp-b.txt", "w").write(b[at - 400 : at + 400])
         assert a == b, (step, what)
     assert parted >= 5  # the part-wise answers were exercised
-    assert figured >= (10 if turns == 400 else 0), figured  # and the timeline's figure patched from its part
 
 
 def test_a_poll_after_one_turn_renders_parts_not_the_cards_that_have_them(

@@ -73,7 +73,6 @@ CARDS = (
 # The cards whose links page or filter them: the card alone comes back (run_logs.PARAMS: the Logs card's).
 PAGED = {"turns-card": "turns_page", "artifacts-card": "artifacts_page", run_logs.CARD: "logs_before"}
 FAILED_MARKS = 500  # the newest failed calls marked on the timeline
-TIMELINE_FIGURE = "run-timeline-data"  # the timeline card's figure part (and its script's id)
 # What a turn's row shows (with its tool calls' count and names): its version in the row cache.
 TURN_ROW_FIELDS = (
     "pk",
@@ -220,19 +219,6 @@ class RunPage:
         scores = live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
         return timeline.run_timeline(self.run, now=self.horizon, scores_version=scores)
 
-    @cached_property
-    def timeline_figure(self) -> dict:
-        scenario, run = self.project.scenario, self.run
-        return charts.run_timeline_figure(
-            self.timeline,
-            maximize=scenario.maximize,
-            metric=scenario.score_metric,
-            budget_usd=run.budget_usd,
-            burn=self.burn,
-            uirevision=f"run-{run.pk}",
-            failed=self.failed_marks,
-        )
-
     def _page(self, queryset, per_page: int, param: str, *, count: int | None = None):
         paginator = Paginator(queryset, per_page)
         if count is not None:
@@ -310,9 +296,6 @@ class RunPage:
             return (self._actor_names, order, bool(run.turn_count))
         if skeleton and name == "run-stats":
             return (*_fields(run, *self.SCORES), m.submission_last, m.submissions_updated)
-        if skeleton and name == "run-timeline-card":  # where the bars are, not what they or the summary say
-            tl = self.timeline
-            return (bool(tl.turn_total or tl.score_total), tl.start, tl.bin_width, run.budget_usd)
         if name == "run-poll":
             return (self.polls, self.query.urlencode())
         if name == "run-head":
@@ -486,7 +469,6 @@ class RunPage:
         "run-alerts": ("alert-no-progress",),
         "run-stats": ("stat-spend", "stat-driver", "stat-child", "stat-turns", "stat-efficiency"),
         "run-actors": (),  # a row per actor (`_actor_parts`)
-        "run-timeline-card": ("timeline-summary", TIMELINE_FIGURE),  # the figure goes as a patch
     }
 
     @cached_property
@@ -500,8 +482,6 @@ class RunPage:
 
     def part_version_parts(self, name: str, part: str) -> tuple:
         run = self.run
-        if part == "timeline-summary":
-            return (self.timeline.score_total, self.timeline.turn_total, self.timeline.bin_width)
         if name == "run-actors":
             a = self._actor_parts[part]
             figures = (a.kind, sorted(a.models), a.turns, a.tokens_in, a.tokens_out, a.cost_usd)
@@ -517,8 +497,6 @@ class RunPage:
         return self.version_parts(name)  # efficiency: all the card reads
 
     def part_context(self, name: str, part: str) -> dict:
-        if name == "run-timeline-card":
-            return self.card_context(name)
         if name == "run-actors":
             return {"a": self._actor_parts[part], "i": int(part.rsplit("-", 1)[1])}
         if part in ("alert-no-progress", "badge-no-progress"):
@@ -548,7 +526,6 @@ class RunPage:
                 part,
                 self.version(name, part, *self.part_version_parts(name, part)),
                 functools.partial(self.render_part, name, part),
-                figure=part == TIMELINE_FIGURE,
             )
             for part in ids
         )
@@ -586,7 +563,19 @@ class RunPage:
             recent = queries.score_histories([run.pk], per_run=6).get(run.pk, [])
             return {"efficiency": timeline.efficiency(run), "recent_scores": recent}
         if name == "run-timeline-card":
-            return {"timeline": self.timeline, "timeline_figure": self.timeline_figure}
+            scenario = self.project.scenario
+            return {
+                "timeline": self.timeline,
+                "timeline_figure": charts.run_timeline_figure(
+                    self.timeline,
+                    maximize=scenario.maximize,
+                    metric=scenario.score_metric,
+                    budget_usd=run.budget_usd,
+                    burn=self.burn,
+                    uirevision=f"run-{run.pk}",
+                    failed=self.failed_marks,
+                ),
+            }
         if name == "budget":
             return {"burn": self.burn}
         if name == "failed-calls":
