@@ -52,13 +52,6 @@ def turns_after(run_pk: int, moment: str = "best") -> str:
     return f"turns-after:v1:{run_pk}" + ("" if moment == "best" else f":{moment}")
 
 
-def timeline_kept(run_pk: int, direction: str) -> str:
-    """A run's latest timeline (queries.timeline.run_timeline), 1 h, for the scenario's `direction`: the
-    next read adds the turns since to its bars while the timeline keeps its shape. Checked on each read
-    (its shape, scores and turn count), so nobody forgets it."""
-    return f"timeline-kept:v1:{run_pk}:{direction}"
-
-
 def timeline_scores(run_pk: int, direction: str) -> str:
     """A run timeline's score side (the points plotted, why each does not count, the turn before each, the
     best-so-far frontier; queries.timeline), 1 h, for the scenario's `direction` ("1" maximize), with the

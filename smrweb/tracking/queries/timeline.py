@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import ClassVar
 
 from django.db.models import (
     BigIntegerField,
@@ -87,11 +86,6 @@ class Timeline:
     score_turns: list[tuple[int | None, str]] = field(default_factory=list)
     # Per plotted score: why it does not count in the run's figures ("invalid", "excluded"…), "" if it does.
     score_standing: list[str] = field(default_factory=list)
-    # What `extended_timeline` adds new turns to: the bars as (bar, kind) -> [turns, tokens in, tokens out,
-    # micro-USD], and the highest turn id they hold.
-    bars: dict = field(default_factory=dict, repr=False)
-    hwm: int | None = None
-    version: ClassVar[int] = 1  # of what is kept in the cache (a changed class is built anew)
 
     @property
     def bin_width_us(self) -> int:
@@ -276,8 +270,7 @@ def _from_epoch_us(us: int) -> datetime:
     return EPOCH + timedelta(microseconds=us)
 
 
-TURN_SUMS = ("tokens_in", "tokens_out", "cost_usd")
-TURN_FIELDS = ("id", "ts", "kind", *TURN_SUMS, "actor", "parent_actor", "model")
+TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
 
 
 def computed_turn_memo(run: Run) -> TurnMemo:
@@ -340,13 +333,10 @@ def _turn_memo(run: Run) -> TurnMemo:
     changed = True
     if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
         read = memo.hwm, memo.count
-        rows = list(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
-        memo.add(rows)
+        memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         changed = (memo.hwm, memo.count) != read
         if not memo.matches(run):
             memo, changed = None, True
-        else:
-            run._turns_folded = (*read, rows)  # what `extended_timeline` adds too, not read twice
     else:
         memo = None
     if memo is None:
@@ -419,53 +409,31 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
     """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
     whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
     since), whatever the number of turns. With `scores_version` (of the run's scores) the score side is
-    kept in the cache under it (`timeline_scores.kept_score_side`), and so is the timeline: the next read
-    adds the turns since to its bars (`extended_timeline`) while it keeps its shape."""
+    kept in the cache under it (`timeline_scores.kept_score_side`)."""
     now = now or timezone.now()
-    key = cachekeys.timeline_kept(run.pk, str(int(run.project.scenario.maximize))) if scores_version else None
-    kept = softcache.get(key) if key else None
-    if isinstance(kept, Timeline) and kept.version == Timeline.version:
-        timeline = extended_timeline(run, kept, now=now, scores_version=scores_version)
-        if timeline is not None:
-            if timeline.hwm != kept.hwm:
-                softcache.set(key, timeline, MEMO_SECONDS)
-            return timeline
-    timeline = _built(run, now, scores_version)
-    if key:
-        softcache.set(key, timeline, MEMO_SECONDS)  # down: built again next time
-    return timeline
-
-
-def _built(run: Run, now: datetime, scores_version: str | None) -> Timeline:
-    memo, side, start, end, per_bar = _shape(run, now, scores_version)
-    origin_bucket = _bucket_of(start, memo.width)
-    bars: dict[tuple[int, str], list[int]] = {}
-    for (bucket, kind), values in memo.buckets.items():
-        m = bars.setdefault(((bucket - origin_bucket) // per_bar, kind), [0, 0, 0, 0])
-        for i in range(4):
-            m[i] += values[i]
-    return _timeline(start, end, timedelta(seconds=memo.width) * per_bar, bars, side, memo)
-
-
-def _shape(run: Run, now: datetime, scores_version: str | None) -> tuple:
-    """(turn memo, score side, start, end, buckets per bar): where the bars are."""
     memo = _turn_memo(run)
-    side = kept_score_side(run, memo.hwm, memo.count, run.project.scenario.maximize, scores_version)
+    maximize = run.project.scenario.maximize
+    side = kept_score_side(run, memo.hwm, memo.count, maximize, scores_version)
     times = [t for t in (memo.lo, memo.hi) if t] + side.ends
     first = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
     base = timedelta(seconds=memo.width)
-    start = EPOCH + base * _bucket_of(first, memo.width)
+    origin_bucket = _bucket_of(first, memo.width)
+    start = EPOCH + base * origin_bucket
     # One bar per turn for short runs (most bars are then one turn), never more than MAX_BINS.
     buckets = max(1, math.ceil((end - start) / base))
-    return memo, side, start, end, max(1, math.ceil(buckets / max(1, min(MAX_BINS, memo.count))))
+    per_bar = max(1, math.ceil(buckets / max(1, min(MAX_BINS, memo.count))))
+    width = base * per_bar
 
-
-def _timeline(start, end, width: timedelta, bars: dict, side, memo: TurnMemo) -> Timeline:
+    merged: dict[tuple[int, str], list[int]] = {}
+    for (bucket, kind), values in memo.buckets.items():
+        m = merged.setdefault(((bucket - origin_bucket) // per_bar, kind), [0, 0, 0, 0])
+        for i in range(4):
+            m[i] += values[i]
     bins: list[TurnBin] = []
     cumulative: list[tuple[datetime, Decimal, Decimal]] = []
     total = driver = Decimal(0)
-    for (index, kind), (n, tin, tout, micro) in sorted(bars.items()):
+    for (index, kind), (n, tin, tout, micro) in sorted(merged.items()):
         b = TurnBin(start + width * index, start + width * (index + 1), kind, n, tin, tout, micro * MICRO_USD)
         bins.append(b)
         total += b.cost_usd
@@ -476,6 +444,7 @@ def _timeline(start, end, width: timedelta, bars: dict, side, memo: TurnMemo) ->
             cumulative[-1] = point  # the second kind of the same bin
         else:
             cumulative.append(point)
+
     return Timeline(
         start=start,
         end=end,
@@ -488,38 +457,7 @@ def _timeline(start, end, width: timedelta, bars: dict, side, memo: TurnMemo) ->
         frontier=list(side.frontier),
         score_total=side.total,
         turn_total=memo.count,
-        bars=bars,
-        hwm=memo.hwm,
     )
-
-
-def extended_timeline(
-    run: Run, shown: Timeline, *, now: datetime, scores_version: str | None = None
-) -> Timeline | None:
-    """`shown` with the turns that arrived since it was read added to its bars (one indexed range), when
-    the timeline kept its shape (start, end, bar width, the same scores and the turns before them); None
-    otherwise (or when the turns since do not add up: one deleted, one committed out of id order)."""
-    memo, side, start, end, per_bar = _shape(run, now, scores_version)
-    width = timedelta(seconds=memo.width) * per_bar
-    scores = [(ts, v) for _, v, ts, _, _ in side.scores]
-    if (start, end, width, scores, list(side.turns_before)) != (
-        shown.start, shown.end, shown.bin_width, shown.scores, shown.score_turns
-    ) or shown.hwm is None:  # fmt: skip
-        return None
-    folded = getattr(run, "_turns_folded", None)
-    if folded and folded[:2] == (shown.hwm, shown.turn_total):
-        new = [row[1:6] for row in folded[2] if row[0] <= memo.hwm]
-    else:
-        new = turns_past(run, shown.hwm).filter(id__lte=memo.hwm).values_list("ts", "kind", *TURN_SUMS)
-        new = list(new)
-    if len(new) != memo.count - shown.turn_total:
-        return None
-    bars = {key: list(values) for key, values in shown.bars.items()}
-    for ts, kind, tin, tout, usd in new:
-        m = bars.setdefault(((ts - start) // width, kind), [0, 0, 0, 0])
-        for i, value in enumerate((1, tin, tout, _micro(usd))):
-            m[i] += value
-    return _timeline(start, end, width, bars, side, memo)
 
 
 @dataclass
