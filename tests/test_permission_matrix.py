@@ -2078,6 +2078,14 @@ ROWS = [
         "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
         marker=SCENARIO_NAME,
     ),
+    # The leaderboard across projects lists only the projects the caller reads (a token: its own).
+    Row(
+        "api scenario leaderboard",
+        "GET",
+        "/api/v1/scenarios/{scenario}/leaderboard",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW HIDE  LOGIN",
+        marker='"project":"hill"',
+    ),
     Row(
         "api scenario preflight",
         "POST",

@@ -30,6 +30,11 @@ urlpatterns = [
     path("health", health.Health.as_view(), name="health"),
     path("scenarios/", scenarios.ScenarioList.as_view(), name="scenario-list"),
     path("scenarios/<slug:key>/", scenarios.ScenarioDetail.as_view(), name="scenario-detail"),
+    path(
+        "scenarios/<slug:key>/leaderboard",
+        scenarios.ScenarioLeaderboard.as_view(),
+        name="scenario-leaderboard",
+    ),
     path("scenarios/<slug:key>/preflight", scenarios.ScenarioPreflight.as_view(), name="scenario-preflight"),
     path(
         "scenarios/<slug:key>/preflight/<str:request_id>",

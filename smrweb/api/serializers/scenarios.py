@@ -70,3 +70,38 @@ class PreflightPendingSerializer(serializers.Serializer):
         choices=["pending", "running"], help_text="pending: queued for a worker; running: a worker has it."
     )
     poll = serializers.CharField(help_text="Where to GET the report (202 until it is ready).")
+
+
+class BoardSubmissionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    score = serializers.FloatField()
+    status = serializers.CharField()
+    run = serializers.CharField(source="run.external_id")
+    ts = serializers.DateTimeField()
+
+
+class BoardArenaSerializer(serializers.Serializer):
+    arena = serializers.CharField()
+    rank = serializers.IntegerField(allow_null=True)
+    arena_score = serializers.FloatField(allow_null=True)
+    recorded = serializers.DateTimeField(source="created")
+
+
+class BoardRowSerializer(serializers.Serializer):
+    place = serializers.IntegerField(
+        allow_null=True, help_text="1 for the leader; ties share a place; null without a verified submission."
+    )
+    project = serializers.CharField(source="project.slug")
+    name = serializers.CharField(source="project.name")
+    best = BoardSubmissionSerializer(allow_null=True, help_text="The project's best verified submission.")
+    arena = BoardArenaSerializer(allow_null=True, help_text="The newest arena result recorded for `best`.")
+    best_arena_rank = serializers.IntegerField(
+        allow_null=True, help_text="The best arena rank recorded for any of the project's submissions."
+    )
+
+
+class ScenarioBoardSerializer(serializers.Serializer):
+    scenario = serializers.CharField()
+    direction = serializers.CharField()
+    score_metric = serializers.CharField()
+    projects = BoardRowSerializer(many=True)

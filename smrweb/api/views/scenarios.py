@@ -16,17 +16,19 @@ from rest_framework.views import APIView
 
 from smrweb import tasks
 from smrweb.api import examples
-from smrweb.api.access import actor_of, scenario_for
+from smrweb.api.access import actor_of, scenario_for, visible_projects
 from smrweb.api.errors import rate_limited
 from smrweb.api.schema import ERROR, ERRORS, UNSUPPORTED_MEDIA_TYPE
 from smrweb.api.serializers.scenarios import (
     PreflightPendingSerializer,
     PreflightReportSerializer,
+    ScenarioBoardSerializer,
     ScenarioSerializer,
 )
 from smrweb.core import ratelimits
 from smrweb.tracking import services
 from smrweb.tracking.models import Scenario
+from smrweb.tracking.queries.scenario_board import scenario_board
 
 
 @extend_schema_view(
@@ -60,6 +62,25 @@ class ScenarioDetail(generics.RetrieveAPIView):
 
     def get_queryset(self):
         return Scenario.objects.visible_to(actor_of(self.request))
+
+
+@extend_schema_view(get=extend_schema(responses={200: ScenarioBoardSerializer, **ERRORS}))
+class ScenarioLeaderboard(APIView):
+    """The scenario's leaderboard across projects: each project's best verified submission, ranked in the
+    scenario's direction, with its arena rank where recorded. Lists only the projects you may read (a token:
+    its own project)."""
+
+    def get(self, request, key: str):
+        scenario = scenario_for(request, key)
+        projects = list(visible_projects(request).filter(scenario=scenario))
+        board = scenario_board(scenario, projects)
+        payload = {
+            "scenario": scenario.key,
+            "direction": scenario.direction,
+            "score_metric": scenario.score_metric,
+            "projects": board,
+        }
+        return Response(ScenarioBoardSerializer(payload).data)
 
 
 # --- preflight ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST, require_safe
 from smrweb import tasks
 from smrweb.core import numbers, ratelimits
 from smrweb.tracking.models import Project, Scenario
+from smrweb.tracking.queries.scenario_board import scenario_board
 
 TEMPLATE = "dashboard/scenario_detail.html"
 
@@ -36,6 +37,7 @@ def _context(scenario: Scenario, projects: list[Project]) -> dict:
     return {
         "scenario": scenario,
         "projects": projects,
+        "board": scenario_board(scenario, projects),
         "commands": commands,
         "bounds": bounds,
         "timeout": tasks.PREFLIGHT_TIMEOUT,

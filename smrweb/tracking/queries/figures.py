@@ -37,17 +37,24 @@ def _rebuild(projects: list[Project]) -> None:
             rebuild_project_figures(p.pk)
 
 
-def read_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
-    """Each project's figures from its `ProjectFigures` row (one query), the standing of its sparkline's
-    scores (one query by id) and today's spend (one query over `RunDaySpend`'s (project, day) index)."""
-    ids = [p.pk for p in projects]
-    rows = {r.project_id: r for r in ProjectFigures.objects.filter(project_id__in=ids)}
+def figure_rows(projects: list[Project]) -> dict[int, ProjectFigures]:
+    """Each project's `ProjectFigures` row (one query), built first where it was never written (a project with
+    no runs yet) or its scenario's direction changed."""
+    rows = {r.project_id: r for r in ProjectFigures.objects.filter(project_id__in=[p.pk for p in projects])}
     missing = [p for p in projects if p.pk not in rows or rows[p.pk].maximize != p.scenario.maximize]
-    if missing:  # never written (a project with no runs yet) or its scenario's direction changed
+    if missing:
         _rebuild(missing)
         rows |= {
             r.project_id: r for r in ProjectFigures.objects.filter(project_id__in=[p.pk for p in missing])
         }
+    return rows
+
+
+def read_figures(projects: list[Project], unverified: bool) -> dict[int, dict]:
+    """Each project's figures from its `ProjectFigures` row (one query), the standing of its sparkline's
+    scores (one query by id) and today's spend (one query over `RunDaySpend`'s (project, day) index)."""
+    ids = [p.pk for p in projects]
+    rows = figure_rows(projects)
     marks = {
         pk: (status, excluded is not None, run_excluded is not None)
         for pk, status, excluded, run_excluded in Submission.objects.filter(
