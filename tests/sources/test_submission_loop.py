@@ -264,7 +264,7 @@ def test_viewers_cannot_roll_back_and_push_projects_need_a_webhook(client, victo
     page = client.post(
         "/projects/hill/runs/r1/rollback", {"submission": sub.pk}, follow=True
     ).content.decode()
-    assert "no rollback webhook URL" in page
+    assert "no webhook URL for its harness" in page
     assert not Rollback.objects.exists()
 
 

@@ -80,9 +80,9 @@ def test_a_git_project_offers_rollback_to_its_reviewers(project, bob, victor):
 
 @pytest.mark.django_db
 def test_a_push_project_without_a_webhook_says_how_to_get_one(project, bob):
-    assert "rollback webhook URL" in refusal(project, Action.ROLL_BACK)
+    assert "harness webhook URL" in refusal(project, Action.ROLL_BACK)
     _run_with_a_checkpoint(project)
-    with pytest.raises(RollbackRefused, match="rollback webhook URL"):
+    with pytest.raises(RollbackRefused, match="harness webhook URL"):
         rollbacks.request_rollback(by=bob, reason="x", checkpoint=Checkpoint.objects.get())
 
 

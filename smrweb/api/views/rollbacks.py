@@ -32,7 +32,7 @@ class RunRollback(APIView):
             409: OpenApiResponse(
                 ERROR,
                 description="`rollback_refused`: the checkpoint cannot be "
-                "restored, or a push project has no rollback webhook URL.",
+                "restored, or a push project has no harness webhook URL.",
             ),
         },
         summary="Roll a run back to one of its submissions or checkpoints (reviewers)",

@@ -53,9 +53,10 @@ class ProjectSettingsForm(forms.Form):
     rollback_webhook_url = forms.URLField(
         required=False,
         max_length=200,
-        label="Rollback webhook URL",
+        label="Harness webhook URL",
         assume_scheme="https",
-        help_text="REST-push projects: rollbacks are POSTed here, signed (see below).",
+        help_text="REST-push projects: what the dashboard asks of the harness — rollbacks, stops, pauses and "
+        "resumes (the spend guards' too), messages, new runs — is POSTed here, signed (see below).",
     )
 
     def clean_regression_threshold(self):

@@ -82,14 +82,14 @@ TABLE: dict[tuple[str, Action], Can | Cannot] = {
 
 # Why a push project without a webhook URL cannot do each action that goes through the webhook.
 _NO_WEBHOOK = {
-    Action.ROLL_BACK: "This project has no rollback webhook URL: an admin sets one in the project settings, "
-    "so the harness can be told to roll back.",
-    Action.STEER: "This project has no webhook URL: an admin sets one in the project settings (the rollback "
-    "webhook), so the harness can be sent messages, pauses and resumes.",
-    Action.LAUNCH: "This project has no webhook URL: an admin sets one in the project settings (the same URL "
-    "rollbacks and stops go to), so the harness can be told to start a run.",
-    Action.STOP: "This project has no webhook URL: an admin sets one in the project settings (the same URL "
-    "rollbacks go to), so the harness can be told to stop a run.",
+    Action.ROLL_BACK: "This project has no webhook URL for its harness: an admin sets the harness webhook "
+    "URL in the project settings, so the harness can be told to roll back.",
+    Action.STEER: "This project has no webhook URL for its harness: an admin sets the harness webhook "
+    "URL in the project settings, so the harness can be sent messages, pauses and resumes.",
+    Action.LAUNCH: "This project has no webhook URL for its harness: an admin sets the harness webhook "
+    "URL in the project settings, so the harness can be told to start a run.",
+    Action.STOP: "This project has no webhook URL for its harness: an admin sets the harness webhook "
+    "URL in the project settings, so the harness can be told to stop a run.",
 }
 
 
