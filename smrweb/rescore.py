@@ -130,7 +130,8 @@ def _readable(folder: Path) -> None:
             os.chmod(os.path.join(dirpath, name), 0o644)
 
 
-def rescore(args, out=sys.stdout) -> int:
+def rescore(args, out=None) -> int:
+    out = out or sys.stdout
     keys = trusted_keys(args)
     with tempfile.TemporaryDirectory(prefix="smrweb-rescore-") as tmp:
         folder = Path(tmp)

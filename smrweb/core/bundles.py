@@ -108,7 +108,11 @@ def load_public_keys(text: str) -> list[Ed25519PublicKey]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"not valid JSON: {exc.msg}") from None
         found = [data] + list(data.get("previous") or []) if isinstance(data, dict) else []
-        keys = [load_public_keys(str(item.get("public_key", ""))) for item in found if isinstance(item, dict)]
+        keys = [
+            load_public_keys(str(item["public_key"]))
+            for item in found
+            if isinstance(item, dict) and item.get("public_key")
+        ]
         if not keys:
             raise ValueError('JSON without a "public_key"')
         return [k for group in keys for k in group]
