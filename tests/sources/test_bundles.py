@@ -246,6 +246,8 @@ def test_the_page_offers_the_bundle_and_its_signed_link_works_without_an_account
     page.force_login(victor)  # a viewer reads the submission, so the bundle too
     html = page.get(f"/projects/hill/submissions/{sub.pk}/").content.decode()
     assert "Download bundle" in html and "Copy bundle link" in html
+    panel = page.get(f"/projects/hill/submissions/{sub.pk}/review-panel", headers={"HX-Request": "true"})
+    assert f'href="/projects/hill/submissions/{sub.pk}/bundle" download' in panel.content.decode()
     direct = page.get(f"/projects/hill/submissions/{sub.pk}/bundle")
     assert direct.status_code == 200 and direct["Content-Type"] == "application/gzip"
     body = b"".join(direct.streaming_content)
