@@ -202,5 +202,5 @@ def rescore(args, out=None) -> int:
             if tail:
                 print("validator output:\n  " + "\n  ".join(tail.splitlines()[-20:]), file=out)
             print(f"validator here: {ran.outcome} ({ran.detail}); on the server: {recorded}", file=out)
-            print(f"claimed score {verdict}: {why}", file=out)
+            print(f"{'claimed score ' if code != EXIT_CANNOT else ''}{verdict}: {why}", file=out)
         return code

@@ -290,3 +290,42 @@ def test_rescore_fetches_the_key_from_the_server_without_an_account(live_server,
     assert f"signed by key {bundles.key_id(server_bundles.signing_key())}" in out
     code, _, err = rescore(capsys, str(path), "--server", "http://127.0.0.1:9")
     assert code == 3 and "key server unreachable" in err
+
+
+# --- what the verdict compares --------------------------------------------------------------------------
+
+SCORING = "import sys; print('checked', sys.argv[1]); print('score: 0.5')"
+
+
+@pytest.mark.parametrize(
+    "claimed, code, said", [(0.5, 0, "scores 0.5, as claimed (exactly)"), (0.6, 1, "not the claimed 0.6")]
+)
+def test_a_validator_that_prints_a_score_must_print_the_claimed_one(
+    project, bob, tmp_path, capsys, claimed, code, said
+):
+    project.scenario.validator_command = ["python3", "-c", SCORING, "{artifact}"]
+    project.scenario.save()
+    sub = verified(scored(project, GOOD, claimed), bob)
+    assert sub.verification_outcome == "passed"
+    path = download(session(bob), sub, tmp_path)
+    got, out, err = rescore(capsys, str(path), "--key", key_file(tmp_path), "--json")
+    verdict = json.loads(out)
+    assert got == code and said in verdict["reason"], out + err
+    assert verdict["rescored"] == 0.5
+
+
+def test_no_validator_cannot_be_rescored_and_unconfined_is_said(project, bob, tmp_path, capsys):
+    sub = scored(project, GOOD, 0.5)  # the generic scenario: no validator
+    code, out, _ = rescore(capsys, str(download(session(bob), sub, tmp_path)), "--key", key_file(tmp_path))
+    assert (
+        code == 5
+        and "cannot re-score here: the validator could not run here: the scenario has no validator" in out
+    )
+
+
+def test_unconfined_runs_the_same_validator_without_the_sandbox(hill, bob, tmp_path, capsys):
+    sub = verified(scored(hill, GOOD, 0.5), bob)
+    path = download(session(bob), sub, tmp_path)
+    code, out, _ = rescore(capsys, str(path), "--key", key_file(tmp_path), "--unconfined", "--json")
+    verdict = json.loads(out)
+    assert code == 0 and verdict["confined"] is False and verdict["outcome"] == "passed"
