@@ -10,8 +10,9 @@
    refuses the bundle (exit 4) and nothing runs.
 2. The scenario's validator runs on the artifact through the same code as the server's verification
    (`core.sandbox.run_validator`, the scripts carried in the bundle as `{validators}`), confined by
-   bubblewrap as on a worker. Without the sandbox (no `bwrap`, not root, no cgroup) it does not run
-   unless you pass `--unconfined`, and the exit is 5.
+   bubblewrap: as on a worker when run as root on a host that gives it (a uid and a cgroup of its own),
+   else as you, in namespaces of its own (`PersonalConfinement`: no network, a read-only root, limits per
+   process). Without bubblewrap it does not run unless you pass `--unconfined`, and the exit is 5.
 3. The claim holds when the validator passes, the claimed score is within the scenario's bounds, and,
    when the validator prints a score (a line `score: <number>`), that score equals the claimed one within
    the scenario's tolerance (exact when the scenario states none).
@@ -122,6 +123,20 @@ def claimed_score_holds(manifest: dict, ran: sandbox.SandboxResult) -> tuple[int
     return EXIT_DOES_NOT_HOLD, f"the validator scores {score:g}, not the claimed {claimed:g} ({how})", score
 
 
+def _kind(confinement) -> str:
+    return "worker" if isinstance(confinement, sandbox.Confinement) else "personal"
+
+
+def sandbox_for(scripts: str):
+    """The worker's own confinement when this runs as root and the host gives it (a uid and a cgroup of
+    its own), else bubblewrap as the person running it (`PersonalConfinement`)."""
+    if os.geteuid() == 0:
+        full = sandbox.Confinement(readonly=(scripts,))
+        if not full.problem():
+            return full
+    return sandbox.PersonalConfinement(readonly=(scripts,))
+
+
 def _readable(folder: Path) -> None:
     """The sandbox runs the validator as a uid of its own: let it read what was extracted."""
     for dirpath, _dirnames, filenames in os.walk(folder):
@@ -154,12 +169,13 @@ def rescore(args, out=None) -> int:
                 file=out,
             )
         command = validator.get("command") or []
+        confinement = None
         if not command:
             ran = sandbox.SandboxResult(sandbox.CANNOT_VERIFY, None, "", 0.0, "the scenario has no validator")
         else:
             _readable(folder)
             scripts = str(folder / "validator")
-            confinement = None if args.unconfined else sandbox.Confinement(readonly=(scripts,))
+            confinement = None if args.unconfined else sandbox_for(scripts)
             with open(opened.file(m["artifact"]["file"]), "rb") as artifact:
                 ran = sandbox.run_validator(
                     list(command),
@@ -192,7 +208,7 @@ def rescore(args, out=None) -> int:
                         "outcome": ran.outcome,
                         "validator_exit_code": ran.exit_code,
                         "server_outcome": recorded,
-                        "confined": not args.unconfined,
+                        "sandbox": "none" if confinement is None else _kind(confinement),
                     }
                 ),
                 file=out,
@@ -201,6 +217,9 @@ def rescore(args, out=None) -> int:
             tail = ran.output_tail.strip()
             if tail:
                 print("validator output:\n  " + "\n  ".join(tail.splitlines()[-20:]), file=out)
-            print(f"validator here: {ran.outcome} ({ran.detail}); on the server: {recorded}", file=out)
+            where = "without a sandbox" if confinement is None else f"in the {_kind(confinement)} sandbox"
+            print(
+                f"validator here ({where}): {ran.outcome} ({ran.detail}); on the server: {recorded}", file=out
+            )
             print(f"{'claimed score ' if code != EXIT_CANNOT else ''}{verdict}: {why}", file=out)
         return code

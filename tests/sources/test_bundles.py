@@ -8,8 +8,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tarfile
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -151,7 +156,7 @@ def test_a_valid_submission_is_rescored_in_the_real_sandbox_and_holds(hill, bob,
     assert code == 0, out + err
     assert "files match the manifest" in out and "submission #%d of project hill" % sub.pk in out
     assert "PASS  defines `Optimizer.step`" in out
-    assert "validator here: passed (exited 0); on the server: passed" in out
+    assert "validator here (in the worker sandbox): passed (exited 0); on the server: passed" in out
     assert "claimed score holds: the validator passes" in out
 
 
@@ -164,7 +169,7 @@ def test_an_invalid_submission_is_rescored_and_does_not_hold(hill, bob, tmp_path
     assert code == 1
     assert verdict["verdict"] == "does not hold" and verdict["outcome"] == "failed"
     assert verdict["server_outcome"] == "failed" and verdict["validator_exit_code"] == 1
-    assert verdict["confined"] is True and verdict["submission"] == sub.pk
+    assert verdict["sandbox"] == "worker" and verdict["submission"] == sub.pk
 
 
 def test_a_tampered_bundle_or_another_key_is_refused_before_anything_runs(hill, bob, tmp_path, capsys):
@@ -328,4 +333,46 @@ def test_unconfined_runs_the_same_validator_without_the_sandbox(hill, bob, tmp_p
     path = download(session(bob), sub, tmp_path)
     code, out, _ = rescore(capsys, str(path), "--key", key_file(tmp_path), "--unconfined", "--json")
     verdict = json.loads(out)
-    assert code == 0 and verdict["confined"] is False and verdict["outcome"] == "passed"
+    assert code == 0 and verdict["sandbox"] == "none" and verdict["outcome"] == "passed"
+
+
+def test_someone_who_is_not_root_rescores_in_bubblewrap_as_themselves(hill, bob, tmp_path):
+    """`smrweb rescore` run by an ordinary user (here: nobody) in a process of its own: the validator runs
+    in the personal sandbox (namespaces of its own, no uid or cgroup needed), and the claim holds."""
+    sub = verified(scored(hill, GOOD, 0.5), bob)
+    shared = Path(tempfile.mkdtemp(prefix="smrweb-rescore-test-"))
+    try:
+        shared.chmod(0o755)
+        bundle = shared / "bundle.tar.gz"
+        bundle.write_bytes(download(session(bob), sub, tmp_path).read_bytes())
+        key = shared / "key.json"
+        key.write_text(Path(key_file(tmp_path)).read_text())
+        for path in (bundle, key):
+            path.chmod(0o644)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        done = subprocess.run(
+            [
+                *nobody,
+                sys.executable,
+                "-m",
+                "smrweb.cli",
+                "rescore",
+                str(bundle),
+                "--key",
+                str(key),
+                "--json",
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            env={"PATH": os.environ["PATH"], "HOME": str(shared), "LANG": "C.UTF-8"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads(done.stdout)
+    assert (
+        verdict["sandbox"] == "personal" and verdict["outcome"] == "passed" and verdict["verdict"] == "holds"
+    )
