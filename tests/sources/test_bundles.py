@@ -376,3 +376,13 @@ def test_someone_who_is_not_root_rescores_in_bubblewrap_as_themselves(hill, bob,
     assert (
         verdict["sandbox"] == "personal" and verdict["outcome"] == "passed" and verdict["verdict"] == "holds"
     )
+
+
+def test_the_manifest_facts_cost_a_fixed_number_of_queries(hill, bob, django_assert_max_num_queries):
+    from smrweb.tracking.queries.bundles import bundle_facts, bundled_submission
+
+    subs = [scored(hill, GOOD + b"#%d\n" % i, 0.1 * (i + 1), run=f"r{i % 2}") for i in range(4)]
+    for sub in subs:
+        with django_assert_max_num_queries(4):  # the submission with its rows, the launch, the messages
+            facts, kickoff = bundle_facts(bundled_submission(hill, sub.pk))
+        assert facts["submission"]["id"] == sub.pk and kickoff == "Tune the optimizer's warm-up."
