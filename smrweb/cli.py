@@ -1,11 +1,12 @@
 """`smrweb` console script: report scores, metrics, agent turns, state changes and artifacts from a shell,
-and add lines to a run's log.
+add lines to a run's log, and re-score a submission's signed bundle (`smrweb rescore`, smrweb/rescore.py).
 
     smrweb log run-42 "checkpoint upload failed" --level warning
     python train.py 2>&1 | smrweb log run-42 - --tee
     smrweb report score 0.83 --artifact submission.py
     smrweb report metric loss 0.12 --step 3
     smrweb report state failed --reason "validator timed out"
+    smrweb rescore smrweb-bundle-hill-42.tar.gz --server https://smrweb.example.org
     trap report_end EXIT    # a shell harness reports its end however it exits (`smrweb report state -h`)
 
 Connection settings come from options or the environment: SMRWEB_URL, SMRWEB_TOKEN, SMRWEB_PROJECT,
@@ -143,8 +144,9 @@ def _json_object(text: str) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="smrweb",
-        description="smrweb command line: report results of a shell-based harness to an smrweb server.",
-        epilog="Run `smrweb report --help` for the report commands.",
+        description="smrweb command line: report results of a shell-based harness to an smrweb server, and "
+        "re-score a submission's signed bundle.",
+        epilog="Run `smrweb report --help` for the report commands, `smrweb rescore --help` for re-scoring.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -156,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--ts", help="event time, ISO 8601 (default: when the server receives it)")
     _log_parser(sub)
     _build_report(sub, conn)
+    from smrweb import rescore
+
+    rescore.add_parser(sub)
     return parser
 
 
@@ -515,6 +520,8 @@ def _log_summary(run: str, kept: int, dropped: int, *, repeat: bool) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 on --help
+    if args.command == "rescore":
+        raise SystemExit(_rescore(parser, args))
     from smrweb.client import Refused, SmrwebError, Unreachable
 
     try:
@@ -533,6 +540,22 @@ def main(argv: list[str] | None = None) -> None:
         print(f"smrweb: {exc}", file=sys.stderr)
         code = EXIT_REFUSED
     raise SystemExit(code)
+
+
+def _rescore(parser: argparse.ArgumentParser, args) -> int:
+    """`smrweb rescore`; its own exit codes (smrweb/rescore.py): 0 holds, 1 does not hold, 2 usage,
+    3 key server unreachable, 4 bundle refused, 5 cannot re-score here."""
+    from smrweb import rescore
+
+    try:
+        return rescore.rescore(args)
+    except rescore.Usage as exc:
+        parser.print_usage(sys.stderr)
+        print(f"smrweb: error: {exc}", file=sys.stderr)
+        return rescore.EXIT_USAGE
+    except rescore.Unreachable as exc:
+        print(f"smrweb: key server unreachable: {exc}", file=sys.stderr)
+        return rescore.EXIT_UNREACHABLE
 
 
 if __name__ == "__main__":

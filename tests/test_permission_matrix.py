@@ -60,7 +60,7 @@ from rest_framework.test import APIClient
 
 from smrweb import tasks
 from smrweb.dashboard import live
-from smrweb.dashboard.artifacts import signed_artifact_path
+from smrweb.dashboard.artifacts import signed_artifact_path, signed_bundle_path
 from smrweb.dashboard.models import UserPreference
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
@@ -346,6 +346,11 @@ def build_world() -> World:
     _, expiry, signature = valid.split("/")[2].split(".")
     # Well formed, no such id.
     unknown = f"/a/{Artifact.objects.order_by('-pk').first().pk + 1000}.{expiry}.{signature}/"
+    # The bundle of the verified submission (issue 39): the same tokens, their own kind.
+    bundled = Submission.objects.select_related("project", "artifact__blob").get(pk=verified.pk)
+    bundle_valid = signed_bundle_path(bundled)
+    with time_machine.travel(timezone.now() - timedelta(days=3)):
+        bundle_expired = signed_bundle_path(bundled, ttl=timedelta(hours=1))
     ids = {
         "hill": hill.pk,
         "run": RUN,
@@ -387,6 +392,11 @@ def build_world() -> World:
         "link_expired": expired,
         "link_tampered": tampered,
         "link_unknown": unknown,
+        "bundle_valid": bundle_valid,
+        "bundle_expired": bundle_expired,
+        "bundle_tampered": bundle_valid[:-2] + ("A" if bundle_valid[-2] != "A" else "B") + "/",
+        # An artifact's genuine token at the bundle's address: another kind, refused.
+        "bundle_from_artifact": "/b/" + valid.split("/")[2] + "/",
     }
     assert [
         Submission.objects.get(pk=ids[k]).status
@@ -696,6 +706,31 @@ ROWS = [
         "signed link: unknown artifact",
         "GET",
         "{link_unknown}",
+        "403   403   403   403   403   403   403   403",
+    ),
+    # A submission's reproducibility bundle by its signed link (a gzip: no marker can be read in it).
+    Row(
+        "signed bundle link: valid",
+        "GET",
+        "{bundle_valid}",
+        "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+    ),
+    Row(
+        "signed bundle link: expired",
+        "GET",
+        "{bundle_expired}",
+        "410   410   410   410   410   410   410   410",
+    ),
+    Row(
+        "signed bundle link: tampered",
+        "GET",
+        "{bundle_tampered}",
+        "403   403   403   403   403   403   403   403",
+    ),
+    Row(
+        "signed bundle link: an artifact's token",
+        "GET",
+        "{bundle_from_artifact}",
         "403   403   403   403   403   403   403   403",
     ),
     # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in)
@@ -1336,6 +1371,24 @@ ROWS = [
         "GET",
         f"{S}/{{o_sub}}/",
         "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "submission: bundle download",
+        "GET",
+        f"{S}/{{verified}}/bundle",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "submission: bundle of another project's",
+        "GET",
+        f"{S}/{{o_sub}}/bundle",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+    ),
+    Row(
+        "submission: bundle by POST",
+        "POST",
+        f"{S}/{{verified}}/bundle",
+        "405   405   405   405   405   405   405   405",
     ),
     Row(
         "submission: verify",
@@ -2377,6 +2430,25 @@ ROWS = [
         "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
     ),
     Row(
+        "api submission bundle",
+        "GET",
+        f"{AS}/{{verified}}/bundle",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+    ),
+    Row(
+        "api submission bundle: another project's",
+        "GET",
+        f"{AS}/{{o_sub}}/bundle",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  HIDE  DENY  LOGIN",
+    ),
+    Row(
+        "api bundle key (no account needed)",
+        "GET",
+        "/api/v1/bundle-key",
+        "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker="ed25519",
+    ),
+    Row(
         "api submission: verify",
         "POST",
         f"{AS}/{{cand}}/verify",
@@ -3013,7 +3085,9 @@ def _routes(patterns, prefix: str = "") -> list[str]:
 
 class _AnyId(dict):
     def __missing__(self, key):
-        return "/a/1.a." + "x" * 43 + "/" if key.startswith("link") else "1"
+        if key.startswith(("link", "bundle_")):
+            return f"/{'b' if key.startswith('bundle_') else 'a'}/1.a." + "x" * 43 + "/"
+        return "1"
 
 
 def test_every_url_pattern_has_a_row():

@@ -5,6 +5,7 @@ from smrweb.api.views import (
     alerts,
     annotations,
     artifacts,
+    bundles,
     compare,
     control,
     events,
@@ -28,6 +29,7 @@ sub = "projects/<slug:slug>/submissions/<int:submission_id>"
 rule = "projects/<slug:slug>/alert-rules/<int:rule_id>"
 urlpatterns = [
     path("health", health.Health.as_view(), name="health"),
+    path("bundle-key", bundles.BundleKey.as_view(), name="bundle-key"),
     path("scenarios/", scenarios.ScenarioList.as_view(), name="scenario-list"),
     path("scenarios/<slug:key>/", scenarios.ScenarioDetail.as_view(), name="scenario-detail"),
     path(
@@ -72,6 +74,7 @@ urlpatterns = [
         "projects/<slug:slug>/submissions/bulk", submissions.SubmissionBulk.as_view(), name="submission-bulk"
     ),
     path(f"{sub}", submissions.SubmissionLifecycle.as_view(), name="submission-lifecycle"),
+    path(f"{sub}/bundle", bundles.SubmissionBundle.as_view(), name="submission-bundle"),
     path(f"{sub}/diff", submissions.SubmissionDiff.as_view(), name="submission-diff"),
     path(f"{sub}/verify", submissions.SubmissionVerify.as_view(), name="submission-verify"),
     path(f"{sub}/approve", submissions.SubmissionApprove.as_view(), name="submission-approve"),

@@ -43,6 +43,11 @@ or other processes is visible. When the host cannot give all this (bubblewrap mi
 0.8, a worker not running as root, no writable cgroup with the memory and pids controllers), the
 verification says "cannot verify safely: <what is missing>" rather than run with weaker limits.
 
+`smrweb rescore` (a person re-scoring a bundle on their own machine) uses the same `run_validator`: with
+the `Confinement` above when it runs as root on a host that gives one, else with `PersonalConfinement`,
+bubblewrap as that person (the same read-only root, namespaces, private /tmp and /sandbox and limits per
+process, the root remounted read-only; no uid slot and no cgroup, which need root).
+
 What it does not do: it does not judge what a validator concludes from an artifact.
 
 Exit-code convention for validators: **0 = passed, 1 (or any other code) = failed, 2 = cannot
@@ -81,6 +86,7 @@ __all__ = [
     "PASSED",
     "TIMED_OUT",
     "Confinement",
+    "PersonalConfinement",
     "Unsafe",
     "SandboxResult",
     "confinement_from",
@@ -195,33 +201,7 @@ class Confinement:
     def wrap(self, argv: list[str], workdir: Path, jail: Jail) -> list[str]:
         """The command line that runs `argv` confined in `jail`, with `workdir`'s artifact read-only at
         /sandbox/artifact."""
-        binds = ["--ro-bind", "/usr", "/usr"]
-        for link in ("bin", "lib", "lib64", "sbin"):
-            if os.path.islink(f"/{link}"):
-                binds += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
-            elif os.path.isdir(f"/{link}"):
-                binds += ["--ro-bind", f"/{link}", f"/{link}"]
-        python = {
-            sys.base_prefix,
-            sys.prefix,
-            os.path.dirname(os.path.realpath(sys.executable or "/usr/bin")),
-        }
-        mounts = sorted(
-            path
-            for path in {*python, *self.readonly}
-            if path and os.path.exists(path) and path != "/usr" and not path.startswith("/usr/")
-        )
-        # bubblewrap makes missing parents 0700 (root's): nobody could not reach what is bound below them.
-        parents = sorted(
-            {str(parent) for path in mounts for parent in Path(path).parents if str(parent) != "/"},
-            key=lambda p: (p.count("/"), p),
-        )
-        for parent in parents:
-            binds += ["--perms", "0755", "--dir", parent]
-        for path in mounts:
-            binds += ["--ro-bind", path, path]
-        for path in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
-            binds += ["--ro-bind-try", path, path]
+        binds = _root_binds(self.readonly)
         limits = [
             "prlimit",
             f"--as={self.memory_bytes}",
@@ -299,6 +279,39 @@ class Confinement:
         ]
 
 
+def _root_binds(readonly: tuple[str, ...]) -> list[str]:
+    """bubblewrap's read-only root, the same for both confinements: /usr and its links, the Python
+    installation, the `readonly` paths (the validators) and the few files of /etc programs read."""
+    binds = ["--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{link}"):
+            binds += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
+        elif os.path.isdir(f"/{link}"):
+            binds += ["--ro-bind", f"/{link}", f"/{link}"]
+    python = {
+        sys.base_prefix,
+        sys.prefix,
+        os.path.dirname(os.path.realpath(sys.executable or "/usr/bin")),
+    }
+    mounts = sorted(
+        path
+        for path in {*python, *readonly}
+        if path and os.path.exists(path) and path != "/usr" and not path.startswith("/usr/")
+    )
+    # bubblewrap makes missing parents 0700 (root's): nobody could not reach what is bound below them.
+    parents = sorted(
+        {str(parent) for path in mounts for parent in Path(path).parents if str(parent) != "/"},
+        key=lambda p: (p.count("/"), p),
+    )
+    for parent in parents:
+        binds += ["--perms", "0755", "--dir", parent]
+    for path in mounts:
+        binds += ["--ro-bind", path, path]
+    for path in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
+        binds += ["--ro-bind-try", path, path]
+    return binds
+
+
 def confinement_from(config: object, readonly: tuple[str, ...] = ()) -> Confinement:
     """The Confinement the SMRWEB_SANDBOX_* settings describe (`config`: django.conf.settings)."""
     return Confinement(
@@ -314,6 +327,106 @@ def confinement_from(config: object, readonly: tuple[str, ...] = ()) -> Confinem
         cgroup_root=config.SMRWEB_SANDBOX_CGROUP_ROOT,
         cgroup_parent=config.SMRWEB_SANDBOX_CGROUP,
     )
+
+
+class _NoCgroup:
+    """A personal confinement has no cgroup: nothing to kill as a whole, no memory limit hit."""
+
+    def kill(self) -> None:
+        pass
+
+    def oom_killed(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class PersonalConfinement:
+    """bubblewrap as the person running it, for `smrweb rescore` on a machine where they are not root.
+
+    The same read-only root, private /tmp and /sandbox of a size, the artifact read-only, and new user,
+    PID, network, IPC and UTS namespaces (no network; no further user namespace: --disable-userns), every
+    capability dropped, killed with its parent; RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE and RLIMIT_NOFILE per
+    process. What it cannot give without root: a uid of its own (it runs as the person, mapped in its
+    namespace), a cgroup (so no memory limit for all its processes together, no pids limit: RLIMIT_NPROC
+    would count the person's other processes too). Needs unprivileged user namespaces."""
+
+    memory_bytes: int = 2 * 1024**3
+    cpu_seconds: int = 300
+    file_bytes: int = 256 * 1024**2
+    open_files: int = 256
+    disk_bytes: int = 256 * 1024**2
+    readonly: tuple[str, ...] = ()
+    bwrap: str = "bwrap"
+
+    def problem(self) -> str:
+        """Why bubblewrap cannot confine a validator here, or ""; checked once per process."""
+        key = (self, os.geteuid())
+        if key not in _JAIL_PROBLEMS:
+            _JAIL_PROBLEMS[key] = (
+                _bwrap_problem(self.bwrap)
+                or ("`prlimit` (util-linux) is not installed" if shutil.which("prlimit") is None else "")
+                or _try_jail(self)
+            )
+        return _JAIL_PROBLEMS[key]
+
+    @contextlib.contextmanager
+    def jail(self):
+        yield Jail(os.getuid(), _NoCgroup(), self)
+
+    def wrap(self, argv: list[str], workdir: Path, jail: Jail) -> list[str]:
+        limits = [
+            "prlimit",
+            f"--as={self.memory_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--fsize={self.file_bytes}",
+            f"--nofile={self.open_files}",
+            "--",
+        ]
+        return [
+            self.bwrap,
+            "--unshare-user",
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--perms",
+            "1777",
+            "--size",
+            str(self.disk_bytes),
+            "--tmpfs",
+            "/tmp",
+            *_root_binds(self.readonly),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--size",
+            str(self.disk_bytes),
+            "--tmpfs",
+            JAIL_WORKDIR,
+            "--ro-bind",
+            str(workdir / _ARTIFACT_DIR),
+            f"{JAIL_WORKDIR}/{_ARTIFACT_DIR}",
+            # The root itself (bubblewrap's tmpfs) is the person's own here: read-only, so nothing is
+            # written outside /tmp and /sandbox, whose sizes are capped.
+            "--remount-ro",
+            "/",
+            "--chdir",
+            JAIL_WORKDIR,
+            "--",
+            *limits,
+            *argv,
+        ]
 
 
 class Unsafe(Exception):
@@ -423,21 +536,8 @@ _JAIL_PROBLEMS: dict[tuple[str, int], str] = {}
 def _probe(confinement: Confinement) -> str:
     """What the host lacks, checked in turn; then start one confined `true` in a slot of its own:
     namespaces allowed, the cgroup joined, the tools inside found."""
-    if shutil.which(confinement.bwrap) is None:
-        return (
-            "the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
-            "(apt install bubblewrap)"
-        )
-    try:
-        usage = subprocess.run(
-            [confinement.bwrap, "--help"], capture_output=True, timeout=30, check=False
-        ).stdout.decode("utf-8", "replace")
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the validator sandbox could not start on this worker: {exc}"
-    if "--size" not in usage or "--disable-userns" not in usage:
-        return (
-            "bubblewrap on this worker is older than 0.8 (no --size for the /tmp quota, no --disable-userns)"
-        )
+    if problem := _bwrap_problem(confinement.bwrap):
+        return problem
     if os.geteuid() != 0:
         return (
             "the worker does not run as root, so it cannot give each validator a uid and a cgroup of its own"
@@ -449,6 +549,31 @@ def _probe(confinement: Confinement) -> str:
         confinement.hierarchy()
     except cgroups.CgroupError as exc:
         return str(exc)
+    return _try_jail(confinement)
+
+
+def _bwrap_problem(bwrap: str) -> str:
+    """Why this bubblewrap cannot confine a validator (missing, older than 0.8), or ""."""
+    if shutil.which(bwrap) is None:
+        return (
+            "the validator sandbox is not available: bubblewrap (`bwrap`) is not installed on this worker "
+            "(apt install bubblewrap)"
+        )
+    try:
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, timeout=30, check=False).stdout.decode(
+            "utf-8", "replace"
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the validator sandbox could not start on this worker: {exc}"
+    if "--size" not in usage or "--disable-userns" not in usage:
+        return (
+            "bubblewrap on this worker is older than 0.8 (no --size for the /tmp quota, no --disable-userns)"
+        )
+    return ""
+
+
+def _try_jail(confinement) -> str:
+    """Start one confined `true`: "" when it ran, else what went wrong."""
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX + f"{os.getpid()}-probe-"))
     try:
         (workdir / _ARTIFACT_DIR).mkdir()

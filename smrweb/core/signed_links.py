@@ -9,6 +9,10 @@ time plus a max_age) so that links with different lifetimes verify alike. It is 
 of TTL/24 (at most an hour), so a page polled or reloaded within that step shows the same link; a link
 lives at least its TTL and at most one step longer. Rotating SECRET_KEY (with SECRET_KEY_FALLBACKS)
 works as for every Django signature.
+
+The same tokens sign a submission's reproducibility bundle (`/b/<token>/`, `kind="bundle"`): the id is
+the submission's, the digest its artifact's, and the kind is part of the salt, so an artifact's token
+never opens a bundle nor the other way round.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from django.conf import settings
 from django.core import signing
 
 SALT = "smrweb.artifact-link"
+KINDS = ("artifact", "bundle")
 # ASCII only: int() would accept other scripts' digits, and nothing longer than we ever issue.
 TOKEN_RE = re.compile(r"([1-9][0-9]{0,17})\.([0-9A-Za-z]{1,11})\.([A-Za-z0-9_-]{43})", re.ASCII)
 
@@ -47,20 +52,27 @@ def default_ttl() -> timedelta:
     return timedelta(seconds=settings.SMRWEB_SIGNED_LINK_TTL_SECONDS)
 
 
-def _signer(project_id: int | str, sha256: str) -> signing.Signer:
+def _signer(project_id: int | str, sha256: str, kind: str = "artifact") -> signing.Signer:
+    if kind not in KINDS:
+        raise ValueError(f"a signed link is for one of {KINDS}, not {kind!r}")
+    # An artifact's salt is the one links were always signed with (links already copied stay valid).
+    salt = f"{SALT}:{project_id}:{sha256}" if kind == "artifact" else f"{SALT}:{kind}:{project_id}:{sha256}"
     # "." rather than ":" keeps the token free of characters some forms and shells treat specially.
-    return signing.Signer(salt=f"{SALT}:{project_id}:{sha256}", sep=".")
+    return signing.Signer(salt=salt, sep=".")
 
 
-def make_token(artifact_id: int, *, project_id: int, sha256: str, ttl: timedelta | None = None) -> str:
-    """A token for the artifact `artifact_id` of `project_id` holding `sha256`, valid for `ttl` (default:
+def make_token(
+    artifact_id: int, *, project_id: int, sha256: str, ttl: timedelta | None = None, kind: str = "artifact"
+) -> str:
+    """A token for the artifact `artifact_id` of `project_id` holding `sha256` (`kind="bundle"`: for the
+    bundle of submission `artifact_id`, whose artifact holds `sha256`), valid for `ttl` (default:
     SMRWEB_SIGNED_LINK_TTL_SECONDS) from now."""
     seconds = int((default_ttl() if ttl is None else ttl).total_seconds())
     if seconds <= 0:
         raise ValueError("a signed link needs a positive lifetime")
     step = min(3600, max(1, seconds // 24))
     expires = math.ceil((time.time() + seconds) / step) * step
-    return _signer(project_id, sha256).sign(f"{artifact_id}.{signing.b62_encode(expires)}")
+    return _signer(project_id, sha256, kind).sign(f"{artifact_id}.{signing.b62_encode(expires)}")
 
 
 def artifact_id(token: str) -> int:
@@ -71,14 +83,14 @@ def artifact_id(token: str) -> int:
     return int(match[1])
 
 
-def check_token(token: str, *, project_id: int | None, sha256: str | None) -> None:
+def check_token(token: str, *, project_id: int | None, sha256: str | None, kind: str = "artifact") -> None:
     """Raise ExpiredLink or TamperedLink unless `token` was signed here for these bytes of this project and
     is unexpired; `project_id=None`: no such artifact (the same TamperedLink, with the same message and
     the same work). The signature is checked before the expiry, so an edited expiry is tampering."""
     match = TOKEN_RE.fullmatch(token)
     if match is None:
         raise TamperedLink(NOT_VALID)
-    signer = _signer(project_id, sha256) if project_id is not None else _signer("-", "-")
+    signer = _signer(project_id, sha256, kind) if project_id is not None else _signer("-", "-", kind)
     try:
         signer.unsign(token)
     except signing.BadSignature:

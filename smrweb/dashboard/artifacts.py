@@ -1,6 +1,7 @@
-"""Artifacts on the dashboard: their download response and their signed links (`/a/<token>/`). The
-rules live in core (`core.downloads`: what a download may be; `core.signed_links`: the token); this
-joins them to the Artifact rows."""
+"""Artifacts on the dashboard: their download response and their signed links (`/a/<token>/`), and a
+submission's reproducibility bundle with its signed link (`/b/<token>/`). The rules live in core
+(`core.downloads`: what a download may be; `core.signed_links`: the token); this joins them to the
+Artifact and Submission rows."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from django.urls import reverse
 
 from smrweb.core import signed_links
 from smrweb.core.downloads import attachment_response
+from smrweb.sources import bundles
 from smrweb.tracking import services
 from smrweb.tracking.errors import ArtifactBytesMissing
-from smrweb.tracking.models import Artifact
+from smrweb.tracking.models import Artifact, Submission
+from smrweb.tracking.queries.bundles import bundled_submission
 
 
 def artifact_response(artifact: Artifact) -> FileResponse:
@@ -61,3 +64,40 @@ def artifact_for_token(token: str) -> Artifact:
         sha256=artifact.blob.sha256 if artifact else None,
     )
     return artifact
+
+
+def bundle_response(sub: Submission) -> FileResponse:
+    """The submission's signed bundle as an attachment (NoBundle without an artifact, ArtifactBytesMissing
+    when storage lost its bytes)."""
+    bundle = bundles.build(bundled_submission(sub.project, sub.pk))
+    return attachment_response(
+        bundle.file,
+        path=bundle.filename,
+        content_type="application/gzip",
+        sha256=bundle.sha256,
+        size=bundle.size,
+    )
+
+
+def signed_bundle_path(sub: Submission, *, ttl: timedelta | None = None) -> str:
+    """`/b/<token>/` for the bundle of `sub` (which has an artifact, with its blob loaded)."""
+    token = signed_links.make_token(
+        sub.pk, project_id=sub.project_id, sha256=sub.artifact.blob.sha256, ttl=ttl, kind="bundle"
+    )
+    return reverse("dashboard:bundle-link", args=[token])
+
+
+def submission_for_token(token: str) -> Submission:
+    """The submission whose bundle a token names, checked as `artifact_for_token` checks an artifact's."""
+    sub = (
+        Submission.objects.select_related("project", "artifact__blob")
+        .filter(pk=signed_links.artifact_id(token), artifact__isnull=False)
+        .first()
+    )
+    signed_links.check_token(
+        token,
+        project_id=sub.project_id if sub else None,
+        sha256=sub.artifact.blob.sha256 if sub else None,
+        kind="bundle",
+    )
+    return sub

@@ -35,6 +35,7 @@ urlpatterns = [
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/read", inbox.mark_read, name="inbox-read"),
     path("a/<str:token>/", links.download_by_link, name="artifact-link"),
+    path("b/<str:token>/", links.bundle_by_link, name="bundle-link"),
     path("invite/<str:token>/", members.invitation, name="invitation"),
     path("scenarios/<slug:key>/", scenarios.scenario_detail, name="scenario-detail"),
     path("scenarios/<slug:key>/preflight", scenarios.scenario_preflight, name="scenario-preflight"),
@@ -85,6 +86,11 @@ urlpatterns = [
         "projects/<slug:slug>/submissions/<int:submission_id>/diff",
         review.submission_diff,
         name="submission-diff",
+    ),
+    path(
+        "projects/<slug:slug>/submissions/<int:submission_id>/bundle",
+        submissions.submission_bundle,
+        name="submission-bundle",
     ),
     path(
         "projects/<slug:slug>/submissions/<int:submission_id>/review-panel",

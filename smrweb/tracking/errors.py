@@ -229,3 +229,13 @@ class SummaryPending(TrackingError):
 
     status = 202
     code = "pending"
+
+
+# --- reproducibility bundles ----------------------------------------------------------------------------
+
+
+class NoBundle(TrackingError):
+    """A submission without stored artifact bytes has nothing to re-score: no bundle is made for it."""
+
+    status = 409
+    code = "no_artifact"

@@ -71,7 +71,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def escape(tmp_path, **confine) -> tuple[dict, object]:
+def escape(tmp_path, kind=Confinement, **confine) -> tuple[dict, object]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
@@ -90,7 +90,9 @@ def escape(tmp_path, **confine) -> tuple[dict, object]:
     tag = f"{os.getpid()}{time.monotonic_ns() % 10**6}"
     sleep_for = f"97.{tag}"
     secret, database = settings.DATA_DIR / "secret_key", Path(settings.DATABASES["default"]["NAME"])
-    limits = {"memory_bytes": 1024**3, "file_bytes": 32 * 1024**2, "processes": 32, **confine}
+    limits = {"memory_bytes": 1024**3, "file_bytes": 32 * 1024**2, **confine}
+    if kind is Confinement:
+        limits.setdefault("processes", 32)
     result = run_validator(
         [
             sys.executable,
@@ -104,7 +106,7 @@ def escape(tmp_path, **confine) -> tuple[dict, object]:
         ESCAPES.encode(),
         artifact_name="submission/selftest.py",
         timeout=60,
-        confinement=Confinement(**limits),
+        confinement=kind(**limits),
     )
     time.sleep(0.5)
     listener.close()
@@ -159,6 +161,28 @@ def test_every_escape_of_the_review_is_contained(tmp_path, db):
     assert found["big write"] == ["refused", "OSError"]  # RLIMIT_FSIZE: EFBIG
     assert found["big allocation"] == ["refused", "MemoryError"]  # RLIMIT_AS
     assert not found["sleep outlived"]  # `setsid sleep` died with the sandbox
+    assert str(tmp_path) not in result.output_tail and "smrweb-validate-" not in result.output_tail
+
+
+def test_the_personal_sandbox_of_smrweb_rescore_contains_them_too(tmp_path, db):
+    """`smrweb rescore` run by someone who is not root (PersonalConfinement): no uid or cgroup of its own,
+    but the same namespaces, read-only root, private /tmp and limits per process."""
+    found, result = escape(tmp_path, kind=sandbox.PersonalConfinement)
+    assert result.outcome == PASSED, result
+    # One uid inside: its parents' environments can be read, and they are the scrubbed one.
+    for parent in ("parent environ", "pid 1 environ"):
+        said = found[parent][1]
+        assert "PATH=" in said and not any(leak in said for leak in ("SECRET", "DATABASE", "DJANGO", "TOKEN"))
+    assert os.getpid() not in found["pids"]  # a PID namespace of its own
+    assert found["secret key"] == ["refused", "FileNotFoundError"]
+    assert found["database"] == ["refused", "FileNotFoundError"]
+    assert found["network"][0] == "refused" and found["connections seen"] == 0
+    assert found["write /usr"][0] == "refused" and found["write /etc"][0] == "refused"
+    assert found["write /tmp"][0] == "ok" and not found["tmp leaked"]
+    assert found["cwd"] == "/sandbox" and found["artifact"] == "/sandbox/artifact/submission/selftest.py"
+    assert found["big write"] == ["refused", "OSError"]  # RLIMIT_FSIZE
+    assert found["big allocation"] == ["refused", "MemoryError"]  # RLIMIT_AS
+    assert not found["sleep outlived"]  # the PID namespace ends with the validator
     assert str(tmp_path) not in result.output_tail and "smrweb-validate-" not in result.output_tail
 
 

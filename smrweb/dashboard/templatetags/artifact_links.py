@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from smrweb.core.signed_links import default_ttl
-from smrweb.dashboard.artifacts import signed_artifact_path
+from smrweb.dashboard.artifacts import signed_artifact_path, signed_bundle_path
 from smrweb.dashboard.templatetags.smrweb import basename
 
 register = template.Library()
@@ -66,4 +66,27 @@ def artifact_actions(artifact, *, run=None, compact: bool = False):
         link_title,
         sha,
         sha,
+    )
+
+
+@register.simple_tag
+def bundle_actions(sub):
+    """Download bundle and Copy bundle link for a submission with an artifact (its blob loaded): the signed
+    reproducibility bundle (`smrweb rescore` checks and re-runs it), the link working without signing in."""
+    link = signed_bundle_path(sub)
+    lifetime = _lifetime(int(default_ttl().total_seconds()))
+    title = (
+        "Copy a signed link to this submission's reproducibility bundle: it works without signing in "
+        f"(curl -OJ <link>; smrweb rescore FILE) and expires in {lifetime}"
+    )
+    download = reverse("dashboard:submission-bundle", args=[sub.project.slug, sub.pk])
+    return format_html(
+        '<a class="btn small" href="{}" download data-bundle-download title="The artifact, validator, its '
+        'output, kickoff and a signed manifest, as one tar.gz to re-score with smrweb rescore">Download '
+        "bundle</a>\n"
+        '<button type="button" class="btn small" data-copy="{}" data-copy-label="bundle link" title="{}">'
+        "Copy bundle link</button>",
+        download,
+        link,
+        title,
     )

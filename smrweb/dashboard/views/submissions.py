@@ -17,7 +17,8 @@ from smrweb import tasks
 from smrweb.core import numbers, queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
-from smrweb.tracking.errors import InvalidInput, TrackingError
+from smrweb.dashboard.artifacts import bundle_response, missing_bytes_page
+from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, NoBundle, TrackingError
 from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
 from smrweb.tracking.services import capabilities, submissions
 from smrweb.tracking.services.capabilities import Action
@@ -134,6 +135,25 @@ def submission_detail(request, slug: str, submission_id: int):
     return render(
         request, fragment_template(request, "dashboard/submission_detail.html", "submission-live"), context
     )
+
+
+@require_safe
+@login_required
+def submission_bundle(request, slug: str, submission_id: int):
+    """GET: the submission's signed reproducibility bundle, for whoever may read the project."""
+    project = project_for_user(request, slug)
+    sub = _submission(project, submission_id)
+    try:
+        return bundle_response(sub)
+    except ArtifactBytesMissing as exc:
+        return missing_bytes_page(request, exc)
+    except NoBundle as exc:
+        return render(
+            request,
+            "dashboard/link_refused.html",
+            {"status": 409, "title": "No bundle", "message": exc.message},
+            status=409,
+        )
 
 
 @require_POST
