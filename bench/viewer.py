@@ -26,10 +26,10 @@ every card's version and its hx-include'd inputs; sent with `HX-Request: true`).
   the view (timed);
 - fresh (first view after new data): the same with one new agent turn and one new score;
 - tick: every page viewed, then the bench WAITS for the next 30-second tick (dashboard/live.py's
-  `TICK_SECONDS`: before issue 36 every version folded the clock in; now only a live timeline's axis end,
-  which moves when now passes it; the server's own clock, so the bench waits — up to 30 s, twice a round), then
-  each page viewed (timed) with nothing new since its last view; then the same for the polls (views, wait
-  for the tick, each poll with the versions of the view before the tick, timed).
+  `TICK_SECONDS`: before issue 36 every version folded the clock in; now only a live timeline's axis
+  end, which moves when now passes it; the server's own clock, so the bench waits — up to 30 s, twice a
+  round), then each page viewed (timed) with nothing new since its last view; then the same for the polls
+  (views, wait for the tick, each poll with the versions of the view before the tick, timed).
 
 A warm or fresh measurement whose preparation and timed request straddle a tick is dropped and taken
 again (at most twice), so it never measures a tick. Each round goes through the pages in another order

@@ -143,7 +143,8 @@ def test_a_push_project_without_a_webhook_tells_reviewers_how_to_get_one(client,
     ingest(project, {"type": "state", "state": "running"})
     client.force_login(bob)
     html = client.get(PAGE).content.decode()
-    assert "data-steer-refusal" in html and "an admin sets the harness webhook URL in the project settings" in html
+    assert "data-steer-refusal" in html
+    assert "an admin sets the harness webhook URL in the project settings" in html
     assert "id_steer_body" not in html
 
 
