@@ -11,9 +11,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from smrweb.dashboard.access import project_for_user
+from smrweb.dashboard.charts import arena as arena_chart
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, Submission
+from smrweb.tracking.queries.arena import arena_history
 from smrweb.tracking.services import knowledge
 
 ENTRIES_SHOWN = 200
@@ -90,11 +92,17 @@ def knowledge_page(request, slug: str):
         .select_related("submission__run", "created_by")
         .order_by("-created", "-id")[:ENTRIES_SHOWN]
     )
+    arena_x = request.GET.get("arena_x") if request.GET.get("arena_x") in arena_chart.AGAINST else "time"
+    arena_points = arena_history(project)
     return render(
         request,
         "dashboard/knowledge.html",
         {
             "project": project,
+            "arena_points": arena_points,
+            "arena_figure": arena_chart.arena_figure(arena_points, against=arena_x) if arena_points else None,
+            "arena_x": arena_x,
+            "arena_axes": arena_chart.AGAINST,
             "cf": cf,
             "text": queries.render_carry_forward(cf),
             "n": n,
