@@ -174,15 +174,27 @@ def test_dead_branches_and_the_path_to_the_best(hooked, bob):
     assert tree.best == nodes["a1"].pk and tree.best_score == 0.9
     assert nodes["b"].best == 0.3  # verified only
     # The line follows the best: a's subtree goes on with a1, a2 is a side; root's line goes on with a.
-    rows = [(r.kind, r.node.run.external_id if r.node else "", r.continues) for r in tree.rows()]
+    rows = [
+        (
+            r.kind,
+            r.node.run.external_id if r.node else "",
+            r.continues,
+            r.parent.run.external_id if r.parent else "",
+        )
+        for r in tree.rows()
+    ]
     assert rows == [
-        ("open", "root", False),  # a root with runs after it is a subtree that can be closed
-        ("node", "b", False),  # the other children first, each its own line (or subtree)
-        ("node", "c", False),
-        ("node", "a", True),  # then the line goes on with the child on the way to the best
-        ("node", "a2", False),
-        ("node", "a1", True),
-        ("close", "", False),
+        ("open", "root", False, ""),  # a root with runs after it is a subtree that can be closed
+        ("sides", "", False, ""),  # the runs that came from it other than the way to the best, one level in
+        ("node", "b", False, ""),
+        ("node", "c", False, ""),
+        ("end_sides", "", False, ""),
+        ("node", "a", True, "root"),  # then its line goes on with the child on the way to the best
+        ("sides", "", False, ""),
+        ("node", "a2", False, ""),
+        ("end_sides", "", False, ""),
+        ("node", "a1", True, "a"),
+        ("close", "", False, ""),
     ]
     assert [r.open for r in tree.rows() if r.kind == "open"] == [True]
 
@@ -282,7 +294,8 @@ def test_the_number_of_queries_is_the_same_at_30_and_600_runs(alice, bob):
                 rows = tree.rows()
             counts[filtered].append(len(queries))
             assert len([r for r in rows if r.kind == "open"]) == len([r for r in rows if r.kind == "close"])
-            assert len([r for r in rows if r.kind != "close"]) == len(tree.nodes)
+            assert len([r for r in rows if r.node is not None]) == len(tree.nodes)
+            assert [r.kind for r in rows].count("sides") == [r.kind for r in rows].count("end_sides")
             if not filtered:
                 assert len(tree.nodes) == size
                 kinds.append({e.kind for e in tree.edges})

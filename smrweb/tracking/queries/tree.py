@@ -84,13 +84,16 @@ class Node:
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the drawn tree: `open` starts a collapsible subtree headed by `node`, `close` ends one,
-    `node` is a run in the current line (`continues`: it comes from the run drawn just before it)."""
+    """One line of the drawn tree. `open` starts a collapsible subtree headed by `node` and `close` ends
+    it; `sides` starts the runs that came from the run just drawn other than the one its line goes on
+    with, and `end_sides` ends them; `node` is a run (`continues`: it comes from the run drawn last at its
+    level, `parent` named when other runs were drawn in between)."""
 
-    kind: str  # "open" | "node" | "close"
+    kind: str  # "open" | "close" | "sides" | "end_sides" | "node"
     node: Node | None = None
     continues: bool = False
     open: bool = False
+    parent: Node | None = None
 
 
 @dataclass
@@ -110,43 +113,52 @@ class Tree:
         return self.nodes[self.best] if self.best is not None else None
 
     def rows(self) -> list[Row]:
-        """The tree as lines: a run's first child on its way to the best (else its largest subtree)
-        continues its line; every other child starts a collapsible subtree drawn before the line goes
-        on. Built without recursion, so a chain of 2,000 launches is a flat list, not 2,000 levels."""
+        """The tree as lines: a run's child on its way to the best (else its largest subtree) goes on at
+        the run's own level; its other children are drawn first, one level in, each with runs after it a
+        collapsible subtree. Built without recursion, and a chain of 2,000 launches is one level, not
+        2,000."""
         out: list[Row] = []
         work: list[tuple] = []
         for pk in reversed(self.roots):  # a root with runs after it heads a subtree too
             has_children = bool(self.nodes[pk].children)
-            work.extend((("close",), ("head", pk, False)) if has_children else [("line", pk, False)])
+            work.extend((("close",), ("head", pk)) if has_children else [("line", pk)])
         while work:
             item = work.pop()
-            if item[0] == "close":
-                out.append(Row("close"))
+            if item[0] in ("close", "sides", "end_sides"):
+                out.append(Row(item[0]))
                 continue
-            _, pk, continues = item
-            node = self.nodes[pk]
+            node = self.nodes[item[1]]
             if item[0] == "head":
                 out.append(Row("open", node, open=self._starts_open(node)))
             else:
-                out.append(Row("node", node, continues=continues))
+                after_sides = item[0] == "main" and item[2]
+                parent = self.nodes[node.parent] if after_sides else None
+                out.append(Row("node", node, continues=item[0] == "main", parent=parent))
             if not node.children:
                 continue
             main = self._main_child(node)
-            work.append(("line", main, True))
-            for side in reversed([c for c in node.children if c != main]):
-                if self.nodes[side].children:
-                    work.extend((("close",), ("head", side, False)))
-                else:
-                    work.append(("line", side, False))
+            sides = [c for c in node.children if c != main]
+            if main is not None:
+                work.append(("main", main, bool(sides)))
+            if sides:
+                work.append(("end_sides",))
+                for side in reversed(sides):
+                    work.extend(
+                        (("close",), ("head", side)) if self.nodes[side].children else [("line", side)]
+                    )
+                work.append(("sides",))
         return out
 
-    def _main_child(self, node: Node) -> int:
+    def _main_child(self, node: Node) -> int | None:
+        """The child its line goes on with: the one on the way to the best, else the one with the most runs
+        after it; None when every child is a leaf (they are all drawn one level in)."""
         on_path = [c for c in node.children if self.nodes[c].on_best_path]
         if on_path:
             return on_path[0]
-        return max(
+        main = max(
             node.children, key=lambda c: (self.nodes[c].size, -self.nodes[c].run.started_at.timestamp())
         )
+        return main if self.nodes[main].size > 1 else None
 
     def _starts_open(self, node: Node) -> bool:
         return node.on_best_path or node.size <= OPEN_UP_TO or self.narrowed and node.size <= 10 * OPEN_UP_TO
