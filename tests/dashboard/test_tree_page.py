@@ -4,6 +4,8 @@ each run a link to its page, dead branches dimmed, the path to the best marked; 
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from smrweb.tracking.models import Run
 from tests.tracking.test_tree import ingest, launched, scored
@@ -51,3 +53,17 @@ def test_the_project_page_has_the_tab_with_its_filters(client, victor, grown):
     client.force_login(victor)
     html = client.get("/projects/hill/?state=failed").content.decode()
     assert 'href="/projects/hill/tree/?state=failed"' in html
+
+
+def test_the_page_reads_as_many_queries_for_3_runs_as_for_12(client, victor, grown, bob):
+    """Every node drawn from what the tree read: no query per run (its URL, its state badge)."""
+    client.force_login(victor)
+    client.get("/projects/hill/tree/")  # the session's first page (it records the person's clock)
+    counts = []
+    for more in (0, 9):
+        for i in range(more):
+            launched(grown, bob, "better" if i % 2 else "root", f"more-{i}")
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get("/projects/hill/tree/?q=e").status_code == 200
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts

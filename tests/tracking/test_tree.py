@@ -247,7 +247,8 @@ def test_a_cycle_in_the_links_never_loops(project, bob):
     services.set_tag(Run.objects.get(external_id="x"), key="mlflow.parentRunId", value="y", by=bob)
     services.set_tag(Run.objects.get(external_id="y"), key="mlflow.parentRunId", value="x", by=bob)
     tree = trees.project_tree(project)
-    assert len(tree.roots) == 1 and len(tree.nodes) == 2 and len(tree.rows()) == 3
+    assert len(tree.roots) == 1 and len(tree.nodes) == 2
+    assert len([r for r in tree.rows() if r.node is not None]) == 2
 
 
 def _grow(project, by, n: int) -> None:

@@ -151,14 +151,14 @@ class Tree:
 
     def _main_child(self, node: Node) -> int | None:
         """The child its line goes on with: the one on the way to the best, else the one with the most runs
-        after it; None when every child is a leaf (they are all drawn one level in)."""
+        after it; None when two or more children are all leaves (they are all drawn one level in)."""
         on_path = [c for c in node.children if self.nodes[c].on_best_path]
         if on_path:
             return on_path[0]
         main = max(
             node.children, key=lambda c: (self.nodes[c].size, -self.nodes[c].run.started_at.timestamp())
         )
-        return main if self.nodes[main].size > 1 else None
+        return main if self.nodes[main].size > 1 or len(node.children) == 1 else None
 
     def _starts_open(self, node: Node) -> bool:
         return node.on_best_path or node.size <= OPEN_UP_TO or self.narrowed and node.size <= 10 * OPEN_UP_TO
@@ -255,6 +255,8 @@ def project_tree(project: Project, *, matching=None, archived: bool = False) -> 
     edges = _parent_edges(project, runs)
     rollback_edges = _rollback_edges(project, runs)
 
+    for run in runs.values():
+        run.project = project  # for its URL and state, without a query per run
     nodes = {pk: Node(run=r, best=bests.get(pk)) for pk, r in runs.items()}
     # One parent per run, by kind, never closing a cycle.
     rank = {kind: i for i, kind in enumerate(PARENT_KINDS)}
