@@ -1,5 +1,6 @@
 """MLflow nested runs in the tree of attempts (issue 39): the MLflow client's `start_run(nested=True)` tags
-the child with `mlflow.parentRunId`; the tree links the child to its parent, at any depth."""
+the child with `mlflow.parentRunId`; the tree links the child to its parent, at any depth, and so do the run
+pages ("nested in", "nested runs")."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from smrweb.tracking.queries import tree as trees
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-def test_nested_runs_are_linked_to_their_parent(tracking, api, project):
+def test_nested_runs_are_linked_to_their_parent(tracking, api, project, client, victor):
     import mlflow
 
     mlflow.set_experiment("hill")
@@ -46,3 +47,15 @@ def test_nested_runs_are_linked_to_their_parent(tracking, api, project):
         (parent.info.run_id, sibling.info.run_id, "nested"),
     }
     assert {n["name"]: n["size"] for n in body["nodes"]}["sweep"] == 4
+
+    # The run pages link them both ways (one query with the launch lineage).
+    client.force_login(victor)
+    page = client.get(f"/projects/hill/runs/{child.info.run_id}/").content.decode()
+    nested_in = page.split("data-lineage-nested-in>", 1)[1].split("</span>", 1)[0]
+    assert f'href="/projects/hill/runs/{parent.info.run_id}/"' in nested_in and ">sweep</a>" in nested_in
+    nested = page.split("data-lineage-nested>", 1)[1].split("</span>", 1)[0]
+    assert ">seed 1</a>" in nested and "lr 0.01" not in nested
+    page = client.get(f"/projects/hill/runs/{parent.info.run_id}/").content.decode()
+    assert "data-lineage-nested-in" not in page
+    nested = page.split("data-lineage-nested>", 1)[1].split("</span>", 1)[0]
+    assert ">lr 0.1</a>" in nested and ">lr 0.01</a>" in nested

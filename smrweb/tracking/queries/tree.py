@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Exists, Max, Min, OuterRef, Subquery
+from django.db.models import Exists, Max, Min, OuterRef, Q, Subquery
 
 from smrweb.tracking.models import (
     Checkpoint,
@@ -333,4 +333,38 @@ def project_tree(project: Project, *, matching=None, archived: bool = False) -> 
         total=len(runs),
         matched=len(keep),
         narrowed=matching is not None,
+    )
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A run's links on its page: the run it was started from and the runs started from it (launches),
+    the MLflow run it is nested in and its nested runs."""
+
+    parent: Run | None
+    children: list[Run]
+    nested_in: Run | None
+    nested: list[Run]
+
+
+def lineage(run: Run) -> Lineage:
+    """The run page's "started from / next runs / nested in / nested runs", in one query."""
+    names_me = RunTag.objects.filter(run_id=OuterRef("pk"), key=MLFLOW_PARENT_TAG, value=run.external_id)
+    named_by_me = RunTag.objects.filter(run_id=run.pk, key=MLFLOW_PARENT_TAG, value=OuterRef("external_id"))
+    launch = Q(parent_id=run.pk) | (Q(pk=run.parent_id) if run.parent_id else Q(pk__in=[]))
+    related = list(
+        Run.objects.filter(project_id=run.project_id)
+        .exclude(pk=run.pk)
+        .annotate(nests_in_me=Exists(names_me), nests_me=Exists(named_by_me))
+        .filter(launch | Q(nests_in_me=True) | Q(nests_me=True))
+        .only("pk", "project_id", "external_id", "display_name", "parent_id", "started_at")
+        .order_by("started_at", "id")
+    )
+    for r in related:
+        r.project = run.project  # for get_absolute_url, without a query per run
+    return Lineage(
+        parent=next((r for r in related if r.pk == run.parent_id), None),
+        children=[r for r in related if r.parent_id == run.pk],
+        nested_in=next((r for r in related if r.nests_me), None),
+        nested=[r for r in related if r.nests_in_me],
     )
