@@ -43,7 +43,7 @@ def test_the_page_draws_every_run_with_its_facts_and_links(client, victor, grown
 def test_the_filters_narrow_it_and_htmx_gets_the_tree_alone(client, victor, grown):
     client.force_login(victor)
     part = client.get("/projects/hill/tree/?failed=1", HTTP_HX_REQUEST="true").content.decode()
-    assert part.lstrip().startswith('<section class="card" id="tree"')
+    assert part.lstrip().startswith('<section class="card narrowed" id="tree"')
     assert 'data-run="worse"' in part and 'data-run="better"' not in part
     assert 'data-run="root" data-best-path' not in part and 'class="tree-node context' in part
     assert "1 of 3 runs match the" in part

@@ -199,6 +199,21 @@ def test_dead_branches_and_the_path_to_the_best(hooked, bob):
     assert [r.open for r in tree.rows() if r.kind == "open"] == [True]
 
 
+def test_a_run_the_best_came_from_is_not_dead_whatever_its_own_end(hooked, bob):
+    scored(hooked, "root", 0.5, by=bob)
+    launched(hooked, bob, "root", "crashed")
+    scored(hooked, "crashed", 0.3, by=bob)  # below its parent, then failed
+    ingest(hooked, "crashed", {"type": "state", "id": "f", "state": "failed"})
+    launched(hooked, bob, "crashed", "recovered")
+    scored(hooked, "recovered", 0.9, by=bob)
+    nodes = by_name(trees.project_tree(hooked))
+    assert (nodes["crashed"].dead, nodes["crashed"].on_best_path, nodes["recovered"].on_best_path) == (
+        "",
+        True,
+        True,
+    )
+
+
 def test_minimize_turns_the_rules_around(hooked, bob):
     hooked.scenario.direction = "minimize"
     hooked.scenario.save()

@@ -13,8 +13,8 @@ Edges, each with its kind:
 A run has at most one parent in the tree: the first of launch, branch, nested that names a run in the
 tree (never one that would close a cycle); the others are still edges. A node shows its state, its best
 verified score, its spend and turns. It is dead — dimmed — when it failed, was abandoned, or its best
-verified score is worse than its parent's; the path from a root to the project's best verified run is
-highlighted.
+verified score is worse than its parent's, unless the project's best came from it; the path from a root
+to the project's best verified run is highlighted.
 
 The runs table's filters narrow it (`matching`: the filtered runs): the runs that match, with the runs
 they come from as context. Six queries whatever the number of runs: the runs (with their launch parent),
@@ -161,7 +161,8 @@ class Tree:
         return main if self.nodes[main].size > 1 or len(node.children) == 1 else None
 
     def _starts_open(self, node: Node) -> bool:
-        return node.on_best_path or node.size <= OPEN_UP_TO or self.narrowed and node.size <= 10 * OPEN_UP_TO
+        """Open: the way to the best, a small subtree, and under filters every one (each holds a match)."""
+        return node.on_best_path or node.size <= OPEN_UP_TO or self.narrowed
 
 
 def _bests(project: Project) -> dict[int, float]:
@@ -309,6 +310,7 @@ def project_tree(project: Project, *, matching=None, archived: bool = False) -> 
     up = best_pk if best_pk in nodes else None
     while up is not None:
         nodes[up].on_best_path = True
+        nodes[up].dead = ""  # a run the best came from did not end a branch, whatever its own end
         up = nodes[up].parent
     # Subtree sizes, children before parents: reversed start order is not enough (a parent may start
     # after its child in odd data), so walk an explicit post-order.
