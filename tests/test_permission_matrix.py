@@ -823,6 +823,17 @@ ROWS = [
         **POLL,
     ),
     Row(
+        "tree of attempts", "GET", f"{P}/tree/", "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN", marker=RUN
+    ),
+    Row(
+        "tree of attempts, filtered (hx)",
+        "GET",
+        f"{P}/tree/?q={RUN}",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=RUN,
+        **HX,
+    ),
+    Row(
         "project spend by day (hx)",
         "GET",
         f"{P}/spend/",
@@ -2194,6 +2205,13 @@ ROWS = [
         "LOGIN HIDE  HIDE  HIDE  HIDE  DENY  DENY  LOGIN",
     ),
     Row("api runs", "GET", f"{A}/runs", "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN", marker=RUN),
+    Row(
+        "api tree of attempts",
+        "GET",
+        f"{A}/tree",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW ALLOW DENY  LOGIN",
+        marker=RUN,
+    ),
     Row(
         "api project spend",
         "GET",

@@ -20,6 +20,7 @@ from smrweb.api.views import (
     saved_views,
     scenarios,
     submissions,
+    tree,
 )
 
 app_name = "api"
@@ -53,6 +54,7 @@ urlpatterns = [
         "projects/<slug:slug>/views/<int:view_id>", saved_views.SavedViewDetail.as_view(), name="view-detail"
     ),
     path("projects/<slug:slug>/spend", projects.ProjectSpend.as_view(), name="project-spend"),
+    path("projects/<slug:slug>/tree", tree.ProjectTree.as_view(), name="project-tree"),
     path(
         "projects/<slug:slug>/spend-guard", projects.ProjectSpendGuard.as_view(), name="project-spend-guard"
     ),

@@ -25,6 +25,7 @@ from smrweb.dashboard.views import (
     steer,
     submissions,
     tokens,
+    tree,
 )
 
 app_name = "dashboard"
@@ -47,6 +48,7 @@ urlpatterns = [
     path("projects/<slug:slug>/", projects.project_detail, name="project-detail"),
     path("projects/<slug:slug>/chart/", projects.project_chart, name="project-chart"),
     path("projects/<slug:slug>/spend/", spend.project_spend, name="project-spend"),
+    path("projects/<slug:slug>/tree/", tree.project_tree, name="project-tree"),
     path("projects/<slug:slug>/settings/", settings.project_settings, name="project-settings"),
     path("projects/<slug:slug>/members/", members.project_members, name="project-members"),
     path("projects/<slug:slug>/invitations/", members.invite_member, name="invite-member"),

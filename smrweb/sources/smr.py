@@ -847,6 +847,8 @@ class SmrConnector:
                     "label": str(meta.get("label") or c.checkpoint_id)[:500],
                     "commit": str(meta.get("commit") or "")[:64],
                     "restorable": bool(c.restorable) and not failed,
+                    # A branched run's first checkpoint names the one of the run it was branched from.
+                    "parent": str(c.parent_checkpoint_id or "")[:200],
                     "failure_reason": str(
                         meta.get("failure_reason") or (c.error_code or "failed" if failed else "")
                     )[:20000],

@@ -246,6 +246,14 @@ class CheckpointEvent(_Event):
     commit: Annotated[str, Field(max_length=64)] = ""
     restorable: bool = True
     failure_reason: Annotated[str, Field(max_length=20000)] = ""
+    parent: Annotated[
+        str,
+        Field(
+            max_length=200,
+            description="The checkpoint this one continues (the run's previous one, or a checkpoint of "
+            "another run of the project when this run was branched from it).",
+        ),
+    ] = ""
 
 
 Event = Annotated[

@@ -279,6 +279,17 @@
       event.preventDefault();
       announce("Pick at least two runs to compare.");
     }
+    // The runs table ⇄ the tree of attempts: the filters chosen since the page loaded (htmx pushed them
+    // to the address bar) go along.
+    var follow = event.target.closest && event.target.closest("a[data-follow-query]");
+    if (follow && window.location.search) follow.href = follow.href.split("?")[0] + window.location.search;
+    // The tree of attempts: open or close every subtree.
+    var toggle = event.target.closest && event.target.closest("[data-tree-toggle]");
+    if (toggle) {
+      var open = toggle.dataset.treeToggle === "open";
+      var scope = toggle.closest("[data-tree]") || document;
+      scope.querySelectorAll("details").forEach(function (d) { d.open = open; });
+    }
   });
 
   // --- confirmations ----------------------------------------------------------------------------------

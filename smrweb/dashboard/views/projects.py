@@ -292,7 +292,7 @@ def project_detail(request, slug: str):
     if not request.htmx:
         role = Role.ADMIN if page_context["is_admin"] else project.role_of(request.user)
         page_context.update(saved_views.views_context(request, project, role))
-        chart_query = _chart_query(request.GET)
+        chart_query = narrowing_query(request.GET)
         page_context.update(
             _chart_context(
                 project, unverified, page_context.pop("runs") if chart_query else None, chart_query
@@ -482,7 +482,7 @@ def _metric_choice(project: Project) -> dict | None:
 CHART_FILTERS = NARROWING  # the chart follows every filter of the table, over budget and params included
 
 
-def _chart_query(params) -> str:
+def narrowing_query(params) -> str:
     """The runs-table filters the chart follows (not paging, leaderboard or scope parameters)."""
     kept = params.copy()
     for key in list(kept):
@@ -559,7 +559,7 @@ def project_chart(request, slug: str):
     """The score-over-time chart of every run, polled on its own (slower than the runs table)."""
     project = project_for_user(request, slug)
     unverified = include_unverified(request)
-    chart_query = _chart_query(request.GET)
+    chart_query = narrowing_query(request.GET)
     runs = filter_runs(project, request.GET)[0] if chart_query else None
     # The version is the drawn runs' pieces (read or kept): a new turn or a change to a run the chart
     # does not draw leaves it, and the poll gets 204.

@@ -498,12 +498,20 @@ class Checkpoint(models.Model):
     commit = models.CharField(max_length=64, blank=True)
     restorable = models.BooleanField(default=True)
     failure_reason = models.TextField(blank=True)
+    # The checkpoint this one continues, as the source names it (SMR's `parent_checkpoint_id`): the run's
+    # own previous one, or — for a run branched from a checkpoint — a checkpoint of another run of the
+    # project, which makes this run a branch of that one in the tree of attempts (queries/tree.py).
+    parent_external_id = models.CharField(max_length=200, blank=True)
     ts = models.DateTimeField()
 
     class Meta:
         ordering = ["ts", "id"]
         constraints = [
             models.UniqueConstraint(fields=["run", "external_id"], name="checkpoint_run_external_id_uniq")
+        ]
+        indexes = [
+            # The tree of attempts: a branch's parent checkpoint found by the id the source gave it.
+            models.Index(fields=["external_id"], name="checkpoint_external_id_idx"),
         ]
 
     def __str__(self) -> str:

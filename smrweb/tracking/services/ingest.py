@@ -451,6 +451,7 @@ def _insert_checkpoints(run: Run, items: list[tuple[str, ev.CheckpointEvent]], n
                 commit=e.commit,
                 restorable=e.restorable,
                 failure_reason=e.failure_reason,
+                parent_external_id=e.parent,
                 ts=e.ts or now,
             )
             for k, e in items
