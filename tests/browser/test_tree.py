@@ -96,9 +96,13 @@ def test_the_tree_at_1440_light_and_390_dark(browser, live_server, project, alic
         expect(tree.locator("h2")).to_contain_text("1 of 25 runs match", timeout=5000)
         tree = page.locator("#tree")
         expect(tree.locator('[data-run="explore-3"]')).not_to_have_class(re.compile(r"\bcontext\b"))
-        expect(tree.locator('[data-run="iter-1-alt"]')).to_have_class(re.compile(r"\bcontext\b"))
+        expect(tree.locator('[data-run="baseline"]')).to_have_class(re.compile(r"\bcontext\b"))
+        # iter-1-alt, explore-1 and explore-2 only lead on to it: one line, its ends linked.
+        fold = tree.locator('li.tree-fold[data-folded="3"]')
+        expect(fold).to_contain_text("iter-1-alt to explore-2")
         expect(tree.locator('[data-run="iter-3"]')).to_have_count(0)
         expect(page).to_have_url(re.compile(r"q=explore-3"))
+        page.screenshot(path=str(screenshot_dir / "tree-1440-light-search.png"), full_page=True)
         # The tab back to the table keeps the filter; a click on a run opens it.
         tree.locator('[data-run="explore-3"] a.tree-run').click()
         expect(page).to_have_url(re.compile(r"/projects/hill/runs/explore-3/$"))

@@ -247,6 +247,37 @@ def test_the_runs_filter_keeps_the_matches_and_the_runs_they_come_from(hooked, b
     assert by_name(narrowed(hooked, state="running")).keys() == {"root", "a", "b"}
 
 
+def test_under_filters_a_long_way_to_a_match_is_folded_into_one_line(hooked, bob):
+    for parent, child in (("root", "a"), ("a", "b"), ("b", "c"), ("c", "d"), ("d", "found-it")):
+        launched(hooked, bob, parent, child)
+    tree = narrowed(hooked, q="found")
+    rows = [
+        (
+            r.kind,
+            r.node.run.external_id if r.node else "",
+            r.folded,
+            r.parent.run.external_id if r.parent else "",
+        )
+        for r in tree.rows()
+    ]
+    assert rows == [
+        ("open", "root", 0, ""),
+        ("fold", "a", 4, "d"),  # a, b, c, d: four runs that only lead on to the match
+        ("node", "found-it", 0, "d"),
+        ("close", "", 0, ""),
+    ]
+    assert [r.node.run.external_id for r in tree.rows(fold=False) if r.node] == [
+        "root",
+        "a",
+        "b",
+        "c",
+        "d",
+        "found-it",
+    ]
+    # Two in a row are drawn as they are.
+    assert [r.kind for r in narrowed(hooked, q="c").rows()] == ["open", "node", "node", "node", "close"]
+
+
 def test_archived_runs_are_left_out_unless_asked_for(hooked, bob, alice):
     launched(hooked, bob, "root", "a")
     ingest(hooked, "a", {"type": "state", "id": "d", "state": "done"})
@@ -310,7 +341,7 @@ def test_the_number_of_queries_is_the_same_at_30_and_600_runs(alice, bob):
                 rows = tree.rows()
             counts[filtered].append(len(queries))
             assert len([r for r in rows if r.kind == "open"]) == len([r for r in rows if r.kind == "close"])
-            assert len([r for r in rows if r.node is not None]) == len(tree.nodes)
+            assert sum(r.folded or 1 for r in rows if r.node is not None) == len(tree.nodes)
             assert [r.kind for r in rows].count("sides") == [r.kind for r in rows].count("end_sides")
             if not filtered:
                 assert len(tree.nodes) == size

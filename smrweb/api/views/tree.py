@@ -66,7 +66,7 @@ class ProjectTree(generics.GenericAPIView):
         matching = self.filter_queryset(Run.objects.filter(project=project))
         narrowed = any(v.strip() for key in NARROWING for v in params.getlist(key))
         tree = trees.project_tree(project, matching=matching if narrowed else None, archived=archived == "1")
-        nodes = [row.node for row in tree.rows() if row.node is not None]
+        nodes = [row.node for row in tree.rows(fold=False) if row.node is not None]
         names = {pk: node.run.external_id for pk, node in tree.nodes.items()}
         body = {
             "project": project.slug,

@@ -260,6 +260,29 @@ def h_restore(ctx: Ctx) -> Response:
         raise HttpError(409, exc.detail) from None
 
 
+def h_branch(ctx: Ctx) -> Response:
+    """`POST …/runs/{rid}/branches` (the SDK's `branch_run_from_checkpoint`): a new run from a checkpoint."""
+    if ctx.params.get("project_id") is not None:
+        _project(ctx)
+    body = ctx.body if isinstance(ctx.body, dict) else {}
+    if not any(body.get(k) for k in ("checkpoint_id", "checkpoint_record_id")):
+        raise HttpError(
+            422,
+            [
+                {
+                    "type": "value_error",
+                    "loc": ["body"],
+                    "input": body,
+                    "msg": "Value error, checkpoint_id is required",
+                }
+            ],
+        )
+    try:
+        return Response(payload=ctx.world.branch(ctx.params["run_id"], ctx.params.get("project_id"), body))
+    except Conflict as exc:
+        raise HttpError(409, exc.detail) from None
+
+
 def preview_run(ctx: Ctx) -> Any:
     """What a malformed answer to a POST is built from: the run as it is (the action is not applied)."""
     return ctx.world.run_wire(_run(ctx))

@@ -28,7 +28,8 @@ class CheckpointsMixin:
         checkpoint_id = stable_uuid("checkpoint", run.run_id, k)
         commit = hex_digest("commit", run.run_id, k)[:40]
         workspace = f"/workspace/runs/{run.run_id}/checkpoints/{checkpoint_id}"
-        parent = run.checkpoints[-1]["checkpoint_id"] if run.checkpoints else None
+        # The run's previous checkpoint; a branched run's first continues the checkpoint it came from.
+        parent = run.checkpoints[-1]["checkpoint_id"] if run.checkpoints else run.branched_from
         run.checkpoints.append(
             {
                 "checkpoint_id": checkpoint_id,
@@ -105,6 +106,43 @@ class CheckpointsMixin:
                 "child_run_id": None,
             }
             run.restores.append({**ack, "reason": body.get("reason")})
+            return ack
+
+    def branch(self, run_id: str, project_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """The SDK's `branch_run_from_checkpoint`: a new run of the project that starts from a branchable
+        checkpoint of this one (its first checkpoint names it as its parent); `SmrRunBranchResponse`."""
+        with self.lock:
+            run = self.get_run(run_id, project_id)
+            checkpoint_id = body.get("checkpoint_id") or body.get("checkpoint_record_id")
+            checkpoint = next(
+                (c for c in run.checkpoints if checkpoint_id in (c["checkpoint_id"], c["artifact_id"])), None
+            )
+            if checkpoint is None:
+                raise NotFound("Checkpoint not found")
+            if not checkpoint["branchable"]:
+                raise Conflict(
+                    {
+                        "error_code": "checkpoint_not_branchable",
+                        "message": f"Checkpoint {checkpoint['checkpoint_id']} is {checkpoint['state']}; "
+                        "it cannot be branched from.",
+                        "retryable": False,
+                        "run_id": run.run_id,
+                    }
+                )
+            now = self._stamp()
+            key = f"branch:{checkpoint['checkpoint_id']}:{len(run.restores)}"
+            child = self._plan_triggered(run.project_id, run.requested_profile, key)
+            child.branched_from = checkpoint["checkpoint_id"]
+            self._launch_state()[2][child.run_id] = None
+            self._start_triggered(child, [])
+            ack = {
+                "accepted": True,
+                "parent_run_id": run.run_id,
+                "child_run_id": child.run_id,
+                "source_checkpoint_id": checkpoint["checkpoint_id"],
+                "created_at": iso(now),
+            }
+            run.restores.append({**ack, "mode": "branch", "reason": body.get("reason")})
             return ack
 
     # ------------------------------------------------------------------ wire shape (call under lock)

@@ -89,6 +89,7 @@ class SimRun:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     restores: list[dict[str, Any]] = field(default_factory=list)
+    branched_from: str | None = None  # the checkpoint of another run this one was branched from
     control_intents: list[dict[str, Any]] = field(default_factory=list)
     pending_replies: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # (message, due tick)
     best: float = math.inf

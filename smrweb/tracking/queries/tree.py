@@ -48,6 +48,7 @@ MLFLOW_PARENT_TAG = "mlflow.parentRunId"
 DEAD_STATES = (RunState.FAILED, RunState.ABANDONED)
 REGRESSED = "regressed"
 OPEN_UP_TO = 12  # a subtree of at most this many runs starts open; a larger one starts closed
+FOLD_FROM = 3  # under filters, this many runs in a row that only lead on to a match are drawn as one line
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,12 @@ class Row:
     with, and `end_sides` ends them; `node` is a run (`continues`: it comes from the run drawn last at its
     level, `parent` named when other runs were drawn in between)."""
 
-    kind: str  # "open" | "close" | "sides" | "end_sides" | "node"
+    kind: str  # "open" | "close" | "sides" | "end_sides" | "node" | "fold"
     node: Node | None = None
     continues: bool = False
     open: bool = False
-    parent: Node | None = None
+    parent: Node | None = None  # a "fold": the last run folded
+    folded: int = 0  # a "fold": runs that match nothing, one after the other, drawn as one line
 
 
 @dataclass
@@ -112,7 +114,7 @@ class Tree:
     def best_node(self) -> Node | None:
         return self.nodes[self.best] if self.best is not None else None
 
-    def rows(self) -> list[Row]:
+    def rows(self, fold: bool = True) -> list[Row]:
         """The tree as lines: a run's child on its way to the best (else its largest subtree) goes on at
         the run's own level; its other children are drawn first, one level in, each with runs after it a
         collapsible subtree. Built without recursion, and a chain of 2,000 launches is one level, not
@@ -128,6 +130,19 @@ class Tree:
                 out.append(Row(item[0]))
                 continue
             node = self.nodes[item[1]]
+            if fold and self.narrowed and item[0] != "head":
+                chain, last = [], node
+                while not last.matches and len(last.children) == 1 and not last.on_best_path:
+                    chain.append(last)
+                    last = self.nodes[last.children[0]]
+                if len(chain) >= FOLD_FROM:
+                    out.append(
+                        Row(
+                            "fold", chain[0], continues=item[0] == "main", parent=chain[-1], folded=len(chain)
+                        )
+                    )
+                    work.append(("main", last.pk, True))
+                    continue
             if item[0] == "head":
                 out.append(Row("open", node, open=self._starts_open(node)))
             else:
