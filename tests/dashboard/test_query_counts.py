@@ -216,7 +216,7 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "turn detail": ("/projects/hill/runs/r0/turns/{turn}/", HX, 200, 10, grow_turns),
     "submission page": ("/projects/hill/submissions/{submission}/", {}, 200, 25, grow_history),
     "review queue": ("/projects/hill/review/", {}, 200, 20, grow_history),
-    "knowledge": ("/projects/hill/knowledge/", {}, 200, 20, grow_entries),
+    "knowledge": ("/projects/hill/knowledge/", {}, 200, 23, grow_entries),  # 3 of them the arena history
     "tokens": ("/projects/hill/tokens/", {}, 200, 12, grow_tokens),
     "settings": ("/projects/hill/settings/", {}, 200, 12, grow_runs),
     "members": ("/projects/hill/members/", {}, 200, 12, grow_members),
