@@ -13,11 +13,9 @@ from django.urls import reverse
 
 from smrweb.core import signed_links
 from smrweb.core.downloads import attachment_response
-from smrweb.sources import bundles
 from smrweb.tracking import services
 from smrweb.tracking.errors import ArtifactBytesMissing
 from smrweb.tracking.models import Artifact, Submission
-from smrweb.tracking.queries.bundles import bundled_submission
 
 
 def artifact_response(artifact: Artifact) -> FileResponse:
@@ -64,19 +62,6 @@ def artifact_for_token(token: str) -> Artifact:
         sha256=artifact.blob.sha256 if artifact else None,
     )
     return artifact
-
-
-def bundle_response(sub: Submission) -> FileResponse:
-    """The submission's signed bundle as an attachment (NoBundle without an artifact, ArtifactBytesMissing
-    when storage lost its bytes)."""
-    bundle = bundles.build(bundled_submission(sub.project, sub.pk))
-    return attachment_response(
-        bundle.file,
-        path=bundle.filename,
-        content_type="application/gzip",
-        sha256=bundle.sha256,
-        size=bundle.size,
-    )
 
 
 def signed_bundle_path(sub: Submission, *, ttl: timedelta | None = None) -> str:

@@ -11,9 +11,7 @@ from rest_framework.views import APIView
 
 from smrweb.api.access import submission_for
 from smrweb.api.schema import ERROR, ERRORS
-from smrweb.core.downloads import attachment_response
 from smrweb.sources import bundles
-from smrweb.tracking.queries.bundles import bundled_submission
 
 KEY = inline_serializer(
     "BundleKey",
@@ -48,7 +46,7 @@ class SubmissionBundle(APIView):
     )
     def get(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)
-        return bundle_response(bundles.build(bundled_submission(sub.project, sub.pk)))
+        return bundles.download(sub.project, sub.pk)
 
 
 class BundleKey(APIView):
@@ -62,14 +60,3 @@ class BundleKey(APIView):
     )
     def get(self, request):
         return Response(bundles.published_keys())
-
-
-def bundle_response(bundle: bundles.Bundle):
-    """The bundle as an attachment (inert type, its own digest in the headers)."""
-    return attachment_response(
-        bundle.file,
-        path=bundle.filename,
-        content_type="application/gzip",
-        sha256=bundle.sha256,
-        size=bundle.size,
-    )

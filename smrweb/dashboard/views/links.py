@@ -9,10 +9,10 @@ from smrweb.core import signed_links
 from smrweb.dashboard.artifacts import (
     artifact_for_token,
     artifact_response,
-    bundle_response,
     missing_bytes_page,
     submission_for_token,
 )
+from smrweb.sources import bundles
 from smrweb.tracking.errors import ArtifactBytesMissing, NoBundle
 
 
@@ -26,7 +26,12 @@ def download_by_link(request, token: str):
 @require_safe
 def bundle_by_link(request, token: str):
     """GET/HEAD: the submission's signed bundle, refused as an artifact's link is."""
-    return _serve(request, lambda: bundle_response(submission_for_token(token)))
+
+    def respond():
+        sub = submission_for_token(token)
+        return bundles.download(sub.project, sub.pk)
+
+    return _serve(request, respond)
 
 
 def _serve(request, respond):

@@ -17,7 +17,8 @@ from smrweb import tasks
 from smrweb.core import numbers, queue
 from smrweb.dashboard import live
 from smrweb.dashboard.access import fragment_template, project_for_user
-from smrweb.dashboard.artifacts import bundle_response, missing_bytes_page
+from smrweb.dashboard.artifacts import missing_bytes_page
+from smrweb.sources import bundles
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, NoBundle, TrackingError
 from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
 from smrweb.tracking.services import capabilities, submissions
@@ -144,7 +145,7 @@ def submission_bundle(request, slug: str, submission_id: int):
     project = project_for_user(request, slug)
     sub = _submission(project, submission_id)
     try:
-        return bundle_response(sub)
+        return bundles.download(project, sub.pk)
     except ArtifactBytesMissing as exc:
         return missing_bytes_page(request, exc)
     except NoBundle as exc:
