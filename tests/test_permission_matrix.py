@@ -2510,6 +2510,15 @@ ROWS = [
         effect=count(ArenaResult),
     ),
     Row(
+        "api submission: record the arena's refusal",
+        "POST",
+        f"{AS}/{{uploaded}}/refused",
+        "LOGIN HIDE  DENY  ALLOW ALLOW DENY  DENY  LOGIN",
+        data={"reason": "over the arena's size limit"},
+        json=True,
+        effect=status_of("uploaded"),
+    ),
+    Row(
         "api submission: bulk approve",
         "POST",
         f"{AS}/bulk",

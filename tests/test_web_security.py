@@ -565,7 +565,7 @@ POST_FORMS = {
     "dashboard/knowledge.html": 1,
     "dashboard/knowledge_edit.html": 1,
     # verify, review (approve/reject), upload, record, exclude, include
-    "dashboard/submission_detail.html": 6,
+    "dashboard/submission_detail.html": 7,
     "dashboard/scenario_detail.html": 1,  # preflight (hx-post on the same form)
     "dashboard/project_tokens.html": 2,  # revoke, create
     "registration/password_change_form.html": 1,

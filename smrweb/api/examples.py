@@ -161,6 +161,10 @@ UPLOADED = OpenApiExample(
     "The arena's id for the upload (example)", value={"arena_ref": "https://arena.example/s/812"}
 )
 
+REFUSED = OpenApiExample(
+    "What the arena said (example)", value={"reason": "Example: the file is over the arena's 50 MB limit."}
+)
+
 ARENA_RESULT = OpenApiExample(
     "What the arena said (example)",
     value={"rank": 7, "arena_score": 3.31, "note": "Example: 2 places up after the upload."},

@@ -82,6 +82,7 @@ urlpatterns = [
     path(f"{sub}/approve", submissions.SubmissionApprove.as_view(), name="submission-approve"),
     path(f"{sub}/reject", submissions.SubmissionReject.as_view(), name="submission-reject"),
     path(f"{sub}/uploaded", submissions.SubmissionUploaded.as_view(), name="submission-uploaded"),
+    path(f"{sub}/refused", submissions.SubmissionRefused.as_view(), name="submission-refused"),
     path(f"{sub}/arena-result", submissions.SubmissionArenaResult.as_view(), name="submission-arena-result"),
     path(f"{sub}/comments", annotations.SubmissionComments.as_view(), name="submission-comments"),
     path(

@@ -88,6 +88,17 @@ class InvalidInput(TrackingError):
         }
 
 
+class OverUploadLimit(InvalidInput):
+    """The arena's uploads for today are used up: the upload is recorded only when confirmed
+    (`confirm_over_limit`), since only the person at the arena knows whether it took the file."""
+
+    status = 409
+    code = "arena_daily_limit_reached"
+
+    def __init__(self, message: str):
+        super().__init__("confirm_over_limit", message)
+
+
 class NotAllowed(TrackingError):
     """The actor lacks the project role an action needs (API tokens have no role)."""
 

@@ -43,6 +43,7 @@ ACTIONS = [
     ("reject", S.VERIFIED, {"comment": "no"}),
     ("uploaded", S.APPROVED, {}),
     ("arena-result", S.UPLOADED, {"rank": 3, "arena_score": 1200.0}),
+    ("refused", S.UPLOADED, {"reason": "over the arena's size limit"}),
 ]
 
 

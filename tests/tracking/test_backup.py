@@ -9,7 +9,7 @@ import io
 import json
 import threading
 import zipfile
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -115,6 +115,9 @@ def rich(alice, bob, victor):
         required_toolchains=["python3"],
         arena_name="The Arena",
         arena_url="https://arena.example.com/",
+        arena_daily_limit=5,
+        arena_timezone="America/Chicago",
+        arena_resets_at=time(7, 45),
         by=alice,
     )
     project = admin_project("hill", name="Hill climb", scenario=scenario, by=alice)

@@ -80,11 +80,21 @@ class ApprovalsSerializer(serializers.Serializer):
     )
 
 
+class AllowanceSerializer(serializers.Serializer):
+    limit = serializers.IntegerField(allow_null=True, help_text="The scenario's arena_daily_limit.")
+    used = serializers.IntegerField(help_text="Uploads this project marked since the arena's day began.")
+    left = serializers.IntegerField(allow_null=True)
+    day_start = serializers.DateTimeField()
+    resets_at = serializers.DateTimeField(help_text="When the arena's next day starts, in its own zone.")
+    timezone = serializers.CharField()
+
+
 class LifecycleSerializer(serializers.ModelSerializer):
     run = serializers.CharField(source="run.external_id")
     proposed_by = serializers.CharField(source="proposed_by.get_username", allow_null=True, default=None)
     transitions = TransitionSerializer(many=True)
     approvals = serializers.SerializerMethodField()
+    arena_uploads = serializers.SerializerMethodField()
 
     class Meta:
         model = Submission
@@ -101,12 +111,18 @@ class LifecycleSerializer(serializers.ModelSerializer):
             "uploaded_at",
             "arena_ref",
             "approvals",
+            "arena_uploads",
             "transitions",
         ]
 
     @extend_schema_field(ApprovalsSerializer)
     def get_approvals(self, sub: Submission) -> dict:
         return submissions.approvals(sub).as_dict()
+
+    @extend_schema_field(AllowanceSerializer)
+    def get_arena_uploads(self, sub: Submission) -> dict:
+        """The project's arena uploads today against the scenario's daily limit."""
+        return submissions.upload_allowance(sub.project).as_dict()
 
 
 class ReviewIn(serializers.Serializer):
@@ -130,6 +146,18 @@ class UploadedIn(serializers.Serializer):
         max_length=500,
         default="",
         help_text="The arena's own id or URL for the upload (https:// or http://).",
+    )
+    confirm_over_limit = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Record the upload even though the arena's uploads for today are used up (otherwise "
+        "409 `arena_daily_limit_reached`).",
+    )
+
+
+class RefusedIn(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=5000, help_text="What the arena said (required): carried forward as a failed approach."
     )
 
 

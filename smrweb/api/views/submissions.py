@@ -24,6 +24,7 @@ from smrweb.api.serializers.submissions import (
     DiffPendingSerializer,
     DiffSerializer,
     LifecycleSerializer,
+    RefusedIn,
     ReviewIn,
     SubmissionSerializer,
     UploadedIn,
@@ -183,14 +184,42 @@ class SubmissionUploaded(APIView):
         operation_id="submission_mark_uploaded",
         request=UploadedIn,
         examples=[examples.UPLOADED],
-        responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
         summary="Record that an approved submission was uploaded to the arena by hand (reviewers)",
+        description="When the project's uploads for the arena's day are used up (the scenario's "
+        "`arena_daily_limit`, counted in its `arena_timezone` from `arena_resets_at`), the answer is 409 "
+        "`arena_daily_limit_reached` unless `confirm_over_limit` is true. `arena_uploads` in the answer "
+        "says how many are left.",
+        responses={
+            200: LifecycleSerializer,
+            **ERRORS,
+            **ILLEGAL_MOVE,
+            **UNSUPPORTED_MEDIA_TYPE,
+            409: OpenApiResponse(ERROR, description="`arena_daily_limit_reached`, or an illegal move."),
+        },
     )
     def post(self, request, slug: str, submission_id: int):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = UploadedIn(data=request.data)
         body.is_valid(raise_exception=True)
-        sub = submissions.mark_uploaded(sub, by=actor_of(request), arena_ref=body.validated_data["arena_ref"])
+        sub = submissions.mark_uploaded(sub, by=actor_of(request), **body.validated_data)
+        return Response(_fresh(sub))
+
+
+class SubmissionRefused(APIView):
+    @extend_schema(
+        operation_id="submission_refused",
+        request=RefusedIn,
+        examples=[examples.REFUSED],
+        responses={200: LifecycleSerializer, **ERRORS, **ILLEGAL_MOVE, **UNSUPPORTED_MEDIA_TYPE},
+        summary="Record that the arena refused an uploaded submission (reviewers)",
+        description="`reason` is required: what the arena said. The submission leaves the project's numbers "
+        "and is carried forward as a failed approach; once fixed it may be marked uploaded again.",
+    )
+    def post(self, request, slug: str, submission_id: int):
+        sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
+        body = RefusedIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        sub = submissions.record_refusal(sub, by=actor_of(request), reason=body.validated_data["reason"])
         return Response(_fresh(sub))
 
 

@@ -22,6 +22,7 @@ ENTRIES_SHOWN = 200
 REASON_LABELS = {
     "invalid": "invalid",
     "rejected": "rejected",
+    "refused": "refused by the arena",
     "regressed": "regressed",
     "failed_approach": "failed approach",
     "arena_regressed": "arena regressed",

@@ -41,6 +41,17 @@ class UploadForm(forms.Form):
         label="Arena submission id or URL",
         help_text="What the arena calls this upload, so its result can be traced back.",
     )
+    confirm_over_limit = forms.BooleanField(
+        required=False, label="The arena's uploads for today are used up: record this upload anyway"
+    )
+
+
+class RefusalForm(forms.Form):
+    reason = forms.CharField(
+        max_length=submissions.REFUSAL_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the arena said; carried forward to the agents as a failed approach.",
+    )
 
 
 class ExcludeForm(forms.Form):
@@ -100,6 +111,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "project": project,
         "sub": sub,
         "run": sub.run,
+        "refusal": next((t for t in reversed(transitions) if t.to_status == SubmissionStatus.REFUSED), None),
         "transitions": submissions.history(sub),
         "reviews": _reviews(sub),
         "approvals": submissions.approvals(sub),
@@ -111,6 +123,8 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "review_form": extra.pop("review_form", None) or ReviewForm(),
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
         "upload_form": extra.pop("upload_form", None) or UploadForm(),
+        "refusal_form": extra.pop("refusal_form", None) or RefusalForm(),
+        "allowance": submissions.upload_allowance(project),
         "exclude_form": extra.pop("exclude_form", None) or ExcludeForm(),
         "is_admin": project.allows(request.user, Role.ADMIN),
         "own_approval": submissions.is_own_approval(sub, request.user),
@@ -160,7 +174,8 @@ def submission_bundle(request, slug: str, submission_id: int):
 @require_POST
 @login_required
 def submission_action(request, slug: str, submission_id: int, action: str):
-    """verify | approve | reject | upload | record — reviewers and admins; refusals come back as messages."""
+    """verify | approve | reject | upload | record | refuse — reviewers and admins; refusals come back
+    as messages."""
     project = project_for_user(request, slug, role=Role.REVIEWER)
     sub = _submission(project, submission_id)
     try:
@@ -201,9 +216,9 @@ def submission_action(request, slug: str, submission_id: int, action: str):
             form = UploadForm(request.POST)
             if form.is_valid():
                 try:
-                    submissions.mark_uploaded(sub, by=request.user, arena_ref=form.cleaned_data["arena_ref"])
+                    submissions.mark_uploaded(sub, by=request.user, **form.cleaned_data)
                 except InvalidInput as exc:
-                    form.add_error("arena_ref", exc.message)
+                    form.add_error(exc.field, exc.message)
             if form.errors:
                 return render(
                     request,
@@ -211,7 +226,28 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                     _context(request, project, sub, upload_form=form),
                     status=400,
                 )
-            messages.success(request, "Marked uploaded. Record the arena's answer when it comes.")
+            messages.success(
+                request, "Marked uploaded. Record the arena's answer (its rank, or that it refused the file)."
+            )
+        elif action == "refuse":
+            form = RefusalForm(request.POST)
+            if form.is_valid():
+                try:
+                    submissions.record_refusal(sub, by=request.user, reason=form.cleaned_data["reason"])
+                except InvalidInput as exc:
+                    form.add_error("reason", exc.message)
+            if form.errors:
+                return render(
+                    request,
+                    "dashboard/submission_detail.html",
+                    _context(request, project, sub, refusal_form=form),
+                    status=400,
+                )
+            messages.warning(
+                request,
+                "Recorded as refused by the arena: it no longer counts in the project's numbers and is "
+                "carried forward as a failed approach.",
+            )
         elif action == "record":
             form = ArenaResultForm(request.POST)
             if form.is_valid():
@@ -325,6 +361,7 @@ def review_queue(request, slug: str):
             "bulk_max": submissions.BULK_MAX,
             "approved_alone": alone[:APPROVED_ALONE_SHOWN],
             "approved_alone_count": alone.count(),
+            "allowance": submissions.upload_allowance(project),
         },
     )
 

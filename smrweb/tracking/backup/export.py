@@ -129,9 +129,15 @@ def _encode_duration(value):
     return None if value is None else duration_iso_string(value)
 
 
+def _encode_time(value):
+    return None if value is None else value.isoformat()  # a wall-clock time (an arena's reset), no zone
+
+
 def _encoder_for(f: models.Field) -> Callable[[Any], Any] | None:
     if isinstance(f, models.DateTimeField):
         return _encode_datetime
+    if isinstance(f, models.TimeField):
+        return _encode_time
     if isinstance(f, models.DecimalField):
         return _encode_decimal
     if isinstance(f, models.DurationField):

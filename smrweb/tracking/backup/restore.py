@@ -221,6 +221,7 @@ class _Importer:
             else:
                 try:
                     value = f.to_python(raw)
+                    f.run_validators(value)  # the field's own rules (an arena's time zone, a limit's range)
                 except ValidationError as exc:
                     raise BackupError(f"{where}: {f.name}: {' '.join(exc.messages)}") from None
                 if f.max_length is not None and isinstance(value, str) and len(value) > f.max_length:

@@ -112,6 +112,7 @@ class AuditVerb(models.TextChoices):
     SUBMISSION_INCLUDED = "submission.included", "Submission included"
     SUBMISSION_INVALID = "submission.invalid", "Submission invalid"
     SUBMISSION_RANKED = "submission.ranked", "Submission ranked"
+    SUBMISSION_REFUSED = "submission.refused", "Submission refused by the arena"
     SUBMISSION_REJECTED = "submission.rejected", "Submission rejected"
     SUBMISSION_REVIEW_NOT_COUNTED = "submission.review_not_counted", "Own approval recorded (does not count)"
     SUBMISSION_UPLOADED = "submission.uploaded", "Submission uploaded"

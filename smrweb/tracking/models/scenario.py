@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import zoneinfo
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -18,6 +23,18 @@ class ArtifactKind(models.TextChoices):
     ARCHIVE = "archive"
     LOG = "log"
     OTHER = "other"
+
+
+def arena_zone(name: str) -> zoneinfo.ZoneInfo:
+    """An arena's IANA time zone ("Europe/Paris", "UTC"); ValidationError for anything else."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValidationError(f"{name!r} is not an IANA time zone (e.g. UTC, Europe/Paris).") from None
+
+
+def _valid_zone(name: str) -> None:
+    arena_zone(name)
 
 
 class ScenarioQuerySet(models.QuerySet):
@@ -64,6 +81,23 @@ class Scenario(models.Model):
     arena_url = models.URLField(blank=True)
     # Which way the arena's own score is better (Elo: up; a loss: down); blank: same as score_metric.
     arena_direction = models.CharField(max_length=10, choices=Direction, blank=True)
+    # How many uploads the arena takes from one team a day (empty: it does not say), and when its day
+    # starts: a wall-clock time in its own zone (`services.submissions.upload_allowance` counts them).
+    arena_daily_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(10_000)],
+        help_text="Uploads the arena takes from one project a day; empty: no limit known.",
+    )
+    arena_timezone = models.CharField(
+        max_length=64,
+        default="UTC",
+        validators=[_valid_zone],
+        help_text="The IANA time zone the arena's day is counted in.",
+    )
+    arena_resets_at = models.TimeField(
+        default=datetime.time(0, 0), help_text="When the arena's day starts, in its own zone."
+    )
     # Shared scenarios (the presets) may be attached to any project; the others only by staff, so a
     # validator made for one team cannot be run by a stranger on a project of their own.
     shared = models.BooleanField(default=False)

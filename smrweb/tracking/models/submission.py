@@ -21,12 +21,15 @@ class SubmissionStatus(models.TextChoices):
     REJECTED = "rejected"
     UPLOADED = "uploaded"
     RANKED = "ranked"
+    REFUSED = "refused"  # uploaded, and the arena turned the file down
 
 
 # What a project's numbers (best, leaderboard, best-so-far, regressions, carry-forward) are made of:
 # never a submission the validator or a reviewer turned down, never an excluded one, and — unless the
 # person looking asks for them — only submissions that passed verification.
-NEVER_COUNTED = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED)
+# A file the arena refused is not a result anyone can stand on: it leaves the numbers and is carried
+# forward as a failed approach, as an invalid or rejected one is.
+NEVER_COUNTED = (SubmissionStatus.INVALID, SubmissionStatus.REJECTED, SubmissionStatus.REFUSED)
 
 
 VERIFIED_STATUSES = (

@@ -44,7 +44,7 @@ N_DEFAULT, N_MIN, N_MAX = 3, 1, 20
 OWN_ENTRY_WINDOW = timedelta(seconds=5)
 
 
-BAD = NEVER_COUNTED  # invalid or rejected: failed approaches
+BAD = NEVER_COUNTED  # invalid, rejected or refused by the arena: failed approaches
 
 
 def parse_n(raw: Any, default: int = N_DEFAULT) -> int:
@@ -296,7 +296,8 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
             item._whys.append(why)
         item.at = max(item.at, at)
 
-    # (a) invalid or rejected submissions: why = the last transition into that status (its reason, who).
+    # (a) invalid, rejected or refused submissions: why = the last transition into that status (its
+    # reason, who).
     last = SubmissionTransition.objects.filter(
         submission=OuterRef("pk"), to_status=OuterRef("status")
     ).order_by("-created", "-id")
@@ -315,6 +316,9 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
         if sub.status == SubmissionStatus.REJECTED:
             comment = f": {reason}" if reason and reason != "rejected" else ""
             why = f"rejected by {sub.by_label or 'a reviewer'}{comment}"
+        elif sub.status == SubmissionStatus.REFUSED:
+            arena = project.scenario.arena_name or "the arena"
+            why = f"refused by {arena} (recorded by {sub.by_label or 'a reviewer'}): {reason}"
         else:
             outcome = (sub.verification_outcome or "failed").replace("_", " ")
             code = f" (exit {sub.verification_exit_code})" if sub.verification_exit_code is not None else ""

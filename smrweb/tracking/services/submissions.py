@@ -10,6 +10,7 @@ show a person, and records a `SubmissionTransition` (who, when, why) and an audi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from smrweb.core import numbers
 from smrweb.tracking import signals
-from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, TrackingError
+from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, OverUploadLimit, TrackingError
 from smrweb.tracking.models import (
     NEVER_COUNTED,
     ArenaResult,
@@ -35,6 +36,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
+from smrweb.tracking.models.scenario import arena_zone
 from smrweb.tracking.services import recompute_scores, record_audit
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.artifacts import missing_artifact
@@ -51,14 +53,15 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.INVALID: frozenset({S.VERIFYING}),
     S.APPROVED: frozenset({S.UPLOADED}),
     S.REJECTED: frozenset(),
-    S.UPLOADED: frozenset({S.RANKED}),
+    S.UPLOADED: frozenset({S.RANKED, S.REFUSED}),
     S.RANKED: frozenset({S.RANKED}),
+    S.REFUSED: frozenset({S.UPLOADED}),  # fixed (or the arena was down): uploaded again
 }
 
 # The order the submission page draws the lifecycle in: the main chain, and where each side branch
 # leaves it (tests/tracking/test_submissions.py checks both against TRANSITIONS).
 MAIN_CHAIN = (S.CANDIDATE, S.VERIFYING, S.VERIFIED, S.APPROVED, S.UPLOADED, S.RANKED)
-BRANCHES = {S.INVALID: S.VERIFYING, S.REJECTED: S.VERIFIED}
+BRANCHES = {S.INVALID: S.VERIFYING, S.REJECTED: S.VERIFIED, S.REFUSED: S.UPLOADED}
 
 # The person's action that makes each move; the other moves are a verification's outcome. The page
 # shows an action's form exactly when the move is legal from the submission's status.
@@ -68,6 +71,7 @@ ACTIONS = {
     S.REJECTED: "review",
     S.UPLOADED: "mark_uploaded",
     S.RANKED: "record_arena_result",
+    S.REFUSED: "record_refusal",
 }
 
 # What a person must do to move on from each status (for refusals that explain themselves).
@@ -80,6 +84,7 @@ NEXT_STEP = {
     S.REJECTED: "nothing: a rejected submission stays rejected",
     S.UPLOADED: "record its arena result",
     S.RANKED: "record a newer arena result",
+    S.REFUSED: "fix what the arena refused and mark it uploaded again",
 }
 
 
@@ -671,8 +676,87 @@ def catch_up_progress(project) -> CatchUp | None:
 ARENA_REF_MAX = Submission._meta.get_field("arena_ref").max_length
 
 
-def mark_uploaded(submission: Submission, *, by: Any, note: str = "", arena_ref: str = "") -> Submission:
-    """Record the manual upload; `arena_ref` is the arena's own submission id or URL for it."""
+@dataclass(frozen=True)
+class UploadAllowance:
+    """The arena's uploads today for one project: its daily limit (None: none known), how many this
+    project has marked uploaded since the arena's day began, and when the next day begins."""
+
+    limit: int | None
+    used: int
+    day_start: datetime  # aware, in the arena's zone
+    resets: datetime  # aware, in the arena's zone
+    zone: str
+
+    @property
+    def left(self) -> int | None:
+        return None if self.limit is None else max(self.limit - self.used, 0)
+
+    @property
+    def used_up(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+    @property
+    def reset_clock(self) -> str:
+        """When the arena's next day starts, on its own clock: "00:00"."""
+        return f"{self.resets:%H:%M}"
+
+    def reset_text(self, now: datetime | None = None) -> str:
+        """ "resets 00:00 Europe/Paris, in 3h 12m"."""
+        wait = numbers.duration(self.resets - (now or timezone.now()))
+        return f"resets {self.reset_clock} {self.zone}, in {wait}"
+
+    def text(self, now: datetime | None = None) -> str:
+        """ "2 uploads left today (resets 00:00 UTC, in 5h)"; "" without a known limit."""
+        if self.limit is None:
+            return ""
+        left = self.left
+        head = f"{left} upload{'' if left == 1 else 's'} left today" if left else "No uploads left today"
+        return f"{head} ({self.reset_text(now)}); {self.used} of {self.limit} used"
+
+    def as_dict(self) -> dict:
+        return {
+            "limit": self.limit,
+            "used": self.used,
+            "left": self.left,
+            "day_start": self.day_start.isoformat(),
+            "resets_at": self.resets.isoformat(),
+            "timezone": self.zone,
+        }
+
+
+def arena_day(scenario, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The arena's current day, [start, next start), as aware times in its zone: it starts at
+    `arena_resets_at` wall-clock time (a day across a DST change is 23 or 25 hours long)."""
+    zone = arena_zone(scenario.arena_timezone)
+    local = (now or timezone.now()).astimezone(zone)
+    start = datetime.combine(local.date(), scenario.arena_resets_at, tzinfo=zone)
+    if start > local:
+        start = datetime.combine(local.date() - timedelta(days=1), scenario.arena_resets_at, tzinfo=zone)
+    return start, datetime.combine(start.date() + timedelta(days=1), scenario.arena_resets_at, tzinfo=zone)
+
+
+def upload_allowance(project, now: datetime | None = None) -> UploadAllowance:
+    """How many of the arena's uploads this project has left today. Every "marked uploaded" counts,
+    an upload the arena then refused too: the arena counted it."""
+    scenario = project.scenario
+    start, resets = arena_day(scenario, now)
+    used = SubmissionTransition.objects.filter(
+        submission__project=project, to_status=S.UPLOADED, created__gte=start
+    ).count()
+    return UploadAllowance(scenario.arena_daily_limit, used, start, resets, scenario.arena_timezone)
+
+
+def mark_uploaded(
+    submission: Submission,
+    *,
+    by: Any,
+    note: str = "",
+    arena_ref: str = "",
+    confirm_over_limit: bool = False,
+) -> Submission:
+    """Record the manual upload; `arena_ref` is the arena's own submission id or URL for it. When the
+    arena's uploads for today are used up it is refused (OverUploadLimit) unless `confirm_over_limit`;
+    the audit row says how many were used and whether it went over."""
     _require(submission, by, Role.REVIEWER, "mark a submission uploaded")
     arena_ref = (arena_ref or "").strip()
     if len(arena_ref) > ARENA_REF_MAX or "\x00" in arena_ref:
@@ -681,16 +765,50 @@ def mark_uploaded(submission: Submission, *, by: Any, note: str = "", arena_ref:
         )
     if "://" in arena_ref and not arena_ref.lower().startswith(("https://", "http://")):
         raise InvalidInput("arena_ref", "A link to the arena must start with https:// or http://.")
+    allowance = upload_allowance(submission.project)
+    if allowance.used_up and not confirm_over_limit:
+        raise OverUploadLimit(
+            f"The arena takes {allowance.limit} upload{'' if allowance.limit == 1 else 's'} a day and this "
+            f"project has marked {allowance.used} today ({allowance.reset_text()}). If the arena took "
+            "the file anyway, confirm to record it."
+        )
     reason = note or ("uploaded to the arena by hand" + (f" as {arena_ref}" if arena_ref else ""))
+    if allowance.used_up:
+        reason += f" (over the arena's daily limit of {allowance.limit}, confirmed)"
     return _move(
         submission,
         S.UPLOADED,
         by=by,
         reason=reason,
+        audit={
+            "arena_ref": arena_ref,
+            "uploads_today": allowance.used + 1,
+            "daily_limit": allowance.limit,
+            "over_limit": allowance.used_up,
+        },
         uploaded_by=by,
         uploaded_at=timezone.now(),
         arena_ref=arena_ref,
     )
+
+
+REFUSAL_MAX = 5000
+
+
+def record_refusal(submission: Submission, *, by: Any, reason: str) -> Submission:
+    """The arena turned an uploaded file down: the submission leaves the project's numbers and is
+    carried forward as a failed approach with `reason` (required: what the arena said)."""
+    _require(submission, by, Role.REVIEWER, "record that the arena refused a submission")
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput(
+            "reason",
+            "Say what the arena said: the reason is kept in the history and carried forward to the "
+            "agents as a failed approach.",
+        )
+    if len(reason) > REFUSAL_MAX or "\x00" in reason:
+        raise InvalidInput("reason", f"At most {REFUSAL_MAX} characters of text.")
+    return _move(submission, S.REFUSED, by=by, reason=reason, audit={"arena_ref": submission.arena_ref})
 
 
 def arena_better(delta: float | None, *, maximize: bool) -> bool | None:
