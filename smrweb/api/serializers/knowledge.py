@@ -46,6 +46,7 @@ class CarryForwardItemSerializer(serializers.Serializer):
             choices=[
                 "invalid",
                 "rejected",
+                "refused",
                 "regressed",
                 "failed_approach",
                 "arena_regressed",

@@ -97,13 +97,16 @@ def outcome(rollback: Rollback, run: Run) -> Outcome:
 
 
 def _refuse_uncounted(submission: Submission) -> None:
-    """A rollback goes back to work that counts: never to an invalid, rejected or excluded submission."""
+    """A rollback goes back to work that counts: never to an invalid, rejected, refused or excluded
+    submission."""
     if submission.status in NEVER_COUNTED or submission.excluded_at is not None or submission.run.excluded_at:
         why = (
             "is excluded from the project's numbers"
             if submission.excluded_at or submission.run.excluded_at
             else "failed verification"
             if submission.status == "invalid"
+            else "was refused by the arena"
+            if submission.status == "refused"
             else "was rejected in review"
         )
         raise RollbackRefused(f"Submission #{submission.pk} {why}: a rollback goes back to work that counts.")
