@@ -4,7 +4,7 @@ screenshots at 1440 px (light) and 390 px (dark) in screenshots/."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -57,3 +57,47 @@ def test_the_arena_chart_over_time_and_against_spend(
     expect(page.locator("#arena-history .xtitle")).to_contain_text("USD spent")
     page.locator("#arena-history").scroll_into_view_if_needed()
     page.screenshot(path=str(screenshot_dir / f"arena-history-spend-{width}-{scheme}.png"), full_page=False)
+
+
+@pytest.mark.parametrize("width, height, scheme", [(1440, 1000, "light"), (390, 844, "dark")])
+def test_uploads_left_today_a_confirmation_past_the_limit_and_a_refusal(
+    page, sign_in, alice, project, screenshot_dir, width, height, scheme
+):
+    scenario = project.scenario
+    scenario.arena_name, scenario.arena_daily_limit = "dogfight", 1
+    scenario.arena_timezone, scenario.arena_resets_at = "Europe/Paris", time(9, 30)
+    scenario.save()
+    push(project, "r1", state("running"), score(0.61, id="s1"), score(0.72, id="s2"))
+    Submission.objects.filter(project=project).update(status="approved")
+    first, second = Submission.objects.filter(project=project).order_by("score")
+    page.set_viewport_size({"width": width, "height": height})
+    page.emulate_media(color_scheme=scheme)
+    sign_in(alice)
+
+    page.goto(f"/projects/hill/submissions/{first.pk}/")
+    allowance = page.locator("#arena [data-arena-allowance]")
+    expect(allowance).to_contain_text("1 upload left today")
+    expect(allowance).to_contain_text("resets 09:30 Europe/Paris")
+    page.get_by_role("button", name="Mark uploaded").click()
+    expect(page.locator("#arena [data-arena-allowance]")).to_contain_text("No uploads left today")
+    page.locator("#arena summary", has_text="The arena refused the file").click()
+    page.locator("#id_refusal_reason").fill("Banned import: ctypes (the arena's rule 4).")
+    page.get_by_role("button", name="Record refusal").click()
+    expect(page.locator("[data-arena-refused]")).to_contain_text("Banned import: ctypes")
+    page.locator("#arena").scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot_dir / f"arena-refused-{width}-{scheme}.png"), full_page=False)
+
+    page.goto(f"/projects/hill/submissions/{second.pk}/")
+    confirm = page.locator("[data-confirm-over-limit] input")
+    expect(confirm).to_be_visible()
+    page.get_by_role("button", name="Mark uploaded").click()  # not confirmed: refused, nothing recorded
+    expect(page.locator("#arena .form-error")).to_contain_text("takes 1 upload a day")
+    page.locator("#arena").scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot_dir / f"arena-over-limit-{width}-{scheme}.png"), full_page=False)
+    second.refresh_from_db()
+    assert second.status == "approved"
+    page.locator("[data-confirm-over-limit] input").check()
+    page.get_by_role("button", name="Mark uploaded").click()
+    expect(page.locator(".lifecycle")).to_contain_text("uploaded")
+    second.refresh_from_db()
+    assert second.status == "uploaded"

@@ -42,7 +42,7 @@ class UploadForm(forms.Form):
         help_text="What the arena calls this upload, so its result can be traced back.",
     )
     confirm_over_limit = forms.BooleanField(
-        required=False, label="The arena's uploads for today are used up: record this upload anyway"
+        required=False, label="Today's arena upload limit is used up: record this upload anyway"
     )
 
 
