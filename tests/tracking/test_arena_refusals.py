@@ -211,6 +211,8 @@ def test_the_submission_and_review_pages_say_how_many_uploads_are_left(project, 
     assert 'data-arena-allowance="2"' in page and "left today" in page
     assert "resets 06:00" in page and "America/New_York" in page
     assert 'name="confirm_over_limit"' not in page  # nothing to confirm yet
+    scenario_page = " ".join(client_alice.get(f"/scenarios/{project.scenario.key}/").content.decode().split())
+    assert "2 uploads a day per project · the day starts 06:00 America/New_York" in scenario_page
     queue = client_alice.get("/projects/hill/review/").content.decode()
     assert 'data-arena-allowance="2"' in queue and "America/New_York" in queue
 
