@@ -45,11 +45,11 @@ def turn_aggregates(run_pk: int) -> str:
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
-def turns_after(run_pk: int) -> str:
-    """The turns, tokens and USD of a run after one moment (its best score's) and the turns they were read
-    from (queries.timeline `turns_after`), 24 h, advanced by the turns past its mark. Nobody forgets it:
-    checked against the run's turn count on read."""
-    return f"turns-after:v1:{run_pk}"
+def turns_after(run_pk: int, moment: str = "best") -> str:
+    """The turns, tokens and USD of a run after one moment (its best score's, or its first counted score's
+    for the efficiency) and the turns they were read from (queries.timeline `turns_after`), 24 h, advanced
+    by the turns past its mark. Nobody forgets it: checked against the run's turn count on read."""
+    return f"turns-after:v1:{run_pk}" + ("" if moment == "best" else f":{moment}")
 
 
 def timeline_scores(run_pk: int, direction: str) -> str:

@@ -211,6 +211,34 @@ def test_efficiency_counts_score_gained_since_the_first_score_per_dollar_and_tok
     assert eff.per_1k_tokens == pytest.approx(0.05)
 
 
+def test_efficiency_read_from_kept_aggregates_equals_a_sum_over_the_turns_after_random_turns(project):
+    """The spend since the first score comes from the kept turn aggregates advanced by the turns since (not a
+    sum over every turn before it); after random turns — late ones before the first score and ties with it
+    included — and a new first score, it equals the sum over the turns read from scratch."""
+    import random
+
+    from django.db.models import Sum
+
+    rng = random.Random(36)
+    push(project, "r1", turn(0, 0), score(0.2, 30))
+    for i in range(1, 40):
+        # Before or after the first score, or at the very moment of one (a tie counts as before it).
+        minutes = rng.choice([rng.uniform(0, 29.9), rng.uniform(30.1, 90), 30.0, 10.0])
+        push(
+            project, "r1", turn(i, minutes, cost=round(rng.uniform(0.001, 0.1), 6), tin=rng.randint(1, 9000))
+        )
+        if i == 25:
+            push(project, "r1", score(0.1, 10))  # a new first score: the moment moves
+        run = Run.objects.get(external_id="r1")
+        eff = timeline.efficiency(run)
+        first = Submission.objects.filter(run=run).order_by("ts").first().ts
+        after = run.turns.filter(ts__gt=first).aggregate(
+            usd=Sum("cost_usd"), tin=Sum("tokens_in"), t=Sum("tokens_out")
+        )
+        assert eff.usd_since == (after["usd"] or 0), i
+        assert eff.tokens_since == (after["tin"] or 0) + (after["t"] or 0), i
+
+
 def test_efficiency_of_a_minimize_scenario_counts_going_down_as_gain(project):
     project.scenario.direction = "minimize"
     project.scenario.save()

@@ -347,12 +347,13 @@ def _turn_memo(run: Run) -> TurnMemo:
     return memo
 
 
-def turns_after(run: Run, moment: datetime) -> tuple[int, int, Decimal]:
+def turns_after(run: Run, moment: datetime, *, of: str = "best") -> tuple[int, int, Decimal]:
     """(turns, tokens in + out, USD) of the run's turns after `moment`, exactly. Kept per run with the
     mark it was read up to: the next read after the same `moment` adds the turns past the mark (one
     indexed range), unless they do not add up to the run's turn count (a turn deleted, or committed out
-    of id order); else read from the kept aggregates (`_turns_after`)."""
-    key = cachekeys.turns_after(run.pk)
+    of id order); else read from the kept aggregates (`_turns_after`). `of` names what `moment` is (the best
+    score's, the first score's): each is kept apart."""
+    key = cachekeys.turns_after(run.pk, of)
     kept = softcache.get(key)
     if isinstance(kept, tuple) and len(kept) == 6 and kept[0] == moment:
         _, hwm, count, n, tokens, micro = kept
@@ -551,11 +552,8 @@ def efficiency(run: Run) -> Efficiency | None:
     if first is None:
         return None
     first_ts, first_score = first
-    before = AgentTurn.objects.filter(run=run, ts__lte=first_ts).aggregate(
-        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
-    )
-    usd_since = run.cost_usd - (before["usd"] or Decimal(0))
-    tokens_since = run.tokens_in + run.tokens_out - (before["tin"] or 0) - (before["tout"] or 0)
+    # From the kept turn aggregates, advanced by the turns since: not a sum over every turn before it.
+    _, tokens_since, usd_since = turns_after(run, first_ts, of="first-score")
     sign = 1 if run.project.scenario.maximize else -1
     gained = (run.best_score - first_score) * sign
     return Efficiency(
