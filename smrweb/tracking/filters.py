@@ -124,6 +124,12 @@ def _group_order(queryset, group: str) -> tuple[object, list]:
     return with_columns(queryset, [column]), column.order(False)
 
 
+def _invalid(message: str) -> forms.ValidationError:
+    """A filter's refusal whose text may hold what was typed (a "%" in a sort key): passed as a parameter,
+    since django-filter's API errors format every message with its params (a bare "%" raised a 500)."""
+    return forms.ValidationError("%(why)s", params={"why": message})
+
+
 class TagsField(forms.Field):
     """Every `?tag=` of the query, each `key` or `key=value`."""
 
@@ -141,7 +147,7 @@ class TagsField(forms.Field):
             try:
                 self.parse(text)
             except InvalidInput as exc:
-                raise forms.ValidationError(exc.message) from None
+                raise _invalid(exc.message) from None
 
 
 class TagFilter(django_filters.MultipleChoiceFilter):
@@ -196,7 +202,7 @@ class SearchField(forms.CharField):
         try:
             patterns.check_search(value or "", field="q")
         except patterns.PatternRefused as exc:
-            raise forms.ValidationError(exc.message) from None
+            raise _invalid(exc.message) from None
 
 
 class SearchFilter(django_filters.CharFilter):
@@ -210,7 +216,7 @@ class ColumnsField(TagsField):
         try:
             parse_columns(value)
         except ColumnError as exc:
-            raise forms.ValidationError(str(exc)) from None
+            raise _invalid(str(exc)) from None
 
 
 class ColumnFilter(django_filters.MultipleChoiceFilter):
@@ -224,7 +230,7 @@ class SortField(forms.CharField):
             try:
                 check_sort(value)
             except InvalidInput as exc:
-                raise forms.ValidationError(exc.message) from None
+                raise _invalid(exc.message) from None
 
 
 class SortFilter(django_filters.CharFilter):
@@ -237,7 +243,7 @@ class GroupField(forms.CharField):
         try:
             parse_group(value or "")
         except GroupError as exc:
-            raise forms.ValidationError(str(exc)) from None
+            raise _invalid(str(exc)) from None
 
 
 class GroupFilter(django_filters.CharFilter):

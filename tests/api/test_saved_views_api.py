@@ -221,3 +221,16 @@ def test_csv_export_carries_the_columns(api, project, alice):
     header = lines[0].split(",")
     assert header[-2:] == ["col.param:lr", "col.metric:loss:min"]
     assert lines[1].split(",")[-2:] == ["0.1", str(min(1.0 / (s + 1) for s in range(5)))]
+
+
+@pytest.mark.parametrize("name", ["sort", "col", "q", "tag", "group"])
+def test_a_percent_sign_in_what_was_typed_is_a_field_error_not_a_500(api, client, alice, project, name):
+    """Found by the schema fuzzer: `?sort=turn %{x:,.0f}` raised a 500 (django-filter formats every error
+    message with its params, and the message quoted the "%"). The same refusal on the runs page."""
+    bad = "turn %{x:,.0f} %s %(x)s" if name != "q" else "%" * 600
+    answer = api.get(RUNS, {name: bad})
+    assert answer.status_code in (200, 400), answer.content
+    if answer.status_code == 400:
+        assert [e["field"] for e in answer.json()["errors"]] == [name]
+    client.force_login(alice)
+    assert client.get("/projects/hill/", {name: bad}).status_code in (200, 400)

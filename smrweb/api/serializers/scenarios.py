@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from smrweb.tracking.models import Scenario
+
+
+@extend_schema_field(
+    {"type": "string", "pattern": r"^([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?$", "example": "09:30"}
+)
+class WallClockField(serializers.TimeField):
+    """A time of day on some clock of its own ("09:30"): OpenAPI's `time` format wants a zone offset."""
+
+    def __init__(self, **kwargs):
+        super().__init__(format="%H:%M", input_formats=["%H:%M", "%H:%M:%S"], **kwargs)
 
 
 class ScenarioSerializer(serializers.ModelSerializer):
     validator_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
     scoring_command = serializers.ListField(child=serializers.CharField(max_length=1000), required=False)
     required_toolchains = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+    arena_resets_at = WallClockField(
+        required=False, help_text="When the arena's day starts, on its own clock (`arena_timezone`): HH:MM."
+    )
 
     class Meta:
         model = Scenario
