@@ -67,3 +67,23 @@ def test_the_page_reads_as_many_queries_for_3_runs_as_for_12(client, victor, gro
             assert client.get("/projects/hill/tree/?q=e").status_code == 200
         counts.append(len(queries))
     assert counts[0] == counts[1], counts
+
+
+def test_the_page_reads_as_many_queries_at_2000_runs_and_draws_every_one(client, victor, grown):
+    """Readable at 2,000 runs: the same queries as at 3, every run drawn (large subtrees start closed)."""
+    from tests.tracking.test_tree import _more_launched
+
+    client.force_login(victor)
+    client.get("/projects/hill/tree/")
+    counts = []
+    for more in (0, 1997):
+        _more_launched(grown, more)
+        with CaptureQueriesContext(connection) as queries:
+            answer = client.get("/projects/hill/tree/")
+        assert answer.status_code == 200
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
+    page = answer.content.decode()
+    assert Run.objects.filter(project=grown).count() == 2000
+    assert all(f"/runs/x{i}/" in page for i in (0, 999, 1996))
+    assert page.count(' data-run="') == 2000
