@@ -108,6 +108,7 @@ from smrweb.tracking.models.scenario import (  # noqa: F401
     Scenario,
     ScenarioQuerySet,
 )
+from smrweb.tracking.models.share import PROJECT_KINDS, ShareKind, ShareLink  # noqa: F401
 from smrweb.tracking.models.submission import (  # noqa: F401
     NEVER_COUNTED,
     RUN_RULE,
