@@ -44,7 +44,10 @@ def test_a_viewer_or_an_outsider_may_not_share(project, victor, carol):
     for who in (victor, carol):
         with pytest.raises(NotAllowed):
             share(project, who)
-    assert not ShareLink.objects.exists() and not AuditEvent.objects.filter(verb__startswith="share_link").exists()
+    assert (
+        not ShareLink.objects.exists()
+        and not AuditEvent.objects.filter(verb__startswith="share_link").exists()
+    )
 
 
 @pytest.mark.parametrize("days", [0, -1, 91, 365, "7", 1.5, True, None])
