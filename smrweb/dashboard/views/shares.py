@@ -87,13 +87,10 @@ def share_control(request, kind: str, *, project: Project | None = None, scenari
     """What a page's "Share…" control needs; empty (no control) for someone who may not share it."""
     if not services.may_share(request.user, project=project, scenario=scenario):
         return {}
-    if project is not None:
-        action = reverse("dashboard:project-shares", args=[project.slug])
-    else:
-        action = reverse("dashboard:scenario-share", args=[scenario.key])
     return {
         "share": {
-            "action": action,
+            "project": project.slug if project is not None else "",
+            "scenario": scenario.key if project is None else "",
             "kind": kind,
             "query": request.GET.urlencode(),
             "choices": EXPIRY_CHOICES,
