@@ -157,7 +157,7 @@ def project_shares(request, slug: str):
         "project": project,
         "form": form,
         "new_url": request.session.pop(NEW_SHARE_KEY, None),
-        "links": _rows(request, links),
+        "links": _rows(request, links, project),
         "can_share": services.may_share(request.user, project=project),
     }
     return render(request, LIST_TEMPLATE, context, status=status)
@@ -207,13 +207,16 @@ def leaderboard_links(request, scenario: Scenario) -> list[dict]:
     return _rows(request, list(links.order_by("-created", "-pk")[:LINKS_SHOWN]))
 
 
-def _rows(request, links: list[ShareLink]) -> list[dict]:
+def _rows(request, links: list[ShareLink], project: Project | None = None) -> list[dict]:
+    """The list's rows; `project`: the one project they all belong to (its admin role is read once)."""
     now = timezone.now()
+    admin = project.allows(request.user, Role.ADMIN) if project is not None else False
     return [
         {
             "link": link,
             "state": "revoked" if link.revoked_at else "expired" if link.expires_at <= now else "active",
-            "can_revoke": link.revoked_at is None and services.may_revoke(link, request.user),
+            "can_revoke": link.revoked_at is None
+            and services.may_revoke(link, request.user, project_admin=admin),
             "what": _describe(link),
         }
         for link in links

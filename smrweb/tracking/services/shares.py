@@ -119,13 +119,16 @@ def create_share_link(
     return link, raw
 
 
-def may_revoke(link: ShareLink, user: Any) -> bool:
-    """The link's creator, an admin of its project, or a superuser."""
+def may_revoke(link: ShareLink, user: Any, *, project_admin: bool | None = None) -> bool:
+    """The link's creator, an admin of its project, or a superuser. `project_admin`: whether `user` is an
+    admin of the link's project, when the caller knows (a list of one project's links asks once)."""
     if not getattr(user, "is_authenticated", False):
         return False
     if user.pk == link.created_by_id or user.is_superuser:
         return True
-    return link.project is not None and link.project.allows(user, Role.ADMIN)
+    if link.project_id is None:
+        return False
+    return link.project.allows(user, Role.ADMIN) if project_admin is None else project_admin
 
 
 def revoke_share_link(link: ShareLink, *, by: Any) -> ShareLink:
