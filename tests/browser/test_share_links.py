@@ -6,11 +6,14 @@ revoked on the project's list, the link answers "not found"."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from smrweb.tracking import services
+from smrweb.tracking.models import ArenaResult, Submission
 from tests.browser.test_screenshots import DARK_CHECK, OVERFLOW_CHECK, page_at
 from tests.browser.test_tree import climb
 
@@ -84,11 +87,35 @@ def test_share_the_tree_open_it_signed_out_and_revoke_it(
                 assert not page.evaluate(DARK_CHECK)
             page.screenshot(path=str(screenshot_dir / f"share-compare-{width}-{scheme}.png"), full_page=True)
 
+    # The arena history (two recorded results) and the scenario's leaderboard, shared and opened signed out.
+    for i, sub in enumerate(Submission.objects.filter(project=project).order_by("pk")[:3]):
+        result = ArenaResult.objects.create(
+            submission=sub, arena="dogfight", rank=6 - 2 * i, arena_score=0.5 + i / 10, recorded_by=bob
+        )
+        ArenaResult.objects.filter(pk=result.pk).update(created=timezone.now() - timedelta(days=3 - i))
+    _, arena = services.create_share_link(by=bob, kind="arena", days=1, project=project)
+    _, board = services.create_share_link(by=bob, kind="leaderboard", days=1, scenario=project.scenario)
+    for name, raw, needle in (
+        ("arena", arena, "#arena-history [data-plot] .main-svg"),
+        ("board", board, "#scenario-board"),
+    ):
+        for width, scheme in ((1440, "light"), (390, "dark")):
+            with page_at(browser, live_server, None, width, scheme) as page:
+                page.goto(f"/s/{raw}/")
+                read_only(page)
+                page.wait_for_selector(needle)
+                assert not page.evaluate(OVERFLOW_CHECK, width < 600)
+                if scheme == "dark":
+                    assert not page.evaluate(DARK_CHECK)
+                page.screenshot(
+                    path=str(screenshot_dir / f"share-{name}-{width}-{scheme}.png"), full_page=True
+                )
+
     # Revoked on the project's list (alice, an admin): whoever holds the link gets "not found".
     with page_at(browser, live_server, alice, 1440, "light") as page:
         page.goto("/projects/hill/shares/")
         rows = page.locator("tr[data-share]")
-        expect(rows).to_have_count(2)
+        expect(rows).to_have_count(3)
         page.screenshot(path=str(screenshot_dir / "share-links-1440-light.png"), full_page=True)
         page.on("dialog", lambda dialog: dialog.accept())
         rows.filter(has_text="Tree of attempts").get_by_role("button", name="Revoke").click()

@@ -1,5 +1,5 @@
 """The tracked data, one module per noun (scenario → project → run → artifact → submission → rollback,
-knowledge, audit, annotation, alert, control: each imports only those before it). This package
+knowledge, audit, annotation, alert, control, share: each imports only those before it). This package
 re-exports every model and choice, so `from smrweb.tracking.models import Run` keeps working and Django
 finds the models of the app."""
 
