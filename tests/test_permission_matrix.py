@@ -91,6 +91,7 @@ from smrweb.tracking.models import (
     RunTag,
     SavedView,
     Scenario,
+    ShareLink,
     Submission,
     SubmissionTransition,
     Verdict,
@@ -351,7 +352,23 @@ def build_world() -> World:
     bundle_valid = signed_bundle_path(bundled)
     with time_machine.travel(timezone.now() - timedelta(days=3)):
         bundle_expired = signed_bundle_path(bundled, ttl=timedelta(hours=1))
+    # Read-only share links (issue 39): bob's of hill's tree, one expired, one revoked, alice's leaderboard,
+    # and one of the other project's.
+    share_link, share_raw = services.create_share_link(by=bob, kind="tree", days=7, project=hill)
+    _, share_board = services.create_share_link(by=alice, kind="leaderboard", days=7, scenario=scenario)
+    with time_machine.travel(timezone.now() - timedelta(days=3)):
+        _, share_expired = services.create_share_link(by=bob, kind="tree", days=1, project=hill)
+    gone, share_revoked = services.create_share_link(by=bob, kind="arena", days=7, project=hill)
+    services.revoke_share_link(gone, by=alice)
+    o_share, _ = services.create_share_link(by=dave, kind="tree", days=7, project=other)
     ids = {
+        "share": share_link.pk,
+        "o_share": o_share.pk,
+        "share_tree": f"/s/{share_raw}/",
+        "share_board": f"/s/{share_board}/",
+        "share_expired": f"/s/{share_expired}/",
+        "share_revoked": f"/s/{share_revoked}/",
+        "share_unknown": "/s/" + "Z" * 43 + "/",
         "hill": hill.pk,
         "run": RUN,
         "scenario": SCENARIO_KEY,
@@ -511,6 +528,10 @@ def comment_field(key: str, attr: str) -> Callable[[World], Any]:
     return lambda w: getattr(Comment.objects.get(pk=w.ids[key]), attr)
 
 
+def share_links(w: World) -> tuple:
+    return tuple(ShareLink.objects.order_by("pk").values_list("pk", "revoked_at"))
+
+
 def saved_views(w: World) -> tuple:
     return tuple(SavedView.objects.order_by("pk").values_list("pk", "name", "shared"))
 
@@ -550,6 +571,7 @@ def fingerprint() -> tuple:
         tuple(Notification.objects.order_by("pk").values_list("pk", "status", "read_at")),
         tuple(RunSnooze.objects.order_by("pk").values_list("pk", "until")),
         tuple(SavedView.objects.order_by("pk").values_list("pk", "name", "query", "shared")),
+        tuple(ShareLink.objects.order_by("pk").values_list("pk", "revoked_at")),
         tuple(
             ProjectInvitation.objects.order_by("pk").values_list("pk", "nonce", "revoked_at", "accepted_at")
         ),
@@ -732,6 +754,83 @@ ROWS = [
         "GET",
         "{bundle_from_artifact}",
         "403   403   403   403   403   403   403   403",
+    ),
+    # --- read-only share links (issue 39): the public page, opened by anyone holding an unexpired link
+    # ---------------
+    Row(
+        "share link: tree",
+        "GET",
+        "{share_tree}",
+        "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker=RUN,
+    ),
+    Row(
+        "share link: leaderboard",
+        "GET",
+        "{share_board}",
+        "ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW ALLOW",
+        marker=RUN,  # hill's best run, in the row alice shared (her projects' names stay out: slugs only)
+    ),
+    Row("share link: expired", "GET", "{share_expired}", "410   410   410   410   410   410   410   410"),
+    Row("share link: revoked", "GET", "{share_revoked}", "404   404   404   404   404   404   404   404"),
+    Row("share link: unknown", "GET", "{share_unknown}", "404   404   404   404   404   404   404   404"),
+    Row(
+        "share links of a project",
+        "GET",
+        f"{P}/shares/",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        marker=PROJECT_NAME,
+    ),
+    Row(
+        "share a project's page",
+        "POST",
+        f"{P}/shares/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"kind": "tree", "query": "state=running", "expires": "7"},
+        effect=share_links,
+    ),
+    Row(
+        "share a project's page (htmx)",
+        "POST",
+        f"{P}/shares/",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"kind": "arena", "query": "", "expires": "1"},
+        hx=True,
+        effect=share_links,
+    ),
+    Row(
+        "share a scenario's leaderboard",
+        "POST",
+        "/scenarios/{scenario}/share",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        data={"kind": "leaderboard", "expires": "30"},
+        effect=share_links,
+    ),
+    Row(
+        "share a scenario's leaderboard (htmx)",
+        "POST",
+        "/scenarios/{scenario}/share",
+        "LOGIN HIDE  ALLOW ALLOW ALLOW LOGIN LOGIN LOGIN",
+        data={"kind": "leaderboard", "expires": "90"},
+        hx=True,
+        effect=share_links,
+    ),
+    Row(
+        "revoke a share link",
+        "POST",
+        "/shares/{share}/revoke",
+        "LOGIN HIDE  DENY  ALLOW ALLOW LOGIN LOGIN LOGIN",
+        ok=302,
+        effect=share_links,
+    ),
+    Row(
+        "revoke another project's share link",
+        "POST",
+        "/shares/{o_share}/revoke",
+        "LOGIN HIDE  HIDE  HIDE  HIDE  LOGIN LOGIN LOGIN",
+        effect=share_links,
     ),
     # --- pages and their htmx partials (tokens are no session: a bearer header never signs a page in)
     # ---------------
@@ -3112,6 +3211,8 @@ def _routes(patterns, prefix: str = "") -> list[str]:
 
 class _AnyId(dict):
     def __missing__(self, key):
+        if key.startswith("share_"):
+            return "/s/" + "x" * 43 + "/"
         if key.startswith(("link", "bundle_")):
             return f"/{'b' if key.startswith('bundle_') else 'a'}/1.a." + "x" * 43 + "/"
         return "1"

@@ -584,6 +584,8 @@ POST_FORMS = {
     "dashboard/partials/run_archive.html": 1,  # archive / restore a finished run
     "dashboard/project_retention.html": 2,  # the retention policy; archive / restore the project
     "dashboard/partials/saved_views.html": 2,  # per view: delete; save the table as a view
+    "dashboard/partials/share_box.html": 2,  # share a project's page or a leaderboard (hx-post too)
+    "dashboard/partials/share_links.html": 1,  # per share link: revoke
 }
 
 
@@ -626,7 +628,11 @@ def post_targets(project, alice, bob, monkeypatch):
     alerts = f"/projects/hill/alerts/{rule.pk}/"
     comment = services.add_comment(run=sub.run, by=alice, body="mine")
     services.update_project(project, rollback_webhook_url="https://hooks.example/hill")  # it may start runs
+    shared, _ = services.create_share_link(by=alice, kind="tree", days=1, project=project)
     return [
+        ("/projects/hill/shares/", {"kind": "tree", "query": "state=running", "expires": "7"}),
+        (f"/scenarios/{project.scenario.key}/share", {"kind": "leaderboard", "expires": "1"}),
+        (f"/shares/{shared.pk}/revoke", {}),
         (
             "/projects/hill/launches/new",
             {"idempotency_key": "csrf-launch-key-1", "from_run": "r1", "text": "go"},

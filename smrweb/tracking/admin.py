@@ -460,6 +460,25 @@ class SavedViewAdmin(ReadOnlyAdmin):
     list_filter = ["project", "shared"]
 
 
+@admin.register(m.ShareLink)
+class ShareLinkAdmin(ReadOnlyAdmin):
+    """Read-only share links (issue 39): created and revoked on the pages (audited there)."""
+
+    list_display = [
+        "pk",
+        "kind",
+        "project",
+        "scenario",
+        "created_by",
+        "created",
+        "expires_at",
+        "revoked_at",
+        "view_count",
+    ]
+    list_filter = ["kind", "project"]
+    exclude = ["token_hash"]
+
+
 @admin.register(m.ProjectFigures)
 class ProjectFiguresAdmin(ReadOnlyAdmin):
     """Derived: the overview's figures, kept by the write path (services/figures.py); a deleted row is

@@ -250,3 +250,21 @@ class NoBundle(TrackingError):
 
     status = 409
     code = "no_artifact"
+
+
+# --- read-only share links ------------------------------------------------------------------------------
+
+
+class ShareLinkUnknown(TrackingError):
+    """No share link has this token, or it was revoked, or what it shows is no longer its creator's to
+    show: one answer for all (nobody learns which tokens were ever issued)."""
+
+    status = 404
+    code = "share_link_unknown"
+
+
+class ShareLinkExpired(TrackingError):
+    """A genuine share link whose time is up (its creator may share the page again)."""
+
+    status = 410
+    code = "share_link_expired"

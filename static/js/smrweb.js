@@ -299,10 +299,11 @@
   }, true);
 
   // A saved view keeps the table as it is now: filters, sorting and columns change the URL in place (htmx
-  // pushes it), so the form reads the address bar when it is sent, not the query it was rendered with.
+  // pushes it), so the form reads the address bar when it is sent, not the query it was rendered with. A
+  // share link ([data-share-form]) captures the page as it is now the same way.
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    if (!form.hasAttribute || !form.hasAttribute("data-save-view")) return;
+    if (!form.hasAttribute || !(form.hasAttribute("data-save-view") || form.hasAttribute("data-share-form"))) return;
     var query = form.querySelector("[data-view-query]");
     if (query) query.value = window.location.search.replace(/^\?/, "");
   }, true);

@@ -147,6 +147,17 @@ def grow_tokens(world) -> None:
             services.revoke_api_token(token, by=world["alice"])
 
 
+def grow_shares(world) -> None:
+    """Share links by two people, some revoked (the list reads the admin role once, not per link)."""
+    project, alice = world["project"], world["alice"]
+    bob = project.memberships.get(role="reviewer").user
+    for i in range(30):
+        by = bob if i % 2 else alice
+        link, _ = services.create_share_link(by=by, kind="tree", days=1 + i % 3, project=project)
+        if i % 5 == 0:
+            services.revoke_share_link(link, by=alice)
+
+
 def grow_members(world) -> None:
     """More members and more pending invitations (the Members tab's two tables)."""
     project, alice = world["project"], world["alice"]
@@ -218,6 +229,9 @@ ROWS: dict[str, tuple[str, dict, int, int, Callable]] = {
     "review queue": ("/projects/hill/review/", {}, 200, 20, grow_history),
     "knowledge": ("/projects/hill/knowledge/", {}, 200, 23, grow_entries),  # 3 of them the arena history
     "tokens": ("/projects/hill/tokens/", {}, 200, 12, grow_tokens),
+    "share links": ("/projects/hill/shares/", {}, 200, 12, grow_shares),
+    "shared tree": ("/s/{shared_tree}/", {}, 200, 11, grow_runs),
+    "shared comparison": ("/s/{shared_compare}/", {}, 200, 10, grow_turns),
     "settings": ("/projects/hill/settings/", {}, 200, 12, grow_runs),
     "members": ("/projects/hill/members/", {}, 200, 12, grow_members),
     "alerts": ("/projects/hill/alerts/", {}, 200, 12, grow_alerts),
@@ -245,7 +259,12 @@ def world(project, alice, frozen):
         project, by=alice, trigger="run.failed", channel="inbox", recipient="alice"
     )
     services.send_test(rule, by=alice)
-    return {"project": project, "alice": alice}
+    # Read-only share links of the tree and of the comparison (the public page, no session).
+    _, tree = services.create_share_link(by=alice, kind="tree", days=7, project=project)
+    _, compared = services.create_share_link(
+        by=alice, kind="compare", days=7, project=project, query="runs=r0&runs=r1&runs=r2"
+    )
+    return {"project": project, "alice": alice, "shared": {"tree": tree, "compare": compared}}
 
 
 def ids(world) -> dict:
@@ -256,6 +275,8 @@ def ids(world) -> dict:
         "turn": first.pk,
         "submission": submission_of(project, "r0", world["alice"]).pk,
         "scenario": project.scenario.key,
+        "shared_tree": world["shared"]["tree"],
+        "shared_compare": world["shared"]["compare"],
     }
 
 

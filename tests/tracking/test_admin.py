@@ -141,5 +141,6 @@ def test_one_read_only_admin_base_and_what_it_covers():
         "RunLaunch", "RunNote", "RunParam", "RunSnooze", "RunTag", "SubmissionTransition",
         "RunLogLine", "RunLogBatch",  # a run's log (issue 37): its seq and counts are the service's
         "SavedView",  # a person's view of the runs table (issue 38): saved and deleted on the page or the API
+        "ShareLink",  # a read-only share link (issue 39): created and revoked on the pages, audited
         "GuardEpisode",  # when a spend guard acted (issue 38): its unique key is the once-per-episode rule
     }  # fmt: skip

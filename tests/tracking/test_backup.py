@@ -59,6 +59,7 @@ from smrweb.tracking.models import (
     RuntimeMessage,
     SavedView,
     Scenario,
+    ShareLink,
     SourceHealth,
     StateChange,
     Submission,
@@ -147,6 +148,10 @@ def rich(alice, bob, victor):
     old, _ = services.create_api_token(project, name="old", by=alice)
     services.revoke_api_token(old, by=alice)
     project.raw_token = raw
+    # Read-only share links (issue 39): one live, one revoked (their hashes carried, with --trust only).
+    services.create_share_link(by=bob, kind="compare", days=30, query="runs=r1&runs=r2", project=project)
+    shared, _ = services.create_share_link(by=alice, kind="tree", days=1, project=project)
+    services.revoke_share_link(shared, by=alice)
 
     services.update_run_settings(
         project,
@@ -446,6 +451,7 @@ SCOPES = {
     RunNote: lambda p: RunNote.objects.filter(run__project=p),
     Comment: lambda p: Comment.objects.filter(project=p),
     SavedView: lambda p: SavedView.objects.filter(project=p),
+    ShareLink: lambda p: ShareLink.objects.filter(project=p),
     RunControl: lambda p: RunControl.objects.filter(run__project=p),
     RunLaunch: lambda p: RunLaunch.objects.filter(project=p),
     Notification: lambda p: Notification.objects.filter(
@@ -481,6 +487,7 @@ def identity(obj):
         ArtifactBlob: lambda: obj.sha256,
         Membership: lambda: obj.user.get_username(),
         ApiToken: lambda: obj.token_hash,
+        ShareLink: lambda: obj.token_hash,
     }.get(type(obj))
     return (
         natural()
@@ -598,6 +605,7 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     after = canonical(copy)
     # Token hashes are unique here and the original still holds them: left out, and said so.
     assert after.pop("ApiToken") == [] and len(before.pop("ApiToken")) == 2
+    assert after.pop("ShareLink") == [] and len(before.pop("ShareLink")) == 2  # share links: the same
     assert (
         result.warnings[0]
         == "restored memberships (--trust): alice admin, bob reviewer, victor viewer, dora viewer"
@@ -605,13 +613,14 @@ def test_a_rich_project_round_trips_under_a_new_slug_field_by_field(rich, tmp_pa
     assert [w.split("'")[1] for w in result.warnings[1:3]] == ["ci", "old"]
     # Launch keys are unique here too: the copies get a suffix, and the import says so.
     assert result.warnings[3].startswith("2 launch(es) got a new idempotency key")
+    assert [w.split(" (")[0][:10] for w in result.warnings[4:6]] == ["Share link"] * 2
     assert sorted(RunLaunch.objects.filter(project=copy).values_list("idempotency_key", flat=True)) == [
         f"rich-launch-1-restored-{copy.pk}",
         f"rich-launch-2-restored-{copy.pk}",
     ]
     for row in before["AuditEvent"]:
-        if row["verb"].startswith("token."):
-            row["object_id"] = ""  # the token it named was not restored
+        if row["verb"].startswith(("token.", "share_link.")):
+            row["object_id"] = ""  # the token or share link it named was not restored
     before["AuditEvent"].sort(key=lambda row: json.dumps(row, sort_keys=True, default=str))
     for model in before:
         assert after[model] == before[model], model

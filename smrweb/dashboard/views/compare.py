@@ -19,7 +19,8 @@ from smrweb.dashboard.access import project_for_user
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.dashboard.charts import series as series_charts
 from smrweb.dashboard.clock import zone_label
-from smrweb.tracking.models import Project
+from smrweb.dashboard.views.shares import share_control
+from smrweb.tracking.models import Project, ShareKind
 from smrweb.tracking.queries import arms, compare, series
 
 TEMPLATE = "dashboard/compare.html"
@@ -89,6 +90,7 @@ def compare_runs(request, slug: str):
         context["elsewhere"] = elsewhere
         context["series_api"] = _series_api(project, requested, *_series_choice(request))
         context["picker_later"] = True
+        context.update(share_control(request, ShareKind.COMPARE, project=project))
     else:
         picked = compare.picked_runs(project, [marker.external_id for marker in selected])
         context["picker"] = _picker(project, picked, chosen=set(requested))

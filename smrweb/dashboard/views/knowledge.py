@@ -12,9 +12,10 @@ from django.views.decorators.http import require_http_methods
 
 from smrweb.dashboard.access import project_for_user
 from smrweb.dashboard.charts import arena as arena_chart
+from smrweb.dashboard.views.shares import share_control
 from smrweb.tracking import queries
 from smrweb.tracking.errors import InvalidInput
-from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, Submission
+from smrweb.tracking.models import KnowledgeEntry, KnowledgeKind, Role, ShareKind, Submission
 from smrweb.tracking.queries.arena import arena_history
 from smrweb.tracking.services import knowledge
 
@@ -115,6 +116,7 @@ def knowledge_page(request, slug: str):
             "form": form,
             "kinds": KnowledgeKind.choices,
             "reason_labels": REASON_LABELS,
+            **share_control(request, ShareKind.ARENA, project=project),
         },
         status=status,
     )

@@ -13,7 +13,8 @@ from django.views.decorators.http import require_POST, require_safe
 
 from smrweb import tasks
 from smrweb.core import numbers, ratelimits
-from smrweb.tracking.models import Project, Scenario
+from smrweb.dashboard.views.shares import leaderboard_links, share_control
+from smrweb.tracking.models import Project, Scenario, ShareKind
 from smrweb.tracking.queries.scenario_board import scenario_board
 
 TEMPLATE = "dashboard/scenario_detail.html"
@@ -54,6 +55,8 @@ def _with_code(text: str) -> str:
 def scenario_detail(request, key: str):
     scenario, projects = scenario_for_user(request, key)
     context = _context(scenario, projects)
+    context.update(share_control(request, ShareKind.LEADERBOARD, scenario=scenario))
+    context["share_links"] = leaderboard_links(request, scenario) if context.get("share") else []
     if request_id := request.GET.get("preflight", ""):  # a preflight asked without JavaScript
         context = _with_preflight(context, scenario, request_id[:64])
     return render(request, TEMPLATE, context)

@@ -9,7 +9,8 @@ from django.views.decorators.http import require_safe
 
 from smrweb.dashboard.access import fragment_template, project_for_user
 from smrweb.dashboard.views.projects import filter_runs, narrowing_query
-from smrweb.tracking.models import RunState
+from smrweb.dashboard.views.shares import share_control
+from smrweb.tracking.models import RunState, ShareKind
 from smrweb.tracking.queries import tree as trees
 
 
@@ -28,4 +29,7 @@ def project_tree(request, slug: str):
         "states": RunState.values,
         "query": narrowing_query(request.GET),  # the filters, for the link back to the runs table
     }
-    return render(request, fragment_template(request, "dashboard/project_tree.html", "tree"), context)
+    template = fragment_template(request, "dashboard/project_tree.html", "tree")
+    if "#" not in template:  # the whole page: its Share… control (a fragment would spend the new link's URL)
+        context.update(share_control(request, ShareKind.TREE, project=project))
+    return render(request, template, context)

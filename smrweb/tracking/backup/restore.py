@@ -42,6 +42,7 @@ from smrweb.tracking.models import (
     Run,
     RunLaunch,
     Scenario,
+    ShareLink,
     TurnBody,
 )
 from smrweb.tracking.services.figures import rebuild_project_figures
@@ -261,8 +262,8 @@ class _Importer:
             )
 
     def _flush(self, table: Table, batch: list[tuple[Any, models.Model, dict[str, Any]]]):
-        if table.model is ApiToken:
-            batch = self._without_tokens_in_use(batch)
+        if table.model in (ApiToken, ShareLink):
+            batch = self._without_tokens_in_use(table.model, batch)
         if table.model is RunLaunch:
             self._rekey_launches_in_use(batch)
         if table.model is TurnBody:
@@ -297,24 +298,31 @@ class _Importer:
                 )
             body.turn_id = pk
 
-    def _without_tokens_in_use(self, batch):
-        """A token hash is unique across the deployment: a restored copy next to its original (or a
-        token another project holds) cannot have it too. Such tokens are left out and named."""
+    def _without_tokens_in_use(self, model, batch):
+        """A token hash (an API token's, a share link's) is unique across the deployment: a restored copy
+        next to its original (or a token another project holds) cannot have it too. Such rows are left out
+        and named."""
         in_use = set(
-            ApiToken.objects.filter(token_hash__in=[obj.token_hash for _, obj, _ in batch]).values_list(
+            model.objects.filter(token_hash__in=[obj.token_hash for _, obj, _ in batch]).values_list(
                 "token_hash", flat=True
             )
         )
         kept = []
         for ref, obj, later in batch:
-            if obj.token_hash in in_use:
-                self.skipped.setdefault(ApiToken, set()).add(ref)
+            if obj.token_hash not in in_use:
+                kept.append((ref, obj, later))
+                continue
+            self.skipped.setdefault(model, set()).add(ref)
+            if model is ApiToken:
                 self.warnings.append(
                     f"API token {obj.name!r} ({obj.hint}…) is in use here by another project and "
                     "was not restored: create a new token for this project."
                 )
             else:
-                kept.append((ref, obj, later))
+                self.warnings.append(
+                    f"Share link #{ref} ({obj.kind}) is in use here by another project and was not restored: "
+                    "share the page again from this project."
+                )
         return kept
 
     def _rekey_launches_in_use(self, batch) -> None:

@@ -52,6 +52,7 @@ from smrweb.tracking.models import (
     RuntimeMessage,
     SavedView,
     Scenario,
+    ShareLink,
     SourceHealth,
     StateChange,
     Submission,
@@ -198,6 +199,9 @@ TABLES: tuple[Table, ...] = (
     Table("run_note", RunNote, _of_runs(RunNote)),
     Table("comment", Comment, _of_project(Comment), ref=True),
     Table("saved_view", SavedView, _of_project(SavedView), ref=True),  # audit events name shared views
+    # A project's read-only share links (a leaderboard's names no project: in no archive). Their tokens are
+    # random (only the hash is kept), so they open on the importing side too: only with --trust, like tokens.
+    Table("share_link", ShareLink, _of_project(ShareLink), ref=True),
     Table("run_snooze", RunSnooze, _of_runs(RunSnooze)),
     Table("loop_finding", LoopFinding, _of_runs(LoopFinding)),
     # Alert rules send to addresses (and sign with a secret), and their notifications (and the mentions in
@@ -242,7 +246,7 @@ MAX_EXPANSION = (
 
 # bytes that do not shrink; text compresses well under this)
 # What only an operator who trusts the archive restores (`--trust`): they grant access or send requests.
-TRUSTED_ONLY = ("membership", "api_token", "invitation", "alert_rule", "notification")
+TRUSTED_ONLY = ("membership", "api_token", "invitation", "alert_rule", "notification", "share_link")
 # The scenario fields only such an import restores (finding N7): commands a worker runs on submissions, and
 # sharing the scenario with everyone who may create a project.
 SCENARIO_TRUSTED_ONLY = ("validator_command", "scoring_command", "shared")

@@ -1,5 +1,5 @@
 """The tracked data, one module per noun (scenario → project → run → artifact → submission → rollback,
-knowledge, audit, annotation, alert, control: each imports only those before it). This package
+knowledge, audit, annotation, alert, control, share: each imports only those before it). This package
 re-exports every model and choice, so `from smrweb.tracking.models import Run` keeps working and Django
 finds the models of the app."""
 
@@ -108,6 +108,7 @@ from smrweb.tracking.models.scenario import (  # noqa: F401
     Scenario,
     ScenarioQuerySet,
 )
+from smrweb.tracking.models.share import PROJECT_KINDS, ShareKind, ShareLink  # noqa: F401
 from smrweb.tracking.models.submission import (  # noqa: F401
     NEVER_COUNTED,
     RUN_RULE,

@@ -106,6 +106,9 @@ class AuditVerb(models.TextChoices):
     SCENARIO_CREATED = "scenario.created", "Scenario created"
     SCENARIO_PRESET_UPDATED = "scenario.preset_updated", "Scenario preset updated"
 
+    SHARE_LINK_CREATED = "share_link.created", "Share link created"
+    SHARE_LINK_REVOKED = "share_link.revoked", "Share link revoked"
+
     SUBMISSION_APPROVED = "submission.approved", "Submission approved"
     SUBMISSION_CANDIDATE = "submission.candidate", "Submission candidate"
     SUBMISSION_EXCLUDED = "submission.excluded", "Submission excluded"

@@ -27,6 +27,7 @@ from smrweb.tracking.models import (
     RunControl,
     RunLaunch,
     SavedView,
+    ShareLink,
     Submission,
 )
 
@@ -105,6 +106,7 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind("steering", "Steering and launches", ("control.", "launch.")),
     Kind("token", "API tokens", ("token.",)),
+    Kind("share", "Share links", ("share_link.",)),
     Kind("member", "Members", ("member.", "invite.")),
     Kind("settings", "Settings", ("project.", V.RUN_SETTINGS_CHANGED, "scenario.")),
 )
@@ -211,6 +213,7 @@ _MODELS = {
     "alertrule": (AlertRule, "project"),
     "comment": (Comment, "project"),
     "savedview": (SavedView, "project"),
+    "sharelink": (ShareLink, "project"),
     "project": (Project, None),
 }
 _RELATED = {"rollback": ["run"], "runcontrol": ["run"], "comment": ["run"], "membership": ["user"]}
@@ -259,6 +262,8 @@ def object_label(object_type: str, obj: Any) -> str:
             return f"comment #{obj.pk}"
         case "savedview":
             return f"view {obj.name}"
+        case "sharelink":
+            return f"share link #{obj.pk} ({obj.get_kind_display().lower()})"
         case "project":
             return f"project {obj.slug}"
     return f"{object_type} {getattr(obj, 'pk', obj)}"

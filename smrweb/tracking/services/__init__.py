@@ -151,6 +151,13 @@ from smrweb.tracking.services.saved_views import (  # noqa: F401
     may_delete_view,
     save_view,
 )
+from smrweb.tracking.services.shares import (  # noqa: F401
+    create_share_link,
+    may_revoke,
+    may_share,
+    resolve_share_link,
+    revoke_share_link,
+)
 from smrweb.tracking.services.source_health import (  # noqa: F401
     POLL_FIELDS,
     SOURCE_DIRECTIONS,

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tracking', '0038_checkpoint_parent'),
+        ('tracking', '0039_share_links'),
     ]
 
     operations = [
