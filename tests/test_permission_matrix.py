@@ -97,7 +97,7 @@ from smrweb.tracking.models import (
     Verdict,
     VerificationOutcome,
 )
-from smrweb.tracking.services import knowledge, launches, logs
+from smrweb.tracking.services import handoff, knowledge, launches, logs
 from smrweb.tracking.services import submissions as lifecycle
 from tests.conftest import TEST_ALLOWED_HOSTS
 from tests.factories import UserFactory, admin_project
@@ -263,7 +263,7 @@ def build_world() -> World:
         )
     for sub in (approved, uploaded):
         lifecycle.review(Submission.objects.get(pk=sub.pk), by=alice, verdict=Verdict.APPROVE, comment="good")
-    lifecycle.mark_uploaded(Submission.objects.get(pk=uploaded.pk), by=bob)
+    handoff.mark_uploaded(Submission.objects.get(pk=uploaded.pk), by=bob)
     entry = knowledge.add_entry(
         hill, by=bob, kind="failed_approach", title=KNOWLEDGE_TITLE, body="too big", submission=cand
     )

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from smrweb.tracking import queries, services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import KnowledgeKind, Submission, VerificationOutcome
-from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import handoff, knowledge
 from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import assert_json_error, session_client
 
@@ -34,8 +34,8 @@ def test_the_answer_has_best_failed_arena_and_the_text(api, project, alice, bob)
     good = lifecycle.record_verification(
         good.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
     )
-    good = lifecycle.mark_uploaded(lifecycle.review(good, by=alice, verdict="approve").submission, by=alice)
-    lifecycle.record_arena_result(good, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
+    good = handoff.mark_uploaded(lifecycle.review(good, by=alice, verdict="approve").submission, by=alice)
+    handoff.record_arena_result(good, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
     knowledge.add_entry(project, by=bob, kind=KnowledgeKind.FAILED_APPROACH, title="Random search")
 
     response = api.get(URL)

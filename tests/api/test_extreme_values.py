@@ -15,6 +15,7 @@ from smrweb.tracking import services
 from smrweb.tracking.errors import InvalidInput
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import Submission, VerificationOutcome
+from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import session_client
 
@@ -83,7 +84,7 @@ def test_an_extreme_arena_score_is_a_field_error_not_a_500(project, alice, bob):
         sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "", "ok")
     )
     lifecycle.review(Submission.objects.get(pk=sub.pk), by=alice, verdict="approve", comment="ok")
-    lifecycle.mark_uploaded(Submission.objects.get(pk=sub.pk), by=bob)
+    handoff.mark_uploaded(Submission.objects.get(pk=sub.pk), by=bob)
     for score in (-HUGE, HUGE):
         response = session_client(bob).post(
             f"/api/v1/projects/hill/submissions/{sub.pk}/arena-result",
@@ -93,7 +94,7 @@ def test_an_extreme_arena_score_is_a_field_error_not_a_500(project, alice, bob):
         assert response.status_code == 400, response.content
         assert response.json()["errors"][0]["field"] == "arena_score"
     with pytest.raises(InvalidInput):
-        lifecycle.record_arena_result(Submission.objects.get(pk=sub.pk), by=bob, rank=1, arena_score=-HUGE)
+        handoff.record_arena_result(Submission.objects.get(pk=sub.pk), by=bob, rank=1, arena_score=-HUGE)
     assert Submission.objects.get(pk=sub.pk).status == "uploaded"  # nothing was written
 
 

@@ -24,6 +24,7 @@ from smrweb.tracking.models import (
     SourceHealth,
     Trigger,
 )
+from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 
@@ -332,9 +333,9 @@ def test_submission_needs_review_then_approved_then_arena_result(project, alice,
     alert_evaluation.evaluate_submission(sub.pk)
     assert len(sent(approved)) == 1 and "ready to upload" in sent(approved)[0].title
     sub.refresh_from_db()
-    lifecycle.mark_uploaded(sub, by=alice)
+    handoff.mark_uploaded(sub, by=alice)
     sub.refresh_from_db()
-    lifecycle.record_arena_result(sub, by=alice, rank=3, arena_score=1510.0)
+    handoff.record_arena_result(sub, by=alice, rank=3, arena_score=1510.0)
     alert_evaluation.evaluate_submission(sub.pk)
     alert_evaluation.evaluate_submission(sub.pk)
     [n] = sent(arena)

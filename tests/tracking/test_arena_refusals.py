@@ -25,6 +25,7 @@ from smrweb.tracking.models import (
     VerificationOutcome,
 )
 from smrweb.tracking.models.scenario import arena_zone
+from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import assert_json_error, session_client
 
@@ -63,18 +64,18 @@ def limit(project, n, zone="UTC", resets=dt.time(0, 0)):
 
 def test_a_refused_upload_leaves_the_numbers_is_audited_and_carried_forward(project, alice, bob, victor):
     low = approved(project, alice, bob, 0.4, run="r1")
-    high = lifecycle.mark_uploaded(approved(project, alice, bob, 0.9, run="r2"), by=alice, arena_ref="A-17")
+    high = handoff.mark_uploaded(approved(project, alice, bob, 0.9, run="r2"), by=alice, arena_ref="A-17")
     assert queries.carry_forward(project).best.score == 0.9
 
     with pytest.raises(InvalidInput) as empty:
-        lifecycle.record_refusal(high, by=bob, reason="   ")
+        handoff.record_refusal(high, by=bob, reason="   ")
     assert empty.value.field == "reason"
     high.refresh_from_db()
     assert high.status == S.UPLOADED  # nothing half-written
     with pytest.raises(NotAllowed):
-        lifecycle.record_refusal(high, by=victor, reason="no")
+        handoff.record_refusal(high, by=victor, reason="no")
 
-    high = lifecycle.record_refusal(high, by=bob, reason="The file is over the arena's 50 MB limit.")
+    high = handoff.record_refusal(high, by=bob, reason="The file is over the arena's 50 MB limit.")
     assert high.status == S.REFUSED
     move = SubmissionTransition.objects.get(submission=high, to_status=S.REFUSED)
     assert (move.from_status, move.by_label, move.reason) == (
@@ -94,7 +95,7 @@ def test_a_refused_upload_leaves_the_numbers_is_audited_and_carried_forward(proj
     assert "refused by" in failed[0].why and "over the arena's 50 MB limit" in failed[0].why
     assert "over the arena's 50 MB limit" in carried.text
 
-    again = lifecycle.mark_uploaded(high, by=alice, arena_ref="A-18")  # fixed: uploaded again
+    again = handoff.mark_uploaded(high, by=alice, arena_ref="A-18")  # fixed: uploaded again
     assert again.status == S.UPLOADED and again.arena_ref == "A-18"
     assert queries.carry_forward(project).best.score == 0.9
 
@@ -102,13 +103,13 @@ def test_a_refused_upload_leaves_the_numbers_is_audited_and_carried_forward(proj
 def test_only_an_uploaded_submission_can_be_refused(project, alice, bob):
     sub = approved(project, alice, bob, 0.5)
     with pytest.raises(IllegalTransition) as early:
-        lifecycle.record_refusal(sub, by=bob, reason="refused")
+        handoff.record_refusal(sub, by=bob, reason="refused")
     assert "mark it uploaded" in early.value.message
-    ranked = lifecycle.mark_uploaded(sub, by=alice)
-    lifecycle.record_arena_result(ranked, by=alice, rank=3, arena_score=None)
+    ranked = handoff.mark_uploaded(sub, by=alice)
+    handoff.record_arena_result(ranked, by=alice, rank=3, arena_score=None)
     ranked.refresh_from_db()
     with pytest.raises(IllegalTransition):
-        lifecycle.record_refusal(ranked, by=bob, reason="refused")
+        handoff.record_refusal(ranked, by=bob, reason="refused")
     assert not AuditEvent.objects.filter(verb="submission.refused").exists()
 
 
@@ -129,7 +130,7 @@ def test_only_an_uploaded_submission_can_be_refused(project, alice, bob):
 )
 def test_the_arenas_day_is_counted_in_its_own_zone(project, now, zone, resets, start, next_start):
     limit(project, 3, zone, resets)
-    begin, end = lifecycle.arena_day(project.scenario, dt.datetime.fromisoformat(now))
+    begin, end = handoff.arena_day(project.scenario, dt.datetime.fromisoformat(now))
     tz = ZoneInfo(zone)
     assert begin == dt.datetime.fromisoformat(start).replace(tzinfo=tz)
     assert end == dt.datetime.fromisoformat(next_start).replace(tzinfo=tz)
@@ -141,24 +142,24 @@ def test_uploads_are_counted_against_the_limit_and_going_over_needs_a_confirmati
     project, other_project, alice, bob, carol
 ):
     limit(project, 2, "Europe/Paris", dt.time(9, 30))
-    assert lifecycle.upload_allowance(project).left == 2
-    first = lifecycle.mark_uploaded(approved(project, alice, bob, 0.1), by=alice)
-    lifecycle.record_refusal(first, by=bob, reason="wrong format")  # the arena counted it all the same
-    lifecycle.mark_uploaded(approved(project, alice, bob, 0.2), by=alice)
-    allowance = lifecycle.upload_allowance(project)
+    assert handoff.upload_allowance(project).left == 2
+    first = handoff.mark_uploaded(approved(project, alice, bob, 0.1), by=alice)
+    handoff.record_refusal(first, by=bob, reason="wrong format")  # the arena counted it all the same
+    handoff.mark_uploaded(approved(project, alice, bob, 0.2), by=alice)
+    allowance = handoff.upload_allowance(project)
     assert (allowance.limit, allowance.used, allowance.left, allowance.used_up) == (2, 2, 0, True)
     assert allowance.reset_clock == "09:30" and allowance.zone == "Europe/Paris"
     assert allowance.text().startswith("No uploads left today (resets 09:30 Europe/Paris, in ")
 
     third = approved(project, alice, bob, 0.3)
     with pytest.raises(OverUploadLimit) as over:
-        lifecycle.mark_uploaded(third, by=alice)
+        handoff.mark_uploaded(third, by=alice)
     assert over.value.field == "confirm_over_limit" and over.value.status == 409
     assert "takes 2 uploads a day" in over.value.message and "09:30 Europe/Paris" in over.value.message
     third.refresh_from_db()
     assert third.status == S.APPROVED and not third.transitions.filter(to_status=S.UPLOADED).exists()
 
-    third = lifecycle.mark_uploaded(third, by=alice, confirm_over_limit=True)
+    third = handoff.mark_uploaded(third, by=alice, confirm_over_limit=True)
     assert third.status == S.UPLOADED
     audits = list(AuditEvent.objects.filter(verb="submission.uploaded").order_by("id"))
     assert [(a.detail["uploads_today"], a.detail["over_limit"]) for a in audits] == [
@@ -172,18 +173,18 @@ def test_uploads_are_counted_against_the_limit_and_going_over_needs_a_confirmati
     )
 
     # Another project on the same scenario has its own count; uploads before the arena's day do not count.
-    assert lifecycle.upload_allowance(other_project).used == 0 or other_project.scenario != project.scenario
-    day_start = lifecycle.upload_allowance(project).day_start
+    assert handoff.upload_allowance(other_project).used == 0 or other_project.scenario != project.scenario
+    day_start = handoff.upload_allowance(project).day_start
     SubmissionTransition.objects.filter(to_status=S.UPLOADED).update(
         created=day_start - dt.timedelta(seconds=1)
     )
-    assert lifecycle.upload_allowance(project).used == 0
+    assert handoff.upload_allowance(project).used == 0
 
 
 def test_without_a_limit_nothing_is_counted_against(project, alice, bob):
     for value in (0.1, 0.2, 0.3):
-        lifecycle.mark_uploaded(approved(project, alice, bob, value), by=alice)
-    allowance = lifecycle.upload_allowance(project)
+        handoff.mark_uploaded(approved(project, alice, bob, value), by=alice)
+    allowance = handoff.upload_allowance(project)
     assert allowance.limit is None and allowance.left is None and not allowance.used_up
     assert allowance.used == 3 and allowance.text() == ""
 
@@ -216,8 +217,8 @@ def test_the_submission_and_review_pages_say_how_many_uploads_are_left(project, 
     queue = client_alice.get("/projects/hill/review/").content.decode()
     assert 'data-arena-allowance="2"' in queue and "America/New_York" in queue
 
-    lifecycle.mark_uploaded(approved(project, alice, bob, 0.6), by=alice)
-    lifecycle.mark_uploaded(approved(project, alice, bob, 0.7), by=alice)
+    handoff.mark_uploaded(approved(project, alice, bob, 0.6), by=alice)
+    handoff.mark_uploaded(approved(project, alice, bob, 0.7), by=alice)
     page = _page(client_alice, sub).content.decode()
     assert 'data-arena-allowance="0"' in page and "No uploads left today" in page
     assert 'name="confirm_over_limit"' in page
@@ -235,7 +236,7 @@ def test_the_submission_and_review_pages_say_how_many_uploads_are_left(project, 
 
 
 def test_a_refusal_is_recorded_from_the_submission_page(project, alice, bob, client_alice):
-    sub = lifecycle.mark_uploaded(approved(project, alice, bob, 0.5), by=alice)
+    sub = handoff.mark_uploaded(approved(project, alice, bob, 0.5), by=alice)
     page = _page(client_alice, sub).content.decode()
     assert f"/projects/hill/submissions/{sub.pk}/refuse" in page and "Record refusal" in page
     assert "left today" not in page  # the scenario sets no limit
@@ -257,7 +258,7 @@ def test_a_refusal_is_recorded_from_the_submission_page(project, alice, bob, cli
 
 def test_a_viewer_sees_the_allowance_but_no_forms(project, alice, bob, victor, client):
     limit(project, 1)
-    sub = lifecycle.mark_uploaded(approved(project, alice, bob, 0.5), by=alice)
+    sub = handoff.mark_uploaded(approved(project, alice, bob, 0.5), by=alice)
     client.force_login(victor)
     page = _page(client, sub).content.decode()
     assert 'data-arena-allowance="0"' in page

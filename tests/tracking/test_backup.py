@@ -67,7 +67,7 @@ from smrweb.tracking.models import (
     TurnBody,
     VerificationOutcome,
 )
-from smrweb.tracking.services import dispatched, knowledge, launches, logs, rollbacks
+from smrweb.tracking.services import dispatched, handoff, knowledge, launches, logs, rollbacks
 from smrweb.tracking.services import submissions as lifecycle
 from smrweb.tracking.services.alerts import evaluation as alert_evaluation
 from smrweb.tracking.services.alerts import guards
@@ -310,8 +310,8 @@ def rich(alice, bob, victor):
     lifecycle.review(best, by=bob, verdict="approve")  # approval 1 of 2 (the second-person rule)
     lifecycle.review(best, by=bob, verdict="approve")  # the same person again: recorded, not counted
     best = lifecycle.review(best, by=alice, verdict="approve", comment="fine").submission
-    best = lifecycle.mark_uploaded(best, by=alice)
-    lifecycle.record_arena_result(best, by=alice, rank=3, arena_score=88.5, note="top 3")
+    best = handoff.mark_uploaded(best, by=alice)
+    handoff.record_arena_result(best, by=alice, rank=3, arena_score=88.5, note="top 3")
     bad = lifecycle.request_verification(Submission.objects.get(project=project, event_id="s3"), by=bob)
     failed = lifecycle.VerificationResult(VerificationOutcome.FAILED, 1, "no", "exit 1")
     lifecycle.record_verification(bad.pk, failed)

@@ -26,7 +26,7 @@ from smrweb.tracking.models import (
     SubmissionStatus,
     VerificationOutcome,
 )
-from smrweb.tracking.services import knowledge
+from smrweb.tracking.services import handoff, knowledge
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import admin_project
 
@@ -61,8 +61,8 @@ def rejected(sub, bob, alice, comment="") -> Submission:
 
 def ranked(sub, bob, alice, rank=10, arena_score=1000.0, note=""):
     sub = lifecycle.review(verified(sub, bob), by=alice, verdict="approve").submission
-    sub = lifecycle.mark_uploaded(sub, by=alice)
-    return lifecycle.record_arena_result(sub, by=alice, rank=rank, arena_score=arena_score, note=note)
+    sub = handoff.mark_uploaded(sub, by=alice)
+    return handoff.record_arena_result(sub, by=alice, rank=rank, arena_score=arena_score, note=note)
 
 
 def minimizing(alice) -> Project:

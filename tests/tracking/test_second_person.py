@@ -13,6 +13,7 @@ import pytest
 from smrweb.tracking import services
 from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import AuditEvent, Review, Role, Submission, SubmissionStatus
+from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory
 
@@ -125,7 +126,7 @@ def test_approvals_given_before_the_rule_held_are_listed_not_changed(project, al
     lifecycle.review(proposed, by=alice, verdict="approve")  # proposer + one approver: one approval
     shipped = auto_verified(project, 0.7)
     lifecycle.review(shipped, by=alice, verdict="approve")
-    lifecycle.mark_uploaded(Submission.objects.get(pk=shipped.pk), by=alice)
+    handoff.mark_uploaded(Submission.objects.get(pk=shipped.pk), by=alice)
     waiting = auto_verified(project, 0.8)  # verified, not approved: nothing to list
     assert not lifecycle.approved_below_rule(project).exists()  # the rule is off: all pass
 

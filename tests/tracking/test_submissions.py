@@ -22,6 +22,7 @@ from smrweb.tracking.models import (
     SubmissionTransition,
     VerificationOutcome,
 )
+from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from tests.factories import UserFactory
 
@@ -67,9 +68,9 @@ def test_the_whole_loop_records_who_when_and_why(project, alice, bob):
     sub = lifecycle.record_verification(sub.pk, result(VerificationOutcome.PASSED, "exited 0"))
     assert sub.status == S.VERIFIED and sub.verification_outcome == "passed" and sub.verified_at
     sub = lifecycle.review(sub, by=alice, verdict="approve", comment="looks right").submission
-    sub = lifecycle.mark_uploaded(sub, by=alice)
+    sub = handoff.mark_uploaded(sub, by=alice)
     assert sub.uploaded_by == alice and sub.uploaded_at
-    lifecycle.record_arena_result(sub, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
+    handoff.record_arena_result(sub, by=alice, rank=12, arena_score=1234.0, note="beat the baseline")
     sub.refresh_from_db()
     assert sub.status == S.RANKED
     history = list(
@@ -141,11 +142,11 @@ def test_viewers_cannot_verify_review_upload_or_record(project, victor, bob):
     Submission.objects.filter(pk=sub.pk).update(status=S.APPROVED)
     sub.refresh_from_db()
     with pytest.raises(lifecycle.NotAllowed):
-        lifecycle.mark_uploaded(sub, by=victor)
+        handoff.mark_uploaded(sub, by=victor)
     Submission.objects.filter(pk=sub.pk).update(status=S.UPLOADED)
     sub.refresh_from_db()
     with pytest.raises(lifecycle.NotAllowed):
-        lifecycle.record_arena_result(sub, by=victor, rank=1, arena_score=1.0)
+        handoff.record_arena_result(sub, by=victor, rank=1, arena_score=1.0)
     sub.refresh_from_db()
     assert sub.status == S.UPLOADED and not sub.arena_results.exists()
 
@@ -189,15 +190,15 @@ def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become
     def uploaded(value):
         sub = verified(project, bob, value)
         sub = lifecycle.review(sub, by=alice, verdict="approve").submission
-        return lifecycle.mark_uploaded(sub, by=alice)
+        return handoff.mark_uploaded(sub, by=alice)
 
-    first = lifecycle.record_arena_result(uploaded(0.5), by=alice, rank=30, arena_score=1000.0)
+    first = handoff.record_arena_result(uploaded(0.5), by=alice, rank=30, arena_score=1000.0)
     assert first.delta is None and first.delta_best is None
-    second = lifecycle.record_arena_result(
+    second = handoff.record_arena_result(
         uploaded(0.7), by=alice, rank=12, arena_score=1100.0, note="new opening"
     )
     assert second.delta == 100.0 and second.delta_best == 100.0
-    third = lifecycle.record_arena_result(uploaded(0.6), by=alice, rank=20, arena_score=1050.0)
+    third = handoff.record_arena_result(uploaded(0.6), by=alice, rank=20, arena_score=1050.0)
     assert third.delta == -50.0 and third.delta_best == -50.0
     entries = list(
         KnowledgeEntry.objects.filter(project=project, kind=KnowledgeKind.ARENA_DELTA)
@@ -213,11 +214,11 @@ def test_arena_results_carry_deltas_against_the_previous_and_the_best_and_become
 
 
 def test_an_arena_result_needs_a_rank_or_a_score(project, alice, bob):
-    sub = lifecycle.mark_uploaded(
+    sub = handoff.mark_uploaded(
         lifecycle.review(verified(project, bob), by=alice, verdict="approve").submission, by=alice
     )
     with pytest.raises(Exception, match="rank, its score, or both"):
-        lifecycle.record_arena_result(sub, by=alice, rank=None, arena_score=None)
+        handoff.record_arena_result(sub, by=alice, rank=None, arena_score=None)
     sub.refresh_from_db()
     assert sub.status == S.UPLOADED
 

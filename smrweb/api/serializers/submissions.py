@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from smrweb.tracking.models import Submission, SubmissionTransition
-from smrweb.tracking.services import submissions
+from smrweb.tracking.services import handoff, submissions
 
 
 class ExclusionSerializer(serializers.Serializer):
@@ -122,7 +122,7 @@ class LifecycleSerializer(serializers.ModelSerializer):
     @extend_schema_field(AllowanceSerializer)
     def get_arena_uploads(self, sub: Submission) -> dict:
         """The project's arena uploads today against the scenario's daily limit."""
-        return submissions.upload_allowance(sub.project).as_dict()
+        return handoff.upload_allowance(sub.project).as_dict()
 
 
 class ReviewIn(serializers.Serializer):
@@ -165,7 +165,7 @@ class ArenaResultIn(serializers.Serializer):
     rank = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=10_000_000)
     arena_score = serializers.FloatField(required=False, allow_null=True)
     note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")
-    # A rank or a score, a score in range: the domain's rule (`submissions.record_arena_result`).
+    # A rank or a score, a score in range: the domain's rule (`handoff.record_arena_result`).
 
 
 ARENA_OUT = inline_serializer(

@@ -35,7 +35,7 @@ from smrweb.tracking.errors import SummaryPending
 from smrweb.tracking.filters import SubmissionFilter
 from smrweb.tracking.models import Review, Role, Submission, Verdict
 from smrweb.tracking.queries import review
-from smrweb.tracking.services import submissions
+from smrweb.tracking.services import handoff, submissions
 
 
 @extend_schema_view(get=extend_schema(responses={200: SubmissionSerializer(many=True), **ERRORS}))
@@ -201,7 +201,7 @@ class SubmissionUploaded(APIView):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = UploadedIn(data=request.data)
         body.is_valid(raise_exception=True)
-        sub = submissions.mark_uploaded(sub, by=actor_of(request), **body.validated_data)
+        sub = handoff.mark_uploaded(sub, by=actor_of(request), **body.validated_data)
         return Response(_fresh(sub))
 
 
@@ -219,7 +219,7 @@ class SubmissionRefused(APIView):
         sub = submission_for(request, slug, submission_id)  # first: outsiders get 404, other tokens 403
         body = RefusedIn(data=request.data)
         body.is_valid(raise_exception=True)
-        sub = submissions.record_refusal(sub, by=actor_of(request), reason=body.validated_data["reason"])
+        sub = handoff.record_refusal(sub, by=actor_of(request), reason=body.validated_data["reason"])
         return Response(_fresh(sub))
 
 
@@ -236,14 +236,14 @@ class SubmissionArenaResult(APIView):
         body = ArenaResultIn(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        result = submissions.record_arena_result(
+        result = handoff.record_arena_result(
             sub,
             by=actor_of(request),
             rank=data.get("rank"),
             arena_score=data.get("arena_score"),
             note=data["note"],
         )
-        better = submissions.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
+        better = handoff.arena_better(result.delta, maximize=sub.project.scenario.arena_maximize)
         return Response(
             {
                 "id": result.pk,

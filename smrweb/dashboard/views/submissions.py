@@ -21,7 +21,7 @@ from smrweb.dashboard.artifacts import missing_bytes_page
 from smrweb.sources import bundles
 from smrweb.tracking.errors import ArtifactBytesMissing, InvalidInput, NoBundle, TrackingError
 from smrweb.tracking.models import Review, Role, Submission, SubmissionStatus, Verdict
-from smrweb.tracking.services import capabilities, submissions
+from smrweb.tracking.services import capabilities, handoff, submissions
 from smrweb.tracking.services.capabilities import Action
 
 
@@ -48,7 +48,7 @@ class UploadForm(forms.Form):
 
 class RefusalForm(forms.Form):
     reason = forms.CharField(
-        max_length=submissions.REFUSAL_MAX,
+        max_length=handoff.REFUSAL_MAX,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="What the arena said; carried forward to the agents as a failed approach.",
     )
@@ -74,7 +74,7 @@ class ArenaResultForm(forms.Form):
         help_text="What the arena said; becomes project knowledge.",
     )
     # What a result must hold (a rank or a score, a score in range) is the domain's rule:
-    # `submissions.record_arena_result` refuses with the field, shown on this form.
+    # `handoff.record_arena_result` refuses with the field, shown on this form.
 
 
 def _submission(project, submission_id: int) -> Submission:
@@ -124,7 +124,7 @@ def _context(request, project, sub: Submission, **extra) -> dict:
         "arena_form": extra.pop("arena_form", None) or ArenaResultForm(),
         "upload_form": extra.pop("upload_form", None) or UploadForm(),
         "refusal_form": extra.pop("refusal_form", None) or RefusalForm(),
-        "allowance": submissions.upload_allowance(project),
+        "allowance": handoff.upload_allowance(project),
         "exclude_form": extra.pop("exclude_form", None) or ExcludeForm(),
         "is_admin": project.allows(request.user, Role.ADMIN),
         "own_approval": submissions.is_own_approval(sub, request.user),
@@ -216,7 +216,7 @@ def submission_action(request, slug: str, submission_id: int, action: str):
             form = UploadForm(request.POST)
             if form.is_valid():
                 try:
-                    submissions.mark_uploaded(sub, by=request.user, **form.cleaned_data)
+                    handoff.mark_uploaded(sub, by=request.user, **form.cleaned_data)
                 except InvalidInput as exc:
                     form.add_error(exc.field, exc.message)
             if form.errors:
@@ -233,7 +233,7 @@ def submission_action(request, slug: str, submission_id: int, action: str):
             form = RefusalForm(request.POST)
             if form.is_valid():
                 try:
-                    submissions.record_refusal(sub, by=request.user, reason=form.cleaned_data["reason"])
+                    handoff.record_refusal(sub, by=request.user, reason=form.cleaned_data["reason"])
                 except InvalidInput as exc:
                     form.add_error("reason", exc.message)
             if form.errors:
@@ -252,7 +252,7 @@ def submission_action(request, slug: str, submission_id: int, action: str):
             form = ArenaResultForm(request.POST)
             if form.is_valid():
                 try:
-                    result = submissions.record_arena_result(sub, by=request.user, **form.cleaned_data)
+                    result = handoff.record_arena_result(sub, by=request.user, **form.cleaned_data)
                 except InvalidInput as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             if form.errors:
@@ -293,13 +293,13 @@ def submission_action(request, slug: str, submission_id: int, action: str):
 
 
 def _worse(result, project) -> bool:
-    return submissions.arena_better(result.delta, maximize=project.scenario.arena_maximize) is False
+    return handoff.arena_better(result.delta, maximize=project.scenario.arena_maximize) is False
 
 
 def _arena_flash(result, project) -> str:
     """Say what the arena's answer means: better or worse (in the arena's direction), and rank moves."""
     parts = []
-    better = submissions.arena_better(result.delta, maximize=project.scenario.arena_maximize)
+    better = handoff.arena_better(result.delta, maximize=project.scenario.arena_maximize)
     if result.delta is not None:
         way = "higher" if project.scenario.arena_maximize else "lower"
         verdict = {True: "better", False: "worse", None: "no change"}[better]
@@ -361,7 +361,7 @@ def review_queue(request, slug: str):
             "bulk_max": submissions.BULK_MAX,
             "approved_alone": alone[:APPROVED_ALONE_SHOWN],
             "approved_alone_count": alone.count(),
-            "allowance": submissions.upload_allowance(project),
+            "allowance": handoff.upload_allowance(project),
         },
     )
 

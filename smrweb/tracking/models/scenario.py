@@ -82,7 +82,7 @@ class Scenario(models.Model):
     # Which way the arena's own score is better (Elo: up; a loss: down); blank: same as score_metric.
     arena_direction = models.CharField(max_length=10, choices=Direction, blank=True)
     # How many uploads the arena takes from one team a day (empty: it does not say), and when its day
-    # starts: a wall-clock time in its own zone (`services.submissions.upload_allowance` counts them).
+    # starts: a wall-clock time in its own zone (`services.handoff.upload_allowance` counts them).
     arena_daily_limit = models.PositiveIntegerField(
         null=True,
         blank=True,

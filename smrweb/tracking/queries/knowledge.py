@@ -3,7 +3,7 @@
 The papercut this answers: "carry the last 3 failed approaches forward" had no home (project knowledge
 vs notes vs org knowledge), and arena feedback was pasted back into free text by hand. Here a project
 has typed `KnowledgeEntry` rows (note / failed_approach / arena_delta; written by
-`services.knowledge` and `services.submissions.record_arena_result`) and `carry_forward` computes, from
+`services.knowledge` and `services.handoff.record_arena_result`) and `carry_forward` computes, from
 those entries *and* the submission history, the block a person pastes into the next run's kickoff
 message."""
 
@@ -296,8 +296,7 @@ def _failed(project: Project, n: int) -> list[FailedApproach]:
             item._whys.append(why)
         item.at = max(item.at, at)
 
-    # (a) invalid, rejected or refused submissions: why = the last transition into that status (its
-    # reason, who).
+    # (a) invalid, rejected or refused submissions: why = the last transition into that status (reason, who).
     last = SubmissionTransition.objects.filter(
         submission=OuterRef("pk"), to_status=OuterRef("status")
     ).order_by("-created", "-id")
