@@ -26,6 +26,8 @@ from smrweb.tracking.services.capabilities import Action
 
 
 class ReviewForm(forms.Form):
+    context_name = "review_form"  # what the page calls it
+
     comment = forms.CharField(
         required=False,
         max_length=5000,
@@ -35,6 +37,8 @@ class ReviewForm(forms.Form):
 
 
 class UploadForm(forms.Form):
+    context_name = "upload_form"  # what the page calls it
+
     arena_ref = forms.CharField(
         required=False,
         max_length=500,
@@ -47,6 +51,8 @@ class UploadForm(forms.Form):
 
 
 class RefusalForm(forms.Form):
+    context_name = "refusal_form"  # what the page calls it
+
     reason = forms.CharField(
         max_length=handoff.REFUSAL_MAX,
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -55,6 +61,8 @@ class RefusalForm(forms.Form):
 
 
 class ExcludeForm(forms.Form):
+    context_name = "exclude_form"  # what the page calls it
+
     reason = forms.CharField(
         max_length=5000,
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -63,6 +71,8 @@ class ExcludeForm(forms.Form):
 
 
 class ArenaResultForm(forms.Form):
+    context_name = "arena_form"  # what the page calls it
+
     rank = forms.IntegerField(
         required=False, min_value=1, max_value=10_000_000, help_text="Your place on the board."
     )
@@ -178,6 +188,7 @@ def submission_action(request, slug: str, submission_id: int, action: str):
     as messages."""
     project = project_for_user(request, slug, role=Role.REVIEWER)
     sub = _submission(project, submission_id)
+    by = request.user
     try:
         if action == "verify":
             submissions.request_verification(sub, by=request.user)
@@ -194,102 +205,77 @@ def submission_action(request, slug: str, submission_id: int, action: str):
                     "it starts as soon as the queue is back.",
                 )
         elif action in ("approve", "reject"):
-            form = ReviewForm(request.POST)
-            if form.is_valid():
-                verdict = Verdict.APPROVE if action == "approve" else Verdict.REJECT
-                try:
-                    outcome = submissions.review(
-                        sub, by=request.user, verdict=verdict, comment=form.cleaned_data["comment"]
-                    )
-                except InvalidInput as exc:
-                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-                else:
-                    (messages.success if outcome.counted else messages.warning)(request, outcome.message)
-            if form.errors:
-                return render(
-                    request,
-                    "dashboard/submission_detail.html",
-                    _context(request, project, sub, review_form=form),
-                    status=400,
-                )
+            verdict = Verdict.APPROVE if action == "approve" else Verdict.REJECT
+            outcome = _submit(
+                ReviewForm(request.POST),
+                lambda data: submissions.review(sub, by=by, verdict=verdict, comment=data["comment"]),
+            )
+            (messages.success if outcome.counted else messages.warning)(request, outcome.message)
         elif action == "upload":
-            form = UploadForm(request.POST)
-            if form.is_valid():
-                try:
-                    handoff.mark_uploaded(sub, by=request.user, **form.cleaned_data)
-                except InvalidInput as exc:
-                    form.add_error(exc.field, exc.message)
-            if form.errors:
-                return render(
-                    request,
-                    "dashboard/submission_detail.html",
-                    _context(request, project, sub, upload_form=form),
-                    status=400,
-                )
+            _submit(UploadForm(request.POST), lambda data: handoff.mark_uploaded(sub, by=by, **data))
             messages.success(
                 request, "Marked uploaded. Record the arena's answer (its rank, or that it refused the file)."
             )
         elif action == "refuse":
-            form = RefusalForm(request.POST)
-            if form.is_valid():
-                try:
-                    handoff.record_refusal(sub, by=request.user, reason=form.cleaned_data["reason"])
-                except InvalidInput as exc:
-                    form.add_error("reason", exc.message)
-            if form.errors:
-                return render(
-                    request,
-                    "dashboard/submission_detail.html",
-                    _context(request, project, sub, refusal_form=form),
-                    status=400,
-                )
+            _submit(RefusalForm(request.POST), lambda data: handoff.record_refusal(sub, by=by, **data))
             messages.warning(
                 request,
                 "Recorded as refused by the arena: it no longer counts in the project's numbers and is "
                 "carried forward as a failed approach.",
             )
         elif action == "record":
-            form = ArenaResultForm(request.POST)
-            if form.is_valid():
-                try:
-                    result = handoff.record_arena_result(sub, by=request.user, **form.cleaned_data)
-                except InvalidInput as exc:
-                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-            if form.errors:
-                return render(
-                    request,
-                    "dashboard/submission_detail.html",
-                    _context(request, project, sub, arena_form=form),
-                    status=400,
-                )
+            result = _submit(
+                ArenaResultForm(request.POST),
+                lambda data: handoff.record_arena_result(sub, by=request.user, **data),
+            )
             (messages.warning if _worse(result, project) else messages.success)(
                 request, _arena_flash(result, project)
             )
-        elif action in ("exclude", "include"):
-            if action == "include":
-                submissions.include_submission(sub, by=request.user)
-                messages.success(request, "Counted again in the project's numbers.")
-            else:
-                form = ExcludeForm(request.POST)
-                if form.is_valid():
-                    submissions.exclude_submission(sub, by=request.user, reason=form.cleaned_data["reason"])
-                    messages.success(
-                        request,
-                        "Excluded from the project's numbers (best, leaderboard, charts, "
-                        "carry-forward). Include it again at any time.",
-                    )
-                else:
-                    return render(
-                        request,
-                        "dashboard/submission_detail.html",
-                        _context(request, project, sub, exclude_form=form),
-                        status=400,
-                    )
+        elif action == "include":
+            submissions.include_submission(sub, by=request.user)
+            messages.success(request, "Counted again in the project's numbers.")
+        elif action == "exclude":
+            _submit(
+                ExcludeForm(request.POST),
+                lambda data: submissions.exclude_submission(sub, by=request.user, reason=data["reason"]),
+            )
+            messages.success(
+                request,
+                "Excluded from the project's numbers (best, leaderboard, charts, "
+                "carry-forward). Include it again at any time.",
+            )
         else:
             messages.error(request, f"Unknown action {action!r}.")
+    except FormRefused as refused:
+        form = refused.form
+        return render(
+            request,
+            "dashboard/submission_detail.html",
+            _context(request, project, sub, **{form.context_name: form}),
+            status=400,
+        )
     except TrackingError as exc:
         messages.error(request, exc.message)
     return redirect("dashboard:submission-detail", slug=project.slug, submission_id=sub.pk)
+
+
+class FormRefused(Exception):
+    """A form with errors: the page is answered again with it (400)."""
+
+    def __init__(self, form: forms.Form):
+        super().__init__(form.errors)
+        self.form = form
+
+
+def _submit(form: forms.Form, act):
+    """`act(cleaned_data)` for a valid form, and what it returns. A domain refusal of one of the form's
+    fields (InvalidInput) is put on that field (or over the form); FormRefused when the form has errors."""
+    if form.is_valid():
+        try:
+            return act(form.cleaned_data)
+        except InvalidInput as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+    raise FormRefused(form)
 
 
 def _worse(result, project) -> bool:
