@@ -6,16 +6,13 @@ over it — in the domain, on the submission and review pages, and over the API.
 from __future__ import annotations
 
 import datetime as dt
-import io
-import json
 from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
 
-from smrweb.tracking import queries, services
+from smrweb.tracking import queries
 from smrweb.tracking.errors import IllegalTransition, InvalidInput, NotAllowed, OverUploadLimit
-from smrweb.tracking.events import parse_events
 from smrweb.tracking.models import (
     AuditEvent,
     Scenario,
@@ -28,6 +25,7 @@ from smrweb.tracking.models.scenario import arena_zone
 from smrweb.tracking.services import handoff
 from smrweb.tracking.services import submissions as lifecycle
 from tests.api.helpers import assert_json_error, session_client
+from tests.api.test_submission_loop_api import scored
 
 pytestmark = pytest.mark.django_db
 S = SubmissionStatus
@@ -35,15 +33,7 @@ UTC = dt.UTC
 
 
 def approved(project, alice, bob, value: float, run: str = "r1") -> Submission:
-    artifact, _ = services.store_artifact(
-        project, run, path="submission/optimizer.py", content=io.BytesIO(f"ok {value}".encode())
-    )
-    services.ingest_events(
-        project,
-        run,
-        parse_events(json.dumps([{"type": "score", "score": value, "artifact": artifact.blob.sha256}])),
-    )
-    sub = Submission.objects.filter(project=project).order_by("-id").first()
+    sub = scored(project, value, run)
     lifecycle.request_verification(sub, by=bob)
     sub = lifecycle.record_verification(
         sub.pk, lifecycle.VerificationResult(VerificationOutcome.PASSED, 0, "ok", "exited 0")
