@@ -226,8 +226,10 @@ def request_launch(
         raise LaunchRefused(refusal)
     try:
         with transaction.atomic():
-            # One launch at a time per project, so two launches never choose the same new run id.
-            Project.objects.select_for_update().filter(pk=project.pk).first()
+            # One launch at a time per project, so two launches never choose the same new run id. NO KEY
+            # UPDATE: ingest's rows that point at the project (their FK checks take KEY SHARE at commit) are
+            # not blocked by it, so a launch from a run being written cannot deadlock with its ingest.
+            Project.objects.select_for_update(no_key=True).filter(pk=project.pk).first()
             earlier = RunLaunch.objects.filter(idempotency_key=key).first()
             if earlier is not None:
                 return _replay(earlier, project, values)
@@ -339,7 +341,7 @@ def expire_unseen(now: datetime | None = None) -> list[RunLaunch]:
 def _follow_branch(launch: RunLaunch, branch: str) -> Project:
     """A git launch made a new branch: the project follows it from now on (its sync reads that branch),
     audited as a change of the project's source binding."""
-    project = Project.objects.select_for_update().get(pk=launch.project_id)
+    project = Project.objects.select_for_update(no_key=True).get(pk=launch.project_id)  # (as request_launch)
     old = project.git_branch
     project.git_branch = branch
     project.save(update_fields=["git_branch", "updated"])

@@ -210,7 +210,7 @@ def note_declared_metrics(project: Project, declared: dict[str, str]) -> Project
     (`score_metric` "auto", or the name an admin picked) scores the one metric they declare, or the
     picked one, in its declared direction. Earlier results of it become scores on the next read."""
     with transaction.atomic():
-        project = Project.objects.select_for_update().get(pk=project.pk)
+        project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)  # (see launches)
         settings_ = dict(project.source_settings)
         known = dict(settings_.get("declared_metrics") or {})
         for metric, direction in declared.items():
@@ -290,7 +290,7 @@ def replace_smr_api_key(
             operator=False,
         )
     with transaction.atomic():
-        project = Project.objects.select_for_update().get(pk=project.pk)
+        project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)  # (see launches)
         settings_ = {k: v for k, v in project.source_settings.items() if k != "operator_key"}
         settings_["api_key_sealed"] = seal(api_key)
         project.source_settings = settings_
@@ -309,7 +309,7 @@ def choose_score_metric(project: Project, metric: str, *, by: Any = None) -> Pro
             f"{', '.join(sorted(declared)) or 'none yet'}.",
         )
     with transaction.atomic():
-        project = Project.objects.select_for_update().get(pk=project.pk)
+        project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)  # (see launches)
         project.source_settings = {**project.source_settings, "score_metric": metric}
         project.save(update_fields=["source_settings", "updated"])
         record_audit(by, AuditVerb.PROJECT_SCORE_METRIC_CHOSEN, project, project=project, metric=metric)
