@@ -720,6 +720,7 @@ class _PageParser(HTMLParser):
     def __init__(self, page_url: str):
         super().__init__(convert_charrefs=True)
         self.page_url, self.scan, self.plots = page_url, Scan(), []
+        self.click_urls: dict[str, str] = {}
         self.cards: dict[str, str] = {}  # live cards' versions ([data-card][data-version], dashboard/live.py)
         self.inputs: dict[str, tuple[str, str]] = {}  # id -> (name, value), for hx-include
         self.card_polls: list[tuple[int, str]] = []  # (index in scan.polls, its hx-include)
@@ -747,8 +748,10 @@ class _PageParser(HTMLParser):
             self.cards[a["data-card"]] = a["data-version"]
         if a.get("id") and a.get("name"):
             self.inputs[a["id"]] = (a["name"], a.get("value", ""))
-        if a.get("data-plot") and a.get("data-click-url"):
-            self.plots.append((a["data-plot"], a["data-click-url"]))
+        if a.get("data-plot") and (a.get("data-click-url") or a.get("data-click-from")):
+            self.plots.append((a["data-plot"], a.get("data-click-url") or a["data-click-from"]))
+        if a.get("id") and a.get("data-click-url"):  # a live chart's click URL, on an element of its own
+            self.click_urls[a["id"]] = a["data-click-url"]
 
     def finish(self) -> None:
         """A cards poll sends the version of every card on the page and its hx-include'd inputs, as
@@ -799,6 +802,7 @@ def scan_page(body: bytes, page_url: str) -> Scan:
     # A bar chart's click: data-click-url + "&bin=<customdata[0]>&kind=<customdata[1]>" (static/js/smrweb.js).
     # Take the bar with the most turns (customdata[2]), the worst case for the partial it opens.
     for plot_id, click_url in parser.plots:
+        click_url = parser.click_urls.get(click_url, click_url)  # data-click-from: the element holding it
         figures: list = []
         _figures(blocks.get(plot_id), figures)
         best = None

@@ -17,6 +17,7 @@ from celery.signals import after_task_publish
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from smrweb.core import localcache
 from smrweb.tracking import services
 from smrweb.tracking.models import Role
 from tests.factories import UserFactory, admin_project
@@ -51,6 +52,7 @@ def private_cache(settings, tmp_path):
             "OPTIONS": {"MAX_ENTRIES": 100_000},
         }
     }
+    localcache.clear()  # what this process kept from the last test's database
 
 
 # The suite's webhook receivers and SMR simulators listen on loopback, and its example webhooks name

@@ -45,6 +45,12 @@ def turn_aggregates(run_pk: int) -> str:
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 
+def turn_aggregates_stamp(run_pk: int) -> str:
+    """Which computation of a run's `TurnMemo` is current (a random token), 24 h: each process's copy of the
+    memo (core.localcache) carries the stamp it descends from. Forgotten with the memo."""
+    return f"turn-aggregates-stamp:{run_pk}"
+
+
 def turns_after(run_pk: int, moment: str = "best") -> str:
     """The turns, tokens and USD of a run after one moment (its best score's, or its first counted score's
     for the efficiency) and the turns they were read from (queries.timeline `turns_after`), 24 h, advanced

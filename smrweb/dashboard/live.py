@@ -54,7 +54,8 @@ from urllib.parse import parse_qsl, urlencode
 from django.http import HttpResponse
 from django.middleware.csrf import get_token
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
+from smrweb.dashboard.templatetags.smrweb import figure_script_attrs, script_safe
 
 VERSION_HEADER = "X-Smrweb-Version"
 CARDS_HEADER = "X-Smrweb-Cards"  # the versions of the cards a page shows: name=version&name=version…
@@ -118,6 +119,9 @@ class Part:
     id: str
     version: str
     render: Callable[[], str]
+    # A chart's figure part (`<!--f:ID-->`): its figure, so that a poll sends the figure's change as a
+    # patch made from the figures themselves (kept in this process, `keep_figure`), not from their JSON.
+    figure: Callable[[], dict] | None = None
 
 
 @dataclass
@@ -265,7 +269,6 @@ def _row_fragments(rid: str, old: _Rows, new: _Rows) -> list[str]:
 
 
 ARRAY_KEYS = ("x", "y", "customdata", "text", "hovertext", "base", "width")
-_JSON_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
 
 
 def figure_patch(old: dict, new: dict) -> dict | None:
@@ -304,22 +307,59 @@ def figure_patch(old: dict, new: dict) -> dict | None:
     return {"base": base, "traces": traces, "layout": layout}
 
 
+def _points(figure: dict) -> int:
+    return sum(len(v) for t in figure.get("data") or [] for v in t.values() if isinstance(v, list))
+
+
+def _patch_script(attrs: str, old: dict, new: dict) -> str | None:
+    """The script that patches figure `old` into `new` on the page (`attrs`: the figure script's), or None
+    when only the new figure will do (another shape, or a patch more than `PATCH_MAX_SHARE` of it)."""
+    try:
+        patch = figure_patch(old, new)
+    except (AttributeError, TypeError):  # not figures (a kept text that did not parse as one)
+        return None
+    if patch is None or sum(len(t[3]) for t in patch["traces"]) > PATCH_MAX_SHARE * max(_points(new), 1):
+        return None
+    text = script_safe(json.dumps(patch, separators=(",", ":"), allow_nan=False))
+    return f'<script{attrs} data-figure-patch hx-swap-oob="true">{text}</script>'
+
+
 def _figure_fragment(old_script: str, new_script: str) -> str:
     """The figure's changes as a patch (a script the page applies to the chart it has), or the figure."""
-    whole = _oob(new_script)
     old_m, new_m = SCRIPT.match(old_script), SCRIPT.match(new_script)
     if not old_m or not new_m or old_m[1] != new_m[1]:
-        return whole
+        return _oob(new_script)
     try:
-        patch = figure_patch(json.loads(old_m[2]), json.loads(new_m[2]))
+        old, new = json.loads(old_m[2]), json.loads(new_m[2])
     except ValueError:
-        return whole
-    if patch is None:
-        return whole
-    text = json.dumps(patch, separators=(",", ":"), allow_nan=False).translate(_JSON_ESCAPES)
-    if len(text) > PATCH_MAX_SHARE * len(new_m[2]):
-        return whole
-    return f'<script{new_m[1]} data-figure-patch hx-swap-oob="true">{text}</script>'
+        return _oob(new_script)
+    return _patch_script(new_m[1], old, new) or _oob(new_script)
+
+
+def _figure_of(html: str, pid: str) -> dict | None:
+    """The figure of part `pid` in a kept render (a card's, or the part's own), parsed; None if not there."""
+    start = html.find(f"<!--f:{pid}-->")
+    if start >= 0:
+        end = html.find("<!--/f-->", start)
+        html = html[start + len(f"<!--f:{pid}-->") : end] if end > 0 else ""
+    m = SCRIPT.match(html)
+    try:
+        return json.loads(m[2]) if m else None
+    except ValueError:
+        return None
+
+
+def keep_figure(scope: str, name: str, part: str, version: str, figure: dict) -> None:
+    """Keep a figure part's figure in this process (the two newest versions per part: pollers of one page are
+    at most a turn apart), for the next poll's patch."""
+    key = ("live-figure", scope, name, part)
+    kept = localcache.get(key) or ()
+    localcache.put(key, ((version, figure), *(kv for kv in kept[:1] if kv[0] != version)))
+
+
+def kept_figure(scope: str, name: str, part: str, version: str) -> dict | None:
+    kept = localcache.get(("live-figure", scope, name, part)) or ()
+    return next((figure for v, figure in kept if v == version), None)
 
 
 def card_changes(old: str, new: str) -> list[str] | None:
@@ -450,6 +490,9 @@ class Deck:
             card = self.cards.get(name)
             if card is not None and card.layout is not None:
                 out.update(self._manifest(card))
+                for p in card.laid_out[1].values():
+                    if p.figure is not None:  # what the next poll's patch starts from
+                        keep_figure(self.scope, name, p.id, p.version, p.figure())
         return out
 
     def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
@@ -460,6 +503,7 @@ class Deck:
         cards = [self.cards[n] for n in names if self.cards[n].layout is not None and sent.get(n)]
         kept = self._recall([self._key(f"{c.name}~parts", sent[c.name]) for c in cards])
         plans: dict[str, list[Part]] = {}
+        was: dict[str, dict[str, str]] = {}
         for card in cards:
             raw = kept.get(self._key(f"{card.name}~parts", sent[card.name]))
             if raw is None or card.marker is None:
@@ -469,6 +513,7 @@ class Deck:
             if was_skeleton != skeleton or versions.keys() != parts.keys():
                 continue
             plans[card.name] = [p for p in parts.values() if versions[p.id] != p.version]
+            was[card.name] = versions
         if not plans:
             return {}
         # A part's render is kept under its version: polls a turn or two behind need the same new parts.
@@ -478,6 +523,9 @@ class Deck:
         for name, changed in plans.items():
             fragments = []
             for p in changed:
+                if p.figure is not None:
+                    fragments.append(self._figure_step(name, p, was[name][p.id], sent[name]))
+                    continue
                 key = self._part_key(name, p.id, p.version)
                 if (html := kept.get(key) or made.get(key)) is None:
                     html = made[key] = p.render()
@@ -489,6 +537,19 @@ class Deck:
             made.update(self._manifest(self.cards[name]))
         self._remember(made)
         return out
+
+    def _figure_step(self, name: str, part: Part, old_version: str, old_card_version: str) -> str:
+        """A figure part's change: a patch from the figure the poll's page has (kept in this process, else
+        read from that version's kept card render) to the new one; the new figure whole when there is no
+        patch to make."""
+        figure = part.figure()
+        keep_figure(self.scope, name, part.id, part.version, figure)
+        old = kept_figure(self.scope, name, part.id, old_version)
+        if old is None:  # another process made the page's render: its card render is in the shared cache
+            key = self._key(name, old_card_version)
+            old = _figure_of(html, part.id) if (html := self._recall([key]).get(key)) else None
+        patch = _patch_script(figure_script_attrs(part.id), old, figure) if old is not None else None
+        return patch or _oob(part.render())
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.

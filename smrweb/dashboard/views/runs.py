@@ -219,6 +219,19 @@ class RunPage:
         scores = live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
         return timeline.run_timeline(self.run, now=self.horizon, scores_version=scores)
 
+    @cached_property
+    def timeline_figure(self) -> dict:
+        scenario = self.project.scenario
+        return charts.run_timeline_figure(
+            self.timeline,
+            maximize=scenario.maximize,
+            metric=scenario.score_metric,
+            budget_usd=self.run.budget_usd,
+            burn=self.burn,
+            uirevision=f"run-{self.run.pk}",
+            failed=self.failed_marks,
+        )
+
     def _page(self, queryset, per_page: int, param: str, *, count: int | None = None):
         paginator = Paginator(queryset, per_page)
         if count is not None:
@@ -296,6 +309,10 @@ class RunPage:
             return (self._actor_names, order, bool(run.turn_count))
         if skeleton and name == "run-stats":
             return (*_fields(run, *self.SCORES), m.submission_last, m.submissions_updated)
+        if skeleton and name == "run-timeline-card":
+            # Whether it draws. The chart's element is kept by the page across swaps (hx-preserve): the
+            # bars' edges its click reads are the run-timeline-click part's.
+            return (bool(self.timeline.turn_total or self.timeline.score_total), run.budget_usd)
         if name == "run-poll":
             return (self.polls, self.query.urlencode())
         if name == "run-head":
@@ -469,7 +486,10 @@ class RunPage:
         "run-alerts": ("alert-no-progress",),
         "run-stats": ("stat-spend", "stat-driver", "stat-child", "stat-turns", "stat-efficiency"),
         "run-actors": (),  # a row per actor (`_actor_parts`)
+        # The figure part is sent as a patch of its figure (live.Part.figure): a turn adds to the last bar.
+        "run-timeline-card": ("timeline-summary", "run-timeline-data", "run-timeline-click"),
     }
+    DRAWN_ONLY = ("run-timeline-data", "run-timeline-click")  # parts in the timeline card once it draws
 
     @cached_property
     def actors(self) -> list:
@@ -488,6 +508,10 @@ class RunPage:
             return (self._actor_names, a.actor, a.depth, *figures, a.first_ts, a.last_ts)
         if part in ("alert-no-progress", "badge-no-progress"):
             return self._no_progress()
+        if part == "timeline-summary":
+            return (self.timeline.score_total, self.timeline.turn_total, self.timeline.bin_width)
+        if part == "run-timeline-click":
+            return (self.timeline.start, self.timeline.bin_width)
         if part == "stat-driver":
             return _fields(run, "driver_tokens_in", "driver_tokens_out", "driver_cost_usd")
         if part == "stat-child":
@@ -503,6 +527,10 @@ class RunPage:
             return {"run_alerts": {"no_progress": self.no_progress}}  # what the card's run_alerts says of it
         if part == "stat-efficiency":
             return {"efficiency": timeline.efficiency(self.run)}
+        if part == "run-timeline-data":
+            return {"timeline_figure": self.timeline_figure}
+        if name == "run-timeline-card":
+            return {"timeline": self.timeline}
         return {}
 
     def render_part(self, name: str, part: str) -> str:
@@ -521,11 +549,14 @@ class RunPage:
         ids = list(self._actor_parts) if name == "run-actors" else self.PARTS[name]
         if self.no_progress is None:  # no "no progress" reading: its badge and line are not on the page
             ids = [i for i in ids if i not in ("alert-no-progress", "badge-no-progress")]
+        if name == "run-timeline-card" and not (self.timeline.turn_total or self.timeline.score_total):
+            ids = [i for i in ids if i not in self.DRAWN_ONLY]
         parts = tuple(
             live.Part(
                 part,
                 self.version(name, part, *self.part_version_parts(name, part)),
                 functools.partial(self.render_part, name, part),
+                figure=(lambda: self.timeline_figure) if part == "run-timeline-data" else None,
             )
             for part in ids
         )
@@ -563,19 +594,7 @@ class RunPage:
             recent = queries.score_histories([run.pk], per_run=6).get(run.pk, [])
             return {"efficiency": timeline.efficiency(run), "recent_scores": recent}
         if name == "run-timeline-card":
-            scenario = self.project.scenario
-            return {
-                "timeline": self.timeline,
-                "timeline_figure": charts.run_timeline_figure(
-                    self.timeline,
-                    maximize=scenario.maximize,
-                    metric=scenario.score_metric,
-                    budget_usd=run.budget_usd,
-                    burn=self.burn,
-                    uirevision=f"run-{run.pk}",
-                    failed=self.failed_marks,
-                ),
-            }
+            return {"timeline": self.timeline, "timeline_figure": self.timeline_figure}
         if name == "budget":
             return {"burn": self.burn}
         if name == "failed-calls":

@@ -14,7 +14,9 @@ A figure ships at most `MAX_BINS` bars per kind and `MAX_SCORE_POINTS` scores wh
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -31,7 +33,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
 from smrweb.tracking.models import (
     RUN_RULE,
     AgentTurn,
@@ -55,6 +57,8 @@ BASE_BUCKETS = 1024
 MEMO_SECONDS = 24 * 3600
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICRO_USD = Decimal("0.000001")
+_ZERO = (0, 0, 0, 0)
+MEMO_WRITE_EVERY = 256  # turns a process's memo may run ahead of the shared cache's before it is written
 _KINDS = (TurnKind.DRIVER_INFERENCE, TurnKind.CHILD_WORK, TurnKind.ROLE_UNKNOWN)
 
 
@@ -174,10 +178,14 @@ class TurnMemo:
     actors: dict = field(
         default_factory=dict
     )  # (actor, parent, kind, model) -> [n, tin, tout, µUSD, first, last]
-    version: int = 1
+    version: int = 2
+    stamp: str = ""  # which computation this memo descends from (see `_turn_memo`)
+    recent: tuple | None = None  # (count before, width before, the turns) `advanced` added last
+    written: int = 0  # the count when it was last written to the shared cache
 
     def add(self, turns) -> None:
-        """Fold in turns (id, ts, kind, tokens in, tokens out, cost, actor, parent, model), any order."""
+        """Fold in turns (id, ts, kind, tokens in, tokens out, cost, actor, parent, model), any order. A
+        changed entry is a new list, never changed in place: an `advanced` memo shares the rest."""
         for pk, ts, kind, tin, tout, usd, actor, parent, model in turns:
             micro = _micro(usd)
             self.hwm = max(self.hwm, pk)
@@ -186,21 +194,30 @@ class TurnMemo:
             self.tokens_out += tout
             self.lo = ts if self.lo is None else min(self.lo, ts)
             self.hi = ts if self.hi is None else max(self.hi, ts)
-            b = self.buckets.setdefault((_bucket_of(ts, self.width), kind), [0, 0, 0, 0])
-            b[0] += 1
-            b[1] += tin
-            b[2] += tout
-            b[3] += micro
-            a = self.actors.setdefault((actor, parent, kind, model), [0, 0, 0, 0, ts, ts])
-            a[0] += 1
-            a[1] += tin
-            a[2] += tout
-            a[3] += micro
-            a[4] = min(a[4], ts)
-            a[5] = max(a[5], ts)
+            key = (_bucket_of(ts, self.width), kind)
+            n, bin_in, bin_out, bin_micro = self.buckets.get(key, _ZERO)
+            self.buckets[key] = [n + 1, bin_in + tin, bin_out + tout, bin_micro + micro]
+            key = (actor, parent, kind, model)
+            n, a_in, a_out, a_us, first, last = self.actors.get(key) or (0, 0, 0, 0, ts, ts)
+            self.actors[key] = [n + 1, a_in + tin, a_out + tout, a_us + micro, min(first, ts), max(last, ts)]
         # A live run outgrows its buckets: merge them into coarser ones (a power of two holds whole ones).
         if self.lo is not None and (self.hi - self.lo) / timedelta(seconds=self.width) > 2 * BASE_BUCKETS:
             self.rebase(_base_width(self.hi - self.lo))
+
+    def advanced(self, turns) -> TurnMemo:
+        """This memo with `turns` folded in, as a new memo (this one unchanged: other threads may be reading
+        it); it says which turns it added to which count (`recent`), so what was built from this one (the
+        timeline's bars) can be advanced by them too."""
+        rows = list(turns)
+        if not rows:
+            return self
+        memo = dataclasses.replace(self, buckets=dict(self.buckets), actors=dict(self.actors))
+        memo.add(rows)
+        memo.recent = (self.count, self.width, rows)
+        return memo
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "recent": None}  # what was added last is this process's business
 
     def rebase(self, width: int) -> None:
         factor = width // self.width
@@ -322,27 +339,39 @@ def kept_turn_memo(run: Run) -> TurnMemo | None:
 
 
 def _turn_memo(run: Run) -> TurnMemo:
-    """The run's turn aggregates: the cached ones with the turns that arrived since folded in (one
-    query), else the run's `TurnRollup` likewise (two), else computed from every row (three queries).
-    Kept on `run` for the rest of the request."""
+    """The run's turn aggregates, brought up to date with the turns that arrived since (one query): this
+    process's own copy (`core.localcache`: a live page's poll does not unpickle a long run's memo), else the
+    shared cache's, else the run's `TurnRollup` likewise (two queries), else computed from every row (three).
+    Kept on `run` for the rest of the request.
+
+    Which computation a memo descends from is its stamp, kept in the shared cache beside it: forgetting the
+    aggregates (the write path, when turns change sides) forgets the stamp, so every process's copy is
+    built again. What a process advanced is written back to the shared cache every `MEMO_WRITE_EVERY`
+    turns, not on each poll (the whole pickled memo): another process catches up from the copy it finds."""
     memo = getattr(run, "_turn_memo", None)
     if memo is not None:
         return memo
-    key = cachekeys.turn_aggregates(run.pk)
-    memo = softcache.get(key)  # a Redis that is down: a miss, computed from the rows
-    changed = True
-    if isinstance(memo, TurnMemo) and memo.version == TurnMemo.version:
-        read = memo.hwm, memo.count
-        memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
-        changed = (memo.hwm, memo.count) != read
+    key, stamp_key = cachekeys.turn_aggregates(run.pk), cachekeys.turn_aggregates_stamp(run.pk)
+    stamp = softcache.get(stamp_key)  # a Redis that is down: no stamp, computed from the rows
+    memo = localcache.get(("turn-memo", run.pk, stamp)) if stamp else None
+    if memo is None and stamp:
+        shared = softcache.get(key)
+        if isinstance(shared, TurnMemo) and shared.version == TurnMemo.version and shared.stamp == stamp:
+            memo = shared
+    if memo is not None:
+        read = memo
+        memo = memo.advanced(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
-            memo, changed = None, True
-    else:
-        memo = None
+            memo = None
+        elif memo is not read and memo.count - memo.written >= MEMO_WRITE_EVERY:
+            memo.written = memo.count  # not published yet: `advanced` made it
+            softcache.set(key, memo, MEMO_SECONDS)  # down: nothing kept, the next page computes again
     if memo is None:
         memo = kept_turn_memo(run) or computed_turn_memo(run)
-    if changed:  # what was read is what is kept: not written back (the whole pickled memo) on every page
-        softcache.set(key, memo, MEMO_SECONDS)  # down: nothing kept, the next page computes again
+        memo.stamp, memo.written = secrets.token_hex(8), memo.count
+        stamp = memo.stamp
+        softcache.set_many({key: memo, stamp_key: stamp}, MEMO_SECONDS)
+    localcache.put(("turn-memo", run.pk, stamp), memo)
     run._turn_memo = memo
     return memo
 
@@ -402,7 +431,37 @@ def _turns_after(run: Run, memo: TurnMemo, moment: datetime) -> tuple[int, int, 
 def forget_turn_aggregates(run: Run) -> None:
     """Drop what is kept for `run` (tests and benchmarks measure the cold path with it)."""
     run.__dict__.pop("_turn_memo", None)
-    softcache.delete(cachekeys.turn_aggregates(run.pk))  # down: nothing was kept to forget
+    # Without its stamp, no process's copy is taken up again. Down: nothing was kept to forget.
+    softcache.delete_many([cachekeys.turn_aggregates(run.pk), cachekeys.turn_aggregates_stamp(run.pk)])
+
+
+def _bars(run: Run, memo: TurnMemo, origin: int, per_bar: int) -> dict[tuple[int, str], list[int]]:
+    """The memo's buckets merged into bars of `per_bar` buckets from bucket `origin`: (bar, kind) ->
+    [turns, tokens in, tokens out, micro-USD]. Kept in this process under the memo's stamp and the bars'
+    edges: the next memo, `advanced` from this one by a turn, adds that turn to its bar (a long run's
+    thousands of buckets are merged once per edges, not on each poll)."""
+    edges = (memo.stamp, memo.width, origin, per_bar)
+    kept = localcache.get(("timeline-bars", run.pk)) if memo.stamp else None
+    if kept is not None and kept[0] == edges:
+        _, count, merged = kept
+        if count == memo.count:
+            return merged
+        if memo.recent is not None and memo.recent[:2] == (count, memo.width):
+            merged = dict(merged)
+            for _, ts, kind, tin, tout, usd, *_ in memo.recent[2]:
+                key = ((_bucket_of(ts, memo.width) - origin) // per_bar, kind)
+                n, bar_in, bar_out, micro = merged.get(key, _ZERO)
+                merged[key] = [n + 1, bar_in + tin, bar_out + tout, micro + _micro(usd)]
+            localcache.put(("timeline-bars", run.pk), (edges, memo.count, merged))
+            return merged
+    merged = {}
+    for (bucket, kind), values in memo.buckets.items():
+        m = merged.setdefault(((bucket - origin) // per_bar, kind), [0, 0, 0, 0])
+        for i in range(4):
+            m[i] += values[i]
+    if memo.stamp:
+        localcache.put(("timeline-bars", run.pk), (edges, memo.count, merged))
+    return merged
 
 
 def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str | None = None) -> Timeline:
@@ -425,11 +484,7 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
     per_bar = max(1, math.ceil(buckets / max(1, min(MAX_BINS, memo.count))))
     width = base * per_bar
 
-    merged: dict[tuple[int, str], list[int]] = {}
-    for (bucket, kind), values in memo.buckets.items():
-        m = merged.setdefault(((bucket - origin_bucket) // per_bar, kind), [0, 0, 0, 0])
-        for i in range(4):
-            m[i] += values[i]
+    merged = _bars(run, memo, origin_bucket, per_bar)
     bins: list[TurnBin] = []
     cumulative: list[tuple[datetime, Decimal, Decimal]] = []
     total = driver = Decimal(0)

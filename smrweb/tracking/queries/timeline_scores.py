@@ -5,6 +5,7 @@ turns past a mark (`turns_past`), which the turn aggregates in `queries.timeline
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +31,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL, RowRange
 from django.db.models.functions import RowNumber
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import RUN_RULE, AgentTurn, Run, Submission, counted_q, standing
 
@@ -254,7 +255,10 @@ def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str
     not the scores' queries (one of them a subquery per plotted score); a new score after the last is added
     to it (`extended`). One cache entry per run, read and written once."""
     key = cachekeys.timeline_scores(run.pk, str(int(maximize))) if version else None
-    kept = softcache.get(key) if key else None
+    # This process's copy first (a live page's poll after a turn does not unpickle and write back a long
+    # run's scores); written to the shared cache when the scores moved, not when only turns came.
+    local = ("timeline-scores", run.pk, int(maximize))
+    kept = (localcache.get(local) or softcache.get(key)) if key else None
     kept = kept if isinstance(kept, ScoreSide) else None
     grown = kept is not None and kept.version != version  # scores came (or changed) since it was kept
     if kept is not None and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
@@ -266,10 +270,14 @@ def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str
     if kept is not None and grown:
         kept = extended(kept, run, maximize)
     if kept is None:
-        kept = score_side(run, maximize)
+        kept, grown = score_side(run, maximize), True
     elif (kept.hwm, kept.turns) == (hwm, count) and not grown:
         return kept
+    else:
+        kept = dataclasses.replace(kept)  # the kept one may be another thread's: a copy is advanced
     kept.hwm, kept.turns, kept.version = hwm, count, version or ""
     if key:
-        softcache.set(key, kept, KEPT_SECONDS)  # down: read again next time
+        localcache.put(local, kept)
+        if grown:
+            softcache.set(key, kept, KEPT_SECONDS)  # down: read again next time
     return kept

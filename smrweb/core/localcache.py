@@ -1,0 +1,45 @@
+"""What one server process keeps in memory between requests, beside the shared cache (core.softcache): the
+few objects a live page rebuilds on every poll and that cost more to unpickle than to use (a long run's
+turn aggregates, its timeline's bars and figure). Bounded (least recently used out), and only an
+accelerator: each entry says what it was built from, and a reader that finds another origin (the shared
+cache's stamp moved: the write path forgot the run's aggregates) builds it again.
+
+Values are never changed once stored: a request that advances one stores a new object, so the threads of
+a process can read what another is replacing."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+_LOCK = threading.Lock()
+_KEPT: OrderedDict[tuple, object] = OrderedDict()
+MAX_ENTRIES = 256  # a few live pages' worth per kind; a 100,000-turn run's memo is ~1 MB in memory
+
+
+def get(key: tuple):
+    with _LOCK:
+        value = _KEPT.get(key)
+        if value is not None:
+            _KEPT.move_to_end(key)
+        return value
+
+
+def put(key: tuple, value) -> None:
+    with _LOCK:
+        _KEPT[key] = value
+        _KEPT.move_to_end(key)
+        while len(_KEPT) > MAX_ENTRIES:
+            _KEPT.popitem(last=False)
+
+
+def forget(*keys: tuple) -> None:
+    with _LOCK:
+        for key in keys:
+            _KEPT.pop(key, None)
+
+
+def clear() -> None:
+    """Tests: every process-local entry dropped (a test's database is not the last one's)."""
+    with _LOCK:
+        _KEPT.clear()
