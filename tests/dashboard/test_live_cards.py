@@ -17,8 +17,9 @@ import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
 from smrweb.dashboard import live
+from smrweb.dashboard.views import runs
 from smrweb.dashboard.views.runs import horizon
 from smrweb.tracking import services
 from smrweb.tracking.models import Run
@@ -168,16 +169,28 @@ def test_one_new_score_on_a_run_of_thousands_sends_a_patch_not_the_figure(
     assert patch["traces"] and all(len(values) <= 3 for _, _, _, values in patch["traces"])
 
 
-def test_the_patch_rebuilds_the_figure_the_server_would_send(client_alice, project, long_run, now):
-    """What the page does with a patch (smrweb.js applyPatch), done here: the result is the figure."""
+@pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "other-process"])
+def test_the_patch_rebuilds_the_figure_the_server_would_send(
+    client_alice, project, long_run, now, monkeypatch, same_process
+):
+    """What the page does with a patch (smrweb.js applyPatch), done here: the result is the figure. The
+    patch is the timeline card's figure part alone (the card is not rendered), made from the figure this
+    process kept, or, when another process drew the page (nothing kept here), from the card's kept render."""
     page = client_alice.get(URL).content.decode()
     shown = cards_of(page)
     figure = json.loads(
         re.search(r'<script id="run-timeline-data" type="application/json">(.*?)</script>', page)[1]
     )
+    if not same_process:
+        localcache.clear()
+    rendered: list[str] = []
+    card = runs.RunPage.render_card
+    monkeypatch.setattr(runs.RunPage, "render_card", lambda page, *a: rendered.append(a[0]) or card(page, *a))
     push(project, "long", turn(MANY, NOW - timedelta(seconds=3)), turn(MANY + 1, NOW - timedelta(seconds=2)))
     now.shift(timedelta(seconds=2))
     body = poll(client_alice, shown).content.decode()
+    assert "run-timeline-card" not in rendered
+    assert 'class="card" id="run-timeline-card"' not in body and "data-figure-patch" in body
     patch = json.loads(re.search(r"data-figure-patch[^>]*>(.*?)</script>", body)[1])
     for trace, key, keep, values in patch["traces"]:
         figure["data"][trace][key] = figure["data"][trace][key][:keep] + values

@@ -1,0 +1,108 @@
+"""Issue 36, item 5: what a server process keeps in memory of a live run between polls (core.localcache):
+its turn aggregates, advanced by the turns that arrive, the timeline's bars advanced with them, and how the
+write path's "forget" reaches every process (the shared cache's stamp). What is shown from them equals what
+is computed from scratch, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.cache import cache
+
+from smrweb.core import cachekeys, localcache
+from smrweb.tracking.models import AgentTurn, Run
+from smrweb.tracking.queries import timeline
+from smrweb.tracking.services.rollups import rebuild_turn_rollups
+from tests.dashboard.test_scale import T0, push, turn_events
+
+pytestmark = pytest.mark.django_db
+
+NOW = T0 + timedelta(days=30)
+
+
+def load(run: Run) -> Run:
+    return Run.objects.select_related("project__scenario").get(pk=run.pk)
+
+
+def shown(tl: timeline.Timeline) -> tuple:
+    return (tl.start, tl.end, tl.bin_width, tl.bins, tl.cumulative, tl.turn_total)
+
+
+def from_scratch(run: Run) -> timeline.Timeline:
+    """The timeline as a process that kept nothing reads it, leaving what this process and the shared cache
+    keep as they were (the next read goes on from them)."""
+    kept, keys = (
+        dict(localcache._KEPT),
+        [cachekeys.turn_aggregates(run.pk), cachekeys.turn_aggregates_stamp(run.pk)],
+    )
+    shared = cache.get_many(keys)
+    localcache.clear()
+    cache.delete_many(keys)
+    try:
+        return timeline.run_timeline(load(run), now=NOW)
+    finally:
+        localcache.clear()
+        localcache._KEPT.update(kept)
+        cache.delete_many(keys)
+        cache.set_many(shared)
+
+
+def test_turns_arriving_one_by_one_advance_the_kept_memo_and_bars_to_what_a_fresh_read_shows(project):
+    push(project, "r", turn_events(400))
+    run = Run.objects.get(project=project, external_id="r")
+    timeline.run_timeline(load(run), now=NOW)
+    stamp = cache.get(cachekeys.turn_aggregates_stamp(run.pk))
+    rng = random.Random(36)
+    n = 400
+    for step in range(25):
+        # The newest turn, or one back-dated into an earlier bar (a slow child's report).
+        k = rng.choice([1, 1, 2, 3])
+        events = turn_events(k, start=n, rng=rng)
+        for e in events:
+            if rng.random() < 0.3:
+                e["ts"] = (T0 + timedelta(minutes=rng.uniform(0, 399))).isoformat()
+        push(project, "r", events)
+        n += k
+        run = load(run)
+        tl = timeline.run_timeline(run, now=NOW)
+        assert run._turn_memo.recent is not None and run._turn_memo.recent[0] == run.turn_count - k, step
+        edges, count, _ = localcache.get(("timeline-bars", run.pk))
+        assert count == run.turn_count  # the bars were advanced with the memo, not merged again
+        assert cache.get(cachekeys.turn_aggregates_stamp(run.pk)) == stamp  # nothing computed afresh
+        assert shown(tl) == shown(from_scratch(run)), step
+    assert sum(b.count for b in tl.bins) == n and sum(b.cost_usd for b in tl.bins) == load(run).cost_usd
+
+
+def test_a_forgotten_memo_is_not_taken_up_from_a_process_copy(project):
+    """Costs that change without changing the totals (a repricing): the write path forgets the aggregates,
+    which forgets the stamp in the shared cache, so a process's copy (here: this test's) is not used again.
+    Without the forget the copy is what is read: that is what the stamp is for."""
+    push(project, "r", turn_events(50))
+    run = Run.objects.get(project=project, external_id="r")
+    before = sum(b.cost_usd for b in timeline.run_timeline(load(run), now=NOW).bins)
+    assert localcache.get(("turn-memo", run.pk, cache.get(cachekeys.turn_aggregates_stamp(run.pk))))
+    AgentTurn.objects.filter(run=run).update(cost_usd=Decimal("0.5"))
+    rebuild_turn_rollups([run.pk])  # as the repricing does, in its transaction
+    assert sum(b.cost_usd for b in timeline.run_timeline(load(run), now=NOW).bins) == before  # the copy
+    timeline.forget_turn_aggregates(run)
+    assert cache.get(cachekeys.turn_aggregates_stamp(run.pk)) is None
+    assert sum(b.cost_usd for b in timeline.run_timeline(load(run), now=NOW).bins) == Decimal("25.0")
+
+
+def test_advancing_a_memo_leaves_the_one_it_came_from_as_it_was(project):
+    """Threads of a process read a kept memo while another advances it: advancing makes a new one."""
+    push(project, "r", turn_events(30))
+    run = load(Run.objects.get(project=project, external_id="r"))
+    memo = timeline.computed_turn_memo(run)
+    buckets, actors, totals = {k: list(v) for k, v in memo.buckets.items()}, dict(memo.actors), memo.totals()
+    last = max(memo.buckets)  # a bucket the new turn adds to
+    ts = timeline.EPOCH + timedelta(seconds=memo.width * last[0])
+    rows = [(memo.hwm + 1, ts, last[1], 10, 5, Decimal("0.01"), "driver", "", "m")]
+    advanced = memo.advanced(rows)
+    assert advanced is not memo and advanced.totals() == (totals[0] + 1, totals[1] + 10, totals[2] + 5)
+    assert advanced.buckets[last][0] == buckets[last][0] + 1
+    assert memo.buckets == buckets and memo.actors == actors and memo.totals() == totals
+    assert advanced.recent == (memo.count, memo.width, rows) and memo.advanced([]) is memo
