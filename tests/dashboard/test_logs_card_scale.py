@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from smrweb.core import localcache
 from smrweb.dashboard import live
 from tests.dashboard.test_logs_card import ONLY, add_lines, seqs, url
 from tests.dashboard.test_logs_card import card as logs_card
@@ -48,7 +49,8 @@ def views(n: int) -> dict[str, tuple[str, dict]]:
 def measure(client, project, n: int) -> dict[str, int]:
     out = {}
     for name, (query, headers) in views(n).items():
-        cache.clear()  # cold: no card render kept from an earlier request
+        cache.clear()  # cold: no card render kept from an earlier request, here or in the process
+        localcache.clear()
         with CaptureQueriesContext(connection) as queries:
             response = client.get(url(project, query), headers=headers)
         assert response.status_code == 200, name

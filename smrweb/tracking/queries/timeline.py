@@ -205,9 +205,8 @@ class TurnMemo:
             self.rebase(_base_width(self.hi - self.lo))
 
     def advanced(self, turns) -> TurnMemo:
-        """This memo with `turns` folded in, as a new memo (this one unchanged: other threads may be reading
-        it); it says which turns it added to which count (`recent`), so what was built from this one (the
-        timeline's bars) can be advanced by them too."""
+        """This memo with `turns` folded in, as a new memo (other threads may be reading this one); it says
+        which turns it added to which count (`recent`): the timeline's bars are advanced by them too."""
         rows = list(turns)
         if not rows:
             return self
@@ -344,10 +343,9 @@ def _turn_memo(run: Run) -> TurnMemo:
     shared cache's, else the run's `TurnRollup` likewise (two queries), else computed from every row (three).
     Kept on `run` for the rest of the request.
 
-    Which computation a memo descends from is its stamp, kept in the shared cache beside it: forgetting the
-    aggregates (the write path, when turns change sides) forgets the stamp, so every process's copy is
-    built again. What a process advanced is written back to the shared cache every `MEMO_WRITE_EVERY`
-    turns, not on each poll (the whole pickled memo): another process catches up from the copy it finds."""
+    A memo's stamp (kept beside it in the shared cache) names the computation it descends from: forgetting
+    the aggregates forgets the stamp, so every process's copy is built again. What a process advanced is
+    written back every `MEMO_WRITE_EVERY` turns, not on each poll: another process catches up from it."""
     memo = getattr(run, "_turn_memo", None)
     if memo is not None:
         return memo
@@ -436,10 +434,9 @@ def forget_turn_aggregates(run: Run) -> None:
 
 
 def _bars(run: Run, memo: TurnMemo, origin: int, per_bar: int) -> dict[tuple[int, str], list[int]]:
-    """The memo's buckets merged into bars of `per_bar` buckets from bucket `origin`: (bar, kind) ->
-    [turns, tokens in, tokens out, micro-USD]. Kept in this process under the memo's stamp and the bars'
-    edges: the next memo, `advanced` from this one by a turn, adds that turn to its bar (a long run's
-    thousands of buckets are merged once per edges, not on each poll)."""
+    """The memo's buckets merged into bars of `per_bar` buckets from `origin`: (bar, kind) -> [turns, tokens
+    in, out, micro-USD]. Kept in this process by the memo's stamp and the bars' edges: the turns a memo was
+    `advanced` by are added to their bars (thousands of buckets are merged once per edges, not per poll)."""
     edges = (memo.stamp, memo.width, origin, per_bar)
     kept = localcache.get(("timeline-bars", run.pk)) if memo.stamp else None
     if kept is not None and kept[0] == edges:
