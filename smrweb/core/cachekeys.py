@@ -41,7 +41,7 @@ def kept_board_bests(project_pk: int, unverified: bool) -> str:
 
 def turn_aggregates(run_pk: int) -> str:
     """A run's `TurnMemo` (queries.timeline), 24 h, brought up to date on read from the turns past its
-    mark. Forgotten by `timeline.forget_turn_aggregates` (the write path when turns move sides)."""
+    mark. Forgotten by `turn_memo.forget_turn_aggregates` (the write path when turns move sides)."""
     return f"turn-aggregates:v2:{run_pk}"  # v2: the class was renamed (a v1 entry would not unpickle)
 
 

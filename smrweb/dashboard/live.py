@@ -122,6 +122,9 @@ class Part:
     # A chart's figure part (`<!--f:ID-->`): its figure, so that a poll sends the figure's change as a
     # patch made from the figures themselves (kept in this process, `keep_figure`), not from their JSON.
     figure: Callable[[], dict] | None = None
+    # A list's rows (`<!--rows:ID-->`, ID the list element's): its render is the rows, sent as the rows
+    # that arrived, left or changed since the list the poll's page shows (kept under its version).
+    rows: bool = False
 
 
 @dataclass
@@ -180,19 +183,24 @@ class _Parsed:
     rows: dict[str, _Rows]
 
 
+def _rows_of(inner: str) -> _Rows:
+    """A list's rows (each a marked part) in order, and what is between them."""
+    block = _Rows(inner=inner, residue="")
+
+    def take_row(r: re.Match) -> str:
+        block.order.append(r[2])
+        block.html[r[2]] = r[3]
+        return ""
+
+    block.residue = PART.sub(take_row, inner).strip()
+    return block
+
+
 def _parse(html: str) -> _Parsed:
     rows: dict[str, _Rows] = {}
 
     def take_rows(m: re.Match) -> str:
-        block = _Rows(inner=m[2], residue="")
-
-        def take_row(r: re.Match) -> str:
-            block.order.append(r[2])
-            block.html[r[2]] = r[3]
-            return ""
-
-        block.residue = PART.sub(take_row, m[2]).strip()
-        rows[m[1]] = block
+        rows[m[1]] = _rows_of(m[2])
         return f"<!--rows:{m[1]}-->"
 
     parts: dict[str, tuple[str, str]] = {}
@@ -239,12 +247,18 @@ def _kept_in_place(old: list[str], new: list[str]) -> set[str]:
     return kept
 
 
+def _whole_rows(rid: str, rows: _Rows, tag: str | None = None) -> list[str]:
+    """The list `rid` sent whole (its inner HTML replaced)."""
+    container = CONTAINER.get(tag or _tag(next(iter(rows.html.values()), "")), "div")
+    return [_in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{rows.inner}</{container}>')]
+
+
 def _row_fragments(rid: str, old: _Rows, new: _Rows) -> list[str]:
     """Rows that left (or moved) deleted, rows that arrived (or moved) inserted after the row they follow now,
     rows that stayed replaced when they changed; the whole list when that is not smaller."""
     tag = _tag(next(iter(new.html.values()), "") or next(iter(old.html.values()), ""))
     container = CONTAINER.get(tag, "div")
-    whole = [_in_template(f'<{container} hx-swap-oob="innerHTML:#{rid}">{new.inner}</{container}>')]
+    whole = _whole_rows(rid, new, tag)
     if old.residue != new.residue:
         return whole
     kept = _kept_in_place(old.order, new.order)
@@ -526,6 +540,9 @@ class Deck:
                 if p.figure is not None:
                     fragments.append(self._figure_step(name, p, was[name][p.id], sent[name]))
                     continue
+                if p.rows:
+                    fragments += self._rows_step(name, p, was[name][p.id], sent[name])
+                    continue
                 key = self._part_key(name, p.id, p.version)
                 if (html := kept.get(key) or made.get(key)) is None:
                     html = made[key] = p.render()
@@ -550,6 +567,23 @@ class Deck:
             old = _figure_of(html, part.id) if (html := self._recall([key]).get(key)) else None
         patch = _patch_script(figure_script_attrs(part.id), old, figure) if old is not None else None
         return patch or _oob(part.render())
+
+    def _rows_step(self, name: str, part: Part, old_version: str, old_card_version: str) -> list[str]:
+        """A rows part's change: its rows that arrived, left or changed since the list of the poll's page
+        (kept under its version, else read from that version's kept card render); the list whole when
+        that is not kept."""
+        new_key, old_key = (self._part_key(name, part.id, v) for v in (part.version, old_version))
+        card_key = self._key(name, old_card_version)
+        found = self._recall([new_key, old_key, card_key])
+        if (new := found.get(new_key)) is None:
+            new = part.render()
+            self._remember({new_key: new})
+        old = found.get(old_key)
+        if old is None and (card := found.get(card_key)) is not None:
+            old = next((m[2] for m in ROWS.finditer(card) if m[1] == part.id), None)
+        if old is None:
+            return _whole_rows(part.id, _rows_of(new))
+        return _row_fragments(part.id, _rows_of(old), _rows_of(new))
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
@@ -701,13 +735,15 @@ def template_digest(name: str, *modules) -> str:
 def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:
     """`compute()` once per `version` of what it reads, kept in the cache: a card's version that depends on
     a reading costing queries (the run's "no progress" reading) pays them when its inputs move, not every
-    poll."""
+    poll. This process's copy first (core.localcache: no cache round trip), then the shared cache's."""
     key = cachekeys.live_card(scope, name, version)
-    kept = softcache.get(key)
+    kept = localcache.get(("remembered", key)) or softcache.get(key)
     if isinstance(kept, tuple) and len(kept) == 1:
+        localcache.put(("remembered", key), kept)
         return kept[0]
     value = compute()
     softcache.set(key, (value,), CARD_CACHE_SECONDS)
+    localcache.put(("remembered", key), (value,))
     return value
 
 

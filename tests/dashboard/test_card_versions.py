@@ -249,9 +249,13 @@ def laid_out(user) -> dict[str, tuple[str, dict[str, tuple[str, str, str | None]
                 continue
             skeleton, parts = card.laid_out
             html = card.render()
-            shown = {m[2]: m[3] for m in live.PART.finditer(html)}
+            # A part: an element (`<!--p:ID-->`), a figure (`<!--f:ID-->`), a list of rows (`<!--rows:ID-->`).
+            shown = {m[2]: m[3] for m in live.PART.finditer(html)} | {
+                m[1]: m[2] for m in live.ROWS.finditer(html)
+            }
             own = {*parts, f"{card.name}--v"}
-            outside = live.PART.sub(lambda m, own=own: "" if m[2] in own else m[0], html)
+            outside = live.ROWS.sub(lambda m, own=own: f"<!--rows:{m[1]}-->" if m[1] in own else m[0], html)
+            outside = live.PART.sub(lambda m, own=own: "" if m[2] in own else m[0], outside)
             out[card.name] = (
                 skeleton,
                 {i: (p.version, p.render(), shown.get(i)) for i, p in parts.items()},

@@ -33,7 +33,7 @@ from smrweb.tracking.models import (
     Run,
 )
 from smrweb.tracking.queries import alerts as alert_queries
-from smrweb.tracking.queries import markers, series, timeline
+from smrweb.tracking.queries import markers, progress, series, timeline
 from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import capabilities, rollbacks
 from smrweb.tracking.services.alerts import spend_rule
@@ -179,7 +179,27 @@ class RunPage:
             m.submissions_updated,
             self.project.scenario.maximize,
         )
-        return live.remembered(f"run-{run.pk}", "no-progress", inputs, lambda: alert_queries.no_progress(run))
+        reading = lambda: alert_queries.no_progress(run, best=self.best_counted)  # noqa: E731
+        return live.remembered(f"run-{run.pk}", "no-progress", inputs, reading)
+
+    @cached_property
+    def scores_version(self) -> str:
+        """The version of the run's scores: what its best, its first counted score and the timeline's score
+        side are read from (each kept under it: a turn does not read them again)."""
+        m = self.markers
+        return live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
+
+    @cached_property
+    def best_counted(self) -> tuple | None:
+        version = live.card_version(self.scores_version, self.project.scenario.maximize)
+        return live.remembered(f"run-{self.run.pk}", "best", version, lambda: progress.best_counted(self.run))
+
+    @cached_property
+    def efficiency(self):
+        first = live.remembered(
+            f"run-{self.run.pk}", "first", self.scores_version, lambda: timeline.first_counted(self.run)
+        )
+        return timeline.efficiency(self.run, first=first)
 
     def _no_progress(self, *, numbers: bool = True) -> tuple:
         """The "no progress" reading as a card shows it; without its `numbers` (which grow with each turn:
@@ -215,9 +235,7 @@ class RunPage:
 
     @cached_property
     def timeline(self):
-        m = self.markers
-        scores = live.card_version(self.run.score_count, m.submission_last, m.submissions_updated)
-        return timeline.run_timeline(self.run, now=self.horizon, scores_version=scores)
+        return timeline.run_timeline(self.run, now=self.horizon, scores_version=self.scores_version)
 
     @cached_property
     def timeline_figure(self) -> dict:
@@ -309,6 +327,9 @@ class RunPage:
             return (self._actor_names, order, bool(run.turn_count))
         if skeleton and name == "run-stats":
             return (*_fields(run, *self.SCORES), m.submission_last, m.submissions_updated)
+        if skeleton and name == "turns-card":  # the pager: which page of how many, and its links' query
+            page, query = self.turns_page, self._pager_query("turns_page")
+            return (page.number, page.paginator.num_pages, query, bool(run.turn_count))
         if skeleton and name == "run-timeline-card":
             # Whether it draws. The chart's element is kept by the page across swaps (hx-preserve): the
             # bars' edges its click reads are the run-timeline-click part's.
@@ -488,6 +509,8 @@ class RunPage:
         "run-actors": (),  # a row per actor (`_actor_parts`)
         # The figure part is sent as a patch of its figure (live.Part.figure): a turn adds to the last bar.
         "run-timeline-card": ("timeline-summary", "run-timeline-data", "run-timeline-click"),
+        # The rows part is sent as the rows that arrived and left (live.Part.rows): a turn adds one, not 25.
+        "turns-card": ("turns-range", "turns-body"),
     }
     DRAWN_ONLY = ("run-timeline-data", "run-timeline-click")  # parts in the timeline card once it draws
 
@@ -508,6 +531,8 @@ class RunPage:
             return (self._actor_names, a.actor, a.depth, *figures, a.first_ts, a.last_ts)
         if part in ("alert-no-progress", "badge-no-progress"):
             return self._no_progress()
+        if part == "turns-range":
+            return (run.turn_count, self.turns_page.number)
         if part == "timeline-summary":
             return (self.timeline.score_total, self.timeline.turn_total, self.timeline.bin_width)
         if part == "run-timeline-click":
@@ -526,7 +551,9 @@ class RunPage:
         if part in ("alert-no-progress", "badge-no-progress"):
             return {"run_alerts": {"no_progress": self.no_progress}}  # what the card's run_alerts says of it
         if part == "stat-efficiency":
-            return {"efficiency": timeline.efficiency(self.run)}
+            return {"efficiency": self.efficiency}
+        if name == "turns-card":
+            return self.turns_context
         if part == "run-timeline-data":
             return {"timeline_figure": self.timeline_figure}
         if name == "run-timeline-card":
@@ -557,6 +584,7 @@ class RunPage:
                 self.version(name, part, *self.part_version_parts(name, part)),
                 functools.partial(self.render_part, name, part),
                 figure=(lambda: self.timeline_figure) if part == "run-timeline-data" else None,
+                rows=part == "turns-body",
             )
             for part in ids
         )
@@ -592,7 +620,7 @@ class RunPage:
             }
         if name == "run-stats":
             recent = queries.score_histories([run.pk], per_run=6).get(run.pk, [])
-            return {"efficiency": timeline.efficiency(run), "recent_scores": recent}
+            return {"efficiency": self.efficiency, "recent_scores": recent}
         if name == "run-timeline-card":
             return {"timeline": self.timeline, "timeline_figure": self.timeline_figure}
         if name == "budget":
@@ -606,18 +634,7 @@ class RunPage:
                 "single_actor": actors[0].actor if actors else "",
             }
         if name == "turns-card":
-            # The run's turn count is its summary column (recomputed from the rows by every write): no
-            # COUNT over a long run's turns.
-            page = self._page(
-                run.turns.order_by("-ts", "-id"), TURNS_PER_PAGE, "turns_page", count=run.turn_count
-            )
-            turns = list(page)
-            return {
-                "turns_page": page,
-                "turns": turns,
-                "turn_rows": self.turn_rows(turns),
-                "pager_query": self._pager_query("turns_page"),
-            }
+            return self.turns_context
         if name == run_logs.CARD:
             logs = run_logs.context(run, self.logs_view, self._query_without(*run_logs.PARAMS))
             return {**logs, "log_rows": self.log_rows(logs["logs"].lines if logs["logs"] else [])}
@@ -661,6 +678,23 @@ class RunPage:
         if name == "run-messages":
             return _runtime_messages(run)
         return {}
+
+    @cached_property
+    def turns_page(self):
+        """The turns table's page (its turns not read yet). The run's turn count is its summary column
+        (recomputed from the rows by every write): no COUNT over a long run's turns."""
+        turns = self.run.turns.order_by("-ts", "-id")
+        return self._page(turns, TURNS_PER_PAGE, "turns_page", count=self.run.turn_count)
+
+    @cached_property
+    def turns_context(self) -> dict:
+        turns = list(self.turns_page)
+        return {
+            "turns_page": self.turns_page,
+            "turns": turns,
+            "turn_rows": self.turn_rows(turns),
+            "pager_query": self._pager_query("turns_page"),
+        }
 
     @cached_property
     def _actor_names(self) -> str:

@@ -283,12 +283,13 @@ def badge_loops(run: Run, limit: int = LOOP_BADGES) -> list[LoopFinding]:
     return list(LoopFinding.objects.filter(shown, run=run).order_by("-last_turn", "-id")[:limit])
 
 
-def no_progress(run: Run) -> progress.Progress | None:
+def no_progress(run: Run, *, best: tuple | None | bool = False) -> progress.Progress | None:
     """Progress since best (two queries, live runs only: the turns since from the run's kept turn
-    aggregates) when it is long enough to warn about, else None."""
+    aggregates; one when the caller read the best, `progress.best_counted`) when it is long enough to warn
+    about, else None."""
     if run.is_terminal:
         return None
-    reading = progress.progress_since_best(run, kept=True)
+    reading = progress.progress_since_best(run, kept=True, best=best)
     return reading if reading.turns >= progress.DEFAULT_NO_PROGRESS_TURNS else None
 
 

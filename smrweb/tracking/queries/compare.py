@@ -45,8 +45,8 @@ from smrweb.tracking.models import (
 )
 from smrweb.tracking.queries.compare_turns import UP_TO_HERE, _stride, _thinned, add_turns
 from smrweb.tracking.queries.compare_turns import spend_rows as spend_rows  # what it reads: tests, bench
-from smrweb.tracking.queries.timeline import EpochSeconds
 from smrweb.tracking.queries.timeline_scores import only_added, scores_since
+from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 MAX_RUNS = 200
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure

@@ -15,7 +15,7 @@ from django.db.models.functions import Cast, RowNumber
 
 from smrweb.core import cachekeys, softcache
 from smrweb.tracking.models import AgentTurn, Run, TurnKind
-from smrweb.tracking.queries.timeline import EpochSeconds
+from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 
 class JSONArrayLength(Func):

@@ -16,7 +16,7 @@ from django.db.models import Count, DecimalField, Sum, Value
 from django.db.models.functions import Coalesce
 
 from smrweb.tracking.models import RUN_RULE, USD, AgentTurn, LoopPattern, Run, Submission
-from smrweb.tracking.queries.timeline import turns_after
+from smrweb.tracking.queries.turn_memo import turns_after
 
 # Loops are looked for in this many of a run's most recent turns with tool calls: the evaluator runs
 # after every batch, so a loop is seen while it grows, and a long run costs the same as a short one.
@@ -182,18 +182,23 @@ class Progress:
         )
 
 
-def progress_since_best(run: Run, *, kept: bool = False) -> Progress:
-    """Two queries: the run's best counted submission (earliest of equals), then the turns after it —
-    with `kept`, from the run page's kept turn aggregates (`timeline.turns_after`: the turns of one
-    bucket read, not every turn since the best)."""
-    maximize = run.project.scenario.maximize
-    best = (
+def best_counted(run: Run) -> tuple | None:
+    """(pk, score, ts) of the run's best counted submission (earliest of equals), or None: one query."""
+    return (
         Submission.objects.filter(run=run)
         .counted(**RUN_RULE)  # the rule the run's best card reads
-        .order_by("-score" if maximize else "score", "ts", "id")
+        .order_by("-score" if run.project.scenario.maximize else "score", "ts", "id")
         .values_list("pk", "score", "ts")
         .first()
     )
+
+
+def progress_since_best(run: Run, *, kept: bool = False, best: tuple | None | bool = False) -> Progress:
+    """Two queries: the run's best counted submission (`best_counted`, unless the caller read it: `best`),
+    then the turns after it — with `kept`, from the run page's kept turn aggregates (`timeline.turns_after`:
+    the turns of one bucket read, not every turn since the best)."""
+    if best is False:
+        best = best_counted(run)
     if kept:
         if best is None:
             n, tokens, usd = run.turn_count, run.tokens_in + run.tokens_out, run.cost_usd

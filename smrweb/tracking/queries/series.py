@@ -35,7 +35,7 @@ from smrweb.tracking.models import (
     counted_q,
 )
 from smrweb.tracking.queries.compare_turns import UP_TO_HERE, _thinned
-from smrweb.tracking.queries.timeline import EpochSeconds
+from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 SCORE = "score"
 # The x-axes, in the order the page offers them: (key, label).

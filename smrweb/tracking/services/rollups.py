@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from smrweb.tracking.models import AgentTurn, Run, TurnRollup
-from smrweb.tracking.queries.timeline import TURN_FIELDS, TurnMemo, computed_turn_memo, turns_past
+from smrweb.tracking.queries.turn_memo import TURN_FIELDS, TurnMemo, computed_turn_memo, turns_past
 
 # At most this many turns a run's rollup may lag behind it: what a cold page folds in from the rows,
 # against a rollup written every this many turns instead of every batch (~1–3 ms for ~1,000 buckets).

@@ -30,7 +30,7 @@ from smrweb.tracking.models import (
     TurnKind,
     counted_q,
 )
-from smrweb.tracking.queries.timeline import forget_turn_aggregates
+from smrweb.tracking.queries.turn_memo import forget_turn_aggregates
 from smrweb.tracking.services import capabilities, figures
 from smrweb.tracking.services.archive import check_writable
 from smrweb.tracking.services.audit import _only, record_audit
