@@ -574,8 +574,9 @@ class RunPage:
         version moved, and kept with its render."""
         skeleton = self.version(name, "skeleton", *self.version_parts(name, skeleton=True))
         ids = list(self._actor_parts) if name == "run-actors" else self.PARTS[name]
-        if self.no_progress is None:  # no "no progress" reading: its badge and line are not on the page
-            ids = [i for i in ids if i not in ("alert-no-progress", "badge-no-progress")]
+        no_progress = ("alert-no-progress", "badge-no-progress")
+        if set(ids) & set(no_progress) and self.no_progress is None:  # no reading: no badge and line either
+            ids = [i for i in ids if i not in no_progress]
         if name == "run-timeline-card" and not (self.timeline.turn_total or self.timeline.score_total):
             ids = [i for i in ids if i not in self.DRAWN_ONLY]
         parts = tuple(
