@@ -93,6 +93,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "smrweb.core.middleware.BatchedCacheWritesMiddleware",
 ]
 
 ROOT_URLCONF = "smrweb.urls"

@@ -3,6 +3,8 @@ U+0000, so such a lookup would fail deep in a query instead of answering 400/404
 
 from django.http import HttpResponseBadRequest, JsonResponse
 
+from smrweb.core import softcache
+
 
 class RejectNulMiddleware:
     def __init__(self, get_response):
@@ -66,3 +68,19 @@ class SessionIdleTimeoutMiddleware:
         headers = request.headers
         polled = "X-Smrweb-Version" in headers or "X-Smrweb-Cards" in headers
         return headers.get("HX-Request") == "true" and polled
+
+
+class BatchedCacheWritesMiddleware:
+    """A page or a poll of the dashboard (a safe request outside the API) writes what it keeps in the cache
+    once, when its view has answered (core.softcache.batched): a live poll after a turn made ~10 writes.
+    The API's reads and every write request keep writing as they go (the write path's forgets are not
+    held back)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.method not in ("GET", "HEAD") or request.path.startswith("/api/"):
+            return self.get_response(request)
+        with softcache.batched():
+            return self.get_response(request)

@@ -11,9 +11,19 @@ def project_for_user(request, slug: str, *, role: str = Role.VIEWER) -> Project:
     project = get_object_or_404(
         Project.objects.select_related("scenario").visible_to(request.user), slug=slug
     )
-    if not project.allows(request.user, role):
+    have = role_of(request, project)
+    if have is None or Role.rank(have) < Role.rank(role):
         raise PermissionDenied(f"This needs the {role} role in {project.slug}.")
     return project
+
+
+def role_of(request, project: Project) -> str | None:
+    """The signed-in user's role in `project`, read once per request (the access check and the page's
+    permissions ask for it: a live poll read it twice)."""
+    roles = request.__dict__.setdefault("_smrweb_roles", {})
+    if project.pk not in roles:
+        roles[project.pk] = project.role_of(request.user)
+    return roles[project.pk]
 
 
 def run_for_user(request, slug: str, run_id: str, *, role: str = Role.VIEWER) -> Run:

@@ -412,11 +412,8 @@ class Deck:
     def _claim(self, keys: list[str]) -> list[str]:
         """The keys whose render is this request's to make: those no other request is making now (a
         cache that is down: all of them)."""
-        return [
-            key
-            for key in keys
-            if softcache.add(cachekeys.live_claim(key), 1, RENDER_WAIT_SECONDS * 2, down=True)
-        ]
+        claims = {cachekeys.live_claim(key): key for key in keys}
+        return [claims[c] for c in softcache.add_many(list(claims), 1, RENDER_WAIT_SECONDS * 2, down=True)]
 
     def _release(self, keys: list[str]) -> None:
         softcache.delete_many([cachekeys.live_claim(key) for key in keys])

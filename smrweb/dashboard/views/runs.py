@@ -20,7 +20,7 @@ from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.dashboard import charts, live
-from smrweb.dashboard.access import fragment_template, run_for_user
+from smrweb.dashboard.access import fragment_template, role_of, run_for_user
 from smrweb.dashboard.charts import series as series_charts
 from smrweb.dashboard.templatetags.smrweb import tool_names
 from smrweb.dashboard.views import run_logs, steer
@@ -118,7 +118,7 @@ class RunPage:
     def __init__(self, request, run):
         self.request, self.run, self.project = request, run, run.project
         self.now = timezone.now()
-        role = self.project.role_of(request.user)  # read once for every card's permissions
+        role = role_of(request, self.project)  # read once for every card's permissions
         rank = Role.rank(role) if role else -1
         reviewer = rank >= Role.rank(Role.REVIEWER)
         self.role = role

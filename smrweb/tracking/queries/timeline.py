@@ -8,14 +8,13 @@ scores whatever the run's length.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
 
-from django.db.models import (
-    Sum,
-)
 from django.utils import timezone
 
 from smrweb.core import localcache
@@ -51,6 +50,7 @@ from smrweb.tracking.queries.turn_memo import (  # noqa: F401 - the memo's names
     computed_turn_memo,
     forget_turn_aggregates,
     kept_turn_memo,
+    recent_turns,
     turns_after,
 )
 
@@ -103,9 +103,9 @@ def _bars(run: Run, memo: TurnMemo, origin: int, per_bar: int) -> dict[tuple[int
         _, count, merged = kept
         if count == memo.count:
             return merged
-        if memo.recent is not None and memo.recent[:2] == (count, memo.width):
+        if memo.recent is not None and (memo.recent.count, memo.recent.width) == (count, memo.width):
             merged = dict(merged)
-            for _, ts, kind, tin, tout, usd, *_ in memo.recent[2]:
+            for _, ts, kind, tin, tout, usd, *_ in memo.recent.rows:
                 key = ((_bucket_of(ts, memo.width) - origin) // per_bar, kind)
                 n, bar_in, bar_out, micro = merged.get(key, _ZERO)
                 merged[key] = [n + 1, bar_in + tin, bar_out + tout, micro + _micro(usd)]
@@ -129,7 +129,7 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
     now = now or timezone.now()
     memo = _turn_memo(run)
     maximize = run.project.scenario.maximize
-    side = kept_score_side(run, memo.hwm, memo.count, maximize, scores_version)
+    side = kept_score_side(run, memo.hwm, memo.count, maximize, scores_version, recent=memo.recent)
     times = [t for t in (memo.lo, memo.hi) if t] + side.ends
     first = min(times + [run.started_at])
     end = max(times + ([now] if not run.is_terminal else []) + [first + timedelta(minutes=1)])
@@ -200,19 +200,19 @@ def burn_forecast(run: Run, *, now: datetime | None = None) -> Burn | None:
     if run.is_terminal:
         return None
     now = now or timezone.now()
-    newest = run.turns.order_by("-ts", "-id").values_list("ts", flat=True).first()
+    memo = _turn_memo(run)  # kept up to date for the page's timeline: no query for the newest turn
+    newest = memo.hi if memo.count else None
     if newest is None or newest < burning_since(now):
         burn = Burn(window=BURN_WINDOW, usd_per_hour=Decimal(0), tokens_per_hour=0)
         usd_rate, token_rate = Decimal(0), 0
     else:
         # A young run is measured over its own age, not diluted over a window it has not lived.
         window = min(BURN_WINDOW, max(newest - run.started_at, timedelta(minutes=1)))
-        recent = AgentTurn.objects.filter(run=run, ts__gt=newest - window, ts__lte=newest).aggregate(
-            usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
-        )
+        rows = recent_turns(run, BURN_WINDOW)  # up to the newest turn; kept and advanced in this process
+        rows = rows[bisect.bisect_right(rows, newest - window, key=itemgetter(0)) :]
         hours = Decimal(window.total_seconds()) / 3600
-        usd_rate = (recent["usd"] or Decimal(0)) / hours
-        token_rate = int(((recent["tin"] or 0) + (recent["tout"] or 0)) / float(hours))
+        usd_rate = sum(micro for _, micro, _, _ in rows) * MICRO_USD / hours
+        token_rate = int(sum(tin + tout for _, _, tin, tout in rows) / float(hours))
         burn = Burn(window=window, usd_per_hour=usd_rate, tokens_per_hour=token_rate, as_of=newest)
     forecasts = []
     if run.budget_usd:

@@ -249,11 +249,14 @@ def extended(side: ScoreSide, run: Run, maximize: bool) -> ScoreSide | None:
     )
 
 
-def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str | None) -> ScoreSide:
+def kept_score_side(
+    run: Run, hwm: int, count: int, maximize: bool, version: str | None, *, recent=None
+) -> ScoreSide:
     """The score side kept for the run with the `version` of its scores it was read at, while no turn arrived
     at or before its last score (the turn before each score would move): a new turn costs one indexed count,
-    not the scores' queries (one of them a subquery per plotted score); a new score after the last is added
-    to it (`extended`). One cache entry per run, read and written once."""
+    not the scores' queries (one of them a subquery per plotted score), or none when the turn aggregates
+    were just advanced from where it was kept (`recent`: turn_memo.Recent, the turns they added); a new
+    score after the last is added to it (`extended`). One cache entry per run, read and written once."""
     key = cachekeys.timeline_scores(run.pk, str(int(maximize))) if version else None
     # This process's copy first (a live page's poll after a turn does not unpickle and write back a long
     # run's scores); written to the shared cache when the scores moved, not when only turns came.
@@ -262,9 +265,15 @@ def kept_score_side(run: Run, hwm: int, count: int, maximize: bool, version: str
     kept = kept if isinstance(kept, ScoreSide) else None
     grown = kept is not None and kept.version != version  # scores came (or changed) since it was kept
     if kept is not None and (kept.hwm, kept.turns) != (hwm, count) and kept.ends:
-        since = turns_past(run, kept.hwm).aggregate(
-            n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
-        )
+        if recent is not None and (recent.hwm, recent.count) == (kept.hwm, kept.turns):
+            since = {
+                "n": len(recent.rows),
+                "early": sum(1 for _, ts, *_ in recent.rows if ts <= kept.ends[-1]),
+            }
+        else:
+            since = turns_past(run, kept.hwm).aggregate(
+                n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
+            )
         if since["n"] != count - kept.turns or since["early"]:
             kept = None  # a turn deleted, committed out of id order, or back-dated before a score
     if kept is not None and grown:

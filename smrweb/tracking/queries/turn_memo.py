@@ -12,12 +12,15 @@ and the aggregates are computed again from every row, in SQL."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
+from typing import NamedTuple
 
 from django.db.models import BigIntegerField, Count, FloatField, Func, Max, Min, Q, Sum
 
@@ -100,6 +103,16 @@ def _micro(usd) -> int:
     return round(Decimal(str(usd)) / MICRO_USD) if usd is not None else 0
 
 
+class Recent(NamedTuple):
+    """What `TurnMemo.advanced` added last, and to what: readers that kept something at the memo before
+    (its `count`, `width`, `hwm`) advance it by these `rows` instead of reading again."""
+
+    count: int
+    width: int
+    hwm: int
+    rows: list
+
+
 @dataclass
 class TurnMemo:
     """Every turn of a run up to `hwm` (its highest id), aggregated: per (bucket, kind) of `width`
@@ -119,7 +132,7 @@ class TurnMemo:
     )  # (actor, parent, kind, model) -> [n, tin, tout, µUSD, first, last]
     version: int = 2
     stamp: str = ""  # which computation this memo descends from (see `_turn_memo`)
-    recent: tuple | None = None  # (count before, width before, the turns) `advanced` added last
+    recent: Recent | None = None  # the turns `advanced` added last, and the memo's count before
     written: int = 0  # the count when it was last written to the shared cache
 
     def add(self, turns) -> None:
@@ -151,7 +164,7 @@ class TurnMemo:
             return self
         memo = dataclasses.replace(self, buckets=dict(self.buckets), actors=dict(self.actors))
         memo.add(rows)
-        memo.recent = (self.count, self.width, rows)
+        memo.recent = Recent(self.count, self.width, self.hwm, rows)
         return memo
 
     def __getstate__(self) -> dict:
@@ -329,8 +342,8 @@ def turns_after(run: Run, moment: datetime, *, of: str = "best") -> tuple[int, i
         _, _, count, n, tokens, micro = mine
         if count == memo.count:
             return n, tokens, micro * MICRO_USD
-        if memo.recent is not None and memo.recent[0] == count:
-            for _, ts, _, tin, tout, usd, *_ in memo.recent[2]:
+        if memo.recent is not None and memo.recent.count == count:
+            for _, ts, _, tin, tout, usd, *_ in memo.recent.rows:
                 if ts > moment:
                     n, tokens, micro = n + 1, tokens + tin + tout, micro + _micro(usd)
             localcache.put(local, (moment, memo.stamp, memo.count, n, tokens, micro))
@@ -362,6 +375,37 @@ def turns_after(run: Run, moment: datetime, *, of: str = "best") -> tuple[int, i
         localcache.put(local, (moment, memo.stamp, memo.count, *found))
     n, tokens, micro = found
     return n, tokens, micro * MICRO_USD
+
+
+def recent_turns(run: Run, span: timedelta) -> list[tuple[datetime, int, int, int]]:
+    """The run's turns in the `span` up to its newest, as (ts, micro-USD, tokens in, tokens out) in time
+    order: what the burn rate sums. In this process, kept with the stamp and count of the run's turn
+    aggregates: the turns that memo was `advanced` by are merged in and those that left the span dropped (no
+    query); else read (one indexed range)."""
+    memo = _turn_memo(run)
+    if not memo.count:
+        return []
+    cutoff = memo.hi - span
+    local = ("recent-turns", run.pk, span)
+    mine = localcache.get(local)
+    rows = None
+    if mine is not None and memo.stamp and mine[0] == memo.stamp:
+        _, count, kept = mine
+        if count == memo.count:
+            return kept
+        if memo.recent is not None and memo.recent.count == count:
+            rows = sorted(
+                [*kept, *((ts, _micro(usd), tin, tout) for _, ts, _, tin, tout, usd, *_ in memo.recent.rows)]
+            )
+    if rows is None:
+        read = run.turns.filter(id__lte=memo.hwm, ts__gt=cutoff).values_list(
+            "ts", "cost_usd", "tokens_in", "tokens_out"
+        )
+        rows = sorted((ts, _micro(usd), tin, tout) for ts, usd, tin, tout in read)
+    rows = rows[bisect.bisect_right(rows, cutoff, key=itemgetter(0)) :]
+    if memo.stamp:
+        localcache.put(local, (memo.stamp, memo.count, rows))
+    return rows
 
 
 def _turns_after(run: Run, memo: TurnMemo, moment: datetime) -> tuple[int, int, int]:
