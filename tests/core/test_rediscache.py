@@ -61,3 +61,60 @@ def test_a_kept_client_survives_its_connections_being_killed(redis_server, setti
     assert cache.get("rediscache-test-killed") == "after"
     assert client.client_id() != own  # a new connection, through the same client
     cache.delete("rediscache-test-killed")
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """The commands sent to Redis, one entry per round trip (a pipeline is one)."""
+    sent = []
+    command, pipeline = redis.Redis.execute_command, redis.client.Pipeline.execute
+
+    def one(self, *args, **kwargs):
+        sent.append([args[0]])
+        return command(self, *args, **kwargs)
+
+    def many(self, *args, **kwargs):
+        sent.append([c[0][0] for c in self.command_stack])
+        return pipeline(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", one)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", many)
+    return sent
+
+
+def test_write_many_sets_with_each_timeout_and_deletes_in_one_round_trip(redis_server, settings, round_trips):
+    import pickle
+
+    cache = redis_cache(settings)
+    prefix = "rediscache-test-write"
+    cache.set(f"{prefix}:old", "going", 30)
+    cache.set(f"{prefix}:kept", "stays", 30)
+    writes = {
+        f"{prefix}:a": (30, pickle.dumps({"a": 1})),
+        f"{prefix}:n": (None, 7),  # an int, bare as Django stores it: incr works on it
+        f"{prefix}:gone": (0, pickle.dumps("never")),  # Django's rule: a timeout of 0 is not kept
+    }
+    round_trips.clear()
+    cache.write_many(writes, {f"{prefix}:old"})
+    assert round_trips == [["MSET", "EXPIRE", "EXPIRE", "DEL"]]  # one pipeline (MULTI … EXEC)
+    assert cache.get(f"{prefix}:a") == {"a": 1} and cache.get(f"{prefix}:kept") == "stays"
+    assert cache.get(f"{prefix}:old", "-") == "-" and cache.get(f"{prefix}:gone", "-") == "-"
+    assert cache.incr(f"{prefix}:n") == 8
+    raw = redis_server
+    assert 0 < raw.ttl(cache.make_key(f"{prefix}:a")) <= 30 and raw.ttl(cache.make_key(f"{prefix}:n")) == -1
+    cache.delete_many([f"{prefix}:a", f"{prefix}:n", f"{prefix}:kept"])
+
+
+def test_add_many_takes_the_free_keys_in_one_round_trip(redis_server, settings, round_trips):
+    cache = redis_cache(settings)
+    keys = [f"rediscache-test-add:{i}" for i in range(3)]
+    cache.delete_many(keys)
+    cache.add(keys[1], "someone else's", 30)
+    round_trips.clear()
+    assert cache.add_many(keys, 1, 10) == [keys[0], keys[2]]
+    assert len(round_trips) == 1 and round_trips[0].count("SET") == 3
+    assert cache.get(keys[1]) == "someone else's" and cache.get(keys[0]) == 1
+    assert 0 < redis_server.ttl(cache.make_key(keys[0])) <= 10
+    with pytest.raises(ValueError):
+        cache.add_many(keys, 1, 0)
+    cache.delete_many(keys)

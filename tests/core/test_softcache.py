@@ -78,3 +78,98 @@ def test_live_cards_with_the_cache_down_render_every_card_and_answer_whole(cache
     later = live.Deck("probe", [card("a", "v2"), card("b", "v1")])
     answer = later.answer({"a": "v1", "b": "v1"})
     assert answer is not None and "v2" in answer and renders == ["a", "b", "a"]
+
+
+@pytest.fixture(params=["locmem", "redis"])
+def any_cache(request, settings, monkeypatch):
+    """softcache over the suite's local-memory cache (set_many/delete_many per batch) and over the suite's
+    Redis (core.rediscache: one pipeline per batch)."""
+    from django.core.cache import caches
+
+    from smrweb.core import softcache
+
+    if request.param == "redis":
+        request.getfixturevalue("redis_server")
+        settings.CACHES = {
+            "default": {"BACKEND": "smrweb.core.rediscache.RedisCache", "LOCATION": settings.REDIS_URL}
+        }
+    backend = caches.create_connection("default")
+    monkeypatch.setattr(softcache, "cache", backend)
+    backend.delete_many([f"batch-test:{k}" for k in "abcdn"])
+    yield backend
+    backend.delete_many([f"batch-test:{k}" for k in "abcdn"])
+
+
+def test_a_batch_writes_when_it_ends_and_reads_its_own_writes(any_cache):
+    from smrweb.core import softcache
+
+    any_cache.set("batch-test:c", "there before", 30)
+    value = {"list": [1]}
+    with softcache.batched():
+        softcache.set("batch-test:a", value, 30)
+        value["list"].append(2)  # changed after it was written: written as it was
+        softcache.set_many({"batch-test:b": "b", "batch-test:n": 5}, 30)
+        softcache.delete("batch-test:c")
+        with softcache.batched():  # nested: the outer block writes
+            softcache.set("batch-test:d", "d", 30)
+        assert any_cache.get_many(["batch-test:a", "batch-test:b", "batch-test:d"]) == {}  # not yet
+        assert any_cache.get("batch-test:c") == "there before"
+        assert softcache.get("batch-test:a") == {"list": [1]}  # the block reads its own writes
+        assert softcache.get("batch-test:c", "gone") == "gone"
+        assert softcache.get_many(["batch-test:a", "batch-test:c", "batch-test:n", "batch-test:x"]) == {
+            "batch-test:a": {"list": [1]},
+            "batch-test:n": 5,
+        }
+    assert any_cache.get_many([f"batch-test:{k}" for k in "abcdn"]) == {
+        "batch-test:a": {"list": [1]},
+        "batch-test:b": "b",
+        "batch-test:d": "d",
+        "batch-test:n": 5,
+    }
+    assert any_cache.incr("batch-test:n") == 6  # an int is stored as the cache stores ints
+
+
+def test_a_claim_released_in_a_batch_is_its_own_to_take_again(any_cache):
+    """A render claim released in the block is not released until it ends: taking it again in the same
+    block is taking back its own (not waiting for itself), and another's claim stays refused."""
+    from smrweb.core import softcache
+
+    any_cache.add("batch-test:b", "another request's", 30)
+    with softcache.batched():
+        assert softcache.add_many(["batch-test:a", "batch-test:b"], 1, 30, down=True) == ["batch-test:a"]
+        softcache.delete_many(["batch-test:a"])
+        assert any_cache.get("batch-test:a") == 1  # still claimed until the block ends
+        assert softcache.add("batch-test:a", 1, 30, down=True)
+        assert softcache.add_many(["batch-test:a", "batch-test:b"], 1, 30, down=True) == []
+    assert any_cache.get("batch-test:a") == 1 and any_cache.get("batch-test:b") == "another request's"
+
+
+def test_a_batch_with_the_cache_down_ends_quietly(cache_down):
+    from smrweb.core import softcache
+
+    with softcache.batched():
+        softcache.set("batch-test:a", 1, 30)
+        assert softcache.get("batch-test:a") == 1
+        assert softcache.add_many(["batch-test:b"], 1, 30, down=True) == ["batch-test:b"]
+        assert softcache.add_many(["batch-test:c"], 1, 30, down=False) == []
+    assert softcache.get("batch-test:a") is None
+
+
+@pytest.mark.django_db
+def test_pages_write_once_and_the_api_as_it_goes(client_alice, api, project, monkeypatch):
+    """The middleware batches a dashboard page's cache writes (one write when it has answered); the API's
+    requests write as they go (the write path's forgets are not held back)."""
+    from smrweb.core import softcache
+
+    flushed = []
+    write = softcache._write
+    monkeypatch.setattr(
+        softcache, "_write", lambda writes, deletes: flushed.append(len(writes)) or write(writes, deletes)
+    )
+    events = [{"type": "agent.turn", "turn": n, "actor": "driver", "cost_usd": 0.1} for n in range(3)]
+    assert (
+        api.post(f"/api/v1/projects/{project.slug}/runs/r1/events", events, format="json").status_code == 200
+    )
+    assert flushed == []
+    assert client_alice.get(f"/projects/{project.slug}/runs/r1/").status_code == 200
+    assert len(flushed) == 1 and flushed[0] >= 20  # every card's render, the rows, the readings: one write

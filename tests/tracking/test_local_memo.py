@@ -1,7 +1,8 @@
 """Issue 36, item 5: what a server process keeps in memory of a live run between polls (core.localcache):
-its turn aggregates, advanced by the turns that arrive, the timeline's bars advanced with them, and how the
-write path's "forget" reaches every process (the shared cache's stamp). What is shown from them equals what
-is computed from scratch, on SQLite and PostgreSQL."""
+its turn aggregates, advanced by the turns that arrive, the timeline's bars, its score side and the burn
+window's turns advanced with them, and how the write path's "forget" reaches every process (the shared
+cache's stamp). What is shown from them equals what is computed from scratch (the burn: what SQL sums), on
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from decimal import Decimal
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
+from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
 
 from smrweb.core import cachekeys, localcache
 from smrweb.tracking.models import AgentTurn, Run
 from smrweb.tracking.queries import timeline
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
 from tests.dashboard.test_scale import T0, push, turn_events
+
+
+def score_event(value: float, ts) -> dict:
+    return {"type": "score", "score": value, "harness_id": "bench-v1", "ts": ts.isoformat()}
+
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +37,20 @@ def load(run: Run) -> Run:
 
 
 def shown(tl: timeline.Timeline) -> tuple:
-    return (tl.start, tl.end, tl.bin_width, tl.bins, tl.cumulative, tl.turn_total)
+    bars = (tl.start, tl.end, tl.bin_width, tl.bins, tl.cumulative, tl.turn_total)
+    return (*bars, tl.scores, tl.score_turns, tl.frontier, tl.score_total)
+
+
+def burn_in_sql(run: Run) -> tuple:
+    """The burn rates as one SQL sum over the window up to the newest turn (what burn_forecast read before
+    it kept the window's turns)."""
+    newest = run.turns.order_by("-ts", "-id").values_list("ts", flat=True).first()
+    window = min(timeline.BURN_WINDOW, max(newest - run.started_at, timedelta(minutes=1)))
+    sums = AgentTurn.objects.filter(run=run, ts__gt=newest - window, ts__lte=newest).aggregate(
+        usd=Sum("cost_usd"), tin=Sum("tokens_in"), tout=Sum("tokens_out")
+    )
+    hours = Decimal(window.total_seconds()) / 3600
+    return newest, window, sums["usd"] / hours, int((sums["tin"] + sums["tout"]) / float(hours))
 
 
 def from_scratch(run: Run) -> timeline.Timeline:
@@ -52,9 +74,13 @@ def from_scratch(run: Run) -> timeline.Timeline:
 
 def test_turns_arriving_one_by_one_advance_the_kept_memo_and_bars_to_what_a_fresh_read_shows(project):
     push(project, "r", turn_events(400))
+    scores = [(0.2, 100), (0.5, 250), (0.4, 380)]  # (score, minute): later turns may be back-dated before one
+    push(project, "r", [score_event(v, T0 + timedelta(minutes=m)) for v, m in scores])
     run = Run.objects.get(project=project, external_id="r")
-    timeline.run_timeline(load(run), now=NOW)
+    timeline.run_timeline(load(run), now=NOW, scores_version="v")
+    timeline.burn_forecast(load(run), now=burn_in_sql(run)[0])  # its window's turns read once, then kept
     stamp = cache.get(cachekeys.turn_aggregates_stamp(run.pk))
+    counted = 0  # the steps whose new turns were all after the last score: no query for the score side
     rng = random.Random(36)
     n = 400
     for step in range(25):
@@ -67,12 +93,29 @@ def test_turns_arriving_one_by_one_advance_the_kept_memo_and_bars_to_what_a_fres
         push(project, "r", events)
         n += k
         run = load(run)
-        tl = timeline.run_timeline(run, now=NOW)
+        with CaptureQueriesContext(connection) as read:
+            tl = timeline.run_timeline(run, now=NOW, scores_version="v")
         assert run._turn_memo.recent is not None and run._turn_memo.recent[0] == run.turn_count - k, step
         edges, count, _ = localcache.get(("timeline-bars", run.pk))
         assert count == run.turn_count  # the bars were advanced with the memo, not merged again
         assert cache.get(cachekeys.turn_aggregates_stamp(run.pk)) == stamp  # nothing computed afresh
         assert shown(tl) == shown(from_scratch(run)), step
+        if all(e["ts"] > (T0 + timedelta(minutes=380)).isoformat() for e in events):
+            counted += 1
+            assert len(read) == 1, step  # the turns since (the memo's); the score side counted none
+        # The burn at the newest turn: its window's turns kept and advanced (no query), as SQL sums them.
+        newest, window, usd_rate, token_rate = burn_in_sql(run)
+        with CaptureQueriesContext(connection) as read:
+            burn = timeline.burn_forecast(run, now=newest + timedelta(minutes=1))
+        assert (burn.as_of, burn.window, burn.usd_per_hour, burn.tokens_per_hour) == (
+            newest,
+            window,
+            usd_rate,
+            token_rate,
+        ), step
+        assert len(read) == 0, read.captured_queries
+        assert localcache.get(("recent-turns", run.pk, timeline.BURN_WINDOW))[1] == n
+    assert counted >= 5  # steps that took the no-query path (the rest were back-dated before a score)
     assert sum(b.count for b in tl.bins) == n and sum(b.cost_usd for b in tl.bins) == load(run).cost_usd
 
 
@@ -105,4 +148,4 @@ def test_advancing_a_memo_leaves_the_one_it_came_from_as_it_was(project):
     assert advanced is not memo and advanced.totals() == (totals[0] + 1, totals[1] + 10, totals[2] + 5)
     assert advanced.buckets[last][0] == buckets[last][0] + 1
     assert memo.buckets == buckets and memo.actors == actors and memo.totals() == totals
-    assert advanced.recent == (memo.count, memo.width, rows) and memo.advanced([]) is memo
+    assert advanced.recent == (memo.count, memo.width, memo.hwm, rows) and memo.advanced([]) is memo
