@@ -39,6 +39,12 @@ def kept_board_bests(project_pk: int, unverified: bool) -> str:
     return f"board-bests:{project_pk}:{int(unverified)}"
 
 
+def kept_score_history(run_pk: int, per_run: int) -> str:
+    """Name (under `kept`, with the run's submissions' marker as the version) of a run's last `per_run`
+    scores: the runs table's sparkline (queries.runs `kept_score_histories`)."""
+    return f"score-history:{run_pk}:{per_run}"
+
+
 def turn_aggregates(run_pk: int) -> str:
     """A run's `TurnMemo` (queries.timeline), 24 h, brought up to date on read from the turns past its
     mark. Forgotten by `turn_memo.forget_turn_aggregates` (the write path when turns move sides)."""

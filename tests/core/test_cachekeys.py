@@ -18,7 +18,8 @@ ROOT = Path(cachekeys.__file__).resolve().parents[2]
 HOME = "smrweb/core/cachekeys.py"
 CACHES = {"cache", "softcache"}
 KEYED = {"get", "set", "add", "delete", "touch", "incr", "decr", "get_or_set", "has_key", "expire", "ttl"}
-MANY = {"get_many", "delete_many", "set_many"}  # a list of keys, or (set_many) a dict keyed by them
+# A list of keys, or (set_many) a dict keyed by them.
+MANY = {"get_many", "delete_many", "set_many", "add_many"}
 # Modules still building keys by hand, and why. Each must still do so (else drop it here).
 NOT_YET: set[str] = set()  # modules still building a key by hand, each to switch (none now)
 

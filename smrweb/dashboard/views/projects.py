@@ -395,7 +395,8 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
         return None
     for run in changed:
         run.project = project
-    rows = _run_rows(request, project, _decorated(changed, shape), digest)
+    marks = {r.pk: subs.get(r.pk, markers.NO_SUBMISSIONS) for r in changed}
+    rows = _run_rows(request, project, _decorated(changed, shape), digest, marks)
     activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
     now = replace(outline, last=stamp["last"], activity=activity)
     return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
@@ -457,16 +458,22 @@ def _decorated(runs: list[Run], shape: tuple) -> list[Run]:
 ROW_DEFERRED = ("source_cursor", "metrics_downsampled")  # the table shows neither: two JSON columns
 
 
-def _run_rows(request, project: Project, runs: list[Run], digest: tuple | None = None) -> list[str]:
+def _run_rows(
+    request, project: Project, runs: list[Run], digest: tuple | None = None, marks: dict | None = None
+) -> list[str]:
     """The runs table's rows, each kept in the cache under what it shows (every column read of its run, its
-    tags, the viewer's zone): a poll after one run's new turn renders that run's row and reads that run's
-    sparkline scores, not the table's. A score, verification or exclusion moves its run's `updated`."""
+    tags, the viewer's zone): a poll after one run's new turn renders that run's row, not the table's, and
+    reads its sparkline's scores from the cache when the caller has the runs' submission `marks` (kept under
+    them). A score, verification or exclusion moves its run's `updated`."""
     template = "dashboard/project_detail.html"
     digest = digest or _row_digest(project, ([], ""))
     rows = [(_row_version(digest, run), run) for run in runs]
 
     def render(missing: list[Run]) -> str:
-        histories = queries.score_histories(r.pk for r in missing)
+        if marks is not None:
+            histories = queries.kept_score_histories({r.pk: marks[r.pk] for r in missing})
+        else:
+            histories = queries.score_histories(r.pk for r in missing)
         context = {"project": project, "rows": [(r, histories.get(r.pk, [])) for r in missing]}
         return render_to_string(f"{template}#run-rows", context, request=request)
 

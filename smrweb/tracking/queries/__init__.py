@@ -46,6 +46,7 @@ from smrweb.tracking.queries.runs import (  # noqa: F401
     SeriesPoint,
     SourceGap,
     SourceGaps,
+    kept_score_histories,
     metric_keys,
     metric_series,
     runtime_messages,

@@ -8,12 +8,13 @@ shows it. A cache that is down only costs the read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from smrweb.core import cachekeys, softcache
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 KEPT_SECONDS = 600  # a quiet project's version stays: kept for a viewer who comes back, not for ever
 
 
@@ -29,3 +30,16 @@ def kept(name: str, version: str | None, build: Callable[[], T]) -> T:
     value = build()
     softcache.set(key, (value,), KEPT_SECONDS)  # down: nothing kept, the next page reads again
     return value
+
+
+def kept_many(reads: dict[K, tuple[str, str]], build: Callable[[list[K]], dict[K, T]]) -> dict[K, T]:
+    """`kept` for many reads at once: `reads` maps each to its (name, version); `build(those not kept)` reads
+    them (a mapping with each of them). One cache read, and one write for what was built."""
+    keys = {k: cachekeys.kept(name, version) for k, (name, version) in reads.items()}
+    found = softcache.get_many(list(keys.values()))
+    out = {k: found[key][0] for k, key in keys.items() if isinstance(found.get(key), tuple)}
+    if missing := [k for k in reads if k not in out]:
+        built = build(missing)
+        out.update({k: built[k] for k in missing})
+        softcache.set_many({keys[k]: (built[k],) for k in missing}, KEPT_SECONDS)
+    return out

@@ -14,6 +14,7 @@ from django.db.models import Avg, Count, F, IntegerField, Max, Min, Q, Subquery,
 from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
+from smrweb.core import cachekeys
 from smrweb.tracking.models import (
     FLOAT_MAX,
     RUN_RULE,
@@ -24,6 +25,7 @@ from smrweb.tracking.models import (
     Submission,
     standing,
 )
+from smrweb.tracking.queries.kept import kept_many
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,24 @@ def score_histories(run_ids: Iterable[int], *, per_run: int = 40) -> dict[int, l
     """The last `per_run` scores of each run in time order, each marked by the run's rule (for the
     runs table's sparklines and its Latest cell's "newer, not counted" marker)."""
     return _latest_scores("run_id", list(run_ids), per_run, **RUN_RULE)
+
+
+def _marker_version(mark: tuple) -> str:
+    n, top, last = mark
+    return f"{n}:{top}:{last.isoformat() if last else ''}"  # no spaces: a valid key for any cache
+
+
+def kept_score_histories(marks: dict[int, tuple], *, per_run: int = 40) -> dict[int, list[ScorePoint]]:
+    """`score_histories` of the runs in `marks` (run pk: its submissions' marker, markers.submission_markers),
+    each kept under its marker: a row of the runs table redrawn for a new turn (which moves no marker) reads
+    its sparkline from the cache, not the scores."""
+    reads = {pk: (cachekeys.kept_score_history(pk, per_run), _marker_version(m)) for pk, m in marks.items()}
+
+    def build(missing: list[int]) -> dict[int, list[ScorePoint]]:
+        read = score_histories(missing, per_run=per_run)
+        return {pk: read.get(pk, []) for pk in missing}
+
+    return kept_many(reads, build)
 
 
 def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
