@@ -684,7 +684,8 @@ class RunPage:
     def turns_page(self):
         """The turns table's page (its turns not read yet). The run's turn count is its summary column
         (recomputed from the rows by every write): no COUNT over a long run's turns."""
-        turns = self.run.turns.order_by("-ts", "-id")
+        shown = [f for f in TURN_ROW_FIELDS if f != "pk"]
+        turns = self.run.turns.only("run", *shown, "tool_calls").order_by("-ts", "-id")  # what a row shows
         return self._page(turns, TURNS_PER_PAGE, "turns_page", count=self.run.turn_count)
 
     @cached_property
