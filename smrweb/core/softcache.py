@@ -59,6 +59,16 @@ def batched() -> Iterator[None]:
         _write(writes, deletes)
 
 
+def flush() -> None:
+    """Make the open block's writes and deletes now, and go on holding later ones: what another request
+    waits for (a card render this one claimed) is written before this one waits for theirs."""
+    if _batch.writes is None:
+        return
+    writes, deletes = _batch.writes, _batch.deletes
+    _batch.writes, _batch.deletes = {}, builtins.set()
+    _write(writes, deletes)
+
+
 def _dumps(value) -> bytes | int:
     return value if type(value) is int else pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 

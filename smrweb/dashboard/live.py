@@ -398,15 +398,24 @@ class Deck:
     def __init__(self, scope: str, cards: Iterable[Card]):
         self.scope = scope
         self.cards = {c.name: c for c in cards}
+        # Entries read ahead by an earlier `_recall` (`also`), found or not: an answer reads what its later
+        # steps need with its first reads (one cache round trip, not one per step).
+        self._ahead: dict[str, str | None] = {}
 
     def _key(self, name: str, version: str) -> str:
         return cachekeys.live_card(self.scope, name, version)
 
-    def _recall(self, keys: list[str]) -> dict[str, str]:
-        found = softcache.get_many(keys)  # a cache that is down costs the diff, never the answer
-        return {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
+    def _recall(self, keys: list[str], also: Iterable[str] = ()) -> dict[str, str]:
+        """The kept renders of `keys`; the entries `also` are read in the same call, for a later one."""
+        asked = [k for k in keys if k not in self._ahead]
+        ahead = [k for k in dict.fromkeys(also) if k not in self._ahead and k not in keys]
+        found = softcache.get_many(asked + ahead)  # a cache that is down costs the diff, never the answer
+        found = {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
+        self._ahead.update({k: found.get(k) for k in ahead})
+        return {k: v for k in keys if (v := found.get(k) if k in found else self._ahead.get(k)) is not None}
 
     def _remember(self, renders: dict[str, str]) -> None:
+        self._ahead.update({k: v for k, v in renders.items() if k in self._ahead})
         softcache.set_many({k: zlib.compress(v.encode(), 1) for k, v in renders.items()}, CARD_CACHE_SECONDS)
 
     def _claim(self, keys: list[str]) -> list[str]:
@@ -420,9 +429,11 @@ class Deck:
 
     def _await(self, key: str) -> str | None:
         """Another request's render of `key`, once it is in the cache; None if it is not within the wait."""
+        softcache.flush()  # what this request rendered first: the other may be waiting for it
         deadline = time.monotonic() + RENDER_WAIT_SECONDS
         while time.monotonic() < deadline:
             time.sleep(0.02)
+            self._ahead.pop(key, None)  # read again: another request writes it
             if (found := self._recall([key]).get(key)) is not None:
                 return found
         return None
@@ -506,7 +517,7 @@ class Deck:
                         keep_figure(self.scope, name, p.id, p.version, p.figure())
         return out
 
-    def _part_steps(self, names: list[str], sent: dict[str, str]) -> dict[str, str]:
+    def _part_steps(self, names: list[str], sent: dict[str, str], also: Iterable[str] = ()) -> dict[str, str]:
         """The changes of the cards `names` whose skeleton is the same as at the version `sent`: only the
         parts whose versions moved, rendered on their own (each kept under its version), and the card's
         version marker; the card itself is not rendered. Cards this cannot answer (no parts, the skeleton
@@ -527,8 +538,19 @@ class Deck:
             was[card.name] = versions
         if not plans:
             return {}
-        # A part's render is kept under its version: polls a turn or two behind need the same new parts.
-        kept = self._recall([self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts])
+        # A part's render is kept under its version: polls a turn or two behind need the same new parts. A
+        # rows part's lists (now, at the poll's version, in the poll's card render) are read with them.
+        rows = [
+            key
+            for n, parts in plans.items()
+            for p in parts
+            if p.rows
+            for key in self._rows_keys(n, p, was[n][p.id], sent[n])
+        ]
+        plain = [
+            self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts if not p.rows
+        ]
+        kept = self._recall(plain, also=[*rows, *also])
         made: dict[str, str] = {}
         out: dict[str, str] = {}
         for name, changed in plans.items():
@@ -565,12 +587,18 @@ class Deck:
         patch = _patch_script(figure_script_attrs(part.id), old, figure) if old is not None else None
         return patch or _oob(part.render())
 
+    def _rows_keys(
+        self, name: str, part: Part, old_version: str, old_card_version: str
+    ) -> tuple[str, str, str]:
+        """Where a rows part's list is kept now and at the poll's version, and the poll's card render."""
+        new_key, old_key = (self._part_key(name, part.id, v) for v in (part.version, old_version))
+        return new_key, old_key, self._key(name, old_card_version)
+
     def _rows_step(self, name: str, part: Part, old_version: str, old_card_version: str) -> list[str]:
         """A rows part's change: its rows that arrived, left or changed since the list of the poll's page
         (kept under its version, else read from that version's kept card render); the list whole when
         that is not kept."""
-        new_key, old_key = (self._part_key(name, part.id, v) for v in (part.version, old_version))
-        card_key = self._key(name, old_card_version)
+        new_key, old_key, card_key = self._rows_keys(name, part, old_version, old_card_version)
         found = self._recall([new_key, old_key, card_key])
         if (new := found.get(new_key)) is None:
             new = part.render()
@@ -594,11 +622,16 @@ class Deck:
         steps = {n: f"{sent.get(n, '')}>{self.cards[n].version}" for n in changed}
         whole_key = self._key("answer", card_version(*sorted(steps.items())))
         step_keys = {n: self._key(n, step) for n, step in steps.items()}
-        found = self._recall([whole_key, *step_keys.values()])
+        laid_out = [n for n in changed if self.cards[n].layout is not None and sent.get(n)]
+        manifests = [self._key(f"{n}~parts", sent[n]) for n in laid_out]
+        found = self._recall([whole_key, *step_keys.values()], also=manifests)
         if whole_key in found:
             return found[whole_key]
         missing = [n for n in changed if step_keys[n] not in found]
-        if missing and (parted := self._part_steps(missing, sent)):
+        # The cards rendered whole: their renders now and at the poll's versions, read with the parts'.
+        whole = [n for n in missing if n not in laid_out]
+        renders = [self._key(n, v) for n in whole for v in (self.cards[n].version, sent.get(n)) if v]
+        if missing and (parted := self._part_steps(missing, sent, also=renders)):
             made = {step_keys[n]: text for n, text in parted.items()}
             found.update(made)
             self._remember(made)

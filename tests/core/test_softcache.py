@@ -173,3 +173,41 @@ def test_pages_write_once_and_the_api_as_it_goes(client_alice, api, project, mon
     assert flushed == []
     assert client_alice.get(f"/projects/{project.slug}/runs/r1/").status_code == 200
     assert len(flushed) == 1 and flushed[0] >= 20  # every card's render, the rows, the readings: one write
+
+
+def test_two_requests_waiting_for_each_others_renders_do_not_wait_out_the_limit():
+    """Each of two requests (each in its own batch, as a page is) claims and renders one card, then needs the
+    card the other claimed. A request writes what it rendered before it waits (`softcache.flush`): each
+    finds the other's render, and no card is rendered twice (held writes would make both wait out
+    RENDER_WAIT_SECONDS and then render the other's card themselves)."""
+    import threading
+
+    from smrweb.core import softcache
+    from smrweb.dashboard import live
+
+    rendered, claimed = [], threading.Barrier(2)
+
+    def deck() -> live.Deck:
+        def card(name: str) -> live.Card:
+            return live.Card(name, "v1", lambda: rendered.append(name) or f'<div id="{name}">v1</div>')
+
+        return live.Deck("mutual-wait-test", [card("x"), card("y")])
+
+    def request(first: str, then: str, out: dict) -> None:
+        with softcache.batched():
+            page = deck()
+            page.render([first])  # claimed and rendered by this request; its write held by the batch
+            claimed.wait(timeout=10)  # both hold a claim now
+            out.update(page.render([then]))
+
+    results: dict[str, dict] = {"a": {}, "b": {}}
+    threads = [
+        threading.Thread(target=request, args=("x", "y", results["a"])),
+        threading.Thread(target=request, args=("y", "x", results["b"])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == {"a": {"y": '<div id="y">v1</div>'}, "b": {"x": '<div id="x">v1</div>'}}
+    assert sorted(rendered) == ["x", "y"]  # each once: each request found the other's render

@@ -92,6 +92,36 @@ def now():
         yield traveller
 
 
+def test_a_poll_after_a_turn_reads_the_cache_in_a_few_calls_and_writes_once(
+    client_alice, project, long_run, now, monkeypatch
+):
+    """Issue 36, item 5: an answer reads what its later steps need with its first reads (the parted cards'
+    part versions with the answer; the rows lists and the whole cards' renders with the parts'), and writes
+    once when it has answered (core.softcache.batched)."""
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=4)))  # 1,201 turns: the pager has its 49 pages
+    shown = cards_of(client_alice.get(URL).content.decode())
+    push(project, "long", turn(MANY + 1, NOW - timedelta(seconds=3)))
+    now.shift(timedelta(seconds=2))
+    calls = []
+    backend = softcache.cache
+
+    class Recording:
+        def __getattr__(self, method):
+            original = getattr(backend, method)
+            return lambda *args, **kwargs: calls.append(method) or original(*args, **kwargs)
+
+    monkeypatch.setattr(softcache, "cache", Recording())
+    answer = poll(client_alice, shown)
+    assert answer.status_code == 200 and "turns-body" in answer.content.decode()
+    reads = [c for c in calls if c in ("get", "get_many")]
+    # get: the clock, the "no progress" reading, the turn aggregates' stamp; get_many: the answer (with the
+    # parts' versions), the parts (with the rows lists and the whole cards' renders), the turns table's rows.
+    assert calls.count("get_many") == 3 and len(reads) <= 6, calls
+    assert "budget" in cards_of(answer.content.decode())
+    assert calls.count("add") == 1  # the one card rendered whole (the budget) claimed
+    assert [c for c in calls if c not in ("get", "get_many", "add")] == ["set_many", "delete_many"]
+
+
 def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice, project, long_run, now):
     page = client_alice.get(URL).content.decode()
     shown = cards_of(page)
