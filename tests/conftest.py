@@ -314,20 +314,36 @@ def _count_publish(**kwargs) -> None:
 
 
 def drain_worker(redis_client, queue: str) -> None:
-    """Drop the queued tasks, then wait until the session's worker has finished the one it runs, so no
-    task writes while the database is flushed (on PostgreSQL a flush racing a task's transaction
-    deadlocks and fails the next test's setup)."""
+    """Drop the queued tasks and revoke those the worker holds (prefetched, or waiting for a countdown:
+    neither is in the queue any more, and neither shows as active), then wait until the session's
+    worker has finished the one it runs, so no task writes while the database is flushed (on
+    PostgreSQL a flush racing a task's transaction deadlocks and fails the next test's setup)."""
     from smrweb.celery import app
 
-    redis_client.delete(*queue_and_lanes(queue))
+    inspect = app.control.inspect(destination=[WORKER_NAME], timeout=1.0)
+    revoked: set[str] = set()
+    quiet = 0  # consecutive looks at an idle worker holding nothing new (a task may queue another)
+    active = None
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while quiet < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker is still busy after the test: {active}")
+        redis_client.delete(*queue_and_lanes(queue))
         # A solo-pool worker answers only between tasks, so no answer means busy.
-        active = app.control.inspect(destination=[WORKER_NAME], timeout=1.0).active()
-        if active and not any(active.values()):
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"the worker is still busy after the test: {active}")
+        active = inspect.active()
+        if not active or any(active.values()):
+            quiet = 0
+            time.sleep(0.3)
+            continue
+        held = {t["id"] for t in (inspect.reserved() or {}).get(WORKER_NAME, [])}
+        held |= {t["request"]["id"] for t in (inspect.scheduled() or {}).get(WORKER_NAME, [])}
+        if held - revoked:
+            app.control.revoke(list(held - revoked), destination=[WORKER_NAME])
+            revoked |= held
+            quiet = 0
+            continue
+        quiet += 1
+        time.sleep(0.1)
 
 
 def _flushes_database(request) -> bool:

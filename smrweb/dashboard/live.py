@@ -409,7 +409,7 @@ class Deck:
         """The kept renders of `keys`; the entries `also` are read in the same call, for a later one."""
         asked = [k for k in keys if k not in self._ahead]
         ahead = [k for k in dict.fromkeys(also) if k not in self._ahead and k not in keys]
-        found = softcache.get_many(asked + ahead)  # a cache that is down costs the diff, never the answer
+        found = softcache.get_many([*asked, *ahead])  # a cache that is down costs the diff, never the answer
         found = {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
         self._ahead.update({k: found.get(k) for k in ahead})
         return {k: v for k in keys if (v := found.get(k) if k in found else self._ahead.get(k)) is not None}
