@@ -63,6 +63,7 @@ ONLY_HEADER = "X-Smrweb-Only"  # a pager asks for its card only
 # The shortest step of a live timeline's axis end (views.runs.horizon); bench/viewer.py reads the next line.
 TICK_SECONDS = 30
 CARD_CACHE_SECONDS = 180
+LOCAL_ROWS = 200  # row renders a process keeps per page subject (`kept_rows`): a table's page and a log's
 CSRF_PLACEHOLDER = "smrwebCsrfPlaceholder7f3a"  # in cached renders; each answer gets the viewer's token
 PATCH_MAX_SHARE = 0.5  # a figure patch bigger than this share of the figure is sent as the figure
 RENDER_WAIT_SECONDS = 5.0  # how long a poll waits for another's render of the same card before its own
@@ -738,7 +739,12 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
     one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all; a new turn renders its one row,
     not the table. A cache that is down renders them all."""
     keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
-    found = softcache.get_many(keys)
+    # This process's copies first (a row's render never changes under its version): a poll after a turn
+    # reads the new row from the shared cache (another process may have rendered it), not the 24 others.
+    local = localcache.get(("kept-rows", scope)) or {}
+    found = {key: local[key] for key in keys if key in local}
+    if unknown := [key for key in keys if key not in found]:
+        found.update(softcache.get_many(unknown))
     missing = [i for i, key in enumerate(keys) if not isinstance(found.get(key), str)]
     if missing:
         made = [m[0] for m in PART.finditer(render([rows[i][1] for i in missing]))]
@@ -747,6 +753,10 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
         fresh = {keys[i]: html for i, html in zip(missing, made, strict=True)}
         softcache.set_many(fresh, CARD_CACHE_SECONDS)
         found.update(fresh)
+    shown = {key: found[key] for key in keys}
+    room = LOCAL_ROWS - len(shown)  # the other lists of the page (its log lines), newest kept
+    others = [(k, v) for k, v in local.items() if k not in shown][-room:] if room > 0 else []
+    localcache.put(("kept-rows", scope), dict(others) | shown)
     return [found[key] for key in keys]
 
 

@@ -4,12 +4,13 @@ the budget) and one chart per metric. Style: `charts.style`."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.utils import timezone
 
+from smrweb.core import localcache
 from smrweb.dashboard.charts.style import (
     BEST,
     BUDGET,
@@ -48,6 +49,27 @@ def x_time(ts: datetime) -> str:
 
 def x_time_short(ts: datetime) -> str:
     return _x_in(ts, timezone.get_current_timezone_name(), True)
+
+
+_INITIALS = {TurnKind.DRIVER_INFERENCE: "d", TurnKind.CHILD_WORK: "c", TurnKind.ROLE_UNKNOWN: "u"}
+
+
+def _reusing(name: str, uirevision: str, context: tuple, items: list, draw: Callable) -> list:
+    """`draw(item)` for each of `items`, kept in this process per figure (`uirevision`) and `context`: the
+    items a live timeline reused from its last build (the same objects: `queries.timeline._binned`) are
+    not drawn again (a poll after a turn draws the newest bar or two of ~500)."""
+    key = ("timeline-drawn", name, uirevision)
+    kept = localcache.get(key)
+    same, drawn = 0, []
+    if kept is not None and kept[0] == context:
+        _, old_items, old_drawn = kept
+        limit = min(len(items), len(old_items))
+        while same < limit and items[same] is old_items[same]:
+            same += 1
+        drawn = old_drawn[:same]
+    drawn += [draw(item) for item in items[same:]]
+    localcache.put(key, (context, list(items), drawn))
+    return drawn
 
 
 def run_timeline_figure(
@@ -139,29 +161,40 @@ def run_timeline_figure(
             }
         )
     width_ms = tl.bin_width.total_seconds() * 1000
-    for kind, colour, label, initial in (
-        (TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference", "d"),
-        (TurnKind.CHILD_WORK, CHILD, "child work", "c"),
-        (TurnKind.ROLE_UNKNOWN, UNKNOWN, "role unknown", "u"),
+    # Per bar: [x, tokens, customdata, USD]; the click asks for the bar's turns, the hover reads the rest.
+    drawn = _reusing(
+        "bars",
+        uirevision,
+        (zone, tl.start, tl.bin_width),
+        tl.bins,
+        lambda b: (
+            x_time_short(b.start + tl.bin_width / 2),
+            b.tokens_in + b.tokens_out,
+            [(b.start - tl.start) // tl.bin_width, _INITIALS[b.kind], b.count, b.tokens_in, b.tokens_out],
+            round(float(b.cost_usd), 5),
+        ),
+    )
+    by_kind: dict[str, list] = {}
+    for b, d in zip(tl.bins, drawn, strict=True):
+        by_kind.setdefault(b.kind, []).append(d)
+    for kind, colour, label in (
+        (TurnKind.DRIVER_INFERENCE, DRIVER, "driver inference"),
+        (TurnKind.CHILD_WORK, CHILD, "child work"),
+        (TurnKind.ROLE_UNKNOWN, UNKNOWN, "role unknown"),
     ):
-        bins = [b for b in tl.bins if b.kind == kind]
-        if not bins:
+        if not (bars := by_kind.get(kind)):
             continue
-        x = [x_time_short(b.start + tl.bin_width / 2) for b in bins]
-        # [bin, kind, turns, tokens in, tokens out]: the click asks for the bin's turns, the hover reads
-        # the rest; per-turn detail (actor, model, tools) is one click away instead of in every bar.
-        custom = [
-            [(b.start - tl.start) // tl.bin_width, initial, b.count, b.tokens_in, b.tokens_out] for b in bins
-        ]
+        x = [d[0] for d in bars]
+        # Per-turn detail (actor, model, tools) is one click away instead of in every bar.
         data.append(
             {
                 "type": "bar",
                 "name": label,
                 "legendgroup": kind,
                 "x": x,
-                "y": [b.tokens_in + b.tokens_out for b in bins],
+                "y": [d[1] for d in bars],
                 "width": width_ms * 0.9,
-                "customdata": custom,
+                "customdata": [d[2] for d in bars],
                 "marker": {"color": colour},
                 "yaxis": "y2",
                 "hovertemplate": "%{customdata[2]} turn(s)<br>%{customdata[3]:,} in · %{customdata[4]:,} "
@@ -176,9 +209,9 @@ def run_timeline_figure(
                 "legendgroup": kind,
                 "showlegend": False,
                 "x": x,
-                "y": [round(float(b.cost_usd), 5) for b in bins],
+                "y": [d[3] for d in bars],
                 "width": width_ms * 0.9,
-                "customdata": [c[:3] for c in custom],
+                "customdata": [d[2][:3] for d in bars],
                 "marker": {"color": colour},
                 "yaxis": "y3",
                 "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>",
@@ -203,7 +236,14 @@ def run_timeline_figure(
             }
         )
     if tl.cumulative:
-        xs = [x_time_short(tl.start)] + [x_time_short(t) for t, _, _ in tl.cumulative]
+        points = _reusing(
+            "spend",
+            uirevision,
+            (zone, tl.start, tl.bin_width),
+            tl.cumulative,
+            lambda p: (x_time_short(p[0]), round(float(p[1]), 5), round(float(p[2]), 5)),
+        )
+        xs = [x_time_short(tl.start)] + [x for x, _, _ in points]
         data.append(
             {
                 "type": "scatter",
@@ -211,7 +251,7 @@ def run_timeline_figure(
                 "name": "total USD",
                 "x": xs,
                 "yaxis": "y4",
-                "y": [0.0] + [round(float(total), 5) for _, total, _ in tl.cumulative],
+                "y": [0.0] + [total for _, total, _ in points],
                 "line": {"color": INK, "width": 2, "shape": "hv"},
                 "hovertemplate": "total $%{y:.4f}<extra></extra>",
             }
@@ -223,7 +263,7 @@ def run_timeline_figure(
                 "name": "driver USD",
                 "x": xs,
                 "yaxis": "y4",
-                "y": [0.0] + [round(float(drv), 5) for _, _, drv in tl.cumulative],
+                "y": [0.0] + [driver for _, _, driver in points],
                 "line": {"color": DRIVER, "width": 1.5, "shape": "hv", "dash": "dot"},
                 "hovertemplate": "driver $%{y:.4f}<extra></extra>",
             }

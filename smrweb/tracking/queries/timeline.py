@@ -121,6 +121,47 @@ def _bars(run: Run, memo: TurnMemo, origin: int, per_bar: int) -> dict[tuple[int
     return merged
 
 
+def _binned(
+    run_id: int, merged: dict[tuple[int, str], list[int]], start: datetime, width: timedelta, end: datetime
+) -> tuple[list[TurnBin], list[tuple[datetime, Decimal, Decimal]]]:
+    """The bars as `TurnBin`s in order, with the spend up to each bar's end (clipped at the timeline's `end`).
+    Kept in this process per run: a poll after a turn makes the bars from the first one that changed (or
+    whose end the timeline's end clips, then or now) onwards, not all of them (the bars before are the same
+    objects: nothing changes a `TurnBin` once made)."""
+    items = sorted((key, tuple(values)) for key, values in merged.items())
+    bins: list[TurnBin] = []
+    cumulative: list[tuple[datetime, Decimal, Decimal]] = []
+    after: list[tuple[int, tuple]] = []  # per bar: the spend line's length and last point once it is drawn
+    at = 0
+    kept = localcache.get(("timeline-binned", run_id))
+    if kept is not None and kept[0] == (start, width):
+        _, old_end, old_items, old_bins, old_cumulative, old_after = kept
+        limit = min(len(items), len(old_items))
+        while at < limit and items[at] == old_items[at]:
+            at += 1
+        clip = min(old_end, end)
+        while at and old_bins[at - 1].end > clip:
+            at -= 1
+        if at:
+            length, last = old_after[at - 1]
+            bins, cumulative, after = old_bins[:at], [*old_cumulative[: length - 1], last], old_after[:at]
+    total, driver = (cumulative[-1][1], cumulative[-1][2]) if cumulative else (Decimal(0), Decimal(0))
+    for (index, kind), (n, tin, tout, micro) in items[at:]:
+        b = TurnBin(start + width * index, start + width * (index + 1), kind, n, tin, tout, micro * MICRO_USD)
+        bins.append(b)
+        total += b.cost_usd
+        if kind == TurnKind.DRIVER_INFERENCE:
+            driver += b.cost_usd
+        point = (min(b.end, end), total, driver)
+        if cumulative and cumulative[-1][0] == point[0]:
+            cumulative[-1] = point  # the second kind of the same bin
+        else:
+            cumulative.append(point)
+        after.append((len(cumulative), point))
+    localcache.put(("timeline-binned", run_id), ((start, width), end, items, bins, cumulative, after))
+    return bins, cumulative
+
+
 def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str | None = None) -> Timeline:
     """Turns binned by time and scores on the same time axis: at most MAX_BINS bars per kind, each a
     whole number of the kept buckets; two queries when the turn aggregates are kept (plus the turns
@@ -141,22 +182,7 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
     per_bar = max(1, math.ceil(buckets / max(1, min(MAX_BINS, memo.count))))
     width = base * per_bar
 
-    merged = _bars(run, memo, origin_bucket, per_bar)
-    bins: list[TurnBin] = []
-    cumulative: list[tuple[datetime, Decimal, Decimal]] = []
-    total = driver = Decimal(0)
-    for (index, kind), (n, tin, tout, micro) in sorted(merged.items()):
-        b = TurnBin(start + width * index, start + width * (index + 1), kind, n, tin, tout, micro * MICRO_USD)
-        bins.append(b)
-        total += b.cost_usd
-        if kind == TurnKind.DRIVER_INFERENCE:
-            driver += b.cost_usd
-        point = (min(b.end, end), total, driver)
-        if cumulative and cumulative[-1][0] == point[0]:
-            cumulative[-1] = point  # the second kind of the same bin
-        else:
-            cumulative.append(point)
-
+    bins, cumulative = _binned(run.pk, _bars(run, memo, origin_bucket, per_bar), start, width, end)
     return Timeline(
         start=start,
         end=end,
