@@ -75,6 +75,7 @@ bench: install-test
 	$(BIN)/python bench/scale.py --append
 	$(BIN)/python bench/browser.py --append
 	$(BIN)/python bench/viewer.py --append
+	$(BIN)/python bench/polls.py --append
 	$(BIN)/python bench/arms.py --append
 	$(BIN)/python bench/columns.py --append
 	$(BIN)/python bench/review.py --append
