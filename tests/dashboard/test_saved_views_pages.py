@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from smrweb.core import localcache
 from smrweb.tracking import services
 from smrweb.tracking.models import Run, SavedView
 from tests.factories import push
@@ -108,10 +109,12 @@ def test_the_page_reads_its_runs_in_the_same_queries_with_ten_columns(client_ali
     ten = ["param:lr", "tag:model", "metric:val/loss", "metric:val/loss:min", "metric:val/loss:max"]
     ten += ["spend:usd", "spend:child_usd", "spend:tokens", "spend:driver_tokens", "spend:failed_calls"]
     client_alice.get(PAGE)  # session and preference rows written once
-    cache.clear()  # both renders cold: no kept block or rows
+    cache.clear()  # both renders cold: no kept block or rows (nor this process's copies of the rows)
+    localcache.clear()
     with CaptureQueriesContext(connection) as plain:
         body(client_alice.get(PAGE, {"sort": "-best"}))
     cache.clear()
+    localcache.clear()
     with CaptureQueriesContext(connection) as wide:
         html = body(client_alice.get(PAGE, {"col": ten, "sort": "-col:metric:val/loss"}))
     assert len(cells(html, "spend:failed_calls")) == 6
