@@ -17,7 +17,6 @@ is reported once.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -27,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: its shared modules
-from inprocess import commit, report, world  # noqa: E402 - starts Django: before any model
+from inprocess import arguments, commit, report, world  # noqa: E402 - starts Django: before any model
 
 # isort: split
 
@@ -96,14 +95,10 @@ def timed(client: Client, url: str, params, headers=None) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--seed", type=int, default=5)
-    parser.add_argument("--postgres", help="a database URL to run on instead of SQLite")
-    parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
     with world():
         user = get_user_model().objects.create_user("bench", "bench@example.test", "x")

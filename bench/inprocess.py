@@ -5,6 +5,7 @@ docs/benchmarks.md. Importing this module starts Django: import it before any mo
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -51,6 +52,15 @@ def world():
             with contextlib.suppress(OSError, TypeError):
                 os.kill(redis.pid, signal.SIGTERM)
         shutil.rmtree(DATA, ignore_errors=True)
+
+
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """An in-process bench's command line: its docstring as help, and the two options every one of them
+    reads (`--postgres`, read from sys.argv above before Django starts; `--append`, for `report`)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--postgres", help="a database URL to run on instead of SQLite")
+    parser.add_argument("--append", action="store_true", help="also append the section to docs/benchmarks.md")
+    return parser
 
 
 def commit() -> str:

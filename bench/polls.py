@@ -21,7 +21,6 @@ The SQL queries and cache round trips of each poll are counted on the last round
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -32,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: its shared modules
-from inprocess import commit, report, world  # noqa: E402 - starts Django: before any model
+from inprocess import arguments, commit, report, world  # noqa: E402 - starts Django: before any model
 
 # isort: split
 
@@ -159,16 +158,12 @@ def _answers(statuses: list[int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--turns", type=int, default=5000)
     parser.add_argument("--factor", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--gap", type=float, default=0.2, help="seconds between a round's requests")
-    parser.add_argument("--postgres", help="a database URL to run on instead of SQLite")
-    parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
     with world():
         user = get_user_model().objects.create_user("bench", "bench@example.test", "x")
