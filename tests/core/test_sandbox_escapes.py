@@ -243,8 +243,11 @@ def test_a_killed_worker_takes_its_validator_along_and_the_next_one_removes_its_
     running = (
         f"sleep {sleep_for}"  # the validator (and its bwrap), not the worker, whose argv holds sleep_for too
     )
+    # Killed once the validator itself runs: by then every bubblewrap on the way has set its death signal.
+    # (A worker killed in the milliseconds before the first one has is left to the next slot holder, which
+    # kills what is left in the slot's cgroup.)
     deadline = time.monotonic() + 20
-    while not any(running in _cmdline(pid) for pid in _pids()):
+    while not any(_cmdline(pid).startswith(f"{running} ") for pid in _pids()):
         assert time.monotonic() < deadline, "the validator never started"
         time.sleep(0.1)
     workdirs = list(tmp_path.glob("smrweb-validate-*"))
