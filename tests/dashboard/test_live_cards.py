@@ -483,6 +483,23 @@ def test_figure_patches_append_cut_and_refuse_a_new_shape():
     assert live.figure_patch(old, restyled) is None
 
 
+def test_the_common_prefix_of_two_arrays_is_the_one_an_item_by_item_loop_finds():
+    rng = random.Random(36)
+    for _ in range(2000):
+        a = [rng.choice("ab") for _ in range(rng.randint(0, 12))]
+        b = a[: rng.randint(0, len(a))] + [rng.choice("abc") for _ in range(rng.randint(0, 12))]
+        naive = 0
+        while naive < min(len(a), len(b)) and a[naive] == b[naive]:
+            naive += 1
+        assert live._common_prefix(a, b) == naive == live._common_prefix(b, a), (a, b)
+    same = [[i, "d"] for i in range(500)]
+    assert live.figure_patch({"data": [{"x": same}]}, {"data": [{"x": [*same[:499], [0, "c"]]}]}) == {
+        "base": [500],
+        "traces": [[0, "x", 499, [[0, "c"]]]],
+        "layout": {},
+    }
+
+
 # --- the project page's runs block ----------------------------------------------------------------------
 
 

@@ -72,6 +72,76 @@ def _reusing(name: str, uirevision: str, context: tuple, items: list, draw: Call
     return drawn
 
 
+def _kept_score_traces(tl: Timeline, metric: str, zone: str, uirevision: str, x_time: Callable) -> list:
+    """The score traces (counted, and not counted), the same trace objects while the timeline's score lists
+    are the same objects (`queries.timeline`: a poll after a turn, no new score): a live run's ~800 scores
+    are not drawn again for each turn, and the figure's patch skips them (`live.figure_patch`)."""
+    if not tl.scores:
+        return []
+    key = ("timeline-score-traces", uirevision)
+    context = (zone, zone_label(), metric)
+    kept = localcache.get(key)
+    if kept is not None and kept[0] == context and kept[1] is tl.scores:
+        if kept[2] is tl.score_turns and kept[3] is tl.score_standing:
+            return kept[4]
+    traces = _score_traces(tl, metric, x_time)
+    localcache.put(key, (context, tl.scores, tl.score_turns, tl.score_standing, traces))
+    return traces
+
+
+def _score_traces(tl: Timeline, metric: str, x_time: Callable) -> list:
+    """The timeline's scores: counted ones as markers, the others hollow with why they do not count."""
+    data: list[dict] = []
+    # customdata: the turn the score came after ("turn #12 · driver"), or "" when no turn preceded it.
+    turns = [
+        f"<br>after turn #{n} · {plotly_text(actor)}" if n is not None else ""
+        for n, actor in (
+            tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores))
+        )
+    ]
+    why = tl.score_standing or [""] * len(tl.scores)
+    counted = [i for i in range(len(tl.scores)) if not why[i]]
+    void = [i for i in range(len(tl.scores)) if why[i]]
+    hover = f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}%{{customdata}}<extra></extra>"
+    if counted:
+        data.append(
+            {
+                "type": "scatter",  # not scattergl: the basic bundle has none (scores are capped)
+                "mode": "markers",
+                "name": metric,
+                "x": [x_time(tl.scores[i][0]) for i in counted],
+                "y": [tl.scores[i][1] for i in counted],
+                "customdata": [turns[i] for i in counted],
+                "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
+                "hovertemplate": hover,
+                "yaxis": "y",
+                "legendgroup": "score",
+            }
+        )
+    if void:
+        # Scores that do not count (invalid, rejected, excluded) stay on the chart, hollow, with why.
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "not counted",
+                "x": [x_time(tl.scores[i][0]) for i in void],
+                "y": [tl.scores[i][1] for i in void],
+                "customdata": [f"<br><b>{why[i]}</b>: not counted{turns[i]}" for i in void],
+                "marker": {
+                    "symbol": "circle-open",
+                    "color": VOID,
+                    "size": 8,
+                    "line": {"color": VOID, "width": 1.5},
+                },
+                "hovertemplate": hover,
+                "yaxis": "y",
+                "legendgroup": "void",
+            }
+        )
+    return data
+
+
 def run_timeline_figure(
     tl: Timeline,
     *,
@@ -97,55 +167,7 @@ def run_timeline_figure(
     def x_time_short(ts: datetime) -> str:
         return _x_in(ts, zone, True)
 
-    data: list[dict] = []
-    if tl.scores:
-        # customdata: the turn the score came after ("turn #12 · driver"), or "" when no turn preceded it.
-        turns = [
-            f"<br>after turn #{n} · {plotly_text(actor)}" if n is not None else ""
-            for n, actor in (
-                tl.score_turns[i] if i < len(tl.score_turns) else (None, "") for i in range(len(tl.scores))
-            )
-        ]
-        why = tl.score_standing or [""] * len(tl.scores)
-        counted = [i for i in range(len(tl.scores)) if not why[i]]
-        void = [i for i in range(len(tl.scores)) if why[i]]
-        hover = f"{metric} %{{y:.6g}}<br>%{{x|%b %d, %H:%M:%S}} {zone_label()}%{{customdata}}<extra></extra>"
-        if counted:
-            data.append(
-                {
-                    "type": "scatter",  # not scattergl: the basic bundle has none (scores are capped)
-                    "mode": "markers",
-                    "name": metric,
-                    "x": [x_time(tl.scores[i][0]) for i in counted],
-                    "y": [tl.scores[i][1] for i in counted],
-                    "customdata": [turns[i] for i in counted],
-                    "marker": {"color": SCORE, "size": 6, "line": {"color": "#2563eb", "width": 1}},
-                    "hovertemplate": hover,
-                    "yaxis": "y",
-                    "legendgroup": "score",
-                }
-            )
-        if void:
-            # Scores that do not count (invalid, rejected, excluded) stay on the chart, hollow, with why.
-            data.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "name": "not counted",
-                    "x": [x_time(tl.scores[i][0]) for i in void],
-                    "y": [tl.scores[i][1] for i in void],
-                    "customdata": [f"<br><b>{why[i]}</b>: not counted{turns[i]}" for i in void],
-                    "marker": {
-                        "symbol": "circle-open",
-                        "color": VOID,
-                        "size": 8,
-                        "line": {"color": VOID, "width": 1.5},
-                    },
-                    "hovertemplate": hover,
-                    "yaxis": "y",
-                    "legendgroup": "void",
-                }
-            )
+    data: list[dict] = [*_kept_score_traces(tl, metric, zone, uirevision, x_time)]
     if tl.frontier:
         frontier = tl.frontier + [(tl.end, tl.frontier[-1][1])]
         data.append(

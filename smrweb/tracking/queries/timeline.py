@@ -183,19 +183,39 @@ def run_timeline(run: Run, *, now: datetime | None = None, scores_version: str |
     width = base * per_bar
 
     bins, cumulative = _binned(run.pk, _bars(run, memo, origin_bucket, per_bar), start, width, end)
+    scores, standing, turns_before, frontier = _score_lists(run.pk, side)
     return Timeline(
         start=start,
         end=end,
         bin_width=width,
         bins=bins,
         cumulative=cumulative,
-        scores=[(ts, v) for _, v, ts, _, _ in side.scores],
-        score_standing=[why for *_, why in side.scores],
-        score_turns=list(side.turns_before),
-        frontier=list(side.frontier),
+        scores=scores,
+        score_standing=standing,
+        score_turns=turns_before,
+        frontier=frontier,
         score_total=side.total,
         turn_total=memo.count,
     )
+
+
+def _score_lists(run_id: int, side) -> tuple[list, list, list, list]:
+    """The score side's lists as the timeline holds them: the same list objects while the side's are the
+    same (a poll after a turn with no new score), so the figure keeps what it drew of them
+    (`charts.run._kept_score_traces`). Kept in this process; never changed once made."""
+    key = ("timeline-score-lists", run_id)
+    kept = localcache.get(key)
+    made_from = (side.scores, side.turns_before, side.frontier)
+    if kept is not None and all(a is b for a, b in zip(kept[:3], made_from, strict=True)):
+        return kept[3]
+    lists = (
+        [(ts, v) for _, v, ts, _, _ in side.scores],
+        [why for *_, why in side.scores],
+        list(side.turns_before),
+        list(side.frontier),
+    )
+    localcache.put(key, (*made_from, lists))
+    return lists
 
 
 @dataclass
