@@ -39,6 +39,22 @@ def forget(*keys: tuple) -> None:
             _KEPT.pop(key, None)
 
 
+def near(scope: tuple, keys: list) -> dict:
+    """Of the shared cache's `keys`, the values this process kept for `scope` (`keep_near`): a reader asks
+    the shared cache for the others only (a poll after a turn: one new row of 25, one run of 100)."""
+    local = get(scope) or {}
+    return {key: local[key] for key in keys if key in local}
+
+
+def keep_near(scope: tuple, shown: dict, limit: int) -> None:
+    """Keep `shown` (shared-cache key -> value, never changed once kept) for `scope`, with the most recently
+    kept others up to `limit` entries in all (a page's other lists, a project's other compared runs)."""
+    local = get(scope) or {}
+    room = limit - len(shown)
+    others = [(k, v) for k, v in local.items() if k not in shown][-room:] if room > 0 else []
+    put(scope, dict(others) | shown)
+
+
 def clear() -> None:
     """Tests: every process-local entry dropped (a test's database is not the last one's)."""
     with _LOCK:

@@ -757,8 +757,7 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
     keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
     # This process's copies first (a row's render never changes under its version): a poll after a turn
     # reads the new row from the shared cache (another process may have rendered it), not the 24 others.
-    local = localcache.get(("kept-rows", scope)) or {}
-    found = {key: local[key] for key in keys if key in local}
+    found = localcache.near(("kept-rows", scope), keys)
     if unknown := [key for key in keys if key not in found]:
         found.update(softcache.get_many(unknown))
     missing = [i for i, key in enumerate(keys) if not isinstance(found.get(key), str)]
@@ -769,10 +768,8 @@ def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list
         fresh = {keys[i]: html for i, html in zip(missing, made, strict=True)}
         softcache.set_many(fresh, CARD_CACHE_SECONDS)
         found.update(fresh)
-    shown = {key: found[key] for key in keys}
-    room = LOCAL_ROWS - len(shown)  # the other lists of the page (its log lines), newest kept
-    others = [(k, v) for k, v in local.items() if k not in shown][-room:] if room > 0 else []
-    localcache.put(("kept-rows", scope), dict(others) | shown)
+    # With the other lists of the page (its log lines), newest kept.
+    localcache.keep_near(("kept-rows", scope), {key: found[key] for key in keys}, LOCAL_ROWS)
     return [found[key] for key in keys]
 
 

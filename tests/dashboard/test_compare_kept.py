@@ -2,6 +2,7 @@
 turns past those kept) gives what a read from scratch gives, after random changes to random runs; and a
 new turn in a long run reads that turn, not every turn of the run."""
 
+import contextlib
 import random
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
 from smrweb.dashboard.charts import compare as compare_charts  # beside tracking.queries.compare
 from smrweb.dashboard.charts import style
 from smrweb.dashboard.templatetags.smrweb import figure_text
@@ -58,9 +59,21 @@ class Turns:
         return {"type": "score", "score": round(self.rng.uniform(0, 1), 4), "ts": at(t)}
 
 
+@contextlib.contextmanager
+def _nothing_kept_here():
+    """Neither this process's copies (core.localcache) seen nor what is kept meanwhile left behind."""
+    kept = dict(localcache._KEPT)
+    localcache.clear()
+    try:
+        yield
+    finally:
+        localcache.clear()
+        localcache._KEPT.update(kept)
+
+
 def _scratch(project, ids, monkeypatch):
     """The comparison read from the rows alone: nothing found kept, nothing kept by it."""
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m, _nothing_kept_here():
         m.setattr(softcache, "get_many", lambda keys: {})
         m.setattr(softcache, "set_many", lambda values, timeout: None)
         return _read(project, ids)
@@ -82,7 +95,7 @@ def _same(kept: compare.Comparison, scratch: compare.Comparison, monkeypatch) ->
     # What the page shows of them: the figures assembled from the runs' kept parts are the figures of the
     # comparison read from scratch, encoded whole; both tables' rows, as written.
     built = compare_charts.build(kept)
-    with monkeypatch.context() as m:  # the rows written from scratch: none found kept
+    with monkeypatch.context() as m, _nothing_kept_here():  # the rows written from scratch: none found kept
         m.setattr(softcache, "get_many", lambda keys: {})
         m.setattr(softcache, "set_many", lambda values, timeout: None)
         fresh = compare_charts.build(scratch)
@@ -300,3 +313,26 @@ def test_after_new_data_in_the_baseline_the_kept_parts_of_10_or_100_runs_come_in
     per_run = [keys for keys in hundred if len(keys) >= 100]
     assert len(per_run) == 1, [len(keys) for keys in hundred]  # one round trip for every run's kept parts
     assert {k.split(":")[0] for k in per_run[0]} == {"compare-run", "compare-parts", "compare-row"}
+
+
+def test_a_view_reads_other_runs_from_its_own_process_and_attaches_its_project_to_its_own_copy(project):
+    """A second view after one run's change asks the shared cache for that run alone; the runs it takes from
+    this process's copies are its own (a view sets its project on them; the kept copy stays without one)."""
+    rng = random.Random(4)
+    ids = [f"r{i:02d}" for i in range(12)]
+    makers = {rid: Turns(rng) for rid in ids}
+    for rid in ids:
+        push(project, rid, makers[rid].turn(1), makers[rid].score(1.5))
+    first = _read(project, ids)
+    push(project, "r03", makers["r03"].turn(5))
+    asked, real_get_many = [], softcache.get_many
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(softcache, "get_many", lambda keys: asked.append(list(keys)) or real_get_many(keys))
+        second = _read(project, ids)
+    run_keys = [k for keys in asked for k in keys if k.startswith("compare-run:")]
+    changed = Run.objects.get(project=project, external_id="r03")
+    assert len(run_keys) == 1 and run_keys[0].startswith(f"compare-run:v1:{changed.pk}:"), run_keys
+    kept = localcache.get(("compare-runs", project.pk))
+    for a, b in zip(first.runs, second.runs, strict=True):
+        assert a.run is not b.run and b.run.project is project and b.run.external_id == a.run.external_id
+    assert all("project" not in run._state.fields_cache for run, _ in kept.values())

@@ -10,6 +10,7 @@ axis titles and hovers name that zone."""
 from __future__ import annotations
 
 import colorsys
+import functools
 import html
 from datetime import datetime
 
@@ -57,6 +58,7 @@ def contrast_on_white(hex_colour: str) -> float:
     return 1.05 / (0.2126 * r + 0.7152 * g + 0.0722 * b + 0.05)
 
 
+@functools.cache  # pure, and asked for every compared run of every view (i < compare.MAX_RUNS)
 def colour(i: int) -> str:
     """The i-th run's colour: the palette, then golden-angle hues darkened until they read on white."""
     if i < len(PALETTE):

@@ -31,9 +31,10 @@ from django.db.models import (
     When,
     Window,
 )
+from django.db.models.base import ModelState
 from django.db.models.expressions import RowRange
 
-from smrweb.core import cachekeys, softcache
+from smrweb.core import cachekeys, localcache, softcache
 from smrweb.core.downsample import lttb
 from smrweb.tracking.models import (
     RUN_RULE,
@@ -49,6 +50,7 @@ from smrweb.tracking.queries.timeline_scores import only_added, scores_since
 from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 MAX_RUNS = 200
+LOCAL_RUNS = 2 * MAX_RUNS  # compared runs a process keeps its own copies of, per project (`_kept_runs`)
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
 # Rows read from SQL per point LTTB keeps: room to choose the points that keep a noisy score series'
 # shape. Cumulative spend only rises, so an even stride already keeps its shape.
@@ -285,11 +287,18 @@ def _kept_runs(
         )
         for m in markers
     }
-    hits = softcache.get_many([*keys.values(), *also])
+    # This process's copies first (a view after one run's change asks the shared cache for that run alone,
+    # not 100 unpickled); a copy's run is copied, since a view sets its project on it.
+    local = localcache.near(("compare-runs", project.pk), list(keys.values()))
+    hits = {key: (_own_copy(run), values) for key, (run, values) in local.items()}
+    hits.update(softcache.get_many([*(key for key in keys.values() if key not in local), *also]))
     by_pk: dict[int, RunSeries] = {}
+    fetched = {}
     for pk, key in keys.items():
         if (hit := hits.get(key)) is not None:
             run, values = hit
+            if key not in local:
+                fetched[key] = (_own_copy(run), values)
             _attach(run, project)
             by_pk[pk] = s = RunSeries(run=run, start=run.started_at, duration=timedelta(0))
             for name, value in zip(READ_FIELDS, values):
@@ -306,9 +315,26 @@ def _kept_runs(
             s.run._state.fields_cache.pop("project", None)  # the project is the caller's: not kept 200 times
             kept[keys[s.run.pk]] = (s.run, tuple(getattr(s, name) for name in READ_FIELDS))
         softcache.set_many(kept, SERIES_CACHE_SECONDS)  # pickled here, before the project is set back
+        fetched |= {key: (_own_copy(run), values) for key, (run, values) in kept.items()}
         for s in read:
             _attach(s.run, project)
+    if fetched:
+        shown = {key: local.get(key) or fetched.get(key) for key in keys.values()}
+        shown = {key: value for key, value in shown.items() if value is not None}
+        localcache.keep_near(("compare-runs", project.pk), shown, LOCAL_RUNS)
     return [by_pk[m.pk] for m in markers if m.pk in by_pk], {k: hits[k] for k in also if k in hits}
+
+
+def _own_copy(run: Run) -> Run:
+    """A copy of a kept run a view may attach its project to (its fields and its cache of related objects
+    its own; the parent run shared, never changed): `copy.copy` of a model goes through pickling's hooks,
+    about as slow as unpickling the run again."""
+    own = Run.__new__(Run)
+    own.__dict__ = run.__dict__.copy()
+    own._state = state = ModelState()
+    state.__dict__ = run._state.__dict__.copy()  # db, adding and (once read) the related objects' cache
+    state.fields_cache = run._state.fields_cache.copy()
+    return own
 
 
 def _attach(run: Run, project: Project) -> None:
