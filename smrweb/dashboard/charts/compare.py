@@ -42,7 +42,7 @@ from smrweb.dashboard.templatetags.smrweb import (
     state_badge,
     usd,
 )
-from smrweb.tracking.queries.compare import Comparison, RunSeries
+from smrweb.tracking.queries.compare import Comparison, RunSeries, keep_here
 from smrweb.tracking.queries.compare_turns import add_turns
 
 PARTS_CACHE_SECONDS = 3600
@@ -478,6 +478,7 @@ def kept_rows(c: Comparison, colours: list[str], start: int = 0, stop: int | Non
         row_deltas = deltas(s, c.runs[0], c.maximize, base_values) if i else {}
         out.append(RowText(_filled(text.side_by_side_html, row_deltas), text.turns_html))
     softcache.set_many(made, PARTS_CACHE_SECONDS)
+    keep_here(c.project, made)
     return out
 
 
@@ -721,6 +722,7 @@ def _parts(c: Comparison, colours: list[str], unit: TimeUnit, metric: str) -> li
             made[key] = part = run_parts(s, col, unit, metric)
         parts.append(part)
     softcache.set_many(made, PARTS_CACHE_SECONDS)
+    keep_here(c.project, made)
     return parts
 
 

@@ -50,7 +50,9 @@ from smrweb.tracking.queries.timeline_scores import only_added, scores_since
 from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 MAX_RUNS = 200
-LOCAL_RUNS = 2 * MAX_RUNS  # compared runs a process keeps its own copies of, per project (`_kept_runs`)
+# What a process keeps its own copies of, per project (`_kept_runs`): two views' worth of runs, each with
+# its figure parts and rows.
+LOCAL_ENTRIES = 2 * 3 * MAX_RUNS
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
 # Rows read from SQL per point LTTB keeps: room to choose the points that keep a noisy score series'
 # shape. Cumulative spend only rises, so an even stride already keeps its shape.
@@ -287,11 +289,14 @@ def _kept_runs(
         )
         for m in markers
     }
-    # This process's copies first (a view after one run's change asks the shared cache for that run alone,
-    # not 100 unpickled); a copy's run is copied, since a view sets its project on it.
-    local = localcache.near(("compare-runs", project.pk), list(keys.values()))
-    hits = {key: (_own_copy(run), values) for key, (run, values) in local.items()}
-    hits.update(softcache.get_many([*(key for key in keys.values() if key not in local), *also]))
+    # This process's copies first, of the runs and of what the page keeps per run (`also`: figure parts and
+    # rows, immutable texts): a view after one run's change asks the shared cache for that run's alone, not
+    # for 100 runs' unpickled. A kept run is copied, since a view sets its project on it.
+    wanted = [*keys.values(), *also]
+    local = localcache.near(("compare-runs", project.pk), wanted)
+    hits = {key: local[key] for key in also if key in local}
+    hits |= {key: (_own_copy(local[key][0]), local[key][1]) for key in keys.values() if key in local}
+    hits.update(softcache.get_many([key for key in wanted if key not in local]))
     by_pk: dict[int, RunSeries] = {}
     fetched = {}
     for pk, key in keys.items():
@@ -318,11 +323,17 @@ def _kept_runs(
         fetched |= {key: (_own_copy(run), values) for key, (run, values) in kept.items()}
         for s in read:
             _attach(s.run, project)
-    if fetched:
-        shown = {key: local.get(key) or fetched.get(key) for key in keys.values()}
-        shown = {key: value for key, value in shown.items() if value is not None}
-        localcache.keep_near(("compare-runs", project.pk), shown, LOCAL_RUNS)
+    if len(local) < len(wanted):
+        shown = {key: local.get(key) or fetched.get(key) or hits.get(key) for key in wanted}
+        keep_here(project, {key: value for key, value in shown.items() if value is not None})
     return [by_pk[m.pk] for m in markers if m.pk in by_pk], {k: hits[k] for k in also if k in hits}
+
+
+def keep_here(project: Project, values: dict) -> None:
+    """Keep this process's copies of what a comparison of the project keeps in the shared cache (`values`:
+    key -> value, as written there): what `_kept_runs` reads first. The page writes its figure parts and
+    rows here too when it writes them again under the same key (another time unit)."""
+    localcache.keep_near(("compare-runs", project.pk), values, LOCAL_ENTRIES)
 
 
 def _own_copy(run: Run) -> Run:
