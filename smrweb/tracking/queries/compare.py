@@ -31,7 +31,6 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.base import ModelState
 from django.db.models.expressions import RowRange
 
 from smrweb.core import cachekeys, localcache, softcache
@@ -50,9 +49,7 @@ from smrweb.tracking.queries.timeline_scores import only_added, scores_since
 from smrweb.tracking.queries.turn_memo import EpochSeconds
 
 MAX_RUNS = 200
-# What a process keeps its own copies of, per project (`_kept_runs`): two views' worth of runs, each with
-# its figure parts and rows.
-LOCAL_ENTRIES = 2 * 3 * MAX_RUNS
+LOCAL_ENTRIES = 2 * 3 * MAX_RUNS  # a process's copies per project (_kept_runs): two views' runs, parts, rows
 POINTS_PER_CHART = 3000  # per figure, all runs together: 200 runs stay under 100 KB a figure
 # Rows read from SQL per point LTTB keeps: room to choose the points that keep a noisy score series'
 # shape. Cumulative spend only rises, so an even stride already keeps its shape.
@@ -291,11 +288,12 @@ def _kept_runs(
     }
     # This process's copies first, of the runs and of what the page keeps per run (`also`: figure parts and
     # rows, immutable texts): a view after one run's change asks the shared cache for that run's alone, not
-    # for 100 runs' unpickled. A kept run is copied, since a view sets its project on it.
+    # for 100 runs' unpickled. A kept run is copied (`own_copy`): a view sets its project on it.
     wanted = [*keys.values(), *also]
     local = localcache.near(("compare-runs", project.pk), wanted)
     hits = {key: local[key] for key in also if key in local}
-    hits |= {key: (_own_copy(local[key][0]), local[key][1]) for key in keys.values() if key in local}
+    own = localcache.own_copy
+    hits |= {key: (own(local[key][0]), local[key][1]) for key in keys.values() if key in local}
     hits.update(softcache.get_many([key for key in wanted if key not in local]))
     by_pk: dict[int, RunSeries] = {}
     fetched = {}
@@ -303,7 +301,7 @@ def _kept_runs(
         if (hit := hits.get(key)) is not None:
             run, values = hit
             if key not in local:
-                fetched[key] = (_own_copy(run), values)
+                fetched[key] = (localcache.own_copy(run), values)
             _attach(run, project)
             by_pk[pk] = s = RunSeries(run=run, start=run.started_at, duration=timedelta(0))
             for name, value in zip(READ_FIELDS, values):
@@ -320,7 +318,7 @@ def _kept_runs(
             s.run._state.fields_cache.pop("project", None)  # the project is the caller's: not kept 200 times
             kept[keys[s.run.pk]] = (s.run, tuple(getattr(s, name) for name in READ_FIELDS))
         softcache.set_many(kept, SERIES_CACHE_SECONDS)  # pickled here, before the project is set back
-        fetched |= {key: (_own_copy(run), values) for key, (run, values) in kept.items()}
+        fetched |= {key: (localcache.own_copy(run), values) for key, (run, values) in kept.items()}
         for s in read:
             _attach(s.run, project)
     if len(local) < len(wanted):
@@ -330,22 +328,9 @@ def _kept_runs(
 
 
 def keep_here(project: Project, values: dict) -> None:
-    """Keep this process's copies of what a comparison of the project keeps in the shared cache (`values`:
-    key -> value, as written there): what `_kept_runs` reads first. The page writes its figure parts and
-    rows here too when it writes them again under the same key (another time unit)."""
+    """This process's copies of what a comparison keeps in the shared cache (`_kept_runs` reads them first;
+    the page writes its parts here too when it writes them again under a key: another time unit)."""
     localcache.keep_near(("compare-runs", project.pk), values, LOCAL_ENTRIES)
-
-
-def _own_copy(run: Run) -> Run:
-    """A copy of a kept run a view may attach its project to (its fields and its cache of related objects
-    its own; the parent run shared, never changed): `copy.copy` of a model goes through pickling's hooks,
-    about as slow as unpickling the run again."""
-    own = Run.__new__(Run)
-    own.__dict__ = run.__dict__.copy()
-    own._state = state = ModelState()
-    state.__dict__ = run._state.__dict__.copy()  # db, adding and (once read) the related objects' cache
-    state.fields_cache = run._state.fields_cache.copy()
-    return own
 
 
 def _attach(run: Run, project: Project) -> None:
