@@ -42,6 +42,7 @@ the body as the server sends it (uncompressed: no compression middleware), i.e. 
     .venv/bin/python bench/viewer.py --append                 # also append a dated section to the docs
     .venv/bin/python bench/viewer.py --keep DIR               # seed into DIR and keep it ...
     .venv/bin/python bench/viewer.py --reuse DIR              # ... and measure it again (another commit)
+    .venv/bin/python bench/viewer.py --reuse DIR --pages "project page,long run" --no-tick  # two pages
 """
 
 from __future__ import annotations
@@ -419,9 +420,10 @@ def wait_for_tick(log) -> None:
 
 
 class Bench:
-    def __init__(self, worlds: list[World], gap: float, log):
+    def __init__(self, worlds: list[World], gap: float, log, only: str = ""):
         self.worlds, self.gap, self.log = worlds, gap, log
-        self.pages = pages_of(worlds)
+        chosen = [word.strip() for word in only.split(",") if word.strip()]
+        self.pages = [p for p in pages_of(worlds) if not chosen or any(w in p.label for w in chosen)]
         self.samples: dict[tuple[str, str, str], list[Sample]] = defaultdict(list)  # (row, state, world)
         self.rows: list[str] = []
         self.dropped = 0
@@ -691,6 +693,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21, help="rounds (the median of as many)")
     parser.add_argument("--gap", type=float, default=0.5, help="seconds a viewer waits before each request")
     parser.add_argument("--no-tick", action="store_true", help="skip the tick states (no waiting)")
+    parser.add_argument(
+        "--pages", default="", help="only the pages whose label holds one of these words ('project,long')"
+    )
     parser.add_argument("--append", action="store_true", help="append a dated section to the benchmarks doc")
     parser.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks.md"))
     parser.add_argument("--json", metavar="PATH", help="also write every sample as JSON")
@@ -741,7 +746,7 @@ def main() -> None:
             world.http = login(world.base, USERNAME, PASSWORD)
         if args.keep:
             save(workdir, args, worlds)
-        bench = Bench(worlds, args.gap, log)
+        bench = Bench(worlds, args.gap, log, args.pages)
         # One untimed pass: imports, template compilation and SQLite's page cache are not what a viewer meets.
         for page in bench.pages:
             for world in worlds:

@@ -41,6 +41,16 @@ def _points(values) -> list[tuple[float, str]]:
 
 
 @register.simple_tag
+def card_version_marker(name: str, version: str) -> str:
+    """A live card's version marker (the `data-card`/`data-version` the page script sends with its poll), a
+    part of its own (`NAME--v`): written in each card's render and, alone, in a poll's answer for a card
+    whose parts changed (no template render: a turn's answer carries six)."""
+    return format_html(
+        '<!--p:{0}--v--><i hidden id="{0}--v" data-card="{0}" data-version="{1}"></i><!--/p-->', name, version
+    )
+
+
+@register.simple_tag
 def sparkline(values, *, width: int = 120, height: int = 28, maximize: bool = True, what: str = "scores"):
     """An inline SVG of `values` (ScorePoints, or numbers) with the best point marked; a dash when there
     are none. The line joins the scores that count; one that does not (its `why`) is a hollow dot off

@@ -18,6 +18,7 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.core import cachekeys, softcache
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
+from smrweb.dashboard.templatetags.smrweb import card_version_marker
 from smrweb.dashboard.views import exports, saved_views
 from smrweb.tracking import queries
 from smrweb.tracking.filters import DEFAULT_SORT, NARROWING, RunFilter, sort_runs
@@ -420,8 +421,7 @@ def _still_on_top(request, outline: _Outline, changed: list[Run]) -> bool:
 
 def _version_part(version: str) -> dict:
     """The block's version marker, as the template writes it."""
-    html = render_to_string("dashboard/project_detail.html#project-live-version", {"version": version})
-    return {"project-live--v": html.strip()}
+    return {"project-live--v": card_version_marker("project-live", version)}
 
 
 def _row_digest(project: Project, shape: tuple) -> tuple:

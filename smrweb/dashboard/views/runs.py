@@ -22,7 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, role_of, run_for_user
 from smrweb.dashboard.charts import series as series_charts
-from smrweb.dashboard.templatetags.smrweb import tool_names
+from smrweb.dashboard.templatetags.smrweb import card_version_marker, tool_names
 from smrweb.dashboard.views import run_logs, steer
 from smrweb.dashboard.views.annotations import run_page_context
 from smrweb.dashboard.views.steer import steer_page_context
@@ -566,8 +566,7 @@ class RunPage:
         return render_to_string(f"{TEMPLATE}#{template}", context, request=self.request)
 
     def render_marker(self, name: str, version: str) -> str:
-        context = {"card_name": name, "card_version": version}
-        return render_to_string(f"{TEMPLATE}#card-version", context, request=self.request)
+        return card_version_marker(name, version)  # what the cards' `card-version` partial writes
 
     def layout(self, name: str) -> tuple[str, tuple[live.Part, ...]]:
         """A card's skeleton version and its own-versioned parts (`PARTS`): read by a poll after the card's
