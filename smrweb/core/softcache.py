@@ -37,10 +37,14 @@ class _Batch(threading.local):
     # Ints are kept bare, as Django's Redis serializer stores them (incr works on them).
     writes: dict[str, tuple[float | None, bytes | int]] | None = None
     deletes: set[str] | None = None
+    # key -> value (or _MISSING) read ahead by an earlier `get_many(…, also=…)` of the block, for its next
+    # read of that key: two reads one after the other that one step knows of go in one round trip.
+    ahead: dict[str, object] | None = None
 
 
 _batch = _Batch()
 _DELETED = object()
+_MISSING = object()
 
 
 @contextmanager
@@ -50,12 +54,12 @@ def batched() -> Iterator[None]:
     if _batch.writes is not None:
         yield
         return
-    _batch.writes, _batch.deletes = {}, builtins.set()  # `set` here is this module's
+    _batch.writes, _batch.deletes, _batch.ahead = {}, builtins.set(), {}  # `set` here is this module's
     try:
         yield
     finally:
         writes, deletes = _batch.writes, _batch.deletes
-        _batch.writes = _batch.deletes = None
+        _batch.writes = _batch.deletes = _batch.ahead = None
         _write(writes, deletes)
 
 
@@ -105,9 +109,17 @@ def _pending(key: str):
     return None if held is None else _loads(held[1])
 
 
+def _read_ahead(key: str):
+    """What an earlier read of the block read ahead at `key` (once: a later read asks the cache again), or
+    None when it did not."""
+    return _batch.ahead.pop(key, None) if _batch.ahead else None
+
+
 def get(key: str, default=None):
     if (held := _pending(key)) is not None:
         return default if held is _DELETED else held
+    if (ahead := _read_ahead(key)) is not None:
+        return default if ahead is _MISSING else ahead
     try:
         return cache.get(key, default)
     except Exception as exc:  # any backend error: redis.ConnectionError, TimeoutError, …
@@ -183,17 +195,27 @@ def delete_many(keys: list[str]) -> None:
         _down("delete_many", keys[0], exc)
 
 
-def get_many(keys: list[str]) -> dict:
+def get_many(keys: list[str], also: list[str] = ()) -> dict:
+    """The values found at `keys`; inside a `batched` block the keys `also` are read in the same round trip
+    and held for the block's next read of each (a step that knows what the next one reads)."""
     if not keys:
         return {}
-    held = {key: value for key in keys if (value := _pending(key)) is not None}
+    held = {}  # this block's own writes, then what it read ahead
+    for key in keys:
+        if (value := _pending(key)) is not None or (value := _read_ahead(key)) is not None:
+            held[key] = value
     asked = [key for key in keys if key not in held]
+    ahead = [key for key in also if key not in held and key not in asked] if _batch.writes is not None else []
     try:
-        found = cache.get_many(asked) if asked else {}
+        found = cache.get_many([*asked, *ahead]) if asked or ahead else {}
     except Exception as exc:
         _down("get_many", keys[0], exc)
         found = {}
-    return found | {key: value for key, value in held.items() if value is not _DELETED}
+    for key in ahead:
+        _batch.ahead[key] = found.pop(key, _MISSING)
+    return found | {
+        key: value for key, value in held.items() if value is not _DELETED and value is not _MISSING
+    }
 
 
 def set_many(values: dict, timeout: float | None) -> None:

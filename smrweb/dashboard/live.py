@@ -749,17 +749,19 @@ def _part_changes(old: str, new: str, ids: Iterable[str]) -> list[str]:
     return out
 
 
-def kept_rows(scope: str, rows: list[tuple[str, object]], render: Callable[[list], str]) -> list[str]:
+def kept_rows(
+    scope: str, rows: list[tuple[str, object]], render: Callable[[list], str], also: list[str] = ()
+) -> list[str]:
     """The rows of a long list (a card's table), each rendered once per its own version and kept in the cache:
     `rows` are (version, item) in order, `render(items)` renders the rows of the items given, in order, each
-    one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all; a new turn renders its one row,
-    not the table. A cache that is down renders them all."""
+    one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all (with the entries `also` that
+    `render` reads); a new turn renders its one row, not the table. A cache that is down renders them all."""
     keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
     # This process's copies first (a row's render never changes under its version): a poll after a turn
     # reads the new row from the shared cache (another process may have rendered it), not the 24 others.
     found = localcache.near(("kept-rows", scope), keys)
     if unknown := [key for key in keys if key not in found]:
-        found.update(softcache.get_many(unknown))
+        found.update(softcache.get_many(unknown, also=also))
     missing = [i for i, key in enumerate(keys) if not isinstance(found.get(key), str)]
     if missing:
         made = [m[0] for m in PART.finditer(render([rows[i][1] for i in missing]))]
@@ -785,12 +787,15 @@ def template_digest(name: str, *modules) -> str:
     return hashlib.blake2s(source.encode(), digest_size=6).hexdigest()
 
 
-def remembered(scope: str, name: str, version: str, compute: Callable[[], object]) -> object:
+def remembered(
+    scope: str, name: str, version: str, compute: Callable[[], object], also: list[str] = ()
+) -> object:
     """`compute()` once per `version` of what it reads, kept in the cache: a card's version that depends on
     a reading costing queries (the run's "no progress" reading) pays them when its inputs move, not every
-    poll. This process's copy first (core.localcache: no cache round trip), then the shared cache's."""
+    poll. This process's copy first (core.localcache: no cache round trip), then the shared cache's, read
+    with the entries `also` that `compute` reads first (one round trip)."""
     key = cachekeys.live_card(scope, name, version)
-    kept = localcache.get(("remembered", key)) or softcache.get(key)
+    kept = localcache.get(("remembered", key)) or softcache.get_many([key], also=also).get(key)
     if isinstance(kept, tuple) and len(kept) == 1:
         localcache.put(("remembered", key), kept)
         return kept[0]

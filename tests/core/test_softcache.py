@@ -95,9 +95,9 @@ def any_cache(request, settings, monkeypatch):
         }
     backend = caches.create_connection("default")
     monkeypatch.setattr(softcache, "cache", backend)
-    backend.delete_many([f"batch-test:{k}" for k in "abcdn"])
+    backend.delete_many([f"batch-test:{k}" for k in "abcdnx"])
     yield backend
-    backend.delete_many([f"batch-test:{k}" for k in "abcdn"])
+    backend.delete_many([f"batch-test:{k}" for k in "abcdnx"])
 
 
 def test_a_batch_writes_when_it_ends_and_reads_its_own_writes(any_cache):
@@ -120,7 +120,7 @@ def test_a_batch_writes_when_it_ends_and_reads_its_own_writes(any_cache):
             "batch-test:a": {"list": [1]},
             "batch-test:n": 5,
         }
-    assert any_cache.get_many([f"batch-test:{k}" for k in "abcdn"]) == {
+    assert any_cache.get_many([f"batch-test:{k}" for k in "abcdnx"]) == {
         "batch-test:a": {"list": [1]},
         "batch-test:b": "b",
         "batch-test:d": "d",
@@ -144,6 +144,52 @@ def test_a_claim_released_in_a_batch_is_its_own_to_take_again(any_cache):
     assert any_cache.get("batch-test:a") == 1 and any_cache.get("batch-test:b") == "another request's"
 
 
+def test_a_read_ahead_goes_with_the_read_before_it_and_serves_one_later_read(any_cache, monkeypatch):
+    """`get_many(keys, also=…)` inside a block reads `also` in the same round trip and holds each for the
+    block's next read of it, found or missing (no round trip for it); once: a later read asks again; the
+    block's own writes win over what it read ahead; outside a block `also` is not read."""
+    from smrweb.core import softcache
+
+    calls, inside = [], []  # the calls softcache makes (locmem's get_many calls its own get: not counted)
+    real_get, real_get_many = any_cache.get, any_cache.get_many
+
+    def get(key, *args, **kwargs):
+        if not inside:
+            calls.append(("get", key))
+        return real_get(key, *args, **kwargs)
+
+    def get_many(keys, **kwargs):
+        calls.append(("get_many", *keys))
+        inside.append(1)
+        try:
+            return real_get_many(keys, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(any_cache, "get", get)
+    monkeypatch.setattr(any_cache, "get_many", get_many)
+    any_cache.set_many({"batch-test:a": "a", "batch-test:b": "b", "batch-test:c": "c"}, 30)
+    with softcache.batched():
+        assert softcache.get_many(["batch-test:a"], also=["batch-test:b", "batch-test:x"]) == {
+            "batch-test:a": "a"
+        }
+        assert calls == [("get_many", "batch-test:a", "batch-test:b", "batch-test:x")]  # one round trip
+        any_cache.set("batch-test:b", "changed since", 30)
+        assert softcache.get("batch-test:b") == "b"  # read ahead: no round trip
+        assert softcache.get("batch-test:x", "none") == "none"  # read ahead as missing
+        assert len(calls) == 1
+        assert softcache.get("batch-test:b") == "changed since"  # held once: asked again
+        softcache.get_many(["batch-test:a"], also=["batch-test:c"])
+        softcache.set("batch-test:c", "written here", 30)
+        assert softcache.get_many(["batch-test:c", "batch-test:a"]) == {
+            "batch-test:c": "written here",  # the block's own write
+            "batch-test:a": "a",
+        }
+    calls.clear()
+    assert softcache.get_many(["batch-test:a"], also=["batch-test:b"]) == {"batch-test:a": "a"}
+    assert calls == [("get_many", "batch-test:a")]  # outside a block: nothing to hold it for
+
+
 def test_a_batch_with_the_cache_down_ends_quietly(cache_down):
     from smrweb.core import softcache
 
@@ -152,6 +198,8 @@ def test_a_batch_with_the_cache_down_ends_quietly(cache_down):
         assert softcache.get("batch-test:a") == 1
         assert softcache.add_many(["batch-test:b"], 1, 30, down=True) == ["batch-test:b"]
         assert softcache.add_many(["batch-test:c"], 1, 30, down=False) == []
+        assert softcache.get_many(["batch-test:b"], also=["batch-test:c"]) == {}  # a miss, quietly
+        assert softcache.get("batch-test:c") is None
     assert softcache.get("batch-test:a") is None
 
 

@@ -477,7 +477,9 @@ def _run_rows(
         context = {"project": project, "rows": [(r, histories.get(r.pk, [])) for r in missing]}
         return render_to_string(f"{template}#run-rows", context, request=request)
 
-    return [mark_safe(html) for html in live.kept_rows(f"project-{project.pk}", rows, render)]  # noqa: S308
+    also = queries.kept_score_history_keys(marks) if marks is not None else []  # what `render` reads
+    kept = live.kept_rows(f"project-{project.pk}", rows, render, also=also)
+    return [mark_safe(html) for html in kept]  # noqa: S308
 
 
 def _metric_choice(project: Project) -> dict | None:

@@ -19,6 +19,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
+from smrweb.core import cachekeys
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, role_of, run_for_user
 from smrweb.dashboard.charts import series as series_charts
@@ -180,7 +181,9 @@ class RunPage:
             self.project.scenario.maximize,
         )
         reading = lambda: alert_queries.no_progress(run, best=self.best_counted)  # noqa: E731
-        return live.remembered(f"run-{run.pk}", "no-progress", inputs, reading)
+        # A reading not kept yet starts from the run's turn aggregates: their stamp is read with it.
+        also = [cachekeys.turn_aggregates_stamp(run.pk)]
+        return live.remembered(f"run-{run.pk}", "no-progress", inputs, reading, also=also)
 
     @cached_property
     def scores_version(self) -> str:

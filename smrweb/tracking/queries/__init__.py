@@ -47,6 +47,7 @@ from smrweb.tracking.queries.runs import (  # noqa: F401
     SourceGap,
     SourceGaps,
     kept_score_histories,
+    kept_score_history_keys,
     metric_keys,
     metric_series,
     runtime_messages,

@@ -188,13 +188,22 @@ def kept_score_histories(marks: dict[int, tuple], *, per_run: int = 40) -> dict[
     """`score_histories` of the runs in `marks` (run pk: its submissions' marker, markers.submission_markers),
     each kept under its marker: a row of the runs table redrawn for a new turn (which moves no marker) reads
     its sparkline from the cache, not the scores."""
-    reads = {pk: (cachekeys.kept_score_history(pk, per_run), _marker_version(m)) for pk, m in marks.items()}
+    reads = _history_reads(marks, per_run)
 
     def build(missing: list[int]) -> dict[int, list[ScorePoint]]:
         read = score_histories(missing, per_run=per_run)
         return {pk: read.get(pk, []) for pk in missing}
 
     return kept_many(reads, build)
+
+
+def kept_score_history_keys(marks: dict[int, tuple], *, per_run: int = 40) -> list[str]:
+    """Where `kept_score_histories(marks)` finds them in the cache (for a caller that reads ahead)."""
+    return [cachekeys.kept(name, version) for name, version in _history_reads(marks, per_run).values()]
+
+
+def _history_reads(marks: dict[int, tuple], per_run: int) -> dict[int, tuple[str, str]]:
+    return {pk: (cachekeys.kept_score_history(pk, per_run), _marker_version(m)) for pk, m in marks.items()}
 
 
 def stalled_for(run: Run, now: datetime | None = None) -> timedelta | None:
