@@ -684,10 +684,10 @@ class RunPage:
 
     @cached_property
     def turns_page(self):
-        """The turns table's page (its turns not read yet). The run's turn count is its summary column
-        (recomputed from the rows by every write): no COUNT over a long run's turns."""
-        shown = [f for f in TURN_ROW_FIELDS if f != "pk"]
-        turns = self.run.turns.only("run", *shown, "tool_calls").order_by("-ts", "-id")  # what a row shows
+        """The turns table's page (its turns not read yet), each turn as a tuple of what its row shows (no
+        model instances: a live poll reads the page after each turn). The run's turn count is its summary
+        column (recomputed from the rows by every write): no COUNT over a long run's turns."""
+        turns = self.run.turns.order_by("-ts", "-id").values_list(*TURN_ROW_FIELDS, "tool_calls", named=True)
         return self._page(turns, TURNS_PER_PAGE, "turns_page", count=self.run.turn_count)
 
     @cached_property
