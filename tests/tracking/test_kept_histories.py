@@ -47,3 +47,9 @@ def test_kept_histories_follow_every_change_to_the_scores(project, alice):
         with CaptureQueriesContext(connection) as read:
             assert kept_now(ids) == fresh
         assert len(read) == 1  # the markers: the sparklines came from the cache
+        # The same markers read with the runs themselves (a poll's changed rows): equal, none missing.
+        with_runs = markers.with_submission_markers(Run.objects.filter(pk__in=ids))
+        grouped = markers.submission_markers(ids)
+        assert {r.pk: markers.marker_of(r) for r in with_runs} == {
+            pk: grouped.get(pk, markers.NO_SUBMISSIONS) for pk in ids
+        }, (step, change)

@@ -374,8 +374,9 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
     outline is not kept)."""
     if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
         return None
+    changed_runs = Run.objects.filter(project=project, updated__gt=outline.last)
     changed = list(
-        with_columns(Run.objects.filter(project=project, updated__gt=outline.last), shape[0])
+        markers.with_submission_markers(with_columns(changed_runs, shape[0]))
         .defer(*ROW_DEFERRED)
         .prefetch_related("tags")
     )
@@ -386,8 +387,8 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
         page = Paginator(runs.values_list("pk", flat=True), RUNS_PER_PAGE).get_page(request.GET.get("page"))
         if ((*page,), page.paginator.count) != outline.page:
             return None
-    subs = markers.submission_markers([r.pk for r in changed])
-    if any(_side(r, subs.get(r.pk, markers.NO_SUBMISSIONS)) != outline.side[r.pk] for r in changed):
+    subs = {r.pk: markers.marker_of(r) for r in changed}  # read with them
+    if any(_side(r, subs[r.pk]) != outline.side[r.pk] for r in changed):
         return None
     figures = pending_figures(project)  # one read for the counts and the pending scores
     pending = None if include_unverified(request) else queries.pending_scores(project, row=figures)
@@ -396,8 +397,7 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
         return None
     for run in changed:
         run.project = project
-    marks = {r.pk: subs.get(r.pk, markers.NO_SUBMISSIONS) for r in changed}
-    rows = _run_rows(request, project, _decorated(changed, shape), digest, marks)
+    rows = _run_rows(request, project, _decorated(changed, shape), digest, subs)
     activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
     now = replace(outline, last=stamp["last"], activity=activity)
     return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
