@@ -7,6 +7,8 @@ dark, with the screenshot suite's layout and dark-mode checks."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -40,6 +42,9 @@ def test_an_onnx_diff_of_other_weights_says_weights_differ(
             page.goto(f"/projects/hill/submissions/{new.pk}/")
             changes = page.locator("#changes")
             expect(changes.locator("[data-diff-against]")).to_be_visible()
+            # Picked once htmx has taken the fragment in (it marks new content htmx-added until it has): a
+            # pick in between goes nowhere, and the page's own comparison (the project's best) stays.
+            expect(changes.locator("[data-diff]")).not_to_have_class(re.compile(r"\bhtmx-added\b"))
             changes.locator("[data-diff-against]").select_option(str(old.pk))
             # 3. The worker summarises and compares (the fragment polls), 4. the verdict.
             summary = changes.locator(".diff-summary")
