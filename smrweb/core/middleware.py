@@ -1,6 +1,7 @@
 """Refuse NUL characters in the path or query string up front: PostgreSQL cannot compare text with
 U+0000, so such a lookup would fail deep in a query instead of answering 400/404."""
 
+from django.core.signals import request_finished
 from django.http import HttpResponseBadRequest, JsonResponse
 
 from smrweb.core import softcache
@@ -72,9 +73,10 @@ class SessionIdleTimeoutMiddleware:
 
 class BatchedCacheWritesMiddleware:
     """A page or a poll of the dashboard (a safe request outside the API) writes what it keeps in the cache
-    once, when its view has answered (core.softcache.batched): a live poll after a turn made ~10 writes.
-    The API's reads and every write request keep writing as they go (the write path's forgets are not
-    held back)."""
+    once (core.softcache's block): a live poll after a turn made ~10 writes. The writes are for later
+    requests (the next poll, another tab), so they are made when the response is closed — once the WSGI
+    server has sent it — and the viewer does not wait for them. The API's reads and every write request
+    keep writing as they go (the write path's forgets are not held back)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -82,5 +84,22 @@ class BatchedCacheWritesMiddleware:
     def __call__(self, request):
         if request.method not in ("GET", "HEAD") or request.path.startswith("/api/"):
             return self.get_response(request)
-        with softcache.batched():
-            return self.get_response(request)
+        softcache.close_batch()  # one an earlier request on this thread left open (its response never closed)
+        softcache.open_batch()
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            softcache.close_batch()
+            raise
+        if response.streaming:  # closed when its reader is done, if ever: write now
+            softcache.close_batch()
+        return response
+
+
+def _write_held_cache(**kwargs) -> None:
+    """The request's held cache writes, at `request_finished`: sent by its response's close (the WSGI
+    server's once the response is sent, the test client's), in the thread that served it."""
+    softcache.close_batch()
+
+
+request_finished.connect(_write_held_cache, dispatch_uid="smrweb-held-cache-writes")

@@ -51,16 +51,32 @@ _MISSING = object()
 def batched() -> Iterator[None]:
     """Hold this thread's writes and deletes until the block ends, then make them in one call (the
     backend's `write_many` when it has one: one pipeline). Nested blocks write with the outermost."""
-    if _batch.writes is not None:
+    if not open_batch():
         yield
         return
-    _batch.writes, _batch.deletes, _batch.ahead = {}, builtins.set(), {}  # `set` here is this module's
     try:
         yield
     finally:
-        writes, deletes = _batch.writes, _batch.deletes
-        _batch.writes = _batch.deletes = _batch.ahead = None
-        _write(writes, deletes)
+        close_batch()
+
+
+def open_batch() -> bool:
+    """Start holding this thread's writes and deletes (a block `close_batch` ends); False when a block is
+    open already (its end writes them). For a block that outlives a call: a request's, written once its
+    answer is sent (core.middleware.BatchedCacheWritesMiddleware)."""
+    if _batch.writes is not None:
+        return False
+    _batch.writes, _batch.deletes, _batch.ahead = {}, builtins.set(), {}  # `set` here is this module's
+    return True
+
+
+def close_batch() -> None:
+    """End this thread's open block: its writes and deletes made in one call (nothing when none is open)."""
+    if _batch.writes is None:
+        return
+    writes, deletes = _batch.writes, _batch.deletes
+    _batch.writes = _batch.deletes = _batch.ahead = None
+    _write(writes, deletes)
 
 
 def flush() -> None:

@@ -123,6 +123,62 @@ def test_a_poll_after_a_turn_reads_the_cache_in_a_few_calls_and_writes_once(
     assert [c for c in calls if c not in ("get", "get_many", "add")] == ["set_many", "delete_many"]
 
 
+def test_a_poll_answer_is_sent_before_its_cache_writes(client_alice, project, long_run, now, monkeypatch):
+    """The cache writes a poll makes are for later polls: they are made when the WSGI server closes the
+    response it has sent (`request_finished`), so the viewer does not wait for them; a request whose response
+    was never closed has its writes made by the thread's next request."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+    from django.test import RequestFactory
+
+    shown = cards_of(client_alice.get(URL).content.decode())
+    push(project, "long", turn(MANY, NOW - timedelta(seconds=3)))
+    now.shift(timedelta(seconds=2))
+    writes: list[list[str]] = []
+    backend = softcache.cache
+
+    class Recording:
+        def __getattr__(self, method):
+            original = getattr(backend, method)
+            if method != "set_many":
+                return original
+            return lambda values, *rest, **kw: writes.append(sorted(values)) or original(values, *rest, **kw)
+
+    monkeypatch.setattr(softcache, "cache", Recording())
+    cookie = f"sessionid={client_alice.cookies['sessionid'].value}"
+    headers = {"HTTP_HX_REQUEST": "true", "HTTP_X_SMRWEB_CARDS": live.cards_header(shown)}
+    headers["HTTP_COOKIE"] = cookie
+    # As a WSGI server runs Django (the test client closes every response itself): the database
+    # connection is the test's, not closed between requests.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        handler = WSGIHandler()
+        response = handler(RequestFactory().get(URL, **headers).environ, lambda status, headers: None)
+        body = b"".join(response).decode()
+        assert response.status_code == 200 and "turns-body" in body
+        assert writes == []  # sent, nothing written yet
+        response.close()
+        assert len(writes) == 1 and any(":turns-card:" in key for key in writes[0])  # one write, at close
+        answer_keys = [key for key in writes[0] if ":answer:" in key]
+        assert len(answer_keys) == 1 and softcache.get(answer_keys[0]) is not None
+
+        writes.clear()
+        unclosed = handler(RequestFactory().get(URL, **headers).environ, lambda status, headers: None)
+        assert unclosed.status_code == 200 and writes == []  # the same answer, read from the cache
+        push(project, "long", turn(MANY + 1, NOW - timedelta(seconds=1)))
+        now.shift(timedelta(seconds=1))
+        never_closed = handler(RequestFactory().get(URL, **headers).environ, lambda status, headers: None)
+        assert never_closed.status_code == 200 and writes == []
+        last = handler(RequestFactory().get(URL, **headers).environ, lambda status, headers: None)
+        assert len(writes) == 1 and any(":turns-card:" in key for key in writes[0])  # the unclosed one's
+        last.close()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
 def test_one_new_turn_sends_only_the_changed_cards_rows_and_points(client_alice, project, long_run, now):
     page = client_alice.get(URL).content.decode()
     shown = cards_of(page)
