@@ -111,6 +111,11 @@ def _json(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+# The budget card's parts: what the run's spend moves (each versioned by all of it), and its forecast.
+BUDGET_SPEND_PARTS = ("budget-summary", "budget-usd", "budget-tokens", "budget-legend", "budget-split")
+BUDGET_PARTS = (*BUDGET_SPEND_PARTS, "budget-forecast")
+
+
 class RunPage:
     """The run page's live cards: for each, its version (from `queries.markers` and the run row, without
     rendering anything) and how to render it. The page renders them all; a poll renders only those whose
@@ -337,6 +342,10 @@ class RunPage:
             # Whether it draws. The chart's element is kept by the page across swaps (hx-preserve): the
             # bars' edges its click reads are the run-timeline-click part's.
             return (bool(self.timeline.turn_total or self.timeline.score_total), run.budget_usd)
+        if skeleton and name == "budget":  # all it shows is in its parts
+            return ()
+        if skeleton and name == "run-activity":  # whether the source was ever checked
+            return (run.last_polled_at is not None,)
         if name == "run-poll":
             return (self.polls, self.query.urlencode())
         if name == "run-head":
@@ -514,6 +523,8 @@ class RunPage:
         "run-timeline-card": ("timeline-summary", "run-timeline-data", "run-timeline-click"),
         # The rows part is sent as the rows that arrived and left (live.Part.rows): a turn adds one, not 25.
         "turns-card": ("turns-range", "turns-body"),
+        "run-activity": ("run-last-activity", "run-source-checked"),
+        "budget": BUDGET_PARTS,
     }
     DRAWN_ONLY = ("run-timeline-data", "run-timeline-click")  # parts in the timeline card once it draws
 
@@ -544,9 +555,13 @@ class RunPage:
             return _fields(run, "driver_tokens_in", "driver_tokens_out", "driver_cost_usd")
         if part == "stat-child":
             return _fields(run, "child_tokens_in", "child_tokens_out", "child_cost_usd")
-        if part in ("stat-spend", "stat-turns"):
+        if part in ("stat-spend", "stat-turns", *BUDGET_SPEND_PARTS):
             return self._spend()
-        return self.version_parts(name)  # efficiency: all the card reads
+        if part == "run-last-activity":
+            return (run.last_progress_at,)
+        if part == "run-source-checked":
+            return (run.last_polled_at,)
+        return self.version_parts(name)  # efficiency, the budget's forecast: all the card reads
 
     def part_context(self, name: str, part: str) -> dict:
         if name == "run-actors":
@@ -555,6 +570,8 @@ class RunPage:
             return {"run_alerts": {"no_progress": self.no_progress}}  # what the card's run_alerts says of it
         if part == "stat-efficiency":
             return {"efficiency": self.efficiency}
+        if part == "budget-forecast":
+            return {"burn": self.burn}
         if name == "turns-card":
             return self.turns_context
         if part == "run-timeline-data":
@@ -581,6 +598,8 @@ class RunPage:
             ids = [i for i in ids if i not in no_progress]
         if name == "run-timeline-card" and not (self.timeline.turn_total or self.timeline.score_total):
             ids = [i for i in ids if i not in self.DRAWN_ONLY]
+        if name == "run-activity" and self.run.last_polled_at is None:
+            ids = [i for i in ids if i != "run-source-checked"]
         parts = tuple(
             live.Part(
                 part,
