@@ -2,8 +2,9 @@
 a 500. Keys come from `core.cachekeys`. (Rate limits, leases and task claims use the cache for correctness
 and handle an outage themselves.)
 
-Inside `batched()` (a dashboard page or poll: `BatchedCacheWritesMiddleware`) the writes and deletes wait
-for the end of the block and go in one round trip; the block's own reads see them. A live poll after a
+Inside `batched()` (or between `open_batch()` and `close_batch()`: a dashboard page or poll,
+`BatchedCacheWritesMiddleware`, until its response is sent) the writes and deletes wait for the end of the
+block and go in one round trip; the block's own reads see them. A live poll after a
 turn wrote ~10 times (each card's and part's render, the rows, the answer): ~3 ms of a ~25 ms answer."""
 
 from __future__ import annotations

@@ -229,7 +229,17 @@ def _in_template(html: str) -> str:
 
 
 def _kept_in_place(old: list[str], new: list[str]) -> set[str]:
-    """The rows that keep their place: a longest common subsequence of the two orders (lists are short)."""
+    """The rows that keep their place: a longest common subsequence of the two orders (lists are short).
+    When the rows in both keep their order (a live list's usual change: rows arrived on top, the oldest
+    left at the bottom), that is all of them, found without comparing every pair."""
+    common = set(old) & set(new)
+    if [x for x in old if x in common] == [x for x in new if x in common]:
+        return common
+    return _longest_common(old, new)
+
+
+def _longest_common(old: list[str], new: list[str]) -> set[str]:
+    """The rows of a longest common subsequence of two orders (rows unique in each)."""
     lengths = [[0] * (len(new) + 1) for _ in range(len(old) + 1)]
     for i in range(len(old) - 1, -1, -1):
         for j in range(len(new) - 1, -1, -1):

@@ -484,6 +484,23 @@ def card(*rows: str, head: str = "3 rows", residue: str = "") -> str:
     )
 
 
+def test_rows_kept_in_place_are_a_longest_common_subsequence_with_or_without_the_shortcut():
+    """Rows that kept their order (the shortcut: new rows on top, old ones gone below) and any other change
+    (moves, swaps) find the same rows as comparing every pair does."""
+    rng = random.Random(36)
+    for _ in range(500):
+        old = [f"r{i}" for i in rng.sample(range(40), rng.randint(0, 25))]
+        shift = rng.randint(0, 5)
+        new = [f"r{100 + i}" for i in range(shift)] + old[: max(len(old) - shift, 0)]
+        if rng.random() < 0.5 and len(new) > 1:  # a row moved or two swapped
+            i, j = rng.sample(range(len(new)), 2)
+            new[i], new[j] = new[j], new[i]
+        kept = live._kept_in_place(old, new)
+        assert kept == live._longest_common(old, new)
+        stayed = [x for x in old if x in kept]
+        assert stayed == [x for x in new if x in kept]  # a common subsequence, in both orders
+
+
 def test_rows_inserted_on_top_deleted_below_and_changed_in_place():
     out = live.card_changes(card("3", "2", "1"), card("5", "4", "3", "2", head="5 rows"))
     text = "".join(out)

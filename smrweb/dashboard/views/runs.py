@@ -114,6 +114,16 @@ def _json(value) -> str:
 # The budget card's parts: what the run's spend moves (each versioned by all of it), and its forecast.
 BUDGET_SPEND_PARTS = ("budget-summary", "budget-usd", "budget-tokens", "budget-legend", "budget-split")
 BUDGET_PARTS = (*BUDGET_SPEND_PARTS, "budget-forecast")
+BUDGET_LEGEND = (
+    "driver_cost_usd",
+    "child_cost_usd",
+    "unknown_tokens_in",
+    "unknown_tokens_out",
+    "unknown_cost_usd",
+    "cost_usd",
+    "spend_usd",
+    "budget_used_fraction",
+)
 
 
 class RunPage:
@@ -555,6 +565,14 @@ class RunPage:
             return _fields(run, "driver_tokens_in", "driver_tokens_out", "driver_cost_usd")
         if part == "stat-child":
             return _fields(run, "child_tokens_in", "child_tokens_out", "child_cost_usd")
+        if part == "budget-summary":  # "no budget set", or the spend against it
+            return (
+                run.budget_usd,
+                run.budget_tokens,
+                *(self._spend() if run.budget_usd or run.budget_tokens else ()),
+            )
+        if part == "budget-legend":  # the spend by role, and what is billed beyond the turns
+            return _fields(run, *BUDGET_LEGEND)
         if part in ("stat-spend", "stat-turns", *BUDGET_SPEND_PARTS):
             return self._spend()
         if part == "run-last-activity":
