@@ -14,7 +14,7 @@ import logging
 import pickle
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.core.cache import cache
@@ -35,8 +35,9 @@ def _down(action: str, key: str, exc: Exception) -> None:
 class _Batch(threading.local):
     # key -> (timeout, pickled value) to set, and keys to delete, at the end of the block; None outside one.
     # Pickled when set, as the cache would: a value changed after it was written is not written changed.
-    # Ints are kept bare, as Django's Redis serializer stores them (incr works on them).
-    writes: dict[str, tuple[float | None, bytes | int]] | None = None
+    # Ints are kept bare, as Django's Redis serializer stores them (incr works on them). A value set with
+    # an `encode` (an immutable one: a render) is held as it is and encoded when the block is written.
+    writes: dict[str, tuple[float | None, bytes | int | _Encoded]] | None = None
     deletes: set[str] | None = None
     # key -> value (or _MISSING) read ahead by an earlier `get_many(…, also=…)` of the block, for its next
     # read of that key: two reads one after the other that one step knows of go in one round trip.
@@ -90,6 +91,21 @@ def flush() -> None:
     _write(writes, deletes)
 
 
+class _Encoded:
+    """A held value and the encoding it is written with (`set_many(…, encode=…)`): a block written after
+    its response is sent encodes then (a poll's renders are compressed after its answer, not before)."""
+
+    __slots__ = ("encode", "value")
+
+    def __init__(self, value, encode: Callable) -> None:
+        self.value, self.encode = value, encode
+
+
+def _held(value) -> bytes | int:
+    """What a block holds for `value`, as written (pickled; a deferred encoding made)."""
+    return _dumps(value.encode(value.value)) if type(value) is _Encoded else value
+
+
 def _dumps(value) -> bytes | int:
     return value if type(value) is int else pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
@@ -98,10 +114,11 @@ def _loads(held: bytes | int):
     return held if type(held) is int else pickle.loads(held)  # noqa: S301 - pickled by `_dumps`
 
 
-def _write(writes: dict[str, tuple[float | None, bytes | int]], deletes: set[str]) -> None:
+def _write(writes: dict[str, tuple[float | None, bytes | int | _Encoded]], deletes: set[str]) -> None:
     if not writes and not deletes:
         return
     try:
+        writes = {key: (timeout, _held(value)) for key, (timeout, value) in writes.items()}
         if hasattr(cache, "write_many"):  # core.rediscache: pickled values are what it stores
             cache.write_many(writes, deletes)
             return
@@ -123,7 +140,7 @@ def _pending(key: str):
     if key in _batch.deletes:
         return _DELETED
     held = _batch.writes.get(key)
-    return None if held is None else _loads(held[1])
+    return None if held is None else _loads(_held(held[1]))
 
 
 def _read_ahead(key: str):
@@ -235,13 +252,22 @@ def get_many(keys: list[str], also: list[str] = ()) -> dict:
     }
 
 
-def set_many(values: dict, timeout: float | None) -> None:
+def set_many(values: dict, timeout: float | None, *, encode: Callable | None = None) -> None:
+    """`cache.set_many`; each value written as `encode(value)` when given — in a block, encoded when the
+    block is written (the values must not change: strings)."""
     if not values:
         return
     if _batch.writes is not None:
+        if encode is None:
+            for key, value in values.items():
+                set(key, value, timeout)
+            return
         for key, value in values.items():
-            set(key, value, timeout)
+            _batch.deletes.discard(key)
+            _batch.writes[key] = (timeout, _Encoded(value, encode))
         return
+    if encode is not None:
+        values = {key: encode(value) for key, value in values.items()}
     try:
         cache.set_many(values, timeout=timeout)
     except Exception as exc:

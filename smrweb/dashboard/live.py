@@ -156,6 +156,11 @@ SCRIPT = re.compile(r"^\s*<script\b([^>]*)>(.*)</script>\s*$", re.S)
 CONTAINER = {"tr": "tbody", "li": "ul", "option": "select"}
 
 
+def _compressed(html: str) -> bytes:
+    """How renders are kept in the cache (a poll's are compressed once its answer is sent: softcache)."""
+    return zlib.compress(html.encode(), 1)
+
+
 def strip(html: str) -> str:
     return MARKERS.sub("", html)
 
@@ -443,7 +448,7 @@ class Deck:
 
     def _remember(self, renders: dict[str, str]) -> None:
         self._ahead.update({k: v for k, v in renders.items() if k in self._ahead})
-        softcache.set_many({k: zlib.compress(v.encode(), 1) for k, v in renders.items()}, CARD_CACHE_SECONDS)
+        softcache.set_many(renders, CARD_CACHE_SECONDS, encode=_compressed)
 
     def _claim(self, keys: list[str]) -> list[str]:
         """The keys whose render is this request's to make: those no other request is making now (a
@@ -704,7 +709,9 @@ class Deck:
             return None
         fragments = _part_changes(old, new, parts)
         whole = _oob(new)
-        softcache.set_many({new_key: zlib.compress(new.encode(), 1), **(also or {})}, CARD_CACHE_SECONDS)
+        with softcache.batched():  # one write, made (and the render compressed) after the answer is sent
+            softcache.set_many({new_key: new}, CARD_CACHE_SECONDS, encode=_compressed)
+            softcache.set_many(also or {}, CARD_CACHE_SECONDS)
         if sum(map(len, fragments)) >= len(whole):
             return strip(whole)
         return strip("\n".join(fragments))

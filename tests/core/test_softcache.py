@@ -129,6 +129,38 @@ def test_a_batch_writes_when_it_ends_and_reads_its_own_writes(any_cache):
     assert any_cache.incr("batch-test:n") == 6  # an int is stored as the cache stores ints
 
 
+def test_a_value_set_with_an_encoding_is_encoded_when_the_block_is_written(any_cache):
+    """`set_many(…, encode=…)` in a block holds the values as they are: each is encoded once, when the block
+    is written (a poll's renders are compressed after its answer is sent), and the block's own read of
+    one sees it encoded, as a read of the cache would; outside a block it is encoded when set."""
+    import zlib
+
+    from smrweb.core import softcache
+
+    encoded = []
+
+    def encode(text: str) -> bytes:
+        encoded.append(text)
+        return zlib.compress(text.encode(), 1)
+
+    with softcache.batched():
+        softcache.set_many({"batch-test:a": "render a", "batch-test:b": "render b"}, 30, encode=encode)
+        softcache.set("batch-test:c", "plain", 30)
+        assert encoded == []  # nothing encoded while the block is open
+        assert zlib.decompress(softcache.get("batch-test:a")) == b"render a"  # its own read: encoded
+        softcache.set("batch-test:b", "overwritten", 30)  # a later plain write wins
+        softcache.set_many({"batch-test:d": "gone"}, 30, encode=encode)
+        softcache.delete("batch-test:d")
+        assert any_cache.get("batch-test:a") is None
+        encoded.clear()
+    assert encoded == ["render a"]  # once each, at the write; the overwritten and deleted ones never
+    found = any_cache.get_many([f"batch-test:{k}" for k in "abcd"])
+    assert zlib.decompress(found.pop("batch-test:a")) == b"render a"
+    assert found == {"batch-test:b": "overwritten", "batch-test:c": "plain"}
+    softcache.set_many({"batch-test:n": "outside"}, 30, encode=encode)
+    assert encoded == ["render a", "outside"] and zlib.decompress(any_cache.get("batch-test:n")) == b"outside"
+
+
 def test_a_claim_released_in_a_batch_is_its_own_to_take_again(any_cache):
     """A render claim released in the block is not released until it ends: taking it again in the same
     block is taking back its own (not waiting for itself), and another's claim stays refused."""

@@ -183,7 +183,8 @@ def run_timeline_figure(
             }
         )
     width_ms = tl.bin_width.total_seconds() * 1000
-    # Per bar: [x, tokens, customdata, USD]; the click asks for the bar's turns, the hover reads the rest.
+    # Per bar: [x, tokens, customdata, USD, the USD bar's customdata]; the click asks for the bar's turns,
+    # the hover reads the rest.
     drawn = _reusing(
         "bars",
         uirevision,
@@ -194,6 +195,7 @@ def run_timeline_figure(
             b.tokens_in + b.tokens_out,
             [(b.start - tl.start) // tl.bin_width, _INITIALS[b.kind], b.count, b.tokens_in, b.tokens_out],
             round(float(b.cost_usd), 5),
+            [(b.start - tl.start) // tl.bin_width, _INITIALS[b.kind], b.count],  # the USD bar's (kept too)
         ),
     )
     by_kind: dict[str, list] = {}
@@ -233,7 +235,7 @@ def run_timeline_figure(
                 "x": x,
                 "y": [d[3] for d in bars],
                 "width": width_ms * 0.9,
-                "customdata": [d[2][:3] for d in bars],
+                "customdata": [d[4] for d in bars],
                 "marker": {"color": colour},
                 "yaxis": "y3",
                 "hovertemplate": f"$%{{y:.4f}} in %{{customdata[2]}} turn(s)<extra>{label}</extra>",
