@@ -631,16 +631,28 @@ class Deck:
         (kept under its version, else read from that version's kept card render); the list whole when
         that is not kept."""
         new_key, old_key, card_key = self._rows_keys(name, part, old_version, old_card_version)
-        found = self._recall([new_key, old_key, card_key])
-        if (new := found.get(new_key)) is None:
-            new = part.render()
-            self._remember({new_key: new})
-        old = found.get(old_key)
-        if old is None and (card := found.get(card_key)) is not None:
-            old = next((m[2] for m in ROWS.finditer(card) if m[1] == part.id), None)
+        old = self._parsed_rows(part.id, old_key)
+        if old is None and (card := self._recall([card_key]).get(card_key)) is not None:
+            old = next((_rows_of(m[2]) for m in ROWS.finditer(card) if m[1] == part.id), None)
+        if (new := self._parsed_rows(part.id, new_key)) is None:
+            html = part.render()
+            self._remember({new_key: html})
+            new = self._parsed_rows(part.id, new_key, html)
         if old is None:
-            return _whole_rows(part.id, _rows_of(new))
-        return _row_fragments(part.id, _rows_of(old), _rows_of(new))
+            return _whole_rows(part.id, new)
+        return _row_fragments(part.id, old, new)
+
+    def _parsed_rows(self, part_id: str, key: str, html: str | None = None) -> _Rows | None:
+        """The list kept at `key` (or `html`, its render), parsed; this process's last parse of the list
+        reused: the list one poll makes is the one the next poll's page shows."""
+        local = ("rows-parsed", self.scope, part_id)
+        if (kept := localcache.get(local)) is not None and kept[0] == key:
+            return kept[1]
+        if html is None and (html := self._recall([key]).get(key)) is None:
+            return None
+        rows = _rows_of(html)
+        localcache.put(local, (key, rows))  # never changed once parsed (localcache's rule)
+        return rows
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.

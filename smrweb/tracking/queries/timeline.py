@@ -128,7 +128,8 @@ def _binned(
     Kept in this process per run: a poll after a turn makes the bars from the first one that changed (or
     whose end the timeline's end clips, then or now) onwards, not all of them (the bars before are the same
     objects: nothing changes a `TurnBin` once made)."""
-    items = sorted((key, tuple(values)) for key, values in merged.items())
+    # Keys are unique: the values (lists `_bars` never changes once kept) are not compared.
+    items = sorted(merged.items())
     bins: list[TurnBin] = []
     cumulative: list[tuple[datetime, Decimal, Decimal]] = []
     after: list[tuple[int, tuple]] = []  # per bar: the spend line's length and last point once it is drawn
