@@ -152,14 +152,41 @@ def hand_built_keys(source: str) -> list[int]:
         owner = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "")
         if owner not in CACHES or call.func.attr not in KEYED | MANY:
             continue
-        key = call.args[0]
-        if call.func.attr == "set_many" and isinstance(key, ast.DictComp):
-            key = key.key
-        elif call.func.attr == "set_many" and isinstance(key, ast.Dict):
-            key = ast.List(elts=[k for k in key.keys if k is not None])
-        if _hand_built(module, key, module.scope(call)):
+        key, scope = call.args[0], module.scope(call)
+        if call.func.attr == "set_many" and _hand_built_dict_keys(module, key, scope):
+            lines.append(call.lineno)
+        elif call.func.attr != "set_many" and _hand_built(module, key, scope):
             lines.append(call.lineno)
     return lines
+
+
+def _hand_built_dict_keys(module: _Module, expr: ast.expr, scope: ast.AST, depth: int = 0) -> list[ast.expr]:
+    """`_hand_built` for the keys of a dict `set_many` is given: a literal's keys, a comprehension's key, both
+    sides of `a | b`, what a name was assigned or passed (a parameter), what a local function returns."""
+    if depth > 8:
+        return []
+    again = lambda e, s=scope: _hand_built_dict_keys(module, e, s, depth + 1)  # noqa: E731
+    if isinstance(expr, ast.Dict):
+        return [bad for k in expr.keys if k is not None for bad in _hand_built(module, k, scope)]
+    if isinstance(expr, ast.DictComp):
+        return _hand_built(module, expr.key, scope)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.BitOr):
+        return again(expr.left) + again(expr.right)
+    if isinstance(expr, ast.Name):
+        if values := module.assigned(scope, expr.id):
+            return [bad for value in values for bad in again(value)]
+        return [bad for value, caller in module.passed(scope, expr.id) for bad in again(value, caller)]
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        own = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+        name = func.id if isinstance(func, ast.Name) else func.attr if own else ""
+        if name in module.functions:
+            local = module.functions[name]
+            returns = [n.value for n in ast.walk(local) if isinstance(n, ast.Return) and n.value is not None]
+            return [
+                bad for value in returns for bad in _hand_built_dict_keys(module, value, local, depth + 1)
+            ]
+    return []
 
 
 def _modules():
@@ -194,6 +221,10 @@ def test_no_module_outside_the_home_builds_a_cache_key_by_hand():
         "    def _recall(self, keys):\n        return softcache.get_many(keys)\n"
         "    def render(self, cards):\n        keys = {c: self._key(c) for c in cards}\n"
         "        return self._recall(list(keys.values()))",
+        # a dict of renders passed on, joined with another: its keys
+        'def keep(renders):\n    softcache.set_many(renders, 60)\nkeep({"a": 1} | {cachekeys.clock(2): 2})',
+        "def keep(renders):\n    softcache.set_many(renders, 60, encode=z)\ndef f(n):\n"
+        '    made = {f"row:{n}": 1}\n    keep(made)',
     ],
 )
 def test_the_check_finds_a_key_built_by_hand(source):
@@ -211,6 +242,9 @@ def test_the_check_finds_a_key_built_by_hand(source):
         "def recall(keys):\n    return softcache.get_many(keys)",
         "def recall(keys):\n    return softcache.get_many(keys)\nrecall([cachekeys.clock(1)])",
         'settings.get("x:y")',  # not the cache
+        "def keep(renders):\n    softcache.set_many(renders, 60)\n"
+        "def f(ns):\n    made = {cachekeys.clock(n): 1 for n in ns}\n"
+        "    keep(made | {cachekeys.clock(0): 0})",
     ],
 )
 def test_keys_from_the_home_pass(source):
