@@ -18,8 +18,9 @@ from django.test.utils import CaptureQueriesContext
 
 from smrweb.core import cachekeys, localcache
 from smrweb.tracking.models import AgentTurn, Run
-from smrweb.tracking.queries import timeline
+from smrweb.tracking.queries import timeline, turn_memo
 from smrweb.tracking.services.rollups import rebuild_turn_rollups
+from smrweb.tracking.services.runs import attribute_turns
 from tests.dashboard.test_scale import T0, push, turn_events
 
 
@@ -149,3 +150,47 @@ def test_advancing_a_memo_leaves_the_one_it_came_from_as_it_was(project):
     assert advanced.buckets[last][0] == buckets[last][0] + 1
     assert memo.buckets == buckets and memo.actors == actors and memo.totals() == totals
     assert advanced.recent == (memo.count, memo.width, memo.hwm, rows) and memo.advanced([]) is memo
+
+
+def newest_in_sql(run: Run, n: int) -> list:
+    """The turns table's first page as its query reads it."""
+    rows = run.turns.order_by("-ts", "-id").values_list(*turn_memo.TurnRow._fields)[:n]
+    return [turn_memo.TurnRow(*row) for row in rows]
+
+
+def test_the_turns_tables_first_page_is_advanced_by_the_new_turns_to_what_its_query_reads(project):
+    """The run page's newest turns (a poll after a turn) are kept in this process and advanced by the turns
+    the run's aggregates were advanced by — newest, back-dated among the page's, tied on time, or older than
+    the whole page — without a query of their own; a turn moved to another side (or priced) forgets the
+    aggregates, and the page is read again."""
+    push(project, "r", turn_events(60))
+    run = load(Run.objects.get(project=project, external_id="r"))
+    assert turn_memo.newest_turns(run, 25) is None  # nothing kept yet: the page reads them
+    turn_memo.keep_newest_turns(run, 25, newest_in_sql(run, 25))
+    rng, n = random.Random(58), 60
+    for step in range(30):
+        k = rng.choice([1, 1, 2, 4])
+        events = turn_events(k, start=n, rng=rng)
+        for e in events:
+            where = rng.random()
+            if where < 0.2:  # back-dated among the page's turns
+                e["ts"] = (T0 + timedelta(minutes=rng.uniform(n - 20, n))).isoformat()
+            elif where < 0.3:  # older than the whole page: not on it
+                e["ts"] = (T0 + timedelta(minutes=rng.uniform(0, 10))).isoformat()
+            elif where < 0.4:  # at the same time as the newest turn: the higher id first
+                e["ts"] = newest_in_sql(load(run), 1)[0].ts.isoformat()
+        push(project, "r", events)
+        n += k
+        run = load(run)
+        with CaptureQueriesContext(connection) as read:
+            newest = turn_memo.newest_turns(run, 25)
+        assert newest == newest_in_sql(run, 25), step
+        assert len(read) == 1, read.captured_queries  # the aggregates' turns since: the page none of its own
+    attribute_turns(run, {"worker-0": "driver_inference"})  # turns changed in place
+    run = load(run)
+    assert turn_memo.newest_turns(run, 25) is None
+    turn_memo.keep_newest_turns(run, 25, newest_in_sql(run, 25))
+    push(project, "r", turn_events(1, start=n))
+    run = load(run)
+    assert turn_memo.newest_turns(run, 25) == newest_in_sql(run, 25)
+    assert {t.kind for t in turn_memo.newest_turns(run, 25) if t.actor == "worker-0"} == {"driver_inference"}

@@ -34,7 +34,7 @@ from smrweb.tracking.models import (
     Run,
 )
 from smrweb.tracking.queries import alerts as alert_queries
-from smrweb.tracking.queries import markers, progress, series, timeline
+from smrweb.tracking.queries import markers, progress, series, timeline, turn_memo
 from smrweb.tracking.queries.runs import message_kind
 from smrweb.tracking.services import capabilities, rollbacks
 from smrweb.tracking.services.alerts import spend_rule
@@ -724,8 +724,17 @@ class RunPage:
         """The turns table's page (its turns not read yet), each turn as a tuple of what its row shows (no
         model instances: a live poll reads the page after each turn). The run's turn count is its summary
         column (recomputed from the rows by every write): no COUNT over a long run's turns."""
-        turns = self.run.turns.order_by("-ts", "-id").values_list(*TURN_ROW_FIELDS, "tool_calls", named=True)
-        return self._page(turns, TURNS_PER_PAGE, "turns_page", count=self.run.turn_count)
+        run = self.run
+        if self.request.GET.get("turns_page", "1") == "1":
+            newest = turn_memo.newest_turns(run, TURNS_PER_PAGE)  # a poll after a turn: no query
+            if newest is not None:
+                return self._page(newest, TURNS_PER_PAGE, "turns_page", count=run.turn_count)
+        turns = run.turns.order_by("-ts", "-id").values_list(*turn_memo.TurnRow._fields)
+        page = self._page(turns, TURNS_PER_PAGE, "turns_page", count=run.turn_count)
+        page.object_list = [turn_memo.TurnRow(*row) for row in page.object_list]
+        if page.number == 1:
+            turn_memo.keep_newest_turns(run, TURNS_PER_PAGE, page.object_list)
+        return page
 
     @cached_property
     def turns_context(self) -> dict:

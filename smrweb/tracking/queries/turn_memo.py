@@ -136,9 +136,9 @@ class TurnMemo:
     written: int = 0  # the count when it was last written to the shared cache
 
     def add(self, turns) -> None:
-        """Fold in turns (id, ts, kind, tokens in, tokens out, cost, actor, parent, model), any order. A
+        """Fold in turns (id, ts, kind, tokens in, tokens out, cost, actor, parent, model, …), any order. A
         changed entry is a new list, never changed in place: an `advanced` memo shares the rest."""
-        for pk, ts, kind, tin, tout, usd, actor, parent, model in turns:
+        for pk, ts, kind, tin, tout, usd, actor, parent, model, *_ in turns:
             micro = _micro(usd)
             self.hwm = max(self.hwm, pk)
             self.count += 1
@@ -239,6 +239,25 @@ def _from_epoch_us(us: int) -> datetime:
 
 
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
+# A memo is advanced by the new turns read with what a turns table's row shows besides (`newest_turns`).
+ADVANCE_FIELDS = (*TURN_FIELDS, "turn", "duration_ms", "tool_calls")
+
+
+class TurnRow(NamedTuple):
+    """A turn as the run page's turns table shows it (its tool calls for their count and names)."""
+
+    pk: int
+    turn: int
+    actor: str
+    parent_actor: str
+    kind: str
+    model: str
+    tokens_in: int
+    tokens_out: int
+    cost_usd: Decimal
+    duration_ms: int | None
+    ts: datetime
+    tool_calls: list | None
 
 
 def computed_turn_memo(run: Run) -> TurnMemo:
@@ -310,7 +329,7 @@ def _turn_memo(run: Run) -> TurnMemo:
             memo = shared
     if memo is not None:
         read = memo
-        memo = memo.advanced(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
+        memo = memo.advanced(turns_past(run, memo.hwm).order_by().values_list(*ADVANCE_FIELDS))
         if not memo.matches(run):
             memo = None
         elif memo is not read and memo.count - memo.written >= MEMO_WRITE_EVERY:
@@ -406,6 +425,38 @@ def recent_turns(run: Run, span: timedelta) -> list[tuple[datetime, int, int, in
     if memo.stamp:
         localcache.put(local, (memo.stamp, memo.count, rows))
     return rows
+
+
+def newest_turns(run: Run, n: int) -> list[TurnRow] | None:
+    """The run's newest `n` turns by (ts, id), newest first: the turns table's first page, without a query
+    when this process kept it (`keep_newest_turns`) at the stamp of the run's turn aggregates and at their
+    count, or at the count their memo was `advanced` from (its new turns merged in: the newest `n` of the
+    kept page and every turn since are the newest `n` of all). None when it did not: the caller reads them.
+    A turn changed in place (moved to another side, priced) or deleted moves the stamp or the count."""
+    memo = _turn_memo(run)
+    mine = localcache.get(("newest-turns", run.pk, n))
+    if mine is None or not memo.stamp or mine[0] != memo.stamp:
+        return None
+    _, count, rows = mine
+    if count == memo.count:
+        return rows
+    recent = memo.recent
+    if recent is None or recent.count != count or any(len(t) != len(ADVANCE_FIELDS) for t in recent.rows):
+        return None
+    merged = {row.pk: row for row in rows}  # a page read after its memo may hold some of the new turns
+    for pk, ts, kind, tin, tout, usd, actor, parent, model, number, duration, calls in recent.rows:
+        merged[pk] = TurnRow(pk, number, actor, parent, kind, model, tin, tout, usd, duration, ts, calls)
+    rows = sorted(merged.values(), key=lambda row: (row.ts, row.pk), reverse=True)[:n]
+    localcache.put(("newest-turns", run.pk, n), (memo.stamp, memo.count, rows))
+    return rows
+
+
+def keep_newest_turns(run: Run, n: int, rows: list[TurnRow]) -> None:
+    """Keep the run's newest `n` turns as just read (after its turn aggregates: at their stamp and count)
+    for `newest_turns`."""
+    memo = _turn_memo(run)
+    if memo.stamp:
+        localcache.put(("newest-turns", run.pk, n), (memo.stamp, memo.count, list(rows)))
 
 
 def _turns_after(run: Run, memo: TurnMemo, moment: datetime) -> tuple[int, int, int]:
