@@ -431,11 +431,12 @@ def newest_turns(run: Run, n: int) -> list[TurnRow] | None:
     """The run's newest `n` turns by (ts, id), newest first: the turns table's first page, without a query
     when this process kept it (`keep_newest_turns`) at the stamp of the run's turn aggregates and at their
     count, or at the count their memo was `advanced` from (its new turns merged in: the newest `n` of the
-    kept page and every turn since are the newest `n` of all). None when it did not: the caller reads them.
+    kept page and every turn since are the newest `n` of all). None when it did not, or when this request has
+    not read the aggregates (a pager's request: they would cost it more than the page): the caller reads them.
     A turn changed in place (moved to another side, priced) or deleted moves the stamp or the count."""
-    memo = _turn_memo(run)
+    memo = getattr(run, "_turn_memo", None)  # a live poll read them for its other cards
     mine = localcache.get(("newest-turns", run.pk, n))
-    if mine is None or not memo.stamp or mine[0] != memo.stamp:
+    if memo is None or mine is None or not memo.stamp or mine[0] != memo.stamp:
         return None
     _, count, rows = mine
     if count == memo.count:
@@ -452,10 +453,10 @@ def newest_turns(run: Run, n: int) -> list[TurnRow] | None:
 
 
 def keep_newest_turns(run: Run, n: int, rows: list[TurnRow]) -> None:
-    """Keep the run's newest `n` turns as just read (after its turn aggregates: at their stamp and count)
-    for `newest_turns`."""
-    memo = _turn_memo(run)
-    if memo.stamp:
+    """Keep the run's newest `n` turns as just read (after its turn aggregates, when this request read them:
+    at their stamp and count) for `newest_turns`."""
+    memo = getattr(run, "_turn_memo", None)
+    if memo is not None and memo.stamp:
         localcache.put(("newest-turns", run.pk, n), (memo.stamp, memo.count, list(rows)))
 
 
