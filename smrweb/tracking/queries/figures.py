@@ -22,7 +22,8 @@ from smrweb.tracking.queries.runs import ScorePoint
 
 def pending_figures(project: Project) -> ProjectFigures:
     """The project's kept row (computed first when there is none, or it was kept in the other direction)."""
-    row = ProjectFigures.objects.filter(project_id=project.pk).first()
+    # Its sparkline history (a JSON list) is the overview's: not decoded here (a live poll reads the row).
+    row = next(iter(ProjectFigures.objects.filter(project_id=project.pk).defer("history")[:1]), None)
     if row is None or row.maximize != project.scenario.maximize:
         _rebuild([project])
         row = ProjectFigures.objects.get(project_id=project.pk)
