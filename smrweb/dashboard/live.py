@@ -126,6 +126,8 @@ class Part:
     # A list's rows (`<!--rows:ID-->`, ID the list element's): its render is the rows, sent as the rows
     # that arrived, left or changed since the list the poll's page shows (kept under its version).
     rows: bool = False
+    # The shared-cache entries its render reads (a list's rows, `rows_to_read`): read with the parts' own.
+    reads: Callable[[], list[str]] | None = None
 
 
 @dataclass
@@ -437,11 +439,13 @@ class Deck:
     def _key(self, name: str, version: str) -> str:
         return cachekeys.live_card(self.scope, name, version)
 
-    def _recall(self, keys: list[str], also: Iterable[str] = ()) -> dict[str, str]:
-        """The kept renders of `keys`; the entries `also` are read in the same call, for a later one."""
+    def _recall(self, keys: list[str], also: Iterable[str] = (), then: list[str] = ()) -> dict[str, str]:
+        """The kept renders of `keys`; the entries `also` are read in the same call, for a later one, and
+        so are `then` (other entries, held by softcache's block for their reader)."""
         asked = [k for k in keys if k not in self._ahead]
         ahead = [k for k in dict.fromkeys(also) if k not in self._ahead and k not in keys]
-        found = softcache.get_many([*asked, *ahead])  # a cache that is down costs the diff, never the answer
+        # A cache that is down costs the diff, never the answer.
+        found = softcache.get_many([*asked, *ahead], also=then)
         found = {k: zlib.decompress(v).decode() for k, v in found.items() if isinstance(v, bytes)}
         self._ahead.update({k: found.get(k) for k in ahead})
         return {k: v for k in keys if (v := found.get(k) if k in found else self._ahead.get(k)) is not None}
@@ -582,7 +586,15 @@ class Deck:
         plain = [
             self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts if not p.rows
         ]
-        kept = self._recall(plain, also=[*rows, *also])
+        # What a rows part's render reads, unless its new list is the one this process parsed last.
+        reads = [
+            key
+            for n, parts in plans.items()
+            for p in parts
+            if p.reads and self._kept_parse(p.id, self._part_key(n, p.id, p.version)) is None
+            for key in p.reads()
+        ]
+        kept = self._recall(plain, also=[*rows, *also], then=reads)
         made: dict[str, str] = {}
         out: dict[str, str] = {}
         for name, changed in plans.items():
@@ -645,14 +657,17 @@ class Deck:
     def _parsed_rows(self, part_id: str, key: str, html: str | None = None) -> _Rows | None:
         """The list kept at `key` (or `html`, its render), parsed; this process's last parse of the list
         reused: the list one poll makes is the one the next poll's page shows."""
-        local = ("rows-parsed", self.scope, part_id)
-        if (kept := localcache.get(local)) is not None and kept[0] == key:
-            return kept[1]
+        if (kept := self._kept_parse(part_id, key)) is not None:
+            return kept
         if html is None and (html := self._recall([key]).get(key)) is None:
             return None
         rows = _rows_of(html)
-        localcache.put(local, (key, rows))  # never changed once parsed (localcache's rule)
+        localcache.put(("rows-parsed", self.scope, part_id), (key, rows))  # never changed once parsed
         return rows
+
+    def _kept_parse(self, part_id: str, key: str) -> _Rows | None:
+        kept = localcache.get(("rows-parsed", self.scope, part_id))
+        return kept[1] if kept is not None and kept[0] == key else None
 
     def answer(self, sent: dict[str, str]) -> str | None:
         """The poll's answer: out-of-band swaps of what changed since the versions `sent`, or None.
@@ -785,7 +800,7 @@ def kept_rows(
     `rows` are (version, item) in order, `render(items)` renders the rows of the items given, in order, each
     one marked part (`<!--p:ID-->…<!--/p-->`). One cache read for them all (with the entries `also` that
     `render` reads); a new turn renders its one row, not the table. A cache that is down renders them all."""
-    keys = [cachekeys.live_card(scope, "row", version) for version, _ in rows]
+    keys = [_row_key(scope, version) for version, _ in rows]
     # This process's copies first (a row's render never changes under its version): a poll after a turn
     # reads the new row from the shared cache (another process may have rendered it), not the 24 others.
     found = localcache.near(("kept-rows", scope), keys)
@@ -802,6 +817,18 @@ def kept_rows(
     # With the other lists of the page (its log lines), newest kept.
     localcache.keep_near(("kept-rows", scope), {key: found[key] for key in keys}, LOCAL_ROWS)
     return [found[key] for key in keys]
+
+
+def rows_to_read(scope: str, versions: list[str]) -> list[str]:
+    """The shared-cache entries `kept_rows` reads for rows of these versions: those this process did not
+    keep (a step that renders the rows reads them ahead with its own reads, `Part.reads`)."""
+    keys = [_row_key(scope, version) for version in versions]
+    kept = localcache.near(("kept-rows", scope), keys)
+    return [key for key in keys if key not in kept]
+
+
+def _row_key(scope: str, version: str) -> str:
+    return cachekeys.live_card(scope, "row", version)
 
 
 @functools.cache

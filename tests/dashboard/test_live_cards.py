@@ -115,9 +115,9 @@ def test_a_poll_after_a_turn_reads_the_cache_in_a_few_calls_and_writes_once(
     assert answer.status_code == 200 and "turns-body" in answer.content.decode()
     reads = [c for c in calls if c in ("get", "get_many")]
     # get: the clock; get_many: the "no progress" reading (with the turn aggregates' stamp it reads first),
-    # the answer (with the parts' versions), the parts (with the rows lists and the whole cards' renders),
-    # the turns table's rows.
-    assert calls.count("get_many") == 4 and len(reads) == 5, calls
+    # the answer (with the parts' versions), the parts (with the rows lists, the whole cards' renders and the
+    # turns table's new row: `Part.reads`).
+    assert calls.count("get_many") == 3 and len(reads) == 4, calls
     assert "budget" in cards_of(answer.content.decode())
     # No card rendered whole (the budget and the activity line send their parts): no render claimed.
     assert "add" not in calls and "delete_many" not in calls

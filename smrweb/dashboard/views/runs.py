@@ -12,7 +12,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.template.loader import render_to_string
+from django.template.context import make_context
+from django.template.loader import get_template, render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import mark_safe
@@ -601,7 +602,7 @@ class RunPage:
     def render_part(self, name: str, part: str) -> str:
         context = {**self._base_context(name, ""), **self.part_context(name, part)}
         template = "actor-row" if name == "run-actors" else part
-        return render_to_string(f"{TEMPLATE}#{template}", context, request=self.request)
+        return self._render(f"{TEMPLATE}#{template}", context)
 
     def render_marker(self, name: str, version: str) -> str:
         return card_version_marker(name, version)  # what the cards' `card-version` partial writes
@@ -625,6 +626,7 @@ class RunPage:
                 functools.partial(self.render_part, name, part),
                 figure=(lambda: self.timeline_figure) if part == "run-timeline-data" else None,
                 rows=part == "turns-body",
+                reads=self._turn_rows_to_read if part == "turns-body" else None,
             )
             for part in ids
         )
@@ -742,7 +744,7 @@ class RunPage:
         return {
             "turns_page": self.turns_page,
             "turns": turns,
-            "turn_rows": self.turn_rows(turns),
+            "turn_rows": self.turn_rows(turns, self._turn_row_versions),
             "pager_query": self._pager_query("turns_page"),
         }
 
@@ -751,26 +753,32 @@ class RunPage:
         """What the turns' actor names are read from (`actor_name`): the run's roles, its unknown ones."""
         return _json((self.run.actor_roles, (self.run.source_spend or {}).get("roles_unknown")))
 
-    def turn_rows(self, turns: list) -> list[str]:
-        """The turns table's rows, each kept in the cache under what it shows: a poll after a new turn renders
-        the new turn's row and reads the others (one cache read), not the table."""
+    def _turn_rows_to_read(self) -> list[str]:
+        return live.rows_to_read(f"run-{self.run.pk}", self._turn_row_versions)
+
+    @cached_property
+    def _turn_row_versions(self) -> list[str]:
+        """The versions of the turns table's rows (its page's), each what its row shows."""
         digest = (live.template_digest(TEMPLATE), self.zone, self._actor_names)
-        rows = [
-            (
-                live.card_version(
-                    *digest,
-                    *_fields(t, *TURN_ROW_FIELDS),
-                    len(t.tool_calls or ()),
-                    tool_names(t.tool_calls) if t.tool_calls else "",
-                ),
-                t,
+        return [
+            live.card_version(
+                *digest,
+                *_fields(t, *TURN_ROW_FIELDS),
+                len(t.tool_calls or ()),
+                tool_names(t.tool_calls) if t.tool_calls else "",
             )
-            for t in turns
+            for t in self.turns_page
         ]
+
+    def turn_rows(self, turns: list, versions: list[str]) -> list[str]:
+        """The turns table's rows, each kept in the cache under what it shows (`versions`): a poll after a
+        new turn renders the new turn's row and reads the others (one cache read, made with the parts' own:
+        `Part.reads`), not the table."""
+        rows = list(zip(versions, turns, strict=True))
 
         def render(missing: list) -> str:
             context = {"project": self.project, "run": self.run, "turns": missing}
-            return render_to_string(f"{TEMPLATE}#turn-rows", context, request=self.request)
+            return self._render(f"{TEMPLATE}#turn-rows", context)
 
         return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
 
@@ -782,7 +790,7 @@ class RunPage:
 
         def render(missing: list) -> str:
             context = {"lines": run_logs.prepare(missing)}
-            return render_to_string(f"{TEMPLATE}#log-rows", context, request=self.request)
+            return self._render(f"{TEMPLATE}#log-rows", context)
 
         return [mark_safe(html) for html in live.kept_rows(f"run-{self.run.pk}", rows, render)]  # noqa: S308
 
@@ -793,9 +801,21 @@ class RunPage:
                 "steer_live_version": version,
                 "csrf_token": live.CSRF_PLACEHOLDER,
             }
-            return render_to_string(steer.STATUS, context, request=self.request)
+            return self._render(steer.STATUS, context)
         context = {**self._base_context(name, version), **self.card_context(name)}
-        return render_to_string(f"{TEMPLATE}#{name}", context, request=self.request)
+        return self._render(f"{TEMPLATE}#{name}", context)
+
+    @cached_property
+    def _processed(self) -> dict:
+        """What the context processors give this request's templates, run once: a poll after a turn renders
+        ~17 parts and rows, and a RequestContext per render ran every processor for each."""
+        context = make_context({}, self.request)
+        with context.bind_template(get_template(TEMPLATE).template):
+            return context.flatten()
+
+    def _render(self, template: str, context: dict) -> str:
+        """A card's, part's or rows' template rendered as `render_to_string(…, request=…)` renders it."""
+        return render_to_string(template, {**self._processed, **context})
 
     def _base_context(self, name: str, version: str) -> dict:
         """What every card's (and part's) template reads besides its own context."""
