@@ -575,13 +575,13 @@ class Deck:
         if not plans:
             return {}
         # A part's render is kept under its version: polls a turn or two behind need the same new parts. A
-        # rows part's lists (now, at the poll's version, in the poll's card render) are read with them.
+        # rows part's lists are read with them.
         rows = [
             key
             for n, parts in plans.items()
             for p in parts
             if p.rows
-            for key in self._rows_keys(n, p, was[n][p.id], sent[n])
+            for key in self._rows_to_read(n, p, was[n][p.id], sent[n])
         ]
         plain = [
             self._part_key(n, p.id, p.version) for n, parts in plans.items() for p in parts if not p.rows
@@ -637,6 +637,16 @@ class Deck:
         """Where a rows part's list is kept now and at the poll's version, and the poll's card render."""
         new_key, old_key = (self._part_key(name, part.id, v) for v in (part.version, old_version))
         return new_key, old_key, self._key(name, old_card_version)
+
+    def _rows_to_read(self, name: str, part: Part, old_version: str, old_card_version: str) -> list[str]:
+        """Where a rows part's lists are kept (now, at the poll's version, in the poll's card render), but
+        for the one this process parsed last: after a turn, the list the previous poll made (the page's)."""
+        new_key, old_key, card_key = self._rows_keys(name, part, old_version, old_card_version)
+        if self._kept_parse(part.id, old_key) is not None:
+            return [new_key]
+        if self._kept_parse(part.id, new_key) is not None:
+            return [old_key, card_key]
+        return [new_key, old_key, card_key]
 
     def _rows_step(self, name: str, part: Part, old_version: str, old_card_version: str) -> list[str]:
         """A rows part's change: its rows that arrived, left or changed since the list of the poll's page
