@@ -60,17 +60,17 @@ class ScoreSide:
     version: str = ""  # of the run's scores it shows (`kept_score_side`)
 
 
-def turns_past(run: Run, mark: int):
+def turns_past(run_id: int, mark: int):
     """The run's turns with an id above `mark`: one exact range of the (run, id) index. PostgreSQL gets
     it as a row-value range, since with `run_id = X AND id > mark` its planner walks the primary key
     from the mark (every later turn of every run: all of a busy server's turns since an old run's mark)
     or positions on the run alone (every turn of the run); SQLite ranges `run_id = X AND id > mark`."""
     if connection.vendor != "postgresql":
-        return AgentTurn.objects.filter(run=run, id__gt=mark)
+        return AgentTurn.objects.filter(run_id=run_id, id__gt=mark)
     table = connection.ops.quote_name(AgentTurn._meta.db_table)
     key = f'({table}."run_id", {table}."id")'
     past = f"{key} > (%s, %s) AND {key} <= (%s, %s)"
-    return AgentTurn.objects.filter(RawSQL(past, (run.pk, mark, run.pk, 2**63 - 1), BooleanField()))
+    return AgentTurn.objects.filter(RawSQL(past, (run_id, mark, run_id, 2**63 - 1), BooleanField()))
 
 
 def _turns_before(score_pks: list[int], run: Run) -> list[tuple[int | None, str]]:
@@ -271,7 +271,7 @@ def kept_score_side(
                 "early": sum(1 for _, ts, *_ in recent.rows if ts <= kept.ends[-1]),
             }
         else:
-            since = turns_past(run, kept.hwm).aggregate(
+            since = turns_past(run.pk, kept.hwm).aggregate(
                 n=Count("id"), early=Count("id", filter=Q(ts__lte=kept.ends[-1]))
             )
         if since["n"] != count - kept.turns or since["early"]:

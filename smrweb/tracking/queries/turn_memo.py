@@ -25,6 +25,7 @@ from typing import NamedTuple
 from django.db.models import BigIntegerField, Count, FloatField, Func, Max, Min, Q, Sum
 
 from smrweb.core import cachekeys, localcache, softcache
+from smrweb.core.prepared import Prepared
 from smrweb.tracking.models import AgentTurn, Run, TurnRollup
 from smrweb.tracking.queries.timeline_scores import turns_past
 
@@ -241,6 +242,8 @@ def _from_epoch_us(us: int) -> datetime:
 TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor", "parent_actor", "model")
 # A memo is advanced by the new turns read with what a turns table's row shows besides (`newest_turns`).
 ADVANCE_FIELDS = (*TURN_FIELDS, "turn", "duration_ms", "tool_calls")
+# The turns a memo is advanced by (a watched run's page, after each of its turns): compiled once.
+_ADVANCE = Prepared(lambda run_id, mark: turns_past(run_id, mark).order_by().values_list(*ADVANCE_FIELDS), 2)
 
 
 class TurnRow(NamedTuple):
@@ -304,7 +307,7 @@ def kept_turn_memo(run: Run) -> TurnMemo | None:
     if row is None:
         return None
     memo = TurnMemo.from_rollup(row)
-    memo.add(turns_past(run, memo.hwm).order_by().values_list(*TURN_FIELDS))
+    memo.add(turns_past(run.pk, memo.hwm).order_by().values_list(*TURN_FIELDS))
     return memo if memo.matches(run) else None
 
 
@@ -329,7 +332,7 @@ def _turn_memo(run: Run) -> TurnMemo:
             memo = shared
     if memo is not None:
         read = memo
-        memo = memo.advanced(turns_past(run, memo.hwm).order_by().values_list(*ADVANCE_FIELDS))
+        memo = memo.advanced(_ADVANCE.rows(run.pk, memo.hwm))
         if not memo.matches(run):
             memo = None
         elif memo is not read and memo.count - memo.written >= MEMO_WRITE_EVERY:
@@ -372,7 +375,7 @@ def turns_after(run: Run, moment: datetime, *, of: str = "best") -> tuple[int, i
     found = None
     if isinstance(kept, tuple) and len(kept) == 6 and kept[0] == moment:
         _, hwm, count, n, tokens, micro = kept
-        since = turns_past(run, hwm).aggregate(
+        since = turns_past(run.pk, hwm).aggregate(
             all=Count("id"),
             hwm=Max("id"),
             n=Count("id", filter=Q(ts__gt=moment)),

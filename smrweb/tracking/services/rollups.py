@@ -31,7 +31,7 @@ def advance_turn_rollup(run: Run, turns: Sequence[AgentTurn] = ()) -> None:
     if kept is not None and run.turn_count - kept[0] < ROLLUP_LAG:
         # Still close enough, if the turns past the mark are the ones it lacks (a count of an indexed
         # range of fewer than ROLLUP_LAG): else it is wrong, and written now.
-        if kept[0] + turns_past(run, kept[1]).count() == run.turn_count:
+        if kept[0] + turns_past(run.pk, kept[1]).count() == run.turn_count:
             return
     memo = None
     if kept is not None:
@@ -39,13 +39,14 @@ def advance_turn_rollup(run: Run, turns: Sequence[AgentTurn] = ()) -> None:
         memo = TurnMemo.from_rollup(row)
         fresh = [t.pk for t in turns]
         if fresh and all(fresh) and min(fresh) > row.hwm:
-            memo.add(turns_past(run, row.hwm).filter(id__lt=min(fresh)).order_by().values_list(*TURN_FIELDS))
+            between = turns_past(run.pk, row.hwm).filter(id__lt=min(fresh))
+            memo.add(between.order_by().values_list(*TURN_FIELDS))
             memo.add(
                 (t.pk, t.ts, t.kind, t.tokens_in, t.tokens_out, t.cost_usd, t.actor, t.parent_actor, t.model)
                 for t in turns
             )
         else:
-            memo.add(turns_past(run, row.hwm).order_by().values_list(*TURN_FIELDS))
+            memo.add(turns_past(run.pk, row.hwm).order_by().values_list(*TURN_FIELDS))
         if not memo.matches(run):
             memo = None
     _save(run, memo or computed_turn_memo(run), exists=kept is not None)
