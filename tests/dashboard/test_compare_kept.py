@@ -74,8 +74,8 @@ def _nothing_kept_here():
 def _scratch(project, ids, monkeypatch):
     """The comparison read from the rows alone: nothing found kept, nothing kept by it."""
     with monkeypatch.context() as m, _nothing_kept_here():
-        m.setattr(softcache, "get_many", lambda keys: {})
-        m.setattr(softcache, "set_many", lambda values, timeout: None)
+        m.setattr(softcache, "get_many", lambda keys, also=(): {})
+        m.setattr(softcache, "set_many", lambda values, timeout, **kw: None)
         return _read(project, ids)
 
 
@@ -96,8 +96,8 @@ def _same(kept: compare.Comparison, scratch: compare.Comparison, monkeypatch) ->
     # comparison read from scratch, encoded whole; both tables' rows, as written.
     built = compare_charts.build(kept)
     with monkeypatch.context() as m, _nothing_kept_here():  # the rows written from scratch: none found kept
-        m.setattr(softcache, "get_many", lambda keys: {})
-        m.setattr(softcache, "set_many", lambda values, timeout: None)
+        m.setattr(softcache, "get_many", lambda keys, also=(): {})
+        m.setattr(softcache, "set_many", lambda values, timeout, **kw: None)
         fresh = compare_charts.build(scratch)
     colours = [style.colour(i) for i in range(len(scratch.runs))]
     unit, key = compare_charts.time_unit(scratch), compare_charts.uirevision(scratch)
@@ -291,7 +291,9 @@ def test_after_new_data_in_the_baseline_the_kept_parts_of_10_or_100_runs_come_in
     for rid in ids:
         push(project, rid, *[makers[rid].turn(t) for t in range(1, 4)], makers[rid].score(2))
     calls, real_get_many = [], softcache.get_many
-    monkeypatch.setattr(softcache, "get_many", lambda keys: calls.append(list(keys)) or real_get_many(keys))
+    monkeypatch.setattr(
+        softcache, "get_many", lambda keys, also=(): calls.append(list(keys)) or real_get_many(keys, also)
+    )
     written, real_rows = [], compare_charts.rows
     monkeypatch.setattr(
         compare_charts,
@@ -331,7 +333,9 @@ def test_a_view_reads_other_runs_from_its_own_process_and_attaches_its_project_t
     push(project, "r03", makers["r03"].turn(5))
     asked, real_get_many = [], softcache.get_many
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(softcache, "get_many", lambda keys: asked.append(list(keys)) or real_get_many(keys))
+        m.setattr(
+            softcache, "get_many", lambda keys, also=(): asked.append(list(keys)) or real_get_many(keys, also)
+        )
         second = _read(project, ids)
     run_keys = [k for keys in asked for k in keys if k.startswith("compare-run:")]
     changed = Run.objects.get(project=project, external_id="r03")
