@@ -3,10 +3,11 @@
 import functools
 import operator
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count, Max
+from django.db.models import Count, Max, prefetch_related_objects
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_safe
 from django.views.decorators.vary import vary_on_headers
 
 from smrweb.core import cachekeys, softcache
+from smrweb.core.prepared import Prepared
 from smrweb.dashboard import charts, live
 from smrweb.dashboard.access import fragment_template, include_unverified, project_for_user
 from smrweb.dashboard.templatetags.smrweb import card_version_marker
@@ -374,12 +376,8 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
     outline is not kept)."""
     if not isinstance(outline, _Outline) or outline.runs != stamp["n"] or outline.last is None:
         return None
-    changed_runs = Run.objects.filter(project=project, updated__gt=outline.last)
-    changed = list(
-        markers.with_submission_markers(with_columns(changed_runs, shape[0]))
-        .defer(*ROW_DEFERRED)
-        .prefetch_related("tags")
-    )
+    changed = _changed_runs_query(tuple(shape[0])).instances(project.pk, outline.last)
+    prefetch_related_objects(changed, "tags")
     if not changed or any(r.pk not in outline.side or r.pk in outline.regressed for r in changed):
         return None
     if not _still_on_top(request, outline, changed):
@@ -401,6 +399,18 @@ def _changed_rows_alone(request, project, outline, stamp, digest, shape) -> tupl
     activity = {**outline.activity, **{r.pk: (r.pinned, r.last_progress_at) for r in changed}}
     now = replace(outline, last=stamp["last"], activity=activity)
     return {f"run-row-{r.pk}": html for r, html in zip(changed, rows, strict=True)}, now
+
+
+@functools.lru_cache(maxsize=64)
+def _changed_runs_query(columns: tuple) -> Prepared:
+    """A project's runs changed since a moment, with what their rows show (the chosen `columns`, the
+    submissions marker): the query a poll after each change runs, compiled once per choice of columns."""
+
+    def build(project_id: int, since: datetime):
+        changed = Run.objects.filter(project_id=project_id, updated__gt=since)
+        return markers.with_submission_markers(with_columns(changed, list(columns))).defer(*ROW_DEFERRED)
+
+    return Prepared(build, int, datetime)
 
 
 def _still_on_top(request, outline: _Outline, changed: list[Run]) -> bool:

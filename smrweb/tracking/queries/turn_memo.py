@@ -243,7 +243,9 @@ TURN_FIELDS = ("id", "ts", "kind", "tokens_in", "tokens_out", "cost_usd", "actor
 # A memo is advanced by the new turns read with what a turns table's row shows besides (`newest_turns`).
 ADVANCE_FIELDS = (*TURN_FIELDS, "turn", "duration_ms", "tool_calls")
 # The turns a memo is advanced by (a watched run's page, after each of its turns): compiled once.
-_ADVANCE = Prepared(lambda run_id, mark: turns_past(run_id, mark).order_by().values_list(*ADVANCE_FIELDS), 2)
+_ADVANCE = Prepared(
+    lambda run_id, mark: turns_past(run_id, mark).order_by().values_list(*ADVANCE_FIELDS), int, int
+)
 
 
 class TurnRow(NamedTuple):
